@@ -1,0 +1,57 @@
+# roundtable-sandbox: every target an operator or CI runs. Each delegates to a
+# script owned by its area so the Makefile stays a table of contents.
+SHELL := /bin/bash
+VERSION ?= $(shell cat VERSION 2>/dev/null || echo 0.1.0)
+GO ?= go
+GOFLAGS_STATIC := -trimpath -ldflags '-s -w -X github.com/roundtable-sandbox/sandbox/pkg/version.Version=$(VERSION)'
+BINARIES := sandbox-host sandbox-broker sandbox-reaper sandbox-worker
+export VERSION
+
+.PHONY: all build test unit integration e2e image image-archive deb units-check demo bench clean fmt vet
+
+all: build
+
+build: $(addprefix bin/,$(BINARIES))
+
+bin/%: FORCE
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_STATIC) -o $@ ./cmd/$*
+
+FORCE:
+
+# The one command that runs the tests: unit tests everywhere; integration and
+# end-to-end tests where the machine allows them (each says when it skips).
+test: unit integration e2e
+
+unit:
+	$(GO) vet ./...
+	$(GO) test ./...
+
+integration:
+	./test/integration.sh
+
+image:
+	./image/build.sh
+
+image-archive:
+	./image/archive.sh
+
+deb:
+	./packaging/deb/build.sh
+
+units-check:
+	./packaging/units-check.sh
+
+e2e:
+	./test/e2e/run.sh
+
+demo:
+	./test/e2e/demo.sh
+
+bench:
+	./bench/run.sh
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf bin dist

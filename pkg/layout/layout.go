@@ -1,0 +1,83 @@
+// Package layout names every installed path, label and user of the family in
+// one place, so the host, broker, reaper, units and package agree on them.
+// Paths built here from ids are only built from ids that package ids accepted.
+package layout
+
+import (
+	"path/filepath"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+)
+
+// Installed defaults (DESIGN.md section 2).
+const (
+	ConfigFile     = "/etc/roundtable-sandbox/sandbox.yaml"
+	CredentialsDir = "/etc/roundtable-sandbox/credentials"
+	StateDir       = "/var/lib/roundtable-sandbox/state"
+	StateFile      = "/var/lib/roundtable-sandbox/state/channels.json"
+	WorkspaceRoot  = "/var/lib/roundtable-sandbox/workspaces"
+	RuntimeDir     = "/run/roundtable-sandbox"
+	RunRoot        = "/run/roundtable-sandbox/turns"
+	PolicyDir      = "/run/roundtable-sandbox/policies"
+	HostSocket     = "/run/roundtable-sandbox/host.sock"
+	LockFile       = "/run/roundtable-sandbox/host.lock"
+	// ImageArchive is the worker image shipped in the package (docker-archive format).
+	ImageArchive = "/usr/lib/roundtable-sandbox/worker-image.tar"
+	// DefaultImage is the tag the shipped archive carries.
+	DefaultImage = "roundtable-sandbox-worker:latest"
+
+	HostUser   = "_sandbox"
+	BrokerUser = "_sandbox-broker"
+	// ClientGroup may connect to the host API socket.
+	ClientGroup = "sandbox-clients"
+
+	HostService  = "sandbox-host.service"
+	ReaperUnit   = "sandbox-reaper.service"
+	BrokerBinary = "/usr/bin/sandbox-broker"
+
+	// MaxSocketPath bounds a Unix socket path (sun_path is 108 bytes).
+	MaxSocketPath = 100
+	// BrokerSocketName is the listening socket's name inside a turn directory.
+	BrokerSocketName = "broker.sock"
+)
+
+// Container labels (DESIGN.md section 4).
+const (
+	LabelInstallation = "io.roundtable-sandbox.installation"
+	LabelTurn         = "io.roundtable-sandbox.turn"
+	LabelChannel      = "io.roundtable-sandbox.channel"  // the channel tag
+	LabelDeadline     = "io.roundtable-sandbox.deadline" // unix seconds
+)
+
+// TurnDir is runRoot/<turn>.
+func TurnDir(runRoot, turnID string) (string, error) {
+	if err := ids.ValidTurnID(turnID); err != nil {
+		return "", err
+	}
+	return filepath.Join(runRoot, turnID), nil
+}
+
+// BrokerSocket is runRoot/<turn>/broker.sock.
+func BrokerSocket(runRoot, turnID string) (string, error) {
+	dir, err := TurnDir(runRoot, turnID)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, BrokerSocketName), nil
+}
+
+// PolicyFile is policyDir/<turn>.json.
+func PolicyFile(policyDir, turnID string) (string, error) {
+	if err := ids.ValidTurnID(turnID); err != nil {
+		return "", err
+	}
+	return filepath.Join(policyDir, turnID+".json"), nil
+}
+
+// WorkspaceDir is workspaceRoot/<sha256(channel)>.
+func WorkspaceDir(workspaceRoot, channel string) (string, error) {
+	if err := ids.ValidChannel(channel); err != nil {
+		return "", err
+	}
+	return filepath.Join(workspaceRoot, ids.ChannelHash(channel)), nil
+}

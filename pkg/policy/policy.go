@@ -1,0 +1,325 @@
+// Package policy is the contract between the host and one turn's broker: the
+// file /run/roundtable-sandbox/policies/<turn>.json that binds the turn's
+// identity, deadline, routes, limits and credential names. It never holds a
+// credential value. A policy that Load returns has passed Validate.
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+)
+
+// Version of the policy file format.
+const Version = 1
+
+// MaxBytes bounds a policy file.
+const MaxBytes = 1 << 20
+
+// ErrInvalid is the category of every policy validation failure.
+var ErrInvalid = errors.New("invalid policy")
+
+// Identity is bound by the host from the admitted turn; the broker gives it to
+// host tools and nothing a guest sends can change it.
+type Identity struct {
+	Channel     string `json:"channel"`
+	ChannelTag  string `json:"channelTag"`
+	SpeakerID   string `json:"speakerId"`
+	SpeakerName string `json:"speakerName"`
+	PrincipalID string `json:"principalId"`
+}
+
+// Model is the fixed upstream of /model.
+type Model struct {
+	URL        string `json:"url"`
+	Name       string `json:"name"`
+	MaxTokens  int    `json:"maxTokens"`
+	Credential string `json:"credential"` // credential name, never a value
+	// AllowHTTP permits a plain-http loopback URL; only test configurations set it.
+	AllowHTTP bool `json:"allowHttp,omitempty"`
+}
+
+// Tool kinds.
+const (
+	KindBuiltin = "builtin"
+	KindExec    = "exec"
+	KindHTTP    = "http"
+)
+
+// Tool is one allow-listed host tool, reached at /tools/<name>.
+type Tool struct {
+	Name      string   `json:"name"`
+	Kind      string   `json:"kind"`
+	Builtin   string   `json:"builtin,omitempty"` // kind builtin: e.g. "clock"
+	Argv      []string `json:"argv,omitempty"`    // kind exec: absolute argv[0]
+	URL       string   `json:"url,omitempty"`     // kind http: trusted https URL
+	TimeoutMs int      `json:"timeoutMs,omitempty"`
+	// Credential optionally names a bearer credential for kind http.
+	Credential string `json:"credential,omitempty"`
+	AllowHTTP  bool   `json:"allowHttp,omitempty"`
+}
+
+// MCP session modes.
+const (
+	SessionAuto      = "auto"
+	SessionStateless = "stateless"
+)
+
+// MCPServer is one allow-listed MCP server, reached at /mcp/<name>.
+type MCPServer struct {
+	Name       string   `json:"name"`
+	URL        string   `json:"url"`
+	Credential string   `json:"credential,omitempty"` // optional bearer credential name
+	Session    string   `json:"session"`              // auto | stateless
+	Tools      []string `json:"tools"`                // declared tool names
+	AllowHTTP  bool     `json:"allowHttp,omitempty"`
+}
+
+// Limits are the broker's bounds for this turn.
+type Limits struct {
+	MaxCalls          int   `json:"maxCalls"`          // 48
+	MaxRequestBytes   int64 `json:"maxRequestBytes"`   // 256 KiB
+	MaxResponseBytes  int64 `json:"maxResponseBytes"`  // 1 MiB
+	UpstreamTimeoutMs int   `json:"upstreamTimeoutMs"` // 60 s
+	MaxConnections    int   `json:"maxConnections"`    // 16
+	HeaderTimeoutMs   int   `json:"headerTimeoutMs"`   // 10 s
+	RequestTimeoutMs  int   `json:"requestTimeoutMs"`  // 60 s
+}
+
+// DefaultLimits are the seeds' defaults.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxCalls:          48,
+		MaxRequestBytes:   256 << 10,
+		MaxResponseBytes:  1 << 20,
+		UpstreamTimeoutMs: 60_000,
+		MaxConnections:    16,
+		HeaderTimeoutMs:   10_000,
+		RequestTimeoutMs:  60_000,
+	}
+}
+
+// DefaultMaxTokens is the output-token limit when none is configured.
+const DefaultMaxTokens = 4096
+
+// Policy is one turn's broker policy.
+type Policy struct {
+	Version        int         `json:"version"`
+	TurnID         string      `json:"turnId"`
+	Identity       Identity    `json:"identity"`
+	DeadlineUnixMs int64       `json:"deadlineUnixMs"`
+	Model          Model       `json:"model"`
+	Tools          []Tool      `json:"tools"`
+	MCP            []MCPServer `json:"mcp"`
+	Limits         Limits      `json:"limits"`
+}
+
+// Deadline is the turn deadline as a time.
+func (p *Policy) Deadline() time.Time { return time.UnixMilli(p.DeadlineUnixMs) }
+
+// LogValue keeps identity text and URLs out of logs: only the turn id and tag.
+func (p *Policy) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("turn", p.TurnID), slog.String("channel", p.Identity.ChannelTag))
+}
+
+// Tool returns the named host tool.
+func (p *Policy) Tool(name string) (Tool, bool) {
+	for _, t := range p.Tools {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tool{}, false
+}
+
+// Server returns the named MCP server.
+func (p *Policy) Server(name string) (MCPServer, bool) {
+	for _, s := range p.MCP {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return MCPServer{}, false
+}
+
+func bad(format string, a ...any) error {
+	return fmt.Errorf("policy: "+format+": %w", append(a, ErrInvalid)...)
+}
+
+// CheckURL accepts https URLs, or http to a loopback host when allowHTTP is set.
+// No userinfo, no fragment.
+func CheckURL(raw string, allowHTTP bool) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.User != nil || u.Fragment != "" || u.Opaque != "" {
+		return errors.New("must be an absolute URL without credentials or fragment")
+	}
+	switch u.Scheme {
+	case "https":
+		return nil
+	case "http":
+		if !allowHTTP {
+			return errors.New("must use https")
+		}
+		h := u.Hostname()
+		if h != "localhost" && h != "127.0.0.1" && h != "::1" {
+			return errors.New("plain http is allowed only to a loopback host")
+		}
+		return nil
+	}
+	return errors.New("must use https")
+}
+
+func validCredName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return s[0] != '.'
+}
+
+// ValidCredentialName reports whether s may name a credential file.
+func ValidCredentialName(s string) bool { return validCredName(s) }
+
+// Validate checks every field.
+func (p *Policy) Validate() error {
+	if p.Version != Version {
+		return bad("version must be %d", Version)
+	}
+	if err := ids.ValidTurnID(p.TurnID); err != nil {
+		return bad("turnId: %v", err)
+	}
+	if err := ids.ValidChannel(p.Identity.Channel); err != nil {
+		return bad("identity.channel: %v", err)
+	}
+	if p.Identity.ChannelTag != ids.ChannelTag(p.Identity.Channel) {
+		return bad("identity.channelTag does not match the channel")
+	}
+	for _, f := range []string{p.Identity.SpeakerID, p.Identity.SpeakerName, p.Identity.PrincipalID} {
+		if len([]rune(f)) > protocol.MaxIDChars {
+			return bad("identity fields must be at most %d characters", protocol.MaxIDChars)
+		}
+	}
+	if p.DeadlineUnixMs <= 0 {
+		return bad("deadlineUnixMs must be set")
+	}
+	if err := CheckURL(p.Model.URL, p.Model.AllowHTTP); err != nil {
+		return bad("model.url %v", err)
+	}
+	if p.Model.Name == "" || len(p.Model.Name) > protocol.MaxModelChars {
+		return bad("model.name must be 1 to %d bytes", protocol.MaxModelChars)
+	}
+	if p.Model.MaxTokens < 1 || p.Model.MaxTokens > 1_000_000 {
+		return bad("model.maxTokens must be 1 to 1000000")
+	}
+	if !validCredName(p.Model.Credential) {
+		return bad("model.credential must name a credential")
+	}
+	seen := map[string]bool{}
+	for _, t := range p.Tools {
+		if !protocol.ValidToolName(t.Name) || seen[t.Name] {
+			return bad("tool names must be unique and match [a-z][a-z0-9_]{0,47}")
+		}
+		seen[t.Name] = true
+		if t.TimeoutMs < 0 || t.TimeoutMs > 600_000 {
+			return bad("tool %s timeoutMs must be 0 to 600000", t.Name)
+		}
+		if t.Credential != "" && !validCredName(t.Credential) {
+			return bad("tool %s credential name invalid", t.Name)
+		}
+		switch t.Kind {
+		case KindBuiltin:
+			if t.Builtin != "clock" {
+				return bad("tool %s: unknown builtin", t.Name)
+			}
+		case KindExec:
+			if len(t.Argv) == 0 || len(t.Argv[0]) == 0 || t.Argv[0][0] != '/' {
+				return bad("tool %s: exec argv[0] must be an absolute path", t.Name)
+			}
+		case KindHTTP:
+			if err := CheckURL(t.URL, t.AllowHTTP); err != nil {
+				return bad("tool %s url %v", t.Name, err)
+			}
+		default:
+			return bad("tool %s: kind must be builtin, exec or http", t.Name)
+		}
+	}
+	seen = map[string]bool{}
+	for _, s := range p.MCP {
+		if !protocol.ValidToolName(s.Name) || seen[s.Name] {
+			return bad("MCP server names must be unique and match [a-z][a-z0-9_]{0,47}")
+		}
+		seen[s.Name] = true
+		if err := CheckURL(s.URL, s.AllowHTTP); err != nil {
+			return bad("mcp %s url %v", s.Name, err)
+		}
+		if s.Credential != "" && !validCredName(s.Credential) {
+			return bad("mcp %s credential name invalid", s.Name)
+		}
+		if s.Session != SessionAuto && s.Session != SessionStateless {
+			return bad("mcp %s session must be auto or stateless", s.Name)
+		}
+		if len(s.Tools) == 0 {
+			return bad("mcp %s declares no tools", s.Name)
+		}
+		tools := map[string]bool{}
+		for _, name := range s.Tools {
+			if !protocol.ValidToolName(name) || tools[name] {
+				return bad("mcp %s tool names must be unique and match [a-z][a-z0-9_]{0,47}", s.Name)
+			}
+			tools[name] = true
+		}
+	}
+	l := p.Limits
+	switch {
+	case l.MaxCalls < 1 || l.MaxCalls > 1000:
+		return bad("limits.maxCalls must be 1 to 1000")
+	case l.MaxRequestBytes < 1024 || l.MaxRequestBytes > 16<<20:
+		return bad("limits.maxRequestBytes must be 1 KiB to 16 MiB")
+	case l.MaxResponseBytes < 1024 || l.MaxResponseBytes > 64<<20:
+		return bad("limits.maxResponseBytes must be 1 KiB to 64 MiB")
+	case l.UpstreamTimeoutMs < 100 || l.UpstreamTimeoutMs > 600_000:
+		return bad("limits.upstreamTimeoutMs must be 100 to 600000")
+	case l.MaxConnections < 1 || l.MaxConnections > 1024:
+		return bad("limits.maxConnections must be 1 to 1024")
+	case l.HeaderTimeoutMs < 100 || l.HeaderTimeoutMs > 600_000:
+		return bad("limits.headerTimeoutMs must be 100 to 600000")
+	case l.RequestTimeoutMs < 100 || l.RequestTimeoutMs > 600_000:
+		return bad("limits.requestTimeoutMs must be 100 to 600000")
+	}
+	return nil
+}
+
+// Load reads, strictly decodes and validates a policy file.
+func Load(path string) (*Policy, error) {
+	data, err := atomicfile.ReadFile(path, MaxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("policy: read: %w", err)
+	}
+	var p Policy
+	if err := protocol.DecodeStrict(data, &p); err != nil {
+		return nil, bad("%v", err)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Marshal validates and encodes a policy.
+func (p *Policy) Marshal() ([]byte, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(p)
+}

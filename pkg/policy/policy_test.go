@@ -1,0 +1,91 @@
+package policy
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+)
+
+func sample() *Policy {
+	return &Policy{
+		Version:        Version,
+		TurnID:         ids.NewTurnID(),
+		Identity:       Identity{Channel: "guild:1", ChannelTag: "guild:1", SpeakerID: "u1", SpeakerName: "Ann", PrincipalID: "p1"},
+		DeadlineUnixMs: time.Now().Add(time.Minute).UnixMilli(),
+		Model:          Model{URL: "https://api.example.com/v1/chat/completions", Name: "m", MaxTokens: 4096, Credential: "openai"},
+		Tools:          []Tool{{Name: "clock", Kind: KindBuiltin, Builtin: "clock"}, {Name: "lookup", Kind: KindExec, Argv: []string{"/usr/bin/true"}}},
+		MCP:            []MCPServer{{Name: "docs", URL: "https://mcp.example.com/mcp", Session: SessionAuto, Tools: []string{"search"}}},
+		Limits:         DefaultLimits(),
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	p := sample()
+	data, err := p.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), p.TurnID+".json")
+	if err := atomicfile.WriteFile(path, data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(path)
+	if err != nil {
+		t.Fatalf("Load = %v", err)
+	}
+	if got.Identity != p.Identity || got.Model != p.Model {
+		t.Errorf("Load = %+v, want %+v", got, p)
+	}
+}
+
+func TestValidateRefusals(t *testing.T) {
+	tests := map[string]func(*Policy){
+		"version":        func(p *Policy) { p.Version = 2 },
+		"turn id":        func(p *Policy) { p.TurnID = "../x" },
+		"tag mismatch":   func(p *Policy) { p.Identity.ChannelTag = "other" },
+		"no deadline":    func(p *Policy) { p.DeadlineUnixMs = 0 },
+		"http model":     func(p *Policy) { p.Model.URL = "http://api.example.com/" },
+		"http remote":    func(p *Policy) { p.Model.URL = "http://10.0.0.1/"; p.Model.AllowHTTP = true },
+		"userinfo":       func(p *Policy) { p.Model.URL = "https://a:b@api.example.com/" },
+		"no credential":  func(p *Policy) { p.Model.Credential = "" },
+		"cred traversal": func(p *Policy) { p.Model.Credential = "../x" },
+		"max tokens":     func(p *Policy) { p.Model.MaxTokens = 0 },
+		"tool name":      func(p *Policy) { p.Tools[0].Name = "Clock" },
+		"dup tool":       func(p *Policy) { p.Tools[1].Name = "clock" },
+		"tool kind":      func(p *Policy) { p.Tools[0].Kind = "shell" },
+		"relative argv":  func(p *Policy) { p.Tools[1].Argv = []string{"true"} },
+		"mcp session":    func(p *Policy) { p.MCP[0].Session = "x" },
+		"mcp no tools":   func(p *Policy) { p.MCP[0].Tools = nil },
+		"mcp tool name":  func(p *Policy) { p.MCP[0].Tools = []string{"a/b"} },
+		"limits":         func(p *Policy) { p.Limits.MaxCalls = 0 },
+		"speaker long":   func(p *Policy) { p.Identity.SpeakerName = strings.Repeat("x", 257) },
+	}
+	for name, mutate := range tests {
+		p := sample()
+		mutate(p)
+		if err := p.Validate(); err == nil {
+			t.Errorf("%s: Validate = nil, want refusal", name)
+		}
+	}
+	p := sample()
+	p.Model.URL = "http://127.0.0.1:8080/v1/chat/completions"
+	p.Model.AllowHTTP = true
+	if err := p.Validate(); err != nil {
+		t.Errorf("loopback http with allowHttp refused: %v", err)
+	}
+}
+
+func TestLoadRefusesUnknownFields(t *testing.T) {
+	data, _ := sample().Marshal()
+	bad := strings.Replace(string(data), `"version":1`, `"version":1,"apiKey":"x"`, 1)
+	path := filepath.Join(t.TempDir(), "p.json")
+	os.WriteFile(path, []byte(bad), 0o600)
+	if _, err := Load(path); err == nil {
+		t.Error("Load accepted an unknown field")
+	}
+}
