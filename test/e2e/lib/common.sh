@@ -1,0 +1,26 @@
+# shellcheck shell=bash
+# Common helpers for the end-to-end harness: logging, skip decisions, paths.
+# Sourced by run.sh and demo.sh; never executed on its own.
+
+E2E_DIR=${E2E_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+REPO_ROOT=${REPO_ROOT:-$(cd "$E2E_DIR/../.." && pwd)}
+
+e2e_log() { printf '[e2e %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+e2e_die() { e2e_log "FATAL: $*"; exit 1; }
+
+# e2e_skip_reason prints why this machine cannot run the namespaced systemd,
+# or nothing when it can.
+e2e_skip_reason() {
+  if [[ $(id -u) != 0 ]]; then echo "not root"; return; fi
+  if [[ $(uname -s) != Linux ]]; then echo "not Linux"; return; fi
+  local t
+  for t in unshare nsenter mount; do
+    command -v "$t" >/dev/null 2>&1 || { echo "$t not found"; return; }
+  done
+  [[ -x /lib/systemd/systemd ]] || { echo "/lib/systemd/systemd not found (apt-get install systemd)"; return; }
+  command -v dockerd >/dev/null 2>&1 || { echo "dockerd not found (apt-get install docker.io)"; return; }
+  command -v docker >/dev/null 2>&1 || { echo "docker CLI not found (apt-get install docker.io)"; return; }
+  [[ -x /usr/lib/polkit-1/polkitd ]] || { echo "polkitd not found (apt-get install polkitd)"; return; }
+  command -v go >/dev/null 2>&1 || { echo "go not found"; return; }
+  unshare --pid --mount --fork --propagation private true 2>/dev/null || { echo "unshare of pid+mount namespaces refused"; return; }
+}

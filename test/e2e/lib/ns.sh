@@ -1,0 +1,255 @@
+# shellcheck shell=bash
+# Boot, enter and tear down a real systemd 252 as PID 1 of a private PID,
+# mount, UTS and IPC namespace, with its own dockerd (DESIGN.md section 8).
+#
+# Guarantee: ns_teardown leaves the machine as ns_boot found it: the
+# namespace's PID 1 is SIGKILLed (so every process inside ends with it),
+# Docker's and containerd's data live on tmpfs inside the namespace, the
+# cgroups systemd and dockerd created are removed, users the package created
+# are removed, and the checks at the end fail loudly when anything of the
+# namespace remains.
+#
+# The network namespace is shared on purpose (the fake model listens on
+# loopback); the namespaced dockerd therefore runs with --bridge=none
+# --iptables=false --ip6tables=false so it never touches host networking.
+# It uses the default /run/docker.sock and /var/lib/docker, both private to
+# the namespace, so it cannot collide with the development dockerd
+# (/run/docker-dev.sock, /var/lib/docker-dev).
+
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+NS_PID=${NS_PID:-}
+NS_UNSHARE_PID=${NS_UNSHARE_PID:-}
+E2E_WORK=${E2E_WORK:-}
+
+# Units that make no sense (or would change the real machine) in a namespace
+# sharing the machine's root filesystem, kernel and network.
+NS_MASKED_UNITS=(
+  getty.target console-getty.service getty@tty1.service serial-getty@ttyS0.service
+  systemd-udevd.service systemd-udevd-control.socket systemd-udevd-kernel.socket
+  systemd-udev-trigger.service systemd-udev-settle.service systemd-hwdb-update.service
+  systemd-modules-load.service kmod-static-nodes.service systemd-sysctl.service
+  systemd-binfmt.service proc-sys-fs-binfmt_misc.automount proc-sys-fs-binfmt_misc.mount
+  systemd-remount-fs.service systemd-fsck-root.service systemd-timesyncd.service
+  systemd-tmpfiles-clean.timer systemd-update-utmp.service systemd-update-utmp-runlevel.service
+  systemd-random-seed.service systemd-machine-id-commit.service systemd-firstboot.service
+  systemd-sysusers.service systemd-pstore.service systemd-repart.service
+  systemd-pcrphase.service systemd-pcrphase-sysinit.service systemd-ask-password-console.path
+  systemd-ask-password-wall.path ldconfig.service systemd-journal-catalog-update.service
+  sys-kernel-debug.mount sys-kernel-tracing.mount sys-kernel-config.mount sys-fs-fuse-connections.mount
+  dev-hugepages.mount swap.target cryptsetup.target integritysetup.target veritysetup.target
+  apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer
+  e2scrub_reap.service fstrim.timer man-db.timer logrotate.timer
+  postgresql.service systemd-networkd.service systemd-resolved.service
+  networking.service ssh.service cron.service rsyslog.service
+)
+
+# ns_stage_run writes the namespace's private /run content into $1.
+ns_stage_run() {
+  local run=$1 u
+  mkdir -p "$run/systemd/system/docker.service.d" "$run/systemd/journald.conf.d" "$run/systemd/system/containerd.service.d"
+  for u in "${NS_MASKED_UNITS[@]}"; do ln -sf /dev/null "$run/systemd/system/$u"; done
+  printf '%s\n' '[Unit]' 'Description=roundtable-sandbox end-to-end namespace' 'Requires=basic.target' \
+    'Wants=dbus.service docker.service' 'After=basic.target' 'AllowIsolate=yes' >"$run/systemd/system/rt-e2e.target"
+  # No bridge, no iptables: the network namespace is the machine's. Own
+  # cgroup parent, so nothing mixes with the development dockerd's /docker.
+  printf '%s\n' '[Service]' 'EnvironmentFile=' 'ExecStart=' \
+    'ExecStart=/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock --bridge=none --iptables=false --ip6tables=false --ip-masq=false --cgroup-parent=/roundtable-e2e-docker' \
+    >"$run/systemd/system/docker.service.d/e2e.conf"
+  printf '%s\n' '[Service]' 'ExecStartPre=' >"$run/systemd/system/containerd.service.d/e2e.conf"
+  printf '%s\n' '[Journal]' 'Storage=volatile' 'RateLimitBurst=0' 'ForwardToConsole=no' 'ForwardToWall=no' \
+    >"$run/systemd/journald.conf.d/e2e.conf"
+}
+
+# ns_snapshot records what the machine looks like before boot.
+ns_snapshot() {
+  local d=$E2E_WORK/before x
+  mkdir -p "$d"
+  find /sys/fs/cgroup -mindepth 1 -type d 2>/dev/null | sort >"$d/cgroups"
+  awk '{print $5}' /proc/self/mountinfo | sort >"$d/mounts"
+  : >"$d/dirs"
+  for x in /var/lib/docker /var/lib/containerd; do if [[ -e $x ]]; then echo "$x" >>"$d/dirs"; fi; done
+  getent passwd | cut -d: -f1 | sort >"$d/users"
+  getent group | cut -d: -f1 | sort >"$d/groups"
+}
+
+# ns_boot boots the namespace and waits until systemd reports running or
+# degraded and dockerd answers.
+ns_boot() {
+  [[ -n $E2E_WORK ]] || E2E_WORK=$(mktemp -d /var/tmp/roundtable-e2e.XXXXXX)
+  export E2E_WORK
+  chmod 0755 "$E2E_WORK"
+  ns_snapshot
+  ns_stage_run "$E2E_WORK/run"
+  : >"$E2E_WORK/console"
+  local d
+  for d in /var/lib/docker /var/lib/containerd; do mkdir -p "$d"; done
+  # The inner script runs as PID 1 of the new namespaces, then becomes systemd.
+  cat >"$E2E_WORK/init.sh" <<INIT
+#!/bin/bash
+set -e
+mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp
+mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
+cp -a "$E2E_WORK/run/." /run/
+# systemd remounts the cgroup tmpfs read-only and adds directories to it: give
+# it a private tmpfs holding binds of the machine's hierarchies, so the
+# machine's own /sys/fs/cgroup superblock is never touched.
+mkdir /run/.e2e-cg
+mount --rbind /sys/fs/cgroup /run/.e2e-cg
+mount -t tmpfs -o mode=0755,nosuid,nodev,noexec tmpfs /sys/fs/cgroup
+for cg in /run/.e2e-cg/*; do
+  name=\${cg##*/}
+  if [[ -L \$cg ]]; then cp -a "\$cg" /sys/fs/cgroup/; continue; fi
+  mountpoint -q "\$cg" || continue
+  mkdir -p "/sys/fs/cgroup/\$name"
+  mount --bind "\$cg" "/sys/fs/cgroup/\$name"
+done
+umount -R /run/.e2e-cg
+rmdir /run/.e2e-cg
+mount -t tmpfs -o mode=0711 tmpfs /var/lib/docker
+mount -t tmpfs -o mode=0711 tmpfs /var/lib/containerd
+# systemd's console output goes to a file, not the machine's console.
+mount --bind "$E2E_WORK/console" /dev/console
+mount --make-rshared /
+exec env -i container=other PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \\
+  /lib/systemd/systemd --system --unit=rt-e2e.target --show-status=no --log-target=console
+INIT
+  chmod 0755 "$E2E_WORK/init.sh"
+  setsid unshare --pid --mount --uts --ipc --fork --mount-proc --propagation private \
+    "$E2E_WORK/init.sh" </dev/null >"$E2E_WORK/init.out" 2>&1 &
+  NS_UNSHARE_PID=$!
+  echo "$NS_UNSHARE_PID" >"$E2E_WORK/unshare.pid"
+  local i
+  for i in $(seq 1 100); do
+    NS_PID=$(ps -o pid= --ppid "$NS_UNSHARE_PID" 2>/dev/null | tr -d ' ' | head -1)
+    [[ -n $NS_PID ]] && break
+    sleep 0.05
+  done
+  [[ -n $NS_PID ]] || { cat "$E2E_WORK/init.out" >&2; e2e_die "namespace PID 1 did not appear"; }
+  echo "$NS_PID" >"$E2E_WORK/ns.pid"
+  export NS_PID NS_UNSHARE_PID
+  e2e_log "namespace PID 1 is $NS_PID (work $E2E_WORK)"
+  local state=""
+  for i in $(seq 1 240); do
+    sleep 0.25
+    kill -0 "$NS_PID" 2>/dev/null || { cat "$E2E_WORK/init.out" "$E2E_WORK/console" >&2; e2e_die "namespace PID 1 died during boot"; }
+    [[ $(readlink "/proc/$NS_PID/exe" 2>/dev/null) == */systemd ]] || continue
+    state=$(ns_exec systemctl is-system-running 2>/dev/null || true)
+    case $state in running | degraded) break ;; esac
+  done
+  case $state in
+  running | degraded) e2e_log "systemd is $state" ;;
+  *)
+    ns_exec systemctl list-jobs --no-pager >&2 || true
+    e2e_die "systemd did not finish booting (state '$state')"
+    ;;
+  esac
+  if [[ $state == degraded ]]; then ns_exec systemctl --failed --no-pager --no-legend >&2 || true; fi
+  ns_wait_docker
+}
+
+# ns_exec runs a command inside the namespace (never with the caller's DOCKER_HOST).
+ns_exec() {
+  [[ -n $NS_PID ]] || e2e_die "ns_exec: namespace not booted"
+  nsenter -t "$NS_PID" -m -p -u -i -- env -u DOCKER_HOST -u NOTIFY_SOCKET -u LISTEN_FDS -u LISTEN_PID "$@"
+}
+
+ns_wait_docker() {
+  local i
+  for i in $(seq 1 120); do
+    if ns_exec docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
+      e2e_log "dockerd $(ns_exec docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})') ready inside the namespace"
+      return 0
+    fi
+    sleep 0.25
+  done
+  ns_exec systemctl status docker containerd --no-pager -l >&2 || true
+  e2e_die "docker did not start inside the namespace"
+}
+
+# ns_teardown stops everything and verifies the machine is as it was. Safe to
+# call more than once and after a partial boot.
+ns_teardown() {
+  local rc=0 pid nsid i left=()
+  [[ -n ${E2E_WORK:-} && -d ${E2E_WORK:-/nonexistent} ]] || return 0
+  [[ -z $NS_PID && -s $E2E_WORK/ns.pid ]] && NS_PID=$(cat "$E2E_WORK/ns.pid")
+  [[ -z $NS_UNSHARE_PID && -s $E2E_WORK/unshare.pid ]] && NS_UNSHARE_PID=$(cat "$E2E_WORK/unshare.pid")
+  if [[ -n $NS_PID ]] && kill -0 "$NS_PID" 2>/dev/null; then
+    nsid=$(readlink "/proc/$NS_PID/ns/pid")
+    if declare -F install_purge >/dev/null; then install_purge || rc=1; fi
+    ns_exec systemctl stop 'sandbox-broker@*' docker.service docker.socket containerd.service >/dev/null 2>&1 || true
+    kill -KILL "$NS_PID" 2>/dev/null || true
+    for i in $(seq 1 100); do
+      kill -0 "$NS_PID" 2>/dev/null || break
+      sleep 0.05
+    done
+    # Every process of the namespace must be gone.
+    for i in $(seq 1 100); do
+      left=()
+      for pid in /proc/[0-9]*; do
+        [[ $(readlink "$pid/ns/pid" 2>/dev/null) == "$nsid" ]] && left+=("${pid#/proc/}")
+      done
+      ((${#left[@]} == 0)) && break
+      sleep 0.05
+    done
+    if ((${#left[@]})); then
+      e2e_log "LEFT: processes of the namespace still run: ${left[*]}"
+      rc=1
+    fi
+  fi
+  if [[ -n $NS_UNSHARE_PID ]]; then wait "$NS_UNSHARE_PID" 2>/dev/null || true; fi
+  ns_cleanup_machine || rc=1
+  if ((rc == 0)); then
+    rm -rf "$E2E_WORK"
+    e2e_log "teardown complete: nothing of the namespace remains"
+  else
+    e2e_log "teardown found leftovers; work directory kept at $E2E_WORK"
+  fi
+  NS_PID=""
+  return $rc
+}
+
+# ns_cleanup_machine removes what the namespace left on the shared machine
+# (cgroup directories, mount point directories, users the package made) and
+# checks mounts and containers.
+ns_cleanup_machine() {
+  local rc=0 d u g before=$E2E_WORK/before
+  [[ -d $before ]] || return 0
+  # cgroups: remove new, empty directories deepest first.
+  find /sys/fs/cgroup -mindepth 1 -type d 2>/dev/null | sort >"$E2E_WORK/cgroups.after"
+  comm -13 "$before/cgroups" "$E2E_WORK/cgroups.after" | awk '{print length, $0}' | sort -rn | cut -d' ' -f2- |
+    while read -r d; do rmdir "$d" 2>/dev/null || true; done
+  find /sys/fs/cgroup -mindepth 1 -type d 2>/dev/null | sort >"$E2E_WORK/cgroups.after"
+  if [[ -n $(comm -13 "$before/cgroups" "$E2E_WORK/cgroups.after") ]]; then
+    e2e_log "LEFT: cgroups still in use:"
+    comm -13 "$before/cgroups" "$E2E_WORK/cgroups.after" | head -20 >&2
+    rc=1
+  fi
+  awk '{print $5}' /proc/self/mountinfo | sort >"$E2E_WORK/mounts.after"
+  if [[ -n $(comm -13 "$before/mounts" "$E2E_WORK/mounts.after") ]]; then
+    e2e_log "LEFT: mounts appeared on the machine:"
+    comm -13 "$before/mounts" "$E2E_WORK/mounts.after" >&2
+    rc=1
+  fi
+  for d in /var/lib/docker /var/lib/containerd; do
+    if ! grep -qxF "$d" "$before/dirs"; then
+      rmdir "$d" 2>/dev/null || { e2e_log "LEFT: $d is not empty"; rc=1; }
+    fi
+  done
+  # Containers: the namespace's dockerd kept its state on tmpfs and every
+  # shim of it was a process of the namespace (checked above); a container
+  # cgroup left under our parent would mean a container outlived it.
+  if compgen -G '/sys/fs/cgroup/*/roundtable-e2e-docker/*' >/dev/null; then
+    e2e_log "LEFT: container cgroups under /roundtable-e2e-docker"
+    rc=1
+  fi
+  # Users and groups the package created (Debian packages keep them on purge).
+  getent passwd | cut -d: -f1 | sort >"$E2E_WORK/users.after"
+  for u in $(comm -13 "$before/users" "$E2E_WORK/users.after"); do
+    userdel "$u" 2>/dev/null || { e2e_log "could not remove user $u"; rc=1; }
+  done
+  getent group | cut -d: -f1 | sort >"$E2E_WORK/groups.after"
+  for g in $(comm -13 "$before/groups" "$E2E_WORK/groups.after"); do groupdel "$g" 2>/dev/null || true; done
+  return $rc
+}
