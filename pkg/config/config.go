@@ -1,0 +1,566 @@
+// Package config loads and validates /etc/roundtable-sandbox/sandbox.yaml.
+// Guarantee: a Config returned by Load has passed Validate, unknown keys are
+// refused, and every refusal names the key or path it is about. Checks that
+// need the running process and the filesystem live in CheckHost.
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+	_ "time/tzdata" // validate timeZone the same way on every host and in the worker
+	"unicode/utf8"
+
+	"github.com/spf13/viper"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+)
+
+// ErrInvalid is the category of every refused configuration.
+var ErrInvalid = errors.New("invalid configuration")
+
+// EnvPrefix prefixes environment overrides: model.url -> SANDBOX_MODEL_URL.
+const EnvPrefix = "SANDBOX"
+
+// MaxToolBudget is the worker's bound on the JSON of all model-facing tool
+// specs (DESIGN.md section 6), and BuiltinToolReserve what the worker's own
+// tools (invalid_tool, memory_set/get/remove) take of it.
+const (
+	MaxToolBudget      = 32 << 10
+	BuiltinToolReserve = 2 << 10
+)
+
+// Config is the whole configuration.
+type Config struct {
+	Installation        string   `mapstructure:"installation"`
+	Image               string   `mapstructure:"image"`
+	ImageArchive        string   `mapstructure:"imageArchive"`
+	Runtime             string   `mapstructure:"runtime"`
+	DockerHost          string   `mapstructure:"dockerHost"`
+	DockerDataRoot      string   `mapstructure:"dockerDataRoot"`
+	UID                 int      `mapstructure:"uid"`
+	GID                 int      `mapstructure:"gid"`
+	RunRoot             string   `mapstructure:"runRoot"`
+	WorkspaceRoot       string   `mapstructure:"workspaceRoot"`
+	PolicyDir           string   `mapstructure:"policyDir"`
+	StateFile           string   `mapstructure:"stateFile"`
+	LockFile            string   `mapstructure:"lockFile"`
+	TurnDeadlineSeconds int      `mapstructure:"turnDeadlineSeconds"`
+	LogLevel            string   `mapstructure:"logLevel"`
+	Limits              Limits   `mapstructure:"limits"`
+	Model               Model    `mapstructure:"model"`
+	Prompt              string   `mapstructure:"prompt"`
+	TimeZone            string   `mapstructure:"timeZone"`
+	Credentials         Creds    `mapstructure:"credentials"`
+	Tools               []Tool   `mapstructure:"tools"`
+	MCP                 []MCP    `mapstructure:"mcp"`
+	API                 API      `mapstructure:"api"`
+	Queue               Queue    `mapstructure:"queue"`
+	InitialChannels     []string `mapstructure:"initialChannels"`
+	Broker              Broker   `mapstructure:"broker"`
+	Reaper              Reaper   `mapstructure:"reaper"`
+}
+
+// Limits are the container's resources.
+type Limits struct {
+	MemoryMB int     `mapstructure:"memoryMb"`
+	CPUs     float64 `mapstructure:"cpus"`
+	Pids     int64   `mapstructure:"pids"`
+	TmpfsMB  int     `mapstructure:"tmpfsMb"`
+}
+
+// Model is the fixed upstream of the broker's /model route.
+type Model struct {
+	URL       string `mapstructure:"url"`
+	Name      string `mapstructure:"name"`
+	MaxTokens int    `mapstructure:"maxTokens"`
+	// AllowInsecureLoopbackHTTP permits http://localhost-style URLs; tests only.
+	AllowInsecureLoopbackHTTP bool `mapstructure:"allowInsecureLoopbackHTTP"`
+}
+
+// Creds selects the credential NAME a turn's policy carries. Rules are a list,
+// never a map: viper lowercases map keys, and channel keys are case-sensitive.
+type Creds struct {
+	Default string     `mapstructure:"default"`
+	Rules   []CredRule `mapstructure:"rules"`
+}
+
+// CredRule matches exactly one of channel, principal or speaker.
+type CredRule struct {
+	Channel    string `mapstructure:"channel"`
+	Principal  string `mapstructure:"principal"`
+	Speaker    string `mapstructure:"speaker"`
+	Credential string `mapstructure:"credential"`
+}
+
+// Tool is one allow-listed host tool. Parameters is a JSON Schema object
+// written as a JSON string, because viper lowercases YAML map keys.
+type Tool struct {
+	Name                      string   `mapstructure:"name"`
+	Description               string   `mapstructure:"description"`
+	Parameters                string   `mapstructure:"parameters"`
+	Kind                      string   `mapstructure:"kind"`
+	Builtin                   string   `mapstructure:"builtin"`
+	Argv                      []string `mapstructure:"argv"`
+	URL                       string   `mapstructure:"url"`
+	TimeoutSeconds            int      `mapstructure:"timeoutSeconds"`
+	Credential                string   `mapstructure:"credential"`
+	AllowInsecureLoopbackHTTP bool     `mapstructure:"allowInsecureLoopbackHTTP"`
+}
+
+// MCP is one allow-listed MCP server.
+type MCP struct {
+	Name                      string    `mapstructure:"name"`
+	URL                       string    `mapstructure:"url"`
+	Credential                string    `mapstructure:"credential"`
+	Session                   string    `mapstructure:"session"`
+	Discover                  bool      `mapstructure:"discover"`
+	AllowInsecureLoopbackHTTP bool      `mapstructure:"allowInsecureLoopbackHTTP"`
+	Tools                     []MCPTool `mapstructure:"tools"`
+}
+
+// MCPTool is one declared tool of an MCP server.
+type MCPTool struct {
+	Name        string `mapstructure:"name"`
+	Description string `mapstructure:"description"`
+	Parameters  string `mapstructure:"parameters"`
+}
+
+// API decides who may use the host socket.
+type API struct {
+	Clients Access `mapstructure:"clients"`
+	Admins  Access `mapstructure:"admins"`
+}
+
+// Access lists uids and group names.
+type Access struct {
+	UIDs   []int    `mapstructure:"uids"`
+	Groups []string `mapstructure:"groups"`
+}
+
+// Queue bounds the per-channel queues.
+type Queue struct {
+	Depth             int `mapstructure:"depth"`
+	GlobalConcurrency int `mapstructure:"globalConcurrency"`
+}
+
+// Broker carries the broker bounds written into every policy.
+type Broker struct {
+	MaxCalls          int   `mapstructure:"maxCalls"`
+	MaxRequestBytes   int64 `mapstructure:"maxRequestBytes"`
+	MaxResponseBytes  int64 `mapstructure:"maxResponseBytes"`
+	UpstreamTimeoutMs int   `mapstructure:"upstreamTimeoutMs"`
+	MaxConnections    int   `mapstructure:"maxConnections"`
+	HeaderTimeoutMs   int   `mapstructure:"headerTimeoutMs"`
+	RequestTimeoutMs  int   `mapstructure:"requestTimeoutMs"`
+}
+
+// Reaper configures orphan removal.
+type Reaper struct {
+	GraceSeconds int `mapstructure:"graceSeconds"`
+}
+
+// PolicyLimits converts the broker bounds for a policy file.
+func (b Broker) PolicyLimits() policy.Limits {
+	return policy.Limits{
+		MaxCalls: b.MaxCalls, MaxRequestBytes: b.MaxRequestBytes, MaxResponseBytes: b.MaxResponseBytes,
+		UpstreamTimeoutMs: b.UpstreamTimeoutMs, MaxConnections: b.MaxConnections,
+		HeaderTimeoutMs: b.HeaderTimeoutMs, RequestTimeoutMs: b.RequestTimeoutMs,
+	}
+}
+
+// TurnDeadline is the turn deadline as a duration.
+func (c *Config) TurnDeadline() time.Duration {
+	return time.Duration(c.TurnDeadlineSeconds) * time.Second
+}
+
+// MaxConfigBytes bounds the config file.
+const MaxConfigBytes = 1 << 20
+
+// Load reads path through one viper instance with SANDBOX_* environment
+// overrides, refuses unknown keys and validates the result.
+func Load(path string) (*Config, error) {
+	v := viper.New()
+	for k, val := range defaults() {
+		v.SetDefault(k, val)
+	}
+	v.SetEnvPrefix(EnvPrefix)
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+	v.SetConfigType("yaml")
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > MaxConfigBytes {
+		return nil, fmt.Errorf("config %s: larger than %d bytes: %w", path, MaxConfigBytes, ErrInvalid)
+	}
+	if err := v.ReadConfig(f); err != nil {
+		return nil, fmt.Errorf("config %s: %v: %w", path, err, ErrInvalid)
+	}
+	var c Config
+	// viper's weak typing stays on: environment overrides arrive as strings.
+	if err := v.UnmarshalExact(&c); err != nil {
+		return nil, fmt.Errorf("config %s: %v: %w", path, err, ErrInvalid)
+	}
+	c.applyElementDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return &c, nil
+}
+
+// Validate checks every value that needs no filesystem or process state.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s: %w", key, fmt.Sprintf(format, a...), ErrInvalid))
+	}
+
+	if err := ids.ValidInstallation(c.Installation); err != nil {
+		bad("installation", "must match [a-z0-9][a-z0-9-]{0,31}")
+	}
+	if c.Image == "" || strings.ContainsAny(c.Image, " \t\n") || len(c.Image) > 256 {
+		bad("image", "must be a Docker image reference of 1 to 256 characters without spaces")
+	}
+	if !filepath.IsAbs(c.ImageArchive) {
+		bad("imageArchive", "must be an absolute path")
+	}
+	if c.Runtime != "" && !runtimeRe.MatchString(c.Runtime) {
+		bad("runtime", "must be empty or an OCI runtime name matching %s", runtimeRe)
+	}
+	if c.DockerHost != "" && !strings.HasPrefix(c.DockerHost, "unix:///") {
+		bad("dockerHost", "must be empty (DOCKER_HOST or the default socket) or a unix:/// URL")
+	}
+	if c.UID < 0 {
+		bad("uid", "must not be negative")
+	}
+	if c.GID < 0 {
+		bad("gid", "must not be negative")
+	}
+
+	paths := []struct{ key, p string }{
+		{"runRoot", c.RunRoot}, {"workspaceRoot", c.WorkspaceRoot}, {"policyDir", c.PolicyDir},
+		{"stateFile", c.StateFile}, {"lockFile", c.LockFile}, {"dockerDataRoot", c.DockerDataRoot},
+	}
+	pathsOK := true
+	for _, p := range paths {
+		if !filepath.IsAbs(p.p) || filepath.Clean(p.p) != p.p || p.p == "/" {
+			bad(p.key, "%q must be a clean absolute path other than /", p.p)
+			pathsOK = false
+		}
+	}
+	if pathsOK {
+		if within(c.RunRoot, c.WorkspaceRoot) || within(c.WorkspaceRoot, c.RunRoot) {
+			bad("runRoot", "%s and workspaceRoot %s must not be nested in each other", c.RunRoot, c.WorkspaceRoot)
+		}
+		for _, root := range []struct{ key, p string }{{"runRoot", c.RunRoot}, {"workspaceRoot", c.WorkspaceRoot}} {
+			if within(c.PolicyDir, root.p) || within(root.p, c.PolicyDir) {
+				bad("policyDir", "%s must not be nested with %s %s", c.PolicyDir, root.key, root.p)
+			}
+			if within(c.StateFile, root.p) {
+				bad("stateFile", "%s must be outside %s %s", c.StateFile, root.key, root.p)
+			}
+			if within(c.LockFile, root.p) {
+				bad("lockFile", "%s must be outside %s %s", c.LockFile, root.key, root.p)
+			}
+			if within(root.p, c.DockerDataRoot) || within(c.DockerDataRoot, root.p) {
+				bad(root.key, "%s must be outside Docker's data directory %s (dockerDataRoot)", root.p, c.DockerDataRoot)
+			}
+		}
+		if n := BrokerSocketLen(c.RunRoot); n > layout.MaxSocketPath {
+			bad("runRoot", "the broker socket path %s/<32 hex>/%s would be %d characters; the limit is %d", c.RunRoot, layout.BrokerSocketName, n, layout.MaxSocketPath)
+		}
+	}
+
+	if c.TurnDeadlineSeconds < 1 || c.TurnDeadlineSeconds > 600 {
+		bad("turnDeadlineSeconds", "must be 1 to 600, got %d", c.TurnDeadlineSeconds)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("logLevel", "must be debug, info, warn or error")
+	}
+	if c.Limits.MemoryMB < 64 || c.Limits.MemoryMB > 65536 {
+		bad("limits.memoryMb", "must be 64 to 65536, got %d", c.Limits.MemoryMB)
+	}
+	if !(c.Limits.CPUs >= 0.01 && c.Limits.CPUs <= 64) || math.IsNaN(c.Limits.CPUs) {
+		bad("limits.cpus", "must be 0.01 to 64, got %v", c.Limits.CPUs)
+	}
+	if c.Limits.Pids < 8 || c.Limits.Pids > 4096 {
+		bad("limits.pids", "must be 8 to 4096, got %d", c.Limits.Pids)
+	}
+	if c.Limits.TmpfsMB < 1 || c.Limits.TmpfsMB > 4096 || c.Limits.TmpfsMB >= c.Limits.MemoryMB {
+		bad("limits.tmpfsMb", "must be 1 to 4096 and below limits.memoryMb (tmpfs counts against memory), got %d", c.Limits.TmpfsMB)
+	}
+
+	if err := policy.CheckURL(c.Model.URL, c.Model.AllowInsecureLoopbackHTTP); err != nil {
+		if strings.HasPrefix(c.Model.URL, "http://") && !c.Model.AllowInsecureLoopbackHTTP {
+			bad("model.url", "must use https (plain http only with model.allowInsecureLoopbackHTTP: true and a loopback host, for tests)")
+		} else {
+			bad("model.url", "%v", err)
+		}
+	}
+	if c.Model.Name == "" || len(c.Model.Name) > protocol.MaxModelChars || strings.TrimSpace(c.Model.Name) != c.Model.Name {
+		bad("model.name", "must be 1 to %d bytes without surrounding spaces", protocol.MaxModelChars)
+	}
+	if c.Model.MaxTokens < 1 || c.Model.MaxTokens > 1_000_000 {
+		bad("model.maxTokens", "must be 1 to 1000000, got %d", c.Model.MaxTokens)
+	}
+	if !utf8.ValidString(c.Prompt) || utf8.RuneCountInString(c.Prompt) > protocol.MaxPromptChars {
+		bad("prompt", "must be valid UTF-8 of at most %d characters", protocol.MaxPromptChars)
+	}
+	if c.TimeZone == "" || len(c.TimeZone) > protocol.MaxTimeZoneChar {
+		bad("timeZone", "must be an IANA time zone name")
+	} else if _, err := time.LoadLocation(c.TimeZone); err != nil || c.TimeZone == "Local" {
+		bad("timeZone", "%q is not an IANA time zone name", c.TimeZone)
+	}
+
+	c.validateCredentials(bad)
+	c.validateTools(bad)
+
+	for _, a := range []struct {
+		key string
+		acc Access
+	}{{"api.clients", c.API.Clients}, {"api.admins", c.API.Admins}} {
+		for i, u := range a.acc.UIDs {
+			if u < 0 {
+				bad(fmt.Sprintf("%s.uids[%d]", a.key, i), "must not be negative")
+			}
+		}
+		for i, g := range a.acc.Groups {
+			if g == "" || strings.ContainsAny(g, " :\n") || len(g) > 64 {
+				bad(fmt.Sprintf("%s.groups[%d]", a.key, i), "%q is not a group name", g)
+			}
+		}
+	}
+	if c.Queue.Depth < 1 || c.Queue.Depth > 1024 {
+		bad("queue.depth", "must be 1 to 1024, got %d", c.Queue.Depth)
+	}
+	if c.Queue.GlobalConcurrency < 0 || c.Queue.GlobalConcurrency > 1024 {
+		bad("queue.globalConcurrency", "must be 0 (no cap) to 1024, got %d", c.Queue.GlobalConcurrency)
+	}
+	if len(c.InitialChannels) > 4096 {
+		bad("initialChannels", "at most 4096 channels")
+	}
+	for i, ch := range c.InitialChannels {
+		if err := ids.ValidChannel(ch); err != nil {
+			bad(fmt.Sprintf("initialChannels[%d]", i), "%v", err)
+		}
+	}
+	b := c.Broker
+	for _, r := range []struct {
+		key      string
+		v        int64
+		min, max int64
+	}{
+		{"broker.maxCalls", int64(b.MaxCalls), 1, 1000},
+		{"broker.maxRequestBytes", b.MaxRequestBytes, 1024, 16 << 20},
+		{"broker.maxResponseBytes", b.MaxResponseBytes, 1024, 64 << 20},
+		{"broker.upstreamTimeoutMs", int64(b.UpstreamTimeoutMs), 100, 600_000},
+		{"broker.maxConnections", int64(b.MaxConnections), 1, 1024},
+		{"broker.headerTimeoutMs", int64(b.HeaderTimeoutMs), 100, 600_000},
+		{"broker.requestTimeoutMs", int64(b.RequestTimeoutMs), 100, 600_000},
+	} {
+		if r.v < r.min || r.v > r.max {
+			bad(r.key, "must be %d to %d, got %d", r.min, r.max, r.v)
+		}
+	}
+	if c.Reaper.GraceSeconds < 0 || c.Reaper.GraceSeconds > 86400 {
+		bad("reaper.graceSeconds", "must be 0 to 86400, got %d", c.Reaper.GraceSeconds)
+	}
+	return errors.Join(errs...)
+}
+
+var runtimeRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// BrokerSocketLen is the length of runRoot/<turn id>/broker.sock.
+func BrokerSocketLen(runRoot string) int {
+	return len(runRoot) + 1 + ids.TurnIDLen + 1 + len(layout.BrokerSocketName)
+}
+
+// within reports whether p is root or below it (lexically).
+func within(p, root string) bool {
+	return p == root || strings.HasPrefix(p, strings.TrimSuffix(root, "/")+"/")
+}
+
+func (c *Config) validateCredentials(bad func(key, format string, a ...any)) {
+	if !policy.ValidCredentialName(c.Credentials.Default) {
+		bad("credentials.default", "must name a credential file (1 to 64 of [A-Za-z0-9._-], not starting with a dot)")
+	}
+	for i, r := range c.Credentials.Rules {
+		key := fmt.Sprintf("credentials.rules[%d]", i)
+		set := 0
+		for _, v := range []string{r.Channel, r.Principal, r.Speaker} {
+			if v != "" {
+				set++
+			}
+		}
+		if set != 1 {
+			bad(key, "must set exactly one of channel, principal or speaker")
+		}
+		if r.Channel != "" {
+			if err := ids.ValidChannel(r.Channel); err != nil {
+				bad(key+".channel", "%v", err)
+			}
+		}
+		for _, f := range []struct{ k, v string }{{"principal", r.Principal}, {"speaker", r.Speaker}} {
+			if utf8.RuneCountInString(f.v) > protocol.MaxIDChars || !utf8.ValidString(f.v) {
+				bad(key+"."+f.k, "must be valid UTF-8 of at most %d characters", protocol.MaxIDChars)
+			}
+		}
+		if !policy.ValidCredentialName(r.Credential) {
+			bad(key+".credential", "must name a credential file")
+		}
+	}
+}
+
+// SelectCredential returns the credential name for a turn: the first rule for
+// the channel, else for the principal, else for the speaker, else the default.
+func (c *Config) SelectCredential(channel, principal, speaker string) string {
+	for _, pick := range []func(CredRule) bool{
+		func(r CredRule) bool { return r.Channel != "" && r.Channel == channel },
+		func(r CredRule) bool { return r.Principal != "" && r.Principal == principal },
+		func(r CredRule) bool { return r.Speaker != "" && r.Speaker == speaker },
+	} {
+		for _, r := range c.Credentials.Rules {
+			if pick(r) {
+				return r.Credential
+			}
+		}
+	}
+	return c.Credentials.Default
+}
+
+func (c *Config) validateTools(bad func(key, format string, a ...any)) {
+	if len(c.Tools) > protocol.MaxToolSpecs {
+		bad("tools", "at most %d host tools", protocol.MaxToolSpecs)
+	}
+	names := map[string]bool{}
+	var specs []protocol.ToolSpec
+	for i, t := range c.Tools {
+		key := fmt.Sprintf("tools[%d]", i)
+		if !protocol.ValidToolName(t.Name) {
+			bad(key+".name", "%q must match [a-z][a-z0-9_]{0,47}", t.Name)
+		} else if names[t.Name] {
+			bad(key+".name", "%q is not unique", t.Name)
+		}
+		names[t.Name] = true
+		checkSpec(key, t.Description, t.Parameters, bad)
+		if t.TimeoutSeconds < 0 || t.TimeoutSeconds > 600 {
+			bad(key+".timeoutSeconds", "must be 0 (broker default) to 600")
+		}
+		if t.Credential != "" && !policy.ValidCredentialName(t.Credential) {
+			bad(key+".credential", "must name a credential file")
+		}
+		switch t.Kind {
+		case policy.KindBuiltin:
+			if t.Builtin != "clock" {
+				bad(key+".builtin", "must be clock")
+			}
+			if len(t.Argv) > 0 || t.URL != "" || t.Credential != "" {
+				bad(key, "a builtin tool takes no argv, url or credential")
+			}
+		case policy.KindExec:
+			if len(t.Argv) == 0 || !filepath.IsAbs(t.Argv[0]) {
+				bad(key+".argv", "argv[0] must be an absolute path")
+			}
+			if t.URL != "" || t.Credential != "" {
+				bad(key, "an exec tool takes no url or credential")
+			}
+		case policy.KindHTTP:
+			if err := policy.CheckURL(t.URL, t.AllowInsecureLoopbackHTTP); err != nil {
+				bad(key+".url", "%v", err)
+			}
+			if len(t.Argv) > 0 {
+				bad(key, "an http tool takes no argv")
+			}
+		default:
+			bad(key+".kind", "must be builtin, exec or http")
+		}
+		specs = append(specs, protocol.ToolSpec{Name: protocol.HostFunctionName(t.Name), Description: t.Description, Parameters: json.RawMessage(t.Parameters)})
+	}
+	if len(c.MCP) > protocol.MaxMCPServers {
+		bad("mcp", "at most %d servers", protocol.MaxMCPServers)
+	}
+	servers := map[string]bool{}
+	for i, s := range c.MCP {
+		key := fmt.Sprintf("mcp[%d]", i)
+		if !protocol.ValidToolName(s.Name) {
+			bad(key+".name", "%q must match [a-z][a-z0-9_]{0,47}", s.Name)
+		} else if servers[s.Name] {
+			bad(key+".name", "%q is not unique", s.Name)
+		}
+		servers[s.Name] = true
+		if err := policy.CheckURL(s.URL, s.AllowInsecureLoopbackHTTP); err != nil {
+			bad(key+".url", "%v", err)
+		}
+		if s.Credential != "" && !policy.ValidCredentialName(s.Credential) {
+			bad(key+".credential", "must name a credential file")
+		}
+		if s.Session != policy.SessionAuto && s.Session != policy.SessionStateless {
+			bad(key+".session", "must be auto or stateless")
+		}
+		if len(s.Tools) == 0 && !s.Discover {
+			bad(key+".tools", "declare at least one tool (or set discover: true)")
+		}
+		if len(s.Tools) > protocol.MaxToolSpecs {
+			bad(key+".tools", "at most %d tools", protocol.MaxToolSpecs)
+		}
+		tools := map[string]bool{}
+		for j, t := range s.Tools {
+			tkey := fmt.Sprintf("%s.tools[%d]", key, j)
+			if !protocol.ValidToolName(t.Name) {
+				bad(tkey+".name", "%q must match [a-z][a-z0-9_]{0,47}", t.Name)
+			} else if tools[t.Name] {
+				bad(tkey+".name", "%q is not unique", t.Name)
+			}
+			tools[t.Name] = true
+			if s.Discover && t.Description == "" && t.Parameters == "" {
+				continue // name-only allow-list entry; discovery supplies the rest
+			}
+			checkSpec(tkey, t.Description, t.Parameters, bad)
+			specs = append(specs, protocol.ToolSpec{Name: protocol.MCPFunctionName(i, t.Name), Description: t.Description, Parameters: json.RawMessage(t.Parameters)})
+		}
+	}
+	if n := ToolBudgetBytes(specs); n > MaxToolBudget-BuiltinToolReserve {
+		bad("tools", "tool names, descriptions and parameters take %d bytes as the worker counts them; the limit is %d (32 KiB less %d for the worker's own tools)", n, MaxToolBudget-BuiltinToolReserve, BuiltinToolReserve)
+	}
+}
+
+// ToolBudgetBytes counts specs as the worker does: the JSON of
+// [{"type":"function","function":{name,description,parameters}}...].
+func ToolBudgetBytes(specs []protocol.ToolSpec) int {
+	type fn struct {
+		Type     string            `json:"type"`
+		Function protocol.ToolSpec `json:"function"`
+	}
+	list := make([]fn, 0, len(specs))
+	for _, s := range specs {
+		if !json.Valid(s.Parameters) {
+			s.Parameters = json.RawMessage(`{}`)
+		}
+		list = append(list, fn{"function", s})
+	}
+	data, _ := json.Marshal(list)
+	return len(data)
+}
+
+func checkSpec(key, desc, params string, bad func(key, format string, a ...any)) {
+	if desc == "" || utf8.RuneCountInString(desc) > protocol.MaxDescChars || !utf8.ValidString(desc) {
+		bad(key+".description", "must be 1 to %d characters", protocol.MaxDescChars)
+	}
+	if err := CompileSchema(params); err != nil {
+		bad(key+".parameters", "%v", err)
+	}
+}

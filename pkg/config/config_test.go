@@ -1,0 +1,216 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// base is a minimal valid config; tests append or replace lines.
+const base = `
+model:
+  url: https://api.example.com/v1/chat/completions
+  name: m1
+credentials:
+  default: model
+`
+
+func write(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "sandbox.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestShippedConfigLoads(t *testing.T) {
+	c, err := Load("../../packaging/sandbox.yaml")
+	if err != nil {
+		t.Fatalf("packaging/sandbox.yaml: %v", err)
+	}
+	if c.TurnDeadlineSeconds != 120 || c.Limits.MemoryMB != 512 || c.Queue.Depth != 8 || c.Credentials.Default != "model" {
+		t.Errorf("shipped values: %+v", c)
+	}
+	if got := c.API.Clients.Groups; len(got) != 1 || got[0] != "sandbox-clients" {
+		t.Errorf("api.clients.groups = %v", got)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := Load(write(t, base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"turnDeadlineSeconds", c.TurnDeadlineSeconds, 120},
+		{"limits.memoryMb", c.Limits.MemoryMB, 512},
+		{"limits.cpus", c.Limits.CPUs, 1.0},
+		{"limits.pids", c.Limits.Pids, int64(64)},
+		{"limits.tmpfsMb", c.Limits.TmpfsMB, 64},
+		{"model.maxTokens", c.Model.MaxTokens, 4096},
+		{"timeZone", c.TimeZone, "UTC"},
+		{"prompt", c.Prompt, DefaultPrompt},
+		{"queue.depth", c.Queue.Depth, 8},
+		{"installation", c.Installation, "default"},
+		{"image", c.Image, "roundtable-sandbox-worker:latest"},
+		{"broker.maxCalls", c.Broker.MaxCalls, 48},
+		{"broker.maxRequestBytes", c.Broker.MaxRequestBytes, int64(256 << 10)},
+		{"reaper.graceSeconds", c.Reaper.GraceSeconds, 60},
+		{"runRoot", c.RunRoot, "/run/roundtable-sandbox/turns"},
+		{"api.admins.uids", len(c.API.Admins.UIDs), 1},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
+		}
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	tool := func(extra string) string {
+		return base + "tools:\n  - name: clock\n    description: time\n    kind: builtin\n    builtin: clock\n" + extra
+	}
+	long := "/" + strings.Repeat("r", 60)
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"unknown key", base + "bogusKey: 1\n", "boguskey"},
+		{"unknown nested key", base + "limits:\n  memoryGb: 1\n", "memorygb"},
+		{"deadline zero", base + "turnDeadlineSeconds: 0\n", "turnDeadlineSeconds: must be 1 to 600"},
+		{"deadline too long", base + "turnDeadlineSeconds: 601\n", "turnDeadlineSeconds: must be 1 to 600"},
+		{"memory", base + "limits:\n  memoryMb: 10\n", "limits.memoryMb"},
+		{"cpus", base + "limits:\n  cpus: 0\n", "limits.cpus"},
+		{"pids", base + "limits:\n  pids: 100000\n", "limits.pids"},
+		{"tmpfs", base + "limits:\n  tmpfsMb: 0\n", "limits.tmpfsMb"},
+		{"http model", strings.Replace(base, "https://api.example.com", "http://127.0.0.1:8080", 1), "model.url: must use https"},
+		{"http model non-loopback", strings.Replace(strings.Replace(base, "https://api.example.com", "http://api.example.com", 1), "name: m1", "name: m1\n  allowInsecureLoopbackHTTP: true", 1), "model.url: plain http is allowed only to a loopback host"},
+		{"model url creds", strings.Replace(base, "https://api.example.com", "https://u:p@api.example.com", 1), "model.url"},
+		{"no model name", strings.Replace(base, "name: m1", "name: \"\"", 1), "model.name"},
+		{"maxTokens", strings.Replace(base, "name: m1", "name: m1\n  maxTokens: 0", 1), "model.maxTokens"},
+		{"time zone", base + "timeZone: Mars/Olympus\n", "timeZone"},
+		{"no default credential", strings.Replace(base, "default: model", "default: \"\"", 1), "credentials.default"},
+		{"rule two selectors", strings.Replace(base, "default: model", "default: model\n  rules:\n    - channel: a\n      speaker: b\n      credential: x", 1), "credentials.rules[0]: must set exactly one"},
+		{"rule bad credential", strings.Replace(base, "default: model", "default: model\n  rules:\n    - channel: a\n      credential: ../x", 1), "credentials.rules[0].credential"},
+		{"tool name", tool("  - name: Bad\n    description: d\n    kind: builtin\n    builtin: clock\n"), "tools[1].name"},
+		{"tool duplicate", tool("  - name: clock\n    description: d\n    kind: builtin\n    builtin: clock\n"), `tools[1].name: "clock" is not unique`},
+		{"tool no params", tool(""), "tools[0].parameters"},
+		{"tool remote ref", base + "tools:\n  - name: t\n    description: d\n    kind: builtin\n    builtin: clock\n    parameters: '{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"https://evil.example/s.json\"}}}'\n", "$ref at #/properties/a must be a local fragment"},
+		{"tool exec relative", base + "tools:\n  - name: t\n    description: d\n    kind: exec\n    argv: [run.sh]\n    parameters: '{\"type\":\"object\"}'\n", "tools[0].argv"},
+		{"tool http url", base + "tools:\n  - name: t\n    description: d\n    kind: http\n    url: ftp://x\n    parameters: '{\"type\":\"object\"}'\n", "tools[0].url"},
+		{"tool kind", base + "tools:\n  - name: t\n    description: d\n    kind: shell\n    parameters: '{\"type\":\"object\"}'\n", "tools[0].kind"},
+		{"tool budget", base + "tools:\n" + strings.Repeat("", 0) + bigTools(10), "tools: tool names, descriptions and parameters take"},
+		{"mcp no tools", base + "mcp:\n  - name: s\n    url: https://mcp.example.com/\n", "mcp[0].tools: declare at least one tool"},
+		{"mcp session", base + "mcp:\n  - name: s\n    url: https://mcp.example.com/\n    session: sticky\n    tools:\n      - name: a\n        description: d\n        parameters: '{\"type\":\"object\"}'\n", "mcp[0].session"},
+		{"queue depth", base + "queue:\n  depth: 0\n", "queue.depth"},
+		{"initial channel", base + "initialChannels: [\"\"]\n", "initialChannels[0]"},
+		{"broker limit", base + "broker:\n  maxCalls: 0\n", "broker.maxCalls"},
+		{"relative root", base + "runRoot: run/turns\n", "runRoot: \"run/turns\" must be a clean absolute path"},
+		{"nested roots", base + "runRoot: /srv/sb\nworkspaceRoot: /srv/sb/ws\n", "runRoot: /srv/sb and workspaceRoot /srv/sb/ws must not be nested"},
+		{"state in root", base + "stateFile: /var/lib/roundtable-sandbox/workspaces/channels.json\n", "stateFile: /var/lib/roundtable-sandbox/workspaces/channels.json must be outside workspaceRoot"},
+		{"root in docker", base + "workspaceRoot: /var/lib/docker/volumes/ws\n", "workspaceRoot: /var/lib/docker/volumes/ws must be outside Docker's data directory"},
+		{"root in configured docker", base + "dockerDataRoot: /srv/docker\nworkspaceRoot: /srv/docker/ws\n", "must be outside Docker's data directory /srv/docker"},
+		{"socket too long", base + "runRoot: " + long + "\n", "the limit is 100"},
+		{"runtime", base + "runtime: \"runsc; rm\"\n", "runtime"},
+		{"installation", base + "installation: Bad_Name\n", "installation"},
+		{"loopback http allowed", strings.Replace(strings.Replace(base, "https://api.example.com", "http://localhost:9", 1), "name: m1", "name: m1\n  allowInsecureLoopbackHTTP: true", 1) + "queue:\n  depth: 0\n", "queue.depth"},
+		{"api group", base + "api:\n  clients:\n    groups: [\"a b\"]\n", "api.clients.groups[0]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(write(t, tt.yaml))
+			if err == nil {
+				t.Fatalf("Load accepted it, want refusal containing %q", tt.want)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error %v is not ErrInvalid", err)
+			}
+			if !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(tt.want)) {
+				t.Errorf("error = %v\nwant it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func bigTools(n int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		b.WriteString("  - name: t" + string(rune('a'+i)) + "\n    description: " + strings.Repeat("x", 4000) + "\n    kind: builtin\n    builtin: clock\n    parameters: '{\"type\":\"object\"}'\n")
+	}
+	return b.String()
+}
+
+func TestAcceptsGoodTools(t *testing.T) {
+	y := base + `tools:
+  - name: clock
+    description: Read the current UTC time
+    kind: builtin
+    builtin: clock
+    parameters: '{"type":"object","properties":{"fooBar":{"$ref":"#/$defs/x"}},"$defs":{"x":{"type":"string"}},"additionalProperties":false}'
+mcp:
+  - name: search
+    url: https://mcp.example.com/mcp
+    tools:
+      - name: lookup
+        description: Look up
+        parameters: '{"type":"object","properties":{"q":{"type":"string","enum":["$ref"]}}}'
+`
+	c, err := Load(write(t, y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(c.Tools[0].Parameters, "fooBar") {
+		t.Errorf("parameters lost their case: %s", c.Tools[0].Parameters)
+	}
+	if c.MCP[0].Session != "auto" {
+		t.Errorf("mcp session default = %q, want auto", c.MCP[0].Session)
+	}
+}
+
+func TestEnvOverride(t *testing.T) {
+	t.Setenv("SANDBOX_MODEL_NAME", "from-env")
+	t.Setenv("SANDBOX_LIMITS_MEMORYMB", "1024")
+	t.Setenv("SANDBOX_TURNDEADLINESECONDS", "30")
+	c, err := Load(write(t, base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Model.Name != "from-env" || c.Limits.MemoryMB != 1024 || c.TurnDeadlineSeconds != 30 {
+		t.Errorf("env overrides: name=%q memory=%d deadline=%d", c.Model.Name, c.Limits.MemoryMB, c.TurnDeadlineSeconds)
+	}
+	t.Setenv("SANDBOX_TURNDEADLINESECONDS", "900")
+	if _, err := Load(write(t, base)); err == nil || !strings.Contains(err.Error(), "turnDeadlineSeconds") {
+		t.Errorf("env override out of range: %v", err)
+	}
+}
+
+func TestSelectCredential(t *testing.T) {
+	y := strings.Replace(base, "default: model", `default: model
+  rules:
+    - speaker: s1
+      credential: by-speaker
+    - principal: p1
+      credential: by-principal
+    - channel: Guild:A
+      credential: by-channel`, 1)
+	c, err := Load(write(t, y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ channel, principal, speaker, want string }{
+		{"Guild:A", "p1", "s1", "by-channel"},
+		{"guild:a", "p1", "s1", "by-principal"}, // channel keys are case-sensitive
+		{"other", "", "s1", "by-speaker"},
+		{"other", "p2", "s2", "model"},
+	}
+	for _, tt := range tests {
+		if got := c.SelectCredential(tt.channel, tt.principal, tt.speaker); got != tt.want {
+			t.Errorf("SelectCredential(%q,%q,%q) = %q, want %q", tt.channel, tt.principal, tt.speaker, got, tt.want)
+		}
+	}
+}
