@@ -134,31 +134,28 @@ func (g *guard) RoundTrip(req *http.Request) (*http.Response, error) {
 		// initialization budget ran out; its body is discarded anyway.
 		b = newBudget(g.fallbackBytes, g.fallbackEvents)
 	}
-	if req.Body != nil {
-		defer func() {
-			// RoundTrip must close the request body on every path.
+	refuse := func(err error) (*http.Response, error) {
+		// RoundTrip must close the request body on every path; once handed
+		// to the base transport, that transport does.
+		if req.Body != nil {
 			_ = req.Body.Close()
-		}()
+		}
+		return nil, err
 	}
 	if err := b.failed(); err != nil {
-		return nil, err
+		return refuse(err)
 	}
 	switch req.Method {
 	case http.MethodPost, http.MethodDelete:
 	default:
 		// The SDK would GET for a standalone or resumed SSE stream; both are
 		// disabled, so a GET here is a bug or a server trick: refuse it.
-		return nil, b.fail(errMethod)
+		return refuse(b.fail(errMethod))
 	}
 
 	ctx, cancel := context.WithCancel(req.Context())
 	stop := context.AfterFunc(g.kill, cancel)
-	out := req.Clone(ctx)
-	if req.Body != nil {
-		// Clone shares the body; hand ownership to the clone.
-		out.Body = req.Body
-		req.Body = nil
-	}
+	out := req.Clone(ctx) // shares the body, which the base transport closes
 	out.Header.Del("Cookie")
 	out.Header.Del("Authorization")
 	out.Header.Del("Proxy-Authorization")
