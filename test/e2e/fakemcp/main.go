@@ -1,0 +1,102 @@
+// Command fakemcp is a small MCP server for the end-to-end tests: the
+// official Go SDK's Streamable HTTP handler (stateless, JSON answers) serving
+// one tool, "lookup", that answers "result for <q>".
+//
+// Guarantee: every HTTP request it receives (method, path, all headers
+// including Authorization, body, time) is appended as one JSON line to the
+// -record file before the SDK sees it, so tests can assert what the broker
+// sent and that a refused call never arrived.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+type lookupIn struct {
+	Q string `json:"q"`
+}
+
+type record struct {
+	Time   time.Time           `json:"time"`
+	Method string              `json:"method"`
+	Path   string              `json:"path"`
+	Header map[string][]string `json:"header"`
+	Body   json.RawMessage     `json:"body,omitempty"`
+}
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:0", "address to listen on (loopback)")
+	portFile := flag.String("port-file", "", "write the bound port here once listening")
+	recPath := flag.String("record", "", "append one JSON line per request here")
+	flag.Parse()
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+
+	server := mcp.NewServer(&mcp.Implementation{Name: "fakemcp", Version: "1.0.0"}, nil)
+	mcp.AddTool(server, &mcp.Tool{Name: "lookup", Description: "Look up a term"},
+		func(_ context.Context, _ *mcp.CallToolRequest, in lookupIn) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "result for " + in.Q}}}, nil, nil
+		})
+	handler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
+
+	var mu sync.Mutex
+	var rec *os.File
+	if *recPath != "" {
+		f, err := os.OpenFile(*recPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			log.Error("open record", "err", err)
+			os.Exit(2)
+		}
+		rec = f
+	}
+	recording := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 4<<20))
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if rec != nil {
+			entry := record{Time: time.Now().UTC(), Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone()}
+			if json.Valid(body) {
+				entry.Body = body
+			}
+			line, _ := json.Marshal(entry)
+			mu.Lock()
+			_, _ = rec.Write(append(line, '\n'))
+			mu.Unlock()
+		}
+		handler.ServeHTTP(w, r)
+	})
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Error("listen", "err", err)
+		os.Exit(2)
+	}
+	if *portFile != "" {
+		port := ln.Addr().(*net.TCPAddr).Port
+		if err := os.WriteFile(*portFile+".tmp", []byte(fmt.Sprint(port)), 0o644); err == nil {
+			err = os.Rename(*portFile+".tmp", *portFile)
+		}
+		if err != nil {
+			log.Error("write port file", "err", err)
+			os.Exit(2)
+		}
+	}
+	log.Info("fake MCP server listening", "addr", ln.Addr().String())
+	srv := &http.Server{Handler: recording, ReadHeaderTimeout: 10 * time.Second}
+	if err := srv.Serve(ln); err != nil {
+		log.Error("serve", "err", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,342 @@
+// Command fakemodel is a scripted, offline stand-in for an OpenAI-compatible
+// Chat Completions endpoint, used by the end-to-end tests and `make demo`.
+// It is not a language model: every answer comes from a script or from the
+// fixed demo rules below.
+//
+// Guarantee: it answers only POST /v1/chat/completions on the address given,
+// records every request it receives (method, path, all headers including
+// Authorization, body, arrival and answer times) as one JSON line per request
+// in the -record file, and never makes an outbound connection.
+//
+// Script mode (-script file.json) is stateless so concurrent turns are safe:
+// a rule applies when the last user message contains its "match" string; the
+// reply used is replies[n] where n counts the assistant messages after that
+// last user message (the model calls already made in this turn); the last
+// reply repeats. In reply text, {{user}} is the last user message and
+// {{tool}} the content of the last tool message.
+//
+// Demo mode (-demo) answers sensibly without a script: "remember X" stores X
+// in channel memory through memory_set, "what do you remember" reads it with
+// memory_get, anything else is echoed back.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ToolCall is a scripted function call.
+type ToolCall struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// Reply is one scripted answer.
+type Reply struct {
+	Text      string     `json:"text,omitempty"`
+	ToolCalls []ToolCall `json:"toolCalls,omitempty"`
+	DelayMs   int        `json:"delayMs,omitempty"`
+	Status    int        `json:"status,omitempty"` // non-200 answers {"error":...}
+	Raw       string     `json:"raw,omitempty"`    // answered verbatim when set
+}
+
+// Rule picks replies by a substring of the last user message.
+type Rule struct {
+	Match   string  `json:"match"`
+	Replies []Reply `json:"replies"`
+}
+
+// Script is the -script file.
+type Script struct {
+	Rules []Rule `json:"rules"`
+}
+
+// Record is one recorded request.
+type Record struct {
+	Seq      int64               `json:"seq"`
+	Start    time.Time           `json:"start"`
+	End      time.Time           `json:"end"`
+	Method   string              `json:"method"`
+	Path     string              `json:"path"`
+	RawQuery string              `json:"rawQuery,omitempty"`
+	Header   map[string][]string `json:"header"`
+	Body     json.RawMessage     `json:"body,omitempty"`
+	BodyText string              `json:"bodyText,omitempty"` // when not JSON
+	Status   int                 `json:"status"`
+}
+
+type message struct {
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCalls  json.RawMessage `json:"tool_calls,omitempty"`
+	ToolCallID string          `json:"tool_call_id,omitempty"`
+}
+
+type request struct {
+	Model    string    `json:"model"`
+	Messages []message `json:"messages"`
+}
+
+type server struct {
+	script *Script
+	demo   bool
+	rec    *os.File
+	mu     sync.Mutex
+	seq    atomic.Int64
+	calls  atomic.Int64
+}
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:0", "address to listen on (loopback)")
+	portFile := flag.String("port-file", "", "write the bound port here once listening")
+	scriptPath := flag.String("script", "", "JSON script of rules (see package doc)")
+	demo := flag.Bool("demo", false, "answer with the fixed offline demo rules")
+	record := flag.String("record", "", "append one JSON line per request here")
+	flag.Parse()
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	s := &server{demo: *demo}
+	if *scriptPath != "" {
+		data, err := os.ReadFile(*scriptPath)
+		if err != nil {
+			log.Error("read script", "err", err)
+			os.Exit(2)
+		}
+		s.script = &Script{}
+		if err := json.Unmarshal(data, s.script); err != nil {
+			log.Error("parse script", "err", err)
+			os.Exit(2)
+		}
+	}
+	if s.script == nil && !s.demo {
+		log.Error("need -script or -demo")
+		os.Exit(2)
+	}
+	if *record != "" {
+		f, err := os.OpenFile(*record, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			log.Error("open record", "err", err)
+			os.Exit(2)
+		}
+		s.rec = f
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Error("listen", "err", err)
+		os.Exit(2)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if *portFile != "" {
+		if err := os.WriteFile(*portFile+".tmp", []byte(fmt.Sprint(port)), 0o644); err == nil {
+			err = os.Rename(*portFile+".tmp", *portFile)
+		}
+		if err != nil {
+			log.Error("write port file", "err", err)
+			os.Exit(2)
+		}
+	}
+	log.Info("fake model listening", "addr", ln.Addr().String(), "demo", s.demo)
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	if err := srv.Serve(ln); err != nil {
+		log.Error("serve", "err", err)
+		os.Exit(1)
+	}
+}
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := Record{Seq: s.seq.Add(1), Start: time.Now().UTC(), Method: r.Method, Path: r.URL.Path,
+		RawQuery: r.URL.RawQuery, Header: r.Header.Clone()}
+	rec.Header["Host"] = []string{r.Host}
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 4<<20))
+	if json.Valid(body) {
+		rec.Body = body
+	} else {
+		rec.BodyText = string(body)
+	}
+	status, out, delay := s.answer(r, body)
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
+		}
+	}
+	rec.End = time.Now().UTC()
+	rec.Status = status
+	s.write(rec)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(out)
+}
+
+func (s *server) write(rec Record) {
+	if s.rec == nil {
+		return
+	}
+	line, _ := json.Marshal(rec)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, _ = s.rec.Write(append(line, '\n'))
+}
+
+func errBody(msg string) []byte {
+	b, _ := json.Marshal(map[string]any{"error": map[string]string{"message": msg, "type": "fake"}})
+	return b
+}
+
+func (s *server) answer(r *http.Request, body []byte) (int, []byte, time.Duration) {
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
+		return http.StatusNotFound, errBody("not found"), 0
+	}
+	var req request
+	if err := json.Unmarshal(body, &req); err != nil {
+		return http.StatusBadRequest, errBody("bad json"), 0
+	}
+	user, tool, step := turnState(req.Messages)
+	var rep Reply
+	if s.demo {
+		rep = demoReply(user, tool, step)
+	} else {
+		var ok bool
+		rep, ok = s.script.pick(user, step)
+		if !ok {
+			rep = Reply{Text: "fakemodel: no rule matches"}
+		}
+	}
+	delay := time.Duration(rep.DelayMs) * time.Millisecond
+	if rep.Status != 0 && rep.Status != http.StatusOK {
+		return rep.Status, errBody(rep.Text), delay
+	}
+	if rep.Raw != "" {
+		return http.StatusOK, []byte(rep.Raw), delay
+	}
+	return http.StatusOK, s.completion(req.Model, rep, user, tool), delay
+}
+
+func (sc *Script) pick(user string, step int) (Reply, bool) {
+	for _, rule := range sc.Rules {
+		if strings.Contains(user, rule.Match) && len(rule.Replies) > 0 {
+			if step >= len(rule.Replies) {
+				step = len(rule.Replies) - 1
+			}
+			return rule.Replies[step], true
+		}
+	}
+	return Reply{}, false
+}
+
+// turnState returns the last user message, the last tool message content
+// after it and how many assistant messages follow it.
+func turnState(msgs []message) (user, tool string, step int) {
+	last := -1
+	for i, m := range msgs {
+		if m.Role == "user" {
+			last = i
+		}
+	}
+	if last < 0 {
+		return "", "", 0
+	}
+	user = contentText(msgs[last].Content)
+	for _, m := range msgs[last+1:] {
+		switch m.Role {
+		case "assistant":
+			step++
+		case "tool":
+			tool = contentText(m.Content)
+		}
+	}
+	return user, tool, step
+}
+
+func contentText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return string(raw)
+}
+
+func (s *server) completion(model string, rep Reply, user, tool string) []byte {
+	n := s.calls.Add(1)
+	msg := map[string]any{"role": "assistant"}
+	text := strings.NewReplacer("{{user}}", user, "{{tool}}", tool).Replace(rep.Text)
+	finish := "stop"
+	if len(rep.ToolCalls) > 0 {
+		calls := make([]map[string]any, 0, len(rep.ToolCalls))
+		for i, c := range rep.ToolCalls {
+			args := string(c.Arguments)
+			if args == "" {
+				args = "{}"
+			}
+			args = strings.NewReplacer("{{user}}", jsonInner(user)).Replace(args)
+			calls = append(calls, map[string]any{
+				"id": fmt.Sprintf("call_%d_%d", n, i), "type": "function",
+				"function": map[string]any{"name": c.Name, "arguments": args},
+			})
+		}
+		msg["tool_calls"] = calls
+		msg["content"] = nil
+		finish = "tool_calls"
+	} else {
+		msg["content"] = text
+	}
+	out, _ := json.Marshal(map[string]any{
+		"id": fmt.Sprintf("chatcmpl-fake-%d", n), "object": "chat.completion", "created": time.Now().Unix(),
+		"model":   model,
+		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}},
+		"usage":   map[string]int{"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+	})
+	return out
+}
+
+// jsonInner is s encoded as the inside of a JSON string literal.
+func jsonInner(s string) string {
+	b, _ := json.Marshal(s)
+	return string(bytes.Trim(b, `"`))
+}
+
+var (
+	rememberRe = regexp.MustCompile(`(?is)^\s*remember\s*(?:that\s*)?:?\s*(.+?)\s*$`)
+	recallRe   = regexp.MustCompile(`(?i)what\s+do\s+you\s+remember`)
+	forgetRe   = regexp.MustCompile(`(?i)^\s*forget\b`)
+)
+
+// demoReply is the offline demo's fixed behaviour.
+func demoReply(user, tool string, step int) Reply {
+	arg := func(v map[string]string) json.RawMessage { b, _ := json.Marshal(v); return b }
+	switch {
+	case rememberRe.MatchString(user):
+		note := rememberRe.FindStringSubmatch(user)[1]
+		if len([]rune(note)) > 2000 {
+			note = string([]rune(note)[:2000])
+		}
+		if step == 0 {
+			key := fmt.Sprintf("note-%d", time.Now().UnixNano()%1_000_000_000)
+			return Reply{ToolCalls: []ToolCall{{Name: "memory_set", Arguments: arg(map[string]string{"scope": "channel", "key": key, "text": note})}}}
+		}
+		if strings.Contains(tool, "error") {
+			return Reply{Text: "I could not store that (the memory tool said: " + tool + ")."}
+		}
+		return Reply{Text: "Noted. I will remember: " + note}
+	case recallRe.MatchString(user):
+		if step == 0 {
+			return Reply{ToolCalls: []ToolCall{{Name: "memory_get", Arguments: arg(map[string]string{"scope": "channel"})}}}
+		}
+		return Reply{Text: "Here is what this channel's memory holds: " + tool}
+	case forgetRe.MatchString(user):
+		return Reply{Text: "This demo model only adds and reads notes; ask the operator to reset the channel to forget."}
+	default:
+		return Reply{Text: "Demo model (a local scripted stand-in, not a language model). You said: " + user}
+	}
+}

@@ -1,0 +1,182 @@
+// Command hostile is a worker image for the end-to-end tests that behaves as a
+// compromised worker: instead of running the agent loop it talks raw HTTP/1.1
+// to the broker socket with forged identity, forged credentials, undeclared
+// tools and routes, and header smuggling tricks, and prints what it got as
+// its one reply JSON object. It also reports what the container lets it see
+// (environment names, uid, capabilities, network interfaces, writable root).
+//
+// Guarantee: every request body carries a marker "HOSTILE-<name>" so the
+// tests can prove the fake upstreams never saw any refused call; exactly one
+// request ("control") is well-formed and is expected to pass.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+const sock = "/run/broker/broker.sock"
+
+type probe struct {
+	Name string
+	Raw  func(marker string) string // the whole request
+}
+
+// req builds a raw request; extra headers are added verbatim.
+func req(method, target, auth, body string, extra ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: broker\r\n", method, target)
+	if auth != "" {
+		fmt.Fprintf(&b, "Authorization: Bearer %s\r\n", auth)
+	}
+	b.WriteString("Content-Type: application/json\r\n")
+	for _, h := range extra {
+		b.WriteString(h + "\r\n")
+	}
+	if !strings.Contains(strings.Join(extra, "\n"), "Transfer-Encoding") {
+		fmt.Fprintf(&b, "Content-Length: %d\r\n", len(body))
+	}
+	b.WriteString("Connection: close\r\n\r\n")
+	b.WriteString(body)
+	return b.String()
+}
+
+func chat(marker string, extra string) string {
+	return `{"model":"x","messages":[{"role":"user","content":"` + marker + `"` + extra + `}]}`
+}
+
+const dummy = "sandbox-dummy-key"
+
+var probes = []probe{
+	{"control", func(m string) string { return req("POST", "/model", dummy, chat(m, "")) }},
+	{"no_credential", func(m string) string { return req("POST", "/model", "", chat(m, "")) }},
+	{"forged_credential", func(m string) string { return req("POST", "/model", "sk-forged-"+m, chat(m, "")) }},
+	{"forged_identity_header", func(m string) string {
+		return req("POST", "/model", dummy, chat(m, ""), "X-Sandbox-Channel: other-channel", "X-Sandbox-Speaker: admin")
+	}},
+	{"forged_identity_host_tool", func(m string) string {
+		return req("POST", "/tools/clock", dummy, `{"channel":"other-channel","speaker":{"id":"admin"},"principalId":"root","note":"`+m+`"}`)
+	}},
+	{"undeclared_tool", func(m string) string { return req("POST", "/tools/shell", dummy, `{"cmd":"`+m+`"}`) }},
+	{"undeclared_mcp_server", func(m string) string {
+		return req("POST", "/mcp/evil", dummy, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup","arguments":{"q":"`+m+`"}}}`)
+	}},
+	{"undeclared_mcp_tool", func(m string) string {
+		return req("POST", "/mcp/search", dummy, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"delete_all","arguments":{"q":"`+m+`"}}}`)
+	}},
+	{"mcp_discovery", func(m string) string {
+		return req("POST", "/mcp/search", dummy, `{"jsonrpc":"2.0","id":"`+m+`","method":"tools/list","params":{}}`)
+	}},
+	{"mcp_batch", func(m string) string {
+		return req("POST", "/mcp/search", dummy, `[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup","arguments":{"q":"`+m+`"}}}]`)
+	}},
+	{"get_model", func(m string) string { return req("GET", "/model?"+m, dummy, "") }},
+	{"query_string", func(m string) string { return req("POST", "/model?x="+m, dummy, chat(m, "")) }},
+	{"extra_segment", func(m string) string { return req("POST", "/model/"+m, dummy, chat(m, "")) }},
+	{"traversal", func(m string) string { return req("POST", "/tools/../model", dummy, chat(m, "")) }},
+	{"unknown_route", func(m string) string { return req("POST", "/admin", dummy, chat(m, "")) }},
+	{"absolute_url", func(m string) string { return req("POST", "http://evil.example/model", dummy, chat(m, "")) }},
+	{"forwarded_header", func(m string) string {
+		return req("POST", "/model", dummy, chat(m, ""), "X-Forwarded-For: 10.0.0.1", "Forwarded: for=10.0.0.1")
+	}},
+	{"cookie", func(m string) string { return req("POST", "/model", dummy, chat(m, ""), "Cookie: session=x") }},
+	{"upgrade", func(m string) string {
+		return req("POST", "/model", dummy, chat(m, ""), "Connection: Upgrade", "Upgrade: websocket")
+	}},
+	{"proxy_authorization", func(m string) string {
+		return req("POST", "/model", dummy, chat(m, ""), "Proxy-Authorization: Basic eDp5")
+	}},
+	{"cl_and_te", func(m string) string {
+		body := chat(m, "")
+		return fmt.Sprintf("POST /model HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"+
+			"Content-Length: %d\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", dummy, len(body), len(body), body)
+	}},
+	{"media_url", func(m string) string {
+		return req("POST", "/model", dummy, `{"model":"x","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://evil.example/`+m+`.png"}}]}]}`)
+	}},
+	{"remote_schema_ref", func(m string) string {
+		return req("POST", "/model", dummy, `{"model":"x","messages":[{"role":"user","content":"`+m+`"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"$ref":"https://evil.example/schema.json"}}}]}`)
+	}},
+	{"native_provider_tool", func(m string) string {
+		return req("POST", "/model", dummy, `{"model":"x","messages":[{"role":"user","content":"`+m+`"}],"tools":[{"type":"web_search"}]}`)
+	}},
+	{"developer_role", func(m string) string {
+		return req("POST", "/model", dummy, `{"model":"x","messages":[{"role":"developer","content":"`+m+`"}]}`)
+	}},
+}
+
+// result of one probe.
+type result struct {
+	Status int    `json:"status"` // 0: connection failed or closed without a response
+	Error  string `json:"error,omitempty"`
+}
+
+func send(raw string) result {
+	c, err := net.DialTimeout("unix", sock, 5*time.Second)
+	if err != nil {
+		return result{Error: "dial: " + err.Error()}
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		return result{Error: "write: " + err.Error()}
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return result{Error: "read: " + err.Error()}
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	return result{Status: resp.StatusCode}
+}
+
+func observe() map[string]any {
+	o := map[string]any{"uid": os.Getuid(), "gid": os.Getgid()}
+	var names []string
+	for _, kv := range os.Environ() {
+		names = append(names, kv) // values too: only the dummy key may be here
+	}
+	o["env"] = names
+	if data, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, "CapEff:") || strings.HasPrefix(line, "NoNewPrivs:") {
+				k, v, _ := strings.Cut(line, ":")
+				o[k] = strings.TrimSpace(v)
+			}
+		}
+	}
+	var ifs []string
+	if list, err := net.Interfaces(); err == nil {
+		for _, i := range list {
+			ifs = append(ifs, i.Name)
+		}
+	}
+	o["interfaces"] = ifs
+	if f, err := os.Create("/hostile-was-here"); err == nil {
+		f.Close()
+		o["rootWritable"] = true
+	} else {
+		o["rootWritable"] = false
+	}
+	_, err := net.DialTimeout("tcp", "1.1.1.1:443", 2*time.Second)
+	o["outboundTCP"] = err == nil
+	return o
+}
+
+func main() {
+	_, _ = io.Copy(io.Discard, io.LimitReader(os.Stdin, 1<<20))
+	results := map[string]result{}
+	for _, p := range probes {
+		results[p.Name] = send(p.Raw("HOSTILE-" + p.Name))
+	}
+	text, _ := json.Marshal(map[string]any{"probes": results, "observed": observe()})
+	out, _ := json.Marshal(map[string]any{"ok": true, "text": string(text)})
+	fmt.Println(string(out))
+}
