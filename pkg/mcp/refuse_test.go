@@ -38,8 +38,6 @@ func TestRefusals(t *testing.T) {
 		call func(http.ResponseWriter, *http.Request, json.RawMessage)
 		opts func(*Options)
 		want error
-		// wantAuto, when set, replaces want on the session path.
-		wantAuto error
 	}{
 		{"oversized JSON answer", jsonAnswer(okResult(big)), nil, ErrTooLarge},
 		{"oversized SSE stream", func(w http.ResponseWriter, _ *http.Request, id json.RawMessage) {
@@ -74,7 +72,7 @@ func TestRefusals(t *testing.T) {
 			fmt.Fprint(w, `{"jsonrpc":"2.0","id":999,"result":{"content":[]}}`)
 			// The SDK keeps waiting for its own id until the deadline; the
 			// stateless path refuses at once.
-		}, func(o *Options) { o.Timeout = time.Second }, ErrProtocol, ErrTimeout},
+		}, func(o *Options) { o.Timeout = time.Second }, ErrProtocol},
 		{"unknown content item type", jsonAnswer(`{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"` + bodyMarker + `"}]}}`), nil, ErrProtocol},
 		{"HTTP error status", func(w http.ResponseWriter, _ *http.Request, _ json.RawMessage) {
 			http.Error(w, bodyMarker, http.StatusBadGateway)
@@ -87,6 +85,9 @@ func TestRefusals(t *testing.T) {
 			_ = zw.Close()
 		}, nil, ErrTooLarge},
 	}
+	// On the session path the SDK keeps waiting for its own id until the
+	// deadline; the stateless path refuses a foreign id at once.
+	wantAuto := map[string]error{"wrong response id": ErrTimeout}
 	for _, mode := range []string{policy.SessionAuto, policy.SessionStateless} {
 		for _, tc := range cases {
 			t.Run(mode+"/"+tc.name, func(t *testing.T) {
@@ -103,8 +104,8 @@ func TestRefusals(t *testing.T) {
 					t.Fatalf("CallTool succeeded with %s; want an error", raw)
 				}
 				want := tc.want
-				if mode == policy.SessionAuto && tc.wantAuto != nil {
-					want = tc.wantAuto
+				if w, ok := wantAuto[tc.name]; ok && mode == policy.SessionAuto {
+					want = w
 				}
 				wantErr(t, err, want)
 				assertClean(t, err, ts.URL, strings.TrimPrefix(ts.URL, "http://"))
