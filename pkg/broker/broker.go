@@ -1,0 +1,453 @@
+// Package broker is one turn's only exit from its sealed container: an HTTP
+// handler and server on the turn's Unix socket that forwards a fixed model
+// call with the real credential swapped in, runs allow-listed host tools and
+// calls declared MCP tools, and refuses everything else.
+//
+// Guarantees (DESIGN.md section 5): only POST /model, /tools/<configured>
+// and /mcp/<configured>; no query, encoding, extra segment, unknown header,
+// hop-by-hop, proxy, forwarded or cookie header, and no caller credential but
+// the dummy key; bodies are one bounded JSON object; upstream requests are
+// built from scratch with fixed URL, headers, model, stream:false and clamped
+// max_tokens; answers are bounded JSON objects re-encoded from what was
+// checked, with no upstream header, cookie or credential reflection; errors
+// are generic; at most maxCalls calls, one in flight, maxConnections
+// connections, and nothing after the turn deadline. No payload or credential
+// is logged: log lines carry the turn, route, status, latency and a reason
+// built from the broker's own words.
+package broker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/chat"
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/hosttool"
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/rpc"
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
+	"github.com/roundtable-sandbox/sandbox/pkg/credential"
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/version"
+)
+
+// MCPUpstream is the upstream MCP client the broker calls (package mcp).
+type MCPUpstream interface {
+	// CallTool performs one tools/call of tool on server s with args (a JSON
+	// object). credential is the bearer value or "" for none. It returns the
+	// CallToolResult JSON object, already bounded in size.
+	CallTool(ctx context.Context, s policy.MCPServer, credential, tool string, args json.RawMessage) (json.RawMessage, error)
+	// Close ends every upstream session (called at turn end / shutdown).
+	Close(ctx context.Context) error
+}
+
+// Credentials loads a named credential; credential.Dir implements it.
+type Credentials interface {
+	Load(name string) (credential.Secret, error)
+}
+
+// Config is everything a broker needs. Policy and Credentials are required.
+type Config struct {
+	Policy      *policy.Policy
+	Credentials Credentials
+	// MCP may be nil: every MCP call is then refused (fails closed).
+	MCP    MCPUpstream
+	Logger *slog.Logger
+	// Now replaces time.Now in tests.
+	Now func() time.Time
+}
+
+// Broker serves one turn.
+type Broker struct {
+	pol      *policy.Policy
+	creds    Credentials
+	mcp      MCPUpstream
+	log      *slog.Logger
+	now      func() time.Time
+	model    *http.Client
+	tools    *http.Client
+	identity hosttool.Identity
+
+	mu       sync.Mutex
+	calls    int
+	inFlight atomic.Bool
+}
+
+// New checks cfg and returns a broker.
+func New(cfg Config) (*Broker, error) {
+	if cfg.Policy == nil || cfg.Credentials == nil {
+		return nil, errors.New("broker: policy and credentials are required")
+	}
+	if err := cfg.Policy.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	l := cfg.Policy.Limits
+	upstreamTimeout := time.Duration(l.UpstreamTimeoutMs) * time.Millisecond
+	return &Broker{
+		pol:      cfg.Policy,
+		creds:    cfg.Credentials,
+		mcp:      cfg.MCP,
+		log:      log.With("turn", cfg.Policy.TurnID),
+		now:      now,
+		model:    newUpstreamClient(upstreamTimeout),
+		tools:    newUpstreamClient(upstreamTimeout),
+		identity: hosttool.Identity{TurnID: cfg.Policy.TurnID, Identity: cfg.Policy.Identity},
+	}, nil
+}
+
+var errRedirect = errors.New("redirect refused")
+
+// newUpstreamClient: no redirects, no cookie jar, no proxy from the
+// environment, no transparent compression, bounded headers and time.
+func newUpstreamClient(timeout time.Duration) *http.Client {
+	t := &http.Transport{
+		Proxy:                  nil,
+		DialContext:            (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:      true,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ResponseHeaderTimeout:  timeout,
+		MaxResponseHeaderBytes: 64 << 10,
+		DisableCompression:     true,
+		MaxIdleConns:           4,
+		IdleConnTimeout:        30 * time.Second,
+	}
+	return &http.Client{
+		Transport:     t,
+		Timeout:       timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return errRedirect },
+	}
+}
+
+// ServeHTTP handles one guest call and logs one line about it.
+func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rt, answer, err := b.handle(r)
+	code := http.StatusOK
+	if err != nil {
+		var public string
+		code, public = status(err)
+		answer, _ = json.Marshal(map[string]string{"error": public})
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if err != nil {
+		// A refused request may leave body bytes unread: do not reuse the connection.
+		h.Set("Connection", "close")
+	}
+	w.WriteHeader(code)
+	_, _ = w.Write(answer)
+	attrs := []any{"route", rt.label(), "status", code, "latency_ms", time.Since(start).Milliseconds()}
+	if err != nil {
+		b.log.Warn("call refused", append(attrs, "reason", err.Error())...)
+		return
+	}
+	b.log.Info("call", attrs...)
+}
+
+func (b *Broker) handle(r *http.Request) (route, []byte, error) {
+	if !b.now().Before(b.pol.Deadline()) {
+		return route{}, nil, refused("turn deadline passed", ErrTurnOver)
+	}
+	if r.Method != http.MethodPost {
+		return route{}, nil, refused("method not allowed", ErrMethod)
+	}
+	rt, err := b.parseRoute(r)
+	if err != nil {
+		return rt, nil, err
+	}
+	if err := checkHeaders(r); err != nil {
+		return rt, nil, err
+	}
+	max := b.pol.Limits.MaxRequestBytes
+	if r.ContentLength > max {
+		return rt, nil, refused("body over the limit", ErrTooLarge)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	if err != nil {
+		return rt, nil, refused("body unreadable", ErrRefused)
+	}
+	if int64(len(body)) > max {
+		return rt, nil, refused("body over the limit", ErrTooLarge)
+	}
+
+	// Validate fully before the call counts or takes the in-flight slot.
+	var call func(ctx context.Context) ([]byte, []credential.Secret, error)
+	switch rt.kind {
+	case routeModel:
+		up, err := chat.Build(body, chat.Policy{Model: b.pol.Model.Name, MaxTokens: b.pol.Model.MaxTokens})
+		if err != nil {
+			return rt, nil, err
+		}
+		call = func(ctx context.Context) ([]byte, []credential.Secret, error) { return b.callModel(ctx, up) }
+	case routeTool:
+		input, err := strictjson.DecodeObject(body)
+		if err != nil {
+			return rt, nil, err
+		}
+		in, _ := encode(input)
+		t, _ := b.pol.Tool(rt.name)
+		call = func(ctx context.Context) ([]byte, []credential.Secret, error) { return b.callTool(ctx, t, in) }
+	case routeMCP:
+		s, _ := b.pol.Server(rt.name)
+		c, err := rpc.Parse(body, s.Tools)
+		if err != nil {
+			return rt, nil, err
+		}
+		call = func(ctx context.Context) ([]byte, []credential.Secret, error) { return b.callMCP(ctx, s, c) }
+	}
+
+	if !b.inFlight.CompareAndSwap(false, true) {
+		return rt, nil, refused("another call is in flight", ErrBusy)
+	}
+	defer b.inFlight.Store(false)
+	b.mu.Lock()
+	if b.calls >= b.pol.Limits.MaxCalls {
+		b.mu.Unlock()
+		return rt, nil, refused("call limit reached", ErrCallLimit)
+	}
+	b.calls++
+	b.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(r.Context(), time.Duration(b.pol.Limits.RequestTimeoutMs)*time.Millisecond)
+	defer cancel()
+	ctx, cancelTurn := context.WithDeadline(ctx, b.pol.Deadline())
+	defer cancelTurn()
+	answer, secrets, err := call(ctx)
+	if err != nil {
+		return rt, nil, err
+	}
+	out, err := b.checkAnswer(answer, secrets)
+	return rt, out, err
+}
+
+// checkAnswer decodes an answer (exactly one JSON object), refuses it when it
+// reflects a credential, and re-encodes what was checked within the size bound.
+func (b *Broker) checkAnswer(answer []byte, secrets []credential.Secret) ([]byte, error) {
+	max := b.pol.Limits.MaxResponseBytes
+	if int64(len(answer)) > max {
+		return nil, refused("answer over the limit", ErrUpstream)
+	}
+	v, err := strictjson.DecodeObject(answer)
+	if err != nil {
+		return nil, refused("answer is not one JSON object", ErrUpstream)
+	}
+	if credential.Reflected(v, b.allSecrets(secrets)...) {
+		return nil, refused("answer reflects a credential", ErrUpstream)
+	}
+	out, err := encode(v)
+	if err != nil || int64(len(out)) > max {
+		return nil, refused("answer over the limit", ErrUpstream)
+	}
+	return out, nil
+}
+
+// allSecrets adds every other credential the policy names (read now, errors
+// ignored) to the call's own, so no answer echoes any of them.
+func (b *Broker) allSecrets(call []credential.Secret) []credential.Secret {
+	names := []string{b.pol.Model.Credential}
+	for _, t := range b.pol.Tools {
+		names = append(names, t.Credential)
+	}
+	for _, s := range b.pol.MCP {
+		names = append(names, s.Credential)
+	}
+	seen := map[string]bool{"": true}
+	out := append([]credential.Secret(nil), call...)
+	for _, n := range names {
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		if s, err := b.creds.Load(n); err == nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (b *Broker) loadCredential(name string) (credential.Secret, error) {
+	s, err := b.creds.Load(name)
+	if err != nil {
+		return credential.Secret{}, err // wraps credential.ErrMissing / ErrInvalid
+	}
+	if s.Empty() {
+		return credential.Secret{}, fmt.Errorf("broker: credential %s empty: %w", name, credential.ErrMissing)
+	}
+	return s, nil
+}
+
+// callModel sends the rebuilt body to the fixed model URL with the real
+// credential, read now so rotation works.
+func (b *Broker) callModel(ctx context.Context, body []byte) ([]byte, []credential.Secret, error) {
+	secret, err := b.loadCredential(b.pol.Model.Credential)
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := post(ctx, b.model, b.pol.Model.URL, body, secret, nil, b.pol.Limits.MaxResponseBytes)
+	return data, []credential.Secret{secret}, err
+}
+
+// post is the one upstream POST: a request built from scratch, fixed headers,
+// the bearer inserted last, a 2xx bounded body, and no upstream header or
+// error text kept.
+func post(ctx context.Context, c *http.Client, url string, body []byte, bearer credential.Secret, extra func(http.Header), max int64) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, refused("upstream request not built", ErrUpstream)
+	}
+	req.Header = http.Header{}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept-Encoding", "identity")
+	req.Header.Set("User-Agent", "roundtable-sandbox-broker/"+version.Version)
+	if extra != nil {
+		extra(req.Header)
+	}
+	if !bearer.Empty() {
+		req.Header.Set("Authorization", "Bearer "+bearer.Reveal())
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		switch {
+		case errors.Is(err, errRedirect):
+			return nil, refused("upstream redirect refused", ErrUpstream)
+		case ctx.Err() != nil || isTimeout(err):
+			return nil, refused("upstream deadline", ErrUpstreamTime)
+		}
+		return nil, refused("upstream unreachable", ErrUpstream)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, fmt.Errorf("broker: upstream status %d: %w", resp.StatusCode, ErrUpstream)
+	}
+	if resp.ContentLength > max {
+		return nil, refused("upstream answer over the limit", ErrUpstream)
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
+	if err != nil {
+		if ctx.Err() != nil || isTimeout(err) {
+			return nil, refused("upstream deadline", ErrUpstreamTime)
+		}
+		return nil, refused("upstream answer unreadable", ErrUpstream)
+	}
+	if int64(len(data)) > max {
+		return nil, refused("upstream answer over the limit", ErrUpstream)
+	}
+	return data, nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// callTool runs one host tool with the policy's identity.
+func (b *Broker) callTool(ctx context.Context, t policy.Tool, input []byte) ([]byte, []credential.Secret, error) {
+	if t.TimeoutMs > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(t.TimeoutMs)*time.Millisecond)
+		defer cancel()
+	}
+	var result json.RawMessage
+	var secrets []credential.Secret
+	switch t.Kind {
+	case policy.KindBuiltin:
+		result, _ = json.Marshal(hosttool.Clock(b.now()))
+	case policy.KindExec:
+		out, err := hosttool.Exec(ctx, t.Argv, b.identity.Env(), input, hosttool.MaxOutputBytes)
+		if err != nil {
+			return nil, nil, err
+		}
+		result = hosttool.Result(out)
+	case policy.KindHTTP:
+		var bearer string
+		if t.Credential != "" {
+			s, err := b.loadCredential(t.Credential)
+			if err != nil {
+				return nil, nil, err
+			}
+			secrets = append(secrets, s)
+			bearer = s.Reveal()
+		}
+		out, err := hosttool.HTTP(ctx, b.tools, t.URL, b.identity, bearer, input, b.pol.Limits.MaxResponseBytes)
+		if err != nil {
+			return nil, nil, err
+		}
+		result = hosttool.Result(out)
+	default:
+		return nil, nil, refused("unknown tool kind", ErrToolFailed)
+	}
+	answer, err := json.Marshal(map[string]json.RawMessage{"result": result})
+	if err != nil {
+		return nil, nil, refused("tool result not encodable", ErrToolFailed)
+	}
+	return answer, secrets, nil
+}
+
+// callMCP performs one declared tools/call through the MCP upstream.
+func (b *Broker) callMCP(ctx context.Context, s policy.MCPServer, c *rpc.Call) ([]byte, []credential.Secret, error) {
+	if b.mcp == nil {
+		return nil, nil, refused("no MCP client in this build", ErrUnavailable)
+	}
+	var secrets []credential.Secret
+	var bearer string
+	if s.Credential != "" {
+		sec, err := b.loadCredential(s.Credential)
+		if err != nil {
+			return nil, nil, err
+		}
+		secrets = append(secrets, sec)
+		bearer = sec.Reveal()
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(b.pol.Limits.UpstreamTimeoutMs)*time.Millisecond)
+	defer cancel()
+	result, err := b.mcp.CallTool(ctx, s, bearer, c.Tool, c.Arguments)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, refused("mcp deadline", ErrUpstreamTime)
+		}
+		return nil, nil, fmt.Errorf("broker: mcp call failed: %w", ErrUpstream)
+	}
+	if int64(len(result)) > b.pol.Limits.MaxResponseBytes {
+		return nil, nil, refused("mcp result over the limit", ErrUpstream)
+	}
+	if t := bytes.TrimLeft(result, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return nil, nil, refused("mcp result is not an object", ErrUpstream)
+	}
+	answer, err := json.Marshal(map[string]json.RawMessage{
+		"jsonrpc": json.RawMessage(`"2.0"`), "id": c.ID, "result": result,
+	})
+	if err != nil {
+		return nil, nil, refused("mcp result not encodable", ErrUpstream)
+	}
+	return answer, secrets, nil
+}
+
+// encode re-encodes a checked value without HTML escaping.
+func encode(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}

@@ -1,0 +1,206 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/credential"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+)
+
+// MaxHeaderBytes bounds a request's header block.
+const MaxHeaderBytes = 16 << 10
+
+// closeTimeout bounds closing the MCP sessions at the end.
+const closeTimeout = 5 * time.Second
+
+// Serve answers calls on ln until ctx ends or the policy deadline passes,
+// whichever is first, then closes every connection (in-flight calls are cut:
+// the turn is over) and the MCP sessions. It returns nil on such an end.
+func (b *Broker) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithDeadline(ctx, b.pol.Deadline())
+	defer cancel()
+	l := b.pol.Limits
+	request := time.Duration(l.RequestTimeoutMs) * time.Millisecond
+	header := time.Duration(l.HeaderTimeoutMs) * time.Millisecond
+	var protocols http.Protocols
+	protocols.SetHTTP1(true) // no HTTP/2, no h2c
+	srv := &http.Server{
+		Handler:           b,
+		ReadHeaderTimeout: header,
+		ReadTimeout:       request,
+		WriteTimeout:      request + 5*time.Second,
+		IdleTimeout:       header,
+		MaxHeaderBytes:    MaxHeaderBytes,
+		Protocols:         &protocols,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(b.log.Handler(), slog.LevelWarn),
+	}
+	srv.SetKeepAlivesEnabled(true)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(LimitListener(ln, l.MaxConnections)) }()
+	var err error
+	select {
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			b.log.Info("turn deadline reached")
+		}
+	case err = <-errc:
+	}
+	_ = srv.Close()
+	b.closeMCP()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func (b *Broker) closeMCP() {
+	if b.mcp == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	if err := b.mcp.Close(ctx); err != nil {
+		b.log.Warn("closing MCP sessions failed", "reason", err.Error())
+	}
+}
+
+// LimitListener accepts at most max open connections; a connection beyond
+// that is closed at once instead of waiting.
+func LimitListener(ln net.Listener, max int) net.Listener {
+	return &limitListener{Listener: ln, max: int64(max)}
+}
+
+type limitListener struct {
+	net.Listener
+	max  int64
+	open atomic.Int64
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.open.Add(1) > l.max {
+			l.open.Add(-1)
+			_ = c.Close()
+			continue
+		}
+		return &limitConn{Conn: c, release: sync.OnceFunc(func() { l.open.Add(-1) })}, nil
+	}
+}
+
+type limitConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
+}
+
+// RunOptions configures Run (the sandbox-broker serve command).
+type RunOptions struct {
+	TurnID         string
+	PolicyDir      string // default layout.PolicyDir
+	CredentialsDir string // $CREDENTIALS_DIRECTORY
+	// Listener is the socket-activated listener; when nil, ListenPath is
+	// created as a Unix socket (development and tests).
+	Listener   net.Listener
+	ListenPath string
+	// NewMCP builds the MCP upstream with the policy's bounds; nil refuses
+	// every MCP call.
+	NewMCP func(maxResponseBytes int64, timeout time.Duration) MCPUpstream
+	Logger *slog.Logger
+	// Notify sends a systemd notification ("READY=1", "STOPPING=1").
+	Notify func(state string)
+}
+
+// Run validates the turn id, loads that turn's policy and nothing else, opens
+// the credentials directory, serves until the policy deadline or ctx ends,
+// and closes the MCP sessions.
+func Run(ctx context.Context, o RunOptions) error {
+	if err := ids.ValidTurnID(o.TurnID); err != nil {
+		return fmt.Errorf("broker: --turn: %w", err)
+	}
+	if o.PolicyDir == "" {
+		o.PolicyDir = layout.PolicyDir
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	notify := o.Notify
+	if notify == nil {
+		notify = func(string) {}
+	}
+	path, err := layout.PolicyFile(o.PolicyDir, o.TurnID)
+	if err != nil {
+		return err
+	}
+	pol, err := policy.Load(path)
+	if err != nil {
+		return err
+	}
+	if pol.TurnID != o.TurnID {
+		return fmt.Errorf("broker: policy names another turn: %w", policy.ErrInvalid)
+	}
+	if !time.Now().Before(pol.Deadline()) {
+		return fmt.Errorf("broker: turn deadline already passed: %w", ErrTurnOver)
+	}
+	creds, err := credential.OpenDir(o.CredentialsDir)
+	if err != nil {
+		return err
+	}
+	var up MCPUpstream
+	if o.NewMCP != nil && len(pol.MCP) > 0 {
+		up = o.NewMCP(pol.Limits.MaxResponseBytes, time.Duration(pol.Limits.UpstreamTimeoutMs)*time.Millisecond)
+	}
+	b, err := New(Config{Policy: pol, Credentials: creds, MCP: up, Logger: log})
+	if err != nil {
+		return err
+	}
+	ln := o.Listener
+	if ln == nil {
+		if o.ListenPath == "" {
+			return errors.New("broker: no socket-activated listener and no --listen path")
+		}
+		ln, err = net.Listen("unix", o.ListenPath)
+		if err != nil {
+			return fmt.Errorf("broker: listen: %w", err)
+		}
+		if err := os.Chmod(o.ListenPath, 0o600); err != nil {
+			ln.Close()
+			return fmt.Errorf("broker: chmod socket: %w", err)
+		}
+	}
+	defer ln.Close()
+	log.Info("broker ready", "turn", pol.TurnID, "channel", pol.Identity.ChannelTag,
+		"tools", len(pol.Tools), "mcp_servers", len(pol.MCP), "deadline", pol.Deadline().UTC().Format(time.RFC3339))
+	notify("READY=1")
+	err = b.Serve(ctx, ln)
+	notify("STOPPING=1")
+	log.Info("broker stopped", "turn", pol.TurnID, "calls", b.callCount())
+	return err
+}
+
+func (b *Broker) callCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.calls
+}
