@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/bench/internal/brokerbench"
+	"github.com/roundtable-sandbox/sandbox/bench/internal/procmem"
+	"github.com/roundtable-sandbox/sandbox/bench/internal/report"
+	"github.com/roundtable-sandbox/sandbox/bench/internal/stats"
+	"github.com/roundtable-sandbox/sandbox/bench/internal/turns"
+	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
+)
+
+func readAllBounded(r io.Reader, max int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("more than %d bytes", max)
+	}
+	return data, nil
+}
+
+func cmdBroker(args []string) error {
+	fs := flag.NewFlagSet("broker", flag.ExitOnError)
+	out := fs.String("out", "", "results file")
+	bin := fs.String("broker", "bin/sandbox-broker", "sandbox-broker binary")
+	work := fs.String("workdir", "", "scratch directory")
+	n := fs.Int("iterations", 3000, "call pairs per mode")
+	per := fs.Int("calls-per-broker", 500, "calls before a fresh broker")
+	modes := fs.String("modes", brokerbench.ModeKeepAlive+","+brokerbench.ModeNewConn, "comma-separated modes")
+	_ = fs.Parse(args)
+	if *out == "" || *work == "" {
+		return errors.New("--out and --workdir are required")
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	res, err := brokerbench.Run(ctx, brokerbench.Config{Broker: *bin, WorkDir: *work, Iterations: *n, CallsPerBroker: *per, Modes: strings.Split(*modes, ",")})
+	if err != nil {
+		return err
+	}
+	return writeJSON(*out, res)
+}
+
+// systemctlShow returns one property of a unit ("" when unavailable).
+func systemctlShow(unit, prop string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "systemctl", "show", "-p", prop, "--value", unit).Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func cmdLoad(args []string) error {
+	fs := flag.NewFlagSet("load", flag.ExitOnError)
+	out := fs.String("out", "", "results file")
+	hostSock := fs.String("host-socket", "", "host API socket")
+	channels := fs.Int("channels", 16, "channels")
+	per := fs.Int("turns", 4, "turns per channel")
+	prefix := fs.String("channel-prefix", "bench-load-", "channel name prefix (channels must be in sandbox mode)")
+	unit := fs.String("unit", "sandbox-host.service", "host unit (for MainPID and MemoryCurrent)")
+	pid := fs.Int("host-pid", 0, "host pid (default: the unit's MainPID, else the process named sandbox-host)")
+	idleWait := fs.Duration("idle-wait", 2*time.Second, "settle time before the idle reading")
+	_ = fs.Parse(args)
+	if *out == "" || *hostSock == "" {
+		return errors.New("--out and --host-socket are required")
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	if *pid == 0 {
+		if v, err := strconv.Atoi(systemctlShow(*unit, "MainPID")); err == nil && v > 0 {
+			*pid = v
+		} else if ps := procmem.PIDsByComm("sandbox-host"); len(ps) == 1 {
+			*pid = ps[0]
+		}
+	}
+	res := report.Load{Channels: *channels, TurnsPerChannel: *per, HostPID: *pid, LoadStart: report.LoadAvg()}
+	time.Sleep(*idleWait)
+	if *pid > 0 {
+		res.HostRSSIdleKiB, _, _ = procmem.Status(*pid)
+	}
+	res.HostMemCurIdle, _ = strconv.ParseInt(systemctlShow(*unit, "MemoryCurrent"), 10, 64)
+	client := turns.UnixClient(*hostSock, 5*time.Minute, true)
+	res.MetricsBefore = fetchMetrics(ctx, client)
+	sampler := &procmem.Sampler{PID: *pid, Comm: "sandbox-broker", Interval: 20 * time.Millisecond}
+	sampler.Start()
+	lr := turns.Load(ctx, *channels, *per, func(ch int) turns.Runner {
+		name := fmt.Sprintf("%s%02d", *prefix, ch)
+		return &turns.HostRunner{Label: "load", Client: client, Channel: func(int) string { return name }, Text: "hello from the load benchmark"}
+	})
+	res.HostRSSPeakKiB, res.BrokerRSSPeakKiB, res.BrokersSeen = sampler.Stop()
+	res.MetricsAfter = fetchMetrics(ctx, client)
+	if *pid > 0 {
+		res.HostRSSAfterKiB, _, _ = procmem.Status(*pid)
+	}
+	res.HostMemCurAfter, _ = strconv.ParseInt(systemctlShow(*unit, "MemoryCurrent"), 10, 64)
+	res.WallMs = stats.Ms(lr.Wall)
+	res.Latency = stats.Summarize(lr.LatenciesMs)
+	res.Succeeded = len(lr.LatenciesMs)
+	res.Failures, res.FailureKinds, res.Errors = lr.Failures, lr.FailureKinds, lr.Errors
+	if lr.Wall > 0 {
+		res.TurnsPerSecond = float64(res.Succeeded) / lr.Wall.Seconds()
+	}
+	res.LoadEnd = report.LoadAvg()
+	slog.Info("load", "turnsPerSecond", res.TurnsPerSecond, "p95", res.Latency.P95, "failures", res.Failures,
+		"hostIdleKiB", res.HostRSSIdleKiB, "hostPeakKiB", res.HostRSSPeakKiB, "brokerPeakKiB", res.BrokerRSSPeakKiB)
+	return writeJSON(*out, res)
+}
+
+// cmdReady restarts the host unit n times and reads systemd's own
+// timestamps: ExecMainStartTimestampMonotonic (the main process started) to
+// ActiveEnterTimestampMonotonic (READY=1 arrived, Type=notify).
+func cmdReady(args []string) error {
+	fs := flag.NewFlagSet("ready", flag.ExitOnError)
+	out := fs.String("out", "", "results file")
+	unit := fs.String("unit", "sandbox-host.service", "unit")
+	n := fs.Int("n", 10, "restarts")
+	_ = fs.Parse(args)
+	if *out == "" {
+		return errors.New("--out is required")
+	}
+	res := report.Ready{Method: "systemd ExecMainStartTimestampMonotonic to ActiveEnterTimestampMonotonic over `systemctl restart`"}
+	for i := 0; i < *n; i++ {
+		if err := exec.Command("systemctl", "restart", *unit).Run(); err != nil {
+			res.Errors = append(res.Errors, fmt.Sprintf("restart %d: %v", i, err))
+			continue
+		}
+		start, err1 := strconv.ParseInt(systemctlShow(*unit, "ExecMainStartTimestampMonotonic"), 10, 64)
+		active, err2 := strconv.ParseInt(systemctlShow(*unit, "ActiveEnterTimestampMonotonic"), 10, 64)
+		if err1 != nil || err2 != nil || start == 0 || active < start {
+			res.Errors = append(res.Errors, fmt.Sprintf("restart %d: timestamps %d %d", i, start, active))
+			continue
+		}
+		res.SamplesMs = append(res.SamplesMs, float64(active-start)/1000)
+		time.Sleep(300 * time.Millisecond)
+	}
+	res.Summary = stats.Summarize(res.SamplesMs)
+	slog.Info("ready", "median", res.Summary.Median, "n", res.Summary.N, "errors", len(res.Errors))
+	return writeJSON(*out, res)
+}
+
+func cmdEnv(args []string) error {
+	fs := flag.NewFlagSet("env", flag.ExitOnError)
+	out := fs.String("out", "", "results file")
+	var facts listFlag
+	fs.Var(&facts, "fact", "KEY=VALUE extra fact (repeat)")
+	_ = fs.Parse(args)
+	if *out == "" {
+		return errors.New("--out is required")
+	}
+	extra := map[string]string{}
+	for _, f := range facts {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			return fmt.Errorf("--fact %q: want KEY=VALUE", f)
+		}
+		extra[k] = v
+	}
+	return writeJSON(*out, report.CollectEnv(extra))
+}
+
+func cmdReport(args []string) error {
+	fs := flag.NewFlagSet("report", flag.ExitOnError)
+	dir := fs.String("results", "", "results directory")
+	out := fs.String("out", "docs/BENCHMARKS.md", "markdown file")
+	_ = fs.Parse(args)
+	in, err := report.ReadDir(*dir)
+	if err != nil {
+		return err
+	}
+	md, err := report.Markdown(in)
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(*out, []byte(md), 0o644)
+}

@@ -1,0 +1,431 @@
+package report
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/roundtable-sandbox/sandbox/bench/internal/promtext"
+	"github.com/roundtable-sandbox/sandbox/bench/internal/stats"
+	"github.com/roundtable-sandbox/sandbox/bench/internal/turns"
+)
+
+// Inputs are the parsed results files; nil means not measured.
+type Inputs struct {
+	Env       *Env
+	EnvEnd    *Env
+	FixedCost *FixedCost
+	Broker    *Broker
+	Load      *Load
+	Ready     *Ready
+	Sizes     *Sizes
+	Notes     string
+	// ResultsPath is where the raw files are kept, for the report's pointer.
+	ResultsPath string
+}
+
+// ReadDir loads every results file present in dir.
+func ReadDir(dir string) (*Inputs, error) {
+	in := &Inputs{ResultsPath: dir}
+	load := func(name string, v any) (bool, error) {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if err := json.Unmarshal(data, v); err != nil {
+			return false, fmt.Errorf("%s: %w", name, err)
+		}
+		return true, nil
+	}
+	var (
+		env, envEnd Env
+		fc          FixedCost
+		br          Broker
+		ld          Load
+		rd          Ready
+		sz          Sizes
+	)
+	for _, f := range []struct {
+		name string
+		v    any
+		set  func()
+	}{
+		{FileEnv, &env, func() { in.Env = &env }},
+		{FileEnvEnd, &envEnd, func() { in.EnvEnd = &envEnd }},
+		{FileFixedCost, &fc, func() { in.FixedCost = &fc }},
+		{FileBroker, &br, func() { in.Broker = &br }},
+		{FileLoad, &ld, func() { in.Load = &ld }},
+		{FileReady, &rd, func() { in.Ready = &rd }},
+		{FileSizes, &sz, func() { in.Sizes = &sz }},
+	} {
+		ok, err := load(f.name, f.v)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			f.set()
+		}
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, FileNotes)); err == nil {
+		in.Notes = string(data)
+	}
+	return in, nil
+}
+
+// Target is one line of the targets table.
+type Target struct {
+	What, Target, Measured, Verdict string
+}
+
+func verdict(measured bool, ok bool) string {
+	switch {
+	case !measured:
+		return "not measured"
+	case ok:
+		return "met"
+	}
+	return "**missed**"
+}
+
+func ms(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	if v < 10 {
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func mib(kib int64) string { return fmt.Sprintf("%.1f MiB", float64(kib)/1024) }
+
+func series(fc *FixedCost, name string) *turns.Series {
+	if fc == nil {
+		return nil
+	}
+	for i := range fc.Series {
+		if fc.Series[i].Name == name && fc.Series[i].Summary.N > 0 {
+			return &fc.Series[i]
+		}
+	}
+	return nil
+}
+
+// Targets evaluates the issue's targets against the inputs.
+func Targets(in *Inputs) []Target {
+	var out []Target
+	host, dock := series(in.FixedCost, SeriesHost), series(in.FixedCost, SeriesDocker)
+	t := Target{What: "fixed turn cost vs docker run --rm -i (ratio of medians)", Target: fmt.Sprintf("<= %.1f", TargetRatio)}
+	if host != nil && dock != nil {
+		r := stats.Ratio(host.Summary.Median, dock.Summary.Median)
+		t.Measured = fmt.Sprintf("%.2f (%s / %s ms)", r, ms(host.Summary.Median), ms(dock.Summary.Median))
+		t.Verdict = verdict(true, r <= TargetRatio)
+	} else {
+		t.Measured, t.Verdict = "-", verdict(false, false)
+	}
+	out = append(out, t)
+
+	t = Target{What: "broker overhead per model call (median of per-call difference)", Target: fmt.Sprintf("<= %.0f ms", TargetBrokerMs)}
+	if in.Broker != nil && len(in.Broker.Modes) > 0 {
+		worst := 0.0
+		var parts []string
+		for _, m := range in.Broker.Modes {
+			parts = append(parts, fmt.Sprintf("%s ms (%s)", ms(m.Diff.Median), m.Mode))
+			worst = math.Max(worst, m.Diff.Median)
+		}
+		t.Measured = strings.Join(parts, ", ")
+		t.Verdict = verdict(true, worst <= TargetBrokerMs)
+	} else {
+		t.Measured, t.Verdict = "-", verdict(false, false)
+	}
+	out = append(out, t)
+
+	t = Target{What: "failed turns under load", Target: "0"}
+	if in.Load != nil {
+		t.Measured = fmt.Sprintf("%d of %d", in.Load.Failures, in.Load.Channels*in.Load.TurnsPerChannel)
+		t.Verdict = verdict(true, in.Load.Failures == 0)
+	} else {
+		t.Measured, t.Verdict = "-", verdict(false, false)
+	}
+	out = append(out, t)
+
+	t = Target{What: "host idle RSS", Target: fmt.Sprintf("<= %d MiB", TargetHostIdleMiB)}
+	if in.Load != nil && in.Load.HostRSSIdleKiB > 0 {
+		t.Measured = mib(in.Load.HostRSSIdleKiB)
+		t.Verdict = verdict(true, in.Load.HostRSSIdleKiB <= TargetHostIdleMiB*1024)
+	} else {
+		t.Measured, t.Verdict = "-", verdict(false, false)
+	}
+	out = append(out, t)
+
+	t = Target{What: "broker RSS (peak)", Target: fmt.Sprintf("<= %d MiB", TargetBrokerMiB)}
+	var brokerPeak int64
+	if in.Broker != nil {
+		brokerPeak = max(in.Broker.HWMKiB, in.Broker.RSSAfterKiB)
+	}
+	if in.Load != nil {
+		brokerPeak = max(brokerPeak, in.Load.BrokerRSSPeakKiB)
+	}
+	if brokerPeak > 0 {
+		t.Measured = mib(brokerPeak)
+		t.Verdict = verdict(true, brokerPeak <= TargetBrokerMiB*1024)
+	} else {
+		t.Measured, t.Verdict = "-", verdict(false, false)
+	}
+	out = append(out, t)
+
+	t = Target{What: "worker image size", Target: fmt.Sprintf("<= %d MiB", TargetImageMiB)}
+	if in.Sizes != nil && in.Sizes.ImageBytes > 0 {
+		t.Measured = fmt.Sprintf("%.2f MiB", float64(in.Sizes.ImageBytes)/(1<<20))
+		t.Verdict = verdict(true, in.Sizes.ImageBytes <= TargetImageMiB<<20)
+	} else {
+		t.Measured, t.Verdict = "-", verdict(false, false)
+	}
+	out = append(out, t)
+
+	t = Target{What: "sandbox-host start to READY (median)", Target: fmt.Sprintf("<= %d ms", TargetReadyMs)}
+	if in.Ready != nil && in.Ready.Summary.N > 0 {
+		t.Measured = ms(in.Ready.Summary.Median) + " ms"
+		t.Verdict = verdict(true, in.Ready.Summary.Median <= TargetReadyMs)
+	} else {
+		t.Measured, t.Verdict = "-", verdict(false, false)
+	}
+	return append(out, t)
+}
+
+// Phase is one row of the per-phase breakdown.
+type Phase struct {
+	Name                 string
+	Count                float64
+	MeanMs, P50Ms, P95Ms float64
+}
+
+// Phases turns a before/after /metrics pair into per-series rows: histograms
+// whose count grew, in seconds converted to milliseconds when the family is
+// named *_seconds. Rows keep the order the host declared them in.
+func Phases(before, after string) ([]Phase, error) {
+	if after == "" {
+		return nil, nil
+	}
+	b, err := promtext.Parse(before)
+	if err != nil {
+		return nil, err
+	}
+	a, err := promtext.Parse(after)
+	if err != nil {
+		return nil, err
+	}
+	d := promtext.Delta(b, a)
+	keys := make([]string, 0, len(d))
+	for k := range d {
+		keys = append(keys, k)
+	}
+	order := func(k string) int {
+		if i := strings.Index(after, strings.SplitN(k, "{", 2)[0]); i >= 0 {
+			return i
+		}
+		return len(after)
+	}
+	sort.SliceStable(keys, func(i, j int) bool {
+		oi, oj := order(keys[i]), order(keys[j])
+		if oi != oj {
+			return oi < oj
+		}
+		return keys[i] < keys[j]
+	})
+	var out []Phase
+	for _, k := range keys {
+		h := d[k]
+		scale := 1.0
+		if strings.HasSuffix(h.Name, "_seconds") {
+			scale = 1000
+		}
+		out = append(out, Phase{Name: k, Count: h.Count, MeanMs: h.Mean() * scale, P50Ms: h.Quantile(0.5) * scale, P95Ms: h.Quantile(0.95) * scale})
+	}
+	return out, nil
+}
+
+// Markdown renders the report.
+func Markdown(in *Inputs) (string, error) {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	p("# Benchmarks\n\n")
+	p("Written by `make bench` (`bench/run.sh`, driver `bench/cmd/sandbox-bench`); do not edit by hand.\n")
+	if in.Env != nil {
+		p("Run on %s UTC.", in.Env.Date.Format("2006-01-02 15:04"))
+		p(" Load average (1/5/15 min) at start: %s", in.Env.LoadAvg)
+		if in.EnvEnd != nil {
+			p("; at end (%s UTC): %s", in.EnvEnd.Date.Format("15:04"), in.EnvEnd.LoadAvg)
+		}
+		p(".\n")
+	}
+	p("Raw results: `%s`.\n\n", in.ResultsPath)
+
+	p("## Targets\n\n| what | target | measured | verdict |\n| --- | --- | --- | --- |\n")
+	for _, t := range Targets(in) {
+		p("| %s | %s | %s | %s |\n", t.What, t.Target, t.Measured, t.Verdict)
+	}
+	p("\n")
+
+	if in.Env != nil {
+		p("## Machine\n\n| | |\n| --- | --- |\n")
+		for _, k := range in.Env.FactKeys {
+			p("| %s | %s |\n", k, strings.ReplaceAll(in.Env.Facts[k], "|", "/"))
+		}
+		p("\n")
+	}
+
+	p("## 1. Fixed turn cost\n\n")
+	if fc := in.FixedCost; fc != nil {
+		p("Interleaved: each round runs every series once in the order below; %d measured rounds after %d warm-up rounds (warm-up runs are kept in the raw file, not summarised). Wall time from request (or process start) to reply (or process exit). Load average %s at start, %s at end (%s to %s UTC).\n\n",
+			fc.Rounds, fc.Warmup, fc.LoadStart, fc.LoadEnd, fc.Start.Format("15:04:05"), fc.End.Format("15:04:05"))
+		p("| series | n | median ms | p95 ms | min ms | max ms | failures |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+		for _, s := range fc.Series {
+			p("| %s | %d | %s | %s | %s | %s | %d |\n", s.Name, s.Summary.N, ms(s.Summary.Median), ms(s.Summary.P95), ms(s.Summary.Min), ms(s.Summary.Max), s.Failures)
+		}
+		p("\nRatios of medians:\n\n")
+		for _, pair := range [][2]string{{SeriesHost, SeriesDocker}, {SeriesHost, SeriesRuncWorker}, {SeriesHost, SeriesRuncFloor}, {SeriesDocker, SeriesRuncWorker}, {SeriesDocker, SeriesRuncFloor}, {SeriesRuncWorker, SeriesRuncFloor}} {
+			a, c := series(fc, pair[0]), series(fc, pair[1])
+			if a != nil && c != nil {
+				p("- %s / %s = %.2f (difference %s ms)\n", pair[0], pair[1], stats.Ratio(a.Summary.Median, c.Summary.Median), ms(a.Summary.Median-c.Summary.Median))
+			}
+		}
+		for _, s := range fc.Series {
+			for _, e := range s.Errors {
+				p("- failure (%s): `%s`\n", s.Name, oneLine(e))
+			}
+		}
+		p("\n")
+	} else {
+		p("Not measured in this run.\n\n")
+	}
+
+	p("## 2. Per-phase breakdown of a turn (host trace points)\n\n")
+	if fc := in.FixedCost; fc != nil && fc.MetricsAfter != "" {
+		phases, err := Phases(fc.MetricsBefore, fc.MetricsAfter)
+		if err != nil {
+			return "", err
+		}
+		p("From the host's `GET /metrics` histograms, snapshot before and after the fixed-cost host series (sequential turns only). Median and p95 are estimated from bucket counts (linear interpolation inside a bucket, as Prometheus' `histogram_quantile`); the mean is exact.\n\n")
+		p("| series | count | mean ms | ~median ms | ~p95 ms |\n| --- | --- | --- | --- | --- |\n")
+		for _, ph := range phases {
+			p("| `%s` | %.0f | %s | %s | %s |\n", ph.Name, ph.Count, ms(ph.MeanMs), ms(ph.P50Ms), ms(ph.P95Ms))
+		}
+		p("\n")
+	} else {
+		p("No host metrics in this run.\n\n")
+	}
+	if fc := in.FixedCost; fc != nil && len(fc.LogPhases) > 0 {
+		p("From the host's debug log lines (per turn, exact):\n\n| phase | n | median ms | p95 ms |\n| --- | --- | --- | --- |\n")
+		names := make([]string, 0, len(fc.LogPhases))
+		for k := range fc.LogPhases {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			s := stats.Summarize(fc.LogPhases[k])
+			p("| %s | %d | %s | %s |\n", k, s.N, ms(s.Median), ms(s.P95))
+		}
+		p("\n")
+	}
+
+	p("## 3. Broker overhead\n\n")
+	if br := in.Broker; br != nil {
+		p("The same worker-shaped Chat Completions request (system + user message, the three memory tools) sent %d times per mode straight to a local fake upstream and through `%s`, interleaved pair by pair (alternating which goes first); a fresh broker every %d calls (%d brokers). The upstream checked that every brokered call carried the real key (%d did not). Load average %s at start, %s at end.\n\n",
+			br.Iterations, br.BrokerCommand, br.CallsPerBroker, br.Brokers, br.UpstreamBadAuth, br.LoadStart, br.LoadEnd)
+		p("| mode | direct median / p95 ms | via broker median / p95 ms | difference median / p95 ms | failures |\n| --- | --- | --- | --- | --- |\n")
+		for _, m := range br.Modes {
+			p("| %s | %s / %s | %s / %s | %s / %s | %d |\n", m.Mode, ms(m.Direct.Median), ms(m.Direct.P95), ms(m.Broker.Median), ms(m.Broker.P95), ms(m.Diff.Median), ms(m.Diff.P95), m.Failures)
+			for _, e := range m.Errors {
+				p("| | failure: `%s` | | | |\n", oneLine(e))
+			}
+		}
+		p("\nBroker memory: RSS %s right after it listened, %s after its calls, peak (VmHWM) %s.\n\n", mib(br.RSSIdleKiB), mib(br.RSSAfterKiB), mib(br.HWMKiB))
+	} else {
+		p("Not measured in this run.\n\n")
+	}
+
+	p("## 4. Concurrency\n\n")
+	if ld := in.Load; ld != nil {
+		total := ld.Channels * ld.TurnsPerChannel
+		p("%d channels x %d turns, all %d posted at once (each channel's queue holds its %d; the host serialises a channel and runs channels in parallel). Load average %s at start, %s at end.\n\n",
+			ld.Channels, ld.TurnsPerChannel, total, ld.TurnsPerChannel, ld.LoadStart, ld.LoadEnd)
+		p("| wall s | turns/s | succeeded | failed | latency median ms | p95 ms | max ms |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+		p("| %.2f | %.2f | %d | %d | %s | %s | %s |\n\n", ld.WallMs/1000, ld.TurnsPerSecond, ld.Succeeded, ld.Failures, ms(ld.Latency.Median), ms(ld.Latency.P95), ms(ld.Latency.Max))
+		if len(ld.FailureKinds) > 0 {
+			p("Failures by kind: %v\n\n", ld.FailureKinds)
+			for _, e := range ld.Errors {
+				p("- `%s`\n", oneLine(e))
+			}
+			p("\n")
+		}
+		if ld.MetricsAfter != "" {
+			phases, err := Phases(ld.MetricsBefore, ld.MetricsAfter)
+			if err == nil && len(phases) > 0 {
+				p("Host phases under this load:\n\n| series | count | mean ms | ~median ms | ~p95 ms |\n| --- | --- | --- | --- | --- |\n")
+				for _, ph := range phases {
+					p("| `%s` | %.0f | %s | %s | %s |\n", ph.Name, ph.Count, ms(ph.MeanMs), ms(ph.P50Ms), ms(ph.P95Ms))
+				}
+				p("\n")
+			}
+		}
+	} else {
+		p("Not measured in this run.\n\n")
+	}
+
+	p("## 5. Memory, size, start-up\n\n| what | value |\n| --- | --- |\n")
+	if ld := in.Load; ld != nil {
+		p("| sandbox-host RSS idle (VmRSS, pid %d) | %s |\n", ld.HostPID, mib(ld.HostRSSIdleKiB))
+		p("| sandbox-host RSS peak under load (sampled every 20 ms) | %s |\n", mib(ld.HostRSSPeakKiB))
+		p("| sandbox-host RSS after load | %s |\n", mib(ld.HostRSSAfterKiB))
+		if ld.HostMemCurIdle > 0 {
+			p("| sandbox-host.service MemoryCurrent idle / after load | %s / %s |\n", mib(ld.HostMemCurIdle/1024), mib(ld.HostMemCurAfter/1024))
+		}
+		if ld.BrokersSeen > 0 {
+			p("| sandbox-broker peak RSS under load (%d broker processes seen) | %s |\n", ld.BrokersSeen, mib(ld.BrokerRSSPeakKiB))
+		}
+	}
+	if br := in.Broker; br != nil {
+		p("| sandbox-broker RSS (bench broker: idle / after calls / VmHWM) | %s / %s / %s |\n", mib(br.RSSIdleKiB), mib(br.RSSAfterKiB), mib(br.HWMKiB))
+	}
+	if sz := in.Sizes; sz != nil {
+		p("| worker image `%s` (docker image inspect Size) | %.2f MiB (%d bytes) |\n", sz.Image, float64(sz.ImageBytes)/(1<<20), sz.ImageBytes)
+		if sz.ArchiveBytes > 0 {
+			p("| worker image archive (dist/worker-image.tar) | %.2f MiB |\n", float64(sz.ArchiveBytes)/(1<<20))
+		}
+		for _, f := range []struct {
+			n string
+			v int64
+		}{{"sandbox-worker binary", sz.WorkerBytes}, {"sandbox-host binary", sz.HostBytes}, {"sandbox-broker binary", sz.BrokerBytes}} {
+			if f.v > 0 {
+				p("| %s | %.2f MiB |\n", f.n, float64(f.v)/(1<<20))
+			}
+		}
+	}
+	if rd := in.Ready; rd != nil && rd.Summary.N > 0 {
+		p("| sandbox-host start to READY (%s; n=%d) | median %s ms, p95 %s ms, max %s ms |\n", rd.Method, rd.Summary.N, ms(rd.Summary.Median), ms(rd.Summary.P95), ms(rd.Summary.Max))
+	}
+	p("\n")
+	if in.Notes != "" {
+		p("## Notes from this run\n\n%s\n", strings.TrimSpace(in.Notes))
+	}
+	return b.String(), nil
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	s = strings.ReplaceAll(s, "`", "'")
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}
