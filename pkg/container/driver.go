@@ -1,0 +1,402 @@
+// Package container drives the Docker Engine API for one-shot worker
+// containers. Guarantee: every container it creates matches DESIGN.md section
+// 4 (no network, read-only root, no capabilities, no-new-privileges, a
+// non-root uid:gid, bounded memory/CPU/PIDs/tmpfs, exactly two rprivate bind
+// mounts, journald logging, no host environment); images are never pulled;
+// a worker's stdout is read bounded from the attach stream only; and when a
+// caller's context ends the container is SIGKILLed, never waited for.
+package container
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/jsonmessage"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+)
+
+// Error categories (wrapped last with %w).
+var (
+	// ErrImageMissing: the image is not present; the driver never pulls.
+	ErrImageMissing = errors.New("container image not present")
+	// ErrConflict: a container of that name already exists.
+	ErrConflict = errors.New("container name in use")
+	// ErrUnsupportedHost: the daemon address is not a local Unix socket.
+	ErrUnsupportedHost = errors.New("unsupported docker host")
+	// ErrDaemon: the Docker daemon failed a request.
+	ErrDaemon = errors.New("docker daemon request failed")
+	// ErrTooLarge: stdin over MaxStdin.
+	ErrTooLarge = errors.New("input too large")
+)
+
+// CleanupTimeout bounds each Kill and Remove (DESIGN.md section 3 step 8).
+const CleanupTimeout = 5 * time.Second
+
+// MaxStdin bounds what Run writes to a worker: one turn JSON.
+const MaxStdin = protocol.MaxTurnBytes
+
+// maxLoadOutput bounds the daemon's progress stream read by LoadImage.
+const maxLoadOutput = 1 << 20
+
+// defaultSockets are host paths of a Docker socket that never go into a bind
+// mount, whatever the configured daemon address is.
+var defaultSockets = []string{"/run/docker.sock", "/var/run/docker.sock"}
+
+// Result is the outcome of one Run.
+type Result struct {
+	// Stdout is at most maxStdout bytes of the worker's stdout.
+	Stdout []byte
+	// ExitCode is the container's exit status (-1 when unknown).
+	ExitCode int64
+	// Truncated: the worker wrote more than maxStdout bytes and was killed.
+	Truncated bool
+}
+
+// Info describes one listed container.
+type Info struct {
+	ID, Name string
+	Labels   map[string]string
+	// Created has one-second resolution (the list API's granularity).
+	Created time.Time
+	State   string
+}
+
+// PhaseFunc observes how long each phase of Run took.
+type PhaseFunc func(phase string, took time.Duration)
+
+// Phases reported to Driver.Observe.
+const (
+	PhaseAttach = "container_attach"
+	PhaseStart  = "container_start"
+	PhaseRun    = "worker_run"
+	PhaseWait   = "container_wait"
+)
+
+// Driver talks to one local Docker daemon.
+type Driver struct {
+	// Observe, when set, is called after each phase of Run.
+	Observe PhaseFunc
+
+	cli     *client.Client
+	sockets []string
+	// logDriver replaces journald only in this package's integration tests
+	// and benchmark, on a development daemon that has no journald (its
+	// containers then fail to start). Production code cannot set it.
+	logDriver string
+}
+
+// New connects to host ("" = DOCKER_HOST or the default socket). Only local
+// unix:// daemons are accepted: bind-mount sources are paths of this machine.
+// The API version is negotiated (Debian 12's dockerd serves 1.41).
+func New(host string) (*Driver, error) {
+	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if host != "" {
+		opts = append(opts, client.WithHost(host))
+	}
+	cli, err := client.NewClientWithOpts(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("docker client: %v: %w", err, ErrDaemon)
+	}
+	u, err := url.Parse(cli.DaemonHost())
+	if err != nil || u.Scheme != "unix" || u.Path == "" || !filepath.IsAbs(u.Path) {
+		cli.Close()
+		return nil, fmt.Errorf("docker host %q: only unix:///absolute/path is allowed: %w", cli.DaemonHost(), ErrUnsupportedHost)
+	}
+	socks := append([]string{filepath.Clean(u.Path)}, defaultSockets...)
+	if real, err := filepath.EvalSymlinks(u.Path); err == nil {
+		socks = append(socks, real)
+	}
+	return &Driver{cli: cli, sockets: socks}, nil
+}
+
+// Close releases the client's connections.
+func (d *Driver) Close() error { return d.cli.Close() }
+
+func (d *Driver) observe(phase string, since time.Time) time.Time {
+	now := time.Now()
+	if d.Observe != nil {
+		d.Observe(phase, now.Sub(since))
+	}
+	return now
+}
+
+func daemonErr(op string, err error) error {
+	return fmt.Errorf("%s: %v: %w", op, err, ErrDaemon)
+}
+
+// Ping checks that the daemon answers.
+func (d *Driver) Ping(ctx context.Context) error {
+	if _, err := d.cli.Ping(ctx); err != nil {
+		return daemonErr("docker ping", err)
+	}
+	return nil
+}
+
+// ImagePresent reports whether ref exists locally.
+func (d *Driver) ImagePresent(ctx context.Context, ref string) (bool, error) {
+	if _, err := d.cli.ImageInspect(ctx, ref); err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return false, nil
+		}
+		return false, daemonErr("image inspect", err)
+	}
+	return true, nil
+}
+
+// LoadImage loads a docker-archive tar (docker load).
+func (d *Driver) LoadImage(ctx context.Context, archivePath string) error {
+	f, err := os.Open(archivePath)
+	if err != nil {
+		return fmt.Errorf("open image archive: %w", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("image archive %s is not a regular file", archivePath)
+	}
+	resp, err := d.cli.ImageLoad(ctx, f, client.ImageLoadWithQuiet(true))
+	if err != nil {
+		return daemonErr("image load", err)
+	}
+	defer resp.Body.Close()
+	// The load's outcome is in the JSON message stream, not the status code.
+	dec := json.NewDecoder(io.LimitReader(resp.Body, maxLoadOutput))
+	for {
+		var msg jsonmessage.JSONMessage
+		if err := dec.Decode(&msg); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return daemonErr("image load output", err)
+		}
+		if msg.Error != nil {
+			return daemonErr("image load", msg.Error)
+		}
+		if msg.ErrorMessage != "" { //nolint:staticcheck // older daemons set only this
+			return daemonErr("image load", errors.New(msg.ErrorMessage)) //nolint:staticcheck
+		}
+	}
+}
+
+// Create validates spec and creates (does not start) its container. The image
+// must already exist. When ctx ends during the request, the daemon may still
+// create the container: Create then removes it by name once itself, and the
+// caller should remove spec.Name once more (the create/attach race).
+func (d *Driver) Create(ctx context.Context, spec Spec) (string, error) {
+	if err := spec.Validate(d.sockets...); err != nil {
+		return "", err
+	}
+	cfg, host := spec.configs(d.logDriver)
+	resp, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, spec.Name)
+	if err != nil {
+		if ctx.Err() != nil {
+			rmErr := d.removeDetached(ctx, spec.Name)
+			return "", errors.Join(fmt.Errorf("container create: %w", ctx.Err()), rmErr)
+		}
+		switch {
+		case cerrdefs.IsNotFound(err):
+			return "", fmt.Errorf("container create: image %s: %w", spec.Image, ErrImageMissing)
+		case cerrdefs.IsConflict(err):
+			return "", fmt.Errorf("container create %s: %w", spec.Name, ErrConflict)
+		}
+		return "", daemonErr("container create", err)
+	}
+	return resp.ID, nil
+}
+
+// Run attaches to stdin and stdout (stderr goes to journald), starts the
+// container, writes stdin and closes it, copies at most maxStdout bytes of
+// stdout and waits for exit. A worker writing more than maxStdout is killed
+// and the result is Truncated. When ctx ends first, the container is
+// SIGKILLed and the error wraps ctx.Err(). Run never removes the container.
+func (d *Driver) Run(ctx context.Context, id string, stdin []byte, maxStdout int64) (Result, error) {
+	res := Result{ExitCode: -1}
+	if maxStdout <= 0 {
+		return res, errors.New("container run: maxStdout must be positive")
+	}
+	if len(stdin) > MaxStdin {
+		return res, fmt.Errorf("container run: stdin over %d bytes: %w", MaxStdin, ErrTooLarge)
+	}
+	t := time.Now()
+	hj, err := d.cli.ContainerAttach(ctx, id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true})
+	if err != nil {
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("container attach: %w", ctx.Err())
+		}
+		return res, daemonErr("container attach", err)
+	}
+	defer hj.Close()
+	t = d.observe(PhaseAttach, t)
+
+	// Once Run stops reading, the attach connection must be closed before a
+	// kill: a worker still writing would otherwise block the daemon's stream
+	// copy, and with it the kill, until the cleanup bound.
+	abort := func(op string) error {
+		hj.Close()
+		return errors.Join(fmt.Errorf("%s: %w", op, ctx.Err()), d.killDetached(ctx, id))
+	}
+	if err := d.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+		if ctx.Err() != nil {
+			// The daemon may have started it regardless.
+			return res, abort("container start")
+		}
+		return res, daemonErr("container start", err)
+	}
+	t = d.observe(PhaseStart, t)
+
+	go func() {
+		// A worker that never reads stdin blocks this write; hj.Close ends it.
+		if _, err := hj.Conn.Write(stdin); err == nil {
+			_ = hj.CloseWrite()
+		}
+	}()
+	out := &boundedWriter{max: maxStdout}
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(out, io.Discard, hj.Reader)
+		copied <- err
+	}()
+	select {
+	case <-ctx.Done():
+		return res, abort("container run")
+	case err = <-copied:
+	}
+	t = d.observe(PhaseRun, t)
+	res.Stdout = out.buf
+	if errors.Is(err, errStdoutLimit) {
+		res.Truncated = true
+		hj.Close()
+		if kerr := d.killDetached(ctx, id); kerr != nil {
+			return res, fmt.Errorf("container run: stdout over %d bytes, kill: %w", maxStdout, kerr)
+		}
+	} else if err != nil {
+		hj.Close()
+		kerr := d.killDetached(ctx, id)
+		return res, errors.Join(daemonErr("container stdout", err), kerr)
+	}
+
+	waitc, errc := d.cli.ContainerWait(ctx, id, container.WaitConditionNotRunning)
+	select {
+	case <-ctx.Done():
+		return res, abort("container wait")
+	case err := <-errc:
+		if ctx.Err() != nil {
+			return res, abort("container wait")
+		}
+		kerr := d.killDetached(ctx, id)
+		return res, errors.Join(daemonErr("container wait", err), kerr)
+	case w := <-waitc:
+		if w.Error != nil && w.Error.Message != "" {
+			return res, daemonErr("container wait", errors.New(w.Error.Message))
+		}
+		res.ExitCode = w.StatusCode
+	}
+	d.observe(PhaseWait, t)
+	return res, nil
+}
+
+// killDetached kills with a fresh CleanupTimeout bound: the caller's ctx may
+// already be over, and cleanup must still happen.
+func (d *Driver) killDetached(ctx context.Context, id string) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	defer cancel()
+	return d.Kill(cctx, id)
+}
+
+func (d *Driver) removeDetached(ctx context.Context, id string) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	defer cancel()
+	return d.Remove(cctx, id)
+}
+
+// Kill sends SIGKILL. A missing or stopped container counts as success.
+// The call is bounded by CleanupTimeout unless ctx ends sooner.
+func (d *Driver) Kill(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, CleanupTimeout)
+	defer cancel()
+	if err := d.cli.ContainerKill(ctx, id, "KILL"); err != nil {
+		// 409 Conflict is "container is not running".
+		if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
+			return nil
+		}
+		return daemonErr("container kill", err)
+	}
+	return nil
+}
+
+// Remove force-removes id (name or id) with its anonymous volumes. A missing
+// container counts as success. Bounded by CleanupTimeout unless ctx ends
+// sooner: pass a cleanup context, not an expired turn context.
+func (d *Driver) Remove(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, CleanupTimeout)
+	defer cancel()
+	err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return daemonErr("container remove", err)
+	}
+	return nil
+}
+
+// List returns every container (all states) labelled with installation.
+func (d *Driver) List(ctx context.Context, installation string) ([]Info, error) {
+	if installation == "" {
+		return nil, errors.New("container list: installation is empty")
+	}
+	f := filters.NewArgs(filters.Arg("label", layout.LabelInstallation+"="+installation))
+	list, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, daemonErr("container list", err)
+	}
+	infos := make([]Info, 0, len(list))
+	for _, c := range list {
+		// The filter is the daemon's; check again so a daemon bug or an
+		// unexpected label form cannot hand another installation's container.
+		if c.Labels[layout.LabelInstallation] != installation {
+			continue
+		}
+		name := ""
+		if len(c.Names) > 0 {
+			name = strings.TrimPrefix(c.Names[0], "/")
+		}
+		infos = append(infos, Info{
+			ID:      c.ID,
+			Name:    name,
+			Labels:  c.Labels,
+			Created: time.Unix(c.Created, 0),
+			State:   string(c.State),
+		})
+	}
+	return infos, nil
+}
+
+var errStdoutLimit = errors.New("stdout limit reached")
+
+// boundedWriter keeps at most max bytes and fails the write that exceeds it,
+// which stops stdcopy at once.
+type boundedWriter struct {
+	buf []byte
+	max int64
+}
+
+func (w *boundedWriter) Write(p []byte) (int, error) {
+	room := w.max - int64(len(w.buf))
+	if int64(len(p)) > room {
+		w.buf = append(w.buf, p[:room]...)
+		return int(room), errStdoutLimit
+	}
+	w.buf = append(w.buf, p...)
+	return len(p), nil
+}

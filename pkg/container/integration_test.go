@@ -1,0 +1,546 @@
+package container
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/mount"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/container/testimage"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+)
+
+// Integration tests run only with SANDBOX_IT_DOCKER=unix:///path/docker.sock
+// (test/integration.sh starts a private dockerd and sets it).
+const itImage = "roundtable-sandbox-it:latest"
+
+// The containers' uid:gid when the tests run as root (they chown the
+// workspace to it); otherwise the test's own ids.
+const itID = 4242
+
+var (
+	imageOnce sync.Once
+	imageErr  error
+)
+
+func itDriver(t *testing.T) *Driver {
+	t.Helper()
+	host := os.Getenv("SANDBOX_IT_DOCKER")
+	if host == "" {
+		t.Skip("integration test skipped: set SANDBOX_IT_DOCKER=unix:///path/docker.sock to run it against a real dockerd")
+	}
+	d, err := New(host)
+	if err != nil {
+		t.Fatalf("New(%q): %v", host, err)
+	}
+	t.Cleanup(func() { d.Close() })
+	ctx := context.Background()
+	if err := d.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	// On a daemon without journald (the development dockerd), containers
+	// with the journald driver cannot start: SANDBOX_IT_LOG_DRIVER=none lets
+	// the Run tests work there. Create-only tests always use journald.
+	d.logDriver = os.Getenv("SANDBOX_IT_LOG_DRIVER")
+	imageOnce.Do(func() { imageErr = loadTestImage(d) })
+	if imageErr != nil {
+		t.Fatalf("test image: %v", imageErr)
+	}
+	return d
+}
+
+// loadTestImage builds testdata/itworker as a static binary, wraps it in a
+// FROM scratch docker-archive and loads it through LoadImage.
+func loadTestImage(d *Driver) error {
+	dir, err := os.MkdirTemp("", "sandbox-it-image-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "itworker")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./testdata/itworker")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return errors.New("go build itworker: " + err.Error() + ": " + string(out))
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return err
+	}
+	archive := filepath.Join(dir, "image.tar")
+	f, err := os.Create(archive)
+	if err != nil {
+		return err
+	}
+	if err := testimage.Write(f, itImage, data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return d.LoadImage(context.Background(), archive)
+}
+
+func itIDs() (int, int) {
+	if os.Getuid() == 0 {
+		return itID, itID
+	}
+	return os.Getuid(), os.Getgid()
+}
+
+// itSpec returns a valid spec with fresh workspace and turn directories.
+func itSpec(t *testing.T, installation string) Spec {
+	t.Helper()
+	uid, gid := itIDs()
+	root := t.TempDir()
+	ws := filepath.Join(root, "ws")
+	turnDir := filepath.Join(root, "turn")
+	for _, dir := range []string{ws, turnDir} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// t.TempDir may sit under a symlinked /tmp: the driver wants real paths.
+	ws, _ = filepath.EvalSymlinks(ws)
+	turnDir, _ = filepath.EvalSymlinks(turnDir)
+	turn := ids.NewTurnID()
+	channel := "it:" + t.Name()
+	name, err := ids.ContainerName(channel, turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := Spec{
+		Name: name, Image: itImage, UID: uid, GID: gid,
+		WorkspaceDir: ws, TurnDir: turnDir,
+		MemoryMB: 128, CPUs: 0.5, Pids: 32, TmpfsMB: 8,
+		LogTag: ids.LogTag(channel),
+		Labels: map[string]string{
+			layout.LabelInstallation: installation,
+			layout.LabelTurn:         turn,
+			layout.LabelChannel:      ids.ChannelTag(channel),
+			layout.LabelDeadline:     strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10),
+		},
+	}
+	if rt := os.Getenv("SANDBOX_IT_RUNTIME"); rt != "" {
+		spec.Runtime = rt
+	}
+	return spec
+}
+
+// itCreate creates spec and removes the container when the test ends.
+func itCreate(t *testing.T, d *Driver, spec Spec) string {
+	t.Helper()
+	t.Cleanup(func() {
+		if err := d.Remove(context.Background(), spec.Name); err != nil {
+			t.Errorf("cleanup Remove(%s): %v", spec.Name, err)
+		}
+	})
+	id, err := d.Create(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return id
+}
+
+func TestIntegrationCreateMatchesDesign(t *testing.T) {
+	d := itDriver(t)
+	d.logDriver = "" // the production configuration, whatever the daemon supports
+	spec := itSpec(t, "it-design")
+	id := itCreate(t, d, spec)
+	c, err := d.cli.ContainerInspect(context.Background(), id)
+	if err != nil {
+		t.Fatalf("inspect: %v", err)
+	}
+	hc, cfg := c.HostConfig, c.Config
+	uid, gid := itIDs()
+	checks := []struct {
+		field     string
+		got, want any
+	}{
+		{"Name", c.Name, "/" + spec.Name},
+		{"Image", cfg.Image, itImage},
+		{"NetworkMode", string(hc.NetworkMode), "none"},
+		{"ReadonlyRootfs", hc.ReadonlyRootfs, true},
+		{"Privileged", hc.Privileged, false},
+		{"CapDrop", strings.Join(hc.CapDrop, ","), "ALL"},
+		{"CapAdd", len(hc.CapAdd), 0},
+		{"SecurityOpt", strings.Join(hc.SecurityOpt, ","), "no-new-privileges"},
+		{"User", cfg.User, strconv.Itoa(uid) + ":" + strconv.Itoa(gid)},
+		{"Memory", hc.Memory, int64(spec.MemoryMB) << 20},
+		{"MemorySwap", hc.MemorySwap, int64(spec.MemoryMB) << 20},
+		{"NanoCPUs", hc.NanoCPUs, int64(500_000_000)},
+		{"PidsLimit", *hc.PidsLimit, spec.Pids},
+		{"Tmpfs", hc.Tmpfs["/tmp"], "size=8m,mode=1777,nosuid,nodev,noexec"},
+		{"Tmpfs count", len(hc.Tmpfs), 1},
+		{"Binds", len(hc.Binds), 0},
+		{"Mounts", len(hc.Mounts), 2},
+		{"VolumesFrom", len(hc.VolumesFrom), 0},
+		{"LogConfig.Type", hc.LogConfig.Type, "journald"},
+		{"LogConfig.tag", hc.LogConfig.Config["tag"], spec.LogTag},
+		{"LogConfig opts", len(hc.LogConfig.Config), 1},
+		{"AutoRemove", hc.AutoRemove, false},
+		{"Env", strings.Join(cfg.Env, " "), "SANDBOX_BROKER_SOCKET=/run/broker/broker.sock SANDBOX_API_KEY=sandbox-dummy-key"},
+		{"OpenStdin", cfg.OpenStdin, true},
+		{"StdinOnce", cfg.StdinOnce, true},
+		{"AttachStdin", cfg.AttachStdin, true},
+		{"AttachStdout", cfg.AttachStdout, true},
+		{"AttachStderr", cfg.AttachStderr, false},
+		{"Tty", cfg.Tty, false},
+		{"WorkingDir", cfg.WorkingDir, "/workspace"},
+		{"Runtime", hc.Runtime == spec.Runtime || (spec.Runtime == "" && hc.Runtime == "runc"), true},
+		{"RestartPolicy", string(hc.RestartPolicy.Name), ""},
+		{"PortBindings", len(hc.PortBindings), 0},
+		{"Devices", len(hc.Devices), 0},
+	}
+	for _, want := range []string{layout.LabelInstallation, layout.LabelTurn, layout.LabelChannel, layout.LabelDeadline} {
+		checks = append(checks, struct {
+			field     string
+			got, want any
+		}{"Labels[" + want + "]", cfg.Labels[want], spec.Labels[want]})
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.field, c.got, c.want)
+		}
+	}
+	// The two binds, field by field, in the daemon's own view (HostConfig)
+	// and as mounted (MountPoint).
+	wantMounts := map[string]struct {
+		src string
+		ro  bool
+	}{"/workspace": {spec.WorkspaceDir, false}, "/run/broker": {spec.TurnDir, true}}
+	for _, m := range hc.Mounts {
+		w, ok := wantMounts[m.Target]
+		if !ok {
+			t.Errorf("unexpected mount target %s", m.Target)
+			continue
+		}
+		if m.Type != mount.TypeBind || m.Source != w.src || m.ReadOnly != w.ro || m.BindOptions == nil || m.BindOptions.Propagation != mount.PropagationRPrivate {
+			t.Errorf("mount %s = %+v (bind options %+v), want bind from %s ro=%v rprivate", m.Target, m, m.BindOptions, w.src, w.ro)
+		}
+	}
+	for _, mp := range c.Mounts {
+		w, ok := wantMounts[mp.Destination]
+		if !ok {
+			t.Errorf("unexpected mount point %s", mp.Destination)
+			continue
+		}
+		if string(mp.Type) != "bind" || mp.Source != w.src || mp.RW == w.ro || string(mp.Propagation) != "rprivate" {
+			t.Errorf("mount point %s = %+v, want bind %s rw=%v rprivate", mp.Destination, mp, w.src, !w.ro)
+		}
+	}
+	if len(c.Mounts) != 2 {
+		t.Errorf("mount points = %d, want 2", len(c.Mounts))
+	}
+}
+
+// TestIntegrationInsideView checks the confinement from inside a running
+// container: what a hostile worker would see.
+func TestIntegrationInsideView(t *testing.T) {
+	d := itDriver(t)
+	spec := itSpec(t, "it-inside")
+	id := itCreate(t, d, spec)
+	res, err := d.Run(context.Background(), id, []byte("probe\n"), 64<<10)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	var got struct {
+		UID, GID                           int
+		Env                                []string
+		Cwd                                string
+		RootWritable, TmpWritable          bool
+		WorkspaceWritable, BrokerWritable  bool
+		CapEff, CapBnd, NoNewPrivs, Groups string
+		Interfaces                         []string
+		DockerSocket                       bool
+	}
+	if err := json.Unmarshal(res.Stdout, &got); err != nil {
+		t.Fatalf("probe output %q: %v", res.Stdout, err)
+	}
+	uid, gid := itIDs()
+	checks := []struct {
+		field     string
+		got, want any
+	}{
+		{"uid", got.UID, uid},
+		{"gid", got.GID, gid},
+		// Docker itself adds PATH, HOSTNAME and HOME; nothing of the host's.
+		{"env", strings.Join(slices.Sorted(slices.Values(got.Env)), " "), "HOME=/ HOSTNAME=" + id[:12] + " PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin SANDBOX_API_KEY=sandbox-dummy-key SANDBOX_BROKER_SOCKET=/run/broker/broker.sock"},
+		{"cwd", got.Cwd, "/workspace"},
+		{"root writable", got.RootWritable, false},
+		{"/tmp writable", got.TmpWritable, true},
+		{"/workspace writable", got.WorkspaceWritable, true},
+		{"/run/broker writable", got.BrokerWritable, false},
+		{"CapEff", got.CapEff, "0000000000000000"},
+		{"CapBnd", got.CapBnd, "0000000000000000"},
+		{"NoNewPrivs", got.NoNewPrivs, "1"},
+		{"interfaces", strings.Join(got.Interfaces, ","), "lo"},
+		{"docker socket", got.DockerSocket, false},
+		{"exit code", res.ExitCode, int64(0)},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("inside: %s = %v, want %v", c.field, c.got, c.want)
+		}
+	}
+}
+
+func TestIntegrationRunRoundTrip(t *testing.T) {
+	d := itDriver(t)
+	var phases []string
+	d.Observe = func(phase string, took time.Duration) {
+		if took < 0 {
+			t.Errorf("phase %s took %v", phase, took)
+		}
+		phases = append(phases, phase)
+	}
+	tests := []struct {
+		name      string
+		stdin     []byte
+		max       int64
+		wantOut   []byte
+		wantExit  int64
+		truncated bool
+	}{
+		{"echo", []byte("hello\nworld {\"ok\":true}"), 1 << 10, []byte("hello\nworld {\"ok\":true}"), 0, false},
+		{"empty stdin", nil, 1 << 10, nil, 0, false},
+		{"large stdin", bytes.Repeat([]byte("a"), MaxStdin), MaxStdin, bytes.Repeat([]byte("a"), MaxStdin), 0, false},
+		{"exit status", []byte("exit 7\n"), 1 << 10, nil, 7, false},
+		{"exactly at bound", []byte("12345678"), 8, []byte("12345678"), 0, false},
+		{"over bound", []byte("123456789"), 8, []byte("12345678"), 137, true},
+		{"flood", []byte("flood\n"), 64 << 10, bytes.Repeat([]byte("x"), 64<<10), 137, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			phases = nil
+			id := itCreate(t, d, itSpec(t, "it-run"))
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			res, err := d.Run(ctx, id, tt.stdin, tt.max)
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if !bytes.Equal(res.Stdout, tt.wantOut) {
+				t.Errorf("stdout = %d bytes %.40q, want %d bytes %.40q", len(res.Stdout), res.Stdout, len(tt.wantOut), tt.wantOut)
+			}
+			if res.Truncated != tt.truncated {
+				t.Errorf("Truncated = %v, want %v", res.Truncated, tt.truncated)
+			}
+			// A killed "over bound" worker may also have exited by itself first.
+			if res.ExitCode != tt.wantExit && !(tt.truncated && res.ExitCode == 0) {
+				t.Errorf("ExitCode = %d, want %d", res.ExitCode, tt.wantExit)
+			}
+			if want := []string{PhaseAttach, PhaseStart, PhaseRun, PhaseWait}; !slices.Equal(phases, want) {
+				t.Errorf("phases = %v, want %v", phases, want)
+			}
+		})
+	}
+}
+
+func TestIntegrationRunRefusesOversizedStdin(t *testing.T) {
+	d := itDriver(t)
+	id := itCreate(t, d, itSpec(t, "it-run"))
+	_, err := d.Run(context.Background(), id, make([]byte, MaxStdin+1), 1024)
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("Run(stdin %d bytes) = %v, want ErrTooLarge", MaxStdin+1, err)
+	}
+	c, err := d.cli.ContainerInspect(context.Background(), id)
+	if err != nil || c.State.Status != "created" {
+		t.Errorf("refused Run touched the container: state %v, %v", c.State, err)
+	}
+}
+
+// A PID 1 that ignores SIGTERM and never exits: the deadline ends Run with
+// SIGKILL, and Kill + Remove leave nothing behind.
+func TestIntegrationDeadlineKills(t *testing.T) {
+	d := itDriver(t)
+	spec := itSpec(t, "it-hang")
+	id := itCreate(t, d, spec)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := d.Run(ctx, id, []byte("hang\n"), 1024)
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run = %v, want an error wrapping context.DeadlineExceeded", err)
+	}
+	if took > 2*time.Second+CleanupTimeout {
+		t.Errorf("Run returned after %v, want within deadline + %v", took, CleanupTimeout)
+	}
+	c, err := d.cli.ContainerInspect(context.Background(), id)
+	if err != nil {
+		t.Fatalf("inspect: %v", err)
+	}
+	if c.State.Running {
+		t.Errorf("container still running after Run's deadline: %+v", c.State)
+	}
+	cleanup := context.Background()
+	if err := d.Kill(cleanup, id); err != nil {
+		t.Errorf("Kill of a stopped container = %v, want nil", err)
+	}
+	if err := d.Remove(cleanup, id); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if _, err := d.cli.ContainerInspect(cleanup, id); !cerrdefs.IsNotFound(err) {
+		t.Errorf("inspect after Remove = %v, want not found", err)
+	}
+}
+
+// Remove also ends a running container (force) without a Kill first.
+func TestIntegrationRemoveRunning(t *testing.T) {
+	d := itDriver(t)
+	id := itCreate(t, d, itSpec(t, "it-hang"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Run(ctx, id, []byte("hang\n"), 1024)
+		done <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := d.cli.ContainerInspect(context.Background(), id)
+		if err == nil && c.State.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("container never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := d.Remove(context.Background(), id); err != nil {
+		t.Fatalf("Remove of a running container: %v", err)
+	}
+	if _, err := d.cli.ContainerInspect(context.Background(), id); !cerrdefs.IsNotFound(err) {
+		t.Errorf("inspect after Remove = %v, want not found", err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Log("Run ended without error after the container was removed (exit observed)")
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("Run did not return after its container was removed")
+	}
+	cancel()
+}
+
+func TestIntegrationMissing(t *testing.T) {
+	d := itDriver(t)
+	ctx := context.Background()
+	missing := ids.ContainerPrefix + "0000000000000000-00000000"
+	if err := d.Remove(ctx, missing); err != nil {
+		t.Errorf("Remove(missing) = %v, want nil", err)
+	}
+	if err := d.Kill(ctx, missing); err != nil {
+		t.Errorf("Kill(missing) = %v, want nil", err)
+	}
+	if ok, err := d.ImagePresent(ctx, itImage); !ok || err != nil {
+		t.Errorf("ImagePresent(%s) = %v, %v; want true", itImage, ok, err)
+	}
+	if ok, err := d.ImagePresent(ctx, "roundtable-sandbox-absent:none"); ok || err != nil {
+		t.Errorf("ImagePresent(absent) = %v, %v; want false, nil", ok, err)
+	}
+}
+
+func TestIntegrationCreateRefusals(t *testing.T) {
+	d := itDriver(t)
+	ctx := context.Background()
+
+	noImage := itSpec(t, "it-refuse")
+	noImage.Image = "roundtable-sandbox-absent:none"
+	if _, err := d.Create(ctx, noImage); !errors.Is(err, ErrImageMissing) {
+		t.Errorf("Create(absent image) = %v, want ErrImageMissing (never pulled)", err)
+	}
+
+	dup := itSpec(t, "it-refuse")
+	itCreate(t, d, dup)
+	if _, err := d.Create(ctx, dup); !errors.Is(err, ErrConflict) {
+		t.Errorf("Create(same name twice) = %v, want ErrConflict", err)
+	}
+
+	root := itSpec(t, "it-refuse")
+	root.UID = 0
+	if _, err := d.Create(ctx, root); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("Create(uid 0) = %v, want ErrInvalidSpec", err)
+	}
+	list, err := d.List(ctx, "it-refuse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Name != dup.Name {
+		t.Errorf("containers after refusals = %+v, want only %s", list, dup.Name)
+	}
+}
+
+func TestIntegrationList(t *testing.T) {
+	d := itDriver(t)
+	ctx := context.Background()
+	a1, a2, b := itSpec(t, "it-list-a"), itSpec(t, "it-list-a"), itSpec(t, "it-list-b")
+	for _, s := range []Spec{a1, a2, b} {
+		itCreate(t, d, s)
+	}
+	got, err := d.List(ctx, "it-list-a")
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	var names []string
+	for _, c := range got {
+		names = append(names, c.Name)
+		if c.State != "created" || c.Labels[layout.LabelInstallation] != "it-list-a" || c.Created.IsZero() || time.Since(c.Created) > time.Minute {
+			t.Errorf("listed %+v: want state created, installation it-list-a, recent Created", c)
+		}
+	}
+	slices.Sort(names)
+	want := []string{a1.Name, a2.Name}
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Errorf("List(it-list-a) names = %v, want %v", names, want)
+	}
+	if got, err := d.List(ctx, "it-list-none"); err != nil || len(got) != 0 {
+		t.Errorf("List(it-list-none) = %v, %v; want empty", got, err)
+	}
+}
+
+// With SANDBOX_IT_WORKER_IMAGE set (test/integration.sh loads the real
+// worker image), the worker answers a malformed turn with one reply object.
+func TestIntegrationWorkerImage(t *testing.T) {
+	image := os.Getenv("SANDBOX_IT_WORKER_IMAGE")
+	if image == "" {
+		t.Skip("worker image test skipped: set SANDBOX_IT_WORKER_IMAGE (and SANDBOX_IT_DOCKER) to run it")
+	}
+	d := itDriver(t)
+	spec := itSpec(t, "it-worker")
+	spec.Image = image
+	id := itCreate(t, d, spec)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := d.Run(ctx, id, []byte(`{"not":"a turn"}`), protocol.MaxReplyBytes)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	reply, err := protocol.DecodeReply(res.Stdout)
+	if err != nil {
+		t.Fatalf("worker stdout %q is not a reply: %v", res.Stdout, err)
+	}
+	if reply.OK {
+		t.Errorf("reply to a malformed turn = %+v, want ok=false", reply)
+	}
+}

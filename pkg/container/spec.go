@@ -1,0 +1,268 @@
+package container
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+)
+
+// ErrInvalidSpec is the category of every refused Spec: nothing is sent to
+// the daemon for a spec that fails validation.
+var ErrInvalidSpec = errors.New("invalid container spec")
+
+// Bounds of a Spec. They are wide on purpose (the config package holds the
+// operator-facing bounds); their job is to refuse zero, negative and absurd
+// values, because Docker reads 0 as "unlimited".
+const (
+	MinMemoryMB = 16
+	MaxMemoryMB = 64 << 10
+	MinCPUs     = 0.01
+	MaxCPUs     = 256
+	MaxPids     = 32768
+	MaxTmpfsMB  = 4096
+	maxLabels   = 16
+	maxLabelKey = 128
+	maxLabelVal = 256
+	maxImageRef = 255
+)
+
+// Fixed parts of the container (DESIGN.md section 4).
+const (
+	TmpPath       = "/tmp"
+	LogDriver     = "journald"
+	logTagPrefix  = "sandbox/"
+	noNewPrivOpt  = "no-new-privileges"
+	networkNone   = "none"
+	capabilityAll = "ALL"
+)
+
+var (
+	nameRe    = regexp.MustCompile(`^` + regexp.QuoteMeta(ids.ContainerPrefix) + `[0-9a-f]{16}-[0-9a-f]{8}$`)
+	imageRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$`)
+	runtimeRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+)
+
+// Spec is one turn's container. Every field is required except Runtime.
+type Spec struct {
+	// Name is ids.ContainerName(channel, turn).
+	Name  string
+	Image string
+	// UID and GID are the host's own non-root ids; 0 is refused.
+	UID, GID int
+	// WorkspaceDir is bound read-write at /workspace, TurnDir read-only at
+	// /run/broker. Both must be absolute, clean, symlink-free directories.
+	WorkspaceDir, TurnDir string
+	MemoryMB              int
+	CPUs                  float64
+	Pids                  int64
+	TmpfsMB               int
+	// Runtime is an optional OCI runtime name (for example "runsc").
+	Runtime string
+	// LogTag is ids.LogTag(channel): "sandbox/<channel tag>".
+	LogTag string
+	// Labels must carry layout.LabelInstallation, LabelTurn, LabelChannel and
+	// LabelDeadline with valid values; the reaper depends on them.
+	Labels map[string]string
+}
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, a...), ErrInvalidSpec)
+}
+
+// Validate checks every field of s. dockerSockets are host paths that must
+// never become visible inside a bind mount.
+func (s *Spec) Validate(dockerSockets ...string) error {
+	if !nameRe.MatchString(s.Name) {
+		return invalid("name must match %s", nameRe)
+	}
+	if len(s.Image) == 0 || len(s.Image) > maxImageRef || !imageRe.MatchString(s.Image) {
+		return invalid("image reference must be 1 to %d characters of [A-Za-z0-9._/:@+-]", maxImageRef)
+	}
+	if s.UID <= 0 || s.GID <= 0 {
+		return invalid("uid and gid must be positive (root is refused)")
+	}
+	if s.MemoryMB < MinMemoryMB || s.MemoryMB > MaxMemoryMB {
+		return invalid("memory must be %d to %d MiB", MinMemoryMB, MaxMemoryMB)
+	}
+	if !(s.CPUs >= MinCPUs && s.CPUs <= MaxCPUs) { // also refuses NaN
+		return invalid("cpus must be %.2f to %d", MinCPUs, MaxCPUs)
+	}
+	if s.Pids < 1 || s.Pids > MaxPids {
+		return invalid("pids must be 1 to %d", MaxPids)
+	}
+	if s.TmpfsMB < 1 || s.TmpfsMB > MaxTmpfsMB {
+		return invalid("tmpfs must be 1 to %d MiB", MaxTmpfsMB)
+	}
+	if s.Runtime != "" && !runtimeRe.MatchString(s.Runtime) {
+		return invalid("runtime must match %s", runtimeRe)
+	}
+	tag, ok := strings.CutPrefix(s.LogTag, logTagPrefix)
+	if !ok || ids.ValidChannelTag(tag) != nil {
+		return invalid("log tag must be %s<channel tag>", logTagPrefix)
+	}
+	if err := s.validateLabels(); err != nil {
+		return err
+	}
+	return validateMounts(s.WorkspaceDir, s.TurnDir, dockerSockets)
+}
+
+func (s *Spec) validateLabels() error {
+	if len(s.Labels) > maxLabels {
+		return invalid("at most %d labels", maxLabels)
+	}
+	for k, v := range s.Labels {
+		if k == "" || len(k) > maxLabelKey || len(v) > maxLabelVal || !printable(k) || !printable(v) {
+			return invalid("label keys must be 1 to %d and values at most %d printable characters", maxLabelKey, maxLabelVal)
+		}
+	}
+	if err := ids.ValidInstallation(s.Labels[layout.LabelInstallation]); err != nil {
+		return invalid("label %s: %v", layout.LabelInstallation, err)
+	}
+	turn := s.Labels[layout.LabelTurn]
+	if err := ids.ValidTurnID(turn); err != nil {
+		return invalid("label %s: %v", layout.LabelTurn, err)
+	}
+	// The name's last 8 characters are the turn id's first 8 (ids.ContainerName).
+	if !strings.HasSuffix(s.Name, "-"+turn[:8]) {
+		return invalid("name does not belong to the turn label")
+	}
+	if err := ids.ValidChannelTag(s.Labels[layout.LabelChannel]); err != nil {
+		return invalid("label %s: %v", layout.LabelChannel, err)
+	}
+	if d, err := strconv.ParseInt(s.Labels[layout.LabelDeadline], 10, 64); err != nil || d <= 0 {
+		return invalid("label %s must be positive unix seconds", layout.LabelDeadline)
+	}
+	return nil
+}
+
+func printable(s string) bool {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// validateMounts refuses bind sources that are not what the host made: a
+// relative, unclean or symlinked path (the daemon would resolve the link), a
+// non-directory, the two sources nested in each other, or a source that
+// contains the Docker socket.
+func validateMounts(workspace, turnDir string, dockerSockets []string) error {
+	for _, p := range []struct{ what, path string }{{"workspace", workspace}, {"turn dir", turnDir}} {
+		if !filepath.IsAbs(p.path) || filepath.Clean(p.path) != p.path || p.path == "/" {
+			return invalid("%s must be an absolute clean path other than /", p.what)
+		}
+		resolved, err := filepath.EvalSymlinks(p.path)
+		if err != nil || resolved != p.path {
+			return invalid("%s must exist and contain no symlink", p.what)
+		}
+		fi, err := os.Lstat(p.path)
+		if err != nil || !fi.IsDir() {
+			return invalid("%s must be a directory", p.what)
+		}
+		for _, sock := range dockerSockets {
+			if sock != "" && within(sock, p.path) {
+				return invalid("%s must not contain the Docker socket", p.what)
+			}
+		}
+	}
+	if within(workspace, turnDir) || within(turnDir, workspace) {
+		return invalid("workspace and turn dir must be separate")
+	}
+	return nil
+}
+
+// within reports whether path is dir or below it (both clean and absolute).
+func within(path, dir string) bool {
+	return path == dir || strings.HasPrefix(path, dir+"/")
+}
+
+// configs builds the Engine API create request for a validated spec. It is
+// the single place that states the container's confinement.
+// logDriver is LogDriver except in integration tests on a daemon without
+// journald (see Driver.logDriver).
+func (s *Spec) configs(logDriver string) (*container.Config, *container.HostConfig) {
+	labels := make(map[string]string, len(s.Labels))
+	for k, v := range s.Labels {
+		labels[k] = v
+	}
+	memory := int64(s.MemoryMB) << 20
+	pids := s.Pids
+	cfg := &container.Config{
+		User:         strconv.Itoa(s.UID) + ":" + strconv.Itoa(s.GID),
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: false,
+		OpenStdin:    true,
+		StdinOnce:    true,
+		Tty:          false,
+		Env: []string{
+			protocol.EnvBrokerSocket + "=" + protocol.BrokerSocketPath,
+			protocol.EnvAPIKey + "=" + protocol.DummyAPIKey,
+		},
+		Image:      s.Image,
+		WorkingDir: protocol.WorkspacePath,
+		Labels:     labels,
+	}
+	host := &container.HostConfig{
+		NetworkMode:    networkNone,
+		ReadonlyRootfs: true,
+		CapDrop:        []string{capabilityAll},
+		SecurityOpt:    []string{noNewPrivOpt},
+		AutoRemove:     false,
+		Privileged:     false,
+		LogConfig: container.LogConfig{
+			Type:   LogDriver,
+			Config: map[string]string{"tag": s.LogTag},
+		},
+		Runtime: s.Runtime,
+		Tmpfs: map[string]string{
+			TmpPath: TmpfsOptions(s.TmpfsMB),
+		},
+		Mounts: []mount.Mount{
+			{
+				Type:        mount.TypeBind,
+				Source:      s.WorkspaceDir,
+				Target:      protocol.WorkspacePath,
+				ReadOnly:    false,
+				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+			},
+			{
+				Type:        mount.TypeBind,
+				Source:      s.TurnDir,
+				Target:      protocol.BrokerDir,
+				ReadOnly:    true,
+				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+			},
+		},
+		Resources: container.Resources{
+			Memory:     memory,
+			MemorySwap: memory, // no swap beyond memory
+			NanoCPUs:   int64(s.CPUs*1e9 + 0.5),
+			PidsLimit:  &pids,
+		},
+	}
+	if logDriver != "" && logDriver != LogDriver {
+		host.LogConfig = container.LogConfig{Type: logDriver}
+	}
+	return cfg, host
+}
+
+// TmpfsOptions is the /tmp tmpfs option string for a size in MiB. noexec is
+// defence in depth only: the workspace stays executable by design.
+func TmpfsOptions(sizeMB int) string {
+	return "size=" + strconv.Itoa(sizeMB) + "m,mode=1777,nosuid,nodev,noexec"
+}
