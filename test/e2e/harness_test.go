@@ -1,0 +1,516 @@
+// Package e2e holds the end-to-end scenarios: the installed .deb under a real
+// systemd 252 and dockerd in a private namespace, driven through the real API
+// socket and the real CLI, against a scripted fake model and fake MCP server.
+//
+// The tests run only with SANDBOX_E2E=1, inside the namespace that
+// test/e2e/run.sh (`make e2e`) boots; plain `go test ./...` skips them.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"text/template"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+)
+
+// The switch that enables these tests.
+const envSwitch = "SANDBOX_E2E"
+
+const (
+	hostSocket     = layout.HostSocket
+	configPath     = layout.ConfigFile
+	credentialsDir = layout.CredentialsDir
+	hostileImage   = "roundtable-e2e-hostile:latest"
+	stubbornImage  = "roundtable-e2e-stubborn:latest"
+	installation   = "e2e"
+)
+
+// env is the run's shared state, set up once by TestMain.
+var env struct {
+	work       string // E2E_WORK: records, scripts, logs
+	bin        string // E2E_BIN: fakemodel, fakemcp
+	credential string // the real model credential of this run
+	mcpCred    string
+	memValue   string // the value the memory scenario stores
+	modelPort  int
+	mcpPort    int
+	modelRec   string
+	mcpRec     string
+	docker     *client.Client
+	procs      []*exec.Cmd
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envSwitch) != "1" {
+		fmt.Printf("e2e tests skipped: set %s=1 (make e2e runs them inside a namespaced systemd with the installed .deb)\n", envSwitch)
+		os.Exit(0)
+	}
+	code := 1
+	if err := setup(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e setup failed: %v\n", err)
+	} else {
+		code = m.Run()
+	}
+	for _, p := range env.procs {
+		_ = p.Process.Kill()
+		_ = p.Wait()
+	}
+	os.Exit(code)
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func setup() error {
+	env.work = os.Getenv("E2E_WORK")
+	env.bin = os.Getenv("E2E_BIN")
+	if env.work == "" || env.bin == "" {
+		return fmt.Errorf("E2E_WORK and E2E_BIN must be set")
+	}
+	env.credential = "sk-e2e-" + randHex(16)
+	env.mcpCred = "mcp-e2e-" + randHex(16)
+	env.memValue = "teal-" + randHex(4)
+	env.modelRec = filepath.Join(env.work, "model-requests.jsonl")
+	env.mcpRec = filepath.Join(env.work, "mcp-requests.jsonl")
+	script := filepath.Join(env.work, "model-script.json")
+	if err := os.WriteFile(script, modelScript(), 0o644); err != nil {
+		return err
+	}
+	var err error
+	if env.modelPort, err = startFake("fakemodel", "-script", script, "-record", env.modelRec); err != nil {
+		return err
+	}
+	if env.mcpPort, err = startFake("fakemcp", "-record", env.mcpRec); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(credentialsDir, 0o700); err != nil {
+		return err
+	}
+	for name, v := range map[string]string{"model": env.credential, "mcp-search": env.mcpCred} {
+		if err := os.WriteFile(filepath.Join(credentialsDir, name), []byte(v+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	if err := writeConfig(baseConfig()); err != nil {
+		return err
+	}
+	env.docker, err = client.NewClientWithOpts(client.WithHost("unix:///run/docker.sock"), client.WithAPIVersionNegotiation())
+	return err
+}
+
+// startFake starts one of the fake servers and returns its port.
+func startFake(name string, args ...string) (int, error) {
+	portFile := filepath.Join(env.work, name+".port")
+	_ = os.Remove(portFile)
+	logf, err := os.Create(filepath.Join(env.work, name+".log"))
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.Command(filepath.Join(env.bin, name), append([]string{"-port-file", portFile}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	env.procs = append(env.procs, cmd)
+	for i := 0; i < 100; i++ {
+		if data, err := os.ReadFile(portFile); err == nil {
+			var port int
+			_, err := fmt.Sscan(string(data), &port)
+			return port, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("%s did not start", name)
+}
+
+// The model script: one rule per scenario, keyed by a marker in the guest text.
+func modelScript() []byte {
+	type call = map[string]any
+	rules := []map[string]any{
+		{"match": "CRED-CHECK", "replies": []call{{"text": "sealed answer", "delayMs": 3000}}},
+		{"match": "MEM-SET", "replies": []call{
+			{"toolCalls": []call{{"name": "memory_set", "arguments": json.RawMessage(`{"scope":"channel","key":"e2e-code","text":"` + env.memValue + `"}`)}}},
+			{"text": "stored: {{tool}}"},
+		}},
+		{"match": "MEM-GET", "replies": []call{
+			{"toolCalls": []call{{"name": "memory_get", "arguments": json.RawMessage(`{"scope":"channel","key":"e2e-code"}`)}}},
+			{"text": "recalled: {{tool}}"},
+		}},
+		{"match": "SLOW", "replies": []call{{"text": "slow answer", "delayMs": 20000}}},
+		{"match": "OVERLAP", "replies": []call{{"text": "overlap {{user}}", "delayMs": 1500}}},
+		{"match": "", "replies": []call{{"text": "echo: {{user}}"}}},
+	}
+	b, _ := json.MarshalIndent(map[string]any{"rules": rules}, "", " ")
+	return b
+}
+
+// cfg is what a scenario may change in the installed config.
+type cfg struct {
+	Image           string
+	DeadlineSeconds int
+	GraceSeconds    int
+	ModelPort       int
+	MCPPort         int
+}
+
+func baseConfig() cfg {
+	return cfg{Image: layout.DefaultImage, DeadlineSeconds: 30, GraceSeconds: 60, ModelPort: env.modelPort, MCPPort: env.mcpPort}
+}
+
+var configTmpl = template.Must(template.New("c").Parse(`# written by the e2e harness
+model:
+  url: http://127.0.0.1:{{.ModelPort}}/v1/chat/completions
+  name: e2e-model
+  maxTokens: 1024
+  allowInsecureLoopbackHTTP: true
+credentials:
+  default: model
+  rules: []
+initialChannels: []
+api:
+  clients:
+    uids: [0]
+    groups: [sandbox-clients]
+  admins:
+    uids: [0]
+    groups: []
+turnDeadlineSeconds: {{.DeadlineSeconds}}
+limits:
+  memoryMb: 256
+  cpus: 1
+  pids: 64
+  tmpfsMb: 16
+queue:
+  depth: 8
+  globalConcurrency: 0
+timeZone: UTC
+tools:
+  - name: clock
+    description: Read the current UTC time
+    parameters: '{"type":"object","properties":{},"additionalProperties":false}'
+    kind: builtin
+    builtin: clock
+mcp:
+  - name: search
+    url: http://127.0.0.1:{{.MCPPort}}/mcp
+    credential: mcp-search
+    session: stateless
+    allowInsecureLoopbackHTTP: true
+    tools:
+      - name: lookup
+        description: Look up a term
+        parameters: '{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}'
+image: {{.Image}}
+installation: ` + installation + `
+reaper:
+  graceSeconds: {{.GraceSeconds}}
+logLevel: debug
+`))
+
+func writeConfig(c cfg) error {
+	var b bytes.Buffer
+	if err := configTmpl.Execute(&b, c); err != nil {
+		return err
+	}
+	tmp := configPath + ".e2e-tmp"
+	if err := os.WriteFile(tmp, b.Bytes(), 0o640); err != nil {
+		return err
+	}
+	// root:_sandbox 0640, as the package ships it.
+	if out, err := exec.Command("chown", "root:_sandbox", tmp).CombinedOutput(); err != nil {
+		return fmt.Errorf("chown config: %v: %s", err, out)
+	}
+	return os.Rename(tmp, configPath)
+}
+
+// withConfig installs c and restarts the host; the base config comes back
+// (with a restart) when the test ends.
+func withConfig(t *testing.T, c cfg) {
+	t.Helper()
+	if err := writeConfig(c); err != nil {
+		t.Fatalf("write config: %v", err)
+	}
+	systemctl(t, "restart", layout.HostService)
+	t.Cleanup(func() {
+		if err := writeConfig(baseConfig()); err != nil {
+			t.Errorf("restore config: %v", err)
+		}
+		if out, err := run("systemctl", "restart", layout.HostService); err != nil {
+			t.Errorf("restart host after restoring config: %v\n%s", err, out)
+		}
+	})
+}
+
+// run runs a command and returns its combined output.
+func run(name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	return string(out), err
+}
+
+func systemctl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := run("systemctl", args...)
+	if err != nil {
+		t.Fatalf("systemctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func unitActive(unit string) string {
+	out, _ := run("systemctl", "is-active", unit)
+	return strings.TrimSpace(out)
+}
+
+// diagnose prints what a failed scenario needs for diagnosis.
+func diagnose(t *testing.T) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		out, _ := run("sh", "-c", "journalctl -u sandbox-host -u 'sandbox-broker@*' -u sandbox-reaper --no-pager | tail -200")
+		t.Logf("--- journal (host, brokers, reaper) ---\n%s", out)
+		out, _ = run("docker", "ps", "-a", "--no-trunc")
+		t.Logf("--- docker ps -a ---\n%s", out)
+		out, _ = run("sh", "-c", "systemctl list-units --all --no-pager 'sandbox-*'; ls -la /run/roundtable-sandbox /run/roundtable-sandbox/turns /run/roundtable-sandbox/policies 2>&1")
+		t.Logf("--- units and runtime files ---\n%s", out)
+	})
+}
+
+// apiClient talks HTTP to the host's API socket as root (an admin).
+var apiClient = &http.Client{
+	Timeout: 3 * time.Minute,
+	Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", hostSocket)
+		},
+		DisableKeepAlives: true,
+	},
+}
+
+type apiResult struct {
+	Status int
+	Body   map[string]any
+	Raw    string
+	Err    error
+}
+
+func api(method, path string, body any) apiResult {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, "http://host"+path, rd)
+	if err != nil {
+		return apiResult{Err: err}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := apiClient.Do(req)
+	if err != nil {
+		return apiResult{Err: err}
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	r := apiResult{Status: resp.StatusCode, Raw: string(raw)}
+	_ = json.Unmarshal(raw, &r.Body)
+	return r
+}
+
+func (r apiResult) String() string {
+	if r.Err != nil {
+		return "error: " + r.Err.Error()
+	}
+	return fmt.Sprintf("HTTP %d %s", r.Status, strings.TrimSpace(r.Raw))
+}
+
+// turn runs one turn through the API socket.
+func turn(channel, speaker, text string) apiResult {
+	return api(http.MethodPost, "/v1/channels/"+pathEscape(channel)+"/turns", map[string]any{
+		"speaker": map[string]string{"id": speaker, "name": "Guest " + speaker, "principalId": "principal-" + speaker},
+		"text":    text,
+	})
+}
+
+// pathEscape escapes a channel key as one path segment.
+func pathEscape(s string) string { return url.PathEscape(s) }
+
+// replyText extracts the reply text of a successful turn.
+func replyText(r apiResult) string {
+	for _, k := range []string{"text", "reply"} {
+		if s, ok := r.Body[k].(string); ok {
+			return s
+		}
+		if m, ok := r.Body[k].(map[string]any); ok {
+			if s, ok := m["text"].(string); ok {
+				return s
+			}
+		}
+	}
+	return ""
+}
+
+// cli runs the real sandbox-host CLI.
+func cli(args ...string) (string, error) { return run("/usr/bin/sandbox-host", args...) }
+
+func channelOn(t *testing.T, channel string) {
+	t.Helper()
+	if out, err := cli("channel", "on", channel); err != nil {
+		t.Fatalf("sandbox-host channel on %s: %v\n%s", channel, err, out)
+	}
+}
+
+// containers lists this installation's turn containers (all states).
+func containers(t *testing.T) []container.Summary {
+	t.Helper()
+	list, err := env.docker.ContainerList(context.Background(), container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", layout.LabelInstallation))})
+	if err != nil {
+		t.Fatalf("docker list: %v", err)
+	}
+	return list
+}
+
+// waitContainer waits for a running container of the channel.
+func waitContainer(t *testing.T, channel string, within time.Duration) container.Summary {
+	t.Helper()
+	prefix := "/" + ids.ContainerPrefix + ids.ChannelHash(channel)[:16] + "-"
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		for _, c := range containers(t) {
+			for _, n := range c.Names {
+				if strings.HasPrefix(n, prefix) && c.State == "running" {
+					return c
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no running container for channel %q within %s", channel, within)
+	return container.Summary{}
+}
+
+// brokerUnits lists loaded sandbox-broker@ units (any state).
+func brokerUnits() []string {
+	out, _ := run("systemctl", "list-units", "--all", "--no-legend", "--plain", "--no-pager", "sandbox-broker@*")
+	var units []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			units = append(units, strings.Join(f[:min(4, len(f))], " "))
+		}
+	}
+	return units
+}
+
+func dirEntries(dir string) []string {
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// assertNothingLeft checks no container, broker unit, turn directory or
+// policy file remains.
+func assertNothingLeft(t *testing.T, what string) {
+	t.Helper()
+	if c := containers(t); len(c) != 0 {
+		var names []string
+		for _, x := range c {
+			names = append(names, strings.Join(x.Names, ",")+" ("+x.State+")")
+		}
+		t.Errorf("%s: containers left: %v", what, names)
+	}
+	if u := brokerUnits(); len(u) != 0 {
+		t.Errorf("%s: broker units left: %v", what, u)
+	}
+	if d := dirEntries(layout.RunRoot); len(d) != 0 {
+		t.Errorf("%s: turn directories left in %s: %v", what, layout.RunRoot, d)
+	}
+	if d := dirEntries(layout.PolicyDir); len(d) != 0 {
+		t.Errorf("%s: policy files left in %s: %v", what, layout.PolicyDir, d)
+	}
+}
+
+// eventually polls f until it returns "" or the time is up; returns the last complaint.
+func eventually(within time.Duration, f func() string) string {
+	deadline := time.Now().Add(within)
+	for {
+		msg := f()
+		if msg == "" || time.Now().After(deadline) {
+			return msg
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// modelRecord is one request the fake model received.
+type modelRecord struct {
+	Start  time.Time           `json:"start"`
+	End    time.Time           `json:"end"`
+	Path   string              `json:"path"`
+	Header map[string][]string `json:"header"`
+	Body   json.RawMessage     `json:"body"`
+	Raw    string              `json:"-"`
+}
+
+func readRecords(path string) []modelRecord {
+	data, _ := os.ReadFile(path)
+	var recs []modelRecord
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var r modelRecord
+		if json.Unmarshal(line, &r) == nil {
+			r.Raw = string(line)
+			recs = append(recs, r)
+		}
+	}
+	return recs
+}
+
+// recordsWith returns the model requests whose raw record contains marker.
+func recordsWith(path, marker string) []modelRecord {
+	var out []modelRecord
+	for _, r := range readRecords(path) {
+		if strings.Contains(r.Raw, marker) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// journal returns journal lines for the given journalctl arguments.
+func journal(args ...string) string {
+	out, _ := run("journalctl", append([]string{"--no-pager"}, args...)...)
+	return out
+}

@@ -1,0 +1,460 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+)
+
+// The scenarios run in this order (Go runs a file's tests in source order):
+// socket activation needs a host that has not started yet.
+
+func TestSocketActivationStartsHost(t *testing.T) {
+	diagnose(t)
+	// The package may have started the service; the scenario is about the
+	// socket, so begin from a listening socket and a stopped service.
+	if unitActive(layout.HostService) != "inactive" {
+		systemctl(t, "stop", layout.HostService)
+	}
+	if got := unitActive("sandbox-host.socket"); got != "active" {
+		t.Fatalf("sandbox-host.socket is %q, want active", got)
+	}
+	if got := unitActive(layout.HostService); got != "inactive" {
+		t.Fatalf("before the first connection sandbox-host.service is %q, want inactive", got)
+	}
+	r := api(http.MethodGet, "/v1/channels/e2e-activation", nil)
+	if r.Err != nil || r.Status >= 500 {
+		t.Fatalf("first API request: %s", r)
+	}
+	if got := unitActive(layout.HostService); got != "active" {
+		t.Fatalf("after the first connection sandbox-host.service is %q, want active", got)
+	}
+}
+
+func TestTurnHoldsOnlyDummyKey(t *testing.T) {
+	diagnose(t)
+	const ch = "e2e-cred"
+	channelOn(t, ch)
+	marker := "CRED-CHECK-" + randHex(4)
+	done := make(chan apiResult, 1)
+	go func() { done <- turn(ch, "alice", marker) }()
+
+	// While the fake model delays its answer, inspect the live container.
+	c := waitContainer(t, ch, 20*time.Second)
+	ins, err := env.docker.ContainerInspect(context.Background(), c.ID)
+	if err != nil {
+		t.Fatalf("inspect: %v", err)
+	}
+	wantEnv := []string{protocol.EnvBrokerSocket + "=" + protocol.BrokerSocketPath, protocol.EnvAPIKey + "=" + protocol.DummyAPIKey}
+	var gotEnv []string
+	for _, kv := range ins.Config.Env {
+		if strings.HasPrefix(kv, "PATH=") { // Docker's default, not from the host
+			continue
+		}
+		gotEnv = append(gotEnv, kv)
+	}
+	slices.Sort(gotEnv)
+	slices.Sort(wantEnv)
+	if !slices.Equal(gotEnv, wantEnv) {
+		t.Errorf("container Config.Env = %q, want exactly %q", ins.Config.Env, wantEnv)
+	}
+	raw, _ := json.Marshal(ins)
+	if strings.Contains(string(raw), env.credential) {
+		t.Errorf("the real credential appears in the container's inspect data")
+	}
+	hc := ins.HostConfig
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"NetworkMode", string(hc.NetworkMode), "none"},
+		{"ReadonlyRootfs", hc.ReadonlyRootfs, true},
+		{"CapDrop", fmt.Sprint(hc.CapDrop), "[ALL]"},
+		{"no-new-privileges", slices.ContainsFunc(hc.SecurityOpt, func(s string) bool { return strings.HasPrefix(s, "no-new-privileges") }), true},
+		{"Memory==MemorySwap", hc.Memory == hc.MemorySwap && hc.Memory == 256<<20, true},
+		{"PidsLimit", hc.PidsLimit != nil && *hc.PidsLimit == 64, true},
+		{"NanoCPUs", hc.NanoCPUs, int64(1e9)},
+		{"LogConfig.Type", hc.LogConfig.Type, "journald"},
+		{"LogConfig.tag", hc.LogConfig.Config["tag"], ids.LogTag(ch)},
+		{"mount count", len(ins.Mounts), 2},
+		{"user is not root", ins.Config.User != "" && !strings.HasPrefix(ins.Config.User, "0"), true},
+		{"label installation", ins.Config.Labels[layout.LabelInstallation], installation},
+		{"label channel", ins.Config.Labels[layout.LabelChannel], ids.ChannelTag(ch)},
+	}
+	for _, c := range checks {
+		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
+			t.Errorf("container %s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	for _, m := range ins.Mounts {
+		switch m.Destination {
+		case protocol.WorkspacePath:
+			if !m.RW {
+				t.Errorf("workspace mount is read-only")
+			}
+		case protocol.BrokerDir:
+			if m.RW {
+				t.Errorf("broker directory mount is writable")
+			}
+			if got := dirEntries(m.Source); !slices.Equal(got, []string{layout.BrokerSocketName}) {
+				t.Errorf("turn directory %s holds %v, want only %s", m.Source, got, layout.BrokerSocketName)
+			}
+		default:
+			t.Errorf("unexpected mount %s -> %s", m.Source, m.Destination)
+		}
+	}
+	// The container's files: export its filesystem and search it.
+	if rc, err := env.docker.ContainerExport(context.Background(), c.ID); err != nil {
+		t.Errorf("export: %v", err)
+	} else {
+		data, _ := readAllLimit(rc, 512<<20)
+		rc.Close()
+		if strings.Contains(string(data), env.credential) {
+			t.Errorf("the real credential is in the container's filesystem")
+		}
+	}
+	r := <-done
+	if r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("turn: %s", r)
+	}
+	if got := replyText(r); got != "sealed answer" {
+		t.Errorf("reply text = %q, want %q (body %s)", got, "sealed answer", r.Raw)
+	}
+	// The workspace after the turn holds no credential either.
+	wsDir, _ := layout.WorkspaceDir(layout.WorkspaceRoot, ch)
+	_ = filepath.Walk(wsDir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && info.Mode().IsRegular() {
+			if data, _ := os.ReadFile(p); strings.Contains(string(data), env.credential) {
+				t.Errorf("workspace file %s holds the real credential", p)
+			}
+		}
+		return nil
+	})
+	recs := recordsWith(env.modelRec, marker)
+	if len(recs) == 0 {
+		t.Fatalf("the fake model received no request for %s", marker)
+	}
+	for i, rec := range recs {
+		if got := rec.Header["Authorization"]; !slices.Equal(got, []string{"Bearer " + env.credential}) {
+			t.Errorf("request %d Authorization = %q, want the test credential", i, got)
+		}
+		without := strings.Replace(rec.Raw, "Bearer "+env.credential, "", 1)
+		if strings.Contains(without, env.credential) {
+			t.Errorf("request %d carries the credential outside Authorization: %s", i, rec.Raw)
+		}
+		if strings.Contains(rec.Raw, protocol.DummyAPIKey) {
+			t.Errorf("request %d carries the dummy key upstream: %s", i, rec.Raw)
+		}
+		var body map[string]any
+		_ = json.Unmarshal(rec.Body, &body)
+		if body["model"] != "e2e-model" || body["stream"] != false {
+			t.Errorf("request %d model=%v stream=%v, want e2e-model and false", i, body["model"], body["stream"])
+		}
+	}
+	assertNothingLeft(t, "after a normal turn")
+}
+
+func TestMemoryPersistsAcrossTurns(t *testing.T) {
+	diagnose(t)
+	const ch = "e2e-memory"
+	channelOn(t, ch)
+	// The first turn goes through the real CLI.
+	out, err := cli("turn", ch, "--speaker", "alice", "--text", "MEM-SET please remember the code")
+	if err != nil {
+		t.Fatalf("sandbox-host turn (store): %v\n%s", err, out)
+	}
+	if len(containers(t)) != 0 {
+		t.Fatalf("a container outlived the first turn")
+	}
+	r := turn(ch, "bob", "MEM-GET what is the code?")
+	if r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("turn (recall): %s", r)
+	}
+	if got := replyText(r); !strings.Contains(got, env.memValue) {
+		t.Errorf("recall reply = %q, want it to contain %q stored by the previous turn", got, env.memValue)
+	}
+}
+
+func TestJournalHoldsWorkerLines(t *testing.T) {
+	diagnose(t)
+	const ch = "e2e-journal"
+	channelOn(t, ch)
+	secret := "JOURNAL-PAYLOAD-" + randHex(4)
+	since := time.Now().Add(-time.Second).Format("2006-01-02 15:04:05")
+	if r := turn(ch, "alice", secret); r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("turn: %s", r)
+	}
+	tag := ids.LogTag(ch)
+	msg := eventually(10*time.Second, func() string {
+		if strings.TrimSpace(journal("-t", tag, "--since", since, "-o", "cat")) == "" {
+			return "journalctl -t " + tag + " shows no lines for the turn"
+		}
+		return ""
+	})
+	if msg != "" {
+		t.Fatal(msg)
+	}
+	lines := journal("-t", tag, "--since", since, "-o", "json")
+	prefix := ids.ContainerPrefix + ids.ChannelHash(ch)[:16] + "-"
+	if !strings.Contains(lines, prefix) {
+		t.Errorf("journal lines under %s do not name the turn's container %s*", tag, prefix)
+	}
+	if strings.Contains(lines, secret) {
+		t.Errorf("the guest's message text reached the journal")
+	}
+	if all := journal("--since", since, "-o", "cat"); strings.Contains(all, env.credential) {
+		t.Errorf("the real credential reached the journal")
+	}
+}
+
+func TestDeadlineKillsStubbornWorker(t *testing.T) {
+	diagnose(t)
+	c := baseConfig()
+	c.Image, c.DeadlineSeconds = stubbornImage, 4
+	withConfig(t, c)
+	const ch = "e2e-stubborn"
+	channelOn(t, ch)
+	start := time.Now()
+	done := make(chan apiResult, 1)
+	go func() { done <- turn(ch, "alice", "never answered") }()
+	waitContainer(t, ch, 10*time.Second)
+	if msg := eventually(5*time.Second, func() string {
+		for _, u := range brokerUnits() {
+			if strings.Contains(u, ".service") && strings.Contains(u, " active ") {
+				return ""
+			}
+		}
+		return fmt.Sprintf("the stubborn worker's connection did not activate its broker service: %v", brokerUnits())
+	}); msg != "" {
+		t.Error(msg)
+	}
+	var r apiResult
+	select {
+	case r = <-done:
+	case <-time.After(40 * time.Second):
+		t.Fatalf("the turn did not end 40 s after a 4 s deadline")
+	}
+	took := time.Since(start)
+	if r.Err == nil && r.Status == http.StatusOK && fmt.Sprint(r.Body["ok"]) != "false" {
+		t.Errorf("a worker that never answers produced a successful turn: %s", r)
+	}
+	if strings.Contains(r.Raw, "stubborn") || strings.Contains(r.Raw, "/run/") {
+		t.Errorf("the error is not generic: %s", r.Raw)
+	}
+	if took > 25*time.Second {
+		t.Errorf("the turn took %s with a 4 s deadline", took)
+	}
+	t.Logf("turn ended after %s: %s", took.Round(time.Millisecond), r)
+	assertNothingLeft(t, "after the deadline")
+}
+
+func TestHostKilledMidTurnIsReaped(t *testing.T) {
+	diagnose(t)
+	c := baseConfig()
+	c.DeadlineSeconds, c.GraceSeconds = 3, 0
+	withConfig(t, c)
+	const ch = "e2e-crash"
+	channelOn(t, ch)
+	done := make(chan apiResult, 1)
+	go func() { done <- turn(ch, "alice", "SLOW crash me") }()
+	waitContainer(t, ch, 10*time.Second)
+	systemctl(t, "kill", "--kill-who=main", "--signal=SIGKILL", layout.HostService)
+	// Keep the host down (no automatic restart) so only the reaper cleans.
+	systemctl(t, "stop", layout.HostService)
+	if r := <-done; r.Err == nil && r.Status == http.StatusOK {
+		t.Errorf("a turn whose host was killed answered: %s", r)
+	}
+	if len(containers(t)) == 0 {
+		t.Fatalf("nothing was left behind by the killed host: the scenario proves nothing")
+	}
+	time.Sleep(4 * time.Second) // past the turn deadline (3 s) plus grace (0)
+	if unitActive(layout.HostService) == "active" {
+		t.Fatalf("the host is running again before the reaper ran")
+	}
+	systemctl(t, "start", layout.ReaperUnit)
+	if unitActive(layout.HostService) == "active" {
+		t.Errorf("the reaper socket-activated the host")
+	}
+	assertNothingLeft(t, "after one run of the reaper")
+	// The host serves again.
+	if r := turn(ch, "alice", "hello again"); r.Err != nil || r.Status != http.StatusOK {
+		t.Errorf("turn after restart: %s", r)
+	}
+}
+
+func TestChannelModeSurvivesRestart(t *testing.T) {
+	diagnose(t)
+	const ch = "e2e-mode"
+	if out, err := cli("channel", "off", ch); err != nil {
+		t.Fatalf("channel off: %v\n%s", err, out)
+	}
+	if r := turn(ch, "alice", "refused?"); r.Err != nil || r.Status < 400 || r.Status >= 500 {
+		t.Errorf("turn on a channel switched off: %s, want a 4xx refusal", r)
+	}
+	channelOn(t, ch)
+	if r := turn(ch, "alice", "served?"); r.Err != nil || r.Status != http.StatusOK {
+		t.Errorf("turn on a channel switched on: %s", r)
+	}
+	systemctl(t, "restart", layout.HostService)
+	if r := turn(ch, "alice", "still served?"); r.Err != nil || r.Status != http.StatusOK {
+		t.Errorf("turn on a channel switched on, after a host restart: %s", r)
+	}
+	if out, err := cli("channel", "off", ch); err != nil {
+		t.Fatalf("channel off: %v\n%s", err, out)
+	}
+	systemctl(t, "restart", layout.HostService)
+	if r := turn(ch, "alice", "refused again?"); r.Err != nil || r.Status < 400 || r.Status >= 500 {
+		t.Errorf("turn on a channel switched off, after a host restart: %s, want a 4xx refusal", r)
+	}
+}
+
+func TestTurnsSerialPerChannelParallelAcross(t *testing.T) {
+	diagnose(t)
+	run := randHex(3)
+	chA, chB := "e2e-a", "e2e-b"
+	channelOn(t, chA)
+	channelOn(t, chB)
+	jobs := map[string]string{"A1": chA, "A2": chA, "B1": chB}
+	var wg sync.WaitGroup
+	results := map[string]apiResult{}
+	var mu sync.Mutex
+	for name, ch := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := turn(ch, "alice", "OVERLAP-"+run+"-"+name)
+			mu.Lock()
+			results[name] = r
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	span := map[string][2]time.Time{}
+	for name := range jobs {
+		if r := results[name]; r.Err != nil || r.Status != http.StatusOK {
+			t.Fatalf("turn %s: %s", name, r)
+		}
+		recs := recordsWith(env.modelRec, "OVERLAP-"+run+"-"+name)
+		if len(recs) != 1 {
+			t.Fatalf("turn %s: fake model saw %d requests, want 1", name, len(recs))
+		}
+		span[name] = [2]time.Time{recs[0].Start, recs[0].End}
+	}
+	overlap := func(a, b [2]time.Time) bool { return a[0].Before(b[1]) && b[0].Before(a[1]) }
+	if overlap(span["A1"], span["A2"]) {
+		t.Errorf("two turns of one channel overlapped: A1 %v, A2 %v", span["A1"], span["A2"])
+	}
+	if !overlap(span["B1"], span["A1"]) && !overlap(span["B1"], span["A2"]) {
+		t.Errorf("turns of two channels did not run at the same time: A1 %v, A2 %v, B1 %v", span["A1"], span["A2"], span["B1"])
+	}
+}
+
+func TestHostileWorkerIsRefused(t *testing.T) {
+	diagnose(t)
+	c := baseConfig()
+	c.Image = hostileImage
+	withConfig(t, c)
+	const ch = "e2e-hostile"
+	channelOn(t, ch)
+	r := turn(ch, "alice", "hostile turn")
+	if r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("turn: %s", r)
+	}
+	var report struct {
+		Probes map[string]struct {
+			Status int    `json:"status"`
+			Error  string `json:"error"`
+		} `json:"probes"`
+		Observed map[string]any `json:"observed"`
+	}
+	if err := json.Unmarshal([]byte(replyText(r)), &report); err != nil || len(report.Probes) == 0 {
+		t.Fatalf("hostile reply is not its report: %v: %s", err, r.Raw)
+	}
+	for name, p := range report.Probes {
+		switch {
+		case name == "control":
+			if p.Status != http.StatusOK {
+				t.Errorf("the well-formed control call got %d %s: the broker was not reachable, refusals prove nothing", p.Status, p.Error)
+			}
+		case p.Status == http.StatusOK || (p.Status > 0 && p.Status < 400):
+			t.Errorf("probe %s was accepted (HTTP %d)", name, p.Status)
+		default:
+			t.Logf("probe %-26s refused: HTTP %d %s", name, p.Status, p.Error)
+		}
+	}
+	for _, rec := range readRecords(env.modelRec) {
+		if strings.Contains(rec.Raw, "HOSTILE-") && !strings.Contains(rec.Raw, "HOSTILE-control") {
+			t.Errorf("the fake model saw a refused call: %s", rec.Raw)
+		}
+	}
+	if data, _ := os.ReadFile(env.mcpRec); strings.Contains(string(data), "HOSTILE-") {
+		t.Errorf("the fake MCP server saw a refused call: %s", data)
+	}
+	o := report.Observed
+	for _, kv := range o["env"].([]any) {
+		s := fmt.Sprint(kv)
+		if !strings.HasPrefix(s, "PATH=") && s != protocol.EnvAPIKey+"="+protocol.DummyAPIKey &&
+			s != protocol.EnvBrokerSocket+"="+protocol.BrokerSocketPath {
+			t.Errorf("container environment holds %q", s)
+		}
+	}
+	for k, want := range map[string]any{"CapEff": "0000000000000000", "NoNewPrivs": "1", "rootWritable": false, "outboundTCP": false} {
+		if fmt.Sprint(o[k]) != fmt.Sprint(want) {
+			t.Errorf("inside the container %s = %v, want %v", k, o[k], want)
+		}
+	}
+	if fmt.Sprint(o["uid"]) == "0" {
+		t.Errorf("the worker runs as root")
+	}
+	if ifs := fmt.Sprint(o["interfaces"]); ifs != "[lo]" {
+		t.Errorf("network interfaces in the container: %s, want [lo]", ifs)
+	}
+	assertNothingLeft(t, "after the hostile turn")
+}
+
+func TestStopDuringTurnCleansUp(t *testing.T) {
+	diagnose(t)
+	const ch = "e2e-stop"
+	channelOn(t, ch)
+	done := make(chan apiResult, 1)
+	go func() { done <- turn(ch, "alice", "SLOW stop me") }()
+	waitContainer(t, ch, 10*time.Second)
+	start := time.Now()
+	systemctl(t, "stop", layout.HostService)
+	t.Logf("systemctl stop took %s", time.Since(start).Round(time.Millisecond))
+	// Checked at once: the cleanup must happen before the service stops.
+	assertNothingLeft(t, "right after systemctl stop")
+	select {
+	case r := <-done:
+		if r.Err == nil && r.Status == http.StatusOK {
+			t.Errorf("a turn cancelled by stop answered: %s", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("the client of a cancelled turn got no answer")
+	}
+}
+
+func readAllLimit(r interface{ Read([]byte) (int, error) }, max int64) ([]byte, error) {
+	var b strings.Builder
+	buf := make([]byte, 64<<10)
+	for int64(b.Len()) < max {
+		n, err := r.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return []byte(b.String()), nil
+}
