@@ -1,0 +1,76 @@
+# shellcheck shell=bash
+# Build the artefacts the end-to-end run needs, install the package inside the
+# namespace and purge it again. Sourced after ns.sh.
+
+PKG_NAME=roundtable-sandbox
+
+# build_all builds the .deb (make deb) and the harness's own programs into
+# $E2E_WORK/bin. The test images are static binaries in FROM-scratch images.
+build_all() {
+  local bin=$E2E_WORK/bin
+  mkdir -p "$bin"
+  e2e_log "building the package (make deb)"
+  (cd "$REPO_ROOT" && make --no-print-directory deb) >"$E2E_WORK/make-deb.log" 2>&1 || {
+    tail -40 "$E2E_WORK/make-deb.log" >&2
+    e2e_die "make deb failed (log above)"
+  }
+  DEB=$(ls -t "$REPO_ROOT"/dist/${PKG_NAME}_*_amd64.deb 2>/dev/null | head -1)
+  [[ -n $DEB ]] || e2e_die "make deb produced no dist/${PKG_NAME}_*_amd64.deb"
+  export DEB
+  e2e_log "package: $DEB"
+  e2e_log "building fakes, test images and the scenario binary"
+  (
+    cd "$REPO_ROOT"
+    export CGO_ENABLED=0
+    go build -trimpath -o "$bin/fakemodel" ./test/e2e/fakemodel &&
+      go build -trimpath -o "$bin/fakemcp" ./test/e2e/fakemcp &&
+      go build -trimpath -ldflags '-s -w' -o "$bin/img-hostile/hostile" ./test/e2e/hostile &&
+      go build -trimpath -ldflags '-s -w' -o "$bin/img-stubborn/stubborn" ./test/e2e/stubborn &&
+      go test -c -o "$bin/e2e.test" ./test/e2e
+  ) >"$E2E_WORK/build.log" 2>&1 || {
+    tail -40 "$E2E_WORK/build.log" >&2
+    e2e_die "building the harness programs failed"
+  }
+}
+
+# install_images imports the two test worker images into the namespace's dockerd.
+install_images() {
+  local n
+  for n in hostile stubborn; do
+    tar -C "$E2E_WORK/bin/img-$n" -cf "$E2E_WORK/bin/img-$n.tar" "$n"
+    ns_exec docker import --change "ENTRYPOINT [\"/$n\"]" "$E2E_WORK/bin/img-$n.tar" "roundtable-e2e-$n:latest" >/dev/null ||
+      e2e_die "docker import of the $n image failed"
+  done
+}
+
+# install_package installs the .deb inside the namespace (its maintainer
+# scripts talk to the namespace's systemd).
+install_package() {
+  e2e_log "installing $(basename "$DEB") inside the namespace"
+  INSTALLED=1
+  if ! ns_exec env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$DEB" >"$E2E_WORK/install.log" 2>&1; then
+    tail -40 "$E2E_WORK/install.log" >&2
+    e2e_die "installing the package failed"
+  fi
+  ns_exec dpkg -s "$PKG_NAME" 2>/dev/null | grep -q '^Status: install ok installed' || e2e_die "package not installed after apt-get install"
+}
+
+# install_purge removes the package and everything the harness wrote for it.
+# Called by ns_teardown while the namespace still runs.
+install_purge() {
+  [[ ${INSTALLED:-0} == 1 ]] || return 0
+  local rc=0
+  ns_exec env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "$PKG_NAME" >"$E2E_WORK/purge.log" 2>&1 || {
+    e2e_log "apt-get purge failed:"
+    tail -20 "$E2E_WORK/purge.log" >&2
+    ns_exec dpkg --purge --force-all "$PKG_NAME" >>"$E2E_WORK/purge.log" 2>&1 || rc=1
+  }
+  # The harness's own files (config, credentials) and any state left.
+  rm -rf /etc/roundtable-sandbox /var/lib/roundtable-sandbox
+  if dpkg -s "$PKG_NAME" >/dev/null 2>&1 && ! dpkg -s "$PKG_NAME" | grep -q '^Status: deinstall ok config-files'; then
+    e2e_log "LEFT: package $PKG_NAME still installed"
+    rc=1
+  fi
+  INSTALLED=0
+  return $rc
+}
