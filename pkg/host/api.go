@@ -1,0 +1,375 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/version"
+)
+
+// MaxBodyBytes bounds every request body: 32,000 characters of text escaped
+// as JSON (up to 6 bytes each) plus the speaker fields fit.
+const MaxBodyBytes = 256 << 10
+
+// Wire types of the API (pkg/client mirrors them).
+type (
+	// SpeakerJSON is who spoke; principalId never reaches the worker.
+	SpeakerJSON struct {
+		ID          string `json:"id"`
+		Name        string `json:"name"`
+		PrincipalID string `json:"principalId,omitempty"`
+	}
+	// TurnRequest is POST /v1/channels/{channel}/turns.
+	TurnRequest struct {
+		Speaker SpeakerJSON `json:"speaker"`
+		Text    string      `json:"text"`
+	}
+	// TurnResponse answers a turn.
+	TurnResponse struct {
+		OK     bool   `json:"ok"`
+		Text   string `json:"text"`
+		TurnID string `json:"turnId"`
+	}
+	// ChannelStatus is GET /v1/channels/{channel}.
+	ChannelStatus struct {
+		Channel      string `json:"channel"`
+		Tag          string `json:"tag"`
+		Mode         string `json:"mode"`
+		Queued       int    `json:"queued"`
+		RunningTurn  string `json:"runningTurn,omitempty"`
+		PendingFresh bool   `json:"pendingFresh"`
+	}
+	// ChannelList is GET /v1/channels.
+	ChannelList struct {
+		Channels []ChannelStatus `json:"channels"`
+	}
+	// ModeRequest is PUT /v1/channels/{channel}/mode.
+	ModeRequest struct {
+		Mode string `json:"mode"`
+	}
+	// CancelResponse answers POST /v1/channels/{channel}/cancel.
+	CancelResponse struct {
+		Channel   string `json:"channel"`
+		Cancelled bool   `json:"cancelled"`
+		TurnID    string `json:"turnId,omitempty"`
+	}
+	// ActiveTurn is one entry of GET /v1/turns.
+	ActiveTurn struct {
+		TurnID         string `json:"turnId"`
+		ChannelTag     string `json:"channelTag"`
+		DeadlineUnix   int64  `json:"deadlineUnix"`
+		DeadlineUnixMs int64  `json:"deadlineUnixMs"`
+	}
+	// TurnList is GET /v1/turns.
+	TurnList struct {
+		Turns []ActiveTurn `json:"turns"`
+	}
+	// Health is GET /v1/health.
+	Health struct {
+		Status    string `json:"status"`
+		Version   string `json:"version"`
+		Accepting bool   `json:"accepting"`
+		Running   int    `json:"running"`
+		Waiting   int    `json:"waiting"`
+	}
+	// ErrorResponse is every 4xx/5xx body.
+	ErrorResponse struct {
+		Error string `json:"error"`
+	}
+)
+
+type handler func(w http.ResponseWriter, r *http.Request, channel string) error
+
+type route struct {
+	method string
+	role   Role
+	fn     handler
+}
+
+// route dispatches on the escaped path so a channel key may hold any
+// printable character ("/" as %2F, "." and ".." as they are) without the
+// path cleaning of http.ServeMux.
+func (h *Host) route(w http.ResponseWriter, r *http.Request) {
+	segs := strings.Split(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/")
+	var routes []route
+	channel := ""
+	switch {
+	case len(segs) == 1 && segs[0] == "metrics":
+		routes = []route{{http.MethodGet, RoleClient, h.handleMetrics}}
+	case len(segs) == 2 && segs[0] == "v1" && segs[1] == "health":
+		routes = []route{{http.MethodGet, RoleNone, h.handleHealth}}
+	case len(segs) == 2 && segs[0] == "v1" && segs[1] == "turns":
+		routes = []route{{http.MethodGet, RoleClient, h.handleTurns}}
+	case len(segs) == 2 && segs[0] == "v1" && segs[1] == "channels":
+		routes = []route{{http.MethodGet, RoleClient, h.handleChannels}}
+	case len(segs) >= 3 && len(segs) <= 4 && segs[0] == "v1" && segs[1] == "channels":
+		ch, err := url.PathUnescape(segs[2])
+		if err != nil || ids.ValidChannel(ch) != nil {
+			h.fail(w, badRequest("bad channel: must be 1 to 256 printable characters, URL-path-escaped"))
+			return
+		}
+		channel = ch
+		if len(segs) == 3 {
+			routes = []route{{http.MethodGet, RoleClient, h.handleChannel}}
+			break
+		}
+		switch segs[3] {
+		case "turns":
+			routes = []route{{http.MethodPost, RoleClient, h.handleTurn}}
+		case "mode":
+			routes = []route{{http.MethodPut, RoleAdmin, h.handleMode}}
+		case "fresh":
+			routes = []route{{http.MethodPost, RoleAdmin, h.handleFresh}}
+		case "cancel":
+			routes = []route{{http.MethodPost, RoleAdmin, h.handleCancel}}
+		}
+	}
+	if routes == nil {
+		h.fail(w, ErrNotFound)
+		return
+	}
+	for _, rt := range routes {
+		if r.Method != rt.method {
+			continue
+		}
+		if rt.role != RoleNone && Authorize(h.opts.Access, h.opts.UID, peerFrom(r.Context())) < rt.role {
+			p := peerFrom(r.Context())
+			h.log.Warn("API request refused", "uid", p.UID, "gid", p.GID, "pid", p.PID, "path", r.URL.Path[:min(len(r.URL.Path), 64)], "needs", rt.role.String())
+			h.fail(w, ErrForbidden)
+			return
+		}
+		if err := rt.fn(w, r, channel); err != nil {
+			h.fail(w, err)
+		}
+		return
+	}
+	w.Header().Set("Allow", routes[0].method)
+	h.fail(w, ErrMethod)
+}
+
+func (h *Host) fail(w http.ResponseWriter, err error) {
+	status, reason := statusOf(err)
+	h.metrics.refused.WithLabelValues(fmt.Sprint(status)).Inc()
+	writeJSON(w, status, ErrorResponse{Error: reason})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// decodeBody reads one bounded, strict JSON object.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return ErrTooLarge
+		}
+		return badRequest("could not read the request body")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if strings.HasPrefix(err.Error(), "json: unknown field ") {
+			return badRequest("unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field "))
+		}
+		return badRequest("bad JSON: the body must be one JSON object of the documented shape")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("bad JSON: trailing data after the object")
+	}
+	return nil
+}
+
+func checkField(name, v string, max int) error {
+	if !utf8.ValidString(v) {
+		return badRequest(name + " must be valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(v); n > max {
+		return badRequest(fmt.Sprintf("%s is %d characters; the limit is %d", name, n, max))
+	}
+	return nil
+}
+
+func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string) error {
+	if !h.accepting() {
+		return ErrShuttingDown
+	}
+	var req TurnRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if req.Speaker.ID == "" {
+		return badRequest("speaker.id is required")
+	}
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{
+		{"text", req.Text, protocol.MaxTextChars},
+		{"speaker.id", req.Speaker.ID, protocol.MaxIDChars},
+		{"speaker.name", req.Speaker.Name, protocol.MaxIDChars},
+		{"speaker.principalId", req.Speaker.PrincipalID, protocol.MaxIDChars},
+	} {
+		if err := checkField(f.name, f.v, f.max); err != nil {
+			return err
+		}
+	}
+	if h.state.Mode(channel) != ModeOn {
+		return ErrModeOff
+	}
+	// Waiting ends when the client goes away or the host stops.
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(h.stopCtx, func() { cancel(ErrShuttingDown) })
+	defer stop()
+	release, err := h.queue.acquire(ctx, channel)
+	if err != nil {
+		if errors.Is(err, ErrQueueFull) || errors.Is(err, ErrShuttingDown) {
+			return err
+		}
+		return ErrClientGone
+	}
+	defer release()
+	reply, turnID, err := h.RunTurn(ctx, TurnInput{
+		Channel: channel, SpeakerID: req.Speaker.ID, SpeakerName: req.Speaker.Name,
+		PrincipalID: req.Speaker.PrincipalID, Text: req.Text,
+	})
+	if err != nil {
+		if turnID != "" {
+			w.Header().Set("X-Sandbox-Turn", turnID)
+		}
+		return err
+	}
+	writeJSON(w, http.StatusOK, TurnResponse{OK: reply.OK, Text: reply.Text, TurnID: turnID})
+	return nil
+}
+
+func (h *Host) status(channel string) ChannelStatus {
+	st := ChannelStatus{Channel: channel, Tag: ids.ChannelTag(channel), Mode: h.state.Mode(channel), Queued: h.queue.waitingFor(channel)}
+	h.mu.Lock()
+	if a, ok := h.active[channel]; ok {
+		st.RunningTurn = a.id
+	}
+	_, st.PendingFresh = h.fresh[channel]
+	h.mu.Unlock()
+	return st
+}
+
+func (h *Host) handleChannel(w http.ResponseWriter, r *http.Request, channel string) error {
+	writeJSON(w, http.StatusOK, h.status(channel))
+	return nil
+}
+
+func (h *Host) handleChannels(w http.ResponseWriter, r *http.Request, _ string) error {
+	seen := map[string]bool{}
+	names := h.state.Channels()
+	for _, ch := range names {
+		seen[ch] = true
+	}
+	for _, ch := range h.queue.channels() {
+		if !seen[ch] {
+			names = append(names, ch)
+			seen[ch] = true
+		}
+	}
+	sort.Strings(names)
+	out := ChannelList{Channels: make([]ChannelStatus, 0, len(names))}
+	for _, ch := range names {
+		out.Channels = append(out.Channels, h.status(ch))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (h *Host) handleMode(w http.ResponseWriter, r *http.Request, channel string) error {
+	var req ModeRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return err
+	}
+	if req.Mode != ModeOn && req.Mode != ModeOff {
+		return badRequest(`mode must be "on" or "off"`)
+	}
+	if err := h.state.SetMode(channel, req.Mode); err != nil {
+		h.log.Error("state write failed", "channel", ids.ChannelTag(channel), "err", err)
+		return errors.New("state write failed")
+	}
+	h.log.Info("channel mode changed", "channel", ids.ChannelTag(channel), "mode", req.Mode)
+	writeJSON(w, http.StatusOK, h.status(channel))
+	return nil
+}
+
+// handleFresh marks the channel's next turn to start without history
+// (process-local, cleared after the next successful turn, as in the seeds).
+func (h *Host) handleFresh(w http.ResponseWriter, r *http.Request, channel string) error {
+	h.mu.Lock()
+	h.freshGen++
+	h.fresh[channel] = h.freshGen
+	h.mu.Unlock()
+	writeJSON(w, http.StatusOK, h.status(channel))
+	return nil
+}
+
+func (h *Host) handleCancel(w http.ResponseWriter, r *http.Request, channel string) error {
+	h.mu.Lock()
+	a, ok := h.active[channel]
+	h.mu.Unlock()
+	resp := CancelResponse{Channel: channel}
+	if ok {
+		a.cancel(errCauseCancel)
+		resp.Cancelled, resp.TurnID = true, a.id
+		h.log.Info("turn cancel requested", "turn", a.id, "channel", ids.ChannelTag(channel))
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// ActiveTurns lists running turns (the reaper keeps what this lists).
+func (h *Host) ActiveTurns() []ActiveTurn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]ActiveTurn, 0, len(h.active))
+	for _, a := range h.active {
+		out = append(out, ActiveTurn{TurnID: a.id, ChannelTag: ids.ChannelTag(a.channel), DeadlineUnix: a.deadline.Unix(), DeadlineUnixMs: a.deadline.UnixMilli()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].TurnID < out[j].TurnID })
+	return out
+}
+
+func (h *Host) handleTurns(w http.ResponseWriter, r *http.Request, _ string) error {
+	writeJSON(w, http.StatusOK, TurnList{Turns: h.ActiveTurns()})
+	return nil
+}
+
+func (h *Host) handleHealth(w http.ResponseWriter, r *http.Request, _ string) error {
+	waiting, running := h.queue.totals()
+	hl := Health{Status: "ok", Version: version.Version, Accepting: h.accepting(), Running: running, Waiting: waiting}
+	status := http.StatusOK
+	if !hl.Accepting {
+		hl.Status, status = "stopping", http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, hl)
+	return nil
+}
+
+func (h *Host) handleMetrics(w http.ResponseWriter, r *http.Request, _ string) error {
+	promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{Timeout: 10 * time.Second}).ServeHTTP(w, r)
+	return nil
+}

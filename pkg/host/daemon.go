@@ -1,0 +1,227 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+)
+
+// Engine is the Docker side of the daemon: turns plus startup checks.
+type Engine interface {
+	Containers
+	Ping(ctx context.Context) error
+	ImagePresent(ctx context.Context, ref string) (bool, error)
+	LoadImage(ctx context.Context, archivePath string) error
+	// Observe receives the driver's own phase durations (attach, start, wait).
+	Observe(func(phase string, took time.Duration))
+	Close() error
+}
+
+// UnitManager is the systemd side of the daemon.
+type UnitManager interface {
+	Units
+	Close()
+}
+
+// ErrStartup is the category of every refusal to start.
+var ErrStartup = errors.New("sandbox-host cannot start")
+
+// Daemon wires the startup sequence of `sandbox-host serve`, modeled on
+// containerd: every subsystem is up (lock, state, Docker, image, D-Bus,
+// startup reap) before READY=1, and they are closed in reverse order.
+type Daemon struct {
+	Config   *config.Config
+	Env      config.Env
+	Listener net.Listener
+	Logger   *slog.Logger
+	// Notify sends sd_notify states (READY=1, STOPPING=1, STATUS=...).
+	Notify        func(state string)
+	ConnectEngine func(ctx context.Context) (Engine, error)
+	ConnectUnits  func(ctx context.Context) (UnitManager, error)
+	// Reap removes everything of this installation left by a previous run;
+	// at startup no turn is active.
+	Reap func(ctx context.Context, e Engine, u UnitManager) error
+	// DiscoverTools lists a discover: true server's tools (no credential).
+	DiscoverTools func(ctx context.Context, s config.MCP) ([]protocol.ToolSpec, error)
+	BrokerGID     int
+	Registry      *prometheus.Registry
+	// StartupTimeout bounds everything before READY (default 2 minutes).
+	StartupTimeout time.Duration
+	// Options are passed to New (tests set timings and fakes' ids there).
+	Options Options
+}
+
+func startupErr(step string, err error) error {
+	return fmt.Errorf("%s: %w (%w)", step, err, ErrStartup)
+}
+
+// Serve runs the daemon until ctx ends.
+func (d *Daemon) Serve(ctx context.Context) (err error) {
+	log := d.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	notify := d.Notify
+	if notify == nil {
+		notify = func(string) {}
+	}
+	cfg := d.Config
+	timeout := d.StartupTimeout
+	if timeout == 0 {
+		timeout = 2 * time.Minute
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	if d.Env.UID == 0 || d.Env.GOOS != "linux" { // before creating anything
+		return startupErr("configuration", cfg.CheckHost(d.Env))
+	}
+	if err := cfg.EnsureDirs(); err != nil {
+		return startupErr("directories", err)
+	}
+	if err := cfg.CheckHost(d.Env); err != nil {
+		return startupErr("configuration", err)
+	}
+	access, err := cfg.ResolveAccess(d.Env)
+	if err != nil {
+		return startupErr("api access", err)
+	}
+	lock, err := AcquireLock(cfg.LockFile)
+	if err != nil {
+		return startupErr("lock", err)
+	}
+	defer lock.Release()
+	state, seeded, err := LoadState(cfg.StateFile, cfg.InitialChannels)
+	if err != nil {
+		return startupErr("state", err)
+	}
+	if seeded {
+		log.Info("state file created from initialChannels", "path", cfg.StateFile, "channels", len(cfg.InitialChannels))
+	}
+
+	notify("STATUS=connecting to Docker")
+	engine, err := d.ConnectEngine(sctx)
+	if err != nil {
+		return startupErr("docker", err)
+	}
+	defer engine.Close()
+	if err := engine.Ping(sctx); err != nil {
+		return startupErr("docker ping", err)
+	}
+	if err := ensureImage(sctx, engine, cfg, log); err != nil {
+		return startupErr("image", err)
+	}
+
+	notify("STATUS=connecting to systemd")
+	units, err := d.ConnectUnits(sctx)
+	if err != nil {
+		return startupErr("systemd D-Bus", err)
+	}
+	defer units.Close()
+
+	if d.Reap != nil {
+		notify("STATUS=removing leftovers of earlier runs")
+		if err := d.Reap(sctx, engine, units); err != nil {
+			return startupErr("startup reap", err)
+		}
+	}
+	discovered := map[string][]protocol.ToolSpec{}
+	for _, s := range cfg.MCP {
+		if !s.Discover {
+			continue
+		}
+		if d.DiscoverTools == nil {
+			return startupErr("mcp discovery", fmt.Errorf("mcp %s: discovery is not available", s.Name))
+		}
+		specs, err := DiscoveredTools(sctx, s, d.DiscoverTools)
+		if err != nil {
+			return startupErr("mcp discovery", err)
+		}
+		discovered[s.Name] = specs
+	}
+
+	opts := d.Options
+	opts.Config, opts.Access, opts.State = cfg, access, state
+	opts.Containers, opts.Units, opts.Logger = engine, units, log
+	opts.Registry, opts.BrokerGID, opts.MCPTools = d.Registry, d.BrokerGID, discovered
+	opts.Notify = notify
+	h, err := New(opts)
+	if err != nil {
+		return startupErr("host", err)
+	}
+	engine.Observe(h.ObservePhase)
+
+	notify("READY=1")
+	notify("STATUS=serving")
+	log.Info("sandbox-host ready", "installation", cfg.Installation, "image", cfg.Image, "pid", os.Getpid())
+	return h.Run(ctx, d.Listener)
+}
+
+// ensureImage never pulls: the image must exist, or be loaded from the
+// archive the package ships.
+func ensureImage(ctx context.Context, e Engine, cfg *config.Config, log *slog.Logger) error {
+	ok, err := e.ImagePresent(ctx, cfg.Image)
+	if err != nil {
+		return err
+	}
+	if ok {
+		return nil
+	}
+	if _, err := os.Stat(cfg.ImageArchive); err != nil {
+		return fmt.Errorf("image %s is not present and imageArchive %s cannot be read (%v); add it with: docker load -i <worker-image.tar> (the package ships %s)", cfg.Image, cfg.ImageArchive, err, cfg.ImageArchive)
+	}
+	log.Info("loading worker image", "archive", cfg.ImageArchive)
+	if err := e.LoadImage(ctx, cfg.ImageArchive); err != nil {
+		return fmt.Errorf("load %s: %w", cfg.ImageArchive, err)
+	}
+	if ok, err := e.ImagePresent(ctx, cfg.Image); err != nil || !ok {
+		return fmt.Errorf("image %s still missing after loading %s; the archive must carry that tag", cfg.Image, cfg.ImageArchive)
+	}
+	return nil
+}
+
+// DiscoveredTools lists a server's tools and keeps the declared names (all
+// when none are declared), each checked like a configured tool.
+func DiscoveredTools(ctx context.Context, s config.MCP, list func(context.Context, config.MCP) ([]protocol.ToolSpec, error)) ([]protocol.ToolSpec, error) {
+	offered, err := list(ctx, s)
+	if err != nil {
+		return nil, fmt.Errorf("mcp %s: list tools: %w", s.Name, err)
+	}
+	want := map[string]bool{}
+	for _, t := range s.Tools {
+		want[t.Name] = true
+	}
+	var out []protocol.ToolSpec
+	for _, t := range offered {
+		if len(want) > 0 && !want[t.Name] {
+			continue
+		}
+		if !protocol.ValidToolName(t.Name) {
+			return nil, fmt.Errorf("mcp %s: offered tool name %q does not match [a-z][a-z0-9_]{0,47}; declare the tools instead", s.Name, t.Name)
+		}
+		if t.Description == "" {
+			t.Description = t.Name
+		}
+		if err := config.CompileSchema(string(t.Parameters)); err != nil {
+			return nil, fmt.Errorf("mcp %s: tool %s parameters: %v", s.Name, t.Name, err)
+		}
+		delete(want, t.Name)
+		out = append(out, t)
+	}
+	for name := range want {
+		return nil, fmt.Errorf("mcp %s: declared tool %s is not offered by the server", s.Name, name)
+	}
+	if len(out) == 0 || len(out) > protocol.MaxToolSpecs {
+		return nil, fmt.Errorf("mcp %s: server offers %d usable tools; 1 to %d are allowed", s.Name, len(out), protocol.MaxToolSpecs)
+	}
+	return out, nil
+}

@@ -1,0 +1,70 @@
+package host
+
+import (
+	"errors"
+	"net/http"
+)
+
+// Error categories. Callers of the API see only the category's generic
+// reason (and, for their own bad input, what was wrong with it); details of
+// a failed turn go to the host log only.
+var (
+	ErrBadRequest   = errors.New("bad request")
+	ErrForbidden    = errors.New("forbidden")
+	ErrNotFound     = errors.New("not found")
+	ErrMethod       = errors.New("method not allowed")
+	ErrModeOff      = errors.New("channel is not in sandbox mode")
+	ErrTooLarge     = errors.New("request body too large")
+	ErrShuttingDown = errors.New("host is shutting down")
+	ErrTurnFailed   = errors.New("turn failed")
+	ErrDeadline     = errors.New("turn deadline exceeded")
+	ErrCancelled    = errors.New("turn cancelled")
+	ErrCleanup      = errors.New("turn cleanup failed")
+	ErrClientGone   = errors.New("client disconnected")
+)
+
+// requestError carries a reason about the caller's own input.
+type requestError struct {
+	kind   error
+	reason string
+}
+
+func (e *requestError) Error() string { return e.reason }
+func (e *requestError) Unwrap() error { return e.kind }
+
+func badRequest(reason string) error { return &requestError{ErrBadRequest, reason} }
+
+// statusOf is the one place an error becomes an HTTP status and reason.
+func statusOf(err error) (int, string) {
+	var re *requestError
+	if errors.As(err, &re) {
+		status, _ := statusOf(re.kind)
+		return status, re.reason
+	}
+	for _, m := range []struct {
+		err    error
+		status int
+	}{
+		{ErrBadRequest, http.StatusBadRequest},
+		{ErrForbidden, http.StatusForbidden},
+		{ErrNotFound, http.StatusNotFound},
+		{ErrMethod, http.StatusMethodNotAllowed},
+		{ErrModeOff, http.StatusConflict},
+		{ErrTooLarge, http.StatusRequestEntityTooLarge},
+		{ErrQueueFull, http.StatusTooManyRequests},
+		{ErrShuttingDown, http.StatusServiceUnavailable},
+		{ErrDeadline, http.StatusGatewayTimeout},
+		{ErrCancelled, http.StatusConflict},
+		// A cleanup failure is a failed turn to the caller.
+		{ErrCleanup, http.StatusInternalServerError},
+		{ErrTurnFailed, http.StatusInternalServerError},
+	} {
+		if errors.Is(err, m.err) {
+			if m.err == ErrCleanup {
+				return m.status, ErrTurnFailed.Error()
+			}
+			return m.status, m.err.Error()
+		}
+	}
+	return http.StatusInternalServerError, "internal error"
+}

@@ -1,0 +1,288 @@
+// Package host is the sandbox-host daemon: the HTTP/JSON API on the host
+// socket, channel state, per-channel queues and turn orchestration.
+// Guarantee: every turn it starts ends with its container removed, its broker
+// units stopped and its turn directory and policy file removed, or with an
+// error and a log line naming exactly what an operator must inspect.
+// Docker and systemd are reached through the narrow interfaces below.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+)
+
+// ContainerSpec mirrors container.Spec (DESIGN.md section 4).
+type ContainerSpec struct {
+	Name, Image           string
+	UID, GID              int
+	WorkspaceDir, TurnDir string
+	MemoryMB              int
+	CPUs                  float64
+	Pids                  int64
+	TmpfsMB               int
+	Runtime               string
+	LogTag                string
+	Labels                map[string]string
+}
+
+// RunResult mirrors container.Result.
+type RunResult struct {
+	Stdout    []byte
+	ExitCode  int64
+	Truncated bool
+}
+
+// Containers is what a turn needs of the Docker driver.
+type Containers interface {
+	Create(ctx context.Context, spec ContainerSpec) (id string, err error)
+	// Run attaches, starts, writes stdin and closes it, reads at most
+	// maxStdout bytes of stdout and waits; on ctx end it kills the container.
+	Run(ctx context.Context, id string, stdin []byte, maxStdout int64) (RunResult, error)
+	Kill(ctx context.Context, id string) error
+	// Remove force-removes; not found is success.
+	Remove(ctx context.Context, id string) error
+}
+
+// Units is what a turn needs of systemd: the broker socket unit.
+type Units interface {
+	// StartBroker starts sandbox-broker@<turn>.socket and waits for the job.
+	StartBroker(ctx context.Context, turnID string) error
+	// StopBroker stops the socket and service units of the turn.
+	StopBroker(ctx context.Context, turnID string) error
+}
+
+// Options configure a Host.
+type Options struct {
+	Config     *config.Config
+	Access     config.ResolvedAccess
+	State      *State
+	Containers Containers
+	Units      Units
+	Logger     *slog.Logger
+	// Registry receives the metrics; a fresh registry when nil.
+	Registry *prometheus.Registry
+	// MCPTools replaces the declared tool specs of servers discovered at
+	// startup (discover: true), keyed by server name.
+	MCPTools map[string][]protocol.ToolSpec
+	// Notify sends a systemd notification ("STOPPING=1"); nil = none.
+	Notify func(state string)
+
+	// The following have working defaults; tests replace them.
+	UID, GID         int                 // the process's ids, given to containers
+	BrokerGID        int                 // group of policy files (_sandbox-broker); 0 = leave as is
+	PeerGroups       func(uid int) []int // supplementary groups of a peer uid
+	Now              func() time.Time    //
+	NewTurnID        func() string       //
+	RemoveTimeout    time.Duration       // bound of each removal and unit stop, 5 s
+	SecondRemoval    time.Duration       // bound of the second removal, 2 s
+	RemoveRetryDelay time.Duration       // pause before the second removal, 100 ms
+	ShutdownTimeout  time.Duration       // bound of the HTTP shutdown, 10 s
+	ObservePhase     func(string, time.Duration)
+}
+
+// Host is one running sandbox-host.
+type Host struct {
+	opts    Options
+	cfg     *config.Config
+	log     *slog.Logger
+	state   *State
+	queue   *queue
+	metrics *metrics
+	reg     *prometheus.Registry
+
+	tools    []protocol.ToolSpec
+	mcpSpecs []protocol.MCPServerSpec
+	pol      policy.Policy // the turn-independent part of every policy
+
+	stopCtx  context.Context
+	stopAll  context.CancelCauseFunc
+	mu       sync.Mutex
+	stopping bool
+	turns    sync.WaitGroup
+	active   map[string]*activeTurn // by channel
+	fresh    map[string]uint64      // pending fresh start: channel -> generation
+	freshGen uint64
+}
+
+type activeTurn struct {
+	id, channel string
+	deadline    time.Time
+	cancel      context.CancelCauseFunc
+}
+
+// New checks the options and prepares the turn-independent parts of every
+// policy and turn, validating them now rather than at the first guest message.
+func New(o Options) (*Host, error) {
+	if o.Config == nil || o.State == nil || o.Containers == nil || o.Units == nil {
+		return nil, errors.New("host: config, state, containers and units are required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.UID == 0 && o.GID == 0 {
+		o.UID, o.GID = os.Getuid(), os.Getgid()
+	}
+	if o.PeerGroups == nil {
+		o.PeerGroups = SupplementaryGroups
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.NewTurnID == nil {
+		o.NewTurnID = ids.NewTurnID
+	}
+	if o.RemoveTimeout == 0 {
+		o.RemoveTimeout = 5 * time.Second
+	}
+	if o.SecondRemoval == 0 {
+		o.SecondRemoval = 2 * time.Second
+	}
+	if o.RemoveRetryDelay == 0 {
+		o.RemoveRetryDelay = 100 * time.Millisecond
+	}
+	if o.ShutdownTimeout == 0 {
+		o.ShutdownTimeout = 10 * time.Second
+	}
+	h := &Host{
+		opts: o, cfg: o.Config, log: o.Logger, state: o.State, reg: o.Registry,
+		queue:  newQueue(o.Config.Queue.Depth, o.Config.Queue.GlobalConcurrency),
+		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
+	}
+	h.metrics = newMetrics(o.Registry, h.queue)
+	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
+	if err := h.prepareStatic(); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// prepareStatic builds the public tool specs and the policy template and
+// validates both with a sample turn.
+func (h *Host) prepareStatic() error {
+	c := h.cfg
+	for _, t := range c.Tools {
+		h.tools = append(h.tools, protocol.ToolSpec{Name: t.Name, Description: t.Description, Parameters: []byte(t.Parameters)})
+		h.pol.Tools = append(h.pol.Tools, policy.Tool{
+			Name: t.Name, Kind: t.Kind, Builtin: t.Builtin, Argv: t.Argv, URL: t.URL,
+			TimeoutMs: t.TimeoutSeconds * 1000, Credential: t.Credential, AllowHTTP: t.AllowInsecureLoopbackHTTP,
+		})
+	}
+	for _, s := range c.MCP {
+		spec := protocol.MCPServerSpec{Server: s.Name}
+		if discovered, ok := h.opts.MCPTools[s.Name]; ok {
+			spec.Tools = discovered
+		} else {
+			for _, t := range s.Tools {
+				spec.Tools = append(spec.Tools, protocol.ToolSpec{Name: t.Name, Description: t.Description, Parameters: []byte(t.Parameters)})
+			}
+		}
+		names := make([]string, 0, len(spec.Tools))
+		for _, t := range spec.Tools {
+			names = append(names, t.Name)
+		}
+		h.mcpSpecs = append(h.mcpSpecs, spec)
+		h.pol.MCP = append(h.pol.MCP, policy.MCPServer{
+			Name: s.Name, URL: s.URL, Credential: s.Credential, Session: s.Session, Tools: names, AllowHTTP: s.AllowInsecureLoopbackHTTP,
+		})
+	}
+	h.pol.Version = policy.Version
+	h.pol.Model = policy.Model{URL: c.Model.URL, Name: c.Model.Name, MaxTokens: c.Model.MaxTokens, AllowHTTP: c.Model.AllowInsecureLoopbackHTTP}
+	h.pol.Limits = c.Broker.PolicyLimits()
+
+	all := make([]protocol.ToolSpec, 0, len(h.tools))
+	for _, t := range h.tools {
+		t.Name = protocol.HostFunctionName(t.Name)
+		all = append(all, t)
+	}
+	for i, s := range h.mcpSpecs {
+		for _, t := range s.Tools {
+			t.Name = protocol.MCPFunctionName(i, t.Name)
+			all = append(all, t)
+		}
+	}
+	if n := config.ToolBudgetBytes(all); n > config.MaxToolBudget-config.BuiltinToolReserve {
+		return fmt.Errorf("host: tool specs take %d bytes, over the worker's budget of %d", n, config.MaxToolBudget-config.BuiltinToolReserve)
+	}
+	sample := &turn{id: ids.NewTurnID(), channel: "sandbox:preflight", speaker: protocol.Speaker{ID: "preflight"}}
+	p := h.policyFor(sample, h.opts.Now().Add(c.TurnDeadline()))
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("host: configuration makes an invalid broker policy: %w", err)
+	}
+	if _, err := h.turnJSON(sample, false); err != nil {
+		return fmt.Errorf("host: configuration makes an invalid worker turn: %w", err)
+	}
+	return nil
+}
+
+// Handler is the API (exported for tests that want httptest).
+func (h *Host) Handler() http.Handler { return http.HandlerFunc(h.route) }
+
+// Run serves the API on ln until ctx ends, then stops admitting (503),
+// cancels running and waiting turns, waits for their cleanup, sends
+// STOPPING=1 and closes the server.
+func (h *Host) Run(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           h.Handler(),
+		ConnContext:       h.connContext,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served:
+		h.log.Error("API server stopped", "err", serveErr)
+	}
+	h.Shutdown()
+	if h.opts.Notify != nil {
+		h.opts.Notify("STOPPING=1")
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), h.opts.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return nil
+}
+
+// Shutdown stops admitting, cancels every turn and waits until each has
+// finished its cleanup.
+func (h *Host) Shutdown() {
+	h.mu.Lock()
+	h.stopping = true
+	h.mu.Unlock()
+	h.queue.close()
+	h.stopAll(ErrShuttingDown)
+	h.turns.Wait()
+}
+
+func (h *Host) accepting() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.stopping
+}

@@ -1,0 +1,64 @@
+package host
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Turn results (label "result" of sandbox_turns_total).
+const (
+	resultOK        = "ok"
+	resultNotOK     = "reply_not_ok"
+	resultFailed    = "failed"
+	resultDeadline  = "deadline"
+	resultCancelled = "cancelled"
+	resultCleanup   = "cleanup_failed"
+	resultShutdown  = "shutdown"
+	resultGone      = "client_gone"
+)
+
+type metrics struct {
+	turns           *prometheus.CounterVec
+	duration        prometheus.Histogram
+	phases          *prometheus.HistogramVec
+	queueWaiting    prometheus.GaugeFunc
+	running         prometheus.GaugeFunc
+	cleanupFailures *prometheus.CounterVec
+	refused         *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
+	buckets := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+	m := &metrics{
+		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_turns_total", Help: "Turns run, by result.",
+		}, []string{"result"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sandbox_turn_duration_seconds", Help: "Whole turn duration from admission to cleanup.", Buckets: buckets,
+		}),
+		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sandbox_turn_phase_seconds", Help: "Duration of each turn phase.", Buckets: buckets,
+		}, []string{"phase"}),
+		queueWaiting: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sandbox_queue_waiting", Help: "Turns waiting in all channel queues.",
+		}, func() float64 { w, _ := q.totals(); return float64(w) }),
+		running: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sandbox_turns_running", Help: "Turns running now.",
+		}, func() float64 { _, r := q.totals(); return float64(r) }),
+		cleanupFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_cleanup_failures_total", Help: "Turn cleanup steps that failed and need operator inspection.",
+		}, []string{"what"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_requests_refused_total", Help: "API requests refused, by HTTP status.",
+		}, []string{"status"}),
+	}
+	reg.MustRegister(m.turns, m.duration, m.phases, m.queueWaiting, m.running, m.cleanupFailures, m.refused)
+	return m
+}
+
+// ObservePhase records one phase duration (also used for the container
+// driver's own phases: attach, start, wait).
+func (h *Host) ObservePhase(phase string, took time.Duration) {
+	h.metrics.phases.WithLabelValues(phase).Observe(took.Seconds())
+}

@@ -1,0 +1,192 @@
+package host
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+)
+
+// Channel modes.
+const (
+	ModeOn  = "on"
+	ModeOff = "off"
+)
+
+const (
+	stateVersion  = 1
+	maxStateBytes = 16 << 20
+	maxChannels   = 100_000
+)
+
+type stateFile struct {
+	Version  int                     `json:"version"`
+	Channels map[string]channelState `json:"channels"`
+}
+
+type channelState struct {
+	Mode string `json:"mode"`
+}
+
+// State is the host's routing state: which channels are in sandbox mode.
+// Every change is written through atomically before it is visible.
+type State struct {
+	path string
+	mu   sync.Mutex
+	data stateFile
+}
+
+// LoadState reads the state file. When none exists it seeds one from
+// initialChannels (mode on) and writes it; an existing file is never reseeded.
+// Leftover temp files of an interrupted write are ignored (the rename never
+// happened, so the old file is whole) and removed.
+func LoadState(path string, initialChannels []string) (*State, bool, error) {
+	s := &State{path: path, data: stateFile{Version: stateVersion, Channels: map[string]channelState{}}}
+	data, err := atomicfile.ReadFile(path, maxStateBytes)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		for _, ch := range initialChannels {
+			if err := ids.ValidChannel(ch); err != nil {
+				return nil, false, fmt.Errorf("state: initial channel: %w", err)
+			}
+			s.data.Channels[ch] = channelState{Mode: ModeOn}
+		}
+		if err := s.writeLocked(); err != nil {
+			return nil, false, err
+		}
+		removeTemps(path)
+		return s, true, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("state %s: %w", path, err)
+	}
+	if err := json.Unmarshal(data, &s.data); err != nil {
+		return nil, false, fmt.Errorf("state %s: not valid state JSON (%v); fix or move it aside", path, err)
+	}
+	if s.data.Version != stateVersion {
+		return nil, false, fmt.Errorf("state %s: version %d, want %d", path, s.data.Version, stateVersion)
+	}
+	if s.data.Channels == nil {
+		s.data.Channels = map[string]channelState{}
+	}
+	for ch, cs := range s.data.Channels {
+		if ids.ValidChannel(ch) != nil || (cs.Mode != ModeOn && cs.Mode != ModeOff) {
+			return nil, false, fmt.Errorf("state %s: invalid channel entry; fix or move it aside", path)
+		}
+	}
+	removeTemps(path)
+	return s, false, nil
+}
+
+// removeTemps deletes temp files atomicfile leaves when a crash hits between
+// write and rename.
+func removeTemps(path string) {
+	dir, name := filepath.Split(path)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "."+name+".tmp") && e.Type().IsRegular() {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+func (s *State) writeLocked() error {
+	data, err := json.MarshalIndent(s.data, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(s.path, append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("state %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// Mode is the channel's mode; channels never switched are off.
+func (s *State) Mode(channel string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cs, ok := s.data.Channels[channel]; ok {
+		return cs.Mode
+	}
+	return ModeOff
+}
+
+// SetMode persists a mode; on a write failure nothing changes.
+func (s *State) SetMode(channel, mode string) error {
+	if mode != ModeOn && mode != ModeOff {
+		return fmt.Errorf("mode must be on or off")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, had := s.data.Channels[channel]
+	if !had && len(s.data.Channels) >= maxChannels {
+		return fmt.Errorf("state holds %d channels already", maxChannels)
+	}
+	s.data.Channels[channel] = channelState{Mode: mode}
+	if err := s.writeLocked(); err != nil {
+		if had {
+			s.data.Channels[channel] = old
+		} else {
+			delete(s.data.Channels, channel)
+		}
+		return err
+	}
+	return nil
+}
+
+// Channels lists the channels the state knows, sorted.
+func (s *State) Channels() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.data.Channels))
+	for ch := range s.data.Channels {
+		out = append(out, ch)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ErrLocked reports another host holding the lock file.
+var ErrLocked = errors.New("another sandbox-host owns these directories")
+
+// Lock is an exclusive flock on the lock file, held for the host's lifetime.
+type Lock struct{ f *os.File }
+
+// AcquireLock takes the lock without waiting.
+func AcquireLock(path string) (*Lock, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("lock %s is held: stop the other sandbox-host first: %w", path, ErrLocked)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	f.Truncate(0)
+	fmt.Fprintf(f, "%d\n", os.Getpid())
+	return &Lock{f: f}, nil
+}
+
+// Release drops the lock.
+func (l *Lock) Release() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	return l.f.Close()
+}

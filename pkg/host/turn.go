@@ -1,0 +1,400 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+)
+
+// Turn phases (label "phase" of sandbox_turn_phase_seconds).
+const (
+	PhasePrepare   = "prepare"    // workspace, turn directory, policy file
+	PhaseUnitStart = "unit_start" // D-Bus start of the broker socket unit
+	PhaseCreate    = "create"     // container create (concurrent with unit_start)
+	PhaseRun       = "run"        // attach, start, stdin, stdout, wait
+	PhaseRemove    = "remove"     // kill and force-remove
+	PhaseUnitStop  = "unit_stop"  // broker units stopped
+	PhaseFiles     = "files"      // turn directory and policy removed
+)
+
+// TurnInput is an admitted request.
+type TurnInput struct {
+	Channel     string
+	SpeakerID   string
+	SpeakerName string
+	PrincipalID string
+	Text        string
+}
+
+type turn struct {
+	id, channel, tag string
+	speaker          protocol.Speaker
+	principal, text  string
+	deadline         time.Time
+	reset            bool
+	freshGen         uint64
+
+	container, containerID string
+	workspace, dir, policy string
+
+	madeDir, madePolicy, unitTried, createTried bool
+
+	mu     sync.Mutex
+	phases []slog.Attr
+}
+
+func (t *turn) phase(h *Host, name string, since time.Time) {
+	took := time.Since(since)
+	t.mu.Lock()
+	t.phases = append(t.phases, slog.Int64(name+"_us", took.Microseconds()))
+	t.mu.Unlock()
+	h.ObservePhase(name, took)
+	if h.opts.ObservePhase != nil {
+		h.opts.ObservePhase(name, took)
+	}
+}
+
+// policyFor is the turn's broker policy: the identity comes from the admitted
+// request only, the credential name from the configured rules.
+func (h *Host) policyFor(t *turn, deadline time.Time) *policy.Policy {
+	p := h.pol
+	p.TurnID = t.id
+	p.Identity = policy.Identity{
+		Channel: t.channel, ChannelTag: ids.ChannelTag(t.channel),
+		SpeakerID: t.speaker.ID, SpeakerName: t.speaker.Name, PrincipalID: t.principal,
+	}
+	p.DeadlineUnixMs = deadline.UnixMilli()
+	p.Model.Credential = h.cfg.SelectCredential(t.channel, t.principal, t.speaker.ID)
+	return &p
+}
+
+// turnJSON is the worker's stdin: public specs, message, speaker id/name.
+// Never the principal, a URL or a credential name.
+func (h *Host) turnJSON(t *turn, reset bool) ([]byte, error) {
+	tt := protocol.Turn{
+		Text:     t.text,
+		Speaker:  protocol.Speaker{ID: t.speaker.ID, Name: t.speaker.Name},
+		Model:    h.cfg.Model.Name,
+		Prompt:   h.cfg.Prompt,
+		TimeZone: h.cfg.TimeZone,
+		Reset:    reset,
+		Tools:    append([]protocol.ToolSpec{}, h.tools...),
+		MCP:      append([]protocol.MCPServerSpec{}, h.mcpSpecs...),
+	}
+	if err := tt.Validate(); err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(tt)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > protocol.MaxTurnBytes {
+		return nil, fmt.Errorf("turn JSON is %d bytes, over %d: %w", len(data), protocol.MaxTurnBytes, protocol.ErrTooLarge)
+	}
+	return data, nil
+}
+
+var (
+	errCauseDeadline = fmt.Errorf("deadline: %w", ErrDeadline)
+	errCauseCancel   = fmt.Errorf("cancel: %w", ErrCancelled)
+)
+
+// RunTurn runs one admitted turn to the end (the caller holds the channel's
+// queue slot). ctx is the caller's: its end cancels the turn.
+func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, string, error) {
+	start := h.opts.Now()
+	t := &turn{
+		id: h.opts.NewTurnID(), channel: in.Channel, tag: ids.ChannelTag(in.Channel),
+		speaker:   protocol.Speaker{ID: in.SpeakerID, Name: in.SpeakerName},
+		principal: in.PrincipalID, text: in.Text,
+		deadline: start.Add(h.cfg.TurnDeadline()),
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ctx, cancelDeadline := context.WithDeadlineCause(ctx, t.deadline, errCauseDeadline)
+	defer cancelDeadline()
+
+	h.mu.Lock()
+	if h.stopping {
+		h.mu.Unlock()
+		return nil, "", ErrShuttingDown
+	}
+	if _, busy := h.active[t.channel]; busy { // the queue makes this impossible
+		h.mu.Unlock()
+		return nil, "", fmt.Errorf("channel already has a running turn: %w", ErrTurnFailed)
+	}
+	h.active[t.channel] = &activeTurn{id: t.id, channel: t.channel, deadline: t.deadline, cancel: cancel}
+	t.freshGen, t.reset = h.fresh[t.channel]
+	h.turns.Add(1)
+	h.mu.Unlock()
+	stopWatch := context.AfterFunc(h.stopCtx, func() { cancel(ErrShuttingDown) })
+	defer func() {
+		stopWatch()
+		h.mu.Lock()
+		delete(h.active, t.channel)
+		h.mu.Unlock()
+		h.turns.Done()
+	}()
+
+	log := h.log.With("turn", t.id, "channel", t.tag)
+	reply, runErr := h.execute(ctx, t)
+	cleanupErr := h.cleanup(t, log)
+
+	result, err := resultOf(ctx, reply, runErr, cleanupErr)
+	if runErr != nil {
+		// Details stay here; the caller gets a generic reason.
+		log.Warn("turn failed", "result", result, "err", runErr)
+	}
+	if err == nil && reply.OK && t.reset {
+		h.mu.Lock()
+		if h.fresh[t.channel] == t.freshGen {
+			delete(h.fresh, t.channel)
+		}
+		h.mu.Unlock()
+	}
+	took := time.Since(start)
+	h.metrics.turns.WithLabelValues(result).Inc()
+	h.metrics.duration.Observe(took.Seconds())
+	t.mu.Lock()
+	attrs := append([]slog.Attr{slog.String("result", result), slog.Int64("total_us", took.Microseconds())}, t.phases...)
+	t.mu.Unlock()
+	log.LogAttrs(context.Background(), slog.LevelDebug, "turn phases", attrs...)
+	if err != nil {
+		return nil, t.id, err
+	}
+	log.Info("turn done", "result", result, "duration_ms", took.Milliseconds())
+	return reply, t.id, nil
+}
+
+// resultOf classifies a finished turn: a cleanup failure outranks everything,
+// then why the turn's context ended.
+func resultOf(ctx context.Context, reply *protocol.Reply, runErr, cleanupErr error) (string, error) {
+	if cleanupErr != nil {
+		return resultCleanup, cleanupErr
+	}
+	if runErr == nil {
+		if reply.OK {
+			return resultOK, nil
+		}
+		return resultNotOK, nil
+	}
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, ErrDeadline):
+		return resultDeadline, ErrDeadline
+	case errors.Is(cause, ErrCancelled):
+		return resultCancelled, ErrCancelled
+	case errors.Is(cause, ErrShuttingDown):
+		return resultShutdown, ErrShuttingDown
+	case cause != nil:
+		return resultGone, ErrClientGone
+	}
+	return resultFailed, ErrTurnFailed
+}
+
+// execute prepares and runs the turn; cleanup is the caller's, always.
+func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
+	c := h.cfg
+	var err error
+	since := time.Now()
+	if t.container, err = ids.ContainerName(t.channel, t.id); err != nil {
+		return nil, err
+	}
+	if t.workspace, err = layout.WorkspaceDir(c.WorkspaceRoot, t.channel); err != nil {
+		return nil, err
+	}
+	if t.dir, err = layout.TurnDir(c.RunRoot, t.id); err != nil {
+		return nil, err
+	}
+	if t.policy, err = layout.PolicyFile(c.PolicyDir, t.id); err != nil {
+		return nil, err
+	}
+	sock, _ := layout.BrokerSocket(c.RunRoot, t.id)
+	if len(sock) > layout.MaxSocketPath {
+		return nil, fmt.Errorf("broker socket path is %d characters, over %d", len(sock), layout.MaxSocketPath)
+	}
+	if err := ensurePrivateDir(t.workspace, h.opts.UID); err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	stdin, err := h.turnJSON(t, t.reset)
+	if err != nil {
+		return nil, fmt.Errorf("turn JSON: %w", err)
+	}
+	pol, err := h.policyFor(t, t.deadline).Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	// The turn directory exists before the socket unit starts, so systemd
+	// never makes a root-owned parent for the socket.
+	if err := os.Mkdir(t.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("turn directory: %w", err)
+	}
+	t.madeDir = true
+	t.madePolicy = true // a failed write may leave nothing; removal tolerates that
+	if err := atomicfile.WriteFile(t.policy, pol, 0o640); err != nil {
+		return nil, fmt.Errorf("policy file: %w", err)
+	}
+	if h.opts.BrokerGID > 0 {
+		if err := os.Lchown(t.policy, -1, h.opts.BrokerGID); err != nil {
+			return nil, fmt.Errorf("policy file group: %w", err)
+		}
+	}
+	t.phase(h, PhasePrepare, since)
+
+	// The broker socket unit and the container are made concurrently; both
+	// must succeed before the container starts.
+	spec := ContainerSpec{
+		Name: t.container, Image: c.Image, UID: h.opts.UID, GID: h.opts.GID,
+		WorkspaceDir: t.workspace, TurnDir: t.dir,
+		MemoryMB: c.Limits.MemoryMB, CPUs: c.Limits.CPUs, Pids: c.Limits.Pids, TmpfsMB: c.Limits.TmpfsMB,
+		Runtime: c.Runtime, LogTag: ids.LogTag(t.channel),
+		Labels: map[string]string{
+			layout.LabelInstallation: c.Installation,
+			layout.LabelTurn:         t.id,
+			layout.LabelChannel:      t.tag,
+			layout.LabelDeadline:     strconv.FormatInt(t.deadline.Unix(), 10),
+		},
+	}
+	var wg sync.WaitGroup
+	var unitErr, createErr error
+	t.unitTried, t.createTried = true, true
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		s := time.Now()
+		unitErr = h.opts.Units.StartBroker(ctx, t.id)
+		t.phase(h, PhaseUnitStart, s)
+	}()
+	go func() {
+		defer wg.Done()
+		s := time.Now()
+		t.containerID, createErr = h.opts.Containers.Create(ctx, spec)
+		t.phase(h, PhaseCreate, s)
+	}()
+	wg.Wait()
+	if err := errors.Join(unitErr, createErr); err != nil {
+		return nil, err
+	}
+
+	since = time.Now()
+	res, err := h.opts.Containers.Run(ctx, t.containerID, stdin, protocol.MaxReplyBytes)
+	t.phase(h, PhaseRun, since)
+	if err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	if res.Truncated {
+		return nil, errors.New("worker stdout over its bound")
+	}
+	if res.ExitCode != 0 {
+		return nil, fmt.Errorf("worker exited with status %d", res.ExitCode)
+	}
+	reply, err := protocol.DecodeReply(res.Stdout)
+	if err != nil {
+		return nil, fmt.Errorf("worker reply: %w", err)
+	}
+	return reply, nil
+}
+
+// ensurePrivateDir makes dir 0700 or accepts an existing directory (not a
+// symlink) owned by uid.
+func ensurePrivateDir(dir string, uid int) error {
+	err := os.Mkdir(dir, 0o700)
+	if err == nil || !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() || st.Mode()&fs.ModeSymlink != 0 {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if owner, ok := fileOwner(st); ok && owner != uid {
+		return fmt.Errorf("%s is owned by uid %d, not %d", dir, owner, uid)
+	}
+	return nil
+}
+
+// cleanup runs whatever happened before: kill and force-remove the container
+// (a second short removal covers the create/attach race), stop the broker
+// units, remove the turn directory and the policy file. It never uses the
+// turn's context, which may be over.
+func (h *Host) cleanup(t *turn, log *slog.Logger) error {
+	var failed []string
+	bounded := func(d time.Duration, f func(ctx context.Context) error) error {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		return f(ctx)
+	}
+	if t.createTried {
+		since := time.Now()
+		target := t.containerID
+		if target == "" {
+			target = t.container // create may have succeeded in the daemon anyway
+		}
+		if err := bounded(h.opts.RemoveTimeout, func(ctx context.Context) error { return h.opts.Containers.Kill(ctx, target) }); err != nil {
+			log.Debug("kill before removal", "err", err) // usually: already exited
+		}
+		err := bounded(h.opts.RemoveTimeout, func(ctx context.Context) error { return h.opts.Containers.Remove(ctx, target) })
+		if err != nil {
+			log.Warn("first container removal failed; trying once more", "container", t.container, "err", err)
+			time.Sleep(h.opts.RemoveRetryDelay)
+			err = bounded(h.opts.SecondRemoval, func(ctx context.Context) error { return h.opts.Containers.Remove(ctx, t.container) })
+		}
+		if err != nil {
+			failed = append(failed, "container")
+			log.Error("container removal failed", "container", t.container, "err", err)
+		}
+		t.phase(h, PhaseRemove, since)
+	}
+	if t.unitTried {
+		since := time.Now()
+		if err := bounded(h.opts.RemoveTimeout, func(ctx context.Context) error { return h.opts.Units.StopBroker(ctx, t.id) }); err != nil {
+			failed = append(failed, "units")
+			log.Error("broker unit stop failed", "err", err)
+		}
+		t.phase(h, PhaseUnitStop, since)
+	}
+	since := time.Now()
+	if t.madeDir {
+		if err := os.RemoveAll(t.dir); err != nil {
+			failed = append(failed, "turn_dir")
+			log.Error("turn directory removal failed", "err", err)
+		}
+	}
+	if t.madePolicy {
+		if err := os.Remove(t.policy); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			failed = append(failed, "policy")
+			log.Error("policy file removal failed", "err", err)
+		}
+	}
+	t.phase(h, PhaseFiles, since)
+	if len(failed) == 0 {
+		return nil
+	}
+	for _, what := range failed {
+		h.metrics.cleanupFailures.WithLabelValues(what).Inc()
+	}
+	sockUnit, _ := ids.BrokerSocketUnit(t.id)
+	svcUnit, _ := ids.BrokerServiceUnit(t.id)
+	log.Error("turn cleanup failed; operator must inspect and remove by hand (sandbox-reaper also sweeps these)",
+		"failed", failed, "container", t.container, "units", []string{sockUnit, svcUnit},
+		"turn_dir", t.dir, "policy_file", t.policy)
+	return fmt.Errorf("%v: %w", failed, ErrCleanup)
+}
