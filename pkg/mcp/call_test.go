@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -338,5 +339,50 @@ func TestCloseBoundedByContext(t *testing.T) {
 	defer rec.mu.Unlock()
 	if len(rec.deletes) != 1 {
 		t.Errorf("DELETEs %v, want one attempt", rec.deletes)
+	}
+}
+
+// swapHandler lets a test replace the upstream mid-turn (a server restart).
+type swapHandler struct {
+	mu sync.Mutex
+	h  http.Handler
+}
+
+func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	h := s.h
+	s.mu.Unlock()
+	h.ServeHTTP(w, r)
+}
+
+func TestSessionLostUpstreamIsRenewedOnce(t *testing.T) {
+	_, srv, _ := newSDKServer(t, nil)
+	newHandler := func() http.Handler {
+		return sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil)
+	}
+	sw := &swapHandler{h: newHandler()}
+	rec := &recorder{}
+	ts := newServer(t, rec.wrap(sw))
+	c := NewClient(testOptions())
+	defer closeClient(t, c)
+	s := server(ts.URL, policy.SessionAuto)
+	if _, err := c.CallTool(t.Context(), s, testCred, "echo", json.RawMessage(`{"text":"1"}`)); err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	sw.mu.Lock()
+	sw.h = newHandler() // the restarted server knows no session: 404
+	sw.mu.Unlock()
+	raw, err := c.CallTool(t.Context(), s, testCred, "echo", json.RawMessage(`{"text":"2"}`))
+	if err != nil {
+		t.Fatalf("call after upstream restart: %v", err)
+	}
+	if got, _, _ := decodeResult(t, raw); got != "echo: 2" {
+		t.Errorf("text = %q", got)
+	}
+	if n := rec.count("initialize"); n != 2 {
+		t.Errorf("initialize sent %d times, want 2 (one renewal)", n)
+	}
+	if n := rec.count("tools/call"); n != 3 {
+		t.Errorf("tools/call sent %d times, want 3 (ok, 404, retried)", n)
 	}
 }

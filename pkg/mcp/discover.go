@@ -39,8 +39,8 @@ type Tool struct {
 // session before returning. opts bounds each page like one call; Timeout
 // bounds the whole listing.
 func ListTools(ctx context.Context, s policy.MCPServer, credential string, opts Options) ([]Tool, error) {
-	if err := policy.CheckURL(s.URL, s.AllowHTTP); err != nil {
-		return nil, fmt.Errorf("mcp: %w", ErrURL)
+	if err := checkServer(s); err != nil {
+		return nil, err
 	}
 	c := NewClient(opts)
 	defer func() {

@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -91,6 +92,9 @@ type Options struct {
 	// Transport replaces the network transport below the guard (tests only).
 	// Redirect refusal, budgets and the credential still apply.
 	Transport http.RoundTripper
+	// Logger receives session lifecycle events (server name and error
+	// category only, never payloads or credentials). Nil discards.
+	Logger *slog.Logger
 }
 
 func (o Options) withDefaults() Options {
@@ -106,6 +110,9 @@ func (o Options) withDefaults() Options {
 	if o.Transport == nil {
 		o.Transport = newBaseTransport(o.Timeout)
 	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
 	return o
 }
 
@@ -113,6 +120,7 @@ func (o Options) withDefaults() Options {
 // safe for concurrent use; calls to the same server are serialized.
 type Client struct {
 	opts Options
+	log  *slog.Logger
 
 	// life ends when Close starts: in-flight calls are canceled.
 	life     context.Context
@@ -138,6 +146,7 @@ type upstream struct {
 // NewClient returns a client with opts' bounds (zero fields take defaults).
 func NewClient(opts Options) *Client {
 	c := &Client{opts: opts.withDefaults(), sessions: map[string]*upstream{}}
+	c.log = c.opts.Logger
 	c.life, c.endLife = context.WithCancel(context.Background())
 	c.kill, c.killNow = context.WithCancel(context.Background())
 	return c
@@ -171,31 +180,55 @@ func (c *Client) CallTool(ctx context.Context, s policy.MCPServer, credential, t
 
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.stateless {
-		return c.statelessCall(ctx, u, tool, args)
-	}
-	if u.sess == nil {
-		sess, err := c.connect(ctx, u)
-		if err != nil {
-			if errors.Is(err, errFallback) {
-				u.stateless = true
-				return c.statelessCall(ctx, u, tool, args)
-			}
-			return nil, err
+	for attempt := 0; ; attempt++ {
+		if c.life.Err() != nil {
+			// Close has begun: never start a session it would not end.
+			return nil, fmt.Errorf("mcp: client closed: %w", ErrCanceled)
 		}
-		u.sess = sess
+		if u.stateless {
+			return c.statelessCall(ctx, u, tool, args)
+		}
+		if u.sess == nil {
+			sess, err := c.connect(ctx, u)
+			if errors.Is(err, errFallback) {
+				c.log.Info("mcp server answered initialize without a session; using stateless calls for this turn", "server", u.server.Name)
+				u.stateless = true
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			if c.life.Err() != nil {
+				c.endSession(sess)
+				return nil, fmt.Errorf("mcp: client closed: %w", ErrCanceled)
+			}
+			u.sess = sess
+		}
+		res, err := c.sessionCall(ctx, u, tool, args)
+		if errors.Is(err, errSessionGone) && attempt == 0 {
+			// The server forgot the session (restart, idle expiry) and
+			// answered 404 without running the call: one fresh session.
+			c.log.Info("mcp session expired upstream; starting a new one", "server", u.server.Name)
+			continue
+		}
+		return res, err
 	}
-	return c.sessionCall(ctx, u, tool, args)
 }
 
-func checkCall(s policy.MCPServer, tool string, args json.RawMessage) error {
+func checkServer(s policy.MCPServer) error {
 	if err := policy.CheckURL(s.URL, s.AllowHTTP); err != nil {
 		return fmt.Errorf("mcp: %w", ErrURL)
 	}
 	switch s.Session {
 	case "", policy.SessionAuto, policy.SessionStateless:
-	default:
-		return fmt.Errorf("mcp: unknown session mode: %w", ErrInvalid)
+		return nil
+	}
+	return fmt.Errorf("mcp: unknown session mode: %w", ErrInvalid)
+}
+
+func checkCall(s policy.MCPServer, tool string, args json.RawMessage) error {
+	if err := checkServer(s); err != nil {
+		return err
 	}
 	if !protocol.ValidToolName(tool) {
 		return fmt.Errorf("mcp: invalid tool name: %w", ErrInvalid)

@@ -20,6 +20,10 @@ import (
 // InitializeResult), so auto mode may try a single stateless POST.
 var errFallback = errors.New("initialization refused")
 
+// errSessionGone marks a call refused because the server no longer knows the
+// session (HTTP 404 on a session request); the call did not run.
+var errSessionGone = errors.New("session gone")
+
 // connect opens an SDK session on u: initialize with ProtocolVersion,
 // notifications/initialized, then the SDK keeps the Mcp-Session-Id and
 // MCP-Protocol-Version headers on later requests. The standalone GET stream
@@ -41,6 +45,7 @@ func (c *Client) connect(ctx context.Context, u *upstream) (*sdk.ClientSession, 
 	}
 	sess, err := client.Connect(withBudget(ctx, b), t, &sdk.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err == nil {
+		c.log.Debug("mcp session opened", "server", u.server.Name)
 		return sess, nil
 	}
 	violation, transport, status := b.snapshot()
@@ -63,8 +68,12 @@ func (c *Client) sessionCall(ctx context.Context, u *upstream, tool string, args
 	if err != nil {
 		cerr := classify(ctx, b, err, "tools/call")
 		if !errors.Is(cerr, ErrRPC) {
+			c.log.Info("mcp session dropped after a failed call", "server", u.server.Name, "category", category(cerr))
 			c.endSession(u.sess)
 			u.sess = nil
+		}
+		if errors.Is(err, sdk.ErrSessionMissing) {
+			return nil, fmt.Errorf("%w: %w", errSessionGone, cerr)
 		}
 		return nil, cerr
 	}
@@ -122,4 +131,14 @@ func encodeResult(res *sdk.CallToolResult, max int64) (json.RawMessage, error) {
 		return nil, fmt.Errorf("mcp: tools/call: %w", ErrTooLarge)
 	}
 	return json.RawMessage(data), nil
+}
+
+// category names an error's exported category for logs.
+func category(err error) string {
+	for _, e := range []error{ErrInvalid, ErrURL, ErrRedirect, ErrTooLarge, ErrTooManyEvents, ErrTimeout, ErrCanceled, ErrUnavailable, ErrRPC, ErrProtocol} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
+	return "unknown"
 }
