@@ -146,13 +146,13 @@ func TestCallIDNormalization(t *testing.T) {
 	b := &fakeBroker{model: []func(modelRequest) (json.RawMessage, error){
 		toolAnswer(
 			call("a", "memory_get", get),
-			call("a", "memory_get", get),                    // duplicate
-			call("bad id!", "memory_get", get),              // invalid characters
-			call(nil, "memory_get", get),                    // missing
-			call(123, "memory_get", get),                    // not a string
+			call("a", "memory_get", get),                     // duplicate
+			call("bad id!", "memory_get", get),               // invalid characters
+			call(nil, "memory_get", get),                     // missing
+			call(123, "memory_get", get),                     // not a string
 			call(strings.Repeat("x", 65), "memory_get", get), // too long
-			call("call_0_7", "memory_get", get),             // collides with a generated id below
-			call("", "memory_get", get),                     // empty
+			call("call_0_7", "memory_get", get),              // collides with a generated id below
+			call("", "memory_get", get),                      // empty
 		),
 		toolAnswer(
 			call("a", "memory_get", get),        // reused from step 0

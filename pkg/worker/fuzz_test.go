@@ -1,0 +1,130 @@
+package worker
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+)
+
+func TestPromptText(t *testing.T) {
+	marker := jsonStringLen(TruncationMarker)
+	tail := strings.Repeat("z", 200)
+	tests := []struct {
+		name   string
+		text   string
+		budget int
+		want   string
+	}{
+		{"fits", "hello", 7, "hello"},
+		{"escapes counted", "a\"b", 6, "a\"b"},
+		{"exact fit", strings.Repeat("z", 100), 102, strings.Repeat("z", 100)},
+		{"one over", strings.Repeat("z", 101), 102, strings.Repeat("z", 102-marker) + TruncationMarker},
+		{"escapes cut", "a\"bc" + tail, marker + 2, "a" + TruncationMarker},
+		{"multibyte whole", "ééé" + tail, marker + 3, "é" + TruncationMarker},
+		{"control chars", "\u0001\u0001" + tail, marker + 6, "\u0001" + TruncationMarker},
+		{"line separator", "\u2028x" + tail, marker + 5, "" + TruncationMarker},
+	}
+	for _, tt := range tests {
+		got, cut := promptText(tt.text, tt.budget)
+		if got != tt.want || cut != (tt.want != tt.text) {
+			t.Errorf("%s: promptText(%q, %d) = %q, %v; want %q", tt.name, tt.text, tt.budget, got, cut, tt.want)
+		}
+	}
+}
+
+// FuzzPromptText: the byte count matches encoding/json, the result fits its
+// budget, keeps whole characters of a prefix, and is the longest such prefix.
+func FuzzPromptText(f *testing.F) {
+	f.Add("hello", 100)
+	f.Add(strings.Repeat("é\"\n\u2028<>&\x01", 50), 300)
+	f.Add("\xff\xfe", 90)
+	f.Fuzz(func(t *testing.T, s string, budget int) {
+		if budget < 0 || budget > 1<<16 {
+			return
+		}
+		enc, _ := marshal(s)
+		if jsonStringLen(s) != len(enc) {
+			t.Fatalf("jsonStringLen(%q) = %d, encoder %d", s, jsonStringLen(s), len(enc))
+		}
+		got, cut := promptText(s, budget)
+		if !cut {
+			if got != s || len(enc) > budget {
+				t.Fatalf("uncut result differs or exceeds budget")
+			}
+			return
+		}
+		if budget < jsonStringLen(TruncationMarker) {
+			return
+		}
+		if n := jsonStringLen(got); n > budget {
+			t.Fatalf("result %d encoded bytes, budget %d", n, budget)
+		}
+		prefix, ok := strings.CutSuffix(got, TruncationMarker)
+		if !ok || !strings.HasPrefix(s, prefix) {
+			t.Fatalf("result is not prefix+marker")
+		}
+		if utf8.ValidString(s) && !utf8.ValidString(prefix) {
+			t.Fatalf("prefix splits a character")
+		}
+		if len(prefix) < len(s) {
+			_, size := utf8.DecodeRuneInString(s[len(prefix):])
+			if jsonStringLen(s[:len(prefix)+size]+TruncationMarker) <= budget {
+				t.Fatalf("a longer prefix would fit")
+			}
+		}
+	})
+}
+
+// FuzzModelResponse feeds arbitrary model answers through the response
+// handling: it must never panic, and whatever it accepts is normalized.
+func FuzzModelResponse(f *testing.F) {
+	f.Add([]byte(`{"choices":[{"message":{"content":"hi"}}]}`))
+	f.Add([]byte(`{"choices":[{"message":{"content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"memory_get","arguments":"{\"scope\":\"channel\"}"}},{"id":"a","function":{"name":"x","arguments":5}},{"id":7},null,"s"]}}]}`))
+	f.Add([]byte(`{"choices":[{"message":{"tool_calls":"nope","content":"  "}}]}`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"choices":[null]}`))
+	declared := map[string]bool{"invalid_tool": true, "memory_get": true, "host_x": true}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		msg, err := parseModelMessage(json.RawMessage(raw))
+		if err != nil {
+			return
+		}
+		if len(msg.toolCalls) == 0 {
+			text, err := finalText(msg)
+			if err == nil && (text == "" || text != strings.TrimSpace(text) || utf8.RuneCountInString(text) > protocol.MaxReplyChars) {
+				t.Fatalf("accepted final text out of bounds")
+			}
+			return
+		}
+		used := map[string]bool{"call_0_0": true}
+		calls, inputs := normalizeCalls(0, msg.toolCalls, used, func(n string) bool { return declared[n] })
+		if len(calls) != len(msg.toolCalls) || len(inputs) != len(calls) {
+			t.Fatalf("normalized %d calls from %d", len(calls), len(msg.toolCalls))
+		}
+		seen := map[string]bool{}
+		for i, c := range calls {
+			if !protocol.ValidCallID(c.ID) || seen[c.ID] || c.ID == "call_0_0" {
+				t.Fatalf("call %d id %q invalid, duplicate or reused", i, c.ID)
+			}
+			seen[c.ID] = true
+			if !declared[c.Function.Name] {
+				t.Fatalf("call %d name %q not declared", i, c.Function.Name)
+			}
+			if c.Function.Arguments != OmittedArguments && jsonStringLen(c.Function.Arguments) > MaxArgumentBytes {
+				t.Fatalf("call %d arguments over bound", i)
+			}
+			if inputs[i] != nil {
+				var obj map[string]json.RawMessage
+				if json.Unmarshal(inputs[i], &obj) != nil || obj == nil {
+					t.Fatalf("call %d input is not an object", i)
+				}
+			}
+			if !used[c.ID] {
+				t.Fatalf("call %d id not recorded as used", i)
+			}
+		}
+	})
+}
