@@ -84,6 +84,7 @@ func cmdFixedCost(args []string) error {
 	warmup := fs.Int("warmup", 3, "warm-up rounds, recorded apart")
 	pause := fs.Duration("pause", 0, "pause after each run")
 	hostSock := fs.String("host-socket", "", "host API socket (empty: skip the host series)")
+	model := fs.String("model", "bench-model", "model name in the baseline turn (the host's model.name)")
 	channel := fs.String("channel", "bench-fixed", "channel for the host series (must be in sandbox mode)")
 	metrics := fs.Bool("metrics", true, "snapshot GET /metrics on the host socket before and after")
 	docker := fs.String("docker", "docker", "docker CLI")
@@ -109,7 +110,7 @@ func cmdFixedCost(args []string) error {
 	ctx, cancel := signalContext()
 	defer cancel()
 
-	turn := turns.BenchTurn()
+	turn := turns.BenchTurn(*model)
 	var runners []turns.Runner
 	var hostClient *http.Client
 	if *hostSock != "" {

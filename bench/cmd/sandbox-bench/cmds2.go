@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,8 @@ import (
 	"github.com/roundtable-sandbox/sandbox/bench/internal/stats"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/turns"
 	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 )
 
 func readAllBounded(r io.Reader, max int64) ([]byte, error) {
@@ -185,4 +188,40 @@ func cmdReport(args []string) error {
 		return err
 	}
 	return atomicfile.WriteFile(*out, []byte(md), 0o644)
+}
+
+// cmdPolicy writes a valid broker policy for the baseline broker (model only,
+// generous call limit and deadline) and prints its turn id.
+func cmdPolicy(args []string) error {
+	fs := flag.NewFlagSet("policy", flag.ExitOnError)
+	dir := fs.String("dir", "", "policy directory")
+	url := fs.String("model-url", "", "upstream URL (http loopback allowed)")
+	model := fs.String("model", "bench-model", "model name")
+	cred := fs.String("credential", "model", "credential name")
+	maxCalls := fs.Int("max-calls", 1000, "calls the broker allows")
+	ttl := fs.Duration("deadline", 3*time.Hour, "deadline from now")
+	_ = fs.Parse(args)
+	if *dir == "" || *url == "" {
+		return errors.New("--dir and --model-url are required")
+	}
+	turn := ids.NewTurnID()
+	channel := "bench-baseline"
+	p := &policy.Policy{
+		Version:        policy.Version,
+		TurnID:         turn,
+		Identity:       policy.Identity{Channel: channel, ChannelTag: ids.ChannelTag(channel), SpeakerID: "bench-user", SpeakerName: "Bench", PrincipalID: "bench-principal"},
+		DeadlineUnixMs: time.Now().Add(*ttl).UnixMilli(),
+		Model:          policy.Model{URL: *url, Name: *model, MaxTokens: policy.DefaultMaxTokens, Credential: *cred, AllowHTTP: true},
+		Limits:         policy.DefaultLimits(),
+	}
+	p.Limits.MaxCalls = *maxCalls
+	data, err := p.Marshal()
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(filepath.Join(*dir, turn+".json"), data, 0o640); err != nil {
+		return err
+	}
+	fmt.Println(turn)
+	return nil
 }

@@ -26,7 +26,6 @@ import (
 	"github.com/roundtable-sandbox/sandbox/bench/internal/procmem"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/report"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/stats"
-	"github.com/roundtable-sandbox/sandbox/bench/internal/turns"
 	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -93,17 +92,13 @@ func Run(ctx context.Context, c Config) (*report.Broker, error) {
 	res := &report.Broker{Iterations: c.Iterations, CallsPerBroker: c.CallsPerBroker, LoadStart: report.LoadAvg(),
 		BrokerCommand: c.Broker + " serve --turn <turn> --policy-dir <dir> --credentials-dir <dir> --listen <sock>"}
 
-	direct := &http.Client{Timeout: 30 * time.Second}
-	directNew := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	for _, mode := range c.Modes {
 		m := report.BrokerMode{Mode: mode}
-		dc := direct
-		if mode == ModeNewConn {
-			dc = directNew
-		}
+		fresh := mode == ModeNewConn
+		dc := newClient(&net.Dialer{}, "tcp", "", fresh)
 		var dMs, bMs, diff []float64
 		var bp *brokerProc
-		var bc *http.Client
+		var bc *client
 		calls := 0
 		for i := 0; i < c.Iterations && ctx.Err() == nil; i++ {
 			if bp == nil || calls >= c.CallsPerBroker {
@@ -118,7 +113,7 @@ func Run(ctx context.Context, c Config) (*report.Broker, error) {
 				}
 				res.Brokers++
 				res.RSSIdleKiB = max(res.RSSIdleKiB, bp.rss())
-				bc = turns.UnixClient(bp.socket, 30*time.Second, mode == ModeKeepAlive)
+				bc = newClient(&net.Dialer{}, "unix", bp.socket, fresh)
 				calls = 0
 			}
 			var td, tb time.Duration
@@ -159,7 +154,31 @@ func Run(ctx context.Context, c Config) (*report.Broker, error) {
 	return res, ctx.Err()
 }
 
-func call(ctx context.Context, c *http.Client, url, auth string) (time.Duration, error) {
+// client is an HTTP client shaped like the worker's (pkg/worker): one
+// connection, no compression; fresh closes the connection after each call
+// without sending "Connection: close" (a hop-by-hop header the broker refuses).
+type client struct {
+	*http.Client
+	fresh bool
+}
+
+func newClient(d *net.Dialer, network, addr string, fresh bool) *client {
+	tr := &http.Transport{
+		Proxy:              nil,
+		DisableCompression: true,
+		MaxIdleConns:       1,
+		MaxConnsPerHost:    1,
+	}
+	if network == "unix" {
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) { return d.DialContext(ctx, "unix", addr) }
+	}
+	return &client{Client: &http.Client{Transport: tr, Timeout: 30 * time.Second}, fresh: fresh}
+}
+
+func call(ctx context.Context, c *client, url, auth string) (time.Duration, error) {
+	if c.fresh {
+		defer c.CloseIdleConnections()
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(RequestBody))
 	if err != nil {
 		return 0, err
@@ -168,7 +187,7 @@ func call(ctx context.Context, c *http.Client, url, auth string) (time.Duration,
 	req.Header.Set("Authorization", auth)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	req.Header.Set("Accept-Encoding", "identity")
+	req.Header.Set("User-Agent", "sandbox-worker")
 	start := time.Now()
 	resp, err := c.Do(req)
 	if err != nil {

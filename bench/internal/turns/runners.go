@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
@@ -138,13 +139,14 @@ func tail(s string) string {
 }
 
 // BenchTurn is the turn the baseline runs feed a worker: one short message,
-// which the fake model answers at once.
-func BenchTurn() []byte {
+// which the fake model answers at once, with the host's default prompt and
+// no tools, as the host builds it for the benchmark's configuration.
+func BenchTurn(model string) []byte {
 	t := protocol.Turn{
 		Text:     "hello from the benchmark",
 		Speaker:  protocol.Speaker{ID: "bench-user", Name: "Bench"},
-		Model:    "bench-model",
-		Prompt:   "You are a benchmark.",
+		Model:    model,
+		Prompt:   config.DefaultPrompt,
 		TimeZone: "UTC",
 	}
 	data, _ := json.Marshal(t)

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# make bench: measure where a sealed turn's milliseconds go and write
+# docs/BENCHMARKS.md (plus the raw results in bench/results/latest/).
+#
+# Modes (BENCH_MODE):
+#   full  the installed .deb under the end-to-end harness's namespaced systemd
+#         (test/e2e/lib/ns.sh) with its own dockerd and journald: host API
+#         turns, docker run and runc baselines on that same dockerd, per-phase
+#         host metrics, 16x4 load, memory, READY. Needs root, systemd,
+#         docker.io, polkitd and `make deb`.
+#   dev   no host: broker overhead, the docker run --rm -i and runc baselines
+#         against $DOCKER_HOST (the development dockerd), image size.
+#   auto  (default) full when the machine and tree allow it, else dev.
+#
+# Knobs: BENCH_ROUNDS (40) BENCH_WARMUP (3) BENCH_BROKER_ITER (3000)
+# BENCH_LOAD_CHANNELS (16) BENCH_LOAD_TURNS (4) BENCH_READY_N (10)
+# BENCH_RESULTS (bench/results/latest) BENCH_REPORT (docs/BENCHMARKS.md)
+# BENCH_KEEP=1 keeps the work directory.
+#
+# It measures; it asserts nothing. Every process it starts it stops by pid.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+export PATH=/usr/local/go/bin:$PATH
+
+BENCH_MODE=${BENCH_MODE:-auto}
+BENCH_ROUNDS=${BENCH_ROUNDS:-40}
+BENCH_WARMUP=${BENCH_WARMUP:-3}
+BENCH_BROKER_ITER=${BENCH_BROKER_ITER:-3000}
+BENCH_LOAD_CHANNELS=${BENCH_LOAD_CHANNELS:-16}
+BENCH_LOAD_TURNS=${BENCH_LOAD_TURNS:-4}
+BENCH_READY_N=${BENCH_READY_N:-10}
+BENCH_RESULTS=${BENCH_RESULTS:-$REPO/bench/results/latest}
+BENCH_REPORT=${BENCH_REPORT:-$REPO/docs/BENCHMARKS.md}
+BENCH_IMAGE=${BENCH_IMAGE:-roundtable-sandbox-worker:latest}
+BENCH_MODEL=bench-model
+# Container limits: the shipped defaults (packaging/sandbox.yaml).
+LIM_MEM=512 LIM_CPUS=1 LIM_PIDS=64 LIM_TMPFS=64
+
+source "$REPO/bench/lib/common.sh"
+
+# /var/tmp, not /tmp: the namespaced systemd mounts its own /tmp.
+WORK=$(mktemp -d /var/tmp/roundtable-bench.XXXXXX)
+chmod 0755 "$WORK"
+PIDS=()
+cleanup() {
+  local rc=$?
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  if declare -F bench_ns_down >/dev/null; then bench_ns_down || rc=1; fi
+  if [[ ${BENCH_KEEP:-0} == 1 ]]; then bench_log "work directory kept: $WORK"; else rm -rf "$WORK"; fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+rm -rf "$BENCH_RESULTS"
+mkdir -p "$BENCH_RESULTS" "$WORK/bin"
+NOTES=$BENCH_RESULTS/notes.md
+: >"$NOTES"
+
+bench_log "building binaries"
+make -s bin/sandbox-broker bin/sandbox-worker
+BIN=$WORK/bin
+go build -o "$BIN/sandbox-bench" ./bench/cmd/sandbox-bench
+CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$BIN/floor" ./bench/floor
+if [[ -d test/e2e/fakemodel ]]; then
+  go build -o "$BIN/fakemodel" ./test/e2e/fakemodel
+fi
+cp bin/sandbox-broker bin/sandbox-worker "$BIN/"
+
+if [[ $BENCH_MODE == auto ]]; then
+  BENCH_MODE=$(bench_pick_mode)
+fi
+bench_log "mode: $BENCH_MODE"
+note "- Mode: \`$BENCH_MODE\` ($(bench_mode_text "$BENCH_MODE"))."
+
+case $BENCH_MODE in
+full) source "$REPO/bench/lib/full.sh" ;;
+dev) source "$REPO/bench/lib/dev.sh" ;;
+*) bench_die "unknown BENCH_MODE $BENCH_MODE" ;;
+esac
+# Machine facts (the mode's env runner sees the dockerd under test).
+bench_env --out "$BENCH_RESULTS/env.json" --fact "bench mode=$BENCH_MODE"
+
+# 3. Broker overhead: needs no Docker and no systemd.
+bench_log "broker overhead ($BENCH_BROKER_ITER pairs per mode)"
+mkdir -p "$WORK/brokerbench"
+"$BIN/sandbox-bench" broker --out "$BENCH_RESULTS/broker.json" --broker "$BIN/sandbox-broker" \
+  --workdir "$WORK/brokerbench" --iterations "$BENCH_BROKER_ITER" --calls-per-broker 500
+
+bench_run_mode
+
+bench_env --out "$BENCH_RESULTS/env-end.json"
+bench_log "writing $BENCH_REPORT"
+"$BIN/sandbox-bench" report --results "$BENCH_RESULTS" --out "$BENCH_REPORT"
+sed -i "s#Raw results: \`$REPO/#Raw results: \`#" "$BENCH_REPORT"
+bench_log "done: $BENCH_REPORT"
