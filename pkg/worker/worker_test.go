@@ -76,7 +76,7 @@ func TestToolCallsPerResponse(t *testing.T) {
 				}},
 			}
 			r := runTurn(t, t.TempDir(), turn, b)
-			if n <= MaxToolCallsPerReply {
+			if n <= 8 {
 				mustOK(t, r)
 				if got := len(b.toolCalls()); got != n {
 					t.Errorf("tool calls run = %d, want %d", got, n)
@@ -158,13 +158,19 @@ func TestCallIDNormalization(t *testing.T) {
 			call("a", "memory_get", get),        // reused from step 0
 			call("call_1_0", "memory_get", get), // taken by the call above
 		),
+		toolAnswer(
+			call("call_2_2", "memory_get", get),
+			call("call_2_2_1", "memory_get", get),
+			call("x!", "memory_get", get), // call_2_2 and call_2_2_1 are both taken
+		),
 		textAnswer("ok"),
 	}}
 	mustOK(t, runTurn(t, t.TempDir(), newTurn(), b))
-	msgs := b.reqs[2].Messages
+	msgs := b.reqs[3].Messages
 	var want = [][]string{
 		{"a", "call_0_1", "call_0_2", "call_0_3", "call_0_4", "call_0_5", "call_0_7", "call_0_7_1"},
 		{"call_1_0", "call_1_1"},
+		{"call_2_2", "call_2_2_1", "call_2_2_2"},
 	}
 	i := 2 // after system and user
 	for g, ids := range want {
@@ -322,6 +328,7 @@ func TestInvalidModelResponses(t *testing.T) {
 		"null content":    `{"choices":[{"message":{"content":null}}]}`,
 		"content number":  `{"choices":[{"message":{"content":5}}]}`,
 		"empty tool list": `{"choices":[{"message":{"content":"","tool_calls":[]}}]}`,
+		"too many bytes":  mustJSON(map[string]any{"choices": []any{map[string]any{"message": map[string]any{"content": "a" + strings.Repeat("\u0001", 90_000)}}}}),
 		"too long":        mustJSON(map[string]any{"choices": []any{map[string]any{"message": map[string]any{"content": strings.Repeat("a", protocol.MaxReplyChars+1)}}}}),
 	} {
 		t.Run(name, func(t *testing.T) {
