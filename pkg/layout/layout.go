@@ -35,6 +35,16 @@ const (
 	ReaperUnit   = "sandbox-reaper.service"
 	BrokerBinary = "/usr/bin/sandbox-broker"
 
+	// CredentialLoadID is the ID in sandbox-broker@.service's
+	// LoadCredential=<ID>:/etc/roundtable-sandbox/credentials. systemd 252
+	// loads every regular file of that directory (recursively, symlinks
+	// skipped) and names the file <name> "<ID>_<name>" in
+	// $CREDENTIALS_DIRECTORY (measured; a bare path without an ID loads
+	// nothing). The broker therefore reads the credential a policy names
+	// <name> from $CREDENTIALS_DIRECTORY/CredentialPrefix+<name>.
+	CredentialLoadID = "sandbox"
+	CredentialPrefix = CredentialLoadID + "_"
+
 	// MaxSocketPath bounds a Unix socket path (sun_path is 108 bytes).
 	MaxSocketPath = 100
 	// BrokerSocketName is the listening socket's name inside a turn directory.
