@@ -1,0 +1,246 @@
+// Package client is the Go client of the sandbox-host API on its Unix socket
+// (/run/roundtable-sandbox/host.sock), the one a chat frontend imports.
+// Guarantee: every non-2xx answer becomes an *Error carrying the HTTP status
+// and the host's reason; channel keys are path-escaped, never interpreted.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// DefaultSocket is the installed API socket.
+const DefaultSocket = "/run/roundtable-sandbox/host.sock"
+
+// maxResponseBytes bounds what the client reads of one answer.
+const maxResponseBytes = 1 << 20
+
+// Speaker is who spoke. PrincipalID is what the frontend's identity service
+// resolved the author to; it selects credentials and reaches host tools but
+// never the worker.
+type Speaker struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	PrincipalID string `json:"principalId,omitempty"`
+}
+
+// Reply is a finished turn.
+type Reply struct {
+	OK     bool   `json:"ok"`
+	Text   string `json:"text"`
+	TurnID string `json:"turnId"`
+}
+
+// Channel is a channel's status.
+type Channel struct {
+	Channel      string `json:"channel"`
+	Tag          string `json:"tag"`
+	Mode         string `json:"mode"`
+	Queued       int    `json:"queued"`
+	RunningTurn  string `json:"runningTurn,omitempty"`
+	PendingFresh bool   `json:"pendingFresh"`
+}
+
+// Cancel is the answer to a cancel request.
+type Cancel struct {
+	Channel   string `json:"channel"`
+	Cancelled bool   `json:"cancelled"`
+	TurnID    string `json:"turnId,omitempty"`
+}
+
+// Turn is one running turn.
+type Turn struct {
+	TurnID         string `json:"turnId"`
+	ChannelTag     string `json:"channelTag"`
+	DeadlineUnix   int64  `json:"deadlineUnix"`
+	DeadlineUnixMs int64  `json:"deadlineUnixMs"`
+}
+
+// Health is the host's health.
+type Health struct {
+	Status    string `json:"status"`
+	Version   string `json:"version"`
+	Accepting bool   `json:"accepting"`
+	Running   int    `json:"running"`
+	Waiting   int    `json:"waiting"`
+}
+
+// Error is a refused or failed request.
+type Error struct {
+	Status int    // HTTP status
+	Reason string // the host's reason, e.g. "queue full"
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("sandbox-host: %d: %s", e.Status, e.Reason) }
+
+// Is matches errors by status: errors.Is(err, client.ErrQueueFull).
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Reason == "" && t.Status == e.Status
+}
+
+// Status sentinels for errors.Is.
+var (
+	ErrBadRequest   = &Error{Status: http.StatusBadRequest}
+	ErrForbidden    = &Error{Status: http.StatusForbidden}
+	ErrModeOff      = &Error{Status: http.StatusConflict} // also a cancelled turn
+	ErrTooLarge     = &Error{Status: http.StatusRequestEntityTooLarge}
+	ErrQueueFull    = &Error{Status: http.StatusTooManyRequests}
+	ErrTurnFailed   = &Error{Status: http.StatusInternalServerError}
+	ErrShuttingDown = &Error{Status: http.StatusServiceUnavailable}
+	ErrDeadline     = &Error{Status: http.StatusGatewayTimeout}
+)
+
+// Client talks to one host socket.
+type Client struct {
+	hc *http.Client
+}
+
+// New returns a client of the socket at socketPath ("" = DefaultSocket).
+func New(socketPath string) *Client {
+	if socketPath == "" {
+		socketPath = DefaultSocket
+	}
+	d := net.Dialer{Timeout: 5 * time.Second}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", socketPath)
+		},
+		MaxIdleConns:    8,
+		IdleConnTimeout: 60 * time.Second,
+	}
+	// No client timeout: a turn lasts up to the host's deadline; use ctx.
+	return &Client{hc: &http.Client{Transport: tr}}
+}
+
+// escapeSegment escapes a channel key as one path segment; "." is escaped
+// too so no layer treats "." or ".." as a path step.
+func escapeSegment(s string) string {
+	return strings.ReplaceAll(url.PathEscape(s), ".", "%2E")
+}
+
+func (c *Client) do(ctx context.Context, method string, segs []string, body, out any) error {
+	raw := "/" + strings.Join(segs, "/")
+	plain := raw
+	if u, err := url.PathUnescape(raw); err == nil {
+		plain = u
+	}
+	u := &url.URL{Scheme: "http", Host: "sandbox-host", Path: plain, RawPath: raw}
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return err
+	}
+	req.URL = u // keep the exact escaping
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("sandbox-host: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	if err != nil {
+		return fmt.Errorf("sandbox-host: read answer: %w", err)
+	}
+	if len(data) > maxResponseBytes {
+		return errors.New("sandbox-host: answer too large")
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(data, &e) != nil || e.Error == "" {
+			e.Error = http.StatusText(resp.StatusCode)
+		}
+		return &Error{Status: resp.StatusCode, Reason: e.Error}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("sandbox-host: bad answer: %w", err)
+	}
+	return nil
+}
+
+func channelPath(channel string, rest ...string) []string {
+	return append([]string{"v1", "channels", escapeSegment(channel)}, rest...)
+}
+
+// RunTurn runs one guest message in channel and waits for the reply.
+func (c *Client) RunTurn(ctx context.Context, channel string, speaker Speaker, text string) (Reply, error) {
+	var r Reply
+	err := c.do(ctx, http.MethodPost, channelPath(channel, "turns"), map[string]any{"speaker": speaker, "text": text}, &r)
+	return r, err
+}
+
+// Channel returns one channel's status.
+func (c *Client) Channel(ctx context.Context, channel string) (Channel, error) {
+	var ch Channel
+	err := c.do(ctx, http.MethodGet, channelPath(channel), nil, &ch)
+	return ch, err
+}
+
+// Channels lists the known channels.
+func (c *Client) Channels(ctx context.Context) ([]Channel, error) {
+	var out struct {
+		Channels []Channel `json:"channels"`
+	}
+	err := c.do(ctx, http.MethodGet, []string{"v1", "channels"}, nil, &out)
+	return out.Channels, err
+}
+
+// SetMode switches a channel's sandbox mode ("on" or "off"). Admins only.
+func (c *Client) SetMode(ctx context.Context, channel, mode string) (Channel, error) {
+	var ch Channel
+	err := c.do(ctx, http.MethodPut, channelPath(channel, "mode"), map[string]string{"mode": mode}, &ch)
+	return ch, err
+}
+
+// Fresh makes the channel's next turn start without history. Admins only.
+func (c *Client) Fresh(ctx context.Context, channel string) (Channel, error) {
+	var ch Channel
+	err := c.do(ctx, http.MethodPost, channelPath(channel, "fresh"), nil, &ch)
+	return ch, err
+}
+
+// Cancel cancels the channel's running turn. Admins only.
+func (c *Client) Cancel(ctx context.Context, channel string) (Cancel, error) {
+	var r Cancel
+	err := c.do(ctx, http.MethodPost, channelPath(channel, "cancel"), nil, &r)
+	return r, err
+}
+
+// Turns lists running turns.
+func (c *Client) Turns(ctx context.Context) ([]Turn, error) {
+	var out struct {
+		Turns []Turn `json:"turns"`
+	}
+	err := c.do(ctx, http.MethodGet, []string{"v1", "turns"}, nil, &out)
+	return out.Turns, err
+}
+
+// Health returns the host's health; a stopping host answers 503 (an *Error).
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	err := c.do(ctx, http.MethodGet, []string{"v1", "health"}, nil, &h)
+	return h, err
+}

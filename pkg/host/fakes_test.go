@@ -1,0 +1,278 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+)
+
+// fakeDocker is a hand-written Containers/Engine. runFn decides each run.
+type fakeDocker struct {
+	mu          sync.Mutex
+	cfg         *config.Config
+	created     []ContainerSpec
+	stdins      [][]byte
+	policies    []*policy.Policy // the policy file as it was at create time
+	kills       []string
+	removes     []string
+	removeFails int // fail this many Remove calls first (-1: always)
+	live        map[string]bool
+	running     map[string]int // per channel tag
+	maxRunning  map[string]int
+	maxTotal    int
+	total       int
+	runFn       func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error)
+	observe     func(string, time.Duration)
+	pingErr     error
+	image       bool
+	loaded      []string
+}
+
+func newFakeDocker(cfg *config.Config) *fakeDocker {
+	return &fakeDocker{cfg: cfg, live: map[string]bool{}, running: map[string]int{}, maxRunning: map[string]int{}, image: true}
+}
+
+func okRun(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	return RunResult{Stdout: []byte(`{"ok":true,"text":"hello"}` + "\n")}, nil
+}
+
+func (f *fakeDocker) Create(ctx context.Context, spec ContainerSpec) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	id := "id-" + spec.Name
+	f.created = append(f.created, spec)
+	f.live[id] = true
+	if p, err := policy.Load(filepath.Join(f.cfg.PolicyDir, spec.Labels[layout.LabelTurn]+".json")); err == nil {
+		f.policies = append(f.policies, p)
+	} else {
+		f.policies = append(f.policies, nil)
+	}
+	return id, nil
+}
+
+func (f *fakeDocker) Run(ctx context.Context, id string, stdin []byte, max int64) (RunResult, error) {
+	f.mu.Lock()
+	var spec ContainerSpec
+	for _, s := range f.created {
+		if "id-"+s.Name == id {
+			spec = s
+		}
+	}
+	f.stdins = append(f.stdins, append([]byte(nil), stdin...))
+	tag := spec.Labels[layout.LabelChannel]
+	f.running[tag]++
+	f.total++
+	if f.running[tag] > f.maxRunning[tag] {
+		f.maxRunning[tag] = f.running[tag]
+	}
+	if f.total > f.maxTotal {
+		f.maxTotal = f.total
+	}
+	run := f.runFn
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.running[tag]--
+		f.total--
+		f.mu.Unlock()
+	}()
+	if run == nil {
+		run = okRun
+	}
+	return run(ctx, spec, stdin)
+}
+
+func (f *fakeDocker) Kill(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.kills = append(f.kills, id)
+	return nil
+}
+
+func (f *fakeDocker) Remove(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.removes = append(f.removes, id)
+	if f.removeFails != 0 {
+		if f.removeFails > 0 {
+			f.removeFails--
+		}
+		return errors.New("fake: removal failed")
+	}
+	delete(f.live, id)
+	delete(f.live, "id-"+id)
+	return nil
+}
+
+func (f *fakeDocker) Ping(ctx context.Context) error { return f.pingErr }
+func (f *fakeDocker) ImagePresent(ctx context.Context, ref string) (bool, error) {
+	return f.image, nil
+}
+func (f *fakeDocker) LoadImage(ctx context.Context, p string) error {
+	f.loaded = append(f.loaded, p)
+	f.image = true
+	return nil
+}
+func (f *fakeDocker) Observe(fn func(string, time.Duration)) { f.observe = fn }
+func (f *fakeDocker) Close() error                            { return nil }
+
+func (f *fakeDocker) liveCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.live)
+}
+
+type fakeUnits struct {
+	mu      sync.Mutex
+	started []string
+	stopped []string
+	active  map[string]bool
+	stopErr error
+	closed  bool
+}
+
+func newFakeUnits() *fakeUnits { return &fakeUnits{active: map[string]bool{}} }
+
+func (u *fakeUnits) StartBroker(ctx context.Context, turn string) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.started = append(u.started, turn)
+	u.active[turn] = true
+	return nil
+}
+
+func (u *fakeUnits) StopBroker(ctx context.Context, turn string) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.stopped = append(u.stopped, turn)
+	if u.stopErr != nil {
+		return u.stopErr
+	}
+	delete(u.active, turn)
+	return nil
+}
+
+func (u *fakeUnits) Close() { u.closed = true }
+
+func (u *fakeUnits) activeCount() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.active)
+}
+
+// testConfig is a valid config with every root in a temp dir.
+func testConfig(t *testing.T, extra string) *config.Config {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "sbh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	y := `model:
+  url: https://api.example.com/v1/chat/completions
+  name: m1
+credentials:
+  default: model
+  rules:
+    - principal: p-special
+      credential: special-key
+tools:
+  - name: lookup
+    description: Look something up
+    kind: http
+    url: https://tools.example.com/lookup
+    credential: tool-key
+    parameters: '{"type":"object","properties":{"q":{"type":"string"}}}'
+mcp:
+  - name: search
+    url: https://mcp.example.com/mcp
+    credential: mcp-key
+    tools:
+      - name: find
+        description: Find
+        parameters: '{"type":"object"}'
+` + extra
+	p := filepath.Join(dir, "sandbox.yaml")
+	os.WriteFile(p, []byte(y), 0o600)
+	c, err := config.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.RunRoot = filepath.Join(dir, "run")
+	c.WorkspaceRoot = filepath.Join(dir, "ws")
+	c.PolicyDir = filepath.Join(dir, "pol")
+	c.StateFile = filepath.Join(dir, "state", "channels.json")
+	c.LockFile = filepath.Join(dir, "host.lock")
+	if err := c.EnsureDirs(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+type rig struct {
+	h      *Host
+	cfg    *config.Config
+	docker *fakeDocker
+	units  *fakeUnits
+}
+
+func newRig(t *testing.T, extra string, mutate func(*Options)) *rig {
+	t.Helper()
+	cfg := testConfig(t, extra)
+	st, _, err := LoadState(cfg.StateFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{cfg: cfg, docker: newFakeDocker(cfg), units: newFakeUnits()}
+	o := Options{Config: cfg, State: st, Containers: r.docker, Units: r.units, RemoveRetryDelay: time.Millisecond,
+		PeerGroups: func(int) []int { return nil }}
+	if mutate != nil {
+		mutate(&o)
+	}
+	h, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.h = h
+	return r
+}
+
+// assertClean: no container, unit, turn dir or policy file is left.
+func (r *rig) assertClean(t *testing.T) {
+	t.Helper()
+	if n := r.docker.liveCount(); n != 0 {
+		t.Errorf("%d containers left", n)
+	}
+	if n := r.units.activeCount(); n != 0 {
+		t.Errorf("%d broker units left", n)
+	}
+	for _, d := range []string{r.cfg.RunRoot, r.cfg.PolicyDir} {
+		entries, _ := os.ReadDir(d)
+		if len(entries) != 0 {
+			t.Errorf("%s not empty: %v", d, entries)
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+var _ = fmt.Sprint
+var _ = protocol.MaxTextChars

@@ -1,0 +1,245 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+)
+
+func TestTurnHappyPath(t *testing.T) {
+	r := newRig(t, "", nil)
+	in := TurnInput{Channel: "guild:1", SpeakerID: "s1", SpeakerName: "Ann", PrincipalID: "p-special", Text: "hi"}
+	reply, id, err := r.h.RunTurn(context.Background(), in)
+	must(t, err)
+	if !reply.OK || reply.Text != "hello" || ids.ValidTurnID(id) != nil {
+		t.Fatalf("reply = %+v, id %q", reply, id)
+	}
+	r.assertClean(t)
+	if len(r.units.started) != 1 || r.units.started[0] != id || len(r.units.stopped) != 1 {
+		t.Errorf("units started %v stopped %v", r.units.started, r.units.stopped)
+	}
+	spec := r.docker.created[0]
+	wantName, _ := ids.ContainerName("guild:1", id)
+	if spec.Name != wantName || spec.LogTag != "sandbox/guild:1" || spec.Labels[layout.LabelTurn] != id ||
+		spec.Labels[layout.LabelChannel] != "guild:1" || spec.Labels[layout.LabelInstallation] != "default" || spec.Labels[layout.LabelDeadline] == "" {
+		t.Errorf("container spec = %+v", spec)
+	}
+	if spec.MemoryMB != 512 || spec.Pids != 64 || spec.CPUs != 1 || spec.TmpfsMB != 64 {
+		t.Errorf("limits = %+v", spec)
+	}
+	p := r.docker.policies[0]
+	if p == nil {
+		t.Fatal("no valid policy file at create time")
+	}
+	if p.Model.Credential != "special-key" {
+		t.Errorf("policy credential = %q, want the rule-selected special-key", p.Model.Credential)
+	}
+	if p.Identity.PrincipalID != "p-special" || p.Identity.SpeakerID != "s1" || p.Identity.Channel != "guild:1" || p.TurnID != id {
+		t.Errorf("policy identity = %+v", p.Identity)
+	}
+	if d := time.Until(p.Deadline()); d < 100*time.Second || d > 121*time.Second {
+		t.Errorf("policy deadline in %v, want about 120 s", d)
+	}
+}
+
+func TestTurnJSONCarriesNoSecrets(t *testing.T) {
+	r := newRig(t, "", nil)
+	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s1", SpeakerName: "Ann", PrincipalID: "principal-secret-77", Text: "hi"})
+	must(t, err)
+	stdin := string(r.docker.stdins[0])
+	for _, bad := range []string{"principal-secret-77", "principal", "https://", "api.example.com", "tools.example.com", "mcp.example.com", "special-key", "tool-key", "mcp-key", `"model-key"`, "credential"} {
+		if strings.Contains(stdin, bad) {
+			t.Errorf("turn JSON contains %q: %s", bad, stdin)
+		}
+	}
+	var turn protocol.Turn
+	if err := protocol.DecodeStrict([]byte(stdin), &turn); err != nil {
+		t.Fatal(err)
+	}
+	if turn.Speaker.ID != "s1" || turn.Text != "hi" || turn.Model != "m1" || len(turn.Tools) != 1 || turn.Tools[0].Name != "lookup" ||
+		len(turn.MCP) != 1 || turn.MCP[0].Server != "search" || turn.MCP[0].Tools[0].Name != "find" {
+		t.Errorf("turn = %+v", turn)
+	}
+}
+
+func TestDefaultCredential(t *testing.T) {
+	r := newRig(t, "", nil)
+	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s1", Text: "hi"})
+	must(t, err)
+	if got := r.docker.policies[0].Model.Credential; got != "model" {
+		t.Errorf("credential = %q, want default model", got)
+	}
+}
+
+// blockRun waits for the turn's context to end, like a hung worker.
+func blockRun(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	<-ctx.Done()
+	return RunResult{}, ctx.Err()
+}
+
+func TestDeadlineKillsAndCleansEvenWhenFirstRemovalFails(t *testing.T) {
+	r := newRig(t, "turnDeadlineSeconds: 1\n", nil)
+	r.docker.runFn = blockRun
+	r.docker.removeFails = 1
+	start := time.Now()
+	_, id, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "loop forever"})
+	if !errors.Is(err, ErrDeadline) {
+		t.Fatalf("err = %v, want ErrDeadline", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("deadline turn took %v", took)
+	}
+	if len(r.docker.kills) != 1 {
+		t.Errorf("kills = %v, want one", r.docker.kills)
+	}
+	if len(r.docker.removes) != 2 {
+		t.Errorf("removes = %v, want two (first failed)", r.docker.removes)
+	}
+	if len(r.units.stopped) != 1 || r.units.stopped[0] != id {
+		t.Errorf("units stopped = %v", r.units.stopped)
+	}
+	r.assertClean(t)
+	if got := counterValue(r.h.metrics.turns.WithLabelValues(resultDeadline)); got != 1 {
+		t.Errorf("deadline turns metric = %v", got)
+	}
+}
+
+func TestCancelKillsAndCleansEvenWhenFirstRemovalFails(t *testing.T) {
+	r := newRig(t, "", nil)
+	started := make(chan struct{})
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		close(started)
+		return blockRun(ctx, spec, stdin)
+	}
+	r.docker.removeFails = 1
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
+		done <- err
+	}()
+	<-started
+	st := r.h.status("c")
+	if st.RunningTurn == "" {
+		t.Fatal("status shows no running turn")
+	}
+	if turns := r.h.ActiveTurns(); len(turns) != 1 || turns[0].TurnID != st.RunningTurn || turns[0].ChannelTag != "c" {
+		t.Errorf("ActiveTurns = %+v", turns)
+	}
+	r.h.mu.Lock()
+	r.h.active["c"].cancel(errCauseCancel)
+	r.h.mu.Unlock()
+	if err := <-done; !errors.Is(err, ErrCancelled) {
+		t.Fatalf("err = %v, want ErrCancelled", err)
+	}
+	if len(r.docker.kills) != 1 || len(r.docker.removes) != 2 || len(r.units.stopped) != 1 {
+		t.Errorf("kills %v removes %v unit stops %v", r.docker.kills, r.docker.removes, r.units.stopped)
+	}
+	r.assertClean(t)
+	if len(r.h.ActiveTurns()) != 0 {
+		t.Error("turn still listed as active")
+	}
+}
+
+func TestCleanupFailureIsAnError(t *testing.T) {
+	r := newRig(t, "", nil)
+	r.docker.removeFails = -1
+	reply, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
+	if !errors.Is(err, ErrCleanup) || reply != nil {
+		t.Fatalf("reply %v err = %v, want ErrCleanup", reply, err)
+	}
+	if status, reason := statusOf(err); status != 500 || reason != "turn failed" {
+		t.Errorf("statusOf = %d %q, want 500 generic", status, reason)
+	}
+	if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("container")); got != 1 {
+		t.Errorf("cleanup failure metric = %v", got)
+	}
+	// Units and files are still cleaned although the container is stuck.
+	if r.units.activeCount() != 0 || len(r.docker.removes) != 2 {
+		t.Errorf("units %d removes %v", r.units.activeCount(), r.docker.removes)
+	}
+}
+
+func TestUnitStopFailureIsAnError(t *testing.T) {
+	r := newRig(t, "", nil)
+	r.units.stopErr = errors.New("dbus gone")
+	if _, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"}); !errors.Is(err, ErrCleanup) {
+		t.Fatalf("err = %v, want ErrCleanup", err)
+	}
+}
+
+func TestBadWorkerOutputIsGenericFailure(t *testing.T) {
+	for _, out := range []RunResult{
+		{Stdout: []byte("not json")},
+		{Stdout: []byte(`{"ok":true,"text":"a"}{"ok":true,"text":"b"}`)},
+		{Stdout: []byte(`{"ok":true,"text":"a","extra":1}`)},
+		{Stdout: []byte(`{"ok":true,"text":"a"}`), Truncated: true},
+		{Stdout: []byte(`{"ok":true,"text":"a"}`), ExitCode: 137},
+	} {
+		r := newRig(t, "", nil)
+		r.docker.runFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) { return out, nil }
+		_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
+		if !errors.Is(err, ErrTurnFailed) {
+			t.Errorf("output %q: err = %v, want ErrTurnFailed", out.Stdout, err)
+		}
+		r.assertClean(t)
+	}
+}
+
+func TestFreshAppliesToNextTurnAndClearsAfterSuccess(t *testing.T) {
+	r := newRig(t, "", nil)
+	r.h.mu.Lock()
+	r.h.freshGen++
+	r.h.fresh["c"] = r.h.freshGen
+	r.h.mu.Unlock()
+	r.docker.runFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
+		return RunResult{Stdout: []byte(`{"ok":false,"text":"sorry"}`)}, nil
+	}
+	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
+	must(t, err)
+	if !r.h.status("c").PendingFresh {
+		t.Error("fresh cleared after an unsuccessful turn")
+	}
+	r.docker.runFn = nil
+	_, _, err = r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
+	must(t, err)
+	if r.h.status("c").PendingFresh {
+		t.Error("fresh still pending after a successful turn")
+	}
+	var resets []bool
+	for _, in := range r.docker.stdins {
+		var turn protocol.Turn
+		json.Unmarshal(in, &turn)
+		resets = append(resets, turn.Reset)
+	}
+	if len(resets) != 2 || !resets[0] || !resets[1] {
+		t.Errorf("reset flags = %v, want [true true]", resets)
+	}
+}
+
+func TestNewRefusesPolicyTheBrokerWouldRefuse(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.Broker.MaxCalls = 0 // bypassing config.Validate
+	st, _, _ := LoadState(cfg.StateFile, nil)
+	_, err := New(Options{Config: cfg, State: st, Containers: newFakeDocker(cfg), Units: newFakeUnits()})
+	if err == nil || !strings.Contains(err.Error(), "invalid broker policy") {
+		t.Errorf("New = %v, want policy refusal", err)
+	}
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
+}
