@@ -102,7 +102,7 @@ func (rec *recorder) requests() int {
 var echoSchema = json.RawMessage(`{"type":"object","properties":{"text":{"type":"string","description":"what to echo"}},"required":["text"],"additionalProperties":false}`)
 
 // newSDKServer is a real Streamable HTTP server from the official SDK.
-func newSDKServer(t *testing.T, opts *sdk.StreamableHTTPOptions) (*httptest.Server, *sdk.Server, *recorder) {
+func newSDKServer(t testing.TB, opts *sdk.StreamableHTTPOptions) (*httptest.Server, *sdk.Server, *recorder) {
 	t.Helper()
 	srv := sdk.NewServer(&sdk.Implementation{Name: "test-server", Version: "1.0.0"},
 		&sdk.ServerOptions{Instructions: "SERVER-INSTRUCTIONS-DO-NOT-LEAK"})
@@ -235,7 +235,7 @@ func newFake(t *testing.T, f *fake) (*httptest.Server, *recorder) {
 	return newServer(t, rec.wrap(f)), rec
 }
 
-func newServer(t *testing.T, h http.Handler) *httptest.Server {
+func newServer(t testing.TB, h http.Handler) *httptest.Server {
 	t.Helper()
 	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)

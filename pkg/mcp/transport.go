@@ -229,6 +229,8 @@ func (m *meteredBody) Read(p []byte) (int, error) {
 		}
 	}
 	if err != nil && err != io.EOF {
+		// A reset mid-body; classify ranks deadlines and cancellation first.
+		m.b.noteTransport()
 		return n, errTransport
 	}
 	return n, err
