@@ -134,6 +134,7 @@ func TestSDKServerToolErrorKeepsSession(t *testing.T) {
 	c := NewClient(testOptions())
 	defer closeClient(t, c)
 	s := server(ts.URL, policy.SessionAuto)
+	s.Tools = append(s.Tools, "nosuchtool") // declared by the operator, absent upstream
 	_, err := c.CallTool(t.Context(), s, "", "nosuchtool", json.RawMessage(`{}`))
 	wantErr(t, err, ErrRPC)
 	assertClean(t, err, ts.URL, "nosuchtool")
@@ -294,6 +295,7 @@ func TestCallArgumentChecks(t *testing.T) {
 		{"arguments not an object", server(ts.URL, policy.SessionAuto), "echo", `[1]`, ErrInvalid},
 		{"arguments not JSON", server(ts.URL, policy.SessionAuto), "echo", `{"a":`, ErrInvalid},
 		{"bad tool name", server(ts.URL, policy.SessionAuto), "Echo/../x", `{}`, ErrInvalid},
+		{"undeclared tool", server(ts.URL, policy.SessionAuto), "add", `{}`, ErrInvalid},
 		{"bad session mode", policy.MCPServer{Name: "srv", URL: ts.URL, Session: "sticky", AllowHTTP: true}, "echo", `{}`, ErrInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -301,6 +303,11 @@ func TestCallArgumentChecks(t *testing.T) {
 			wantErr(t, err, tc.want)
 			assertClean(t, err, ts.URL, "example.invalid")
 		})
+	}
+	for _, cred := range []string{"a\r\nX-Injected: 1", "tab\tok?\x00", " padded"} {
+		_, err := c.CallTool(t.Context(), server(ts.URL, policy.SessionAuto), cred, "echo", json.RawMessage(`{}`))
+		wantErr(t, err, ErrInvalid)
+		assertClean(t, err, cred)
 	}
 	if n := rec.requests(); n != 0 {
 		t.Errorf("server saw %d requests for refused calls, want 0", n)

@@ -42,6 +42,9 @@ func ListTools(ctx context.Context, s policy.MCPServer, credential string, opts 
 	if err := checkServer(s); err != nil {
 		return nil, err
 	}
+	if !validBearer(credential) {
+		return nil, fmt.Errorf("mcp: credential not usable as a bearer token: %w", ErrInvalid)
+	}
 	c := NewClient(opts)
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)

@@ -22,6 +22,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -166,7 +168,7 @@ func (c *Client) newHTTP(cred string) *http.Client {
 // object). credential is the bearer value or "" for none. It returns the
 // CallToolResult JSON object, bounded by MaxResponseBytes.
 func (c *Client) CallTool(ctx context.Context, s policy.MCPServer, credential, tool string, args json.RawMessage) (json.RawMessage, error) {
-	if err := checkCall(s, tool, args); err != nil {
+	if err := checkCall(s, credential, tool, args); err != nil {
 		return nil, err
 	}
 	u, err := c.upstreamFor(s, credential)
@@ -226,18 +228,34 @@ func checkServer(s policy.MCPServer) error {
 	return fmt.Errorf("mcp: unknown session mode: %w", ErrInvalid)
 }
 
-func checkCall(s policy.MCPServer, tool string, args json.RawMessage) error {
+func checkCall(s policy.MCPServer, credential, tool string, args json.RawMessage) error {
 	if err := checkServer(s); err != nil {
 		return err
 	}
-	if !protocol.ValidToolName(tool) {
-		return fmt.Errorf("mcp: invalid tool name: %w", ErrInvalid)
+	// The broker checks this too; repeated here so this client alone can
+	// never call an undeclared tool.
+	if !protocol.ValidToolName(tool) || !slices.Contains(s.Tools, tool) {
+		return fmt.Errorf("mcp: tool not declared: %w", ErrInvalid)
+	}
+	if !validBearer(credential) {
+		return fmt.Errorf("mcp: credential not usable as a bearer token: %w", ErrInvalid)
 	}
 	t := bytes.TrimLeft(args, " \t\r\n")
 	if len(t) == 0 || t[0] != '{' || !json.Valid(args) {
 		return fmt.Errorf("mcp: arguments must be a JSON object: %w", ErrInvalid)
 	}
 	return nil
+}
+
+// validBearer refuses values that cannot travel in a header unchanged
+// (control characters would split or be rejected by net/http).
+func validBearer(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return strings.TrimSpace(v) == v
 }
 
 // upstreamFor returns the turn's state for s, replacing it when the server's
