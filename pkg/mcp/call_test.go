@@ -393,3 +393,33 @@ func TestSessionLostUpstreamIsRenewedOnce(t *testing.T) {
 		t.Errorf("tools/call sent %d times, want 3 (ok, 404, retried)", n)
 	}
 }
+
+func TestConcurrentCallsShareOneSession(t *testing.T) {
+	ts, _, rec := newSDKServer(t, nil)
+	c := NewClient(testOptions())
+	s := server(ts.URL, policy.SessionAuto)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := c.CallTool(t.Context(), s, testCred, "echo", json.RawMessage(fmt.Sprintf(`{"text":"%d"}`, i)))
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("concurrent call: %v", err)
+		}
+	}
+	closeClient(t, c)
+	if n := rec.count("initialize"); n != 1 {
+		t.Errorf("initialize sent %d times, want 1", n)
+	}
+	if n := rec.count("tools/call"); n != 8 {
+		t.Errorf("tools/call sent %d times, want 8", n)
+	}
+}
