@@ -168,6 +168,12 @@ func basePolicy(modelURL, webURL, execScript string) *policy.Policy {
 // upstreams. mutate may change the policy before the broker starts.
 func newHarness(t *testing.T, mutate func(*policy.Policy)) *harness {
 	t.Helper()
+	return newHarnessMCP(t, mutate, true)
+}
+
+// newHarnessMCP is newHarness with or without an MCP upstream.
+func newHarnessMCP(t *testing.T, mutate func(*policy.Policy), withMCP bool) *harness {
+	t.Helper()
 	dir := t.TempDir()
 	h := &harness{t: t, dir: dir, logs: &syncBuffer{}, mcp: &fakeMCP{result: `{"content":[{"type":"text","text":"found"}],"isError":false}`}}
 	h.model = newFakeUpstream(t, okAnswer)
@@ -189,7 +195,11 @@ func newHarness(t *testing.T, mutate func(*policy.Policy)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.broker, err = New(Config{Policy: h.pol, Credentials: creds, MCP: h.mcp,
+	var up MCPUpstream
+	if withMCP {
+		up = h.mcp
+	}
+	h.broker, err = New(Config{Policy: h.pol, Credentials: creds, MCP: up,
 		Logger: slog.New(slog.NewJSONHandler(h.logs, nil))})
 	if err != nil {
 		t.Fatal(err)
