@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"log/slog"
 	"errors"
 	"fmt"
 	"os"
@@ -237,7 +238,7 @@ func newRig(t *testing.T, extra string, mutate func(*Options)) *rig {
 		t.Fatal(err)
 	}
 	r := &rig{cfg: cfg, docker: newFakeDocker(cfg), units: newFakeUnits()}
-	o := Options{Config: cfg, State: st, Containers: r.docker, Units: r.units, RemoveRetryDelay: time.Millisecond,
+	o := Options{Config: cfg, Logger: testLogger(t), State: st, Containers: r.docker, Units: r.units, RemoveRetryDelay: time.Millisecond,
 		PeerGroups: func(int) []int { return nil }}
 	if mutate != nil {
 		mutate(&o)
@@ -276,3 +277,11 @@ func must(t *testing.T, err error) {
 
 var _ = fmt.Sprint
 var _ = protocol.MaxTextChars
+
+// testLogger keeps host logs out of passing test output.
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.Default()
+	}
+	return slog.New(slog.DiscardHandler)
+}

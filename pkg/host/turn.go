@@ -306,7 +306,8 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 	}
 	reply, err := protocol.DecodeReply(res.Stdout)
 	if err != nil {
-		return nil, fmt.Errorf("worker reply: %w", err)
+		// The decoder's message can quote guest output: log only its size.
+		return nil, fmt.Errorf("worker stdout (%d bytes) is not exactly one valid reply object", len(res.Stdout))
 	}
 	return reply, nil
 }
