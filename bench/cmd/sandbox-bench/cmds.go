@@ -140,10 +140,19 @@ func cmdFixedCost(args []string) error {
 		return errors.New("nothing to run: give --host-socket, --image or a --runc-* bundle")
 	}
 	res := FixedCostResult{Rounds: *rounds, Warmup: *warmup, Start: time.Now().UTC(), LoadStart: report.LoadAvg()}
+	// Warm-up first, on its own, so the measured window (for the host's
+	// journal and metrics) holds measured turns only.
+	warm := turns.Interleave(ctx, runners, 0, *warmup, *pause)
 	if hostClient != nil && *metrics {
 		res.MetricsBefore = fetchMetrics(ctx, hostClient)
 	}
-	res.Series = turns.Interleave(ctx, runners, *warmup, *rounds, *pause)
+	res.MeasuredStart = time.Now().UTC()
+	res.Series = turns.Interleave(ctx, runners, 0, *rounds, *pause)
+	for i := range res.Series {
+		res.Series[i].WarmupMs = warm[i].SamplesMs
+		res.Series[i].Failures += warm[i].Failures
+		res.Series[i].Errors = append(warm[i].Errors, res.Series[i].Errors...)
+	}
 	if hostClient != nil && *metrics {
 		res.MetricsAfter = fetchMetrics(ctx, hostClient)
 	}

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/bench/internal/brokerbench"
+	"github.com/roundtable-sandbox/sandbox/bench/internal/journal"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/procmem"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/report"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/stats"
@@ -224,4 +227,49 @@ func cmdPolicy(args []string) error {
 	}
 	fmt.Println(turn)
 	return nil
+}
+
+// cmdPhases reads the journal over the measured window of a fixed-cost run.
+func cmdPhases(args []string) error {
+	fs := flag.NewFlagSet("phases", flag.ExitOnError)
+	fcPath := fs.String("fixedcost", "", "fixedcost.json of the run")
+	out := fs.String("out", "", "results file")
+	_ = fs.Parse(args)
+	if *fcPath == "" || *out == "" {
+		return errors.New("--fixedcost and --out are required")
+	}
+	data, err := os.ReadFile(*fcPath)
+	if err != nil {
+		return err
+	}
+	var fc report.FixedCost
+	if err := json.Unmarshal(data, &fc); err != nil {
+		return err
+	}
+	since, until := fc.MeasuredStart, fc.End
+	if since.IsZero() || until.IsZero() {
+		return errors.New("fixedcost.json has no measured window")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "journalctl", "-o", "json", "--no-pager",
+		"--since", "@"+strconv.FormatInt(since.Unix()-1, 10), "--until", "@"+strconv.FormatInt(until.Unix()+2, 10),
+		"-u", "sandbox-host.service", "-u", "sandbox-broker@*")
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	samples, perr := journal.Parse(pipe, since.UnixMicro(), until.Add(time.Second).UnixMicro())
+	werr := cmd.Wait()
+	if err := errors.Join(perr, werr); err != nil {
+		return fmt.Errorf("journalctl: %w", err)
+	}
+	res := report.Phases{Source: "journalctl -o json -u sandbox-host.service -u sandbox-broker@*", Since: since, Until: until, SamplesMs: samples}
+	for k, v := range samples {
+		slog.Info("phase", "name", k, "n", len(v), "medianMs", stats.Quantile(v, 0.5))
+	}
+	return writeJSON(*out, res)
 }

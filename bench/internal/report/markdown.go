@@ -25,6 +25,7 @@ type Inputs struct {
 	Load      *Load
 	Ready     *Ready
 	Sizes     *Sizes
+	Phases    *Phases
 	Notes     string
 	// ResultsPath is where the raw files are kept, for the report's pointer.
 	ResultsPath string
@@ -53,6 +54,7 @@ func ReadDir(dir string) (*Inputs, error) {
 		ld          Load
 		rd          Ready
 		sz          Sizes
+		ph          Phases
 	)
 	for _, f := range []struct {
 		name string
@@ -66,6 +68,7 @@ func ReadDir(dir string) (*Inputs, error) {
 		{FileLoad, &ld, func() { in.Load = &ld }},
 		{FileReady, &rd, func() { in.Ready = &rd }},
 		{FileSizes, &sz, func() { in.Sizes = &sz }},
+		{FilePhases, &ph, func() { in.Phases = &ph }},
 	} {
 		ok, err := load(f.name, f.v)
 		if err != nil {
@@ -209,10 +212,10 @@ type Phase struct {
 	MeanMs, P50Ms, P95Ms float64
 }
 
-// Phases turns a before/after /metrics pair into per-series rows: histograms
+// HistPhases turns a before/after /metrics pair into per-series rows: histograms
 // whose count grew, in seconds converted to milliseconds when the family is
 // named *_seconds. Rows keep the order the host declared them in.
-func Phases(before, after string) ([]Phase, error) {
+func HistPhases(before, after string) ([]Phase, error) {
 	if after == "" {
 		return nil, nil
 	}
@@ -310,32 +313,8 @@ func Markdown(in *Inputs) (string, error) {
 	}
 
 	p("## 2. Per-phase breakdown of a turn (host trace points)\n\n")
-	if fc := in.FixedCost; fc != nil && fc.MetricsAfter != "" {
-		phases, err := Phases(fc.MetricsBefore, fc.MetricsAfter)
-		if err != nil {
-			return "", err
-		}
-		p("From the host's `GET /metrics` histograms, snapshot before and after the fixed-cost host series (sequential turns only). Median and p95 are estimated from bucket counts (linear interpolation inside a bucket, as Prometheus' `histogram_quantile`); the mean is exact.\n\n")
-		p("| series | count | mean ms | ~median ms | ~p95 ms |\n| --- | --- | --- | --- | --- |\n")
-		for _, ph := range phases {
-			p("| `%s` | %.0f | %s | %s | %s |\n", ph.Name, ph.Count, ms(ph.MeanMs), ms(ph.P50Ms), ms(ph.P95Ms))
-		}
-		p("\n")
-	} else {
-		p("No host metrics in this run.\n\n")
-	}
-	if fc := in.FixedCost; fc != nil && len(fc.LogPhases) > 0 {
-		p("From the host's debug log lines (per turn, exact):\n\n| phase | n | median ms | p95 ms |\n| --- | --- | --- | --- |\n")
-		names := make([]string, 0, len(fc.LogPhases))
-		for k := range fc.LogPhases {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		for _, k := range names {
-			s := stats.Summarize(fc.LogPhases[k])
-			p("| %s | %d | %s | %s |\n", k, s.N, ms(s.Median), ms(s.P95))
-		}
-		p("\n")
+	if err := writePhases(&b, in); err != nil {
+		return "", err
 	}
 
 	p("## 3. Broker overhead\n\n")
@@ -369,7 +348,7 @@ func Markdown(in *Inputs) (string, error) {
 			p("\n")
 		}
 		if ld.MetricsAfter != "" {
-			phases, err := Phases(ld.MetricsBefore, ld.MetricsAfter)
+			phases, err := HistPhases(ld.MetricsBefore, ld.MetricsAfter)
 			if err == nil && len(phases) > 0 {
 				p("Host phases under this load:\n\n| series | count | mean ms | ~median ms | ~p95 ms |\n| --- | --- | --- | --- | --- |\n")
 				for _, ph := range phases {

@@ -31,6 +31,7 @@ const (
 	FileLoad      = "load.json"
 	FileReady     = "ready.json"
 	FileSizes     = "sizes.json"
+	FilePhases    = "phases.json"
 	FileNotes     = "notes.md"
 )
 
@@ -57,8 +58,17 @@ type FixedCost struct {
 	Series        []turns.Series `json:"series"`
 	MetricsBefore string         `json:"metricsBefore,omitempty"`
 	MetricsAfter  string         `json:"metricsAfter,omitempty"`
-	// Phases from the host's debug log (journal), when it has per-turn lines.
-	LogPhases map[string][]float64 `json:"logPhasesMs,omitempty"`
+	// MeasuredStart is when the first measured (not warm-up) round began.
+	MeasuredStart time.Time `json:"measuredStart"`
+}
+
+// Phases is phases.json: per-turn phase durations from the journal over the
+// measured window of the fixed-cost run.
+type Phases struct {
+	Source    string               `json:"source"`
+	Since     time.Time            `json:"since"`
+	Until     time.Time            `json:"until"`
+	SamplesMs map[string][]float64 `json:"samplesMs"`
 }
 
 // BrokerMode is one connection mode of the broker-overhead run.

@@ -1,0 +1,120 @@
+// Package journal extracts per-turn phase durations from `journalctl -o json`
+// output: the host's debug "turn phases" lines (one per turn, attributes
+// <phase>_us), systemd's own job messages for each sandbox-broker@ service
+// (job start to READY: the broker's socket activation) and the broker's
+// per-call log lines (latency_ms). Unlike histogram buckets these are exact
+// per-turn values. Lines it does not recognise are ignored.
+package journal
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// systemd message ids (sd-messages.h).
+const (
+	msgJobStart = "7d4958e842da4a758f6c1cdc7b36dcc5" // "Starting ..."
+	msgJobDone  = "39f53479d3a045ac8e11786248231fbf" // "Started ..."
+)
+
+// Samples are per-turn durations in milliseconds by phase name.
+type Samples map[string][]float64
+
+// Names of the phases this package derives itself.
+const (
+	PhaseBrokerActivation = "broker_activation (systemd job start to READY)"
+	PhaseBrokerModelCall  = "broker /model call (broker's own latency_ms, 1 ms resolution)"
+	PhaseHostTotal        = "host total (admission to cleanup)"
+)
+
+var (
+	usAttr     = regexp.MustCompile(`(?:^|[\s{,"])([a-z_]+)_us"?[=:]\s*"?(\d+)`)
+	brokerUnit = regexp.MustCompile(`^sandbox-broker@([0-9a-f]{32})\.service$`)
+	latencyMs  = regexp.MustCompile(`latency_ms"?[=:]\s*"?(\d+)`)
+)
+
+type entry map[string]any
+
+func (e entry) str(k string) string {
+	switch v := e[k].(type) {
+	case string:
+		return v
+	case []any: // journald may export repeated fields as arrays
+		if len(v) > 0 {
+			if s, ok := v[0].(string); ok {
+				return s
+			}
+		}
+	}
+	return ""
+}
+
+// Parse reads journalctl -o json lines, keeping entries whose realtime stamp
+// (µs since the epoch) lies in [since, until]; until <= 0 means no bound.
+func Parse(r io.Reader, since, until int64) (Samples, error) {
+	out := Samples{}
+	starts := map[string]float64{} // broker turn -> job start (µs)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 256<<10), 4<<20)
+	for sc.Scan() {
+		var e entry
+		if json.Unmarshal(sc.Bytes(), &e) != nil {
+			continue
+		}
+		msg := e.str("MESSAGE")
+		ts, _ := strconv.ParseFloat(e.str("__REALTIME_TIMESTAMP"), 64)
+		if ts < float64(since) || (until > 0 && ts > float64(until)) {
+			continue
+		}
+		if m := brokerUnit.FindStringSubmatch(e.str("UNIT")); m != nil && e.str("_PID") == "1" {
+			switch e.str("MESSAGE_ID") {
+			case msgJobStart:
+				starts[m[1]] = ts
+			case msgJobDone:
+				if s, ok := starts[m[1]]; ok && ts >= s && e.str("JOB_TYPE") == "start" {
+					out[PhaseBrokerActivation] = append(out[PhaseBrokerActivation], (ts-s)/1000)
+					delete(starts, m[1])
+				}
+			}
+			continue
+		}
+		if strings.HasPrefix(e.str("_SYSTEMD_UNIT"), "sandbox-broker@") || strings.HasPrefix(e.str("SYSLOG_IDENTIFIER"), "sandbox-broker") {
+			if strings.Contains(msg, "/model") && strings.Contains(msg, "status=200") {
+				if m := latencyMs.FindStringSubmatch(msg); m != nil {
+					v, _ := strconv.ParseFloat(m[1], 64)
+					out[PhaseBrokerModelCall] = append(out[PhaseBrokerModelCall], v)
+				}
+			}
+			continue
+		}
+		if strings.Contains(msg, "turn phases") {
+			fields := map[string]float64{}
+			for _, m := range usAttr.FindAllStringSubmatch(msg, -1) {
+				v, _ := strconv.ParseFloat(m[2], 64)
+				fields[m[1]] = v / 1000
+			}
+			// A journald-native handler would put attributes in fields.
+			for k := range e {
+				if name, ok := strings.CutSuffix(k, "_US"); ok {
+					if v, err := strconv.ParseFloat(e.str(k), 64); err == nil {
+						fields[strings.ToLower(name)] = v / 1000
+					}
+				}
+			}
+			if !strings.Contains(msg, "result=ok") && !strings.Contains(msg, `"result":"ok"`) && e.str("RESULT") != "ok" {
+				continue // only successful turns describe the normal path
+			}
+			for k, v := range fields {
+				if k == "total" {
+					k = PhaseHostTotal
+				}
+				out[k] = append(out[k], v)
+			}
+		}
+	}
+	return out, sc.Err()
+}

@@ -1,0 +1,164 @@
+# shellcheck shell=bash
+# Full mode: the installed .deb under the end-to-end harness's namespaced
+# systemd (test/e2e/lib/ns.sh, reused unchanged) with its own dockerd and
+# journald. Every series of the fixed-cost comparison runs on that dockerd.
+# Sourced by run.sh.
+
+# shellcheck source=../../test/e2e/lib/ns.sh
+source "$REPO/test/e2e/lib/ns.sh"
+for f in "$REPO"/test/e2e/lib/install.sh; do
+  # shellcheck source=/dev/null
+  [[ -f $f ]] && source "$f"
+done
+
+HOST_SOCK=/run/roundtable-sandbox/host.sock
+CHANNEL_FIXED=bench-fixed
+CHANNEL_LOAD_PREFIX=bench-load-
+BENCH_PKG=${BENCH_PKG:-roundtable-sandbox}
+
+bench_env() { ns_exec "$BIN/sandbox-bench" env "$@"; }
+
+# Another namespaced systemd (make e2e, make demo) installs the same package
+# on the same root filesystem: never overlap with one.
+wait_for_other_namespaces() {
+  local i f pid busy
+  for i in $(seq 1 120); do
+    busy=""
+    for f in /var/tmp/roundtable-e2e.*/ns.pid /var/tmp/roundtable-bench.*/ns/ns.pid; do
+      [[ -s $f && $f != "$WORK"/* ]] || continue
+      pid=$(cat "$f")
+      if kill -0 "$pid" 2>/dev/null; then busy=$f; fi
+    done
+    if [[ -z $busy ]] && ! fuser /var/lib/dpkg/lock-frontend >/dev/null 2>&1; then return 0; fi
+    ((i == 1)) && bench_log "waiting for another namespace or dpkg to finish (${busy:-dpkg lock})"
+    sleep 5
+  done
+  bench_die "another namespaced systemd or dpkg stayed busy for 10 minutes"
+}
+
+if ! declare -F install_purge >/dev/null; then
+  # ns_teardown calls this before it kills the namespace.
+  install_purge() {
+    ns_exec systemctl stop sandbox-host.service sandbox-host.socket 'sandbox-broker@*' >/dev/null 2>&1 || true
+    ns_exec env DEBIAN_FRONTEND=noninteractive dpkg --purge "$BENCH_PKG" >"$WORK/purge.log" 2>&1 ||
+      { bench_log "dpkg --purge failed: $(tail -5 "$WORK/purge.log")"; return 1; }
+  }
+fi
+
+bench_ns_down() {
+  [[ -n ${NS_PID:-} ]] || return 0
+  ns_teardown
+}
+
+install_bench_config() {
+  local d=/etc/roundtable-sandbox
+  ns_exec install -d -m 0700 -o root -g root "$d/credentials"
+  printf 'sk-bench-host-%s\n' "$RANDOM$RANDOM$RANDOM" | ns_exec tee "$d/credentials/model" >/dev/null
+  ns_exec chmod 0600 "$d/credentials/model"
+  cat >"$WORK/sandbox.yaml" <<YAML
+# written by bench/run.sh: the shipped defaults, the fake model, root as client
+model:
+  url: $MODEL_URL
+  name: $BENCH_MODEL
+  maxTokens: 1024
+  allowInsecureLoopbackHTTP: true
+credentials:
+  default: model
+  rules: []
+initialChannels: []
+api:
+  clients:
+    uids: [0]
+    groups: [sandbox-clients]
+  admins:
+    uids: [0]
+    groups: []
+turnDeadlineSeconds: 120
+limits:
+  memoryMb: $LIM_MEM
+  cpus: $LIM_CPUS
+  pids: $LIM_PIDS
+  tmpfsMb: $LIM_TMPFS
+queue:
+  depth: 8
+  globalConcurrency: 0
+timeZone: UTC
+tools: []
+mcp: []
+image: $BENCH_IMAGE
+installation: bench
+logLevel: ${BENCH_HOST_LOGLEVEL:-debug}
+YAML
+  ns_exec install -m 0640 -o root -g _sandbox "$WORK/sandbox.yaml" "$d/sandbox.yaml"
+}
+
+host_wait_active() {
+  local i
+  for i in $(seq 1 100); do
+    [[ $(ns_exec systemctl is-active sandbox-host.service 2>/dev/null) == active ]] && return 0
+    sleep 0.1
+  done
+  ns_exec journalctl -u sandbox-host --no-pager | tail -40 >&2
+  bench_die "sandbox-host did not become active"
+}
+
+bench_run_mode() {
+  wait_for_other_namespaces
+  bench_log "building the package (make deb)"
+  make -s deb
+  local deb
+  deb=$(ls -t "$REPO"/dist/*.deb 2>/dev/null | head -1)
+  [[ -n $deb ]] || bench_die "make deb produced no dist/*.deb"
+  note "- Package: \`${deb#"$REPO"/}\`."
+
+  export E2E_WORK=$WORK/ns
+  mkdir -p "$E2E_WORK"
+  ns_boot
+  bench_log "installing $deb in the namespace"
+  ns_exec env DEBIAN_FRONTEND=noninteractive dpkg -i "$deb" >"$WORK/install.log" 2>&1 ||
+    { tail -30 "$WORK/install.log" >&2; bench_die "dpkg -i failed"; }
+  if ! ns_exec docker image inspect "$BENCH_IMAGE" >/dev/null 2>&1; then
+    [[ -f $REPO/dist/worker-image.tar ]] && ns_exec docker load -i "$REPO/dist/worker-image.tar" >/dev/null
+  fi
+
+  start_fakemodel
+  install_bench_config
+  ns_exec systemctl restart sandbox-host.socket sandbox-host.service
+  host_wait_active
+  local ch
+  for ch in "$CHANNEL_FIXED" $(seq -f "$CHANNEL_LOAD_PREFIX%02g" 0 $((BENCH_LOAD_CHANNELS - 1))); do
+    ns_exec /usr/bin/sandbox-host channel on "$ch" >/dev/null || bench_die "sandbox-host channel on $ch failed"
+  done
+
+  local uid gid
+  uid=$(id -u _sandbox) gid=$(id -g _sandbox)
+  start_baseline_broker "$uid" "$gid"
+  note "- Baseline broker (docker run and runc worker series): the real \`sandbox-broker serve --listen\`, one long-lived process as _sandbox ($uid:$gid) outside the unit sandbox, policy with maxCalls 1000, its own credential dir, forwarding to the same $FAKEMODEL_KIND as the host; its socket directory is bind-mounted read-only at /run/broker."
+  note "- Every series used the namespace's dockerd ($(ns_exec docker version --format '{{.Server.Version}}, API {{.Server.APIVersion}}')) and its journald; docker run used \`--log-driver journald --log-opt tag=sandbox/bench\` like the host."
+  make_floor_bundle "$uid" "$gid"
+  local cid entry
+  cid=$(ns_exec docker create "$BENCH_IMAGE")
+  ns_exec docker export "$cid" >"$WORK/worker-rootfs.tar"
+  ns_exec docker rm "$cid" >/dev/null
+  entry=$(ns_exec docker image inspect -f '{{index .Config.Entrypoint 0}}' "$BENCH_IMAGE")
+  make_worker_bundle "$uid" "$gid" "$WORK/worker-rootfs.tar" "$entry"
+
+  bench_log "fixed cost: $BENCH_ROUNDS rounds x (host turn, docker run, runc worker, runc floor)"
+  ns_exec "$BIN/sandbox-bench" fixedcost --out "$BENCH_RESULTS/fixedcost.json" --rounds "$BENCH_ROUNDS" --warmup "$BENCH_WARMUP" \
+    --host-socket "$HOST_SOCK" --channel "$CHANNEL_FIXED" \
+    --model "$BENCH_MODEL" --image "$BENCH_IMAGE" --uid "$uid" --gid "$gid" --workspace "$BASE_WS" --turn-dir "$BASE_TURN" \
+    --memory-mb $LIM_MEM --cpus $LIM_CPUS --pids $LIM_PIDS --tmpfs-mb $LIM_TMPFS --log-driver journald --log-tag sandbox/bench \
+    --runc-worker "$WORKER_BUNDLE" --runc-floor "$FLOOR_BUNDLE"
+
+  ns_exec "$BIN/sandbox-bench" phases --fixedcost "$BENCH_RESULTS/fixedcost.json" --out "$BENCH_RESULTS/phases.json" ||
+    note "- The journal phase extraction failed; only the host's histograms are shown."
+
+  bench_log "load: $BENCH_LOAD_CHANNELS channels x $BENCH_LOAD_TURNS turns"
+  ns_exec "$BIN/sandbox-bench" load --out "$BENCH_RESULTS/load.json" --host-socket "$HOST_SOCK" \
+    --channels "$BENCH_LOAD_CHANNELS" --turns "$BENCH_LOAD_TURNS" --channel-prefix "$CHANNEL_LOAD_PREFIX"
+
+  write_sizes ns_exec docker
+
+  bench_log "start to READY: $BENCH_READY_N restarts"
+  ns_exec "$BIN/sandbox-bench" ready --out "$BENCH_RESULTS/ready.json" --n "$BENCH_READY_N"
+}
