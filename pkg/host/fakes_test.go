@@ -2,9 +2,9 @@ package host
 
 import (
 	"context"
-	"log/slog"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -128,7 +128,7 @@ func (f *fakeDocker) LoadImage(ctx context.Context, p string) error {
 	return nil
 }
 func (f *fakeDocker) Observe(fn func(string, time.Duration)) { f.observe = fn }
-func (f *fakeDocker) Close() error                            { return nil }
+func (f *fakeDocker) Close() error                           { return nil }
 
 func (f *fakeDocker) liveCount() int {
 	f.mu.Lock()
