@@ -30,7 +30,9 @@ type hostileCase struct {
 
 func hostileCases() []hostileCase {
 	var cs []hostileCase
-	add := func(name string, want int, raw string) { cs = append(cs, hostileCase{name: name, raw: raw, want: want}) }
+	add := func(name string, want int, raw string) {
+		cs = append(cs, hostileCase{name: name, raw: raw, want: want})
+	}
 	addM := func(name, method string, want int, raw string) {
 		cs = append(cs, hostileCase{name: name, method: method, raw: raw, want: want})
 	}
@@ -127,7 +129,7 @@ func hostileCases() []hostileCase {
 		"non-JSON": "hello", "empty body": "", "trailing object": goodModel + `{}`, "trailing garbage": goodModel + ` x`,
 		"array body": `[` + goodModel + `]`, "null body": `null`, "string body": `"hi"`, "truncated JSON": `{"messages":[`,
 		"duplicate key": `{"messages":[{"role":"user","content":"hi"}],"stream":true,"stream":false}`,
-		"deep nesting": strings.Repeat(`{"a":`, 100) + `1` + strings.Repeat(`}`, 100),
+		"deep nesting":  strings.Repeat(`{"a":`, 100) + `1` + strings.Repeat(`}`, 100),
 	} {
 		add("body "+name, 400, std("/model", body))
 	}
@@ -137,30 +139,30 @@ func hostileCases() []hostileCase {
 
 	// Messages.
 	for name, m := range map[string]string{
-		"role developer":              `{"role":"developer","content":"x"}`,
-		"role function":               `{"role":"function","name":"f","content":"x"}`,
-		"role empty":                  `{"role":"","content":"x"}`,
-		"role missing":                `{"content":"x"}`,
-		"role number":                 `{"role":1,"content":"x"}`,
-		"content text part array":     `{"role":"user","content":[{"type":"text","text":"hi"}]}`,
-		"content number":              `{"role":"user","content":42}`,
-		"content object":              `{"role":"user","content":{"text":"hi"}}`,
-		"content null user":           `{"role":"user","content":null}`,
-		"content missing":             `{"role":"system"}`,
-		"image_url part":              `{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}`,
-		"input_audio part":            `{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"AAAA","format":"wav"}}]}`,
-		"file part":                   `{"role":"user","content":[{"type":"file","file":{"file_id":"file-abc"}}]}`,
-		"assistant null no calls":     `{"role":"assistant","content":null}`,
-		"assistant audio field":       `{"role":"assistant","content":"x","audio":{"id":"audio_1"}}`,
-		"assistant refusal field":     `{"role":"assistant","content":"x","refusal":"no"}`,
-		"tool call custom type":       `{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"custom","custom":{"name":"f","input":"x"}}]}`,
-		"tool call bad name":          `{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"Bad Name","arguments":"{}"}}]}`,
-		"tool call object arguments":  `{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":{}}}]}`,
-		"tool call extra field":       `{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"},"x":1}]}`,
-		"tool message no call id":     `{"role":"tool","content":"x"}`,
-		"user with tool_calls":        `{"role":"user","content":"x","tool_calls":[]}`,
-		"message not object":          `"hi"`,
-		"user file reference field":   `{"role":"user","content":"x","file_id":"file-abc"}`,
+		"role developer":             `{"role":"developer","content":"x"}`,
+		"role function":              `{"role":"function","name":"f","content":"x"}`,
+		"role empty":                 `{"role":"","content":"x"}`,
+		"role missing":               `{"content":"x"}`,
+		"role number":                `{"role":1,"content":"x"}`,
+		"content text part array":    `{"role":"user","content":[{"type":"text","text":"hi"}]}`,
+		"content number":             `{"role":"user","content":42}`,
+		"content object":             `{"role":"user","content":{"text":"hi"}}`,
+		"content null user":          `{"role":"user","content":null}`,
+		"content missing":            `{"role":"system"}`,
+		"image_url part":             `{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}`,
+		"input_audio part":           `{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"AAAA","format":"wav"}}]}`,
+		"file part":                  `{"role":"user","content":[{"type":"file","file":{"file_id":"file-abc"}}]}`,
+		"assistant null no calls":    `{"role":"assistant","content":null}`,
+		"assistant audio field":      `{"role":"assistant","content":"x","audio":{"id":"audio_1"}}`,
+		"assistant refusal field":    `{"role":"assistant","content":"x","refusal":"no"}`,
+		"tool call custom type":      `{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"custom","custom":{"name":"f","input":"x"}}]}`,
+		"tool call bad name":         `{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"Bad Name","arguments":"{}"}}]}`,
+		"tool call object arguments": `{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":{}}}]}`,
+		"tool call extra field":      `{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"},"x":1}]}`,
+		"tool message no call id":    `{"role":"tool","content":"x"}`,
+		"user with tool_calls":       `{"role":"user","content":"x","tool_calls":[]}`,
+		"message not object":         `"hi"`,
+		"user file reference field":  `{"role":"user","content":"x","file_id":"file-abc"}`,
 	} {
 		add("message "+name, 400, std("/model", msg(m)))
 	}
@@ -196,31 +198,31 @@ func hostileCases() []hostileCase {
 
 	// Remote references at schema positions.
 	for name, s := range map[string]string{
-		"$ref root":                  `{"$ref":"https://evil.example/s.json"}`,
-		"$ref property":              `{"type":"object","properties":{"a":{"$ref":"https://evil.example/a"}}}`,
-		"$ref items":                 `{"type":"array","items":{"$ref":"http://evil.example/i"}}`,
-		"$ref tuple items":           `{"type":"array","items":[{"$ref":"http://evil.example/i"}]}`,
-		"$ref prefixItems":           `{"prefixItems":[{"$ref":"//evil.example/p"}]}`,
-		"$ref allOf":                 `{"allOf":[{"$ref":"other.json#/x"}]}`,
-		"$ref anyOf":                 `{"anyOf":[true,{"$ref":"file:///etc/passwd"}]}`,
-		"$ref oneOf":                 `{"oneOf":[{"$ref":"urn:x"}]}`,
-		"$ref not":                   `{"not":{"$ref":"https://evil.example/n"}}`,
-		"$ref if then else":          `{"if":{"type":"string"},"then":{"$ref":"https://evil.example/t"}}`,
-		"$ref additionalProperties":  `{"additionalProperties":{"$ref":"https://evil.example/ap"}}`,
-		"$ref patternProperties":     `{"patternProperties":{"^a":{"$ref":"https://evil.example/pp"}}}`,
-		"$ref $defs":                 `{"$defs":{"x":{"$ref":"https://evil.example/d"}}}`,
-		"$ref definitions":           `{"definitions":{"x":{"$ref":"https://evil.example/d"}}}`,
-		"$ref dependentSchemas":      `{"dependentSchemas":{"a":{"$ref":"https://evil.example/ds"}}}`,
-		"$ref non-string":            `{"$ref":{"url":"#"}}`,
-		"$dynamicRef remote":         `{"$dynamicRef":"https://evil.example/dyn#meta"}`,
-		"$recursiveRef remote":       `{"$recursiveRef":"https://evil.example/rec"}`,
-		"$id remote":                 `{"$id":"https://evil.example/root.json"}`,
-		"$schema remote":             `{"$schema":"https://json-schema.org/draft/2020-12/schema"}`,
-		"$vocabulary remote":         `{"$vocabulary":{"https://evil.example/vocab":true}}`,
-		"$ref deep in properties":    `{"properties":{"a":{"properties":{"b":{"items":{"$ref":"https://evil.example/deep"}}}}}}`,
-		"$ref in vendor keyword":     `{"x-provider":{"$ref":"https://evil.example/v"}}`,
-		"$ref in propertyNames":      `{"propertyNames":{"$ref":"https://evil.example/pn"}}`,
-		"$ref in contains":           `{"contains":{"$ref":"https://evil.example/c"}}`,
+		"$ref root":                 `{"$ref":"https://evil.example/s.json"}`,
+		"$ref property":             `{"type":"object","properties":{"a":{"$ref":"https://evil.example/a"}}}`,
+		"$ref items":                `{"type":"array","items":{"$ref":"http://evil.example/i"}}`,
+		"$ref tuple items":          `{"type":"array","items":[{"$ref":"http://evil.example/i"}]}`,
+		"$ref prefixItems":          `{"prefixItems":[{"$ref":"//evil.example/p"}]}`,
+		"$ref allOf":                `{"allOf":[{"$ref":"other.json#/x"}]}`,
+		"$ref anyOf":                `{"anyOf":[true,{"$ref":"file:///etc/passwd"}]}`,
+		"$ref oneOf":                `{"oneOf":[{"$ref":"urn:x"}]}`,
+		"$ref not":                  `{"not":{"$ref":"https://evil.example/n"}}`,
+		"$ref if then else":         `{"if":{"type":"string"},"then":{"$ref":"https://evil.example/t"}}`,
+		"$ref additionalProperties": `{"additionalProperties":{"$ref":"https://evil.example/ap"}}`,
+		"$ref patternProperties":    `{"patternProperties":{"^a":{"$ref":"https://evil.example/pp"}}}`,
+		"$ref $defs":                `{"$defs":{"x":{"$ref":"https://evil.example/d"}}}`,
+		"$ref definitions":          `{"definitions":{"x":{"$ref":"https://evil.example/d"}}}`,
+		"$ref dependentSchemas":     `{"dependentSchemas":{"a":{"$ref":"https://evil.example/ds"}}}`,
+		"$ref non-string":           `{"$ref":{"url":"#"}}`,
+		"$dynamicRef remote":        `{"$dynamicRef":"https://evil.example/dyn#meta"}`,
+		"$recursiveRef remote":      `{"$recursiveRef":"https://evil.example/rec"}`,
+		"$id remote":                `{"$id":"https://evil.example/root.json"}`,
+		"$schema remote":            `{"$schema":"https://json-schema.org/draft/2020-12/schema"}`,
+		"$vocabulary remote":        `{"$vocabulary":{"https://evil.example/vocab":true}}`,
+		"$ref deep in properties":   `{"properties":{"a":{"properties":{"b":{"items":{"$ref":"https://evil.example/deep"}}}}}}`,
+		"$ref in vendor keyword":    `{"x-provider":{"$ref":"https://evil.example/v"}}`,
+		"$ref in propertyNames":     `{"propertyNames":{"$ref":"https://evil.example/pn"}}`,
+		"$ref in contains":          `{"contains":{"$ref":"https://evil.example/c"}}`,
 	} {
 		add("schema "+name, 400, std("/model", withParams(s)))
 	}

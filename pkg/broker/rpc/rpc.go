@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
@@ -54,7 +55,11 @@ func Parse(body []byte, declared []string) (*Call, error) {
 	var id json.RawMessage
 	switch v := req["id"].(type) {
 	case json.Number:
-		id = json.RawMessage(v.String())
+		n, err := v.Int64() // integer ids only: no fractions, no overflow
+		if err != nil {
+			return nil, refusal("id number must be an integer")
+		}
+		id = json.RawMessage(strconv.FormatInt(n, 10))
 	case string:
 		if v == "" || utf8.RuneCountInString(v) > MaxIDChars {
 			return nil, refusal("id string must be 1 to 128 characters")
