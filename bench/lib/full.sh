@@ -14,7 +14,7 @@ done
 HOST_SOCK=/run/roundtable-sandbox/host.sock
 CHANNEL_FIXED=bench-fixed
 CHANNEL_LOAD_PREFIX=bench-load-
-BENCH_PKG=${BENCH_PKG:-roundtable-sandbox}
+BENCH_PKG=${PKG_NAME:-roundtable-sandbox}
 
 bench_env() { ns_exec "$BIN/sandbox-bench" env "$@"; }
 
@@ -42,6 +42,7 @@ if ! declare -F install_purge >/dev/null; then
     ns_exec systemctl stop sandbox-host.service sandbox-host.socket 'sandbox-broker@*' >/dev/null 2>&1 || true
     ns_exec env DEBIAN_FRONTEND=noninteractive dpkg --purge "$BENCH_PKG" >"$WORK/purge.log" 2>&1 ||
       { bench_log "dpkg --purge failed: $(tail -5 "$WORK/purge.log")"; return 1; }
+    rm -rf /etc/roundtable-sandbox /var/lib/roundtable-sandbox
   }
 fi
 
@@ -105,18 +106,21 @@ host_wait_active() {
 bench_run_mode() {
   wait_for_other_namespaces
   bench_log "building the package (make deb)"
-  make -s deb
-  local deb
-  deb=$(ls -t "$REPO"/dist/*.deb 2>/dev/null | head -1)
-  [[ -n $deb ]] || bench_die "make deb produced no dist/*.deb"
-  note "- Package: \`${deb#"$REPO"/}\`."
+  make --no-print-directory deb >"$WORK/make-deb.log" 2>&1 || { tail -40 "$WORK/make-deb.log" >&2; bench_die "make deb failed"; }
+  DEB=$(ls -t "$REPO"/dist/"${BENCH_PKG}"_*_amd64.deb 2>/dev/null | head -1)
+  [[ -n $DEB ]] || bench_die "make deb produced no dist/${BENCH_PKG}_*_amd64.deb"
+  export DEB
+  note "- Package: \`${DEB#"$REPO"/}\`, installed with test/e2e/lib/install.sh (install_package), purged at the end (install_purge)."
 
   export E2E_WORK=$WORK/ns
   mkdir -p "$E2E_WORK"
   ns_boot
-  bench_log "installing $deb in the namespace"
-  ns_exec env DEBIAN_FRONTEND=noninteractive dpkg -i "$deb" >"$WORK/install.log" 2>&1 ||
-    { tail -30 "$WORK/install.log" >&2; bench_die "dpkg -i failed"; }
+  if declare -F install_package >/dev/null; then
+    install_package
+  else
+    ns_exec env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$DEB" >"$WORK/install.log" 2>&1 ||
+      { tail -30 "$WORK/install.log" >&2; bench_die "installing the package failed"; }
+  fi
   if ! ns_exec docker image inspect "$BENCH_IMAGE" >/dev/null 2>&1; then
     [[ -f $REPO/dist/worker-image.tar ]] && ns_exec docker load -i "$REPO/dist/worker-image.tar" >/dev/null
   fi
@@ -143,12 +147,12 @@ bench_run_mode() {
   entry=$(ns_exec docker image inspect -f '{{index .Config.Entrypoint 0}}' "$BENCH_IMAGE")
   make_worker_bundle "$uid" "$gid" "$WORK/worker-rootfs.tar" "$entry"
 
-  bench_log "fixed cost: $BENCH_ROUNDS rounds x (host turn, docker run, runc worker, runc floor)"
+  bench_log "fixed cost: $BENCH_ROUNDS rounds x (host turn, docker run, Engine API, runc worker, runc floor)"
   ns_exec "$BIN/sandbox-bench" fixedcost --out "$BENCH_RESULTS/fixedcost.json" --rounds "$BENCH_ROUNDS" --warmup "$BENCH_WARMUP" \
     --host-socket "$HOST_SOCK" --channel "$CHANNEL_FIXED" \
     --model "$BENCH_MODEL" --image "$BENCH_IMAGE" --uid "$uid" --gid "$gid" --workspace "$BASE_WS" --turn-dir "$BASE_TURN" \
     --memory-mb $LIM_MEM --cpus $LIM_CPUS --pids $LIM_PIDS --tmpfs-mb $LIM_TMPFS --log-driver journald --log-tag sandbox/bench \
-    --runc-worker "$WORKER_BUNDLE" --runc-floor "$FLOOR_BUNDLE"
+    --engine unix:///run/docker.sock --runc-worker "$WORKER_BUNDLE" --runc-floor "$FLOOR_BUNDLE"
 
   ns_exec "$BIN/sandbox-bench" phases --fixedcost "$BENCH_RESULTS/fixedcost.json" --out "$BENCH_RESULTS/phases.json" ||
     note "- The journal phase extraction failed; only the host's histograms are shown."

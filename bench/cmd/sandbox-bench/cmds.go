@@ -21,6 +21,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/bench/internal/report"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/turns"
 	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
+	"github.com/roundtable-sandbox/sandbox/pkg/container"
 )
 
 type listFlag []string
@@ -100,6 +101,7 @@ func cmdFixedCost(args []string) error {
 	logDriver := fs.String("log-driver", "journald", "docker log driver")
 	logTag := fs.String("log-tag", "sandbox/bench", "journald tag")
 	runtime := fs.String("runtime", "", "OCI runtime name for docker run")
+	engineHost := fs.String("engine", "", "Docker host URL for the Engine API series (pkg/container; needs journald; empty: skip)")
 	runc := fs.String("runc", "runc", "runc binary")
 	floorBundle := fs.String("runc-floor", "", "bundle with the trivial payload (empty: skip)")
 	workerBundle := fs.String("runc-worker", "", "bundle with the worker (empty: skip)")
@@ -125,6 +127,18 @@ func cmdFixedCost(args []string) error {
 		runners = append(runners, &turns.ExecRunner{Label: report.SeriesDocker, Stdin: turn,
 			Argv: func(seq int) []string { return append([]string{spec.Docker}, turns.DockerArgs(spec, seq)...) }})
 	}
+	var engine *turns.EngineRunner
+	if *engineHost != "" {
+		drv, err := container.New(*engineHost)
+		if err != nil {
+			return err
+		}
+		defer drv.Close()
+		engine = &turns.EngineRunner{Label: report.SeriesEngine, Driver: drv, Channel: "bench-engine", Stdin: turn,
+			Spec: container.Spec{Image: *image, UID: *uid, GID: *gid, WorkspaceDir: *ws, TurnDir: *turnDir,
+				MemoryMB: int(*mem), CPUs: *cpus, Pids: *pids, TmpfsMB: int(*tmpfs), Runtime: *runtime}}
+		runners = append(runners, engine)
+	}
 	runcArgv := func(b, prefix string) func(int) []string {
 		return func(seq int) []string {
 			return []string{*runc, "run", "--bundle", b, fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), seq)}
@@ -146,6 +160,9 @@ func cmdFixedCost(args []string) error {
 	if hostClient != nil && *metrics {
 		res.MetricsBefore = fetchMetrics(ctx, hostClient)
 	}
+	if engine != nil {
+		engine.ResetPhases()
+	}
 	res.MeasuredStart = time.Now().UTC()
 	res.Series = turns.Interleave(ctx, runners, 0, *rounds, *pause)
 	for i := range res.Series {
@@ -157,6 +174,9 @@ func cmdFixedCost(args []string) error {
 		res.MetricsAfter = fetchMetrics(ctx, hostClient)
 	}
 	res.End = time.Now().UTC()
+	if engine != nil {
+		res.EnginePhasesMs = engine.Phases()
+	}
 	res.LoadEnd = report.LoadAvg()
 	for _, s := range res.Series {
 		slog.Info("series", "summary", s.String())

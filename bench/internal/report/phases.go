@@ -64,6 +64,7 @@ func writePhases(b *strings.Builder, in *Inputs) error {
 	}
 	if hist == nil && len(samples) == 0 {
 		p("No host trace points in this run.\n\n")
+		writeEnginePhases(b, in)
 		return nil
 	}
 	p("Measured over the fixed-cost host series only (sequential turns, warm-up excluded). Two sources: **journal** = exact per-turn values (the host's debug `turn phases` line, systemd's job messages for each broker unit, the broker's call log), median and p95 over turns; **metrics** = the host's `%s` histogram, before/after delta: the mean is exact, `~` median/p95 are interpolated inside buckets (bounds 5, 10, 25, 50, 100 ms ...) and are coarse.\n\n", phaseFamily)
@@ -121,7 +122,43 @@ func writePhases(b *strings.Builder, in *Inputs) error {
 	if len(samples[journal.PhaseBrokerActivation]) > 0 || len(samples[journal.PhaseBrokerModelCall]) > 0 {
 		p("Broker activation and the model call are not host trace points (the host cannot see inside the container): they come from systemd's and the broker's journal lines for the same turns.\n\n")
 	}
+	writeEnginePhases(b, in)
 	return nil
+}
+
+// enginePhases is the container driver's order (pkg/container).
+var enginePhases = []string{"create", "container_attach", "container_start", "worker_run", "container_wait", "remove"}
+
+// writeEnginePhases shows the Engine API series' exact per-run driver phases:
+// the container's share of a turn without the host around it.
+func writeEnginePhases(b *strings.Builder, in *Inputs) {
+	if in.FixedCost == nil || len(in.FixedCost.EnginePhasesMs) == 0 {
+		return
+	}
+	ph := in.FixedCost.EnginePhasesMs
+	fmt.Fprintf(b, "The %s series, exact per run (the same driver code the host uses, timed by its Observe hook; the worker talks to the long-lived baseline broker, so no unit start or activation):\n\n", SeriesEngine)
+	b.WriteString("| driver phase | median ms | p95 ms | n |\n| --- | --- | --- | --- |\n")
+	var sum float64
+	names := append([]string(nil), enginePhases...)
+	for k := range ph {
+		found := false
+		for _, n := range enginePhases {
+			found = found || n == k
+		}
+		if !found {
+			names = append(names, k)
+		}
+	}
+	for _, k := range names {
+		xs := ph[k]
+		if len(xs) == 0 {
+			continue
+		}
+		s := stats.Summarize(xs)
+		sum += s.Median
+		fmt.Fprintf(b, "| %s | %s | %s | %d |\n", k, ms(s.Median), ms(s.P95), s.N)
+	}
+	fmt.Fprintf(b, "| sum of medians | %s | | |\n\n", ms(sum))
 }
 
 func known(name string) bool {

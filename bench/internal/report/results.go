@@ -18,6 +18,7 @@ import (
 const (
 	SeriesHost       = "sandbox-host turn (API)"
 	SeriesDocker     = "docker run --rm -i"
+	SeriesEngine     = "Engine API (pkg/container, no host)"
 	SeriesRuncWorker = "runc run (worker bundle)"
 	SeriesRuncFloor  = "runc run (floor bundle)"
 )
@@ -60,6 +61,10 @@ type FixedCost struct {
 	MetricsAfter  string         `json:"metricsAfter,omitempty"`
 	// MeasuredStart is when the first measured (not warm-up) round began.
 	MeasuredStart time.Time `json:"measuredStart"`
+	// EnginePhasesMs are the container driver's phases of the Engine API
+	// series (create, container_attach, container_start, worker_run,
+	// container_wait, remove), per measured run.
+	EnginePhasesMs map[string][]float64 `json:"enginePhasesMs,omitempty"`
 }
 
 // Phases is phases.json: per-turn phase durations from the journal over the
