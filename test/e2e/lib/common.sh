@@ -24,3 +24,16 @@ e2e_skip_reason() {
   command -v go >/dev/null 2>&1 || { echo "go not found"; return; }
   unshare --pid --mount --fork --propagation private true 2>/dev/null || { echo "unshare of pid+mount namespaces refused"; return; }
 }
+
+# e2e_lock serialises namespaced runs on one machine: they install the package
+# onto the shared root filesystem and dpkg database, so two at once would
+# purge each other's installation. Held until the calling shell exits.
+e2e_lock() {
+  [[ -n ${E2E_LOCK_FD:-} ]] && return 0
+  exec {E2E_LOCK_FD}>/run/lock/roundtable-sandbox-e2e.lock
+  if ! flock -n "$E2E_LOCK_FD"; then
+    e2e_log "another end-to-end run holds /run/lock/roundtable-sandbox-e2e.lock; waiting (up to 30 min)"
+    flock -w 1800 "$E2E_LOCK_FD" || e2e_die "could not take the e2e lock"
+  fi
+  export E2E_LOCK_FD
+}

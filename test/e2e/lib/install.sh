@@ -47,7 +47,6 @@ install_images() {
 # scripts talk to the namespace's systemd).
 install_package() {
   e2e_log "installing $(basename "$DEB") inside the namespace"
-  INSTALLED=1
   if ! ns_exec env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$DEB" >"$E2E_WORK/install.log" 2>&1; then
     tail -40 "$E2E_WORK/install.log" >&2
     e2e_die "installing the package failed"
@@ -58,8 +57,11 @@ install_package() {
 # install_purge removes the package and everything the harness wrote for it.
 # Called by ns_teardown while the namespace still runs.
 install_purge() {
-  [[ ${INSTALLED:-0} == 1 ]] || return 0
+  # Decided by dpkg's state, not by who installed it: bench/lib/full.sh
+  # installs the package itself and relies on this purge.
+  dpkg -s "$PKG_NAME" >/dev/null 2>&1 || { rm -rf /etc/roundtable-sandbox /var/lib/roundtable-sandbox; return 0; }
   local rc=0
+  ns_exec systemctl stop sandbox-host.service sandbox-host.socket sandbox-reaper.timer 'sandbox-broker@*' >/dev/null 2>&1 || true
   ns_exec env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "$PKG_NAME" >"$E2E_WORK/purge.log" 2>&1 || {
     e2e_log "apt-get purge failed:"
     tail -20 "$E2E_WORK/purge.log" >&2
@@ -67,10 +69,9 @@ install_purge() {
   }
   # The harness's own files (config, credentials) and any state left.
   rm -rf /etc/roundtable-sandbox /var/lib/roundtable-sandbox
-  if dpkg -s "$PKG_NAME" >/dev/null 2>&1 && ! dpkg -s "$PKG_NAME" | grep -q '^Status: deinstall ok config-files'; then
+  if dpkg -s "$PKG_NAME" >/dev/null 2>&1; then
     e2e_log "LEFT: package $PKG_NAME still installed"
     rc=1
   fi
-  INSTALLED=0
   return $rc
 }

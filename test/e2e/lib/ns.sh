@@ -80,6 +80,7 @@ ns_boot() {
   [[ -n $E2E_WORK ]] || E2E_WORK=$(mktemp -d /var/tmp/roundtable-e2e.XXXXXX)
   export E2E_WORK
   chmod 0755 "$E2E_WORK"
+  e2e_lock
   ns_snapshot
   ns_stage_run "$E2E_WORK/run"
   : >"$E2E_WORK/console"
