@@ -18,24 +18,6 @@ BENCH_PKG=${PKG_NAME:-roundtable-sandbox}
 
 bench_env() { ns_exec "$BIN/sandbox-bench" env "$@"; }
 
-# Another namespaced systemd (make e2e, make demo) installs the same package
-# on the same root filesystem: never overlap with one.
-wait_for_other_namespaces() {
-  local i f pid busy
-  for i in $(seq 1 120); do
-    busy=""
-    for f in /var/tmp/roundtable-e2e.*/ns.pid /var/tmp/roundtable-bench.*/ns/ns.pid; do
-      [[ -s $f && $f != "$WORK"/* ]] || continue
-      pid=$(cat "$f")
-      if kill -0 "$pid" 2>/dev/null; then busy=$f; fi
-    done
-    if [[ -z $busy ]] && ! fuser /var/lib/dpkg/lock-frontend >/dev/null 2>&1; then return 0; fi
-    ((i == 1)) && bench_log "waiting for another namespace or dpkg to finish (${busy:-dpkg lock})"
-    sleep 5
-  done
-  bench_die "another namespaced systemd or dpkg stayed busy for 10 minutes"
-}
-
 if ! declare -F install_purge >/dev/null; then
   # ns_teardown calls this before it kills the namespace.
   install_purge() {
@@ -104,7 +86,8 @@ host_wait_active() {
 }
 
 bench_run_mode() {
-  wait_for_other_namespaces
+  # ns_boot takes the e2e lock (test/e2e/lib/common.sh e2e_lock): no other
+  # namespaced run installs the package while this one holds it.
   bench_log "building the package (make deb)"
   make --no-print-directory deb >"$WORK/make-deb.log" 2>&1 || { tail -40 "$WORK/make-deb.log" >&2; bench_die "make deb failed"; }
   DEB=$(ls -t "$REPO"/dist/"${BENCH_PKG}"_*_amd64.deb 2>/dev/null | head -1)
