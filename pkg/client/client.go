@@ -59,7 +59,7 @@ type Cancel struct {
 
 // Turn is one running turn.
 type Turn struct {
-	TurnID         string `json:"turnId"`
+	ID             string `json:"id"`
 	ChannelTag     string `json:"channelTag"`
 	DeadlineUnix   int64  `json:"deadlineUnix"`
 	DeadlineUnixMs int64  `json:"deadlineUnixMs"`

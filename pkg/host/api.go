@@ -69,7 +69,7 @@ type (
 	}
 	// ActiveTurn is one entry of GET /v1/turns.
 	ActiveTurn struct {
-		TurnID         string `json:"turnId"`
+		ID             string `json:"id"`
 		ChannelTag     string `json:"channelTag"`
 		DeadlineUnix   int64  `json:"deadlineUnix"`
 		DeadlineUnixMs int64  `json:"deadlineUnixMs"`
@@ -347,9 +347,9 @@ func (h *Host) ActiveTurns() []ActiveTurn {
 	defer h.mu.Unlock()
 	out := make([]ActiveTurn, 0, len(h.active))
 	for _, a := range h.active {
-		out = append(out, ActiveTurn{TurnID: a.id, ChannelTag: ids.ChannelTag(a.channel), DeadlineUnix: a.deadline.Unix(), DeadlineUnixMs: a.deadline.UnixMilli()})
+		out = append(out, ActiveTurn{ID: a.id, ChannelTag: ids.ChannelTag(a.channel), DeadlineUnix: a.deadline.Unix(), DeadlineUnixMs: a.deadline.UnixMilli()})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].TurnID < out[j].TurnID })
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
 

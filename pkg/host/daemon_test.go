@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/client"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/reaper"
 )
 
 type notes struct {
@@ -199,5 +201,33 @@ func TestDaemonStartupRefusals(t *testing.T) {
 				t.Error("READY=1 sent by a host that refused to start")
 			}
 		})
+	}
+}
+
+type hostUp struct{}
+
+func (hostUp) HostActive(context.Context) (bool, error) { return true, nil }
+
+// The standalone reaper's view of GET /v1/turns matches what the host serves.
+func TestReaperReadsActiveTurns(t *testing.T) {
+	r := newRig(t, "", nil)
+	must(t, r.h.state.SetMode("c", ModeOn))
+	started := make(chan struct{})
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		close(started)
+		return blockRun(ctx, spec, stdin)
+	}
+	hc, sock := serve(t, r)
+	go func() {
+		req, _ := http.NewRequest("POST", "http://host/v1/channels/c/turns", strings.NewReader(`{"speaker":{"id":"s"},"text":"x"}`))
+		if resp, err := hc.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-started
+	active, known, err := reaper.HostTurns(hostUp{}, sock)(context.Background())
+	want := r.h.status("c").RunningTurn
+	if err != nil || !known || !active[want] || len(active) != 1 {
+		t.Errorf("reaper sees %v known=%v err=%v, want {%s}", active, known, err, want)
 	}
 }

@@ -24,6 +24,7 @@ type fakeDocker struct {
 	created     []ContainerSpec
 	stdins      [][]byte
 	policies    []*policy.Policy // the policy file as it was at create time
+	policyInfo  []os.FileInfo
 	kills       []string
 	removes     []string
 	removeFails int // fail this many Remove calls first (-1: always)
@@ -56,7 +57,10 @@ func (f *fakeDocker) Create(ctx context.Context, spec ContainerSpec) (string, er
 	id := "id-" + spec.Name
 	f.created = append(f.created, spec)
 	f.live[id] = true
-	if p, err := policy.Load(filepath.Join(f.cfg.PolicyDir, spec.Labels[layout.LabelTurn]+".json")); err == nil {
+	pf := filepath.Join(f.cfg.PolicyDir, spec.Labels[layout.LabelTurn]+".json")
+	st, _ := os.Stat(pf)
+	f.policyInfo = append(f.policyInfo, st)
+	if p, err := policy.Load(pf); err == nil {
 		f.policies = append(f.policies, p)
 	} else {
 		f.policies = append(f.policies, nil)

@@ -248,8 +248,17 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 		return nil, fmt.Errorf("policy file: %w", err)
 	}
 	if h.opts.BrokerGID > 0 {
-		if err := os.Lchown(t.policy, -1, h.opts.BrokerGID); err != nil {
-			return nil, fmt.Errorf("policy file group: %w", err)
+		// The packaged policyDir is setgid _sandbox-broker, so the group is
+		// normally right already (and the host, not in that group, could
+		// not chown to it); fix it only where it is not.
+		st, err := os.Lstat(t.policy)
+		if err != nil {
+			return nil, fmt.Errorf("policy file: %w", err)
+		}
+		if gid, ok := fileGroup(st); !ok || gid != h.opts.BrokerGID {
+			if err := os.Lchown(t.policy, -1, h.opts.BrokerGID); err != nil {
+				return nil, fmt.Errorf("policy file group (make policyDir setgid %d): %w", h.opts.BrokerGID, err)
+			}
 		}
 	}
 	t.phase(h, PhasePrepare, since)

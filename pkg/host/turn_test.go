@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -132,7 +133,7 @@ func TestCancelKillsAndCleansEvenWhenFirstRemovalFails(t *testing.T) {
 	if st.RunningTurn == "" {
 		t.Fatal("status shows no running turn")
 	}
-	if turns := r.h.ActiveTurns(); len(turns) != 1 || turns[0].TurnID != st.RunningTurn || turns[0].ChannelTag != "c" {
+	if turns := r.h.ActiveTurns(); len(turns) != 1 || turns[0].ID != st.RunningTurn || turns[0].ChannelTag != "c" {
 		t.Errorf("ActiveTurns = %+v", turns)
 	}
 	r.h.mu.Lock()
@@ -242,4 +243,20 @@ func counterValue(c prometheus.Counter) float64 {
 		return -1
 	}
 	return m.GetCounter().GetValue()
+}
+
+func TestPolicyFileModeAndGroup(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("changing a file's group to an arbitrary gid needs root; run as root to include this test")
+	}
+	r := newRig(t, "", func(o *Options) { o.BrokerGID = 4343 })
+	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
+	must(t, err)
+	st := r.docker.policyInfo[0]
+	if st == nil || st.Mode().Perm() != 0o640 {
+		t.Fatalf("policy file at create time: %v", st)
+	}
+	if gid, _ := fileGroup(st); gid != 4343 {
+		t.Errorf("policy group = %d, want 4343", gid)
+	}
 }
