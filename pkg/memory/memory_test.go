@@ -296,3 +296,38 @@ func TestPreview(t *testing.T) {
 		t.Errorf("channel preview = %s (HTML must not be escaped)", got)
 	}
 }
+
+// FuzzStoreFile: any memory.json either fails to open with ErrCorrupt (left
+// byte-identical) or opens within bounds and survives a write round trip.
+func FuzzStoreFile(f *testing.F) {
+	f.Add([]byte(`[{"scope":"channel","key":"k","text":"t"}]`))
+	f.Add([]byte(`[{"scope":"speaker:","key":" k","text":"t"}]`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		p := filepath.Join(dir, FileName)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fd := openDir(t, dir)
+		s, err := Open(fd)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v is not ErrCorrupt", err)
+			}
+			if got, _ := os.ReadFile(p); !bytes.Equal(got, data) {
+				t.Fatalf("failed open changed the file")
+			}
+			return
+		}
+		if s.Len() > MaxEntries {
+			t.Fatalf("%d entries", s.Len())
+		}
+		if err := s.save(s.entries); err != nil && !errors.Is(err, ErrRefused) {
+			t.Fatalf("save: %v", err)
+		}
+		if _, err := Open(fd); err != nil {
+			t.Fatalf("a store the worker wrote does not reopen: %v", err)
+		}
+	})
+}

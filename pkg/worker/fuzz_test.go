@@ -1,10 +1,17 @@
 package worker
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 )
@@ -125,6 +132,75 @@ func FuzzModelResponse(f *testing.F) {
 			if !used[c.ID] {
 				t.Fatalf("call %d id not recorded as used", i)
 			}
+		}
+	})
+}
+
+// FuzzHistoryFile: any history.json either fails the load (and is left
+// byte-identical) or yields at most 20 user/assistant entries within bounds.
+func FuzzHistoryFile(f *testing.F) {
+	f.Add([]byte(`[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]`))
+	f.Add([]byte(`[{"role":"tool","content":"a"}]`))
+	f.Add([]byte(`null`))
+	f.Add([]byte(`[{"role":"user","content":"\u0001\u2028"}] `))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		p := filepath.Join(dir, HistoryFile)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		entries, _, err := loadHistory(fd)
+		if err != nil {
+			if !errors.Is(err, ErrHistory) {
+				t.Fatalf("error %v is not ErrHistory", err)
+			}
+			if got, _ := os.ReadFile(p); !bytes.Equal(got, data) {
+				t.Fatalf("failed load changed the file")
+			}
+			return
+		}
+		if len(entries) > MaxHistoryMessages {
+			t.Fatalf("%d entries", len(entries))
+		}
+		for _, e := range entries {
+			if (e.Role != "user" && e.Role != "assistant") || jsonStringLen(e.Content) > MaxHistoryEntryBytes {
+				t.Fatalf("entry out of bounds: role %q, %d bytes", e.Role, jsonStringLen(e.Content))
+			}
+		}
+	})
+}
+
+// FuzzToolAnswer: whatever a broker answers for a host or MCP tool, the
+// worker either refuses it or hands the model compact JSON.
+func FuzzToolAnswer(f *testing.F) {
+	f.Add([]byte(`{"result":{"a":1}}`), true)
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"result":{"content":[]}}`), false)
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"error":{"code":1}}`), false)
+	f.Add([]byte(`{"result":null}`), true)
+	f.Fuzz(func(t *testing.T, raw []byte, host bool) {
+		b := &fakeBroker{tools: map[string]func([]byte) (json.RawMessage, error){
+			"/tools/x": func([]byte) (json.RawMessage, error) { return json.RawMessage(raw), nil },
+			"/mcp/s":   func([]byte) (json.RawMessage, error) { return json.RawMessage(raw), nil },
+		}}
+		tr := &turnRun{broker: b}
+		var out string
+		var err error
+		if host {
+			out, err = tr.hostTool(context.Background(), "/tools/x", json.RawMessage(`{}`))
+		} else {
+			out, err = tr.mcpTool(context.Background(), "/mcp/s", "t", json.RawMessage(`{}`))
+		}
+		if err != nil {
+			return
+		}
+		var buf bytes.Buffer
+		if !json.Valid([]byte(out)) || json.Compact(&buf, []byte(out)) != nil || buf.String() != out {
+			t.Fatalf("tool text %q is not compact JSON", out)
 		}
 	})
 }
