@@ -544,3 +544,40 @@ func TestIntegrationWorkerImage(t *testing.T) {
 		t.Errorf("reply to a malformed turn = %+v, want ok=false", reply)
 	}
 }
+
+// With SANDBOX_IT_JOURNAL (test/integration.sh's stand-in journald), a
+// worker's stderr reaches the journal under the container's tag.
+func TestIntegrationJournald(t *testing.T) {
+	journal := os.Getenv("SANDBOX_IT_JOURNAL")
+	if journal == "" {
+		t.Skip("journald test skipped: run test/integration.sh (sets SANDBOX_IT_JOURNAL)")
+	}
+	d := itDriver(t)
+	d.logDriver = ""
+	spec := itSpec(t, "it-journal")
+	id := itCreate(t, d, spec)
+	res, err := d.Run(context.Background(), id, []byte("exit 3\n"), 1024)
+	if err != nil || res.ExitCode != 3 {
+		t.Fatalf("Run = %+v, %v; want exit 3", res, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, _ := os.ReadFile(journal)
+		for _, line := range bytes.Split(data, []byte("\n")) {
+			var e map[string]string
+			if json.Unmarshal(line, &e) != nil {
+				continue
+			}
+			if e["SYSLOG_IDENTIFIER"] == spec.LogTag && e["MESSAGE"] == "exiting on request" {
+				if e["CONTAINER_NAME"] != spec.Name {
+					t.Errorf("journal CONTAINER_NAME = %q, want %q", e["CONTAINER_NAME"], spec.Name)
+				}
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no journal entry with SYSLOG_IDENTIFIER=%s and the worker's stderr line in %s", spec.LogTag, journal)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
