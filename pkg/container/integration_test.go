@@ -37,7 +37,7 @@ var (
 	imageErr  error
 )
 
-func itDriver(t *testing.T) *Driver {
+func itDriver(t testing.TB) *Driver {
 	t.Helper()
 	host := os.Getenv("SANDBOX_IT_DOCKER")
 	if host == "" {
@@ -104,7 +104,7 @@ func itIDs() (int, int) {
 }
 
 // itSpec returns a valid spec with fresh workspace and turn directories.
-func itSpec(t *testing.T, installation string) Spec {
+func itSpec(t testing.TB, installation string) Spec {
 	t.Helper()
 	uid, gid := itIDs()
 	root := t.TempDir()
