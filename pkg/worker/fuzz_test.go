@@ -95,6 +95,7 @@ func FuzzModelResponse(f *testing.F) {
 	f.Add([]byte(`{"choices":[null]}`))
 	declared := map[string]bool{"invalid_tool": true, "memory_get": true, "host_x": true}
 	f.Fuzz(func(t *testing.T, raw []byte) {
+		fuzzWholeTurn(t, raw)
 		msg, err := parseModelMessage(json.RawMessage(raw))
 		if err != nil {
 			return
@@ -203,4 +204,34 @@ func FuzzToolAnswer(f *testing.F) {
 			t.Fatalf("tool text %q is not compact JSON", out)
 		}
 	})
+}
+
+// fuzzWholeTurn runs a turn whose first model answer is raw: the turn ends
+// in a reply or ErrTurn, and any follow-up request is paired and in budget.
+func fuzzWholeTurn(t *testing.T, raw []byte) {
+	if !json.Valid(raw) {
+		return // the transport refuses non-JSON before the loop sees it
+	}
+	turn := newTurn()
+	turn.Tools = []protocol.ToolSpec{{Name: "x", Description: "x", Parameters: json.RawMessage(`{"type":"object"}`)}}
+	b := &fakeBroker{
+		model: []func(modelRequest) (json.RawMessage, error){answer(string(raw)), textAnswer("done")},
+		tools: map[string]func([]byte) (json.RawMessage, error){"/tools/x": func([]byte) (json.RawMessage, error) {
+			return json.RawMessage(`{"result":"r"}`), nil
+		}},
+	}
+	r := runTurn(t, t.TempDir(), turn, b)
+	if r.err != nil && !errors.Is(r.err, ErrTurn) {
+		t.Fatalf("error %v is not ErrTurn", r.err)
+	}
+	if r.err == nil && (!r.reply.OK || r.reply.Text == "") {
+		t.Fatalf("reply %+v", r.reply)
+	}
+	if len(b.reqs) > 1 {
+		req := b.reqs[1]
+		if n := size(t, req); n > MaxRequestBytes {
+			t.Fatalf("follow-up request %d bytes", n)
+		}
+		checkNoOrphans(t, 1, req.Messages[2:])
+	}
 }
