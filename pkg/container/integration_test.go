@@ -581,3 +581,27 @@ func TestIntegrationJournald(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// Create's context ends during the request: the error wraps ctx.Err(), and
+// after the caller's own second removal by name nothing is left.
+func TestIntegrationCreateCancelled(t *testing.T) {
+	d := itDriver(t)
+	for _, timeout := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond} {
+		spec := itSpec(t, "it-cancel")
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		_, err := d.Create(ctx, spec)
+		cancel()
+		if err == nil {
+			// The daemon was faster than the deadline: a normal create.
+			t.Logf("create finished within %v", timeout)
+		} else if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Create(timeout %v) = %v, want an error wrapping context.DeadlineExceeded", timeout, err)
+		}
+		if err := d.Remove(context.Background(), spec.Name); err != nil {
+			t.Errorf("second removal of %s: %v", spec.Name, err)
+		}
+	}
+	if list, err := d.List(context.Background(), "it-cancel"); err != nil || len(list) != 0 {
+		t.Errorf("containers left after cancelled creates: %+v, %v", list, err)
+	}
+}
