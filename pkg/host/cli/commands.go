@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/client"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+)
+
+func turnCmd(g *globals) *cobra.Command {
+	var sp client.Speaker
+	var text string
+	cmd := &cobra.Command{
+		Use:   "turn <channel>",
+		Short: "Run one guest message in a channel (text from --text or stdin)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("text") {
+				data, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 4*protocol.MaxTextChars+1))
+				if err != nil {
+					return err
+				}
+				text = strings.TrimSuffix(string(data), "\n")
+			}
+			reply, err := client.New(g.socket).RunTurn(cmd.Context(), args[0], sp, text)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd, reply)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), reply.Text)
+			if !reply.OK {
+				return fmt.Errorf("the worker reported failure (turn %s)", reply.TurnID)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&sp.ID, "speaker-id", "", "speaker id (required)")
+	f.StringVar(&sp.Name, "speaker-name", "", "speaker display name")
+	f.StringVar(&sp.PrincipalID, "principal", "", "principal id the speaker was admitted as (never reaches the worker)")
+	f.StringVar(&text, "text", "", "message text (default: read stdin)")
+	cmd.MarkFlagRequired("speaker-id")
+	return cmd
+}
+
+func channelCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "channel",
+		Short: "Show and control channels: on|off|status|fresh|cancel <channel>, list",
+	}
+	one := func(use, short string, run func(c *client.Client, cmd *cobra.Command, ch string) (any, error)) *cobra.Command {
+		return &cobra.Command{
+			Use: use + " <channel>", Short: short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				out, err := run(client.New(g.socket), cmd, args[0])
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(cmd, out)
+				}
+				printHuman(cmd, out)
+				return nil
+			},
+		}
+	}
+	cmd.AddCommand(
+		one("on", "Put a channel in sandbox mode (admins)", func(c *client.Client, cmd *cobra.Command, ch string) (any, error) {
+			return c.SetMode(cmd.Context(), ch, "on")
+		}),
+		one("off", "Take a channel out of sandbox mode; memory is kept (admins)", func(c *client.Client, cmd *cobra.Command, ch string) (any, error) {
+			return c.SetMode(cmd.Context(), ch, "off")
+		}),
+		one("status", "Show a channel's mode, tag, queue and running turn", func(c *client.Client, cmd *cobra.Command, ch string) (any, error) {
+			return c.Channel(cmd.Context(), ch)
+		}),
+		one("fresh", "Start the channel's next turn without history; memory is kept (admins)", func(c *client.Client, cmd *cobra.Command, ch string) (any, error) {
+			return c.Fresh(cmd.Context(), ch)
+		}),
+		one("cancel", "Cancel the channel's running turn (admins)", func(c *client.Client, cmd *cobra.Command, ch string) (any, error) {
+			return c.Cancel(cmd.Context(), ch)
+		}),
+		&cobra.Command{
+			Use: "list", Short: "List known channels", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				list, err := client.New(g.socket).Channels(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(cmd, map[string]any{"channels": list})
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "MODE\tQUEUED\tRUNNING\tFRESH\tTAG\tCHANNEL")
+				for _, c := range list {
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%s\t%q\n", c.Mode, c.Queued, dash(c.RunningTurn), c.PendingFresh, c.Tag, c.Channel)
+				}
+				return tw.Flush()
+			},
+		},
+	)
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func printHuman(cmd *cobra.Command, v any) {
+	w := cmd.OutOrStdout()
+	switch x := v.(type) {
+	case client.Channel:
+		fmt.Fprintf(w, "channel %q (tag %s): mode %s, %d queued, running %s, fresh start pending: %v\n", x.Channel, x.Tag, x.Mode, x.Queued, dash(x.RunningTurn), x.PendingFresh)
+	case client.Cancel:
+		if x.Cancelled {
+			fmt.Fprintf(w, "cancelled turn %s in channel %q\n", x.TurnID, x.Channel)
+		} else {
+			fmt.Fprintf(w, "channel %q has no running turn\n", x.Channel)
+		}
+	default:
+		fmt.Fprintf(w, "%+v\n", v)
+	}
+}
+
+var _ = errors.New
