@@ -79,7 +79,11 @@ type Broker struct {
 	mu       sync.Mutex
 	calls    int
 	inFlight atomic.Bool
+	active   sync.WaitGroup // handlers running, awaited at shutdown
 }
+
+// LogValue shows the turn only: never identity text, URLs or credentials.
+func (b *Broker) LogValue() slog.Value { return slog.GroupValue(slog.String("turn", b.pol.TurnID)) }
 
 // New checks cfg and returns a broker.
 func New(cfg Config) (*Broker, error) {
@@ -136,6 +140,8 @@ func newUpstreamClient(timeout time.Duration) *http.Client {
 
 // ServeHTTP handles one guest call and logs one line about it.
 func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b.active.Add(1)
+	defer b.active.Done()
 	start := time.Now()
 	rt, answer, err := b.handle(r)
 	code := http.StatusOK

@@ -58,6 +58,18 @@ func (b *Broker) Serve(ctx context.Context, ln net.Listener) error {
 	case err = <-errc:
 	}
 	_ = srv.Close()
+	// Closing the connections cancelled every call's context; wait (bounded)
+	// for the handlers so an exec tool's process group is killed before the
+	// broker exits.
+	waited := make(chan struct{})
+	go func() { b.active.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(closeTimeout):
+		b.log.Warn("calls still running at shutdown")
+	}
+	b.model.CloseIdleConnections()
+	b.tools.CloseIdleConnections()
 	b.closeMCP()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -273,5 +274,50 @@ func TestMCPWithoutClientFailsClosed(t *testing.T) {
 	code, body, _ := h.do("/mcp/docs", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search"}}`)
 	if code != 503 || body != `{"error":"unavailable"}` {
 		t.Errorf("status %d body %s", code, body)
+	}
+}
+
+func TestExecToolKilledAtTurnEnd(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	script := fmt.Sprintf("echo $$ > %s.tmp\nmv %s.tmp %s\nsleep 30\n", pidFile, pidFile, pidFile)
+	h := newHarness(t, func(p *policy.Policy) {
+		execPolicy(dir, script, 0)(p)
+		p.DeadlineUnixMs = time.Now().Add(800 * time.Millisecond).UnixMilli()
+	})
+	go h.raw("POST", rawPost("/tools/slow", `{}`, nil))
+	select {
+	case <-h.done:
+		h.done <- nil
+	case <-time.After(5 * time.Second):
+		t.Fatal("broker did not stop at the deadline")
+	}
+	// Serve has returned: the tool must already be dead.
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("tool did not start: %v", err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	deadline := time.Now().Add(time.Second)
+	for !gone(pid) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !gone(pid) {
+		t.Errorf("exec tool %d survived the turn end", pid)
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+func TestHTTPToolRedirectRefused(t *testing.T) {
+	target := newFakeUpstream(t, `{}`)
+	h := newHarness(t, nil)
+	h.web.set(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.srv.URL, http.StatusTemporaryRedirect)
+	})
+	if code, body, _ := h.do("/tools/web", `{}`); code != 502 || body != `{"error":"tool failed"}` {
+		t.Errorf("status %d body %s", code, body)
+	}
+	if target.hits.Load() != 0 {
+		t.Error("redirect target reached")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -43,6 +44,9 @@ type Identity struct {
 	TurnID string
 	policy.Identity
 }
+
+// LogValue shows the turn only: identity text stays out of logs.
+func (id Identity) LogValue() slog.Value { return slog.GroupValue(slog.String("turn", id.TurnID)) }
 
 // Env is the complete environment of an exec tool.
 func (id Identity) Env() []string {

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strconv"
 	"unicode/utf8"
 
@@ -35,6 +36,9 @@ type Call struct {
 	Tool      string
 	Arguments json.RawMessage // a JSON object
 }
+
+// LogValue shows the tool name only, never the arguments or the id.
+func (c *Call) LogValue() slog.Value { return slog.GroupValue(slog.String("tool", c.Tool)) }
 
 // Parse validates body against the server's declared tools.
 func Parse(body []byte, declared []string) (*Call, error) {
