@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# units-check.sh (make units-check): packaging lint for the systemd side.
+#  1. systemd-analyze verify on every unit (templates as an instance), with the
+#     binaries and man pages present at their installed paths: any message at
+#     all fails the check.
+#  2. systemd-analyze security --offline=true: exposure of the broker <= 2.0,
+#     the reaper <= 3.0, the host <= 4.0.
+#  3. sysusers.d and tmpfiles.d applied to a scratch root: users, groups,
+#     directory owners and modes as DESIGN.md section 2 says.
+#  4. lintian on dist/roundtable-sandbox_<VERSION>-*_amd64.deb when it exists
+#     (make deb): no errors and no warnings.
+# Needs root (a private mount namespace puts the binaries at /usr/bin without
+# touching the machine's /usr/bin). Uses bin/* when built, else placeholders.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+work=$(mktemp -d /tmp/rtsb-units-check.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+units=(sandbox-host.socket sandbox-host.service sandbox-broker@.socket sandbox-broker@.service
+  sandbox-reaper.service sandbox-reaper.timer)
+verify=(sandbox-host.socket sandbox-host.service sandbox-broker@0123456789abcdef0123456789abcdef.socket
+  sandbox-broker@0123456789abcdef0123456789abcdef.service sandbox-reaper.service sandbox-reaper.timer)
+mkdir -p "$work/units" "$work/bin" "$work/ovl" "$work/man/man8"
+for u in "${units[@]}"; do cp "units/$u" "$work/units/"; done
+for b in sandbox-host sandbox-broker sandbox-reaper; do
+  if [[ -x bin/$b ]]; then cp "bin/$b" "$work/bin/"; else printf '#!/bin/sh\nexit 0\n' >"$work/bin/$b"; fi
+  chmod 0755 "$work/bin/$b"
+done
+cp packaging/man/*.8 "$work/man/man8/"
+
+# 1. verify, inside a private mount namespace where /usr/bin is an overlay
+#    with our binaries on top; man pages come from MANPATH.
+echo "== systemd-analyze verify"
+if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null; then
+  set +e
+  out=$(cd "$work/units" && unshare --mount --propagation private env MANPATH="$work/man:" bash -c '
+    set -e
+    mkdir -p "$0/ovl/w" "$0/ovl/u"
+    cp -a "$0/bin/." "$0/ovl/u/"
+    mount -t overlay overlay -o lowerdir=/usr/bin,upperdir="$0/ovl/u",workdir="$0/ovl/w" /usr/bin
+    systemd-analyze verify "${@}"' "$work" "${verify[@]}" 2>&1)
+  rc=$?
+  set -e
+  if [[ $rc != 0 || -n $out ]]; then
+    fail "systemd-analyze verify (rc=$rc):"; echo "$out"
+  else
+    echo "ok: ${#verify[@]} units verified, no messages"
+  fi
+else
+  fail "systemd-analyze verify needs root and unshare"
+fi
+
+# 2. exposure scores.
+echo "== systemd-analyze security --offline=true"
+score() {
+  (cd "$work/units" && systemd-analyze security --offline=true --no-pager "$1" 2>&1) |
+    sed -n -E 's/.*Overall exposure level for [^:]+: ([0-9.]+).*/\1/p'
+}
+for pair in sandbox-broker@0123456789abcdef0123456789abcdef.service:2.0 sandbox-reaper.service:3.0 \
+  sandbox-host.service:4.0; do
+  unit=${pair%:*} max=${pair##*:}
+  s=$(score "$unit")
+  if [[ -z $s ]]; then
+    fail "no exposure score for $unit"
+  elif awk -v s="$s" -v m="$max" 'BEGIN {exit !(s <= m)}'; then
+    echo "ok: ${unit/0123456789abcdef0123456789abcdef/<turn>} exposure $s (max $max)"
+  else
+    fail "${unit} exposure $s > $max"
+  fi
+done
+
+# 3. sysusers.d + tmpfiles.d on a scratch root.
+echo "== sysusers.d and tmpfiles.d"
+sr=$work/root
+mkdir -p "$sr/etc" "$sr/usr/lib/sysusers.d" "$sr/usr/lib/tmpfiles.d"
+cp units/sysusers.d/roundtable-sandbox.conf "$sr/usr/lib/sysusers.d/"
+cp units/tmpfiles.d/roundtable-sandbox.conf "$sr/usr/lib/tmpfiles.d/"
+printf 'root:x:0:0:root:/root:/bin/bash\n' >"$sr/etc/passwd"
+printf 'root:x:0:\n' >"$sr/etc/group"
+if out=$(systemd-sysusers --root="$sr" roundtable-sandbox.conf 2>&1) &&
+  out2=$(systemd-tmpfiles --root="$sr" --create roundtable-sandbox.conf 2>&1); then
+  [[ -z $out$out2 ]] || { echo "$out"; echo "$out2"; }
+  for u in _sandbox _sandbox-broker; do
+    grep -q "^$u:x:[0-9]*:[0-9]*:[^:]*:/nonexistent:/usr/sbin/nologin$" "$sr/etc/passwd" ||
+      fail "sysusers: user $u missing or not a nologin system user"
+  done
+  grep -q '^sandbox-clients:' "$sr/etc/group" || fail "sysusers: group sandbox-clients missing"
+  uname() { awk -F: -v id="$1" '$3 == id {print $1; exit}' "$2"; }
+  for want in "run/roundtable-sandbox 755 _sandbox _sandbox" \
+    "run/roundtable-sandbox/turns 700 _sandbox _sandbox" \
+    "run/roundtable-sandbox/policies 2750 _sandbox _sandbox-broker" \
+    "var/lib/roundtable-sandbox 700 _sandbox _sandbox" \
+    "var/lib/roundtable-sandbox/workspaces 700 _sandbox _sandbox" \
+    "var/lib/roundtable-sandbox/state 700 _sandbox _sandbox"; do
+    read -r p mode user group <<<"$want"
+    if [[ ! -d $sr/$p ]]; then fail "tmpfiles: /$p not created"; continue; fi
+    read -r gm gu gg <<<"$(stat -c '%a %u %g' "$sr/$p")"
+    got="$gm $(uname "$gu" "$sr/etc/passwd") $(uname "$gg" "$sr/etc/group")"
+    if [[ $got == "$mode $user $group" ]]; then echo "ok: /$p $got"; else fail "tmpfiles: /$p is '$got', want '$mode $user $group'"; fi
+  done
+else
+  fail "sysusers/tmpfiles failed: $out ${out2:-}"
+fi
+
+# 4. lintian on the built package.
+echo "== lintian"
+version=$(tr -d ' \n' <VERSION)
+shopt -s nullglob
+debs=(dist/roundtable-sandbox_"$version"-*_amd64.deb)
+if ((${#debs[@]} == 0)); then
+  echo "skip: no dist/roundtable-sandbox_${version}-*_amd64.deb (run make deb first)"
+elif ! command -v lintian >/dev/null; then
+  fail "lintian not installed (apt-get install lintian)"
+else
+  for d in "${debs[@]}"; do
+    set +e
+    out=$(lintian --fail-on error,warning --pedantic "$d" 2>&1 | grep -v 'running with root privileges')
+    rc=${PIPESTATUS[0]}
+    set -e
+    [[ -n $out ]] && echo "$out"
+    if [[ $rc == 0 ]]; then echo "ok: lintian $d: no errors, no warnings"; else fail "lintian $d"; fi
+  done
+fi
+
+if ((fails)); then echo "units-check: $fails failed"; exit 1; fi
+echo "units-check: all passed"
