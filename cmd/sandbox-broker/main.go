@@ -24,6 +24,9 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
 )
 
+// The real upstream MCP client satisfies the broker's narrow interface.
+var _ broker.MCPUpstream = (*mcp.Client)(nil)
+
 func main() {
 	if err := newRoot().Execute(); err != nil {
 		os.Exit(1)
