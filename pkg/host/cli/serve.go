@@ -163,7 +163,7 @@ func serve(ctx context.Context, g *globals, listen string) error {
 		Reap: func(ctx context.Context, _ host.Engine, _ host.UnitManager) error {
 			r := &reaper.Reaper{
 				Installation: cfg.Installation, RunRoot: cfg.RunRoot, PolicyDir: cfg.PolicyDir,
-				Grace: time.Duration(cfg.Reaper.GraceSeconds) * time.Second,
+				Grace:      time.Duration(cfg.Reaper.GraceSeconds) * time.Second,
 				Containers: driver, Units: units, Log: log,
 				// At startup nothing is live: an empty, known set.
 				Active: func(context.Context) (map[string]bool, bool, error) { return map[string]bool{}, true, nil },

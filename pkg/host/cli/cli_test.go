@@ -1,0 +1,254 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/host"
+	"github.com/roundtable-sandbox/sandbox/pkg/mcp"
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+)
+
+const testYAML = `model:
+  url: https://api.example.com/v1/chat/completions
+  name: m1
+credentials:
+  default: model
+mcp:
+  - name: search
+    url: https://mcp.example.com/mcp
+    credential: mcp-key
+    tools:
+      - name: find
+        description: Find
+        parameters: '{"type":"object"}'
+`
+
+type fakeProbe struct {
+	pingErr error
+	image   bool
+}
+
+func (p fakeProbe) Ping(context.Context) error                         { return p.pingErr }
+func (p fakeProbe) ImagePresent(context.Context, string) (bool, error) { return p.image, nil }
+func (p fakeProbe) Close() error                                       { return nil }
+
+// fakeMachine: a config whose directories pass, units and polkit present.
+func fakeMachine(t *testing.T) (string, doctorDeps) {
+	dir, err := os.MkdirTemp("/tmp", "sbd") // short: runRoot's socket path must stay within 100
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cfgPath := filepath.Join(dir, "sandbox.yaml")
+	y := testYAML + "runRoot: " + dir + "/run\nworkspaceRoot: " + dir + "/ws\npolicyDir: " + dir + "/pol\nstateFile: " + dir + "/state/channels.json\nlockFile: " + dir + "/host.lock\n"
+	os.WriteFile(cfgPath, []byte(y), 0o600)
+	for _, d := range []string{"run", "ws", "pol", "state", "units", "creds"} {
+		os.Mkdir(filepath.Join(dir, d), 0o700)
+	}
+	os.WriteFile(filepath.Join(dir, "creds", "model"), []byte("sk-secret-value\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "creds", "mcp-key"), []byte("mcp-secret-value\n"), 0o600)
+	for _, u := range []string{"sandbox-host.socket", "sandbox-host.service", "sandbox-broker@.socket", "sandbox-broker@.service", "sandbox-reaper.service", "sandbox-reaper.timer"} {
+		os.WriteFile(filepath.Join(dir, "units", u), nil, 0o644)
+	}
+	rule := filepath.Join(dir, "units", "60-roundtable-sandbox.rules")
+	os.WriteFile(rule, nil, 0o644)
+	d := realDoctorDeps()
+	d.lookupUser = func(string) (int, int, error) { return os.Getuid(), os.Getgid(), nil }
+	if os.Getuid() == 0 { // stand-in service user
+		d.lookupUser = func(string) (int, int, error) { return 4242, 4242, nil }
+		for _, s := range []string{"run", "ws", "pol", "state"} {
+			os.Chown(filepath.Join(dir, s), 4242, 4242)
+		}
+	}
+	d.lookupGroup = func(string) (int, error) { return 4321, nil }
+	d.docker = func(string) (dockerProbe, error) { return fakeProbe{image: true}, nil }
+	d.credDir = filepath.Join(dir, "creds")
+	d.unitDirs = []string{filepath.Join(dir, "units")}
+	d.polkitRules = []string{rule}
+	d.listTools = func(ctx context.Context, s policy.MCPServer, cred string) ([]mcp.Tool, error) {
+		if cred != "mcp-secret-value" {
+			return nil, errors.New("unauthorized")
+		}
+		return []mcp.Tool{{Name: "find", Description: "Find", InputSchema: json.RawMessage(`{"type":"object"}`)}}, nil
+	}
+	return cfgPath, d
+}
+
+func statusOf(rep Report, name string) (Check, bool) {
+	for _, c := range rep.Checks {
+		if c.Name == name && c.Status != StatusOK {
+			return c, true
+		}
+	}
+	for _, c := range rep.Checks {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Check{}, false
+}
+
+func TestDoctorAllGood(t *testing.T) {
+	path, d := fakeMachine(t)
+	rep := runDoctor(context.Background(), path, d)
+	if !rep.OK {
+		t.Fatalf("doctor failed: %+v", rep.Checks)
+	}
+	out, _ := json.Marshal(rep)
+	if strings.Contains(string(out), "secret-value") {
+		t.Error("doctor report contains a credential value")
+	}
+}
+
+func TestDoctorFailuresCarryRemedies(t *testing.T) {
+	tests := []struct {
+		name, check, remedy string
+		mutate              func(path string, d *doctorDeps)
+	}{
+		{"image missing", "image", "docker load -i /usr/lib/roundtable-sandbox/worker-image.tar", func(_ string, d *doctorDeps) {
+			d.docker = func(string) (dockerProbe, error) { return fakeProbe{image: false}, nil }
+		}},
+		{"docker down", "docker", "systemctl start docker", func(_ string, d *doctorDeps) {
+			d.docker = func(string) (dockerProbe, error) { return fakeProbe{pingErr: errors.New("refused")}, nil }
+		}},
+		{"credential missing", "credentials", "install -m 0600", func(_ string, d *doctorDeps) {
+			os.Remove(filepath.Join(d.credDir, "model"))
+		}},
+		{"polkit missing", "polkit", "reinstall", func(_ string, d *doctorDeps) { d.polkitRules = []string{"/nonexistent"} }},
+		{"unit missing", "units", "daemon-reload", func(_ string, d *doctorDeps) {
+			os.Remove(filepath.Join(d.unitDirs[0], "sandbox-broker@.socket"))
+		}},
+		{"mcp tool missing", "mcp search", "update mcp.search.tools", func(_ string, d *doctorDeps) {
+			d.listTools = func(context.Context, policy.MCPServer, string) ([]mcp.Tool, error) {
+				return []mcp.Tool{{Name: "other", Description: "x", InputSchema: json.RawMessage(`{"type":"object"}`)}}, nil
+			}
+		}},
+		{"bad config", "config", "fix the named key", func(path string, d *doctorDeps) {
+			os.WriteFile(path, []byte(testYAML+"nonsense: 1\n"), 0o600)
+		}},
+		{"open directory", "directories", "systemd-tmpfiles", func(path string, d *doctorDeps) {
+			os.Chmod(filepath.Join(filepath.Dir(path), "ws"), 0o755)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path, d := fakeMachine(t)
+			tt.mutate(path, &d)
+			rep := runDoctor(context.Background(), path, d)
+			c, ok := statusOf(rep, tt.check)
+			if rep.OK || !ok || c.Status != StatusFail || !strings.Contains(c.Remedy, tt.remedy) {
+				t.Errorf("check %s = %+v (ok=%v), want fail with remedy containing %q", tt.check, c, rep.OK, tt.remedy)
+			}
+		})
+	}
+}
+
+func TestDoctorWithoutCredentialAccessSkips(t *testing.T) {
+	path, d := fakeMachine(t)
+	d.readDir = func(string) ([]fs.DirEntry, error) { return nil, fs.ErrPermission }
+	rep := runDoctor(context.Background(), path, d)
+	c, _ := statusOf(rep, "credentials")
+	if c.Status != StatusSkip || !strings.Contains(c.Remedy, "sudo sandbox-host doctor") {
+		t.Errorf("credentials = %+v", c)
+	}
+	if m, _ := statusOf(rep, "mcp search"); m.Status != StatusSkip {
+		t.Errorf("mcp = %+v, want skip", m)
+	}
+}
+
+// fakes for an in-process host driven by the CLI.
+type fakeContainers struct{}
+
+func (fakeContainers) Create(ctx context.Context, s host.ContainerSpec) (string, error) {
+	return s.Name, nil
+}
+func (fakeContainers) Run(ctx context.Context, id string, stdin []byte, max int64) (host.RunResult, error) {
+	return host.RunResult{Stdout: []byte(`{"ok":true,"text":"pong"}`)}, nil
+}
+func (fakeContainers) Kill(context.Context, string) error   { return nil }
+func (fakeContainers) Remove(context.Context, string) error { return nil }
+
+type fakeUnits struct{}
+
+func (fakeUnits) StartBroker(context.Context, string) error { return nil }
+func (fakeUnits) StopBroker(context.Context, string) error  { return nil }
+
+func TestClientCommands(t *testing.T) {
+	dir, _ := os.MkdirTemp("/tmp", "sbcli")
+	defer os.RemoveAll(dir)
+	cfgPath := filepath.Join(dir, "sandbox.yaml")
+	os.WriteFile(cfgPath, []byte(testYAML), 0o600)
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RunRoot, cfg.WorkspaceRoot, cfg.PolicyDir = filepath.Join(dir, "run"), filepath.Join(dir, "ws"), filepath.Join(dir, "pol")
+	cfg.StateFile = filepath.Join(dir, "state", "channels.json")
+	if err := cfg.EnsureDirs(); err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := host.LoadState(cfg.StateFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := host.New(host.Options{Config: cfg, State: st, Containers: fakeContainers{}, Units: fakeUnits{}, PeerGroups: func(int) []int { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "host.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- h.Run(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+
+	run := func(stdin string, args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := Main(context.Background(), append([]string{"--socket", sock}, args...), Inputs{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb})
+		return code, out.String() + errb.String()
+	}
+	if code, out := run("", "turn", "g:1", "--speaker-id", "s", "--text", "ping"); code == 0 || !strings.Contains(out, "not in sandbox mode") {
+		t.Errorf("turn in an off channel: %d %q", code, out)
+	}
+	if code, out := run("", "channel", "on", "g:1"); code != 0 || !strings.Contains(out, "mode on") {
+		t.Errorf("channel on: %d %q", code, out)
+	}
+	if code, out := run("ping from stdin\n", "turn", "g:1", "--speaker-id", "s"); code != 0 || strings.TrimSpace(out) != "pong" {
+		t.Errorf("turn: %d %q", code, out)
+	}
+	code, out := run("", "--json", "turn", "g:1", "--speaker-id", "s", "--text", "x")
+	var reply struct {
+		OK     bool   `json:"ok"`
+		TurnID string `json:"turnId"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &reply) != nil || !reply.OK || len(reply.TurnID) != 32 {
+		t.Errorf("turn --json: %d %q", code, out)
+	}
+	if code, out := run("", "channel", "list"); code != 0 || !strings.Contains(out, `"g:1"`) {
+		t.Errorf("channel list: %d %q", code, out)
+	}
+	if code, out := run("", "--json", "channel", "status", "g:1"); code != 0 || !strings.Contains(out, `"mode": "on"`) {
+		t.Errorf("channel status --json: %d %q", code, out)
+	}
+	if code, out := run("", "channel", "cancel", "g:1"); code != 0 || !strings.Contains(out, "no running turn") {
+		t.Errorf("channel cancel: %d %q", code, out)
+	}
+	if code, out := run("", "--json", "channel", "off", "nope\x01"); code == 0 || !strings.Contains(out, `"ok": false`) && !strings.Contains(out, `"ok":false`) {
+		t.Errorf("bad channel --json: %d %q", code, out)
+	}
+	_ = time.Second
+}
