@@ -259,6 +259,10 @@ func hostileCases() []hostileCase {
 // reaches no upstream, tool or MCP server.
 func TestHostileRequests(t *testing.T) {
 	h := newHarness(t, nil)
+	// The control: the same raw builder's well-formed request is served.
+	if code, body := h.raw("POST", rawPost("/model", goodModel, nil)); code != 200 {
+		t.Fatalf("well-formed raw request: status %d %s", code, body)
+	}
 	cases := hostileCases()
 	if len(cases) < 100 {
 		t.Fatalf("only %d hostile cases, want at least 100", len(cases))

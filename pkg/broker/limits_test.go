@@ -278,3 +278,50 @@ func TestRunStopsOnCancel(t *testing.T) {
 		t.Fatal("Run did not stop on cancel")
 	}
 }
+
+func TestRequestDeadline(t *testing.T) {
+	h := newHarness(t, func(p *policy.Policy) {
+		p.Limits.RequestTimeoutMs = 300
+		p.Limits.UpstreamTimeoutMs = 10_000
+	})
+	h.model.set(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(5 * time.Second):
+		case <-r.Context().Done():
+		}
+	})
+	start := time.Now()
+	code, body, _ := h.do("/model", goodModel)
+	if code != 504 || body != `{"error":"upstream timed out"}` {
+		t.Errorf("status %d body %s", code, body)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("request lasted %v past its 300 ms deadline", d)
+	}
+}
+
+func TestSlowBodyCut(t *testing.T) {
+	h := newHarness(t, func(p *policy.Policy) { p.Limits.RequestTimeoutMs = 300 })
+	c, err := net.Dial("unix", h.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := rawPost("/model", goodModel, nil)
+	io.WriteString(c, req[:len(req)-10]) // headers and most of the body
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Error("a body that never finished was accepted")
+		}
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("slow body held the connection %v", d)
+	}
+	if h.upstreamSeen() != 0 {
+		t.Error("upstream saw the unfinished request")
+	}
+}
