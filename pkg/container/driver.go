@@ -193,8 +193,9 @@ func (d *Driver) LoadImage(ctx context.Context, archivePath string) error {
 
 // Create validates spec and creates (does not start) its container. The image
 // must already exist. When ctx ends during the request, the daemon may still
-// create the container: Create then removes it by name once itself, and the
-// caller should remove spec.Name once more (the create/attach race).
+// create the container: Create then removes it by name a few times over about
+// 1.25 s, and the caller should remove spec.Name once more (the create/attach
+// race). Remove accepts the name as well as the id.
 func (d *Driver) Create(ctx context.Context, spec Spec) (string, error) {
 	if err := spec.Validate(d.sockets...); err != nil {
 		return "", err
@@ -203,8 +204,7 @@ func (d *Driver) Create(ctx context.Context, spec Spec) (string, error) {
 	resp, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, spec.Name)
 	if err != nil {
 		if ctx.Err() != nil {
-			rmErr := d.removeDetached(ctx, spec.Name)
-			return "", errors.Join(fmt.Errorf("container create: %w", ctx.Err()), rmErr)
+			return "", errors.Join(fmt.Errorf("container create: %w", ctx.Err()), d.removeRace(ctx, spec.Name))
 		}
 		switch {
 		case cerrdefs.IsNotFound(err):
@@ -320,6 +320,23 @@ func (d *Driver) removeDetached(ctx context.Context, id string) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
 	defer cancel()
 	return d.Remove(cctx, id)
+}
+
+// createRaceDelays space the removals after a create whose request was
+// abandoned: the daemon keeps creating after the client went away, so one
+// immediate removal can come before the container exists.
+var createRaceDelays = []time.Duration{0, 250 * time.Millisecond, time.Second}
+
+// removeRace removes name several times over about 1.25 s. A daemon slower
+// than that can still leave a created (never started) orphan, which the
+// reaper removes once its deadline label has passed.
+func (d *Driver) removeRace(ctx context.Context, name string) error {
+	var err error
+	for _, delay := range createRaceDelays {
+		time.Sleep(delay)
+		err = d.removeDetached(ctx, name)
+	}
+	return err
 }
 
 // Kill sends SIGKILL. A missing or stopped container counts as success.

@@ -35,7 +35,12 @@ const itID = 4242
 var (
 	imageOnce sync.Once
 	imageErr  error
+	// runSuffix keeps each run's installations apart from a crashed earlier run's leftovers.
+	runSuffix = strconv.FormatInt(time.Now().UnixNano()%(36*36*36*36*36), 36)
 )
+
+// itInst is the test's installation id for this run.
+func itInst(name string) string { return name + "-" + runSuffix }
 
 func itDriver(t testing.TB) *Driver {
 	t.Helper()
@@ -133,7 +138,7 @@ func itSpec(t testing.TB, installation string) Spec {
 		MemoryMB: 128, CPUs: 0.5, Pids: 32, TmpfsMB: 8,
 		LogTag: ids.LogTag(channel),
 		Labels: map[string]string{
-			layout.LabelInstallation: installation,
+			layout.LabelInstallation: itInst(installation),
 			layout.LabelTurn:         turn,
 			layout.LabelChannel:      ids.ChannelTag(channel),
 			layout.LabelDeadline:     strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10),
@@ -481,7 +486,7 @@ func TestIntegrationCreateRefusals(t *testing.T) {
 	if _, err := d.Create(ctx, root); !errors.Is(err, ErrInvalidSpec) {
 		t.Errorf("Create(uid 0) = %v, want ErrInvalidSpec", err)
 	}
-	list, err := d.List(ctx, "it-refuse")
+	list, err := d.List(ctx, itInst("it-refuse"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,14 +502,14 @@ func TestIntegrationList(t *testing.T) {
 	for _, s := range []Spec{a1, a2, b} {
 		itCreate(t, d, s)
 	}
-	got, err := d.List(ctx, "it-list-a")
+	got, err := d.List(ctx, itInst("it-list-a"))
 	if err != nil {
 		t.Fatalf("List: %v", err)
 	}
 	var names []string
 	for _, c := range got {
 		names = append(names, c.Name)
-		if c.State != "created" || c.Labels[layout.LabelInstallation] != "it-list-a" || c.Created.IsZero() || time.Since(c.Created) > time.Minute {
+		if c.State != "created" || c.Labels[layout.LabelInstallation] != itInst("it-list-a") || c.Created.IsZero() || time.Since(c.Created) > time.Minute {
 			t.Errorf("listed %+v: want state created, installation it-list-a, recent Created", c)
 		}
 	}
@@ -514,7 +519,7 @@ func TestIntegrationList(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Errorf("List(it-list-a) names = %v, want %v", names, want)
 	}
-	if got, err := d.List(ctx, "it-list-none"); err != nil || len(got) != 0 {
+	if got, err := d.List(ctx, itInst("it-list-none")); err != nil || len(got) != 0 {
 		t.Errorf("List(it-list-none) = %v, %v; want empty", got, err)
 	}
 }
@@ -601,7 +606,7 @@ func TestIntegrationCreateCancelled(t *testing.T) {
 			t.Errorf("second removal of %s: %v", spec.Name, err)
 		}
 	}
-	if list, err := d.List(context.Background(), "it-cancel"); err != nil || len(list) != 0 {
+	if list, err := d.List(context.Background(), itInst("it-cancel")); err != nil || len(list) != 0 {
 		t.Errorf("containers left after cancelled creates: %+v, %v", list, err)
 	}
 }
