@@ -115,7 +115,7 @@ turn() {
   echo "guest> $text"
   local t0 t1
   t0=$(date +%s%N)
-  if ! X /usr/bin/sandbox-host turn "$CHANNEL" --speaker guest-1 --text "$text" >"$E2E_WORK/reply" 2>&1; then
+  if ! X /usr/bin/sandbox-host turn "$CHANNEL" --speaker-id guest-1 --speaker-name "Demo Guest" --text "$text" >"$E2E_WORK/reply" 2>&1; then
     cat "$E2E_WORK/reply"
     e2e_die "the turn failed; journal: journalctl -u sandbox-host -u 'sandbox-broker@*'"
   fi

@@ -171,7 +171,7 @@ func TestMemoryPersistsAcrossTurns(t *testing.T) {
 	const ch = "e2e-memory"
 	channelOn(t, ch)
 	// The first turn goes through the real CLI.
-	out, err := cli("turn", ch, "--speaker", "alice", "--text", "MEM-SET please remember the code")
+	out, err := cli("turn", ch, "--speaker-id", "alice", "--speaker-name", "Alice", "--text", "MEM-SET please remember the code")
 	if err != nil {
 		t.Fatalf("sandbox-host turn (store): %v\n%s", err, out)
 	}
