@@ -69,6 +69,7 @@ func newServe() *cobra.Command {
 	f.StringVar(&o.TurnID, "turn", "", "turn id (32 lowercase hex digits; the unit instance name)")
 	f.StringVar(&o.PolicyDir, "policy-dir", layout.PolicyDir, "directory holding <turn>.json")
 	f.StringVar(&o.CredentialsDir, "credentials-dir", os.Getenv("CREDENTIALS_DIRECTORY"), "directory of credential files (default $CREDENTIALS_DIRECTORY)")
+	f.StringVar(&o.CredentialPrefix, "credential-prefix", layout.CredentialPrefix, "file-name prefix of every credential (systemd's LoadCredential=<ID>:<dir> names files <ID>_<name>)")
 	f.StringVar(&o.ListenPath, "listen", "", "Unix socket path to listen on when no socket is passed by systemd")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text (journald-friendly) or json")
 	_ = cmd.MarkFlagRequired("turn")

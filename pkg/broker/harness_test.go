@@ -191,7 +191,7 @@ func newHarnessMCP(t *testing.T, mutate func(*policy.Policy), withMCP bool) *har
 	if mutate != nil {
 		mutate(h.pol)
 	}
-	creds, err := credential.OpenDir(credDir)
+	creds, err := credential.OpenDir(credDir, "")
 	if err != nil {
 		t.Fatal(err)
 	}

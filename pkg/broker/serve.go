@@ -131,6 +131,9 @@ type RunOptions struct {
 	TurnID         string
 	PolicyDir      string // default layout.PolicyDir
 	CredentialsDir string // $CREDENTIALS_DIRECTORY
+	// CredentialPrefix starts every credential file name (layout.CredentialPrefix
+	// under systemd's LoadCredential=sandbox:<dir>; "" for a plain directory).
+	CredentialPrefix string
 	// Listener is the socket-activated listener; when nil, ListenPath is
 	// created as a Unix socket (development and tests).
 	Listener   net.Listener
@@ -175,7 +178,7 @@ func Run(ctx context.Context, o RunOptions) error {
 	if !time.Now().Before(pol.Deadline()) {
 		return fmt.Errorf("broker: turn deadline already passed: %w", ErrTurnOver)
 	}
-	creds, err := credential.OpenDir(o.CredentialsDir)
+	creds, err := credential.OpenDir(o.CredentialsDir, o.CredentialPrefix)
 	if err != nil {
 		return err
 	}

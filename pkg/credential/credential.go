@@ -63,26 +63,34 @@ func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + redacted + `
 func (s Secret) MarshalText() ([]byte, error) { return []byte(redacted), nil }
 
 // Dir loads credentials from one directory ($CREDENTIALS_DIRECTORY), one file
-// per name. Nothing is cached: every Load reads the file again, so a rotated
+// per name: the credential <name> is the file <prefix><name>. systemd's
+// LoadCredential=<ID>:<directory> names each file "<ID>_<name>", so the
+// broker passes layout.CredentialPrefix; tests and development use "".
+// Nothing is cached: every Load reads the file again, so a rotated
 // credential takes effect on the next call.
-type Dir struct{ path string }
+type Dir struct{ path, prefix string }
 
 // OpenDir checks that path is an accessible directory (not a symlink) and
-// returns a loader for it.
-func OpenDir(path string) (*Dir, error) {
+// returns a loader for it. prefix must be a plain file-name fragment.
+func OpenDir(path, prefix string) (*Dir, error) {
 	if path == "" {
 		return nil, fmt.Errorf("credential: no credentials directory: %w", ErrInvalid)
+	}
+	if prefix != "" && !policy.ValidCredentialName(prefix) {
+		return nil, fmt.Errorf("credential: bad file-name prefix: %w", ErrInvalid)
 	}
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("credential: open credentials directory: %v: %w", err, ErrInvalid)
 	}
 	_ = unix.Close(fd)
-	return &Dir{path: path}, nil
+	return &Dir{path: path, prefix: prefix}, nil
 }
 
-// LogValue shows the directory only.
-func (d *Dir) LogValue() slog.Value { return slog.StringValue(d.path) }
+// LogValue shows the directory and prefix only.
+func (d *Dir) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("dir", d.path), slog.String("prefix", d.prefix))
+}
 
 // Load reads the named credential: the file's content with one trailing
 // newline trimmed. The name must pass policy.ValidCredentialName.
@@ -95,7 +103,7 @@ func (d *Dir) Load(name string) (Secret, error) {
 		return Secret{}, fmt.Errorf("credential: open directory: %v: %w", err, ErrMissing)
 	}
 	defer unix.Close(dfd)
-	data, err := atomicfile.ReadAt(dfd, name, MaxBytes)
+	data, err := atomicfile.ReadAt(dfd, d.prefix+name, MaxBytes)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return Secret{}, fmt.Errorf("credential: %s: %w", name, ErrMissing)

@@ -57,7 +57,7 @@ func TestDirLoad(t *testing.T) {
 	write("max", strings.Repeat("a", MaxBytes))
 	os.Symlink(filepath.Join(dir, "model"), filepath.Join(dir, "link"))
 	os.Mkdir(filepath.Join(dir, "sub"), 0o700)
-	d, err := OpenDir(dir)
+	d, err := OpenDir(dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,10 +99,27 @@ func TestDirLoad(t *testing.T) {
 	if got, _ := d.Load("model"); got.Reveal() != "rotated" {
 		t.Errorf("after rotation got %q", got.Reveal())
 	}
-	if _, err := OpenDir(filepath.Join(dir, "nope")); !errors.Is(err, ErrInvalid) {
+	// The systemd naming: LoadCredential=sandbox:<dir> makes sandbox_<name>.
+	write("sandbox_model", "prefixed\n")
+	p, err := OpenDir(dir, "sandbox_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p.Load("model"); err != nil || got.Reveal() != "prefixed" {
+		t.Errorf("prefixed Load = %v", err)
+	}
+	if _, err := p.Load("crlf"); !errors.Is(err, ErrMissing) {
+		t.Errorf("prefixed Load of an unprefixed file = %v, want ErrMissing", err)
+	}
+	for _, bad := range []string{"../", "a/b", ".x"} {
+		if _, err := OpenDir(dir, bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("OpenDir prefix %q = %v", bad, err)
+		}
+	}
+	if _, err := OpenDir(filepath.Join(dir, "nope"), ""); !errors.Is(err, ErrInvalid) {
 		t.Errorf("OpenDir(missing) = %v", err)
 	}
-	if _, err := OpenDir(""); !errors.Is(err, ErrInvalid) {
+	if _, err := OpenDir("", ""); !errors.Is(err, ErrInvalid) {
 		t.Errorf("OpenDir(\"\") = %v", err)
 	}
 }
