@@ -25,6 +25,9 @@ import (
 // as JSON (up to 6 bytes each) plus the speaker fields fit.
 const MaxBodyBytes = 256 << 10
 
+// BodyReadTimeout bounds reading one request body (a variable for tests).
+var BodyReadTimeout = 30 * time.Second
+
 // Wire types of the API (pkg/client mirrors them).
 type (
 	// SpeakerJSON is who spoke; principalId never reaches the worker.
@@ -176,7 +179,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // decodeBody reads one bounded, strict JSON object.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(BodyReadTimeout))
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	rc.SetReadDeadline(time.Time{}) // the turn may run for minutes
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

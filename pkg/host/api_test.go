@@ -238,3 +238,25 @@ func TestMetricsExposed(t *testing.T) {
 	_ = fmt.Sprint
 	_ = time.Second
 }
+
+// A turn that outlasts the body read deadline still completes.
+func TestLongTurnKeepsItsRequest(t *testing.T) {
+	r := newRig(t, "", nil)
+	must(t, r.h.state.SetMode("c", ModeOn))
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		select {
+		case <-time.After(300 * time.Millisecond):
+			return okRun(ctx, spec, stdin)
+		case <-ctx.Done():
+			return RunResult{}, ctx.Err()
+		}
+	}
+	// The body deadline must be lifted once the body is read.
+	old := BodyReadTimeout
+	BodyReadTimeout = 50 * time.Millisecond
+	defer func() { BodyReadTimeout = old }()
+	hc, _ := serve(t, r)
+	if status, body := call(t, hc, "POST", "/v1/channels/c/turns", `{"speaker":{"id":"s"},"text":"x"}`); status != 200 {
+		t.Errorf("long turn: %d %v", status, body)
+	}
+}

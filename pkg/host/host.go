@@ -242,7 +242,9 @@ func (h *Host) Run(ctx context.Context, ln net.Listener) error {
 		Handler:           h.Handler(),
 		ConnContext:       h.connContext,
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
+		// No ReadTimeout: its deadline would end a long turn's request
+		// context through net/http's background read. decodeBody bounds
+		// the body read instead.
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
