@@ -245,9 +245,9 @@ func (h *Host) Run(ctx context.Context, ln net.Listener) error {
 		// No ReadTimeout: its deadline would end a long turn's request
 		// context through net/http's background read. decodeBody bounds
 		// the body read instead.
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
+		IdleTimeout:    120 * time.Second,
+		MaxHeaderBytes: 16 << 10,
+		ErrorLog:       slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
