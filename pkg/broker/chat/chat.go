@@ -113,7 +113,7 @@ func Rebuild(req map[string]any, p Policy) (map[string]any, error) {
 	}
 	out["messages"] = rebuilt
 
-	if t, ok := req["tools"]; ok {
+	if t, ok := req["tools"]; ok && t != nil { // null: no tools
 		tools, ok := t.([]any)
 		if !ok || len(tools) > MaxTools {
 			return nil, refusal("tools must be an array")
@@ -311,7 +311,7 @@ func tool(v any) (map[string]any, error) {
 		}
 		out["description"] = s
 	}
-	if p, ok := fn["parameters"]; ok {
+	if p, ok := fn["parameters"]; ok && p != nil { // null: no parameters
 		if _, ok := p.(map[string]any); !ok {
 			return nil, refusal("tool parameters must be an object")
 		}

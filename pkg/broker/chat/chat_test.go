@@ -29,6 +29,19 @@ func TestBuildRebuildsFromScratch(t *testing.T) {
 	}
 }
 
+func TestBuildAcceptsWorkerShapes(t *testing.T) {
+	// What pkg/worker sends: tools may be null, parameters null, content "" with tool calls.
+	for _, body := range []string{
+		`{"model":"fixed-model","messages":[{"role":"user","content":"x"}],"tools":null}`,
+		`{"model":"fixed-model","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","description":"","parameters":null}}]}`,
+		`{"model":"fixed-model","messages":[{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","content":"r","tool_call_id":"c"}]}`,
+	} {
+		if _, err := Build([]byte(body), pol); err != nil {
+			t.Errorf("%s refused: %v", body, err)
+		}
+	}
+}
+
 func TestBuildAcceptsSchemaWordsAsData(t *testing.T) {
 	for _, s := range []string{
 		`{"type":"object","properties":{"$ref":{"type":"string"},"$id":{"type":"string"},"$schema":{},"$vocabulary":{}}}`,
