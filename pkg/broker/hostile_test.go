@@ -42,6 +42,7 @@ func hostileCases() []hostileCase {
 	for _, m := range []string{"GET", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "HEAD"} {
 		addM("method "+m, m, 405, rawReq(m, "/model", "HTTP/1.1", goodModel, nil))
 	}
+	addM("method OPTIONS *", "OPTIONS", 405, rawReq("OPTIONS", "*", "HTTP/1.1", "", nil))
 	addM("method CONNECT", "CONNECT", 405, rawReq("CONNECT", "broker:443", "HTTP/1.1", "", nil))
 
 	// Queries.

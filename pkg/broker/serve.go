@@ -43,8 +43,10 @@ func (b *Broker) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       header,
 		MaxHeaderBytes:    MaxHeaderBytes,
 		Protocols:         &protocols,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ErrorLog:          slog.NewLogLogger(b.log.Handler(), slog.LevelWarn),
+		// "OPTIONS *" would otherwise get net/http's own 200.
+		DisableGeneralOptionsHandler: true,
+		BaseContext:                  func(net.Listener) context.Context { return ctx },
+		ErrorLog:                     slog.NewLogLogger(b.log.Handler(), slog.LevelWarn),
 	}
 	srv.SetKeepAlivesEnabled(true)
 	errc := make(chan error, 1)
