@@ -136,7 +136,7 @@ func TestAPIQueueFull429(t *testing.T) {
 	body := `{"speaker":{"id":"s"},"text":"x"}`
 	results := make(chan int, 2)
 	for i := 0; i < 2; i++ {
-		go func() { s, _ := call(t, hc, "POST", "/v1/channels/c/turns", body); results <- s }()
+		go func() { results <- post(hc, "/v1/channels/c/turns", body) }()
 		if i == 0 {
 			waitFor(t, "first running", func() bool { return r.h.status("c").RunningTurn != "" })
 		} else {
@@ -259,4 +259,63 @@ func TestLongTurnKeepsItsRequest(t *testing.T) {
 	if status, body := call(t, hc, "POST", "/v1/channels/c/turns", `{"speaker":{"id":"s"},"text":"x"}`); status != 200 {
 		t.Errorf("long turn: %d %v", status, body)
 	}
+}
+
+func TestAPIWaitingClientThatLeavesFreesItsPlace(t *testing.T) {
+	r := newRig(t, "queue:\n  depth: 1\n", nil)
+	must(t, r.h.state.SetMode("c", ModeOn))
+	release := make(chan struct{})
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return okRun(ctx, spec, stdin)
+	}
+	hc, _ := serve(t, r)
+	body := `{"speaker":{"id":"s"},"text":"x"}`
+	first := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", "http://host/v1/channels/c/turns", strings.NewReader(body))
+		if resp, err := hc.Do(req); err == nil {
+			first <- resp.StatusCode
+			resp.Body.Close()
+		}
+	}()
+	waitFor(t, "first running", func() bool { return r.h.status("c").RunningTurn != "" })
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "POST", "http://host/v1/channels/c/turns", strings.NewReader(body))
+		_, err := hc.Do(req)
+		gone <- err
+	}()
+	waitFor(t, "second waiting", func() bool { return r.h.queue.waitingFor("c") == 1 })
+	cancel()
+	<-gone
+	waitFor(t, "the waiter to leave", func() bool { return r.h.queue.waitingFor("c") == 0 })
+	// Its place is free again: a new waiter is admitted, not refused with 429.
+	third := make(chan int, 1)
+	go func() { third <- post(hc, "/v1/channels/c/turns", body) }()
+	waitFor(t, "third waiting", func() bool { return r.h.queue.waitingFor("c") == 1 })
+	close(release)
+	if s := <-first; s != 200 {
+		t.Errorf("first: %d", s)
+	}
+	if s := <-third; s != 200 {
+		t.Errorf("third: %d", s)
+	}
+	if n := len(r.docker.created); n != 2 {
+		t.Errorf("%d containers created, want 2 (the waiter that left never ran)", n)
+	}
+}
+
+// post is call for goroutines: no t.Fatal off the test goroutine.
+func post(hc *http.Client, path, body string) int {
+	resp, err := hc.Post("http://host"+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		return -1
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

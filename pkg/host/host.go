@@ -242,9 +242,8 @@ func (h *Host) Run(ctx context.Context, ln net.Listener) error {
 		Handler:           h.Handler(),
 		ConnContext:       h.connContext,
 		ReadHeaderTimeout: 10 * time.Second,
-		// No ReadTimeout: its deadline would end a long turn's request
-		// context through net/http's background read. decodeBody bounds
-		// the body read instead.
+		// No ReadTimeout: a turn's request lasts minutes; decodeBody
+		// bounds the body read with its own deadline instead.
 		IdleTimeout:    120 * time.Second,
 		MaxHeaderBytes: 16 << 10,
 		ErrorLog:       slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
