@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# deb-install-check.sh: install the .deb for real with apt, under a real
+# systemd 252 (PID 1 of private namespaces on a throwaway overlay of this
+# machine's root: packaging/lib/nsroot.sh), check what the package promises,
+# and purge it again.
+#
+# By default it packages stand-in binaries (packaging/testdata/standin: socket
+# activation, READY=1, and a report of uid, groups and credentials) with the
+# real units, scripts, polkit rule and worker image, so it checks the
+# packaging itself: users, directories, modes, enabled units, the API socket,
+# socket activation, the polkit rule through systemd's own D-Bus checks,
+# LoadCredential names, the hardening against a static Go binary, the reaper,
+# the image load, and a clean purge. DEB=path checks a given package instead
+# (the checks that need the stand-ins' reports are skipped).
+#
+# Usage: packaging/deb-install-check.sh   (root; prints SKIP and exits 0 when
+# the machine cannot boot the namespace)
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+# shellcheck source=lib/nsroot.sh
+source "$here/lib/nsroot.sh"
+
+reason=$(nsroot_skip_reason)
+if [[ -n $reason ]]; then echo "SKIP: deb-install-check: $reason"; exit 0; fi
+for t in apt-get dpkg-deb go; do
+  command -v "$t" >/dev/null || { echo "SKIP: deb-install-check: $t not found"; exit 0; }
+done
+[[ -x /usr/lib/polkit-1/polkitd ]] || { echo "SKIP: deb-install-check: polkitd not installed"; exit 0; }
+command -v dockerd >/dev/null || { echo "SKIP: deb-install-check: docker.io not installed"; exit 0; }
+
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+# expect DESCRIPTION CMD...: CMD (run inside the namespace) must succeed.
+expect() { local d=$1; shift; if out=$(nsroot_exec "$@" 2>&1); then ok "$d"; else bad "$d: $out"; fi; }
+# refuse DESCRIPTION CMD...: CMD (inside) must fail.
+refuse() { local d=$1; shift; if out=$(nsroot_exec "$@" 2>&1); then bad "$d: succeeded: $out"; else ok "$d"; fi; }
+# equal DESCRIPTION WANT CMD...: CMD's output (inside) must equal WANT.
+equal() {
+  local d=$1 want=$2; shift 2
+  local got; got=$(nsroot_exec "$@" 2>&1)
+  if [[ $got == "$want" ]]; then ok "$d ($got)"; else bad "$d: got '$got', want '$want'"; fi
+}
+
+work=$(mktemp -d /tmp/rtsb-debcheck.XXXXXX)
+cleanup() { nsroot_teardown; rm -rf "$work"; }
+trap cleanup EXIT
+
+standin=1
+if [[ -n ${DEB:-} ]]; then
+  standin=0
+  deb=$DEB
+else
+  # Stand-in binaries and, when the real archive is not built, a tiny image.
+  mkdir -p "$work/bin" "$work/out"
+  (cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/standin" ./packaging/testdata/standin) ||
+    { echo "FAIL: cannot build the stand-in"; exit 1; }
+  for b in sandbox-host sandbox-broker sandbox-reaper; do cp "$work/standin" "$work/bin/$b"; done
+  image=$root/dist/worker-image.tar
+  if [[ ! -f $image ]]; then
+    image=$work/worker-image.tar
+    mkdir -p "$work/img/layer" && cp "$work/standin" "$work/img/layer/standin"
+    tar -C "$work/img/layer" -cf "$work/img/layer.tar" standin
+    lsha=$(sha256sum "$work/img/layer.tar" | cut -d' ' -f1)
+    mkdir -p "$work/img/a/$lsha" && mv "$work/img/layer.tar" "$work/img/a/$lsha/layer.tar"
+    printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/standin"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$lsha" >"$work/img/cfg.json"
+    csha=$(sha256sum "$work/img/cfg.json" | cut -d' ' -f1)
+    mv "$work/img/cfg.json" "$work/img/a/$csha.json"
+    printf '[{"Config":"%s.json","RepoTags":["roundtable-sandbox-worker:latest"],"Layers":["%s/layer.tar"]}]' "$csha" "$lsha" >"$work/img/a/manifest.json"
+    tar -C "$work/img/a" -cf "$image" .
+  fi
+  SANDBOX_DEB_PREBUILT=1 SANDBOX_DEB_BIN=$work/bin SANDBOX_DEB_IMAGE=$image SANDBOX_DEB_OUT=$work/out \
+    "$root/packaging/deb/build.sh" || { echo "FAIL: build.sh"; exit 1; }
+  deb=$(ls "$work"/out/roundtable-sandbox_*_amd64.deb)
+fi
+[[ -f $deb ]] || { echo "FAIL: no package at $deb"; exit 1; }
+
+nsroot_boot || { echo "FAIL: could not boot the namespace"; exit 1; }
+nsroot_exec sh -c 'cat >/root/roundtable-sandbox.deb' <"$deb"
+# Container images of Debian ship a policy-rc.d that forbids starting or
+# stopping services from maintainer scripts (exit 101); a real machine has
+# none. Remove it in the throwaway root so the scripts run as on a machine.
+nsroot_exec rm -f /usr/sbin/policy-rc.d
+apt_env=(env DEBIAN_FRONTEND=noninteractive)
+
+echo "== install with Docker unavailable (must succeed, with a note)"
+nsroot_exec systemctl mask --runtime --now docker.socket docker.service >/dev/null 2>&1
+out=$(nsroot_exec "${apt_env[@]}" apt-get install -y --no-install-recommends /root/roundtable-sandbox.deb 2>&1)
+if [[ $? == 0 ]]; then ok "apt-get install without Docker"; else bad "apt-get install without Docker: $out"; fi
+if grep -q 'worker image is loaded by sandbox-host at start' <<<"$out"; then ok "postinst notes the image is loaded later"; else bad "no image note in: $out"; fi
+out=$(nsroot_exec "${apt_env[@]}" apt-get purge -y roundtable-sandbox 2>&1) && ok "purge without Docker" || bad "purge without Docker: $out"
+
+echo "== install with Docker running"
+nsroot_exec systemctl unmask --runtime docker.socket docker.service >/dev/null 2>&1
+expect "dockerd starts in the namespace" systemctl start docker.service
+out=$(nsroot_exec "${apt_env[@]}" apt-get install -y --no-install-recommends /root/roundtable-sandbox.deb 2>&1)
+if [[ $? == 0 ]]; then ok "apt-get install ./roundtable-sandbox.deb"; else bad "apt-get install: $out"; fi
+grep -q 'worker image loaded into Docker' <<<"$out" && ok "postinst loaded the worker image" || bad "postinst did not load the image: $out"
+expect "image roundtable-sandbox-worker:latest present" docker image inspect roundtable-sandbox-worker:latest
+
+echo "== users, groups, files"
+expect "user _sandbox exists" getent passwd _sandbox
+expect "user _sandbox-broker exists" getent passwd _sandbox-broker
+expect "group sandbox-clients exists" getent group sandbox-clients
+equal "_sandbox is in group docker" yes sh -c 'id -nG _sandbox | tr " " "\n" | grep -qx docker && echo yes'
+equal "_sandbox-broker is not in group docker" no sh -c 'id -nG _sandbox-broker | tr " " "\n" | grep -qx docker && echo yes || echo no'
+equal "config owner and mode" "root _sandbox 640" stat -c '%U %G %a' /etc/roundtable-sandbox/sandbox.yaml
+equal "config is a conffile" /etc/roundtable-sandbox/sandbox.yaml sh -c "dpkg-query -W -f='\${Conffiles}' roundtable-sandbox | awk '{print \$1}'"
+equal "credentials dir owner and mode" "root root 700" stat -c '%U %G %a' /etc/roundtable-sandbox/credentials
+equal "/run/roundtable-sandbox" "_sandbox _sandbox 755" stat -c '%U %G %a' /run/roundtable-sandbox
+equal "/run/roundtable-sandbox/turns" "_sandbox _sandbox 700" stat -c '%U %G %a' /run/roundtable-sandbox/turns
+equal "/run/roundtable-sandbox/policies" "_sandbox _sandbox-broker 2750" stat -c '%U %G %a' /run/roundtable-sandbox/policies
+equal "/var/lib/roundtable-sandbox" "_sandbox _sandbox 700" stat -c '%U %G %a' /var/lib/roundtable-sandbox
+equal "workspaces" "_sandbox _sandbox 700" stat -c '%U %G %a' /var/lib/roundtable-sandbox/workspaces
+equal "man page installed" /usr/share/man/man8/sandbox-host.8.gz ls /usr/share/man/man8/sandbox-host.8.gz
+equal "bash completion installed" /usr/share/bash-completion/completions/sandbox-host ls /usr/share/bash-completion/completions/sandbox-host
+
+echo "== units"
+equal "sandbox-host.socket enabled" enabled systemctl is-enabled sandbox-host.socket
+equal "sandbox-host.socket active" active systemctl is-active sandbox-host.socket
+equal "sandbox-reaper.timer enabled" enabled systemctl is-enabled sandbox-reaper.timer
+equal "sandbox-reaper.timer active" active systemctl is-active sandbox-reaper.timer
+equal "host.sock owner and mode" "_sandbox sandbox-clients 660 socket" stat -c '%U %G %a %F' /run/roundtable-sandbox/host.sock
+equal "sandbox-host.service not started yet" inactive systemctl is-active sandbox-host.service
+
+if ((standin)); then
+  echo "== socket activation of the host (stand-in)"
+  sb=(setpriv --reuid=_sandbox --regid=_sandbox --init-groups)
+  out=$(nsroot_exec curl -sS --max-time 10 --unix-socket /run/roundtable-sandbox/host.sock http://host/v1/turns 2>&1)
+  uid=$(nsroot_exec id -u _sandbox) dgid=$(nsroot_exec sh -c 'getent group docker | cut -d: -f3')
+  grep -q "^uid=$uid gid=$uid groups=.*\b$dgid\b" <<<"$out" && ok "host runs as _sandbox with group docker" || bad "host identity: $out"
+  grep -q '^read config: <nil>' <<<"$out" && ok "host reads its config" || bad "host config read: $out"
+  equal "sandbox-host.service active after connect" active systemctl is-active sandbox-host.service
+  refuse "a user outside sandbox-clients cannot connect" setpriv --reuid=nobody --regid=nogroup --clear-groups \
+    curl -sS --max-time 5 --unix-socket /run/roundtable-sandbox/host.sock http://host/
+
+  echo "== broker units through D-Bus and polkit, as _sandbox"
+  t=0123456789abcdef0123456789abcdef
+  expect "credential file" sh -c 'printf "sk-test-1\n" >/etc/roundtable-sandbox/credentials/openai && chmod 600 /etc/roundtable-sandbox/credentials/openai'
+  expect "_sandbox makes the turn dir" "${sb[@]}" sh -c "umask 077 && mkdir /run/roundtable-sandbox/turns/$t"
+  expect "_sandbox writes a policy" "${sb[@]}" sh -c "umask 027 && echo '{}' >/run/roundtable-sandbox/policies/$t.json"
+  equal "policy gets group _sandbox-broker from the setgid dir" "_sandbox _sandbox-broker 640" stat -c '%U %G %a' "/run/roundtable-sandbox/policies/$t.json"
+  expect "_sandbox starts sandbox-broker@<turn>.socket" "${sb[@]}" systemctl start "sandbox-broker@$t.socket"
+  equal "broker.sock owner and mode" "_sandbox 600 socket" stat -c '%U %a %F' "/run/roundtable-sandbox/turns/$t/broker.sock"
+  refuse "_sandbox may not restart it" "${sb[@]}" systemctl restart "sandbox-broker@$t.socket"
+  refuse "_sandbox may not start sandbox-host.service" "${sb[@]}" systemctl start sandbox-host.service
+  refuse "_sandbox may not stop sandbox-reaper.timer" "${sb[@]}" systemctl stop sandbox-reaper.timer
+  refuse "_sandbox may not start a broker unit with a dot" "${sb[@]}" systemctl start "sandbox-broker@a.b.socket"
+  refuse "_sandbox-broker may not start broker units" setpriv --reuid=_sandbox-broker --regid=_sandbox-broker --init-groups \
+    systemctl start "sandbox-broker@a$t.socket"
+  out=$(nsroot_exec "${sb[@]}" curl -sS --max-time 10 --unix-socket "/run/roundtable-sandbox/turns/$t/broker.sock" http://broker/model 2>&1)
+  bu=$(nsroot_exec id -u _sandbox-broker)
+  grep -q "^uid=$bu gid=$bu groups=\[$bu\]$" <<<"$out" && ok "first connect activated the broker as _sandbox-broker, no extra groups" || bad "broker identity: $out"
+  grep -q '^cred sandbox_openai len=10 err=<nil>' <<<"$out" && ok "credential arrives as \$CREDENTIALS_DIRECTORY/sandbox_openai" || bad "credentials: $out"
+  grep -q '^policies: 1 entries err=<nil>' <<<"$out" && ok "broker reads the policy dir" || bad "policy dir: $out"
+  grep -q '^read config: .*permission denied' <<<"$out" && ok "broker cannot read the config" || bad "config read: $out"
+  grep -q "args=.*\"serve\" \"--turn\" \"$t\"" <<<"$out" && ok "broker argv is serve --turn <turn>" || bad "argv: $out"
+  equal "broker service active" active systemctl is-active "sandbox-broker@$t.service"
+  expect "_sandbox may reset-failed a broker unit" "${sb[@]}" systemctl reset-failed "sandbox-broker@$t.service" "sandbox-broker@$t.socket"
+  expect "_sandbox stops the broker service" "${sb[@]}" systemctl stop "sandbox-broker@$t.service"
+  expect "_sandbox stops the broker socket" "${sb[@]}" systemctl stop "sandbox-broker@$t.socket"
+  refuse "broker.sock removed on stop" test -e "/run/roundtable-sandbox/turns/$t/broker.sock"
+  equal "stopped broker units are collected" "" sh -c "systemctl list-units --all --no-legend 'sandbox-broker@*' | cat"
+
+  echo "== reaper"
+  expect "sandbox-reaper.service runs" systemctl start sandbox-reaper.service
+  out=$(nsroot_exec journalctl -u sandbox-reaper.service -o cat --no-pager 2>&1)
+  grep -q "^uid=$uid gid=$uid groups=.*\b$dgid\b" <<<"$out" && ok "reaper runs as _sandbox with group docker" || bad "reaper identity: $out"
+
+  echo "== remove while a broker runs"
+  expect "_sandbox starts another broker socket" "${sb[@]}" sh -c "mkdir -m 700 /run/roundtable-sandbox/turns/b$t && systemctl start sandbox-broker@b$t.socket"
+fi
+
+echo "== purge"
+out=$(nsroot_exec "${apt_env[@]}" apt-get purge -y roundtable-sandbox 2>&1) && ok "apt-get purge" || bad "apt-get purge: $out"
+equal "no unit left loaded" "" sh -c "systemctl list-units --all --no-legend 'sandbox-*' | cat"
+refuse "host.sock removed" test -e /run/roundtable-sandbox/host.sock
+refuse "/run/roundtable-sandbox removed" test -e /run/roundtable-sandbox
+refuse "/var/lib/roundtable-sandbox removed" test -e /var/lib/roundtable-sandbox
+refuse "/etc/roundtable-sandbox removed" test -e /etc/roundtable-sandbox
+refuse "statoverride removed" sh -c 'dpkg-statoverride --list | grep -q roundtable-sandbox'
+refuse "image removed" docker image inspect roundtable-sandbox-worker:latest
+equal "_sandbox dropped from group docker" no sh -c 'id -nG _sandbox | tr " " "\n" | grep -qx docker && echo yes || echo no'
+expect "system users kept (Debian practice)" getent passwd _sandbox
+refuse "polkit rule removed" test -e /usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules
+
+echo "deb-install-check: $pass passed, $fail failed"
+((fail == 0))
