@@ -211,13 +211,29 @@ func Load(path string) (*Config, error) {
 	var c Config
 	// viper's weak typing stays on: environment overrides arrive as strings.
 	if err := v.UnmarshalExact(&c); err != nil {
-		return nil, fmt.Errorf("config %s: %v: %w", path, err, ErrInvalid)
+		return nil, fmt.Errorf("config %s: %s: %w", path, decodeMessage(err), ErrInvalid)
 	}
 	c.applyElementDefaults()
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return &c, nil
+}
+
+var invalidKeysRe = regexp.MustCompile(`'([^']*)' has invalid keys: `)
+
+// decodeMessage rewrites mapstructure's "'limits' has invalid keys: x" as
+// "limits: unknown key x" (viper shows keys lowercased).
+func decodeMessage(err error) string {
+	msg := strings.TrimSpace(strings.TrimPrefix(err.Error(), "decoding failed due to the following error(s):"))
+	msg = invalidKeysRe.ReplaceAllStringFunc(msg, func(m string) string {
+		sec := invalidKeysRe.FindStringSubmatch(m)[1]
+		if sec == "" {
+			return "unknown key (keys shown lowercased): "
+		}
+		return sec + ": unknown key (keys shown lowercased): "
+	})
+	return strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ; ")), " ")
 }
 
 // Validate checks every value that needs no filesystem or process state.
@@ -510,6 +526,9 @@ func (c *Config) validateTools(bad func(key, format string, a ...any)) {
 		}
 		if s.Session != policy.SessionAuto && s.Session != policy.SessionStateless {
 			bad(key+".session", "must be auto or stateless")
+		}
+		if s.Discover && s.Credential != "" {
+			bad(key+".discover", "the host never reads credentials, so discovery works only for servers without a credential; declare the tools (and compare them with `sandbox-host doctor` run as root)")
 		}
 		if len(s.Tools) == 0 && !s.Discover {
 			bad(key+".tools", "declare at least one tool (or set discover: true)")

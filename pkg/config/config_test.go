@@ -80,8 +80,9 @@ func TestRefusals(t *testing.T) {
 	tests := []struct {
 		name, yaml, want string
 	}{
-		{"unknown key", base + "bogusKey: 1\n", "boguskey"},
-		{"unknown nested key", base + "limits:\n  memoryGb: 1\n", "memorygb"},
+		{"unknown key", base + "bogusKey: 1\n", "unknown key (keys shown lowercased): boguskey"},
+		{"unknown nested key", base + "limits:\n  memoryGb: 1\n", "limits: unknown key (keys shown lowercased): memorygb"},
+		{"unknown key in a list element", base + "tools:\n  - name: t\n    shell: true\n", "tools[0]: unknown key (keys shown lowercased): shell"},
 		{"deadline zero", base + "turnDeadlineSeconds: 0\n", "turnDeadlineSeconds: must be 1 to 600"},
 		{"deadline too long", base + "turnDeadlineSeconds: 601\n", "turnDeadlineSeconds: must be 1 to 600"},
 		{"memory", base + "limits:\n  memoryMb: 10\n", "limits.memoryMb"},

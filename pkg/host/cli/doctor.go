@@ -140,7 +140,7 @@ func runDoctor(ctx context.Context, path string, d doctorDeps) Report {
 	}
 	cfg, err := config.Load(path)
 	if err != nil {
-		add("config", StatusFail, err.Error(), "fix the named key in "+path)
+		add("config", StatusFail, strings.ReplaceAll(err.Error(), "\n", "; "), "fix the named key in "+path)
 	} else {
 		add("config", StatusOK, path+" loads and validates", "")
 	}
