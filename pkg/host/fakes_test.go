@@ -179,7 +179,7 @@ func (u *fakeUnits) activeCount() int {
 }
 
 // testConfig is a valid config with every root in a temp dir.
-func testConfig(t *testing.T, extra string) *config.Config {
+func testConfig(t testing.TB, extra string) *config.Config {
 	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "sbh")
 	if err != nil {
@@ -234,7 +234,7 @@ type rig struct {
 	units  *fakeUnits
 }
 
-func newRig(t *testing.T, extra string, mutate func(*Options)) *rig {
+func newRig(t testing.TB, extra string, mutate func(*Options)) *rig {
 	t.Helper()
 	cfg := testConfig(t, extra)
 	st, _, err := LoadState(cfg.StateFile, nil)
@@ -272,7 +272,7 @@ func (r *rig) assertClean(t *testing.T) {
 	}
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +283,7 @@ var _ = fmt.Sprint
 var _ = protocol.MaxTextChars
 
 // testLogger keeps host logs out of passing test output.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {
 		return slog.Default()
 	}

@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
 			Name: "sandbox_cleanup_failures_total", Help: "Turn cleanup steps that failed and need operator inspection.",
 		}, []string{"what"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sandbox_requests_refused_total", Help: "API requests refused, by HTTP status.",
+			Name: "sandbox_api_errors_total", Help: "API requests answered with an error, by HTTP status.",
 		}, []string{"status"}),
 	}
 	reg.MustRegister(m.turns, m.duration, m.phases, m.queueWaiting, m.running, m.cleanupFailures, m.refused)
