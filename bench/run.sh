@@ -80,6 +80,7 @@ full) source "$REPO/bench/lib/full.sh" ;;
 dev) source "$REPO/bench/lib/dev.sh" ;;
 *) bench_die "unknown BENCH_MODE $BENCH_MODE" ;;
 esac
+bench_setup
 # Machine facts (the mode's env runner sees the dockerd under test).
 bench_env --out "$BENCH_RESULTS/env.json" --fact "bench mode=$BENCH_MODE"
 

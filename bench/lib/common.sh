@@ -67,12 +67,11 @@ start_fakemodel() {
 start_baseline_broker() {
   local uid=$1 gid=$2 d=$WORK/baseline
   mkdir -p "$d/ws" "$d/turn" "$d/policies" "$d/credentials"
-  printf 'sk-bench-baseline-%s\n' "$RANDOM$RANDOM" >"$d/credentials/model"
   local turn
-  turn=$("$BIN/sandbox-bench" policy --dir "$d/policies" --model-url "$MODEL_URL" --model "$BENCH_MODEL" --credential model)
+  turn=$("$BIN/sandbox-bench" policy --dir "$d/policies" --model-url "$MODEL_URL" --model "$BENCH_MODEL" --credential model \
+    --credentials-dir "$d/credentials")
   chown -R "$uid:$gid" "$d"
   chmod 0700 "$d/ws" "$d/turn" "$d/policies" "$d/credentials"
-  chmod 0600 "$d/credentials/model"
   setpriv --reuid "$uid" --regid "$gid" --clear-groups --no-new-privs \
     "$BIN/sandbox-broker" serve --turn "$turn" --policy-dir "$d/policies" \
     --credentials-dir "$d/credentials" --listen "$d/turn/broker.sock" >"$WORK/baseline-broker.log" 2>&1 &

@@ -6,6 +6,8 @@ if [[ -z ${DOCKER_HOST:-} && -S /run/docker-dev.sock ]]; then export DOCKER_HOST
 
 bench_env() { "$BIN/sandbox-bench" env "$@"; }
 
+bench_setup() { :; }
+
 bench_run_mode() {
   local uid=${BENCH_UID:-65534} gid=${BENCH_GID:-65534}
   command -v runc >/dev/null || bench_die "runc not found (apt-get install docker.io)"

@@ -85,7 +85,8 @@ host_wait_active() {
   bench_die "sandbox-host did not become active"
 }
 
-bench_run_mode() {
+# bench_setup builds and installs the package in a freshly booted namespace.
+bench_setup() {
   # ns_boot takes the e2e lock (test/e2e/lib/common.sh e2e_lock): no other
   # namespaced run installs the package while this one holds it.
   bench_log "building the package (make deb)"
@@ -107,6 +108,9 @@ bench_run_mode() {
   if ! ns_exec docker image inspect "$BENCH_IMAGE" >/dev/null 2>&1; then
     [[ -f $REPO/dist/worker-image.tar ]] && ns_exec docker load -i "$REPO/dist/worker-image.tar" >/dev/null
   fi
+}
+
+bench_run_mode() {
 
   start_fakemodel
   install_bench_config

@@ -23,6 +23,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/bench/internal/turns"
 	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 )
 
@@ -194,7 +195,8 @@ func cmdReport(args []string) error {
 }
 
 // cmdPolicy writes a valid broker policy for the baseline broker (model only,
-// generous call limit and deadline) and prints its turn id.
+// generous call limit and deadline) and, optionally, its credential file;
+// it prints the turn id.
 func cmdPolicy(args []string) error {
 	fs := flag.NewFlagSet("policy", flag.ExitOnError)
 	dir := fs.String("dir", "", "policy directory")
@@ -203,9 +205,16 @@ func cmdPolicy(args []string) error {
 	cred := fs.String("credential", "model", "credential name")
 	maxCalls := fs.Int("max-calls", 1000, "calls the broker allows")
 	ttl := fs.Duration("deadline", 3*time.Hour, "deadline from now")
+	credDir := fs.String("credentials-dir", "", "also write the credential here, named as systemd's LoadCredential= names it")
 	_ = fs.Parse(args)
 	if *dir == "" || *url == "" {
 		return errors.New("--dir and --model-url are required")
+	}
+	if *credDir != "" {
+		v := "sk-bench-baseline-" + ids.NewTurnID()
+		if err := atomicfile.WriteFile(filepath.Join(*credDir, layout.CredentialPrefix+*cred), []byte(v+"\n"), 0o600); err != nil {
+			return err
+		}
 	}
 	turn := ids.NewTurnID()
 	channel := "bench-baseline"

@@ -28,6 +28,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/bench/internal/stats"
 	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 )
@@ -86,7 +87,7 @@ func Run(ctx context.Context, c Config) (*report.Broker, error) {
 			return nil, err
 		}
 	}
-	if err := atomicfile.WriteFile(filepath.Join(c.WorkDir, "credentials", "bench"), []byte(secret+"\n"), 0o600); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(c.WorkDir, "credentials", layout.CredentialPrefix+"bench"), []byte(secret+"\n"), 0o600); err != nil {
 		return nil, err
 	}
 	res := &report.Broker{Iterations: c.Iterations, CallsPerBroker: c.CallsPerBroker, LoadStart: report.LoadAvg(),

@@ -139,14 +139,19 @@ func Targets(in *Inputs) []Target {
 
 	t = Target{What: "broker overhead per model call (median of per-call difference)", Target: fmt.Sprintf("<= %.0f ms", TargetBrokerMs)}
 	if in.Broker != nil && len(in.Broker.Modes) > 0 {
-		worst := 0.0
+		worst, failed := 0.0, false
 		var parts []string
 		for _, m := range in.Broker.Modes {
+			if m.Diff.N == 0 || m.Failures > 0 {
+				failed = true
+				parts = append(parts, fmt.Sprintf("%d of %d calls failed (%s)", m.Failures, m.Failures+m.Diff.N, m.Mode))
+				continue
+			}
 			parts = append(parts, fmt.Sprintf("%s ms (%s)", ms(m.Diff.Median), m.Mode))
 			worst = math.Max(worst, m.Diff.Median)
 		}
 		t.Measured = strings.Join(parts, ", ")
-		t.Verdict = verdict(true, worst <= TargetBrokerMs)
+		t.Verdict = verdict(true, !failed && worst <= TargetBrokerMs)
 	} else {
 		t.Measured, t.Verdict = "-", verdict(false, false)
 	}

@@ -38,6 +38,7 @@ func TestTargets(t *testing.T) {
 		{"ratio missed", &Inputs{FixedCost: fixed(170, 200)}, "fixed turn cost", "**missed**"},
 		{"ratio absent", &Inputs{}, "fixed turn cost", "not measured"},
 		{"broker worst mode counts", &Inputs{Broker: &Broker{Modes: []BrokerMode{{Diff: stats.Summary{Median: 0.5}}, {Diff: stats.Summary{Median: 1.2}}}}}, "broker overhead", "**missed**"},
+		{"broker calls failed", &Inputs{Broker: &Broker{Modes: []BrokerMode{{Failures: 200}}}}, "broker overhead", "**missed**"},
 		{"load failure", &Inputs{Load: &Load{Channels: 16, TurnsPerChannel: 4, Failures: 1}}, "failed turns", "**missed**"},
 		{"load clean", &Inputs{Load: &Load{Channels: 16, TurnsPerChannel: 4}}, "failed turns", "met"},
 		{"host idle over", &Inputs{Load: &Load{HostRSSIdleKiB: 41 * 1024}}, "host idle RSS", "**missed**"},
