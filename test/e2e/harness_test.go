@@ -514,3 +514,30 @@ func journal(args ...string) string {
 	out, _ := run("journalctl", append([]string{"--no-pager"}, args...)...)
 	return out
 }
+
+// recordsForUser returns the model requests whose last user message
+// contains marker (history of earlier turns repeats older markers).
+func recordsForUser(path, marker string) []modelRecord {
+	var out []modelRecord
+	for _, r := range readRecords(path) {
+		var body struct {
+			Messages []struct {
+				Role    string          `json:"role"`
+				Content json.RawMessage `json:"content"`
+			} `json:"messages"`
+		}
+		if json.Unmarshal(r.Body, &body) != nil {
+			continue
+		}
+		last := ""
+		for _, m := range body.Messages {
+			if m.Role == "user" {
+				last = string(m.Content)
+			}
+		}
+		if strings.Contains(last, marker) {
+			out = append(out, r)
+		}
+	}
+	return out
+}

@@ -6,6 +6,7 @@
 # not root, no unshare/systemd/dockerd/polkitd. Always tears the namespace
 # down and leaves the machine as it was. Environment:
 #   E2E_RUN=<regexp>   run only the matching scenarios (go test -run)
+#   E2E_DEB=<path>     use this prebuilt .deb instead of running make deb
 #   E2E_KEEP=1         on failure, keep the namespace running for inspection
 #                      (prints how to enter it and how to stop it)
 set -euo pipefail

