@@ -95,6 +95,9 @@ func (d *Daemon) Serve(ctx context.Context) (err error) {
 	if err != nil {
 		return startupErr("api access", err)
 	}
+	if err := CheckPolicyGroup(cfg.PolicyDir, d.BrokerGID); err != nil {
+		return startupErr("policyDir", err)
+	}
 	lock, err := AcquireLock(cfg.LockFile)
 	if err != nil {
 		return startupErr("lock", err)
@@ -224,4 +227,21 @@ func DiscoveredTools(ctx context.Context, s config.MCP, list func(context.Contex
 		return nil, fmt.Errorf("mcp %s: server offers %d usable tools; 1 to %d are allowed", s.Name, len(out), protocol.MaxToolSpecs)
 	}
 	return out, nil
+}
+
+// CheckPolicyGroup requires policyDir to carry the broker's group (brokerGID;
+// 0 = no such group, nothing to check) so the policy files written into it
+// are readable by the broker: the package makes it setgid _sandbox-broker.
+func CheckPolicyGroup(policyDir string, brokerGID int) error {
+	if brokerGID <= 0 {
+		return nil
+	}
+	st, err := os.Stat(policyDir)
+	if err != nil {
+		return err
+	}
+	if gid, ok := fileGroup(st); !ok || gid != brokerGID {
+		return fmt.Errorf("%s must belong to group %d (_sandbox-broker), setgid, so brokers can read their policies: chgrp _sandbox-broker %s && chmod 2750 %s", policyDir, brokerGID, policyDir, policyDir)
+	}
+	return nil
 }

@@ -182,6 +182,7 @@ func TestDaemonStartupRefusals(t *testing.T) {
 		{"reap fails", func(d *Daemon, f *fakeDocker) {
 			d.Reap = func(context.Context, Engine, UnitManager) error { return errors.New("boom") }
 		}, "startup reap"},
+		{"policy dir group", func(d *Daemon, f *fakeDocker) { d.BrokerGID = 4343 }, "chmod 2750"},
 		{"lock held", func(d *Daemon, f *fakeDocker) {
 			l, err := AcquireLock(d.Config.LockFile)
 			if err == nil {

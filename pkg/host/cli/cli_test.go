@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -71,7 +72,16 @@ func fakeMachine(t *testing.T) (string, doctorDeps) {
 			os.Chown(filepath.Join(dir, s), 4242, 4242)
 		}
 	}
-	d.lookupGroup = func(string) (int, error) { return 4321, nil }
+	polGID := os.Getgid()
+	if st, err := os.Stat(filepath.Join(dir, "pol")); err == nil {
+		polGID = int(st.Sys().(*syscall.Stat_t).Gid)
+	}
+	d.lookupGroup = func(name string) (int, error) {
+		if name == "_sandbox-broker" {
+			return polGID, nil
+		}
+		return 4321, nil
+	}
 	d.docker = func(string) (dockerProbe, error) { return fakeProbe{image: true}, nil }
 	d.credDir = filepath.Join(dir, "creds")
 	d.unitDirs = []string{filepath.Join(dir, "units")}
@@ -136,6 +146,9 @@ func TestDoctorFailuresCarryRemedies(t *testing.T) {
 		}},
 		{"bad config", "config", "fix the named key", func(path string, d *doctorDeps) {
 			os.WriteFile(path, []byte(testYAML+"nonsense: 1\n"), 0o600)
+		}},
+		{"policy dir group", "policy-group", "systemd-tmpfiles", func(path string, d *doctorDeps) {
+			d.lookupGroup = func(string) (int, error) { return 4343, nil }
 		}},
 		{"open directory", "directories", "systemd-tmpfiles", func(path string, d *doctorDeps) {
 			os.Chmod(filepath.Join(filepath.Dir(path), "ws"), 0o755)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/container"
+	"github.com/roundtable-sandbox/sandbox/pkg/host"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/mcp"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -156,6 +157,13 @@ func runDoctor(ctx context.Context, path string, d doctorDeps) Report {
 			} else {
 				add("directories", StatusOK, fmt.Sprintf("roots, policy and state directories belong to %s (uid %d) without group/other access", layout.HostUser, uid), "")
 			}
+		}
+		if bgid, err := d.lookupGroup(layout.BrokerUser); err != nil {
+			add("policy-group", StatusFail, "group "+layout.BrokerUser+" not found; brokers could not read their policies", "reinstall the roundtable-sandbox package (sysusers.d creates it)")
+		} else if err := host.CheckPolicyGroup(cfg.PolicyDir, bgid); err != nil {
+			add("policy-group", StatusFail, err.Error(), "systemd-tmpfiles --create roundtable-sandbox.conf")
+		} else {
+			add("policy-group", StatusOK, cfg.PolicyDir+" belongs to group "+layout.BrokerUser, "")
 		}
 		n := config.BrokerSocketLen(cfg.RunRoot)
 		if n > layout.MaxSocketPath {
