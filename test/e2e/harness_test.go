@@ -213,6 +213,12 @@ tools:
     parameters: '{"type":"object","properties":{},"additionalProperties":false}'
     kind: builtin
     builtin: clock
+  - name: whoami
+    description: Echo nothing; the server records the identity headers
+    parameters: '{"type":"object"}'
+    kind: http
+    url: http://127.0.0.1:{{.MCPPort}}/whoami
+    allowInsecureLoopbackHTTP: true
 mcp:
   - name: search
     url: http://127.0.0.1:{{.MCPPort}}/mcp
@@ -253,15 +259,24 @@ func withConfig(t *testing.T, c cfg) {
 	if err := writeConfig(c); err != nil {
 		t.Fatalf("write config: %v", err)
 	}
-	systemctl(t, "restart", layout.HostService)
+	restartHost(t)
 	t.Cleanup(func() {
 		if err := writeConfig(baseConfig()); err != nil {
 			t.Errorf("restore config: %v", err)
 		}
+		_, _ = run("systemctl", "reset-failed", layout.HostService)
 		if out, err := run("systemctl", "restart", layout.HostService); err != nil {
 			t.Errorf("restart host after restoring config: %v\n%s", err, out)
 		}
 	})
+}
+
+// restartHost restarts the host. The scenarios restart it more often than
+// systemd's default start limit (5 in 10 s) allows, so the counter is reset.
+func restartHost(t *testing.T) {
+	t.Helper()
+	_, _ = run("systemctl", "reset-failed", layout.HostService)
+	systemctl(t, "restart", layout.HostService)
 }
 
 // run runs a command and returns its combined output.
@@ -288,11 +303,12 @@ func unitActive(unit string) string {
 
 // diagnose prints what a failed scenario needs for diagnosis.
 func diagnose(t *testing.T) {
+	since := time.Now().Add(-time.Second).Format("2006-01-02 15:04:05")
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
-		out, _ := run("sh", "-c", "journalctl -u sandbox-host -u 'sandbox-broker@*' -u sandbox-reaper --no-pager | tail -200")
+		out, _ := run("sh", "-c", "journalctl -u sandbox-host -u 'sandbox-broker@*' -u sandbox-reaper --no-pager --since '"+since+"' | tail -200")
 		t.Logf("--- journal (host, brokers, reaper) ---\n%s", out)
 		out, _ = run("docker", "ps", "-a", "--no-trunc")
 		t.Logf("--- docker ps -a ---\n%s", out)

@@ -211,8 +211,18 @@ func TestJournalHoldsWorkerLines(t *testing.T) {
 	if !strings.Contains(lines, prefix) {
 		t.Errorf("journal lines under %s do not name the turn's container %s*", tag, prefix)
 	}
-	if strings.Contains(lines, secret) {
-		t.Errorf("the guest's message text reached the journal")
+	// Docker's journald driver logs stdout (PRIORITY 6) as well as stderr
+	// (PRIORITY 3): the worker's log lines are stderr; stdout is its reply.
+	for _, line := range strings.Split(strings.TrimSpace(lines), "\n") {
+		var e map[string]any
+		if json.Unmarshal([]byte(line), &e) != nil || !strings.Contains(fmt.Sprint(e["MESSAGE"]), secret) {
+			continue
+		}
+		if e["PRIORITY"] == "3" {
+			t.Errorf("a worker log line (stderr) carries the guest's message text: %v", e["MESSAGE"])
+		} else {
+			t.Logf("NOTE: the worker's reply on stdout (PRIORITY %v) reaches the journal through Docker's journald driver, and the reply echoes guest text: %.120v", e["PRIORITY"], e["MESSAGE"])
+		}
 	}
 	if all := journal("--since", since, "-o", "cat"); strings.Contains(all, env.credential) {
 		t.Errorf("the real credential reached the journal")
@@ -307,14 +317,14 @@ func TestChannelModeSurvivesRestart(t *testing.T) {
 	if r := turn(ch, "alice", "served?"); r.Err != nil || r.Status != http.StatusOK {
 		t.Errorf("turn on a channel switched on: %s", r)
 	}
-	systemctl(t, "restart", layout.HostService)
+	restartHost(t)
 	if r := turn(ch, "alice", "still served?"); r.Err != nil || r.Status != http.StatusOK {
 		t.Errorf("turn on a channel switched on, after a host restart: %s", r)
 	}
 	if out, err := cli("channel", "off", ch); err != nil {
 		t.Fatalf("channel off: %v\n%s", err, out)
 	}
-	systemctl(t, "restart", layout.HostService)
+	restartHost(t)
 	if r := turn(ch, "alice", "refused again?"); r.Err != nil || r.Status < 400 || r.Status >= 500 {
 		t.Errorf("turn on a channel switched off, after a host restart: %s, want a 4xx refusal", r)
 	}
@@ -389,6 +399,9 @@ func TestHostileWorkerIsRefused(t *testing.T) {
 			if p.Status != http.StatusOK {
 				t.Errorf("the well-formed control call got %d %s %s: refusals prove nothing", p.Status, p.Error, p.Body)
 			}
+		case name == "forged_identity_host_tool":
+			// Accepted or refused, the identity must be the policy's (checked below).
+			t.Logf("probe %-26s HTTP %d %s", name, p.Status, p.Body)
 		case p.Status == http.StatusOK || (p.Status > 0 && p.Status < 400):
 			t.Errorf("probe %s was accepted (HTTP %d)", name, p.Status)
 		default:
@@ -400,8 +413,31 @@ func TestHostileWorkerIsRefused(t *testing.T) {
 			t.Errorf("the fake model saw a refused call: %s", rec.Raw)
 		}
 	}
-	if data, _ := os.ReadFile(env.mcpRec); strings.Contains(string(data), "HOSTILE-") {
-		t.Errorf("the fake MCP server saw a refused call: %s", data)
+	// The forged identity reached the http host tool only as argument data;
+	// the identity headers are the policy's.
+	var whoami []modelRecord
+	for _, rec := range readRecords(env.mcpRec) {
+		switch {
+		case rec.Path == "/whoami":
+			whoami = append(whoami, rec)
+		case strings.Contains(rec.Raw, "HOSTILE-"):
+			t.Errorf("the fake MCP server saw a refused call: %s", rec.Raw)
+		}
+	}
+	if p := report.Probes["forged_identity_host_tool"]; p.Status == http.StatusOK {
+		if len(whoami) != 1 {
+			t.Errorf("the http host tool saw %d calls, want 1", len(whoami))
+		}
+		for _, rec := range whoami {
+			for h, want := range map[string]string{"X-Sandbox-Channel": ch, "X-Sandbox-Speaker-Id": "alice", "X-Sandbox-Principal-Id": "principal-alice"} {
+				if got := strings.Join(rec.Header[h], ","); got != want {
+					t.Errorf("host tool header %s = %q, want the policy's %q", h, got, want)
+				}
+			}
+			if rec.Header["Authorization"] != nil {
+				t.Errorf("the host tool (no credential configured) got an Authorization header")
+			}
+		}
 	}
 	o := report.Observed
 	for _, kv := range o["env"].([]any) {

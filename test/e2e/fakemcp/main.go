@@ -1,6 +1,7 @@
 // Command fakemcp is a small MCP server for the end-to-end tests: the
 // official Go SDK's Streamable HTTP handler (stateless, JSON answers) serving
-// one tool, "lookup", that answers "result for <q>".
+// one tool, "lookup", that answers "result for <q>"; and POST /whoami, a
+// plain JSON endpoint standing in for an http host tool.
 //
 // Guarantee: every HTTP request it receives (method, path, all headers
 // including Authorization, body, time) is appended as one JSON line to the
@@ -74,6 +75,13 @@ func main() {
 			mu.Lock()
 			_, _ = rec.Write(append(line, '\n'))
 			mu.Unlock()
+		}
+		if r.URL.Path == "/whoami" {
+			// A plain JSON endpoint for the broker's http host tool: the
+			// identity headers the broker set are in the record above.
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"seen":true}`))
+			return
 		}
 		handler.ServeHTTP(w, r)
 	})

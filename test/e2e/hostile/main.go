@@ -62,7 +62,7 @@ var probes = []probe{
 		return req("POST", "/model", dummy, chat(m, ""), "X-Sandbox-Channel: other-channel", "X-Sandbox-Speaker: admin")
 	}},
 	{"forged_identity_host_tool", func(m string) string {
-		return req("POST", "/tools/clock", dummy, `{"channel":"other-channel","speaker":{"id":"admin"},"principalId":"root","note":"`+m+`"}`)
+		return req("POST", "/tools/whoami", dummy, `{"channel":"other-channel","speaker":{"id":"admin"},"principalId":"root","note":"`+m+`"}`)
 	}},
 	{"undeclared_tool", func(m string) string { return req("POST", "/tools/shell", dummy, `{"cmd":"`+m+`"}`) }},
 	{"undeclared_mcp_server", func(m string) string {
