@@ -17,8 +17,10 @@ import (
 
 // systemd message ids (sd-messages.h).
 const (
-	msgJobStart = "7d4958e842da4a758f6c1cdc7b36dcc5" // "Starting ..."
-	msgJobDone  = "39f53479d3a045ac8e11786248231fbf" // "Started ..."
+	msgJobStart    = "7d4958e842da4a758f6c1cdc7b36dcc5" // "Starting ..."
+	msgJobDone     = "39f53479d3a045ac8e11786248231fbf" // "Started ..." / "Listening on ..."
+	msgJobStopping = "de5b426a63be47a7b6ac3eaac82e2f6f" // "Stopping ..."
+	msgJobStopped  = "9d1aaa27d60140bd96365438aad20286" // "Stopped ..." / "Closed ..."
 )
 
 // Samples are per-turn durations in milliseconds by phase name.
@@ -26,14 +28,18 @@ type Samples map[string][]float64
 
 // Names of the phases this package derives itself.
 const (
-	PhaseBrokerActivation = "broker_activation (systemd job start to READY)"
-	PhaseBrokerModelCall  = "broker /model call (broker's own latency_ms, 1 ms resolution)"
-	PhaseHostTotal        = "host total (admission to cleanup)"
+	PhaseSocketJob         = "systemd: socket unit start job"
+	PhaseUntilConnect      = "socket listening to the worker's first connect"
+	PhaseBrokerReadyToStop = "broker ready to the host's stop request"
+	PhaseServiceStopJob    = "systemd: broker service stop job"
+	PhaseBrokerActivation  = "broker_activation (systemd job start to READY)"
+	PhaseBrokerModelCall   = "broker /model call (broker's own latency_ms, 1 ms resolution)"
+	PhaseHostTotal         = "host total (admission to cleanup)"
 )
 
 var (
 	usAttr     = regexp.MustCompile(`(?:^|[\s{,"])([a-z_]+)_us"?[=:]\s*"?(\d+)`)
-	brokerUnit = regexp.MustCompile(`^sandbox-broker@([0-9a-f]{32})\.service$`)
+	brokerUnit = regexp.MustCompile(`^sandbox-broker@([0-9a-f]{32})\.(service|socket)$`)
 	latencyMs  = regexp.MustCompile(`latency_ms"?[=:]\s*"?(\d+)`)
 )
 
@@ -57,7 +63,9 @@ func (e entry) str(k string) string {
 // (µs since the epoch) lies in [since, until]; until <= 0 means no bound.
 func Parse(r io.Reader, since, until int64) (Samples, error) {
 	out := Samples{}
-	starts := map[string]float64{} // broker turn -> job start (µs)
+	// systemd's job messages per broker unit: turn -> event -> time (µs).
+	events := map[string]map[string]float64{}
+	var order []string
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 256<<10), 4<<20)
 	for sc.Scan() {
@@ -71,13 +79,15 @@ func Parse(r io.Reader, since, until int64) (Samples, error) {
 			continue
 		}
 		if m := brokerUnit.FindStringSubmatch(e.str("UNIT")); m != nil && e.str("_PID") == "1" {
-			switch e.str("MESSAGE_ID") {
-			case msgJobStart:
-				starts[m[1]] = ts
-			case msgJobDone:
-				if s, ok := starts[m[1]]; ok && ts >= s && e.str("JOB_TYPE") == "start" {
-					out[PhaseBrokerActivation] = append(out[PhaseBrokerActivation], (ts-s)/1000)
-					delete(starts, m[1])
+			ev := map[string]string{msgJobStart: "start", msgJobDone: "done", msgJobStopping: "stopping", msgJobStopped: "stopped"}[e.str("MESSAGE_ID")]
+			if ev != "" {
+				if events[m[1]] == nil {
+					events[m[1]] = map[string]float64{}
+					order = append(order, m[1])
+				}
+				k := m[2] + "." + ev
+				if _, seen := events[m[1]][k]; !seen {
+					events[m[1]][k] = ts
 				}
 			}
 			continue
@@ -113,6 +123,24 @@ func Parse(r io.Reader, since, until int64) (Samples, error) {
 					k = PhaseHostTotal
 				}
 				out[k] = append(out[k], v)
+			}
+		}
+	}
+	for _, turn := range order {
+		ev := events[turn]
+		for _, d := range []struct {
+			name, from, to string
+		}{
+			{PhaseSocketJob, "socket.start", "socket.done"},
+			{PhaseUntilConnect, "socket.done", "service.start"},
+			{PhaseBrokerActivation, "service.start", "service.done"},
+			{PhaseBrokerReadyToStop, "service.done", "service.stopping"},
+			{PhaseServiceStopJob, "service.stopping", "service.stopped"},
+		} {
+			from, ok1 := ev[d.from]
+			to, ok2 := ev[d.to]
+			if ok1 && ok2 && to >= from {
+				out[d.name] = append(out[d.name], (to-from)/1000)
 			}
 		}
 	}

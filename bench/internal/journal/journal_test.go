@@ -8,8 +8,12 @@ import (
 const fixture = `{"MESSAGE":"level=DEBUG msg=\"turn phases\" turn=ab result=ok total_us=120000 prepare_us=800 unit_start_us=21000 create_us=9000 run_us=70000","_SYSTEMD_UNIT":"sandbox-host.service","__REALTIME_TIMESTAMP":"1000"}
 {"MESSAGE":"{\"level\":\"DEBUG\",\"msg\":\"turn phases\",\"result\":\"ok\",\"total_us\":100000,\"prepare_us\":600}","_SYSTEMD_UNIT":"sandbox-host.service","__REALTIME_TIMESTAMP":"1001"}
 {"MESSAGE":"level=DEBUG msg=\"turn phases\" result=failed total_us=5000 prepare_us=1","_SYSTEMD_UNIT":"sandbox-host.service","__REALTIME_TIMESTAMP":"1002"}
+{"MESSAGE":"Starting socket...","UNIT":"sandbox-broker@0123456789abcdef0123456789abcdef.socket","_PID":"1","MESSAGE_ID":"7d4958e842da4a758f6c1cdc7b36dcc5","__REALTIME_TIMESTAMP":"1900000"}
+{"MESSAGE":"Listening on socket.","UNIT":"sandbox-broker@0123456789abcdef0123456789abcdef.socket","_PID":"1","MESSAGE_ID":"39f53479d3a045ac8e11786248231fbf","__REALTIME_TIMESTAMP":"1907000"}
 {"MESSAGE":"Starting broker...","UNIT":"sandbox-broker@0123456789abcdef0123456789abcdef.service","_PID":"1","MESSAGE_ID":"7d4958e842da4a758f6c1cdc7b36dcc5","JOB_TYPE":"start","__REALTIME_TIMESTAMP":"2000000"}
 {"MESSAGE":"Started broker.","UNIT":"sandbox-broker@0123456789abcdef0123456789abcdef.service","_PID":"1","MESSAGE_ID":"39f53479d3a045ac8e11786248231fbf","JOB_TYPE":"start","JOB_RESULT":"done","__REALTIME_TIMESTAMP":"2031500"}
+{"MESSAGE":"Stopping broker...","UNIT":"sandbox-broker@0123456789abcdef0123456789abcdef.service","_PID":"1","MESSAGE_ID":"de5b426a63be47a7b6ac3eaac82e2f6f","__REALTIME_TIMESTAMP":"2075500"}
+{"MESSAGE":"Stopped broker.","UNIT":"sandbox-broker@0123456789abcdef0123456789abcdef.service","_PID":"1","MESSAGE_ID":"9d1aaa27d60140bd96365438aad20286","__REALTIME_TIMESTAMP":"2079500"}
 {"MESSAGE":"level=INFO msg=call turn=01 route=/model status=200 latency_ms=2","_SYSTEMD_UNIT":"sandbox-broker@0123456789abcdef0123456789abcdef.service","__REALTIME_TIMESTAMP":"2040000"}
 {"MESSAGE":"level=WARN msg=\"call refused\" route=/model status=400 latency_ms=0","_SYSTEMD_UNIT":"sandbox-broker@0123456789abcdef0123456789abcdef.service","__REALTIME_TIMESTAMP":"2040001"}
 not json
@@ -28,6 +32,10 @@ func TestParse(t *testing.T) {
 		{"unit_start", []float64{21}},
 		{PhaseHostTotal, []float64{120, 100}},
 		{PhaseBrokerActivation, []float64{31.5}},
+		{PhaseSocketJob, []float64{7}},
+		{PhaseUntilConnect, []float64{93}},
+		{PhaseBrokerReadyToStop, []float64{44}},
+		{PhaseServiceStopJob, []float64{4}},
 		{PhaseBrokerModelCall, []float64{2}},
 	}
 	for _, tt := range tests {

@@ -24,17 +24,21 @@ type Step struct {
 // Path is a turn's path. Indented names run inside the row above them.
 var Path = []Step{
 	{Want: "policy and directory", Journal: "prepare", Metric: "prepare", Note: "workspace, turn directory, policy file"},
-	{Want: "D-Bus socket-unit start", Journal: "unit_start", Metric: "unit_start", Note: "concurrent with create"},
+	{Want: "D-Bus socket-unit start", Journal: "unit_start", Metric: "unit_start", Note: "host side: D-Bus StartUnit and job wait; concurrent with create"},
+	{Want: "  systemd: socket unit start job", Journal: journal.PhaseSocketJob, Note: "systemd's own share (Starting to Listening)"},
 	{Want: "container create", Journal: "create", Metric: "create", Note: "concurrent with unit start"},
 	{Want: "attach", Metric: "container_attach"},
-	{Want: "start", Metric: "container_start"},
+	{Want: "start", Metric: "container_start", Note: "dockerd, containerd, shim, runc"},
 	{Want: "worker run (stdin to stdout EOF)", Metric: "worker_run", Note: "holds broker activation and the model call"},
-	{Want: "  broker activation", Journal: journal.PhaseBrokerActivation, Note: "systemd's job messages for sandbox-broker@<turn>.service"},
+	{Want: "  socket listening to the worker's first connect", Journal: journal.PhaseUntilConnect, Note: "systemd view: create, attach, start, worker start"},
+	{Want: "  broker activation", Journal: journal.PhaseBrokerActivation, Note: "systemd job start to READY of sandbox-broker@<turn>.service"},
 	{Want: "  model call through the broker", Journal: journal.PhaseBrokerModelCall, Note: "the broker's log line"},
+	{Want: "  broker ready to the host's stop request", Journal: journal.PhaseBrokerReadyToStop, Note: "model call, worker exit, wait, removal"},
 	{Want: "wait", Metric: "container_wait"},
 	{Want: "attach + start + worker run + wait", Journal: "run", Metric: "run"},
 	{Want: "removal", Journal: "remove", Metric: "remove"},
-	{Want: "unit stop", Journal: "unit_stop", Metric: "unit_stop"},
+	{Want: "unit stop", Journal: "unit_stop", Metric: "unit_stop", Note: "host side: D-Bus StopUnit of service and socket"},
+	{Want: "  systemd: broker service stop job", Journal: journal.PhaseServiceStopJob, Note: "systemd's own share"},
 	{Want: "turn directory and policy removal", Journal: "files", Metric: "files"},
 	{Want: "host total (admission to cleanup)", Journal: journal.PhaseHostTotal},
 }
@@ -120,7 +124,7 @@ func writePhases(b *strings.Builder, in *Inputs) error {
 		p("Not covered by any trace point in this run: %s.\n\n", strings.Join(missing, ", "))
 	}
 	if len(samples[journal.PhaseBrokerActivation]) > 0 || len(samples[journal.PhaseBrokerModelCall]) > 0 {
-		p("Broker activation and the model call are not host trace points (the host cannot see inside the container): they come from systemd's and the broker's journal lines for the same turns.\n\n")
+		p("Broker activation, the model call and the systemd-side rows are not host trace points (the host cannot see inside the container or systemd): they come from systemd's job messages (PID 1 logging to the journal: `systemd-analyze set-log-target journal` in the namespace) and the broker's log lines for the same turns.\n\n")
 	}
 	writeEnginePhases(b, in)
 	return nil
