@@ -77,13 +77,18 @@ else
 fi
 [[ -f $deb ]] || { echo "FAIL: no package at $deb"; exit 1; }
 
+nsroot_lock || { echo "FAIL: could not take the namespaced-run lock"; exit 1; }
 nsroot_boot || { echo "FAIL: could not boot the namespace"; exit 1; }
+apt_env=(env DEBIAN_FRONTEND=noninteractive)
 nsroot_exec sh -c 'cat >/root/roundtable-sandbox.deb' <"$deb"
 # Container images of Debian ship a policy-rc.d that forbids starting or
 # stopping services from maintainer scripts (exit 101); a real machine has
 # none. Remove it in the throwaway root so the scripts run as on a machine.
 nsroot_exec rm -f /usr/sbin/policy-rc.d
-apt_env=(env DEBIAN_FRONTEND=noninteractive)
+# Start from a root without the package, even if this machine has it.
+if nsroot_exec dpkg-query -W roundtable-sandbox >/dev/null 2>&1; then
+  nsroot_exec "${apt_env[@]}" apt-get purge -y roundtable-sandbox >/dev/null 2>&1 || true
+fi
 
 echo "== install with Docker unavailable (must succeed, with a note)"
 nsroot_exec systemctl mask --runtime --now docker.socket docker.service >/dev/null 2>&1
@@ -171,6 +176,22 @@ if ((standin)); then
 
   echo "== remove while a broker runs"
   expect "_sandbox starts another broker socket" "${sb[@]}" sh -c "mkdir -m 700 /run/roundtable-sandbox/turns/b$t && systemctl start sandbox-broker@b$t.socket"
+else
+  echo "== the real binaries under their hardened units"
+  out=$(nsroot_exec timeout 60 sandbox-host --json channel list 2>&1)
+  if [[ $(nsroot_exec systemctl is-active sandbox-host.service) == active ]]; then
+    ok "a client connect activated sandbox-host.service (READY=1 under the hardened unit)"
+  else
+    bad "sandbox-host.service not active after a connect: $out"
+    nsroot_exec journalctl -u sandbox-host.service -o cat --no-pager | tail -20
+  fi
+  echo "-- sandbox-host doctor:"; nsroot_exec timeout 60 sandbox-host doctor 2>&1 | sed 's/^/   /'
+  if nsroot_exec systemctl start sandbox-reaper.service; then
+    ok "sandbox-reaper.service runs under its hardened unit"
+  else
+    bad "sandbox-reaper.service failed"
+  fi
+  nsroot_exec journalctl -u sandbox-reaper.service -o cat --no-pager | tail -5 | sed 's/^/   /'
 fi
 
 echo "== purge"

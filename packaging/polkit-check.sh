@@ -40,9 +40,11 @@ if [[ ${1:-} != --inner ]]; then
   cp /etc/group "$work/group"
   names=(_sandbox _sandbox-broker rtsb-guest)
   for i in 0 1 2; do
-    getent passwd "${names[$i]}" >/dev/null && { echo "FAIL: user ${names[$i]} exists on this machine; run in a clean namespace"; exit 1; }
+    # An installed package's users are reused as they are; others are added
+    # to the private copies only.
+    getent passwd "${names[$i]}" >/dev/null && continue
     echo "${names[$i]}:x:${free[$i]}:${free[$i]}::/nonexistent:/usr/sbin/nologin" >>"$work/passwd"
-    echo "${names[$i]}:x:${free[$i]}:" >>"$work/group"
+    getent group "${names[$i]}" >/dev/null || echo "${names[$i]}:x:${free[$i]}:" >>"$work/group"
   done
   mkdir -p "$work/rules"
   cp -a /usr/share/polkit-1/rules.d/. "$work/rules/"
@@ -79,7 +81,7 @@ done
 
 declare -A pid
 for u in _sandbox _sandbox-broker rtsb-guest; do
-  setpriv --reuid="$u" --regid="$u" --clear-groups sleep 300 &
+  setpriv --reuid="$u" --regid="$(id -g "$u")" --clear-groups sleep 300 &
   pid[$u]=$!
 done
 sleep 0.2

@@ -3,7 +3,10 @@
 # UTS, IPC and cgroup namespaces, on an overlay of the machine's root whose
 # upper layer is a tmpfs. Whatever runs inside (apt install, users, units,
 # dockerd) changes only that tmpfs: the machine's files, dpkg database,
-# /etc/passwd, network and cgroups stay as they were.
+# /etc/passwd, network and cgroups stay as they were. /etc and /var/lib/dpkg
+# are snapshots taken at boot (a package operation on the machine meanwhile
+# does not leak in); callers that install packages should still hold
+# nsroot_lock, which the end-to-end harness takes too.
 #
 # Used by packaging/deb-install-check.sh and for one-off unit experiments.
 # nsroot_boot sets NSROOT_PID (the namespace's PID 1, as seen from outside);
@@ -36,6 +39,16 @@ NSROOT_MASKED=(
   systemd-networkd.service systemd-resolved.service networking.service
   ssh.service cron.service rsyslog.service
 )
+
+# nsroot_lock: take the machine-wide lock of namespaced package runs (the
+# same file test/e2e uses), waiting up to 15 minutes.
+nsroot_lock() {
+  exec {NSROOT_LOCK_FD}>/run/lock/roundtable-sandbox-e2e.lock
+  if ! flock -n "$NSROOT_LOCK_FD"; then
+    nsroot_log "waiting for /run/lock/roundtable-sandbox-e2e.lock (another namespaced run)"
+    flock -w 900 "$NSROOT_LOCK_FD" || { nsroot_log "could not take the lock"; return 1; }
+  fi
+}
 
 nsroot_log() { printf '[nsroot %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
@@ -94,6 +107,13 @@ mount -t tmpfs -o mode=0755 tmpfs \$w/t
 mkdir -p \$w/t/upper \$w/t/work \$w/t/root
 mount -t overlay overlay -o lowerdir=/,upperdir=\$w/t/upper,workdir=\$w/t/work \$w/t/root
 r=\$w/t/root
+# /etc and the dpkg database are copied now, so a package operation on the
+# machine itself while this namespace runs cannot leak into it half-done.
+for d in etc var/lib/dpkg; do
+  mkdir -p \$w/t/snap/\$d
+  cp -a \$r/\$d/. \$w/t/snap/\$d/
+  mount --bind \$w/t/snap/\$d \$r/\$d
+done
 mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs \$r/run
 cp -a \$w/run/. \$r/run/
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs \$r/tmp
