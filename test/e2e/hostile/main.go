@@ -48,8 +48,12 @@ func req(method, target, auth, body string, extra ...string) string {
 	return b.String()
 }
 
+// model is the turn's model (from stdin): the broker refuses any other, so
+// every probe uses it and is refused for its own reason.
+var model = "unknown"
+
 func chat(marker string, extra string) string {
-	return `{"model":"x","messages":[{"role":"user","content":"` + marker + `"` + extra + `}]}`
+	return `{"model":"` + model + `","messages":[{"role":"user","content":"` + marker + `"` + extra + `}]}`
 }
 
 const dummy = "sandbox-dummy-key"
@@ -99,16 +103,16 @@ var probes = []probe{
 			"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", dummy, len(body), len(body), body)
 	}},
 	{"media_url", func(m string) string {
-		return req("POST", "/model", dummy, `{"model":"x","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://evil.example/`+m+`.png"}}]}]}`)
+		return req("POST", "/model", dummy, `{"model":"`+model+`","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://evil.example/`+m+`.png"}}]}]}`)
 	}},
 	{"remote_schema_ref", func(m string) string {
-		return req("POST", "/model", dummy, `{"model":"x","messages":[{"role":"user","content":"`+m+`"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"$ref":"https://evil.example/schema.json"}}}]}`)
+		return req("POST", "/model", dummy, `{"model":"`+model+`","messages":[{"role":"user","content":"`+m+`"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"$ref":"https://evil.example/schema.json"}}}]}`)
 	}},
 	{"native_provider_tool", func(m string) string {
-		return req("POST", "/model", dummy, `{"model":"x","messages":[{"role":"user","content":"`+m+`"}],"tools":[{"type":"web_search"}]}`)
+		return req("POST", "/model", dummy, `{"model":"`+model+`","messages":[{"role":"user","content":"`+m+`"}],"tools":[{"type":"web_search"}]}`)
 	}},
 	{"developer_role", func(m string) string {
-		return req("POST", "/model", dummy, `{"model":"x","messages":[{"role":"developer","content":"`+m+`"}]}`)
+		return req("POST", "/model", dummy, `{"model":"`+model+`","messages":[{"role":"developer","content":"`+m+`"}]}`)
 	}},
 }
 
@@ -172,7 +176,12 @@ func observe() map[string]any {
 }
 
 func main() {
-	_, _ = io.Copy(io.Discard, io.LimitReader(os.Stdin, 1<<20))
+	var turn struct {
+		Model string `json:"model"`
+	}
+	if data, err := io.ReadAll(io.LimitReader(os.Stdin, 1<<20)); err == nil && json.Unmarshal(data, &turn) == nil && turn.Model != "" {
+		model = turn.Model
+	}
 	results := map[string]result{}
 	for _, p := range probes {
 		results[p.Name] = send(p.Raw("HOSTILE-" + p.Name))
