@@ -174,6 +174,17 @@ if ((standin)); then
   out=$(nsroot_exec journalctl -u sandbox-reaper.service -o cat --no-pager 2>&1)
   grep -q "^uid=$uid gid=$uid groups=.*\b$dgid\b" <<<"$out" && ok "reaper runs as _sandbox with group docker" || bad "reaper identity: $out"
 
+  echo "== upgrade (reinstall): a changed conffile is kept, the host restarts"
+  expect "operator edits the config" sh -c 'echo "# local edit" >>/etc/roundtable-sandbox/sandbox.yaml'
+  before=$(nsroot_exec systemctl show -p MainPID --value sandbox-host.service)
+  out=$(nsroot_exec "${apt_env[@]}" apt-get install -y --reinstall -o Dpkg::Options::=--force-confold /root/roundtable-sandbox.deb 2>&1) &&
+    ok "apt-get install --reinstall" || bad "reinstall: $out"
+  expect "local config edit kept" grep -q '^# local edit' /etc/roundtable-sandbox/sandbox.yaml
+  equal "config owner and mode after upgrade" "root _sandbox 640" stat -c '%U %G %a' /etc/roundtable-sandbox/sandbox.yaml
+  equal "sandbox-host.socket active after upgrade" active systemctl is-active sandbox-host.socket
+  after=$(nsroot_exec systemctl show -p MainPID --value sandbox-host.service)
+  if [[ $after != 0 && $after != "$before" ]]; then ok "sandbox-host.service restarted ($before -> $after)"; else bad "host not restarted ($before -> $after)"; fi
+
   echo "== remove while a broker runs"
   expect "_sandbox starts another broker socket" "${sb[@]}" sh -c "mkdir -m 700 /run/roundtable-sandbox/turns/b$t && systemctl start sandbox-broker@b$t.socket"
 else
