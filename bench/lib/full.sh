@@ -150,6 +150,14 @@ bench_run_mode() {
   ns_exec "$BIN/sandbox-bench" phases --fixedcost "$BENCH_RESULTS/fixedcost.json" --out "$BENCH_RESULTS/phases.json" ||
     note "- The journal phase extraction failed; only the host's histograms are shown."
 
+  if [[ ${BENCH_VARIANTS:-1} == 1 ]]; then
+    bench_log "docker run flag variants: ${BENCH_VARIANT_ROUNDS:-20} rounds"
+    tar -C "$FLOOR_BUNDLE/rootfs" -cf "$WORK/floor.tar" floor
+    ns_exec docker import --change 'ENTRYPOINT ["/floor"]' "$WORK/floor.tar" roundtable-bench-floor:latest >/dev/null
+    ns_exec "$BIN/sandbox-bench" variants --out "$BENCH_RESULTS/variants.json" --rounds "${BENCH_VARIANT_ROUNDS:-20}" \
+      --image roundtable-bench-floor:latest --uid "$uid" --gid "$gid" --workspace "$BASE_WS" --turn-dir "$BASE_TURN"
+  fi
+
   bench_log "load: $BENCH_LOAD_CHANNELS channels x $BENCH_LOAD_TURNS turns"
   ns_exec "$BIN/sandbox-bench" load --out "$BENCH_RESULTS/load.json" --host-socket "$HOST_SOCK" \
     --channels "$BENCH_LOAD_CHANNELS" --turns "$BENCH_LOAD_TURNS" --channel-prefix "$CHANNEL_LOAD_PREFIX"

@@ -282,3 +282,60 @@ func cmdPhases(args []string) error {
 	}
 	return writeJSON(*out, res)
 }
+
+// variantGroups are the docker run variants of cmdVariants, in run order.
+var variantGroups = []struct {
+	name string
+	drop []string
+}{
+	{"all flags (as the host)", nil},
+	{"without journald (--log-driver none)", []string{turns.GroupJournald}},
+	{"without limits (memory, swap, cpus, pids)", []string{turns.GroupLimits}},
+	{"without the /tmp tmpfs", []string{turns.GroupTmpfs}},
+	{"without the two bind mounts", []string{turns.GroupBinds}},
+	{"without read-only, cap-drop, no-new-privileges, user", []string{turns.GroupSecurity}},
+	{"without labels, env, workdir", []string{turns.GroupMeta}},
+	{"bare: --network none --log-driver none only", []string{turns.GroupJournald, turns.GroupLimits, turns.GroupTmpfs, turns.GroupBinds, turns.GroupSecurity, turns.GroupMeta}},
+}
+
+// cmdVariants times docker run of a payload with flag groups left out, to
+// attribute docker run's fixed cost. Interleaved like fixedcost.
+func cmdVariants(args []string) error {
+	fs := flag.NewFlagSet("variants", flag.ExitOnError)
+	out := fs.String("out", "", "results file")
+	rounds := fs.Int("rounds", 20, "measured rounds")
+	warmup := fs.Int("warmup", 2, "warm-up rounds")
+	docker := fs.String("docker", "docker", "docker CLI")
+	image := fs.String("image", "", "payload image (the floor image: no broker needed)")
+	uid := fs.Int("uid", 0, "uid")
+	gid := fs.Int("gid", 0, "gid")
+	ws := fs.String("workspace", "", "workspace dir")
+	turnDir := fs.String("turn-dir", "", "turn dir")
+	_ = fs.Parse(args)
+	if *out == "" || *image == "" {
+		return errors.New("--out and --image are required")
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	var runners []turns.Runner
+	for _, v := range variantGroups {
+		spec := turns.DockerSpec{Docker: *docker, Image: *image, UID: *uid, GID: *gid, Workspace: *ws, TurnDir: *turnDir,
+			Limits:    turns.Limits{MemoryMB: 512, CPUs: 1, Pids: 64, TmpfsMB: 64},
+			LogDriver: "journald", LogTag: "sandbox/bench-variants", NamePrefix: "roundtable-sandbox-bench-v", Drop: map[string]bool{}}
+		for _, g := range v.drop {
+			spec.Drop[g] = true
+		}
+		runners = append(runners, &turns.ExecRunner{Label: v.name, Stdin: turns.BenchTurn("bench-model"),
+			Argv: func(seq int) []string { return append([]string{spec.Docker}, turns.DockerArgs(spec, seq)...) }})
+	}
+	res := report.Variants{Rounds: *rounds, Warmup: *warmup, Image: *image, LoadStart: report.LoadAvg()}
+	res.Series = turns.Interleave(ctx, runners, *warmup, *rounds, 0)
+	res.LoadEnd = report.LoadAvg()
+	for _, s := range res.Series {
+		slog.Info("variant", "summary", s.String())
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return writeJSON(*out, res)
+}

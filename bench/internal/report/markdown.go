@@ -26,6 +26,7 @@ type Inputs struct {
 	Ready     *Ready
 	Sizes     *Sizes
 	Phases    *Phases
+	Variants  *Variants
 	Notes     string
 	// ResultsPath is where the raw files are kept, for the report's pointer.
 	ResultsPath string
@@ -55,6 +56,7 @@ func ReadDir(dir string) (*Inputs, error) {
 		rd          Ready
 		sz          Sizes
 		ph          Phases
+		va          Variants
 	)
 	for _, f := range []struct {
 		name string
@@ -69,6 +71,7 @@ func ReadDir(dir string) (*Inputs, error) {
 		{FileReady, &rd, func() { in.Ready = &rd }},
 		{FileSizes, &sz, func() { in.Sizes = &sz }},
 		{FilePhases, &ph, func() { in.Phases = &ph }},
+		{FileVariants, &va, func() { in.Variants = &va }},
 	} {
 		ok, err := load(f.name, f.v)
 		if err != nil {
@@ -320,6 +323,17 @@ func Markdown(in *Inputs) (string, error) {
 	p("## 2. Per-phase breakdown of a turn (host trace points)\n\n")
 	if err := writePhases(&b, in); err != nil {
 		return "", err
+	}
+
+	if va := in.Variants; va != nil && len(va.Series) > 0 {
+		p("### What docker run's own cost is made of\n\n")
+		p("`docker run --rm -i` of the trivial payload image (`%s`, no broker needed) with one group of the host's flags left out at a time, interleaved, %d rounds after %d warm-up; load average %s at start, %s at end. A difference to the first row is what that group costs.\n\n", va.Image, va.Rounds, va.Warmup, va.LoadStart, va.LoadEnd)
+		p("| variant | median ms | p95 ms | median minus all flags ms | failures |\n| --- | --- | --- | --- | --- |\n")
+		base := va.Series[0].Summary.Median
+		for _, s := range va.Series {
+			p("| %s | %s | %s | %s | %d |\n", s.Name, ms(s.Summary.Median), ms(s.Summary.P95), ms(s.Summary.Median-base), s.Failures)
+		}
+		p("\n")
 	}
 
 	p("## 3. Broker overhead\n\n")

@@ -33,6 +33,7 @@ const (
 	FileReady     = "ready.json"
 	FileSizes     = "sizes.json"
 	FilePhases    = "phases.json"
+	FileVariants  = "variants.json"
 	FileNotes     = "notes.md"
 )
 
@@ -65,6 +66,17 @@ type FixedCost struct {
 	// series (create, container_attach, container_start, worker_run,
 	// container_wait, remove), per measured run.
 	EnginePhasesMs map[string][]float64 `json:"enginePhasesMs,omitempty"`
+}
+
+// Variants is variants.json: docker run of the floor payload with flag
+// groups left out.
+type Variants struct {
+	Rounds    int            `json:"rounds"`
+	Warmup    int            `json:"warmup"`
+	Image     string         `json:"image"`
+	LoadStart string         `json:"loadStart"`
+	LoadEnd   string         `json:"loadEnd"`
+	Series    []turns.Series `json:"series"`
 }
 
 // Phases is phases.json: per-turn phase durations from the journal over the

@@ -55,37 +55,62 @@ type DockerSpec struct {
 	LogTag     string
 	Runtime    string // optional OCI runtime name
 	NamePrefix string
+	Drop       map[string]bool // flag groups left out (variants only)
 }
 
+// Flag groups of DockerArgs that a variant may drop (DockerSpec.Drop), to
+// attribute docker run's cost to its parts.
+const (
+	GroupJournald = "journald" // --log-driver journald -> none
+	GroupLimits   = "limits"   // memory, memory-swap, cpus, pids-limit
+	GroupTmpfs    = "tmpfs"
+	GroupBinds    = "binds"
+	GroupSecurity = "security" // read-only, cap-drop, no-new-privileges, user
+	GroupMeta     = "meta"     // labels, env, workdir
+)
+
 // DockerArgs is the `docker run` argv (without the CLI path) for run seq:
-// the flags of DESIGN.md section 4, flag for flag.
+// the flags of DESIGN.md section 4, flag for flag, minus the groups in
+// s.Drop (benchmark variants only).
 func DockerArgs(s DockerSpec, seq int) []string {
 	name := fmt.Sprintf("%s-%d-%d", s.NamePrefix, time.Now().UnixNano()%1e9, seq)
-	args := []string{"run", "--rm", "-i",
-		"--name", name,
-		"--network", "none",
-		"--read-only",
-		"--cap-drop", "ALL",
-		"--security-opt", "no-new-privileges",
-		"--user", fmt.Sprintf("%d:%d", s.UID, s.GID),
-		"--memory", fmt.Sprintf("%dm", s.Limits.MemoryMB),
-		"--memory-swap", fmt.Sprintf("%dm", s.Limits.MemoryMB),
-		"--cpus", strconv.FormatFloat(s.Limits.CPUs, 'f', -1, 64),
-		"--pids-limit", strconv.FormatInt(s.Limits.Pids, 10),
-		"--tmpfs", fmt.Sprintf("/tmp:size=%dm,mode=1777,nosuid,nodev,noexec", s.Limits.TmpfsMB),
-		"--workdir", protocol.WorkspacePath,
-		"--mount", fmt.Sprintf("type=bind,source=%s,target=%s,bind-propagation=rprivate", s.Workspace, protocol.WorkspacePath),
-		"--mount", fmt.Sprintf("type=bind,source=%s,target=%s,readonly,bind-propagation=rprivate", s.TurnDir, protocol.BrokerDir),
-		"--env", protocol.EnvBrokerSocket + "=" + protocol.BrokerSocketPath,
-		"--env", protocol.EnvAPIKey + "=" + protocol.DummyAPIKey,
-		"--label", layout.LabelInstallation + "=bench",
-		"--label", layout.LabelTurn + "=" + ids.NewTurnID(),
-		"--label", layout.LabelChannel + "=bench",
-		"--label", layout.LabelDeadline + "=" + strconv.FormatInt(time.Now().Add(2*time.Minute).Unix(), 10),
-		"--pull", "never",
-		"--log-driver", s.LogDriver,
+	args := []string{"run", "--rm", "-i", "--name", name, "--network", "none"}
+	if !s.Drop[GroupSecurity] {
+		args = append(args, "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+			"--user", fmt.Sprintf("%d:%d", s.UID, s.GID))
 	}
-	if s.LogDriver == "journald" {
+	if !s.Drop[GroupLimits] {
+		args = append(args,
+			"--memory", fmt.Sprintf("%dm", s.Limits.MemoryMB),
+			"--memory-swap", fmt.Sprintf("%dm", s.Limits.MemoryMB),
+			"--cpus", strconv.FormatFloat(s.Limits.CPUs, 'f', -1, 64),
+			"--pids-limit", strconv.FormatInt(s.Limits.Pids, 10))
+	}
+	if !s.Drop[GroupTmpfs] {
+		args = append(args, "--tmpfs", fmt.Sprintf("/tmp:size=%dm,mode=1777,nosuid,nodev,noexec", s.Limits.TmpfsMB))
+	}
+	if !s.Drop[GroupBinds] {
+		args = append(args,
+			"--mount", fmt.Sprintf("type=bind,source=%s,target=%s,bind-propagation=rprivate", s.Workspace, protocol.WorkspacePath),
+			"--mount", fmt.Sprintf("type=bind,source=%s,target=%s,readonly,bind-propagation=rprivate", s.TurnDir, protocol.BrokerDir))
+	}
+	if !s.Drop[GroupMeta] {
+		args = append(args,
+			"--workdir", protocol.WorkspacePath,
+			"--env", protocol.EnvBrokerSocket+"="+protocol.BrokerSocketPath,
+			"--env", protocol.EnvAPIKey+"="+protocol.DummyAPIKey,
+			"--label", layout.LabelInstallation+"=bench",
+			"--label", layout.LabelTurn+"="+ids.NewTurnID(),
+			"--label", layout.LabelChannel+"=bench",
+			"--label", layout.LabelDeadline+"="+strconv.FormatInt(time.Now().Add(2*time.Minute).Unix(), 10))
+	}
+	args = append(args, "--pull", "never")
+	logDriver := s.LogDriver
+	if s.Drop[GroupJournald] {
+		logDriver = "none"
+	}
+	args = append(args, "--log-driver", logDriver)
+	if logDriver == "journald" {
 		args = append(args, "--log-opt", "tag="+s.LogTag)
 	}
 	if s.Runtime != "" {

@@ -65,6 +65,11 @@ func TestDockerArgsCarryEveryConfinementFlag(t *testing.T) {
 	if !strings.HasSuffix(args, " img:latest") {
 		t.Errorf("image must be last: %s", args)
 	}
+	s.Drop = map[string]bool{GroupJournald: true, GroupLimits: true}
+	v := strings.Join(DockerArgs(s, 2), " ")
+	if !strings.Contains(v, "--log-driver none") || strings.Contains(v, "--memory") || !strings.Contains(v, "--cap-drop ALL") {
+		t.Errorf("variant without journald and limits: %s", v)
+	}
 }
 
 func TestCheckHostReply(t *testing.T) {
