@@ -48,6 +48,7 @@ cleanup() {
   local rc=$?
   if [[ $MODE == real ]]; then
     systemctl stop roundtable-demo-model.service 2>/dev/null || true
+    rm -rf /run/roundtable-demo
     if [[ -f $CONF.pre-demo ]]; then
       mv -f "$CONF.pre-demo" "$CONF"
       [[ -f $CRED.pre-demo ]] && mv -f "$CRED.pre-demo" "$CRED"
@@ -75,10 +76,11 @@ else
 fi
 
 # The demo model: a transient unit, so it runs under the same systemd.
-install -m 0755 "$E2E_WORK/bin/fakemodel" "$E2E_WORK/demo-model"
+# (DynamicUser= implies a private /var/tmp, so the binary goes to /run.)
+X install -D -m 0755 "$E2E_WORK/bin/fakemodel" /run/roundtable-demo/fakemodel
 X systemd-run --unit=roundtable-demo-model --quiet --property=DynamicUser=yes \
   --property=RuntimeDirectory=roundtable-demo-model --property=RuntimeDirectoryMode=0755 \
-  "$E2E_WORK/demo-model" -demo -listen 127.0.0.1:0 -port-file /run/roundtable-demo-model/port
+  /run/roundtable-demo/fakemodel -demo -listen 127.0.0.1:0 -port-file /run/roundtable-demo-model/port
 port=""
 for _ in $(seq 1 100); do
   port=$(X cat /run/roundtable-demo-model/port 2>/dev/null || true)
@@ -109,8 +111,8 @@ X systemctl restart sandbox-host.service
 X /usr/bin/sandbox-host channel on "$CHANNEL" >/dev/null
 
 turn() {
-  local text=$1 since
-  since=$(date -u '+%Y-%m-%d %H:%M:%S')
+  local text=$1 cursor
+  cursor=$(X journalctl -n 0 --show-cursor --no-pager 2>/dev/null | sed -n 's/^-- cursor: //p')
   echo
   echo "guest> $text"
   local t0 t1
@@ -122,9 +124,14 @@ turn() {
   t1=$(date +%s%N)
   echo "sandbox> $(cat "$E2E_WORK/reply")"
   echo "         ($(((t1 - t0) / 1000000)) ms, one fresh container)"
-  sleep 0.3
+  # Docker forwards the worker's stderr to journald asynchronously: wait
+  # briefly for its closing "turn finished" line.
+  for _ in $(seq 1 30); do
+    X journalctl --no-pager -t "sandbox/$CHANNEL" ${cursor:+--after-cursor "$cursor"} -o cat 2>/dev/null | grep -q '"turn finished"' && break
+    sleep 0.1
+  done
   echo "--- journalctl -t sandbox/$CHANNEL (this turn's worker log lines) ---"
-  X journalctl --utc --no-pager -t "sandbox/$CHANNEL" --since "$since" -o short-iso || true
+  X journalctl --utc --no-pager -t "sandbox/$CHANNEL" ${cursor:+--after-cursor "$cursor"} -o short-iso || true
 }
 
 if [[ -n ${DEMO_TEXT:-} ]]; then

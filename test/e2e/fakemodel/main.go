@@ -248,6 +248,14 @@ func turnState(msgs []message) (user, tool string, step int) {
 		return "", "", 0
 	}
 	user = contentText(msgs[last].Content)
+	// The worker hands the model a JSON user context; the guest's words are
+	// its "message".
+	var ctx struct {
+		Message *string `json:"message"`
+	}
+	if json.Unmarshal([]byte(user), &ctx) == nil && ctx.Message != nil {
+		user = *ctx.Message
+	}
 	for _, m := range msgs[last+1:] {
 		switch m.Role {
 		case "assistant":

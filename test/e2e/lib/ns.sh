@@ -129,7 +129,8 @@ INIT
   echo "$NS_UNSHARE_PID" >"$E2E_WORK/unshare.pid"
   local i
   for i in $(seq 1 100); do
-    NS_PID=$(ps -o pid= --ppid "$NS_UNSHARE_PID" 2>/dev/null | tr -d ' ' | head -1)
+    # ps exits 1 until unshare has forked: never let set -e see that.
+    NS_PID=$(ps -o pid= --ppid "$NS_UNSHARE_PID" 2>/dev/null | tr -d ' ' | head -1 || true)
     [[ -n $NS_PID ]] && break
     sleep 0.05
   done
@@ -204,6 +205,16 @@ ns_teardown() {
       e2e_log "LEFT: processes of the namespace still run: ${left[*]}"
       rc=1
     fi
+  fi
+  # A boot that failed before PID 1 was known: end unshare and its child.
+  if [[ -n $NS_UNSHARE_PID ]] && kill -0 "$NS_UNSHARE_PID" 2>/dev/null; then
+    pid=$(ps -o pid= --ppid "$NS_UNSHARE_PID" 2>/dev/null | tr -d ' ' | head -1 || true)
+    if [[ -n $pid ]]; then kill -KILL "$pid" 2>/dev/null || true; fi
+    for i in $(seq 1 100); do
+      kill -0 "$NS_UNSHARE_PID" 2>/dev/null || break
+      sleep 0.05
+    done
+    kill -KILL "$NS_UNSHARE_PID" 2>/dev/null || true
   fi
   if [[ -n $NS_UNSHARE_PID ]]; then wait "$NS_UNSHARE_PID" 2>/dev/null || true; fi
   ns_cleanup_machine || rc=1
