@@ -159,6 +159,10 @@ func modelScript() []byte {
 			{"toolCalls": []call{{"name": "memory_get", "arguments": json.RawMessage(`{"scope":"channel","key":"e2e-code"}`)}}},
 			{"text": "recalled: {{tool}}"},
 		}},
+		{"match": "MCP-CALL", "replies": []call{
+			{"toolCalls": []call{{"name": "mcp_0_lookup", "arguments": json.RawMessage(`{"q":"{{user}}"}`)}}},
+			{"text": "mcp said: {{tool}}"},
+		}},
 		{"match": "SLOW", "replies": []call{{"text": "slow answer", "delayMs": 20000}}},
 		{"match": "OVERLAP", "replies": []call{{"text": "overlap {{user}}", "delayMs": 1500}}},
 		{"match": "", "replies": []call{{"text": "echo: {{user}}"}}},

@@ -166,6 +166,36 @@ func TestTurnHoldsOnlyDummyKey(t *testing.T) {
 	assertNothingLeft(t, "after a normal turn")
 }
 
+func TestMCPCallCarriesBrokerCredential(t *testing.T) {
+	diagnose(t)
+	const ch = "e2e-mcp"
+	channelOn(t, ch)
+	marker := "MCP-CALL-" + randHex(4)
+	r := turn(ch, "alice", marker)
+	if r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("turn: %s", r)
+	}
+	if got := replyText(r); !strings.Contains(got, "result for "+marker) {
+		t.Errorf("reply = %q, want the MCP tool's answer %q", got, "result for "+marker)
+	}
+	var seen int
+	for _, rec := range readRecords(env.mcpRec) {
+		if !strings.Contains(rec.Raw, marker) {
+			continue
+		}
+		seen++
+		if got := rec.Header["Authorization"]; !slices.Equal(got, []string{"Bearer " + env.mcpCred}) {
+			t.Errorf("MCP request Authorization = %q, want the MCP credential", got)
+		}
+		if strings.Contains(rec.Raw, protocol.DummyAPIKey) || strings.Contains(rec.Raw, env.credential) {
+			t.Errorf("MCP request carries the dummy key or the model credential: %s", rec.Raw)
+		}
+	}
+	if seen != 1 {
+		t.Errorf("the MCP server saw %d tools/call requests for the turn, want 1", seen)
+	}
+}
+
 func TestMemoryPersistsAcrossTurns(t *testing.T) {
 	diagnose(t)
 	const ch = "e2e-memory"
