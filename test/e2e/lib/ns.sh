@@ -45,6 +45,23 @@ NS_MASKED_UNITS=(
   networking.service ssh.service cron.service rsyslog.service
 )
 
+# ns_child_of prints the first child pid of $1, or nothing (no procps needed).
+ns_child_of() {
+  local f stat rest ppid
+  for f in /proc/[0-9]*/stat; do
+    stat=$(cat "$f" 2>/dev/null) || continue
+    rest=${stat##*) } # the fields after "pid (comm) ": state ppid ...
+    ppid=${rest#* }
+    ppid=${ppid%% *}
+    if [[ $ppid == "$1" ]]; then
+      f=${f#/proc/}
+      echo "${f%/stat}"
+      return 0
+    fi
+  done
+  return 0
+}
+
 # ns_stage_run writes the namespace's private /run content into $1.
 ns_stage_run() {
   local run=$1 u
@@ -129,8 +146,7 @@ INIT
   echo "$NS_UNSHARE_PID" >"$E2E_WORK/unshare.pid"
   local i
   for i in $(seq 1 100); do
-    # ps exits 1 until unshare has forked: never let set -e see that.
-    NS_PID=$(ps -o pid= --ppid "$NS_UNSHARE_PID" 2>/dev/null | tr -d ' ' | head -1 || true)
+    NS_PID=$(ns_child_of "$NS_UNSHARE_PID")
     [[ -n $NS_PID ]] && break
     sleep 0.05
   done
@@ -208,7 +224,7 @@ ns_teardown() {
   fi
   # A boot that failed before PID 1 was known: end unshare and its child.
   if [[ -n $NS_UNSHARE_PID ]] && kill -0 "$NS_UNSHARE_PID" 2>/dev/null; then
-    pid=$(ps -o pid= --ppid "$NS_UNSHARE_PID" 2>/dev/null | tr -d ' ' | head -1 || true)
+    pid=$(ns_child_of "$NS_UNSHARE_PID")
     if [[ -n $pid ]]; then kill -KILL "$pid" 2>/dev/null || true; fi
     for i in $(seq 1 100); do
       kill -0 "$NS_UNSHARE_PID" 2>/dev/null || break
