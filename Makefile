@@ -7,7 +7,7 @@ GOFLAGS_STATIC := -trimpath -ldflags '-s -w -X github.com/roundtable-sandbox/san
 BINARIES := sandbox-host sandbox-broker sandbox-reaper sandbox-worker
 export VERSION
 
-.PHONY: all build test unit integration e2e image image-archive deb units-check demo bench clean fmt vet
+.PHONY: all build test unit integration packaging-check e2e image image-archive deb units-check demo bench clean fmt vet
 
 all: build
 
@@ -20,7 +20,7 @@ FORCE:
 
 # The one command that runs the tests: unit tests everywhere; integration and
 # end-to-end tests where the machine allows them (each says when it skips).
-test: unit integration e2e
+test: unit integration packaging-check e2e
 
 unit:
 	$(GO) vet ./...
@@ -40,6 +40,9 @@ deb:
 
 units-check:
 	./packaging/units-check.sh
+
+packaging-check:
+	./packaging/check.sh
 
 e2e:
 	./test/e2e/run.sh
