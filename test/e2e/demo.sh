@@ -127,7 +127,7 @@ turn() {
   # Docker forwards the worker's stderr to journald asynchronously: wait
   # briefly for its closing "turn finished" line.
   for _ in $(seq 1 30); do
-    X journalctl --no-pager -t "sandbox/$CHANNEL" ${cursor:+--after-cursor "$cursor"} -o cat 2>/dev/null | grep -q '"turn finished"' && break
+    [[ $(X journalctl --no-pager -t "sandbox/$CHANNEL" ${cursor:+--after-cursor "$cursor"} -o cat 2>/dev/null) == *'"turn finished"'* ]] && break
     sleep 0.1
   done
   echo "--- journalctl -t sandbox/$CHANNEL (this turn's worker log lines) ---"

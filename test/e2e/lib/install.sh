@@ -26,7 +26,8 @@ build_all() {
     src=$(ls -t "$REPO_ROOT"/dist/${PKG_NAME}_*_amd64.deb 2>/dev/null | head -1)
     [[ -n $src ]] || e2e_die "make deb produced no dist/${PKG_NAME}_*_amd64.deb"
     cp "$src" "$E2E_WORK/$(basename "$src")"
-    if dpkg-deb -c "$E2E_WORK/$(basename "$src")" 2>/dev/null | grep -q '/usr/bin/sandbox-host$'; then
+    # (no "| grep -q": with pipefail its early exit fails dpkg-deb by SIGPIPE)
+    if [[ $(dpkg-deb -c "$E2E_WORK/$(basename "$src")" 2>/dev/null) == *" ./usr/bin/sandbox-host"* ]]; then
       DEB=$E2E_WORK/$(basename "$src")
       break
     fi
@@ -70,7 +71,7 @@ install_package() {
     tail -40 "$E2E_WORK/install.log" >&2
     e2e_die "installing the package failed"
   fi
-  ns_exec dpkg -s "$PKG_NAME" 2>/dev/null | grep -q '^Status: install ok installed' || e2e_die "package not installed after apt-get install"
+  [[ $(ns_exec dpkg -s "$PKG_NAME" 2>/dev/null) == *"Status: install ok installed"* ]] || e2e_die "package not installed after apt-get install"
 }
 
 # install_purge removes the package and everything the harness wrote for it.
