@@ -86,14 +86,24 @@ bench_setup
 bench_env --out "$BENCH_RESULTS/env.json" --fact "bench mode=$BENCH_MODE"
 
 # 3. Broker overhead: needs no Docker and no systemd.
-bench_log "broker overhead ($BENCH_BROKER_ITER pairs per mode)"
-mkdir -p "$WORK/brokerbench"
-"$BIN/sandbox-bench" broker --out "$BENCH_RESULTS/broker.json" --broker "$BIN/sandbox-broker" \
-  --workdir "$WORK/brokerbench" --iterations "$BENCH_BROKER_ITER" --calls-per-broker 500
+if ((BENCH_BROKER_ITER > 0)); then
+  bench_log "broker overhead ($BENCH_BROKER_ITER pairs per mode)"
+  mkdir -p "$WORK/brokerbench"
+  "$BIN/sandbox-bench" broker --out "$BENCH_RESULTS/broker.json" --broker "$BIN/sandbox-broker" \
+    --workdir "$WORK/brokerbench" --iterations "$BENCH_BROKER_ITER" --calls-per-broker 500
+fi
 
 bench_run_mode
 
 bench_env --out "$BENCH_RESULTS/env-end.json"
+
+# 6. The measured proposal (bench/proposals/): the same measurements with the
+# diff applied to a clone of HEAD, after this run's namespace is gone.
+if [[ $BENCH_MODE == full && ${BENCH_PROPOSAL:-1} == 1 && -f $REPO/bench/proposals/host-fastpath.diff ]]; then
+  bench_ns_down
+  NS_PID=""
+  run_proposal
+fi
 bench_log "writing $BENCH_REPORT"
 "$BIN/sandbox-bench" report --results "$BENCH_RESULTS" --out "$BENCH_REPORT"
 sed -i "s#Raw results: \`$REPO/#Raw results: \`#" "$BENCH_REPORT"

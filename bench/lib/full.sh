@@ -167,3 +167,24 @@ bench_run_mode() {
   bench_log "start to READY: $BENCH_READY_N restarts"
   ns_exec "$BIN/sandbox-bench" ready --out "$BENCH_RESULTS/ready.json" --n "$BENCH_READY_N"
 }
+
+# run_proposal applies bench/proposals/host-fastpath.diff to a clone of HEAD
+# and reruns the fixed-cost and load measurements with that clone's package
+# (its own bench/run.sh, in a fresh namespace; the e2e lock stays held).
+run_proposal() {
+  local src=$WORK/proposal-src out=$BENCH_RESULTS/proposal
+  bench_log "proposal: applying bench/proposals/host-fastpath.diff to a clone of HEAD"
+  rm -rf "$src"
+  git clone -q "$REPO" "$src"
+  if ! (cd "$src" && git apply bench/proposals/host-fastpath.diff) 2>"$WORK/proposal-apply.log"; then
+    note "- The proposal diff (bench/proposals/host-fastpath.diff) no longer applies to HEAD: $(head -3 "$WORK/proposal-apply.log" | tr '\n' ' ')"
+    return 0
+  fi
+  mkdir -p "$out"
+  if ! env BENCH_MODE=full BENCH_PROPOSAL=0 BENCH_BROKER_ITER=0 BENCH_VARIANTS=0 BENCH_READY_N=3 \
+    BENCH_RESULTS="$out" BENCH_REPORT="$WORK/proposal.md" "$src/bench/run.sh" >"$WORK/proposal.log" 2>&1; then
+    tail -30 "$WORK/proposal.log" >&2
+    note "- The proposal run failed (see the log of make bench); section 6 is incomplete."
+  fi
+  rm -rf "$src"
+}

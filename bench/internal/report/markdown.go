@@ -27,7 +27,9 @@ type Inputs struct {
 	Sizes     *Sizes
 	Phases    *Phases
 	Variants  *Variants
-	Notes     string
+	// Proposal holds the same measurements with bench/proposals applied.
+	Proposal *Inputs
+	Notes    string
 	// ResultsPath is where the raw files are kept, for the report's pointer.
 	ResultsPath string
 }
@@ -83,6 +85,13 @@ func ReadDir(dir string) (*Inputs, error) {
 	}
 	if data, err := os.ReadFile(filepath.Join(dir, FileNotes)); err == nil {
 		in.Notes = string(data)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "proposal")); err == nil && st.IsDir() {
+		p, err := ReadDir(filepath.Join(dir, "proposal"))
+		if err != nil {
+			return nil, fmt.Errorf("proposal: %w", err)
+		}
+		in.Proposal = p
 	}
 	return in, nil
 }
@@ -413,6 +422,7 @@ func Markdown(in *Inputs) (string, error) {
 		p("| sandbox-host start to READY (%s; n=%d) | median %s ms, p95 %s ms, max %s ms |\n", rd.Method, rd.Summary.N, ms(rd.Summary.Median), ms(rd.Summary.P95), ms(rd.Summary.Max))
 	}
 	p("\n")
+	writeProposal(&b, in)
 	if in.Notes != "" {
 		p("## Notes from this run\n\n%s\n", strings.TrimSpace(in.Notes))
 	}
