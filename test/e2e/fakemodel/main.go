@@ -21,7 +21,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -311,7 +310,7 @@ func (s *server) completion(model string, rep Reply, user, tool string) []byte {
 // jsonInner is s encoded as the inside of a JSON string literal.
 func jsonInner(s string) string {
 	b, _ := json.Marshal(s)
-	return string(bytes.Trim(b, `"`))
+	return string(b[1 : len(b)-1]) // exactly the enclosing quotes
 }
 
 var (

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func msgs(t *testing.T, js string) []message {
+	t.Helper()
+	var m []message
+	if err := json.Unmarshal([]byte(js), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestTurnState(t *testing.T) {
+	tests := []struct {
+		name, in   string
+		user, tool string
+		step       int
+	}{
+		{"first call", `[{"role":"system","content":"s"},{"role":"user","content":"hi"}]`, "hi", "", 0},
+		{"after a tool", `[{"role":"user","content":"old"},{"role":"assistant","content":"x"},{"role":"user","content":"MEM"},{"role":"assistant","content":null},{"role":"tool","content":"42"}]`, "MEM", "42", 1},
+		{"user context JSON", `[{"role":"user","content":"{\"speaker\":{\"id\":\"a\"},\"message\":\"remember x\"}"}]`, "remember x", "", 0},
+		{"no user", `[{"role":"system","content":"s"}]`, "", "", 0},
+	}
+	for _, tt := range tests {
+		user, tool, step := turnState(msgs(t, tt.in))
+		if user != tt.user || tool != tt.tool || step != tt.step {
+			t.Errorf("%s: turnState = (%q, %q, %d), want (%q, %q, %d)", tt.name, user, tool, step, tt.user, tt.tool, tt.step)
+		}
+	}
+}
+
+func TestScriptPickAndRecord(t *testing.T) {
+	dir := t.TempDir()
+	rec, err := os.Create(filepath.Join(dir, "rec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{rec: rec, script: &Script{Rules: []Rule{
+		{Match: "MEM", Replies: []Reply{{ToolCalls: []ToolCall{{Name: "memory_set", Arguments: json.RawMessage(`{"k":"{{user}}"}`)}}}, {Text: "got {{tool}}"}}},
+		{Match: "", Replies: []Reply{{Text: "echo {{user}}"}}},
+	}}}
+	call := func(body string) map[string]any {
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer real")
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, req)
+		var out map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
+			t.Fatalf("answer is not JSON: %s", w.Body)
+		}
+		return out
+	}
+	first := call(`{"model":"m","messages":[{"role":"user","content":"MEM \"q\""}]}`)
+	fn := first["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["tool_calls"].([]any)[0].(map[string]any)["function"].(map[string]any)
+	if fn["name"] != "memory_set" || fn["arguments"] != `{"k":"MEM \"q\""}` {
+		t.Errorf("first reply function = %v, want memory_set with the user text JSON-escaped", fn)
+	}
+	second := call(`{"model":"m","messages":[{"role":"user","content":"MEM"},{"role":"assistant","content":null},{"role":"tool","content":"ok"}]}`)
+	if got := second["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"]; got != "got ok" {
+		t.Errorf("second reply = %v, want %q", got, "got ok")
+	}
+	other := call(`{"model":"m","messages":[{"role":"user","content":"hello"}]}`)
+	if got := other["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"]; got != "echo hello" {
+		t.Errorf("fallback reply = %v, want %q", got, "echo hello")
+	}
+	rec.Close()
+	data, _ := os.ReadFile(filepath.Join(dir, "rec"))
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], `"Authorization":["Bearer real"]`) {
+		t.Errorf("record = %d lines, first %q; want 3 with the Authorization header", len(lines), lines[0])
+	}
+}
+
+func TestDemoReplies(t *testing.T) {
+	if r := demoReply("remember the code is 7", "", 0); len(r.ToolCalls) != 1 || r.ToolCalls[0].Name != "memory_set" ||
+		!strings.Contains(string(r.ToolCalls[0].Arguments), `"text":"the code is 7"`) {
+		t.Errorf("remember, step 0 = %+v, want a memory_set of the note", r)
+	}
+	if r := demoReply("what do you remember?", "", 0); len(r.ToolCalls) != 1 || r.ToolCalls[0].Name != "memory_get" {
+		t.Errorf("recall, step 0 = %+v, want memory_get", r)
+	}
+	if r := demoReply("what do you remember?", `[{"text":"x"}]`, 1); !strings.Contains(r.Text, `[{"text":"x"}]`) {
+		t.Errorf("recall, step 1 = %q, want the memory shown", r.Text)
+	}
+	if r := demoReply("hi", "", 0); !strings.Contains(r.Text, "You said: hi") || !strings.Contains(r.Text, "not a language model") {
+		t.Errorf("echo = %q", r.Text)
+	}
+}
+
+func TestRefusesOtherPaths(t *testing.T) {
+	s := &server{demo: true}
+	for _, target := range []string{"/v1/models", "/v1/chat/completions?x=1"} {
+		req := httptest.NewRequest(http.MethodGet, target, nil)
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, req)
+		if w.Code != http.StatusNotFound {
+			t.Errorf("GET %s = %d, want 404", target, w.Code)
+		}
+	}
+}
