@@ -44,10 +44,17 @@ source "$REPO/bench/lib/common.sh"
 WORK=$(mktemp -d /var/tmp/roundtable-bench.XXXXXX)
 chmod 0755 "$WORK"
 PIDS=()
-cleanup() {
-  local rc=$?
+# stop_pids ends what this script started (fake model, baseline broker) by
+# pid: before a namespace teardown, which removes the users they run as.
+stop_pids() {
+  local p
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  PIDS=()
+}
+cleanup() {
+  local rc=$?
+  stop_pids
   if declare -F bench_ns_down >/dev/null; then bench_ns_down || rc=1; fi
   if [[ ${BENCH_KEEP:-0} == 1 ]]; then bench_log "work directory kept: $WORK"; else rm -rf "$WORK"; fi
   exit $rc
@@ -100,6 +107,7 @@ bench_env --out "$BENCH_RESULTS/env-end.json"
 # 6. The measured proposal (bench/proposals/): the same measurements with the
 # diff applied to a clone of HEAD, after this run's namespace is gone.
 if [[ $BENCH_MODE == full && ${BENCH_PROPOSAL:-1} == 1 && -f $REPO/bench/proposals/host-fastpath.diff ]]; then
+  stop_pids
   bench_ns_down
   NS_PID=""
   run_proposal
