@@ -296,6 +296,8 @@ func Markdown(in *Inputs) (string, error) {
 	}
 	p("\n")
 
+	writeAnalysis(&b, in)
+
 	if in.Env != nil {
 		p("## Machine\n\n| | |\n| --- | --- |\n")
 		for _, k := range in.Env.FactKeys {
