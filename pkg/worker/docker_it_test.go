@@ -22,13 +22,13 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 )
 
-// TestDockerImageRunsSealed runs the built worker image under the DESIGN.md
+// TestIntegrationDockerImageRunsSealed runs the built worker image under the DESIGN.md
 // section 4 security flags with a fake broker on a Unix socket in a
 // bind-mounted directory, and gets a reply.
 // Enable with SANDBOX_IT_DOCKER=unix:///path/docker.sock (after `make image`
 // or `docker load -i dist/worker-image.tar`); SANDBOX_IT_IMAGE overrides the
 // image, SANDBOX_IT_USER the uid:gid (default 65534:65534).
-func TestDockerImageRunsSealed(t *testing.T) {
+func TestIntegrationDockerImageRunsSealed(t *testing.T) {
 	host := os.Getenv("SANDBOX_IT_DOCKER")
 	if host == "" {
 		t.Skip("integration test: set SANDBOX_IT_DOCKER=unix:///path/docker.sock to run the worker image in a real dockerd")
