@@ -35,6 +35,9 @@ func TestIntegrationDockerImageRunsSealed(t *testing.T) {
 	}
 	img := os.Getenv("SANDBOX_IT_IMAGE")
 	if img == "" {
+		img = os.Getenv("SANDBOX_IT_WORKER_IMAGE") // set by test/integration.sh
+	}
+	if img == "" {
 		img = "roundtable-sandbox-worker:latest"
 	}
 	user := os.Getenv("SANDBOX_IT_USER")

@@ -244,20 +244,36 @@ ns_teardown() {
   return $rc
 }
 
+# ns_foreign_cgroups_re prints an extended regexp matching the siblings of this
+# process's own cgroups (for example /sys/fs/cgroup/memory/<manager>/<job>).
+ns_foreign_cgroups_re() {
+  awk -F: '$3 != "/" && $3 != "" {
+    n = split($3, a, "/"); p = ""
+    for (i = 2; i < n; i++) p = p "/" a[i]
+    if (p != "") print "^/sys/fs/cgroup/[^/]+" p "/[^/]+(/|$)"
+  }' /proc/self/cgroup | sort -u | paste -sd'|'
+}
+
 # ns_cleanup_machine removes what the namespace left on the shared machine
 # (cgroup directories, mount point directories, users the package made) and
 # checks mounts and containers.
 ns_cleanup_machine() {
   local rc=0 d u g before=$E2E_WORK/before
   [[ -d $before ]] || return 0
-  # cgroups: remove new, empty directories deepest first.
-  find /sys/fs/cgroup -mindepth 1 -type d 2>/dev/null | sort >"$E2E_WORK/cgroups.after"
-  comm -13 "$before/cgroups" "$E2E_WORK/cgroups.after" | awk '{print length, $0}' | sort -rn | cut -d' ' -f2- |
+  # cgroups: remove new, empty directories deepest first. Siblings of this
+  # shell's own cgroups belong to whatever starts processes next to us (a
+  # process manager running other jobs), not to the namespace: leave them be.
+  local foreign
+  foreign=$(ns_foreign_cgroups_re)
+  ns_new_cgroups() {
+    find /sys/fs/cgroup -mindepth 1 -type d 2>/dev/null | sort >"$E2E_WORK/cgroups.after"
+    comm -13 "$before/cgroups" "$E2E_WORK/cgroups.after" | { if [[ -n $foreign ]]; then grep -Ev "$foreign" || true; else cat; fi; }
+  }
+  ns_new_cgroups | awk '{print length, $0}' | sort -rn | cut -d' ' -f2- |
     while read -r d; do rmdir "$d" 2>/dev/null || true; done
-  find /sys/fs/cgroup -mindepth 1 -type d 2>/dev/null | sort >"$E2E_WORK/cgroups.after"
-  if [[ -n $(comm -13 "$before/cgroups" "$E2E_WORK/cgroups.after") ]]; then
+  if [[ -n $(ns_new_cgroups) ]]; then
     e2e_log "LEFT: cgroups still in use:"
-    comm -13 "$before/cgroups" "$E2E_WORK/cgroups.after" | head -20 >&2
+    ns_new_cgroups | head -20 >&2
     rc=1
   fi
   awk '{print $5}' /proc/self/mountinfo | sort >"$E2E_WORK/mounts.after"
