@@ -90,7 +90,11 @@ dev) source "$REPO/bench/lib/dev.sh" ;;
 esac
 bench_setup
 # Machine facts (the mode's env runner sees the dockerd under test).
-bench_env --out "$BENCH_RESULTS/env.json" --fact "bench mode=$BENCH_MODE"
+dirty=$(git status --porcelain 2>/dev/null | wc -l)
+bench_env --out "$BENCH_RESULTS/env.json" --fact "bench mode=$BENCH_MODE" \
+  --fact "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+  --fact "working tree=$( ((dirty == 0)) && echo clean || echo "$dirty uncommitted paths (make deb builds the working tree)")" \
+  --fact "dockerd under test=$DOCKERD_TEXT"
 
 # 3. Broker overhead: needs no Docker and no systemd.
 if ((BENCH_BROKER_ITER > 0)); then

@@ -5,6 +5,7 @@
 if [[ -z ${DOCKER_HOST:-} && -S /run/docker-dev.sock ]]; then export DOCKER_HOST=unix:///run/docker-dev.sock; fi
 
 bench_env() { "$BIN/sandbox-bench" env "$@"; }
+DOCKERD_TEXT="development dockerd at ${DOCKER_HOST:-default socket}"
 
 bench_setup() { :; }
 

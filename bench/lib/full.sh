@@ -17,6 +17,7 @@ CHANNEL_LOAD_PREFIX=bench-load-
 BENCH_PKG=${PKG_NAME:-roundtable-sandbox}
 
 bench_env() { ns_exec "$BIN/sandbox-bench" env "$@"; }
+DOCKERD_TEXT="the namespace's own dockerd (/run/docker.sock, data on tmpfs, --bridge=none)"
 
 if ! declare -F install_purge >/dev/null; then
   # ns_teardown calls this before it kills the namespace.
@@ -140,6 +141,9 @@ bench_run_mode() {
   entry=$(ns_exec docker image inspect -f '{{index .Config.Entrypoint 0}}' "$BENCH_IMAGE")
   make_worker_bundle "$uid" "$gid" "$WORK/worker-rootfs.tar" "$entry"
 
+  note "- Host configuration: the shipped defaults (limits ${LIM_MEM} MiB, $LIM_CPUS CPU, $LIM_PIDS pids, ${LIM_TMPFS} MiB /tmp; queue depth 8) with the fake model and logLevel ${BENCH_HOST_LOGLEVEL:-debug} (for the per-turn \`turn phases\` line)."
+  # Let the package build and the boot settle before timing anything.
+  sleep "${BENCH_SETTLE:-15}"
   bench_log "fixed cost: $BENCH_ROUNDS rounds x (host turn, docker run, Engine API, runc worker, runc floor)"
   ns_exec "$BIN/sandbox-bench" fixedcost --out "$BENCH_RESULTS/fixedcost.json" --rounds "$BENCH_ROUNDS" --warmup "$BENCH_WARMUP" \
     --host-socket "$HOST_SOCK" --channel "$CHANNEL_FIXED" \

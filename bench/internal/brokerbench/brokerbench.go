@@ -91,7 +91,7 @@ func Run(ctx context.Context, c Config) (*report.Broker, error) {
 		return nil, err
 	}
 	res := &report.Broker{Iterations: c.Iterations, CallsPerBroker: c.CallsPerBroker, LoadStart: report.LoadAvg(),
-		BrokerCommand: c.Broker + " serve --turn <turn> --policy-dir <dir> --credentials-dir <dir> --listen <sock>"}
+		BrokerCommand: filepath.Base(c.Broker) + " serve --turn <turn> --policy-dir <dir> --credentials-dir <dir> --listen <sock>"}
 
 	for _, mode := range c.Modes {
 		m := report.BrokerMode{Mode: mode}

@@ -46,7 +46,6 @@ func CollectEnv(extra map[string]string) Env {
 	add("runc", firstLine(run("runc", "--version")))
 	add("systemd", firstLine(run("systemctl", "--version")))
 	add("commit", firstLine(run("git", "rev-parse", "--short", "HEAD")))
-	add("DOCKER_HOST", os.Getenv("DOCKER_HOST"))
 	keys := make([]string, 0, len(extra))
 	for k := range extra {
 		keys = append(keys, k)

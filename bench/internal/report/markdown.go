@@ -423,6 +423,9 @@ func Markdown(in *Inputs) (string, error) {
 	if rd := in.Ready; rd != nil && rd.Summary.N > 0 {
 		p("| sandbox-host start to READY (%s; n=%d) | median %s ms, p95 %s ms, max %s ms |\n", rd.Method, rd.Summary.N, ms(rd.Summary.Median), ms(rd.Summary.P95), ms(rd.Summary.Max))
 	}
+	if rd := in.Ready; rd != nil && len(rd.Errors) > 0 {
+		p("| sandbox-host restarts that failed | %d: %s |\n", len(rd.Errors), oneLine(strings.Join(rd.Errors, "; ")))
+	}
 	p("\n")
 	writeProposal(&b, in)
 	if in.Notes != "" {
