@@ -23,7 +23,7 @@ func writeProposal(b *strings.Builder, in *Inputs) {
 		return
 	}
 	b.WriteString("## 6. Proposed host fast path (measured, not applied)\n\n")
-	b.WriteString("`bench/proposals/host-fastpath.diff` (see `bench/proposals/README.md`): the broker service started with its socket, the container started while the units start (stdin waits for the unit job), the reply sent before cleanup (the channel's queue slot is held until cleanup ends). Same commit plus the diff, its own package, its own namespace, run right after the run above; every ratio is against the docker run series interleaved in the same run.\n\n")
+	b.WriteString("`bench/proposals/host-fastpath.diff` (see `bench/proposals/README.md`): the broker service started with its socket, the container started while the units start (stdin waits for the unit job), the reply sent before cleanup (the channel's queue slot is held until cleanup ends), no reset-failed calls after a clean unit stop. Same commit plus the diff, its own package, its own namespace, run right after the run above; every ratio is against the docker run series interleaved in the same run.\n\n")
 	b.WriteString("| | before (HEAD) | after (HEAD + diff) |\n| --- | --- | --- |\n")
 	med := func(i *Inputs, name string) (string, float64) {
 		s := series(i.FixedCost, name)
