@@ -11,8 +11,11 @@ bench_setup() { :; }
 
 bench_run_mode() {
   local uid=${BENCH_UID:-65534} gid=${BENCH_GID:-65534}
-  command -v runc >/dev/null || bench_die "runc not found (apt-get install docker.io)"
-  docker version --format '{{.Server.Version}}' >/dev/null || bench_die "no dockerd at ${DOCKER_HOST:-default}"
+  if ! command -v runc >/dev/null || ! docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
+    note "- No dockerd at ${DOCKER_HOST:-the default socket} or no runc: the container baselines were skipped."
+    bench_log "no dockerd or runc: skipping the container baselines"
+    return 0
+  fi
 
   if ! docker image inspect "$BENCH_IMAGE" >/dev/null 2>&1; then
     if [[ -x $REPO/image/build.sh ]]; then
