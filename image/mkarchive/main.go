@@ -8,6 +8,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"github.com/roundtable-sandbox/sandbox/pkg/imagearchive"
 	"os"
 	"runtime"
 	"strconv"
@@ -49,7 +50,7 @@ func run(bin, out, arch, user string, tags []string) error {
 	if err != nil {
 		return err
 	}
-	archive, err := Build(data, Options{Tags: tags, Arch: arch, User: user, Entrypoint: "/sandbox-worker", Time: time.Unix(epoch, 0)})
+	archive, err := imagearchive.Build(data, imagearchive.Options{Tags: tags, Arch: arch, User: user, Entrypoint: "/sandbox-worker", Time: time.Unix(epoch, 0)})
 	if err != nil {
 		return err
 	}

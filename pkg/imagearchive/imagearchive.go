@@ -1,4 +1,8 @@
-package main
+// Package imagearchive builds a single-layer FROM scratch image holding one
+// static binary as a docker-archive tar (what `docker load` accepts) without
+// any Docker engine. Output is deterministic: fixed mtimes, fixed ordering,
+// and only a numeric non-root User and an Entrypoint in the config (no Env).
+package imagearchive
 
 import (
 	"archive/tar"
