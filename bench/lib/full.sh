@@ -144,12 +144,12 @@ bench_run_mode() {
   note "- Host configuration: the shipped defaults (limits ${LIM_MEM} MiB, $LIM_CPUS CPU, $LIM_PIDS pids, ${LIM_TMPFS} MiB /tmp; queue depth 8) with the fake model and logLevel ${BENCH_HOST_LOGLEVEL:-debug} (for the per-turn \`turn phases\` line)."
   # Let the package build and the boot settle before timing anything.
   sleep "${BENCH_SETTLE:-15}"
-  bench_log "fixed cost: $BENCH_ROUNDS rounds x (host turn, docker run, Engine API, runc worker, runc floor)"
+  bench_log "fixed cost: $BENCH_ROUNDS rounds x (host turn, docker run, Engine API, Engine API pre-started, runc worker, runc floor)"
   ns_exec "$BIN/sandbox-bench" fixedcost --out "$BENCH_RESULTS/fixedcost.json" --rounds "$BENCH_ROUNDS" --warmup "$BENCH_WARMUP" \
     --host-socket "$HOST_SOCK" --channel "$CHANNEL_FIXED" \
     --model "$BENCH_MODEL" --image "$BENCH_IMAGE" --uid "$uid" --gid "$gid" --workspace "$BASE_WS" --turn-dir "$BASE_TURN" \
     --memory-mb $LIM_MEM --cpus $LIM_CPUS --pids $LIM_PIDS --tmpfs-mb $LIM_TMPFS --log-driver journald --log-tag sandbox/bench \
-    --engine unix:///run/docker.sock --runc-worker "$WORKER_BUNDLE" --runc-floor "$FLOOR_BUNDLE"
+    --engine unix:///run/docker.sock --engine-prestart --runc-worker "$WORKER_BUNDLE" --runc-floor "$FLOOR_BUNDLE"
 
   ns_exec "$BIN/sandbox-bench" phases --fixedcost "$BENCH_RESULTS/fixedcost.json" --out "$BENCH_RESULTS/phases.json" ||
     note "- The journal phase extraction failed; only the host's histograms are shown."

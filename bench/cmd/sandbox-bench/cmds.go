@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	dockercontainer "github.com/docker/docker/api/types/container"
+	dockerclient "github.com/docker/docker/client"
+
 	"github.com/roundtable-sandbox/sandbox/bench/internal/bundle"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/fakeupstream"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/report"
@@ -101,6 +104,7 @@ func cmdFixedCost(args []string) error {
 	logDriver := fs.String("log-driver", "journald", "docker log driver")
 	logTag := fs.String("log-tag", "sandbox/bench", "journald tag")
 	runtime := fs.String("runtime", "", "OCI runtime name for docker run")
+	prestart := fs.Bool("engine-prestart", false, "also time a pre-started container (attach, stdin, reply, wait only)")
 	engineHost := fs.String("engine", "", "Docker host URL for the Engine API series (pkg/container; needs journald; empty: skip)")
 	runc := fs.String("runc", "runc", "runc binary")
 	floorBundle := fs.String("runc-floor", "", "bundle with the trivial payload (empty: skip)")
@@ -127,7 +131,7 @@ func cmdFixedCost(args []string) error {
 		runners = append(runners, &turns.ExecRunner{Label: report.SeriesDocker, Stdin: turn,
 			Argv: func(seq int) []string { return append([]string{spec.Docker}, turns.DockerArgs(spec, seq)...) }})
 	}
-	var engine *turns.EngineRunner
+	var engine, pre *turns.EngineRunner
 	if *engineHost != "" {
 		drv, err := container.New(*engineHost)
 		if err != nil {
@@ -138,6 +142,24 @@ func cmdFixedCost(args []string) error {
 			Spec: container.Spec{Image: *image, UID: *uid, GID: *gid, WorkspaceDir: *ws, TurnDir: *turnDir,
 				MemoryMB: int(*mem), CPUs: *cpus, Pids: *pids, TmpfsMB: int(*tmpfs), Runtime: *runtime}}
 		runners = append(runners, engine)
+		if *prestart {
+			cli, err := dockerclient.NewClientWithOpts(dockerclient.WithHost(*engineHost), dockerclient.WithAPIVersionNegotiation())
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			drv2, err := container.New(*engineHost)
+			if err != nil {
+				return err
+			}
+			defer drv2.Close()
+			pre = &turns.EngineRunner{Label: report.SeriesPrestart, Driver: drv2, Channel: "bench-prestart", Stdin: turn, Spec: engine.Spec,
+				Starter: func(ctx context.Context, id string) error {
+					return cli.ContainerStart(ctx, id, dockercontainer.StartOptions{})
+				}}
+			defer pre.Close()
+			runners = append(runners, pre)
+		}
 	}
 	runcArgv := func(b, prefix string) func(int) []string {
 		return func(seq int) []string {
@@ -163,6 +185,9 @@ func cmdFixedCost(args []string) error {
 	if engine != nil {
 		engine.ResetPhases()
 	}
+	if pre != nil {
+		pre.ResetPhases()
+	}
 	res.MeasuredStart = time.Now().UTC()
 	res.Series = turns.Interleave(ctx, runners, 0, *rounds, *pause)
 	for i := range res.Series {
@@ -176,6 +201,9 @@ func cmdFixedCost(args []string) error {
 	res.End = time.Now().UTC()
 	if engine != nil {
 		res.EnginePhasesMs = engine.Phases()
+	}
+	if pre != nil {
+		res.PrestartPhasesMs = pre.Phases()
 	}
 	res.LoadEnd = report.LoadAvg()
 	for _, s := range res.Series {

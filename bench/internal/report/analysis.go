@@ -106,6 +106,11 @@ func writeAnalysis(b *strings.Builder, in *Inputs) {
 		}
 		p("- Reaching %.1f of docker run is out of reach while every turn pays Docker's container start on its reply path (%s ms here, %s the %s ms budget on its own). The lever that remains is to take the start off the reply path: keep one started, never-used container per active channel waiting on stdin (turn id, turn directory and socket unit prepared with it; the policy with the turn's identity written, and stdin sent, when the guest message arrives). That is a design change (idle containers hold memory; the deadline label and the reaper must learn about pre-started containers), not a tuning, and needs a decision.\n",
 			TargetRatio, ms(st), cmp, ms(budget))
+		if pre := series(in.FixedCost, SeriesPrestart); pre != nil {
+			act, _ := jmed(in, journal.PhaseBrokerActivation)
+			p("  A measured proxy for the container side of it: the %s series costs %s ms (%.2f of docker run). With the broker still socket-activated on the worker's first call (%s ms here) and the host's own work, a turn would come to roughly %s ms, about %.2f of docker run; pre-starting the broker service as well (it would read the policy on its first request instead of at start) removes the activation too.\n",
+				SeriesPrestart, ms(pre.Summary.Median), pre.Summary.Median/D, ms(act), ms(pre.Summary.Median+act+5), (pre.Summary.Median+act+5)/D)
+		}
 	}
 	p("\n")
 }

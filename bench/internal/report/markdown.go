@@ -315,7 +315,7 @@ func Markdown(in *Inputs) (string, error) {
 			p("| %s | %d | %s | %s | %s | %s | %d |\n", s.Name, s.Summary.N, ms(s.Summary.Median), ms(s.Summary.P95), ms(s.Summary.Min), ms(s.Summary.Max), s.Failures)
 		}
 		p("\nRatios of medians:\n\n")
-		for _, pair := range [][2]string{{SeriesHost, SeriesDocker}, {SeriesHost, SeriesEngine}, {SeriesEngine, SeriesDocker}, {SeriesHost, SeriesRuncWorker}, {SeriesHost, SeriesRuncFloor}, {SeriesDocker, SeriesRuncWorker}, {SeriesDocker, SeriesRuncFloor}, {SeriesRuncWorker, SeriesRuncFloor}} {
+		for _, pair := range [][2]string{{SeriesHost, SeriesDocker}, {SeriesHost, SeriesEngine}, {SeriesEngine, SeriesDocker}, {SeriesPrestart, SeriesDocker}, {SeriesHost, SeriesRuncWorker}, {SeriesHost, SeriesRuncFloor}, {SeriesDocker, SeriesRuncWorker}, {SeriesDocker, SeriesRuncFloor}, {SeriesRuncWorker, SeriesRuncFloor}} {
 			a, c := series(fc, pair[0]), series(fc, pair[1])
 			if a != nil && c != nil {
 				p("- %s / %s = %.2f (difference %s ms)\n", pair[0], pair[1], stats.Ratio(a.Summary.Median, c.Summary.Median), ms(a.Summary.Median-c.Summary.Median))

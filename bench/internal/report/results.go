@@ -19,6 +19,7 @@ const (
 	SeriesHost       = "sandbox-host turn (API)"
 	SeriesDocker     = "docker run --rm -i"
 	SeriesEngine     = "Engine API (pkg/container, no host)"
+	SeriesPrestart   = "Engine API, pre-started container (attach, stdin, reply, wait)"
 	SeriesRuncWorker = "runc run (worker bundle)"
 	SeriesRuncFloor  = "runc run (floor bundle)"
 )
@@ -66,6 +67,8 @@ type FixedCost struct {
 	// series (create, container_attach, container_start, worker_run,
 	// container_wait, remove), per measured run.
 	EnginePhasesMs map[string][]float64 `json:"enginePhasesMs,omitempty"`
+	// PrestartPhasesMs are the driver phases of the pre-started series.
+	PrestartPhasesMs map[string][]float64 `json:"prestartPhasesMs,omitempty"`
 }
 
 // Variants is variants.json: docker run of the floor payload with flag
