@@ -108,8 +108,13 @@ func writeAnalysis(b *strings.Builder, in *Inputs) {
 			TargetRatio, ms(st), cmp, ms(budget))
 		if pre := series(in.FixedCost, SeriesPrestart); pre != nil {
 			act, _ := jmed(in, journal.PhaseBrokerActivation)
-			p("  A measured proxy for the container side of it: the %s series costs %s ms (%.2f of docker run). With the broker still socket-activated on the worker's first call (%s ms here) and the host's own work, a turn would come to roughly %s ms, about %.2f of docker run; pre-starting the broker service as well (it would read the policy on its first request instead of at start) removes the activation too.\n",
-				SeriesPrestart, ms(pre.Summary.Median), pre.Summary.Median/D, ms(act), ms(pre.Summary.Median+act+5), (pre.Summary.Median+act+5)/D)
+			own, _ := jmed(in, "prepare")
+			if tot, ok := jmed(in, journal.PhaseHostTotal); ok {
+				own += max(H-tot, 0) // API overhead
+			}
+			est := pre.Summary.Median + act + own
+			p("  A measured proxy for the container side of it: the %s series costs %s ms (%.2f of docker run). Adding the broker's activation on the worker's first call (%s ms here) and the host's own prepare and API work (%s ms), a turn would come to about %s ms, %.2f of docker run; pre-starting the broker service as well (reading the policy on its first request instead of at start) would remove the activation too.\n",
+				SeriesPrestart, ms(pre.Summary.Median), pre.Summary.Median/D, ms(act), ms(own), ms(est), est/D)
 		}
 	}
 	p("\n")
