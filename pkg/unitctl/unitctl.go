@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 
@@ -152,9 +153,20 @@ func notLoaded(err error) bool {
 }
 
 // StartBroker starts sandbox-broker@<turn>.socket (mode "fail") and waits for
-// the job's result.
+// the job's result. Once the socket listens it also queues the start of
+// sandbox-broker@<turn>.service without waiting for that job: the broker's
+// activation (fork, sandbox set-up, policy load) then overlaps the container's
+// start instead of following the worker's first connect. The service's
+// listening fd still comes from the socket unit, so this changes when the
+// broker starts, not what it is given. A failure to queue is only logged:
+// socket activation starts the service on the first connect anyway, and a
+// service that fails to start fails the worker's call as it always did.
 func (m *Manager) StartBroker(ctx context.Context, turnID string) error {
 	unit, err := ids.BrokerSocketUnit(turnID)
+	if err != nil {
+		return err
+	}
+	svc, err := ids.BrokerServiceUnit(turnID)
 	if err != nil {
 		return err
 	}
@@ -162,12 +174,25 @@ func (m *Manager) StartBroker(ctx context.Context, turnID string) error {
 	if err != nil {
 		return err
 	}
-	return runJob(ctx, "start", c.StartUnitContext, unit, "fail")
+	if err := runJob(ctx, "start", c.StartUnitContext, unit, "fail"); err != nil {
+		return err
+	}
+	// Buffered: nobody reads the result, and the library's signal loop
+	// must never block on it.
+	if _, err := c.StartUnitContext(ctx, svc, "fail", make(chan string, 1)); err != nil {
+		slog.DebugContext(ctx, "early broker service start not queued; socket activation will start it",
+			"unit", svc, "err", err)
+	}
+	return nil
 }
 
 // StopBroker stops the turn's socket (first, so nothing re-activates the
-// service) and service (mode "replace"), waits for both results, then resets
-// their failed state. A unit that is not loaded counts as stopped.
+// service) and service (mode "replace") and waits for both results. A unit
+// that is not loaded counts as stopped. When both stops end "done" nothing
+// else is sent: both units carry CollectMode=inactive-or-failed, so systemd
+// unloads them, failed or not, and a reset-failed would only cost two more
+// D-Bus round trips (and polkit checks). Only when a stop job failed does it
+// still try reset-failed on both, then return the stop error.
 func (m *Manager) StopBroker(ctx context.Context, turnID string) error {
 	sock, err := ids.BrokerSocketUnit(turnID)
 	if err != nil {
@@ -187,8 +212,8 @@ func (m *Manager) StopBroker(ctx context.Context, turnID string) error {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil
 	}
 	for _, unit := range []string{sock, svc} {
 		if err := c.ResetFailedUnitContext(ctx, unit); err != nil && !notLoaded(err) {

@@ -139,10 +139,59 @@ func TestStartBroker(t *testing.T) {
 			if err != nil && !strings.Contains(err.Error(), sock) {
 				t.Errorf("error %q does not name the unit %s", err, sock)
 			}
-			if want := []string{"start " + sock + " fail"}; !slices.Equal(f.calls, want) {
+			// The service start is queued only after the socket job
+			// succeeded, never after a failed one.
+			want := []string{"start " + sock + " fail"}
+			if tt.wantErr == nil {
+				want = append(want, "start "+svc+" fail")
+			}
+			if !slices.Equal(f.calls, want) {
 				t.Errorf("calls = %v, want %v", f.calls, want)
 			}
 		})
+	}
+}
+
+// The early service start is best effort: a refused or failed queueing call
+// changes nothing (socket activation starts the service on first connect),
+// and its result is never waited for.
+func TestStartBrokerServiceStartBestEffort(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(*fakeConn)
+	}{
+		{"queueing refused", func(f *fakeConn) { f.callErr[svc] = errors.New("Interactive authentication required.") }},
+		{"service job fails", func(f *fakeConn) { f.results[svc] = "failed" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake()
+			tt.setup(f)
+			m := managerWith(t, f)
+			if err := m.StartBroker(context.Background(), turn); err != nil {
+				t.Fatalf("StartBroker = %v, want nil (the socket started)", err)
+			}
+			if want := []string{"start " + sock + " fail", "start " + svc + " fail"}; !slices.Equal(f.calls, want) {
+				t.Errorf("calls = %v, want %v", f.calls, want)
+			}
+		})
+	}
+}
+
+// Nobody reads the service job's result: its channel must still be
+// buffered so the library's signal loop never blocks on it.
+func TestStartBrokerServiceResultDoesNotBlockSignals(t *testing.T) {
+	f := newFake()
+	m := managerWith(t, f)
+	if err := m.StartBroker(context.Background(), turn); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 { // the socket's result and the service's
+		select {
+		case <-f.delivered:
+		case <-time.After(3 * time.Second):
+			t.Fatalf("job result %d was never delivered: channel not buffered", i+1)
+		}
 	}
 }
 
@@ -188,20 +237,30 @@ func TestStopBroker(t *testing.T) {
 		wantErr   error
 		wantCalls []string
 	}{
+		// Clean stops: CollectMode=inactive-or-failed unloads both units,
+		// so no reset-failed round trips.
 		{"both stopped", func(*fakeConn) {}, nil,
-			[]string{"stop " + sock + " replace", "stop " + svc + " replace", "reset-failed " + sock, "reset-failed " + svc}},
+			[]string{"stop " + sock + " replace", "stop " + svc + " replace"}},
 		{"not loaded counts as stopped", func(f *fakeConn) {
 			f.callErr[sock] = errNoSuchUnit
 			f.callErr[svc] = &errNoSuchUnit
+		}, nil,
+			[]string{"stop " + sock + " replace", "stop " + svc + " replace"}},
+		// A failed stop still gets its reset-failed attempt and its error.
+		{"service stop fails", func(f *fakeConn) { f.results[svc] = "failed" }, ErrJob,
+			[]string{"stop " + sock + " replace", "stop " + svc + " replace", "reset-failed " + sock, "reset-failed " + svc}},
+		{"service stop fails, units already gone", func(f *fakeConn) {
+			f.results[svc] = "failed"
 			f.resetErr[sock] = errNoSuchUnit
 			f.resetErr[svc] = errors.New("Unit " + svc + " not loaded.")
-		}, nil,
+		}, ErrJob,
 			[]string{"stop " + sock + " replace", "stop " + svc + " replace", "reset-failed " + sock, "reset-failed " + svc}},
-		{"service stop fails", func(f *fakeConn) { f.results[svc] = "failed" }, ErrJob,
-			[]string{"stop " + sock + " replace", "stop " + svc + " replace"}},
 		{"bus error", func(f *fakeConn) { f.callErr[sock] = errors.New("Access denied") }, ErrBus,
-			[]string{"stop " + sock + " replace", "stop " + svc + " replace"}},
-		{"reset-failed refused", func(f *fakeConn) { f.resetErr[svc] = errors.New("Access denied") }, ErrBus,
+			[]string{"stop " + sock + " replace", "stop " + svc + " replace", "reset-failed " + sock, "reset-failed " + svc}},
+		{"stop fails and reset-failed refused", func(f *fakeConn) {
+			f.results[sock] = "timeout"
+			f.resetErr[svc] = errors.New("Access denied")
+		}, ErrJob,
 			[]string{"stop " + sock + " replace", "stop " + svc + " replace", "reset-failed " + sock, "reset-failed " + svc}},
 	}
 	for _, tt := range tests {
@@ -284,7 +343,7 @@ func TestRedial(t *testing.T) {
 	if err := m.StartBroker(context.Background(), turn); err != nil {
 		t.Fatalf("StartBroker after a drop = %v, want a redial", err)
 	}
-	if !first.closed || len(second.calls) != 1 || second.subscribed != 1 {
+	if !first.closed || len(second.calls) != 2 || second.subscribed != 1 { // socket and service start
 		t.Errorf("redial: old closed=%v, new calls=%v subscribed=%d", first.closed, second.calls, second.subscribed)
 	}
 	second.connected = false
