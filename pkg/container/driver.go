@@ -223,6 +223,20 @@ func (d *Driver) Create(ctx context.Context, spec Spec) (string, error) {
 // and the result is Truncated. When ctx ends first, the container is
 // SIGKILLed and the error wraps ctx.Err(). Run never removes the container.
 func (d *Driver) Run(ctx context.Context, id string, stdin []byte, maxStdout int64) (Result, error) {
+	return d.RunGated(ctx, id, stdin, maxStdout, nil)
+}
+
+// ErrNotReady wraps the error of RunGated's ready func.
+var ErrNotReady = errors.New("container run: not ready for stdin")
+
+// RunGated is Run with a gate on stdin: ready (nil = none) is called once
+// the container started and before any byte of stdin is written, so the
+// container's start can overlap whatever the worker's input depends on (the
+// broker units). The worker reads its turn from stdin first, so it can do
+// nothing before ready returned nil. A non-nil error from ready, or ctx
+// ending while it runs, SIGKILLs the container; the error wraps ready's
+// error and ErrNotReady (or ctx.Err()). The container is never removed here.
+func (d *Driver) RunGated(ctx context.Context, id string, stdin []byte, maxStdout int64, ready func(context.Context) error) (Result, error) {
 	res := Result{ExitCode: -1}
 	if maxStdout <= 0 {
 		return res, errors.New("container run: maxStdout must be positive")
@@ -256,6 +270,21 @@ func (d *Driver) Run(ctx context.Context, id string, stdin []byte, maxStdout int
 		return res, daemonErr("container start", err)
 	}
 	t = d.observe(PhaseStart, t)
+	if ready != nil {
+		if err := ready(ctx); err != nil {
+			if ctx.Err() != nil {
+				return res, abort("container run: waiting to write stdin")
+			}
+			hj.Close()
+			return res, errors.Join(fmt.Errorf("%w: %w", ErrNotReady, err), d.killDetached(ctx, id))
+		}
+		if ctx.Err() != nil {
+			return res, abort("container run: waiting to write stdin")
+		}
+		// The wait is the caller's to report (the host's "stdin_gate"
+		// phase); it is kept out of PhaseRun.
+		t = time.Now()
+	}
 
 	go func() {
 		// A worker that never reads stdin blocks this write; hj.Close ends it.

@@ -634,3 +634,61 @@ func journalHasStdout(t *testing.T, d *Driver, journal string) {
 	}
 	t.Logf("note: the worker's stdout did not reach the journal")
 }
+
+// RunGated starts the container before ready is called and writes stdin only
+// after it returned nil; a failing ready, or ctx ending inside it, leaves the
+// container killed (not removed) and Run's error wrapping the reason.
+func TestIntegrationRunGated(t *testing.T) {
+	d := itDriver(t)
+	errUnits := errors.New("unit job failed")
+	tests := []struct {
+		name    string
+		ready   func(ctx context.Context) error
+		timeout time.Duration
+		wantErr []error
+	}{
+		{"ready", func(context.Context) error { return nil }, 60 * time.Second, nil},
+		{"not ready", func(context.Context) error { return errUnits }, 60 * time.Second, []error{ErrNotReady, errUnits}},
+		{"deadline while gated", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, 2 * time.Second, []error{context.DeadlineExceeded}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var phases []string
+			d.Observe = func(phase string, _ time.Duration) { phases = append(phases, phase) }
+			defer func() { d.Observe = nil }()
+			id := itCreate(t, d, itSpec(t, "it-gate"))
+			ctx, cancel := context.WithTimeout(context.Background(), tt.timeout)
+			defer cancel()
+			running := false
+			res, err := d.RunGated(ctx, id, []byte("gated\n"), 1<<10, func(ctx context.Context) error {
+				c, err := d.cli.ContainerInspect(context.Background(), id)
+				running = err == nil && c.State.Running
+				return tt.ready(ctx)
+			})
+			if !running {
+				t.Errorf("container was not running when ready was called")
+			}
+			if tt.wantErr == nil {
+				if err != nil || string(res.Stdout) != "gated\n" || res.ExitCode != 0 {
+					t.Fatalf("RunGated = %q exit %d, %v; want the echo, exit 0", res.Stdout, res.ExitCode, err)
+				}
+				if want := []string{PhaseAttach, PhaseStart, PhaseRun, PhaseWait}; !slices.Equal(phases, want) {
+					t.Errorf("phases = %v, want %v", phases, want)
+				}
+				return
+			}
+			for _, want := range tt.wantErr {
+				if !errors.Is(err, want) {
+					t.Errorf("RunGated = %v, want an error wrapping %v", err, want)
+				}
+			}
+			if len(res.Stdout) != 0 {
+				t.Errorf("stdout = %q, want nothing (stdin was never written)", res.Stdout)
+			}
+			c, err := d.cli.ContainerInspect(context.Background(), id)
+			if err != nil || c.State.Running {
+				t.Errorf("after a failed gate: state %+v, %v; want killed, still present", c.State, err)
+			}
+		})
+	}
+}
