@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -253,19 +254,63 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 		}
 		return ErrClientGone
 	}
+	// The slot is released only when RunTurn returned, that is after the
+	// turn's cleanup, even when the client was answered before it.
 	defer release()
+	// A successful run is answered as soon as its reply is read and the
+	// container exited; removal, unit stop and file removal go on while the
+	// channel's slot stays held, so the channel's next turn still waits for
+	// them and shutdown still waits for them (RunTurn holds the host's turn
+	// count). Trade-off: a cleanup failure after that answer cannot turn it
+	// into an error any more; RunTurn logs it with what to inspect and
+	// counts it in sandbox_cleanup_failures_total. Failed turns are answered
+	// after cleanup, as before.
+	replied := false
 	reply, turnID, err := h.RunTurn(ctx, TurnInput{
 		Channel: channel, SpeakerID: req.Speaker.ID, SpeakerName: req.Speaker.Name,
 		PrincipalID: req.Speaker.PrincipalID, Text: req.Text,
+		OnReply: func(reply *protocol.Reply, turnID string) {
+			replied = true // same goroutine as RunTurn's caller
+			h.writeReply(w, reply, turnID)
+		},
 	})
+	if replied {
+		return nil // the response is complete: nothing more may be written
+	}
 	if err != nil {
 		if turnID != "" {
 			w.Header().Set("X-Sandbox-Turn", turnID)
 		}
 		return err
 	}
-	writeJSON(w, http.StatusOK, TurnResponse{OK: reply.OK, Text: reply.Text, TurnID: turnID})
+	// RunTurn succeeded without calling OnReply: not expected, but the
+	// client must still get its answer.
+	h.writeReply(w, reply, turnID)
 	return nil
+}
+
+// writeReply writes a turn's 200 response whole, with its length, and flushes
+// it, so the client has the complete body while the handler still runs the
+// turn's cleanup.
+func (h *Host) writeReply(w http.ResponseWriter, reply *protocol.Reply, turnID string) {
+	body, err := json.Marshal(TurnResponse{OK: reply.OK, Text: reply.Text, TurnID: turnID})
+	if err != nil { // plain strings and a bool: cannot happen
+		h.fail(w, fmt.Errorf("encode reply: %w", err))
+		return
+	}
+	body = append(body, '\n')
+	hd := w.Header()
+	hd.Set("Content-Type", "application/json")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(body); err != nil {
+		h.log.Debug("turn reply not delivered", "turn", turnID, "err", err) // the client left
+		return
+	}
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 func (h *Host) status(channel string) ChannelStatus {
@@ -336,9 +381,11 @@ func (h *Host) handleFresh(w http.ResponseWriter, r *http.Request, channel strin
 func (h *Host) handleCancel(w http.ResponseWriter, r *http.Request, channel string) error {
 	h.mu.Lock()
 	a, ok := h.active[channel]
+	replied := ok && a.replied
 	h.mu.Unlock()
 	resp := CancelResponse{Channel: channel}
-	if ok {
+	// A turn already answered is only cleaning up: nothing to cancel.
+	if ok && !replied {
 		a.cancel(errCauseCancel)
 		resp.Cancelled, resp.TurnID = true, a.id
 		h.log.Info("turn cancel requested", "turn", a.id, "channel", ids.ChannelTag(channel))

@@ -34,6 +34,8 @@ type fakeDocker struct {
 	maxTotal    int
 	total       int
 	runFn       func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error)
+	events      []string        // "create", "start", "ready failed", "stdin": the order a turn saw
+	removeHook  func(id string) // called before each Remove, without the lock
 	observe     func(string, time.Duration)
 	pingErr     error
 	image       bool
@@ -55,6 +57,7 @@ func (f *fakeDocker) Create(ctx context.Context, spec ContainerSpec) (string, er
 		return "", err
 	}
 	id := "id-" + spec.Name
+	f.events = append(f.events, "create")
 	f.created = append(f.created, spec)
 	f.live[id] = true
 	pf := filepath.Join(f.cfg.PolicyDir, spec.Labels[layout.LabelTurn]+".json")
@@ -68,8 +71,37 @@ func (f *fakeDocker) Create(ctx context.Context, spec ContainerSpec) (string, er
 	return id, nil
 }
 
-func (f *fakeDocker) Run(ctx context.Context, id string, stdin []byte, max int64) (RunResult, error) {
+func (f *fakeDocker) event(e string) {
 	f.mu.Lock()
+	f.events = append(f.events, e)
+	f.mu.Unlock()
+}
+
+func (f *fakeDocker) eventList() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.events...)
+}
+
+// Run behaves like container.Driver.RunGated: the container starts, ready
+// gates stdin, a refusal kills the container (never removes it).
+func (f *fakeDocker) Run(ctx context.Context, id string, stdin []byte, max int64, ready func(context.Context) error) (RunResult, error) {
+	f.event("start")
+	if ready != nil {
+		if err := ready(ctx); err != nil {
+			f.mu.Lock()
+			f.events = append(f.events, "ready failed")
+			f.kills = append(f.kills, id)
+			f.mu.Unlock()
+			return RunResult{ExitCode: -1}, fmt.Errorf("fake run: not ready: %w", err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		f.event("kill")
+		return RunResult{ExitCode: -1}, err
+	}
+	f.mu.Lock()
+	f.events = append(f.events, "stdin")
 	var spec ContainerSpec
 	for _, s := range f.created {
 		if "id-"+s.Name == id {
@@ -108,6 +140,9 @@ func (f *fakeDocker) Kill(ctx context.Context, id string) error {
 }
 
 func (f *fakeDocker) Remove(ctx context.Context, id string) error {
+	if f.removeHook != nil {
+		f.removeHook(id)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.removes = append(f.removes, id)
@@ -147,11 +182,22 @@ type fakeUnits struct {
 	active  map[string]bool
 	stopErr error
 	closed  bool
+	// startHook, when set, runs first in StartBroker (without the lock)
+	// and decides the job's result: tests block or fail the unit job.
+	startHook func(ctx context.Context, turn string) error
 }
 
 func newFakeUnits() *fakeUnits { return &fakeUnits{active: map[string]bool{}} }
 
 func (u *fakeUnits) StartBroker(ctx context.Context, turn string) error {
+	if u.startHook != nil {
+		if err := u.startHook(ctx, turn); err != nil {
+			u.mu.Lock()
+			u.started = append(u.started, turn)
+			u.mu.Unlock()
+			return err
+		}
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.started = append(u.started, turn)

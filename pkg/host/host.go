@@ -49,9 +49,12 @@ type RunResult struct {
 // Containers is what a turn needs of the Docker driver.
 type Containers interface {
 	Create(ctx context.Context, spec ContainerSpec) (id string, err error)
-	// Run attaches, starts, writes stdin and closes it, reads at most
-	// maxStdout bytes of stdout and waits; on ctx end it kills the container.
-	Run(ctx context.Context, id string, stdin []byte, maxStdout int64) (RunResult, error)
+	// Run attaches and starts the container; then, when ready is not nil,
+	// calls it and writes stdin only once it returned nil (an error kills
+	// the container and is returned wrapped). It then closes stdin, reads at
+	// most maxStdout bytes of stdout and waits; on ctx end it kills the
+	// container. It never removes it.
+	Run(ctx context.Context, id string, stdin []byte, maxStdout int64, ready func(context.Context) error) (RunResult, error)
 	Kill(ctx context.Context, id string) error
 	// Remove force-removes; not found is success.
 	Remove(ctx context.Context, id string) error
@@ -122,6 +125,9 @@ type activeTurn struct {
 	id, channel string
 	deadline    time.Time
 	cancel      context.CancelCauseFunc
+	// replied: the client has its answer and only cleanup remains, which
+	// a cancel could not shorten (h.mu).
+	replied bool
 }
 
 // New checks the options and prepares the turn-independent parts of every

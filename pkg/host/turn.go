@@ -24,7 +24,8 @@ const (
 	PhasePrepare   = "prepare"    // workspace, turn directory, policy file
 	PhaseUnitStart = "unit_start" // D-Bus start of the broker socket unit
 	PhaseCreate    = "create"     // container create (concurrent with unit_start)
-	PhaseRun       = "run"        // attach, start, stdin, stdout, wait
+	PhaseStdinGate = "stdin_gate" // started container waits for the unit job
+	PhaseRun       = "run"        // attach, start, stdin_gate, stdin, stdout, wait
 	PhaseRemove    = "remove"     // kill and force-remove
 	PhaseUnitStop  = "unit_stop"  // broker units stopped
 	PhaseFiles     = "files"      // turn directory and policy removed
@@ -37,6 +38,15 @@ type TurnInput struct {
 	SpeakerName string
 	PrincipalID string
 	Text        string
+	// OnReply, when set, receives the reply of a run that succeeded, in
+	// RunTurn's goroutine, before cleanup starts; RunTurn returns only after
+	// cleanup, so the caller keeps the channel's queue slot (and the host
+	// its turn count) until then. Failed runs (deadline, cancel, worker
+	// failure) never call it: their callers answer after cleanup, as before.
+	// Trade-off: once OnReply ran, a cleanup failure can no longer change
+	// that answer; RunTurn still logs it with what to inspect, counts it in
+	// sandbox_cleanup_failures_total and returns ErrCleanup.
+	OnReply func(reply *protocol.Reply, turnID string)
 }
 
 type turn struct {
@@ -136,7 +146,8 @@ func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, stri
 		h.mu.Unlock()
 		return nil, "", fmt.Errorf("channel already has a running turn: %w", ErrTurnFailed)
 	}
-	h.active[t.channel] = &activeTurn{id: t.id, channel: t.channel, deadline: t.deadline, cancel: cancel}
+	active := &activeTurn{id: t.id, channel: t.channel, deadline: t.deadline, cancel: cancel}
+	h.active[t.channel] = active
 	t.freshGen, t.reset = h.fresh[t.channel]
 	h.turns.Add(1)
 	h.mu.Unlock()
@@ -151,6 +162,14 @@ func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, stri
 
 	log := h.log.With("turn", t.id, "channel", t.tag)
 	reply, runErr := h.execute(ctx, t)
+	if runErr == nil && in.OnReply != nil {
+		// The turn stays listed (its container and units still exist, the
+		// reaper must keep them) but is no longer cancellable.
+		h.mu.Lock()
+		active.replied = true
+		h.mu.Unlock()
+		in.OnReply(reply, t.id)
+	}
 	cleanupErr := h.cleanup(t, log)
 
 	result, err := resultOf(ctx, reply, runErr, cleanupErr)
@@ -263,8 +282,10 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 	}
 	t.phase(h, PhasePrepare, since)
 
-	// The broker socket unit and the container are made concurrently; both
-	// must succeed before the container starts.
+	// The broker units start while the container is created, attached and
+	// started; the worker's stdin (its turn, and so its first broker call)
+	// is written only once the unit job succeeded. A failed unit job kills
+	// the started container and fails the turn; cleanup is unchanged.
 	spec := ContainerSpec{
 		Name: t.container, Image: c.Image, UID: h.opts.UID, GID: h.opts.GID,
 		WorkspaceDir: t.workspace, TurnDir: t.dir,
@@ -277,31 +298,56 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 			layout.LabelDeadline:     strconv.FormatInt(t.deadline.Unix(), 10),
 		},
 	}
-	var wg sync.WaitGroup
-	var unitErr, createErr error
+	var unitErr error
+	unitDone := make(chan struct{})
 	t.unitTried, t.createTried = true, true
-	wg.Add(2)
 	go func() {
-		defer wg.Done()
+		defer close(unitDone)
 		s := time.Now()
 		unitErr = h.opts.Units.StartBroker(ctx, t.id)
 		t.phase(h, PhaseUnitStart, s)
 	}()
-	go func() {
-		defer wg.Done()
-		s := time.Now()
-		t.containerID, createErr = h.opts.Containers.Create(ctx, spec)
-		t.phase(h, PhaseCreate, s)
-	}()
-	wg.Wait()
-	if err := errors.Join(unitErr, createErr); err != nil {
-		return nil, err
+	// Whatever the path, the start job has ended before execute returns:
+	// cleanup's StopBroker must never run before the start it undoes.
+	// StartBroker honours ctx, so this wait is bounded by the turn's.
+	defer func() { <-unitDone }()
+	unitResult := func() error {
+		<-unitDone
+		if unitErr != nil {
+			return fmt.Errorf("broker units: %w", unitErr)
+		}
+		return nil
 	}
 
 	since = time.Now()
-	res, err := h.opts.Containers.Run(ctx, t.containerID, stdin, protocol.MaxReplyBytes)
+	var createErr error
+	t.containerID, createErr = h.opts.Containers.Create(ctx, spec)
+	t.phase(h, PhaseCreate, since)
+	if createErr != nil {
+		return nil, errors.Join(createErr, unitResult())
+	}
+
+	gated := false
+	ready := func(ctx context.Context) error {
+		gated = true // called in Run's goroutine, before Run returns
+		s := time.Now()
+		select {
+		case <-unitDone:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		t.phase(h, PhaseStdinGate, s)
+		return unitResult()
+	}
+	since = time.Now()
+	res, err := h.opts.Containers.Run(ctx, t.containerID, stdin, protocol.MaxReplyBytes, ready)
 	t.phase(h, PhaseRun, since)
 	if err != nil {
+		if !gated {
+			// Run failed before the gate: the unit job's own failure, if
+			// any, is still worth reporting.
+			err = errors.Join(err, unitResult())
+		}
 		return nil, fmt.Errorf("run: %w", err)
 	}
 	if ctx.Err() != nil {

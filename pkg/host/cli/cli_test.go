@@ -186,7 +186,12 @@ type fakeContainers struct{}
 func (fakeContainers) Create(ctx context.Context, s host.ContainerSpec) (string, error) {
 	return s.Name, nil
 }
-func (fakeContainers) Run(ctx context.Context, id string, stdin []byte, max int64) (host.RunResult, error) {
+func (fakeContainers) Run(ctx context.Context, id string, stdin []byte, max int64, ready func(context.Context) error) (host.RunResult, error) {
+	if ready != nil {
+		if err := ready(ctx); err != nil {
+			return host.RunResult{ExitCode: -1}, err
+		}
+	}
 	return host.RunResult{Stdout: []byte(`{"ok":true,"text":"pong"}`)}, nil
 }
 func (fakeContainers) Kill(context.Context, string) error   { return nil }

@@ -96,8 +96,8 @@ func (e dockerEngine) Create(ctx context.Context, s host.ContainerSpec) (string,
 	})
 }
 
-func (e dockerEngine) Run(ctx context.Context, id string, stdin []byte, max int64) (host.RunResult, error) {
-	r, err := e.d.Run(ctx, id, stdin, max)
+func (e dockerEngine) Run(ctx context.Context, id string, stdin []byte, max int64, ready func(context.Context) error) (host.RunResult, error) {
+	r, err := e.d.RunGated(ctx, id, stdin, max, ready)
 	return host.RunResult{Stdout: r.Stdout, ExitCode: r.ExitCode, Truncated: r.Truncated}, err
 }
 func (e dockerEngine) Kill(ctx context.Context, id string) error   { return e.d.Kill(ctx, id) }
