@@ -15,6 +15,8 @@
 # Knobs: BENCH_ROUNDS (40) BENCH_WARMUP (3) BENCH_BROKER_ITER (3000)
 # BENCH_LOAD_CHANNELS (16) BENCH_LOAD_TURNS (4) BENCH_READY_N (10)
 # BENCH_VARIANTS (1: docker run flag variants, full mode) BENCH_VARIANT_ROUNDS (20)
+# BENCH_COMPARE_REF (85456b6^: also measure that commit's package; none skips)
+# BENCH_SOURCE (tree to build and measure; default this one)
 # BENCH_RESULTS (bench/results/latest) BENCH_REPORT (docs/BENCHMARKS.md)
 # BENCH_KEEP=1 keeps the work directory.
 #
@@ -22,6 +24,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
+# SRC is the tree whose binaries and package are measured (BENCH_SOURCE: a
+# clone at another commit, for the comparison run); the bench itself always
+# comes from REPO.
+SRC=${BENCH_SOURCE:-$REPO}
 export PATH=/usr/local/go/bin:$PATH
 
 BENCH_MODE=${BENCH_MODE:-auto}
@@ -68,14 +74,14 @@ NOTES=$BENCH_RESULTS/notes.md
 : >"$NOTES"
 
 bench_log "building binaries"
-make -s bin/sandbox-broker bin/sandbox-worker
+make -C "$SRC" -s bin/sandbox-broker bin/sandbox-worker
 BIN=$WORK/bin
 go build -o "$BIN/sandbox-bench" ./bench/cmd/sandbox-bench
 CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$BIN/floor" ./bench/floor
 if [[ -d test/e2e/fakemodel ]]; then
   go build -o "$BIN/fakemodel" ./test/e2e/fakemodel
 fi
-cp bin/sandbox-broker bin/sandbox-worker "$BIN/"
+cp "$SRC/bin/sandbox-broker" "$SRC/bin/sandbox-worker" "$BIN/"
 
 if [[ $BENCH_MODE == auto ]]; then
   BENCH_MODE=$(bench_pick_mode)
@@ -90,9 +96,9 @@ dev) source "$REPO/bench/lib/dev.sh" ;;
 esac
 bench_setup
 # Machine facts (the mode's env runner sees the dockerd under test).
-dirty=$(git status --porcelain 2>/dev/null | wc -l)
+dirty=$(git -C "$SRC" status --porcelain 2>/dev/null | wc -l)
 bench_env --out "$BENCH_RESULTS/env.json" --fact "bench mode=$BENCH_MODE" \
-  --fact "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+  --fact "commit=$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
   --fact "working tree=$( ((dirty == 0)) && echo clean || echo "$dirty uncommitted paths (make deb builds the working tree)")" \
   --fact "dockerd under test=$DOCKERD_TEXT"
 
@@ -108,14 +114,16 @@ bench_run_mode
 
 bench_env --out "$BENCH_RESULTS/env-end.json"
 
-# 6. The measured proposal (bench/proposals/): the same measurements with the
-# diff applied to a clone of HEAD, after this run's namespace is gone.
-if [[ $BENCH_MODE == full && ${BENCH_PROPOSAL:-1} == 1 && -f $REPO/bench/proposals/host-fastpath.diff ]]; then
+# 6. The comparison run: the same measurements with the package of another
+# commit (BENCH_COMPARE_REF; default: the host before the turn fast path
+# landed), after this run's namespace is gone. BENCH_COMPARE_REF=none skips.
+if [[ $BENCH_MODE == full && ${BENCH_COMPARE_REF:-85456b6^} != none ]]; then
   stop_pids
   bench_ns_down
   NS_PID=""
-  run_proposal
+  run_compare "${BENCH_COMPARE_REF:-85456b6^}"
 fi
+
 bench_log "writing $BENCH_REPORT"
 "$BIN/sandbox-bench" report --results "$BENCH_RESULTS" --out "$BENCH_REPORT"
 sed -i "s#Raw results: \`$REPO/#Raw results: \`#" "$BENCH_REPORT"

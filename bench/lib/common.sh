@@ -111,10 +111,10 @@ make_worker_bundle() {
 write_sizes() {
   local size archive=0
   size=$("$@" image inspect -f '{{.Size}}' "$BENCH_IMAGE" 2>/dev/null || echo 0)
-  [[ -f $REPO/dist/worker-image.tar ]] && archive=$(stat -c %s "$REPO/dist/worker-image.tar")
+  [[ -f $SRC/dist/worker-image.tar ]] && archive=$(stat -c %s "$SRC/dist/worker-image.tar")
   cat >"$BENCH_RESULTS/sizes.json" <<JSON
 {"image":"$BENCH_IMAGE","imageBytes":$size,"archiveBytes":$archive,
- "workerBytes":$(stat -c %s "$REPO/bin/sandbox-worker"),"hostBytes":$(stat -c %s "$REPO/bin/sandbox-host" 2>/dev/null || echo 0),
- "brokerBytes":$(stat -c %s "$REPO/bin/sandbox-broker")}
+ "workerBytes":$(stat -c %s "$SRC/bin/sandbox-worker"),"hostBytes":$(stat -c %s "$SRC/bin/sandbox-host" 2>/dev/null || echo 0),
+ "brokerBytes":$(stat -c %s "$SRC/bin/sandbox-broker")}
 JSON
 }

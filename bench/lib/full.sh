@@ -94,11 +94,11 @@ bench_setup() {
   # ns_boot takes the e2e lock (test/e2e/lib/common.sh e2e_lock): no other
   # namespaced run installs the package while this one holds it.
   bench_log "building the package (make deb)"
-  make --no-print-directory deb >"$WORK/make-deb.log" 2>&1 || { tail -40 "$WORK/make-deb.log" >&2; bench_die "make deb failed"; }
-  DEB=$(ls -t "$REPO"/dist/"${BENCH_PKG}"_*_amd64.deb 2>/dev/null | head -1)
+  make -C "$SRC" --no-print-directory deb >"$WORK/make-deb.log" 2>&1 || { tail -40 "$WORK/make-deb.log" >&2; bench_die "make deb failed"; }
+  DEB=$(ls -t "$SRC"/dist/"${BENCH_PKG}"_*_amd64.deb 2>/dev/null | head -1)
   [[ -n $DEB ]] || bench_die "make deb produced no dist/${BENCH_PKG}_*_amd64.deb"
   export DEB
-  note "- Package: \`${DEB#"$REPO"/}\`, installed with test/e2e/lib/install.sh (install_package), purged at the end (install_purge)."
+  note "- Package: \`${DEB#"$SRC"/}\` built from commit $(git -C "$SRC" rev-parse --short HEAD), installed with test/e2e/lib/install.sh (install_package), purged at the end (install_purge)."
 
   export E2E_WORK=$WORK/ns
   mkdir -p "$E2E_WORK"
@@ -113,7 +113,7 @@ bench_setup() {
       { tail -30 "$WORK/install.log" >&2; bench_die "installing the package failed"; }
   fi
   if ! ns_exec docker image inspect "$BENCH_IMAGE" >/dev/null 2>&1; then
-    [[ -f $REPO/dist/worker-image.tar ]] && ns_exec docker load -i "$REPO/dist/worker-image.tar" >/dev/null
+    [[ -f $SRC/dist/worker-image.tar ]] && ns_exec docker load -i "$SRC/dist/worker-image.tar" >/dev/null
   fi
 }
 
@@ -172,23 +172,23 @@ bench_run_mode() {
   ns_exec "$BIN/sandbox-bench" ready --out "$BENCH_RESULTS/ready.json" --n "$BENCH_READY_N"
 }
 
-# run_proposal applies bench/proposals/host-fastpath.diff to a clone of HEAD
-# and reruns the fixed-cost and load measurements with that clone's package
-# (its own bench/run.sh, in a fresh namespace; the e2e lock stays held).
-run_proposal() {
-  local src=$WORK/proposal-src out=$BENCH_RESULTS/proposal
-  bench_log "proposal: applying bench/proposals/host-fastpath.diff to a clone of HEAD"
+# run_compare REF: the fixed-cost and load measurements again with the
+# package built from a clone of this repository at REF, driven by this
+# bench (BENCH_SOURCE), in a fresh namespace; the e2e lock stays held.
+run_compare() {
+  local ref=$1 src=$WORK/compare-src out=$BENCH_RESULTS/compare
+  bench_log "comparison run: package of $ref"
   rm -rf "$src"
   git clone -q "$REPO" "$src"
-  if ! (cd "$src" && git apply bench/proposals/host-fastpath.diff) 2>"$WORK/proposal-apply.log"; then
-    note "- The proposal diff (bench/proposals/host-fastpath.diff) no longer applies to HEAD: $(head -3 "$WORK/proposal-apply.log" | tr '\n' ' ')"
+  if ! git -C "$src" checkout -q --detach "$ref" 2>"$WORK/compare-checkout.log"; then
+    note "- The comparison ref $ref does not exist here: $(head -2 "$WORK/compare-checkout.log" | tr '\n' ' ')"
     return 0
   fi
   mkdir -p "$out"
-  if ! env BENCH_MODE=full BENCH_PROPOSAL=0 BENCH_BROKER_ITER=0 BENCH_VARIANTS=0 BENCH_READY_N=3 \
-    BENCH_RESULTS="$out" BENCH_REPORT="$WORK/proposal.md" "$src/bench/run.sh" >"$WORK/proposal.log" 2>&1; then
-    tail -30 "$WORK/proposal.log" >&2
-    note "- The proposal run failed (see the log of make bench); section 6 is incomplete."
+  if ! env BENCH_MODE=full BENCH_SOURCE="$src" BENCH_COMPARE_REF=none BENCH_BROKER_ITER=0 BENCH_VARIANTS=0 BENCH_READY_N=3 \
+    BENCH_RESULTS="$out" BENCH_REPORT="$WORK/compare.md" "$REPO/bench/run.sh" >"$WORK/compare.log" 2>&1; then
+    tail -30 "$WORK/compare.log" >&2
+    note "- The comparison run failed (see the log of make bench); section 6 is incomplete."
   fi
   rm -rf "$src"
 }

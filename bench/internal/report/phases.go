@@ -24,11 +24,12 @@ type Step struct {
 // Path is a turn's path. Indented names run inside the row above them.
 var Path = []Step{
 	{Want: "policy and directory", Journal: "prepare", Metric: "prepare", Note: "workspace, turn directory, policy file"},
-	{Want: "D-Bus socket-unit start", Journal: "unit_start", Metric: "unit_start", Note: "host side: D-Bus StartUnit and job wait; concurrent with create"},
+	{Want: "D-Bus socket-unit start", Journal: "unit_start", Metric: "unit_start", Note: "host side: D-Bus StartUnit and job wait; concurrent with the container"},
 	{Want: "  systemd: socket unit start job", Journal: journal.PhaseSocketJob, Note: "systemd's own share (Starting to Listening)"},
 	{Want: "container create", Journal: "create", Metric: "create", Note: "concurrent with unit start"},
 	{Want: "attach", Metric: "container_attach"},
 	{Want: "start", Metric: "container_start", Note: "dockerd, containerd, shim, runc"},
+	{Want: "started container waits for the unit job", Journal: "stdin_gate", Metric: "stdin_gate", Note: "stdin held until the socket unit is up"},
 	{Want: "worker run (stdin to stdout EOF)", Metric: "worker_run", Note: "holds broker activation and the model call"},
 	{Want: "  socket listening to the worker's first connect", Journal: journal.PhaseUntilConnect, Note: "systemd view: create, attach, start, worker start"},
 	{Want: "  broker activation", Journal: journal.PhaseBrokerActivation, Note: "systemd job start to READY of sandbox-broker@<turn>.service"},

@@ -14,17 +14,26 @@ func writePhaseRow(b *strings.Builder, name string, before, after string) {
 	fmt.Fprintf(b, "| %s | %s | %s |\n", name, before, after)
 }
 
-// writeProposal renders section 6: the same measurements before (this run)
-// and after (HEAD with bench/proposals/host-fastpath.diff), each ratio taken
-// against the docker run series interleaved in its own run.
-func writeProposal(b *strings.Builder, in *Inputs) {
-	pr := in.Proposal
-	if pr == nil || pr.FixedCost == nil {
+func commitOf(in *Inputs) string {
+	if in == nil || in.Env == nil || in.Env.Facts["commit"] == "" {
+		return "?"
+	}
+	return in.Env.Facts["commit"]
+}
+
+// writeCompare renders section 6: the comparison run (another commit's
+// package, measured by the same bench right after this run) against this
+// run, each ratio taken against the docker run series of its own run.
+func writeCompare(b *strings.Builder, in *Inputs) {
+	// Columns: the comparison commit first (before), this run second (after).
+	pr := in
+	in = in.Compare
+	if in == nil || in.FixedCost == nil {
 		return
 	}
-	b.WriteString("## 6. Proposed host fast path (measured, not applied)\n\n")
-	b.WriteString("`bench/proposals/host-fastpath.diff` (see `bench/proposals/README.md`): the broker service started with its socket, the container started while the units start (stdin waits for the unit job), the reply sent before cleanup (the channel's queue slot is held until cleanup ends), no reset-failed calls after a clean unit stop. Same commit plus the diff, its own package, its own namespace, run right after the run above; every ratio is against the docker run series interleaved in the same run.\n\n")
-	b.WriteString("| | before (HEAD) | after (HEAD + diff) |\n| --- | --- | --- |\n")
+	fmt.Fprintf(b, "## 6. Before and after: commit %s against this run (commit %s)\n\n", commitOf(in), commitOf(pr))
+	b.WriteString("The turn fast path landed between the two (85456b6 unitctl: the broker service start is queued as soon as its socket listens, no reset-failed after clean stops; d3a87bd container: `RunGated` holds stdin until a ready check passes; 6ec2f04 host: the container is created, attached and started while the broker units start, stdin waits for the unit job, and a successful turn is answered before its cleanup while the channel's queue slot stays held until cleanup ends). The comparison run builds the package of the older commit from a clone and measures it with this bench, in its own namespace, right after this run; every ratio is against the docker run series interleaved in the same run.\n\n")
+	fmt.Fprintf(b, "| | before (commit %s) | after (commit %s, this run) |\n| --- | --- | --- |\n", commitOf(in), commitOf(pr))
 	med := func(i *Inputs, name string) (string, float64) {
 		s := series(i.FixedCost, name)
 		if s == nil {
@@ -58,6 +67,7 @@ func writeProposal(b *strings.Builder, in *Inputs) {
 	}
 	for _, k := range []struct{ label, key string }{
 		{"D-Bus unit start (host side) median ms", "unit_start"},
+		{"started container waiting for the unit job (stdin_gate) median ms", "stdin_gate"},
 		{"broker activation median ms", journal.PhaseBrokerActivation},
 		{"attach + start + worker run + wait median ms", "run"},
 		{"unit stop median ms", "unit_stop"},
@@ -93,10 +103,10 @@ func writeProposal(b *strings.Builder, in *Inputs) {
 		}
 	}
 	if len(fails) > 0 {
-		fmt.Fprintf(b, "\nFailures in the proposal run: %s.\n", strings.Join(fails, ", "))
+		fmt.Fprintf(b, "\nFailures in this run: %s.\n", strings.Join(fails, ", "))
 	}
-	if pr.Env != nil {
-		fmt.Fprintf(b, "\nProposal run at %s UTC, load average %s at start.\n", pr.Env.Date.Format("15:04"), pr.Env.LoadAvg)
+	if in.Env != nil {
+		fmt.Fprintf(b, "\nComparison run at %s UTC, load average %s at start.\n", in.Env.Date.Format("15:04"), in.Env.LoadAvg)
 	}
 	b.WriteString("\n")
 }
