@@ -143,7 +143,7 @@ bench_run_mode() {
 
   note "- Host configuration: the shipped defaults (limits ${LIM_MEM} MiB, $LIM_CPUS CPU, $LIM_PIDS pids, ${LIM_TMPFS} MiB /tmp; queue depth 8) with the fake model and logLevel ${BENCH_HOST_LOGLEVEL:-debug} (for the per-turn \`turn phases\` line)."
   # Let the package build and the boot settle before timing anything.
-  sleep "${BENCH_SETTLE:-15}"
+  sleep "${BENCH_SETTLE:-30}"
   bench_log "fixed cost: $BENCH_ROUNDS rounds x (host turn, docker run, Engine API, Engine API pre-started, runc worker, runc floor)"
   ns_exec "$BIN/sandbox-bench" fixedcost --out "$BENCH_RESULTS/fixedcost.json" --rounds "$BENCH_ROUNDS" --warmup "$BENCH_WARMUP" \
     --host-socket "$HOST_SOCK" --channel "$CHANNEL_FIXED" \
