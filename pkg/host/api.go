@@ -303,6 +303,11 @@ func (h *Host) writeReply(w http.ResponseWriter, reply *protocol.Reply, turnID s
 	hd.Set("Content-Type", "application/json")
 	hd.Set("Cache-Control", "no-store")
 	hd.Set("Content-Length", strconv.Itoa(len(body)))
+	// The server reads this connection's next request only once the handler
+	// returned, after cleanup: a client reusing it would wait for that
+	// cleanup. Closing it sends the client's next request (another
+	// channel's turn, a status call) to a fresh connection.
+	hd.Set("Connection", "close")
 	w.WriteHeader(http.StatusOK)
 	if _, err := w.Write(body); err != nil {
 		h.log.Debug("turn reply not delivered", "turn", turnID, "err", err) // the client left

@@ -226,6 +226,8 @@ func TestMetricsExposed(t *testing.T) {
 	must(t, r.h.state.SetMode("c", ModeOn))
 	hc, _ := serve(t, r)
 	call(t, hc, "POST", "/v1/channels/c/turns", `{"speaker":{"id":"s"},"text":"x"}`)
+	// The reply comes before cleanup; the turn is counted when it ends.
+	waitFor(t, "the turn to end", func() bool { return r.h.status("c").RunningTurn == "" })
 	resp, err := hc.Get("http://host/metrics")
 	must(t, err)
 	data, _ := io.ReadAll(resp.Body)

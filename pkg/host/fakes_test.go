@@ -152,6 +152,7 @@ func (f *fakeDocker) Remove(ctx context.Context, id string) error {
 		}
 		return errors.New("fake: removal failed")
 	}
+	f.events = append(f.events, "removed")
 	delete(f.live, id)
 	delete(f.live, "id-"+id)
 	return nil

@@ -1,0 +1,307 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// index is the position of the n-th (0-based) e in events, or -1.
+func index(events []string, e string, n int) int {
+	for i, got := range events {
+		if got == e {
+			if n == 0 {
+				return i
+			}
+			n--
+		}
+	}
+	return -1
+}
+
+// The container is created and started while the unit job runs; its stdin
+// is written only after the job succeeded.
+func TestStdinWaitsForTheUnitJob(t *testing.T) {
+	var mu sync.Mutex
+	var phases []string
+	r := newRig(t, "", func(o *Options) {
+		o.ObservePhase = func(p string, _ time.Duration) { mu.Lock(); phases = append(phases, p); mu.Unlock() }
+	})
+	gate := make(chan struct{})
+	r.units.startHook = func(ctx context.Context, _ string) error {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		r.docker.event("unit done")
+		return nil
+	}
+	type result struct {
+		text string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		reply, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
+		res := result{err: err}
+		if reply != nil {
+			res.text = reply.Text
+		}
+		done <- res
+	}()
+	waitFor(t, "the container to start", func() bool { return slices.Contains(r.docker.eventList(), "start") })
+	time.Sleep(20 * time.Millisecond) // give a wrong implementation time to write
+	if ev := r.docker.eventList(); slices.Contains(ev, "stdin") {
+		t.Fatalf("stdin written before the unit job ended: events %v", ev)
+	}
+	close(gate)
+	res := <-done
+	if res.err != nil || res.text != "hello" {
+		t.Fatalf("RunTurn = %q, %v; want hello", res.text, res.err)
+	}
+	ev := r.docker.eventList()
+	if s, u, in := index(ev, "start", 0), index(ev, "unit done", 0), index(ev, "stdin", 0); !(s >= 0 && s < u && u < in) {
+		t.Errorf("events = %v, want start < unit done < stdin", ev)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(phases, PhaseStdinGate) {
+		t.Errorf("phases = %v, want %s among them", phases, PhaseStdinGate)
+	}
+	r.assertClean(t)
+}
+
+// A failed unit job kills the container that already started (stdin never
+// written) and the turn fails and cleans up as before.
+func TestFailedUnitJobKillsTheStartedContainer(t *testing.T) {
+	errJob := errors.New("job result \"failed\"")
+	tests := []struct {
+		name string
+		hook func(r *rig) func(context.Context, string) error
+	}{
+		{"fails after the container started", func(r *rig) func(context.Context, string) error {
+			return func(context.Context, string) error {
+				for !slices.Contains(r.docker.eventList(), "start") {
+					time.Sleep(time.Millisecond)
+				}
+				return errJob
+			}
+		}},
+		{"fails at once", func(*rig) func(context.Context, string) error {
+			return func(context.Context, string) error { return errJob }
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, "", nil)
+			r.units.startHook = tt.hook(r)
+			reply, id, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
+			if !errors.Is(err, ErrTurnFailed) || reply != nil {
+				t.Fatalf("RunTurn = %v, %v; want ErrTurnFailed", reply, err)
+			}
+			if len(r.docker.stdins) != 0 || slices.Contains(r.docker.eventList(), "stdin") {
+				t.Errorf("stdin was written: %v", r.docker.eventList())
+			}
+			cid := "id-" + r.docker.created[0].Name
+			if !slices.Contains(r.docker.eventList(), "ready failed") || !slices.Contains(r.docker.kills, cid) {
+				t.Errorf("events %v kills %v; want the started container killed", r.docker.eventList(), r.docker.kills)
+			}
+			if !slices.Contains(r.docker.removes, cid) || !slices.Equal(r.units.stopped, []string{id}) {
+				t.Errorf("removes %v units stopped %v; want the container removed and units %s stopped", r.docker.removes, r.units.stopped, id)
+			}
+			r.assertClean(t)
+		})
+	}
+}
+
+// A client leaving while the container waits for the units: killed, cleaned.
+func TestClientGoneWhileStdinGated(t *testing.T) {
+	r := newRig(t, "", nil)
+	r.units.startHook = func(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		waitFor(t, "the container to start", func() bool { return slices.Contains(r.docker.eventList(), "start") })
+		cancel()
+	}()
+	_, _, err := r.h.RunTurn(ctx, TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
+	if !errors.Is(err, ErrClientGone) {
+		t.Fatalf("RunTurn = %v, want ErrClientGone", err)
+	}
+	if len(r.docker.stdins) != 0 {
+		t.Errorf("stdin was written")
+	}
+	r.assertClean(t)
+}
+
+// blockRemoval makes every Remove wait until the returned func is called;
+// entered counts the Remove calls that started.
+func blockRemoval(r *rig) (entered func() int, unblock func()) {
+	var mu sync.Mutex
+	n := 0
+	ch := make(chan struct{})
+	r.docker.removeHook = func(string) {
+		mu.Lock()
+		n++
+		mu.Unlock()
+		<-ch
+	}
+	var once sync.Once
+	return func() int { mu.Lock(); defer mu.Unlock(); return n }, func() { once.Do(func() { close(ch) }) }
+}
+
+type answer struct {
+	status int
+	body   string
+	err    error
+}
+
+func postTurn(hc *http.Client, channel string) <-chan answer {
+	out := make(chan answer, 1)
+	go func() {
+		resp, err := hc.Post("http://host/v1/channels/"+channel+"/turns", "application/json", strings.NewReader(`{"speaker":{"id":"s"},"text":"x"}`))
+		if err != nil {
+			out <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		out <- answer{status: resp.StatusCode, body: string(data), err: err}
+	}()
+	return out
+}
+
+func wait(t *testing.T, what string, c <-chan answer) answer {
+	t.Helper()
+	select {
+	case a := <-c:
+		return a
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no answer: %s", what)
+		return answer{}
+	}
+}
+
+func noAnswer(t *testing.T, what string, c <-chan answer) {
+	t.Helper()
+	select {
+	case a := <-c:
+		t.Fatalf("%s: answered %d %q before cleanup finished", what, a.status, a.body)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// A successful turn is answered (whole body) while its container removal is
+// still blocked; the channel's next turn starts only after that cleanup;
+// the answered turn can no longer be cancelled.
+func TestReplyBeforeCleanupKeepsTheSlot(t *testing.T) {
+	r := newRig(t, "", nil)
+	must(t, r.h.state.SetMode("c", ModeOn))
+	entered, unblock := blockRemoval(r)
+	defer unblock()
+	hc, _ := serve(t, r)
+
+	first := wait(t, "first turn while its removal is blocked", postTurn(hc, "c"))
+	var resp TurnResponse
+	if first.err != nil || first.status != 200 || json.Unmarshal([]byte(first.body), &resp) != nil || !resp.OK || resp.Text != "hello" {
+		t.Fatalf("first = %d %q %v; want 200 with the reply", first.status, first.body, first.err)
+	}
+	waitFor(t, "the first removal to start", func() bool { return entered() == 1 })
+	if n := len(r.docker.removes); n != 0 {
+		t.Fatalf("%d removals finished, want 0 (blocked)", n)
+	}
+	if st := r.h.status("c"); st.RunningTurn != resp.TurnID {
+		t.Errorf("running turn = %q, want %q (still cleaning up)", st.RunningTurn, resp.TurnID)
+	}
+	if status, body := call(t, hc, "POST", "/v1/channels/c/cancel", ""); status != 200 || body["cancelled"] != false {
+		t.Errorf("cancel of an answered turn = %d %v, want cancelled false", status, body)
+	}
+
+	second := postTurn(hc, "c")
+	waitFor(t, "the second turn to queue", func() bool { return r.h.queue.waitingFor("c") == 1 })
+	noAnswer(t, "second turn", second)
+	if n := len(r.docker.eventList()); index(r.docker.eventList(), "create", 1) >= 0 {
+		t.Fatalf("second container created before the first cleanup ended (%d events)", n)
+	}
+	unblock()
+	if a := wait(t, "second turn", second); a.status != 200 {
+		t.Fatalf("second = %d %q %v", a.status, a.body, a.err)
+	}
+	ev := r.docker.eventList()
+	if removed, created := index(ev, "removed", 0), index(ev, "create", 1); removed < 0 || created < removed {
+		t.Errorf("events = %v, want the second create after the first removal", ev)
+	}
+	waitFor(t, "the second cleanup", func() bool { return r.h.status("c").RunningTurn == "" })
+	r.assertClean(t)
+}
+
+// Shutdown waits for the cleanup of a turn already answered.
+func TestShutdownWaitsForCleanupAfterReply(t *testing.T) {
+	r := newRig(t, "", nil)
+	must(t, r.h.state.SetMode("c", ModeOn))
+	entered, unblock := blockRemoval(r)
+	defer unblock()
+	hc, _ := serve(t, r)
+	if a := wait(t, "turn", postTurn(hc, "c")); a.status != 200 {
+		t.Fatalf("turn = %d %q %v", a.status, a.body, a.err)
+	}
+	waitFor(t, "the removal to start", func() bool { return entered() == 1 })
+	stopped := make(chan struct{})
+	go func() { r.h.Shutdown(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("Shutdown returned while a turn's cleanup was still running")
+	case <-time.After(100 * time.Millisecond):
+	}
+	unblock()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Shutdown did not return after the cleanup finished")
+	}
+	r.assertClean(t)
+}
+
+// A cleanup failure after the early answer is still logged and counted.
+func TestCleanupFailureAfterReplyIsCounted(t *testing.T) {
+	r := newRig(t, "", nil)
+	must(t, r.h.state.SetMode("c", ModeOn))
+	r.docker.removeFails = -1
+	hc, _ := serve(t, r)
+	if a := wait(t, "turn", postTurn(hc, "c")); a.status != 200 || !strings.Contains(a.body, `"ok":true`) {
+		t.Fatalf("turn = %d %q %v; want the reply (cleanup comes after it)", a.status, a.body, a.err)
+	}
+	waitFor(t, "the turn to end", func() bool { return r.h.status("c").RunningTurn == "" })
+	if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("container")); got != 1 {
+		t.Errorf("sandbox_cleanup_failures_total{what=container} = %v, want 1", got)
+	}
+	if got := counterValue(r.h.metrics.turns.WithLabelValues(resultCleanup)); got != 1 {
+		t.Errorf("turns with result %s = %v, want 1", resultCleanup, got)
+	}
+}
+
+// Failed turns are still answered only after their cleanup.
+func TestFailedTurnAnsweredAfterCleanup(t *testing.T) {
+	r := newRig(t, "", nil)
+	must(t, r.h.state.SetMode("c", ModeOn))
+	r.docker.runFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
+		return RunResult{Stdout: []byte("not a reply")}, nil
+	}
+	entered, unblock := blockRemoval(r)
+	defer unblock()
+	hc, _ := serve(t, r)
+	a := postTurn(hc, "c")
+	waitFor(t, "the removal to start", func() bool { return entered() == 1 })
+	noAnswer(t, "failed turn", a)
+	unblock()
+	if got := wait(t, "failed turn", a); got.status != 500 || strings.Contains(got.body, "not a reply") {
+		t.Errorf("failed turn = %d %q, want a generic 500", got.status, got.body)
+	}
+}
