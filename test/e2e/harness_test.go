@@ -462,6 +462,13 @@ func dirEntries(dir string) []string {
 // policy file remains.
 func assertNothingLeft(t *testing.T, what string) {
 	t.Helper()
+	// The host answers a successful turn before its cleanup: wait for it.
+	eventually(15*time.Second, func() string {
+		if len(containers(t))+len(brokerUnits())+len(dirEntries(layout.RunRoot))+len(dirEntries(layout.PolicyDir)) != 0 {
+			return "left"
+		}
+		return ""
+	})
 	if c := containers(t); len(c) != 0 {
 		var names []string
 		for _, x := range c {

@@ -205,7 +205,12 @@ func TestMemoryPersistsAcrossTurns(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sandbox-host turn (store): %v\n%s", err, out)
 	}
-	if len(containers(t)) != 0 {
+	if eventually(15*time.Second, func() string {
+		if len(containers(t)) != 0 {
+			return "left"
+		}
+		return ""
+	}) != "" {
 		t.Fatalf("a container outlived the first turn")
 	}
 	r := turn(ch, "bob", "MEM-GET what is the code?")
