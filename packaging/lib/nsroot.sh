@@ -43,6 +43,7 @@ NSROOT_MASKED=(
 # nsroot_lock: take the machine-wide lock of namespaced package runs (the
 # same file test/e2e uses), waiting up to 15 minutes.
 nsroot_lock() {
+  mkdir -p /run/lock
   exec {NSROOT_LOCK_FD}>/run/lock/roundtable-sandbox-e2e.lock
   if ! flock -n "$NSROOT_LOCK_FD"; then
     nsroot_log "waiting for /run/lock/roundtable-sandbox-e2e.lock (another namespaced run)"

@@ -39,6 +39,7 @@ e2e_skip_reason() {
 # purge each other's installation. Held until the calling shell exits.
 e2e_lock() {
   [[ -n ${E2E_LOCK_FD:-} ]] && return 0
+  mkdir -p /run/lock
   exec {E2E_LOCK_FD}>/run/lock/roundtable-sandbox-e2e.lock
   if ! flock -n "$E2E_LOCK_FD"; then
     e2e_log "another end-to-end run holds /run/lock/roundtable-sandbox-e2e.lock; waiting (up to 30 min)"
