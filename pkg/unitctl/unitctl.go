@@ -152,6 +152,21 @@ func notLoaded(err error) bool {
 	return err != nil && strings.Contains(err.Error(), " not loaded")
 }
 
+// brokerUnits names a turn's socket and service units (through pkg/ids, so
+// an invalid id never reaches the bus) and returns a live connection.
+func (m *Manager) brokerUnits(turnID string) (sock, svc string, c conn, err error) {
+	if sock, err = ids.BrokerSocketUnit(turnID); err != nil {
+		return "", "", nil, err
+	}
+	if svc, err = ids.BrokerServiceUnit(turnID); err != nil {
+		return "", "", nil, err
+	}
+	if c, err = m.conn(); err != nil {
+		return "", "", nil, err
+	}
+	return sock, svc, c, nil
+}
+
 // StartBroker starts sandbox-broker@<turn>.socket (mode "fail") and waits for
 // the job's result. Once the socket listens it also queues the start of
 // sandbox-broker@<turn>.service without waiting for that job: the broker's
@@ -162,15 +177,7 @@ func notLoaded(err error) bool {
 // socket activation starts the service on the first connect anyway, and a
 // service that fails to start fails the worker's call as it always did.
 func (m *Manager) StartBroker(ctx context.Context, turnID string) error {
-	unit, err := ids.BrokerSocketUnit(turnID)
-	if err != nil {
-		return err
-	}
-	svc, err := ids.BrokerServiceUnit(turnID)
-	if err != nil {
-		return err
-	}
-	c, err := m.conn()
+	unit, svc, c, err := m.brokerUnits(turnID)
 	if err != nil {
 		return err
 	}
@@ -194,15 +201,7 @@ func (m *Manager) StartBroker(ctx context.Context, turnID string) error {
 // D-Bus round trips (and polkit checks). Only when a stop job failed does it
 // still try reset-failed on both, then return the stop error.
 func (m *Manager) StopBroker(ctx context.Context, turnID string) error {
-	sock, err := ids.BrokerSocketUnit(turnID)
-	if err != nil {
-		return err
-	}
-	svc, err := ids.BrokerServiceUnit(turnID)
-	if err != nil {
-		return err
-	}
-	c, err := m.conn()
+	sock, svc, c, err := m.brokerUnits(turnID)
 	if err != nil {
 		return err
 	}
