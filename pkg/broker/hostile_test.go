@@ -134,6 +134,24 @@ func hostileCases() []hostileCase {
 	} {
 		add("body "+name, 400, std("/model", body))
 	}
+	// Text that is not valid Unicode is refused, never repaired to U+FFFD
+	// and forwarded with the real key.
+	for name, body := range map[string]string{
+		"invalid UTF-8 in content":     msg("{\"role\":\"user\",\"content\":\"hi \xff there\"}"),
+		"truncated UTF-8 in content":   msg("{\"role\":\"user\",\"content\":\"caf\xc3\"}"),
+		"UTF-8 encoded surrogate":      msg("{\"role\":\"user\",\"content\":\"\xed\xa0\x80\"}"),
+		"overlong UTF-8":               msg("{\"role\":\"user\",\"content\":\"\xc0\xaf\"}"),
+		"invalid UTF-8 in a key":       "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"x\xff\":1}",
+		"lone high surrogate escape":   msg(`{"role":"user","content":"\ud800"}`),
+		"lone low surrogate escape":    msg(`{"role":"user","content":"a\udfff"}`),
+		"reversed surrogate pair":      msg(`{"role":"user","content":"\ude00\ud83d"}`),
+		"invalid UTF-8 in tool schema": withParams("{\"type\":\"object\",\"description\":\"\xfe\"}"),
+	} {
+		add("body "+name, 400, std("/model", body))
+	}
+	add("tool body invalid UTF-8", 400, std("/tools/web", "{\"q\":\"\xff\"}"))
+	add("tool body lone surrogate", 400, std("/tools/echo", `{"q":"\udbff"}`))
+	add("mcp body invalid UTF-8", 400, std("/mcp/docs", "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"search\",\"arguments\":{\"q\":\"\x80\"}}}"))
 	add("tool body array", 400, std("/tools/clock", `[]`))
 	add("tool body non-JSON", 400, std("/tools/echo", `run it`))
 	add("tool body trailing data", 400, std("/tools/web", `{} {}`))

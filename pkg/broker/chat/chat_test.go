@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 )
@@ -86,6 +87,8 @@ func FuzzModelRequest(f *testing.F) {
 		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"properties":{"$ref":{"$ref":"#/x"}}}}}]}`,
 		`{"messages":[{"role":"user","content":"x"}],"stream":true}`,
 		`[{"messages":[]}]`, `{"a":1,"a":2}`, `{}`,
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}",
+		`{"messages":[{"role":"user","content":"\ud800"}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -96,6 +99,9 @@ func FuzzModelRequest(f *testing.F) {
 				t.Fatal("output with an error")
 			}
 			return
+		}
+		if !utf8.Valid(data) {
+			t.Fatal("invalid UTF-8 accepted")
 		}
 		var req map[string]any
 		if err := json.Unmarshal(out, &req); err != nil {

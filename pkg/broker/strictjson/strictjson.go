@@ -1,6 +1,9 @@
 // Package strictjson decodes guest JSON under the broker's rules: exactly one
 // JSON value, no trailing data, no duplicate object keys at any depth, a
-// bounded nesting depth, numbers kept as their literal text. A value it
+// bounded nesting depth, numbers kept as their literal text, and text that is
+// valid Unicode: invalid UTF-8 and unpaired UTF-16 surrogate escapes (which
+// encoding/json would silently replace with U+FFFD) are refused, never
+// repaired, so what a guest sent is exactly what was checked. A value it
 // returns is what every later check and the rebuilt upstream body see, so a
 // duplicate key can never show one value to a check and another upstream.
 package strictjson
@@ -10,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"unicode/utf8"
 )
 
 // MaxDepth bounds nesting of objects and arrays.
@@ -28,6 +32,12 @@ func fail(msg string) error { return wrapped{msg} }
 // Decode parses exactly one JSON value. Objects become map[string]any,
 // arrays []any, numbers json.Number.
 func Decode(data []byte) (any, error) {
+	if !utf8.Valid(data) {
+		return nil, fail("invalid UTF-8")
+	}
+	if unpairedSurrogate(data) {
+		return nil, fail("unpaired surrogate escape")
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	v, err := value(dec, 0)
@@ -110,4 +120,72 @@ func value(dec *json.Decoder, depth int) (any, error) {
 	default:
 		return t, nil // string, json.Number, bool, nil
 	}
+}
+
+// unpairedSurrogate reports whether a string of data holds a \uD800-\uDFFF
+// escape that is not a high surrogate directly followed by a low one. It
+// only scans; malformed input is left to the decoder.
+func unpairedSurrogate(data []byte) bool {
+	inString := false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		if !inString {
+			if c == '"' {
+				inString = true
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = false
+		case '\\':
+			if i+1 >= len(data) {
+				return false
+			}
+			if data[i+1] != 'u' {
+				i++ // skip the escaped character, which may be a quote
+				continue
+			}
+			r, ok := hex4(data, i+2)
+			if !ok {
+				return false
+			}
+			i += 5
+			switch {
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return true
+			case r >= 0xD800 && r <= 0xDBFF:
+				if i+6 >= len(data) || data[i+1] != '\\' || data[i+2] != 'u' {
+					return true
+				}
+				lo, ok := hex4(data, i+3)
+				if !ok || lo < 0xDC00 || lo > 0xDFFF {
+					return true
+				}
+				i += 6
+			}
+		}
+	}
+	return false
+}
+
+// hex4 reads four hex digits at data[at:].
+func hex4(data []byte, at int) (rune, bool) {
+	if at+4 > len(data) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range data[at : at+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
