@@ -1,0 +1,183 @@
+package arch
+
+import (
+	"bufio"
+	"fmt"
+	"go/build"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// layers lists every package under pkg/, lowest layer first. A package may
+// import only packages of a strictly lower layer, so the graph has no cycle
+// and no upward arrow. A new package gets a line here (and a row in the
+// package table of docs/ARCHITECTURE.md); cmd/*, bench/, test/ and image/
+// sit above every layer and are not checked.
+var layers = [][]string{
+	// 0: foundations, importing nothing of this module.
+	{"version", "ids", "atomicfile", "protocol", "imagearchive", "client", "broker/strictjson", "broker/schema"},
+	// 1: shared vocabulary: names, the host-broker contract, the memory store.
+	{"layout", "policy", "memory"},
+	// 2: drivers and single-purpose domains.
+	{"config", "credential", "container", "container/testimage", "unitctl", "mcp", "worker",
+		"broker/chat", "broker/rpc", "broker/hosttool"},
+	// 3: the services.
+	{"broker", "reaper", "host"},
+	// 4: wiring of the host binary (cobra commands, Docker and D-Bus adapters).
+	{"host/cli"},
+}
+
+// violations checks graph (package -> imports, both as paths relative to
+// pkg/, imports outside the module already left out) against the layers.
+// moduleOutside lists imports of this module that are not under pkg/.
+func violations(layers [][]string, graph map[string][]string, moduleOutside map[string][]string) []string {
+	layer := map[string]int{}
+	var out []string
+	for i, l := range layers {
+		for _, p := range l {
+			if _, dup := layer[p]; dup {
+				out = append(out, fmt.Sprintf("pkg/%s is listed in two layers", p))
+			}
+			layer[p] = i
+		}
+	}
+	pkgs := make([]string, 0, len(graph))
+	for p := range graph {
+		pkgs = append(pkgs, p)
+	}
+	slices.Sort(pkgs)
+	for _, p := range pkgs {
+		lp, known := layer[p]
+		if !known {
+			out = append(out, fmt.Sprintf("pkg/%s has no layer: add it to the layers in test/arch/arch_test.go and to docs/ARCHITECTURE.md", p))
+			continue
+		}
+		for _, imp := range graph[p] {
+			li, ok := layer[imp]
+			switch {
+			case !ok:
+				// Reported as its own package above.
+			case li >= lp:
+				out = append(out, fmt.Sprintf("pkg/%s (layer %d) imports pkg/%s (layer %d): only strictly lower layers may be imported", p, lp, imp, li))
+			}
+		}
+		for _, imp := range moduleOutside[p] {
+			out = append(out, fmt.Sprintf("pkg/%s imports %s, which is outside pkg/: pkg must not depend on cmd, bench, test or image", p, imp))
+		}
+	}
+	var stale []string
+	for p := range layer {
+		if _, ok := graph[p]; !ok {
+			stale = append(stale, fmt.Sprintf("pkg/%s is in the layer list but does not exist: remove it", p))
+		}
+	}
+	slices.Sort(stale)
+	return append(out, stale...)
+}
+
+func TestViolationsCatchesBadGraphs(t *testing.T) {
+	ls := [][]string{{"a"}, {"b"}, {"c"}}
+	tests := []struct {
+		name    string
+		graph   map[string][]string
+		outside map[string][]string
+		want    []string // substrings, one per violation, in order
+	}{
+		{"clean", map[string][]string{"a": nil, "b": {"a"}, "c": {"a", "b"}}, nil, nil},
+		{"upward", map[string][]string{"a": {"c"}, "b": nil, "c": nil}, nil, []string{"pkg/a (layer 0) imports pkg/c (layer 2)"}},
+		{"unknown packages", map[string][]string{"a": nil, "b": nil, "c": nil, "d": {"e"}, "e": nil}, nil,
+			[]string{"pkg/d has no layer", "pkg/e has no layer"}},
+		{"cycle", map[string][]string{"a": nil, "b": {"c"}, "c": {"b"}}, nil, []string{"pkg/b (layer 1) imports pkg/c (layer 2)"}},
+		{"outside pkg", map[string][]string{"a": nil, "b": nil, "c": nil}, map[string][]string{"b": {"m/test/e2e"}}, []string{"pkg/b imports m/test/e2e"}},
+		{"stale entry", map[string][]string{"a": nil, "b": nil}, nil, []string{"pkg/c is in the layer list but does not exist"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := violations(ls, tt.graph, tt.outside)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %d violations %q, want %d like %q", len(got), got, len(tt.want), tt.want)
+			}
+			for i := range got {
+				if !strings.Contains(got[i], tt.want[i]) {
+					t.Errorf("violation %d = %q, want it to contain %q", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+	// Same-layer imports are refused too.
+	if got := violations([][]string{{"a", "b"}}, map[string][]string{"a": {"b"}, "b": nil}, nil); len(got) != 1 {
+		t.Errorf("same-layer import: got %q, want one violation", got)
+	}
+}
+
+// TestPkgImportLayers reads the non-test imports of every package under pkg/
+// (go/build, so build constraints apply as for this platform) and checks them.
+func TestPkgImportLayers(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	module := modulePath(t, filepath.Join(root, "go.mod"))
+	pkgRoot := filepath.Join(root, "pkg")
+	graph := map[string][]string{}
+	outside := map[string][]string{}
+	err = filepath.WalkDir(pkgRoot, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		if d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".") || strings.HasPrefix(d.Name(), "_") {
+			return filepath.SkipDir
+		}
+		bp, err := build.ImportDir(path, 0)
+		if err != nil {
+			if _, ok := err.(*build.NoGoError); ok {
+				return nil
+			}
+			return err
+		}
+		rel, _ := filepath.Rel(pkgRoot, path)
+		rel = filepath.ToSlash(rel)
+		graph[rel] = nil
+		for _, imp := range bp.Imports {
+			if sub, ok := strings.CutPrefix(imp, module+"/pkg/"); ok {
+				graph[rel] = append(graph[rel], sub)
+			} else if imp == module || strings.HasPrefix(imp, module+"/") {
+				outside[rel] = append(outside[rel], imp)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(graph) < 10 {
+		t.Fatalf("found only %d packages under %s: the walk is broken", len(graph), pkgRoot)
+	}
+	for _, v := range violations(layers, graph, outside) {
+		t.Error(v)
+	}
+}
+
+func modulePath(t *testing.T, goMod string) string {
+	t.Helper()
+	f, err := os.Open(goMod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if m, ok := strings.CutPrefix(strings.TrimSpace(s.Text()), "module "); ok {
+			return strings.TrimSpace(m)
+		}
+	}
+	t.Fatalf("%s has no module line", goMod)
+	return ""
+}
