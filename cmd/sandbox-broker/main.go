@@ -100,8 +100,8 @@ func serve(o broker.RunOptions, log *slog.Logger) error {
 	}
 	o.Logger = log
 	o.Notify = func(state string) { _, _ = daemon.SdNotify(false, state) }
-	o.NewMCP = func(maxResponseBytes int64, timeout time.Duration) broker.MCPUpstream {
-		return mcp.NewClient(mcp.Options{MaxResponseBytes: maxResponseBytes, Timeout: timeout})
+	o.NewMCP = func(maxResponseBytes int64, timeout time.Duration, log *slog.Logger) broker.MCPUpstream {
+		return mcp.NewClient(mcp.Options{MaxResponseBytes: maxResponseBytes, Timeout: timeout, Logger: log})
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

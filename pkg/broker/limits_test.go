@@ -209,7 +209,10 @@ func TestRun(t *testing.T) {
 		TurnID: p.TurnID, PolicyDir: polDir, CredentialsDir: credDir, ListenPath: sock,
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 		Notify: func(s string) { mu.Lock(); states = append(states, s); mu.Unlock() },
-		NewMCP: func(int64, time.Duration) MCPUpstream { return closed },
+		NewMCP: func(_ int64, _ time.Duration, l *slog.Logger) MCPUpstream {
+			l.Info("mcp client logger probe") // the MCP client logs into the broker's log
+			return closed
+		},
 	})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
@@ -222,6 +225,9 @@ func TestRun(t *testing.T) {
 	}
 	if closed.closed.Load() != 1 {
 		t.Error("MCP client not closed at the end")
+	}
+	if !strings.Contains(logs.String(), `"msg":"mcp client logger probe","turn":"`+p.TurnID+`"`) {
+		t.Errorf("the MCP client's logger is not the broker's (with the turn):\n%s", logs.String())
 	}
 	if fi, err := os.Stat(sock); err == nil && fi.Mode().Perm() != 0o600 {
 		t.Errorf("socket mode %v", fi.Mode().Perm())

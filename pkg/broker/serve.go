@@ -140,9 +140,10 @@ type RunOptions struct {
 	// created as a Unix socket (development and tests).
 	Listener   net.Listener
 	ListenPath string
-	// NewMCP builds the MCP upstream with the policy's bounds; nil refuses
-	// every MCP call.
-	NewMCP func(maxResponseBytes int64, timeout time.Duration) MCPUpstream
+	// NewMCP builds the MCP upstream with the policy's bounds and the
+	// broker's logger (for session lifecycle lines); nil refuses every MCP
+	// call.
+	NewMCP func(maxResponseBytes int64, timeout time.Duration, log *slog.Logger) MCPUpstream
 	Logger *slog.Logger
 	// Notify sends a systemd notification ("READY=1", "STOPPING=1").
 	Notify func(state string)
@@ -186,7 +187,8 @@ func Run(ctx context.Context, o RunOptions) error {
 	}
 	var up MCPUpstream
 	if o.NewMCP != nil && len(pol.MCP) > 0 {
-		up = o.NewMCP(pol.Limits.MaxResponseBytes, time.Duration(pol.Limits.UpstreamTimeoutMs)*time.Millisecond)
+		up = o.NewMCP(pol.Limits.MaxResponseBytes, time.Duration(pol.Limits.UpstreamTimeoutMs)*time.Millisecond,
+			log.With("turn", pol.TurnID))
 	}
 	b, err := New(Config{Policy: pol, Credentials: creds, MCP: up, Logger: log})
 	if err != nil {

@@ -154,14 +154,16 @@ func NewClient(opts Options) *Client {
 	return c
 }
 
-func (c *Client) newHTTP(cred string) *http.Client {
-	return newHTTPClient(&guard{
+func (c *Client) newGuard(server, cred string) *guard {
+	return &guard{
 		base:           c.opts.Transport,
 		credential:     cred,
 		kill:           c.kill,
 		fallbackBytes:  c.opts.MaxResponseBytes,
 		fallbackEvents: c.opts.MaxEvents,
-	})
+		server:         server,
+		log:            c.log,
+	}
 }
 
 // CallTool performs one tools/call of tool on server s with args (a JSON
@@ -182,7 +184,8 @@ func (c *Client) CallTool(ctx context.Context, s policy.MCPServer, credential, t
 
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for attempt := 0; ; attempt++ {
+	renewed := false
+	for {
 		if c.life.Err() != nil {
 			// Close has begun: never start a session it would not end.
 			return nil, fmt.Errorf("mcp: client closed: %w", ErrCanceled)
@@ -206,12 +209,20 @@ func (c *Client) CallTool(ctx context.Context, s policy.MCPServer, credential, t
 			}
 			u.sess = sess
 		}
-		res, err := c.sessionCall(ctx, u, tool, args)
-		if errors.Is(err, errSessionGone) && attempt == 0 {
-			// The server forgot the session (restart, idle expiry) and
-			// answered 404 without running the call: one fresh session.
-			c.log.Info("mcp session expired upstream; starting a new one", "server", u.server.Name)
-			continue
+		res, gone, err := c.sessionCall(ctx, u, tool, args)
+		if gone {
+			if !renewed {
+				// The server forgot the session (restart, expiry) and refused
+				// the call for its session id, so the call did not run and
+				// sending it again on a fresh session cannot run it twice.
+				// One renewal per call: a server that forgets every session
+				// at once gets no loop.
+				renewed = true
+				c.log.Info("mcp session unknown to the server (restart or expiry); renewing it", "server", u.server.Name)
+				continue
+			}
+			c.log.Warn("mcp server refused a renewed session too; giving up on this call", "server", u.server.Name)
+			return nil, err
 		}
 		return res, err
 	}
@@ -281,7 +292,7 @@ func (c *Client) upstreamFor(s policy.MCPServer, cred string) (*upstream, error)
 		server:    s,
 		cred:      cred,
 		stateless: s.Session == policy.SessionStateless,
-		http:      c.newHTTP(cred),
+		http:      newHTTPClient(c.newGuard(s.Name, cred)),
 	}
 	c.sessions[s.Name] = u
 	return u, nil

@@ -20,10 +20,6 @@ import (
 // InitializeResult), so auto mode may try a single stateless POST.
 var errFallback = errors.New("initialization refused")
 
-// errSessionGone marks a call refused because the server no longer knows the
-// session (HTTP 404 on a session request); the call did not run.
-var errSessionGone = errors.New("session gone")
-
 // connect opens an SDK session on u: initialize with ProtocolVersion,
 // notifications/initialized, then the SDK keeps the Mcp-Session-Id and
 // MCP-Protocol-Version headers on later requests. The standalone GET stream
@@ -45,7 +41,7 @@ func (c *Client) connect(ctx context.Context, u *upstream) (*sdk.ClientSession, 
 	}
 	sess, err := client.Connect(withBudget(ctx, b), t, &sdk.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err == nil {
-		c.log.Debug("mcp session opened", "server", u.server.Name)
+		c.log.Info("mcp session started", "server", u.server.Name)
 		return sess, nil
 	}
 	violation, transport, status := b.snapshot()
@@ -58,8 +54,10 @@ func (c *Client) connect(ctx context.Context, u *upstream) (*sdk.ClientSession, 
 
 // sessionCall performs tools/call on u's session. A session that failed for
 // any reason but a JSON-RPC error answer is ended and dropped, so the next
-// call starts a fresh one.
-func (c *Client) sessionCall(ctx context.Context, u *upstream, tool string, args json.RawMessage) (json.RawMessage, error) {
+// call starts a fresh one. gone reports that the server refused the call
+// because it does not know the session (see sessionRefused): the call did
+// not run.
+func (c *Client) sessionCall(ctx context.Context, u *upstream, tool string, args json.RawMessage) (_ json.RawMessage, gone bool, _ error) {
 	b := newBudget(c.opts.MaxResponseBytes, c.opts.MaxEvents)
 	res, err := u.sess.CallTool(withBudget(ctx, b), &sdk.CallToolParams{Name: tool, Arguments: args})
 	if err == nil && b.failed() != nil {
@@ -67,17 +65,23 @@ func (c *Client) sessionCall(ctx context.Context, u *upstream, tool string, args
 	}
 	if err != nil {
 		cerr := classify(ctx, b, err, "tools/call")
+		if b.unknownSession() {
+			// The server no longer knows the session (restart, expiry): it
+			// refused the call before running it. The guard has forgotten
+			// the id, so ending the session sends nothing.
+			c.endSession(u.sess)
+			u.sess = nil
+			return nil, true, cerr
+		}
 		if !errors.Is(cerr, ErrRPC) {
 			c.log.Info("mcp session dropped after a failed call", "server", u.server.Name, "category", category(cerr))
 			c.endSession(u.sess)
 			u.sess = nil
 		}
-		if errors.Is(err, sdk.ErrSessionMissing) {
-			return nil, fmt.Errorf("%w: %w", errSessionGone, cerr)
-		}
-		return nil, cerr
+		return nil, false, cerr
 	}
-	return encodeResult(res, c.opts.MaxResponseBytes)
+	raw, err := encodeResult(res, c.opts.MaxResponseBytes)
+	return raw, false, err
 }
 
 // endSession closes a dropped session in the background; Close waits for it.

@@ -1,11 +1,16 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -25,6 +30,9 @@ type budget struct {
 	violation error // first of errTooLarge, errTooManyEvents, errRedirect, errMethod
 	transport bool  // a round trip failed below HTTP (dial, TLS, reset)
 	status    int   // the last non-2xx HTTP status seen, 0 if none
+	// unknown: the server refused a request for its session id (see
+	// sessionRefused); such a request was not run.
+	unknown bool
 }
 
 func newBudget(maxBytes int64, maxEvents int) *budget {
@@ -70,6 +78,18 @@ func (b *budget) noteStatus(code int) {
 	b.mu.Lock()
 	b.status = code
 	b.mu.Unlock()
+}
+
+func (b *budget) noteUnknownSession() {
+	b.mu.Lock()
+	b.unknown = true
+	b.mu.Unlock()
+}
+
+func (b *budget) unknownSession() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.unknown
 }
 
 func (b *budget) snapshot() (violation error, transport bool, status int) {
@@ -125,6 +145,45 @@ type guard struct {
 	// fallback bounds requests that carry no budget (the session DELETE).
 	fallbackBytes  int64
 	fallbackEvents int
+	// server names the upstream in log lines; log receives DELETE failures.
+	server string
+	log    *slog.Logger
+
+	mu sync.Mutex
+	// gone holds session ids the server said it does not know: ending such
+	// a session sends nothing (the DELETE would only be refused again).
+	gone map[string]bool
+}
+
+// sessionHeader carries the session id on every request of a session.
+const sessionHeader = "Mcp-Session-Id"
+
+// maxForgotten bounds the ids remembered for skipping their DELETE (the SDK
+// itself skips it after a plain 404, so some entries are never consumed).
+const maxForgotten = 8
+
+// forget marks id as unknown to the server, so its DELETE is skipped.
+func (g *guard) forget(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gone == nil {
+		g.gone = map[string]bool{}
+	}
+	if len(g.gone) >= maxForgotten {
+		clear(g.gone) // worst case: a DELETE the server refuses
+	}
+	g.gone[id] = true
+}
+
+// forgotten reports (once) whether id was forgotten.
+func (g *guard) forgotten(id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gone[id] {
+		delete(g.gone, id)
+		return true
+	}
+	return false
 }
 
 func (g *guard) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -146,7 +205,19 @@ func (g *guard) RoundTrip(req *http.Request) (*http.Response, error) {
 		return refuse(err)
 	}
 	switch req.Method {
-	case http.MethodPost, http.MethodDelete:
+	case http.MethodPost:
+	case http.MethodDelete:
+		if g.forgotten(req.Header.Get(sessionHeader)) {
+			// Answer locally what the server would: the session is gone.
+			if req.Body != nil {
+				_ = req.Body.Close()
+			}
+			return &http.Response{
+				Status: "404 Not Found", StatusCode: http.StatusNotFound,
+				Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+				Header: http.Header{}, Body: http.NoBody, Request: req,
+			}, nil
+		}
 	default:
 		// The SDK would GET for a standalone or resumed SSE stream; both are
 		// disabled, so a GET here is a bug or a server trick: refuse it.
@@ -169,6 +240,9 @@ func (g *guard) RoundTrip(req *http.Request) (*http.Response, error) {
 		cancel()
 		if req.Context().Err() == nil && g.kill.Err() == nil {
 			b.noteTransport()
+		}
+		if req.Method == http.MethodDelete {
+			g.deleteFailed(req.Context(), "")
 		}
 		return nil, errTransport
 	}
@@ -195,7 +269,101 @@ func (g *guard) RoundTrip(req *http.Request) (*http.Response, error) {
 		sse:    baseMediaType(resp.Header.Get("Content-Type")) == "text/event-stream",
 		finish: func() { stop(); cancel() },
 	}
+	if req.Header.Get(sessionHeader) != "" && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusBadRequest) {
+		unknown, body := sessionRefused(resp)
+		resp.Body = body
+		if unknown {
+			b.noteUnknownSession()
+			// Forget it now: the SDK may end the connection (and DELETE)
+			// before the caller sees the error.
+			g.forget(req.Header.Get(sessionHeader))
+		}
+		if unknown && req.Method == http.MethodDelete {
+			return resp, nil // already ended: not a failure
+		}
+	}
+	if req.Method == http.MethodDelete && (resp.StatusCode < 200 || resp.StatusCode > 299) &&
+		resp.StatusCode != http.StatusMethodNotAllowed {
+		// 405: the server does not let clients end sessions (spec-allowed).
+		g.deleteFailed(req.Context(), fmt.Sprintf("HTTP status %d", resp.StatusCode))
+	}
 	return resp, nil
+}
+
+// maxRefusalBytes bounds what is read of an error answer to recognize a
+// session refusal; real ones are about a hundred bytes.
+const maxRefusalBytes = 4 << 10
+
+// sessionRefused decides whether resp (to a request that carried a session
+// id) says the server does not know that session, which also means the
+// request was not run: the server refused it at the transport, before any
+// JSON-RPC dispatch. Exactly two answers count:
+//   - HTTP 404, whatever the body: the specification's answer to a request
+//     with a terminated or unknown session id (Go SDK: plain text; the
+//     TypeScript and Python SDKs' transports: a JSON-RPC error).
+//   - HTTP 400 with an application/json body of at most maxRefusalBytes that
+//     is a JSON-RPC error answer (no result) whose message mentions the
+//     session: what servers that route by session id in front of the SDK
+//     answer, among them the official reference server
+//     (@modelcontextprotocol/server-everything: "Bad Request: No valid
+//     session ID provided") and older Python SDK servers.
+//
+// Any other 400 (a malformed request, an unsupported protocol version)
+// would fail the same way on a fresh session, so it does not count. The
+// message is matched, never logged or returned. It returns the body to hand
+// on, with whatever was read put back (and charged to the budget).
+func sessionRefused(resp *http.Response) (bool, io.ReadCloser) {
+	if resp.StatusCode == http.StatusNotFound {
+		return true, resp.Body
+	}
+	if resp.StatusCode != http.StatusBadRequest || baseMediaType(resp.Header.Get("Content-Type")) != "application/json" {
+		return false, resp.Body
+	}
+	peek, err := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBytes+1))
+	body := &replayBody{Reader: io.MultiReader(bytes.NewReader(peek), resp.Body), c: resp.Body}
+	if err != nil || len(peek) > maxRefusalBytes {
+		return false, body
+	}
+	var m struct {
+		JSONRPC string          `json:"jsonrpc"`
+		Result  json.RawMessage `json:"result"`
+		Error   *struct {
+			Code    int64  `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(peek, &m) != nil || m.JSONRPC != "2.0" || m.Result != nil || m.Error == nil {
+		return false, body
+	}
+	return strings.Contains(strings.ToLower(m.Error.Message), "session"), body
+}
+
+// replayBody reads what was peeked, then the rest; Close closes the original.
+type replayBody struct {
+	io.Reader
+	c io.Closer
+}
+
+func (r *replayBody) Close() error { return r.c.Close() }
+
+// deleteFailed logs a session-ending DELETE that did not succeed: the server
+// may keep the session (and what it holds) until its own expiry. Only the
+// server's name and the reason's category are logged.
+func (g *guard) deleteFailed(ctx context.Context, reason string) {
+	switch {
+	case reason != "":
+	case g.kill.Err() != nil:
+		reason = "aborted at the close deadline"
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		reason = "timed out"
+	case ctx.Err() != nil:
+		reason = "canceled"
+	default:
+		reason = "connection failed"
+	}
+	if g.log != nil {
+		g.log.Warn("mcp session end (DELETE) failed; the server keeps the session until it expires it", "server", g.server, "reason", reason)
+	}
 }
 
 // meteredBody charges what it reads to a budget and, for event streams,
