@@ -7,9 +7,8 @@
 // and /mcp/<configured>; no query, encoding, extra segment, unknown header,
 // hop-by-hop, proxy, forwarded or cookie header, and no caller credential but
 // the dummy key; bodies are one bounded JSON object of valid Unicode text
-// (never repaired); upstream requests are
-// built from scratch with fixed URL, headers, model, stream:false and clamped
-// max_tokens; answers are bounded JSON objects re-encoded from what was
+// (never repaired); upstream requests are built from scratch with fixed URL,
+// headers, model, stream:false and clamped max_tokens; answers are bounded JSON objects re-encoded from what was
 // checked, with no upstream header, cookie or credential reflection; errors
 // are generic; at most maxCalls calls, one in flight, maxConnections
 // connections, and nothing after the turn deadline. No payload or credential
