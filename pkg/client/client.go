@@ -1,7 +1,10 @@
 // Package client is the Go client of the sandbox-host API on its Unix socket
 // (/run/roundtable-sandbox/host.sock), the one a chat frontend imports.
 // Guarantee: every non-2xx answer becomes an *Error carrying the HTTP status
-// and the host's reason; channel keys are path-escaped, never interpreted.
+// and the host's reason; channel keys are path-escaped, never interpreted;
+// no call waits without bound: each has a connect timeout and an overall
+// deadline (long for turns, short for everything else), and a call cut by
+// that deadline fails with ErrTimeout.
 package client
 
 import (
@@ -23,6 +26,51 @@ const DefaultSocket = "/run/roundtable-sandbox/host.sock"
 
 // maxResponseBytes bounds what the client reads of one answer.
 const maxResponseBytes = 1 << 20
+
+// Default bounds. A turn lasts at most 600 s (turnDeadlineSeconds' upper
+// bound) plus the host's cleanup, so DefaultTurnTimeout waits a little longer;
+// a turn still queued behind others when it passes gives up its place.
+// Every other call is answered at once by a running host.
+const (
+	DefaultConnectTimeout = 5 * time.Second
+	DefaultTimeout        = 10 * time.Second
+	DefaultTurnTimeout    = 11 * time.Minute
+)
+
+// Options bounds the client's calls; a zero field takes its default. A
+// caller's ctx with an earlier deadline still wins.
+type Options struct {
+	ConnectTimeout time.Duration // connecting to the socket
+	Timeout        time.Duration // whole call: status, channels, mode, fresh, cancel, turns, health
+	TurnTimeout    time.Duration // whole call: RunTurn (queueing and running the turn)
+}
+
+func (o Options) withDefaults() Options {
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.TurnTimeout <= 0 {
+		o.TurnTimeout = DefaultTurnTimeout
+	}
+	return o
+}
+
+// ErrTimeout: the host did not answer within the call's deadline (Options).
+var ErrTimeout = errors.New("no answer in time")
+
+// timeoutError names the call's deadline and where to look.
+type timeoutError struct {
+	op    string
+	after time.Duration
+}
+
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("sandbox-host: %s: no answer within %s (is the host running? systemctl status sandbox-host)", e.op, e.after)
+}
+func (e *timeoutError) Unwrap() error { return ErrTimeout }
 
 // Speaker is who spoke. PrincipalID is what the frontend's identity service
 // resolved the author to; it selects credentials and reaches host tools but
@@ -102,15 +150,22 @@ var (
 
 // Client talks to one host socket.
 type Client struct {
-	hc *http.Client
+	hc   *http.Client
+	opts Options
 }
 
-// New returns a client of the socket at socketPath ("" = DefaultSocket).
-func New(socketPath string) *Client {
+// New returns a client of the socket at socketPath ("" = DefaultSocket)
+// with the default bounds.
+func New(socketPath string) *Client { return NewWithOptions(socketPath, Options{}) }
+
+// NewWithOptions returns a client of the socket at socketPath ("" =
+// DefaultSocket) with the given bounds.
+func NewWithOptions(socketPath string, o Options) *Client {
 	if socketPath == "" {
 		socketPath = DefaultSocket
 	}
-	d := net.Dialer{Timeout: 5 * time.Second}
+	o = o.withDefaults()
+	d := net.Dialer{Timeout: o.ConnectTimeout}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return d.DialContext(ctx, "unix", socketPath)
@@ -118,8 +173,9 @@ func New(socketPath string) *Client {
 		MaxIdleConns:    8,
 		IdleConnTimeout: 60 * time.Second,
 	}
-	// No client timeout: a turn lasts up to the host's deadline; use ctx.
-	return &Client{hc: &http.Client{Transport: tr}}
+	// The deadline is per call (do), not http.Client.Timeout: turns and
+	// status calls need different bounds.
+	return &Client{hc: &http.Client{Transport: tr}, opts: o}
 }
 
 // escapeSegment escapes a channel key as one path segment; "." is escaped
@@ -128,8 +184,22 @@ func escapeSegment(s string) string {
 	return strings.ReplaceAll(url.PathEscape(s), ".", "%2E")
 }
 
-func (c *Client) do(ctx context.Context, method string, segs []string, body, out any) error {
+// do performs one call within limit (a turn's or a status call's bound).
+func (c *Client) do(ctx context.Context, limit time.Duration, method string, segs []string, body, out any) error {
 	raw := "/" + strings.Join(segs, "/")
+	op := method + " " + raw
+	terr := &timeoutError{op: op, after: limit}
+	ctx, cancel := context.WithTimeoutCause(ctx, limit, terr)
+	defer cancel()
+	err := c.exchange(ctx, method, raw, body, out)
+	if err != nil && errors.Is(context.Cause(ctx), ErrTimeout) && !errors.As(err, new(*Error)) {
+		return terr
+	}
+	return err
+}
+
+func (c *Client) exchange(ctx context.Context, method, raw string, body, out any) error {
+	op := method + " " + raw
 	plain := raw
 	if u, err := url.PathUnescape(raw); err == nil {
 		plain = u
@@ -153,15 +223,19 @@ func (c *Client) do(ctx context.Context, method string, segs []string, body, out
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("sandbox-host: %w", err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // drop the URL: the op names the call
+		}
+		return fmt.Errorf("sandbox-host: %s: %w", op, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
-		return fmt.Errorf("sandbox-host: read answer: %w", err)
+		return fmt.Errorf("sandbox-host: %s: read answer: %w", op, err)
 	}
 	if len(data) > maxResponseBytes {
-		return errors.New("sandbox-host: answer too large")
+		return fmt.Errorf("sandbox-host: %s: answer too large", op)
 	}
 	if resp.StatusCode/100 != 2 {
 		var e struct {
@@ -176,7 +250,7 @@ func (c *Client) do(ctx context.Context, method string, segs []string, body, out
 		return nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("sandbox-host: bad answer: %w", err)
+		return fmt.Errorf("sandbox-host: %s: bad answer: %w", op, err)
 	}
 	return nil
 }
@@ -188,14 +262,14 @@ func channelPath(channel string, rest ...string) []string {
 // RunTurn runs one guest message in channel and waits for the reply.
 func (c *Client) RunTurn(ctx context.Context, channel string, speaker Speaker, text string) (Reply, error) {
 	var r Reply
-	err := c.do(ctx, http.MethodPost, channelPath(channel, "turns"), map[string]any{"speaker": speaker, "text": text}, &r)
+	err := c.do(ctx, c.opts.TurnTimeout, http.MethodPost, channelPath(channel, "turns"), map[string]any{"speaker": speaker, "text": text}, &r)
 	return r, err
 }
 
 // Channel returns one channel's status.
 func (c *Client) Channel(ctx context.Context, channel string) (Channel, error) {
 	var ch Channel
-	err := c.do(ctx, http.MethodGet, channelPath(channel), nil, &ch)
+	err := c.do(ctx, c.opts.Timeout, http.MethodGet, channelPath(channel), nil, &ch)
 	return ch, err
 }
 
@@ -204,28 +278,28 @@ func (c *Client) Channels(ctx context.Context) ([]Channel, error) {
 	var out struct {
 		Channels []Channel `json:"channels"`
 	}
-	err := c.do(ctx, http.MethodGet, []string{"v1", "channels"}, nil, &out)
+	err := c.do(ctx, c.opts.Timeout, http.MethodGet, []string{"v1", "channels"}, nil, &out)
 	return out.Channels, err
 }
 
 // SetMode switches a channel's sandbox mode ("on" or "off"). Admins only.
 func (c *Client) SetMode(ctx context.Context, channel, mode string) (Channel, error) {
 	var ch Channel
-	err := c.do(ctx, http.MethodPut, channelPath(channel, "mode"), map[string]string{"mode": mode}, &ch)
+	err := c.do(ctx, c.opts.Timeout, http.MethodPut, channelPath(channel, "mode"), map[string]string{"mode": mode}, &ch)
 	return ch, err
 }
 
 // Fresh makes the channel's next turn start without history. Admins only.
 func (c *Client) Fresh(ctx context.Context, channel string) (Channel, error) {
 	var ch Channel
-	err := c.do(ctx, http.MethodPost, channelPath(channel, "fresh"), nil, &ch)
+	err := c.do(ctx, c.opts.Timeout, http.MethodPost, channelPath(channel, "fresh"), nil, &ch)
 	return ch, err
 }
 
 // Cancel cancels the channel's running turn. Admins only.
 func (c *Client) Cancel(ctx context.Context, channel string) (Cancel, error) {
 	var r Cancel
-	err := c.do(ctx, http.MethodPost, channelPath(channel, "cancel"), nil, &r)
+	err := c.do(ctx, c.opts.Timeout, http.MethodPost, channelPath(channel, "cancel"), nil, &r)
 	return r, err
 }
 
@@ -234,13 +308,13 @@ func (c *Client) Turns(ctx context.Context) ([]Turn, error) {
 	var out struct {
 		Turns []Turn `json:"turns"`
 	}
-	err := c.do(ctx, http.MethodGet, []string{"v1", "turns"}, nil, &out)
+	err := c.do(ctx, c.opts.Timeout, http.MethodGet, []string{"v1", "turns"}, nil, &out)
 	return out.Turns, err
 }
 
 // Health returns the host's health; a stopping host answers 503 (an *Error).
 func (c *Client) Health(ctx context.Context) (Health, error) {
 	var h Health
-	err := c.do(ctx, http.MethodGet, []string{"v1", "health"}, nil, &h)
+	err := c.do(ctx, c.opts.Timeout, http.MethodGet, []string{"v1", "health"}, nil, &h)
 	return h, err
 }

@@ -5,9 +5,11 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -202,11 +204,19 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > MaxConfigBytes {
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if len(data) > MaxConfigBytes {
 		return nil, fmt.Errorf("config %s: larger than %d bytes: %w", path, MaxConfigBytes, ErrInvalid)
 	}
-	if err := v.ReadConfig(f); err != nil {
+	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
 		return nil, fmt.Errorf("config %s: %v: %w", path, err, ErrInvalid)
+	}
+	// Unknown keys first, from the file as written (viper lowercases them).
+	if errs := unknownKeys(data); len(errs) > 0 {
+		return nil, fmt.Errorf("config %s: %w", path, errors.Join(errs...))
 	}
 	var c Config
 	// viper's weak typing stays on: environment overrides arrive as strings.

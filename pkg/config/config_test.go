@@ -80,9 +80,11 @@ func TestRefusals(t *testing.T) {
 	tests := []struct {
 		name, yaml, want string
 	}{
-		{"unknown key", base + "bogusKey: 1\n", "unknown key (keys shown lowercased): boguskey"},
-		{"unknown nested key", base + "limits:\n  memoryGb: 1\n", "limits: unknown key (keys shown lowercased): memorygb"},
-		{"unknown key in a list element", base + "tools:\n  - name: t\n    shell: true\n", "tools[0]: unknown key (keys shown lowercased): shell"},
+		{"unknown key", base + "bogusKey: 1\n", "bogusKey: unknown key (line "},
+		{"unknown nested key", base + "limits:\n  memoryGb: 1\n", "limits.memoryGb: unknown key (line "},
+		{"unknown key in a list element", base + "tools:\n  - name: t\n    shell: true\n", "tools[0].shell: unknown key (line "},
+		{"unknown key deep", base + "mcp:\n  - name: s\n    tools:\n      - name: a\n        inputSchema: x\n", "mcp[0].tools[0].inputSchema: unknown key (line "},
+		{"unknown key through a merge", base + "x-defaults: &d\n  memoryMb: 128\nlimits:\n  <<: *d\n", "x-defaults: unknown key"},
 		{"deadline zero", base + "turnDeadlineSeconds: 0\n", "turnDeadlineSeconds: must be 1 to 600"},
 		{"deadline too long", base + "turnDeadlineSeconds: 601\n", "turnDeadlineSeconds: must be 1 to 600"},
 		{"memory", base + "limits:\n  memoryMb: 10\n", "limits.memoryMb"},

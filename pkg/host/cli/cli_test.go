@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -269,4 +270,89 @@ func TestClientCommands(t *testing.T) {
 		t.Errorf("bad channel --json: %d %q", code, out)
 	}
 	_ = time.Second
+}
+
+// runCLI runs the command line and returns its status, stdout and stderr.
+func runCLI(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), args, Inputs{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
+	return code, out.String(), errb.String()
+}
+
+// TestErrorPrefixOnce: an error of the host API is printed with the
+// command's prefix exactly once, as text and as JSON.
+func TestErrorPrefixOnce(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "h.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		w.Write([]byte(`{"error":"forbidden"}`))
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	code, _, stderr := runCLI("--socket", sock, "channel", "on", "g:1")
+	if code != 1 || stderr != "sandbox-host: 403: forbidden\n" {
+		t.Errorf("text: status %d, stderr %q, want 1 and %q", code, stderr, "sandbox-host: 403: forbidden\n")
+	}
+	code, stdout, _ := runCLI("--socket", sock, "--json", "channel", "status", "g:1")
+	var got struct {
+		OK    bool   `json:"ok"`
+		Error string `json:"error"`
+	}
+	if code != 1 || json.Unmarshal([]byte(stdout), &got) != nil || got.OK || got.Error != "sandbox-host: 403: forbidden" {
+		t.Errorf("json: status %d, stdout %q", code, stdout)
+	}
+	// An error from the command itself gets the prefix too.
+	if code, _, stderr := runCLI("--socket", sock, "turn", "g:1"); code != 1 || !strings.HasPrefix(stderr, "sandbox-host: ") || strings.Count(stderr, "sandbox-host:") != 1 {
+		t.Errorf("flag error: status %d, stderr %q", code, stderr)
+	}
+}
+
+// TestCommandsTimeOut: against a socket that accepts but never answers (a
+// host that cannot start, behind systemd's socket), every command gives up
+// at its bound with a message naming it.
+func TestCommandsTimeOut(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "h.sock")
+	ln, err := net.Listen("unix", sock) // never accepts: connections wait in the backlog
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--timeout", "300ms", "channel", "status", "g:1"}, "no answer within 300ms"},
+		{[]string{"--timeout", "300ms", "channel", "list"}, "no answer within 300ms"},
+		{[]string{"--timeout", "10s", "--turn-timeout", "400ms", "turn", "g:1", "--speaker-id", "s", "--text", "hi"}, "no answer within 400ms"},
+	}
+	for _, tt := range tests {
+		start := time.Now()
+		code, _, stderr := runCLI(append([]string{"--socket", sock}, tt.args...)...)
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("%v took %v", tt.args, took)
+		}
+		if code != 1 || !strings.Contains(stderr, tt.want) || !strings.Contains(stderr, "systemctl status sandbox-host") {
+			t.Errorf("%v: status %d, stderr %q, want %q", tt.args, code, stderr, tt.want)
+		}
+	}
+}
+
+// TestServeBadConfig: serve refuses an unknown key before anything else,
+// names it as written, and exits with ExitConfig (the unit does not restart
+// on it).
+func TestServeBadConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sandbox.yaml")
+	os.WriteFile(path, []byte(testYAML+"queue:\n  maxWaitingTurns: 3\n"), 0o600)
+	code, _, stderr := runCLI("--config", path, "serve", "--listen", filepath.Join(t.TempDir(), "h.sock"))
+	if code != ExitConfig {
+		t.Errorf("status %d, want %d", code, ExitConfig)
+	}
+	if !strings.Contains(stderr, "queue.maxWaitingTurns: unknown key (line 15)") || strings.Count(stderr, "sandbox-host:") != 1 {
+		t.Errorf("stderr %q does not name the key as written once", stderr)
+	}
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -28,7 +27,7 @@ func turnCmd(g *globals) *cobra.Command {
 				}
 				text = strings.TrimSuffix(string(data), "\n")
 			}
-			reply, err := client.New(g.socket).RunTurn(cmd.Context(), args[0], sp, text)
+			reply, err := g.client().RunTurn(cmd.Context(), args[0], sp, text)
 			if err != nil {
 				return err
 			}
@@ -60,7 +59,7 @@ func channelCmd(g *globals) *cobra.Command {
 		return &cobra.Command{
 			Use: use + " <channel>", Short: short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				out, err := run(client.New(g.socket), cmd, args[0])
+				out, err := run(g.client(), cmd, args[0])
 				if err != nil {
 					return err
 				}
@@ -91,7 +90,7 @@ func channelCmd(g *globals) *cobra.Command {
 		&cobra.Command{
 			Use: "list", Short: "List known channels", Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				list, err := client.New(g.socket).Channels(cmd.Context())
+				list, err := g.client().Channels(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -132,5 +131,3 @@ func printHuman(cmd *cobra.Command, v any) {
 		fmt.Fprintf(w, "%+v\n", v)
 	}
 }
-
-var _ = errors.New

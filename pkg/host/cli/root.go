@@ -13,9 +13,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/client"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
 )
@@ -33,11 +35,32 @@ type Inputs struct {
 type globals struct {
 	socket, config string
 	json           bool
+	timeouts       client.Options
 	in             Inputs
 }
 
+// client returns an API client with the command line's bounds.
+func (g *globals) client() *client.Client { return client.NewWithOptions(g.socket, g.timeouts) }
+
 // errSilent: the command already reported its failure.
 var errSilent = errors.New("failed")
+
+// ExitConfig is serve's exit status when the configuration cannot be loaded
+// (sysexits' EX_CONFIG). sandbox-host.service lists it in
+// RestartPreventExitStatus=: restarting cannot fix a file.
+const ExitConfig = 78
+
+// exitError carries a specific exit status.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// prefix starts every error line the command prints.
+const prefix = "sandbox-host: "
 
 // Main runs the command line and returns the exit status.
 func Main(ctx context.Context, args []string, in Inputs) int {
@@ -58,11 +81,17 @@ func Main(ctx context.Context, args []string, in Inputs) int {
 	root.SetErr(in.Stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
 		if !errors.Is(err, errSilent) {
+			// Errors of pkg/client already carry the prefix: print it once.
+			msg := prefix + strings.TrimPrefix(err.Error(), prefix)
 			if g.json {
-				json.NewEncoder(in.Stdout).Encode(map[string]any{"ok": false, "error": err.Error()})
+				json.NewEncoder(in.Stdout).Encode(map[string]any{"ok": false, "error": msg})
 			} else {
-				fmt.Fprintln(in.Stderr, "sandbox-host:", err)
+				fmt.Fprintln(in.Stderr, msg)
 			}
+		}
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return ee.code
 		}
 		return 1
 	}
@@ -81,6 +110,9 @@ func newRoot(g *globals) *cobra.Command {
 	pf.StringVar(&g.socket, "socket", layout.HostSocket, "host API socket")
 	pf.StringVar(&g.config, "config", layout.ConfigFile, "configuration file")
 	pf.BoolVar(&g.json, "json", false, "print one JSON document (for scripts)")
+	pf.DurationVar(&g.timeouts.ConnectTimeout, "connect-timeout", client.DefaultConnectTimeout, "give up connecting to the host socket after this long")
+	pf.DurationVar(&g.timeouts.Timeout, "timeout", client.DefaultTimeout, "give up waiting for the host's answer to a status or control command after this long")
+	pf.DurationVar(&g.timeouts.TurnTimeout, "turn-timeout", client.DefaultTurnTimeout, "give up waiting for a turn's reply (queueing included) after this long")
 	root.AddCommand(serveCmd(g), turnCmd(g), channelCmd(g), doctorCmd(g), versionCmd(g))
 	return root
 }

@@ -121,7 +121,7 @@ func lookupGID(name string) int {
 func serve(ctx context.Context, g *globals, listen string) error {
 	cfg, err := config.Load(g.config)
 	if err != nil {
-		return err
+		return &exitError{code: ExitConfig, err: err}
 	}
 	log := newLogger(g, cfg.LogLevel)
 	slog.SetDefault(log)
