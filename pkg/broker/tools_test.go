@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 )
 
 func TestClockTool(t *testing.T) {
@@ -266,6 +267,32 @@ func TestMCPCalls(t *testing.T) {
 	assertNoLeak(t, "logs", h.logs.String())
 	if strings.Contains(h.logs.String(), "mcp.example") {
 		t.Error("logs hold the MCP URL")
+	}
+}
+
+// TestMCPToolNamesAsTheSpecAllows: tools named like the reference server's
+// (dashes, dots, capitals) are called under their exact names; a name that
+// is only similar (the function-name spelling) is refused.
+func TestMCPToolNamesAsTheSpecAllows(t *testing.T) {
+	names := []string{"get-tiny-image", "files.read", "Get_Sum", strings.Repeat("x", 128)}
+	h := newHarness(t, func(p *policy.Policy) { p.MCP[0].Tools = names })
+	for _, name := range names {
+		code, body, _ := h.do("/mcp/docs", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"`+name+`"}}`)
+		if code != 200 {
+			t.Errorf("%s: status %d body %s", name, code, body)
+		}
+	}
+	for _, name := range []string{"get_tiny_image", "files_read", protocol.MCPFunctionName(0, "files.read"), "mcp_0_get-tiny-image", "get-sum"} {
+		code, body, _ := h.do("/mcp/docs", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"`+name+`"}}`)
+		if code != 404 {
+			t.Errorf("%s: status %d body %s, want 404 (undeclared tool)", name, code, body)
+		}
+	}
+	h.mcp.mu.Lock()
+	got := h.mcp.tools
+	h.mcp.mu.Unlock()
+	if strings.Join(got, ",") != strings.Join(names, ",") {
+		t.Errorf("MCP upstream saw tools %q, want %q", got, names)
 	}
 }
 

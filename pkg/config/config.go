@@ -477,7 +477,7 @@ func (c *Config) validateTools(bad func(key, format string, a ...any)) {
 	for i, t := range c.Tools {
 		key := fmt.Sprintf("tools[%d]", i)
 		if !protocol.ValidToolName(t.Name) {
-			bad(key+".name", "%q must match [a-z][a-z0-9_]{0,47}", t.Name)
+			bad(key+".name", "%q must match %s", t.Name, protocol.ToolNameRule)
 		} else if names[t.Name] {
 			bad(key+".name", "%q is not unique", t.Name)
 		}
@@ -523,7 +523,7 @@ func (c *Config) validateTools(bad func(key, format string, a ...any)) {
 	for i, s := range c.MCP {
 		key := fmt.Sprintf("mcp[%d]", i)
 		if !protocol.ValidToolName(s.Name) {
-			bad(key+".name", "%q must match [a-z][a-z0-9_]{0,47}", s.Name)
+			bad(key+".name", "%q must match %s", s.Name, protocol.ToolNameRule)
 		} else if servers[s.Name] {
 			bad(key+".name", "%q is not unique", s.Name)
 		}
@@ -547,19 +547,24 @@ func (c *Config) validateTools(bad func(key, format string, a ...any)) {
 			bad(key+".tools", "at most %d tools", protocol.MaxToolSpecs)
 		}
 		tools := map[string]bool{}
+		var toolNames []string
 		for j, t := range s.Tools {
 			tkey := fmt.Sprintf("%s.tools[%d]", key, j)
-			if !protocol.ValidToolName(t.Name) {
-				bad(tkey+".name", "%q must match [a-z][a-z0-9_]{0,47}", t.Name)
+			if !protocol.ValidMCPToolName(t.Name) {
+				bad(tkey+".name", "%q must be %s", t.Name, protocol.MCPToolNameRule)
 			} else if tools[t.Name] {
 				bad(tkey+".name", "%q is not unique", t.Name)
 			}
 			tools[t.Name] = true
+			toolNames = append(toolNames, t.Name)
 			if s.Discover && t.Description == "" && t.Parameters == "" {
 				continue // name-only allow-list entry; discovery supplies the rest
 			}
 			checkSpec(tkey, t.Description, t.Parameters, bad)
 			specs = append(specs, protocol.ToolSpec{Name: protocol.MCPFunctionName(i, t.Name), Description: t.Description, Parameters: json.RawMessage(t.Parameters)})
+		}
+		if a, b, clash := protocol.MCPFunctionNameClash(i, toolNames); clash {
+			bad(key+".tools", "%q and %q get the same model-facing function name %q (a hash collision); declare only one of them", a, b, protocol.MCPFunctionName(i, a))
 		}
 	}
 	if n := ToolBudgetBytes(specs); n > MaxToolBudget-BuiltinToolReserve {

@@ -110,6 +110,12 @@ func TestRefusals(t *testing.T) {
 		{"tool budget", base + "tools:\n" + strings.Repeat("", 0) + bigTools(10), "tools: tool names, descriptions and parameters take"},
 		{"mcp no tools", base + "mcp:\n  - name: s\n    url: https://mcp.example.com/\n", "mcp[0].tools: declare at least one tool"},
 		{"mcp session", base + "mcp:\n  - name: s\n    url: https://mcp.example.com/\n    session: sticky\n    tools:\n      - name: a\n        description: d\n        parameters: '{\"type\":\"object\"}'\n", "mcp[0].session"},
+		{"mcp tool name space", mcpTool("a b"), `mcp[0].tools[0].name: "a b" must be 1 to 128 characters`},
+		{"mcp tool name slash", mcpTool("a/b"), `mcp[0].tools[0].name: "a/b" must be 1 to 128`},
+		{"mcp tool name long", mcpTool(strings.Repeat("x", 129)), "mcp[0].tools[0].name"},
+		{"mcp tool name empty", mcpTool(`""`), "mcp[0].tools[0].name"},
+		{"mcp server name keeps its rule", strings.Replace(mcpTool("get-sum"), "name: s\n", "name: get-sum\n", 1), `mcp[0].name: "get-sum" must match [a-z][a-z0-9_]{0,47}`},
+		{"host tool name keeps its rule", tool("  - name: get-time\n    description: d\n    kind: builtin\n    builtin: clock\n"), `tools[1].name: "get-time" must match [a-z][a-z0-9_]{0,47}`},
 		{"queue depth", base + "queue:\n  depth: 0\n", "queue.depth"},
 		{"initial channel", base + "initialChannels: [\"\"]\n", "initialChannels[0]"},
 		{"broker limit", base + "broker:\n  maxCalls: 0\n", "broker.maxCalls"},
@@ -137,6 +143,34 @@ func TestRefusals(t *testing.T) {
 				t.Errorf("error = %v\nwant it to contain %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// mcpTool is a configuration with one MCP server declaring one tool called name.
+func mcpTool(name string) string {
+	return base + "mcp:\n  - name: s\n    url: https://mcp.example.com/\n    tools:\n      - name: " + name + "\n        description: d\n        parameters: '{\"type\":\"object\"}'\n"
+}
+
+// TestMCPToolNames: every name the MCP specification allows is accepted
+// for an MCP tool (the reference server's get-sum among them), and the
+// tool budget counts the function name the worker will show.
+func TestMCPToolNames(t *testing.T) {
+	for _, name := range []string{"get-sum", "get-tiny-image", "trigger-long-running-operation", "files.read", "A_b-C.d", strings.Repeat("x", 128)} {
+		c, err := Load(write(t, mcpTool(name)))
+		if err != nil {
+			t.Errorf("MCP tool %q refused: %v", name, err)
+			continue
+		}
+		if c.MCP[0].Tools[0].Name != name {
+			t.Errorf("MCP tool name = %q, want %q", c.MCP[0].Tools[0].Name, name)
+		}
+	}
+	// a.b and a_b on one server get distinct function names: both load.
+	y := base + "mcp:\n  - name: s\n    url: https://mcp.example.com/\n    tools:\n" +
+		"      - name: a.b\n        description: d\n        parameters: '{\"type\":\"object\"}'\n" +
+		"      - name: a_b\n        description: d\n        parameters: '{\"type\":\"object\"}'\n"
+	if _, err := Load(write(t, y)); err != nil {
+		t.Errorf("a.b and a_b refused: %v", err)
 	}
 }
 

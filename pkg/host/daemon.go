@@ -203,13 +203,14 @@ func DiscoveredTools(ctx context.Context, s config.MCP, list func(context.Contex
 	for _, t := range s.Tools {
 		want[t.Name] = true
 	}
+	all := len(want) == 0 // decided before the loop: want shrinks as names are found
 	var out []protocol.ToolSpec
 	for _, t := range offered {
-		if len(want) > 0 && !want[t.Name] {
+		if !all && !want[t.Name] {
 			continue
 		}
-		if !protocol.ValidToolName(t.Name) {
-			return nil, fmt.Errorf("mcp %s: offered tool name %q does not match [a-z][a-z0-9_]{0,47}; declare the tools instead", s.Name, t.Name)
+		if !protocol.ValidMCPToolName(t.Name) {
+			return nil, fmt.Errorf("mcp %s: offered tool name %q is not %s; list the tools to use under tools", s.Name, t.Name, protocol.MCPToolNameRule)
 		}
 		if t.Description == "" {
 			t.Description = t.Name

@@ -245,7 +245,7 @@ func checkCall(s policy.MCPServer, credential, tool string, args json.RawMessage
 	}
 	// The broker checks this too; repeated here so this client alone can
 	// never call an undeclared tool.
-	if !protocol.ValidToolName(tool) || !slices.Contains(s.Tools, tool) {
+	if !protocol.ValidMCPToolName(tool) || !slices.Contains(s.Tools, tool) {
 		return fmt.Errorf("mcp: tool not declared: %w", ErrInvalid)
 	}
 	if !validBearer(credential) {

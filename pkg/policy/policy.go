@@ -228,7 +228,7 @@ func (p *Policy) Validate() error {
 	seen := map[string]bool{}
 	for _, t := range p.Tools {
 		if !protocol.ValidToolName(t.Name) || seen[t.Name] {
-			return bad("tool names must be unique and match [a-z][a-z0-9_]{0,47}")
+			return bad("tool names must be unique and match %s", protocol.ToolNameRule)
 		}
 		seen[t.Name] = true
 		if t.TimeoutMs < 0 || t.TimeoutMs > 600_000 {
@@ -257,7 +257,7 @@ func (p *Policy) Validate() error {
 	seen = map[string]bool{}
 	for _, s := range p.MCP {
 		if !protocol.ValidToolName(s.Name) || seen[s.Name] {
-			return bad("MCP server names must be unique and match [a-z][a-z0-9_]{0,47}")
+			return bad("MCP server names must be unique and match %s", protocol.ToolNameRule)
 		}
 		seen[s.Name] = true
 		if err := CheckURL(s.URL, s.AllowHTTP); err != nil {
@@ -274,8 +274,8 @@ func (p *Policy) Validate() error {
 		}
 		tools := map[string]bool{}
 		for _, name := range s.Tools {
-			if !protocol.ValidToolName(name) || tools[name] {
-				return bad("mcp %s tool names must be unique and match [a-z][a-z0-9_]{0,47}", s.Name)
+			if !protocol.ValidMCPToolName(name) || tools[name] {
+				return bad("mcp %s tool names must be unique and be %s", s.Name, protocol.MCPToolNameRule)
 			}
 			tools[name] = true
 		}

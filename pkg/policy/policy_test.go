@@ -62,6 +62,11 @@ func TestValidateRefusals(t *testing.T) {
 		"mcp session":    func(p *Policy) { p.MCP[0].Session = "x" },
 		"mcp no tools":   func(p *Policy) { p.MCP[0].Tools = nil },
 		"mcp tool name":  func(p *Policy) { p.MCP[0].Tools = []string{"a/b"} },
+		"mcp tool long":  func(p *Policy) { p.MCP[0].Tools = []string{strings.Repeat("x", 129)} },
+		"mcp tool empty": func(p *Policy) { p.MCP[0].Tools = []string{""} },
+		"mcp dup tool":   func(p *Policy) { p.MCP[0].Tools = []string{"get-sum", "get-sum"} },
+		"host tool dash": func(p *Policy) { p.Tools[0].Name = "get-time" },
+		"server dash":    func(p *Policy) { p.MCP[0].Name = "my-server" },
 		"limits":         func(p *Policy) { p.Limits.MaxCalls = 0 },
 		"speaker long":   func(p *Policy) { p.Identity.SpeakerName = strings.Repeat("x", 257) },
 	}
@@ -73,6 +78,11 @@ func TestValidateRefusals(t *testing.T) {
 		}
 	}
 	p := sample()
+	p.MCP[0].Tools = []string{"get-sum", "get-tiny-image", "files.read", "A_b", strings.Repeat("x", 128)}
+	if err := p.Validate(); err != nil {
+		t.Errorf("MCP tool names the MCP specification allows refused: %v", err)
+	}
+	p = sample()
 	p.Model.URL = "http://127.0.0.1:8080/v1/chat/completions"
 	p.Model.AllowHTTP = true
 	if err := p.Validate(); err != nil {

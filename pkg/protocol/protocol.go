@@ -6,6 +6,8 @@ package protocol
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,16 +53,34 @@ var ErrInvalid = errors.New("invalid protocol value")
 var ErrTooLarge = errors.New("input too large")
 
 var (
-	toolNameRe     = regexp.MustCompile(`^[a-z][a-z0-9_]{0,47}$`)
-	functionNameRe = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+	toolNameRe    = regexp.MustCompile(`^[a-z][a-z0-9_]{0,47}$`)
+	mcpToolNameRe = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+	// Providers allow [a-zA-Z0-9_-]{1,64}; some also want a letter first.
+	functionNameRe = regexp.MustCompile(`^[a-z][A-Za-z0-9_-]{0,63}$`)
 	callIDRe       = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	// hashedTailRe is the tail of a hashed MCP function name (see MCPFunctionName).
+	hashedTailRe = regexp.MustCompile(`_[0-9a-f]{8}$`)
 )
 
-// ValidToolName: host tool, MCP server and MCP tool names, [a-z][a-z0-9_]{0,47}.
+// ToolNameRule and MCPToolNameRule are the rules as error messages state them.
+const (
+	ToolNameRule    = "[a-z][a-z0-9_]{0,47}"
+	MCPToolNameRule = "1 to 128 characters of A-Z, a-z, 0-9, '_', '-' and '.' (the MCP tool-name rule)"
+)
+
+// MaxFunctionChars bounds a model-facing function name (the providers' rule).
+const MaxFunctionChars = 64
+
+// ValidToolName: host tool and MCP server names, [a-z][a-z0-9_]{0,47}.
 func ValidToolName(s string) bool { return toolNameRe.MatchString(s) }
 
+// ValidMCPToolName: the name of a tool an MCP server offers, as the MCP
+// specification allows it: 1 to 128 characters of [A-Za-z0-9_.-].
+func ValidMCPToolName(s string) bool { return mcpToolNameRe.MatchString(s) }
+
 // ValidFunctionName: names the model may call, including the prefixed forms
-// host_<name> and mcp_<index>_<name>.
+// host_<name> and MCPFunctionName's: a lowercase letter, then at most 63 of
+// [A-Za-z0-9_-].
 func ValidFunctionName(s string) bool { return functionNameRe.MatchString(s) }
 
 // ValidCallID: tool call ids kept as the model sent them.
@@ -69,8 +89,65 @@ func ValidCallID(s string) bool { return callIDRe.MatchString(s) }
 // HostFunctionName is the model-facing name of a host tool.
 func HostFunctionName(tool string) string { return "host_" + tool }
 
-// MCPFunctionName is the model-facing name of tool of the index-th MCP server.
-func MCPFunctionName(index int, tool string) string { return fmt.Sprintf("mcp_%d_%s", index, tool) }
+// MCPFunctionName is the model-facing name of tool (a valid MCP tool name)
+// of the index-th MCP server. It is mcp_<index>_<tool> when that is at most
+// 64 characters of [A-Za-z0-9_-] and tool does not end like a hashed name
+// ("_" and 8 lowercase hex digits). Otherwise it is hashed:
+// mcp_<index>_<tool with '.' as '_', cut to fit>_<first 8 hex of sha256(tool)>.
+//
+// Why this is collision-free within one server: unhashed names are tool
+// itself (distinct tools, distinct names) and never end like a hashed name,
+// while every hashed name does, so the two kinds never meet; two hashed names
+// meet only if their cut prefixes and 32-bit hashes both agree, which
+// MCPFunctionNameClash finds and every validator refuses. Across servers the
+// prefixes mcp_<index>_ differ and none is a prefix of another (digits never
+// contain '_'); host_, memory_ and invalid_tool never start with mcp_.
+func MCPFunctionName(index int, tool string) string {
+	prefix := fmt.Sprintf("mcp_%d_", index)
+	if len(prefix)+len(tool) <= MaxFunctionChars && plainFunctionPart(tool) && !hashedTailRe.MatchString(tool) {
+		return prefix + tool
+	}
+	sum := sha256.Sum256([]byte(tool))
+	tail := "_" + hex.EncodeToString(sum[:4])
+	keep := []byte(tool)
+	if n := MaxFunctionChars - len(prefix) - len(tail); len(keep) > n {
+		keep = keep[:n]
+	}
+	for i, c := range keep {
+		if !functionChar(c) {
+			keep[i] = '_'
+		}
+	}
+	return prefix + string(keep) + tail
+}
+
+// MCPFunctionNameClash reports two of tools (one server's names) whose
+// function names are equal; ok is false when there is none. Validators refuse
+// such a list: the only remedy is to leave one of the two tools undeclared.
+func MCPFunctionNameClash(index int, tools []string) (a, b string, ok bool) {
+	seen := make(map[string]string, len(tools))
+	for _, t := range tools {
+		fn := MCPFunctionName(index, t)
+		if other, dup := seen[fn]; dup && other != t {
+			return other, t, true
+		}
+		seen[fn] = t
+	}
+	return "", "", false
+}
+
+func plainFunctionPart(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !functionChar(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func functionChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}
 
 // Speaker is what a worker learns of who spoke: never the principal.
 type Speaker struct {
@@ -180,33 +257,40 @@ func (t *Turn) Validate() error {
 	if len(t.Tools) > MaxToolSpecs {
 		return bad("at most %d host tools", MaxToolSpecs)
 	}
-	if err := validSpecs(t.Tools); err != nil {
+	if err := validSpecs(t.Tools, ValidToolName, ToolNameRule); err != nil {
 		return err
 	}
 	if len(t.MCP) > MaxMCPServers {
 		return bad("at most %d MCP servers", MaxMCPServers)
 	}
 	seen := map[string]bool{}
-	for _, s := range t.MCP {
+	for i, s := range t.MCP {
 		if !ValidToolName(s.Server) || seen[s.Server] {
-			return bad("MCP server names must be unique and match [a-z][a-z0-9_]{0,47}")
+			return bad("MCP server names must be unique and match %s", ToolNameRule)
 		}
 		seen[s.Server] = true
 		if len(s.Tools) > MaxToolSpecs {
 			return bad("at most %d tools per MCP server", MaxToolSpecs)
 		}
-		if err := validSpecs(s.Tools); err != nil {
+		if err := validSpecs(s.Tools, ValidMCPToolName, MCPToolNameRule); err != nil {
 			return err
+		}
+		names := make([]string, len(s.Tools))
+		for j, spec := range s.Tools {
+			names[j] = spec.Name
+		}
+		if _, _, clash := MCPFunctionNameClash(i, names); clash {
+			return bad("MCP server %s has two tools with the same function name", s.Server)
 		}
 	}
 	return nil
 }
 
-func validSpecs(specs []ToolSpec) error {
+func validSpecs(specs []ToolSpec, valid func(string) bool, rule string) error {
 	seen := map[string]bool{}
 	for _, s := range specs {
-		if !ValidToolName(s.Name) || seen[s.Name] {
-			return fmt.Errorf("turn: tool names must be unique and match [a-z][a-z0-9_]{0,47}: %w", ErrInvalid)
+		if !valid(s.Name) || seen[s.Name] {
+			return fmt.Errorf("turn: tool names must be unique and match %s: %w", rule, ErrInvalid)
 		}
 		seen[s.Name] = true
 		if utf8.RuneCountInString(s.Description) > MaxDescChars {

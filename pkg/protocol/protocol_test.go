@@ -65,7 +65,13 @@ func TestNames(t *testing.T) {
 		{"a" + strings.Repeat("b", 48), false, true},
 		{"Clock", false, false},
 		{"1abc", false, false},
-		{"a-b", false, false},
+		{"a-b", false, true},
+		{"mcp_0_get-Tiny_image", false, true},
+		{"a.b", false, false},
+		{"a" + strings.Repeat("b", 63), false, true},
+		{"a" + strings.Repeat("b", 64), false, false},
+		{"-ab", false, false},
+		{"_ab", false, false},
 		{"", false, false},
 	} {
 		if got := ValidToolName(tt.name); got != tt.tool {

@@ -293,6 +293,73 @@ func TestHostAndMCPRoutes(t *testing.T) {
 	}
 }
 
+// TestMCPFunctionNamesMapBack: tools named as the MCP specification allows
+// (the reference server's get-sum, names that sanitize alike such as a.b and
+// a_b, long names cut alike) each get their own valid function name, and a
+// call of that name reaches the broker with the exact tool name.
+func TestMCPFunctionNamesMapBack(t *testing.T) {
+	long := strings.Repeat("n", 100)
+	tools := []string{"get-sum", "a.b", "a_b", "a-b", "Get_Tiny-Image", long + ".1", long + ".2", strings.Repeat(".", 128)}
+	turn := newTurn()
+	var specs []protocol.ToolSpec
+	for _, name := range tools {
+		specs = append(specs, protocol.ToolSpec{Name: name, Description: "d", Parameters: json.RawMessage(`{"type":"object"}`)})
+	}
+	turn.MCP = []protocol.MCPServerSpec{{Server: "everything", Tools: specs}}
+	if err := turn.Validate(); err != nil {
+		t.Fatalf("turn refused: %v", err)
+	}
+	var calls []map[string]any
+	for i, name := range tools {
+		calls = append(calls, call(fmt.Sprintf("c%d", i), protocol.MCPFunctionName(0, name), fmt.Sprintf(`{"i":%d}`, i)))
+	}
+	var got []string
+	b := &fakeBroker{
+		model: []func(modelRequest) (json.RawMessage, error){toolAnswer(calls...), textAnswer("ok")},
+		tools: map[string]func([]byte) (json.RawMessage, error){
+			"/mcp/everything": func(body []byte) (json.RawMessage, error) {
+				var m struct {
+					ID     int `json:"id"`
+					Params struct {
+						Name      string          `json:"name"`
+						Arguments json.RawMessage `json:"arguments"`
+					} `json:"params"`
+				}
+				if err := json.Unmarshal(body, &m); err != nil {
+					t.Errorf("mcp body %s: %v", body, err)
+				}
+				got = append(got, m.Params.Name+" "+string(m.Params.Arguments))
+				return json.RawMessage(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{"content":[]}}`, m.ID)), nil
+			},
+		},
+	}
+	// At most 8 calls run per answer; the list is exactly 8.
+	mustOK(t, runTurn(t, t.TempDir(), turn, b))
+	var want []string
+	for i, name := range tools {
+		want = append(want, fmt.Sprintf(`%s {"i":%d}`, name, i))
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("broker saw\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	seen := map[string]bool{}
+	for _, tool := range b.reqs[0].Tools {
+		n := tool.Function.Name
+		if !protocol.ValidFunctionName(n) || seen[n] {
+			t.Errorf("function name %q invalid or repeated", n)
+		}
+		seen[n] = true
+	}
+	if len(seen) != 4+len(tools) {
+		t.Errorf("model saw %d functions, want %d", len(seen), 4+len(tools))
+	}
+	for _, want := range []string{"mcp_0_get-sum", "mcp_0_a_b", "mcp_0_a-b", "mcp_0_Get_Tiny-Image"} {
+		if !seen[want] {
+			t.Errorf("function %q missing; model saw %v", want, seen)
+		}
+	}
+}
+
 func TestBrokerRefusals(t *testing.T) {
 	turn := newTurn()
 	turn.Tools = []protocol.ToolSpec{{Name: "echo", Description: "e", Parameters: json.RawMessage(`{"type":"object"}`)}}

@@ -43,6 +43,36 @@ func TestBuildAcceptsWorkerShapes(t *testing.T) {
 	}
 }
 
+// TestBuildFunctionNames: the names pkg/protocol gives MCP tools (dashes,
+// capitals, hashed forms) pass in tools, tool calls and tool_choice; names
+// outside the providers' rule do not.
+func TestBuildFunctionNames(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"mcp_0_get-sum", true},
+		{"mcp_1_Get_Tiny-Image", true},
+		{protocol.MCPFunctionName(3, "files.read"), true},
+		{protocol.MCPFunctionName(15, strings.Repeat("x", 128)), true},
+		{"mcp_0_a.b", false},
+		{"mcp_0_a b", false},
+		{"-x", false},
+		{"f" + strings.Repeat("x", 64), false},
+	} {
+		for _, body := range []string{
+			`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"` + c.name + `"}}]}`,
+			`{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"` + c.name + `","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}]}`,
+			`{"messages":[{"role":"user","content":"x"}],"tool_choice":{"type":"function","function":{"name":"` + c.name + `"}}}`,
+		} {
+			_, err := Build([]byte(body), pol)
+			if (err == nil) != c.ok {
+				t.Errorf("%s: err = %v, want ok=%v", body, err, c.ok)
+			}
+		}
+	}
+}
+
 func TestBuildAcceptsSchemaWordsAsData(t *testing.T) {
 	for _, s := range []string{
 		`{"type":"object","properties":{"$ref":{"type":"string"},"$id":{"type":"string"},"$schema":{},"$vocabulary":{}}}`,

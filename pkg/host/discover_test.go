@@ -1,0 +1,53 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+)
+
+// everything lists tools as @modelcontextprotocol/server-everything does:
+// dashed names.
+func everything(extra ...protocol.ToolSpec) func(context.Context, config.MCP) ([]protocol.ToolSpec, error) {
+	return func(context.Context, config.MCP) ([]protocol.ToolSpec, error) {
+		return append([]protocol.ToolSpec{
+			{Name: "echo", Description: "Echoes back the input", Parameters: json.RawMessage(`{"type":"object","properties":{"message":{"type":"string"}},"required":["message"],"additionalProperties":false}`)},
+			{Name: "get-sum", Description: "Returns the sum of two numbers", Parameters: json.RawMessage(`{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}},"required":["a","b"]}`)},
+			{Name: "get-tiny-image", Description: "Returns a tiny image", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)},
+		}, extra...), nil
+	}
+}
+
+func TestDiscoveredToolNames(t *testing.T) {
+	ctx := context.Background()
+	named := func(names ...string) config.MCP {
+		s := config.MCP{Name: "everything", Discover: true}
+		for _, n := range names {
+			s.Tools = append(s.Tools, config.MCPTool{Name: n})
+		}
+		return s
+	}
+	got, err := DiscoveredTools(ctx, named("get-sum", "get-tiny-image"), everything())
+	if err != nil {
+		t.Fatalf("DiscoveredTools = %v", err)
+	}
+	if len(got) != 2 || got[0].Name != "get-sum" || got[1].Name != "get-tiny-image" {
+		t.Errorf("discovered %+v", got)
+	}
+	// With no names declared every offered tool is taken, so one name outside
+	// the MCP rule refuses the whole list, naming it.
+	bad := protocol.ToolSpec{Name: "a b", Description: "d", Parameters: json.RawMessage(`{"type":"object"}`)}
+	if _, err := DiscoveredTools(ctx, named(), everything(bad)); err == nil || !strings.Contains(err.Error(), `"a b"`) {
+		t.Errorf("offered name outside the rule: %v", err)
+	}
+	// An undeclared tool's name is never judged, and undeclared tools offered
+	// after the last declared one are not taken either.
+	got, err = DiscoveredTools(ctx, named("echo"), everything(bad))
+	if err != nil || len(got) != 1 || got[0].Name != "echo" {
+		t.Errorf("declared echo only: got %+v, %v", got, err)
+	}
+}
