@@ -161,7 +161,11 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(code)
 	_, _ = w.Write(answer)
 	attrs := []any{"route", rt.label(), "status", code, "latency_ms", time.Since(start).Milliseconds()}
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrClientGone):
+		b.log.Warn("call abandoned by the client", append(attrs, "reason", err.Error())...)
+		return
+	case err != nil:
 		b.log.Warn("call refused", append(attrs, "reason", err.Error())...)
 		return
 	}
@@ -238,7 +242,7 @@ func (b *Broker) handle(r *http.Request) (route, []byte, error) {
 	defer cancelTurn()
 	answer, secrets, err := call(ctx)
 	if err != nil {
-		return rt, nil, err
+		return rt, nil, b.interrupted(r, err)
 	}
 	out, err := b.checkAnswer(answer, secrets)
 	return rt, out, err

@@ -30,7 +30,15 @@ var (
 	ErrUpstream       = errors.New("upstream failed")
 	ErrUpstreamTime   = errors.New("upstream timed out")
 	ErrToolFailed     = errors.New("tool failed")
+	// ErrClientGone: the caller (the worker) closed its connection mid-call;
+	// nothing upstream failed. The answer cannot reach anyone: its status
+	// is for the log.
+	ErrClientGone = errors.New("client closed the request")
 )
+
+// StatusClientClosed is the status logged for ErrClientGone (nginx's 499:
+// not an HTTP status any client sees).
+const StatusClientClosed = 499
 
 type category struct {
 	err    error
@@ -56,6 +64,7 @@ var categories = []category{
 	{rpc.ErrInvalid, http.StatusBadRequest, "request refused"},
 	{ErrCallLimit, http.StatusTooManyRequests, "call limit reached"},
 	{ErrBusy, http.StatusTooManyRequests, "call in flight"},
+	{ErrClientGone, StatusClientClosed, "client closed request"},
 	{ErrTurnOver, http.StatusServiceUnavailable, "turn over"},
 	{credential.ErrMissing, http.StatusServiceUnavailable, "unavailable"},
 	{credential.ErrInvalid, http.StatusServiceUnavailable, "unavailable"},

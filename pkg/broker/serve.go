@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/hosttool"
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
@@ -45,8 +46,10 @@ func (b *Broker) Serve(ctx context.Context, ln net.Listener) error {
 		Protocols:         &protocols,
 		// "OPTIONS *" would otherwise get net/http's own 200.
 		DisableGeneralOptionsHandler: true,
-		BaseContext:                  func(net.Listener) context.Context { return ctx },
-		ErrorLog:                     slog.NewLogLogger(b.log.Handler(), slog.LevelWarn),
+		// Every request's context carries ctx, so a call cut short can tell
+		// the broker stopping from its caller leaving (interrupted).
+		BaseContext: func(net.Listener) context.Context { return context.WithValue(ctx, serveKey{}, ctx) },
+		ErrorLog:    slog.NewLogLogger(b.log.Handler(), slog.LevelWarn),
 	}
 	srv.SetKeepAlivesEnabled(true)
 	errc := make(chan error, 1)
@@ -77,6 +80,28 @@ func (b *Broker) Serve(ctx context.Context, ln net.Listener) error {
 		err = nil
 	}
 	return err
+}
+
+// serveKey holds Serve's context in each request's context.
+type serveKey struct{}
+
+// interrupted names who ended a call that failed: the broker stopping (turn
+// deadline or a stop), or the caller closing its connection, instead of
+// blaming an upstream that was only cancelled. Any other failure is err.
+func (b *Broker) interrupted(r *http.Request, err error) error {
+	if r.Context().Err() == nil {
+		if !b.now().Before(b.pol.Deadline()) && (errors.Is(err, ErrUpstreamTime) || errors.Is(err, hosttool.ErrTimeout)) {
+			return refused("turn deadline reached mid-call", ErrTurnOver)
+		}
+		return err
+	}
+	if sc, ok := r.Context().Value(serveKey{}).(context.Context); ok && sc.Err() != nil {
+		if errors.Is(sc.Err(), context.DeadlineExceeded) {
+			return refused("turn deadline reached mid-call", ErrTurnOver)
+		}
+		return refused("broker stopping mid-call", ErrTurnOver)
+	}
+	return refused("client went away mid-call", ErrClientGone)
 }
 
 func (b *Broker) closeMCP() {
