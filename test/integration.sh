@@ -122,6 +122,17 @@ if [[ -z "$worker_image" ]]; then
 	tail -n 5 "$tmp/image.log" 2>/dev/null || true
 fi
 
+# The official MCP reference server (test/peers; .ci/run installs it with npm ci).
+# Its test runs it in a network namespace of its own (it listens on every interface).
+everything=""
+if [[ ! -x test/peers/node_modules/.bin/mcp-server-everything ]]; then
+	echo "integration: reference MCP server test skipped: test/peers/node_modules missing (npm ci --prefix test/peers)"
+elif ! command -v node >/dev/null; then
+	echo "integration: reference MCP server test skipped: node not found (apt-get install nodejs npm)"
+else
+	everything="$PWD/test/peers/node_modules/.bin/mcp-server-everything"
+fi
+
 # Arguments, when given, replace the package list (for example: -v ./pkg/container/).
 args=("$@")
 ((${#args[@]})) || args=(./pkg/...)
@@ -129,4 +140,5 @@ echo "integration: go test -count=1 -run Integration ${args[*]}"
 SANDBOX_IT_DOCKER="unix://$sock" \
 	SANDBOX_IT_JOURNAL="$journal" \
 	SANDBOX_IT_WORKER_IMAGE="$worker_image" \
+	SANDBOX_IT_MCP_EVERYTHING="$everything" \
 	"$GO" test -count=1 -run Integration "${args[@]}"

@@ -70,7 +70,10 @@ var refusals = []struct {
 	answer  func(http.ResponseWriter, json.RawMessage)
 	renewed bool
 }{
+	// Byte for byte what server-everything 2026.8.31 answers (no id).
 	{"reference server 400 (server-everything)", refusal(400, "application/json; charset=utf-8",
+		`{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}`), true},
+	{"reference server 400 with the request id", refusal(400, "application/json; charset=utf-8",
 		`{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":%s}`), true},
 	{"400 JSON-RPC error with a null id", refusal(400, "application/json",
 		`{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}`), true},
