@@ -61,7 +61,9 @@ func (id Identity) Env() []string {
 }
 
 // Headers sets the identity headers of an http tool call. A value that is
-// not a plain printable-ASCII header value is percent-encoded.
+// not plain printable ASCII, has a leading or trailing space, or contains
+// '%' is percent-encoded (url.PathEscape), so the receiver recovers every
+// value exactly with url.PathUnescape and no two values share a header.
 func (id Identity) Headers(h http.Header) {
 	h.Set("X-Sandbox-Turn-Id", headerValue(id.TurnID))
 	h.Set("X-Sandbox-Channel", headerValue(id.Channel))
@@ -73,7 +75,9 @@ func (id Identity) Headers(h http.Header) {
 func headerValue(s string) string {
 	plain := s == "" || (s[0] != ' ' && s[len(s)-1] != ' ')
 	for i := 0; plain && i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e {
+		// '%' is always encoded: otherwise "jörg" (encoded) and
+		// "j%C3%B6rg" (plain) would be the same header.
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '%' {
 			plain = false
 		}
 	}
