@@ -26,8 +26,8 @@ import (
 
 // Test credentials: distinctive so any leak is easy to find.
 const (
-	realModelKey = "sk-REAL-model-credential-0123456789abcdef"
-	realToolKey  = "tool-REAL-credential-fedcba9876543210"
+	realModelKey = "sk-REAL-model-credential-q7Zx3Lm9Vb2Nk5Rt"
+	realToolKey  = "tool-REAL-credential-W4pJ8sD1fG6hY0uE"
 	realMCPKey   = "mcp-REAL-credential-00112233445566778899"
 	testModel    = "policy-model"
 	okAnswer     = `{"id":"c1","choices":[{"message":{"role":"assistant","content":"ok"}}]}`

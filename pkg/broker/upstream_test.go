@@ -139,7 +139,7 @@ func TestUpstreamAnswersRefused(t *testing.T) {
 		{"reflect hex lower", answer(200, reflect(hex.EncodeToString(b))), 502},
 		{"reflect hex upper", answer(200, reflect(strings.ToUpper(hex.EncodeToString(b)))), 502},
 		{"reflect in object key", answer(200, `{"choices":[],`+quote(realModelKey)+`:1}`), 502},
-		{"reflect unicode escaped", answer(200, `{"x":"\u0073k-REAL-model-credential-0123456789abcdef"}`), 502},
+		{"reflect unicode escaped", answer(200, `{"x":"\u0073k-REAL-model-credential-q7Zx3Lm9Vb2Nk5Rt"}`), 502},
 		{"reflect another credential", answer(200, reflect(realMCPKey)), 502},
 		{"reflect tool credential base64", answer(200, reflect(base64.StdEncoding.EncodeToString([]byte(realToolKey)))), 502},
 	}

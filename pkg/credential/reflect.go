@@ -1,12 +1,24 @@
 package credential
 
 import (
+	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"net/url"
+	"slices"
 	"strings"
+	"unicode/utf8"
 )
+
+// PieceBytes is the shortest run of a secret that counts as reflected when it
+// is not the whole secret: an answer holding any PieceBytes consecutive
+// bytes of a secret (in any form Reflected knows, measured in that form's
+// characters) is refused, so a secret split into pieces is caught when one
+// piece is this long. A secret shorter than PieceBytes counts only whole.
+// There is no minimum secret length: every non-empty secret is checked.
+const PieceBytes = 16
 
 // Forms returns the encodings of a secret that Reflected looks for: raw,
 // URL query and path escaped, base64 standard and URL alphabets with and
@@ -59,52 +71,204 @@ func Forms(s Secret) []string {
 	return out
 }
 
-// Reflected reports whether any string in the decoded JSON value v (object
-// keys included, numbers by their literal text) contains any form of any of
-// the secrets. v is what json.Unmarshal produces into an any (with or
-// without UseNumber). Detection is defence in depth for trusted upstreams,
-// not a guarantee against every encoding or a secret's fragments.
+// Reflected reports whether the decoded JSON value v (what json.Unmarshal
+// produces into an any, with or without UseNumber) reflects any of the
+// secrets. It joins every object key, string and number literal in the
+// order json.Marshal writes them (object keys sorted) into one text,
+// lower-cases its ASCII letters and deletes its ASCII whitespace; the
+// Forms of each secret and of the secret reversed are normalised the same
+// way. The answer reflects a secret when the text holds a whole form or,
+// for a secret of at least PieceBytes bytes, any run of a form that encodes
+// PieceBytes bytes of it. So a secret is found upper-cased, reversed, split
+// across adjacent strings or with one piece of PieceBytes anywhere, and in
+// base64 or hex wrapped or spaced by whitespace. Detection is defence in
+// depth for trusted upstreams, not a guarantee against every encoding (see
+// README's threat model for what is not detected).
 func Reflected(v any, secrets ...Secret) bool {
-	var forms []string
-	for _, s := range secrets {
-		forms = append(forms, Forms(s)...)
-	}
-	if len(forms) == 0 {
+	m := newMatcher(secrets)
+	if m.empty() {
 		return false
 	}
-	return walk(v, forms, 0)
+	text, tooDeep := appendText(nil, v, 0)
+	return tooDeep || m.match(text)
 }
 
-func contains(s string, forms []string) bool {
-	for _, f := range forms {
-		if strings.Contains(s, f) {
-			return true
+// normalize lower-cases ASCII letters and drops ASCII whitespace. It maps
+// each byte on its own, so a form inside a text stays inside the
+// normalised text.
+func normalize(dst []byte, s string) []byte {
+	dst = slices.Grow(dst, len(s))
+	n := len(dst)
+	dst = dst[:n+len(s)]
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == ' ' || ('\t' <= c && c <= '\r'): // \t \n \v \f \r
+			continue
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
 		}
+		dst[n] = c
+		n++
 	}
-	return false
+	return dst[:n]
 }
 
-func walk(v any, forms []string, depth int) bool {
-	if depth > 10_000 { // encoding/json refuses deeper input anyway
-		return true
+// appendText appends v's normalised text in json.Marshal order. It reports
+// true for nesting deeper than encoding/json accepts (refused as reflecting:
+// such a value was not decoded by encoding/json).
+func appendText(dst []byte, v any, depth int) ([]byte, bool) {
+	if depth > 10_000 {
+		return dst, true
 	}
 	switch x := v.(type) {
 	case string:
-		return contains(x, forms)
+		dst = normalize(dst, x)
 	case json.Number:
-		return contains(string(x), forms)
+		dst = normalize(dst, string(x))
 	case map[string]any:
-		for k, e := range x {
-			if contains(k, forms) || walk(e, forms, depth+1) {
-				return true
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			dst = normalize(dst, k)
+			var deep bool
+			if dst, deep = appendText(dst, x[k], depth+1); deep {
+				return dst, true
 			}
 		}
 	case []any:
 		for _, e := range x {
-			if walk(e, forms, depth+1) {
+			var deep bool
+			if dst, deep = appendText(dst, e, depth+1); deep {
+				return dst, true
+			}
+		}
+	}
+	return dst, false
+}
+
+// seedLen is the length of the windows the matcher indexes.
+const seedLen = 8
+
+// pattern is one normalised form and the shortest run of it that counts.
+type pattern struct {
+	form string
+	min  int
+}
+
+type seed struct{ pat, off int32 }
+
+// matcher finds, in one pass over a text, any run of at least min
+// characters of any pattern. Each pattern of seedLen or more characters
+// contributes its seedLen-windows at offsets that are multiples of
+// min-seedLen+1, so every run of min characters contains one indexed
+// window; a window found in the text is extended both ways to the longest
+// common run. bloom filters the windows before the map lookup.
+type matcher struct {
+	short []pattern // under seedLen characters: whole match only
+	pats  []pattern
+	seeds map[uint64][]seed
+	bloom [1 << 10]uint64
+}
+
+func windowHash(w uint64) uint32 { return uint32((w * 0x9E3779B97F4A7C15) >> 48) }
+
+func newMatcher(secrets []Secret) *matcher {
+	m := &matcher{seeds: map[uint64][]seed{}}
+	seen := map[string]bool{"": true}
+	for _, s := range secrets {
+		if s.v == "" {
+			continue
+		}
+		for _, variant := range []Secret{s, {v: reverse(s.v)}} {
+			for _, f := range Forms(variant) {
+				n := string(normalize(nil, f))
+				if seen[n] {
+					continue
+				}
+				seen[n] = true
+				min := len(n)
+				if len(s.v) >= PieceBytes {
+					// The characters of this form that encode PieceBytes bytes.
+					if p := (PieceBytes*len(n) + len(s.v) - 1) / len(s.v); p < min {
+						min = p
+					}
+				}
+				m.add(pattern{form: n, min: max(min, 1)})
+			}
+		}
+	}
+	return m
+}
+
+func (m *matcher) add(p pattern) {
+	if p.min < seedLen {
+		// A run shorter than a window: look for the whole form (its
+		// runs are only used when the form is long enough to index).
+		m.short = append(m.short, pattern{form: p.form, min: len(p.form)})
+		if len(p.form) < seedLen {
+			return
+		}
+		p.min = seedLen
+	}
+	idx := int32(len(m.pats))
+	m.pats = append(m.pats, p)
+	step := p.min - seedLen + 1
+	for off := 0; off+seedLen <= len(p.form); off += step {
+		w := binary.LittleEndian.Uint64([]byte(p.form[off : off+seedLen]))
+		h := windowHash(w)
+		m.bloom[h>>6] |= 1 << (h & 63)
+		m.seeds[w] = append(m.seeds[w], seed{pat: idx, off: int32(off)})
+	}
+}
+
+func (m *matcher) empty() bool { return len(m.short) == 0 && len(m.pats) == 0 }
+
+func (m *matcher) match(text []byte) bool {
+	for _, p := range m.short {
+		if bytes.Contains(text, []byte(p.form)) {
+			return true
+		}
+	}
+	if len(m.pats) == 0 {
+		return false
+	}
+	for i := 0; i+seedLen <= len(text); i++ {
+		w := binary.LittleEndian.Uint64(text[i:])
+		h := windowHash(w)
+		if m.bloom[h>>6]&(1<<(h&63)) == 0 {
+			continue
+		}
+		for _, sd := range m.seeds[w] {
+			p := m.pats[sd.pat]
+			off := int(sd.off)
+			back := 0
+			for back < off && back < i && text[i-back-1] == p.form[off-back-1] {
+				back++
+			}
+			fwd := seedLen
+			for off+fwd < len(p.form) && i+fwd < len(text) && text[i+fwd] == p.form[off+fwd] {
+				fwd++
+			}
+			if back+fwd >= p.min {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// reverse reverses s by runes when it is valid UTF-8, by bytes otherwise.
+func reverse(s string) string {
+	if !utf8.ValidString(s) {
+		b := []byte(s)
+		slices.Reverse(b)
+		return string(b)
+	}
+	r := []rune(s)
+	slices.Reverse(r)
+	return string(r)
 }
