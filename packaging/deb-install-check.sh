@@ -144,11 +144,11 @@ if ((standin)); then
   echo "== broker units through D-Bus and polkit, as _sandbox"
   t=0123456789abcdef0123456789abcdef
   expect "credential file" sh -c 'printf "sk-test-1\n" >/etc/roundtable-sandbox/credentials/openai && chmod 600 /etc/roundtable-sandbox/credentials/openai'
-  expect "_sandbox makes the turn dir" "${sb[@]}" sh -c "umask 077 && mkdir /run/roundtable-sandbox/turns/$t"
+  expect "_sandbox makes the turn dir" "${sb[@]}" sh -c "umask 077 && mkdir /run/roundtable-sandbox/turns/$t && chmod 711 /run/roundtable-sandbox/turns/$t"
   expect "_sandbox writes a policy" "${sb[@]}" sh -c "umask 027 && echo '{}' >/run/roundtable-sandbox/policies/$t.json"
   equal "policy gets group _sandbox-broker from the setgid dir" "_sandbox _sandbox-broker 640" stat -c '%U %G %a' "/run/roundtable-sandbox/policies/$t.json"
   expect "_sandbox starts sandbox-broker@<turn>.socket" "${sb[@]}" systemctl start "sandbox-broker@$t.socket"
-  equal "broker.sock owner and mode" "_sandbox 600 socket" stat -c '%U %a %F' "/run/roundtable-sandbox/turns/$t/broker.sock"
+  equal "broker.sock owner and mode" "_sandbox 666 socket" stat -c '%U %a %F' "/run/roundtable-sandbox/turns/$t/broker.sock"
   refuse "_sandbox may not restart it" "${sb[@]}" systemctl restart "sandbox-broker@$t.socket"
   refuse "_sandbox may not start sandbox-host.service" "${sb[@]}" systemctl start sandbox-host.service
   refuse "_sandbox may not stop sandbox-reaper.timer" "${sb[@]}" systemctl stop sandbox-reaper.timer

@@ -70,6 +70,29 @@ type Config struct {
 	InitialChannels     []string `mapstructure:"initialChannels"`
 	Broker              Broker   `mapstructure:"broker"`
 	Reaper              Reaper   `mapstructure:"reaper"`
+	Guests              Guests   `mapstructure:"guests"`
+}
+
+// Guests is the reserved id range the containers run in: each channel's
+// guest gets its own uid (and a gid of the same number) from
+// [UIDBase, UIDBase+UIDCount), recorded in the state file.
+type Guests struct {
+	UIDBase  int `mapstructure:"uidBase"`
+	UIDCount int `mapstructure:"uidCount"`
+}
+
+// Bounds of the guest id range. The floor keeps it above every 16-bit id
+// (system users, regular users, nobody, DynamicUser=); the ceiling keeps it
+// below 2^31-1, which some tools treat as a signed -1.
+const (
+	MinGuestUID      = 65536
+	MaxGuestUID      = 2147483646
+	MaxGuestUIDCount = 1 << 24
+)
+
+// IsGuest reports whether id lies in the guest range.
+func (g Guests) IsGuest(id int) bool {
+	return id >= g.UIDBase && id-g.UIDBase < g.UIDCount
 }
 
 // Limits are the container's resources.
@@ -404,6 +427,28 @@ func (c *Config) Validate() error {
 	}
 	if c.Reaper.GraceSeconds < 0 || c.Reaper.GraceSeconds > 86400 {
 		bad("reaper.graceSeconds", "must be 0 to 86400, got %d", c.Reaper.GraceSeconds)
+	}
+	g := c.Guests
+	guestsOK := true
+	if g.UIDBase < MinGuestUID || g.UIDBase > MaxGuestUID {
+		bad("guests.uidBase", "must be %d to %d, got %d", MinGuestUID, MaxGuestUID, g.UIDBase)
+		guestsOK = false
+	}
+	if g.UIDCount < 1 || g.UIDCount > MaxGuestUIDCount || (guestsOK && g.UIDCount-1 > MaxGuestUID-g.UIDBase) {
+		bad("guests.uidCount", "must be 1 to %d with guests.uidBase+uidCount-1 at most %d, got %d", MaxGuestUIDCount, MaxGuestUID, g.UIDCount)
+		guestsOK = false
+	}
+	if guestsOK {
+		for _, a := range []struct {
+			key  string
+			uids []int
+		}{{"api.clients", c.API.Clients.UIDs}, {"api.admins", c.API.Admins.UIDs}} {
+			for i, u := range a.uids {
+				if g.IsGuest(u) {
+					bad(fmt.Sprintf("%s.uids[%d]", a.key, i), "%d is a guest uid (guests.uidBase..+uidCount); containers must never reach the API", u)
+				}
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

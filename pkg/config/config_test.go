@@ -64,6 +64,8 @@ func TestDefaults(t *testing.T) {
 		{"reaper.graceSeconds", c.Reaper.GraceSeconds, 60},
 		{"runRoot", c.RunRoot, "/run/roundtable-sandbox/turns"},
 		{"api.admins.uids", len(c.API.Admins.UIDs), 1},
+		{"guests.uidBase", c.Guests.UIDBase, 2147000000},
+		{"guests.uidCount", c.Guests.UIDCount, 65536},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -129,6 +131,12 @@ func TestRefusals(t *testing.T) {
 		{"installation", base + "installation: Bad_Name\n", "installation"},
 		{"loopback http allowed", strings.Replace(strings.Replace(base, "https://api.example.com", "http://localhost:9", 1), "name: m1", "name: m1\n  allowInsecureLoopbackHTTP: true", 1) + "queue:\n  depth: 0\n", "queue.depth"},
 		{"api group", base + "api:\n  clients:\n    groups: [\"a b\"]\n", "api.clients.groups[0]"},
+		{"guest base too low", base + "guests:\n  uidBase: 1000\n", "guests.uidBase: must be 65536 to"},
+		{"guest base root", base + "guests:\n  uidBase: 0\n", "guests.uidBase"},
+		{"guest count zero", base + "guests:\n  uidCount: 0\n", "guests.uidCount: must be 1 to"},
+		{"guest range past 2^31-1", base + "guests:\n  uidBase: 2147483000\n  uidCount: 1000\n", "guests.uidCount"},
+		{"api client is a guest", base + "api:\n  clients:\n    uids: [2147000005]\n", "api.clients.uids[0]: 2147000005 is a guest uid"},
+		{"api admin is a guest", base + "guests:\n  uidBase: 100000\n  uidCount: 10\napi:\n  admins:\n    uids: [0, 100009]\n", "api.admins.uids[1]: 100009 is a guest uid"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

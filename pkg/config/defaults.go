@@ -67,8 +67,19 @@ func defaults() map[string]any {
 		"broker.requestTimeoutMs":  l.RequestTimeoutMs,
 
 		"reaper.graceSeconds": 60,
+
+		"guests.uidBase":  DefaultGuestUIDBase,
+		"guests.uidCount": DefaultGuestUIDCount,
 	}
 }
+
+// The default guest range, 2147000000..2147065535, lies in the block
+// 1879048192..2147483647 that systemd's UID/GID allocation document leaves
+// unused (above nspawn's container ranges, below 2^31).
+const (
+	DefaultGuestUIDBase  = 2147000000
+	DefaultGuestUIDCount = 65536
+)
 
 // Defaults of list elements, which viper cannot express as keys.
 const (

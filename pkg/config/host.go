@@ -38,6 +38,8 @@ func lookupGroup(name string) (int, error) {
 type ResolvedAccess struct {
 	ClientUIDs, ClientGIDs []int
 	AdminUIDs, AdminGIDs   []int
+	// Guests is the container id range: never a client or admin.
+	Guests Guests
 }
 
 // ResolveAccess resolves api.*.groups; an unknown group is a refusal naming its key.
@@ -60,6 +62,7 @@ func (c *Config) ResolveAccess(env Env) (ResolvedAccess, error) {
 	r.AdminUIDs = append([]int(nil), c.API.Admins.UIDs...)
 	r.ClientGIDs = resolve("api.clients", c.API.Clients.Groups)
 	r.AdminGIDs = resolve("api.admins", c.API.Admins.Groups)
+	r.Guests = c.Guests
 	return r, errors.Join(errs...)
 }
 
@@ -97,10 +100,13 @@ func (c *Config) CheckHost(env Env) error {
 		bad("host", "refusing to run as root (uid %d gid %d); run as the service user _sandbox", env.UID, env.GID)
 	}
 	if c.UID != 0 && c.UID != env.UID {
-		bad("uid", "configured %d differs from the process uid %d; the worker runs as the host's own uid", c.UID, env.UID)
+		bad("uid", "configured %d differs from the process uid %d; it names the host process's own uid", c.UID, env.UID)
 	}
 	if c.GID != 0 && c.GID != env.GID {
-		bad("gid", "configured %d differs from the process gid %d; the worker runs as the host's own gid", c.GID, env.GID)
+		bad("gid", "configured %d differs from the process gid %d; it names the host process's own gid", c.GID, env.GID)
+	}
+	if c.Guests.IsGuest(env.UID) || c.Guests.IsGuest(env.GID) {
+		bad("guests.uidBase", "the range %d..%d holds the host's own uid %d or gid %d; guests must never share the family's ids", c.Guests.UIDBase, c.Guests.UIDBase+c.Guests.UIDCount-1, env.UID, env.GID)
 	}
 	real := map[string]string{}
 	for _, d := range []struct {

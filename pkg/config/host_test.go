@@ -68,6 +68,8 @@ func TestCheckHostRefusals(t *testing.T) {
 		{"non-linux", func(t *testing.T, c *Config, env *Env) { env.GOOS = "darwin" }, "a native Linux host is required"},
 		{"uid differs", func(t *testing.T, c *Config, env *Env) { c.UID = env.UID + 1 }, "uid: configured"},
 		{"gid differs", func(t *testing.T, c *Config, env *Env) { c.GID = env.GID + 1 }, "gid: configured"},
+		{"host uid in guest range", func(t *testing.T, c *Config, env *Env) { c.Guests = Guests{UIDBase: env.UID, UIDCount: 1} }, "guests.uidBase: the range"},
+		{"host gid in guest range", func(t *testing.T, c *Config, env *Env) { c.Guests = Guests{UIDBase: env.GID - 1, UIDCount: 2} }, "guests.uidBase: the range"},
 		{"group bits", func(t *testing.T, c *Config, env *Env) { os.Chmod(c.RunRoot, 0o750) }, "runRoot: "},
 		{"other bits on workspace", func(t *testing.T, c *Config, env *Env) { os.Chmod(c.WorkspaceRoot, 0o701) }, "group/other permissions are refused"},
 		{"policyDir group write", func(t *testing.T, c *Config, env *Env) { os.Chmod(c.PolicyDir, 0o770) }, "policyDir:"},

@@ -59,7 +59,9 @@ type Spec struct {
 	// Name is ids.ContainerName(channel, turn).
 	Name  string
 	Image string
-	// UID and GID are the host's own non-root ids; 0 is refused.
+	// UID and GID are the channel's guest ids: never root and never the
+	// ids of the process creating the container (the host), so a guest
+	// shares no per-user kernel budget and no API or polkit identity with it.
 	UID, GID int
 	// WorkspaceDir is bound read-write at /workspace, TurnDir read-only at
 	// /run/broker. Both must be absolute, clean, symlink-free directories.
@@ -77,6 +79,9 @@ type Spec struct {
 	Labels map[string]string
 }
 
+// processIDs are the creating process's uid and gid (tests replace it).
+var processIDs = func() (int, int) { return os.Getuid(), os.Getgid() }
+
 func invalid(format string, a ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, a...), ErrInvalidSpec)
 }
@@ -92,6 +97,9 @@ func (s *Spec) Validate(dockerSockets ...string) error {
 	}
 	if s.UID <= 0 || s.GID <= 0 {
 		return invalid("uid and gid must be positive (root is refused)")
+	}
+	if uid, gid := processIDs(); s.UID == uid || s.GID == gid {
+		return invalid("uid and gid must not be this process's own (a guest never shares the host's ids)")
 	}
 	if s.MemoryMB < MinMemoryMB || s.MemoryMB > MaxMemoryMB {
 		return invalid("memory must be %d to %d MiB", MinMemoryMB, MaxMemoryMB)

@@ -44,6 +44,9 @@ func validSpec(t *testing.T) Spec {
 }
 
 func TestValidate(t *testing.T) {
+	old := processIDs
+	processIDs = func() (int, int) { return 990, 990 } // as if run by the host user
+	t.Cleanup(func() { processIDs = old })
 	base := validSpec(t)
 	if err := base.Validate(); err != nil {
 		t.Fatalf("valid spec refused: %v", err)
@@ -78,6 +81,8 @@ func TestValidate(t *testing.T) {
 		{"root uid", func(s *Spec) { s.UID = 0 }, nil},
 		{"root gid", func(s *Spec) { s.GID = 0 }, nil},
 		{"negative uid", func(s *Spec) { s.UID = -1 }, nil},
+		{"the process's own uid", func(s *Spec) { s.UID = 990 }, nil},
+		{"the process's own gid", func(s *Spec) { s.GID = 990 }, nil},
 		{"name without prefix", func(s *Spec) { s.Name = "other-0123456789abcdef-01234567" }, nil},
 		{"name with path", func(s *Spec) { s.Name = "roundtable-sandbox-../../x" }, nil},
 		{"name of another turn", func(s *Spec) { s.Name = ids.ContainerPrefix + "0123456789abcdef-ffffffff" }, nil},

@@ -17,7 +17,8 @@ import (
 )
 
 func TestAuthorize(t *testing.T) {
-	acc := config.ResolvedAccess{ClientUIDs: []int{1001}, ClientGIDs: []int{500}, AdminUIDs: []int{0}, AdminGIDs: []int{600}}
+	acc := config.ResolvedAccess{ClientUIDs: []int{1001, 100003}, ClientGIDs: []int{500}, AdminUIDs: []int{0}, AdminGIDs: []int{600},
+		Guests: config.Guests{UIDBase: 100000, UIDCount: 10}}
 	const hostUID = 990
 	tests := []struct {
 		name string
@@ -33,6 +34,11 @@ func TestAuthorize(t *testing.T) {
 		{"client by group", Peer{Known: true, UID: 2001, GID: 2001, Groups: []int{500}}, RoleClient},
 		{"client by primary gid", Peer{Known: true, UID: 2001, GID: 500}, RoleClient},
 		{"stranger", Peer{Known: true, UID: 3000, GID: 3000, Groups: []int{1, 2}}, RoleNone},
+		{"guest uid named as a client", Peer{Known: true, UID: 100003, GID: 100003}, RoleNone},
+		{"guest uid in an admin group", Peer{Known: true, UID: 100004, GID: 100004, Groups: []int{600}}, RoleNone},
+		{"guest gid under the host's uid", Peer{Known: true, UID: 990, GID: 100009}, RoleNone},
+		{"first id past the guest range", Peer{Known: true, UID: 100010, GID: 100010}, RoleNone},
+		{"last guest id", Peer{Known: true, UID: 1001, GID: 100009}, RoleNone},
 	}
 	for _, tt := range tests {
 		if got := Authorize(acc, hostUID, tt.p); got != tt.want {

@@ -43,7 +43,8 @@ type Peer struct {
 
 // Authorize is the whole access decision, a pure function of the rules, the
 // host's own uid and the peer. The host's uid is always an admin: the
-// reaper runs as the same user.
+// reaper runs as the same user. A guest uid or gid is never anything, even
+// if a rule named it (config refuses that; this is the second line).
 func Authorize(a config.ResolvedAccess, hostUID int, p Peer) Role {
 	if !p.Known {
 		return RoleNone
@@ -60,6 +61,8 @@ func Authorize(a config.ResolvedAccess, hostUID int, p Peer) Role {
 		return false
 	}
 	switch {
+	case a.Guests.IsGuest(p.UID), a.Guests.IsGuest(p.GID):
+		return RoleNone
 	case p.UID == hostUID, slices.Contains(a.AdminUIDs, p.UID), inGroups(a.AdminGIDs):
 		return RoleAdmin
 	case slices.Contains(a.ClientUIDs, p.UID), inGroups(a.ClientGIDs):

@@ -279,6 +279,22 @@ type rig struct {
 	cfg    *config.Config
 	docker *fakeDocker
 	units  *fakeUnits
+
+	chownMu sync.Mutex
+	chowns  []chownCall
+}
+
+type chownCall struct {
+	dir      string
+	uid, gid int
+}
+
+// chown records instead of changing owners (tests need not be root).
+func (r *rig) chown(dir string, uid, gid int) error {
+	r.chownMu.Lock()
+	defer r.chownMu.Unlock()
+	r.chowns = append(r.chowns, chownCall{dir, uid, gid})
+	return nil
 }
 
 func newRig(t testing.TB, extra string, mutate func(*Options)) *rig {
@@ -290,7 +306,7 @@ func newRig(t testing.TB, extra string, mutate func(*Options)) *rig {
 	}
 	r := &rig{cfg: cfg, docker: newFakeDocker(cfg), units: newFakeUnits()}
 	o := Options{Config: cfg, Logger: testLogger(t), State: st, Containers: r.docker, Units: r.units, RemoveRetryDelay: time.Millisecond,
-		PeerGroups: func(int) []int { return nil }}
+		PeerGroups: func(int) []int { return nil }, ChownTree: r.chown}
 	if mutate != nil {
 		mutate(&o)
 	}

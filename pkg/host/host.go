@@ -85,15 +85,16 @@ type Options struct {
 	Notify func(state string)
 
 	// The following have working defaults; tests replace them.
-	UID, GID         int                 // the process's ids, given to containers
-	BrokerGID        int                 // group of policy files (_sandbox-broker); 0 = leave as is
-	PeerGroups       func(uid int) []int // supplementary groups of a peer uid
-	Now              func() time.Time    //
-	NewTurnID        func() string       //
-	RemoveTimeout    time.Duration       // bound of each removal and unit stop, 5 s
-	SecondRemoval    time.Duration       // bound of the second removal, 2 s
-	RemoveRetryDelay time.Duration       // pause before the second removal, 100 ms
-	ShutdownTimeout  time.Duration       // bound of the HTTP shutdown, 10 s
+	UID, GID         int                                  // the process's ids; never a container's
+	ChownTree        func(dir string, uid, gid int) error // hands a workspace to its guest; ChownTree by default
+	BrokerGID        int                                  // group of policy files (_sandbox-broker); 0 = leave as is
+	PeerGroups       func(uid int) []int                  // supplementary groups of a peer uid
+	Now              func() time.Time                     //
+	NewTurnID        func() string                        //
+	RemoveTimeout    time.Duration                        // bound of each removal and unit stop, 5 s
+	SecondRemoval    time.Duration                        // bound of the second removal, 2 s
+	RemoveRetryDelay time.Duration                        // pause before the second removal, 100 ms
+	ShutdownTimeout  time.Duration                        // bound of the HTTP shutdown, 10 s
 	ObservePhase     func(string, time.Duration)
 }
 
@@ -144,6 +145,9 @@ func New(o Options) (*Host, error) {
 	}
 	if o.UID == 0 && o.GID == 0 {
 		o.UID, o.GID = os.Getuid(), os.Getgid()
+	}
+	if o.ChownTree == nil {
+		o.ChownTree = ChownTree
 	}
 	if o.PeerGroups == nil {
 		o.PeerGroups = SupplementaryGroups
@@ -255,7 +259,7 @@ func (h *Host) Run(ctx context.Context, ln net.Listener) error {
 		ErrorLog:       slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(&steadyListener{Listener: ln, log: h.log, closed: make(chan struct{})}) }()
 	var serveErr error
 	select {
 	case <-ctx.Done():
@@ -275,6 +279,52 @@ func (h *Host) Run(ctx context.Context, ln net.Listener) error {
 		return serveErr
 	}
 	return nil
+}
+
+// steadyListener never lets an accept error end the server: a process of
+// the host's uid that cannot register one more socket (ENOSPC once the uid's
+// epoll watches are used up, EMFILE, ENFILE, ENOBUFS) is a reason to log,
+// back off (5 ms doubling to 1 s) and try again, not to stop serving and
+// cancel every channel's turn. Only closing the listener ends Accept.
+type steadyListener struct {
+	net.Listener
+	log       *slog.Logger
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// Accept retries until a connection arrives or the listener is closed.
+func (l *steadyListener) Accept() (net.Conn, error) {
+	delay := 5 * time.Millisecond
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil {
+			return c, nil
+		}
+		select {
+		case <-l.closed:
+			return nil, err
+		default:
+		}
+		if errors.Is(err, net.ErrClosed) {
+			return nil, err
+		}
+		l.log.Warn("API accept failed; retrying (the host keeps serving)", "err", err, "retry_in_ms", delay.Milliseconds())
+		t := time.NewTimer(delay)
+		select {
+		case <-l.closed:
+			t.Stop()
+			return nil, net.ErrClosed
+		case <-t.C:
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// Close ends a pending backoff at once.
+func (l *steadyListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
 }
 
 // Shutdown stops admitting, cancels every turn and waits until each has

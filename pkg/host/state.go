@@ -8,12 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 )
 
@@ -32,6 +34,10 @@ const (
 type stateFile struct {
 	Version  int                     `json:"version"`
 	Channels map[string]channelState `json:"channels"`
+	// Guests records each channel's guest uid (also its gid), so the id
+	// stays stable across restarts and two channels never share one even
+	// when their preferred ids collide (GuestUID).
+	Guests map[string]int `json:"guests,omitempty"`
 }
 
 type channelState struct {
@@ -44,6 +50,8 @@ type State struct {
 	path string
 	mu   sync.Mutex
 	data stateFile
+	// byUID is the inverse of data.Guests.
+	byUID map[int]string
 }
 
 // LoadState reads the state file. When none exists it seeds one from
@@ -51,7 +59,7 @@ type State struct {
 // Leftover temp files of an interrupted write are ignored (the rename never
 // happened, so the old file is whole) and removed.
 func LoadState(path string, initialChannels []string) (*State, bool, error) {
-	s := &State{path: path, data: stateFile{Version: stateVersion, Channels: map[string]channelState{}}}
+	s := &State{path: path, data: stateFile{Version: stateVersion, Channels: map[string]channelState{}, Guests: map[string]int{}}, byUID: map[int]string{}}
 	data, err := atomicfile.ReadFile(path, maxStateBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -82,6 +90,21 @@ func LoadState(path string, initialChannels []string) (*State, bool, error) {
 		if ids.ValidChannel(ch) != nil || (cs.Mode != ModeOn && cs.Mode != ModeOff) {
 			return nil, false, fmt.Errorf("state %s: invalid channel entry; fix or move it aside", path)
 		}
+	}
+	if s.data.Guests == nil {
+		s.data.Guests = map[string]int{}
+	}
+	if len(s.data.Guests) > maxChannels {
+		return nil, false, fmt.Errorf("state %s: more than %d guest entries; fix or move it aside", path, maxChannels)
+	}
+	for ch, uid := range s.data.Guests {
+		if ids.ValidChannel(ch) != nil || uid < config.MinGuestUID || uid > config.MaxGuestUID {
+			return nil, false, fmt.Errorf("state %s: invalid guest entry (uid %d); fix or move it aside", path, uid)
+		}
+		if _, dup := s.byUID[uid]; dup {
+			return nil, false, fmt.Errorf("state %s: guest uid %d is recorded for two channels; fix or move it aside", path, uid)
+		}
+		s.byUID[uid] = ch
 	}
 	removeTemps(path)
 	return s, false, nil
@@ -144,6 +167,63 @@ func (s *State) SetMode(channel, mode string) error {
 		return err
 	}
 	return nil
+}
+
+// GuestUID is the channel's guest uid (and gid) in range g: the recorded
+// one while it lies in g; otherwise adopt, when it lies in g and no other
+// channel holds it (the owner of an existing workspace, so a lost state file
+// does not orphan workspaces); otherwise the first free id from the
+// channel's preferred one (from its hash), probing upwards with wrap-around.
+// A new assignment is written through before it is returned.
+func (s *State) GuestUID(channel string, g config.Guests, adopt int) (int, error) {
+	if err := ids.ValidChannel(channel); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, had := s.data.Guests[channel]
+	if had && g.IsGuest(old) {
+		return old, nil
+	}
+	free := func(uid int) bool { _, taken := s.byUID[uid]; return g.IsGuest(uid) && !taken }
+	uid := 0
+	if free(adopt) {
+		uid = adopt
+	} else {
+		if !had && len(s.data.Guests) >= maxChannels {
+			return 0, fmt.Errorf("state holds %d guest uids already", maxChannels)
+		}
+		pref := int(preferredOffset(channel) % uint64(g.UIDCount))
+		for i := 0; i < g.UIDCount; i++ {
+			if c := g.UIDBase + (pref+i)%g.UIDCount; free(c) {
+				uid = c
+				break
+			}
+		}
+		if uid == 0 {
+			return 0, fmt.Errorf("guests.uidCount: all %d guest uids from %d are taken; widen the range", g.UIDCount, g.UIDBase)
+		}
+	}
+	s.data.Guests[channel] = uid
+	if err := s.writeLocked(); err != nil {
+		if had {
+			s.data.Guests[channel] = old
+		} else {
+			delete(s.data.Guests, channel)
+		}
+		return 0, err
+	}
+	if had {
+		delete(s.byUID, old)
+	}
+	s.byUID[uid] = channel
+	return uid, nil
+}
+
+// preferredOffset is the first 64 bits of the channel's hash.
+func preferredOffset(channel string) uint64 {
+	v, _ := strconv.ParseUint(ids.ChannelHash(channel)[:16], 16, 64)
+	return v
 }
 
 // Channels lists the channels the state knows, sorted.

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
 )
 
 func TestInitialChannelsSeedOnlyTheFirstStateFile(t *testing.T) {
@@ -84,4 +86,93 @@ func TestSecondHostRefusedByLock(t *testing.T) {
 	l2, err := AcquireLock(p)
 	must(t, err)
 	l2.Release()
+}
+
+func TestGuestUIDs(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "channels.json")
+	s, _, err := LoadState(p, nil)
+	must(t, err)
+	g := config.Guests{UIDBase: 100000, UIDCount: 3}
+
+	got := map[string]int{}
+	for _, ch := range []string{"a", "b", "c"} {
+		uid, err := s.GuestUID(ch, g, 0)
+		must(t, err)
+		if !g.IsGuest(uid) {
+			t.Fatalf("channel %s got uid %d outside %+v", ch, uid, g)
+		}
+		got[ch] = uid
+	}
+	if got["a"] == got["b"] || got["b"] == got["c"] || got["a"] == got["c"] {
+		t.Fatalf("three channels in a range of three share a uid: %v", got)
+	}
+	if _, err := s.GuestUID("d", g, 0); err == nil || !strings.Contains(err.Error(), "guests.uidCount") {
+		t.Errorf("a fourth channel in a full range: err = %v, want a guests.uidCount refusal", err)
+	}
+	// Stable: asked again, and after a reload.
+	if uid, err := s.GuestUID("b", g, got["a"]); err != nil || uid != got["b"] {
+		t.Errorf("second call for b = %d, %v; want %d", uid, err, got["b"])
+	}
+	s2, _, err := LoadState(p, nil)
+	must(t, err)
+	for ch, want := range got {
+		if uid, err := s2.GuestUID(ch, g, 0); err != nil || uid != want {
+			t.Errorf("after reload %s = %d, %v; want %d", ch, uid, err, want)
+		}
+	}
+	// A narrower range moves channels whose uid left it, never onto a
+	// uid another channel still holds.
+	narrow := config.Guests{UIDBase: 100000, UIDCount: 2}
+	moved := map[int]string{}
+	for _, ch := range []string{"a", "b", "c"} {
+		uid, err := s2.GuestUID(ch, narrow, 0)
+		if err != nil {
+			continue // one of the three cannot fit
+		}
+		if other, dup := moved[uid]; dup {
+			t.Errorf("channels %s and %s share %d in the narrower range", other, ch, uid)
+		}
+		moved[uid] = ch
+	}
+	if len(moved) != 2 {
+		t.Errorf("narrower range of 2 holds %d channels: %v", len(moved), moved)
+	}
+}
+
+func TestGuestUIDAdoptsAFreeWorkspaceOwner(t *testing.T) {
+	s, _, err := LoadState(filepath.Join(t.TempDir(), "channels.json"), nil)
+	must(t, err)
+	g := config.Guests{UIDBase: 200000, UIDCount: 1000}
+	a, err := s.GuestUID("a", g, 200500)
+	must(t, err)
+	if a != 200500 {
+		t.Errorf("adopt of a free in-range owner: got %d, want 200500", a)
+	}
+	b, err := s.GuestUID("b", g, 200500) // taken by a
+	must(t, err)
+	if b == 200500 {
+		t.Errorf("b adopted a uid channel a holds")
+	}
+	c, err := s.GuestUID("c", g, 4242) // out of range: the host's own, say
+	must(t, err)
+	if c == 4242 || !g.IsGuest(c) {
+		t.Errorf("adopted an out-of-range owner: %d", c)
+	}
+}
+
+func TestStateRefusesBadGuestEntries(t *testing.T) {
+	for name, body := range map[string]string{
+		"duplicate": `{"version":1,"channels":{},"guests":{"a":100000,"b":100000}}`,
+		"root":      `{"version":1,"channels":{},"guests":{"a":0}}`,
+		"low":       `{"version":1,"channels":{},"guests":{"a":1000}}`,
+		"channel":   `{"version":1,"channels":{},"guests":{"":100000}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "channels.json")
+			must(t, os.WriteFile(p, []byte(body), 0o600))
+			if _, _, err := LoadState(p, nil); err == nil || !strings.Contains(err.Error(), "fix or move it aside") {
+				t.Errorf("LoadState(%s) = %v, want a refusal", body, err)
+			}
+		})
+	}
 }

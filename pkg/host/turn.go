@@ -59,6 +59,7 @@ type turn struct {
 
 	container, containerID string
 	workspace, dir, policy string
+	guest                  int // the channel's guest uid and gid
 
 	madeDir, madePolicy, unitTried, createTried bool
 
@@ -245,7 +246,10 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 	if len(sock) > layout.MaxSocketPath {
 		return nil, fmt.Errorf("broker socket path is %d characters, over %d", len(sock), layout.MaxSocketPath)
 	}
-	if err := ensurePrivateDir(t.workspace, h.opts.UID); err != nil {
+	if t.guest, err = h.guestFor(t.channel, t.workspace); err != nil {
+		return nil, fmt.Errorf("guest uid: %w", err)
+	}
+	if err := h.ensureWorkspace(t.workspace, t.guest, t.tag); err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	stdin, err := h.turnJSON(t, t.reset)
@@ -257,11 +261,17 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	// The turn directory exists before the socket unit starts, so systemd
-	// never makes a root-owned parent for the socket.
-	if err := os.Mkdir(t.dir, 0o700); err != nil {
+	// never makes a root-owned parent for the socket. It stays the host's
+	// (the reaper removes it) and is 0711 so the guest uid can reach the
+	// 0666 socket in it; runRoot (0700) keeps every other host user out, and
+	// a container sees only its own turn directory.
+	if err := os.Mkdir(t.dir, TurnDirMode); err != nil {
 		return nil, fmt.Errorf("turn directory: %w", err)
 	}
 	t.madeDir = true
+	if err := os.Chmod(t.dir, TurnDirMode); err != nil { // the unit's UMask=0077
+		return nil, fmt.Errorf("turn directory: %w", err)
+	}
 	t.madePolicy = true // a failed write may leave nothing; removal tolerates that
 	if err := atomicfile.WriteFile(t.policy, pol, 0o640); err != nil {
 		return nil, fmt.Errorf("policy file: %w", err)
@@ -287,7 +297,7 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 	// is written only once the unit job succeeded. A failed unit job kills
 	// the started container and fails the turn; cleanup is unchanged.
 	spec := ContainerSpec{
-		Name: t.container, Image: c.Image, UID: h.opts.UID, GID: h.opts.GID,
+		Name: t.container, Image: c.Image, UID: t.guest, GID: t.guest,
 		WorkspaceDir: t.workspace, TurnDir: t.dir,
 		MemoryMB: c.Limits.MemoryMB, CPUs: c.Limits.CPUs, Pids: c.Limits.Pids, TmpfsMB: c.Limits.TmpfsMB,
 		Runtime: c.Runtime, LogTag: ids.LogTag(t.channel),
@@ -367,11 +377,39 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 	return reply, nil
 }
 
-// ensurePrivateDir makes dir 0700 or accepts an existing directory (not a
-// symlink) owned by uid.
-func ensurePrivateDir(dir string, uid int) error {
+// TurnDirMode lets the guest uid traverse its turn directory to the broker
+// socket (SocketMode=0666 in sandbox-broker@.socket), nothing more.
+const TurnDirMode = 0o711
+
+// guestFor is the channel's guest uid from the state file. The owner of an
+// existing workspace is offered for adoption, so a lost state file does not
+// hand a channel's files to a new uid.
+func (h *Host) guestFor(channel, workspace string) (int, error) {
+	owner := -1
+	if st, err := os.Lstat(workspace); err == nil && st.IsDir() {
+		if o, ok := fileOwner(st); ok {
+			owner = o
+		}
+	}
+	uid, err := h.state.GuestUID(channel, h.cfg.Guests, owner)
+	if err != nil {
+		return 0, err
+	}
+	if uid == h.opts.UID || uid == h.opts.GID || uid <= 0 { // config and state checks make this unreachable
+		return 0, fmt.Errorf("guest uid %d is the host's own or root", uid)
+	}
+	return uid, nil
+}
+
+// ensureWorkspace makes the channel's workspace 0700 and owned by its guest
+// uid:gid, or accepts an existing directory (not a symlink) owned by them.
+// A workspace of another owner (one made before guests had their own uids,
+// or by an earlier guest range) is handed over whole, without following any
+// symlink in it. The host never reads inside a workspace.
+func (h *Host) ensureWorkspace(dir string, guest int, tag string) error {
 	err := os.Mkdir(dir, 0o700)
-	if err == nil || !errors.Is(err, fs.ErrExist) {
+	made := err == nil
+	if err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	st, err := os.Lstat(dir)
@@ -381,8 +419,16 @@ func ensurePrivateDir(dir string, uid int) error {
 	if !st.IsDir() || st.Mode()&fs.ModeSymlink != 0 {
 		return fmt.Errorf("%s is not a directory", dir)
 	}
-	if owner, ok := fileOwner(st); ok && owner != uid {
-		return fmt.Errorf("%s is owned by uid %d, not %d", dir, owner, uid)
+	owner, _ := fileOwner(st)
+	group, _ := fileGroup(st)
+	if owner == guest && group == guest {
+		return nil
+	}
+	if err := h.opts.ChownTree(dir, guest, guest); err != nil {
+		return fmt.Errorf("give %s to guest uid %d (the host needs CAP_CHOWN, see sandbox-host.service; by hand: chown -R %d:%d %s): %w", dir, guest, guest, guest, dir, err)
+	}
+	if !made {
+		h.log.Info("workspace handed to the channel's guest uid", "channel", tag, "workspace", dir, "from_uid", owner, "guest_uid", guest)
 	}
 	return nil
 }

@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -531,4 +535,120 @@ func readAllLimit(r interface{ Read([]byte) (int, error) }, max int64) ([]byte, 
 		}
 	}
 	return []byte(b.String()), nil
+}
+
+// inotifyAs creates (and closes) one inotify instance on a thread whose real
+// and effective uid are uid: inotify instances are counted per user.
+func inotifyAs(uid int) error {
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread, with its changed ids, ends with this
+		// goroutine instead of going back to the scheduler.
+		runtime.LockOSThread()
+		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(uid), uintptr(uid), ^uintptr(0)); e != 0 {
+			errc <- fmt.Errorf("setresuid %d: %w", uid, e)
+			return
+		}
+		fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC)
+		if err == nil {
+			syscall.Close(fd)
+		}
+		errc <- err
+	}()
+	return <-errc
+}
+
+func TestGuestsHaveTheirOwnUIDs(t *testing.T) {
+	diagnose(t)
+	c := baseConfig()
+	c.Image = hostileImage
+	withConfig(t, c)
+	const chX, chY = "e2e-budget", "e2e-budget-other"
+	channelOn(t, chX)
+	channelOn(t, chY)
+	u, err := user.Lookup(layout.HostUser)
+	if err != nil {
+		t.Fatalf("lookup %s: %v", layout.HostUser, err)
+	}
+	hostUID, _ := strconv.Atoi(u.Uid)
+	if err := inotifyAs(hostUID); err != nil {
+		t.Fatalf("before the attack the host's uid cannot make an inotify instance: %v", err)
+	}
+	wsX, _ := layout.WorkspaceDir(layout.WorkspaceRoot, chX)
+	_ = os.Remove(filepath.Join(wsX, "exhausted"))
+	_ = os.Remove(filepath.Join(wsX, "release"))
+
+	done := make(chan apiResult, 1)
+	go func() { done <- turn(chX, "alice", "EXHAUST inotify") }()
+	cX := waitContainer(t, chX, 20*time.Second)
+	var held struct {
+		Instances int    `json:"instances"`
+		UID       int    `json:"uid"`
+		Error     string `json:"error"`
+	}
+	if msg := eventually(30*time.Second, func() string {
+		data, err := os.ReadFile(filepath.Join(wsX, "exhausted"))
+		if err != nil || json.Unmarshal(data, &held) != nil {
+			return "the exhausting worker reported nothing in its workspace"
+		}
+		return ""
+	}); msg != "" {
+		t.Fatal(msg)
+	}
+	release := func() { _ = os.WriteFile(filepath.Join(wsX, "release"), nil, 0o644) }
+	defer release()
+	t.Logf("guest uid %d holds %d inotify instances (stopped by: %s)", held.UID, held.Instances, held.Error)
+	if held.Error == "" {
+		t.Errorf("the guest never reached its uid's inotify limit (%d instances): the scenario proves nothing", held.Instances)
+	}
+
+	// Its uid is neither the host's nor root, and lies in the guest range.
+	ins, err := env.docker.ContainerInspect(context.Background(), cX.ID)
+	if err != nil {
+		t.Fatalf("inspect: %v", err)
+	}
+	want := fmt.Sprintf("%d:%d", held.UID, held.UID)
+	if ins.Config.User != want {
+		t.Errorf("container user %q, the worker saw %s", ins.Config.User, want)
+	}
+	if held.UID == hostUID || held.UID == 0 || held.UID < 2147000000 || held.UID >= 2147000000+65536 {
+		t.Errorf("guest uid %d: want one of the default guest range, not the host's %d", held.UID, hostUID)
+	}
+	if st, err := os.Stat(wsX); err != nil || st.Sys().(*syscall.Stat_t).Uid != uint32(held.UID) || st.Mode().Perm() != 0o700 {
+		t.Errorf("workspace %s: %v, want 0700 and owned by the guest uid %d", wsX, st, held.UID)
+	}
+
+	// With the guest's budget used up: the host's uid still has its own, the
+	// host answers, and another channel's turn runs on another uid.
+	if err := inotifyAs(hostUID); err != nil {
+		t.Errorf("the guest used up the host uid's inotify instances: %v", err)
+	}
+	if r := api(http.MethodGet, "/v1/health", nil); r.Err != nil || r.Status != http.StatusOK {
+		t.Errorf("health while a guest holds its budget: %s", r)
+	}
+	r := turn(chY, "bob", "another channel's turn")
+	if r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("another channel's turn while a guest holds its budget: %s", r)
+	}
+	var report struct {
+		Observed map[string]any `json:"observed"`
+	}
+	if err := json.Unmarshal([]byte(replyText(r)), &report); err != nil {
+		t.Fatalf("the other channel's reply is not the hostile report: %v: %s", err, r.Raw)
+	}
+	uidY := fmt.Sprint(report.Observed["uid"])
+	if uidY == fmt.Sprint(held.UID) || uidY == strconv.Itoa(hostUID) || uidY == "0" {
+		t.Errorf("the other channel's guest runs as uid %s (guest X %d, host %d)", uidY, held.UID, hostUID)
+	}
+
+	release()
+	select {
+	case r := <-done:
+		if r.Err != nil || r.Status != http.StatusOK {
+			t.Errorf("the exhausting turn: %s", r)
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatalf("the exhausting turn did not end after its release")
+	}
+	assertNothingLeft(t, "after the budget turn")
 }

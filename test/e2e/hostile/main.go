@@ -5,6 +5,9 @@
 // its one reply JSON object. It also reports what the container lets it see
 // (environment names, uid, capabilities, network interfaces, writable root).
 //
+// With a turn text starting "EXHAUST" it instead uses up a per-user kernel
+// budget of its uid and holds it (see exhaust).
+//
 // Guarantee: every request body carries a marker "HOSTILE-<name>" so the
 // tests can prove the fake upstreams never saw any refused call; exactly one
 // request ("control") is well-formed and is expected to pass.
@@ -19,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -175,12 +179,49 @@ func observe() map[string]any {
 	return o
 }
 
+// exhaust takes every inotify instance its uid may have (the kernel's
+// per-user fs.inotify.max_user_instances, 128 by default; at most 4096
+// here), reports how far it got in /workspace/exhausted, and holds them
+// until the test writes /workspace/release (or 60 s pass). Run as the host's
+// uid, this would leave the host's uid without any.
+func exhaust() {
+	var fds []int
+	var last error
+	for len(fds) < 4096 {
+		fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC)
+		if err != nil {
+			last = err
+			break
+		}
+		fds = append(fds, fd)
+	}
+	report := map[string]any{"instances": len(fds), "uid": os.Getuid(), "gid": os.Getgid()}
+	if last != nil {
+		report["error"] = last.Error()
+	}
+	data, _ := json.Marshal(report)
+	_ = os.WriteFile("/workspace/exhausted.tmp", data, 0o600)
+	_ = os.Rename("/workspace/exhausted.tmp", "/workspace/exhausted")
+	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Stat("/workspace/release"); err == nil {
+			break
+		}
+	}
+	out, _ := json.Marshal(map[string]any{"ok": true, "text": string(data)})
+	fmt.Println(string(out))
+}
+
 func main() {
 	var turn struct {
 		Model string `json:"model"`
+		Text  string `json:"text"`
 	}
 	if data, err := io.ReadAll(io.LimitReader(os.Stdin, 1<<20)); err == nil && json.Unmarshal(data, &turn) == nil && turn.Model != "" {
 		model = turn.Model
+	}
+	if strings.HasPrefix(turn.Text, "EXHAUST") {
+		exhaust()
+		return
 	}
 	results := map[string]result{}
 	for _, p := range probes {

@@ -1,0 +1,188 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+)
+
+func TestGuestsRunOnTheirOwnUIDs(t *testing.T) {
+	r := newRig(t, "", nil)
+	var dirModes []fs.FileMode
+	var mu sync.Mutex
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		st, err := os.Stat(spec.TurnDir)
+		if err == nil {
+			mu.Lock()
+			dirModes = append(dirModes, st.Mode().Perm())
+			mu.Unlock()
+		}
+		return okRun(ctx, spec, stdin)
+	}
+	for _, ch := range []string{"guild:1", "guild:2", "guild:1"} {
+		_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: ch, SpeakerID: "s1", Text: "hi"})
+		must(t, err)
+	}
+	c := r.docker.created
+	g := r.cfg.Guests
+	for i, spec := range c {
+		if !g.IsGuest(spec.UID) || spec.GID != spec.UID {
+			t.Errorf("turn %d runs as %d:%d, want one guest id (range %d+%d) for both", i, spec.UID, spec.GID, g.UIDBase, g.UIDCount)
+		}
+		if spec.UID == r.h.opts.UID || spec.GID == r.h.opts.GID || spec.UID == 0 {
+			t.Errorf("turn %d runs as %d:%d, the host's own ids or root", i, spec.UID, spec.GID)
+		}
+	}
+	if c[0].UID == c[1].UID {
+		t.Errorf("two channels share guest uid %d", c[0].UID)
+	}
+	if c[0].UID != c[2].UID {
+		t.Errorf("one channel's guest uid changed between turns: %d then %d", c[0].UID, c[2].UID)
+	}
+	// Each new workspace is handed to its guest once; the fake chown does
+	// not change the owner, so the second turn of guild:1 hands it again.
+	ws1, _ := layout.WorkspaceDir(r.cfg.WorkspaceRoot, "guild:1")
+	ws2, _ := layout.WorkspaceDir(r.cfg.WorkspaceRoot, "guild:2")
+	want := []chownCall{{ws1, c[0].UID, c[0].UID}, {ws2, c[1].UID, c[1].UID}, {ws1, c[0].UID, c[0].UID}}
+	if len(r.chowns) != len(want) {
+		t.Fatalf("chowns = %v, want %v", r.chowns, want)
+	}
+	for i := range want {
+		if r.chowns[i] != want[i] {
+			t.Errorf("chown %d = %v, want %v", i, r.chowns[i], want[i])
+		}
+	}
+	for i, m := range dirModes {
+		if m != TurnDirMode {
+			t.Errorf("turn %d: turn directory mode %04o, want %04o", i, m, TurnDirMode)
+		}
+	}
+	// Recorded in the state file: a new host gives the same uids.
+	st, _, err := LoadState(r.cfg.StateFile, nil)
+	must(t, err)
+	if uid, err := st.GuestUID("guild:2", g, -1); err != nil || uid != c[1].UID {
+		t.Errorf("state file after reload: guild:2 = %d, %v; want %d", uid, err, c[1].UID)
+	}
+}
+
+func TestWorkspaceNotHandedOverFailsTheTurn(t *testing.T) {
+	r := newRig(t, "", func(o *Options) {
+		o.ChownTree = func(string, int, int) error { return syscall.EPERM }
+	})
+	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "guild:1", SpeakerID: "s1", Text: "hi"})
+	if !errors.Is(err, ErrTurnFailed) {
+		t.Fatalf("RunTurn = %v, want ErrTurnFailed", err)
+	}
+	if len(r.docker.created) != 0 {
+		t.Errorf("a container was created for a workspace its guest does not own")
+	}
+	r.assertClean(t)
+}
+
+func TestChownTreeNeverFollowsSymlinks(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("ChownTree to another uid needs CAP_CHOWN; run as root")
+	}
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	outside := filepath.Join(dir, "outside")
+	must(t, os.MkdirAll(filepath.Join(ws, "a", "b"), 0o700))
+	must(t, os.Mkdir(outside, 0o700))
+	must(t, os.WriteFile(filepath.Join(outside, "secret"), []byte("x"), 0o600))
+	must(t, os.WriteFile(filepath.Join(ws, "a", "b", "memory.json"), []byte("{}"), 0o600))
+	must(t, os.Symlink(outside, filepath.Join(ws, "a", "to-dir")))
+	must(t, os.Symlink(filepath.Join(outside, "secret"), filepath.Join(ws, "to-file")))
+	const uid, gid = 2147000042, 2147000042
+	must(t, ChownTree(ws, uid, gid))
+	for _, p := range []string{ws, filepath.Join(ws, "a"), filepath.Join(ws, "a", "b"), filepath.Join(ws, "a", "b", "memory.json"),
+		filepath.Join(ws, "a", "to-dir"), filepath.Join(ws, "to-file")} {
+		st, err := os.Lstat(p)
+		must(t, err)
+		s := st.Sys().(*syscall.Stat_t)
+		if s.Uid != uid || s.Gid != gid {
+			t.Errorf("%s owned by %d:%d, want %d:%d", p, s.Uid, s.Gid, uid, gid)
+		}
+	}
+	for _, p := range []string{outside, filepath.Join(outside, "secret")} {
+		st, err := os.Lstat(p)
+		must(t, err)
+		if s := st.Sys().(*syscall.Stat_t); s.Uid != 0 {
+			t.Errorf("%s (behind a symlink) was changed to %d:%d", p, s.Uid, s.Gid)
+		}
+	}
+	if err := ChownTree(filepath.Join(ws, "to-file"), uid, gid); err == nil {
+		t.Errorf("ChownTree accepted a symlink as its root")
+	}
+}
+
+// flakyListener fails its first accepts the way a uid out of epoll watches
+// does, then hands out real connections.
+type flakyListener struct {
+	net.Listener
+	mu    sync.Mutex
+	fails []error
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	if len(l.fails) > 0 {
+		err := l.fails[0]
+		l.fails = l.fails[1:]
+		l.mu.Unlock()
+		return nil, &net.OpError{Op: "accept", Net: "unix", Err: os.NewSyscallError("accept4", err)}
+	}
+	l.mu.Unlock()
+	return l.Listener.Accept()
+}
+
+func TestAcceptErrorsNeverStopTheHost(t *testing.T) {
+	r := newRig(t, "", nil)
+	sock := filepath.Join(r.cfg.RunRoot+"-api", "host.sock")
+	must(t, os.MkdirAll(filepath.Dir(sock), 0o700))
+	inner, err := net.Listen("unix", sock)
+	must(t, err)
+	// ENOSPC and ENOBUFS are not "temporary" to net/http: without the
+	// steady listener the first one ends Serve, and Run shuts the host down.
+	ln := &flakyListener{Listener: inner, fails: []error{syscall.ENOSPC, syscall.ENOBUFS, syscall.ENOSPC, syscall.EMFILE}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.h.Run(ctx, ln) }()
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := hc.Get("http://host/v1/health")
+	if err != nil {
+		t.Fatalf("health after accept errors: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("health after accept errors = %d, want 200", resp.StatusCode)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned after accept errors: %v", err)
+	default:
+	}
+	if !r.h.accepting() {
+		t.Errorf("the host stopped admitting turns after accept errors")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after cancel = %v, want nil", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+}
