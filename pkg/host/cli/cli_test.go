@@ -85,6 +85,7 @@ func fakeMachine(t *testing.T) (string, doctorDeps) {
 	}
 	d.docker = func(string) (dockerProbe, error) { return fakeProbe{image: true}, nil }
 	d.credDir = filepath.Join(dir, "creds")
+	d.unitState = fakeUnitStates(nil)
 	d.unitDirs = []string{filepath.Join(dir, "units")}
 	d.polkitRules = []string{rule}
 	d.listTools = func(ctx context.Context, s policy.MCPServer, cred string) ([]mcp.Tool, error) {
@@ -354,5 +355,137 @@ func TestServeBadConfig(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "queue.maxWaitingTurns: unknown key (line 15)") || strings.Count(stderr, "sandbox-host:") != 1 {
 		t.Errorf("stderr %q does not name the key as written once", stderr)
+	}
+}
+
+// fakeUnitStates answers like a healthy installation, with over replacing
+// single units' states.
+func fakeUnitStates(over map[string]unitState) func(context.Context, string) (unitState, error) {
+	return func(_ context.Context, unit string) (unitState, error) {
+		if st, ok := over[unit]; ok {
+			if st.Load == "" {
+				st.Load = "loaded"
+			}
+			return st, nil
+		}
+		switch unit {
+		case "sandbox-host.socket":
+			return unitState{"loaded", "active", "listening", "success"}, nil
+		case "sandbox-reaper.service":
+			return unitState{"loaded", "inactive", "dead", "success"}, nil
+		case "sandbox-reaper.timer":
+			return unitState{"loaded", "active", "waiting", "success"}, nil
+		}
+		return unitState{"loaded", "active", "running", "success"}, nil
+	}
+}
+
+// unitCheck returns the unit-state line about unit.
+func unitCheck(rep Report, unit string) (Check, bool) {
+	for _, c := range rep.Checks {
+		if c.Name == "unit-state" && strings.HasPrefix(c.Detail, unit+" ") {
+			return c, true
+		}
+	}
+	return Check{}, false
+}
+
+// TestDoctorUnitStates: a failed, restarting or inactive unit is reported
+// (with how to recover), never "all checks passed".
+func TestDoctorUnitStates(t *testing.T) {
+	tests := []struct {
+		name, unit     string
+		st             unitState
+		status, detail string
+		remedy         string
+		ok             bool
+	}{
+		{"socket hit the start limit", "sandbox-host.socket", unitState{Active: "failed", Sub: "failed", Result: "service-start-limit-hit"}, StatusFail, "systemd stopped trying", "systemctl reset-failed sandbox-host.socket sandbox-host.service", false},
+		{"service failed", "sandbox-host.service", unitState{Active: "failed", Sub: "failed", Result: "exit-code"}, StatusFail, "result exit-code", "journalctl -u sandbox-host.service", false},
+		{"service restarting", "sandbox-host.service", unitState{Active: "activating", Sub: "auto-restart", Result: "exit-code"}, StatusFail, "restarting after a failure", "reset-failed", false},
+		{"service idle", "sandbox-host.service", unitState{Active: "inactive", Sub: "dead", Result: "success"}, StatusWarn, "the socket starts it", "systemctl start", true},
+		{"socket stopped", "sandbox-host.socket", unitState{Active: "inactive", Sub: "dead", Result: "success"}, StatusFail, "clients cannot connect", "enable --now sandbox-host.socket", false},
+		{"timer stopped", "sandbox-reaper.timer", unitState{Active: "inactive", Sub: "dead", Result: "success"}, StatusFail, "only removed when the host starts", "enable --now sandbox-reaper.timer", false},
+		{"reaper pass failed", "sandbox-reaper.service", unitState{Active: "failed", Sub: "failed", Result: "exit-code"}, StatusWarn, "result exit-code", "journalctl -u sandbox-reaper.service", true},
+		{"not loaded", "sandbox-host.service", unitState{Load: "not-found", Active: "inactive", Sub: "dead"}, StatusFail, "not-found", "daemon-reload", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path, d := fakeMachine(t)
+			d.unitState = fakeUnitStates(map[string]unitState{tt.unit: tt.st})
+			rep := runDoctor(context.Background(), path, d)
+			c, found := unitCheck(rep, tt.unit)
+			if tt.st.Load == "not-found" {
+				c, found = statusOf(rep, "unit-state")
+			}
+			if !found || c.Status != tt.status || !strings.Contains(c.Detail, tt.detail) || !strings.Contains(c.Remedy, tt.remedy) || rep.OK != tt.ok {
+				t.Errorf("got %+v (report ok %v), want %s with %q and remedy %q (ok %v)", c, rep.OK, tt.status, tt.detail, tt.remedy, tt.ok)
+			}
+			var out bytes.Buffer
+			cmd := doctorCmd(&globals{})
+			cmd.SetOut(&out)
+			printReport(cmd, rep)
+			if strings.Contains(out.String(), "all checks passed") {
+				t.Errorf("report says all checks passed:\n%s", out.String())
+			}
+		})
+	}
+	t.Run("no systemd", func(t *testing.T) {
+		path, d := fakeMachine(t)
+		d.unitState = func(context.Context, string) (unitState, error) {
+			return unitState{}, errors.New("systemctl: not found")
+		}
+		rep := runDoctor(context.Background(), path, d)
+		if c, _ := statusOf(rep, "unit-state"); c.Status != StatusSkip || !rep.OK {
+			t.Errorf("got %+v ok %v, want skip", c, rep.OK)
+		}
+	})
+}
+
+// TestDoctorDiscover: in discover mode the declared entries are names to
+// take from the server; doctor does not compare them with the server's
+// schemas (nor suggest the discover setting that is on), and reports what
+// startup would refuse.
+func TestDoctorDiscover(t *testing.T) {
+	path, d := fakeMachine(t)
+	data, _ := os.ReadFile(path)
+	y := strings.Replace(string(data), "    credential: mcp-key\n    tools:\n      - name: find\n        description: Find\n        parameters: '{\"type\":\"object\"}'\n",
+		"    discover: true\n    tools:\n      - name: find\n", 1)
+	if y == string(data) {
+		t.Fatal("test config not rewritten")
+	}
+	os.WriteFile(path, []byte(y), 0o600)
+	d.listTools = func(ctx context.Context, s policy.MCPServer, cred string) ([]mcp.Tool, error) {
+		return []mcp.Tool{
+			{Name: "find", Description: "Find things", InputSchema: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}}}`)},
+			{Name: "other", Description: "x", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		}, nil
+	}
+	rep := runDoctor(context.Background(), path, d)
+	c, _ := statusOf(rep, "mcp search")
+	if !rep.OK || c.Status != StatusOK || !strings.Contains(c.Detail, "takes find from the server") || strings.Contains(c.Remedy, "discover: true") {
+		t.Errorf("discover: %+v (ok %v)", c, rep.OK)
+	}
+	os.WriteFile(path, []byte(strings.Replace(y, "      - name: find\n", "      - name: find\n      - name: gone\n", 1)), 0o600)
+	rep = runDoctor(context.Background(), path, d)
+	c, _ = statusOf(rep, "mcp search")
+	if rep.OK || c.Status != StatusFail || !strings.Contains(c.Detail, "gone is not offered") || strings.Contains(c.Remedy, "set discover") {
+		t.Errorf("discover of an absent tool: %+v (ok %v)", c, rep.OK)
+	}
+}
+
+// TestDoctorCredentialsDirMissing: a missing directory is named as missing,
+// on the credentials line and on the MCP line that needs a credential.
+func TestDoctorCredentialsDirMissing(t *testing.T) {
+	path, d := fakeMachine(t)
+	os.RemoveAll(d.credDir)
+	rep := runDoctor(context.Background(), path, d)
+	c, _ := statusOf(rep, "credentials")
+	if c.Status != StatusFail || !strings.Contains(c.Detail, "does not exist") || !strings.Contains(c.Remedy, "install -d -m 0700") {
+		t.Errorf("credentials: %+v", c)
+	}
+	m, _ := statusOf(rep, "mcp search")
+	if m.Status != StatusFail || !strings.Contains(m.Detail, "does not exist") || strings.Contains(m.Detail, "cannot read") {
+		t.Errorf("mcp: %+v", m)
 	}
 }

@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"runtime"
@@ -63,6 +65,9 @@ type doctorDeps struct {
 	readDir     func(path string) ([]fs.DirEntry, error)
 	readCred    func(path string) (string, error)
 	listTools   func(ctx context.Context, s policy.MCPServer, credential string) ([]mcp.Tool, error)
+	// unitState asks systemd for a unit's state; an error means systemd
+	// cannot be asked (no systemd, no systemctl).
+	unitState   func(ctx context.Context, unit string) (unitState, error)
 	credDir     string
 	unitDirs    []string
 	polkitRules []string
@@ -90,6 +95,7 @@ func realDoctorDeps() doctorDeps {
 		listTools: func(ctx context.Context, s policy.MCPServer, cred string) ([]mcp.Tool, error) {
 			return mcp.ListTools(ctx, s, cred, mcp.Options{Timeout: 15 * time.Second})
 		},
+		unitState:   systemctlShow,
 		credDir:     layout.CredentialsDir,
 		unitDirs:    []string{"/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system"},
 		polkitRules: []string{"/usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules", "/etc/polkit-1/rules.d/60-roundtable-sandbox.rules"},
@@ -127,9 +133,16 @@ func printReport(cmd *cobra.Command, rep Report) {
 			fmt.Fprintf(w, "      %-12s  remedy: %s\n", "", c.Remedy)
 		}
 	}
-	if rep.OK {
+	warned := false
+	for _, c := range rep.Checks {
+		warned = warned || c.Status == StatusWarn
+	}
+	switch {
+	case rep.OK && warned:
+		fmt.Fprintln(w, "no check failed; read the warnings above")
+	case rep.OK:
 		fmt.Fprintln(w, "all checks passed")
-	} else {
+	default:
 		fmt.Fprintln(w, "some checks failed")
 	}
 }
@@ -188,6 +201,7 @@ func runDoctor(ctx context.Context, path string, d doctorDeps) Report {
 			add("units", StatusOK, found, "")
 		}
 	}
+	doctorUnitStates(ctx, d, add)
 	polkit := ""
 	for _, p := range d.polkitRules {
 		if _, err := d.stat(p); err == nil {
@@ -263,16 +277,30 @@ func credentialNames(cfg *config.Config) []string {
 	return out
 }
 
+// credDirState is what doctor could make of the credentials directory.
+type credDirState int
+
+const (
+	credDirReadable   credDirState = iota
+	credDirUnreadable              // exists, but this user may not read it
+	credDirMissing
+	credDirBroken // another error, reported on the credentials line
+)
+
 // doctorCredentials checks that each named credential has a non-empty file.
-// It reports whether the directory was readable.
-func doctorCredentials(cfg *config.Config, d doctorDeps, add func(name, status, detail, remedy string)) bool {
+// It reports what it made of the directory.
+func doctorCredentials(cfg *config.Config, d doctorDeps, add func(name, status, detail, remedy string)) credDirState {
 	if _, err := d.readDir(d.credDir); err != nil {
-		if errors.Is(err, fs.ErrPermission) {
+		switch {
+		case errors.Is(err, fs.ErrPermission):
 			add("credentials", StatusSkip, "cannot read "+d.credDir+" as this user (it is root-only)", "run `sudo sandbox-host doctor` to check credential files")
-		} else {
-			add("credentials", StatusFail, d.credDir+": "+err.Error(), "install -d -m 0700 -o root -g root "+d.credDir)
+			return credDirUnreadable
+		case errors.Is(err, fs.ErrNotExist):
+			add("credentials", StatusFail, "the credentials directory "+d.credDir+" does not exist", "install -d -m 0700 -o root -g root "+d.credDir+", then write each credential file into it")
+			return credDirMissing
 		}
-		return false
+		add("credentials", StatusFail, d.credDir+": "+err.Error(), "install -d -m 0700 -o root -g root "+d.credDir)
+		return credDirBroken
 	}
 	for _, name := range credentialNames(cfg) {
 		p := filepath.Join(d.credDir, name)
@@ -286,17 +314,24 @@ func doctorCredentials(cfg *config.Config, d doctorDeps, add func(name, status, 
 			add("credentials", StatusOK, "credential "+name+" present", "")
 		}
 	}
-	return true
+	return credDirReadable
 }
 
 // doctorMCP lists each server's tools and compares them with the declared ones.
-func doctorMCP(ctx context.Context, cfg *config.Config, d doctorDeps, credsReadable bool, add func(name, status, detail, remedy string)) {
+func doctorMCP(ctx context.Context, cfg *config.Config, d doctorDeps, creds credDirState, add func(name, status, detail, remedy string)) {
 	for _, s := range cfg.MCP {
 		name := "mcp " + s.Name
 		cred := ""
 		if s.Credential != "" {
-			if !credsReadable {
+			switch creds {
+			case credDirUnreadable:
 				add(name, StatusSkip, "needs credential "+s.Credential+", which this user cannot read", "run `sudo sandbox-host doctor`")
+				continue
+			case credDirMissing:
+				add(name, StatusFail, "needs credential "+s.Credential+", but the credentials directory "+d.credDir+" does not exist", "see the credentials line")
+				continue
+			case credDirBroken:
+				add(name, StatusFail, "needs credential "+s.Credential+", but the credentials directory cannot be read", "see the credentials line")
 				continue
 			}
 			v, err := d.readCred(filepath.Join(d.credDir, s.Credential))
@@ -311,6 +346,10 @@ func doctorMCP(ctx context.Context, cfg *config.Config, d doctorDeps, credsReada
 			add(name, StatusFail, "tools/list failed: "+err.Error(), "check mcp url, credential and that the server speaks Streamable HTTP")
 			continue
 		}
+		if s.Discover {
+			doctorDiscover(ctx, s, offered, add)
+			continue
+		}
 		var declared []protocol.ToolSpec
 		for _, t := range s.Tools {
 			declared = append(declared, protocol.ToolSpec{Name: t.Name, Description: t.Description, Parameters: json.RawMessage(t.Parameters)})
@@ -321,9 +360,6 @@ func doctorMCP(ctx context.Context, cfg *config.Config, d doctorDeps, credsReada
 		}
 		status, notes := StatusOK, []string{"offers " + strings.Join(names, ", ")}
 		for _, f := range mcp.CompareTools(declared, offered) {
-			if s.Discover && f.Kind == mcp.FindingUndeclared {
-				continue
-			}
 			switch f.Kind {
 			case mcp.FindingMissing, mcp.FindingSchema:
 				status = StatusFail
@@ -339,5 +375,121 @@ func doctorMCP(ctx context.Context, cfg *config.Config, d doctorDeps, credsReada
 			remedy = "update mcp." + s.Name + ".tools to what the server offers (or set discover: true)"
 		}
 		add(name, status, strings.Join(notes, "; "), remedy)
+	}
+}
+
+// doctorDiscover checks a discover: true server as the host's startup does:
+// the declared entries are names to take from the server (all tools when
+// none), and their descriptions and schemas come from the server, so there
+// is nothing to compare, only what startup would refuse.
+func doctorDiscover(ctx context.Context, s config.MCP, offered []mcp.Tool, add func(name, status, detail, remedy string)) {
+	list := func(context.Context, config.MCP) ([]protocol.ToolSpec, error) {
+		out := make([]protocol.ToolSpec, 0, len(offered))
+		for _, t := range offered {
+			out = append(out, protocol.ToolSpec{Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
+		}
+		return out, nil
+	}
+	specs, err := host.DiscoveredTools(ctx, s, list)
+	if err != nil {
+		add("mcp "+s.Name, StatusFail, "discovery would fail at startup: "+err.Error(), "under mcp."+s.Name+".tools list only tools the server offers (as it spells them) and the host accepts, or declare them with discover: false")
+		return
+	}
+	names := make([]string, 0, len(specs))
+	for _, t := range specs {
+		names = append(names, t.Name)
+	}
+	add("mcp "+s.Name, StatusOK, "discover: takes "+strings.Join(names, ", ")+" from the server", "")
+}
+
+// unitState is what systemd says of a unit.
+type unitState struct {
+	Load, Active, Sub, Result string
+}
+
+// systemctlShow asks systemd through systemctl (no D-Bus library: doctor
+// runs as any user, and systemctl answers everyone).
+func systemctlShow(ctx context.Context, unit string) (unitState, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "systemctl", "show", "--property=LoadState,ActiveState,SubState,Result", "--", unit).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && len(bytes.TrimSpace(ee.Stderr)) > 0 {
+			line, _, _ := strings.Cut(strings.TrimSpace(string(ee.Stderr)), "\n")
+			return unitState{}, fmt.Errorf("systemctl: %s", line)
+		}
+		return unitState{}, fmt.Errorf("systemctl: %w", err)
+	}
+	var st unitState
+	for _, line := range strings.Split(string(out), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		switch k {
+		case "LoadState":
+			st.Load = v
+		case "ActiveState":
+			st.Active = v
+		case "SubState":
+			st.Sub = v
+		case "Result":
+			st.Result = v
+		}
+	}
+	if st.Active == "" {
+		return unitState{}, fmt.Errorf("systemctl show %s: no state", unit)
+	}
+	return st, nil
+}
+
+// recoverHost is the remedy for a host unit that failed or hit its start limit.
+const recoverHost = "journalctl -u sandbox-host.service -n 20 shows why; after the fix: systemctl reset-failed sandbox-host.socket sandbox-host.service && systemctl start sandbox-host.socket sandbox-host.service"
+
+// doctorUnitStates reports the running state of the host socket and service
+// and of the reaper: an installed unit that failed or does not run is a
+// finding, not "all checks passed".
+func doctorUnitStates(ctx context.Context, d doctorDeps, add func(name, status, detail, remedy string)) {
+	type want struct {
+		unit     string
+		inactive string // status when inactive (not failed): the unit should run
+		why      string // what being inactive means
+		enable   string
+		failed   string // status when failed
+		recover  string
+	}
+	reaper := "journalctl -u sandbox-reaper.service -n 20 shows what it could not remove"
+	for _, w := range []want{
+		{"sandbox-host.socket", StatusFail, "the API socket is closed; clients cannot connect", "systemctl enable --now sandbox-host.socket", StatusFail, recoverHost},
+		{"sandbox-host.service", StatusWarn, "not running; the socket starts it on the first call", "systemctl start sandbox-host.service", StatusFail, recoverHost},
+		{"sandbox-reaper.timer", StatusFail, "orphaned containers and broker units are only removed when the host starts", "systemctl enable --now sandbox-reaper.timer", StatusFail,
+			"journalctl -u sandbox-reaper.timer; then systemctl reset-failed sandbox-reaper.timer && systemctl start sandbox-reaper.timer"},
+		// A oneshot: inactive between passes is its normal state.
+		{"sandbox-reaper.service", StatusOK, "waiting for its timer", "", StatusWarn, reaper},
+	} {
+		st, err := d.unitState(ctx, w.unit)
+		if err != nil {
+			// Without systemd no unit can be asked about: one line says so.
+			add("unit-state", StatusSkip, "cannot ask systemd about the units: "+err.Error(), "run doctor on the installed machine, where systemd runs the units")
+			return
+		}
+		desc := fmt.Sprintf("%s is %s (%s)", w.unit, st.Active, st.Sub)
+		if st.Result != "" && st.Result != "success" {
+			desc += ", result " + st.Result
+		}
+		switch {
+		case st.Load != "loaded":
+			add("unit-state", StatusFail, w.unit+" is "+st.Load+" for systemd", "systemctl daemon-reload; reinstall the package if it stays")
+		case st.Active == "failed":
+			detail := desc
+			if strings.HasSuffix(st.Result, "start-limit-hit") {
+				detail += ": it failed too often in a row and systemd stopped trying"
+			}
+			add("unit-state", w.failed, detail, w.recover)
+		case st.Active == "activating" && st.Sub == "auto-restart":
+			add("unit-state", StatusFail, desc+": restarting after a failure", w.recover)
+		case st.Active == "inactive" || st.Active == "deactivating":
+			add("unit-state", w.inactive, desc+": "+w.why, w.enable)
+		default:
+			add("unit-state", StatusOK, desc, "")
+		}
 	}
 }
