@@ -7,9 +7,9 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/chat"
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/hosttool"
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/rpc"
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/schema"
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
+	"github.com/roundtable-sandbox/sandbox/pkg/toolschema"
 )
 
 // Error categories of the broker. Every refusal wraps exactly one category
@@ -60,7 +60,7 @@ var categories = []category{
 	{ErrRefused, http.StatusBadRequest, "request refused"},
 	{strictjson.ErrInvalid, http.StatusBadRequest, "request refused"},
 	{chat.ErrInvalid, http.StatusBadRequest, "request refused"},
-	{schema.ErrInvalid, http.StatusBadRequest, "request refused"},
+	{toolschema.ErrInvalid, http.StatusBadRequest, "request refused"},
 	{rpc.ErrInvalid, http.StatusBadRequest, "request refused"},
 	{ErrCallLimit, http.StatusTooManyRequests, "call limit reached"},
 	{ErrBusy, http.StatusTooManyRequests, "call in flight"},

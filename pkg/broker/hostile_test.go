@@ -242,6 +242,11 @@ func hostileCases() []hostileCase {
 		"$ref in vendor keyword":    `{"x-provider":{"$ref":"https://evil.example/v"}}`,
 		"$ref in propertyNames":     `{"propertyNames":{"$ref":"https://evil.example/pn"}}`,
 		"$ref in contains":          `{"contains":{"$ref":"https://evil.example/c"}}`,
+		// Issue 18 item 5: forwarded before every value was walked.
+		"$ref in an unknown keyword's array": `{"x-any":[{"$ref":"https://evil.example/s.json"}]}`,
+		"$ref in type":                       `{"type":[{"$ref":"https://evil.example/s.json"}]}`,
+		"$ref in extends":                    `{"extends":[{"$ref":"https://evil.example/s.json"}]}`,
+		"$ref in enum data":                  `{"enum":[{"$ref":"https://evil.example/s.json"}]}`,
 	} {
 		add("schema "+name, 400, std("/model", withParams(s)))
 	}

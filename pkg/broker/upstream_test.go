@@ -35,8 +35,8 @@ func TestModelCallRebuildsUpstreamRequest(t *testing.T) {
 		`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"host_clock","arguments":"{}"}}]},` +
 		`{"role":"tool","tool_call_id":"call_1","content":"12:00"}],"max_tokens":100,"temperature":0.2,` +
 		`"tools":[{"type":"function","function":{"name":"host_clock","description":"d","parameters":` +
-		`{"type":"object","properties":{"$ref":{"type":"string","enum":["https://evil.example/x","$ref"]},"$schema":{"const":{"$ref":"http://x"}}},` +
-		`"$defs":{"a":{"type":"string","default":{"$id":"https://x"},"examples":[{"$ref":"http://y"}]}},"items":{"$ref":"#/$defs/a"}}}}]}`
+		`{"type":"object","properties":{"$ref":{"type":"string","enum":["https://evil.example/x","$ref"]},"$schema":{"const":{"ref":"http://x"}}},` +
+		`"$defs":{"a":{"type":"string","default":"$id","examples":[{"$ref":"#/$defs/a"}]}},"items":{"$ref":"#/$defs/a"}}}}]}`
 	code, resp, hdr := h.do("/model", body)
 	if code != 200 {
 		t.Fatalf("status %d body %s", code, resp)

@@ -105,7 +105,11 @@ func TestRefusals(t *testing.T) {
 		{"tool name", tool("  - name: Bad\n    description: d\n    kind: builtin\n    builtin: clock\n"), "tools[1].name"},
 		{"tool duplicate", tool("  - name: clock\n    description: d\n    kind: builtin\n    builtin: clock\n"), `tools[1].name: "clock" is not unique`},
 		{"tool no params", tool(""), "tools[0].parameters"},
-		{"tool remote ref", base + "tools:\n  - name: t\n    description: d\n    kind: builtin\n    builtin: clock\n    parameters: '{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"https://evil.example/s.json\"}}}'\n", "$ref at #/properties/a must be a local fragment"},
+		{"tool remote ref", base + "tools:\n  - name: t\n    description: d\n    kind: builtin\n    builtin: clock\n    parameters: '{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"https://evil.example/s.json\"}}}'\n", "tools[0].parameters: at #/properties/a/$ref: $ref may hold only a local fragment (#...); remote references are refused"},
+		{"tool remote ref in an unknown keyword's array", toolParams(`{"type":"object","x-any":[{"$ref":"https://evil.example/s.json"}]}`), "tools[0].parameters"},
+		{"tool remote ref in type", toolParams(`{"type":"object","properties":{"a":{"type":[{"$ref":"https://evil.example/s.json"}]}}}`), "tools[0].parameters"},
+		{"tool remote ref in extends", toolParams(`{"type":"object","extends":[{"$ref":"https://evil.example/s.json"}]}`), "tools[0].parameters"},
+		{"tool remote ref in default", toolParams(`{"type":"object","default":{"$id":"https://evil.example/"}}`), "tools[0].parameters"},
 		{"tool exec relative", base + "tools:\n  - name: t\n    description: d\n    kind: exec\n    argv: [run.sh]\n    parameters: '{\"type\":\"object\"}'\n", "tools[0].argv"},
 		{"tool http url", base + "tools:\n  - name: t\n    description: d\n    kind: http\n    url: ftp://x\n    parameters: '{\"type\":\"object\"}'\n", "tools[0].url"},
 		{"tool kind", base + "tools:\n  - name: t\n    description: d\n    kind: shell\n    parameters: '{\"type\":\"object\"}'\n", "tools[0].kind"},
@@ -152,6 +156,11 @@ func TestRefusals(t *testing.T) {
 			}
 		})
 	}
+}
+
+// toolParams is a configuration with one builtin tool whose parameters are params.
+func toolParams(params string) string {
+	return base + "tools:\n  - name: t\n    description: d\n    kind: builtin\n    builtin: clock\n    parameters: '" + params + "'\n"
 }
 
 // mcpTool is a configuration with one MCP server declaring one tool called name.

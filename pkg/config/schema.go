@@ -9,6 +9,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/toolschema"
 )
 
 // errRemote is what the refusing loader answers for every URL.
@@ -18,12 +19,9 @@ type refuseLoader struct{}
 
 func (refuseLoader) Load(url string) (any, error) { return nil, errRemote }
 
-// refKeywords may hold only local fragments ("#...") wherever a schema sits.
-var refKeywords = []string{"$ref", "$dynamicRef", "$recursiveRef", "$id", "$schema", "$vocabulary"}
-
 // CompileSchema checks a tool's parameters: a JSON object of at most
-// protocol.MaxSchemaBytes that compiles as a JSON Schema with every reference
-// local and no remote loading.
+// protocol.MaxSchemaBytes that passes toolschema.Check (no remote reference
+// anywhere) and compiles as a JSON Schema with no remote loading.
 func CompileSchema(params string) error {
 	if len(params) > protocol.MaxSchemaBytes {
 		return fmt.Errorf("over %d bytes", protocol.MaxSchemaBytes)
@@ -35,8 +33,10 @@ func CompileSchema(params string) error {
 	if t, ok := obj["type"]; !ok || t != "object" {
 		return errors.New(`must have "type": "object"`)
 	}
-	if err := localRefsOnly(obj, "#"); err != nil {
-		return err
+	// The broker's own check, so a configuration that loads is never refused
+	// at a turn's model call.
+	if err := toolschema.Check(obj); err != nil {
+		return fmt.Errorf("at %s: %s", toolschema.Where(err), strings.TrimPrefix(err.Error(), "schema: "))
 	}
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(params))
 	if err != nil {
@@ -50,58 +50,6 @@ func CompileSchema(params string) error {
 	}
 	if _, err := c.Compile(loc); err != nil {
 		return fmt.Errorf("schema does not compile: %v", err)
-	}
-	return nil
-}
-
-// Keywords whose value is a schema, a map of schemas, or a list of schemas.
-var (
-	schemaKeys    = []string{"not", "if", "then", "else", "additionalProperties", "unevaluatedProperties", "unevaluatedItems", "contains", "propertyNames", "additionalItems", "items"}
-	schemaMapKeys = []string{"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"}
-	schemaListKey = []string{"allOf", "anyOf", "oneOf", "prefixItems", "items"}
-)
-
-// localRefsOnly walks real schema positions only (not property names, enum or
-// const data) and refuses reference keywords that are not local fragments.
-func localRefsOnly(v any, at string) error {
-	obj, ok := v.(map[string]any)
-	if !ok {
-		return nil // booleans and non-schemas carry no references
-	}
-	for _, k := range refKeywords {
-		raw, present := obj[k]
-		if !present {
-			continue
-		}
-		s, isStr := raw.(string)
-		if !isStr || !strings.HasPrefix(s, "#") {
-			return fmt.Errorf("%s at %s must be a local fragment (#...); remote references are refused", k, at)
-		}
-	}
-	for _, k := range schemaKeys {
-		if sub, ok := obj[k]; ok {
-			if err := localRefsOnly(sub, at+"/"+k); err != nil {
-				return err
-			}
-		}
-	}
-	for _, k := range schemaMapKeys {
-		if m, ok := obj[k].(map[string]any); ok {
-			for name, sub := range m {
-				if err := localRefsOnly(sub, at+"/"+k+"/"+name); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	for _, k := range schemaListKey {
-		if list, ok := obj[k].([]any); ok {
-			for i, sub := range list {
-				if err := localRefsOnly(sub, fmt.Sprintf("%s/%s/%d", at, k, i)); err != nil {
-					return err
-				}
-			}
-		}
 	}
 	return nil
 }

@@ -19,7 +19,7 @@ import (
 // sit above every layer and are not checked.
 var layers = [][]string{
 	// 0: foundations, importing nothing of this module.
-	{"version", "ids", "atomicfile", "protocol", "imagearchive", "client", "broker/strictjson", "broker/schema"},
+	{"version", "ids", "atomicfile", "protocol", "imagearchive", "client", "broker/strictjson", "toolschema"},
 	// 1: shared vocabulary (names, the host-broker contract, the memory store)
 	// and the vetted network dialer.
 	{"layout", "policy", "memory", "safefetch"},

@@ -4,7 +4,7 @@
 // exceeds the policy's limit. Messages carry only system/user/assistant/tool
 // roles with string content and function tool calls, so media parts, file
 // references, audio and native provider tools are refused, and every tool
-// schema passes package schema. Refusal messages never quote input.
+// schema passes package toolschema. Refusal messages never quote input.
 package chat
 
 import (
@@ -13,9 +13,9 @@ import (
 	"errors"
 	"math"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/schema"
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/toolschema"
 )
 
 // ErrInvalid is the category of every refusal.
@@ -315,7 +315,7 @@ func tool(v any) (map[string]any, error) {
 		if _, ok := p.(map[string]any); !ok {
 			return nil, refusal("tool parameters must be an object")
 		}
-		if err := schema.Check(p); err != nil {
+		if err := toolschema.Check(p); err != nil {
 			return nil, err
 		}
 		out["parameters"] = p

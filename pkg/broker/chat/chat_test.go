@@ -76,9 +76,8 @@ func TestBuildFunctionNames(t *testing.T) {
 func TestBuildAcceptsSchemaWordsAsData(t *testing.T) {
 	for _, s := range []string{
 		`{"type":"object","properties":{"$ref":{"type":"string"},"$id":{"type":"string"},"$schema":{},"$vocabulary":{}}}`,
-		`{"enum":["https://evil.example/x",{"$ref":"https://evil.example"}]}`,
-		`{"const":{"$ref":"http://x","$schema":"http://y"}}`,
-		`{"default":{"$id":"https://x"},"examples":[{"$dynamicRef":"http://y"}]}`,
+		`{"enum":["https://evil.example/x","$ref",{"ref":"https://evil.example"}]}`,
+		`{"const":"$ref","default":{"url":"https://x"},"examples":["$dynamicRef"]}`,
 		`{"$ref":"#/$defs/a","$defs":{"a":{"$id":"#a","$dynamicRef":"#meta","$recursiveRef":"#"}}}`,
 		`{"required":["$ref"],"patternProperties":{"^\\$ref$":{"type":"string"}}}`,
 		`{"dependencies":{"a":["$ref","$id"]}}`,
@@ -100,6 +99,28 @@ func TestBuildRefusals(t *testing.T) {
 		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"web_search"}]}`,
 		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"$ref":"https://x"}}}]}`,
 	} {
+		if _, err := Build([]byte(body), pol); err == nil {
+			t.Errorf("%s accepted", body)
+		} else if strings.Contains(err.Error(), "https://x") || strings.Contains(err.Error(), "other") {
+			t.Errorf("error quotes input: %v", err)
+		}
+	}
+}
+
+// TestBuildRefusesRemoteRefsAnywhere: issue 18 item 5. A remote reference
+// under an unknown keyword, inside an array, under a data keyword or in a
+// draft-03 keyword never reaches the provider.
+func TestBuildRefusesRemoteRefsAnywhere(t *testing.T) {
+	for _, s := range []string{
+		`{"x-any":[{"$ref":"https://evil.example/s.json"}]}`,
+		`{"type":[{"$ref":"https://evil.example/s.json"}]}`,
+		`{"extends":[{"$ref":"https://evil.example/s.json"}]}`,
+		`{"properties":{"a":{"x-any":[[{"$id":"https://evil.example/s.json"}]]}}}`,
+		`{"enum":["https://evil.example/x",{"$ref":"https://evil.example"}]}`,
+		`{"const":{"$ref":"http://x","$schema":"http://y"}}`,
+		`{"default":{"$id":"https://x"},"examples":[{"$dynamicRef":"http://y"}]}`,
+	} {
+		body := `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":` + s + `}}]}`
 		if _, err := Build([]byte(body), pol); err == nil {
 			t.Errorf("%s accepted", body)
 		} else if strings.Contains(err.Error(), "https://x") || strings.Contains(err.Error(), "other") {

@@ -1,0 +1,256 @@
+// Package toolschema checks tool parameter schemas (JSON Schema) wherever
+// they enter: the host's configuration and discovered MCP tools
+// (pkg/config), and every model request a guest sends (pkg/broker/chat).
+// Its guarantee: no remote reference reaches a provider from any position.
+// The identifier and reference keywords $ref, $dynamicRef, $recursiveRef,
+// $id, $schema and $vocabulary hold only local fragments ("#...") wherever they
+// occur as an object member: in schemas, under unknown or vendor keywords, in
+// arrays, and in data (enum, const, default, examples), because a generic
+// dereferencer on the way to a model resolves every $ref it meets. The one
+// exception is a name: a property called "$ref" under properties,
+// patternProperties, $defs, definitions, dependentSchemas or dependencies of
+// a real schema is a name, and its value is checked as a schema.
+package toolschema
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// ErrInvalid is the category of every refusal. Messages never quote input.
+var ErrInvalid = errors.New("invalid tool schema")
+
+// refusal's message never quotes input; where it happened (a JSON pointer
+// made of input keys) is only for the operator's own configuration: Where.
+type refusal struct {
+	msg, at string
+}
+
+func (r *refusal) Error() string { return "schema: " + r.msg }
+func (r *refusal) Unwrap() error { return ErrInvalid }
+
+// walker holds the path to the value being walked (a stack of keys and
+// indexes); only a refusal renders it.
+type walker struct {
+	path []seg
+}
+
+type seg struct {
+	key   string
+	index int // -1 for an object member
+}
+
+func (w *walker) refuse(msg string) error {
+	var b strings.Builder
+	b.WriteString("#")
+	esc := strings.NewReplacer("~", "~0", "/", "~1")
+	for _, s := range w.path {
+		b.WriteString("/")
+		if s.index < 0 {
+			b.WriteString(esc.Replace(s.key))
+		} else {
+			b.WriteString(strconv.Itoa(s.index))
+		}
+	}
+	return &refusal{msg: msg, at: b.String()}
+}
+
+func (w *walker) member(key string) { w.path = append(w.path, seg{key, -1}) }
+func (w *walker) elem(index int)    { w.path = append(w.path, seg{"", index}) }
+func (w *walker) pop()              { w.path = w.path[:len(w.path)-1] }
+
+// Where returns the JSON pointer ("#/properties/a") of the value a refusal of
+// Check names, or "" for other errors. It quotes input keys: show it to the
+// operator who wrote the schema, never log it for a guest's.
+func Where(err error) string {
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.at
+	}
+	return ""
+}
+
+// MaxDepth bounds nesting (schemas and data alike).
+const MaxDepth = 64
+
+// refKeywords may only hold a local fragment.
+var refKeywords = map[string]bool{
+	"$ref": true, "$dynamicRef": true, "$recursiveRef": true,
+	"$id": true, "$schema": true, "$vocabulary": true,
+}
+
+// Keywords whose value is one schema.
+var single = map[string]bool{
+	"additionalItems": true, "additionalProperties": true, "unevaluatedItems": true,
+	"unevaluatedProperties": true, "contains": true, "propertyNames": true, "not": true,
+	"if": true, "then": true, "else": true, "contentSchema": true,
+}
+
+// Keywords whose value is an array of schemas.
+var list = map[string]bool{"allOf": true, "anyOf": true, "oneOf": true, "prefixItems": true}
+
+// Keywords whose value is an object of schemas (the keys are names, not keywords).
+var named = map[string]bool{
+	"properties": true, "patternProperties": true, "$defs": true, "definitions": true,
+	"dependentSchemas": true,
+}
+
+// Check walks schema (a decoded JSON value, the root of a schema) and
+// refuses remote references anywhere in it.
+func Check(schema any) error {
+	w := walker{path: make([]seg, 0, 16)}
+	return w.check(schema, 0)
+}
+
+// check walks a value at a real schema position.
+func (w *walker) check(v any, depth int) error {
+	if depth > MaxDepth {
+		return w.refuse("schema nesting too deep")
+	}
+	switch s := v.(type) {
+	case bool:
+		return nil // true / false schemas
+	case map[string]any:
+		for k, val := range s {
+			w.member(k)
+			if err := w.keyword(k, val, depth); err != nil {
+				return err
+			}
+			w.pop()
+		}
+		return nil
+	default:
+		return w.refuse("a schema must be an object or a boolean")
+	}
+}
+
+// keyword checks the value val of keyword k (the path ends at val).
+func (w *walker) keyword(k string, val any, depth int) error {
+	switch {
+	case refKeywords[k]:
+		return w.reference(k, val)
+	case single[k]:
+		return w.check(val, depth+1)
+	case k == "items":
+		// Draft 2020-12: one schema; older drafts: a schema or an array of them.
+		if a, ok := val.([]any); ok {
+			return w.each(a, depth)
+		}
+		return w.check(val, depth+1)
+	case list[k]:
+		a, ok := val.([]any)
+		if !ok {
+			return w.refuse("a schema list keyword needs an array")
+		}
+		return w.each(a, depth)
+	case named[k]:
+		m, ok := val.(map[string]any)
+		if !ok {
+			return w.refuse("a schema map keyword needs an object")
+		}
+		for name, sub := range m {
+			w.member(name)
+			if err := w.check(sub, depth+1); err != nil {
+				return err
+			}
+			w.pop()
+		}
+		return nil
+	case k == "dependencies":
+		// Values are schemas or arrays of property names.
+		m, ok := val.(map[string]any)
+		if !ok {
+			return w.refuse("dependencies needs an object")
+		}
+		for name, sub := range m {
+			w.member(name)
+			var err error
+			if names, ok := sub.([]any); ok {
+				err = w.value(names, depth+1)
+			} else {
+				err = w.check(sub, depth+1)
+			}
+			if err != nil {
+				return err
+			}
+			w.pop()
+		}
+		return nil
+	default:
+		// Data keywords (enum, const, default, examples, type, required...),
+		// assertions (minimum, pattern...) and unknown or vendor keywords
+		// (x-*, draft-03 extends...): whatever they hold is walked whole.
+		return w.value(val, depth+1)
+	}
+}
+
+func (w *walker) each(a []any, depth int) error {
+	for i, sub := range a {
+		w.elem(i)
+		if err := w.check(sub, depth+1); err != nil {
+			return err
+		}
+		w.pop()
+	}
+	return nil
+}
+
+// value walks a value that is not at a known schema position: every array
+// element and every object member, at any depth. An object member named like
+// a reference keyword must hold a local fragment here too.
+func (w *walker) value(v any, depth int) error {
+	if depth > MaxDepth {
+		return w.refuse("schema nesting too deep")
+	}
+	switch s := v.(type) {
+	case []any:
+		for i, e := range s {
+			w.elem(i)
+			if err := w.value(e, depth+1); err != nil {
+				return err
+			}
+			w.pop()
+		}
+	case map[string]any:
+		for k, e := range s {
+			w.member(k)
+			var err error
+			if refKeywords[k] {
+				err = w.reference(k, e)
+			} else {
+				err = w.value(e, depth+1)
+			}
+			if err != nil {
+				return err
+			}
+			w.pop()
+		}
+	}
+	return nil
+}
+
+// reference checks the value val of a reference keyword k.
+func (w *walker) reference(k string, val any) error {
+	if k == "$vocabulary" {
+		// An object of vocabulary URIs: every key must be local too.
+		m, ok := val.(map[string]any)
+		if !ok {
+			return w.refuse("$vocabulary must be an object")
+		}
+		for uri := range m {
+			if !strings.HasPrefix(uri, "#") {
+				return w.refuse("$vocabulary may name only local fragments")
+			}
+		}
+		return nil
+	}
+	s, ok := val.(string)
+	if !ok {
+		return w.refuse(k + " must be a string")
+	}
+	if !strings.HasPrefix(s, "#") {
+		return w.refuse(k + " may hold only a local fragment (#...); remote references are refused")
+	}
+	return nil
+}

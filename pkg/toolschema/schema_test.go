@@ -1,0 +1,177 @@
+package toolschema
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func decode(t *testing.T, s string) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("%s: %v", s, err)
+	}
+	return v
+}
+
+func TestCheck(t *testing.T) {
+	cases := []struct {
+		schema string
+		ok     bool
+	}{
+		{`true`, true},
+		{`{"type":"object","properties":{"$ref":{"type":"string"}}}`, true},
+		{`{"properties":{"$schema":{"$ref":"#/$defs/x"}},"$defs":{"x":true}}`, true},
+		{`{"enum":["$ref"],"const":"$ref","default":{"id":"http://y"},"examples":[{"schema":"http://z"}]}`, true},
+		{`{"$ref":"#"}`, true},
+		{`{"$id":"#anchor"}`, true},
+		{`{"items":{"items":{"items":{"$ref":"#/a"}}}}`, true},
+		{`{"dependencies":{"a":["$ref"],"b":{"$ref":"#/c"}}}`, true},
+		{`{"$ref":"https://x"}`, false},
+		{`{"$ref":""}`, false},
+		{`{"$ref":"x.json"}`, false},
+		{`{"$ref":1}`, false},
+		{`{"$dynamicRef":"http://x#meta"}`, false},
+		{`{"$recursiveRef":"x"}`, false},
+		{`{"$id":"urn:x"}`, false},
+		{`{"$schema":"http://json-schema.org/draft-07/schema#"}`, false},
+		{`{"$vocabulary":{"https://x":true}}`, false},
+		{`{"$vocabulary":"#x"}`, false},
+		{`{"properties":{"a":{"$ref":"https://x"}}}`, false},
+		{`{"properties":{"$ref":{"$ref":"https://x"}}}`, false},
+		{`{"dependencies":{"b":{"$ref":"https://x"}}}`, false},
+		{`{"items":[{"$ref":"https://x"}]}`, false},
+		{`{"allOf":{"$ref":"#"}}`, false},
+		{`{"properties":[]}`, false},
+		{`"string"`, false},
+		{`{"x-vendor":{"$ref":"https://x"}}`, false},
+		// Issue 18 item 5: every value is walked, arrays under unknown or
+		// data keywords included.
+		{`{"x-any":[{"$ref":"https://evil.example/s.json"}]}`, false},
+		{`{"type":[{"$ref":"https://evil.example/s.json"}]}`, false},
+		{`{"extends":[{"$ref":"https://evil.example/s.json"}]}`, false},
+		{`{"extends":{"$ref":"https://evil.example/s.json"}}`, false},
+		{`{"x-a":[[{"x-b":[{"$ref":"https://evil.example/s.json"}]}]]}`, false},
+		{`{"x-a":{"b":[1,{"$id":"https://evil.example/"}]}}`, false},
+		{`{"x-a":[{"$dynamicRef":"https://evil.example/#m"}]}`, false},
+		{`{"x-a":[{"$vocabulary":{"https://evil.example/v":true}}]}`, false},
+		{`{"x-a":[{"$ref":{"$ref":"https://evil.example/"}}]}`, false},
+		{`{"description":{"$ref":"https://evil.example/"}}`, false},
+		{`{"required":[{"$ref":"https://evil.example/"}]}`, false},
+		{`{"dependencies":{"a":[{"$ref":"https://evil.example/"}]}}`, false},
+		{`{"dependentRequired":{"a":[{"$ref":"https://evil.example/"}]}}`, false},
+		// Data keywords hold instances, not schemas, but a generic
+		// dereferencer on the way to a model resolves every $ref it meets.
+		{`{"enum":[{"$ref":"https://evil.example/"}]}`, false},
+		{`{"const":{"$ref":"https://evil.example/"}}`, false},
+		{`{"default":{"a":{"$id":"https://evil.example/"}}}`, false},
+		{`{"examples":[{"$schema":"https://evil.example/"}]}`, false},
+		{`{"properties":{"a":{"default":[{"$ref":"https://evil.example/"}]}}}`, false},
+		// Local references and the words as names or plain data stay fine.
+		{`{"x-any":[{"$ref":"#/$defs/a"}],"$defs":{"a":true}}`, true},
+		{`{"x-any":[1,"https://evil.example/",null,[true]],"type":["string","null"]}`, true},
+		{`{"enum":["$ref","https://evil.example/"],"const":{"ref":"https://x"}}`, true},
+		{`{"extends":[{"$ref":"#"}]}`, true},
+	}
+	for _, c := range cases {
+		err := Check(decode(t, c.schema))
+		if (err == nil) != c.ok {
+			t.Errorf("Check(%s) = %v, want ok=%v", c.schema, err, c.ok)
+		}
+		if err != nil && !errors.Is(err, ErrInvalid) {
+			t.Errorf("Check(%s) error %v is not ErrInvalid", c.schema, err)
+		}
+	}
+	deep := "true"
+	for i := 0; i < MaxDepth+2; i++ {
+		deep = `{"not":` + deep + `}`
+	}
+	if Check(decode(t, deep)) == nil {
+		t.Error("over-deep schema accepted")
+	}
+}
+
+// TestWhere: a refusal names where it happened (for the operator's own
+// configuration), while its message quotes nothing of the input.
+func TestWhere(t *testing.T) {
+	for _, c := range []struct{ schema, at string }{
+		{`{"$ref":"https://x"}`, "#/$ref"},
+		{`{"properties":{"a/b~":{"items":[true,{"$id":"https://x"}]}}}`, "#/properties/a~1b~0/items/1/$id"},
+		{`{"x-any":[{"":{"$ref":"https://x"}}]}`, "#/x-any/0//$ref"},
+		{`{"type":[{"$ref":"https://evil.example/s.json"}]}`, "#/type/0/$ref"},
+	} {
+		err := Check(decode(t, c.schema))
+		if got := Where(err); got != c.at {
+			t.Errorf("Where(Check(%s)) = %q, want %q", c.schema, got, c.at)
+		}
+		if err != nil && (strings.Contains(err.Error(), "https://") || strings.Contains(err.Error(), "x-any") || strings.Contains(err.Error(), "a~1b")) {
+			t.Errorf("error %q quotes input", err)
+		}
+	}
+	if Where(errors.New("x")) != "" || Where(nil) != "" {
+		t.Error("Where of a foreign error is not empty")
+	}
+}
+
+// FuzzCheck: Check never panics, and whatever it accepts holds no member
+// named like a reference keyword with a non-local string, outside the names
+// of a properties-like map (checked by a naive walk that allows those only
+// where their value is an object, the way a schema under a name is).
+func FuzzCheck(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"object","properties":{"$ref":{"type":"string"}}}`,
+		`{"x-any":[{"$ref":"https://evil.example/s.json"}]}`,
+		`{"extends":[{"$ref":"#"}]}`,
+		`{"enum":[{"$ref":"#/a"}],"items":[{"$id":"#x"}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var v any
+		if json.Unmarshal(data, &v) != nil {
+			return
+		}
+		if Check(v) != nil {
+			return
+		}
+		if bad := remoteRef(v); bad != "" {
+			t.Fatalf("accepted %s holding %s", data, bad)
+		}
+	})
+}
+
+// remoteRef is the naive oracle: any member named like a reference keyword
+// holding a string that is not a local fragment.
+func remoteRef(v any) string {
+	switch s := v.(type) {
+	case []any:
+		for _, e := range s {
+			if bad := remoteRef(e); bad != "" {
+				return bad
+			}
+		}
+	case map[string]any:
+		for k, e := range s {
+			switch k {
+			case "$ref", "$dynamicRef", "$recursiveRef", "$id", "$schema":
+				if str, ok := e.(string); ok && !strings.HasPrefix(str, "#") {
+					return k + "=" + str
+				}
+			case "$vocabulary":
+				if m, ok := e.(map[string]any); ok {
+					for uri := range m {
+						if !strings.HasPrefix(uri, "#") {
+							return k + "=" + uri
+						}
+					}
+				}
+			}
+			if bad := remoteRef(e); bad != "" {
+				return bad
+			}
+		}
+	}
+	return ""
+}
