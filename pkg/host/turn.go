@@ -176,7 +176,12 @@ func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, stri
 	result, err := resultOf(ctx, reply, runErr, cleanupErr)
 	if runErr != nil {
 		// Details stay here; the caller gets a generic reason.
-		log.Warn("turn failed", "result", result, "err", runErr)
+		attrs := []any{"result", result, "err", runErr}
+		var exit *workerExitError
+		if errors.As(runErr, &exit) {
+			attrs = append(attrs, "exit_code", exit.status, "worker_cause", exit.cause)
+		}
+		log.Warn("turn failed", attrs...)
 	}
 	if err == nil && reply.OK && t.reset {
 		h.mu.Lock()
@@ -367,7 +372,13 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 		return nil, errors.New("worker stdout over its bound")
 	}
 	if res.ExitCode != 0 {
-		return nil, fmt.Errorf("worker exited with status %d", res.ExitCode)
+		exit := &workerExitError{status: res.ExitCode}
+		// A failed worker still prints its reply; DecodeReply admits only a
+		// cause from protocol's fixed list, so nothing else reaches the log.
+		if r, err := protocol.DecodeReply(res.Stdout); err == nil && !r.OK {
+			exit.cause = r.Cause
+		}
+		return nil, exit
 	}
 	reply, err := protocol.DecodeReply(res.Stdout)
 	if err != nil {
@@ -375,6 +386,40 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 		return nil, fmt.Errorf("worker stdout (%d bytes) is not exactly one valid reply object", len(res.Stdout))
 	}
 	return reply, nil
+}
+
+// workerExitError is a worker that exited non-zero: its status and the
+// failure cause its reply named (a protocol Cause constant), if any.
+type workerExitError struct {
+	status int64
+	cause  string
+}
+
+func (e *workerExitError) Error() string {
+	cause := "the worker reported no cause"
+	if e.cause != "" {
+		cause = "the worker reports: " + e.cause
+	}
+	return fmt.Sprintf("worker exited with status %d (%s); %s", e.status, exitMeaning(e.status), cause)
+}
+
+// exitMeaning reads a container's exit status.
+func exitMeaning(status int64) string {
+	switch {
+	case status == 1:
+		return "turn failed"
+	case status == 2:
+		return "worker crashed"
+	case status == 128+9:
+		return "killed by SIGKILL: memory limit or forced stop"
+	case status == 128+15:
+		return "stopped by SIGTERM"
+	case status > 128 && status <= 128+64:
+		return fmt.Sprintf("killed by signal %d", status-128)
+	case status < 0:
+		return "status unknown"
+	}
+	return "unexpected status"
 }
 
 // TurnDirMode lets the guest uid traverse its turn directory to the broker

@@ -1,9 +1,11 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -258,5 +260,44 @@ func TestPolicyFileModeAndGroup(t *testing.T) {
 	}
 	if gid, _ := fileGroup(st); gid != 4343 {
 		t.Errorf("policy group = %d, want 4343", gid)
+	}
+}
+
+// A worker that exits non-zero is logged with its status, what the status
+// means and the cause its reply names; a cause outside protocol's list is
+// never logged.
+func TestWorkerExitIsLoggedWithItsCause(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		res   RunResult
+		want  []string
+		never string
+	}{
+		{"disk full", RunResult{ExitCode: 1, Stdout: []byte(`{"ok":false,"text":"The sandbox worker failed.","cause":"no space left on device"}` + "\n")},
+			[]string{`worker exited with status 1 (turn failed); the worker reports: no space left on device`, `"exit_code":1`, `"worker_cause":"no space left on device"`}, ""},
+		{"unknown cause", RunResult{ExitCode: 1, Stdout: []byte(`{"ok":false,"text":"x","cause":"INJECTED\nlevel=ERROR"}`)},
+			[]string{`worker exited with status 1 (turn failed); the worker reported no cause`, `"worker_cause":""`}, "INJECTED"},
+		{"killed", RunResult{ExitCode: 137},
+			[]string{`worker exited with status 137 (killed by SIGKILL: memory limit or forced stop); the worker reported no cause`}, ""},
+		{"no reply", RunResult{ExitCode: 2, Stdout: []byte("panic: GUESTTEXT")},
+			[]string{`worker exited with status 2 (worker crashed)`}, "GUESTTEXT"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			r := newRig(t, "", func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
+			r.docker.runFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) { return tt.res, nil }
+			_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
+			if !errors.Is(err, ErrTurnFailed) || strings.Contains(err.Error(), "exited") {
+				t.Errorf("caller's error = %v, want the generic ErrTurnFailed", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(logs.String(), w) {
+					t.Errorf("log lacks %s:\n%s", w, logs.String())
+				}
+			}
+			if tt.never != "" && strings.Contains(logs.String(), tt.never) {
+				t.Errorf("log carries worker text %q:\n%s", tt.never, logs.String())
+			}
+		})
 	}
 }

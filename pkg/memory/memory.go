@@ -97,7 +97,8 @@ func Open(dirfd int) (*Store, error) {
 		return &Store{dirfd: dirfd}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("memory: read %s: %v: %w", FileName, err, ErrCorrupt)
+		// The cause stays wrapped so the worker can name its category.
+		return nil, fmt.Errorf("memory: read %s: %w: %w", FileName, err, ErrCorrupt)
 	}
 	var entries []Entry
 	if err := protocol.DecodeStrict(data, &entries); err != nil || entries == nil {

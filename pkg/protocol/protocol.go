@@ -180,11 +180,45 @@ type Turn struct {
 	MCP      []MCPServerSpec `json:"mcp"`
 }
 
-// Reply is the one JSON object a worker prints on stdout.
+// Reply is the one JSON object a worker prints on stdout. Cause, only in a
+// failed reply, is one of the Cause constants: why the worker failed, for
+// the host's log; it never reaches a client.
 type Reply struct {
-	OK   bool   `json:"ok"`
-	Text string `json:"text"`
+	OK    bool   `json:"ok"`
+	Text  string `json:"text"`
+	Cause string `json:"cause,omitempty"`
 }
+
+// Failure causes a worker names in a failed reply and in its logs: fixed
+// categories chosen from error identities (errno values, sentinel errors),
+// never error text, which could carry a path or a payload. The host logs a
+// cause only when it is one of these.
+const (
+	CauseNoSpace      = "no space left on device" // ENOSPC
+	CauseQuota        = "disk quota exceeded"     // EDQUOT
+	CauseReadOnly     = "read-only file system"   // EROFS
+	CausePermission   = "permission denied"       // EACCES, EPERM
+	CauseIO           = "input/output error"      // EIO
+	CauseTooManyFiles = "too many open files"     // EMFILE, ENFILE
+	CauseNoFile       = "no such file or directory"
+	CauseOutOfMemory  = "out of memory" // ENOMEM
+	CauseSystem       = "other system error"
+	CauseStore        = "workspace file invalid" // memory.json or history.json corrupt or over its bound
+	CauseInvalidTurn  = "invalid turn"
+	CauseBroker       = "broker call failed"
+	CauseModelAnswer  = "model answer unusable"
+	CauseBudget       = "context budget exceeded"
+	CauseInternal     = "internal error"
+)
+
+var causes = map[string]bool{
+	CauseNoSpace: true, CauseQuota: true, CauseReadOnly: true, CausePermission: true, CauseIO: true,
+	CauseTooManyFiles: true, CauseNoFile: true, CauseOutOfMemory: true, CauseSystem: true, CauseStore: true,
+	CauseInvalidTurn: true, CauseBroker: true, CauseModelAnswer: true, CauseBudget: true, CauseInternal: true,
+}
+
+// ValidCause reports whether s is one of the Cause constants.
+func ValidCause(s string) bool { return causes[s] }
 
 // ReadBounded reads all of r, failing with ErrTooLarge past max bytes.
 func ReadBounded(r io.Reader, max int64) ([]byte, error) {
@@ -318,6 +352,9 @@ func DecodeReply(data []byte) (*Reply, error) {
 	}
 	if !utf8.ValidString(r.Text) || utf8.RuneCountInString(r.Text) > MaxReplyChars {
 		return nil, fmt.Errorf("reply text over %d characters: %w", MaxReplyChars, ErrInvalid)
+	}
+	if r.Cause != "" && (r.OK || !ValidCause(r.Cause)) {
+		return nil, fmt.Errorf("reply cause is not a known failure cause of a failed reply: %w", ErrInvalid)
 	}
 	return &r, nil
 }

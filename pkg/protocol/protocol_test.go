@@ -45,7 +45,12 @@ func TestDecodeReply(t *testing.T) {
 	if err != nil || !r.OK || r.Text != "hello" {
 		t.Fatalf("DecodeReply = %+v, %v", r, err)
 	}
-	for _, in := range []string{`{"ok":true,"text":"a"}{"ok":false}`, `{"ok":true,"text":"a","x":1}`, ``, `[]`} {
+	r, err = DecodeReply([]byte(`{"ok":false,"text":"sorry","cause":"no space left on device"}`))
+	if err != nil || r.Cause != CauseNoSpace {
+		t.Fatalf("DecodeReply(failed with cause) = %+v, %v", r, err)
+	}
+	for _, in := range []string{`{"ok":true,"text":"a"}{"ok":false}`, `{"ok":true,"text":"a","x":1}`, ``, `[]`,
+		`{"ok":false,"text":"a","cause":"made up\nline"}`, `{"ok":true,"text":"a","cause":"invalid turn"}`, `{"ok":false,"text":"a","cause":1}`} {
 		if _, err := DecodeReply([]byte(in)); err == nil {
 			t.Errorf("DecodeReply(%q) = nil error", in)
 		}

@@ -41,7 +41,7 @@ func loadHistory(dirfd int) ([]historyEntry, int, error) {
 		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("read %s: %v: %w", HistoryFile, err, ErrHistory)
+		return nil, 0, fmt.Errorf("read %s: %w: %w", HistoryFile, err, ErrHistory)
 	}
 	var entries []historyEntry
 	if err := protocol.DecodeStrict(data, &entries); err != nil || entries == nil {

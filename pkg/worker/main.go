@@ -13,7 +13,8 @@ import (
 // protocol.MaxTurnBytes) from stdin, runs it and writes exactly one reply
 // object to stdout. It returns the exit code: 0 when the turn produced its
 // reply (including the model-call limit reply), 1 with the generic failure
-// reply otherwise.
+// reply otherwise; that reply names the failure's cause (a protocol.Cause
+// constant) for the host's log.
 func Main(ctx context.Context, stdin io.Reader, stdout io.Writer, opts Options) int {
 	log := opts.Logger
 	if log == nil {
@@ -34,14 +35,14 @@ func Main(ctx context.Context, stdin io.Reader, stdout io.Writer, opts Options) 
 	}()
 	code := 0
 	if err != nil {
-		reply, code = protocol.Reply{OK: false, Text: FailedReplyText}, 1
+		reply, code = protocol.Reply{OK: false, Text: FailedReplyText, Cause: failureCause(err)}, 1
 	}
 	out, merr := marshal(reply)
 	if merr != nil {
-		out, code = []byte(`{"ok":false,"text":"`+FailedReplyText+`"}`), 1
+		out, code = []byte(`{"ok":false,"text":"`+FailedReplyText+`","cause":"`+protocol.CauseInternal+`"}`), 1
 	}
 	if _, werr := stdout.Write(append(out, '\n')); werr != nil {
-		log.Error("write reply failed")
+		log.Error("write reply failed", "category", failureCause(werr))
 		return 1
 	}
 	return code

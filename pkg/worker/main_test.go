@@ -22,10 +22,10 @@ func TestMain_ExitCodesAndOneReply(t *testing.T) {
 	}{
 		{"ok", valid, &fakeBroker{repeat: textAnswer("hello")}, 0, protocol.Reply{OK: true, Text: "hello"}},
 		{"limit", valid, &fakeBroker{repeat: toolAnswer(call("a", "memory_get", `{"scope":"channel"}`))}, 0, protocol.Reply{OK: false, Text: LimitReplyText}},
-		{"model refused", valid, &fakeBroker{}, 1, protocol.Reply{OK: false, Text: FailedReplyText}},
-		{"invalid turn", `{"text":1}`, &fakeBroker{repeat: textAnswer("x")}, 1, protocol.Reply{OK: false, Text: FailedReplyText}},
-		{"unknown field", strings.Replace(valid, `"mcp":[]`, `"mcp":[],"workspace":"/etc"`, 1), &fakeBroker{repeat: textAnswer("x")}, 1, protocol.Reply{OK: false, Text: FailedReplyText}},
-		{"oversized", `{"text":"` + strings.Repeat("a", protocol.MaxTurnBytes) + `"}`, &fakeBroker{repeat: textAnswer("x")}, 1, protocol.Reply{OK: false, Text: FailedReplyText}},
+		{"model refused", valid, &fakeBroker{}, 1, protocol.Reply{OK: false, Text: FailedReplyText, Cause: protocol.CauseBroker}},
+		{"invalid turn", `{"text":1}`, &fakeBroker{repeat: textAnswer("x")}, 1, protocol.Reply{OK: false, Text: FailedReplyText, Cause: protocol.CauseInvalidTurn}},
+		{"unknown field", strings.Replace(valid, `"mcp":[]`, `"mcp":[],"workspace":"/etc"`, 1), &fakeBroker{repeat: textAnswer("x")}, 1, protocol.Reply{OK: false, Text: FailedReplyText, Cause: protocol.CauseInvalidTurn}},
+		{"oversized", `{"text":"` + strings.Repeat("a", protocol.MaxTurnBytes) + `"}`, &fakeBroker{repeat: textAnswer("x")}, 1, protocol.Reply{OK: false, Text: FailedReplyText, Cause: protocol.CauseInvalidTurn}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

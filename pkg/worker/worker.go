@@ -125,7 +125,7 @@ func Run(ctx context.Context, turn *protocol.Turn, opts Options) (protocol.Reply
 		now = time.Now
 	}
 	if opts.Broker == nil {
-		return protocol.Reply{}, fmt.Errorf("no broker: %w", ErrTurn)
+		return protocol.Reply{}, &turnError{msg: "no broker", cause: protocol.CauseInternal}
 	}
 	workspace := opts.Workspace
 	if workspace == "" {
@@ -133,7 +133,8 @@ func Run(ctx context.Context, turn *protocol.Turn, opts Options) (protocol.Reply
 	}
 	dirfd, err := unix.Open(workspace, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return protocol.Reply{}, fmt.Errorf("open workspace: %v: %w", err, ErrTurn)
+		log.Error("turn failed", "reason", "open workspace", "category", Cause(err))
+		return protocol.Reply{}, &turnError{msg: fmt.Sprintf("open workspace: %v", err), cause: Cause(err)}
 	}
 	defer unix.Close(dirfd)
 	t := &turnRun{turn: turn, broker: opts.Broker, log: log, dirfd: dirfd, start: time.Now()}
@@ -154,9 +155,11 @@ type turnRun struct {
 	tools   int // tool calls run
 }
 
-func (t *turnRun) fail(format string, a ...any) error {
-	err := fmt.Errorf(format+": %w", append(a, ErrTurn)...)
-	t.log.Error("turn failed", "reason", err.Error(), "model_calls", t.calls, "tool_calls", t.tools, "duration_ms", time.Since(t.start).Milliseconds())
+// fail ends the turn with cause, one of protocol's Cause constants (see
+// Cause), which the log line and the reply carry.
+func (t *turnRun) fail(cause, format string, a ...any) error {
+	err := &turnError{msg: fmt.Sprintf(format, a...), cause: cause}
+	t.log.Error("turn failed", "reason", err.Error(), "category", cause, "model_calls", t.calls, "tool_calls", t.tools, "duration_ms", time.Since(t.start).Milliseconds())
 	return err
 }
 
@@ -169,12 +172,12 @@ func (t *turnRun) truncated(what string, n int) {
 func (t *turnRun) run(ctx context.Context, now time.Time) (protocol.Reply, error) {
 	var err error
 	if t.mem, err = memory.Open(t.dirfd); err != nil {
-		return protocol.Reply{}, t.fail("%v", err)
+		return protocol.Reply{}, t.fail(Cause(err), "%v", err)
 	}
 	if !t.turn.Reset {
 		var cut int
 		if t.history, cut, err = loadHistory(t.dirfd); err != nil {
-			return protocol.Reply{}, t.fail("%v", err)
+			return protocol.Reply{}, t.fail(Cause(err), "%v", err)
 		}
 		t.truncated("history", cut)
 	} else {
@@ -187,10 +190,10 @@ func (t *turnRun) run(ctx context.Context, now time.Time) (protocol.Reply, error
 	}
 	toolJSON, err := marshal(tools)
 	if err != nil {
-		return protocol.Reply{}, t.fail("encode tools: %v", err)
+		return protocol.Reply{}, t.fail(protocol.CauseInternal, "encode tools: %v", err)
 	}
 	if len(toolJSON) > MaxToolDescBytes {
-		return protocol.Reply{}, t.fail("tool descriptions are %d bytes, over the %d byte context budget", len(toolJSON), MaxToolDescBytes)
+		return protocol.Reply{}, t.fail(protocol.CauseBudget, "tool descriptions are %d bytes, over the %d byte context budget", len(toolJSON), MaxToolDescBytes)
 	}
 
 	userJSON, err := marshal(struct {
@@ -198,7 +201,7 @@ func (t *turnRun) run(ctx context.Context, now time.Time) (protocol.Reply, error
 		Message string           `json:"message"`
 	}{t.turn.Speaker, t.turn.Text})
 	if err != nil {
-		return protocol.Reply{}, t.fail("encode user message: %v", err)
+		return protocol.Reply{}, t.fail(protocol.CauseInternal, "encode user message: %v", err)
 	}
 	userText, cut := promptText(string(userJSON), MaxUserContextBytes)
 	if cut {
@@ -219,31 +222,31 @@ func (t *turnRun) run(ctx context.Context, now time.Time) (protocol.Reply, error
 			t.log.Info("context trimmed", "dropped_history", droppedHistory, "dropped_tool_groups", droppedGroups)
 		}
 		if err != nil {
-			return protocol.Reply{}, t.fail("%v", err)
+			return protocol.Reply{}, t.fail(protocol.CauseBudget, "%v", err)
 		}
 		t.calls++
 		raw, err := t.broker.Call(ctx, "/model", ctxw.request())
 		if err != nil {
 			t.logBrokerError("model call failed", "model", err)
-			return protocol.Reply{}, t.fail("model call %d failed", t.calls)
+			return protocol.Reply{}, t.fail(protocol.CauseBroker, "model call %d failed", t.calls)
 		}
 		msg, err := parseModelMessage(raw)
 		if err != nil {
-			return protocol.Reply{}, t.fail("%v", err)
+			return protocol.Reply{}, t.fail(protocol.CauseModelAnswer, "%v", err)
 		}
 		if len(msg.toolCalls) == 0 {
 			text, err := finalText(msg)
 			if err != nil {
-				return protocol.Reply{}, t.fail("%v", err)
+				return protocol.Reply{}, t.fail(protocol.CauseModelAnswer, "%v", err)
 			}
 			if err := t.settle(userText, text); err != nil {
-				return protocol.Reply{}, t.fail("%v", err)
+				return protocol.Reply{}, t.fail(Cause(err), "%v", err)
 			}
 			t.log.Info("turn finished", "ok", true, "model_calls", t.calls, "tool_calls", t.tools, "duration_ms", time.Since(t.start).Milliseconds())
 			return protocol.Reply{OK: true, Text: text}, nil
 		}
 		if len(msg.toolCalls) > MaxToolCallsPerReply {
-			return protocol.Reply{}, t.fail("model asked for %d tool calls in one response, limit %d", len(msg.toolCalls), MaxToolCallsPerReply)
+			return protocol.Reply{}, t.fail(protocol.CauseModelAnswer, "model asked for %d tool calls in one response, limit %d", len(msg.toolCalls), MaxToolCallsPerReply)
 		}
 		calls, inputs := normalizeCalls(step, msg.toolCalls, usedIDs, t.reg.has)
 		content, cut := promptText(msg.content, MaxAssistantBytes)
@@ -423,7 +426,8 @@ func (t *turnRun) logBrokerError(msg, tool string, err error) {
 	case errors.Is(err, ErrBroker):
 		t.log.Warn(msg, "tool", tool, "cause", "transport", "error", err.Error())
 	default:
-		t.log.Warn(msg, "tool", tool, "cause", "local")
+		// A local failure (memory store I/O): its category, never its text.
+		t.log.Warn(msg, "tool", tool, "cause", "local", "category", Cause(err))
 	}
 }
 
