@@ -35,7 +35,7 @@ func TestModelCallRebuildsUpstreamRequest(t *testing.T) {
 		`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"host_clock","arguments":"{}"}}]},` +
 		`{"role":"tool","tool_call_id":"call_1","content":"12:00"}],"max_tokens":100,"temperature":0.2,` +
 		`"tools":[{"type":"function","function":{"name":"host_clock","description":"d","parameters":` +
-		`{"type":"object","properties":{"$ref":{"type":"string","enum":["https://evil.example/x","$ref"]},"$schema":{"const":{"ref":"http://x"}}},` +
+		`{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","properties":{"$ref":{"type":"string","enum":["https://evil.example/x","$ref"]},"$schema":{"const":{"ref":"http://x"}}},` +
 		`"$defs":{"a":{"type":"string","default":"$id","examples":[{"$ref":"#/$defs/a"}]}},"items":{"$ref":"#/$defs/a"}}}}]}`
 	code, resp, hdr := h.do("/model", body)
 	if code != 200 {
@@ -61,6 +61,10 @@ func TestModelCallRebuildsUpstreamRequest(t *testing.T) {
 	var req map[string]any
 	if err := json.Unmarshal(sent, &req); err != nil {
 		t.Fatal(err)
+	}
+	// The dialect declaration travels as declared (it is never loaded).
+	if !strings.Contains(string(sent), `"$schema":"http://json-schema.org/draft-07/schema#"`) {
+		t.Errorf("upstream body lost the tool's $schema: %s", sent)
 	}
 	if req["model"] != testModel || req["stream"] != false || req["max_tokens"] != float64(100) {
 		t.Errorf("upstream body model=%v stream=%v max_tokens=%v", req["model"], req["stream"], req["max_tokens"])

@@ -110,6 +110,8 @@ func TestRefusals(t *testing.T) {
 		{"tool remote ref in type", toolParams(`{"type":"object","properties":{"a":{"type":[{"$ref":"https://evil.example/s.json"}]}}}`), "tools[0].parameters"},
 		{"tool remote ref in extends", toolParams(`{"type":"object","extends":[{"$ref":"https://evil.example/s.json"}]}`), "tools[0].parameters"},
 		{"tool remote ref in default", toolParams(`{"type":"object","default":{"$id":"https://evil.example/"}}`), "tools[0].parameters"},
+		{"tool $schema of another host", toolParams(`{"type":"object","$schema":"https://evil.example/draft-07/schema#"}`), "tools[0].parameters: at #/$schema: $schema may name only a json-schema.org dialect"},
+		{"tool $schema draft-03", toolParams(`{"type":"object","$schema":"http://json-schema.org/draft-03/schema#"}`), "tools[0].parameters: at #/$schema: $schema may name only a json-schema.org dialect"},
 		{"tool exec relative", base + "tools:\n  - name: t\n    description: d\n    kind: exec\n    argv: [run.sh]\n    parameters: '{\"type\":\"object\"}'\n", "tools[0].argv"},
 		{"tool http url", base + "tools:\n  - name: t\n    description: d\n    kind: http\n    url: ftp://x\n    parameters: '{\"type\":\"object\"}'\n", "tools[0].url"},
 		{"tool kind", base + "tools:\n  - name: t\n    description: d\n    kind: shell\n    parameters: '{\"type\":\"object\"}'\n", "tools[0].kind"},
@@ -189,6 +191,35 @@ func TestMCPToolNames(t *testing.T) {
 	if _, err := Load(write(t, y)); err != nil {
 		t.Errorf("a.b and a_b refused: %v", err)
 	}
+}
+
+// TestSchemaDialects: a declaration copied from a server that names its
+// dialect ($schema, as @modelcontextprotocol/server-everything's do) loads,
+// for every dialect accepted, and nothing is fetched (the compiler's loader
+// refuses every URL, so a load attempt would fail the test).
+func TestSchemaDialects(t *testing.T) {
+	for _, d := range []string{
+		"http://json-schema.org/draft-04/schema#",
+		"http://json-schema.org/draft-06/schema#",
+		"http://json-schema.org/draft-07/schema#",
+		"https://json-schema.org/draft-07/schema",
+		"https://json-schema.org/draft/2019-09/schema",
+		"https://json-schema.org/draft/2020-12/schema",
+		"http://json-schema.org/draft/2020-12/schema#",
+	} {
+		params := `{"type":"object","properties":{"a":{"type":"number","description":"First number"},"b":{"type":"number"}},"required":["a","b"],"additionalProperties":false,"$schema":"` + d + `"}`
+		if err := CompileSchema(params); err != nil {
+			t.Errorf("%s: %v", d, err)
+		}
+		if _, err := Load(write(t, mcpToolParams("get-sum", params))); err != nil {
+			t.Errorf("%s: Load = %v", d, err)
+		}
+	}
+}
+
+// mcpToolParams is a configuration with one MCP tool called name with params.
+func mcpToolParams(name, params string) string {
+	return base + "mcp:\n  - name: s\n    url: https://mcp.example.com/\n    tools:\n      - name: " + name + "\n        description: d\n        parameters: '" + params + "'\n"
 }
 
 func bigTools(n int) string {

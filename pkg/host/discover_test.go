@@ -11,13 +11,13 @@ import (
 )
 
 // everything lists tools as @modelcontextprotocol/server-everything does:
-// dashed names.
+// dashed names and draft-07 schemas that declare their dialect.
 func everything(extra ...protocol.ToolSpec) func(context.Context, config.MCP) ([]protocol.ToolSpec, error) {
 	return func(context.Context, config.MCP) ([]protocol.ToolSpec, error) {
 		return append([]protocol.ToolSpec{
-			{Name: "echo", Description: "Echoes back the input", Parameters: json.RawMessage(`{"type":"object","properties":{"message":{"type":"string"}},"required":["message"],"additionalProperties":false}`)},
-			{Name: "get-sum", Description: "Returns the sum of two numbers", Parameters: json.RawMessage(`{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}},"required":["a","b"]}`)},
-			{Name: "get-tiny-image", Description: "Returns a tiny image", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)},
+			{Name: "echo", Description: "Echoes back the input", Parameters: json.RawMessage(`{"type":"object","properties":{"message":{"type":"string"}},"required":["message"],"additionalProperties":false,"$schema":"http://json-schema.org/draft-07/schema#"}`)},
+			{Name: "get-sum", Description: "Returns the sum of two numbers", Parameters: json.RawMessage(`{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}},"required":["a","b"],"$schema":"http://json-schema.org/draft-07/schema#"}`)},
+			{Name: "get-tiny-image", Description: "Returns a tiny image", Parameters: json.RawMessage(`{"type":"object","properties":{},"$schema":"http://json-schema.org/draft-07/schema#"}`)},
 		}, extra...), nil
 	}
 }
@@ -37,6 +37,11 @@ func TestDiscoveredToolNames(t *testing.T) {
 	}
 	if len(got) != 2 || got[0].Name != "get-sum" || got[1].Name != "get-tiny-image" {
 		t.Errorf("discovered %+v", got)
+	}
+	// A schema naming a dialect nobody knows built in is refused, naming it.
+	odd := protocol.ToolSpec{Name: "odd", Description: "d", Parameters: json.RawMessage(`{"type":"object","$schema":"https://evil.example/meta.json"}`)}
+	if _, err := DiscoveredTools(ctx, named("odd"), everything(odd)); err == nil || !strings.Contains(err.Error(), "tool odd parameters: at #/$schema: $schema may name only") {
+		t.Errorf("unknown dialect: %v", err)
 	}
 	// With no names declared every offered tool is taken, so one name outside
 	// the MCP rule refuses the whole list, naming it.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/toolschema"
 )
 
 // Bounds of a tools/list answer kept for operators.
@@ -211,8 +212,10 @@ func CompareTools(declared []protocol.ToolSpec, offered []Tool) []Finding {
 	return out
 }
 
-// normalizeSchema re-encodes a schema with sorted keys and canonical numbers;
-// an absent or null schema stands for an empty object schema.
+// normalizeSchema re-encodes a schema with sorted keys and canonical numbers,
+// without its root $schema (a dialect declaration: a server's schema that
+// names draft-07 and the same schema declared without it do not differ); an
+// absent or null schema stands for an empty object schema.
 func normalizeSchema(raw json.RawMessage) ([]byte, error) {
 	t := bytes.TrimSpace(raw)
 	if len(t) == 0 || bytes.Equal(t, []byte("null")) {
@@ -222,7 +225,7 @@ func normalizeSchema(raw json.RawMessage) ([]byte, error) {
 	if err := json.Unmarshal(t, &v); err != nil {
 		return nil, err
 	}
-	return json.Marshal(v)
+	return json.Marshal(toolschema.WithoutDialect(v))
 }
 
 // schemaDiff names which top-level parts differ, for an operator to act on.

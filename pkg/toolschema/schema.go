@@ -3,13 +3,20 @@
 // (pkg/config), and every model request a guest sends (pkg/broker/chat).
 // Its guarantee: no remote reference reaches a provider from any position.
 // The identifier and reference keywords $ref, $dynamicRef, $recursiveRef,
-// $id, $schema and $vocabulary hold only local fragments ("#...") wherever they
+// $id and $vocabulary hold only local fragments ("#...") wherever they
 // occur as an object member: in schemas, under unknown or vendor keywords, in
 // arrays, and in data (enum, const, default, examples), because a generic
 // dereferencer on the way to a model resolves every $ref it meets. The one
 // exception is a name: a property called "$ref" under properties,
 // patternProperties, $defs, definitions, dependentSchemas or dependencies of
 // a real schema is a name, and its value is checked as a schema.
+//
+// $schema declares a dialect and is never loaded by anything of ours: it may
+// name only the json-schema.org URIs of drafts 04, 06, 07, 2019-09 and
+// 2020-12 (http or https, with or without an empty fragment), the dialects
+// validators carry built in, so nothing on the way has a reason to fetch it;
+// any other value (another host, draft-03, a local fragment) is refused
+// wherever it occurs. Compare schemas without it (WithoutDialect).
 package toolschema
 
 import (
@@ -74,7 +81,7 @@ func Where(err error) string {
 // MaxDepth bounds nesting (schemas and data alike).
 const MaxDepth = 64
 
-// refKeywords may only hold a local fragment.
+// refKeywords may only hold a local fragment ($schema: a known dialect).
 var refKeywords = map[string]bool{
 	"$ref": true, "$dynamicRef": true, "$recursiveRef": true,
 	"$id": true, "$schema": true, "$vocabulary": true,
@@ -94,6 +101,45 @@ var list = map[string]bool{"allOf": true, "anyOf": true, "oneOf": true, "prefixI
 var named = map[string]bool{
 	"properties": true, "patternProperties": true, "$defs": true, "definitions": true,
 	"dependentSchemas": true,
+}
+
+// dialects are the accepted $schema values without scheme and empty fragment.
+var dialects = map[string]bool{
+	"json-schema.org/draft-04/schema":      true,
+	"json-schema.org/draft-06/schema":      true,
+	"json-schema.org/draft-07/schema":      true,
+	"json-schema.org/draft/2019-09/schema": true,
+	"json-schema.org/draft/2020-12/schema": true,
+}
+
+// KnownDialect reports whether s is an accepted $schema value.
+func KnownDialect(s string) bool {
+	s = strings.TrimSuffix(s, "#")
+	rest, ok := strings.CutPrefix(s, "https://")
+	if !ok {
+		rest, ok = strings.CutPrefix(s, "http://")
+	}
+	return ok && dialects[rest]
+}
+
+// WithoutDialect returns schema (a decoded JSON object) without its root
+// $schema, for comparing two schemas: the same parameters declared with and
+// without a dialect are the same parameters. Other values come back as is.
+func WithoutDialect(schema any) any {
+	m, ok := schema.(map[string]any)
+	if !ok {
+		return schema
+	}
+	if _, has := m["$schema"]; !has {
+		return m
+	}
+	out := make(map[string]any, len(m)-1)
+	for k, v := range m {
+		if k != "$schema" {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // Check walks schema (a decoded JSON value, the root of a schema) and
@@ -232,6 +278,12 @@ func (w *walker) value(v any, depth int) error {
 
 // reference checks the value val of a reference keyword k.
 func (w *walker) reference(k string, val any) error {
+	if k == "$schema" {
+		if s, ok := val.(string); !ok || !KnownDialect(s) {
+			return w.refuse("$schema may name only a json-schema.org dialect (draft-04, -06, -07, 2019-09 or 2020-12, http or https); it is a declaration, never loaded")
+		}
+		return nil
+	}
 	if k == "$vocabulary" {
 		// An object of vocabulary URIs: every key must be local too.
 		m, ok := val.(map[string]any)

@@ -36,7 +36,19 @@ func TestCheck(t *testing.T) {
 		{`{"$dynamicRef":"http://x#meta"}`, false},
 		{`{"$recursiveRef":"x"}`, false},
 		{`{"$id":"urn:x"}`, false},
-		{`{"$schema":"http://json-schema.org/draft-07/schema#"}`, false},
+		// $schema: a dialect declaration, anywhere, never a document to load.
+		{`{"$schema":"http://json-schema.org/draft-07/schema#"}`, true},
+		{`{"$schema":"https://json-schema.org/draft/2020-12/schema","properties":{"a":{"$schema":"http://json-schema.org/draft-07/schema"}}}`, true},
+		{`{"examples":[{"$schema":"https://json-schema.org/draft/2019-09/schema"}]}`, true},
+		{`{"$schema":"https://evil.example/draft-07/schema#"}`, false},
+		{`{"$schema":"http://json-schema.org/draft-03/schema#"}`, false},
+		{`{"$schema":"http://json-schema.org/draft-07/schema#/definitions"}`, false},
+		{`{"$schema":"http://json-schema.org/draft-07/schema.json"}`, false},
+		{`{"$schema":"ftp://json-schema.org/draft-07/schema#"}`, false},
+		{`{"$schema":"#"}`, false},
+		{`{"$schema":""}`, false},
+		{`{"$schema":7}`, false},
+		{`{"x-a":[{"$schema":"https://evil.example/s.json"}]}`, false},
 		{`{"$vocabulary":{"https://x":true}}`, false},
 		{`{"$vocabulary":"#x"}`, false},
 		{`{"properties":{"a":{"$ref":"https://x"}}}`, false},
@@ -155,8 +167,12 @@ func remoteRef(v any) string {
 	case map[string]any:
 		for k, e := range s {
 			switch k {
-			case "$ref", "$dynamicRef", "$recursiveRef", "$id", "$schema":
+			case "$ref", "$dynamicRef", "$recursiveRef", "$id":
 				if str, ok := e.(string); ok && !strings.HasPrefix(str, "#") {
+					return k + "=" + str
+				}
+			case "$schema":
+				if str, ok := e.(string); ok && !strings.HasPrefix(str, "http://json-schema.org/draft") && !strings.HasPrefix(str, "https://json-schema.org/draft") {
 					return k + "=" + str
 				}
 			case "$vocabulary":
@@ -174,4 +190,50 @@ func remoteRef(v any) string {
 		}
 	}
 	return ""
+}
+
+func TestKnownDialect(t *testing.T) {
+	for _, c := range []struct {
+		uri string
+		ok  bool
+	}{
+		{"http://json-schema.org/draft-04/schema#", true},
+		{"http://json-schema.org/draft-06/schema#", true},
+		{"http://json-schema.org/draft-07/schema#", true},
+		{"https://json-schema.org/draft-07/schema", true},
+		{"https://json-schema.org/draft/2019-09/schema", true},
+		{"https://json-schema.org/draft/2020-12/schema", true},
+		{"http://json-schema.org/draft/2020-12/schema#", true},
+		{"http://json-schema.org/draft-03/schema#", false},
+		{"http://json-schema.org/schema#", false}, // "latest": a moving target
+		{"http://json-schema.org/draft-07/schema##", false},
+		{"HTTP://json-schema.org/draft-07/schema#", false},
+		{"http://json-schema.org.evil.example/draft-07/schema#", false},
+		{"http://user@json-schema.org/draft-07/schema#", false},
+		{"//json-schema.org/draft-07/schema#", false},
+		{"json-schema.org/draft-07/schema", false},
+		{"", false},
+	} {
+		if got := KnownDialect(c.uri); got != c.ok {
+			t.Errorf("KnownDialect(%q) = %v, want %v", c.uri, got, c.ok)
+		}
+	}
+}
+
+func TestWithoutDialect(t *testing.T) {
+	in := decode(t, `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","properties":{"a":{"$schema":"x"}}}`)
+	got, _ := json.Marshal(WithoutDialect(in))
+	if want := `{"properties":{"a":{"$schema":"x"}},"type":"object"}`; string(got) != want {
+		t.Errorf("WithoutDialect = %s, want %s", got, want)
+	}
+	if _, ok := in.(map[string]any)["$schema"]; !ok {
+		t.Error("WithoutDialect changed its input")
+	}
+	for _, v := range []any{true, nil, "s", decode(t, `{"type":"object"}`)} {
+		a, _ := json.Marshal(v)
+		b, _ := json.Marshal(WithoutDialect(v))
+		if string(a) != string(b) {
+			t.Errorf("WithoutDialect(%s) = %s", a, b)
+		}
+	}
 }

@@ -81,7 +81,8 @@ func TestBuildAcceptsSchemaWordsAsData(t *testing.T) {
 		`{"$ref":"#/$defs/a","$defs":{"a":{"$id":"#a","$dynamicRef":"#meta","$recursiveRef":"#"}}}`,
 		`{"required":["$ref"],"patternProperties":{"^\\$ref$":{"type":"string"}}}`,
 		`{"dependencies":{"a":["$ref","$id"]}}`,
-		`{"$schema":"#","$vocabulary":{"#core":true}}`,
+		`{"$schema":"http://json-schema.org/draft-07/schema#","$vocabulary":{"#core":true}}`,
+		`{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","properties":{"a":{"type":"number"}}}`,
 	} {
 		body := `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":` + s + `}}]}`
 		if _, err := Build([]byte(body), pol); err != nil {
