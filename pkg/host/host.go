@@ -92,8 +92,9 @@ type Options struct {
 	Now              func() time.Time                     //
 	NewTurnID        func() string                        //
 	RemoveTimeout    time.Duration                        // bound of each removal and unit stop, 5 s
-	SecondRemoval    time.Duration                        // bound of the second removal, 2 s
-	RemoveRetryDelay time.Duration                        // pause before the second removal, 100 ms
+	SecondRemoval    time.Duration                        // bound of each retried removal, 2 s
+	RemoveRetryDelay time.Duration                        // first pause between removals (doubling to 2 s), 100 ms
+	RemoveRetryTotal time.Duration                        // bound of a container's removal retries, 15 s
 	ShutdownTimeout  time.Duration                        // bound of the HTTP shutdown, 10 s
 	ObservePhase     func(string, time.Duration)
 }
@@ -112,14 +113,18 @@ type Host struct {
 	mcpSpecs []protocol.MCPServerSpec
 	pol      policy.Policy // the turn-independent part of every policy
 
-	stopCtx  context.Context
-	stopAll  context.CancelCauseFunc
-	mu       sync.Mutex
-	stopping bool
-	turns    sync.WaitGroup
-	active   map[string]*activeTurn // by channel
-	fresh    map[string]uint64      // pending fresh start: channel -> generation
-	freshGen uint64
+	stopCtx context.Context
+	stopAll context.CancelCauseFunc
+	// cleanupCtx ends container removal retries when a shutdown runs out
+	// of time (ShutdownContext); turn cleanup otherwise never gives up early.
+	cleanupCtx     context.Context
+	abandonCleanup context.CancelCauseFunc
+	mu             sync.Mutex
+	stopping       bool
+	turns          sync.WaitGroup
+	active         map[string]*activeTurn // by channel
+	fresh          map[string]uint64      // pending fresh start: channel -> generation
+	freshGen       uint64
 }
 
 type activeTurn struct {
@@ -167,6 +172,9 @@ func New(o Options) (*Host, error) {
 	if o.RemoveRetryDelay == 0 {
 		o.RemoveRetryDelay = 100 * time.Millisecond
 	}
+	if o.RemoveRetryTotal == 0 {
+		o.RemoveRetryTotal = 15 * time.Second
+	}
 	if o.ShutdownTimeout == 0 {
 		o.ShutdownTimeout = 10 * time.Second
 	}
@@ -177,6 +185,7 @@ func New(o Options) (*Host, error) {
 	}
 	h.metrics = newMetrics(o.Registry, h.queue)
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
+	h.cleanupCtx, h.abandonCleanup = context.WithCancelCause(context.Background())
 	if err := h.prepareStatic(); err != nil {
 		return nil, err
 	}
@@ -266,7 +275,11 @@ func (h *Host) Run(ctx context.Context, ln net.Listener) error {
 	case serveErr = <-served:
 		h.log.Error("API server stopped", "err", serveErr)
 	}
-	h.Shutdown()
+	// Leave time under the unit's TimeoutStopSec=60s for the HTTP shutdown
+	// and the exit: retries still running after this are left to the reaper.
+	cctx, ccancel := context.WithTimeout(context.Background(), ShutdownCleanupTimeout)
+	h.ShutdownContext(cctx)
+	ccancel()
 	if h.opts.Notify != nil {
 		h.opts.Notify("STOPPING=1")
 	}
@@ -327,15 +340,32 @@ func (l *steadyListener) Close() error {
 	return l.Listener.Close()
 }
 
+// ShutdownCleanupTimeout bounds how long Run's shutdown lets container
+// removal retries go on.
+const ShutdownCleanupTimeout = 40 * time.Second
+
 // Shutdown stops admitting, cancels every turn and waits until each has
 // finished its cleanup.
-func (h *Host) Shutdown() {
+func (h *Host) Shutdown() { h.ShutdownContext(context.Background()) }
+
+// ShutdownContext is Shutdown that, once ctx ends, stops container removal
+// retries (each turn's cleanup then ends within one bounded operation,
+// leaving what it could not remove to sandbox-reaper) and still waits for
+// every turn's cleanup to finish.
+func (h *Host) ShutdownContext(ctx context.Context) {
 	h.mu.Lock()
 	h.stopping = true
 	h.mu.Unlock()
 	h.queue.close()
 	h.stopAll(ErrShuttingDown)
-	h.turns.Wait()
+	done := make(chan struct{})
+	go func() { h.turns.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		h.abandonCleanup(context.Cause(ctx))
+		<-done
+	}
 }
 
 func (h *Host) accepting() bool {

@@ -478,10 +478,73 @@ func (h *Host) ensureWorkspace(dir string, guest int, tag string) error {
 	return nil
 }
 
+// RemoveAttempts bounds the removals of one container, the first included:
+// a daemon that is restarting (Docker down for seconds) must not leave a
+// Dead container behind until the next reaper pass.
+const RemoveAttempts = 6
+
+const maxRemoveRetryDelay = 2 * time.Second
+
+// removeContainer force-removes the turn's container: first by target (its
+// id, or its name when create did not answer), then, when that fails, by
+// name (which also covers the create/attach race) up to RemoveAttempts in
+// all, pausing RemoveRetryDelay doubling to 2 s (100 ms, 200 ms, ... 1.6 s
+// by default: about 3 s of pauses), starting no retry and ending none
+// later than RemoveRetryTotal after the first removal.
+// The first removal is always made; retries stop when the host abandons
+// cleanup (a shutdown out of time, see ShutdownContext). A container still
+// there is logged for the operator and left to sandbox-reaper.
+func (h *Host) removeContainer(target, name string, log *slog.Logger) error {
+	start := time.Now()
+	attempt := func(ctx context.Context, d time.Duration, id string) error {
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return h.opts.Containers.Remove(ctx, id)
+	}
+	err := attempt(context.Background(), h.opts.RemoveTimeout, target)
+	if err == nil {
+		return nil
+	}
+	log.Warn("container removal failed; retrying", "container", name, "err", err,
+		"attempts_left", RemoveAttempts-1, "within_ms", h.opts.RemoveRetryTotal.Milliseconds())
+	delay, attempts, stopped := h.opts.RemoveRetryDelay, 1, ""
+	for attempts < RemoveAttempts {
+		left := h.opts.RemoveRetryTotal - time.Since(start) - delay
+		if left <= 0 {
+			stopped = "retry time used up"
+			break
+		}
+		pause := time.NewTimer(delay)
+		select {
+		case <-h.cleanupCtx.Done():
+			pause.Stop()
+		case <-pause.C:
+		}
+		if h.cleanupCtx.Err() != nil {
+			stopped = "host shutdown out of time"
+			break
+		}
+		attempts++
+		if err = attempt(h.cleanupCtx, min(h.opts.SecondRemoval, left), name); err == nil {
+			log.Info("container removed after retries", "container", name, "attempts", attempts,
+				"took_ms", time.Since(start).Milliseconds())
+			return nil
+		}
+		log.Debug("container removal retry failed", "container", name, "attempt", attempts, "err", err)
+		delay = min(2*delay, maxRemoveRetryDelay)
+	}
+	if stopped == "" {
+		stopped = "attempts used up"
+	}
+	log.Error("container removal failed; left to sandbox-reaper", "container", name, "err", err,
+		"attempts", attempts, "took_ms", time.Since(start).Milliseconds(), "stopped", stopped)
+	return err
+}
+
 // cleanup runs whatever happened before: kill and force-remove the container
-// (a second short removal covers the create/attach race), stop the broker
-// units, remove the turn directory and the policy file. It never uses the
-// turn's context, which may be over.
+// (retried, see removeContainer), stop the broker units, remove the turn
+// directory and the policy file. It never uses the turn's context, which
+// may be over.
 func (h *Host) cleanup(t *turn, log *slog.Logger) error {
 	var failed []string
 	bounded := func(d time.Duration, f func(ctx context.Context) error) error {
@@ -498,15 +561,8 @@ func (h *Host) cleanup(t *turn, log *slog.Logger) error {
 		if err := bounded(h.opts.RemoveTimeout, func(ctx context.Context) error { return h.opts.Containers.Kill(ctx, target) }); err != nil {
 			log.Debug("kill before removal", "err", err) // usually: already exited
 		}
-		err := bounded(h.opts.RemoveTimeout, func(ctx context.Context) error { return h.opts.Containers.Remove(ctx, target) })
-		if err != nil {
-			log.Warn("first container removal failed; trying once more", "container", t.container, "err", err)
-			time.Sleep(h.opts.RemoveRetryDelay)
-			err = bounded(h.opts.SecondRemoval, func(ctx context.Context) error { return h.opts.Containers.Remove(ctx, t.container) })
-		}
-		if err != nil {
+		if err := h.removeContainer(target, t.container, log); err != nil {
 			failed = append(failed, "container")
-			log.Error("container removal failed", "container", t.container, "err", err)
 		}
 		t.phase(h, PhaseRemove, since)
 	}

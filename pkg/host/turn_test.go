@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -167,7 +168,7 @@ func TestCleanupFailureIsAnError(t *testing.T) {
 		t.Errorf("cleanup failure metric = %v", got)
 	}
 	// Units and files are still cleaned although the container is stuck.
-	if r.units.activeCount() != 0 || len(r.docker.removes) != 2 {
+	if r.units.activeCount() != 0 || len(r.docker.removes) != RemoveAttempts {
 		t.Errorf("units %d removes %v", r.units.activeCount(), r.docker.removes)
 	}
 }
@@ -299,5 +300,129 @@ func TestWorkerExitIsLoggedWithItsCause(t *testing.T) {
 				t.Errorf("log carries worker text %q:\n%s", tt.never, logs.String())
 			}
 		})
+	}
+}
+
+// Docker down for a moment during cleanup (removal fails N times, then
+// works): the container is removed by a retry, the turn succeeds, nothing
+// is counted as a cleanup failure and nothing is left for the reaper.
+func TestRemovalRetriedUntilTheDaemonIsBack(t *testing.T) {
+	for _, fails := range []int{1, 3, RemoveAttempts - 1} {
+		t.Run(fmt.Sprint(fails), func(t *testing.T) {
+			var logs bytes.Buffer
+			r := newRig(t, "", func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
+			r.docker.removeFails = fails
+			reply, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
+			if err != nil || !reply.OK {
+				t.Fatalf("reply %v err %v, want the reply", reply, err)
+			}
+			if got := len(r.docker.removes); got != fails+1 {
+				t.Errorf("removals = %d, want %d", got, fails+1)
+			}
+			if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("container")); got != 0 {
+				t.Errorf("cleanup failure metric = %v, want 0", got)
+			}
+			for _, want := range []string{`"msg":"container removed after retries"`, fmt.Sprintf(`"attempts":%d,`, fails+1)} {
+				if !strings.Contains(logs.String(), want) {
+					t.Errorf("log lacks %s:\n%s", want, logs.String())
+				}
+			}
+			r.assertClean(t)
+		})
+	}
+}
+
+// Docker down for good: removal is retried RemoveAttempts times at most,
+// within RemoveRetryTotal, then counted as a cleanup failure and left to the
+// reaper, while units and files are still cleaned.
+func TestRemovalAlwaysFailingIsBounded(t *testing.T) {
+	for _, tt := range []struct {
+		name         string
+		delay, total time.Duration
+		attempts     int
+	}{
+		{"attempts bound", time.Millisecond, time.Minute, RemoveAttempts},
+		// 1st at 0; pause 100 ms -> 2nd at 100 ms; pause 200 ms -> 3rd at
+		// 300 ms; a pause of 400 ms would end past 500 ms -> stop (200 ms
+		// of slack either way for a loaded machine).
+		{"time bound", 100 * time.Millisecond, 500 * time.Millisecond, 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			r := newRig(t, "", func(o *Options) {
+				o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+				o.RemoveRetryDelay, o.RemoveRetryTotal = tt.delay, tt.total
+			})
+			r.docker.removeFails = -1
+			start := time.Now()
+			_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
+			took := time.Since(start)
+			if !errors.Is(err, ErrCleanup) {
+				t.Fatalf("err = %v, want ErrCleanup", err)
+			}
+			if got := len(r.docker.removes); got != tt.attempts {
+				t.Errorf("removals = %d, want %d", got, tt.attempts)
+			}
+			if took > tt.total+2*time.Second {
+				t.Errorf("turn took %v, over the %v retry bound", took, tt.total)
+			}
+			if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("container")); got != 1 {
+				t.Errorf("cleanup failure metric = %v, want 1", got)
+			}
+			if !strings.Contains(logs.String(), `"msg":"container removal failed; left to sandbox-reaper"`) {
+				t.Errorf("log lacks the final removal failure:\n%s", logs.String())
+			}
+			if r.units.activeCount() != 0 {
+				t.Errorf("%d broker units left", r.units.activeCount())
+			}
+		})
+	}
+}
+
+// A shutdown whose context ends stops the removal retries at once: the
+// host does not wait out a long backoff, the container is counted and left
+// to the reaper, and Shutdown still returns only after the cleanup ended.
+func TestShutdownContextStopsRemovalRetries(t *testing.T) {
+	var logs bytes.Buffer
+	r := newRig(t, "", func(o *Options) {
+		o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+		o.RemoveRetryDelay, o.RemoveRetryTotal = 10*time.Second, time.Minute
+	})
+	r.docker.removeFails = -1
+	started := make(chan struct{})
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		close(started)
+		return blockRun(ctx, spec, stdin)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
+		done <- err
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	r.h.ShutdownContext(ctx)
+	took := time.Since(start)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrCleanup) {
+			t.Errorf("turn err = %v, want ErrCleanup", err)
+		}
+	default:
+		t.Fatal("ShutdownContext returned before the turn's cleanup ended")
+	}
+	if took > 3*time.Second {
+		t.Errorf("shutdown took %v: the 10 s backoff was waited out", took)
+	}
+	if got := len(r.docker.removes); got != 1 {
+		t.Errorf("removals = %d, want 1 (no retry after the shutdown ran out of time)", got)
+	}
+	if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("container")); got != 1 {
+		t.Errorf("cleanup failure metric = %v, want 1", got)
+	}
+	if !strings.Contains(logs.String(), `"stopped":"host shutdown out of time"`) {
+		t.Errorf("log does not say why retries stopped:\n%s", logs.String())
 	}
 }
