@@ -10,8 +10,10 @@
 // (never repaired); upstream requests are built from scratch with fixed URL,
 // headers, model, stream:false and clamped max_tokens; answers are bounded JSON objects re-encoded from what was
 // checked, with no upstream header, cookie or credential reflection; errors
-// are generic; at most maxCalls calls, one in flight, maxConnections
-// connections, and nothing after the turn deadline. No payload or credential
+// are generic; at most maxCalls calls, one in flight (the slot is taken
+// before a body is read), a JSON token budget checked before decoding,
+// MaxRefusals refused requests, maxConnections connections, and nothing
+// after the turn deadline. No payload or credential
 // is logged: log lines carry the turn, route, status, latency and a reason
 // built from the broker's own words.
 package broker
@@ -79,6 +81,7 @@ type Broker struct {
 	mu       sync.Mutex
 	calls    int
 	inFlight atomic.Bool
+	refusals atomic.Int64   // 4xx answers of this turn (MaxRefusals)
 	active   sync.WaitGroup // handlers running, awaited at shutdown
 }
 
@@ -148,6 +151,9 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var public string
 		code, public = status(err)
+		if code >= 400 && code < 500 && !errors.Is(err, ErrRefusalLimit) && !errors.Is(err, ErrClientGone) {
+			b.refusal()
+		}
 		answer, _ = json.Marshal(map[string]string{"error": public})
 	}
 	h := w.Header()
@@ -172,7 +178,36 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.log.Info("call", attrs...)
 }
 
+// MaxRefusals is a turn's budget of refused requests (4xx: malformed,
+// unknown, unauthorized, too large, concurrent, over the call limit). The
+// worker builds every request itself and calls one at a time, so it never
+// comes close; a guest that spends the budget is not the worker, and the
+// broker answers every later request of the turn before reading its body.
+const MaxRefusals = 16
+
+// MaxRequestTokens is the JSON token budget of a request body of at most
+// maxBytes: one token per 4 bytes (65,536 for the default 256 KiB). The
+// worker's densest requests (tool schemas, short tool-call messages) stay
+// under one token per 4 bytes; a token-dense body ("[],[],...") has 2 in 3.
+func MaxRequestTokens(maxBytes int64) int { return int(max(maxBytes/4, 1024)) }
+
+func (b *Broker) callsLeft() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pol.Limits.MaxCalls - b.calls
+}
+
+// refusal counts one refused request; the one that spends the budget logs it.
+func (b *Broker) refusal() {
+	if b.refusals.Add(1) == MaxRefusals {
+		b.log.Warn("refusal budget spent: the broker answers nothing more of this turn", "refusals", MaxRefusals)
+	}
+}
+
 func (b *Broker) handle(r *http.Request) (route, []byte, error) {
+	if b.refusals.Load() >= MaxRefusals {
+		return route{}, nil, refused("refusal budget spent", ErrRefusalLimit)
+	}
 	if !b.now().Before(b.pol.Deadline()) {
 		return route{}, nil, refused("turn deadline passed", ErrTurnOver)
 	}
@@ -190,15 +225,28 @@ func (b *Broker) handle(r *http.Request) (route, []byte, error) {
 	if r.ContentLength > max {
 		return rt, nil, refused("body over the limit", ErrTooLarge)
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
-	if err != nil {
+	// Cheap refusals before the body is read or decoded: the call budget,
+	// then the one in-flight slot, held from here to the end of the call, so
+	// at most one body of a turn is ever being decoded.
+	if b.callsLeft() <= 0 {
+		return rt, nil, refused("call limit reached", ErrCallLimit)
+	}
+	if !b.inFlight.CompareAndSwap(false, true) {
+		return rt, nil, refused("another call is in flight", ErrBusy)
+	}
+	defer b.inFlight.Store(false)
+	// checkHeaders requires Content-Length, checked against max above: one
+	// allocation of exactly that size, and a body longer than it declared is
+	// never read (the server answers and closes).
+	body := make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(r.Body, body); err != nil {
 		return rt, nil, refused("body unreadable", ErrRefused)
 	}
-	if int64(len(body)) > max {
-		return rt, nil, refused("body over the limit", ErrTooLarge)
+	if err := strictjson.CountTokens(body, MaxRequestTokens(max)); err != nil {
+		return rt, nil, err
 	}
 
-	// Validate fully before the call counts or takes the in-flight slot.
+	// Validate fully before the call counts.
 	var call func(ctx context.Context) ([]byte, []credential.Secret, error)
 	switch rt.kind {
 	case routeModel:
@@ -224,10 +272,6 @@ func (b *Broker) handle(r *http.Request) (route, []byte, error) {
 		call = func(ctx context.Context) ([]byte, []credential.Secret, error) { return b.callMCP(ctx, s, c) }
 	}
 
-	if !b.inFlight.CompareAndSwap(false, true) {
-		return rt, nil, refused("another call is in flight", ErrBusy)
-	}
-	defer b.inFlight.Store(false)
 	b.mu.Lock()
 	if b.calls >= b.pol.Limits.MaxCalls {
 		b.mu.Unlock()

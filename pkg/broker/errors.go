@@ -34,6 +34,8 @@ var (
 	// nothing upstream failed. The answer cannot reach anyone: its status
 	// is for the log.
 	ErrClientGone = errors.New("client closed the request")
+	// ErrRefusalLimit: the turn spent its MaxRefusals.
+	ErrRefusalLimit = errors.New("refusal limit reached")
 )
 
 // StatusClientClosed is the status logged for ErrClientGone (nginx's 499:
@@ -65,6 +67,7 @@ var categories = []category{
 	{ErrCallLimit, http.StatusTooManyRequests, "call limit reached"},
 	{ErrBusy, http.StatusTooManyRequests, "call in flight"},
 	{ErrClientGone, StatusClientClosed, "client closed request"},
+	{ErrRefusalLimit, http.StatusTooManyRequests, "refusal limit reached"},
 	{ErrTurnOver, http.StatusServiceUnavailable, "turn over"},
 	{credential.ErrMissing, http.StatusServiceUnavailable, "unavailable"},
 	{credential.ErrInvalid, http.StatusServiceUnavailable, "unavailable"},

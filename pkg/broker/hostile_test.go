@@ -304,6 +304,7 @@ func TestHostileRequests(t *testing.T) {
 			if method == "" {
 				method = "POST"
 			}
+			h.broker.refusals.Store(0) // each case is judged on its own, not on the turn's budget
 			before := h.upstreamSeen()
 			got, body := h.raw(method, c.raw)
 			if got != c.want {
