@@ -10,9 +10,9 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 )
 
-// everything lists tools as @modelcontextprotocol/server-everything does:
+// referenceTools lists tools as @modelcontextprotocol/server-everything does:
 // dashed names and draft-07 schemas that declare their dialect.
-func everything(extra ...protocol.ToolSpec) func(context.Context, config.MCP) ([]protocol.ToolSpec, error) {
+func referenceTools(extra ...protocol.ToolSpec) func(context.Context, config.MCP) ([]protocol.ToolSpec, error) {
 	return func(context.Context, config.MCP) ([]protocol.ToolSpec, error) {
 		return append([]protocol.ToolSpec{
 			{Name: "echo", Description: "Echoes back the input", Parameters: json.RawMessage(`{"type":"object","properties":{"message":{"type":"string"}},"required":["message"],"additionalProperties":false,"$schema":"http://json-schema.org/draft-07/schema#"}`)},
@@ -31,7 +31,7 @@ func TestDiscoveredToolNames(t *testing.T) {
 		}
 		return s
 	}
-	got, err := DiscoveredTools(ctx, named("get-sum", "get-tiny-image"), everything())
+	got, err := DiscoveredTools(ctx, named("get-sum", "get-tiny-image"), referenceTools())
 	if err != nil {
 		t.Fatalf("DiscoveredTools = %v", err)
 	}
@@ -40,18 +40,18 @@ func TestDiscoveredToolNames(t *testing.T) {
 	}
 	// A schema naming a dialect nobody knows built in is refused, naming it.
 	odd := protocol.ToolSpec{Name: "odd", Description: "d", Parameters: json.RawMessage(`{"type":"object","$schema":"https://evil.example/meta.json"}`)}
-	if _, err := DiscoveredTools(ctx, named("odd"), everything(odd)); err == nil || !strings.Contains(err.Error(), "tool odd parameters: at #/$schema: $schema may name only") {
+	if _, err := DiscoveredTools(ctx, named("odd"), referenceTools(odd)); err == nil || !strings.Contains(err.Error(), "tool odd parameters: at #/$schema: $schema may name only") {
 		t.Errorf("unknown dialect: %v", err)
 	}
 	// With no names declared every offered tool is taken, so one name outside
 	// the MCP rule refuses the whole list, naming it.
 	bad := protocol.ToolSpec{Name: "a b", Description: "d", Parameters: json.RawMessage(`{"type":"object"}`)}
-	if _, err := DiscoveredTools(ctx, named(), everything(bad)); err == nil || !strings.Contains(err.Error(), `"a b"`) {
+	if _, err := DiscoveredTools(ctx, named(), referenceTools(bad)); err == nil || !strings.Contains(err.Error(), `"a b"`) {
 		t.Errorf("offered name outside the rule: %v", err)
 	}
 	// An undeclared tool's name is never judged, and undeclared tools offered
 	// after the last declared one are not taken either.
-	got, err = DiscoveredTools(ctx, named("echo"), everything(bad))
+	got, err = DiscoveredTools(ctx, named("echo"), referenceTools(bad))
 	if err != nil || len(got) != 1 || got[0].Name != "echo" {
 		t.Errorf("declared echo only: got %+v, %v", got, err)
 	}
