@@ -2,10 +2,13 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 )
 
 // base is a minimal valid config; tests append or replace lines.
@@ -190,6 +193,33 @@ func TestMCPToolNames(t *testing.T) {
 		"      - name: a_b\n        description: d\n        parameters: '{\"type\":\"object\"}'\n"
 	if _, err := Load(write(t, y)); err != nil {
 		t.Errorf("a.b and a_b refused: %v", err)
+	}
+}
+
+// TestMCPFunctionNameClashRefused: two tools of one server whose hashed
+// function names collide (found by brute force: 8 hex digits) are refused,
+// naming both and the key.
+func TestMCPFunctionNameClashRefused(t *testing.T) {
+	prefix := strings.Repeat("p", 60)
+	seen := map[string]string{}
+	var a, b string
+	for i := 0; a == ""; i++ {
+		if i > 1<<20 {
+			t.Skip("no collision found in 2^20 names")
+		}
+		n := fmt.Sprintf("%s%d", prefix, i)
+		fn := protocol.MCPFunctionName(0, n)
+		if other, ok := seen[fn]; ok {
+			a, b = other, n
+		}
+		seen[fn] = n
+	}
+	y := base + "mcp:\n  - name: s\n    url: https://mcp.example.com/\n    tools:\n" +
+		"      - name: " + a + "\n        description: d\n        parameters: '{\"type\":\"object\"}'\n" +
+		"      - name: " + b + "\n        description: d\n        parameters: '{\"type\":\"object\"}'\n"
+	_, err := Load(write(t, y))
+	if want := fmt.Sprintf("mcp[0].tools: %q and %q get the same model-facing function name", a, b); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Load = %v, want it to contain %s", err, want)
 	}
 }
 

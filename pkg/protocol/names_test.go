@@ -118,7 +118,7 @@ func TestMCPFunctionNameClashFound(t *testing.T) {
 	turn := Turn{Text: "t", Model: "m", TimeZone: "UTC", MCP: []MCPServerSpec{{Server: "s", Tools: []ToolSpec{
 		{Name: names[0], Parameters: []byte(`{}`)}, {Name: names[1], Parameters: []byte(`{}`)},
 	}}}}
-	if err := turn.Validate(); err == nil || !strings.Contains(err.Error(), "same function name") {
+	if err := turn.Validate(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("tools %q and %q get the same function name", names[0], names[1])) {
 		t.Errorf("Validate with clashing tools = %v, want refusal", err)
 	}
 }

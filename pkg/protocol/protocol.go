@@ -313,8 +313,8 @@ func (t *Turn) Validate() error {
 		for j, spec := range s.Tools {
 			names[j] = spec.Name
 		}
-		if _, _, clash := MCPFunctionNameClash(i, names); clash {
-			return bad("MCP server %s has two tools with the same function name", s.Server)
+		if a, b, clash := MCPFunctionNameClash(i, names); clash {
+			return bad("MCP server %s: tools %q and %q get the same function name %q; declare only one of them", s.Server, a, b, MCPFunctionName(i, a))
 		}
 	}
 	return nil
