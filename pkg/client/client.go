@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -227,6 +228,9 @@ func (c *Client) exchange(ctx context.Context, method, raw string, body, out any
 		if errors.As(err, &ue) {
 			err = ue.Err // drop the URL: the op names the call
 		}
+		if hostDown(err) {
+			return fmt.Errorf("sandbox-host: %s: %w (the host is not running or could not start: systemctl status sandbox-host)", op, err)
+		}
 		return fmt.Errorf("sandbox-host: %s: %w", op, err)
 	}
 	defer resp.Body.Close()
@@ -253,6 +257,13 @@ func (c *Client) exchange(ctx context.Context, method, raw string, body, out any
 		return fmt.Errorf("sandbox-host: %s: bad answer: %w", op, err)
 	}
 	return nil
+}
+
+// hostDown: the socket is absent or refuses, or the host closed the
+// connection without an answer (systemd closing a failed socket does that).
+func hostDown(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 func channelPath(channel string, rest ...string) []string {

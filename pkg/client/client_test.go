@@ -141,7 +141,8 @@ func TestNoSocketFailsAtOnce(t *testing.T) {
 	if err == nil || time.Since(start) > time.Second {
 		t.Fatalf("err = %v after %v", err, time.Since(start))
 	}
-	if msg := err.Error(); !strings.HasPrefix(msg, "sandbox-host: GET /v1/health: ") || strings.Count(msg, "sandbox-host:") != 1 || strings.Contains(msg, "http://") {
+	if msg := err.Error(); !strings.HasPrefix(msg, "sandbox-host: GET /v1/health: ") || strings.Count(msg, "sandbox-host:") != 1 ||
+		strings.Contains(msg, "http://") || !strings.Contains(msg, "systemctl status sandbox-host") {
 		t.Errorf("message %q", msg)
 	}
 }
@@ -153,5 +154,30 @@ func TestDefaults(t *testing.T) {
 	}
 	if o.Timeout <= 0 || o.Timeout > time.Minute || o.ConnectTimeout <= 0 {
 		t.Errorf("defaults %+v", o)
+	}
+}
+
+// TestClosedWithoutAnswer: a socket that accepts and closes (systemd closing
+// the socket of a host that failed too often) fails the call at once, with
+// where to look.
+func TestClosedWithoutAnswer(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "h.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, err = New(sock).RunTurn(context.Background(), "c", Speaker{ID: "s"}, "hi")
+	if err == nil || !strings.Contains(err.Error(), "systemctl status sandbox-host") || errors.Is(err, ErrTimeout) {
+		t.Errorf("err = %v", err)
 	}
 }

@@ -238,19 +238,34 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("config %s: %v: %w", path, err, ErrInvalid)
 	}
 	// Unknown keys first, from the file as written (viper lowercases them).
-	if errs := unknownKeys(data); len(errs) > 0 {
+	errs, written := scanKeys(data)
+	if len(errs) > 0 {
 		return nil, fmt.Errorf("config %s: %w", path, errors.Join(errs...))
 	}
 	var c Config
 	// viper's weak typing stays on: environment overrides arrive as strings.
 	if err := v.UnmarshalExact(&c); err != nil {
-		return nil, fmt.Errorf("config %s: %s: %w", path, decodeMessage(err), ErrInvalid)
+		return nil, fmt.Errorf("config %s: %s: %w", path, asWritten(decodeMessage(err), written), ErrInvalid)
 	}
 	c.applyElementDefaults()
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return &c, nil
+}
+
+var quotedKeyRe = regexp.MustCompile(`'([A-Za-z0-9_.\[\]]+)'`)
+
+// asWritten replaces the decoder's 'key.path' by the path as written in the
+// file and its line, where the file has it (an environment override has no
+// line: it keeps the decoder's spelling).
+func asWritten(msg string, written map[string]writtenKey) string {
+	return quotedKeyRe.ReplaceAllStringFunc(msg, func(m string) string {
+		if w, ok := written[strings.ToLower(m[1:len(m)-1])]; ok {
+			return fmt.Sprintf("%s (line %d)", w.path, w.line)
+		}
+		return m
+	})
 }
 
 var invalidKeysRe = regexp.MustCompile(`'([^']*)' has invalid keys: `)

@@ -329,3 +329,38 @@ func TestSelectCredential(t *testing.T) {
 		}
 	}
 }
+
+// TestKeysNamedAsWritten: refusals name a key with the operator's spelling
+// (viper lowercases what it reads) and its line, compared case-sensitively.
+func TestKeysNamedAsWritten(t *testing.T) {
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"unknown top-level", base + "turnDeadlineSecs: 30\n", "turnDeadlineSecs: unknown key (line "},
+		{"unknown nested under a differently cased section", base + "Limits:\n  MemoryGB: 1\n", "Limits.MemoryGB: unknown key (line "},
+		{"unknown in a list", base + "tools:\n  - Name: t\n    ShellCommand: x\n", "tools[0].ShellCommand: unknown key (line "},
+		{"bad value of a known key", base + "Limits:\n  MemoryMB: lots\n", "Limits.MemoryMB (line "},
+		{"bad value in a list", base + "tools:\n  - name: t\n    TimeoutSeconds: soon\n", "tools[0].TimeoutSeconds (line "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(write(t, tt.yaml))
+			if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error = %v\nwant it to contain %q", err, tt.want)
+			}
+		})
+	}
+	// Two unknown keys: both named, each with its own line.
+	_, err := Load(write(t, base+"fooBar: 1\nbazQux: 2\n"))
+	n := strings.Count(base, "\n")
+	for _, want := range []string{fmt.Sprintf("fooBar: unknown key (line %d)", n+1), fmt.Sprintf("bazQux: unknown key (line %d)", n+2)} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error = %v\nwant it to contain %q", err, want)
+		}
+	}
+	// An environment override has no line: the decoder's spelling stays.
+	t.Setenv("SANDBOX_LIMITS_PIDS", "many")
+	if _, err := Load(write(t, base)); err == nil || !strings.Contains(err.Error(), "limits.pids") {
+		t.Errorf("env override error = %v", err)
+	}
+}

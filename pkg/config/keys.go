@@ -15,24 +15,42 @@ import (
 // written and its line. Input that is not YAML yields nothing: viper reports
 // that.
 func unknownKeys(data []byte) []error {
+	errs, _ := scanKeys(data)
+	return errs
+}
+
+// writtenKey is a known key's path as written in the file, and its line.
+type writtenKey struct {
+	path string
+	line int
+}
+
+// scanKeys walks the document once: the unknown keys, and every known key's
+// written path by its lowercased path (to name keys in decoder errors).
+func scanKeys(data []byte) ([]error, map[string]writtenKey) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 {
-		return nil
+		return nil, nil
 	}
-	var errs []error
-	walkKeys(doc.Content[0], reflect.TypeOf(Config{}), "", &errs, 0)
-	return errs
+	w := &keyWalk{written: map[string]writtenKey{}}
+	w.walk(doc.Content[0], reflect.TypeOf(Config{}), "", 0)
+	return w.errs, w.written
+}
+
+type keyWalk struct {
+	errs    []error
+	written map[string]writtenKey
 }
 
 // maxKeyDepth bounds the walk (aliases may nest); Config is 4 levels deep.
 const maxKeyDepth = 16
 
-func walkKeys(n *yaml.Node, t reflect.Type, path string, errs *[]error, depth int) {
+func (w *keyWalk) walk(n *yaml.Node, t reflect.Type, path string, depth int) {
 	if n == nil || depth > maxKeyDepth {
 		return
 	}
 	if n.Kind == yaml.AliasNode {
-		walkKeys(n.Alias, t, path, errs, depth+1)
+		w.walk(n.Alias, t, path, depth+1)
 		return
 	}
 	switch t.Kind() {
@@ -50,23 +68,24 @@ func walkKeys(n *yaml.Node, t reflect.Type, path string, errs *[]error, depth in
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Tag == "!!merge" { // "<<: *defaults" merges the aliased mapping here
-				walkKeys(v, t, path, errs, depth+1)
+				w.walk(v, t, path, depth+1)
 				continue
 			}
 			name := join(path, k.Value)
 			ft, ok := fields[strings.ToLower(k.Value)]
 			if !ok {
-				*errs = append(*errs, fmt.Errorf("%s: unknown key (line %d): %w", name, k.Line, ErrInvalid))
+				w.errs = append(w.errs, fmt.Errorf("%s: unknown key (line %d): %w", name, k.Line, ErrInvalid))
 				continue
 			}
-			walkKeys(v, ft, name, errs, depth+1)
+			w.written[strings.ToLower(name)] = writtenKey{name, k.Line}
+			w.walk(v, ft, name, depth+1)
 		}
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			return
 		}
 		for i, e := range n.Content {
-			walkKeys(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i), errs, depth+1)
+			w.walk(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i), depth+1)
 		}
 	}
 }

@@ -652,3 +652,104 @@ func TestGuestsHaveTheirOwnUIDs(t *testing.T) {
 	}
 	assertNothingLeft(t, "after the budget turn")
 }
+
+// TestBrokenConfigFailsFastAndVisibly: a host whose configuration has an
+// unknown key does not restart-loop behind a socket that keeps accepting.
+// It exits 78 naming the key as written; connections to the socket start it
+// again only up to the start limit, after which the socket fails and closes;
+// a client gets an error within seconds instead of waiting; systemctl, the
+// journal and doctor all say what is wrong; and after the fix the documented
+// reset brings it back.
+func TestBrokenConfigFailsFastAndVisibly(t *testing.T) {
+	diagnose(t)
+	const key = "turnDeadlineSecs" // as written: mixed case, which viper would lowercase
+	good, err := os.ReadFile(configPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	install := func(data []byte) {
+		t.Helper()
+		tmp := configPath + ".e2e-tmp"
+		if err := os.WriteFile(tmp, data, 0o640); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := run("chown", "root:_sandbox", tmp); err != nil {
+			t.Fatalf("chown: %v %s", err, out)
+		}
+		if err := os.Rename(tmp, configPath); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recoverHost := func() {
+		_, _ = run("systemctl", "reset-failed", "sandbox-host.socket", layout.HostService)
+		if out, err := run("systemctl", "start", "sandbox-host.socket", layout.HostService); err != nil {
+			t.Errorf("start after the fix: %v\n%s", err, out)
+		}
+	}
+	t.Cleanup(func() {
+		install(good)
+		recoverHost()
+	})
+	install(append(append([]byte{}, good...), []byte("\n"+key+": 30\n")...))
+	since := time.Now().Add(-time.Second).Format("2006-01-02 15:04:05")
+	_, _ = run("systemctl", "reset-failed", "sandbox-host.socket", layout.HostService)
+	if out, err := run("systemctl", "restart", layout.HostService); err == nil {
+		t.Fatalf("the host started with an unknown key:\n%s", out)
+	}
+	show := func(unit string) string {
+		out, _ := run("systemctl", "show", "--property=ActiveState,Result,ExecMainStatus,NRestarts", unit)
+		return strings.Join(strings.Fields(out), " ")
+	}
+	if got := show(layout.HostService); !strings.Contains(got, "ExecMainStatus=78") || !strings.Contains(got, "NRestarts=0") {
+		t.Errorf("after a start with a bad config the service shows %q, want exit status 78 and no restart", got)
+	}
+
+	// A client arriving now triggers starts up to the limit, then the socket
+	// fails: the client gets an error in seconds, not after its deadline.
+	start := time.Now()
+	out, err := cli("--timeout", "60s", "channel", "status", "e2e-broken")
+	took := time.Since(start)
+	t.Logf("a status call to the broken host failed after %s: %s", took.Round(time.Millisecond), strings.TrimSpace(out))
+	if err == nil {
+		t.Errorf("a status call to a host that cannot start succeeded: %s", out)
+	}
+	if took > 15*time.Second {
+		t.Errorf("the client waited %s for a host that cannot start", took)
+	}
+	got := eventually(10*time.Second, func() string {
+		if s := show("sandbox-host.socket"); strings.Contains(s, "ActiveState=failed") {
+			return ""
+		}
+		return show("sandbox-host.socket")
+	})
+	if got != "" {
+		t.Errorf("sandbox-host.socket: %s, want failed (service-start-limit-hit)", got)
+	}
+	if s := show("sandbox-host.socket"); !strings.Contains(s, "Result=service-start-limit-hit") {
+		t.Errorf("sandbox-host.socket: %s, want Result=service-start-limit-hit", s)
+	}
+	start = time.Now()
+	if out, err := cli("--timeout", "60s", "channel", "status", "e2e-broken"); err == nil || time.Since(start) > 2*time.Second {
+		t.Errorf("a call to the failed socket: err %v after %s: %s", err, time.Since(start), out)
+	}
+
+	// Visible: status, journal and doctor name the key as written.
+	want := key + ": unknown key (line "
+	if out, _ := run("systemctl", "status", "--no-pager", "--lines=20", layout.HostService); !strings.Contains(out, want) || !strings.Contains(out, "status=78") {
+		t.Errorf("systemctl status does not show %q and status=78:\n%s", want, out)
+	}
+	if out := journal("-u", layout.HostService, "--since", since); !strings.Contains(out, want) {
+		t.Errorf("the journal does not name the key as written (%q):\n%s", want, out)
+	}
+	out, err = cli("doctor")
+	if err == nil || !strings.Contains(out, want) || !strings.Contains(out, "sandbox-host.socket is failed") || !strings.Contains(out, "reset-failed") {
+		t.Errorf("doctor (err %v) does not report the key, the failed socket and the remedy:\n%s", err, out)
+	}
+
+	// Fixed file, documented reset: the host serves again.
+	install(good)
+	recoverHost()
+	if r := api(http.MethodGet, "/v1/health", nil); r.Err != nil || r.Status != http.StatusOK {
+		t.Errorf("health after the fix and reset: %s", r)
+	}
+}
