@@ -81,27 +81,40 @@ func Where(err error) string {
 // MaxDepth bounds nesting (schemas and data alike).
 const MaxDepth = 64
 
-// refKeywords may only hold a local fragment ($schema: a known dialect).
-var refKeywords = map[string]bool{
-	"$ref": true, "$dynamicRef": true, "$recursiveRef": true,
-	"$id": true, "$schema": true, "$vocabulary": true,
+// Keyword classes (a switch, not maps: the broker runs this on every model
+// request, over every key of every tool schema).
+const (
+	other  = iota // data, assertion, unknown or vendor keyword: walked as a value
+	ref           // may only hold a local fragment ($schema: a known dialect)
+	single        // one schema
+	list          // an array of schemas
+	named         // an object of schemas whose keys are names, not keywords
+	items         // one schema, or (older drafts) an array of them
+	deps          // dependencies: schemas or arrays of property names
+)
+
+func class(k string) int {
+	switch k {
+	case "$ref", "$dynamicRef", "$recursiveRef", "$id", "$schema", "$vocabulary":
+		return ref
+	case "additionalItems", "additionalProperties", "unevaluatedItems", "unevaluatedProperties", "contains",
+		"propertyNames", "not", "if", "then", "else", "contentSchema":
+		return single
+	case "allOf", "anyOf", "oneOf", "prefixItems":
+		return list
+	case "properties", "patternProperties", "$defs", "definitions", "dependentSchemas":
+		return named
+	case "items":
+		return items
+	case "dependencies":
+		return deps
+	}
+	return other
 }
 
-// Keywords whose value is one schema.
-var single = map[string]bool{
-	"additionalItems": true, "additionalProperties": true, "unevaluatedItems": true,
-	"unevaluatedProperties": true, "contains": true, "propertyNames": true, "not": true,
-	"if": true, "then": true, "else": true, "contentSchema": true,
-}
-
-// Keywords whose value is an array of schemas.
-var list = map[string]bool{"allOf": true, "anyOf": true, "oneOf": true, "prefixItems": true}
-
-// Keywords whose value is an object of schemas (the keys are names, not keywords).
-var named = map[string]bool{
-	"properties": true, "patternProperties": true, "$defs": true, "definitions": true,
-	"dependentSchemas": true,
-}
+// isRef: class(k) == ref, cheaper for the many keys of data that start
+// with anything but '$'.
+func isRef(k string) bool { return len(k) > 2 && k[0] == '$' && class(k) == ref }
 
 // dialects are the accepted $schema values without scheme and empty fragment.
 var dialects = map[string]bool{
@@ -173,24 +186,24 @@ func (w *walker) check(v any, depth int) error {
 
 // keyword checks the value val of keyword k (the path ends at val).
 func (w *walker) keyword(k string, val any, depth int) error {
-	switch {
-	case refKeywords[k]:
+	switch class(k) {
+	case ref:
 		return w.reference(k, val)
-	case single[k]:
+	case single:
 		return w.check(val, depth+1)
-	case k == "items":
+	case items:
 		// Draft 2020-12: one schema; older drafts: a schema or an array of them.
 		if a, ok := val.([]any); ok {
 			return w.each(a, depth)
 		}
 		return w.check(val, depth+1)
-	case list[k]:
+	case list:
 		a, ok := val.([]any)
 		if !ok {
 			return w.refuse("a schema list keyword needs an array")
 		}
 		return w.each(a, depth)
-	case named[k]:
+	case named:
 		m, ok := val.(map[string]any)
 		if !ok {
 			return w.refuse("a schema map keyword needs an object")
@@ -203,7 +216,7 @@ func (w *walker) keyword(k string, val any, depth int) error {
 			w.pop()
 		}
 		return nil
-	case k == "dependencies":
+	case deps:
 		// Values are schemas or arrays of property names.
 		m, ok := val.(map[string]any)
 		if !ok {
@@ -262,7 +275,7 @@ func (w *walker) value(v any, depth int) error {
 		for k, e := range s {
 			w.member(k)
 			var err error
-			if refKeywords[k] {
+			if isRef(k) {
 				err = w.reference(k, e)
 			} else {
 				err = w.value(e, depth+1)

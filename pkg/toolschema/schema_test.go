@@ -237,3 +237,28 @@ func TestWithoutDialect(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCheck: a tool schema near protocol.MaxSchemaBytes (16 KiB) of
+// properties with enums and defaults, the shape a big MCP tool has.
+func BenchmarkCheck(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","properties":{`)
+	for i := 0; sb.Len() < 15<<10; i++ {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		sb.WriteString(`"p` + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + `":{"type":["string","null"],"enum":["a","b","c"],"default":{"k":[1,2,{"v":"w"}]},"description":"d"}`)
+	}
+	sb.WriteString(`},"additionalProperties":false}`)
+	var v any
+	if err := json.Unmarshal([]byte(sb.String()), &v); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(sb.Len()))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := Check(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
