@@ -149,6 +149,7 @@ func TestDoctorFailuresCarryRemedies(t *testing.T) {
 		{"bad config", "config", "fix the named key", func(path string, d *doctorDeps) {
 			os.WriteFile(path, []byte(testYAML+"nonsense: 1\n"), 0o600)
 		}},
+		{"no config", "config", "reinstall", func(path string, d *doctorDeps) { os.Remove(path) }},
 		{"policy dir group", "policy-group", "systemd-tmpfiles", func(path string, d *doctorDeps) {
 			d.lookupGroup = func(string) (int, error) { return 4343, nil }
 		}},

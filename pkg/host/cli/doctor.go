@@ -153,9 +153,14 @@ func runDoctor(ctx context.Context, path string, d doctorDeps) Report {
 		rep.Checks = append(rep.Checks, Check{Name: name, Status: status, Detail: detail, Remedy: remedy})
 	}
 	cfg, err := config.Load(path)
-	if err != nil {
-		add("config", StatusFail, strings.ReplaceAll(err.Error(), "\n", "; "), "fix the named key in "+path)
-	} else {
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		add("config", StatusFail, "cannot read "+path+" as this user (root:_sandbox 0640); nothing that needs it was checked", "run `sudo sandbox-host doctor`")
+	case errors.Is(err, fs.ErrNotExist):
+		add("config", StatusFail, path+" does not exist", "reinstall the roundtable-sandbox package (it ships "+layout.ConfigFile+"), or pass --config")
+	case err != nil:
+		add("config", StatusFail, strings.ReplaceAll(err.Error(), "\n", "; "), "fix the named key in "+path+"; the host does not start until then")
+	default:
 		add("config", StatusOK, path+" loads and validates", "")
 	}
 
