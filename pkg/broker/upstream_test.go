@@ -125,6 +125,9 @@ func TestUpstreamAnswersRefused(t *testing.T) {
 		{"JSON string", answer(200, `"ok"`), 502},
 		{"trailing data", answer(200, okAnswer+` {}`), 502},
 		{"duplicate keys", answer(200, `{"a":"`+realModelKey+`","a":"clean"}`), 502},
+		// Text that is not valid Unicode is refused, not repaired to U+FFFD.
+		{"invalid UTF-8", answer(200, "{\"choices\":[{\"message\":{\"content\":\"ok \xff\"}}]}"), 502},
+		{"lone surrogate escape", answer(200, `{"choices":[{"message":{"content":"ok \ud800"}}]}`), 502},
 		{"empty", answer(200, ``), 502},
 		{"status 500 with trace", answer(500, `{"error":"Traceback at /srv/app.py: panic goroutine"}`), 502},
 		{"status 401", answer(401, `{"error":"bad key `+realModelKey+`"}`), 502},
