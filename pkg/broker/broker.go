@@ -38,6 +38,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/safefetch"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
 )
 
@@ -65,6 +66,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Now replaces time.Now in tests.
 	Now func() time.Time
+	// Fetcher replaces the fetch tools' fetcher: a trusted test seam (its
+	// resolver and dialer), never set from configuration. nil means a
+	// fetcher whose dialer allows exactly the policy's egressAllow.
+	Fetcher *safefetch.Fetcher
 }
 
 // Broker serves one turn.
@@ -76,6 +81,7 @@ type Broker struct {
 	now      func() time.Time
 	model    *http.Client
 	tools    *http.Client
+	fetcher  *safefetch.Fetcher
 	identity hosttool.Identity
 
 	mu       sync.Mutex
@@ -104,6 +110,14 @@ func New(cfg Config) (*Broker, error) {
 	if now == nil {
 		now = time.Now
 	}
+	fetcher := cfg.Fetcher
+	if fetcher == nil {
+		allow, err := safefetch.ParseAllow(cfg.Policy.EgressAllow)
+		if err != nil {
+			return nil, fmt.Errorf("broker: policy egressAllow: %w", err)
+		}
+		fetcher = &safefetch.Fetcher{Dialer: &safefetch.Dialer{Allow: allow}, UserAgent: "roundtable-sandbox-broker/" + version.Version}
+	}
 	l := cfg.Policy.Limits
 	upstreamTimeout := time.Duration(l.UpstreamTimeoutMs) * time.Millisecond
 	return &Broker{
@@ -114,6 +128,7 @@ func New(cfg Config) (*Broker, error) {
 		now:      now,
 		model:    newUpstreamClient(upstreamTimeout),
 		tools:    newUpstreamClient(upstreamTimeout),
+		fetcher:  fetcher,
 		identity: hosttool.Identity{TurnID: cfg.Policy.TurnID, Identity: cfg.Policy.Identity},
 	}, nil
 }
@@ -446,6 +461,14 @@ func (b *Broker) callTool(ctx context.Context, t policy.Tool, input []byte) ([]b
 			return nil, nil, err
 		}
 		result = hosttool.Result(out)
+	case policy.KindFetch:
+		text, err := b.fetch(ctx, t, input)
+		if err != nil {
+			return nil, nil, err
+		}
+		if result, err = encode(text); err != nil {
+			return nil, nil, refused("tool result not encodable", ErrToolFailed)
+		}
 	default:
 		return nil, nil, refused("unknown tool kind", ErrToolFailed)
 	}
@@ -454,6 +477,29 @@ func (b *Broker) callTool(ctx context.Context, t policy.Tool, input []byte) ([]b
 		return nil, nil, refused("tool result not encodable", ErrToolFailed)
 	}
 	return answer, secrets, nil
+}
+
+// fetch runs one fetch tool call and logs its host and status (never the
+// URL's path or query, never a body).
+func (b *Broker) fetch(ctx context.Context, t policy.Tool, input []byte) (string, error) {
+	bounds := hosttool.FetchBounds{Timeout: safefetch.DefaultTimeout, MaxBytes: policy.DefaultFetchBytes, MaxTextBytes: policy.DefaultFetchTextBytes}
+	if t.TimeoutMs > 0 {
+		bounds.Timeout = time.Duration(t.TimeoutMs) * time.Millisecond
+	}
+	if t.MaxBytes > 0 {
+		bounds.MaxBytes = t.MaxBytes
+	}
+	if t.MaxTextBytes > 0 {
+		bounds.MaxTextBytes = t.MaxTextBytes
+	}
+	text, lg, err := hosttool.Fetch(ctx, b.fetcher, input, bounds)
+	attrs := []any{"tool", t.Name, "host", lg.Host, "status", lg.Status}
+	if err != nil {
+		b.log.Warn("fetch refused", append(attrs, "reason", lg.Reason)...)
+		return "", err
+	}
+	b.log.Info("fetch", append(attrs, "text_bytes", len(text))...)
+	return text, nil
 }
 
 // callMCP performs one declared tools/call through the MCP upstream.

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	_ "time/tzdata" // validate timeZone the same way on every host and in the worker
@@ -25,6 +26,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/safefetch"
 )
 
 // ErrInvalid is the category of every refused configuration.
@@ -71,6 +73,13 @@ type Config struct {
 	Broker              Broker   `mapstructure:"broker"`
 	Reaper              Reaper   `mapstructure:"reaper"`
 	Guests              Guests   `mapstructure:"guests"`
+	Egress              Egress   `mapstructure:"egress"`
+}
+
+// Egress widens the fetch tools' vetted dialer: Allow lists exact private
+// "address:port" destinations (a LAN mirror, say). Nothing else widens it.
+type Egress struct {
+	Allow []string `mapstructure:"allow"`
 }
 
 // Guests is the reserved id range the containers run in: each channel's
@@ -140,6 +149,9 @@ type Tool struct {
 	TimeoutSeconds            int      `mapstructure:"timeoutSeconds"`
 	Credential                string   `mapstructure:"credential"`
 	AllowInsecureLoopbackHTTP bool     `mapstructure:"allowInsecureLoopbackHTTP"`
+	// Kind fetch: body and answer-text bounds (0: the defaults).
+	MaxBytes     int64 `mapstructure:"maxBytes"`
+	MaxTextBytes int   `mapstructure:"maxTextBytes"`
 }
 
 // MCP is one allow-listed MCP server.
@@ -392,6 +404,7 @@ func (c *Config) Validate() error {
 
 	c.validateCredentials(bad)
 	c.validateTools(bad)
+	c.validateEgress(bad)
 
 	for _, a := range []struct {
 		key string
@@ -571,8 +584,13 @@ func (c *Config) validateTools(bad func(key, format string, a ...any)) {
 			if len(t.Argv) > 0 {
 				bad(key, "an http tool takes no argv")
 			}
+		case policy.KindFetch:
+			checkFetchTool(key, t, bad)
 		default:
-			bad(key+".kind", "must be builtin, exec or http")
+			bad(key+".kind", "must be builtin, exec, http or fetch")
+		}
+		if t.Kind != policy.KindFetch && (t.MaxBytes != 0 || t.MaxTextBytes != 0) {
+			bad(key, "maxBytes and maxTextBytes are for fetch tools")
 		}
 		specs = append(specs, protocol.ToolSpec{Name: protocol.HostFunctionName(t.Name), Description: t.Description, Parameters: json.RawMessage(t.Parameters)})
 	}
@@ -648,6 +666,41 @@ func ToolBudgetBytes(specs []protocol.ToolSpec) int {
 	}
 	data, _ := json.Marshal(list)
 	return len(data)
+}
+
+// checkFetchTool checks a fetch tool: no target of its own (the guest names
+// the URL), bounds inside safefetch's ranges, a text bound whose JSON answer
+// fits the broker's response limit, and parameters that ask for the url.
+func checkFetchTool(key string, t Tool, bad func(key, format string, a ...any)) {
+	if len(t.Argv) > 0 || t.URL != "" || t.Credential != "" || t.Builtin != "" || t.AllowInsecureLoopbackHTTP {
+		bad(key, "a fetch tool takes no argv, url, builtin, credential or allowInsecureLoopbackHTTP")
+	}
+	if t.TimeoutSeconds > policy.MaxFetchTimeoutMs/1000 {
+		bad(key+".timeoutSeconds", "must be 0 (60 s) to %d for a fetch tool", policy.MaxFetchTimeoutMs/1000)
+	}
+	if t.MaxBytes < 0 || t.MaxBytes > policy.MaxFetchBytes {
+		bad(key+".maxBytes", "must be 0 (%d) to %d", policy.DefaultFetchBytes, policy.MaxFetchBytes)
+	}
+	if t.MaxTextBytes < 0 || t.MaxTextBytes > policy.MaxFetchTextBytes {
+		bad(key+".maxTextBytes", "must be 0 (%d) to %d", policy.DefaultFetchTextBytes, policy.MaxFetchTextBytes)
+	}
+	var schema struct {
+		Properties map[string]struct {
+			Type string `json:"type"`
+		} `json:"properties"`
+		Required []string `json:"required"`
+	}
+	if json.Unmarshal([]byte(t.Parameters), &schema) != nil || schema.Properties["url"].Type != "string" || !slices.Contains(schema.Required, "url") {
+		bad(key+".parameters", "a fetch tool's parameters must require a string property \"url\" (the only input it accepts)")
+	}
+}
+
+func (c *Config) validateEgress(bad func(key, format string, a ...any)) {
+	for i, a := range c.Egress.Allow {
+		if ap, err := safefetch.ParseAllow([]string{a}); err != nil || ap[0].String() != a {
+			bad(fmt.Sprintf("egress.allow[%d]", i), "%q must be an exact address:port in canonical form (e.g. 10.0.0.5:3142 or [fd00::5]:443), not unspecified, multicast, broadcast or a cloud metadata address", a)
+		}
+	}
 }
 
 func checkSpec(key, desc, params string, bad func(key, format string, a ...any)) {

@@ -70,6 +70,8 @@ func defaults() map[string]any {
 
 		"guests.uidBase":  DefaultGuestUIDBase,
 		"guests.uidCount": DefaultGuestUIDCount,
+
+		"egress.allow": []string{},
 	}
 }
 

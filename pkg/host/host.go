@@ -201,6 +201,7 @@ func (h *Host) prepareStatic() error {
 		h.pol.Tools = append(h.pol.Tools, policy.Tool{
 			Name: t.Name, Kind: t.Kind, Builtin: t.Builtin, Argv: t.Argv, URL: t.URL,
 			TimeoutMs: t.TimeoutSeconds * 1000, Credential: t.Credential, AllowHTTP: t.AllowInsecureLoopbackHTTP,
+			MaxBytes: t.MaxBytes, MaxTextBytes: t.MaxTextBytes,
 		})
 	}
 	for _, s := range c.MCP {
@@ -224,6 +225,7 @@ func (h *Host) prepareStatic() error {
 	h.pol.Version = policy.Version
 	h.pol.Model = policy.Model{URL: c.Model.URL, Name: c.Model.Name, MaxTokens: c.Model.MaxTokens, AllowHTTP: c.Model.AllowInsecureLoopbackHTTP}
 	h.pol.Limits = c.Broker.PolicyLimits()
+	h.pol.EgressAllow = c.Egress.Allow
 
 	all := make([]protocol.ToolSpec, 0, len(h.tools))
 	for _, t := range h.tools {

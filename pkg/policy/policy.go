@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"net/url"
 	"time"
 
@@ -51,6 +52,17 @@ const (
 	KindBuiltin = "builtin"
 	KindExec    = "exec"
 	KindHTTP    = "http"
+	KindFetch   = "fetch"
+)
+
+// Bounds of a fetch tool (the safefetch ranges; the text bound keeps the
+// answer well inside the broker's response limit).
+const (
+	MaxFetchTimeoutMs     = 120_000
+	MaxFetchBytes         = 32 << 20
+	MaxFetchTextBytes     = 256 << 10
+	DefaultFetchBytes     = 5 << 20
+	DefaultFetchTextBytes = 16 << 10
 )
 
 // Tool is one allow-listed host tool, reached at /tools/<name>.
@@ -64,6 +76,10 @@ type Tool struct {
 	// Credential optionally names a bearer credential for kind http.
 	Credential string `json:"credential,omitempty"`
 	AllowHTTP  bool   `json:"allowHttp,omitempty"`
+	// Kind fetch: the body bound (wire and decoded) and the answer's text
+	// bound, 0 meaning DefaultFetchBytes and DefaultFetchTextBytes.
+	MaxBytes     int64 `json:"maxBytes,omitempty"`
+	MaxTextBytes int   `json:"maxTextBytes,omitempty"`
 }
 
 // MCP session modes.
@@ -119,6 +135,9 @@ type Policy struct {
 	Tools          []Tool      `json:"tools"`
 	MCP            []MCPServer `json:"mcp"`
 	Limits         Limits      `json:"limits"`
+	// EgressAllow lists exact private "address:port" destinations a fetch
+	// may reach (the operator's egress.allow); empty by default.
+	EgressAllow []string `json:"egressAllow,omitempty"`
 }
 
 // Deadline is the turn deadline as a time.
@@ -250,8 +269,24 @@ func (p *Policy) Validate() error {
 			if err := CheckURL(t.URL, t.AllowHTTP); err != nil {
 				return bad("tool %s url %v", t.Name, err)
 			}
+		case KindFetch:
+			if t.URL != "" || len(t.Argv) > 0 || t.Builtin != "" || t.Credential != "" || t.AllowHTTP {
+				return bad("tool %s: a fetch tool takes no url, argv, builtin or credential", t.Name)
+			}
+			if t.TimeoutMs > MaxFetchTimeoutMs || t.MaxBytes < 0 || t.MaxBytes > MaxFetchBytes ||
+				t.MaxTextBytes < 0 || t.MaxTextBytes > MaxFetchTextBytes {
+				return bad("tool %s: fetch bounds out of range", t.Name)
+			}
 		default:
-			return bad("tool %s: kind must be builtin, exec or http", t.Name)
+			return bad("tool %s: kind must be builtin, exec, http or fetch", t.Name)
+		}
+		if t.Kind != KindFetch && (t.MaxBytes != 0 || t.MaxTextBytes != 0) {
+			return bad("tool %s: maxBytes and maxTextBytes are for fetch tools", t.Name)
+		}
+	}
+	for _, a := range p.EgressAllow {
+		if ap, err := netip.ParseAddrPort(a); err != nil || ap.Port() == 0 || ap.String() != a {
+			return bad("egressAllow entries must be canonical address:port")
 		}
 	}
 	seen = map[string]bool{}

@@ -139,6 +139,17 @@ func (f *Fetcher) dialer() *Dialer {
 	return &Dialer{}
 }
 
+// ParseURL checks rawURL as Fetch does before any lookup and returns its
+// normalized form (ASCII host, no fragment): what a log line may name.
+func ParseURL(rawURL string) (*url.URL, error) {
+	t, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	u := *t.u
+	return &u, nil
+}
+
 // AssertPublicURL refuses a URL that is not credential-free http(s) or whose
 // host does not resolve only to public addresses, and returns the URL in the
 // normalized form it checked (ASCII host, no fragment): hand that form, not

@@ -1,6 +1,7 @@
 // Package hosttool runs the broker's allow-listed host tools: builtin (clock),
-// exec (a fixed argv with the JSON input on stdin) and http (a POST to a
-// trusted URL). The bound identity comes from the policy only and reaches an
+// exec (a fixed argv with the JSON input on stdin), http (a POST to a
+// trusted URL) and fetch (a guest-named public URL through safefetch, answered
+// as bounded text). The bound identity comes from the policy only and reaches an
 // exec tool as environment variables and an http tool as headers; nothing in
 // the guest's body can change it. Exec tools run in their own process group
 // with a minimal environment and are killed with SIGKILL at their deadline,
