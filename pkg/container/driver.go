@@ -2,7 +2,7 @@
 // containers. Guarantee: every container it creates matches DESIGN.md section
 // 4 (no network, read-only root, no capabilities, no-new-privileges, a
 // non-root uid:gid, bounded memory/CPU/PIDs/tmpfs, exactly two rprivate bind
-// mounts, journald logging, no host environment); images are never pulled;
+// mounts, no log driver: stderr leaves only through RunLogged, no host environment); images are never pulled;
 // a worker's stdout is read bounded from the attach stream only; and when a
 // caller's context ends the container is SIGKILLed, never waited for.
 package container
@@ -65,6 +65,9 @@ type Result struct {
 	ExitCode int64
 	// Truncated: the worker wrote more than maxStdout bytes and was killed.
 	Truncated bool
+	// StderrRefused: the stderr writer refused more (its bound) and the
+	// worker was killed.
+	StderrRefused bool
 }
 
 // Info describes one listed container.
@@ -217,7 +220,7 @@ func (d *Driver) Create(ctx context.Context, spec Spec) (string, error) {
 	return resp.ID, nil
 }
 
-// Run attaches to stdin and stdout (stderr goes to journald), starts the
+// Run attaches to stdin, stdout and stderr (stderr discarded), starts the
 // container, writes stdin and closes it, copies at most maxStdout bytes of
 // stdout and waits for exit. A worker writing more than maxStdout is killed
 // and the result is Truncated. When ctx ends first, the container is
@@ -237,7 +240,18 @@ var ErrNotReady = errors.New("container run: not ready for stdin")
 // ending while it runs, SIGKILLs the container; the error wraps ready's
 // error and ErrNotReady (or ctx.Err()). The container is never removed here.
 func (d *Driver) RunGated(ctx context.Context, id string, stdin []byte, maxStdout int64, ready func(context.Context) error) (Result, error) {
+	return d.RunLogged(ctx, id, stdin, maxStdout, ready, nil)
+}
+
+// RunLogged is RunGated with the worker's stderr copied to stderr (nil:
+// discarded): the container has no log driver, so this is the only way its
+// stderr leaves it, and the caller bounds it. A Write error from stderr
+// stops the copy and SIGKILLs the container; the result is StderrRefused.
+func (d *Driver) RunLogged(ctx context.Context, id string, stdin []byte, maxStdout int64, ready func(context.Context) error, stderr io.Writer) (Result, error) {
 	res := Result{ExitCode: -1}
+	if stderr == nil {
+		stderr = io.Discard
+	}
 	if maxStdout <= 0 {
 		return res, errors.New("container run: maxStdout must be positive")
 	}
@@ -245,7 +259,7 @@ func (d *Driver) RunGated(ctx context.Context, id string, stdin []byte, maxStdou
 		return res, fmt.Errorf("container run: stdin over %d bytes: %w", MaxStdin, ErrTooLarge)
 	}
 	t := time.Now()
-	hj, err := d.cli.ContainerAttach(ctx, id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true})
+	hj, err := d.cli.ContainerAttach(ctx, id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("container attach: %w", ctx.Err())
@@ -295,7 +309,7 @@ func (d *Driver) RunGated(ctx context.Context, id string, stdin []byte, maxStdou
 	out := &boundedWriter{max: maxStdout}
 	copied := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(out, io.Discard, hj.Reader)
+		_, err := stdcopy.StdCopy(out, &refusingWriter{w: stderr}, hj.Reader)
 		copied <- err
 	}()
 	select {
@@ -305,6 +319,15 @@ func (d *Driver) RunGated(ctx context.Context, id string, stdin []byte, maxStdou
 	}
 	t = d.observe(PhaseRun, t)
 	res.Stdout = out.buf
+	if errors.Is(err, errStderrRefused) {
+		res.StderrRefused = true
+		hj.Close()
+		if kerr := d.killDetached(ctx, id); kerr != nil {
+			return res, fmt.Errorf("container run: stderr refused, kill: %w", kerr)
+		}
+		// The exit status is of the kill; the caller fails the turn.
+		return res, nil
+	}
 	if errors.Is(err, errStdoutLimit) {
 		res.Truncated = true
 		hj.Close()
@@ -428,7 +451,21 @@ func (d *Driver) List(ctx context.Context, installation string) ([]Info, error) 
 	return infos, nil
 }
 
-var errStdoutLimit = errors.New("stdout limit reached")
+var (
+	errStdoutLimit   = errors.New("stdout limit reached")
+	errStderrRefused = errors.New("stderr refused")
+)
+
+// refusingWriter tells the caller's stderr errors apart from stdout's.
+type refusingWriter struct{ w io.Writer }
+
+func (r *refusingWriter) Write(p []byte) (int, error) {
+	n, err := r.w.Write(p)
+	if err != nil {
+		return n, fmt.Errorf("%w: %w", errStderrRefused, err)
+	}
+	return n, nil
+}
 
 // boundedWriter keeps at most max bytes and fails the write that exceeds it,
 // which stops stdcopy at once.

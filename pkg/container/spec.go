@@ -40,8 +40,12 @@ const (
 
 // Fixed parts of the container (DESIGN.md section 4).
 const (
-	TmpPath       = "/tmp"
-	LogDriver     = "journald"
+	TmpPath = "/tmp"
+	// LogDriver: none. Docker's journald driver logs every container as
+	// docker.service, so one flooding guest would spend the rate limit of
+	// every channel (and of dockerd); the host forwards stderr instead,
+	// bounded (pkg/workerlog), from the attach stream.
+	LogDriver     = "none"
 	logTagPrefix  = "sandbox/"
 	noNewPrivOpt  = "no-new-privileges"
 	networkNone   = "none"
@@ -72,7 +76,8 @@ type Spec struct {
 	TmpfsMB               int
 	// Runtime is an optional OCI runtime name (for example "runsc").
 	Runtime string
-	// LogTag is ids.LogTag(channel): "sandbox/<channel tag>".
+	// LogTag is ids.LogTag(channel): "sandbox/<channel tag>", the journal
+	// identifier the host forwards the worker's stderr under.
 	LogTag string
 	// Labels must carry layout.LabelInstallation, LabelTurn, LabelChannel and
 	// LabelDeadline with valid values; the reaper depends on them.
@@ -213,7 +218,7 @@ func (s *Spec) configs(logDriver string) (*container.Config, *container.HostConf
 		User:         strconv.Itoa(s.UID) + ":" + strconv.Itoa(s.GID),
 		AttachStdin:  true,
 		AttachStdout: true,
-		AttachStderr: false,
+		AttachStderr: true,
 		OpenStdin:    true,
 		StdinOnce:    true,
 		Tty:          false,
@@ -232,11 +237,8 @@ func (s *Spec) configs(logDriver string) (*container.Config, *container.HostConf
 		SecurityOpt:    []string{noNewPrivOpt},
 		AutoRemove:     false,
 		Privileged:     false,
-		LogConfig: container.LogConfig{
-			Type:   LogDriver,
-			Config: map[string]string{"tag": s.LogTag},
-		},
-		Runtime: s.Runtime,
+		LogConfig:      container.LogConfig{Type: LogDriver},
+		Runtime:        s.Runtime,
 		Tmpfs: map[string]string{
 			TmpPath: TmpfsOptions(s.TmpfsMB),
 		},

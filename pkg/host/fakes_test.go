@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,10 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/journal"
+
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
 )
 
 // fakeDocker is a hand-written Containers/Engine. runFn decides each run.
@@ -40,6 +44,7 @@ type fakeDocker struct {
 	pingErr     error
 	image       bool
 	loaded      []string
+	stderr      string // the worker's stderr, written before stdin
 }
 
 func newFakeDocker(cfg *config.Config) *fakeDocker {
@@ -85,8 +90,16 @@ func (f *fakeDocker) eventList() []string {
 
 // Run behaves like container.Driver.RunGated: the container starts, ready
 // gates stdin, a refusal kills the container (never removes it).
-func (f *fakeDocker) Run(ctx context.Context, id string, stdin []byte, max int64, ready func(context.Context) error) (RunResult, error) {
+func (f *fakeDocker) Run(ctx context.Context, id string, stdin []byte, max int64, ready func(context.Context) error, stderr io.Writer) (RunResult, error) {
 	f.event("start")
+	if f.stderr != "" {
+		if _, err := io.WriteString(stderr, f.stderr); err != nil {
+			f.mu.Lock()
+			f.kills = append(f.kills, id)
+			f.mu.Unlock()
+			return RunResult{ExitCode: -1, StderrRefused: true}, nil
+		}
+	}
 	if ready != nil {
 		if err := ready(ctx); err != nil {
 			f.mu.Lock()
@@ -282,6 +295,38 @@ type rig struct {
 
 	chownMu sync.Mutex
 	chowns  []chownCall
+
+	journal *journalRecorder
+}
+
+// journalRecorder stands in for journald.
+type journalRecorder struct {
+	mu      sync.Mutex
+	entries []journalEntry
+}
+
+type journalEntry struct {
+	msg  string
+	vars map[string]string
+}
+
+func (j *journalRecorder) send(msg string, _ journal.Priority, vars map[string]string) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.entries = append(j.entries, journalEntry{msg, vars})
+	return nil
+}
+
+func (j *journalRecorder) lines(identifier string) []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out []string
+	for _, e := range j.entries {
+		if e.vars["SYSLOG_IDENTIFIER"] == identifier {
+			out = append(out, e.msg)
+		}
+	}
+	return out
 }
 
 type chownCall struct {
@@ -304,9 +349,10 @@ func newRig(t testing.TB, extra string, mutate func(*Options)) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{cfg: cfg, docker: newFakeDocker(cfg), units: newFakeUnits()}
+	r := &rig{cfg: cfg, docker: newFakeDocker(cfg), units: newFakeUnits(), journal: &journalRecorder{}}
 	o := Options{Config: cfg, Logger: testLogger(t), State: st, Containers: r.docker, Units: r.units, RemoveRetryDelay: time.Millisecond,
-		PeerGroups: func(int) []int { return nil }, ChownTree: r.chown}
+		PeerGroups: func(int) []int { return nil }, ChownTree: r.chown,
+		WorkerLogs: workerlog.New(workerlog.DefaultLimits(), r.journal.send, nil)}
 	if mutate != nil {
 		mutate(&o)
 	}

@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
 )
 
 func TestGuestsRunOnTheirOwnUIDs(t *testing.T) {
@@ -185,4 +187,26 @@ func TestAcceptErrorsNeverStopTheHost(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("Run did not return after its context ended")
 	}
+}
+
+func TestWorkerStderrGoesToTheJournalBounded(t *testing.T) {
+	r := newRig(t, "", nil)
+	r.docker.stderr = strings.Repeat(`{"level":"INFO","msg":"step"}`+"\n", 3000)
+	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "guild:1", SpeakerID: "s1", Text: "hi"})
+	must(t, err)
+	got := r.journal.lines("sandbox/guild:1")
+	limit := workerlog.DefaultLimits().TurnLines
+	if len(got) != limit+1 || !strings.Contains(got[len(got)-1], "2000 worker log lines over this turn's bound were dropped") {
+		t.Fatalf("journal got %d lines under sandbox/guild:1 (last %q), want %d and a closing line", len(got), got[len(got)-1], limit)
+	}
+}
+
+func TestWorkerStderrOverItsBoundFailsTheTurn(t *testing.T) {
+	r := newRig(t, "", nil)
+	r.docker.stderr = strings.Repeat("x", int(workerlog.DefaultLimits().HardBytes)+1)
+	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "guild:1", SpeakerID: "s1", Text: "hi"})
+	if !errors.Is(err, ErrTurnFailed) {
+		t.Fatalf("RunTurn = %v, want ErrTurnFailed", err)
+	}
+	r.assertClean(t)
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
 )
 
 // ContainerSpec mirrors container.Spec (DESIGN.md section 4).
@@ -44,6 +46,8 @@ type RunResult struct {
 	Stdout    []byte
 	ExitCode  int64
 	Truncated bool
+	// StderrRefused: stderr passed its bound and the worker was killed.
+	StderrRefused bool
 }
 
 // Containers is what a turn needs of the Docker driver.
@@ -54,7 +58,9 @@ type Containers interface {
 	// the container and is returned wrapped). It then closes stdin, reads at
 	// most maxStdout bytes of stdout and waits; on ctx end it kills the
 	// container. It never removes it.
-	Run(ctx context.Context, id string, stdin []byte, maxStdout int64, ready func(context.Context) error) (RunResult, error)
+	// The worker's stderr is copied to stderr; a Write error from it kills
+	// the container and sets StderrRefused.
+	Run(ctx context.Context, id string, stdin []byte, maxStdout int64, ready func(context.Context) error, stderr io.Writer) (RunResult, error)
 	Kill(ctx context.Context, id string) error
 	// Remove force-removes; not found is success.
 	Remove(ctx context.Context, id string) error
@@ -97,6 +103,9 @@ type Options struct {
 	RemoveRetryTotal time.Duration                        // bound of a container's removal retries, 15 s
 	ShutdownTimeout  time.Duration                        // bound of the HTTP shutdown, 10 s
 	ObservePhase     func(string, time.Duration)
+	// WorkerLogs forwards each turn's worker stderr to journald, bounded;
+	// workerlog.New(workerlog.DefaultLimits(), nil, nil) when nil.
+	WorkerLogs *workerlog.Forwarder
 }
 
 // Host is one running sandbox-host.
@@ -150,6 +159,9 @@ func New(o Options) (*Host, error) {
 	}
 	if o.UID == 0 && o.GID == 0 {
 		o.UID, o.GID = os.Getuid(), os.Getgid()
+	}
+	if o.WorkerLogs == nil {
+		o.WorkerLogs = workerlog.New(workerlog.DefaultLimits(), nil, nil)
 	}
 	if o.ChownTree == nil {
 		o.ChownTree = ChownTree

@@ -355,8 +355,13 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 		return unitResult()
 	}
 	since = time.Now()
-	res, err := h.opts.Containers.Run(ctx, t.containerID, stdin, protocol.MaxReplyBytes, ready)
+	sink := h.opts.WorkerLogs.Turn(t.tag, t.id, t.container)
+	res, err := h.opts.Containers.Run(ctx, t.containerID, stdin, protocol.MaxReplyBytes, ready, sink)
 	t.phase(h, PhaseRun, since)
+	if st := sink.Close(); st.Dropped > 0 || st.Truncated > 0 || st.SendErr != nil {
+		h.log.Warn("worker log lines not forwarded in full", "turn", t.id, "channel", t.tag,
+			"forwarded", st.Lines, "dropped", st.Dropped, "cut", st.Truncated, "stderr_bytes", st.Total, "journal_err", st.SendErr)
+	}
 	if err != nil {
 		if !gated {
 			// Run failed before the gate: the unit job's own failure, if
@@ -370,6 +375,9 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 	}
 	if res.Truncated {
 		return nil, errors.New("worker stdout over its bound")
+	}
+	if res.StderrRefused {
+		return nil, errors.New("worker stderr over its bound")
 	}
 	if res.ExitCode != 0 {
 		exit := &workerExitError{status: res.ExitCode}

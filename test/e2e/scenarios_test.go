@@ -90,8 +90,7 @@ func TestTurnHoldsOnlyDummyKey(t *testing.T) {
 		{"Memory==MemorySwap", hc.Memory == hc.MemorySwap && hc.Memory == 256<<20, true},
 		{"PidsLimit", hc.PidsLimit != nil && *hc.PidsLimit == 64, true},
 		{"NanoCPUs", hc.NanoCPUs, int64(1e9)},
-		{"LogConfig.Type", hc.LogConfig.Type, "journald"},
-		{"LogConfig.tag", hc.LogConfig.Config["tag"], ids.LogTag(ch)},
+		{"LogConfig.Type", hc.LogConfig.Type, "none"}, // the host forwards stderr (pkg/workerlog)
 		{"mount count", len(ins.Mounts), 2},
 		{"user is not root", ins.Config.User != "" && !strings.HasPrefix(ins.Config.User, "0"), true},
 		{"label installation", ins.Config.Labels[layout.LabelInstallation], installation},
@@ -250,17 +249,19 @@ func TestJournalHoldsWorkerLines(t *testing.T) {
 	if !strings.Contains(lines, prefix) {
 		t.Errorf("journal lines under %s do not name the turn's container %s*", tag, prefix)
 	}
-	// Docker's journald driver logs stdout (PRIORITY 6) as well as stderr
-	// (PRIORITY 3): the worker's log lines are stderr; stdout is its reply.
+	// Only the worker's stderr reaches the journal (the host forwards it;
+	// the container has no log driver), so not even its reply, which echoes
+	// the guest's text, is there.
 	for _, line := range strings.Split(strings.TrimSpace(lines), "\n") {
 		var e map[string]any
-		if json.Unmarshal([]byte(line), &e) != nil || !strings.Contains(fmt.Sprint(e["MESSAGE"]), secret) {
+		if json.Unmarshal([]byte(line), &e) != nil {
 			continue
 		}
-		if e["PRIORITY"] == "3" {
-			t.Errorf("a worker log line (stderr) carries the guest's message text: %v", e["MESSAGE"])
-		} else {
-			t.Logf("NOTE: the worker's reply on stdout (PRIORITY %v) reaches the journal through Docker's journald driver, and the reply echoes guest text: %.120v", e["PRIORITY"], e["MESSAGE"])
+		if strings.Contains(fmt.Sprint(e["MESSAGE"]), secret) {
+			t.Errorf("a journal line under %s carries the guest's message text: %v", tag, e["MESSAGE"])
+		}
+		if e["_SYSTEMD_UNIT"] != layout.HostService || e["SANDBOX_TURN"] == nil {
+			t.Errorf("a worker line came from %v (turn %v), want the host forwarding it with the turn id", e["_SYSTEMD_UNIT"], e["SANDBOX_TURN"])
 		}
 	}
 	if all := journal("--since", since, "-o", "cat"); strings.Contains(all, env.credential) {
@@ -752,4 +753,59 @@ func TestBrokenConfigFailsFastAndVisibly(t *testing.T) {
 	if r := api(http.MethodGet, "/v1/health", nil); r.Err != nil || r.Status != http.StatusOK {
 		t.Errorf("health after the fix and reset: %s", r)
 	}
+}
+
+// countLines counts journal lines under identifier since since that contain marker.
+func countLines(identifier, since, marker string) int {
+	n := 0
+	for _, l := range strings.Split(journal("-t", identifier, "--since", since, "-o", "cat"), "\n") {
+		if strings.Contains(l, marker) {
+			n++
+		}
+	}
+	return n
+}
+
+// One channel's guest floods stderr far past journald's default rate limit
+// (10,000 messages per 30 s per unit): another channel's turn right after it
+// still has every line in the journal, and nothing is suppressed.
+func TestLogFloodLeavesOtherChannels(t *testing.T) {
+	diagnose(t)
+	c := baseConfig()
+	c.Image = hostileImage
+	withConfig(t, c)
+	const chA, chB = "e2e-flood", "e2e-quiet"
+	channelOn(t, chA)
+	channelOn(t, chB)
+	since := time.Now().Add(-time.Second).Format("2006-01-02 15:04:05")
+	flood, quiet := "FLOOD-"+randHex(4), "QUIET-"+randHex(4)
+	// 200,000 lines: past journald's burst even as scaled up for free space.
+	const floodLines, quietLines = 200000, 300
+	if r := turn(chA, "alice", fmt.Sprintf("FLOOD %d %s", floodLines, flood)); r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("flooding turn: %s", r)
+	}
+	if r := turn(chB, "bob", fmt.Sprintf("LOG %d %s", quietLines, quiet)); r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("the other channel's turn: %s", r)
+	}
+	tagA, tagB := ids.LogTag(chA), ids.LogTag(chB)
+	if msg := eventually(15*time.Second, func() string {
+		if n := countLines(tagB, since, quiet); n != quietLines {
+			return fmt.Sprintf("journalctl -t %s holds %d of the other channel's %d lines", tagB, n, quietLines)
+		}
+		return ""
+	}); msg != "" {
+		t.Error(msg)
+	}
+	nA := countLines(tagA, since, flood)
+	t.Logf("the flooding turn wrote %d lines; %d reached the journal", floodLines, nA)
+	if nA == 0 || nA > 1000 {
+		t.Errorf("the flooding channel has %d lines in the journal, want 1..1000 (its turn's bound)", nA)
+	}
+	if n := countLines(tagA, since, "over this turn's bound were dropped"); n != 1 {
+		t.Errorf("the flooding turn has %d closing lines saying what was dropped, want 1", n)
+	}
+	if s := journal("--since", since, "-o", "cat", "--grep", "Suppressed"); strings.Contains(s, "Suppressed") {
+		t.Errorf("journald suppressed messages during the flood:\n%s", s)
+	}
+	assertNothingLeft(t, "after the flood")
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -189,7 +190,7 @@ type fakeContainers struct{}
 func (fakeContainers) Create(ctx context.Context, s host.ContainerSpec) (string, error) {
 	return s.Name, nil
 }
-func (fakeContainers) Run(ctx context.Context, id string, stdin []byte, max int64, ready func(context.Context) error) (host.RunResult, error) {
+func (fakeContainers) Run(ctx context.Context, id string, stdin []byte, max int64, ready func(context.Context) error, stderr io.Writer) (host.RunResult, error) {
 	if ready != nil {
 		if err := ready(ctx); err != nil {
 			return host.RunResult{ExitCode: -1}, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -96,9 +97,9 @@ func (e dockerEngine) Create(ctx context.Context, s host.ContainerSpec) (string,
 	})
 }
 
-func (e dockerEngine) Run(ctx context.Context, id string, stdin []byte, max int64, ready func(context.Context) error) (host.RunResult, error) {
-	r, err := e.d.RunGated(ctx, id, stdin, max, ready)
-	return host.RunResult{Stdout: r.Stdout, ExitCode: r.ExitCode, Truncated: r.Truncated}, err
+func (e dockerEngine) Run(ctx context.Context, id string, stdin []byte, max int64, ready func(context.Context) error, stderr io.Writer) (host.RunResult, error) {
+	r, err := e.d.RunLogged(ctx, id, stdin, max, ready, stderr)
+	return host.RunResult{Stdout: r.Stdout, ExitCode: r.ExitCode, Truncated: r.Truncated, StderrRefused: r.StderrRefused}, err
 }
 func (e dockerEngine) Kill(ctx context.Context, id string) error   { return e.d.Kill(ctx, id) }
 func (e dockerEngine) Remove(ctx context.Context, id string) error { return e.d.Remove(ctx, id) }

@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -221,6 +222,18 @@ func main() {
 	}
 	if strings.HasPrefix(turn.Text, "EXHAUST") {
 		exhaust()
+		return
+	}
+	// "FLOOD <n> <marker>" and "LOG <n> <marker>": n numbered stderr lines,
+	// as fast as the pipe takes them, then a reply.
+	if f := strings.Fields(turn.Text); len(f) == 3 && (f[0] == "FLOOD" || f[0] == "LOG") {
+		n, _ := strconv.Atoi(f[1])
+		w := bufio.NewWriterSize(os.Stderr, 64<<10)
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(w, "%s %d\n", f[2], i)
+		}
+		w.Flush()
+		fmt.Println(`{"ok":true,"text":"wrote ` + f[1] + ` lines"}`)
 		return
 	}
 	results := map[string]result{}
