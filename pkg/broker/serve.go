@@ -177,6 +177,15 @@ type RunOptions struct {
 // Run validates the turn id, loads that turn's policy and nothing else, opens
 // the credentials directory, serves until the policy deadline or ctx ends,
 // and closes the MCP sessions.
+//
+// A standby turn's broker starts before its turn exists: its policy file is
+// then a placeholder (policy.Pending) with only an expiry. Run reports ready
+// and waits for the first connection, which the worker opens only for its
+// first request, and the worker makes none before its stdin, which the host
+// writes only after the full policy. At that connection Run loads the policy
+// (a placeholder still there is refused: the connection is closed and Run
+// fails) and serves as for any turn, that connection first. No connection
+// before the expiry: Run returns nil, having served nothing.
 func Run(ctx context.Context, o RunOptions) error {
 	if err := ids.ValidTurnID(o.TurnID); err != nil {
 		return fmt.Errorf("broker: --turn: %w", err)
@@ -196,26 +205,21 @@ func Run(ctx context.Context, o RunOptions) error {
 	if err != nil {
 		return err
 	}
-	pol, err := policy.Load(path)
+	pol, pending, err := policy.Read(path)
 	if err != nil {
 		return err
 	}
-	if pol.TurnID != o.TurnID {
-		return fmt.Errorf("broker: policy names another turn: %w", policy.ErrInvalid)
-	}
-	if !time.Now().Before(pol.Deadline()) {
-		return fmt.Errorf("broker: turn deadline already passed: %w", ErrTurnOver)
+	if pending != nil {
+		if pending.TurnID != o.TurnID {
+			return fmt.Errorf("broker: policy names another turn: %w", policy.ErrInvalid)
+		}
+		if !time.Now().Before(pending.Expiry()) {
+			return fmt.Errorf("broker: standby already expired: %w", ErrTurnOver)
+		}
+	} else if err := checkPolicy(pol, o.TurnID); err != nil {
+		return err
 	}
 	creds, err := credential.OpenDir(o.CredentialsDir, o.CredentialPrefix)
-	if err != nil {
-		return err
-	}
-	var up MCPUpstream
-	if o.NewMCP != nil && len(pol.MCP) > 0 {
-		up = o.NewMCP(pol.Limits.MaxResponseBytes, time.Duration(pol.Limits.UpstreamTimeoutMs)*time.Millisecond,
-			log.With("turn", pol.TurnID))
-	}
-	b, err := New(Config{Policy: pol, Credentials: creds, MCP: up, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -234,13 +238,106 @@ func Run(ctx context.Context, o RunOptions) error {
 		}
 	}
 	defer ln.Close()
-	log.Info("broker ready", "turn", pol.TurnID, "channel", pol.Identity.ChannelTag,
+	if pending != nil {
+		log.Info("standby broker waiting for its turn", "turn", o.TurnID,
+			"expires", pending.Expiry().UTC().Format(time.RFC3339))
+		notify("READY=1")
+		first, err := firstConn(ctx, ln, pending.Expiry())
+		if err != nil {
+			return err
+		}
+		if first == nil {
+			log.Info("standby broker ending with no turn bound (expired or stopped)", "turn", o.TurnID)
+			notify("STOPPING=1")
+			return nil
+		}
+		if pol, err = policy.Load(path); err == nil {
+			err = checkPolicy(pol, o.TurnID)
+		}
+		if err != nil {
+			first.Close()
+			return fmt.Errorf("broker: first connection before a valid policy was bound: %w", err)
+		}
+		ln = &firstListener{Listener: ln, first: first}
+	}
+	var up MCPUpstream
+	if o.NewMCP != nil && len(pol.MCP) > 0 {
+		up = o.NewMCP(pol.Limits.MaxResponseBytes, time.Duration(pol.Limits.UpstreamTimeoutMs)*time.Millisecond,
+			log.With("turn", pol.TurnID))
+	}
+	b, err := New(Config{Policy: pol, Credentials: creds, MCP: up, Logger: log})
+	if err != nil {
+		return err
+	}
+	log.Info("broker ready", "turn", pol.TurnID, "channel", pol.Identity.ChannelTag, "standby", pending != nil,
 		"tools", len(pol.Tools), "mcp_servers", len(pol.MCP), "deadline", pol.Deadline().UTC().Format(time.RFC3339))
-	notify("READY=1")
+	if pending == nil {
+		notify("READY=1")
+	}
 	err = b.Serve(ctx, ln)
 	notify("STOPPING=1")
 	log.Info("broker stopped", "turn", pol.TurnID, "calls", b.callCount())
 	return err
+}
+
+// checkPolicy: the policy is this turn's and its deadline is ahead.
+func checkPolicy(pol *policy.Policy, turnID string) error {
+	if pol.TurnID != turnID {
+		return fmt.Errorf("broker: policy names another turn: %w", policy.ErrInvalid)
+	}
+	if !time.Now().Before(pol.Deadline()) {
+		return fmt.Errorf("broker: turn deadline already passed: %w", ErrTurnOver)
+	}
+	return nil
+}
+
+// firstConn waits for the first connection until expiry or ctx's end; it
+// returns nil, nil when none came. The listener is closed on that path
+// (Run is about to return).
+func firstConn(ctx context.Context, ln net.Listener, expiry time.Time) (net.Conn, error) {
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	got := make(chan accepted, 1)
+	go func() {
+		c, err := ln.Accept()
+		got <- accepted{c, err}
+	}()
+	timer := time.NewTimer(time.Until(expiry))
+	defer timer.Stop()
+	select {
+	case a := <-got:
+		if a.err != nil {
+			return nil, fmt.Errorf("broker: accept: %w", a.err)
+		}
+		return a.c, nil
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	ln.Close()
+	if a := <-got; a.err == nil {
+		a.c.Close() // raced with the end: nothing is bound to serve it
+	}
+	return nil, nil
+}
+
+// firstListener hands out the connection firstConn took before the others.
+type firstListener struct {
+	net.Listener
+	mu    sync.Mutex
+	first net.Conn
+}
+
+func (l *firstListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	c := l.first
+	l.first = nil
+	l.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	return l.Listener.Accept()
 }
 
 func (b *Broker) callCount() int {

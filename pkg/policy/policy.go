@@ -341,6 +341,11 @@ func Load(path string) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: read: %w", err)
 	}
+	return decode(data)
+}
+
+// decode strictly decodes and validates a full policy.
+func decode(data []byte) (*Policy, error) {
 	var p Policy
 	if err := protocol.DecodeStrict(data, &p); err != nil {
 		return nil, bad("%v", err)

@@ -1,0 +1,82 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+)
+
+// Pending is what a standby turn's policy file holds before a turn binds
+// to it: the turn id and the standby's expiry, nothing else. It names no
+// identity, route or credential, so a broker that reads it can serve
+// nothing: it waits for the full policy, which the host writes over it
+// (atomically) before the worker gets its stdin. DeadlineUnixMs carries the
+// expiry under the name the reaper reads for every policy file.
+type Pending struct {
+	Version        int    `json:"version"`
+	TurnID         string `json:"turnId"`
+	Pending        bool   `json:"pending"`
+	DeadlineUnixMs int64  `json:"deadlineUnixMs"`
+}
+
+// Expiry is when a broker still waiting gives up and exits.
+func (p *Pending) Expiry() time.Time { return time.UnixMilli(p.DeadlineUnixMs) }
+
+// Validate checks the placeholder's few fields.
+func (p *Pending) Validate() error {
+	switch {
+	case p.Version != Version:
+		return bad("version must be %d", Version)
+	case !p.Pending:
+		return bad("pending must be true")
+	case p.DeadlineUnixMs <= 0:
+		return bad("deadlineUnixMs must be positive")
+	}
+	if err := ids.ValidTurnID(p.TurnID); err != nil {
+		return bad("turnId: %v", err)
+	}
+	return nil
+}
+
+// Marshal validates and encodes a placeholder.
+func (p *Pending) Marshal() ([]byte, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(p)
+}
+
+// Read loads a policy file that is either a full policy (validated, as
+// Load) or a standby's placeholder; exactly one of the results is non-nil
+// when err is nil.
+func Read(path string) (*Policy, *Pending, error) {
+	data, err := atomicfile.ReadFile(path, MaxBytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("policy: read: %w", err)
+	}
+	var probe struct {
+		Pending bool `json:"pending"`
+	}
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return nil, nil, bad("%v", err)
+	}
+	if probe.Pending {
+		var p Pending
+		if err := protocol.DecodeStrict(data, &p); err != nil {
+			return nil, nil, bad("%v", err)
+		}
+		if err := p.Validate(); err != nil {
+			return nil, nil, err
+		}
+		return nil, &p, nil
+	}
+	p, err := decode(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, nil, nil
+}
