@@ -24,7 +24,7 @@ var layers = [][]string{
 	// and the vetted network dialer.
 	{"layout", "policy", "memory", "safefetch"},
 	// 2: drivers and single-purpose domains.
-	{"config", "credential", "container", "container/testimage", "unitctl", "mcp", "worker",
+	{"config", "credential", "container", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool"},
 	// 3: the services.
 	{"broker", "reaper", "host"},
