@@ -74,6 +74,32 @@ type Config struct {
 	Reaper              Reaper   `mapstructure:"reaper"`
 	Guests              Guests   `mapstructure:"guests"`
 	Egress              Egress   `mapstructure:"egress"`
+	Standby             Standby  `mapstructure:"standby"`
+}
+
+// Standby configures the warm path: one started container per sandbox
+// channel waiting for that channel's next turn (package standby).
+type Standby struct {
+	Enabled       bool `mapstructure:"enabled"`
+	MaxAgeSeconds int  `mapstructure:"maxAgeSeconds"`
+	// Max caps standbys across all channels; channels beyond it take the
+	// cold path.
+	Max int `mapstructure:"max"`
+}
+
+// Bounds of the standby keys. A standby's broker service starts with the
+// standby and lives until its turn ends: at most MaxStandbyAgeSeconds plus
+// the longest turn deadline (600 s), under the broker unit's
+// RuntimeMaxSec=1260s backstop.
+const (
+	MinStandbyAgeSeconds = 10
+	MaxStandbyAgeSeconds = 600
+	MaxStandbys          = 4096
+)
+
+// StandbyMaxAge is standby.maxAgeSeconds as a duration.
+func (c *Config) StandbyMaxAge() time.Duration {
+	return time.Duration(c.Standby.MaxAgeSeconds) * time.Second
 }
 
 // Egress widens the fetch tools' vetted dialer: Allow lists exact private
@@ -426,6 +452,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Queue.GlobalConcurrency < 0 || c.Queue.GlobalConcurrency > 1024 {
 		bad("queue.globalConcurrency", "must be 0 (no cap) to 1024, got %d", c.Queue.GlobalConcurrency)
+	}
+	if s := c.Standby; s.MaxAgeSeconds < MinStandbyAgeSeconds || s.MaxAgeSeconds > MaxStandbyAgeSeconds {
+		bad("standby.maxAgeSeconds", "must be %d to %d, got %d", MinStandbyAgeSeconds, MaxStandbyAgeSeconds, s.MaxAgeSeconds)
+	}
+	if c.Standby.Max < 0 || c.Standby.Max > MaxStandbys {
+		bad("standby.max", "must be 0 (no standbys) to %d, got %d", MaxStandbys, c.Standby.Max)
 	}
 	if len(c.InitialChannels) > 4096 {
 		bad("initialChannels", "at most 4096 channels")

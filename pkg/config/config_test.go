@@ -69,6 +69,9 @@ func TestDefaults(t *testing.T) {
 		{"api.admins.uids", len(c.API.Admins.UIDs), 1},
 		{"guests.uidBase", c.Guests.UIDBase, 2147000000},
 		{"guests.uidCount", c.Guests.UIDCount, 65536},
+		{"standby.enabled", c.Standby.Enabled, true},
+		{"standby.maxAgeSeconds", c.Standby.MaxAgeSeconds, 300},
+		{"standby.max", c.Standby.Max, 64},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -128,6 +131,10 @@ func TestRefusals(t *testing.T) {
 		{"mcp server name keeps its rule", strings.Replace(mcpTool("get-sum"), "name: s\n", "name: get-sum\n", 1), `mcp[0].name: "get-sum" must match [a-z][a-z0-9_]{0,47}`},
 		{"host tool name keeps its rule", tool("  - name: get-time\n    description: d\n    kind: builtin\n    builtin: clock\n"), `tools[1].name: "get-time" must match [a-z][a-z0-9_]{0,47}`},
 		{"queue depth", base + "queue:\n  depth: 0\n", "queue.depth"},
+		{"standby age short", base + "standby:\n  maxAgeSeconds: 9\n", "standby.maxAgeSeconds: must be 10 to 600, got 9"},
+		{"standby age long", base + "standby:\n  maxAgeSeconds: 601\n", "standby.maxAgeSeconds: must be 10 to 600"},
+		{"standby max negative", base + "standby:\n  max: -1\n", "standby.max: must be 0 (no standbys) to 4096"},
+		{"standby max huge", base + "standby:\n  max: 5000\n", "standby.max"},
 		{"initial channel", base + "initialChannels: [\"\"]\n", "initialChannels[0]"},
 		{"broker limit", base + "broker:\n  maxCalls: 0\n", "broker.maxCalls"},
 		{"relative root", base + "runRoot: run/turns\n", "runRoot: \"run/turns\" must be a clean absolute path"},

@@ -72,6 +72,10 @@ func defaults() map[string]any {
 		"guests.uidCount": DefaultGuestUIDCount,
 
 		"egress.allow": []string{},
+
+		"standby.enabled":       true,
+		"standby.maxAgeSeconds": 300,
+		"standby.max":           64,
 	}
 }
 
