@@ -163,6 +163,10 @@ func modelScript() []byte {
 			{"toolCalls": []call{{"name": "mcp_0_lookup", "arguments": json.RawMessage(`{"q":"{{user}}"}`)}}},
 			{"text": "mcp said: {{tool}}"},
 		}},
+		{"match": "e2efetch", "replies": []call{
+			{"toolCalls": []call{{"name": "host_fetch", "arguments": json.RawMessage(`{"url":"{{user}}"}`)}}},
+			{"text": "fetched: {{tool}}"},
+		}},
 		{"match": "SLOW", "replies": []call{{"text": "slow answer", "delayMs": 20000}}},
 		{"match": "OVERLAP", "replies": []call{{"text": "overlap {{user}}", "delayMs": 1500}}},
 		{"match": "", "replies": []call{{"text": "echo: {{user}}"}}},
@@ -178,6 +182,7 @@ type cfg struct {
 	GraceSeconds    int
 	ModelPort       int
 	MCPPort         int
+	FetchAllow      string // egress.allow entry ("127.0.0.1:port") or ""
 }
 
 func baseConfig() cfg {
@@ -223,6 +228,13 @@ tools:
     kind: http
     url: http://127.0.0.1:{{.MCPPort}}/whoami
     allowInsecureLoopbackHTTP: true
+  - name: fetch
+    description: Fetch a public web page as text
+    parameters: '{"type":"object","properties":{"url":{"type":"string"}},"required":["url"],"additionalProperties":false}'
+    kind: fetch
+    timeoutSeconds: 10
+egress:
+  allow: [{{if .FetchAllow}}"{{.FetchAllow}}"{{end}}]
 mcp:
   - name: search
     url: http://127.0.0.1:{{.MCPPort}}/mcp
