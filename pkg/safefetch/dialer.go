@@ -118,7 +118,7 @@ func (d *Dialer) resolve(ctx context.Context, network, host string, lit netip.Ad
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, &Error{Kind: ErrDeadline, msg: "resolving " + host, err: ctx.Err()}
+				return nil, &Error{Kind: ctxKind(ctx.Err()), msg: "resolving " + host, err: ctx.Err()}
 			}
 			return nil, &Error{Kind: ErrResolve, msg: host, err: err}
 		}
@@ -179,7 +179,7 @@ func (d *Dialer) dialPinned(ctx context.Context, addrs []netip.AddrPort, tlsConf
 		errs = append(errs, fmt.Errorf("%s: %w", ap, err))
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, netip.AddrPort{}, &Error{Kind: ErrDeadline, msg: "connecting", err: errors.Join(append(errs, err)...)}
+		return nil, netip.AddrPort{}, &Error{Kind: ctxKind(err), msg: "connecting", err: errors.Join(append(errs, err)...)}
 	}
 	return nil, netip.AddrPort{}, &Error{Kind: ErrConnect, msg: fmt.Sprintf("%d vetted address(es)", len(addrs)), err: errors.Join(errs...)}
 }

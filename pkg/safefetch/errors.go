@@ -1,6 +1,9 @@
 package safefetch
 
-import "errors"
+import (
+	"context"
+	"errors"
+)
 
 // Error kinds: every error safefetch returns wraps exactly one, so a caller can
 // map it to its own words (errors.Is) without parsing messages. Messages name
@@ -16,7 +19,17 @@ var (
 	ErrEncoding = errors.New("content encoding refused")
 	ErrHTTP     = errors.New("HTTP exchange failed")
 	ErrDeadline = errors.New("deadline exceeded")
+	ErrCanceled = errors.New("canceled by the caller")
 )
+
+// ctxKind is the kind of an ended context: its deadline, or the caller's
+// cancellation.
+func ctxKind(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return ErrDeadline
+	}
+	return ErrCanceled
+}
 
 // Error is a refusal or failure with its kind.
 type Error struct {

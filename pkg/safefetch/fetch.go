@@ -186,8 +186,8 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string, o Options) (*Result,
 	for hop := 0; ; hop++ {
 		res, err := f.hop(ctx, t, hdr, o, hop)
 		if err != nil {
-			if ctx.Err() != nil && !errors.Is(err, ErrDeadline) {
-				return nil, &Error{Kind: ErrDeadline, msg: fmt.Sprintf("request exceeded %s", o.Timeout), err: err}
+			if ctx.Err() != nil && !errors.Is(err, ErrDeadline) && !errors.Is(err, ErrCanceled) {
+				return nil, &Error{Kind: ctxKind(ctx.Err()), msg: fmt.Sprintf("request within %s", o.Timeout), err: err}
 			}
 			return nil, err
 		}

@@ -476,6 +476,21 @@ func TestConnectDeadlinePerAddress(t *testing.T) {
 	}
 }
 
+func TestCallerCancelIsNotADeadline(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	_, err := e.f.Fetch(ctx, "http://pub.example.com/slow-headers", DefaultOptions())
+	if !errors.Is(err, ErrCanceled) || errors.Is(err, ErrDeadline) || !errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v, want ErrCanceled", err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	if _, err := e.d.DialContext(ctx, "tcp", "pub.example.com:80"); !errors.Is(err, ErrCanceled) {
+		t.Errorf("dial with a cancelled context: %v", err)
+	}
+}
+
 type staticResolver map[string][]netip.Addr
 
 func (s staticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {

@@ -96,7 +96,7 @@ func Fetch(ctx context.Context, f *safefetch.Fetcher, input []byte, b FetchBound
 // text carries guest-chosen host names and paths.
 func fetchReason(err error) string {
 	for _, k := range []error{safefetch.ErrOptions, safefetch.ErrRedirect, safefetch.ErrURL, safefetch.ErrAddress,
-		safefetch.ErrResolve, safefetch.ErrConnect, safefetch.ErrDeadline, safefetch.ErrTooLarge,
+		safefetch.ErrResolve, safefetch.ErrConnect, safefetch.ErrDeadline, safefetch.ErrCanceled, safefetch.ErrTooLarge,
 		safefetch.ErrEncoding, safefetch.ErrHTTP} {
 		if errors.Is(err, k) {
 			return k.Error()
