@@ -1,0 +1,151 @@
+package arch
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// dialAPIs are the standard library names that open (or configure the opening
+// of) an outbound connection.
+var dialAPIs = map[string][]string{
+	"net":        {"Dial", "DialTimeout", "DialTCP", "DialUDP", "DialIP", "DialUnix", "Dialer", "Resolver", "DefaultResolver"},
+	"net/http":   {"Transport", "DefaultTransport", "Client", "DefaultClient", "Get", "Post", "Head", "PostForm"},
+	"crypto/tls": {"Dial", "DialWithDialer", "Dialer"},
+}
+
+// dialSites is every reviewed place outside tests that names one of
+// dialAPIs, with why it may dial without safefetch. Every destination a guest
+// can choose goes through safefetch.Dialer; a new site fails this test until
+// it is reviewed and listed here.
+var dialSites = map[string]string{
+	"pkg/safefetch/dialer.go":         "the vetted dialer itself: resolves once, vets, pins, re-checks at the socket",
+	"pkg/safefetch/fetch.go":          "the fetcher's per-hop transport, whose only dial functions are the pinned ones",
+	"pkg/broker/broker.go":            "the model and http-tool upstreams: fixed operator-configured URLs, never guest-chosen",
+	"pkg/mcp/transport.go":            "MCP upstreams: fixed operator-configured URLs, never guest-chosen",
+	"pkg/mcp/mcp.go":                  "holds the MCP transport's client (built in transport.go)",
+	"pkg/broker/hosttool/hosttool.go": "the http tool posts to its fixed operator URL with the broker's upstream client",
+	"pkg/client/client.go":            "the host API client: a Unix socket",
+	"pkg/worker/broker.go":            "the worker's broker client: the turn's Unix socket (the container has no network)",
+	"pkg/reaper/hostturns.go":         "the reaper asking the host: its Unix socket",
+}
+
+// TestDialSites walks every non-test Go file under pkg/ and cmd/ and fails on
+// a dial site that is not in dialSites (and on a listed file that no longer
+// has one, so the list stays true).
+func TestDialSites(t *testing.T) {
+	root := moduleRoot(t)
+	found := map[string][]string{}
+	fset := token.NewFileSet()
+	for _, dir := range []string{"pkg", "cmd"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			if uses := dialUses(f); len(uses) > 0 {
+				found[filepath.ToSlash(rel)] = uses
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for file, uses := range found {
+		if _, ok := dialSites[file]; !ok {
+			t.Errorf("%s uses %s: a new dial site. A destination a guest can influence must go through safefetch.Dialer; once reviewed, list the file in dialSites (test/arch/dialsites_test.go) with the reason", file, strings.Join(uses, ", "))
+		}
+	}
+	for file := range dialSites {
+		if _, ok := found[file]; !ok {
+			t.Errorf("%s is listed in dialSites but has no dial site any more: remove it", file)
+		}
+	}
+}
+
+// dialUses lists the dialAPIs names f refers to, as "pkg.Name".
+func dialUses(f *ast.File) []string {
+	local := map[string]string{} // local import name -> import path
+	for _, imp := range f.Imports {
+		p, _ := strconv.Unquote(imp.Path.Value)
+		if _, watched := dialAPIs[p]; !watched {
+			continue
+		}
+		name := p[strings.LastIndex(p, "/")+1:]
+		if imp.Name != nil {
+			name = imp.Name.Name
+		}
+		local[name] = p
+	}
+	var uses []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		sel, ok := n.(*ast.SelectorExpr)
+		if !ok {
+			return true
+		}
+		id, ok := sel.X.(*ast.Ident)
+		if !ok {
+			return true
+		}
+		if p, ok := local[id.Name]; ok && slices.Contains(dialAPIs[p], sel.Sel.Name) {
+			if u := p + "." + sel.Sel.Name; !slices.Contains(uses, u) {
+				uses = append(uses, u)
+			}
+		}
+		return true
+	})
+	slices.Sort(uses)
+	return uses
+}
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found")
+		}
+		dir = parent
+	}
+}
+
+func TestDialUsesSeesAliases(t *testing.T) {
+	src := `package x
+import (
+	n "net"
+	"net/http"
+	tl "crypto/tls"
+)
+var _ = n.Dialer{}
+var _ = http.Get
+var _ = tl.Dial
+var _ = http.StatusOK
+`
+	f, err := parser.ParseFile(token.NewFileSet(), "x.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(dialUses(f), " ")
+	if got != "crypto/tls.Dial net.Dialer net/http.Get" {
+		t.Errorf("dialUses = %q", got)
+	}
+}
