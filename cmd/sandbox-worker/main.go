@@ -1,15 +1,22 @@
 // Command sandbox-worker is the per-turn agent inside the sealed container:
 // one turn JSON on stdin, one reply JSON on stdout, JSON logs on stderr. Its
 // only way out is the broker's Unix socket; see package worker.
+//
+// "sandbox-worker egress-bridge" is the in-container end of a granted
+// egress route instead (package bridge): it listens on
+// 127.0.0.1:3128 and relays each connection to the broker socket.
 package main
 
 import (
 	"context"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/egress/bridge"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
 	"github.com/roundtable-sandbox/sandbox/pkg/worker"
@@ -18,11 +25,32 @@ import (
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "sandbox-worker", "version", version.Version)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	code := worker.Main(ctx, os.Stdin, os.Stdout, worker.Options{
-		Broker:    worker.NewUnixBroker(protocol.BrokerSocketPath, 0),
-		Workspace: protocol.WorkspacePath,
-		Logger:    log,
-	})
+	var code int
+	if len(os.Args) == 2 && os.Args[1] == "egress-bridge" {
+		code = egressBridge(ctx, log.With("component", "sandbox-egress-bridge"))
+	} else {
+		code = worker.Main(ctx, os.Stdin, os.Stdout, worker.Options{
+			Broker:    worker.NewUnixBroker(protocol.BrokerSocketPath, 0),
+			Workspace: protocol.WorkspacePath,
+			Logger:    log,
+		})
+	}
 	stop()
 	os.Exit(code)
+}
+
+// egressBridge serves the bridge on the container's loopback until a signal.
+func egressBridge(ctx context.Context, log *slog.Logger) int {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(bridge.Port)))
+	if err != nil {
+		log.Error("bridge listen failed", "reason", err.Error())
+		return 1
+	}
+	log.Info("bridge ready", "listen", ln.Addr().String(), "socket", protocol.BrokerSocketPath)
+	b := &bridge.Bridge{Listener: ln, Dial: bridge.UnixDial(protocol.BrokerSocketPath), MaxConnections: bridge.MaxConnections, Log: log}
+	if err := b.Serve(ctx); err != nil {
+		log.Error("bridge failed", "reason", err.Error())
+		return 1
+	}
+	return 0
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/rpc"
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
+	"github.com/roundtable-sandbox/sandbox/pkg/egress"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/safefetch"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
@@ -83,6 +84,8 @@ type Broker struct {
 	tools    *http.Client
 	fetcher  *safefetch.Fetcher
 	identity hosttool.Identity
+	// egress is the proxy route when the policy grants it, else nil.
+	egress *egress.Proxy
 
 	mu       sync.Mutex
 	calls    int
@@ -120,7 +123,17 @@ func New(cfg Config) (*Broker, error) {
 	}
 	l := cfg.Policy.Limits
 	upstreamTimeout := time.Duration(l.UpstreamTimeoutMs) * time.Millisecond
+	var proxy *egress.Proxy
+	if g := cfg.Policy.Egress; g != nil {
+		// The same vetted dialer as the fetch tools: one way out.
+		d := fetcher.Dialer
+		if d == nil {
+			d = &safefetch.Dialer{}
+		}
+		proxy = egress.New(d, *g, cfg.Policy.Deadline(), log.With("turn", cfg.Policy.TurnID, "route", "egress"))
+	}
 	return &Broker{
+		egress:   proxy,
 		pol:      cfg.Policy,
 		creds:    cfg.Credentials,
 		mcp:      cfg.MCP,
@@ -160,6 +173,13 @@ func newUpstreamClient(timeout time.Duration) *http.Client {
 func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.active.Add(1)
 	defer b.active.Done()
+	// Only a granted turn has the proxy route, and only CONNECT and
+	// absolute-form requests reach it; without a grant they meet the strict
+	// route checks below like any other request, and are refused.
+	if b.egress != nil && egress.IsProxyRequest(r) {
+		b.egress.ServeHTTP(w, r)
+		return
+	}
 	start := time.Now()
 	rt, answer, err := b.handle(r)
 	code := http.StatusOK

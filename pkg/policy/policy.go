@@ -138,6 +138,57 @@ type Policy struct {
 	// EgressAllow lists exact private "address:port" destinations a fetch
 	// may reach (the operator's egress.allow); empty by default.
 	EgressAllow []string `json:"egressAllow,omitempty"`
+	// Egress grants the proxy route (DESIGN.md section 11, package egress)
+	// with its bounds; nil, the default, means no route: a CONNECT or
+	// absolute-form request is refused like any other unknown request.
+	Egress *Egress `json:"egress,omitempty"`
+}
+
+// Egress is a grant of the proxy route and its per-turn (per-run) bounds.
+// Every field is required and bounded; the turn deadline ends every
+// connection as well.
+type Egress struct {
+	// MaxConnections bounds the destination connections open at once; it
+	// must stay below limits.maxConnections, which also counts the socket
+	// connections that carry them and the worker's own.
+	MaxConnections int `json:"maxConnections"`
+	// MaxBytesOut and MaxBytesIn bound the bytes sent to and received from
+	// destinations over the whole turn, all connections together.
+	MaxBytesOut int64 `json:"maxBytesOut"`
+	MaxBytesIn  int64 `json:"maxBytesIn"`
+	// ConnectionTimeoutMs bounds each destination connection's lifetime.
+	ConnectionTimeoutMs int `json:"connectionTimeoutMs"`
+}
+
+// Bounds of an egress grant.
+const (
+	MaxEgressConnections = 64
+	MaxEgressBytes       = 4 << 30
+	MinEgressTimeoutMs   = 1_000
+	MaxEgressTimeoutMs   = 3_600_000
+)
+
+// DefaultEgress is the grant an approved run gets unless its operator sets
+// other bounds: 8 connections, 64 MiB out, 1 GiB in, 10 minutes each.
+func DefaultEgress() Egress {
+	return Egress{MaxConnections: 8, MaxBytesOut: 64 << 20, MaxBytesIn: 1 << 30, ConnectionTimeoutMs: 600_000}
+}
+
+// Validate checks a grant against its bounds and the turn's connection limit.
+func (e Egress) Validate(l Limits) error {
+	switch {
+	case e.MaxConnections < 1 || e.MaxConnections > MaxEgressConnections:
+		return bad("egress.maxConnections must be 1 to %d", MaxEgressConnections)
+	case e.MaxConnections >= l.MaxConnections:
+		return bad("egress.maxConnections must be below limits.maxConnections")
+	case e.MaxBytesOut < 1 || e.MaxBytesOut > MaxEgressBytes:
+		return bad("egress.maxBytesOut must be 1 to %d", int64(MaxEgressBytes))
+	case e.MaxBytesIn < 1 || e.MaxBytesIn > MaxEgressBytes:
+		return bad("egress.maxBytesIn must be 1 to %d", int64(MaxEgressBytes))
+	case e.ConnectionTimeoutMs < MinEgressTimeoutMs || e.ConnectionTimeoutMs > MaxEgressTimeoutMs:
+		return bad("egress.connectionTimeoutMs must be %d to %d", MinEgressTimeoutMs, MaxEgressTimeoutMs)
+	}
+	return nil
 }
 
 // Deadline is the turn deadline as a time.
@@ -331,6 +382,9 @@ func (p *Policy) Validate() error {
 		return bad("limits.headerTimeoutMs must be 100 to 600000")
 	case l.RequestTimeoutMs < 100 || l.RequestTimeoutMs > 600_000:
 		return bad("limits.requestTimeoutMs must be 100 to 600000")
+	}
+	if p.Egress != nil {
+		return p.Egress.Validate(l)
 	}
 	return nil
 }

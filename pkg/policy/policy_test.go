@@ -99,3 +99,61 @@ func TestLoadRefusesUnknownFields(t *testing.T) {
 		t.Error("Load accepted an unknown field")
 	}
 }
+
+func TestEgressGrantBounds(t *testing.T) {
+	grant := func(mutate func(*Egress)) *Policy {
+		p := sample()
+		e := DefaultEgress()
+		mutate(&e)
+		p.Egress = &e
+		return p
+	}
+	if err := grant(func(*Egress) {}).Validate(); err != nil {
+		t.Fatalf("the default grant refused: %v", err)
+	}
+	refused := map[string]func(*Egress){
+		"no connections":       func(e *Egress) { e.MaxConnections = 0 },
+		"connections over max": func(e *Egress) { e.MaxConnections = MaxEgressConnections + 1 },
+		"connections = socket": func(e *Egress) { e.MaxConnections = DefaultLimits().MaxConnections },
+		"no bytes out":         func(e *Egress) { e.MaxBytesOut = 0 },
+		"bytes out over max":   func(e *Egress) { e.MaxBytesOut = MaxEgressBytes + 1 },
+		"negative bytes in":    func(e *Egress) { e.MaxBytesIn = -1 },
+		"bytes in over max":    func(e *Egress) { e.MaxBytesIn = MaxEgressBytes + 1 },
+		"timeout under min":    func(e *Egress) { e.ConnectionTimeoutMs = MinEgressTimeoutMs - 1 },
+		"timeout over max":     func(e *Egress) { e.ConnectionTimeoutMs = MaxEgressTimeoutMs + 1 },
+	}
+	for name, mutate := range refused {
+		if err := grant(mutate).Validate(); err == nil {
+			t.Errorf("%s: Validate = nil, want refusal", name)
+		}
+	}
+	edges := map[string]func(*Egress){
+		"one connection": func(e *Egress) { e.MaxConnections = 1 },
+		"one byte":       func(e *Egress) { e.MaxBytesOut, e.MaxBytesIn = 1, 1 },
+		"max bytes":      func(e *Egress) { e.MaxBytesOut, e.MaxBytesIn = MaxEgressBytes, MaxEgressBytes },
+		"min timeout":    func(e *Egress) { e.ConnectionTimeoutMs = MinEgressTimeoutMs },
+		"max timeout":    func(e *Egress) { e.ConnectionTimeoutMs = MaxEgressTimeoutMs },
+	}
+	for name, mutate := range edges {
+		if err := grant(mutate).Validate(); err != nil {
+			t.Errorf("%s: Validate = %v, want nil", name, err)
+		}
+	}
+	// A grant survives the file round trip; no grant stays absent.
+	p := grant(func(*Egress) {})
+	data, err := p.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), p.TurnID+".json")
+	if err := atomicfile.WriteFile(path, data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(path)
+	if err != nil || got.Egress == nil || *got.Egress != *p.Egress {
+		t.Errorf("Load = %+v, %v; want the grant %+v", got, err, p.Egress)
+	}
+	if data, _ := sample().Marshal(); strings.Contains(string(data), `"egress":`) {
+		t.Errorf("a policy without a grant encodes one: %s", data)
+	}
+}
