@@ -19,13 +19,14 @@ import (
 // sit above every layer and are not checked.
 var layers = [][]string{
 	// 0: foundations, importing nothing of this module.
-	{"version", "ids", "atomicfile", "protocol", "imagearchive", "client", "broker/strictjson", "toolschema"},
+	{"version", "ids", "atomicfile", "protocol", "imagearchive", "client", "broker/strictjson", "toolschema",
+		"egress/bridge"},
 	// 1: shared vocabulary (names, the host-broker contract, the memory store)
 	// and the vetted network dialer.
 	{"layout", "policy", "memory", "safefetch"},
 	// 2: drivers and single-purpose domains.
 	{"config", "credential", "container", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
-		"broker/chat", "broker/rpc", "broker/hosttool"},
+		"broker/chat", "broker/rpc", "broker/hosttool", "egress"},
 	// 3: the services.
 	{"broker", "reaper", "host"},
 	// 4: wiring of the host binary (cobra commands, Docker and D-Bus adapters).

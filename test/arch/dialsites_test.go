@@ -35,6 +35,8 @@ var dialSites = map[string]string{
 	"pkg/client/client.go":            "the host API client: a Unix socket",
 	"pkg/worker/broker.go":            "the worker's broker client: the turn's Unix socket (the container has no network)",
 	"pkg/reaper/hostturns.go":         "the reaper asking the host: its Unix socket",
+	"pkg/egress/proxy.go":             "the proxy route's transport for absolute-form requests: its only dial function is Proxy.dial (safefetch.Dialer), TLS dial refused",
+	"pkg/egress/bridge/bridge.go":     "the in-container bridge: only the turn's Unix broker socket (the container has no network)",
 }
 
 // TestDialSites walks every non-test Go file under pkg/ and cmd/ and fails on
