@@ -26,7 +26,7 @@ var layers = [][]string{
 	{"layout", "policy", "memory", "safefetch"},
 	// 2: drivers and single-purpose domains.
 	{"config", "credential", "container", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
-		"broker/chat", "broker/rpc", "broker/hosttool", "egress"},
+		"broker/chat", "broker/rpc", "broker/hosttool", "egress", "standby"},
 	// 3: the services.
 	{"broker", "reaper", "host"},
 	// 4: wiring of the host binary (cobra commands, Docker and D-Bus adapters).
