@@ -7,7 +7,7 @@ GOFLAGS_STATIC := -trimpath -ldflags '-s -w -X github.com/roundtable-sandbox/san
 BINARIES := sandbox-host sandbox-broker sandbox-reaper sandbox-worker
 export VERSION
 
-.PHONY: all build test unit integration packaging-check e2e image image-archive deb units-check demo bench clean fmt vet
+.PHONY: all build test unit integration packaging-check e2e image image-archive deb units-check demo bench clean fmt vet prerequisites install-prerequisites
 
 all: build
 
@@ -19,12 +19,14 @@ bin/%: FORCE
 FORCE:
 
 # The one command that runs the tests: unit tests everywhere; integration and
-# end-to-end tests where the machine allows them (each says when it skips).
-test: unit integration packaging-check e2e
+# end-to-end tests where the machine allows them (each says when it skips),
+# then each stage's counts (test/all.sh).
+test:
+	@./test/all.sh
 
 unit:
 	$(GO) vet ./...
-	$(GO) test ./...
+	./test/gotest.sh unit ./...
 
 integration:
 	./test/integration.sh
@@ -52,6 +54,15 @@ demo:
 
 bench:
 	./bench/run.sh
+
+# The Debian packages every target needs (packaging/prerequisites.txt, the
+# list README's Quick start shows): print the apt-get line, or install what
+# is missing (root).
+prerequisites:
+	@./packaging/prerequisites.sh line
+
+install-prerequisites:
+	./packaging/prerequisites.sh install
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -58,17 +58,27 @@ stop_pids() {
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   PIDS=()
 }
+publish_results() {
+  [[ -n ${FINAL_RESULTS:-} && -d ${BENCH_RESULTS:-} && $BENCH_RESULTS != "$FINAL_RESULTS" ]] || return 0
+  mkdir -p "$FINAL_RESULTS" && cp -a "$BENCH_RESULTS/." "$FINAL_RESULTS/"
+}
 cleanup() {
   local rc=$?
   stop_pids
   if declare -F bench_ns_down >/dev/null; then bench_ns_down || rc=1; fi
+  publish_results || { bench_log "could not copy the results to $FINAL_RESULTS"; rc=1; }
   if [[ ${BENCH_KEEP:-0} == 1 ]]; then bench_log "work directory kept: $WORK"; else rm -rf "$WORK"; fi
   exit $rc
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-rm -rf "$BENCH_RESULTS"
+# Results are written under $WORK, which the namespace (full mode) sees
+# wherever the clone is (it has its own /tmp), and copied to BENCH_RESULTS
+# at the end, or when the run fails, as far as they got.
+FINAL_RESULTS=$BENCH_RESULTS
+BENCH_RESULTS=$WORK/results
+rm -rf "$FINAL_RESULTS"
 mkdir -p "$BENCH_RESULTS" "$WORK/bin"
 NOTES=$BENCH_RESULTS/notes.md
 : >"$NOTES"
@@ -124,6 +134,8 @@ if [[ $BENCH_MODE == full && ${BENCH_COMPARE_REF:-85456b6^} != none ]]; then
   run_compare "${BENCH_COMPARE_REF:-85456b6^}"
 fi
 
+publish_results
+BENCH_RESULTS=$FINAL_RESULTS
 bench_log "writing $BENCH_REPORT"
 "$BIN/sandbox-bench" report --results "$BENCH_RESULTS" --out "$BENCH_REPORT"
 sed -i "s#Raw results: \`$REPO/#Raw results: \`#" "$BENCH_REPORT"

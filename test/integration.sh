@@ -4,11 +4,12 @@
 # script starts and always stops: its own data root, exec root, socket and
 # pidfile under a temporary directory, --bridge=none, no iptables.
 #
-# The daemon runs in a private mount namespace whose /run/systemd is a fresh
-# tmpfs holding a stand-in journald socket (pkg/container/testdata/journalsink),
+# The daemon runs in a private mount namespace whose /run is a fresh tmpfs
+# holding a stand-in journald socket (pkg/container/testdata/journalsink),
 # so containers with the journald log driver start on machines without
 # systemd, and the tests can read what Docker sent to "journald"
-# (SANDBOX_IT_JOURNAL). Nothing outside the temporary directory is changed.
+# (SANDBOX_IT_JOURNAL). /etc/docker is a tmpfs copy there (dockerd writes
+# key.json into it), so nothing outside the temporary directory is changed.
 #
 # Skips (exit 0, saying why) when not root or when dockerd is missing.
 # Usage: test/integration.sh [go test arguments, default ./pkg/...]
@@ -17,12 +18,14 @@ cd "$(dirname "$0")/.."
 
 skip() {
 	echo "integration tests skipped: $*"
+	if [[ -n ${TEST_SUMMARY_FILE:-} ]]; then echo "integration: skipped: $*" >>"$TEST_SUMMARY_FILE"; fi
 	exit 0
 }
 [[ "$(id -u)" == 0 ]] || skip "not running as root (a private dockerd needs root)"
-command -v dockerd >/dev/null || skip "dockerd not found (apt-get install docker.io)"
-command -v unshare >/dev/null || skip "unshare not found (util-linux)"
-command -v curl >/dev/null || skip "curl not found"
+for t in dockerd unshare curl; do
+	command -v "$t" >/dev/null ||
+		skip "$t not found (apt-get install -y --no-install-recommends $(packaging/prerequisites.sh missing); README Quick start lists every prerequisite)"
+done
 GO="${GO:-go}"
 
 # A short path: the daemon's and containerd's socket paths must fit in 108 bytes.
@@ -65,8 +68,15 @@ cat >"$tmp/ns.sh" <<'EOF'
 # Runs inside the private mount namespace, then becomes dockerd.
 set -eu
 tmp="$1"
-mount -t tmpfs -o mode=0755,size=4m sandbox-it-systemd /run/systemd
-mkdir -p /run/systemd/journal
+# dockerd and its containerd write state under /run (docker/, containerd/)
+# and key.json into /etc/docker: both private here.
+mount -t tmpfs -o mode=0755,size=16m sandbox-it-run /run
+mkdir -p /run/etc-docker /run/systemd/journal
+if [ -d /etc/docker ]; then
+	cp -a /etc/docker/. /run/etc-docker/
+	mount -t tmpfs -o mode=0755,size=4m sandbox-it-etc-docker /etc/docker
+	cp -a /run/etc-docker/. /etc/docker/
+fi
 "$tmp/journalsink" /run/systemd/journal/socket "$tmp/journal.jsonl" 2>>"$tmp/sink.log" &
 echo $! >"$tmp/sink.pid"
 for _ in $(seq 1 50); do
@@ -141,4 +151,4 @@ SANDBOX_IT_DOCKER="unix://$sock" \
 	SANDBOX_IT_JOURNAL="$journal" \
 	SANDBOX_IT_WORKER_IMAGE="$worker_image" \
 	SANDBOX_IT_MCP_EVERYTHING="$everything" \
-	"$GO" test -count=1 -run Integration "${args[@]}"
+	test/gotest.sh integration -count=1 -run Integration "${args[@]}"

@@ -113,7 +113,8 @@ bench_setup() {
       { tail -30 "$WORK/install.log" >&2; bench_die "installing the package failed"; }
   fi
   if ! ns_exec docker image inspect "$BENCH_IMAGE" >/dev/null 2>&1; then
-    [[ -f $SRC/dist/worker-image.tar ]] && ns_exec docker load -i "$SRC/dist/worker-image.tar" >/dev/null
+    # (on stdin: the namespace may not see $SRC, for example a clone under /tmp)
+    [[ -f $SRC/dist/worker-image.tar ]] && ns_exec docker load <"$SRC/dist/worker-image.tar" >/dev/null
   fi
 }
 

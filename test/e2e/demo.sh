@@ -110,9 +110,18 @@ X sh -c "chown root:_sandbox $CONF.demo-tmp && chmod 0640 $CONF.demo-tmp && mv -
 X systemctl restart sandbox-host.service
 X /usr/bin/sandbox-host channel on "$CHANNEL" >/dev/null
 
+# Each turn's worker lines are found by its container's name (Docker's
+# journald driver sets CONTAINER_NAME; the host names a turn's container
+# roundtable-sandbox-<channel hash>-<turn>): the journal cursor taken before
+# the turn only finds that name. (journalctl 252 with --after-cursor plus a
+# match such as -t skips the first matching entry when the cursor's own entry
+# does not match: that lost one of each turn's two lines.) Docker forwards the
+# lines asynchronously, so the demo waits for both, with a deadline.
+CONTAINER_PREFIX=roundtable-sandbox-$(printf %s "$CHANNEL" | sha256sum | cut -c1-16)-
 turn() {
-  local text=$1 cursor
+  local text=$1 cursor name="" deadline
   cursor=$(X journalctl -n 0 --show-cursor --no-pager 2>/dev/null | sed -n 's/^-- cursor: //p')
+  [[ -n $cursor ]] || e2e_die "journalctl printed no cursor"
   echo
   echo "guest> $text"
   local t0 t1
@@ -124,14 +133,26 @@ turn() {
   t1=$(date +%s%N)
   echo "sandbox> $(cat "$E2E_WORK/reply")"
   echo "         ($(((t1 - t0) / 1000000)) ms, one fresh container)"
-  # Docker forwards the worker's stderr to journald asynchronously: wait
-  # briefly for its closing "turn finished" line.
-  for _ in $(seq 1 30); do
-    [[ $(X journalctl --no-pager -t "sandbox/$CHANNEL" ${cursor:+--after-cursor "$cursor"} -o cat 2>/dev/null) == *'"turn finished"'* ]] && break
-    sleep 0.1
+  deadline=$((SECONDS + 10))
+  while :; do
+    if [[ -z $name ]]; then
+      name=$(X journalctl --no-pager --after-cursor "$cursor" -o json --output-fields=CONTAINER_NAME 2>/dev/null |
+        grep -o "\"CONTAINER_NAME\":\"$CONTAINER_PREFIX[0-9a-f]*\"" | head -1 | cut -d'"' -f4 || true)
+    fi
+    # stderr (PRIORITY 3): the worker's log lines, closing with "turn
+    # finished"; stdout (PRIORITY 6): its reply.
+    if [[ -n $name && $(X journalctl --no-pager -o cat CONTAINER_NAME="$name" PRIORITY=3 2>/dev/null) == *'"turn finished"'* &&
+      -n $(X journalctl --no-pager -o cat CONTAINER_NAME="$name" PRIORITY=6 2>/dev/null) ]]; then
+      break
+    fi
+    if ((SECONDS >= deadline)); then
+      e2e_log "WARNING: this turn's worker lines did not all reach the journal within 10 s${name:+ (container $name)}"
+      break
+    fi
+    sleep 0.2
   done
-  echo "--- journalctl -t sandbox/$CHANNEL (this turn's worker log lines) ---"
-  X journalctl --utc --no-pager -t "sandbox/$CHANNEL" ${cursor:+--after-cursor "$cursor"} -o short-iso || true
+  echo "--- journalctl -t sandbox/$CHANNEL CONTAINER_NAME=${name:-?} (this turn's worker log lines) ---"
+  [[ -z $name ]] || X journalctl --utc --no-pager -t "sandbox/$CHANNEL" CONTAINER_NAME="$name" -o short-iso || true
 }
 
 if [[ -n ${DEMO_TEXT:-} ]]; then

@@ -16,6 +16,7 @@ source "$(dirname "$0")/lib/install.sh"
 reason=$(e2e_skip_reason)
 if [[ -n $reason ]]; then
   echo "e2e skipped: $reason"
+  if [[ -n ${TEST_SUMMARY_FILE:-} ]]; then echo "e2e: skipped: $reason" >>"$TEST_SUMMARY_FILE"; fi
   exit 0
 fi
 
@@ -42,12 +43,17 @@ install_images
 install_package
 
 e2e_log "running the scenarios"
-args=(-test.v -test.timeout 20m -test.count 1)
+# -test.v=test2json frames the output so go tool test2json can attribute
+# every line; test/testsummary prints it as it comes and counts at the end.
+args=(-test.v=test2json -test.timeout 20m -test.count 1)
 [[ -n ${E2E_RUN:-} ]] && args+=(-test.run "$E2E_RUN")
-if ns_exec env SANDBOX_E2E=1 E2E_WORK="$E2E_WORK" E2E_BIN="$E2E_WORK/bin" \
-  "$E2E_WORK/bin/e2e.test" "${args[@]}" 2>&1 | tee "$E2E_WORK/scenarios.log"; then
-  status=${PIPESTATUS[0]}
-else
-  status=1
-fi
-grep -E '^(--- |ok|FAIL|PASS)' "$E2E_WORK/scenarios.log" >&2 || true
+set +e
+ns_exec env SANDBOX_E2E=1 E2E_WORK="$E2E_WORK" E2E_BIN="$E2E_WORK/bin" \
+  "$E2E_WORK/bin/e2e.test" "${args[@]}" 2>&1 | tee "$E2E_WORK/scenarios.log" |
+  go tool test2json -t -p e2e | "$E2E_WORK/bin/testsummary" -v -stage e2e ${TEST_SUMMARY_FILE:+-line "$TEST_SUMMARY_FILE"}
+rcs=("${PIPESTATUS[@]}")
+set -e
+status=0
+for rc in "${rcs[@]}"; do ((rc == 0)) || status=1; done
+# Each scenario's result and time again (test2json framing bytes removed).
+tr -d '\026' <"$E2E_WORK/scenarios.log" | grep -aE '^(--- |ok|FAIL|PASS)' >&2 || true

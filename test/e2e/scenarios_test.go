@@ -225,43 +225,97 @@ func TestMemoryPersistsAcrossTurns(t *testing.T) {
 	}
 }
 
+// TestJournalHoldsWorkerLines runs several turns in one channel and finds
+// each turn's own worker lines by its turn id (the host forwards the
+// worker's stderr with SANDBOX_TURN and CONTAINER_NAME; the turn id comes
+// from the API's reply): every turn has its lines, closing with exactly one
+// "turn finished", all under the channel's tag, from sandbox-host.service,
+// naming the turn's container, none carrying a guest's text. journald runs
+// with its default rate limits (the harness does not switch them off). The
+// lines reach the journal asynchronously, so each turn's are awaited with a
+// deadline.
 func TestJournalHoldsWorkerLines(t *testing.T) {
 	diagnose(t)
 	const ch = "e2e-journal"
+	const turns = 3
 	channelOn(t, ch)
-	secret := "JOURNAL-PAYLOAD-" + randHex(4)
-	since := time.Now().Add(-time.Second).Format("2006-01-02 15:04:05")
-	if r := turn(ch, "alice", secret); r.Err != nil || r.Status != http.StatusOK {
-		t.Fatalf("turn: %s", r)
-	}
 	tag := ids.LogTag(ch)
-	msg := eventually(10*time.Second, func() string {
-		if strings.TrimSpace(journal("-t", tag, "--since", since, "-o", "cat")) == "" {
-			return "journalctl -t " + tag + " shows no lines for the turn"
+	since := time.Now().Add(-time.Second).Format("2006-01-02 15:04:05")
+	type done struct{ id, secret, container string }
+	var ran []done
+	for i := range turns {
+		secret := fmt.Sprintf("JOURNAL-PAYLOAD-%d-%s", i, randHex(4))
+		r := turn(ch, "alice", secret)
+		if r.Err != nil || r.Status != http.StatusOK {
+			t.Fatalf("turn %d: %s", i, r)
 		}
-		return ""
-	})
-	if msg != "" {
-		t.Fatal(msg)
+		id, _ := r.Body["turnId"].(string)
+		name, err := ids.ContainerName(ch, id)
+		if err != nil {
+			t.Fatalf("turn %d: reply's turnId %q: %v", i, id, err)
+		}
+		ran = append(ran, done{id, secret, name})
 	}
-	lines := journal("-t", tag, "--since", since, "-o", "json")
-	prefix := ids.ContainerPrefix + ids.ChannelHash(ch)[:16] + "-"
-	if !strings.Contains(lines, prefix) {
-		t.Errorf("journal lines under %s do not name the turn's container %s*", tag, prefix)
+
+	// journalEntry is the part of `journalctl -o json` the scenario reads.
+	type journalEntry struct {
+		Message    string `json:"MESSAGE"`
+		Identifier string `json:"SYSLOG_IDENTIFIER"`
+		Container  string `json:"CONTAINER_NAME"`
+		Turn       string `json:"SANDBOX_TURN"`
+		Unit       string `json:"_SYSTEMD_UNIT"`
 	}
-	// Only the worker's stderr reaches the journal (the host forwards it;
-	// the container has no log driver), so not even its reply, which echoes
-	// the guest's text, is there.
-	for _, line := range strings.Split(strings.TrimSpace(lines), "\n") {
-		var e map[string]any
-		if json.Unmarshal([]byte(line), &e) != nil {
+	entries := func(args ...string) []journalEntry {
+		var out []journalEntry
+		for _, line := range strings.Split(strings.TrimSpace(journal(append(args, "-o", "json")...)), "\n") {
+			var e journalEntry
+			if json.Unmarshal([]byte(line), &e) == nil && e.Message != "" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	for i, d := range ran {
+		var got []journalEntry
+		msg := eventually(15*time.Second, func() string {
+			got = entries("SANDBOX_TURN=" + d.id)
+			finished := 0
+			for _, e := range got {
+				if strings.Contains(e.Message, `"msg":"turn finished"`) {
+					finished++
+				}
+			}
+			if finished != 1 {
+				return fmt.Sprintf("turn %d (%s): the journal has %d \"turn finished\" lines of it, want 1 (%d lines in all)", i, d.id, finished, len(got))
+			}
+			return ""
+		})
+		if msg != "" {
+			t.Errorf("%s; the channel's lines since the scenario began:\n%s", msg, journal("-t", tag, "--since", since, "-o", "short-iso"))
 			continue
 		}
-		if strings.Contains(fmt.Sprint(e["MESSAGE"]), secret) {
-			t.Errorf("a journal line under %s carries the guest's message text: %v", tag, e["MESSAGE"])
+		for _, e := range got {
+			if e.Identifier != tag || e.Container != d.container || e.Unit != layout.HostService {
+				t.Errorf("turn %d: a line is tagged %q, container %q, from %q; want %q, %q, %q (the host forwarding it)",
+					i, e.Identifier, e.Container, e.Unit, tag, d.container, layout.HostService)
+			}
+			// Only the worker's stderr reaches the journal (the container has
+			// no log driver), so not even its reply, which echoes the guest.
+			for _, other := range ran {
+				if strings.Contains(e.Message, other.secret) {
+					t.Errorf("turn %d: a journal line carries a guest's message text: %v", i, e.Message)
+				}
+			}
 		}
-		if e["_SYSTEMD_UNIT"] != layout.HostService || e["SANDBOX_TURN"] == nil {
-			t.Errorf("a worker line came from %v (turn %v), want the host forwarding it with the turn id", e["_SYSTEMD_UNIT"], e["SANDBOX_TURN"])
+	}
+	// Every line under the tag belongs to one of these turns.
+	mine := map[string]bool{}
+	for _, d := range ran {
+		mine[d.id] = true
+	}
+	for _, e := range entries("-t", tag, "--since", since) {
+		if !mine[e.Turn] {
+			t.Errorf("a line under %s comes from turn %q (container %q), not one of this scenario's", tag, e.Turn, e.Container)
 		}
 	}
 	if all := journal("--since", since, "-o", "cat"); strings.Contains(all, env.credential) {

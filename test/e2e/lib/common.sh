@@ -8,20 +8,29 @@ REPO_ROOT=${REPO_ROOT:-$(cd "$E2E_DIR/../.." && pwd)}
 e2e_log() { printf '[e2e %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 e2e_die() { e2e_log "FATAL: $*"; exit 1; }
 
+# e2e_install_hint prints the apt-get line for every missing prerequisite
+# (packaging/prerequisites.txt, the list README's Quick start shows).
+e2e_install_hint() {
+  local m
+  m=$("$REPO_ROOT/packaging/prerequisites.sh" missing 2>/dev/null || true)
+  if [[ -n $m ]]; then echo "apt-get install -y --no-install-recommends $m"; else echo "apt-get install $1"; fi
+}
+
 # e2e_skip_reason prints why this machine cannot run the namespaced systemd,
-# or nothing when it can.
+# or nothing when it can. A missing program names the one apt-get line that
+# installs everything still missing.
 e2e_skip_reason() {
   if [[ $(id -u) != 0 ]]; then echo "not root"; return; fi
   if [[ $(uname -s) != Linux ]]; then echo "not Linux"; return; fi
   local t
   for t in unshare nsenter mount; do
-    command -v "$t" >/dev/null 2>&1 || { echo "$t not found"; return; }
+    command -v "$t" >/dev/null 2>&1 || { echo "$t not found ($(e2e_install_hint util-linux))"; return; }
   done
-  [[ -x /lib/systemd/systemd ]] || { echo "/lib/systemd/systemd not found (apt-get install systemd)"; return; }
-  command -v dockerd >/dev/null 2>&1 || { echo "dockerd not found (apt-get install docker.io)"; return; }
-  command -v docker >/dev/null 2>&1 || { echo "docker CLI not found (apt-get install docker.io)"; return; }
-  [[ -x /usr/lib/polkit-1/polkitd ]] || { echo "polkitd not found (apt-get install polkitd)"; return; }
-  command -v go >/dev/null 2>&1 || { echo "go not found"; return; }
+  [[ -x /lib/systemd/systemd ]] || { echo "/lib/systemd/systemd not found ($(e2e_install_hint systemd))"; return; }
+  command -v dockerd >/dev/null 2>&1 || { echo "dockerd not found ($(e2e_install_hint docker.io))"; return; }
+  command -v docker >/dev/null 2>&1 || { echo "docker CLI not found ($(e2e_install_hint docker.io))"; return; }
+  [[ -x /usr/lib/polkit-1/polkitd ]] || { echo "polkitd not found ($(e2e_install_hint polkitd))"; return; }
+  command -v go >/dev/null 2>&1 || { echo "go not found (Go 1.26 from go.dev/dl, on PATH)"; return; }
   unshare --pid --mount --fork --propagation private true 2>/dev/null || { echo "unshare of pid+mount namespaces refused"; return; }
   # The harness boots its own systemd next to no other: a machine whose PID 1
   # is systemd already manages the cgroup tree the second one would take.

@@ -46,7 +46,8 @@ build_all() {
       go build -trimpath -o "$bin/fakemcp" ./test/e2e/fakemcp &&
       go build -trimpath -ldflags '-s -w' -o "$bin/img-hostile/hostile" ./test/e2e/hostile &&
       go build -trimpath -ldflags '-s -w' -o "$bin/img-stubborn/stubborn" ./test/e2e/stubborn &&
-      go test -c -o "$bin/e2e.test" ./test/e2e
+      go test -c -o "$bin/e2e.test" ./test/e2e &&
+      go build -o "$bin/testsummary" ./test/testsummary
   ) >"$E2E_WORK/build.log" 2>&1 || {
     tail -40 "$E2E_WORK/build.log" >&2
     e2e_die "building the harness programs failed"
@@ -66,6 +67,12 @@ install_images() {
 # install_package installs the .deb inside the namespace (its maintainer
 # scripts talk to the namespace's systemd).
 install_package() {
+  # The namespace has its own /tmp, /run and /var/tmp: a package built in a
+  # clone under /tmp is not there. Install a copy in the work directory.
+  if ! ns_visible "$DEB"; then
+    cp "$DEB" "$E2E_WORK/" || e2e_die "cannot copy $DEB into $E2E_WORK"
+    DEB=$E2E_WORK/$(basename "$DEB")
+  fi
   e2e_log "installing $(basename "$DEB") inside the namespace"
   if ! ns_exec env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$DEB" >"$E2E_WORK/install.log" 2>&1; then
     tail -40 "$E2E_WORK/install.log" >&2

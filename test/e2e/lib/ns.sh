@@ -7,7 +7,22 @@
 # Docker's and containerd's data live on tmpfs inside the namespace, the
 # cgroups systemd and dockerd created are removed, users the package created
 # are removed, and the checks at the end fail loudly when anything of the
-# namespace remains.
+# namespace remains: processes, cgroups, mounts, and any new path in a
+# listing of the places a booted system writes to (ns_watch_list), taken
+# before boot and compared after teardown.
+#
+# What the namespace's services would write to the shared root filesystem
+# is kept inside it: /var/tmp (PrivateTmp= directories) and /etc/docker
+# (dockerd's key.json) are tmpfs there, containerd runs without its CRI
+# plugin (which makes /etc/cni/net.d), tmpfiles' provision.conf (which makes
+# /root/.ssh) and PackageKit (apt's hook starts it) are masked. Only
+# systemd-logind's empty /var/lib/systemd/linger is made on the machine;
+# teardown removes it when it was not there before.
+#
+# Every path a command inside the namespace is given must be visible there:
+# the namespace has its own /tmp, /run and /var/tmp. Only the work directory
+# (its top directory under /var/tmp, see ns_share_dir) is bound through;
+# ns_visible tells whether another path is.
 #
 # The network namespace is shared on purpose (the fake model listens on
 # loopback); the namespaced dockerd therefore runs with --bridge=none
@@ -43,6 +58,7 @@ NS_MASKED_UNITS=(
   e2scrub_reap.service fstrim.timer man-db.timer logrotate.timer
   postgresql.service systemd-networkd.service systemd-resolved.service
   networking.service ssh.service cron.service rsyslog.service
+  packagekit.service packagekit-offline-update.service
 )
 
 # ns_child_of prints the first child pid of $1, or nothing (no procps needed).
@@ -64,9 +80,12 @@ ns_child_of() {
 
 # ns_stage_run writes the namespace's private /run content into $1.
 ns_stage_run() {
-  local run=$1 u
-  mkdir -p "$run/systemd/system/docker.service.d" "$run/systemd/journald.conf.d" "$run/systemd/system/containerd.service.d"
+  local run=$1 u containerd
+  mkdir -p "$run/systemd/system/docker.service.d" "$run/systemd/journald.conf.d" "$run/systemd/system/containerd.service.d" \
+    "$run/tmpfiles.d" "$run/roundtable-e2e"
   for u in "${NS_MASKED_UNITS[@]}"; do ln -sf /dev/null "$run/systemd/system/$u"; done
+  # provision.conf creates /root/.ssh on the shared root filesystem.
+  ln -sf /dev/null "$run/tmpfiles.d/provision.conf"
   printf '%s\n' '[Unit]' 'Description=roundtable-sandbox end-to-end namespace' 'Requires=basic.target' \
     'Wants=dbus.service docker.service' 'After=basic.target' 'AllowIsolate=yes' >"$run/systemd/system/rt-e2e.target"
   # No bridge, no iptables: the network namespace is the machine's. Own
@@ -74,10 +93,55 @@ ns_stage_run() {
   printf '%s\n' '[Service]' 'EnvironmentFile=' 'ExecStart=' \
     'ExecStart=/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock --bridge=none --iptables=false --ip6tables=false --ip-masq=false --cgroup-parent=/roundtable-e2e-docker' \
     >"$run/systemd/system/docker.service.d/e2e.conf"
-  printf '%s\n' '[Service]' 'ExecStartPre=' >"$run/systemd/system/containerd.service.d/e2e.conf"
-  printf '%s\n' '[Journal]' 'Storage=volatile' 'RateLimitBurst=0' 'ForwardToConsole=no' 'ForwardToWall=no' \
+  # containerd's own config, not the machine's: no CRI plugin (it creates
+  # /etc/cni/net.d on the shared root), everything under /var/lib/containerd
+  # (tmpfs here) and /run.
+  containerd=$(command -v containerd || echo /usr/bin/containerd)
+  printf '%s\n' 'version = 2' 'root = "/var/lib/containerd"' 'state = "/run/containerd"' \
+    'disabled_plugins = ["io.containerd.grpc.v1.cri"]' '[plugins."io.containerd.internal.v1.opt"]' \
+    '  path = "/var/lib/containerd/opt"' >"$run/roundtable-e2e/containerd.toml"
+  printf '%s\n' '[Service]' 'ExecStartPre=' 'ExecStart=' "ExecStart=$containerd --config /run/roundtable-e2e/containerd.toml" \
+    >"$run/systemd/system/containerd.service.d/e2e.conf"
+  # journald's default rate limits stay in force: the journal scenario must
+  # hold with them.
+  printf '%s\n' '[Journal]' 'Storage=volatile' 'ForwardToConsole=no' 'ForwardToWall=no' \
     >"$run/systemd/journald.conf.d/e2e.conf"
 }
+
+# ns_share_dir prints the directory bound into the namespace: the work
+# directory's top directory under /var/tmp (bench/run.sh keeps its own files
+# next to E2E_WORK=$WORK/ns), or the work directory itself elsewhere.
+ns_share_dir() {
+  local rest=${E2E_WORK#/var/tmp/}
+  if [[ $rest != "$E2E_WORK" ]]; then echo "/var/tmp/${rest%%/*}"; else echo "$E2E_WORK"; fi
+}
+
+# ns_visible PATH: true when PATH means the same file inside the namespace
+# (not under one of the namespace's own /tmp, /run, /var/tmp, docker dirs),
+# or lies under the shared work directory.
+ns_visible() {
+  local p share
+  p=$(realpath -m "$1") share=$(ns_share_dir)
+  [[ $p == "$share" || $p == "$share"/* ]] && return 0
+  case $p/ in
+  /tmp/* | /run/* | /var/run/* | /var/tmp/* | /var/lib/docker/* | /var/lib/containerd/* | /etc/docker/* | /dev/shm/*) return 1 ;;
+  esac
+  return 0
+}
+
+# ns_watch_list prints the paths (sorted) of the places a booted system and
+# the package write to on the shared root filesystem, without dpkg's, apt's
+# and man-db's own bookkeeping and without the harnesses' work directories.
+ns_watch_list() {
+  {
+    find /etc /var/lib /var/cache /usr/local /opt /srv /lib/systemd/system /usr/lib/systemd /usr/share/polkit-1 \
+      -xdev -maxdepth 3 2>/dev/null
+    find /root /home /var/tmp /var/log /var/spool /var/mail /usr/share/man /usr/share/bash-completion/completions \
+      -xdev -maxdepth 1 2>/dev/null
+  } | grep -Ev '^(/var/lib/(dpkg|apt|ucf)|/var/cache/(apt|debconf|man|ldconfig)|/var/log/(apt|journal))(/|$)|^/etc/(\.pwd\.lock|(passwd|group|shadow|gshadow|subuid|subgid)-|ld\.so\.cache)$|^/var/tmp/(roundtable-|rtsb-|sbx-)' |
+    sort
+}
+
 
 # ns_snapshot records what the machine looks like before boot.
 ns_snapshot() {
@@ -86,7 +150,8 @@ ns_snapshot() {
   find /sys/fs/cgroup -mindepth 1 -type d 2>/dev/null | sort >"$d/cgroups"
   awk '{print $5}' /proc/self/mountinfo | sort >"$d/mounts"
   : >"$d/dirs"
-  for x in /var/lib/docker /var/lib/containerd; do if [[ -e $x ]]; then echo "$x" >>"$d/dirs"; fi; done
+  for x in /var/lib/docker /var/lib/containerd /etc/docker /var/lib/systemd/linger; do if [[ -e $x ]]; then echo "$x" >>"$d/dirs"; fi; done
+  ns_watch_list >"$d/paths"
   getent passwd | cut -d: -f1 | sort >"$d/users"
   getent group | cut -d: -f1 | sort >"$d/groups"
 }
@@ -103,8 +168,13 @@ ns_boot() {
   : >"$E2E_WORK/console"
   printf '#!/bin/sh\nexit 0\n' >"$E2E_WORK/policy-rc.d"
   chmod 0755 "$E2E_WORK/policy-rc.d"
-  local d
-  for d in /var/lib/docker /var/lib/containerd; do mkdir -p "$d"; done
+  local d share
+  share=$(ns_share_dir)
+  case $share in
+  /tmp | /tmp/* | /run | /run/* | /var/tmp) e2e_die "E2E_WORK=$E2E_WORK: the namespace has its own /tmp and /run; use a directory under /var/tmp" ;;
+  esac
+  # Mount points (removed by teardown when ns_snapshot did not see them).
+  for d in /var/lib/docker /var/lib/containerd /etc/docker; do mkdir -p "$d"; done
   # The inner script runs as PID 1 of the new namespaces, then becomes systemd.
   cat >"$E2E_WORK/init.sh" <<INIT
 #!/bin/bash
@@ -129,6 +199,25 @@ umount -R /run/.e2e-cg
 rmdir /run/.e2e-cg
 mount -t tmpfs -o mode=0711 tmpfs /var/lib/docker
 mount -t tmpfs -o mode=0711 tmpfs /var/lib/containerd
+# dockerd writes /etc/docker/key.json: a tmpfs holding a copy of the
+# machine's /etc/docker (daemon.json, if any, still applies).
+mkdir /run/.e2e-etc-docker
+cp -a /etc/docker/. /run/.e2e-etc-docker/
+mount -t tmpfs -o mode=0755 tmpfs /etc/docker
+cp -a /run/.e2e-etc-docker/. /etc/docker/
+rm -rf /run/.e2e-etc-docker
+# PrivateTmp= units make /var/tmp/systemd-private-*: /var/tmp is a tmpfs,
+# with only the shared work directory bound through from the machine.
+if [[ "$share" == /var/tmp/* ]]; then
+  mkdir /run/.e2e-share
+  mount --bind "$share" /run/.e2e-share
+  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /var/tmp
+  mkdir -p "$share"
+  mount --move /run/.e2e-share "$share"
+  rmdir /run/.e2e-share
+else
+  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /var/tmp
+fi
 # systemd's console output goes to a file, not the machine's console.
 mount --bind "$E2E_WORK/console" /dev/console
 # A Docker-built machine ships /usr/sbin/policy-rc.d "exit 101" (never start
@@ -282,8 +371,10 @@ ns_cleanup_machine() {
     comm -13 "$before/mounts" "$E2E_WORK/mounts.after" >&2
     rc=1
   fi
-  for d in /var/lib/docker /var/lib/containerd; do
-    if ! grep -qxF "$d" "$before/dirs"; then
+  # Mount points made by ns_boot, and logind's linger directory (empty
+  # unless someone enabled lingering in the namespace).
+  for d in /var/lib/docker /var/lib/containerd /etc/docker /var/lib/systemd/linger; do
+    if [[ -e $d ]] && ! grep -qxF "$d" "$before/dirs"; then
       rmdir "$d" 2>/dev/null || { e2e_log "LEFT: $d is not empty"; rc=1; }
     fi
   done
@@ -301,5 +392,16 @@ ns_cleanup_machine() {
   done
   getent group | cut -d: -f1 | sort >"$E2E_WORK/groups.after"
   for g in $(comm -13 "$before/groups" "$E2E_WORK/groups.after"); do groupdel "$g" 2>/dev/null || true; done
+  # Files and directories: what the listing did not hold before boot.
+  if [[ -f $before/paths ]]; then
+    ns_watch_list >"$E2E_WORK/paths.after"
+    local new
+    new=$(comm -13 "$before/paths" "$E2E_WORK/paths.after")
+    if [[ -n $new ]]; then
+      e2e_log "LEFT: new paths on the machine since the namespace booted (ns_watch_list):"
+      head -40 <<<"$new" >&2
+      rc=1
+    fi
+  fi
   return $rc
 }
