@@ -110,13 +110,14 @@ X sh -c "chown root:_sandbox $CONF.demo-tmp && chmod 0640 $CONF.demo-tmp && mv -
 X systemctl restart sandbox-host.service
 X /usr/bin/sandbox-host channel on "$CHANNEL" >/dev/null
 
-# Each turn's worker lines are found by its container's name (Docker's
-# journald driver sets CONTAINER_NAME; the host names a turn's container
-# roundtable-sandbox-<channel hash>-<turn>): the journal cursor taken before
-# the turn only finds that name. (journalctl 252 with --after-cursor plus a
-# match such as -t skips the first matching entry when the cursor's own entry
-# does not match: that lost one of each turn's two lines.) Docker forwards the
-# lines asynchronously, so the demo waits for both, with a deadline.
+# Each turn's worker lines are found by its container's name (the host
+# forwards the worker's stderr to journald with CONTAINER_NAME, and names a
+# turn's container roundtable-sandbox-<channel hash>-<turn>): the journal
+# cursor taken before the turn only finds that name. (journalctl 252 with
+# --after-cursor plus a match such as -t skips the first matching entry when
+# the cursor's own entry does not match: that lost a line of every turn.)
+# The lines reach the journal asynchronously, so the demo waits for the
+# worker's closing "turn finished" line, with a deadline.
 CONTAINER_PREFIX=roundtable-sandbox-$(printf %s "$CHANNEL" | sha256sum | cut -c1-16)-
 turn() {
   local text=$1 cursor name="" deadline
@@ -139,10 +140,7 @@ turn() {
       name=$(X journalctl --no-pager --after-cursor "$cursor" -o json --output-fields=CONTAINER_NAME 2>/dev/null |
         grep -o "\"CONTAINER_NAME\":\"$CONTAINER_PREFIX[0-9a-f]*\"" | head -1 | cut -d'"' -f4 || true)
     fi
-    # stderr (PRIORITY 3): the worker's log lines, closing with "turn
-    # finished"; stdout (PRIORITY 6): its reply.
-    if [[ -n $name && $(X journalctl --no-pager -o cat CONTAINER_NAME="$name" PRIORITY=3 2>/dev/null) == *'"turn finished"'* &&
-      -n $(X journalctl --no-pager -o cat CONTAINER_NAME="$name" PRIORITY=6 2>/dev/null) ]]; then
+    if [[ -n $name && $(X journalctl --no-pager -o cat CONTAINER_NAME="$name" 2>/dev/null) == *'"turn finished"'* ]]; then
       break
     fi
     if ((SECONDS >= deadline)); then
