@@ -405,13 +405,21 @@ func TestShutdownContextStopsRemovalRetries(t *testing.T) {
 	start := time.Now()
 	r.h.ShutdownContext(ctx)
 	took := time.Since(start)
+	// The cleanup (one removal, no retry) must have ended before ShutdownContext
+	// returned; RunTurn's own return to this goroutine may trail it slightly.
+	r.docker.mu.Lock()
+	removedAtReturn := len(r.docker.removes)
+	r.docker.mu.Unlock()
+	if removedAtReturn != 1 {
+		t.Fatalf("removals when ShutdownContext returned = %d, want 1 (cleanup ended first)", removedAtReturn)
+	}
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrCleanup) {
 			t.Errorf("turn err = %v, want ErrCleanup", err)
 		}
-	default:
-		t.Fatal("ShutdownContext returned before the turn's cleanup ended")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the turn did not return after ShutdownContext")
 	}
 	if took > 3*time.Second {
 		t.Errorf("shutdown took %v: the 10 s backoff was waited out", took)
