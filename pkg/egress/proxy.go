@@ -256,7 +256,7 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, kind, dest string
 		p.log.Warn("egress refusal budget spent: every later proxy request is refused unread", "refusals", MaxRefusals)
 	}
 	answer(w, code)
-	attrs := []any{"status", code, "reason", err.Error()}
+	attrs := []any{"status", code, "reason", reason(err)}
 	if kind != "" {
 		attrs = append(attrs, "kind", kind)
 	}
@@ -264,6 +264,25 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, kind, dest string
 		attrs = append(attrs, "dest", dest)
 	}
 	p.log.Warn("egress refused", attrs...)
+}
+
+// reason is a refusal's log text: the proxy's and safefetch's own words
+// (host, address, rule); any other error (a destination's malformed answer,
+// say, whose text may quote it) only by its category.
+func reason(err error) string {
+	var se *safefetch.Error
+	switch {
+	case errors.As(err, &se), errors.Is(err, errMalformed), errors.Is(err, errScheme), errors.Is(err, errTurnOver),
+		errors.Is(err, ErrConnections), errors.Is(err, ErrBytes), errors.Is(err, ErrLifetime):
+		return err.Error()
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return "egress: " + err.Error()
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "egress: destination timed out"
+	}
+	return "egress: destination exchange failed"
 }
 
 // Status maps a refusal or dial error to the proxy's answer: 403 for a

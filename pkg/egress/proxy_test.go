@@ -382,3 +382,30 @@ func TestIsProxyRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyBadAnswerNotLogged: a destination's malformed answer is a 502 and
+// the log names its category, never the bytes the destination sent.
+func TestProxyBadAnswerNotLogged(t *testing.T) {
+	c, ln := newCountingListener(t)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				conn.Read(make([]byte, 4096))
+				io.WriteString(conn, "GARBAGE-ANSWER-MARKER not http\r\n\r\n")
+			}()
+		}
+	}()
+	r := newRig(t, testGrant(), []netip.AddrPort{c.addr}, nil)
+	code, body := r.raw(fmt.Sprintf("GET http://%s/x HTTP/1.1\r\nHost: x\r\n\r\n", c.addr))
+	if code != http.StatusBadGateway || body != publicText[http.StatusBadGateway] {
+		t.Errorf("malformed answer: %d %q, want 502 generic", code, body)
+	}
+	if logs := r.logs.String(); strings.Contains(logs, "GARBAGE-ANSWER-MARKER") || !strings.Contains(logs, "destination exchange failed") {
+		t.Errorf("log:\n%s", logs)
+	}
+}

@@ -15,11 +15,14 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -92,6 +95,12 @@ var probes = []probe{
 	{"traversal", func(m string) string { return req("POST", "/tools/../model", dummy, chat(m, "")) }},
 	{"unknown_route", func(m string) string { return req("POST", "/admin", dummy, chat(m, "")) }},
 	{"absolute_url", func(m string) string { return req("POST", "http://evil.example/model", dummy, chat(m, "")) }},
+	// The proxy route exists only for a policy with an egress grant; a turn
+	// has none, so both proxy forms meet the broker's strict refusals.
+	{"connect_metadata", func(string) string { return "CONNECT 169.254.169.254:80 HTTP/1.1\r\nHost: 169.254.169.254:80\r\n\r\n" }},
+	{"absolute_get_metadata", func(string) string {
+		return "GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n"
+	}},
 	{"forwarded_header", func(m string) string {
 		return req("POST", "/model", dummy, chat(m, ""), "X-Forwarded-For: 10.0.0.1", "Forwarded: for=10.0.0.1")
 	}},
@@ -213,6 +222,10 @@ func exhaust() {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "proxy-client" {
+		proxyClient(os.Args[2:])
+		return
+	}
 	var turn struct {
 		Model string `json:"model"`
 		Text  string `json:"text"`
@@ -243,4 +256,42 @@ func main() {
 	text, _ := json.Marshal(map[string]any{"probes": results, "observed": observe()})
 	out, _ := json.Marshal(map[string]any{"ok": true, "text": string(text)})
 	fmt.Println(string(out))
+}
+
+// proxyClient is the e2e proxy test's client: it GETs each URL through the
+// proxy that HTTPS_PROXY (https) or HTTP_PROXY (http) names, trusting the CA
+// in E2E_CA_PEM, or with no proxy at all for a URL prefixed "direct:", and
+// prints one JSON object of results keyed by the URL as given. (Go's own
+// ProxyFromEnvironment never proxies loopback destinations, which are the
+// test's, so the variables are read here.)
+func proxyClient(urls []string) {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM([]byte(os.Getenv("E2E_CA_PEM")))
+	out := map[string]result{}
+	for _, raw := range urls {
+		target, direct := strings.CutPrefix(raw, "direct:")
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true}
+		if !direct {
+			env := "HTTP_PROXY"
+			if strings.HasPrefix(target, "https:") {
+				env = "HTTPS_PROXY"
+			}
+			pu, err := url.Parse(os.Getenv(env))
+			if err != nil || pu.Host == "" {
+				out[raw] = result{Error: env + " unset or malformed"}
+				continue
+			}
+			tr.Proxy = http.ProxyURL(pu)
+		}
+		resp, err := (&http.Client{Transport: tr, Timeout: 20 * time.Second}).Get(target)
+		if err != nil {
+			out[raw] = result{Error: err.Error()}
+			continue
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+		resp.Body.Close()
+		out[raw] = result{Status: resp.StatusCode, Body: strings.TrimSpace(string(body))}
+	}
+	data, _ := json.Marshal(out)
+	fmt.Println(string(data))
 }
