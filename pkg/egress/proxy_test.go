@@ -1,8 +1,10 @@
 package egress
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -407,5 +409,59 @@ func TestProxyBadAnswerNotLogged(t *testing.T) {
 	}
 	if logs := r.logs.String(); strings.Contains(logs, "GARBAGE-ANSWER-MARKER") || !strings.Contains(logs, "destination exchange failed") {
 		t.Errorf("log:\n%s", logs)
+	}
+}
+
+// TestProxyTunnelHalfClose: a client that ends its input still gets the
+// destination's answer: end of input half-closes the destination side.
+func TestProxyTunnelHalfClose(t *testing.T) {
+	c, ln := newCountingListener(t)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				n, _ := io.Copy(io.Discard, conn) // until the client's end of input
+				fmt.Fprintf(conn, "read %d", n)
+			}()
+		}
+	}()
+	r := newRig(t, testGrant(), []netip.AddrPort{c.addr}, nil)
+	conn, br, _ := r.tunnel(c.addr.String())
+	if conn == nil {
+		t.Fatal("tunnel refused")
+	}
+	defer conn.Close()
+	io.WriteString(conn, "12345")
+	conn.(*net.TCPConn).CloseWrite()
+	got, err := io.ReadAll(br)
+	if err != nil || string(got) != "read 5" {
+		t.Errorf("after half-close: %q %v, want %q", got, err, "read 5")
+	}
+}
+
+// TestProxyConnectEarlyBytes: bytes sent right behind the CONNECT header,
+// before the 200 (already in the server's buffer), reach the destination.
+func TestProxyConnectEarlyBytes(t *testing.T) {
+	echo := echoServer(t)
+	r := newRig(t, testGrant(), []netip.AddrPort{echo.addr}, nil)
+	c, err := net.Dial("tcp", r.url.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\nEARLY", echo.addr, echo.addr)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "EARLY" {
+		t.Errorf("early bytes echoed as %q (%v)", buf, err)
 	}
 }
