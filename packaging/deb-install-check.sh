@@ -142,7 +142,7 @@ if ((standin)); then
     curl -sS --max-time 5 --unix-socket /run/roundtable-sandbox/host.sock http://host/
 
   echo "== broker units through D-Bus and polkit, as _sandbox"
-  t=0123456789abcdef0123456789abcdef
+  t=0123456789abcdef0123456789abcdef t2=fedcba9876543210fedcba9876543210
   expect "credential file" sh -c 'printf "sk-test-1\n" >/etc/roundtable-sandbox/credentials/openai && chmod 600 /etc/roundtable-sandbox/credentials/openai'
   expect "_sandbox makes the turn dir" "${sb[@]}" sh -c "umask 077 && mkdir /run/roundtable-sandbox/turns/$t && chmod 711 /run/roundtable-sandbox/turns/$t"
   expect "_sandbox writes a policy" "${sb[@]}" sh -c "umask 027 && echo '{}' >/run/roundtable-sandbox/policies/$t.json"
@@ -154,10 +154,18 @@ if ((standin)); then
   refuse "_sandbox may not stop sandbox-reaper.timer" "${sb[@]}" systemctl stop sandbox-reaper.timer
   refuse "_sandbox may not start a broker unit with a dot" "${sb[@]}" systemctl start "sandbox-broker@a.b.socket"
   refuse "_sandbox-broker may not start broker units" setpriv --reuid=_sandbox-broker --regid=_sandbox-broker --init-groups \
-    systemctl start "sandbox-broker@a$t.socket"
+    systemctl start "sandbox-broker@$t2.socket"
   out=$(nsroot_exec "${sb[@]}" curl -sS --max-time 10 --unix-socket "/run/roundtable-sandbox/turns/$t/broker.sock" http://broker/model 2>&1)
   bu=$(nsroot_exec id -u _sandbox-broker)
-  grep -q "^uid=$bu gid=$bu groups=\[$bu\]$" <<<"$out" && ok "first connect activated the broker as _sandbox-broker, no extra groups" || bad "broker identity: $out"
+  bid=$(sed -n 's/^uid=\([0-9]*\) .*/\1/p' <<<"$out")
+  bgid=$(nsroot_exec sh -c 'getent group _sandbox-broker | cut -d: -f3')
+  groups=$(sed -n 's/^uid=[0-9]* gid=[0-9]* groups=\[\(.*\)\]$/\1/p' <<<"$out" | tr ' ' '\n' | sort -n | tr '\n' ' ')
+  want=$(printf '%s\n' "$bgid" "$bid" | sort -n | tr '\n' ' ')
+  if grep -q "^uid=$bid gid=$bid " <<<"$out" && [[ $groups == "$want" && -n $bid && $bid != "$bu" && $bid != "$uid" && $bid -ge 61184 && $bid -le 65519 ]]; then
+    ok "first connect activated the broker as a dynamic user ($bid) with only group _sandbox-broker"
+  else
+    bad "broker identity: $out"
+  fi
   grep -q '^cred sandbox_openai len=10 err=<nil>' <<<"$out" && ok "credential arrives as \$CREDENTIALS_DIRECTORY/sandbox_openai" || bad "credentials: $out"
   grep -q '^policies: 1 entries err=<nil>' <<<"$out" && ok "broker reads the policy dir" || bad "policy dir: $out"
   grep -q '^read config: .*permission denied' <<<"$out" && ok "broker cannot read the config" || bad "config read: $out"
@@ -186,7 +194,7 @@ if ((standin)); then
   if [[ $after != 0 && $after != "$before" ]]; then ok "sandbox-host.service restarted ($before -> $after)"; else bad "host not restarted ($before -> $after)"; fi
 
   echo "== remove while a broker runs"
-  expect "_sandbox starts another broker socket" "${sb[@]}" sh -c "mkdir -m 700 /run/roundtable-sandbox/turns/b$t && systemctl start sandbox-broker@b$t.socket"
+  expect "_sandbox starts another broker socket" "${sb[@]}" sh -c "mkdir -m 700 /run/roundtable-sandbox/turns/$t2 && systemctl start sandbox-broker@$t2.socket"
 else
   echo "== the real binaries under their hardened units"
   out=$(nsroot_exec timeout 60 sandbox-host --json channel list 2>&1)

@@ -21,9 +21,10 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 work=$(mktemp -d /tmp/rtsb-units-check.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 units=(sandbox-host.socket sandbox-host.service sandbox-broker@.socket sandbox-broker@.service
-  sandbox-reaper.service sandbox-reaper.timer)
+  sandbox-credset@.service sandbox-reaper.service sandbox-reaper.timer)
 verify=(sandbox-host.socket sandbox-host.service sandbox-broker@0123456789abcdef0123456789abcdef.socket
-  sandbox-broker@0123456789abcdef0123456789abcdef.service sandbox-reaper.service sandbox-reaper.timer)
+  sandbox-broker@0123456789abcdef0123456789abcdef.service sandbox-credset@0123456789abcdef0123456789abcdef.service
+  sandbox-reaper.service sandbox-reaper.timer)
 mkdir -p "$work/units" "$work/bin" "$work/ovl" "$work/man/man8"
 for u in "${units[@]}"; do cp "units/$u" "$work/units/"; done
 for b in sandbox-host sandbox-broker sandbox-reaper; do
@@ -61,6 +62,7 @@ score() {
     sed -n -E 's/.*Overall exposure level for [^:]+: ([0-9.]+).*/\1/p'
 }
 for pair in sandbox-broker@0123456789abcdef0123456789abcdef.service:2.0 sandbox-reaper.service:3.0 \
+  sandbox-credset@0123456789abcdef0123456789abcdef.service:2.5 \
   sandbox-host.service:4.0; do
   unit=${pair%:*} max=${pair##*:}
   s=$(score "$unit")

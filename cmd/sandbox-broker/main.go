@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/broker"
+	"github.com/roundtable-sandbox/sandbox/pkg/credset"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/mcp"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
@@ -40,7 +41,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), &cobra.Command{
+	root.AddCommand(newServe(), newCredset(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
@@ -72,6 +73,37 @@ func newServe() *cobra.Command {
 	f.StringVar(&o.CredentialPrefix, "credential-prefix", layout.CredentialPrefix, "file-name prefix of every credential (systemd's LoadCredential=<ID>:<dir> names files <ID>_<name>)")
 	f.StringVar(&o.ListenPath, "listen", "", "Unix socket path to listen on when no socket is passed by systemd")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text (journald-friendly) or json")
+	_ = cmd.MarkFlagRequired("turn")
+	return cmd
+}
+
+// newCredset is sandbox-credset@<turn>.service's command: copy exactly the
+// credentials the turn's policy names into the unit's runtime directory.
+func newCredset() *cobra.Command {
+	var turn, policyDir, from, out string
+	cmd := &cobra.Command{
+		Use:   "credset --turn ID",
+		Short: "Copy the credentials one turn's policy names (run by sandbox-credset@<turn>.service)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := newLogger("text")
+			if out == "" {
+				return errors.New("no output directory: set --out or run under RuntimeDirectory=")
+			}
+			r, err := credset.Copy(turn, policyDir, from, out)
+			if err != nil {
+				log.Error("credential set failed", "turn", turn, "reason", err.Error())
+				return err
+			}
+			log.Info("credential set", "turn", turn, "copied", r.Copied, "missing", r.Missing, "skipped", r.Skipped, "standby_placeholder", r.Pending)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&turn, "turn", "", "turn id (the unit instance name)")
+	f.StringVar(&policyDir, "policy-dir", layout.PolicyDir, "directory holding <turn>.json")
+	f.StringVar(&from, "from", layout.CredentialsDir, "the credentials directory")
+	f.StringVar(&out, "out", os.Getenv("RUNTIME_DIRECTORY"), "output directory (default $RUNTIME_DIRECTORY)")
 	_ = cmd.MarkFlagRequired("turn")
 	return cmd
 }

@@ -48,7 +48,7 @@ for b in sandbox-host sandbox-broker sandbox-reaper; do
 done
 inst 0644 "$image" usr/lib/roundtable-sandbox/worker-image.tar
 
-for u in sandbox-host.socket sandbox-host.service sandbox-broker@.socket sandbox-broker@.service \
+for u in sandbox-host.socket sandbox-host.service sandbox-broker@.socket sandbox-broker@.service sandbox-credset@.service \
   sandbox-reaper.service sandbox-reaper.timer; do
   inst 0644 "units/$u" "lib/systemd/system/$u"
 done

@@ -168,6 +168,7 @@ func modelScript() []byte {
 			{"text": "fetched: {{tool}}"},
 		}},
 		{"match": "SLOW", "replies": []call{{"text": "slow answer", "delayMs": 20000}}},
+		{"match": "LEAST-CRED", "replies": []call{{"text": "least answer", "delayMs": 4000}}},
 		{"match": "OVERLAP", "replies": []call{{"text": "overlap {{user}}", "delayMs": 1500}}},
 		{"match": "", "replies": []call{{"text": "echo: {{user}}"}}},
 	}

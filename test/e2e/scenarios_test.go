@@ -91,6 +91,9 @@ func TestTurnHoldsOnlyDummyKey(t *testing.T) {
 		{"PidsLimit", hc.PidsLimit != nil && *hc.PidsLimit == 64, true},
 		{"NanoCPUs", hc.NanoCPUs, int64(1e9)},
 		{"LogConfig.Type", hc.LogConfig.Type, "none"}, // the host forwards stderr (pkg/workerlog)
+		{"IpcMode", string(hc.IpcMode), "none"},
+		{"Init", hc.Init != nil && !*hc.Init, true},
+		{"Ulimits", fmt.Sprint(hc.Ulimits), "[nofile=1024:1024 nproc=64:64]"},
 		{"mount count", len(ins.Mounts), 2},
 		{"user is not root", ins.Config.User != "" && !strings.HasPrefix(ins.Config.User, "0"), true},
 		{"label installation", ins.Config.Labels[layout.LabelInstallation], installation},
@@ -862,4 +865,105 @@ func TestLogFloodLeavesOtherChannels(t *testing.T) {
 		t.Errorf("journald suppressed messages during the flood:\n%s", s)
 	}
 	assertNothingLeft(t, "after the flood")
+}
+
+// A running broker, seen from inside its own mount namespace
+// (/proc/<pid>/root): its credentials directory holds exactly the names its
+// policy uses, no other turn's policy exists for it, and it runs as a uid of
+// its own.
+func TestBrokerHoldsOnlyItsOwnCredentialsAndPolicy(t *testing.T) {
+	diagnose(t)
+	const ch = "e2e-least"
+	channelOn(t, ch)
+	extra := filepath.Join(credentialsDir, "unused-e2e")
+	if err := os.WriteFile(extra, []byte("sk-unused-"+randHex(8)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(extra)
+	other := filepath.Join(layout.PolicyDir, strings.Repeat("f", 32)+".json")
+	if err := os.WriteFile(other, []byte(`{"turnId":"another"}`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(other)
+	if out, err := run("chown", "_sandbox:_sandbox-broker", other); err != nil {
+		t.Fatalf("chown: %v %s", err, out)
+	}
+
+	done := make(chan apiResult, 1)
+	go func() { done <- turn(ch, "alice", "LEAST-CRED check") }()
+	waitContainer(t, ch, 20*time.Second)
+	var turnID string
+	for _, tt := range activeTurns(t) {
+		if tt.ChannelTag == ids.ChannelTag(ch) {
+			turnID = tt.ID
+		}
+	}
+	if turnID == "" {
+		t.Fatalf("the turn is not listed in /v1/turns")
+	}
+	unit := "sandbox-broker@" + turnID + ".service"
+	var pid string
+	if msg := eventually(10*time.Second, func() string {
+		pid = strings.TrimSpace(systemctl(t, "show", "-p", "MainPID", "--value", unit))
+		if pid == "" || pid == "0" {
+			return unit + " has no main process"
+		}
+		return ""
+	}); msg != "" {
+		t.Fatal(msg)
+	}
+	root := "/proc/" + pid + "/root"
+	creds := dirEntries(filepath.Join(root, "run/credentials", unit))
+	if want := []string{layout.CredentialPrefix + "mcp-search", layout.CredentialPrefix + "model"}; !slices.Equal(creds, want) {
+		t.Errorf("the broker's credentials directory lists %v, want exactly %v (its policy's names)", creds, want)
+	}
+	if got := dirEntries(filepath.Join(root, layout.PolicyDir)); !slices.Equal(got, []string{turnID + ".json"}) {
+		t.Errorf("the broker sees policies %v, want only its own %s.json", got, turnID)
+	}
+	if _, err := os.Stat(filepath.Join(root, other)); err == nil {
+		t.Errorf("another turn's policy %s is visible to the broker", other)
+	}
+	status, _ := os.ReadFile("/proc/" + pid + "/status")
+	u, _ := user.Lookup(layout.BrokerUser)
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+			if f[1] == u.Uid || f[1] == "0" {
+				t.Errorf("the broker runs as uid %s, want a dynamic uid of its own (not %s's %s)", f[1], layout.BrokerUser, u.Uid)
+			}
+			t.Logf("broker %s runs as uid %s", unit, f[1])
+		}
+	}
+	if r := <-done; r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("turn: %s", r)
+	}
+	if msg := eventually(10*time.Second, func() string {
+		if _, err := os.Stat(filepath.Join(layout.RuntimeDir, "credsets", turnID)); err == nil {
+			return "the turn's credential copy outlived it"
+		}
+		return ""
+	}); msg != "" {
+		t.Error(msg)
+	}
+	os.Remove(other)
+	assertNothingLeft(t, "after the least-credential turn")
+}
+
+type listedTurn struct {
+	ID         string `json:"id"`
+	ChannelTag string `json:"channelTag"`
+}
+
+func activeTurns(t *testing.T) []listedTurn {
+	t.Helper()
+	r := api(http.MethodGet, "/v1/turns", nil)
+	if r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("GET /v1/turns: %s", r)
+	}
+	var out struct {
+		Turns []listedTurn `json:"turns"`
+	}
+	if err := json.Unmarshal([]byte(r.Raw), &out); err != nil {
+		t.Fatalf("GET /v1/turns: %v: %s", err, r.Raw)
+	}
+	return out.Turns
 }

@@ -192,7 +192,7 @@ func runDoctor(ctx context.Context, path string, d doctorDeps) Report {
 		doctorDocker(ctx, cfg, d, add)
 	}
 
-	for _, u := range []string{"sandbox-host.socket", "sandbox-host.service", "sandbox-broker@.socket", "sandbox-broker@.service", "sandbox-reaper.service", "sandbox-reaper.timer"} {
+	for _, u := range []string{"sandbox-host.socket", "sandbox-host.service", "sandbox-broker@.socket", "sandbox-broker@.service", "sandbox-credset@.service", "sandbox-reaper.service", "sandbox-reaper.timer"} {
 		found := ""
 		for _, dir := range d.unitDirs {
 			if _, err := d.stat(filepath.Join(dir, u)); err == nil {
