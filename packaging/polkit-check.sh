@@ -108,12 +108,12 @@ name() { case $1 in 0) echo yes ;; 1) echo no ;; 2) echo auth-required ;; *) ech
 
 MU=org.freedesktop.systemd1.manage-units
 hex=0123456789abcdef0123456789abcdef
+hex2=fedcba9876543210fedcba9876543210
 id64=$(printf 'a%.0s' $(seq 64))
 id65=$(printf 'a%.0s' $(seq 65))
 
-# Allowed: exactly start/stop/reset-failed of sandbox-broker@<id>.socket|service.
-for unit in "sandbox-broker@$hex.socket" "sandbox-broker@$hex.service" sandbox-broker@abc.socket \
-  "sandbox-broker@A_b-9.service" "sandbox-broker@$id64.socket"; do
+# Allowed: exactly start/stop/reset-failed of sandbox-broker@<32 hex>.socket|service.
+for unit in "sandbox-broker@$hex.socket" "sandbox-broker@$hex.service" "sandbox-broker@$hex2.socket"; do
   for verb in start stop reset-failed; do check 0 _sandbox "$MU" "$unit" "$verb"; done
 done
 # Refused: other verbs on broker units.
@@ -131,7 +131,10 @@ for unit in sandbox-host.service sandbox-host.socket sandbox-reaper.service sand
   "sandbox-broker@$id65.service" "xsandbox-broker@$hex.service" "Sandbox-broker@$hex.service" \
   "sandbox-broker@$hex.service " " sandbox-broker@$hex.service" $'sandbox-broker@abc.service\n' \
   $'sandbox-broker@abc\n.service' "sandbox-broker@ábc.service" "sandbox-broker@$hex.servicex" \
-  "sandbox-brokerX$hex.service" "sandbox-broker@@$hex.service"; do
+  "sandbox-brokerX$hex.service" "sandbox-broker@@$hex.service" \
+  sandbox-broker@abc.socket "sandbox-broker@A_b-9.service" "sandbox-broker@$id64.socket" \
+  "sandbox-broker@${hex^^}.service" "sandbox-broker@${hex:1}.service" "sandbox-broker@${hex}0.service" \
+  "sandbox-broker@b$hex.socket" "sandbox-credset@$hex.service"; do
   check 1 _sandbox "$MU" "$unit" start
 done
 # Refused: no unit detail at all (transient units, manager-wide calls).

@@ -50,7 +50,11 @@ const (
 	noNewPrivOpt  = "no-new-privileges"
 	networkNone   = "none"
 	capabilityAll = "ALL"
+	// MaxOpenFiles is the container's RLIMIT_NOFILE.
+	MaxOpenFiles = 1024
 )
+
+var noInit = false
 
 var (
 	nameRe    = regexp.MustCompile(`^` + regexp.QuoteMeta(ids.ContainerPrefix) + `[0-9a-f]{16}-[0-9a-f]{8}$`)
@@ -258,11 +262,27 @@ func (s *Spec) configs(logDriver string) (*container.Config, *container.HostConf
 				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 			},
 		},
+		// No /dev/shm and an IPC namespace of its own: the worker uses
+		// neither, and a shm tmpfs would be one more writable place
+		// (Docker's default is 64 MiB).
+		IpcMode: container.IPCModeNone,
+		// No init process: the worker starts no processes, so it has no
+		// children to reap; a compromised worker's zombies count against its
+		// own pids limit and die with the container at turn end. docker-init
+		// would be one more host binary mounted into every container.
+		Init: &noInit,
 		Resources: container.Resources{
 			Memory:     memory,
 			MemorySwap: memory, // no swap beyond memory
 			NanoCPUs:   int64(s.CPUs*1e9 + 0.5),
 			PidsLimit:  &pids,
+			// nproc counts every process of the guest's uid (its own), so
+			// it matches the pids limit; nofile is far above the worker's
+			// handful of descriptors and far below Docker's default.
+			Ulimits: []*container.Ulimit{
+				{Name: "nofile", Soft: MaxOpenFiles, Hard: MaxOpenFiles},
+				{Name: "nproc", Soft: pids, Hard: pids},
+			},
 		},
 	}
 	if logDriver != "" && logDriver != LogDriver {

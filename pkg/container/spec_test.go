@@ -2,6 +2,7 @@ package container
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -165,6 +166,10 @@ func TestConfigs(t *testing.T) {
 		{"LogConfig.Type", hc.LogConfig.Type, "none"},
 		{"LogConfig.Config", len(hc.LogConfig.Config), 0},
 		{"AttachStderr", cfg.AttachStderr, true},
+		{"IpcMode", string(hc.IpcMode), "none"},
+		{"Init", hc.Init != nil && !*hc.Init, true},
+		{"Ulimits", fmt.Sprint(hc.Ulimits), "[nofile=1024:1024 nproc=64:64]"},
+		{"ShmSize", hc.ShmSize, int64(0)},
 		{"Runtime", hc.Runtime, "runsc"},
 		{"AutoRemove", hc.AutoRemove, false},
 		{"Labels", len(cfg.Labels), 4},
