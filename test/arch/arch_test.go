@@ -28,7 +28,7 @@ var layers = [][]string{
 	{"config", "credential", "container", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool", "egress", "standby"},
 	// 3: the services.
-	{"broker", "reaper", "host"},
+	{"broker", "reaper", "host", "credset"},
 	// 4: wiring of the host binary (cobra commands, Docker and D-Bus adapters).
 	{"host/cli"},
 }
