@@ -398,7 +398,7 @@ ns_cleanup_machine() {
     local new
     new=$(comm -13 "$before/paths" "$E2E_WORK/paths.after")
     if [[ -n $new ]]; then
-      e2e_log "LEFT: new paths on the machine since the namespace booted (ns_watch_list):"
+      e2e_log "LEFT: new paths on the machine since the namespace booted (ns_watch_list; made by the namespace, or by another process on this machine meanwhile):"
       head -40 <<<"$new" >&2
       rc=1
     fi
