@@ -90,6 +90,14 @@ func TestCIInstallsFromTheList(t *testing.T) {
 			t.Errorf(".ci/run installs packages itself (%q): keep the list in packaging/prerequisites.txt", strings.TrimSpace(line))
 		}
 	}
+	// The test peers .ci/run installs with npm are in Quick start too.
+	if strings.Contains(ci, "npm ci --prefix test/peers") {
+		_, quick, _ := strings.Cut(read(t, "README.md"), "\n## Quick start\n")
+		quick, _, _ = strings.Cut(quick, "\n## ")
+		if !strings.Contains(quick, "npm ci --prefix test/peers") {
+			t.Errorf(".ci/run runs npm ci --prefix test/peers, README Quick start does not")
+		}
+	}
 	if !strings.Contains(read(t, "packaging/prerequisites.sh"), "prerequisites.txt") {
 		t.Errorf("packaging/prerequisites.sh does not read packaging/prerequisites.txt")
 	}
