@@ -13,12 +13,24 @@ import (
 	"testing"
 )
 
-// dialAPIs are the standard library names that open (or configure the opening
-// of) an outbound connection.
+// dialAPIs are the names that open (or configure the opening of) an outbound
+// connection or a DNS lookup: the standard library's, the raw connect(2)
+// wrappers, and the library types that fall back to http.DefaultClient or
+// http.DefaultTransport (the environment's proxy included) when not given
+// one of ours.
 var dialAPIs = map[string][]string{
-	"net":        {"Dial", "DialTimeout", "DialTCP", "DialUDP", "DialIP", "DialUnix", "Dialer", "Resolver", "DefaultResolver"},
-	"net/http":   {"Transport", "DefaultTransport", "Client", "DefaultClient", "Get", "Post", "Head", "PostForm"},
-	"crypto/tls": {"Dial", "DialWithDialer", "Dialer"},
+	"net": {"Dial", "DialTimeout", "DialTCP", "DialUDP", "DialIP", "DialUnix", "Dialer", "Resolver", "DefaultResolver",
+		"LookupAddr", "LookupCNAME", "LookupHost", "LookupIP", "LookupMX", "LookupNS", "LookupPort", "LookupSRV", "LookupTXT",
+		"ResolveIPAddr", "ResolveTCPAddr", "ResolveUDPAddr"},
+	"net/http":              {"Transport", "DefaultTransport", "Client", "DefaultClient", "Get", "Post", "Head", "PostForm"},
+	"net/http/httputil":     {"ReverseProxy", "NewSingleHostReverseProxy"},
+	"crypto/tls":            {"Dial", "DialWithDialer", "Dialer"},
+	"net/smtp":              {"Dial", "SendMail"},
+	"net/rpc":               {"Dial", "DialHTTP", "DialHTTPPath"},
+	"syscall":               {"Connect"},
+	"golang.org/x/sys/unix": {"Connect"},
+	// A nil HTTPClient in these is http.DefaultClient.
+	"github.com/modelcontextprotocol/go-sdk/mcp": {"StreamableClientTransport", "SSEClientTransport"},
 }
 
 // dialSites is every reviewed place outside tests that names one of
@@ -31,6 +43,7 @@ var dialSites = map[string]string{
 	"pkg/broker/broker.go":            "the model and http-tool upstreams: fixed operator-configured URLs, never guest-chosen",
 	"pkg/mcp/transport.go":            "MCP upstreams: fixed operator-configured URLs, never guest-chosen",
 	"pkg/mcp/mcp.go":                  "holds the MCP transport's client (built in transport.go)",
+	"pkg/mcp/session.go":              "the SDK's streamable transport, always given the guarded client built in transport.go (a nil HTTPClient would be http.DefaultClient)",
 	"pkg/broker/hosttool/hosttool.go": "the http tool posts to its fixed operator URL with the broker's upstream client",
 	"pkg/client/client.go":            "the host API client: a Unix socket",
 	"pkg/worker/broker.go":            "the worker's broker client: the turn's Unix socket (the container has no network)",
@@ -135,19 +148,25 @@ func TestDialUsesSeesAliases(t *testing.T) {
 import (
 	n "net"
 	"net/http"
+	"net/http/httputil"
 	tl "crypto/tls"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 var _ = n.Dialer{}
+var _ = n.LookupHost
 var _ = http.Get
 var _ = tl.Dial
 var _ = http.StatusOK
+var _ = httputil.ReverseProxy{}
+var _ = sdk.StreamableClientTransport{}
+var _ = sdk.NewClient
 `
 	f, err := parser.ParseFile(token.NewFileSet(), "x.go", src, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(dialUses(f), " ")
-	if got != "crypto/tls.Dial net.Dialer net/http.Get" {
+	if got != "crypto/tls.Dial github.com/modelcontextprotocol/go-sdk/mcp.StreamableClientTransport net.Dialer net.LookupHost net/http.Get net/http/httputil.ReverseProxy" {
 		t.Errorf("dialUses = %q", got)
 	}
 }
