@@ -78,40 +78,40 @@ type conn struct {
 func (c *conn) end(err error) { c.reason.CompareAndSwap(nil, &err) }
 
 func (c *conn) Read(b []byte) (int, error) {
-	if len(b) == 0 {
-		return c.Conn.Read(b)
-	}
-	k := c.p.in.take(len(b))
-	if k == 0 {
-		c.end(ErrBytes)
-		_ = c.Close()
-		return 0, ErrBytes
-	}
-	n, err := c.Conn.Read(b[:k])
-	c.p.in.refund(k - n)
-	c.in.Add(int64(n))
+	n, _, err := c.move(b, &c.p.in, &c.in, c.Conn.Read)
 	return n, err
 }
 
 func (c *conn) Write(b []byte) (int, error) {
-	if len(b) == 0 {
-		return c.Conn.Write(b)
-	}
-	k := c.p.out.take(len(b))
-	if k == 0 {
-		c.end(ErrBytes)
-		_ = c.Close()
-		return 0, ErrBytes
-	}
-	n, err := c.Conn.Write(b[:k])
-	c.p.out.refund(k - n)
-	c.out.Add(int64(n))
+	n, k, err := c.move(b, &c.p.out, &c.out, c.Conn.Write)
 	if err == nil && k < len(b) {
+		// Only part of b fit the budget: the rest is never sent.
 		c.end(ErrBytes)
 		_ = c.Close()
 		err = ErrBytes
 	}
 	return n, err
+}
+
+// move reserves up to len(b) bytes of the turn's budget bud, moves at most
+// that many with op, returns what was not moved to the budget and counts
+// what was for the log. It returns the bytes moved and the bytes reserved;
+// with the budget spent, it ends the connection with ErrBytes.
+func (c *conn) move(b []byte, bud *budget, count *atomic.Int64, op func([]byte) (int, error)) (n, k int, err error) {
+	if len(b) == 0 {
+		n, err = op(b)
+		return n, 0, err
+	}
+	k = bud.take(len(b))
+	if k == 0 {
+		c.end(ErrBytes)
+		_ = c.Close()
+		return 0, 0, ErrBytes
+	}
+	n, err = op(b[:k])
+	bud.refund(k - n)
+	count.Add(int64(n))
+	return n, k, err
 }
 
 // CloseWrite half-closes a TCP destination connection.

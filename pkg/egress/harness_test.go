@@ -175,8 +175,9 @@ func (r *rig) waitOpen(n int64) {
 	}
 }
 
-// echoServer answers each connection by echoing what it reads.
-func echoServer(t *testing.T) *counted {
+// serveEach serves every connection of a new counting listener with handle,
+// in its own goroutine, and closes the connection after it.
+func serveEach(t *testing.T, handle func(net.Conn)) *counted {
 	c, ln := newCountingListener(t)
 	go func() {
 		for {
@@ -184,44 +185,27 @@ func echoServer(t *testing.T) *counted {
 			if err != nil {
 				return
 			}
-			go func() { defer conn.Close(); io.Copy(conn, conn) }()
+			go func() { defer conn.Close(); handle(conn) }()
 		}
 	}()
 	return c
 }
 
+// echoServer answers each connection by echoing what it reads.
+func echoServer(t *testing.T) *counted {
+	return serveEach(t, func(conn net.Conn) { io.Copy(conn, conn) })
+}
+
 // sinkServer reads everything and reports how much when the client closes.
 func sinkServer(t *testing.T) (*counted, chan int64) {
-	c, ln := newCountingListener(t)
 	got := make(chan int64, 8)
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer conn.Close(); n, _ := io.Copy(io.Discard, conn); got <- n }()
-		}
-	}()
+	c := serveEach(t, func(conn net.Conn) { n, _ := io.Copy(io.Discard, conn); got <- n })
 	return c, got
 }
 
 // sourceServer writes n bytes to each connection, then closes it.
 func sourceServer(t *testing.T, n int64) *counted {
-	c, ln := newCountingListener(t)
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				io.Copy(conn, io.LimitReader(zeros{}, n))
-			}()
-		}
-	}()
-	return c
+	return serveEach(t, func(conn net.Conn) { io.Copy(conn, io.LimitReader(zeros{}, n)) })
 }
 
 type zeros struct{}

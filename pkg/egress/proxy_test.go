@@ -100,16 +100,7 @@ func TestProxySuccess(t *testing.T) {
 // reaches the loopback server (which is listening on an address the
 // refused forms denote). Only its other port is allowed.
 func TestProxyRefusals(t *testing.T) {
-	target, ln := newCountingListener(t)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	target := serveEach(t, func(net.Conn) {})
 	allowed := echoServer(t)
 	p := fmt.Sprint(target.port())
 	r := newRig(t, testGrant(), []netip.AddrPort{allowed.addr}, fakeResolver{
@@ -388,20 +379,10 @@ func TestIsProxyRequest(t *testing.T) {
 // TestProxyBadAnswerNotLogged: a destination's malformed answer is a 502 and
 // the log names its category, never the bytes the destination sent.
 func TestProxyBadAnswerNotLogged(t *testing.T) {
-	c, ln := newCountingListener(t)
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				conn.Read(make([]byte, 4096))
-				io.WriteString(conn, "GARBAGE-ANSWER-MARKER not http\r\n\r\n")
-			}()
-		}
-	}()
+	c := serveEach(t, func(conn net.Conn) {
+		conn.Read(make([]byte, 4096))
+		io.WriteString(conn, "GARBAGE-ANSWER-MARKER not http\r\n\r\n")
+	})
 	r := newRig(t, testGrant(), []netip.AddrPort{c.addr}, nil)
 	code, body := r.raw(fmt.Sprintf("GET http://%s/x HTTP/1.1\r\nHost: x\r\n\r\n", c.addr))
 	if code != http.StatusBadGateway || body != publicText[http.StatusBadGateway] {
@@ -415,20 +396,10 @@ func TestProxyBadAnswerNotLogged(t *testing.T) {
 // TestProxyTunnelHalfClose: a client that ends its input still gets the
 // destination's answer: end of input half-closes the destination side.
 func TestProxyTunnelHalfClose(t *testing.T) {
-	c, ln := newCountingListener(t)
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				n, _ := io.Copy(io.Discard, conn) // until the client's end of input
-				fmt.Fprintf(conn, "read %d", n)
-			}()
-		}
-	}()
+	c := serveEach(t, func(conn net.Conn) {
+		n, _ := io.Copy(io.Discard, conn) // until the client's end of input
+		fmt.Fprintf(conn, "read %d", n)
+	})
 	r := newRig(t, testGrant(), []netip.AddrPort{c.addr}, nil)
 	conn, br, _ := r.tunnel(c.addr.String())
 	if conn == nil {
