@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -87,4 +89,27 @@ func chownEntry(parent int, name string, uid, gid, depth int, n *int) error {
 		return fmt.Errorf("chown %q: %w", name, err)
 	}
 	return nil
+}
+
+// HasCapChown reports whether CAP_CHOWN is in this process's effective set
+// (/proc/self/status CapEff), which ChownTree needs for another uid.
+func HasCapChown() (bool, error) {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false, err
+	}
+	return capEffHas(string(data), unix.CAP_CHOWN)
+}
+
+func capEffHas(status string, capability int) (bool, error) {
+	for _, line := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				return false, err
+			}
+			return mask&(1<<uint(capability)) != 0, nil
+		}
+	}
+	return false, errors.New("no CapEff line")
 }

@@ -210,3 +210,23 @@ func TestWorkerStderrOverItsBoundFailsTheTurn(t *testing.T) {
 	}
 	r.assertClean(t)
 }
+
+func TestCapEffParsing(t *testing.T) {
+	tests := []struct {
+		status string
+		want   bool
+		err    bool
+	}{
+		{"Name:\tx\nCapEff:\t0000000000000001\n", true, false},
+		{"CapEff:\t0000000000000000\n", false, false},
+		{"CapEff:\t000001ffffffffff\n", true, false},
+		{"CapEff:\tzz\n", false, true},
+		{"Name:\tx\n", false, true},
+	}
+	for _, tt := range tests {
+		got, err := capEffHas(tt.status, 0)
+		if got != tt.want || (err != nil) != tt.err {
+			t.Errorf("capEffHas(%q) = %v, %v; want %v, err %v", tt.status, got, err, tt.want, tt.err)
+		}
+	}
+}
