@@ -12,7 +12,7 @@
 #         against $DOCKER_HOST (the development dockerd), image size.
 #   auto  (default) full when the machine and tree allow it, else dev.
 #
-# Knobs: BENCH_ROUNDS (40) BENCH_WARMUP (3) BENCH_BROKER_ITER (3000)
+# Knobs: BENCH_ROUNDS (40) BENCH_WARMUP (3) BENCH_BROKER_ITER (3000) BENCH_EGRESS (1)
 # BENCH_LOAD_CHANNELS (16) BENCH_LOAD_TURNS (4) BENCH_READY_N (10)
 # BENCH_VARIANTS (1: docker run flag variants, full mode) BENCH_VARIANT_ROUNDS (20)
 # BENCH_COMPARE_REF (85456b6^: also measure that commit's package; none skips)
@@ -118,6 +118,24 @@ if ((BENCH_BROKER_ITER > 0)); then
   mkdir -p "$WORK/brokerbench"
   "$BIN/sandbox-bench" broker --out "$BENCH_RESULTS/broker.json" --broker "$BIN/sandbox-broker" \
     --workdir "$WORK/brokerbench" --iterations "$BENCH_BROKER_ITER" --calls-per-broker 500
+fi
+
+# 3b. Egress (docs/DESIGN.md section 11): the vetted dialer against a plain
+# dial, and a 64 MiB download through the proxy route (and the bridge in
+# front of it) against a direct one, each side by side in one go test run.
+# Loopback only, no Docker. BENCH_EGRESS=0 skips.
+if [[ ${BENCH_EGRESS:-1} == 1 && -d $SRC/pkg/egress ]]; then
+  bench_log "egress: vetted dial against a plain one, proxy download against a direct one"
+  if (cd "$SRC" && go test -run '^$' -bench '^BenchmarkDial$' -benchtime 5000x -count 3 ./pkg/safefetch/ &&
+    go test -run '^$' -bench '^BenchmarkDownload64MiB$' -benchtime 4x -count 3 ./pkg/egress/) >"$BENCH_RESULTS/egress.txt" 2>&1; then
+    note "- Egress (\`go test -bench\` on loopback, raw output \`egress.txt\`): a vetted dial (\`safefetch.Dialer\`) against a plain \`net.Dialer\` one (ns/op), and a 64 MiB download direct, through the proxy route and through bridge and route (MB/s):"
+    note ""
+    note '```'
+    grep -E '^Benchmark' "$BENCH_RESULTS/egress.txt" >>"$NOTES" || true
+    note '```'
+  else
+    note "- Egress benchmarks failed: see \`egress.txt\` in the raw results."
+  fi
 fi
 
 bench_run_mode

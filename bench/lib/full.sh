@@ -186,7 +186,7 @@ run_compare() {
     return 0
   fi
   mkdir -p "$out"
-  if ! env BENCH_MODE=full BENCH_SOURCE="$src" BENCH_COMPARE_REF=none BENCH_BROKER_ITER=0 BENCH_VARIANTS=0 BENCH_READY_N=3 \
+  if ! env BENCH_MODE=full BENCH_SOURCE="$src" BENCH_COMPARE_REF=none BENCH_BROKER_ITER=0 BENCH_EGRESS=0 BENCH_VARIANTS=0 BENCH_READY_N=3 \
     BENCH_RESULTS="$out" BENCH_REPORT="$WORK/compare.md" "$REPO/bench/run.sh" >"$WORK/compare.log" 2>&1; then
     tail -30 "$WORK/compare.log" >&2
     note "- The comparison run failed (see the log of make bench); section 6 is incomplete."
