@@ -853,6 +853,8 @@ func TestLogFloodLeavesOtherChannels(t *testing.T) {
 	}); msg != "" {
 		t.Error(msg)
 	}
+	// What the host used, for its unit's bounds (MemoryMax=1G, TasksMax=512).
+	t.Logf("host unit after the flood: %s", strings.Join(strings.Fields(systemctl(t, "show", "-p", "MemoryCurrent", "-p", "TasksCurrent", "-p", "CPUUsageNSec", layout.HostService)), " "))
 	nA := countLines(tagA, since, flood)
 	t.Logf("the flooding turn wrote %d lines; %d reached the journal", floodLines, nA)
 	if nA == 0 || nA > 1000 {
@@ -912,6 +914,8 @@ func TestBrokerHoldsOnlyItsOwnCredentialsAndPolicy(t *testing.T) {
 	}); msg != "" {
 		t.Fatal(msg)
 	}
+	// What a broker uses, for the unit's bounds (MemoryMax=256M, TasksMax=64).
+	t.Logf("broker unit while serving: %s", strings.Join(strings.Fields(systemctl(t, "show", "-p", "MemoryCurrent", "-p", "TasksCurrent", "-p", "CPUUsageNSec", unit)), " "))
 	root := "/proc/" + pid + "/root"
 	creds := dirEntries(filepath.Join(root, "run/credentials", unit))
 	if want := []string{layout.CredentialPrefix + "mcp-search", layout.CredentialPrefix + "model"}; !slices.Equal(creds, want) {
