@@ -1,26 +1,34 @@
 #!/usr/bin/env bash
 # make test: the four stages in order (unit, integration, packaging-check,
-# e2e), stopping at the first that fails, then each stage's one-line
-# summary again: how many tests ran, passed, failed and were skipped, or why
-# the stage was skipped.
+# e2e), then each stage's one-line summary again: how many tests ran, passed,
+# failed and were skipped, or why the stage was skipped. A failing unit stage
+# stops the run (the later stages build the same code); a later stage's
+# failure does not stop the stages after it, so one run shows every failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 TEST_SUMMARY_FILE=$(mktemp)
 export TEST_SUMMARY_FILE
 trap 'rm -f "$TEST_SUMMARY_FILE"' EXIT
 start=$SECONDS
-failed=""
+failed=()
 for stage in unit integration packaging-check e2e; do
   s0=$SECONDS
   echo "==== make $stage"
   if ! make --no-print-directory "$stage"; then
-    failed=$stage
+    failed+=("$stage")
     echo "$stage: FAILED (see above)" >>"$TEST_SUMMARY_FILE"
   fi
   echo "     ($stage took $((SECONDS - s0)) s)" >>"$TEST_SUMMARY_FILE"
-  [[ -z $failed ]] || break
+  if [[ $stage == unit && ${#failed[@]} -gt 0 ]]; then
+    echo "(the unit stage failed: integration, packaging-check and e2e not run)" >>"$TEST_SUMMARY_FILE"
+    break
+  fi
 done
 echo
-echo "==== make test: $( [[ -z $failed ]] && echo passed || echo "FAILED in $failed") after $((SECONDS - start)) s"
+if ((${#failed[@]} == 0)); then
+  echo "==== make test: passed after $((SECONDS - start)) s"
+else
+  echo "==== make test: FAILED in ${failed[*]} after $((SECONDS - start)) s"
+fi
 cat "$TEST_SUMMARY_FILE"
-[[ -z $failed ]]
+((${#failed[@]} == 0))
