@@ -20,6 +20,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
@@ -249,57 +250,115 @@ func (d *Driver) RunGated(ctx context.Context, id string, stdin []byte, maxStdou
 // stops the copy and SIGKILLs the container; the result is StderrRefused.
 func (d *Driver) RunLogged(ctx context.Context, id string, stdin []byte, maxStdout int64, ready func(context.Context) error, stderr io.Writer) (Result, error) {
 	res := Result{ExitCode: -1}
-	if stderr == nil {
-		stderr = io.Discard
+	if err := checkRun(stdin, maxStdout); err != nil {
+		return res, err
 	}
+	s, err := d.Start(ctx, id)
+	if err != nil {
+		return res, err
+	}
+	defer s.Close()
+	if ready != nil {
+		if err := ready(ctx); err != nil {
+			if ctx.Err() != nil {
+				return res, s.abort(ctx, "container run: waiting to write stdin")
+			}
+			s.hj.Close()
+			return res, errors.Join(fmt.Errorf("%w: %w", ErrNotReady, err), d.killDetached(ctx, id))
+		}
+		if ctx.Err() != nil {
+			return res, s.abort(ctx, "container run: waiting to write stdin")
+		}
+	}
+	// The wait at the gate is the caller's to report (the host's
+	// "stdin_gate" phase); it is kept out of PhaseRun.
+	return s.Finish(ctx, stdin, maxStdout, stderr)
+}
+
+func checkRun(stdin []byte, maxStdout int64) error {
 	if maxStdout <= 0 {
-		return res, errors.New("container run: maxStdout must be positive")
+		return errors.New("container run: maxStdout must be positive")
 	}
 	if len(stdin) > MaxStdin {
-		return res, fmt.Errorf("container run: stdin over %d bytes: %w", MaxStdin, ErrTooLarge)
+		return fmt.Errorf("container run: stdin over %d bytes: %w", MaxStdin, ErrTooLarge)
 	}
+	return nil
+}
+
+// Started is a container attached (stdin, stdout, stderr) and started whose
+// worker has not been given its stdin yet: it is blocked reading it. Finish
+// gives it; Close (always, after Finish or instead of it) drops the attach
+// connection. Started never removes the container.
+type Started struct {
+	d  *Driver
+	id string
+	hj types.HijackedResponse
+}
+
+// Start attaches to the container and starts it (the first half of
+// RunLogged). On any error the attach connection is closed, and when ctx
+// ended during the start request the container is SIGKILLed (the daemon may
+// have started it regardless).
+func (d *Driver) Start(ctx context.Context, id string) (*Started, error) {
 	t := time.Now()
 	hj, err := d.cli.ContainerAttach(ctx, id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
 		if ctx.Err() != nil {
-			return res, fmt.Errorf("container attach: %w", ctx.Err())
+			return nil, fmt.Errorf("container attach: %w", ctx.Err())
 		}
-		return res, daemonErr("container attach", err)
+		return nil, daemonErr("container attach", err)
 	}
-	defer hj.Close()
 	t = d.observe(PhaseAttach, t)
-
-	// Once Run stops reading, the attach connection must be closed before a
-	// kill: a worker still writing would otherwise block the daemon's stream
-	// copy, and with it the kill, until the cleanup bound.
-	abort := func(op string) error {
-		hj.Close()
-		return errors.Join(fmt.Errorf("%s: %w", op, ctx.Err()), d.killDetached(ctx, id))
-	}
+	s := &Started{d: d, id: id, hj: hj}
 	if err := d.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
 		if ctx.Err() != nil {
-			// The daemon may have started it regardless.
-			return res, abort("container start")
+			return nil, s.abort(ctx, "container start")
 		}
-		return res, daemonErr("container start", err)
+		hj.Close()
+		return nil, daemonErr("container start", err)
 	}
-	t = d.observe(PhaseStart, t)
-	if ready != nil {
-		if err := ready(ctx); err != nil {
-			if ctx.Err() != nil {
-				return res, abort("container run: waiting to write stdin")
-			}
-			hj.Close()
-			return res, errors.Join(fmt.Errorf("%w: %w", ErrNotReady, err), d.killDetached(ctx, id))
-		}
-		if ctx.Err() != nil {
-			return res, abort("container run: waiting to write stdin")
-		}
-		// The wait is the caller's to report (the host's "stdin_gate"
-		// phase); it is kept out of PhaseRun.
-		t = time.Now()
-	}
+	d.observe(PhaseStart, t)
+	return s, nil
+}
 
+// Close drops the attach connection (idempotent).
+func (s *Started) Close() { s.hj.Close() }
+
+// abort: once nobody reads, the attach connection must be closed before a
+// kill: a worker still writing would otherwise block the daemon's stream
+// copy, and with it the kill, until the cleanup bound.
+func (s *Started) abort(ctx context.Context, op string) error {
+	s.hj.Close()
+	return errors.Join(fmt.Errorf("%s: %w", op, ctx.Err()), s.d.killDetached(ctx, s.id))
+}
+
+// Running reports whether the container is running now (inspect): a
+// standby's check at bind time. A missing container is not running.
+func (d *Driver) Running(ctx context.Context, id string) (bool, error) {
+	info, err := d.cli.ContainerInspect(ctx, id)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return false, nil
+		}
+		return false, daemonErr("container inspect", err)
+	}
+	return info.State != nil && info.State.Running, nil
+}
+
+// Finish writes stdin and closes it, copies at most maxStdout bytes of
+// stdout (and stderr to stderr, nil: discarded) and waits for exit, as the
+// second half of RunLogged. It may be called once.
+func (s *Started) Finish(ctx context.Context, stdin []byte, maxStdout int64, stderr io.Writer) (Result, error) {
+	d, id, hj := s.d, s.id, s.hj
+	res := Result{ExitCode: -1}
+	if err := checkRun(stdin, maxStdout); err != nil {
+		s.hj.Close()
+		return res, errors.Join(err, d.killDetached(ctx, id))
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	t := time.Now()
 	go func() {
 		// A worker that never reads stdin blocks this write; hj.Close ends it.
 		if _, err := hj.Conn.Write(stdin); err == nil {
@@ -312,9 +371,10 @@ func (d *Driver) RunLogged(ctx context.Context, id string, stdin []byte, maxStdo
 		_, err := stdcopy.StdCopy(out, &refusingWriter{w: stderr}, hj.Reader)
 		copied <- err
 	}()
+	var err error
 	select {
 	case <-ctx.Done():
-		return res, abort("container run")
+		return res, s.abort(ctx, "container run")
 	case err = <-copied:
 	}
 	t = d.observe(PhaseRun, t)
@@ -343,10 +403,10 @@ func (d *Driver) RunLogged(ctx context.Context, id string, stdin []byte, maxStdo
 	waitc, errc := d.cli.ContainerWait(ctx, id, container.WaitConditionNotRunning)
 	select {
 	case <-ctx.Done():
-		return res, abort("container wait")
+		return res, s.abort(ctx, "container wait")
 	case err := <-errc:
 		if ctx.Err() != nil {
-			return res, abort("container wait")
+			return res, s.abort(ctx, "container wait")
 		}
 		kerr := d.killDetached(ctx, id)
 		return res, errors.Join(daemonErr("container wait", err), kerr)

@@ -669,3 +669,45 @@ func TestIntegrationRunGated(t *testing.T) {
 		})
 	}
 }
+
+// TestIntegrationStartThenFinish is a standby's life: started, waiting on
+// stdin (Running true, nothing on stdout), then finished later; a killed
+// waiting container reads as not running.
+func TestIntegrationStartThenFinish(t *testing.T) {
+	d := itDriver(t)
+	id := itCreate(t, d, itSpec(t, "it-warm"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := d.Start(ctx, id)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer s.Close()
+	time.Sleep(300 * time.Millisecond) // the worker waits for stdin
+	if running, err := d.Running(ctx, id); err != nil || !running {
+		t.Fatalf("Running = %v, %v; want a waiting container", running, err)
+	}
+	res, err := s.Finish(ctx, []byte("later\n"), 1<<10, nil)
+	if err != nil || string(res.Stdout) != "later\n" || res.ExitCode != 0 {
+		t.Fatalf("Finish = %q exit %d, %v", res.Stdout, res.ExitCode, err)
+	}
+	if running, err := d.Running(ctx, id); err != nil || running {
+		t.Errorf("after Finish Running = %v, %v", running, err)
+	}
+
+	dead := itCreate(t, d, itSpec(t, "it-warm"))
+	s2, err := d.Start(ctx, dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if err := d.Kill(ctx, dead); err != nil {
+		t.Fatal(err)
+	}
+	if running, err := d.Running(ctx, dead); err != nil || running {
+		t.Errorf("killed standby Running = %v, %v; want false", running, err)
+	}
+	if running, err := d.Running(ctx, "roundtable-sandbox-0000000000000000-00000000"); err != nil || running {
+		t.Errorf("missing container Running = %v, %v; want false, nil", running, err)
+	}
+}

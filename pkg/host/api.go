@@ -19,6 +19,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
 )
 
@@ -56,6 +57,10 @@ type (
 		Queued       int    `json:"queued"`
 		RunningTurn  string `json:"runningTurn,omitempty"`
 		PendingFresh bool   `json:"pendingFresh"`
+		// Standby is the channel's standby: none, preparing or ready
+		// ("" when standbys are off); StandbyExpiresUnix its expiry.
+		Standby            string `json:"standby,omitempty"`
+		StandbyExpiresUnix int64  `json:"standbyExpiresUnix,omitempty"`
 	}
 	// ChannelList is GET /v1/channels.
 	ChannelList struct {
@@ -77,6 +82,10 @@ type (
 		ChannelTag     string `json:"channelTag"`
 		DeadlineUnix   int64  `json:"deadlineUnix"`
 		DeadlineUnixMs int64  `json:"deadlineUnixMs"`
+		// Standby is set for a standby not (yet) bound to a turn: its state
+		// (preparing, ready, binding, discarding); the deadline is then its
+		// expiry.
+		Standby string `json:"standby,omitempty"`
 	}
 	// TurnList is GET /v1/turns.
 	TurnList struct {
@@ -326,6 +335,13 @@ func (h *Host) status(channel string) ChannelStatus {
 	}
 	_, st.PendingFresh = h.fresh[channel]
 	h.mu.Unlock()
+	if h.standbys != nil {
+		sb := h.standbys.State(channel)
+		st.Standby = sb.State
+		if !sb.Expiry.IsZero() {
+			st.StandbyExpiresUnix = sb.Expiry.Unix()
+		}
+	}
 	return st
 }
 
@@ -368,6 +384,9 @@ func (h *Host) handleMode(w http.ResponseWriter, r *http.Request, channel string
 		return errors.New("state write failed")
 	}
 	h.log.Info("channel mode changed", "channel", ids.ChannelTag(channel), "mode", req.Mode)
+	if req.Mode == ModeOff {
+		h.dropStandby(channel, standby.ReasonChannelOff)
+	}
 	writeJSON(w, http.StatusOK, h.status(channel))
 	return nil
 }
@@ -399,13 +418,26 @@ func (h *Host) handleCancel(w http.ResponseWriter, r *http.Request, channel stri
 	return nil
 }
 
-// ActiveTurns lists running turns (the reaper keeps what this lists).
+// ActiveTurns lists running turns and standbys (the reaper keeps what this
+// lists). A standby being bound may be listed twice for a moment: once.
 func (h *Host) ActiveTurns() []ActiveTurn {
+	var warm []standby.Listed
+	if h.standbys != nil {
+		warm = h.standbys.Turns()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]ActiveTurn, 0, len(h.active))
+	out := make([]ActiveTurn, 0, len(h.active)+len(warm))
+	seen := map[string]bool{}
 	for _, a := range h.active {
+		seen[a.id] = true
 		out = append(out, ActiveTurn{ID: a.id, ChannelTag: ids.ChannelTag(a.channel), DeadlineUnix: a.deadline.Unix(), DeadlineUnixMs: a.deadline.UnixMilli()})
+	}
+	for _, w := range warm {
+		if seen[w.TurnID] {
+			continue
+		}
+		out = append(out, ActiveTurn{ID: w.TurnID, ChannelTag: ids.ChannelTag(w.Channel), DeadlineUnix: w.Expiry.Unix(), DeadlineUnixMs: w.Expiry.UnixMilli(), Standby: w.State})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

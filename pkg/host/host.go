@@ -24,6 +24,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
 )
 
@@ -122,6 +123,11 @@ type Host struct {
 	mcpSpecs []protocol.MCPServerSpec
 	pol      policy.Policy // the turn-independent part of every policy
 
+	// The warm path (nil standbys: every turn takes the cold path).
+	standbys *standby.Pool
+	warm     WarmContainers
+	shape    string // fingerprint of what shapes a standby
+
 	stopCtx context.Context
 	stopAll context.CancelCauseFunc
 	// cleanupCtx ends container removal retries when a shutdown runs out
@@ -199,6 +205,9 @@ func New(o Options) (*Host, error) {
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
 	h.cleanupCtx, h.abandonCleanup = context.WithCancelCause(context.Background())
 	if err := h.prepareStatic(); err != nil {
+		return nil, err
+	}
+	if err := h.newStandbys(); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -379,6 +388,17 @@ func (h *Host) ShutdownContext(ctx context.Context) {
 	case <-ctx.Done():
 		h.abandonCleanup(context.Cause(ctx))
 		<-done
+	}
+	// After the turns: no turn binds a standby any more, and none refills.
+	if h.standbys != nil {
+		closed := make(chan struct{})
+		go func() { h.standbys.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-ctx.Done():
+			h.abandonCleanup(context.Cause(ctx))
+			<-closed
+		}
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
 )
 
 // Turn phases (label "phase" of sandbox_turn_phase_seconds).
@@ -63,6 +64,12 @@ type turn struct {
 
 	madeDir, madePolicy, unitTried, createTried bool
 
+	// warm is the standby this turn bound (nil: the cold path); quiet
+	// keeps a standby's own preparation and discard out of the turn
+	// phase metrics.
+	warm  *warmTurn
+	quiet bool
+
 	mu     sync.Mutex
 	phases []slog.Attr
 }
@@ -72,6 +79,9 @@ func (t *turn) phase(h *Host, name string, since time.Time) {
 	t.mu.Lock()
 	t.phases = append(t.phases, slog.Int64(name+"_us", took.Microseconds()))
 	t.mu.Unlock()
+	if t.quiet {
+		return
+	}
 	h.ObservePhase(name, took)
 	if h.opts.ObservePhase != nil {
 		h.opts.ObservePhase(name, took)
@@ -160,6 +170,7 @@ func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, stri
 		h.mu.Unlock()
 		h.turns.Done()
 	}()
+	h.takeStandby(ctx, t, active)
 
 	log := h.log.With("turn", t.id, "channel", t.tag)
 	reply, runErr := h.execute(ctx, t)
@@ -172,6 +183,9 @@ func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, stri
 		in.OnReply(reply, t.id)
 	}
 	cleanupErr := h.cleanup(t, log)
+	// The channel's next turn should find a standby: prepared now, in the
+	// background, after this turn's container is gone.
+	h.refillStandby(t.channel)
 
 	result, err := resultOf(ctx, reply, runErr, cleanupErr)
 	if runErr != nil {
@@ -200,7 +214,7 @@ func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, stri
 	if err != nil {
 		return nil, t.id, err
 	}
-	log.Info("turn done", "result", result, "duration_ms", took.Milliseconds())
+	log.Info("turn done", "result", result, "duration_ms", took.Milliseconds(), "standby", t.warm != nil)
 	return reply, t.id, nil
 }
 
@@ -232,30 +246,12 @@ func resultOf(ctx context.Context, reply *protocol.Reply, runErr, cleanupErr err
 
 // execute prepares and runs the turn; cleanup is the caller's, always.
 func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
-	c := h.cfg
-	var err error
+	if t.warm != nil {
+		return h.bindStandby(ctx, t)
+	}
 	since := time.Now()
-	if t.container, err = ids.ContainerName(t.channel, t.id); err != nil {
+	if err := h.turnPaths(t); err != nil {
 		return nil, err
-	}
-	if t.workspace, err = layout.WorkspaceDir(c.WorkspaceRoot, t.channel); err != nil {
-		return nil, err
-	}
-	if t.dir, err = layout.TurnDir(c.RunRoot, t.id); err != nil {
-		return nil, err
-	}
-	if t.policy, err = layout.PolicyFile(c.PolicyDir, t.id); err != nil {
-		return nil, err
-	}
-	sock, _ := layout.BrokerSocket(c.RunRoot, t.id)
-	if len(sock) > layout.MaxSocketPath {
-		return nil, fmt.Errorf("broker socket path is %d characters, over %d", len(sock), layout.MaxSocketPath)
-	}
-	if t.guest, err = h.guestFor(t.channel, t.workspace); err != nil {
-		return nil, fmt.Errorf("guest uid: %w", err)
-	}
-	if err := h.ensureWorkspace(t.workspace, t.guest, t.tag); err != nil {
-		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	stdin, err := h.turnJSON(t, t.reset)
 	if err != nil {
@@ -265,35 +261,11 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	// The turn directory exists before the socket unit starts, so systemd
-	// never makes a root-owned parent for the socket. It stays the host's
-	// (the reaper removes it) and is 0711 so the guest uid can reach the
-	// 0666 socket in it; runRoot (0700) keeps every other host user out, and
-	// a container sees only its own turn directory.
-	if err := os.Mkdir(t.dir, TurnDirMode); err != nil {
-		return nil, fmt.Errorf("turn directory: %w", err)
+	if err := h.makeTurnDir(t); err != nil {
+		return nil, err
 	}
-	t.madeDir = true
-	if err := os.Chmod(t.dir, TurnDirMode); err != nil { // the unit's UMask=0077
-		return nil, fmt.Errorf("turn directory: %w", err)
-	}
-	t.madePolicy = true // a failed write may leave nothing; removal tolerates that
-	if err := atomicfile.WriteFile(t.policy, pol, 0o640); err != nil {
-		return nil, fmt.Errorf("policy file: %w", err)
-	}
-	if h.opts.BrokerGID > 0 {
-		// The packaged policyDir is setgid _sandbox-broker, so the group is
-		// normally right already (and the host, not in that group, could
-		// not chown to it); fix it only where it is not.
-		st, err := os.Lstat(t.policy)
-		if err != nil {
-			return nil, fmt.Errorf("policy file: %w", err)
-		}
-		if gid, ok := fileGroup(st); !ok || gid != h.opts.BrokerGID {
-			if err := os.Lchown(t.policy, -1, h.opts.BrokerGID); err != nil {
-				return nil, fmt.Errorf("policy file group (make policyDir setgid %d): %w", h.opts.BrokerGID, err)
-			}
-		}
+	if err := h.writePolicyFile(t, pol); err != nil {
+		return nil, err
 	}
 	t.phase(h, PhasePrepare, since)
 
@@ -301,18 +273,7 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 	// started; the worker's stdin (its turn, and so its first broker call)
 	// is written only once the unit job succeeded. A failed unit job kills
 	// the started container and fails the turn; cleanup is unchanged.
-	spec := ContainerSpec{
-		Name: t.container, Image: c.Image, UID: t.guest, GID: t.guest,
-		WorkspaceDir: t.workspace, TurnDir: t.dir,
-		MemoryMB: c.Limits.MemoryMB, CPUs: c.Limits.CPUs, Pids: c.Limits.Pids, TmpfsMB: c.Limits.TmpfsMB,
-		Runtime: c.Runtime, LogTag: ids.LogTag(t.channel),
-		Labels: map[string]string{
-			layout.LabelInstallation: c.Installation,
-			layout.LabelTurn:         t.id,
-			layout.LabelChannel:      t.tag,
-			layout.LabelDeadline:     strconv.FormatInt(t.deadline.Unix(), 10),
-		},
-	}
+	spec := h.containerSpec(t, t.deadline, nil)
 	var unitErr error
 	unitDone := make(chan struct{})
 	t.unitTried, t.createTried = true, true
@@ -358,10 +319,7 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 	sink := h.opts.WorkerLogs.Turn(t.tag, t.id, t.container)
 	res, err := h.opts.Containers.Run(ctx, t.containerID, stdin, protocol.MaxReplyBytes, ready, sink)
 	t.phase(h, PhaseRun, since)
-	if st := sink.Close(); st.Dropped > 0 || st.Truncated > 0 || st.SendErr != nil {
-		h.log.Warn("worker log lines not forwarded in full", "turn", t.id, "channel", t.tag,
-			"forwarded", st.Lines, "dropped", st.Dropped, "cut", st.Truncated, "stderr_bytes", st.Total, "journal_err", st.SendErr)
-	}
+	h.closeSink(t, sink.Close())
 	if err != nil {
 		if !gated {
 			// Run failed before the gate: the unit job's own failure, if
@@ -370,6 +328,20 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 		}
 		return nil, fmt.Errorf("run: %w", err)
 	}
+	return readReply(ctx, res)
+}
+
+// closeSink logs a turn's worker log lines that were not forwarded.
+func (h *Host) closeSink(t *turn, st workerlog.Stats) {
+	if st.Dropped > 0 || st.Truncated > 0 || st.SendErr != nil {
+		h.log.Warn("worker log lines not forwarded in full", "turn", t.id, "channel", t.tag,
+			"forwarded", st.Lines, "dropped", st.Dropped, "cut", st.Truncated, "stderr_bytes", st.Total, "journal_err", st.SendErr)
+	}
+}
+
+// readReply judges a finished run: exactly one valid reply object from a
+// worker that exited 0, within the deadline.
+func readReply(ctx context.Context, res RunResult) (*protocol.Reply, error) {
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}
@@ -394,6 +366,99 @@ func (h *Host) execute(ctx context.Context, t *turn) (*protocol.Reply, error) {
 		return nil, fmt.Errorf("worker stdout (%d bytes) is not exactly one valid reply object", len(res.Stdout))
 	}
 	return reply, nil
+}
+
+// turnPaths names the turn's container, workspace, directory and policy
+// file, and readies the channel's guest uid and workspace.
+func (h *Host) turnPaths(t *turn) error {
+	c := h.cfg
+	var err error
+	if t.container, err = ids.ContainerName(t.channel, t.id); err != nil {
+		return err
+	}
+	if t.workspace, err = layout.WorkspaceDir(c.WorkspaceRoot, t.channel); err != nil {
+		return err
+	}
+	if t.dir, err = layout.TurnDir(c.RunRoot, t.id); err != nil {
+		return err
+	}
+	if t.policy, err = layout.PolicyFile(c.PolicyDir, t.id); err != nil {
+		return err
+	}
+	sock, _ := layout.BrokerSocket(c.RunRoot, t.id)
+	if len(sock) > layout.MaxSocketPath {
+		return fmt.Errorf("broker socket path is %d characters, over %d", len(sock), layout.MaxSocketPath)
+	}
+	if t.guest, err = h.guestFor(t.channel, t.workspace); err != nil {
+		return fmt.Errorf("guest uid: %w", err)
+	}
+	if err := h.ensureWorkspace(t.workspace, t.guest, t.tag); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	return nil
+}
+
+// makeTurnDir makes the turn's directory. It exists before the socket
+// unit starts, so systemd never makes a root-owned parent for the socket.
+// It stays the host's (the reaper removes it) and is 0711 so the guest uid
+// can reach the 0666 socket in it; runRoot (0700) keeps every other host
+// user out, and a container sees only its own turn directory.
+func (h *Host) makeTurnDir(t *turn) error {
+	if err := os.Mkdir(t.dir, TurnDirMode); err != nil {
+		return fmt.Errorf("turn directory: %w", err)
+	}
+	t.madeDir = true
+	if err := os.Chmod(t.dir, TurnDirMode); err != nil { // the unit's UMask=0077
+		return fmt.Errorf("turn directory: %w", err)
+	}
+	return nil
+}
+
+// writePolicyFile writes (binding a standby: replaces) the turn's policy
+// file atomically, in the broker's group.
+func (h *Host) writePolicyFile(t *turn, data []byte) error {
+	t.madePolicy = true // a failed write may leave nothing; removal tolerates that
+	if err := atomicfile.WriteFile(t.policy, data, 0o640); err != nil {
+		return fmt.Errorf("policy file: %w", err)
+	}
+	if h.opts.BrokerGID > 0 {
+		// The packaged policyDir is setgid _sandbox-broker, so the group is
+		// normally right already (and the host, not in that group, could
+		// not chown to it); fix it only where it is not.
+		st, err := os.Lstat(t.policy)
+		if err != nil {
+			return fmt.Errorf("policy file: %w", err)
+		}
+		if gid, ok := fileGroup(st); !ok || gid != h.opts.BrokerGID {
+			if err := os.Lchown(t.policy, -1, h.opts.BrokerGID); err != nil {
+				return fmt.Errorf("policy file group (make policyDir setgid %d): %w", h.opts.BrokerGID, err)
+			}
+		}
+	}
+	return nil
+}
+
+// containerSpec is the turn's container; deadline is its deadline label
+// (a standby's expiry: labels cannot change once it binds), extra adds
+// labels.
+func (h *Host) containerSpec(t *turn, deadline time.Time, extra map[string]string) ContainerSpec {
+	c := h.cfg
+	labels := map[string]string{
+		layout.LabelInstallation: c.Installation,
+		layout.LabelTurn:         t.id,
+		layout.LabelChannel:      t.tag,
+		layout.LabelDeadline:     strconv.FormatInt(deadline.Unix(), 10),
+	}
+	for k, v := range extra {
+		labels[k] = v
+	}
+	return ContainerSpec{
+		Name: t.container, Image: c.Image, UID: t.guest, GID: t.guest,
+		WorkspaceDir: t.workspace, TurnDir: t.dir,
+		MemoryMB: c.Limits.MemoryMB, CPUs: c.Limits.CPUs, Pids: c.Limits.Pids, TmpfsMB: c.Limits.TmpfsMB,
+		Runtime: c.Runtime, LogTag: ids.LogTag(t.channel),
+		Labels: labels,
+	}
 }
 
 // workerExitError is a worker that exited non-zero: its status and the

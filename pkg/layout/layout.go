@@ -57,6 +57,9 @@ const (
 	LabelTurn         = "io.roundtable-sandbox.turn"
 	LabelChannel      = "io.roundtable-sandbox.channel"  // the channel tag
 	LabelDeadline     = "io.roundtable-sandbox.deadline" // unix seconds
+	// LabelStandby marks a standby's container with its expiry (unix
+	// seconds); its deadline label holds the same until a turn binds it.
+	LabelStandby = "io.roundtable-sandbox.standby"
 )
 
 // TurnDir is runRoot/<turn>.

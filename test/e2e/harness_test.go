@@ -184,6 +184,11 @@ type cfg struct {
 	ModelPort       int
 	MCPPort         int
 	FetchAllow      string // egress.allow entry ("127.0.0.1:port") or ""
+	// StandbyOff writes standby.enabled: false; StandbyMaxAge, when set,
+	// standby.maxAgeSeconds; Prompt, when set, replaces the prompt.
+	StandbyOff    bool
+	StandbyMaxAge int
+	Prompt        string
 }
 
 func baseConfig() cfg {
@@ -251,6 +256,18 @@ installation: ` + installation + `
 reaper:
   graceSeconds: {{.GraceSeconds}}
 logLevel: debug
+{{- if or .StandbyOff .StandbyMaxAge}}
+standby:
+{{- if .StandbyOff}}
+  enabled: false
+{{- end}}
+{{- if .StandbyMaxAge}}
+  maxAgeSeconds: {{.StandbyMaxAge}}
+{{- end}}
+{{- end}}
+{{- if .Prompt}}
+prompt: {{printf "%q" .Prompt}}
+{{- end}}
 `))
 
 func writeConfig(c cfg) error {
@@ -431,13 +448,18 @@ func containers(t *testing.T) []container.Summary {
 	return list
 }
 
-// waitContainer waits for a running container of the channel.
+// waitContainer waits for a running container of the channel that is not
+// a standby waiting for a turn.
 func waitContainer(t *testing.T, channel string, within time.Duration) container.Summary {
 	t.Helper()
 	prefix := "/" + ids.ContainerPrefix + ids.ChannelHash(channel)[:16] + "-"
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
+		standbys := hostStandbys(t)
 		for _, c := range containers(t) {
+			if _, waiting := standbys[c.Labels[layout.LabelTurn]]; waiting {
+				continue
+			}
 			for _, n := range c.Names {
 				if strings.HasPrefix(n, prefix) && c.State == "running" {
 					return c
@@ -471,32 +493,124 @@ func dirEntries(dir string) []string {
 	return names
 }
 
+// hostStandbys is what a running host lists as standbys not bound to a
+// turn (GET /v1/turns entries with a standby state): turn id -> channel tag.
+// A host that is not running has none, and is not socket-activated here.
+func hostStandbys(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	if unitActive(layout.HostService) != "active" {
+		return out
+	}
+	r := api(http.MethodGet, "/v1/turns", nil)
+	if r.Err != nil || r.Status != http.StatusOK {
+		t.Logf("GET /v1/turns: %s", r)
+		return out
+	}
+	var body struct {
+		Turns []struct {
+			ID         string `json:"id"`
+			ChannelTag string `json:"channelTag"`
+			Standby    string `json:"standby"`
+		} `json:"turns"`
+	}
+	if err := json.Unmarshal([]byte(r.Raw), &body); err != nil {
+		t.Fatalf("GET /v1/turns: %v", err)
+	}
+	for _, x := range body.Turns {
+		if x.Standby != "" {
+			out[x.ID] = x.ChannelTag
+		}
+	}
+	return out
+}
+
+// leftovers lists containers, broker units, turn directories and policy
+// files that do not belong to a standby the running host lists. A
+// channel's standby (at most one per channel, its container labelled as a
+// standby) is what a sandbox channel is expected to keep after a turn.
+func leftovers(t *testing.T) (conts, units, dirs, pols []string) {
+	t.Helper()
+	standbys := hostStandbys(t)
+	perChannel := map[string]int{}
+	for _, c := range containers(t) {
+		turn := c.Labels[layout.LabelTurn]
+		if tag, ok := standbys[turn]; ok && c.Labels[layout.LabelStandby] != "" && c.Labels[layout.LabelChannel] == tag {
+			if perChannel[tag]++; perChannel[tag] == 1 {
+				continue
+			}
+		}
+		conts = append(conts, strings.Join(c.Names, ",")+" ("+c.State+")")
+	}
+	for _, u := range brokerUnits() {
+		keep := false
+		for id := range standbys {
+			keep = keep || strings.Contains(u, "sandbox-broker@"+id+".")
+		}
+		if !keep {
+			units = append(units, u)
+		}
+	}
+	for _, d := range dirEntries(layout.RunRoot) {
+		if _, ok := standbys[d]; !ok {
+			dirs = append(dirs, d)
+		}
+	}
+	for _, p := range dirEntries(layout.PolicyDir) {
+		if _, ok := standbys[strings.TrimSuffix(p, ".json")]; !ok {
+			pols = append(pols, p)
+		}
+	}
+	return conts, units, dirs, pols
+}
+
 // assertNothingLeft checks no container, broker unit, turn directory or
-// policy file remains.
+// policy file remains beyond the standbys the running host lists (see
+// leftovers).
 func assertNothingLeft(t *testing.T, what string) {
 	t.Helper()
 	// The host answers a successful turn before its cleanup: wait for it.
+	var conts, units, dirs, pols []string
 	eventually(15*time.Second, func() string {
-		if len(containers(t))+len(brokerUnits())+len(dirEntries(layout.RunRoot))+len(dirEntries(layout.PolicyDir)) != 0 {
+		conts, units, dirs, pols = leftovers(t)
+		if len(conts)+len(units)+len(dirs)+len(pols) != 0 {
 			return "left"
 		}
 		return ""
 	})
-	if c := containers(t); len(c) != 0 {
+	if len(conts) != 0 {
+		t.Errorf("%s: containers left: %v", what, conts)
+	}
+	if len(units) != 0 {
+		t.Errorf("%s: broker units left: %v", what, units)
+	}
+	if len(dirs) != 0 {
+		t.Errorf("%s: turn directories left in %s: %v", what, layout.RunRoot, dirs)
+	}
+	if len(pols) != 0 {
+		t.Errorf("%s: policy files left in %s: %v", what, layout.PolicyDir, pols)
+	}
+}
+
+// assertEmpty checks that nothing at all is left: no standby either.
+func assertEmpty(t *testing.T, what string) {
+	t.Helper()
+	count := func() int {
+		return len(containers(t)) + len(brokerUnits()) + len(dirEntries(layout.RunRoot)) + len(dirEntries(layout.PolicyDir))
+	}
+	eventually(15*time.Second, func() string {
+		if count() != 0 {
+			return "left"
+		}
+		return ""
+	})
+	if count() != 0 {
 		var names []string
-		for _, x := range c {
+		for _, x := range containers(t) {
 			names = append(names, strings.Join(x.Names, ",")+" ("+x.State+")")
 		}
-		t.Errorf("%s: containers left: %v", what, names)
-	}
-	if u := brokerUnits(); len(u) != 0 {
-		t.Errorf("%s: broker units left: %v", what, u)
-	}
-	if d := dirEntries(layout.RunRoot); len(d) != 0 {
-		t.Errorf("%s: turn directories left in %s: %v", what, layout.RunRoot, d)
-	}
-	if d := dirEntries(layout.PolicyDir); len(d) != 0 {
-		t.Errorf("%s: policy files left in %s: %v", what, layout.PolicyDir, d)
+		t.Errorf("%s: left: containers %v, units %v, turn dirs %v, policies %v", what, names, brokerUnits(),
+			dirEntries(layout.RunRoot), dirEntries(layout.PolicyDir))
 	}
 }
 

@@ -17,8 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 )
 
@@ -212,7 +215,9 @@ func TestMemoryPersistsAcrossTurns(t *testing.T) {
 		t.Fatalf("sandbox-host turn (store): %v\n%s", err, out)
 	}
 	if eventually(15*time.Second, func() string {
-		if len(containers(t)) != 0 {
+		// The channel's standby (a fresh container waiting for the next
+		// turn) is expected; the first turn's own container is not.
+		if conts, _, _, _ := leftovers(t); len(conts) != 0 {
 			return "left"
 		}
 		return ""
@@ -970,4 +975,315 @@ func activeTurns(t *testing.T) []listedTurn {
 		t.Fatalf("GET /v1/turns: %v: %s", err, r.Raw)
 	}
 	return out.Turns
+}
+
+// standbyOf waits for the channel's ready standby and returns its turn id
+// and container.
+func standbyOf(t *testing.T, channel string, within time.Duration) (string, container.Summary) {
+	t.Helper()
+	tag := ids.ChannelTag(channel)
+	var id string
+	var found container.Summary
+	msg := eventually(within, func() string {
+		st := api(http.MethodGet, "/v1/channels/"+pathEscape(channel), nil)
+		if st.Body["standby"] != "ready" {
+			return "channel status: " + st.String()
+		}
+		id = ""
+		for turn, ch := range hostStandbys(t) {
+			if ch == tag {
+				id = turn
+			}
+		}
+		for _, c := range containers(t) {
+			if id != "" && c.Labels[layout.LabelTurn] == id {
+				found = c
+				return ""
+			}
+		}
+		return "standby " + id + " has no container"
+	})
+	if msg != "" {
+		t.Fatalf("no ready standby for %s within %s: %s", channel, within, msg)
+	}
+	return id, found
+}
+
+// rssKiB reads a process's resident set size.
+func rssKiB(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			return n
+		}
+	}
+	return -1
+}
+
+func parentPID(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 {
+		return -1
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+// TestStandbyServesTurn: after a channel's first (cold) turn the host keeps
+// a standby: a started container with a placeholder policy and a running
+// broker. The next turn is served by it: same turn id, the container
+// created before the request was sent. Then a few interleaved turns with
+// and without a standby, timed.
+func TestStandbyServesTurn(t *testing.T) {
+	diagnose(t)
+	const ch = "e2e-standby"
+	channelOn(t, ch)
+	if r := turn(ch, "alice", "hello cold"); r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("first turn: %s", r)
+	}
+	id, c := standbyOf(t, ch, 30*time.Second)
+	ins, err := env.docker.ContainerInspect(context.Background(), c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := time.Parse(time.RFC3339Nano, ins.Created)
+	if err != nil || ins.State == nil || !ins.State.Running {
+		t.Fatalf("standby container created %q (%v), state %+v", ins.Created, err, ins.State)
+	}
+	if ins.Config.Labels[layout.LabelStandby] == "" {
+		t.Errorf("standby container lacks its %s label: %v", layout.LabelStandby, ins.Config.Labels)
+	}
+	polPath, _ := layout.PolicyFile(layout.PolicyDir, id)
+	if full, pending, err := policy.Read(polPath); err != nil || full != nil || pending == nil {
+		t.Errorf("standby policy file: %v, full %v: want the placeholder only", err, full != nil)
+	}
+	svc := "sandbox-broker@" + id + ".service"
+	if msg := eventually(10*time.Second, func() string {
+		if st := unitActive(svc); st != "active" {
+			return svc + " is " + st
+		}
+		return ""
+	}); msg != "" {
+		t.Errorf("standby broker not started before the turn: %s", msg)
+	}
+	// Idle cost of the waiting standby.
+	workerPID := ins.State.Pid
+	shimPID := parentPID(workerPID)
+	brokerPID, _ := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(systemctl(t, "show", "-p", "MainPID", svc)), "MainPID="))
+	t.Logf("standby idle RSS: worker %d KiB, shim %d KiB (pid %d), broker %d KiB (pid %d)",
+		rssKiB(workerPID), rssKiB(shimPID), shimPID, rssKiB(brokerPID), brokerPID)
+
+	sent := time.Now()
+	r := turn(ch, "bob", "hello warm")
+	took := time.Since(sent)
+	if r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("second turn: %s", r)
+	}
+	if got, _ := r.Body["turnId"].(string); got != id {
+		t.Errorf("second turn ran as %q, want the standby's turn %s", got, id)
+	}
+	if !created.Before(sent) {
+		t.Errorf("the serving container was created at %v, not before the request at %v", created, sent)
+	}
+	if !strings.Contains(replyText(r), "hello warm") {
+		t.Errorf("reply %q", replyText(r))
+	}
+	t.Logf("turn served by a standby: %v", took)
+	assertNothingLeft(t, "after a standby turn")
+
+	// Interleaved: a turn on a ready standby, then one on the cold path
+	// (switching the channel off and on discards the standby).
+	var warm, cold []time.Duration
+	for i := 0; i < 5; i++ {
+		standbyOf(t, ch, 30*time.Second)
+		s := time.Now()
+		if r := turn(ch, "bob", "warm "+strconv.Itoa(i)); r.Err != nil || r.Status != http.StatusOK {
+			t.Fatalf("warm turn %d: %s", i, r)
+		}
+		warm = append(warm, time.Since(s))
+		// Wait for the replacement, discard it, and let the discard end,
+		// so the cold turn shares Docker with nothing.
+		standbyOf(t, ch, 30*time.Second)
+		if out, err := cli("channel", "off", ch); err != nil {
+			t.Fatalf("channel off: %v\n%s", err, out)
+		}
+		eventually(15*time.Second, func() string {
+			for _, c := range containers(t) {
+				if c.Labels[layout.LabelChannel] == ids.ChannelTag(ch) {
+					return "discard running"
+				}
+			}
+			return ""
+		})
+		channelOn(t, ch)
+		s = time.Now()
+		if r := turn(ch, "bob", "cold "+strconv.Itoa(i)); r.Err != nil || r.Status != http.StatusOK {
+			t.Fatalf("cold turn %d: %s", i, r)
+		}
+		cold = append(cold, time.Since(s))
+	}
+	t.Logf("turn latency, client side, 5 interleaved pairs: standby median %v %v; cold median %v %v",
+		median(warm), warm, median(cold), cold)
+	assertNothingLeft(t, "after the timed turns")
+}
+
+// TestStandbyDiscardedWhenChannelOff: switching a channel off removes its
+// standby: nothing of it is left.
+func TestStandbyDiscardedWhenChannelOff(t *testing.T) {
+	diagnose(t)
+	const ch = "e2e-standby-off"
+	channelOn(t, ch)
+	if r := turn(ch, "alice", "hello"); r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("turn: %s", r)
+	}
+	id, _ := standbyOf(t, ch, 30*time.Second)
+	if out, err := cli("channel", "off", ch); err != nil {
+		t.Fatalf("channel off: %v\n%s", err, out)
+	}
+	tag := ids.ChannelTag(ch)
+	if msg := eventually(15*time.Second, func() string {
+		for _, c := range containers(t) {
+			if c.Labels[layout.LabelChannel] == tag {
+				return "container " + c.ID + " of the channel left"
+			}
+		}
+		for _, u := range brokerUnits() {
+			if strings.Contains(u, id) {
+				return "unit left: " + u
+			}
+		}
+		if slices.Contains(dirEntries(layout.RunRoot), id) || slices.Contains(dirEntries(layout.PolicyDir), id+".json") {
+			return "turn directory or policy file left"
+		}
+		return ""
+	}); msg != "" {
+		t.Errorf("after channel off: %s", msg)
+	}
+	if st := api(http.MethodGet, "/v1/channels/"+pathEscape(ch), nil); st.Body["standby"] != "none" {
+		t.Errorf("channel status after off: %s", st)
+	}
+	assertNothingLeft(t, "after channel off")
+}
+
+// TestStandbyDeadFallsBackToColdPath: a standby whose container was killed
+// by hand, and standbys that waited through a Docker restart, are found at
+// bind time; the turns take the cold path and succeed.
+func TestStandbyDeadFallsBackToColdPath(t *testing.T) {
+	diagnose(t)
+	const ch = "e2e-standby-dead"
+	channelOn(t, ch)
+	if r := turn(ch, "alice", "hello"); r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("turn: %s", r)
+	}
+	id, c := standbyOf(t, ch, 30*time.Second)
+	if out, err := run("docker", "kill", c.ID); err != nil {
+		t.Fatalf("docker kill: %v\n%s", err, out)
+	}
+	r := turn(ch, "alice", "after the kill")
+	if r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("turn after its standby was killed: %s", r)
+	}
+	if got, _ := r.Body["turnId"].(string); got == id {
+		t.Errorf("the killed standby %s served the turn", id)
+	}
+	assertNothingLeft(t, "after a dead standby")
+
+	standbyOf(t, ch, 30*time.Second)
+	systemctl(t, "restart", "docker.service")
+	if msg := eventually(60*time.Second, func() string {
+		if _, err := env.docker.Ping(context.Background()); err != nil {
+			return err.Error()
+		}
+		return ""
+	}); msg != "" {
+		t.Fatalf("docker did not come back: %s", msg)
+	}
+	for i := 0; i < 2; i++ {
+		if r := turn(ch, "alice", "after the docker restart"); r.Err != nil || r.Status != http.StatusOK {
+			t.Fatalf("turn %d after docker restart: %s", i, r)
+		}
+	}
+	assertNothingLeft(t, "after a docker restart")
+}
+
+// TestStandbyHostKilledThenReaped: standbys ready, the host SIGKILLed and
+// kept down: one reaper run leaves nothing.
+func TestStandbyHostKilledThenReaped(t *testing.T) {
+	diagnose(t)
+	c := baseConfig()
+	c.GraceSeconds = 0
+	withConfig(t, c)
+	chs := []string{"e2e-standby-kill-a", "e2e-standby-kill-b"}
+	for _, ch := range chs {
+		channelOn(t, ch)
+		if r := turn(ch, "alice", "hello"); r.Err != nil || r.Status != http.StatusOK {
+			t.Fatalf("turn: %s", r)
+		}
+	}
+	for _, ch := range chs {
+		standbyOf(t, ch, 30*time.Second)
+	}
+	systemctl(t, "kill", "--kill-who=main", "--signal=SIGKILL", layout.HostService)
+	systemctl(t, "stop", layout.HostService)
+	if len(containers(t)) < len(chs) {
+		t.Fatalf("the killed host left %d containers, want its %d standbys: the scenario proves nothing", len(containers(t)), len(chs))
+	}
+	systemctl(t, "start", layout.ReaperUnit)
+	if unitActive(layout.HostService) == "active" {
+		t.Errorf("the reaper socket-activated the host")
+	}
+	assertEmpty(t, "after one run of the reaper")
+}
+
+// TestStandbyDiscardedOnConfigChange: a configuration change (with its
+// restart) discards every standby; the next turn runs under the new config.
+func TestStandbyDiscardedOnConfigChange(t *testing.T) {
+	diagnose(t)
+	const ch = "e2e-standby-config"
+	channelOn(t, ch)
+	if r := turn(ch, "alice", "hello"); r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("turn: %s", r)
+	}
+	id, old := standbyOf(t, ch, 30*time.Second)
+	c := baseConfig()
+	c.Prompt = "A changed prompt " + randHex(2)
+	withConfig(t, c)
+	if _, err := env.docker.ContainerInspect(context.Background(), old.ID); err == nil {
+		t.Errorf("the old standby's container %s outlived the config change", old.ID)
+	}
+	for _, u := range brokerUnits() {
+		if strings.Contains(u, id) {
+			t.Errorf("the old standby's unit outlived the config change: %s", u)
+		}
+	}
+	if slices.Contains(dirEntries(layout.PolicyDir), id+".json") {
+		t.Error("the old standby's policy file outlived the config change")
+	}
+	r := turn(ch, "alice", "after the change")
+	if r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("turn after the config change: %s", r)
+	}
+	if got, _ := r.Body["turnId"].(string); got == id {
+		t.Error("the old standby served a turn after the config change")
+	}
+	assertNothingLeft(t, "after the config change")
 }

@@ -87,7 +87,7 @@ func listener(g *globals, listen string) (net.Listener, error) {
 	return ln, nil
 }
 
-// dockerEngine adapts *container.Driver to host.Engine.
+// dockerEngine adapts *container.Driver to host.Engine and host.WarmContainers.
 type dockerEngine struct{ d *container.Driver }
 
 func (e dockerEngine) Create(ctx context.Context, s host.ContainerSpec) (string, error) {
@@ -101,6 +101,27 @@ func (e dockerEngine) Run(ctx context.Context, id string, stdin []byte, max int6
 	r, err := e.d.RunLogged(ctx, id, stdin, max, ready, stderr)
 	return host.RunResult{Stdout: r.Stdout, ExitCode: r.ExitCode, Truncated: r.Truncated, StderrRefused: r.StderrRefused}, err
 }
+
+// Start and Running make the driver a host.WarmContainers (standbys).
+func (e dockerEngine) Start(ctx context.Context, id string) (host.StartedContainer, error) {
+	s, err := e.d.Start(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return startedContainer{s}, nil
+}
+func (e dockerEngine) Running(ctx context.Context, id string) (bool, error) {
+	return e.d.Running(ctx, id)
+}
+
+type startedContainer struct{ s *container.Started }
+
+func (c startedContainer) Finish(ctx context.Context, stdin []byte, max int64, stderr io.Writer) (host.RunResult, error) {
+	r, err := c.s.Finish(ctx, stdin, max, stderr)
+	return host.RunResult{Stdout: r.Stdout, ExitCode: r.ExitCode, Truncated: r.Truncated, StderrRefused: r.StderrRefused}, err
+}
+func (c startedContainer) Close() { c.s.Close() }
+
 func (e dockerEngine) Kill(ctx context.Context, id string) error   { return e.d.Kill(ctx, id) }
 func (e dockerEngine) Remove(ctx context.Context, id string) error { return e.d.Remove(ctx, id) }
 func (e dockerEngine) Ping(ctx context.Context) error              { return e.d.Ping(ctx) }
@@ -197,3 +218,5 @@ func mcpServer(s config.MCP) policy.MCPServer {
 }
 
 var _ = strconv.Itoa
+
+var _ host.WarmContainers = dockerEngine{}

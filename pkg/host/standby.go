@@ -1,0 +1,262 @@
+package host
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/standby"
+)
+
+// Phases of the warm path (label "phase" of sandbox_turn_phase_seconds).
+const (
+	PhaseStandbyPrepare = "standby_prepare" // a standby made ready, in the background
+	PhaseStandbyBind    = "standby_bind"    // the turn's policy and stdin prepared for a standby
+)
+
+// WarmContainers is what standbys need of the Docker driver beyond
+// Containers. A Containers without it runs every turn on the cold path.
+type WarmContainers interface {
+	// Start attaches to the container and starts it; its worker then
+	// waits for stdin.
+	Start(ctx context.Context, id string) (StartedContainer, error)
+	// Running reports whether the container is running now.
+	Running(ctx context.Context, id string) (bool, error)
+}
+
+// StartedContainer is a started container whose worker waits for stdin
+// (container.Started).
+type StartedContainer interface {
+	// Finish is the rest of Containers.Run: stdin, stdout, stderr, wait.
+	Finish(ctx context.Context, stdin []byte, maxStdout int64, stderr io.Writer) (RunResult, error)
+	// Close drops the attach connection.
+	Close()
+}
+
+// standbyBrokerSlack is how long a standby's broker waits for its policy
+// past the standby's expiry: the host discards the standby at its expiry,
+// so the broker's own exit never races a binding turn.
+const standbyBrokerSlack = 30 * time.Second
+
+// warmTurn is one ready standby: a turn's objects (directory, placeholder
+// policy, broker units, started container) without a turn yet.
+type warmTurn struct {
+	h       *Host
+	t       *turn
+	started StartedContainer
+	log     *slog.Logger
+}
+
+// Alive: the container still runs (Docker restarted, OOM, killed by hand:
+// the turn then takes the cold path).
+func (w *warmTurn) Alive(ctx context.Context) error {
+	running, err := w.h.warm.Running(ctx, w.t.containerID)
+	if err != nil {
+		return err
+	}
+	if !running {
+		return errors.New("standby container is not running")
+	}
+	return nil
+}
+
+// Discard removes the standby as a turn's cleanup removes a turn.
+func (w *warmTurn) Discard(reason string) {
+	w.started.Close()
+	if err := w.h.cleanup(w.t, w.log); err != nil {
+		w.log.Warn("standby discard incomplete", "reason", reason, "err", err)
+	}
+}
+
+// newStandbys makes the pool when standbys are enabled and the driver can
+// start a container apart from running it.
+func (h *Host) newStandbys() error {
+	c := h.cfg
+	w, ok := h.opts.Containers.(WarmContainers)
+	if !ok || !c.Standby.Enabled || c.Standby.Max <= 0 {
+		return nil
+	}
+	key, err := h.shapeKey()
+	if err != nil {
+		return fmt.Errorf("host: standby key: %w", err)
+	}
+	h.warm, h.shape = w, key
+	h.standbys = standby.New(standby.Options{
+		Max: c.Standby.Max, MaxAge: c.StandbyMaxAge(),
+		Prepare: h.prepareStandby, NewTurnID: h.opts.NewTurnID, Now: h.opts.Now,
+		Event: h.metrics.standbyEvent, Log: h.log,
+	})
+	return nil
+}
+
+// shapeKey fingerprints everything of this process that shapes a standby
+// (the whole configuration: image, limits, runtime, prompt, tools, MCP
+// servers, and the specs and policy template derived from them). The host
+// reads its configuration once, so a change means a restart, which discards
+// every standby anyway; the key makes a standby's fit a checked fact
+// rather than an assumption.
+func (h *Host) shapeKey() (string, error) {
+	data, err := json.Marshal(struct {
+		Config any
+		Tools  []protocol.ToolSpec
+		MCP    []protocol.MCPServerSpec
+		Policy policy.Policy
+	}{h.cfg, h.tools, h.mcpSpecs, h.pol})
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// standbyKey is channel's standby key: the process's shape and the
+// channel's guest uid.
+func (h *Host) standbyKey(channel string) (string, error) {
+	ws, err := layout.WorkspaceDir(h.cfg.WorkspaceRoot, channel)
+	if err != nil {
+		return "", err
+	}
+	uid, err := h.guestFor(channel, ws)
+	if err != nil {
+		return "", err
+	}
+	return h.shape + ":" + strconv.Itoa(uid), nil
+}
+
+// takeStandby binds t to channel's ready standby, when there is one: t
+// takes the standby's turn id (the active entry too, before the pool stops
+// listing it). Otherwise t stays on the cold path.
+func (h *Host) takeStandby(ctx context.Context, t *turn, active *activeTurn) {
+	if h.standbys == nil {
+		return
+	}
+	key, err := h.standbyKey(t.channel)
+	if err != nil {
+		return // the cold path reports it
+	}
+	lease, _ := h.standbys.Take(ctx, t.channel, key)
+	if lease == nil {
+		return
+	}
+	h.mu.Lock()
+	t.id = lease.TurnID
+	active.id = lease.TurnID
+	h.mu.Unlock()
+	lease.Release()
+	t.warm = lease.Warm.(*warmTurn)
+}
+
+// refillStandby prepares channel's next standby in the background.
+func (h *Host) refillStandby(channel string) {
+	if h.standbys == nil || !h.accepting() || h.state.Mode(channel) != ModeOn {
+		return
+	}
+	key, err := h.standbyKey(channel)
+	if err != nil {
+		return
+	}
+	h.standbys.Refill(channel, key)
+}
+
+// dropStandby discards channel's standby (the channel left sandbox mode).
+func (h *Host) dropStandby(channel, reason string) {
+	if h.standbys != nil {
+		h.standbys.Drop(channel, reason)
+	}
+}
+
+// prepareStandby is standby.PrepareFunc: the cold path's preparation up to
+// a started container, with a placeholder policy (policy.Pending) in place
+// of the turn's. Whatever fails is removed as a turn's cleanup removes it.
+func (h *Host) prepareStandby(ctx context.Context, channel, turnID string, expiry time.Time) (standby.Warm, error) {
+	start := time.Now()
+	t := &turn{id: turnID, channel: channel, tag: ids.ChannelTag(channel), deadline: expiry, quiet: true}
+	log := h.log.With("turn", turnID, "channel", t.tag, "standby", true)
+	started, err := h.startStandby(ctx, t)
+	if err != nil {
+		if cerr := h.cleanup(t, log); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		return nil, err
+	}
+	h.ObservePhase(PhaseStandbyPrepare, time.Since(start))
+	log.Debug("standby ready", "prepare_ms", time.Since(start).Milliseconds(), "expires", expiry.UTC().Format(time.RFC3339))
+	return &warmTurn{h: h, t: t, started: started, log: log}, nil
+}
+
+func (h *Host) startStandby(ctx context.Context, t *turn) (StartedContainer, error) {
+	if err := h.turnPaths(t); err != nil {
+		return nil, err
+	}
+	pending, err := (&policy.Pending{Version: policy.Version, TurnID: t.id, Pending: true,
+		DeadlineUnixMs: t.deadline.Add(standbyBrokerSlack).UnixMilli()}).Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("pending policy: %w", err)
+	}
+	if err := h.makeTurnDir(t); err != nil {
+		return nil, err
+	}
+	if err := h.writePolicyFile(t, pending); err != nil {
+		return nil, err
+	}
+	t.unitTried = true
+	if err := h.opts.Units.StartBroker(ctx, t.id); err != nil {
+		return nil, fmt.Errorf("broker units: %w", err)
+	}
+	expiry := strconv.FormatInt(t.deadline.Unix(), 10)
+	spec := h.containerSpec(t, t.deadline, map[string]string{layout.LabelStandby: expiry})
+	t.createTried = true
+	if t.containerID, err = h.opts.Containers.Create(ctx, spec); err != nil {
+		return nil, err
+	}
+	started, err := h.warm.Start(ctx, t.containerID)
+	if err != nil {
+		return nil, fmt.Errorf("start: %w", err)
+	}
+	return started, nil
+}
+
+// bindStandby runs t on its standby: the turn's policy replaces the
+// placeholder (atomically, before any stdin), then the worker gets its
+// stdin. From there it is the ordinary turn, cleanup included: t owns
+// the standby's objects.
+func (h *Host) bindStandby(ctx context.Context, t *turn) (*protocol.Reply, error) {
+	w := t.warm
+	s := w.t
+	t.container, t.containerID, t.workspace, t.dir, t.policy, t.guest = s.container, s.containerID, s.workspace, s.dir, s.policy, s.guest
+	t.madeDir, t.madePolicy, t.unitTried, t.createTried = true, true, true, true
+	defer w.started.Close()
+	since := time.Now()
+	stdin, err := h.turnJSON(t, t.reset)
+	if err != nil {
+		return nil, fmt.Errorf("turn JSON: %w", err)
+	}
+	pol, err := h.policyFor(t, t.deadline).Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	if err := h.writePolicyFile(t, pol); err != nil {
+		return nil, err
+	}
+	t.phase(h, PhaseStandbyBind, since)
+	since = time.Now()
+	sink := h.opts.WorkerLogs.Turn(t.tag, t.id, t.container)
+	res, err := w.started.Finish(ctx, stdin, protocol.MaxReplyBytes, sink)
+	t.phase(h, PhaseRun, since)
+	h.closeSink(t, sink.Close())
+	if err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	return readReply(ctx, res)
+}

@@ -1,0 +1,326 @@
+package host
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/standby"
+)
+
+// warmDocker is fakeDocker that can also start a container apart from
+// running it (host.WarmContainers), as container.Driver does.
+type warmDocker struct {
+	*fakeDocker
+	wmu       sync.Mutex
+	started   map[string]time.Time // container id -> when started
+	dead      map[string]bool      // containers that died while waiting
+	bound     map[string]*policy.Policy
+	startErr  error
+	finishing []string
+}
+
+func newWarmDocker(f *fakeDocker) *warmDocker {
+	return &warmDocker{fakeDocker: f, started: map[string]time.Time{}, dead: map[string]bool{}, bound: map[string]*policy.Policy{}}
+}
+
+func (w *warmDocker) Start(ctx context.Context, id string) (StartedContainer, error) {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	if w.startErr != nil {
+		return nil, w.startErr
+	}
+	w.started[id] = time.Now()
+	return &fakeStarted{w: w, id: id}, nil
+}
+
+func (w *warmDocker) Running(ctx context.Context, id string) (bool, error) {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	_, ok := w.started[id]
+	return ok && !w.dead[id] && w.fakeDocker.isLive(id), nil
+}
+
+func (f *fakeDocker) isLive(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.live[id]
+}
+
+type fakeStarted struct {
+	w      *warmDocker
+	id     string
+	closed bool
+}
+
+// Finish records the policy file as the worker's first broker call would
+// find it, then runs as fakeDocker.Run with no gate.
+func (s *fakeStarted) Finish(ctx context.Context, stdin []byte, max int64, stderr io.Writer) (RunResult, error) {
+	var turn string
+	s.w.mu.Lock()
+	for _, c := range s.w.created {
+		if "id-"+c.Name == s.id {
+			turn = c.Labels[layout.LabelTurn]
+		}
+	}
+	pf := filepath.Join(s.w.cfg.PolicyDir, turn+".json")
+	s.w.mu.Unlock()
+	p, err := policy.Load(pf)
+	s.w.wmu.Lock()
+	if err == nil {
+		s.w.bound[s.id] = p
+	}
+	s.w.finishing = append(s.w.finishing, s.id)
+	s.w.wmu.Unlock()
+	return s.w.fakeDocker.Run(ctx, s.id, stdin, max, nil, stderr)
+}
+
+func (s *fakeStarted) Close() { s.closed = true }
+
+// newWarmRig is a rig whose driver supports standbys; channel "c" is on.
+func newWarmRig(t *testing.T, extra string) (*rig, *warmDocker) {
+	t.Helper()
+	var w *warmDocker
+	r := newRig(t, extra, func(o *Options) {
+		w = newWarmDocker(o.Containers.(*fakeDocker))
+		o.Containers = w
+	})
+	must(t, r.h.state.SetMode("c", ModeOn))
+	t.Cleanup(r.h.Shutdown)
+	return r, w
+}
+
+func waitStandby(t *testing.T, r *rig, channel, want string) ChannelStatus {
+	t.Helper()
+	var st ChannelStatus
+	waitFor(t, "standby "+want, func() bool { st = r.h.status(channel); return st.Standby == want })
+	return st
+}
+
+func turnIn(channel string) TurnInput {
+	return TurnInput{Channel: channel, SpeakerID: "s1", SpeakerName: "Ann", PrincipalID: "p1", Text: "hi"}
+}
+
+func counter(t *testing.T, r *rig, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := r.h.reg.Gather()
+	must(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue metric
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// TestStandbyServesTheNextTurn: after a cold turn the channel gets a
+// standby (container created and started, broker units started, a
+// placeholder policy, listed for the reaper); the next turn binds it: the
+// same turn id, no container created on its path, the full policy in place
+// before stdin, and the ordinary cleanup. Then the next standby follows.
+func TestStandbyServesTheNextTurn(t *testing.T) {
+	r, w := newWarmRig(t, "")
+	_, cold, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, err)
+	st := waitStandby(t, r, "c", standby.StateReady)
+	listed := r.h.ActiveTurns()
+	if len(listed) != 1 || listed[0].Standby != standby.StateReady || listed[0].ID == cold || listed[0].ChannelTag != "c" {
+		t.Fatalf("ActiveTurns = %+v, want the ready standby", listed)
+	}
+	sb := listed[0].ID
+	if st.StandbyExpiresUnix == 0 || time.Until(time.Unix(st.StandbyExpiresUnix, 0)) > 301*time.Second {
+		t.Errorf("standby expiry %d, want within the 300 s default", st.StandbyExpiresUnix)
+	}
+	// The standby's objects: placeholder policy, units, a started container.
+	full, pend, err := policy.Read(filepath.Join(r.cfg.PolicyDir, sb+".json"))
+	if err != nil || full != nil || pend == nil || pend.TurnID != sb {
+		t.Fatalf("standby policy file: %+v %+v %v; want a placeholder", full, pend, err)
+	}
+	spec := r.docker.created[len(r.docker.created)-1]
+	if spec.Labels[layout.LabelTurn] != sb || spec.Labels[layout.LabelStandby] == "" || spec.Labels[layout.LabelDeadline] != spec.Labels[layout.LabelStandby] {
+		t.Errorf("standby labels %v", spec.Labels)
+	}
+	if _, ok := w.started["id-"+spec.Name]; !ok {
+		t.Error("standby container not started")
+	}
+	if r.units.activeCount() != 1 {
+		t.Error("standby broker units not started")
+	}
+	created := len(r.docker.created)
+
+	reply, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, err)
+	if !reply.OK || id != sb {
+		t.Fatalf("second turn %q (reply %+v), want the standby's turn %s", id, reply, sb)
+	}
+	w.wmu.Lock()
+	p := w.bound["id-"+spec.Name]
+	w.wmu.Unlock()
+	if p == nil || p.TurnID != sb || p.Identity.Channel != "c" || p.Identity.SpeakerID != "s1" || p.Identity.PrincipalID != "p1" {
+		t.Fatalf("policy at stdin time: %+v; want the turn's full policy", p)
+	}
+	if d := time.Until(p.Deadline()); d < 100*time.Second || d > 121*time.Second {
+		t.Errorf("bound policy deadline in %v, want the turn's 120 s", d)
+	}
+	r.docker.mu.Lock()
+	for _, c := range r.docker.created[created:] {
+		if c.Labels[layout.LabelTurn] == sb {
+			t.Error("the bound turn created a container")
+		}
+	}
+	r.docker.mu.Unlock()
+	if counter(t, r, "sandbox_standby_turns_total", map[string]string{"result": "hit"}) != 1 {
+		t.Error("hit not counted")
+	}
+	// The ordinary cleanup removed the standby's objects; a new standby
+	// (another turn id) is prepared.
+	next := waitStandby(t, r, "c", standby.StateReady)
+	if nxt := r.h.standbys.State("c").TurnID; nxt == sb || nxt == "" {
+		t.Errorf("next standby %q", nxt)
+	}
+	_ = next
+	if _, err := os.Stat(filepath.Join(r.cfg.RunRoot, sb)); !os.IsNotExist(err) {
+		t.Error("bound turn's directory left")
+	}
+	r.h.Shutdown()
+	r.assertClean(t)
+	if counter(t, r, "sandbox_standby_discards_total", map[string]string{"reason": standby.ReasonStopped}) != 1 {
+		t.Error("shutdown discard not counted")
+	}
+}
+
+// TestStandbyDeadContainerTakesColdPath: a standby whose container died
+// while waiting is found at bind time; the turn succeeds on the cold path
+// and the dead standby is removed.
+func TestStandbyDeadContainerTakesColdPath(t *testing.T) {
+	r, w := newWarmRig(t, "")
+	_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, err)
+	waitStandby(t, r, "c", standby.StateReady)
+	sb := r.h.standbys.State("c").TurnID
+	w.wmu.Lock()
+	for id := range w.started {
+		w.dead[id] = true
+	}
+	w.wmu.Unlock()
+	reply, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	if err != nil || !reply.OK {
+		t.Fatalf("turn after a dead standby: %v %+v", err, reply)
+	}
+	if id == sb {
+		t.Fatal("the dead standby was used")
+	}
+	if counter(t, r, "sandbox_standby_turns_total", map[string]string{"result": "miss", "reason": standby.ReasonDead}) != 1 {
+		t.Error("dead miss not counted")
+	}
+	waitFor(t, "dead standby removed", func() bool {
+		_, err := os.Stat(filepath.Join(r.cfg.PolicyDir, sb+".json"))
+		return os.IsNotExist(err)
+	})
+	r.h.Shutdown()
+	r.assertClean(t)
+}
+
+// TestStandbyChannelOffDiscards: switching the channel off through the API
+// removes its standby, and no new one is prepared for it.
+func TestStandbyChannelOffDiscards(t *testing.T) {
+	r, _ := newWarmRig(t, "")
+	hc, _ := serve(t, r)
+	if code, _ := call(t, hc, "POST", "/v1/channels/c/turns", `{"speaker":{"id":"s"},"text":"x"}`); code != 200 {
+		t.Fatalf("turn: %d", code)
+	}
+	waitStandby(t, r, "c", standby.StateReady)
+	code, body := call(t, hc, "GET", "/v1/channels/c", "")
+	if code != 200 || body["standby"] != standby.StateReady {
+		t.Errorf("channel status %d %v, want standby ready", code, body)
+	}
+	resp, err := hc.Get("http://host/v1/turns")
+	must(t, err)
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(data), `"standby":"ready"`) {
+		t.Errorf("/v1/turns does not show the standby: %s", data)
+	}
+	req, _ := http.NewRequest("PUT", "http://host/v1/channels/c/mode", strings.NewReader(`{"mode":"off"}`))
+	resp, err = hc.Do(req)
+	must(t, err)
+	resp.Body.Close()
+	waitFor(t, "nothing left", func() bool {
+		return r.docker.liveCount() == 0 && r.units.activeCount() == 0 && len(r.h.ActiveTurns()) == 0
+	})
+	r.assertClean(t)
+	if counter(t, r, "sandbox_standby_discards_total", map[string]string{"reason": standby.ReasonChannelOff}) != 1 {
+		t.Error("channel_off discard not counted")
+	}
+	if st := r.h.status("c"); st.Standby != standby.StateNone {
+		t.Errorf("standby %q after channel off", st.Standby)
+	}
+}
+
+// TestStandbyDisabled: standby.enabled false (or max 0) keeps every turn on
+// the cold path.
+func TestStandbyDisabled(t *testing.T) {
+	for _, extra := range []string{"standby:\n  enabled: false\n", "standby:\n  max: 0\n"} {
+		r, _ := newWarmRig(t, extra)
+		for i := 0; i < 2; i++ {
+			_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+			must(t, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if r.h.standbys != nil || r.h.status("c").Standby != "" || len(r.docker.created) != 2 {
+			t.Errorf("%q: standbys made: %d containers for 2 turns", extra, len(r.docker.created))
+		}
+		r.assertClean(t)
+	}
+}
+
+// TestStandbyFailedPreparationLeavesNothing: a preparation that fails
+// (here the container start) removes what it made; the next turn is cold.
+func TestStandbyFailedPreparationLeavesNothing(t *testing.T) {
+	r, w := newWarmRig(t, "")
+	w.startErr = io.ErrUnexpectedEOF
+	_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, err)
+	waitFor(t, "failed preparation counted", func() bool {
+		return counter(t, r, "sandbox_standby_prepares_total", map[string]string{"result": "failed"}) == 1
+	})
+	r.assertClean(t)
+	_, _, err = r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, err)
+}
+
+// TestStandbyNotReusedAcrossChannels: a standby of one channel never serves
+// another.
+func TestStandbyNotReusedAcrossChannels(t *testing.T) {
+	r, _ := newWarmRig(t, "")
+	must(t, r.h.state.SetMode("d", ModeOn))
+	_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, err)
+	waitStandby(t, r, "c", standby.StateReady)
+	sb := r.h.standbys.State("c").TurnID
+	_, id, err := r.h.RunTurn(context.Background(), turnIn("d"))
+	must(t, err)
+	if id == sb {
+		t.Fatal("channel d used channel c's standby")
+	}
+	if r.h.standbys.State("c").TurnID != sb {
+		t.Error("channel c's standby was touched")
+	}
+}
