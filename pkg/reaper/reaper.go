@@ -11,6 +11,13 @@
 // active set given to Reap) from before the host writes anything for it until
 // after it removed everything of it; the policy file is written before the
 // broker socket unit starts and removed after the units stop.
+//
+// Standbys (turns prepared ahead of their request, container label
+// layout.LabelStandby) need no rule of their own: the host lists them like
+// turns, their deadline label and placeholder policy carry their expiry (a
+// binding turn's policy then carries its deadline, which outranks the
+// label), so a running host's standbys are kept, a host that is not running
+// leaves none, and an expired one goes.
 package reaper
 
 import (
