@@ -13,6 +13,7 @@ done
 
 HOST_SOCK=/run/roundtable-sandbox/host.sock
 CHANNEL_FIXED=bench-fixed
+CHANNEL_STANDBY=bench-standby
 CHANNEL_LOAD_PREFIX=bench-load-
 BENCH_PKG=${PKG_NAME:-roundtable-sandbox}
 
@@ -125,7 +126,7 @@ bench_run_mode() {
   ns_exec systemctl restart sandbox-host.socket sandbox-host.service
   host_wait_active
   local ch
-  for ch in "$CHANNEL_FIXED" $(seq -f "$CHANNEL_LOAD_PREFIX%02g" 0 $((BENCH_LOAD_CHANNELS - 1))); do
+  for ch in "$CHANNEL_FIXED" "$CHANNEL_STANDBY" $(seq -f "$CHANNEL_LOAD_PREFIX%02g" 0 $((BENCH_LOAD_CHANNELS - 1))); do
     ns_exec /usr/bin/sandbox-host channel on "$ch" >/dev/null || bench_die "sandbox-host channel on $ch failed"
   done
 
@@ -145,9 +146,12 @@ bench_run_mode() {
   note "- Host configuration: the shipped defaults (limits ${LIM_MEM} MiB, $LIM_CPUS CPU, $LIM_PIDS pids, ${LIM_TMPFS} MiB /tmp; queue depth 8) with the fake model and logLevel ${BENCH_HOST_LOGLEVEL:-debug} (for the per-turn \`turn phases\` line)."
   # Let the package build and the boot settle before timing anything.
   sleep "${BENCH_SETTLE:-30}"
-  bench_log "fixed cost: $BENCH_ROUNDS rounds x (host turn, docker run, Engine API, Engine API pre-started, runc worker, runc floor)"
+  # The standby series needs the channel's first (cold) turn to have run.
+  ns_exec /usr/bin/sandbox-host turn "$CHANNEL_STANDBY" --speaker-id bench-user --text "prime the standby" >/dev/null ||
+    bench_die "priming turn on $CHANNEL_STANDBY failed"
+  bench_log "fixed cost: $BENCH_ROUNDS rounds x (host turn cold, host turn on a standby, docker run, Engine API, Engine API pre-started, runc worker, runc floor)"
   ns_exec "$BIN/sandbox-bench" fixedcost --out "$BENCH_RESULTS/fixedcost.json" --rounds "$BENCH_ROUNDS" --warmup "$BENCH_WARMUP" \
-    --host-socket "$HOST_SOCK" --channel "$CHANNEL_FIXED" \
+    --host-socket "$HOST_SOCK" --channel "$CHANNEL_FIXED" --standby-channel "$CHANNEL_STANDBY" \
     --model "$BENCH_MODEL" --image "$BENCH_IMAGE" --uid "$uid" --gid "$gid" --workspace "$BASE_WS" --turn-dir "$BASE_TURN" \
     --memory-mb $LIM_MEM --cpus $LIM_CPUS --pids $LIM_PIDS --tmpfs-mb $LIM_TMPFS --log-driver journald --log-tag sandbox/bench \
     --engine unix:///run/docker.sock --engine-prestart --runc-worker "$WORKER_BUNDLE" --runc-floor "$FLOOR_BUNDLE"

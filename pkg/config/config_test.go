@@ -71,7 +71,7 @@ func TestDefaults(t *testing.T) {
 		{"guests.uidCount", c.Guests.UIDCount, 65536},
 		{"standby.enabled", c.Standby.Enabled, true},
 		{"standby.maxAgeSeconds", c.Standby.MaxAgeSeconds, 300},
-		{"standby.max", c.Standby.Max, 64},
+		{"standby.max", c.Standby.Max, 16},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {

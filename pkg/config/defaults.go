@@ -75,7 +75,7 @@ func defaults() map[string]any {
 
 		"standby.enabled":       true,
 		"standby.maxAgeSeconds": 300,
-		"standby.max":           64,
+		"standby.max":           16,
 	}
 }
 

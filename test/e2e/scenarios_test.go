@@ -1009,19 +1009,23 @@ func standbyOf(t *testing.T, channel string, within time.Duration) (string, cont
 	return id, found
 }
 
-// rssKiB reads a process's resident set size.
-func rssKiB(pid int) int {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
+// memKiB reads a process's resident set size and its proportional share
+// (shared pages divided among their users), in KiB.
+func memKiB(pid int) (rss, pss int) {
+	field := func(file, name string) int {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
+		if err != nil {
+			return -1
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, name); ok {
+				n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+				return n
+			}
+		}
 		return -1
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			return n
-		}
-	}
-	return -1
+	return field("status", "VmRSS:"), field("smaps_rollup", "Pss:")
 }
 
 func parentPID(pid int) int {
@@ -1089,8 +1093,13 @@ func TestStandbyServesTurn(t *testing.T) {
 	workerPID := ins.State.Pid
 	shimPID := parentPID(workerPID)
 	brokerPID, _ := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(systemctl(t, "show", "-p", "MainPID", svc)), "MainPID="))
-	t.Logf("standby idle RSS: worker %d KiB, shim %d KiB (pid %d), broker %d KiB (pid %d)",
-		rssKiB(workerPID), rssKiB(shimPID), shimPID, rssKiB(brokerPID), brokerPID)
+	for _, p := range []struct {
+		what string
+		pid  int
+	}{{"worker", workerPID}, {"containerd-shim", shimPID}, {"broker", brokerPID}} {
+		rss, pss := memKiB(p.pid)
+		t.Logf("standby idle memory: %s (pid %d) RSS %d KiB, PSS %d KiB", p.what, p.pid, rss, pss)
+	}
 
 	sent := time.Now()
 	r := turn(ch, "bob", "hello warm")

@@ -90,6 +90,7 @@ func cmdFixedCost(args []string) error {
 	hostSock := fs.String("host-socket", "", "host API socket (empty: skip the host series)")
 	model := fs.String("model", "bench-model", "model name in the baseline turn (the host's model.name)")
 	channel := fs.String("channel", "bench-fixed", "channel for the host series (must be in sandbox mode)")
+	standbyChannel := fs.String("standby-channel", "", "channel for the host series served by a standby (in sandbox mode; empty: skip)")
 	metrics := fs.Bool("metrics", true, "snapshot GET /metrics on the host socket before and after")
 	docker := fs.String("docker", "docker", "docker CLI")
 	image := fs.String("image", "", "worker image for the docker run series (empty: skip)")
@@ -121,8 +122,16 @@ func cmdFixedCost(args []string) error {
 	var hostClient *http.Client
 	if *hostSock != "" {
 		hostClient = turns.UnixClient(*hostSock, 3*time.Minute, true)
+		// The cold series discards the channel's standby before each turn;
+		// the standby series waits for one (both off the clock).
 		runners = append(runners, &turns.HostRunner{Label: report.SeriesHost, Client: hostClient,
-			Channel: func(int) string { return *channel }, Text: "hello from the benchmark"})
+			Channel: func(int) string { return *channel }, Text: "hello from the benchmark",
+			Before: turns.StandbyDiscarded(hostClient, *channel)})
+		if *standbyChannel != "" {
+			runners = append(runners, &turns.HostRunner{Label: report.SeriesHostStandby, Client: hostClient,
+				Channel: func(int) string { return *standbyChannel }, Text: "hello from the benchmark",
+				Before: turns.StandbyReady(hostClient, *standbyChannel)})
+		}
 	}
 	if *image != "" {
 		spec := turns.DockerSpec{Docker: *docker, Image: *image, UID: *uid, GID: *gid, Workspace: *ws, TurnDir: *turnDir,

@@ -315,11 +315,14 @@ func Markdown(in *Inputs) (string, error) {
 			p("| %s | %d | %s | %s | %s | %s | %d |\n", s.Name, s.Summary.N, ms(s.Summary.Median), ms(s.Summary.P95), ms(s.Summary.Min), ms(s.Summary.Max), s.Failures)
 		}
 		p("\nRatios of medians:\n\n")
-		for _, pair := range [][2]string{{SeriesHost, SeriesDocker}, {SeriesHost, SeriesEngine}, {SeriesEngine, SeriesDocker}, {SeriesPrestart, SeriesDocker}, {SeriesHost, SeriesRuncWorker}, {SeriesHost, SeriesRuncFloor}, {SeriesDocker, SeriesRuncWorker}, {SeriesDocker, SeriesRuncFloor}, {SeriesRuncWorker, SeriesRuncFloor}} {
+		for _, pair := range [][2]string{{SeriesHost, SeriesDocker}, {SeriesHostStandby, SeriesDocker}, {SeriesHostStandby, SeriesHost}, {SeriesHost, SeriesEngine}, {SeriesEngine, SeriesDocker}, {SeriesPrestart, SeriesDocker}, {SeriesHost, SeriesRuncWorker}, {SeriesHost, SeriesRuncFloor}, {SeriesDocker, SeriesRuncWorker}, {SeriesDocker, SeriesRuncFloor}, {SeriesRuncWorker, SeriesRuncFloor}} {
 			a, c := series(fc, pair[0]), series(fc, pair[1])
 			if a != nil && c != nil {
 				p("- %s / %s = %.2f (difference %s ms)\n", pair[0], pair[1], stats.Ratio(a.Summary.Median, c.Summary.Median), ms(a.Summary.Median-c.Summary.Median))
 			}
+		}
+		if a, c := series(fc, SeriesHostStandby), series(fc, SeriesDocker); a != nil && c != nil {
+			p("- p95: %s / %s = %.2f\n", SeriesHostStandby, SeriesDocker, stats.Ratio(a.Summary.P95, c.Summary.P95))
 		}
 		for _, s := range fc.Series {
 			for _, e := range s.Errors {

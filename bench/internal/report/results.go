@@ -16,12 +16,14 @@ import (
 
 // Series names of the fixed-cost comparison.
 const (
-	SeriesHost       = "sandbox-host turn (API)"
-	SeriesDocker     = "docker run --rm -i"
-	SeriesEngine     = "Engine API (pkg/container, no host)"
-	SeriesPrestart   = "Engine API, pre-started container (attach, stdin, reply, wait)"
-	SeriesRuncWorker = "runc run (worker bundle)"
-	SeriesRuncFloor  = "runc run (floor bundle)"
+	SeriesHost = "sandbox-host turn (API)"
+	// SeriesHostStandby: a turn bound to the channel's ready standby.
+	SeriesHostStandby = "sandbox-host turn on a standby (API)"
+	SeriesDocker      = "docker run --rm -i"
+	SeriesEngine      = "Engine API (pkg/container, no host)"
+	SeriesPrestart    = "Engine API, pre-started container (attach, stdin, reply, wait)"
+	SeriesRuncWorker  = "runc run (worker bundle)"
+	SeriesRuncFloor   = "runc run (floor bundle)"
 )
 
 // Results file names inside the results directory.

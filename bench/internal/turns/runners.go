@@ -198,6 +198,9 @@ type HostRunner struct {
 	Client  *http.Client
 	Channel func(seq int) string
 	Text    string
+	// Before, when set, runs off the clock before each turn (a standby
+	// made ready, or discarded so the turn takes the cold path).
+	Before func(ctx context.Context, seq int) error
 }
 
 // Name is the series name.
@@ -219,6 +222,11 @@ func (r *HostRunner) Run(ctx context.Context, seq int) (time.Duration, error) {
 	body.Speaker.ID, body.Speaker.Name, body.Speaker.PrincipalID = "bench-user", "Bench", "bench-principal"
 	body.Text = r.Text
 	data, _ := json.Marshal(body)
+	if r.Before != nil {
+		if err := r.Before(ctx, seq); err != nil {
+			return 0, fmt.Errorf("%s: before the turn: %v", r.Label, err)
+		}
+	}
 	u := "http://host/v1/channels/" + url.PathEscape(r.Channel(seq)) + "/turns"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(data))
 	if err != nil {
