@@ -51,15 +51,25 @@ func TestReapStandbys(t *testing.T) {
 		wantLeft bool
 	}{
 		{"ready, listed by the running host", true, true, false,
-			func(w *world) { w.addStandby(sb, t0.Add(-100*time.Second), t0.Add(200*time.Second), false, time.Time{}) }, true},
+			func(w *world) {
+				w.addStandby(sb, t0.Add(-100*time.Second), t0.Add(200*time.Second), false, time.Time{})
+			}, true},
 		{"ready, host not running", true, false, false,
-			func(w *world) { w.addStandby(sb, t0.Add(-100*time.Second), t0.Add(200*time.Second), false, time.Time{}) }, false},
+			func(w *world) {
+				w.addStandby(sb, t0.Add(-100*time.Second), t0.Add(200*time.Second), false, time.Time{})
+			}, false},
 		{"ready, no host knowledge", false, false, true,
-			func(w *world) { w.addStandby(sb, t0.Add(-100*time.Second), t0.Add(200*time.Second), false, time.Time{}) }, true},
+			func(w *world) {
+				w.addStandby(sb, t0.Add(-100*time.Second), t0.Add(200*time.Second), false, time.Time{})
+			}, true},
 		{"expired, no host knowledge", false, false, true,
-			func(w *world) { w.addStandby(sb, t0.Add(-500*time.Second), t0.Add(-200*time.Second), false, time.Time{}) }, false},
+			func(w *world) {
+				w.addStandby(sb, t0.Add(-500*time.Second), t0.Add(-200*time.Second), false, time.Time{})
+			}, false},
 		{"expired within slack and grace", false, false, true,
-			func(w *world) { w.addStandby(sb, t0.Add(-350*time.Second), t0.Add(-50*time.Second), false, time.Time{}) }, true},
+			func(w *world) {
+				w.addStandby(sb, t0.Add(-350*time.Second), t0.Add(-50*time.Second), false, time.Time{})
+			}, true},
 		{"bound after its expiry label, listed", true, true, false,
 			func(w *world) {
 				w.addStandby(sb, t0.Add(-500*time.Second), t0.Add(-200*time.Second), true, t0.Add(100*time.Second))
