@@ -5,8 +5,9 @@
 // LoadCredential=sandbox:/run/roundtable-sandbox/credsets/<turn>.
 //
 // Guarantee: Copy writes a file for a name only when the turn's validated
-// policy names it (a standby's placeholder, which names none yet, gets every
-// credential: the standby path keeps the exposure it had before), reads credentials without following a symlink and within
+// policy names it, or a standby's placeholder lists it (the names the host
+// will put in the turn's policy; a placeholder that lists none, from an
+// older host, gets every credential), reads credentials without following a symlink and within
 // credential.MaxBytes, writes each copy 0400 with O_EXCL|O_NOFOLLOW, and
 // never logs a value. A named credential that does not exist, or is not a
 // regular file (a symlink, say), is skipped: the broker then fails that call
@@ -106,6 +107,7 @@ func Copy(turn, policyDir, fromDir, outDir string) (Result, error) {
 			return r, fmt.Errorf("placeholder %s is for turn %s", path, pending.TurnID)
 		}
 		r.Pending = true
+		names = pending.Credentials
 	case p.TurnID != turn:
 		return r, fmt.Errorf("policy %s is for turn %s", path, p.TurnID)
 	default:
@@ -121,9 +123,9 @@ func Copy(turn, policyDir, fromDir, outDir string) (Result, error) {
 		return r, fmt.Errorf("output directory %s: %w", outDir, err)
 	}
 	defer unix.Close(out)
-	if r.Pending {
-		// A standby's broker starts before its turn, and so before the
-		// names are known: it gets every credential, as before issue 18.7.
+	if r.Pending && len(names) == 0 {
+		// A placeholder that lists no names (an older host): every
+		// credential, as before issue 18.7.
 		if names, err = allNames(fromDir); err != nil {
 			return r, err
 		}

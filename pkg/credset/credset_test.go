@@ -102,6 +102,32 @@ func TestPlaceholderGetsEveryCredential(t *testing.T) {
 	}
 }
 
+// TestPlaceholderListingNamesGetsOnlyThem: a standby's placeholder that
+// lists the names its turn will use gets exactly those.
+func TestPlaceholderListingNamesGetsOnlyThem(t *testing.T) {
+	root := t.TempDir()
+	from, out := filepath.Join(root, "creds"), filepath.Join(root, "out")
+	os.Mkdir(from, 0o700)
+	os.Mkdir(out, 0o700)
+	for _, n := range []string{"model", "other-channel", "tool-key"} {
+		os.WriteFile(filepath.Join(from, n), []byte(n), 0o600)
+	}
+	pend := &policy.Pending{Version: policy.Version, TurnID: turn, Pending: true, DeadlineUnixMs: time.Now().Add(time.Minute).UnixMilli(),
+		Credentials: []string{"model", "tool-key", "absent"}}
+	data, err := pend.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(root, turn+".json"), data, 0o640)
+	r, err := Copy(turn, root, from, out)
+	if err != nil || !r.Pending || !slices.Equal(r.Copied, []string{"model", "tool-key"}) || !slices.Equal(r.Missing, []string{"absent"}) {
+		t.Errorf("placeholder copy = %+v, %v; want pending, [model tool-key] copied, [absent] missing", r, err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "other-channel")); err == nil {
+		t.Error("a credential the placeholder does not list was copied")
+	}
+}
+
 func TestCopyRefusesABadPolicy(t *testing.T) {
 	root := t.TempDir()
 	if err := os.WriteFile(filepath.Join(root, turn+".json"), []byte(`{}`), 0o640); err != nil {

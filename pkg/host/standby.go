@@ -9,9 +9,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/credset"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -56,6 +60,25 @@ type warmTurn struct {
 	t       *turn
 	started StartedContainer
 	log     *slog.Logger
+	key     string
+}
+
+// overwriteFile replaces path's content in place (same inode, never
+// following a symlink) and syncs it.
+func overwriteFile(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // Alive: the container still runs (Docker restarted, OOM, killed by hand:
@@ -120,9 +143,12 @@ func (h *Host) shapeKey() (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// standbyKey is channel's standby key: the process's shape and the
-// channel's guest uid.
-func (h *Host) standbyKey(channel string) (string, error) {
+// standbyKey is a standby's key: the process's shape, the channel's guest
+// uid and the model credential its turn uses (the standby's broker holds
+// only the credentials of its turn's policy, so a turn that selects another
+// cannot use it). The credential name comes last: credential names hold
+// no ":".
+func (h *Host) standbyKey(channel, credential string) (string, error) {
 	ws, err := layout.WorkspaceDir(h.cfg.WorkspaceRoot, channel)
 	if err != nil {
 		return "", err
@@ -131,8 +157,11 @@ func (h *Host) standbyKey(channel string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return h.shape + ":" + strconv.Itoa(uid), nil
+	return h.shape + ":" + strconv.Itoa(uid) + ":" + credential, nil
 }
+
+// keyCredential is the model credential a key was made for.
+func keyCredential(key string) string { return key[strings.LastIndexByte(key, ':')+1:] }
 
 // takeStandby binds t to channel's ready standby, when there is one: t
 // takes the standby's turn id (the active entry too, before the pool stops
@@ -141,7 +170,7 @@ func (h *Host) takeStandby(ctx context.Context, t *turn, active *activeTurn) {
 	if h.standbys == nil {
 		return
 	}
-	key, err := h.standbyKey(t.channel)
+	key, err := h.standbyKey(t.channel, h.cfg.SelectCredential(t.channel, t.principal, t.speaker.ID))
 	if err != nil {
 		return // the cold path reports it
 	}
@@ -157,12 +186,14 @@ func (h *Host) takeStandby(ctx context.Context, t *turn, active *activeTurn) {
 	t.warm = lease.Warm.(*warmTurn)
 }
 
-// refillStandby prepares channel's next standby in the background.
-func (h *Host) refillStandby(channel string) {
+// refillStandby prepares channel's next standby in the background, for a
+// turn that selects the credential the last one did (the same speaker, most
+// often).
+func (h *Host) refillStandby(channel, credential string) {
 	if h.standbys == nil || !h.accepting() || h.state.Mode(channel) != ModeOn {
 		return
 	}
-	key, err := h.standbyKey(channel)
+	key, err := h.standbyKey(channel, credential)
 	if err != nil {
 		return
 	}
@@ -179,11 +210,11 @@ func (h *Host) dropStandby(channel, reason string) {
 // prepareStandby is standby.PrepareFunc: the cold path's preparation up to
 // a started container, with a placeholder policy (policy.Pending) in place
 // of the turn's. Whatever fails is removed as a turn's cleanup removes it.
-func (h *Host) prepareStandby(ctx context.Context, channel, turnID string, expiry time.Time) (standby.Warm, error) {
+func (h *Host) prepareStandby(ctx context.Context, channel, key, turnID string, expiry time.Time) (standby.Warm, error) {
 	start := time.Now()
 	t := &turn{id: turnID, channel: channel, tag: ids.ChannelTag(channel), deadline: expiry, quiet: true}
 	log := h.log.With("turn", turnID, "channel", t.tag, "standby", true)
-	started, err := h.startStandby(ctx, t)
+	started, err := h.startStandby(ctx, t, keyCredential(key))
 	if err != nil {
 		if cerr := h.cleanup(t, log); cerr != nil {
 			err = errors.Join(err, cerr)
@@ -192,15 +223,19 @@ func (h *Host) prepareStandby(ctx context.Context, channel, turnID string, expir
 	}
 	h.ObservePhase(PhaseStandbyPrepare, time.Since(start))
 	log.Debug("standby ready", "prepare_ms", time.Since(start).Milliseconds(), "expires", expiry.UTC().Format(time.RFC3339))
-	return &warmTurn{h: h, t: t, started: started, log: log}, nil
+	return &warmTurn{h: h, t: t, started: started, log: log, key: key}, nil
 }
 
-func (h *Host) startStandby(ctx context.Context, t *turn) (StartedContainer, error) {
+func (h *Host) startStandby(ctx context.Context, t *turn, credential string) (StartedContainer, error) {
 	if err := h.turnPaths(t); err != nil {
 		return nil, err
 	}
+	// The names the turn's policy will hold: sandbox-credset gives the
+	// standby's broker exactly these.
+	shape := h.pol
+	shape.Model.Credential = credential
 	pending, err := (&policy.Pending{Version: policy.Version, TurnID: t.id, Pending: true,
-		DeadlineUnixMs: t.deadline.Add(standbyBrokerSlack).UnixMilli()}).Marshal()
+		DeadlineUnixMs: t.deadline.Add(standbyBrokerSlack).UnixMilli(), Credentials: credset.Names(&shape)}).Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("pending policy: %w", err)
 	}
@@ -228,9 +263,11 @@ func (h *Host) startStandby(ctx context.Context, t *turn) (StartedContainer, err
 }
 
 // bindStandby runs t on its standby: the turn's policy replaces the
-// placeholder (atomically, before any stdin), then the worker gets its
-// stdin. From there it is the ordinary turn, cleanup included: t owns
-// the standby's objects.
+// placeholder, then the worker gets its stdin. From there it is the
+// ordinary turn, cleanup included: t owns the standby's objects. The policy
+// is written in place, not by rename: the broker unit binds the file as it
+// was when the broker started (it sees only its own policy), and the
+// broker reads it at its first connection, which comes only after stdin.
 func (h *Host) bindStandby(ctx context.Context, t *turn) (*protocol.Reply, error) {
 	w := t.warm
 	s := w.t
@@ -246,8 +283,13 @@ func (h *Host) bindStandby(ctx context.Context, t *turn) (*protocol.Reply, error
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	if err := h.writePolicyFile(t, pol); err != nil {
-		return nil, err
+	if p := h.policyFor(t, t.deadline); p.Model.Credential != keyCredential(w.key) {
+		// takeStandby's key makes this unreachable; never serve a turn a
+		// broker without its credential.
+		return nil, fmt.Errorf("standby made for credential %q, turn needs %q", keyCredential(w.key), p.Model.Credential)
+	}
+	if err := overwriteFile(t.policy, pol); err != nil {
+		return nil, fmt.Errorf("policy file: %w", err)
 	}
 	t.phase(h, PhaseStandbyBind, since)
 	since = time.Now()

@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,12 +26,13 @@ type warmDocker struct {
 	started   map[string]time.Time // container id -> when started
 	dead      map[string]bool      // containers that died while waiting
 	bound     map[string]*policy.Policy
+	inodes    map[string]uint64 // policy file inode at stdin time, by container id
 	startErr  error
 	finishing []string
 }
 
 func newWarmDocker(f *fakeDocker) *warmDocker {
-	return &warmDocker{fakeDocker: f, started: map[string]time.Time{}, dead: map[string]bool{}, bound: map[string]*policy.Policy{}}
+	return &warmDocker{fakeDocker: f, started: map[string]time.Time{}, dead: map[string]bool{}, bound: map[string]*policy.Policy{}, inodes: map[string]uint64{}}
 }
 
 func (w *warmDocker) Start(ctx context.Context, id string) (StartedContainer, error) {
@@ -78,6 +81,7 @@ func (s *fakeStarted) Finish(ctx context.Context, stdin []byte, max int64, stder
 	if err == nil {
 		s.w.bound[s.id] = p
 	}
+	s.w.inodes[s.id] = inode(pf)
 	s.w.finishing = append(s.w.finishing, s.id)
 	s.w.wmu.Unlock()
 	return s.w.fakeDocker.Run(ctx, s.id, stdin, max, nil, stderr)
@@ -149,10 +153,16 @@ func TestStandbyServesTheNextTurn(t *testing.T) {
 		t.Errorf("standby expiry %d, want within the 300 s default", st.StandbyExpiresUnix)
 	}
 	// The standby's objects: placeholder policy, units, a started container.
-	full, pend, err := policy.Read(filepath.Join(r.cfg.PolicyDir, sb+".json"))
+	polPath := filepath.Join(r.cfg.PolicyDir, sb+".json")
+	full, pend, err := policy.Read(polPath)
 	if err != nil || full != nil || pend == nil || pend.TurnID != sb {
 		t.Fatalf("standby policy file: %+v %+v %v; want a placeholder", full, pend, err)
 	}
+	// Exactly the names the turn's policy will hold (least credential).
+	if want := []string{"mcp-key", "model", "tool-key"}; !slices.Equal(pend.Credentials, want) {
+		t.Errorf("placeholder credentials %v, want %v", pend.Credentials, want)
+	}
+	placeholderInode := inode(polPath)
 	spec := r.docker.created[len(r.docker.created)-1]
 	if spec.Labels[layout.LabelTurn] != sb || spec.Labels[layout.LabelStandby] == "" || spec.Labels[layout.LabelDeadline] != spec.Labels[layout.LabelStandby] {
 		t.Errorf("standby labels %v", spec.Labels)
@@ -178,6 +188,12 @@ func TestStandbyServesTheNextTurn(t *testing.T) {
 	}
 	if d := time.Until(p.Deadline()); d < 100*time.Second || d > 121*time.Second {
 		t.Errorf("bound policy deadline in %v, want the turn's 120 s", d)
+	}
+	w.wmu.Lock()
+	boundInode := w.inodes["id-"+spec.Name]
+	w.wmu.Unlock()
+	if boundInode == 0 || boundInode != placeholderInode {
+		t.Errorf("policy file inode %d at stdin, placeholder's %d: the broker unit binds the placeholder's file, so the policy must be written in place", boundInode, placeholderInode)
 	}
 	r.docker.mu.Lock()
 	for _, c := range r.docker.created[created:] {
@@ -306,6 +322,34 @@ func TestStandbyFailedPreparationLeavesNothing(t *testing.T) {
 	must(t, err)
 }
 
+// TestStandbyOtherCredentialTakesColdPath: a turn whose rules select
+// another model credential than the standby's broker holds does not bind
+// it; the standby is discarded and the turn runs cold with its credential.
+func TestStandbyOtherCredentialTakesColdPath(t *testing.T) {
+	r, _ := newWarmRig(t, "")
+	_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, err)
+	waitStandby(t, r, "c", standby.StateReady)
+	sb := r.h.standbys.State("c").TurnID
+	in := turnIn("c")
+	in.PrincipalID = "p-special" // rule: credential special-key
+	_, id, err := r.h.RunTurn(context.Background(), in)
+	must(t, err)
+	if id == sb {
+		t.Fatal("a standby made for credential model served a special-key turn")
+	}
+	if counter(t, r, "sandbox_standby_turns_total", map[string]string{"result": "miss", "reason": standby.ReasonChanged}) != 1 {
+		t.Error("miss for another credential not counted as changed")
+	}
+	// The next standby is made for the credential the last turn used.
+	waitStandby(t, r, "c", standby.StateReady)
+	next := r.h.standbys.State("c").TurnID
+	_, pend, err := policy.Read(filepath.Join(r.cfg.PolicyDir, next+".json"))
+	if err != nil || pend == nil || !slices.Contains(pend.Credentials, "special-key") || slices.Contains(pend.Credentials, "model") {
+		t.Errorf("next placeholder %+v, %v: want special-key, not model", pend, err)
+	}
+}
+
 // TestStandbyNotReusedAcrossChannels: a standby of one channel never serves
 // another.
 func TestStandbyNotReusedAcrossChannels(t *testing.T) {
@@ -323,4 +367,15 @@ func TestStandbyNotReusedAcrossChannels(t *testing.T) {
 	if r.h.standbys.State("c").TurnID != sb {
 		t.Error("channel c's standby was touched")
 	}
+}
+
+func inode(path string) uint64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return sys.Ino
+	}
+	return 0
 }

@@ -185,7 +185,7 @@ func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, stri
 	cleanupErr := h.cleanup(t, log)
 	// The channel's next turn should find a standby: prepared now, in the
 	// background, after this turn's container is gone.
-	h.refillStandby(t.channel)
+	h.refillStandby(t.channel, h.cfg.SelectCredential(t.channel, t.principal, t.speaker.ID))
 
 	result, err := resultOf(ctx, reply, runErr, cleanupErr)
 	if runErr != nil {

@@ -11,17 +11,25 @@ import (
 )
 
 // Pending is what a standby turn's policy file holds before a turn binds
-// to it: the turn id and the standby's expiry, nothing else. It names no
-// identity, route or credential, so a broker that reads it can serve
-// nothing: it waits for the full policy, which the host writes over it
-// (atomically) before the worker gets its stdin. DeadlineUnixMs carries the
-// expiry under the name the reaper reads for every policy file.
+// to it: the turn id, the standby's expiry and the credential names its
+// turn will use. It names no identity and no route, so a broker that reads
+// it can serve nothing: it waits for the full policy, which the host writes
+// over it (in place: the broker unit binds this very file) before the worker
+// gets its stdin. DeadlineUnixMs carries the expiry under the name the
+// reaper reads for every policy file. Credentials lets sandbox-credset give
+// the standby's broker, which starts before its turn, exactly the names the
+// turn's policy will name (the host discards a standby whose turn would
+// need another).
 type Pending struct {
-	Version        int    `json:"version"`
-	TurnID         string `json:"turnId"`
-	Pending        bool   `json:"pending"`
-	DeadlineUnixMs int64  `json:"deadlineUnixMs"`
+	Version        int      `json:"version"`
+	TurnID         string   `json:"turnId"`
+	Pending        bool     `json:"pending"`
+	DeadlineUnixMs int64    `json:"deadlineUnixMs"`
+	Credentials    []string `json:"credentials,omitempty"`
 }
+
+// MaxPendingCredentials bounds Pending.Credentials.
+const MaxPendingCredentials = 64
 
 // Expiry is when a broker still waiting gives up and exits.
 func (p *Pending) Expiry() time.Time { return time.UnixMilli(p.DeadlineUnixMs) }
@@ -38,6 +46,14 @@ func (p *Pending) Validate() error {
 	}
 	if err := ids.ValidTurnID(p.TurnID); err != nil {
 		return bad("turnId: %v", err)
+	}
+	if len(p.Credentials) > MaxPendingCredentials {
+		return bad("at most %d credentials", MaxPendingCredentials)
+	}
+	for _, c := range p.Credentials {
+		if !validCredName(c) {
+			return bad("credentials: %q is not a credential name", c)
+		}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -13,7 +14,8 @@ import (
 
 func TestReadPendingAndFull(t *testing.T) {
 	dir := t.TempDir()
-	pend := &Pending{Version: Version, TurnID: ids.NewTurnID(), Pending: true, DeadlineUnixMs: time.Now().Add(time.Minute).UnixMilli()}
+	pend := &Pending{Version: Version, TurnID: ids.NewTurnID(), Pending: true, DeadlineUnixMs: time.Now().Add(time.Minute).UnixMilli(),
+		Credentials: []string{"model", "mcp-search"}}
 	data, err := pend.Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -21,7 +23,7 @@ func TestReadPendingAndFull(t *testing.T) {
 	path := filepath.Join(dir, "p.json")
 	os.WriteFile(path, data, 0o600)
 	full, got, err := Read(path)
-	if err != nil || full != nil || got == nil || *got != *pend {
+	if err != nil || full != nil || got == nil || !reflect.DeepEqual(got, pend) {
 		t.Fatalf("Read(pending) = %v, %+v, %v", full, got, err)
 	}
 	// A placeholder is never a policy: Load refuses it.
@@ -46,6 +48,7 @@ func TestReadRefuses(t *testing.T) {
 		{"pending with a credential", `{"version":1,"turnId":"` + turn + `","pending":true,"deadlineUnixMs":1,"model":{"credential":"k"}}`},
 		{"pending without deadline", `{"version":1,"turnId":"` + turn + `","pending":true}`},
 		{"pending bad turn", `{"version":1,"turnId":"../x","pending":true,"deadlineUnixMs":1}`},
+		{"pending bad credential name", `{"version":1,"turnId":"` + turn + `","pending":true,"deadlineUnixMs":1,"credentials":["../etc"]}`},
 		{"pending other version", `{"version":2,"turnId":"` + turn + `","pending":true,"deadlineUnixMs":1}`},
 		{"full policy saying pending false", `{"version":1,"turnId":"` + turn + `","pending":false,"deadlineUnixMs":` + itoa(dl) + `}`},
 		{"not json", `pending`},

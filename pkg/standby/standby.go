@@ -35,10 +35,11 @@ type Warm interface {
 	Discard(reason string)
 }
 
-// PrepareFunc prepares a standby of channel under the turn id the pool
-// chose, expiring at expiry. It must honour ctx and, when it fails, leave
-// nothing behind (or leave it to the reaper under the listed turn id).
-type PrepareFunc func(ctx context.Context, channel, turnID string, expiry time.Time) (Warm, error)
+// PrepareFunc prepares a standby of channel, shaped as key says (the key
+// given to Refill), under the turn id the pool chose, expiring at expiry.
+// It must honour ctx and, when it fails, leave nothing behind (or leave it
+// to the reaper under the listed turn id).
+type PrepareFunc func(ctx context.Context, channel, key, turnID string, expiry time.Time) (Warm, error)
 
 // Discard and miss reasons (metric labels).
 const (
@@ -192,7 +193,7 @@ func (p *Pool) prepare(e *entry) {
 	select {
 	case p.slots <- struct{}{}:
 		ctx, cancel := context.WithDeadline(p.ctx, e.expiry)
-		warm, err = p.o.Prepare(ctx, e.channel, e.turnID, e.expiry)
+		warm, err = p.o.Prepare(ctx, e.channel, e.key, e.turnID, e.expiry)
 		cancel()
 		<-p.slots
 	case <-p.ctx.Done():

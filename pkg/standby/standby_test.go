@@ -47,7 +47,7 @@ func newRig(t *testing.T, mutate func(*Options)) *rig {
 	o := Options{
 		Max: 8, MaxAge: time.Minute,
 		NewTurnID: func() string { return fmt.Sprintf("%032x", r.seq.Add(1)) },
-		Prepare: func(ctx context.Context, channel, turn string, expiry time.Time) (Warm, error) {
+		Prepare: func(ctx context.Context, channel, key, turn string, expiry time.Time) (Warm, error) {
 			if r.gate != nil {
 				select {
 				case <-r.gate:
