@@ -97,6 +97,10 @@ type Channel struct {
 	Queued       int    `json:"queued"`
 	RunningTurn  string `json:"runningTurn,omitempty"`
 	PendingFresh bool   `json:"pendingFresh"`
+	// Standby is the channel's standby (none, preparing, ready; "" when
+	// standbys are off) and StandbyExpiresUnix its expiry.
+	Standby            string `json:"standby,omitempty"`
+	StandbyExpiresUnix int64  `json:"standbyExpiresUnix,omitempty"`
 }
 
 // Cancel is the answer to a cancel request.
@@ -112,6 +116,9 @@ type Turn struct {
 	ChannelTag     string `json:"channelTag"`
 	DeadlineUnix   int64  `json:"deadlineUnix"`
 	DeadlineUnixMs int64  `json:"deadlineUnixMs"`
+	// Standby is set for a standby not bound to a turn (its state); the
+	// deadline is then its expiry.
+	Standby string `json:"standby,omitempty"`
 }
 
 // Health is the host's health.

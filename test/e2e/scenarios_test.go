@@ -1065,6 +1065,9 @@ func TestStandbyServesTurn(t *testing.T) {
 		t.Fatalf("first turn: %s", r)
 	}
 	id, c := standbyOf(t, ch, 30*time.Second)
+	if out, err := cli("channel", "status", ch); err != nil || !strings.Contains(out, "standby ready") {
+		t.Errorf("sandbox-host channel status does not show the ready standby: %v\n%s", err, out)
+	}
 	ins, err := env.docker.ContainerInspect(context.Background(), c.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -149,6 +149,18 @@ func Targets(in *Inputs) []Target {
 	}
 	out = append(out, t)
 
+	sb := series(in.FixedCost, SeriesHostStandby)
+	t = Target{What: "turn on a standby vs docker run --rm -i (ratio of medians; of p95s)", Target: fmt.Sprintf("<= %.1f; <= %.1f", TargetStandbyRatio, TargetStandbyP95Ratio)}
+	if sb != nil && dock != nil {
+		r := stats.Ratio(sb.Summary.Median, dock.Summary.Median)
+		r95 := stats.Ratio(sb.Summary.P95, dock.Summary.P95)
+		t.Measured = fmt.Sprintf("%.2f (%s / %s ms); %.2f (%s / %s ms)", r, ms(sb.Summary.Median), ms(dock.Summary.Median), r95, ms(sb.Summary.P95), ms(dock.Summary.P95))
+		t.Verdict = verdict(true, r <= TargetStandbyRatio && r95 <= TargetStandbyP95Ratio)
+	} else {
+		t.Measured, t.Verdict = "-", verdict(false, false)
+	}
+	out = append(out, t)
+
 	t = Target{What: "broker overhead per model call (median of per-call difference)", Target: fmt.Sprintf("<= %.0f ms", TargetBrokerMs)}
 	if in.Broker != nil && len(in.Broker.Modes) > 0 {
 		worst, failed := 0.0, false

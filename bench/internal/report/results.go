@@ -50,6 +50,9 @@ const (
 	TargetReadyMs       = 300
 	TargetLoadFailures  = 0
 	TargetFixedMinRound = 30
+	// Issue 12: a turn on a ready standby against docker run --rm -i.
+	TargetStandbyRatio    = 0.3
+	TargetStandbyP95Ratio = 0.4
 )
 
 // FixedCost is fixedcost.json.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -98,9 +99,9 @@ func channelCmd(g *globals) *cobra.Command {
 					return printJSON(cmd, map[string]any{"channels": list})
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "MODE\tQUEUED\tRUNNING\tFRESH\tTAG\tCHANNEL")
+				fmt.Fprintln(tw, "MODE\tQUEUED\tRUNNING\tFRESH\tSTANDBY\tTAG\tCHANNEL")
 				for _, c := range list {
-					fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%s\t%q\n", c.Mode, c.Queued, dash(c.RunningTurn), c.PendingFresh, c.Tag, c.Channel)
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%s\t%s\t%q\n", c.Mode, c.Queued, dash(c.RunningTurn), c.PendingFresh, dash(c.Standby), c.Tag, c.Channel)
 				}
 				return tw.Flush()
 			},
@@ -120,7 +121,14 @@ func printHuman(cmd *cobra.Command, v any) {
 	w := cmd.OutOrStdout()
 	switch x := v.(type) {
 	case client.Channel:
-		fmt.Fprintf(w, "channel %q (tag %s): mode %s, %d queued, running %s, fresh start pending: %v\n", x.Channel, x.Tag, x.Mode, x.Queued, dash(x.RunningTurn), x.PendingFresh)
+		fmt.Fprintf(w, "channel %q (tag %s): mode %s, %d queued, running %s, fresh start pending: %v", x.Channel, x.Tag, x.Mode, x.Queued, dash(x.RunningTurn), x.PendingFresh)
+		if x.Standby != "" {
+			fmt.Fprintf(w, ", standby %s", x.Standby)
+			if x.StandbyExpiresUnix > 0 {
+				fmt.Fprintf(w, " (expires %s)", time.Unix(x.StandbyExpiresUnix, 0).UTC().Format(time.RFC3339))
+			}
+		}
+		fmt.Fprintln(w)
 	case client.Cancel:
 		if x.Cancelled {
 			fmt.Fprintf(w, "cancelled turn %s in channel %q\n", x.TurnID, x.Channel)
