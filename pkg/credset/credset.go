@@ -20,7 +20,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -32,27 +31,7 @@ import (
 )
 
 // Names are the distinct credential names p uses, sorted.
-func Names(p *policy.Policy) []string {
-	set := map[string]bool{}
-	add := func(n string) {
-		if n != "" {
-			set[n] = true
-		}
-	}
-	add(p.Model.Credential)
-	for _, t := range p.Tools {
-		add(t.Credential)
-	}
-	for _, s := range p.MCP {
-		add(s.Credential)
-	}
-	out := make([]string, 0, len(set))
-	for n := range set {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
-}
+func Names(p *policy.Policy) []string { return p.CredentialNames() }
 
 // Result says what Copy did, by name only.
 type Result struct {

@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/credset"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -235,7 +234,7 @@ func (h *Host) startStandby(ctx context.Context, t *turn, credential string) (St
 	shape := h.pol
 	shape.Model.Credential = credential
 	pending, err := (&policy.Pending{Version: policy.Version, TurnID: t.id, Pending: true,
-		DeadlineUnixMs: t.deadline.Add(standbyBrokerSlack).UnixMilli(), Credentials: credset.Names(&shape)}).Marshal()
+		DeadlineUnixMs: t.deadline.Add(standbyBrokerSlack).UnixMilli(), Credentials: shape.CredentialNames()}).Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("pending policy: %w", err)
 	}

@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
@@ -64,6 +65,31 @@ func (p *Pending) Marshal() ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(p)
+}
+
+// CredentialNames are the distinct credential names p uses, sorted: what
+// its broker may load (sandbox-credset), and what a standby's placeholder
+// lists for the policy its turn will get.
+func (p *Policy) CredentialNames() []string {
+	set := map[string]bool{}
+	add := func(n string) {
+		if n != "" {
+			set[n] = true
+		}
+	}
+	add(p.Model.Credential)
+	for _, t := range p.Tools {
+		add(t.Credential)
+	}
+	for _, s := range p.MCP {
+		add(s.Credential)
+	}
+	out := make([]string, 0, len(set))
+	for n := range set {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Read loads a policy file that is either a full policy (validated, as
