@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -206,7 +207,9 @@ func TestIntegrationCreateMatchesDesign(t *testing.T) {
 		{"StdinOnce", cfg.StdinOnce, true},
 		{"AttachStdin", cfg.AttachStdin, true},
 		{"AttachStdout", cfg.AttachStdout, true},
-		{"AttachStderr", cfg.AttachStderr, false},
+		{"AttachStderr", cfg.AttachStderr, true},
+		{"IpcMode", string(hc.IpcMode), "none"},
+		{"Ulimits", fmt.Sprint(hc.Ulimits), fmt.Sprintf("[nofile=%d:%d nproc=%d:%d]", MaxOpenFiles, MaxOpenFiles, spec.Pids, spec.Pids)},
 		{"Tty", cfg.Tty, false},
 		{"WorkingDir", cfg.WorkingDir, "/workspace"},
 		{"Runtime", hc.Runtime == spec.Runtime || (spec.Runtime == "" && hc.Runtime == "runc"), true},

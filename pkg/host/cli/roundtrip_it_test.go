@@ -298,12 +298,13 @@ func (u *inProcessBrokers) StartBroker(_ context.Context, turnID string) error {
 	if err != nil {
 		return err
 	}
-	// What the socket unit's SocketUser=/SocketMode=0600 give.
+	// What the socket unit's SocketUser=/SocketMode=0666 give (the guest
+	// uid reaches it through its 0711 turn directory).
 	if err := os.Chown(sock, u.uid, u.gid); err != nil {
 		ln.Close()
 		return err
 	}
-	if err := os.Chmod(sock, 0o600); err != nil {
+	if err := os.Chmod(sock, 0o666); err != nil {
 		ln.Close()
 		return err
 	}
