@@ -187,9 +187,11 @@ func (h *Host) takeStandby(ctx context.Context, t *turn, active *activeTurn) {
 
 // refillStandby prepares channel's next standby in the background, for a
 // turn that selects the credential the last one did (the same speaker, most
-// often).
+// often). Not while the channel has turns waiting: the next one starts now,
+// before a standby could be ready, and would only share Docker with its
+// preparation (the last of them refills).
 func (h *Host) refillStandby(channel, credential string) {
-	if h.standbys == nil || !h.accepting() || h.state.Mode(channel) != ModeOn {
+	if h.standbys == nil || !h.accepting() || h.state.Mode(channel) != ModeOn || h.queue.waitingFor(channel) > 0 {
 		return
 	}
 	key, err := h.standbyKey(channel, credential)

@@ -379,3 +379,33 @@ func inode(path string) uint64 {
 	}
 	return 0
 }
+
+// TestStandbyNotPreparedWhileTurnsWait: a turn that ends with more turns of
+// its channel queued prepares no standby (the next one starts at once and
+// could not use it); the last one does.
+func TestStandbyNotPreparedWhileTurnsWait(t *testing.T) {
+	r, _ := newWarmRig(t, "")
+	release, err := r.h.queue.acquire(context.Background(), "c")
+	must(t, err)
+	waiting := make(chan func(), 1)
+	go func() {
+		rel, err := r.h.queue.acquire(context.Background(), "c")
+		if err != nil {
+			t.Error(err)
+		}
+		waiting <- rel
+	}()
+	waitFor(t, "a waiting turn", func() bool { return r.h.queue.waitingFor("c") == 1 })
+	_, _, err = r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, err)
+	time.Sleep(30 * time.Millisecond)
+	if st := r.h.status("c").Standby; st != standby.StateNone {
+		t.Fatalf("standby %s prepared while a turn of the channel waits", st)
+	}
+	release()
+	rel := <-waiting
+	_, _, err = r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, err)
+	rel()
+	waitStandby(t, r, "c", standby.StateReady)
+}

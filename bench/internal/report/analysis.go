@@ -116,6 +116,13 @@ func writeAnalysis(b *strings.Builder, in *Inputs) {
 				commitOf(c), ms(ch.Summary.Median), ms(cd.Summary.Median), ch.Summary.Median/cd.Summary.Median, H/D)
 		}
 	}
+	if sb := series(in.FixedCost, SeriesHostStandby); sb != nil {
+		S := sb.Summary.Median
+		p("- The warm path takes Docker's container start off the reply path: a turn on the channel's ready standby (container started, broker running, policy and stdin written when the message arrives) costs **%s ms** (median; p95 %s ms): %.2f of docker run (p95 %.2f) and %.2f of the cold path, whose %s ms are what a channel pays for its first turn, for a turn arriving before the replacement standby is ready, or beyond `standby.max`.\n",
+			ms(S), ms(sb.Summary.P95), S/D, stats.Ratio(sb.Summary.P95, dock.Summary.P95), S/H, ms(H))
+		p("\n")
+		return
+	}
 	if st, ok := emed(in, "container_start"); ok {
 		budget := TargetRatio * D
 		cmp := "more than"
