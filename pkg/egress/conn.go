@@ -77,13 +77,45 @@ type conn struct {
 
 func (c *conn) end(err error) { c.reason.CompareAndSwap(nil, &err) }
 
+// Read charges what arrived after the read, never while waiting: a tunnel
+// idling in Read must not hold budget another one needs. What arrives past
+// the budget is dropped with the connection, so the guest never gets more
+// than the bound.
 func (c *conn) Read(b []byte) (int, error) {
-	n, _, err := c.move(b, &c.p.in, &c.in, c.Conn.Read)
+	if len(b) > 0 && c.p.in.spent() {
+		c.end(ErrBytes)
+		_ = c.Close()
+		return 0, ErrBytes
+	}
+	n, err := c.Conn.Read(b)
+	if n == 0 {
+		return 0, err
+	}
+	got := c.p.in.take(n)
+	c.in.Add(int64(got))
+	if got < n {
+		c.end(ErrBytes)
+		_ = c.Close()
+		return got, ErrBytes
+	}
 	return n, err
 }
 
+// Write reserves before it sends (a write does not wait for the
+// destination, only for buffer space) and sends no byte past the budget.
 func (c *conn) Write(b []byte) (int, error) {
-	n, k, err := c.move(b, &c.p.out, &c.out, c.Conn.Write)
+	if len(b) == 0 {
+		return c.Conn.Write(b)
+	}
+	k := c.p.out.take(len(b))
+	if k == 0 {
+		c.end(ErrBytes)
+		_ = c.Close()
+		return 0, ErrBytes
+	}
+	n, err := c.Conn.Write(b[:k])
+	c.p.out.refund(k - n)
+	c.out.Add(int64(n))
 	if err == nil && k < len(b) {
 		// Only part of b fit the budget: the rest is never sent.
 		c.end(ErrBytes)
@@ -91,27 +123,6 @@ func (c *conn) Write(b []byte) (int, error) {
 		err = ErrBytes
 	}
 	return n, err
-}
-
-// move reserves up to len(b) bytes of the turn's budget bud, moves at most
-// that many with op, returns what was not moved to the budget and counts
-// what was for the log. It returns the bytes moved and the bytes reserved;
-// with the budget spent, it ends the connection with ErrBytes.
-func (c *conn) move(b []byte, bud *budget, count *atomic.Int64, op func([]byte) (int, error)) (n, k int, err error) {
-	if len(b) == 0 {
-		n, err = op(b)
-		return n, 0, err
-	}
-	k = bud.take(len(b))
-	if k == 0 {
-		c.end(ErrBytes)
-		_ = c.Close()
-		return 0, 0, ErrBytes
-	}
-	n, err = op(b[:k])
-	bud.refund(k - n)
-	count.Add(int64(n))
-	return n, k, err
 }
 
 // CloseWrite half-closes a TCP destination connection.

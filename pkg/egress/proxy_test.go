@@ -244,6 +244,39 @@ func TestProxyBytesInBound(t *testing.T) {
 	}
 }
 
+// TestProxyIdleTunnelsHoldNoBudget: tunnels waiting for their destination
+// take nothing from the turn's byte budget, so another tunnel still gets
+// every byte the budget allows (a read used to reserve its whole buffer while
+// it waited, and the busy tunnel was cut long before the bound).
+func TestProxyIdleTunnelsHoldNoBudget(t *testing.T) {
+	silent := serveEach(t, func(conn net.Conn) { io.Copy(io.Discard, conn) })
+	src := sourceServer(t, 50_000)
+	g := testGrant()
+	g.MaxConnections = 4
+	g.MaxBytesIn = 100_000 // less than the idle tunnels' read buffers together
+	r := newRig(t, g, []netip.AddrPort{silent.addr, src.addr}, nil)
+	for range 3 {
+		c, _, _ := r.tunnel(silent.addr.String())
+		if c == nil {
+			t.Fatal("idle tunnel refused")
+		}
+		defer c.Close()
+	}
+	r.waitOpen(3)
+	time.Sleep(50 * time.Millisecond) // the idle tunnels' relays are reading
+	c, br, _ := r.tunnel(src.addr.String())
+	if c == nil {
+		t.Fatal("download tunnel refused")
+	}
+	defer c.Close()
+	if n, _ := io.Copy(io.Discard, br); n != 50_000 {
+		t.Errorf("download got %d bytes, want all 50000 (the budget allows %d)\n%s", n, g.MaxBytesIn, r.logs.String())
+	}
+	if strings.Contains(r.logs.String(), ErrBytes.Error()) {
+		t.Errorf("a connection was cut for a budget that was not spent:\n%s", r.logs.String())
+	}
+}
+
 // TestProxyBytesOutBound: a client sending more than MaxBytesOut is cut:
 // the destination receives at most the bound.
 func TestProxyBytesOutBound(t *testing.T) {
