@@ -48,6 +48,12 @@ const maxResponseHeaderBytes = 64 << 10
 // copyBufferBytes is each direction's copy buffer.
 const copyBufferBytes = 64 << 10
 
+// maxDestBytes bounds a destination as asked (CONNECT target, absolute-form
+// host:port): a 253-byte name and ":65535" fit, a bracketed IPv6 literal
+// too. A longer one cannot be valid and is refused as malformed before any
+// lookup; so no log line carries more than this of guest-chosen text.
+const maxDestBytes = 262
+
 // Errors of the proxy's own bounds (dial errors are safefetch's).
 var (
 	ErrConnections = errors.New("egress: connection limit reached")
@@ -151,8 +157,8 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	// net/http parses an authority target as http://<target>: anything that
 	// does not come back as exactly host:port (userinfo, a path, a query)
 	// is refused here; the host itself is the dialer's to vet.
-	if r.URL == nil || r.URL.Host != dest || r.URL.User != nil || r.URL.Path != "" || r.URL.RawQuery != "" ||
-		r.URL.Fragment != "" || strings.ContainsAny(dest, "@/?#%\\ ") {
+	if len(dest) > maxDestBytes || r.URL == nil || r.URL.Host != dest || r.URL.User != nil || r.URL.Path != "" ||
+		r.URL.RawQuery != "" || r.URL.Fragment != "" || strings.ContainsAny(dest, "@/?#%\\ ") {
 		p.refuse(w, r, "CONNECT", "", errMalformed)
 		return
 	}
@@ -215,6 +221,10 @@ type onlyWriter struct{ io.Writer }
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Scheme != "http" {
 		p.refuse(w, r, "http", "", errScheme)
+		return
+	}
+	if len(r.URL.Host) > maxDestBytes {
+		p.refuse(w, r, "http", "", errMalformed)
 		return
 	}
 	u, err := safefetch.ParseURL(r.RequestURI)

@@ -153,6 +153,8 @@ func TestProxyRefusals(t *testing.T) {
 		{"connect no port", connect("93.184.216.34"), 403},
 		{"connect userinfo", "CONNECT user:pw@allowed.example.com:" + fmt.Sprint(allowed.port()) + " HTTP/1.1\r\nHost: x\r\n\r\n", 400},
 		{"connect path form", "CONNECT /x HTTP/1.1\r\nHost: allowed.example.com\r\n\r\n", 400},
+		{"connect overlong", connect(strings.Repeat("LONG-DEST-MARKER.", 16) + "example.com:443"), 400},
+		{"absolute overlong host", get("http://" + strings.Repeat("LONG-DEST-MARKER.", 16) + "example.com/"), 400},
 		{"absolute loopback", get("http://127.0.0.1:" + p + "/"), 403},
 		{"absolute metadata", get("http://169.254.169.254/latest/meta-data/"), 403},
 		{"absolute name to private", get("http://private.example.com/"), 403},
@@ -179,6 +181,10 @@ func TestProxyRefusals(t *testing.T) {
 	}
 	if n := allowed.conns.Load(); n != 0 {
 		t.Errorf("the allowed server was reached %d times by refused requests", n)
+	}
+	// A destination longer than any valid one is not logged.
+	if strings.Contains(r.logs.String(), "LONG-DEST-MARKER") {
+		t.Errorf("an overlong destination reached the log:\n%s", r.logs.String())
 	}
 	r.waitOpen(0)
 }
