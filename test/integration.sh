@@ -29,7 +29,7 @@ done
 GO="${GO:-go}"
 
 # The end-to-end, bench and package checks' lock: this run's dockerd makes
-# top-level cgroups (sandbox-it) that a namespaced run's teardown would find
+# top-level cgroups (sandbox-it-*) that a namespaced run's teardown would find
 # new and in use, and both compete for the same two cores.
 if [[ -z ${E2E_LOCK_FD:-} ]]; then
 	mkdir -p /run/lock
@@ -46,6 +46,14 @@ tmp="$(mktemp -d /tmp/sbx-it.XXXXXX)"
 sock="$tmp/docker.sock"
 journal="$tmp/journal.jsonl"
 dockerd_pid=""
+# The containers' cgroup parent, this run's own: removed when dockerd stopped.
+cgparent="sandbox-it-${tmp##*.}"
+
+# What a dockerd writes to the machine (the e2e harness's listing, plus
+# /run): taken before it starts, compared in cleanup.
+# shellcheck source=e2e/lib/ns.sh
+source test/e2e/lib/ns.sh
+watch() { { ns_watch_list; find /run -xdev -maxdepth 1; } | grep -vxF "$tmp" | sort; }
 
 cleanup() {
 	local rc=$?
@@ -62,8 +70,26 @@ cleanup() {
 		fi
 		wait "$dockerd_pid" 2>/dev/null
 	fi
+	local cg
+	for cg in /sys/fs/cgroup/"$cgparent" /sys/fs/cgroup/*/"$cgparent"; do
+		for _ in $(seq 1 20); do # shims may take a moment to leave
+			find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+			[[ -d $cg ]] || break
+			sleep 0.1
+		done
+		[[ ! -d $cg ]] || echo "integration: cgroup $cg remains (a container outlived dockerd?)" >&2
+	done
 	if [[ -f "$tmp/sink.pid" ]]; then
 		kill -TERM "$(cat "$tmp/sink.pid")" 2>/dev/null
+	fi
+	if [[ -f $tmp/paths.before ]]; then
+		local new
+		new=$(comm -13 "$tmp/paths.before" <(watch))
+		if [[ -n $new ]]; then
+			echo "integration: LEFT: new paths on the machine since dockerd started (made by it, or by another process meanwhile):" >&2
+			head -40 <<<"$new" >&2
+			((rc != 0)) || rc=1
+		fi
 	fi
 	# Container layers may still be mounted in the (now gone) namespace only;
 	# on the host the tree is plain files.
@@ -102,14 +128,15 @@ exec dockerd \
 	-H "unix://$tmp/docker.sock" \
 	--pidfile "$tmp/docker.pid" \
 	--bridge=none --iptables=false --ip6tables=false \
-	--cgroup-parent=sandbox-it \
+	--cgroup-parent="$2" \
 	--log-level=warn
 EOF
 chmod 0755 "$tmp/ns.sh"
 
+watch >"$tmp/paths.before"
 echo "integration: starting a private dockerd on unix://$sock"
 # The daemons do not inherit the lock (a lingering shim would hold it).
-unshare --mount --propagation private "$tmp/ns.sh" "$tmp" >"$tmp/dockerd.log" 2>&1 {E2E_LOCK_FD}>&- &
+unshare --mount --propagation private "$tmp/ns.sh" "$tmp" "$cgparent" >"$tmp/dockerd.log" 2>&1 {E2E_LOCK_FD}>&- &
 dockerd_pid=$!
 
 for _ in $(seq 1 150); do
