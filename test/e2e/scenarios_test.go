@@ -480,20 +480,45 @@ func TestHostileWorkerIsRefused(t *testing.T) {
 	withConfig(t, c)
 	const ch = "e2e-hostile"
 	channelOn(t, ch)
-	r := turn(ch, "alice", "hostile turn")
-	if r.Err != nil || r.Status != http.StatusOK {
-		t.Fatalf("turn: %s", r)
+	type probeResult struct {
+		Status int    `json:"status"`
+		Error  string `json:"error"`
+		Body   string `json:"body"`
 	}
 	var report struct {
-		Probes map[string]struct {
-			Status int    `json:"status"`
-			Error  string `json:"error"`
-			Body   string `json:"body"`
-		} `json:"probes"`
-		Observed map[string]any `json:"observed"`
+		Probes   map[string]probeResult `json:"probes"`
+		Observed map[string]any         `json:"observed"`
 	}
-	if err := json.Unmarshal([]byte(replyText(r)), &report); err != nil || len(report.Probes) == 0 {
-		t.Fatalf("hostile reply is not its report: %v: %s", err, r.Raw)
+	report.Probes = map[string]probeResult{}
+	// A few probes a turn, under the broker's refusal budget (16), so each
+	// is refused for its own reason (TestRefusalBudgetEndsTheTurn sends all
+	// in one turn).
+	const chunk = 12
+	for from, total := 1, 2; from < total; from += chunk {
+		r := turn(ch, "alice", fmt.Sprintf("PROBES %d %d", from, from+chunk))
+		if r.Err != nil || r.Status != http.StatusOK {
+			t.Fatalf("turn: %s", r)
+		}
+		var part struct {
+			Probes   map[string]probeResult `json:"probes"`
+			Observed map[string]any         `json:"observed"`
+			Total    int                    `json:"total"`
+		}
+		if err := json.Unmarshal([]byte(replyText(r)), &part); err != nil || len(part.Probes) == 0 {
+			t.Fatalf("hostile reply is not its report: %v: %s", err, r.Raw)
+		}
+		for name, p := range part.Probes {
+			if name == "control" && report.Probes[name].Status != 0 && p.Status == http.StatusOK {
+				continue // one control per turn; keep a failed one
+			}
+			report.Probes[name] = p
+		}
+		report.Observed, total = part.Observed, part.Total
+	}
+	for name, p := range report.Probes {
+		if strings.Contains(p.Body, "refusal limit reached") {
+			t.Errorf("probe %s met the refusal budget, not its own refusal: the chunks are too large", name)
+		}
 	}
 	for name, p := range report.Probes {
 		switch {
@@ -1301,4 +1326,49 @@ func TestStandbyDiscardedOnConfigChange(t *testing.T) {
 		t.Error("the old standby served a turn after the config change")
 	}
 	assertNothingLeft(t, "after the config change")
+}
+
+// All hostile probes in one turn: after its 16th refusal the broker answers
+// every further request of the turn with the refusal-limit 429, unread, and
+// nothing past it reaches an upstream.
+func TestRefusalBudgetEndsTheTurn(t *testing.T) {
+	diagnose(t)
+	c := baseConfig()
+	c.Image = hostileImage
+	withConfig(t, c)
+	const ch = "e2e-budget-refusals"
+	channelOn(t, ch)
+	r := turn(ch, "alice", "hostile turn")
+	if r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("turn: %s", r)
+	}
+	var report struct {
+		Probes map[string]struct {
+			Status int    `json:"status"`
+			Body   string `json:"body"`
+		} `json:"probes"`
+	}
+	if err := json.Unmarshal([]byte(replyText(r)), &report); err != nil || len(report.Probes) == 0 {
+		t.Fatalf("hostile reply is not its report: %v: %s", err, r.Raw)
+	}
+	var own, budget int
+	for name, p := range report.Probes {
+		switch {
+		case name == "control" || name == "forged_identity_host_tool":
+		case strings.Contains(p.Body, "refusal limit reached"):
+			if p.Status != http.StatusTooManyRequests {
+				t.Errorf("probe %s: refusal limit with status %d, want 429", name, p.Status)
+			}
+			budget++
+		case p.Status >= 400 || p.Status == 0:
+			own++
+		default:
+			t.Errorf("probe %s was accepted (HTTP %d)", name, p.Status)
+		}
+	}
+	t.Logf("%d probes: %d refused for their own reason, %d by the spent refusal budget", len(report.Probes), own, budget)
+	if budget == 0 {
+		t.Errorf("no probe met the refusal budget (16 a turn) in a turn of %d refused probes", own)
+	}
+	assertNothingLeft(t, "after the refusal-budget turn")
 }

@@ -249,11 +249,21 @@ func main() {
 		fmt.Println(`{"ok":true,"text":"wrote ` + f[1] + ` lines"}`)
 		return
 	}
+	// "PROBES <from> <to>": the control and probes[from:to] only, so a test
+	// can keep each turn under the broker's refusal budget (16 a turn) and
+	// see every probe refused for its own reason.
+	run := probes
+	if f := strings.Fields(turn.Text); len(f) == 3 && f[0] == "PROBES" {
+		from, _ := strconv.Atoi(f[1])
+		to, _ := strconv.Atoi(f[2])
+		from, to = max(1, min(from, len(probes))), max(1, min(to, len(probes)))
+		run = append([]probe{probes[0]}, probes[from:max(from, to)]...)
+	}
 	results := map[string]result{}
-	for _, p := range probes {
+	for _, p := range run {
 		results[p.Name] = send(p.Raw("HOSTILE-" + p.Name))
 	}
-	text, _ := json.Marshal(map[string]any{"probes": results, "observed": observe()})
+	text, _ := json.Marshal(map[string]any{"probes": results, "observed": observe(), "total": len(probes)})
 	out, _ := json.Marshal(map[string]any{"ok": true, "text": string(text)})
 	fmt.Println(string(out))
 }
