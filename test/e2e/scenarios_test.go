@@ -686,8 +686,14 @@ func TestGuestsHaveTheirOwnUIDs(t *testing.T) {
 	release := func() { _ = os.WriteFile(filepath.Join(wsX, "release"), nil, 0o644) }
 	defer release()
 	t.Logf("guest uid %d holds %d inotify instances (stopped by: %s)", held.UID, held.Instances, held.Error)
-	if held.Error == "" {
-		t.Errorf("the guest never reached its uid's inotify limit (%d instances): the scenario proves nothing", held.Instances)
+	limitReached := held.Error != ""
+	if !limitReached {
+		raw, _ := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
+		if n, _ := strconv.Atoi(strings.TrimSpace(string(raw))); n > 4096 {
+			t.Logf("NOTE: fs.inotify.max_user_instances is %d, above the hostile worker's 4096: the budget part proves nothing here", n)
+		} else {
+			t.Errorf("the guest never reached its uid's inotify limit (%d instances): the scenario proves nothing", held.Instances)
+		}
 	}
 
 	// Its uid is neither the host's nor root, and lies in the guest range.
