@@ -7,7 +7,9 @@
 package host
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +27,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
+	"github.com/roundtable-sandbox/sandbox/pkg/toolschema"
 	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
 )
 
@@ -218,7 +221,7 @@ func New(o Options) (*Host, error) {
 func (h *Host) prepareStatic() error {
 	c := h.cfg
 	for _, t := range c.Tools {
-		h.tools = append(h.tools, protocol.ToolSpec{Name: t.Name, Description: t.Description, Parameters: []byte(t.Parameters)})
+		h.tools = append(h.tools, protocol.ToolSpec{Name: t.Name, Description: t.Description, Parameters: modelSchema([]byte(t.Parameters))})
 		h.pol.Tools = append(h.pol.Tools, policy.Tool{
 			Name: t.Name, Kind: t.Kind, Builtin: t.Builtin, Argv: t.Argv, URL: t.URL,
 			TimeoutMs: t.TimeoutSeconds * 1000, Credential: t.Credential, AllowHTTP: t.AllowInsecureLoopbackHTTP,
@@ -228,10 +231,13 @@ func (h *Host) prepareStatic() error {
 	for _, s := range c.MCP {
 		spec := protocol.MCPServerSpec{Server: s.Name}
 		if discovered, ok := h.opts.MCPTools[s.Name]; ok {
-			spec.Tools = discovered
+			for _, t := range discovered {
+				t.Parameters = modelSchema(t.Parameters)
+				spec.Tools = append(spec.Tools, t)
+			}
 		} else {
 			for _, t := range s.Tools {
-				spec.Tools = append(spec.Tools, protocol.ToolSpec{Name: t.Name, Description: t.Description, Parameters: []byte(t.Parameters)})
+				spec.Tools = append(spec.Tools, protocol.ToolSpec{Name: t.Name, Description: t.Description, Parameters: modelSchema([]byte(t.Parameters))})
 			}
 		}
 		names := make([]string, 0, len(spec.Tools))
@@ -406,4 +412,28 @@ func (h *Host) accepting() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return !h.stopping
+}
+
+// modelSchema is a tool's parameters as the model gets them: without the
+// root $schema, a dialect declaration that nothing loads (toolschema) but
+// that some providers' function-declaration APIs refuse as an unknown field
+// (Gemini: Unknown name "$schema"), so a schema copied from an MCP server
+// works with them too. Everything else is passed on as declared.
+func modelSchema(raw json.RawMessage) json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return raw // config and discovery refuse it before this
+	}
+	if m, ok := v.(map[string]any); !ok || m["$schema"] == nil {
+		return raw
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(toolschema.WithoutDialect(v)) != nil {
+		return raw
+	}
+	return json.RawMessage(bytes.TrimRight(b.Bytes(), "\n"))
 }

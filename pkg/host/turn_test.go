@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -432,5 +433,48 @@ func TestShutdownContextStopsRemovalRetries(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"stopped":"host shutdown out of time"`) {
 		t.Errorf("log does not say why retries stopped:\n%s", logs.String())
+	}
+}
+
+// TestModelSchemaHasNoDialect: a tool schema's root $schema (accepted as a
+// dialect declaration, in a config or from discovery) does not reach the
+// model, which some providers refuse over it; the rest of the schema does.
+func TestModelSchemaHasNoDialect(t *testing.T) {
+	const dialect = `"$schema":"http://json-schema.org/draft-07/schema#",`
+	r := newRig(t, "", func(o *Options) {
+		o.Config.Tools[0].Parameters = `{` + dialect + `"type":"object","properties":{"q":{"type":"string","description":"a <query> & more"}}}`
+		o.MCPTools = map[string][]protocol.ToolSpec{"search": {{Name: "find", Description: "Find",
+			Parameters: json.RawMessage(`{` + dialect + `"type":"object","properties":{"n":{"type":"number","maximum":1e400}}}`)}}}
+	})
+	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s1", SpeakerName: "Ann", PrincipalID: "p1", Text: "hi"})
+	must(t, err)
+	var turn protocol.Turn
+	if err := protocol.DecodeStrict(r.docker.stdins[0], &turn); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		got  json.RawMessage
+		want string
+	}{
+		{"host tool", turn.Tools[0].Parameters, `{"properties":{"q":{"description":"a <query> & more","type":"string"}},"type":"object"}`},
+		{"discovered mcp tool", turn.MCP[0].Tools[0].Parameters, `{"properties":{"n":{"maximum":1e400,"type":"number"}},"type":"object"}`},
+	}
+	decode := func(raw []byte) any {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		return v
+	}
+	for _, tt := range tests {
+		if !reflect.DeepEqual(decode(tt.got), decode([]byte(tt.want))) {
+			t.Errorf("%s: parameters %s, want %s", tt.name, tt.got, tt.want)
+		}
+	}
+	if got, want := string(modelSchema(json.RawMessage(`{"type":"object"}`))), `{"type":"object"}`; got != want {
+		t.Errorf("a schema without $schema: %s, want it unchanged", got)
 	}
 }
