@@ -155,7 +155,7 @@ func TestIntegrationReferenceServerThroughBroker(t *testing.T) {
 	if n := strings.Count(out, "Session initialized with ID"); n != 2 {
 		t.Errorf("the server saw %d sessions, want 2 (the first, one renewal after its restart)", n)
 	}
-	if !strings.Contains(out, "Received session termination request") {
+	if !srv.WaitOutput("Received session termination request", 5*time.Second) {
 		t.Error("the renewed session was not ended with a DELETE at the turn's end")
 	}
 	text := logs.String()

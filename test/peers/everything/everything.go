@@ -151,6 +151,22 @@ func (s *Server) Output() string {
 	return s.out.String()
 }
 
+// WaitOutput reports whether the server printed want within timeout. The
+// server's stdout reaches us through a pipe, so a line about a request it
+// has already answered can arrive a little after the answer.
+func (s *Server) WaitOutput(want string, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if strings.Contains(s.Output(), want) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func (s *Server) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
