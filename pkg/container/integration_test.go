@@ -686,7 +686,15 @@ func TestIntegrationStartThenFinish(t *testing.T) {
 		t.Fatalf("Start: %v", err)
 	}
 	defer s.Close()
-	time.Sleep(300 * time.Millisecond) // the worker waits for stdin
+	// The worker waits for stdin, as a standby does for up to its maximum
+	// age; SANDBOX_IT_STANDBY_WAIT (a duration) makes the wait longer.
+	wait := 300 * time.Millisecond
+	if v, err := time.ParseDuration(os.Getenv("SANDBOX_IT_STANDBY_WAIT")); err == nil {
+		wait = v
+		ctx, cancel = context.WithTimeout(context.Background(), wait+60*time.Second)
+		defer cancel()
+	}
+	time.Sleep(wait)
 	if running, err := d.Running(ctx, id); err != nil || !running {
 		t.Fatalf("Running = %v, %v; want a waiting container", running, err)
 	}
