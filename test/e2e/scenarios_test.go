@@ -1378,3 +1378,56 @@ func TestRefusalBudgetEndsTheTurn(t *testing.T) {
 	}
 	assertNothingLeft(t, "after the refusal-budget turn")
 }
+
+// TestStandbyIdleCostAtTheCap: standby.max (16 by default) channels each
+// keep a ready standby; the memory they hold while waiting, and the host's,
+// are logged. Switching the channels off leaves nothing.
+func TestStandbyIdleCostAtTheCap(t *testing.T) {
+	diagnose(t)
+	// Earlier scenarios' channels keep their standbys; a restart discards
+	// them, so this scenario's channels have the whole cap.
+	restartHost(t)
+	const n = 16
+	var chs []string
+	for i := 0; i < n; i++ {
+		ch := fmt.Sprintf("e2e-standby-cap-%02d", i)
+		chs = append(chs, ch)
+		channelOn(t, ch)
+	}
+	var wg sync.WaitGroup
+	for _, ch := range chs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r := turn(ch, "alice", "hello"); r.Err != nil || r.Status != http.StatusOK {
+				t.Errorf("turn on %s: %s", ch, r)
+			}
+		}()
+	}
+	wg.Wait()
+	var rss, pss [3]int // worker, shim, broker
+	for _, ch := range chs {
+		id, c := standbyOf(t, ch, 60*time.Second)
+		ins, err := env.docker.ContainerInspect(context.Background(), c.ID)
+		if err != nil || ins.State == nil {
+			t.Fatalf("inspect %s: %v", c.ID, err)
+		}
+		svc := "sandbox-broker@" + id + ".service"
+		broker, _ := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(systemctl(t, "show", "-p", "MainPID", svc)), "MainPID="))
+		for i, pid := range []int{ins.State.Pid, parentPID(ins.State.Pid), broker} {
+			r, p := memKiB(pid)
+			rss[i] += r
+			pss[i] += p
+		}
+	}
+	hostPID, _ := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(systemctl(t, "show", "-p", "MainPID", layout.HostService)), "MainPID="))
+	hostRSS, hostPSS := memKiB(hostPID)
+	t.Logf("%d ready standbys hold RSS %d KiB (workers %d, shims %d, brokers %d), PSS %d KiB (workers %d, shims %d, brokers %d); host RSS %d KiB, PSS %d KiB",
+		n, rss[0]+rss[1]+rss[2], rss[0], rss[1], rss[2], pss[0]+pss[1]+pss[2], pss[0], pss[1], pss[2], hostRSS, hostPSS)
+	for _, ch := range chs {
+		if out, err := cli("channel", "off", ch); err != nil {
+			t.Fatalf("channel off: %v\n%s", err, out)
+		}
+	}
+	assertEmpty(t, "after switching the channels off")
+}
