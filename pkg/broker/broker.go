@@ -91,6 +91,7 @@ type Broker struct {
 	calls    int
 	inFlight atomic.Bool
 	refusals atomic.Int64   // 4xx answers of this turn (MaxRefusals)
+	unread   atomic.Int64   // requests answered unread after MaxRefusals (logged once, at the end)
 	active   sync.WaitGroup // handlers running, awaited at shutdown
 }
 
@@ -203,6 +204,12 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(answer)
 	attrs := []any{"route", rt.label(), "status", code, "latency_ms", time.Since(start).Milliseconds()}
 	switch {
+	case errors.Is(err, ErrRefusalLimit):
+		// No line per request: a guest past its budget could otherwise
+		// loop cheap requests into the journal (journald's work is not the
+		// broker's to spend). Serve logs the count once.
+		b.unread.Add(1)
+		return
 	case errors.Is(err, ErrClientGone):
 		b.log.Warn("call abandoned by the client", append(attrs, "reason", err.Error())...)
 		return
@@ -235,7 +242,7 @@ func (b *Broker) callsLeft() int {
 // refusal counts one refused request; the one that spends the budget logs it.
 func (b *Broker) refusal() {
 	if b.refusals.Add(1) == MaxRefusals {
-		b.log.Warn("refusal budget spent: the broker answers nothing more of this turn", "refusals", MaxRefusals)
+		b.log.Warn("refusal budget spent: every further request of this turn is refused unread (counted, logged once at the end)", "refusals", MaxRefusals)
 	}
 }
 

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -64,6 +65,34 @@ func TestRefusalBudgetEndsTheTurn(t *testing.T) {
 	}
 	if !strings.Contains(h.logs.String(), "refusal budget spent") {
 		t.Errorf("no log line says the refusal budget was spent")
+	}
+	// Past the budget, requests on new connections are refused too, and
+	// none gets a log line of its own (a loop of them would otherwise flood
+	// the journal): the broker logs their count once, when it stops.
+	refusedLines := func() int { return strings.Count(h.logs.String(), `"call refused"`) }
+	lines := refusedLines()
+	const more = 200
+	for i := 0; i < more; i++ {
+		if code, _, _ := h.do("/nope", `{}`); code != http.StatusTooManyRequests {
+			t.Fatalf("request %d past the budget: status %d, want 429", i, code)
+		}
+	}
+	if got := refusedLines() - lines; got != 0 {
+		t.Errorf("%d requests past the refusal budget wrote %d log lines, want 0", more, got)
+	}
+	h.cancel()
+	<-h.done
+	h.done <- nil // for the harness cleanup
+	// more, and the one refused after the budget was spent above.
+	want := fmt.Sprintf(`"requests":%d}`, more+1)
+	found := false
+	for _, line := range strings.Split(h.logs.String(), "\n") {
+		if strings.Contains(line, `"msg":"requests refused unread after the refusal budget"`) && strings.HasSuffix(line, want) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("at shutdown no line counts the %d requests refused unread (%s):\n%s", more+1, want, h.logs.String())
 	}
 }
 

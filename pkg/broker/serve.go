@@ -73,6 +73,9 @@ func (b *Broker) Serve(ctx context.Context, ln net.Listener) error {
 	case <-time.After(closeTimeout):
 		b.log.Warn("calls still running at shutdown")
 	}
+	if n := b.unread.Load(); n > 0 {
+		b.log.Warn("requests refused unread after the refusal budget", "requests", n)
+	}
 	b.model.CloseIdleConnections()
 	b.tools.CloseIdleConnections()
 	b.closeMCP()
