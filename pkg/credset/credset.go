@@ -6,8 +6,8 @@
 //
 // Guarantee: Copy writes a file for a name only when the turn's validated
 // policy names it, or a standby's placeholder lists it (the names the host
-// will put in the turn's policy; a placeholder that lists none, from an
-// older host, gets every credential), reads credentials without following a symlink and within
+// will put in the turn's policy; a placeholder that lists none gets none),
+// reads credentials without following a symlink and within
 // credential.MaxBytes, writes each copy 0400 with O_EXCL|O_NOFOLLOW, and
 // never logs a value. A named credential that does not exist, or is not a
 // regular file (a symlink, say), is skipped: the broker then fails that call
@@ -39,29 +39,9 @@ type Result struct {
 	// Skipped: present but not a regular file within credential.MaxBytes
 	// (a symlink, say); the broker fails their calls closed.
 	Skipped []string
-	// Pending: the policy file is a standby's placeholder, which names no
-	// credential yet: every valid name in the directory was copied.
+	// Pending: the policy file is a standby's placeholder; the names it
+	// lists were copied (none when it lists none: never every credential).
 	Pending bool
-}
-
-// maxAll bounds how many names a placeholder's copy takes.
-const maxAll = 1024
-
-func allNames(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range ents {
-		if e.Type().IsRegular() && policy.ValidCredentialName(e.Name()) {
-			out = append(out, e.Name())
-		}
-	}
-	if len(out) > maxAll {
-		return nil, fmt.Errorf("more than %d credentials", maxAll)
-	}
-	return out, nil
 }
 
 // Copy reads policyDir/<turn>.json and copies each credential it names from
@@ -102,13 +82,6 @@ func Copy(turn, policyDir, fromDir, outDir string) (Result, error) {
 		return r, fmt.Errorf("output directory %s: %w", outDir, err)
 	}
 	defer unix.Close(out)
-	if r.Pending && len(names) == 0 {
-		// A placeholder that lists no names (an older host): every
-		// credential, as before issue 18.7.
-		if names, err = allNames(fromDir); err != nil {
-			return r, err
-		}
-	}
 	for _, name := range names {
 		data, err := atomicfile.ReadAt(from, name, credential.MaxBytes)
 		if errors.Is(err, fs.ErrNotExist) {
