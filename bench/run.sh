@@ -15,7 +15,6 @@
 # Knobs: BENCH_ROUNDS (40) BENCH_WARMUP (3) BENCH_BROKER_ITER (3000) BENCH_EGRESS (1)
 # BENCH_LOAD_CHANNELS (16) BENCH_LOAD_TURNS (4) BENCH_READY_N (10)
 # BENCH_VARIANTS (1: docker run flag variants, full mode) BENCH_VARIANT_ROUNDS (20)
-# BENCH_COMPARE_REF (85456b6^: also measure that commit's package; none skips)
 # BENCH_SOURCE (tree to build and measure; default this one)
 # BENCH_RESULTS (bench/results/latest) BENCH_REPORT (docs/BENCHMARKS.md)
 # BENCH_KEEP=1 keeps the work directory.
@@ -141,16 +140,6 @@ fi
 bench_run_mode
 
 bench_env --out "$BENCH_RESULTS/env-end.json"
-
-# 6. The comparison run: the same measurements with the package of another
-# commit (BENCH_COMPARE_REF; default: the host before the turn fast path
-# landed), after this run's namespace is gone. BENCH_COMPARE_REF=none skips.
-if [[ $BENCH_MODE == full && ${BENCH_COMPARE_REF:-85456b6^} != none ]]; then
-  stop_pids
-  bench_ns_down
-  NS_PID=""
-  run_compare "${BENCH_COMPARE_REF:-85456b6^}"
-fi
 
 publish_results
 BENCH_RESULTS=$FINAL_RESULTS

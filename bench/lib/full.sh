@@ -176,24 +176,3 @@ bench_run_mode() {
   bench_log "start to READY: $BENCH_READY_N restarts"
   ns_exec "$BIN/sandbox-bench" ready --out "$BENCH_RESULTS/ready.json" --n "$BENCH_READY_N"
 }
-
-# run_compare REF: the fixed-cost and load measurements again with the
-# package built from a clone of this repository at REF, driven by this
-# bench (BENCH_SOURCE), in a fresh namespace; the e2e lock stays held.
-run_compare() {
-  local ref=$1 src=$WORK/compare-src out=$BENCH_RESULTS/compare
-  bench_log "comparison run: package of $ref"
-  rm -rf "$src"
-  git clone -q "$REPO" "$src"
-  if ! git -C "$src" checkout -q --detach "$ref" 2>"$WORK/compare-checkout.log"; then
-    note "- The comparison ref $ref does not exist here: $(head -2 "$WORK/compare-checkout.log" | tr '\n' ' ')"
-    return 0
-  fi
-  mkdir -p "$out"
-  if ! env BENCH_MODE=full BENCH_SOURCE="$src" BENCH_COMPARE_REF=none BENCH_BROKER_ITER=0 BENCH_EGRESS=0 BENCH_VARIANTS=0 BENCH_READY_N=3 \
-    BENCH_RESULTS="$out" BENCH_REPORT="$WORK/compare.md" "$REPO/bench/run.sh" >"$WORK/compare.log" 2>&1; then
-    tail -30 "$WORK/compare.log" >&2
-    note "- The comparison run failed (see the log of make bench); section 6 is incomplete."
-  fi
-  rm -rf "$src"
-}

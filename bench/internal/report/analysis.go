@@ -109,13 +109,6 @@ func writeAnalysis(b *strings.Builder, in *Inputs) {
 				when, ms(rm), ms(stp), msOr(jmed(in, journal.PhaseServiceStopJob)), ms(fl))
 		}
 	}
-	if c := in.Compare; c != nil {
-		ch, cd := series(c.FixedCost, SeriesHost), series(c.FixedCost, SeriesDocker)
-		if ch != nil && cd != nil {
-			p("- Before the turn fast path (commit %s, section 6) the host cost %s ms against %s ms for docker run in its own run: ratio %.2f; now %.2f.\n",
-				commitOf(c), ms(ch.Summary.Median), ms(cd.Summary.Median), ch.Summary.Median/cd.Summary.Median, H/D)
-		}
-	}
 	if sb := series(in.FixedCost, SeriesHostStandby); sb != nil {
 		S := sb.Summary.Median
 		p("- The warm path takes Docker's container start off the reply path: a turn on the channel's ready standby (container started, broker running, policy and stdin written when the message arrives) costs **%s ms** (median; p95 %s ms): %.2f of docker run (p95 %.2f) and %.2f of the cold path, whose %s ms are what a channel pays for its first turn, for a turn arriving before the replacement standby is ready, or beyond `standby.max`.\n",

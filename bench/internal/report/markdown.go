@@ -27,9 +27,7 @@ type Inputs struct {
 	Sizes     *Sizes
 	Phases    *Phases
 	Variants  *Variants
-	// Compare holds the same measurements with another commit's package.
-	Compare *Inputs
-	Notes   string
+	Notes     string
 	// ResultsPath is where the raw files are kept, for the report's pointer.
 	ResultsPath string
 }
@@ -85,13 +83,6 @@ func ReadDir(dir string) (*Inputs, error) {
 	}
 	if data, err := os.ReadFile(filepath.Join(dir, FileNotes)); err == nil {
 		in.Notes = string(data)
-	}
-	if st, err := os.Stat(filepath.Join(dir, "compare")); err == nil && st.IsDir() {
-		c, err := ReadDir(filepath.Join(dir, "compare"))
-		if err != nil {
-			return nil, fmt.Errorf("compare: %w", err)
-		}
-		in.Compare = c
 	}
 	return in, nil
 }
@@ -442,7 +433,6 @@ func Markdown(in *Inputs) (string, error) {
 		p("| sandbox-host restarts that failed | %d: %s |\n", len(rd.Errors), oneLine(strings.Join(rd.Errors, "; ")))
 	}
 	p("\n")
-	writeCompare(&b, in)
 	if in.Notes != "" {
 		p("## Notes from this run\n\n%s\n", strings.TrimSpace(in.Notes))
 	}
