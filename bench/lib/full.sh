@@ -15,6 +15,7 @@ HOST_SOCK=/run/roundtable-sandbox/host.sock
 CHANNEL_FIXED=bench-fixed
 CHANNEL_STANDBY=bench-standby
 CHANNEL_LOAD_PREFIX=bench-load-
+CHANNEL_B2B=bench-b2b
 BENCH_PKG=${PKG_NAME:-roundtable-sandbox}
 
 bench_env() { ns_exec "$BIN/sandbox-bench" env "$@"; }
@@ -126,7 +127,7 @@ bench_run_mode() {
   ns_exec systemctl restart sandbox-host.socket sandbox-host.service
   host_wait_active
   local ch
-  for ch in "$CHANNEL_FIXED" "$CHANNEL_STANDBY" $(seq -f "$CHANNEL_LOAD_PREFIX%02g" 0 $((BENCH_LOAD_CHANNELS - 1))); do
+  for ch in "$CHANNEL_FIXED" "$CHANNEL_STANDBY" "$CHANNEL_B2B" $(seq -f "$CHANNEL_LOAD_PREFIX%02g" 0 $((BENCH_LOAD_CHANNELS - 1))); do
     ns_exec /usr/bin/sandbox-host channel on "$ch" >/dev/null || bench_die "sandbox-host channel on $ch failed"
   done
 
@@ -170,6 +171,11 @@ bench_run_mode() {
   bench_log "load: $BENCH_LOAD_CHANNELS channels x $BENCH_LOAD_TURNS turns"
   ns_exec "$BIN/sandbox-bench" load --out "$BENCH_RESULTS/load.json" --host-socket "$HOST_SOCK" \
     --channels "$BENCH_LOAD_CHANNELS" --turns "$BENCH_LOAD_TURNS" --channel-prefix "$CHANNEL_LOAD_PREFIX"
+
+  bench_log "back to back: ${BENCH_B2B_TURNS:-20} turns on one channel"
+  ns_exec "$BIN/sandbox-bench" backtoback --out "$BENCH_RESULTS/backtoback.json" --host-socket "$HOST_SOCK" \
+    --channel "$CHANNEL_B2B" --turns "${BENCH_B2B_TURNS:-20}" ||
+    note "- The back-to-back series failed (see the log of make bench)."
 
   write_sizes ns_exec docker
 

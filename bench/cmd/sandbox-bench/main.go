@@ -11,23 +11,24 @@ import (
 )
 
 var commands = map[string]func(args []string) error{
-	"bundle":    cmdBundle,
-	"fixedcost": cmdFixedCost,
-	"broker":    cmdBroker,
-	"load":      cmdLoad,
-	"fakemodel": cmdFakeModel,
-	"env":       cmdEnv,
-	"report":    cmdReport,
-	"ready":     cmdReady,
-	"policy":    cmdPolicy,
-	"phases":    cmdPhases,
-	"variants":  cmdVariants,
+	"bundle":     cmdBundle,
+	"fixedcost":  cmdFixedCost,
+	"broker":     cmdBroker,
+	"load":       cmdLoad,
+	"backtoback": cmdBackToBack,
+	"fakemodel":  cmdFakeModel,
+	"env":        cmdEnv,
+	"report":     cmdReport,
+	"ready":      cmdReady,
+	"policy":     cmdPolicy,
+	"phases":     cmdPhases,
+	"variants":   cmdVariants,
 }
 
 func main() {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	if len(os.Args) < 2 || commands[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: sandbox-bench bundle|fixedcost|broker|load|fakemodel|env|ready|policy|phases|variants|report [flags]")
+		fmt.Fprintln(os.Stderr, "usage: sandbox-bench bundle|fixedcost|broker|load|backtoback|fakemodel|env|ready|policy|phases|variants|report [flags]")
 		os.Exit(2)
 	}
 	if err := commands[os.Args[1]](os.Args[2:]); err != nil {

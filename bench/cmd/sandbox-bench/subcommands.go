@@ -342,3 +342,62 @@ func cmdVariants(args []string) error {
 	}
 	return writeJSON(*out, res)
 }
+
+// cmdBackToBack posts turns on one channel, each as soon as the previous
+// reply arrived, and counts from the host's metrics how many found a ready
+// standby.
+func cmdBackToBack(args []string) error {
+	fs := flag.NewFlagSet("backtoback", flag.ExitOnError)
+	out := fs.String("out", "", "results file")
+	hostSock := fs.String("host-socket", "", "host API socket")
+	channel := fs.String("channel", "bench-b2b", "channel (in sandbox mode)")
+	n := fs.Int("turns", 20, "turns")
+	_ = fs.Parse(args)
+	if *out == "" || *hostSock == "" {
+		return errors.New("--out and --host-socket are required")
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	client := turns.UnixClient(*hostSock, 5*time.Minute, true)
+	runner := &turns.HostRunner{Label: "back-to-back", Client: client, Channel: func(int) string { return *channel },
+		Text: "hello from the back-to-back benchmark"}
+	before := fetchMetrics(ctx, client)
+	res := report.BackToBack{Channel: *channel, Turns: *n}
+	var lat []float64
+	for i := 0; i < *n && ctx.Err() == nil; i++ {
+		d, err := runner.Run(ctx, i)
+		if err != nil {
+			res.Failures++
+			if len(res.Errors) < 5 {
+				res.Errors = append(res.Errors, err.Error())
+			}
+			continue
+		}
+		lat = append(lat, stats.Ms(d))
+	}
+	after := fetchMetrics(ctx, client)
+	res.Hits = standbyTurns(after, true) - standbyTurns(before, true)
+	res.Misses = standbyTurns(after, false) - standbyTurns(before, false)
+	res.Latency = stats.Summarize(lat)
+	slog.Info("back-to-back", "turns", *n, "hits", res.Hits, "misses", res.Misses, "median", res.Latency.Median)
+	return writeJSON(*out, res)
+}
+
+// standbyTurns sums sandbox_standby_turns_total over its hit (or every
+// other) result label in Prometheus text.
+func standbyTurns(text string, hit bool) float64 {
+	var sum float64
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, "sandbox_standby_turns_total{") {
+			continue
+		}
+		if strings.Contains(line, `result="hit"`) != hit {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}

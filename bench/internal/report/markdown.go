@@ -18,16 +18,17 @@ import (
 
 // Inputs are the parsed results files; nil means not measured.
 type Inputs struct {
-	Env       *Env
-	EnvEnd    *Env
-	FixedCost *FixedCost
-	Broker    *Broker
-	Load      *Load
-	Ready     *Ready
-	Sizes     *Sizes
-	Phases    *Phases
-	Variants  *Variants
-	Notes     string
+	Env        *Env
+	EnvEnd     *Env
+	FixedCost  *FixedCost
+	Broker     *Broker
+	Load       *Load
+	BackToBack *BackToBack
+	Ready      *Ready
+	Sizes      *Sizes
+	Phases     *Phases
+	Variants   *Variants
+	Notes      string
 	// ResultsPath is where the raw files are kept, for the report's pointer.
 	ResultsPath string
 }
@@ -53,6 +54,7 @@ func ReadDir(dir string) (*Inputs, error) {
 		fc          FixedCost
 		br          Broker
 		ld          Load
+		bb          BackToBack
 		rd          Ready
 		sz          Sizes
 		ph          Phases
@@ -68,6 +70,7 @@ func ReadDir(dir string) (*Inputs, error) {
 		{FileFixedCost, &fc, func() { in.FixedCost = &fc }},
 		{FileBroker, &br, func() { in.Broker = &br }},
 		{FileLoad, &ld, func() { in.Load = &ld }},
+		{FileBackToBack, &bb, func() { in.BackToBack = &bb }},
 		{FileReady, &rd, func() { in.Ready = &rd }},
 		{FileSizes, &sz, func() { in.Sizes = &sz }},
 		{FilePhases, &ph, func() { in.Phases = &ph }},
@@ -395,6 +398,14 @@ func Markdown(in *Inputs) (string, error) {
 		}
 	} else {
 		p("Not measured in this run.\n\n")
+	}
+
+	if bb := in.BackToBack; bb != nil {
+		p("Back to back on one channel (`%s`): %d turns, each posted as soon as the previous reply arrived. %.0f found a ready standby, %.0f did not (the host prepares a channel's standby only after the previous turn's cleanup, and not while turns wait); latency median %s ms, p95 %s ms; %d failed.\n\n",
+			bb.Channel, bb.Turns, bb.Hits, bb.Misses, ms(bb.Latency.Median), ms(bb.Latency.P95), bb.Failures)
+		for _, e := range bb.Errors {
+			p("- `%s`\n", oneLine(e))
+		}
 	}
 
 	p("## 5. Memory, size, start-up\n\n| what | value |\n| --- | --- |\n")

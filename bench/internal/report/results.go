@@ -28,16 +28,17 @@ const (
 
 // Results file names inside the results directory.
 const (
-	FileEnv       = "env.json"
-	FileEnvEnd    = "env-end.json"
-	FileFixedCost = "fixedcost.json"
-	FileBroker    = "broker.json"
-	FileLoad      = "load.json"
-	FileReady     = "ready.json"
-	FileSizes     = "sizes.json"
-	FilePhases    = "phases.json"
-	FileVariants  = "variants.json"
-	FileNotes     = "notes.md"
+	FileEnv        = "env.json"
+	FileEnvEnd     = "env-end.json"
+	FileFixedCost  = "fixedcost.json"
+	FileBroker     = "broker.json"
+	FileLoad       = "load.json"
+	FileBackToBack = "backtoback.json"
+	FileReady      = "ready.json"
+	FileSizes      = "sizes.json"
+	FilePhases     = "phases.json"
+	FileVariants   = "variants.json"
+	FileNotes      = "notes.md"
 )
 
 // Targets (issue 7).
@@ -175,4 +176,17 @@ func LoadAvg() string {
 		return ""
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// BackToBack is one channel's turns each posted as soon as the previous
+// reply arrived: how many found a ready standby (the host's
+// sandbox_standby_turns_total delta) and their latency.
+type BackToBack struct {
+	Channel  string        `json:"channel"`
+	Turns    int           `json:"turns"`
+	Hits     float64       `json:"standbyHits"`
+	Misses   float64       `json:"standbyMisses"`
+	Latency  stats.Summary `json:"latencyMs"`
+	Failures int           `json:"failures"`
+	Errors   []string      `json:"errors,omitempty"`
 }

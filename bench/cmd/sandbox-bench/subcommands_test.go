@@ -1,0 +1,24 @@
+package main
+
+import "testing"
+
+func TestStandbyTurns(t *testing.T) {
+	text := `# HELP sandbox_standby_turns_total Turns by whether they found a ready standby.
+# TYPE sandbox_standby_turns_total counter
+sandbox_standby_turns_total{reason="",result="hit"} 7
+sandbox_standby_turns_total{reason="none",result="miss"} 3
+sandbox_standby_turns_total{reason="key",result="miss"} 2
+sandbox_standby_discards_total{reason="expired"} 9
+`
+	for _, tc := range []struct {
+		hit  bool
+		want float64
+	}{{true, 7}, {false, 5}} {
+		if got := standbyTurns(text, tc.hit); got != tc.want {
+			t.Errorf("standbyTurns(hit=%v) = %v, want %v", tc.hit, got, tc.want)
+		}
+	}
+	if got := standbyTurns("", true); got != 0 {
+		t.Errorf("empty text: got %v, want 0", got)
+	}
+}
