@@ -221,6 +221,24 @@ func exhaust() {
 	fmt.Println(string(out))
 }
 
+// restart makes one good call, says so in /workspace/called, waits for
+// /workspace/release (the test kills the broker meanwhile; at most 60 s),
+// and makes the same call again: a broker started again by its socket would
+// answer it with fresh budgets.
+func restart() {
+	first := send(probes[0].Raw("HOSTILE-restart-first"))
+	_ = os.WriteFile("/workspace/called", nil, 0o600)
+	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Stat("/workspace/release"); err == nil {
+			break
+		}
+	}
+	second := send(probes[0].Raw("HOSTILE-restart-second"))
+	text, _ := json.Marshal(map[string]result{"first": first, "second": second})
+	out, _ := json.Marshal(map[string]any{"ok": true, "text": string(text)})
+	fmt.Println(string(out))
+}
+
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "proxy-client" {
 		proxyClient(os.Args[2:])
@@ -235,6 +253,10 @@ func main() {
 	}
 	if strings.HasPrefix(turn.Text, "EXHAUST") {
 		exhaust()
+		return
+	}
+	if strings.HasPrefix(turn.Text, "RESTART") {
+		restart()
 		return
 	}
 	// "FLOOD <n> <marker>" and "LOG <n> <marker>": n numbered stderr lines,
