@@ -162,6 +162,20 @@ func (d *Driver) ImagePresent(ctx context.Context, ref string) (bool, error) {
 	return true, nil
 }
 
+// Runtimes lists the OCI runtimes registered with the daemon, each with the
+// arguments the daemon passes to it (daemon.json's runtimeArgs).
+func (d *Driver) Runtimes(ctx context.Context) (map[string][]string, error) {
+	info, err := d.cli.Info(ctx)
+	if err != nil {
+		return nil, daemonErr("docker info", err)
+	}
+	out := make(map[string][]string, len(info.Runtimes))
+	for name, r := range info.Runtimes {
+		out[name] = r.Args
+	}
+	return out, nil
+}
+
 // LoadImage loads a docker-archive tar (docker load).
 func (d *Driver) LoadImage(ctx context.Context, archivePath string) error {
 	f, err := os.Open(archivePath)

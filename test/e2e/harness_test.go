@@ -189,6 +189,8 @@ type cfg struct {
 	StandbyOff    bool
 	StandbyMaxAge int
 	Prompt        string
+	// Runtime, when set, writes runtime: (the OCI runtime of every container).
+	Runtime string
 }
 
 func baseConfig() cfg {
@@ -267,6 +269,9 @@ standby:
 {{- end}}
 {{- if .Prompt}}
 prompt: {{printf "%q" .Prompt}}
+{{- end}}
+{{- if .Runtime}}
+runtime: {{.Runtime}}
 {{- end}}
 `))
 

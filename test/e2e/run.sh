@@ -7,6 +7,7 @@
 # down and leaves the machine as it was. Environment:
 #   E2E_RUN=<regexp>   run only the matching scenarios (go test -run)
 #   E2E_DEB=<path>     use this prebuilt .deb instead of running make deb
+#   E2E_RUNSC_ROUNDS=<n> with E2E_RUN=RunscLatency: time runsc beside runc (n rounds)
 #   E2E_KEEP=1         on failure, keep the namespace running for inspection
 #                      (prints how to enter it and how to stop it)
 set -euo pipefail
@@ -48,7 +49,7 @@ e2e_log "running the scenarios"
 args=(-test.v=test2json -test.timeout 20m -test.count 1)
 [[ -n ${E2E_RUN:-} ]] && args+=(-test.run "$E2E_RUN")
 set +e
-ns_exec env SANDBOX_E2E=1 E2E_WORK="$E2E_WORK" E2E_BIN="$E2E_WORK/bin" \
+ns_exec env SANDBOX_E2E=1 E2E_WORK="$E2E_WORK" E2E_BIN="$E2E_WORK/bin" E2E_RUNSC_ROUNDS="${E2E_RUNSC_ROUNDS:-0}" \
   "$E2E_WORK/bin/e2e.test" "${args[@]}" 2>&1 | tee "$E2E_WORK/scenarios.log" |
   go tool test2json -t -p e2e | "$E2E_WORK/bin/testsummary" -v -stage e2e ${TEST_SUMMARY_FILE:+-line "$TEST_SUMMARY_FILE"}
 rcs=("${PIPESTATUS[@]}")

@@ -478,6 +478,13 @@ func TestHostileWorkerIsRefused(t *testing.T) {
 	c := baseConfig()
 	c.Image = hostileImage
 	withConfig(t, c)
+	hostileWorkerScenario(t)
+}
+
+// hostileWorkerScenario runs the hostile worker's probes on a host already
+// configured with the hostile image, and checks every refusal.
+func hostileWorkerScenario(t *testing.T) {
+	t.Helper()
 	const ch = "e2e-hostile"
 	channelOn(t, ch)
 	type probeResult struct {

@@ -38,13 +38,18 @@ mcp:
 `
 
 type fakeProbe struct {
-	pingErr error
-	image   bool
+	pingErr     error
+	image       bool
+	runtimes    map[string][]string
+	runtimesErr error
 }
 
 func (p fakeProbe) Ping(context.Context) error                         { return p.pingErr }
 func (p fakeProbe) ImagePresent(context.Context, string) (bool, error) { return p.image, nil }
 func (p fakeProbe) Close() error                                       { return nil }
+func (p fakeProbe) Runtimes(context.Context) (map[string][]string, error) {
+	return p.runtimes, p.runtimesErr
+}
 
 // fakeMachine: a config whose directories pass, units and polkit present.
 func fakeMachine(t *testing.T) (string, doctorDeps) {
@@ -489,5 +494,37 @@ func TestDoctorCredentialsDirMissing(t *testing.T) {
 	m, _ := statusOf(rep, "mcp search")
 	if m.Status != StatusFail || !strings.Contains(m.Detail, "does not exist") || strings.Contains(m.Detail, "cannot read") {
 		t.Errorf("mcp: %+v", m)
+	}
+}
+
+func TestDoctorRuntime(t *testing.T) {
+	good := map[string][]string{"runc": nil, "runsc": {"--network=none", "--host-uds=open"}}
+	tests := []struct {
+		name, runtime string
+		probe         fakeProbe
+		want          string // status
+		remedy        string
+	}{
+		{"default runtime needs no registration", "", fakeProbe{runtimesErr: errors.New("not asked")}, StatusOK, ""},
+		{"runsc registered with its arguments", "runsc", fakeProbe{runtimes: good}, StatusOK, ""},
+		{"one-dash and split arguments count", "runsc", fakeProbe{runtimes: map[string][]string{"runsc": {"-network", "none", "-host-uds=open"}}}, StatusOK, ""},
+		{"other runtime registered", "kata", fakeProbe{runtimes: map[string][]string{"kata": nil}}, StatusOK, ""},
+		{"runsc not registered", "runsc", fakeProbe{runtimes: map[string][]string{"runc": nil}}, StatusFail, `"runtimeArgs":["--network=none","--host-uds=open"]`},
+		{"runsc without --network=none", "runsc", fakeProbe{runtimes: map[string][]string{"runsc": {"--host-uds=open"}}}, StatusFail, "/etc/docker/daemon.json"},
+		{"runsc without --host-uds", "runsc", fakeProbe{runtimes: map[string][]string{"runsc": {"--network=none"}}}, StatusFail, "/etc/docker/daemon.json"},
+		{"runsc with another network", "runsc", fakeProbe{runtimes: map[string][]string{"runsc": {"--network=host", "--host-uds=open"}}}, StatusFail, "--network=none"},
+		{"other runtime not registered", "kata", fakeProbe{runtimes: good}, StatusFail, "daemon.json"},
+		{"docker info fails", "runsc", fakeProbe{runtimesErr: errors.New("boom")}, StatusFail, "docker info"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []Check
+			doctorRuntime(context.Background(), tt.runtime, tt.probe, func(name, status, detail, remedy string) {
+				got = append(got, Check{Name: name, Status: status, Detail: detail, Remedy: remedy})
+			})
+			if len(got) != 1 || got[0].Name != "runtime" || got[0].Status != tt.want || !strings.Contains(got[0].Remedy, tt.remedy) {
+				t.Errorf("doctorRuntime(%q) = %+v, want one runtime check %s with remedy containing %q", tt.runtime, got, tt.want, tt.remedy)
+			}
+		})
 	}
 }

@@ -53,6 +53,7 @@ type Report struct {
 type dockerProbe interface {
 	Ping(ctx context.Context) error
 	ImagePresent(ctx context.Context, ref string) (bool, error)
+	Runtimes(ctx context.Context) (map[string][]string, error)
 	Close() error
 }
 
@@ -257,6 +258,65 @@ func doctorDocker(ctx context.Context, cfg *config.Config, d doctorDeps, add fun
 	default:
 		add("image", StatusOK, cfg.Image+" present", "")
 	}
+	doctorRuntime(ctx, cfg.Runtime, probe, add)
+}
+
+// RunscArgs are the runtimeArgs runsc needs in /etc/docker/daemon.json:
+// turn containers have no network, and runsc refuses Docker's "none"
+// network in the root network namespace unless it makes none itself; the
+// worker connects to the broker's Unix socket on a bind mount, which gVisor
+// refuses unless host sockets may be opened (open: connect only, never
+// create).
+var RunscArgs = []string{"--network=none", "--host-uds=open"}
+
+// runscDaemonJSON is the registration doctor prints when runsc is missing
+// or misregistered.
+const runscDaemonJSON = `{"runtimes":{"runsc":{"path":"/usr/bin/runsc","runtimeArgs":["--network=none","--host-uds=open"]}}}`
+
+// doctorRuntime checks that the configured runtime is registered with
+// Docker (a turn would otherwise fail at ContainerCreate) and, for runsc,
+// that it is registered with the arguments turns need.
+func doctorRuntime(ctx context.Context, name string, probe dockerProbe, add func(name, status, detail, remedy string)) {
+	if name == "" {
+		add("runtime", StatusOK, "Docker's default runtime", "")
+		return
+	}
+	runtimes, err := probe.Runtimes(ctx)
+	if err != nil {
+		add("runtime", StatusFail, err.Error(), "check that Docker answers docker info")
+		return
+	}
+	remedy := "register it in /etc/docker/daemon.json (\"runtimes\") and restart Docker"
+	if name == "runsc" {
+		remedy = "put " + runscDaemonJSON + " in /etc/docker/daemon.json (merged with what it holds) and systemctl restart docker"
+	}
+	args, ok := runtimes[name]
+	if !ok {
+		add("runtime", StatusFail, "runtime "+name+" is not registered with Docker", remedy)
+		return
+	}
+	if name == "runsc" {
+		for _, want := range RunscArgs {
+			if !hasRuntimeArg(args, want) {
+				add("runtime", StatusFail, "runsc is registered without "+want+" (runtimeArgs "+fmt.Sprint(args)+")", remedy)
+				return
+			}
+		}
+	}
+	add("runtime", StatusOK, name+" registered", "")
+}
+
+// hasRuntimeArg reports whether args hold want ("--flag=value"), also
+// written with one dash or as two arguments ("--flag", "value").
+func hasRuntimeArg(args []string, want string) bool {
+	flag, value, _ := strings.Cut(strings.TrimLeft(want, "-"), "=")
+	for i, a := range args {
+		a = strings.TrimLeft(a, "-")
+		if a == flag+"="+value || (a == flag && i+1 < len(args) && args[i+1] == value) {
+			return true
+		}
+	}
+	return false
 }
 
 // credentialNames lists every credential name the configuration uses.

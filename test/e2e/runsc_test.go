@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+)
+
+// requireRunsc skips, saying why, when the namespace's dockerd cannot run
+// gVisor: runsc not installed (lib/ns.sh registers it only when
+// /usr/bin/runsc exists), or its default ptrace platform unusable here.
+func requireRunsc(t *testing.T) {
+	t.Helper()
+	info, err := env.docker.Info(context.Background())
+	if err != nil {
+		t.Fatalf("docker info: %v", err)
+	}
+	if _, ok := info.Runtimes["runsc"]; !ok {
+		t.Skip("runsc scenarios skipped: runsc is not registered with the test dockerd (apt-get install runsc; a machine /etc/docker/daemon.json is left as it is)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "runsc", "--network=none", "do", "/bin/true").CombinedOutput(); err != nil {
+		t.Skipf("runsc scenarios skipped: runsc cannot start a sandbox on this machine (ptrace platform): %v: %s", err, strings.TrimSpace(string(out)))
+	}
+}
+
+// TestRunscTurnAndStandby: with runtime: runsc a turn runs in gVisor on the
+// cold path, and the next one on a standby made under runsc too.
+func TestRunscTurnAndStandby(t *testing.T) {
+	requireRunsc(t)
+	diagnose(t)
+	c := baseConfig()
+	c.Runtime = "runsc"
+	withConfig(t, c)
+	if out, err := cli("doctor"); err != nil || !strings.Contains(out, "runsc registered") {
+		t.Errorf("sandbox-host doctor with runtime runsc: %v\n%s", err, out)
+	}
+	const ch = "e2e-runsc"
+	channelOn(t, ch)
+	done := make(chan apiResult, 1)
+	go func() { done <- turn(ch, "alice", "hello runsc") }()
+	cont := waitContainer(t, ch, 30*time.Second)
+	if ins, err := env.docker.ContainerInspect(context.Background(), cont.ID); err != nil || ins.HostConfig.Runtime != "runsc" {
+		t.Errorf("turn container runtime: %v, err %v; want runsc", ins.HostConfig, err)
+	}
+	r := <-done
+	if r.Err != nil || r.Status != http.StatusOK || !strings.Contains(replyText(r), "hello runsc") {
+		t.Fatalf("cold turn under runsc: %s", r)
+	}
+	id, sb := standbyOf(t, ch, 60*time.Second)
+	if ins, err := env.docker.ContainerInspect(context.Background(), sb.ID); err != nil || ins.HostConfig.Runtime != "runsc" {
+		t.Errorf("standby container runtime: err %v; want runsc", err)
+	}
+	r = turn(ch, "bob", "hello runsc standby")
+	if r.Err != nil || r.Status != http.StatusOK || !strings.Contains(replyText(r), "hello runsc standby") {
+		t.Fatalf("standby turn under runsc: %s", r)
+	}
+	if got, _ := r.Body["turnId"].(string); got != id {
+		t.Errorf("second turn ran as %q, want the standby's turn %s", got, id)
+	}
+	if out, err := cli("channel", "off", ch); err != nil {
+		t.Fatalf("channel off: %v\n%s", err, out)
+	}
+	assertNothingLeft(t, "after runsc turns")
+}
+
+// TestRunscHostileWorkerIsRefused: the hostile worker's probes under gVisor.
+func TestRunscHostileWorkerIsRefused(t *testing.T) {
+	requireRunsc(t)
+	diagnose(t)
+	c := baseConfig()
+	c.Image = hostileImage
+	c.Runtime = "runsc"
+	withConfig(t, c)
+	hostileWorkerScenario(t)
+}
+
+// TestRunscLatency measures runsc beside runc, cold path and standby, in
+// interleaved rounds (runc cold, runc standby, runsc cold, runsc standby),
+// client side, as TestStandbyServesTurn times its pairs. It runs only when
+// asked: E2E_RUN=RunscLatency E2E_RUNSC_ROUNDS=7 make e2e (docs/BENCHMARKS.md).
+func TestRunscLatency(t *testing.T) {
+	rounds, _ := strconv.Atoi(os.Getenv("E2E_RUNSC_ROUNDS"))
+	if rounds <= 0 {
+		t.Skip("runsc latency not measured: set E2E_RUNSC_ROUNDS (a hand-run measurement, not a check)")
+	}
+	requireRunsc(t)
+	diagnose(t)
+	const ch = "e2e-runsc-timing"
+	timed := map[string][]time.Duration{}
+	timeTurn := func(series, text string) {
+		s := time.Now()
+		if r := turn(ch, "bob", text); r.Err != nil || r.Status != http.StatusOK {
+			t.Fatalf("%s turn: %s", series, r)
+		}
+		timed[series] = append(timed[series], time.Since(s))
+	}
+	t.Cleanup(func() {
+		_, _ = cli("channel", "off", ch)
+		if err := writeConfig(baseConfig()); err != nil {
+			t.Errorf("restore config: %v", err)
+		}
+		restartHost(t)
+	})
+	for i := 0; i < rounds; i++ {
+		for _, rt := range []string{"runc", "runsc"} {
+			c := baseConfig()
+			if rt == "runsc" {
+				c.Runtime = rt
+			}
+			if err := writeConfig(c); err != nil {
+				t.Fatal(err)
+			}
+			restartHost(t)
+			channelOn(t, ch)
+			standbyOf(t, ch, 60*time.Second)
+			timeTurn(rt+" standby", "warm "+strconv.Itoa(i))
+			// As TestStandbyServesTurn: wait for the replacement, discard it
+			// and let the discard end, so the cold turn shares Docker with
+			// nothing.
+			standbyOf(t, ch, 60*time.Second)
+			if out, err := cli("channel", "off", ch); err != nil {
+				t.Fatalf("channel off: %v\n%s", err, out)
+			}
+			eventually(15*time.Second, func() string {
+				for _, c := range containers(t) {
+					if c.Labels[layout.LabelChannel] == ids.ChannelTag(ch) {
+						return "discard running"
+					}
+				}
+				return ""
+			})
+			channelOn(t, ch)
+			timeTurn(rt+" cold", "cold "+strconv.Itoa(i))
+			if out, err := cli("channel", "off", ch); err != nil {
+				t.Fatalf("channel off: %v\n%s", err, out)
+			}
+		}
+	}
+	for _, series := range []string{"runc cold", "runc standby", "runsc cold", "runsc standby"} {
+		t.Logf("turn latency, client side, %d interleaved rounds: %-13s median %v %v", rounds, series, median(timed[series]), timed[series])
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	t.Logf("load average at the end: %s", strings.TrimSpace(string(load)))
+}
