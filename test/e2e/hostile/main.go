@@ -156,6 +156,8 @@ func send(raw string) result {
 	return result{Status: resp.StatusCode, Body: strings.TrimSpace(string(body))}
 }
 
+const prGetNoNewPrivs = 39 // PR_GET_NO_NEW_PRIVS
+
 func observe() map[string]any {
 	o := map[string]any{"uid": os.Getuid(), "gid": os.Getgid()}
 	var names []string
@@ -170,6 +172,11 @@ func observe() map[string]any {
 				o[k] = strings.TrimSpace(v)
 			}
 		}
+	}
+	// The kernel's own answer: gVisor's /proc/self/status has no
+	// NoNewPrivs line.
+	if v, _, errno := syscall.Syscall(syscall.SYS_PRCTL, prGetNoNewPrivs, 0, 0); errno == 0 {
+		o["NoNewPrivsPrctl"] = strconv.Itoa(int(v))
 	}
 	var ifs []string
 	if list, err := net.Interfaces(); err == nil {
