@@ -88,8 +88,8 @@ func TestRunscHostileWorkerIsRefused(t *testing.T) {
 }
 
 // TestRunscLatency measures runsc beside runc, cold path and standby, in
-// interleaved rounds (runc cold, runc standby, runsc cold, runsc standby),
-// client side, as TestStandbyServesTurn times its pairs. It runs only when
+// interleaved rounds (runc cold, runc standby, runsc cold, runsc standby;
+// a host restart off the clock between runtimes), client side. It runs only when
 // asked: E2E_RUN=RunscLatency E2E_RUNSC_ROUNDS=7 make e2e (docs/BENCHMARKS.md).
 func TestRunscLatency(t *testing.T) {
 	rounds, _ := strconv.Atoi(os.Getenv("E2E_RUNSC_ROUNDS"))
@@ -99,6 +99,9 @@ func TestRunscLatency(t *testing.T) {
 	requireRunsc(t)
 	diagnose(t)
 	const ch = "e2e-runsc-timing"
+	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+		t.Logf("load average at the start: %s", strings.TrimSpace(string(load)))
+	}
 	timed := map[string][]time.Duration{}
 	timeTurn := func(series, text string) {
 		s := time.Now()
@@ -124,12 +127,13 @@ func TestRunscLatency(t *testing.T) {
 				t.Fatal(err)
 			}
 			restartHost(t)
+			// A channel switched on gets its first standby after its first
+			// turn: that turn takes the cold path with Docker otherwise idle.
 			channelOn(t, ch)
+			timeTurn(rt+" cold", "cold "+strconv.Itoa(i))
 			standbyOf(t, ch, 60*time.Second)
 			timeTurn(rt+" standby", "warm "+strconv.Itoa(i))
-			// As TestStandbyServesTurn: wait for the replacement, discard it
-			// and let the discard end, so the cold turn shares Docker with
-			// nothing.
+			// Discard the replacement and let the discard end.
 			standbyOf(t, ch, 60*time.Second)
 			if out, err := cli("channel", "off", ch); err != nil {
 				t.Fatalf("channel off: %v\n%s", err, out)
@@ -142,11 +146,6 @@ func TestRunscLatency(t *testing.T) {
 				}
 				return ""
 			})
-			channelOn(t, ch)
-			timeTurn(rt+" cold", "cold "+strconv.Itoa(i))
-			if out, err := cli("channel", "off", ch); err != nil {
-				t.Fatalf("channel off: %v\n%s", err, out)
-			}
 		}
 	}
 	for _, series := range []string{"runc cold", "runc standby", "runsc cold", "runsc standby"} {

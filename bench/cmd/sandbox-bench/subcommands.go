@@ -194,6 +194,9 @@ func cmdReport(args []string) error {
 	if err != nil {
 		return err
 	}
+	if old, err := os.ReadFile(*out); err == nil {
+		md = report.KeepHandRun(md, old)
+	}
 	return atomicfile.WriteFile(*out, []byte(md), 0o644)
 }
 

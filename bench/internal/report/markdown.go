@@ -280,12 +280,26 @@ func HistPhases(before, after string) ([]Phase, error) {
 	return out, nil
 }
 
+// HandRunHeading starts the one section of the report that make bench does
+// not write: numbers measured by hand (each says its command and the load).
+const HandRunHeading = "## Hand-run measurements"
+
+// KeepHandRun returns md followed by the hand-run section of the report
+// being replaced (old), so a rerun of make bench does not lose it.
+func KeepHandRun(md string, old []byte) string {
+	i := strings.Index(string(old), "\n"+HandRunHeading+"\n")
+	if i < 0 {
+		return md
+	}
+	return strings.TrimRight(md, "\n") + "\n\n" + strings.TrimLeft(string(old[i:]), "\n")
+}
+
 // Markdown renders the report.
 func Markdown(in *Inputs) (string, error) {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	p("# Benchmarks\n\n")
-	p("Written by `make bench` (`bench/run.sh`, driver `bench/cmd/sandbox-bench`); do not edit by hand.\n")
+	p("Written by `make bench` (`bench/run.sh`, driver `bench/cmd/sandbox-bench`); do not edit by hand, except below \"%s\" at the end, which it keeps.\n", HandRunHeading[3:])
 	if in.Env != nil {
 		p("Run on %s UTC.", in.Env.Date.Format("2006-01-02 15:04"))
 		p(" Load average (1/5/15 min) at start: %s", in.Env.LoadAvg)

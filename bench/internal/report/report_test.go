@@ -86,3 +86,22 @@ func TestMarkdownPhases(t *testing.T) {
 		}
 	}
 }
+
+func TestKeepHandRun(t *testing.T) {
+	hand := HandRunHeading + "\n\nrunsc cold 400 ms\n"
+	tests := []struct {
+		name, md, old, want string
+	}{
+		{"no old report", "# B\n\nnew\n", "", "# B\n\nnew\n"},
+		{"old report without the section", "# B\n\nnew\n", "# B\n\nold\n", "# B\n\nnew\n"},
+		{"section carried over", "# B\n\nnew\n", "# B\n\nold\n\n" + hand, "# B\n\nnew\n\n" + hand},
+		{"heading text elsewhere is not the section", "# B\n", "# B\nsee " + HandRunHeading + " later\n", "# B\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := KeepHandRun(tt.md, []byte(tt.old)); got != tt.want {
+				t.Errorf("KeepHandRun = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
