@@ -85,7 +85,7 @@ func TestRunscHostileWorkerIsRefused(t *testing.T) {
 	c.Image = hostileImage
 	c.Runtime = "runsc"
 	withConfig(t, c)
-	hostileWorkerScenario(t, "runsc")
+	hostileWorkerScenario(t, "e2e-hostile-runsc", "runsc")
 }
 
 // TestRunscLatency measures runsc beside runc, cold path and standby, in

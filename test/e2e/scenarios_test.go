@@ -478,14 +478,14 @@ func TestHostileWorkerIsRefused(t *testing.T) {
 	c := baseConfig()
 	c.Image = hostileImage
 	withConfig(t, c)
-	hostileWorkerScenario(t, "")
+	hostileWorkerScenario(t, "e2e-hostile", "")
 }
 
 // hostileWorkerScenario runs the hostile worker's probes on a host already
-// configured with the hostile image, and checks every refusal.
-func hostileWorkerScenario(t *testing.T, runtime string) {
+// configured with the hostile image, and checks every refusal. Each caller
+// has its own channel: the fake servers' records hold every scenario's calls.
+func hostileWorkerScenario(t *testing.T, ch, runtime string) {
 	t.Helper()
-	const ch = "e2e-hostile"
 	channelOn(t, ch)
 	type probeResult struct {
 		Status int    `json:"status"`
@@ -553,7 +553,9 @@ func hostileWorkerScenario(t *testing.T, runtime string) {
 	for _, rec := range readRecords(env.mcpRec) {
 		switch {
 		case rec.Path == "/whoami":
-			whoami = append(whoami, rec)
+			if strings.Join(rec.Header["X-Sandbox-Channel"], ",") == ch {
+				whoami = append(whoami, rec)
+			}
 		case strings.Contains(rec.Raw, "HOSTILE-"):
 			t.Errorf("the fake MCP server saw a refused call: %s", rec.Raw)
 		}
