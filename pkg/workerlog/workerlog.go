@@ -176,12 +176,12 @@ func (s *Sink) flush() {
 	}
 }
 
-// priority follows the slog level of a JSON log line, info otherwise.
+// priority follows the slog level of a JSON log line, info otherwise, and
+// never above warning: the line is the guest's to write, so an "ERROR" it
+// claims must not reach `journalctl -p err` or alerting built on it.
 func priority(line string) journal.Priority {
 	switch {
-	case strings.Contains(line, `"level":"ERROR"`):
-		return journal.PriErr
-	case strings.Contains(line, `"level":"WARN"`):
+	case strings.Contains(line, `"level":"ERROR"`), strings.Contains(line, `"level":"WARN"`):
 		return journal.PriWarning
 	case strings.Contains(line, `"level":"DEBUG"`):
 		return journal.PriDebug

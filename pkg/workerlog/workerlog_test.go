@@ -56,7 +56,7 @@ func TestLinesForwardedWithTagAndPriority(t *testing.T) {
 	want := []struct {
 		msg string
 		pri journal.Priority
-	}{{`{"level":"INFO","msg":"a"}`, journal.PriInfo}, {`{"level":"ERROR","msg":"b"}`, journal.PriErr}, {"tail without newline", journal.PriInfo}}
+	}{{`{"level":"INFO","msg":"a"}`, journal.PriInfo}, {`{"level":"ERROR","msg":"b"}`, journal.PriWarning}, {"tail without newline", journal.PriInfo}}
 	if len(got) != len(want) || st.Lines != 3 || st.Dropped != 0 {
 		t.Fatalf("entries %+v stats %+v, want %d lines", got, st, len(want))
 	}
