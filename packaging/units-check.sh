@@ -95,6 +95,7 @@ if out=$(systemd-sysusers --root="$sr" roundtable-sandbox.conf 2>&1) &&
   for want in "run/roundtable-sandbox 755 _sandbox _sandbox" \
     "run/roundtable-sandbox/turns 700 _sandbox _sandbox" \
     "run/roundtable-sandbox/policies 2750 _sandbox _sandbox-broker" \
+    "run/roundtable-sandbox/credsets 700 root root" \
     "var/lib/roundtable-sandbox 700 _sandbox _sandbox" \
     "var/lib/roundtable-sandbox/workspaces 700 _sandbox _sandbox" \
     "var/lib/roundtable-sandbox/state 700 _sandbox _sandbox"; do
