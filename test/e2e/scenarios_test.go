@@ -976,6 +976,21 @@ func TestBrokerHoldsOnlyItsOwnCredentialsAndPolicy(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, other)); err == nil {
 		t.Errorf("another turn's policy %s is visible to the broker", other)
 	}
+	// The host (CAP_CHOWN) must not reach the credential copies: its mount
+	// namespace has the directory made inaccessible.
+	hostPID := strings.TrimSpace(systemctl(t, "show", "-p", "MainPID", "--value", "sandbox-host.service"))
+	if hostPID == "" || hostPID == "0" {
+		t.Fatalf("sandbox-host.service has no main process")
+	}
+	if _, err := os.Stat(filepath.Join(layout.RuntimeDir, "credsets", turnID)); err != nil {
+		t.Errorf("the turn's credential copy is missing from the real root: %v", err)
+	}
+	if got := dirEntries(filepath.Join("/proc", hostPID, "root", layout.RuntimeDir, "credsets")); len(got) != 0 {
+		t.Errorf("the host's mount namespace lists credential copies %v, want none (InaccessiblePaths=)", got)
+	}
+	if _, err := os.Stat(filepath.Join("/proc", hostPID, "root", layout.RuntimeDir, "credsets", turnID)); err == nil {
+		t.Errorf("the turn's credential copy is visible in the host's mount namespace")
+	}
 	status, _ := os.ReadFile("/proc/" + pid + "/status")
 	u, _ := user.Lookup(layout.BrokerUser)
 	for _, line := range strings.Split(string(status), "\n") {
