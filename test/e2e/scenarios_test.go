@@ -585,7 +585,8 @@ func hostileWorkerScenario(t *testing.T, ch, runtime string) {
 			t.Errorf("container environment holds %q", s)
 		}
 	}
-	wantObserved := map[string]any{"CapEff": "0000000000000000", "NoNewPrivs": "1", "NoNewPrivsPrctl": "1", "rootWritable": false, "outboundTCP": false}
+	wantObserved := map[string]any{"CapEff": "0000000000000000", "NoNewPrivs": "1", "NoNewPrivsPrctl": "1", "rootWritable": false, "outboundTCP": false,
+		"rlimitNofile": "1024:1024", "rlimitNproc": "64:64", "devShmWritable": false}
 	if runtime == "runsc" {
 		delete(wantObserved, "NoNewPrivs") // gVisor's /proc/self/status has no such line; prctl answers
 	}

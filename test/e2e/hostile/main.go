@@ -193,8 +193,24 @@ func observe() map[string]any {
 	}
 	_, err := net.DialTimeout("tcp", "1.1.1.1:443", 2*time.Second)
 	o["outboundTCP"] = err == nil
+	// The container's ulimits (nofile, nproc) and IpcMode none (no /dev/shm),
+	// as the runtime applied them.
+	for name, res := range map[string]int{"rlimitNofile": syscall.RLIMIT_NOFILE, "rlimitNproc": rlimitNproc} {
+		var l syscall.Rlimit
+		if syscall.Getrlimit(res, &l) == nil {
+			o[name] = fmt.Sprintf("%d:%d", l.Cur, l.Max)
+		}
+	}
+	if f, err := os.CreateTemp("/dev/shm", "hostile"); err == nil {
+		f.Close()
+		o["devShmWritable"] = true
+	} else {
+		o["devShmWritable"] = false
+	}
 	return o
 }
+
+const rlimitNproc = 6 // RLIMIT_NPROC
 
 // exhaust takes every inotify instance its uid may have (the kernel's
 // per-user fs.inotify.max_user_instances, 128 by default; at most 4096
