@@ -142,6 +142,7 @@ bench_run_mode() {
   ns_exec docker export "$cid" >"$WORK/worker-rootfs.tar"
   ns_exec docker rm "$cid" >/dev/null
   entry=$(ns_exec docker image inspect -f '{{index .Config.Entrypoint 0}}' "$BENCH_IMAGE")
+  WORKER_COMM=$(basename "$entry")
   make_worker_bundle "$uid" "$gid" "$WORK/worker-rootfs.tar" "$entry"
 
   note "- Host configuration: the shipped defaults (limits ${LIM_MEM} MiB, $LIM_CPUS CPU, $LIM_PIDS pids, ${LIM_TMPFS} MiB /tmp; queue depth 8) with the fake model and logLevel ${BENCH_HOST_LOGLEVEL:-debug} (for the per-turn \`turn phases\` line)."
@@ -181,4 +182,49 @@ bench_run_mode() {
 
   bench_log "start to READY: $BENCH_READY_N restarts"
   ns_exec "$BIN/sandbox-bench" ready --out "$BENCH_RESULTS/ready.json" --n "$BENCH_READY_N"
+
+  bench_runtimes
+  bench_standby_mem
+}
+
+# bench_runtimes: runsc beside runc, cold and standby turns, interleaved by
+# rounds; sandbox-bench rewrites the config's runtime and restarts the host
+# between runtimes (off the clock), and leaves it on runc.
+bench_runtimes() {
+  local rounds=${BENCH_RUNSC_ROUNDS:-7} out=$BENCH_RESULTS/runtimes.json
+  ((rounds > 0)) || return 0
+  if ! ns_exec docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then
+    bench_log "runsc is not registered with the namespace's dockerd: runtime comparison skipped"
+    printf '%s\n' '{"skipped":"runsc is not registered with the namespace'"'"'s dockerd (test/e2e/lib/ns.sh registers it when /usr/bin/runsc exists and the machine has no /etc/docker/daemon.json)."}' >"$out"
+    return 0
+  fi
+  bench_log "runsc beside runc: $rounds rounds of a cold and a standby turn per runtime, host restarted between runtimes"
+  ns_exec "$BIN/sandbox-bench" runtimes --out "$out" --host-socket "$HOST_SOCK" --rounds "$rounds" \
+    --runtimes runc,runsc --channel bench-runtime ||
+    note "- The runsc beside runc series failed (see the log of make bench)."
+  ns_exec /usr/bin/sandbox-host channel off bench-runtime >/dev/null 2>&1 || true
+}
+
+# bench_standby_mem: the idle cost of BENCH_IDLE_CHANNELS channels' ready
+# standbys. Only those channels may hold one: every other channel is
+# switched off first (discarding its standby), standby.max is raised to
+# their number, and they are switched off again at the end.
+bench_standby_mem() {
+  local n=${BENCH_IDLE_CHANNELS:-64} ch
+  ((n > 0)) || return 0
+  bench_log "idle cost of $n channels' standbys (standby.max: $n)"
+  for ch in "$CHANNEL_FIXED" "$CHANNEL_STANDBY" "$CHANNEL_B2B" $(seq -f "$CHANNEL_LOAD_PREFIX%02g" 0 $((BENCH_LOAD_CHANNELS - 1))); do
+    ns_exec /usr/bin/sandbox-host channel off "$ch" >/dev/null || bench_die "sandbox-host channel off $ch failed"
+  done
+  printf 'standby:\n  max: %d\n' "$n" | ns_exec tee -a /etc/roundtable-sandbox/sandbox.yaml >/dev/null
+  ns_exec systemctl restart sandbox-host.service
+  host_wait_active
+  sleep 3 # the discards of the channels switched off end
+  ns_exec "$BIN/sandbox-bench" standbymem --out "$BENCH_RESULTS/standbymem.json" --host-socket "$HOST_SOCK" \
+    --channels "$n" --standby-max "$n" --channel-prefix bench-idle- --comm sandbox-host --comm "${WORKER_COMM:-sandbox-worker}" \
+    --comm containerd-shim --comm sandbox-broker --comm dockerd --comm containerd ||
+    note "- The standby idle-cost series failed (see the log of make bench)."
+  for ch in $(seq -f "bench-idle-%02g" 0 $((n - 1))); do
+    ns_exec /usr/bin/sandbox-host channel off "$ch" >/dev/null 2>&1 || true
+  done
 }

@@ -22,3 +22,18 @@ sandbox_standby_discards_total{reason="expired"} 9
 		t.Errorf("empty text: got %v, want 0", got)
 	}
 }
+
+func TestSetRuntime(t *testing.T) {
+	base := "image: w\nruntimeX: keep\n"
+	tests := []struct{ name, in, rt, want string }{
+		{"runsc added", base, "runsc", base + "runtime: runsc\n"},
+		{"runc is the default: key removed", base + "runtime: runsc\n", "runc", base},
+		{"replaced, not duplicated", "runtime: runc-x\n" + base, "runsc", base + "runtime: runsc\n"},
+		{"nested key untouched", "a:\n  runtime: y\n", "runc", "a:\n  runtime: y\n"},
+	}
+	for _, tt := range tests {
+		if got := setRuntime(tt.in, tt.rt); got != tt.want {
+			t.Errorf("%s: setRuntime = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}

@@ -140,3 +140,67 @@ func (s *Sampler) Stop() (peakPID, peakComm int64, seen int) {
 	defer s.mu.Unlock()
 	return s.peakPID, s.peakComm, len(s.seen)
 }
+
+// Rollup returns the Rss and Pss (KiB) of pid from /proc/<pid>/smaps_rollup:
+// Pss splits pages shared between processes (a shim's or a worker's
+// mapped binary) among them, so sums over many processes do not count a
+// shared page many times.
+func Rollup(pid int) (rss, pss int64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	return parseRollup(bufio.NewScanner(f))
+}
+
+func parseRollup(sc *bufio.Scanner) (rss, pss int64, err error) {
+	found := 0
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 || (f[0] != "Rss:" && f[0] != "Pss:") {
+			continue
+		}
+		n, perr := strconv.ParseInt(f[1], 10, 64)
+		if perr != nil {
+			return 0, 0, fmt.Errorf("procmem: bad %s value", f[0])
+		}
+		if f[0] == "Rss:" {
+			rss = n
+		} else {
+			pss = n
+		}
+		found++
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, err
+	}
+	if found < 2 {
+		return 0, 0, fmt.Errorf("procmem: Rss/Pss missing in smaps_rollup")
+	}
+	return rss, pss, nil
+}
+
+// Kind is the summed memory of every process with one comm.
+type Kind struct {
+	Comm   string `json:"comm"`
+	Count  int    `json:"count"`
+	RSSKiB int64  `json:"rssKiB"`
+	PSSKiB int64  `json:"pssKiB"`
+}
+
+// SumByComm sums Rss and Pss over the processes named comm (processes
+// that exit while read are left out).
+func SumByComm(comm string) Kind {
+	k := Kind{Comm: comm}
+	for _, pid := range PIDsByComm(comm) {
+		rss, pss, err := Rollup(pid)
+		if err != nil {
+			continue
+		}
+		k.Count++
+		k.RSSKiB += rss
+		k.PSSKiB += pss
+	}
+	return k
+}

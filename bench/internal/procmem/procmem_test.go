@@ -35,3 +35,22 @@ func TestSelf(t *testing.T) {
 		t.Errorf("sampler peak = %d, want > 0", peak)
 	}
 }
+
+func TestParseRollup(t *testing.T) {
+	tests := []struct {
+		name     string
+		in       string
+		rss, pss int64
+		wantErr  bool
+	}{
+		{"both", "55d0-7ffe ---p 00000000 00:00 0 [rollup]\nRss:                3072 kB\nPss:                1100 kB\nPss_Anon:            800 kB\n", 3072, 1100, false},
+		{"no pss", "Rss:                3072 kB\n", 0, 0, true},
+		{"bad number", "Rss: x kB\nPss: 1 kB\n", 0, 0, true},
+	}
+	for _, tt := range tests {
+		rss, pss, err := parseRollup(bufio.NewScanner(strings.NewReader(tt.in)))
+		if (err != nil) != tt.wantErr || rss != tt.rss || pss != tt.pss {
+			t.Errorf("%s: parseRollup = %d, %d, %v; want %d, %d, error %v", tt.name, rss, pss, err, tt.rss, tt.pss, tt.wantErr)
+		}
+	}
+}

@@ -28,6 +28,8 @@ type Inputs struct {
 	Sizes      *Sizes
 	Phases     *Phases
 	Variants   *Variants
+	StandbyMem *StandbyMem
+	Runtimes   *Runtimes
 	Notes      string
 	// ResultsPath is where the raw files are kept, for the report's pointer.
 	ResultsPath string
@@ -59,6 +61,8 @@ func ReadDir(dir string) (*Inputs, error) {
 		sz          Sizes
 		ph          Phases
 		va          Variants
+		sm          StandbyMem
+		rt          Runtimes
 	)
 	for _, f := range []struct {
 		name string
@@ -75,6 +79,8 @@ func ReadDir(dir string) (*Inputs, error) {
 		{FileSizes, &sz, func() { in.Sizes = &sz }},
 		{FilePhases, &ph, func() { in.Phases = &ph }},
 		{FileVariants, &va, func() { in.Variants = &va }},
+		{FileStandbyMem, &sm, func() { in.StandbyMem = &sm }},
+		{FileRuntimes, &rt, func() { in.Runtimes = &rt }},
 	} {
 		ok, err := load(f.name, f.v)
 		if err != nil {
@@ -458,6 +464,10 @@ func Markdown(in *Inputs) (string, error) {
 		p("| sandbox-host restarts that failed | %d: %s |\n", len(rd.Errors), oneLine(strings.Join(rd.Errors, "; ")))
 	}
 	p("\n")
+	if in.StandbyMem != nil {
+		writeStandbyMem(&b, in.StandbyMem)
+	}
+	writeRuntimes(&b, in.Runtimes)
 	if in.Notes != "" {
 		p("## Notes from this run\n\n%s\n", strings.TrimSpace(in.Notes))
 	}

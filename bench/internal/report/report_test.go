@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/roundtable-sandbox/sandbox/bench/internal/journal"
+	"github.com/roundtable-sandbox/sandbox/bench/internal/procmem"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/stats"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/turns"
 )
@@ -103,5 +104,47 @@ func TestKeepHandRun(t *testing.T) {
 				t.Errorf("KeepHandRun = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestMarkdownStandbyMemAndRuntimes(t *testing.T) {
+	in := &Inputs{
+		StandbyMem: &StandbyMem{Channels: 64, StandbyMax: 64, Ready: 64,
+			Before: []procmem.Kind{{Comm: "sandbox-host", Count: 1, RSSKiB: 20 * 1024, PSSKiB: 18 * 1024}},
+			With: []procmem.Kind{
+				{Comm: "sandbox-host", Count: 1, RSSKiB: 30 * 1024, PSSKiB: 18*1024 + 64*512},
+				{Comm: "containerd-shim", Count: 64, RSSKiB: 64 * 8 * 1024, PSSKiB: 64 * 4 * 1024},
+			}},
+		Runtimes: &Runtimes{Rounds: 7, Runtimes: []string{"runc", "runsc"}, Series: []turns.Series{
+			{Name: "runc cold", Summary: stats.Summary{N: 7, Median: 300, P95: 400}},
+			{Name: "runc standby", Summary: stats.Summary{N: 7, Median: 60, P95: 80}},
+			{Name: "runsc cold", Summary: stats.Summary{N: 7, Median: 600, P95: 1000}},
+			{Name: "runsc standby", Summary: stats.Summary{N: 7, Median: 120, P95: 100}},
+		}},
+	}
+	md, err := Markdown(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"### Idle cost of 64 channels' standbys",
+		"| `sandbox-host` | 1 / 1 | 20.0 MiB / 30.0 MiB | 18.0 MiB / 50.0 MiB | 0.50 MiB |",
+		"| `containerd-shim` | 0 / 64 | 0.0 MiB / 512.0 MiB | 0.0 MiB / 256.0 MiB | 4.00 MiB |",
+		"| all of the above | | | | 4.50 MiB (x 64 = 288.0 MiB) |",
+		"## 6. runsc beside runc",
+		"| runsc cold | 7 | 600.0 | 1000.0 |",
+		"- runsc / runc, cold: 2.00 (medians), 2.50 (p95s)",
+		"- runsc / runc, standby: 2.00 (medians), 1.25 (p95s)",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q\n%s", want, md)
+		}
+	}
+	md, _ = Markdown(&Inputs{Runtimes: &Runtimes{Skipped: "runsc is not registered"}})
+	if !strings.Contains(md, "## 6. runsc beside runc\n\nSkipped: runsc is not registered") {
+		t.Errorf("a skipped comparison is not said:\n%s", md)
+	}
+	if md, _ = Markdown(&Inputs{}); !strings.Contains(md, "## 6. runsc beside runc\n\nNot measured") || strings.Contains(md, "Idle cost of") {
+		t.Errorf("absent results are not said as such:\n%s", md)
 	}
 }

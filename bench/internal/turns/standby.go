@@ -39,7 +39,7 @@ func StandbyDiscarded(client *http.Client, channel string) func(context.Context,
 	tag := ids.ChannelTag(channel)
 	return func(ctx context.Context, _ int) error {
 		for _, mode := range []string{"off", "on"} {
-			if err := setMode(ctx, client, channel, mode); err != nil {
+			if err := SetMode(ctx, client, channel, mode); err != nil {
 				return err
 			}
 		}
@@ -100,7 +100,8 @@ func getJSON(ctx context.Context, client *http.Client, path string, v any) error
 	return json.Unmarshal(data, v)
 }
 
-func setMode(ctx context.Context, client *http.Client, channel, mode string) error {
+// SetMode switches a channel's mode ("on", "off") through the host API.
+func SetMode(ctx context.Context, client *http.Client, channel, mode string) error {
 	body, _ := json.Marshal(map[string]string{"mode": mode})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://host/v1/channels/"+url.PathEscape(channel)+"/mode", bytes.NewReader(body))
 	if err != nil {
@@ -116,4 +117,15 @@ func setMode(ctx context.Context, client *http.Client, channel, mode string) err
 		return fmt.Errorf("PUT mode %s: status %d", mode, resp.StatusCode)
 	}
 	return nil
+}
+
+// IsStandbyReady reports whether the channel's standby is ready now.
+func IsStandbyReady(ctx context.Context, client *http.Client, channel string) (bool, error) {
+	var st struct {
+		Standby string `json:"standby"`
+	}
+	if err := getJSON(ctx, client, "/v1/channels/"+url.PathEscape(channel), &st); err != nil {
+		return false, err
+	}
+	return st.Standby == "ready", nil
 }
