@@ -79,6 +79,9 @@ func writeStandbyMem(b *strings.Builder, sm *StandbyMem) {
 	if sm.MemCurWith > 0 {
 		p("\nsandbox-host.service MemoryCurrent (the host and the broker units it starts are separate units; this is the host's own cgroup): %s before, %s with the standbys.\n", mib(sm.MemCurBefore/1024), mib(sm.MemCurWith/1024))
 	}
+	if len(sm.Errors) > 0 {
+		p("\nFailures (first turns, or standbys not ready in time; the first few):\n\n")
+	}
 	for _, e := range sm.Errors {
 		p("- `%s`\n", oneLine(e))
 	}
