@@ -78,7 +78,9 @@ func TestSessionAgainstStatefulSDKServer(t *testing.T) {
 			}
 			rec.mu.Lock()
 			if len(rec.issued) != 1 || rec.issued[0] == "" {
-				t.Fatalf("server issued session ids %v, want exactly one", rec.issued)
+				issued := rec.issued
+				rec.mu.Unlock() // the server's cleanup waits for handlers that take it
+				t.Fatalf("server issued session ids %v, want exactly one", issued)
 			}
 			sid := rec.issued[0]
 			for i, m := range rec.rpcMethods {

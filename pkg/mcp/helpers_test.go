@@ -69,17 +69,57 @@ func (rec *recorder) wrap(h http.Handler) http.Handler {
 			rec.cookies++
 		}
 		rec.mu.Unlock()
-		h.ServeHTTP(w, r)
-		rec.mu.Lock()
-		if id := w.Header().Get("Mcp-Session-Id"); id != "" && m.Method == "initialize" {
-			rec.issued = append(rec.issued, id)
-		}
-		if m.Method == "tools/call" {
-			rec.callCT = append(rec.callCT, w.Header().Get("Content-Type"))
-		}
-		rec.mu.Unlock()
+		// Record what the answer's headers say when they are written, not after
+		// the handler returns: the client may act on the answer (and the test
+		// read the recorder) before ServeHTTP has returned.
+		hw := &headerWatch{ResponseWriter: w, onHeader: func(hdr http.Header) {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if id := hdr.Get("Mcp-Session-Id"); id != "" && m.Method == "initialize" {
+				rec.issued = append(rec.issued, id)
+			}
+			if m.Method == "tools/call" {
+				rec.callCT = append(rec.callCT, hdr.Get("Content-Type"))
+			}
+		}}
+		h.ServeHTTP(hw, r)
+		hw.header() // a handler that wrote nothing still answered (200, empty)
 	})
 }
+
+// headerWatch calls onHeader once, right before the response headers go out.
+type headerWatch struct {
+	http.ResponseWriter
+	onHeader func(http.Header)
+	done     bool
+}
+
+func (h *headerWatch) header() {
+	if !h.done {
+		h.done = true
+		h.onHeader(h.ResponseWriter.Header())
+	}
+}
+
+func (h *headerWatch) WriteHeader(code int) {
+	h.header()
+	h.ResponseWriter.WriteHeader(code)
+}
+
+func (h *headerWatch) Write(p []byte) (int, error) {
+	h.header()
+	return h.ResponseWriter.Write(p)
+}
+
+func (h *headerWatch) Flush() {
+	h.header()
+	if f, ok := h.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (h *headerWatch) Unwrap() http.ResponseWriter { return h.ResponseWriter }
 
 func (rec *recorder) count(method string) int {
 	rec.mu.Lock()

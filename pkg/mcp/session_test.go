@@ -115,8 +115,12 @@ func TestSessionUnknownAfterRestart(t *testing.T) {
 				t.Fatalf("first call: %v", err)
 			}
 			rec.mu.Lock()
-			old := rec.issued[0]
+			issued := append([]string(nil), rec.issued...)
 			rec.mu.Unlock()
+			if len(issued) == 0 {
+				t.Fatal("the server issued no session id to the first call")
+			}
+			old := issued[0]
 			fg.mu.Lock()
 			fg.old, fg.next = old, handler() // the restart
 			fg.mu.Unlock()
@@ -271,8 +275,12 @@ func TestSessionLifecycleIsLoggedWithoutSecrets(t *testing.T) {
 		t.Fatalf("first call: %v", err)
 	}
 	rec.mu.Lock()
-	old := rec.issued[0]
+	issued := append([]string(nil), rec.issued...)
 	rec.mu.Unlock()
+	if len(issued) == 0 {
+		t.Fatal("the server issued no session id to the first call")
+	}
+	old := issued[0]
 	fg.mu.Lock()
 	fg.old, fg.next = old, handler()
 	fg.mu.Unlock()
@@ -318,7 +326,7 @@ func TestSessionLifecycleIsLoggedWithoutSecrets(t *testing.T) {
 		t.Errorf("%d session starts logged for srv, want 2 (first, renewal)", started)
 	}
 	rec.mu.Lock()
-	issued := slices.Clone(rec.issued)
+	issued = slices.Clone(rec.issued)
 	rec.mu.Unlock()
 	text := logs.snapshot().String()
 	for _, f := range append(issued, testCred, argSecret, bodyMarker, ts.URL, stateless.URL, "127.0.0.1", "Bearer", "No valid session") {
