@@ -180,6 +180,20 @@ func (s *summary) endPackage(e event) {
 		s.pkgFailed++
 		s.pkgRan++
 		if !s.verbose {
+			// Tests that never ended (a hang ended by the package timeout or
+			// a signal): their output holds the goroutine dump.
+			var open []testKey
+			for k := range s.outputs {
+				if k.pkg == e.Package {
+					open = append(open, k)
+				}
+			}
+			sort.Slice(open, func(i, j int) bool { return open[i].test < open[j].test })
+			for _, k := range open {
+				fmt.Fprintf(s.w, "--- UNFINISHED: %s.%s\n%s", shortPkg(k.pkg), k.test, strings.Join(s.outputs[k], ""))
+				s.failedTests = append(s.failedTests, shortPkg(k.pkg)+"."+k.test+" (unfinished)")
+				delete(s.outputs, k)
+			}
 			// What no test owns: a panic, a timeout, a failed build.
 			fmt.Fprint(s.w, packageNoise(out))
 		}

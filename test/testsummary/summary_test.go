@@ -78,6 +78,14 @@ func TestSummary(t *testing.T) {
 		out(pkgA, "", "FAIL\t"+pkgA+"\t0.02s\n"),
 		{Action: "fail", Package: pkgA},
 	}
+	hanging := []event{
+		{Action: "run", Package: pkgA, Test: "TestHang"},
+		out(pkgA, "TestHang", "=== RUN   TestHang\n"),
+		out(pkgA, "TestHang", "panic: test timed out after 10m0s\n\trunning tests:\n\t\tTestHang (10m0s)\n"),
+		out(pkgA, "TestHang", "goroutine 7 [sync.Mutex.Lock]:\n"),
+		out(pkgA, "", "FAIL\t"+pkgA+"\t600.1s\n"),
+		{Action: "fail", Package: pkgA, Elapsed: 600.1},
+	}
 	build := []event{
 		{Action: "build-output", ImportPath: pkgA + " [" + pkgA + ".test]", Output: "a.go:3:1: syntax error\n"},
 		{Action: "build-fail", ImportPath: pkgA + " [" + pkgA + ".test]"},
@@ -120,6 +128,13 @@ func TestSummary(t *testing.T) {
 			wantFailed: true,
 			wantLine:   "unit: FAILED: 1 tests ran in 1 packages: 0 passed, 1 failed, 0 skipped",
 			wantOut:    []string{"a_test.go:20: got 1, want 2", "--- FAIL: TestBad", "FAIL\t" + pkgA, "failed tests: pkg/a.TestBad"},
+		},
+		{
+			name:       "a test that never ended prints its dump",
+			in:         stream(t, hanging...),
+			wantFailed: true,
+			wantOut: []string{"--- UNFINISHED: pkg/a.TestHang", "panic: test timed out after 10m0s",
+				"goroutine 7 [sync.Mutex.Lock]:", "failed tests: pkg/a.TestHang (unfinished)"},
 		},
 		{
 			name:       "a package failing outside tests prints why",
