@@ -196,6 +196,9 @@ type fakeUnits struct {
 	active  map[string]bool
 	stopErr error
 	closed  bool
+	// services lists StartBrokerService calls; serviceErr fails them.
+	services   []string
+	serviceErr error
 	// startHook, when set, runs first in StartBroker (without the lock)
 	// and decides the job's result: tests block or fail the unit job.
 	startHook func(ctx context.Context, turn string) error
@@ -217,6 +220,13 @@ func (u *fakeUnits) StartBroker(ctx context.Context, turn string) error {
 	u.started = append(u.started, turn)
 	u.active[turn] = true
 	return nil
+}
+
+func (u *fakeUnits) StartBrokerService(ctx context.Context, turn string) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.services = append(u.services, turn)
+	return u.serviceErr
 }
 
 func (u *fakeUnits) StopBroker(ctx context.Context, turn string) error {

@@ -74,6 +74,9 @@ type Containers interface {
 type Units interface {
 	// StartBroker starts sandbox-broker@<turn>.socket and waits for the job.
 	StartBroker(ctx context.Context, turnID string) error
+	// StartBrokerService starts sandbox-broker@<turn>.service and waits for
+	// the job (a standby's broker must run before a turn binds it).
+	StartBrokerService(ctx context.Context, turnID string) error
 	// StopBroker stops the socket and service units of the turn.
 	StopBroker(ctx context.Context, turnID string) error
 }

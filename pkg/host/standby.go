@@ -250,6 +250,12 @@ func (h *Host) startStandby(ctx context.Context, t *turn, credential string) (St
 	if err := h.opts.Units.StartBroker(ctx, t.id); err != nil {
 		return nil, fmt.Errorf("broker units: %w", err)
 	}
+	// Off the reply path, so wait for the broker itself: one that failed to
+	// start (a credential set that timed out under load, say) would fail the
+	// turn that binds this standby; failing here leaves that turn the cold path.
+	if err := h.opts.Units.StartBrokerService(ctx, t.id); err != nil {
+		return nil, fmt.Errorf("broker service: %w", err)
+	}
 	expiry := strconv.FormatInt(t.deadline.Unix(), 10)
 	spec := h.containerSpec(t, t.deadline, map[string]string{layout.LabelStandby: expiry})
 	t.createTried = true

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -320,6 +321,39 @@ func TestStandbyFailedPreparationLeavesNothing(t *testing.T) {
 	r.assertClean(t)
 	_, _, err = r.h.RunTurn(context.Background(), turnIn("c"))
 	must(t, err)
+}
+
+// TestStandbyBrokerServiceMustStart: a standby whose broker service fails
+// to start is never offered (the unit allows one start a turn, so the bound
+// turn could not activate it); the next turn takes the cold path and works.
+func TestStandbyBrokerServiceMustStart(t *testing.T) {
+	r, w := newWarmRig(t, "")
+	r.units.mu.Lock()
+	r.units.serviceErr = errors.New("fake: job failed")
+	r.units.mu.Unlock()
+	_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, err)
+	waitFor(t, "failed preparation counted", func() bool {
+		return counter(t, r, "sandbox_standby_prepares_total", map[string]string{"result": "failed"}) == 1
+	})
+	r.units.mu.Lock()
+	asked := len(r.units.services)
+	r.units.mu.Unlock()
+	if asked != 1 {
+		t.Errorf("broker service starts waited for = %d, want 1 (the standby's)", asked)
+	}
+	w.wmu.Lock()
+	startedN := len(w.started)
+	w.wmu.Unlock()
+	if startedN != 0 {
+		t.Errorf("%d standby containers started although the broker did not run", startedN)
+	}
+	r.assertClean(t)
+	_, _, err = r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, err)
+	if got := counter(t, r, "sandbox_standby_turns_total", map[string]string{"result": "hit"}); got != 0 {
+		t.Errorf("standby hits = %v, want 0", got)
+	}
 }
 
 // TestStandbyOtherCredentialTakesColdPath: a turn whose rules select

@@ -193,6 +193,19 @@ func (m *Manager) StartBroker(ctx context.Context, turnID string) error {
 	return nil
 }
 
+// StartBrokerService starts sandbox-broker@<turn>.service and waits for the
+// job's result (a start already queued by StartBroker merges into it). A
+// standby uses it: its broker must be known to run before a turn binds it,
+// because the unit allows one start a turn, so a broker that failed to start
+// while the standby waited could not be activated by the bound turn.
+func (m *Manager) StartBrokerService(ctx context.Context, turnID string) error {
+	_, svc, c, err := m.brokerUnits(turnID)
+	if err != nil {
+		return err
+	}
+	return runJob(ctx, "start", c.StartUnitContext, svc, "fail")
+}
+
 // StopBroker stops the turn's socket (first, so nothing re-activates the
 // service) and service (mode "replace") and waits for both results. A unit
 // that is not loaded counts as stopped. When both stops end "done" nothing

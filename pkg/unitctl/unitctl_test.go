@@ -152,6 +152,31 @@ func TestStartBroker(t *testing.T) {
 	}
 }
 
+// StartBrokerService waits for the service job: a standby's broker must be
+// known to run.
+func TestStartBrokerServiceWaits(t *testing.T) {
+	for _, tt := range []struct {
+		result  string
+		wantErr error
+	}{{"done", nil}, {"failed", ErrJob}, {"timeout", ErrJob}, {"dependency", ErrJob}} {
+		t.Run(tt.result, func(t *testing.T) {
+			f := newFake()
+			f.results[svc] = tt.result
+			m := managerWith(t, f)
+			err := m.StartBrokerService(context.Background(), turn)
+			if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
+				t.Fatalf("StartBrokerService = %v, want %v", err, tt.wantErr)
+			}
+			if err != nil && !strings.Contains(err.Error(), svc) {
+				t.Errorf("error %q does not name the unit %s", err, svc)
+			}
+			if want := []string{"start " + svc + " fail"}; !slices.Equal(f.calls, want) {
+				t.Errorf("calls = %v, want %v", f.calls, want)
+			}
+		})
+	}
+}
+
 // The early service start is best effort: a refused or failed queueing call
 // changes nothing (socket activation starts the service on first connect),
 // and its result is never waited for.

@@ -208,8 +208,9 @@ func (fakeContainers) Remove(context.Context, string) error { return nil }
 
 type fakeUnits struct{}
 
-func (fakeUnits) StartBroker(context.Context, string) error { return nil }
-func (fakeUnits) StopBroker(context.Context, string) error  { return nil }
+func (fakeUnits) StartBroker(context.Context, string) error        { return nil }
+func (fakeUnits) StopBroker(context.Context, string) error         { return nil }
+func (fakeUnits) StartBrokerService(context.Context, string) error { return nil }
 
 func TestClientCommands(t *testing.T) {
 	dir, _ := os.MkdirTemp("/tmp", "sbcli")

@@ -325,6 +325,9 @@ func (u *inProcessBrokers) StartBroker(_ context.Context, turnID string) error {
 	return nil
 }
 
+// StartBrokerService: the in-process broker already serves once StartBroker returns.
+func (u *inProcessBrokers) StartBrokerService(context.Context, string) error { return nil }
+
 func (u *inProcessBrokers) StopBroker(ctx context.Context, turnID string) error {
 	u.mu.Lock()
 	u.stopped = append(u.stopped, turnID)
