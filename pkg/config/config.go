@@ -75,6 +75,61 @@ type Config struct {
 	Guests              Guests   `mapstructure:"guests"`
 	Egress              Egress   `mapstructure:"egress"`
 	Standby             Standby  `mapstructure:"standby"`
+	Runs                Runs     `mapstructure:"runs"`
+}
+
+// Runs configures code execution (DESIGN.md section 12, package runs): the
+// toolbox image, the projects clients may name, and every bound of a run.
+type Runs struct {
+	Enabled  bool      `mapstructure:"enabled"`
+	Image    string    `mapstructure:"image"`
+	Projects []Project `mapstructure:"projects"`
+	MemoryMB int       `mapstructure:"memoryMb"`
+	CPUs     float64   `mapstructure:"cpus"`
+	Pids     int64     `mapstructure:"pids"`
+	// TmpfsMB sizes /tmp, OutputMB /output (both tmpfs, both counted
+	// against MemoryMB).
+	TmpfsMB  int `mapstructure:"tmpfsMb"`
+	OutputMB int `mapstructure:"outputMb"`
+	// MaxOutputBytes bounds stdout and stderr each.
+	MaxOutputBytes         int   `mapstructure:"maxOutputBytes"`
+	MaxArtifacts           int   `mapstructure:"maxArtifacts"`
+	MaxArtifactBytes       int64 `mapstructure:"maxArtifactBytes"`
+	MaxArtifactTotalBytes  int64 `mapstructure:"maxArtifactTotalBytes"`
+	ApprovalTimeoutSeconds int   `mapstructure:"approvalTimeoutSeconds"`
+	// RetainSeconds and MaxRetained bound how long and how many finished
+	// runs stay readable through GET /v1/runs/{id}.
+	RetainSeconds int `mapstructure:"retainSeconds"`
+	MaxRetained   int `mapstructure:"maxRetained"`
+}
+
+// Project is one operator-declared directory a run may see read-only at
+// /workspace; clients name it, never its path.
+type Project struct {
+	Name string `mapstructure:"name"`
+	Path string `mapstructure:"path"`
+}
+
+// Bounds of the runs keys.
+const (
+	MaxRunArtifacts          = 256
+	MaxRunArtifactBytes      = 64 << 20
+	MaxRunArtifactTotalBytes = 256 << 20
+	MaxRunOutputBytes        = 16 << 20
+	MinRunOutputBytes        = 1 << 10
+	MaxRunProjects           = 256
+)
+
+var projectNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// ProjectPath is the host directory of the named project, and whether it is declared.
+func (r Runs) ProjectPath(name string) (string, bool) {
+	for _, p := range r.Projects {
+		if p.Name == name {
+			return p.Path, true
+		}
+	}
+	return "", false
 }
 
 // Standby configures the warm path: one started container per sandbox
@@ -431,6 +486,7 @@ func (c *Config) Validate() error {
 	c.validateCredentials(bad)
 	c.validateTools(bad)
 	c.validateEgress(bad)
+	c.validateRuns(bad)
 
 	for _, a := range []struct {
 		key string
@@ -724,6 +780,68 @@ func checkFetchTool(key string, t Tool, bad func(key, format string, a ...any)) 
 	}
 	if json.Unmarshal([]byte(t.Parameters), &schema) != nil || schema.Properties["url"].Type != "string" || !slices.Contains(schema.Required, "url") {
 		bad(key+".parameters", "a fetch tool's parameters must require a string property \"url\" (the only input it accepts)")
+	}
+}
+
+func (c *Config) validateRuns(bad func(key, format string, a ...any)) {
+	r := c.Runs
+	if r.Image == "" || len(r.Image) > 255 || strings.ContainsAny(r.Image, " \t\n") {
+		bad("runs.image", "must be an image reference of 1 to 255 characters")
+	}
+	if len(r.Projects) > MaxRunProjects {
+		bad("runs.projects", "at most %d projects", MaxRunProjects)
+	}
+	seen := map[string]bool{}
+	for i, p := range r.Projects {
+		key := fmt.Sprintf("runs.projects[%d]", i)
+		if !projectNameRe.MatchString(p.Name) {
+			bad(key+".name", "%q must match %s", p.Name, projectNameRe)
+		} else if seen[p.Name] {
+			bad(key+".name", "%q is declared twice", p.Name)
+		}
+		seen[p.Name] = true
+		if !filepath.IsAbs(p.Path) || filepath.Clean(p.Path) != p.Path || p.Path == "/" || strings.ContainsAny(p.Path, ",:\n") {
+			bad(key+".path", "%q must be an absolute, clean directory path other than / (no comma, colon or newline)", p.Path)
+		}
+	}
+	if r.MemoryMB < 64 || r.MemoryMB > 65536 {
+		bad("runs.memoryMb", "must be 64 to 65536, got %d", r.MemoryMB)
+	}
+	if !(r.CPUs >= 0.01 && r.CPUs <= 64) {
+		bad("runs.cpus", "must be 0.01 to 64, got %v", r.CPUs)
+	}
+	if r.Pids < 8 || r.Pids > 4096 {
+		bad("runs.pids", "must be 8 to 4096, got %d", r.Pids)
+	}
+	if r.TmpfsMB < 1 || r.TmpfsMB > 4096 {
+		bad("runs.tmpfsMb", "must be 1 to 4096, got %d", r.TmpfsMB)
+	}
+	if r.OutputMB < 1 || r.OutputMB > 4096 {
+		bad("runs.outputMb", "must be 1 to 4096, got %d", r.OutputMB)
+	}
+	if r.TmpfsMB+r.OutputMB >= r.MemoryMB {
+		bad("runs.tmpfsMb", "runs.tmpfsMb plus runs.outputMb must stay below runs.memoryMb (tmpfs counts against memory), got %d + %d >= %d", r.TmpfsMB, r.OutputMB, r.MemoryMB)
+	}
+	if r.MaxOutputBytes < MinRunOutputBytes || r.MaxOutputBytes > MaxRunOutputBytes {
+		bad("runs.maxOutputBytes", "must be %d to %d, got %d", MinRunOutputBytes, MaxRunOutputBytes, r.MaxOutputBytes)
+	}
+	if r.MaxArtifacts < 1 || r.MaxArtifacts > MaxRunArtifacts {
+		bad("runs.maxArtifacts", "must be 1 to %d, got %d", MaxRunArtifacts, r.MaxArtifacts)
+	}
+	if r.MaxArtifactBytes < 1 || r.MaxArtifactBytes > MaxRunArtifactBytes {
+		bad("runs.maxArtifactBytes", "must be 1 to %d, got %d", MaxRunArtifactBytes, r.MaxArtifactBytes)
+	}
+	if r.MaxArtifactTotalBytes < r.MaxArtifactBytes || r.MaxArtifactTotalBytes > MaxRunArtifactTotalBytes {
+		bad("runs.maxArtifactTotalBytes", "must be runs.maxArtifactBytes (%d) to %d, got %d", r.MaxArtifactBytes, MaxRunArtifactTotalBytes, r.MaxArtifactTotalBytes)
+	}
+	if r.ApprovalTimeoutSeconds < 10 || r.ApprovalTimeoutSeconds > 3600 {
+		bad("runs.approvalTimeoutSeconds", "must be 10 to 3600, got %d", r.ApprovalTimeoutSeconds)
+	}
+	if r.RetainSeconds < 10 || r.RetainSeconds > 86400 {
+		bad("runs.retainSeconds", "must be 10 to 86400, got %d", r.RetainSeconds)
+	}
+	if r.MaxRetained < 1 || r.MaxRetained > 4096 {
+		bad("runs.maxRetained", "must be 1 to 4096, got %d", r.MaxRetained)
 	}
 }
 

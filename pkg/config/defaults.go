@@ -76,6 +76,22 @@ func defaults() map[string]any {
 		"standby.enabled":       true,
 		"standby.maxAgeSeconds": 300,
 		"standby.max":           16,
+
+		"runs.enabled":                true,
+		"runs.image":                  layout.DefaultToolboxImage,
+		"runs.projects":               []any{},
+		"runs.memoryMb":               2048,
+		"runs.cpus":                   1.0,
+		"runs.pids":                   256,
+		"runs.tmpfsMb":                512,
+		"runs.outputMb":               256,
+		"runs.maxOutputBytes":         1 << 20,
+		"runs.maxArtifacts":           16,
+		"runs.maxArtifactBytes":       8 << 20,
+		"runs.maxArtifactTotalBytes":  32 << 20,
+		"runs.approvalTimeoutSeconds": 300,
+		"runs.retainSeconds":          900,
+		"runs.maxRetained":            64,
 	}
 }
 

@@ -25,6 +25,15 @@ const (
 	ImageArchive = "/usr/lib/roundtable-sandbox/worker-image.tar"
 	// DefaultImage is the tag the shipped archive carries.
 	DefaultImage = "roundtable-sandbox-worker:latest"
+	// DefaultToolboxImage is the tag `sandbox-host toolbox build` gives the
+	// code-execution image (DESIGN.md section 12).
+	DefaultToolboxImage = "roundtable-sandbox-toolbox:latest"
+	// ToolboxWorker is where the toolbox image carries sandbox-worker (the
+	// run supervisor and the egress bridge).
+	ToolboxWorker = "/usr/lib/roundtable-sandbox/sandbox-worker"
+	// EmptyWorkspace is the empty directory a run without a project sees
+	// read-only at /workspace.
+	EmptyWorkspace = "/var/lib/roundtable-sandbox/empty"
 
 	HostUser   = "_sandbox"
 	BrokerUser = "_sandbox-broker"

@@ -1,0 +1,116 @@
+// Package runs is the domain of code execution (DESIGN.md section 12): a
+// run's parameters and their refusals, artifact path rules, the approval
+// state machine of network runs, and the record of every run the host keeps.
+// Guarantee: a Params that passed Validate names exactly one mode, only
+// relative artifact paths under /output, and a timeout within bounds; a run
+// with network never starts without one human approval of that run.
+package runs
+
+import "time"
+
+// Modes of a run.
+const (
+	ModeShell = "shell" // Params.Command through /bin/sh -c
+	ModeArgv  = "argv"  // Params.Executable with Params.Args, no shell
+)
+
+// States of a run, in order. A run moves forward only.
+const (
+	StateAwaitingApproval = "awaiting_approval" // network runs only
+	StateQueued           = "queued"            // waiting for a concurrency slot
+	StateRunning          = "running"
+	StateFinished         = "finished"
+)
+
+// Results of a finished run.
+const (
+	ResultOK        = "ok"        // the main command exited 0
+	ResultFailed    = "failed"    // a setup or the main command exited non-zero
+	ResultTimeout   = "timeout"   // killed at timeoutSeconds
+	ResultCancelled = "cancelled" // cancelled by its owner or an admin, or the host stopped
+	ResultDenied    = "denied"    // network refused by a human, or the approval timed out
+	ResultError     = "error"     // the system failed (image missing, Docker error, ...)
+)
+
+// Params is the body of POST /v1/runs: the seed's sandbox_run parameters
+// (timeout_seconds is timeoutSeconds here, as every key of the API), plus
+// the project's name.
+type Params struct {
+	Project        string   `json:"project,omitempty"`
+	Command        string   `json:"command,omitempty"`
+	Executable     string   `json:"executable,omitempty"`
+	Args           []string `json:"args,omitempty"`
+	Setup          []string `json:"setup,omitempty"`
+	Network        bool     `json:"network,omitempty"`
+	TimeoutSeconds int      `json:"timeoutSeconds,omitempty"` // 0: DefaultTimeoutSeconds
+	Artifacts      []string `json:"artifacts,omitempty"`
+}
+
+// Status is a run as the API shows it. Stdout and Stderr are text: bytes that
+// are not UTF-8 are replaced (the event stream carries the raw bytes).
+type Status struct {
+	ID       string `json:"id"`
+	State    string `json:"state"`
+	Result   string `json:"result,omitempty"`
+	Mode     string `json:"mode"`
+	Project  string `json:"project,omitempty"`
+	Network  bool   `json:"network,omitempty"`
+	OwnerUID int    `json:"ownerUid"`
+
+	CreatedAt  time.Time  `json:"createdAt"`
+	StartedAt  *time.Time `json:"startedAt,omitempty"`
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+	// ApprovalDeadline is set while the run awaits approval.
+	ApprovalDeadline *time.Time `json:"approvalDeadline,omitempty"`
+	// ApprovedBy is the uid that approved network for this run.
+	ApprovedBy *int `json:"approvedBy,omitempty"`
+
+	ExitCode   *int  `json:"exitCode,omitempty"`
+	DurationMs int64 `json:"durationMs,omitempty"`
+	// FailedSetup is the 1-based index of the setup command that failed.
+	FailedSetup     int        `json:"failedSetup,omitempty"`
+	Stdout          string     `json:"stdout,omitempty"`
+	Stderr          string     `json:"stderr,omitempty"`
+	StdoutTruncated bool       `json:"stdoutTruncated,omitempty"`
+	StderrTruncated bool       `json:"stderrTruncated,omitempty"`
+	Artifacts       []Artifact `json:"artifacts,omitempty"`
+	// Error is a generic reason for results other than ok and failed.
+	Error string `json:"error,omitempty"`
+}
+
+// Artifact is one requested file under /output. Data is set only when Error
+// is empty.
+type Artifact struct {
+	Path  string `json:"path"`
+	Size  int64  `json:"size"`
+	Data  []byte `json:"data,omitempty"`
+	Error string `json:"error,omitempty"` // "missing", "not a regular file", "over the size bound", ...
+}
+
+// Event types of GET /v1/runs/{id}/events (one JSON object per line).
+const (
+	EventState  = "state"  // State changed
+	EventOutput = "output" // Data from Stream in Phase
+	EventResult = "result" // the last event: Status is the finished run
+)
+
+// Streams and phases of output events.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+	PhaseSetup   = "setup"
+	PhaseMain    = "main"
+)
+
+// Event is one line of a run's event stream. Seq starts at 1 and has no gaps
+// unless Dropped says how many events the bounded history lost.
+type Event struct {
+	Seq     int64   `json:"seq"`
+	Type    string  `json:"type"`
+	State   string  `json:"state,omitempty"`
+	Stream  string  `json:"stream,omitempty"`
+	Phase   string  `json:"phase,omitempty"`
+	Data    []byte  `json:"data,omitempty"`
+	Dropped int64   `json:"dropped,omitempty"`
+	Status  *Status `json:"status,omitempty"`
+}
