@@ -557,3 +557,50 @@ func (w *boundedWriter) Write(p []byte) (int, error) {
 	w.buf = append(w.buf, p...)
 	return len(p), nil
 }
+
+// Stream is Finish for a code run: stdin is written and closed, stdout and
+// stderr go to the caller's writers as they arrive (the caller parses and
+// bounds them), then the exit status is awaited. A write error from either
+// writer (the caller refusing what the container sent) stops the copy and
+// kills the container; the error is returned. It may be called once.
+func (s *Started) Stream(ctx context.Context, stdin []byte, stdout, stderr io.Writer) (int64, error) {
+	d, id, hj := s.d, s.id, s.hj
+	if err := checkRun(stdin, 1); err != nil {
+		s.hj.Close()
+		return -1, errors.Join(err, d.killDetached(ctx, id))
+	}
+	go func() {
+		if _, err := hj.Conn.Write(stdin); err == nil {
+			_ = hj.CloseWrite()
+		}
+	}()
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, hj.Reader)
+		copied <- err
+	}()
+	select {
+	case <-ctx.Done():
+		return -1, s.abort(ctx, "container run")
+	case err := <-copied:
+		if err != nil {
+			hj.Close()
+			return -1, errors.Join(fmt.Errorf("container output: %w", err), d.killDetached(ctx, id))
+		}
+	}
+	waitc, errc := d.cli.ContainerWait(ctx, id, container.WaitConditionNotRunning)
+	select {
+	case <-ctx.Done():
+		return -1, s.abort(ctx, "container wait")
+	case err := <-errc:
+		if ctx.Err() != nil {
+			return -1, s.abort(ctx, "container wait")
+		}
+		return -1, errors.Join(daemonErr("container wait", err), d.killDetached(ctx, id))
+	case w := <-waitc:
+		if w.Error != nil && w.Error.Message != "" {
+			return -1, daemonErr("container wait", errors.New(w.Error.Message))
+		}
+		return w.StatusCode, nil
+	}
+}

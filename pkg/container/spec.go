@@ -86,7 +86,37 @@ type Spec struct {
 	// Labels must carry layout.LabelInstallation, LabelTurn, LabelChannel and
 	// LabelDeadline with valid values; the reaper depends on them.
 	Labels map[string]string
+	// Run, when set, makes this a code run's container (DESIGN.md section
+	// 12) instead of a turn's: WorkspaceDir is the project, bound read-only;
+	// TurnDir is optional (only a run granted the proxy route has a broker).
+	Run *RunOptions
 }
+
+// RunOptions are what a code run's container has that a turn's has not.
+type RunOptions struct {
+	// Setup: the run has setup commands, so the container starts as root
+	// with SetupCapabilities and a writable root filesystem (package
+	// installation writes /usr and /var; the layer dies with the
+	// container); the supervisor drops to UID:GID with no capabilities for
+	// the main command. Without setup the container runs as UID:GID with
+	// no capabilities and a read-only root.
+	Setup bool
+	// OutputMB sizes the /output tmpfs (owned by UID:GID).
+	OutputMB int
+	// Command is the container's argv (the toolbox's supervisor).
+	Command []string
+}
+
+// SetupCapabilities are what package installation needs (dpkg's chown and
+// chmod, apt's drop to its _apt user) and SETPCAP, with which the
+// supervisor empties the bounding set before the main command. Everything
+// else Docker grants by default stays dropped, as the seed drops it:
+// SYS_ADMIN, SYS_PTRACE, NET_ADMIN, NET_RAW, MKNOD, SYS_CHROOT, SETFCAP,
+// AUDIT_WRITE, NET_BIND_SERVICE, KILL.
+var SetupCapabilities = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "SETPCAP"}
+
+// OutputPath is where a run's exported files are written.
+const OutputPath = "/output"
 
 // processIDs are the creating process's uid and gid (tests replace it).
 var processIDs = func() (int, int) { return os.Getuid(), os.Getgid() }
@@ -132,7 +162,18 @@ func (s *Spec) Validate(dockerSockets ...string) error {
 	if err := s.validateLabels(); err != nil {
 		return err
 	}
-	return validateMounts(s.WorkspaceDir, s.TurnDir, dockerSockets)
+	if r := s.Run; r != nil {
+		if r.OutputMB < 1 || r.OutputMB > MaxTmpfsMB {
+			return invalid("output tmpfs must be 1 to %d MiB", MaxTmpfsMB)
+		}
+		if len(r.Command) == 0 || len(r.Command) > 8 || !filepath.IsAbs(r.Command[0]) {
+			return invalid("a run's command must be 1 to 8 words starting with an absolute path")
+		}
+		if s.TurnDir == "" {
+			return validateMounts([]string{s.WorkspaceDir}, dockerSockets)
+		}
+	}
+	return validateMounts([]string{s.WorkspaceDir, s.TurnDir}, dockerSockets)
 }
 
 func (s *Spec) validateLabels() error {
@@ -177,8 +218,10 @@ func printable(s string) bool {
 // relative, unclean or symlinked path (the daemon would resolve the link), a
 // non-directory, the two sources nested in each other, or a source that
 // contains the Docker socket.
-func validateMounts(workspace, turnDir string, dockerSockets []string) error {
-	for _, p := range []struct{ what, path string }{{"workspace", workspace}, {"turn dir", turnDir}} {
+func validateMounts(dirs []string, dockerSockets []string) error {
+	whats := []string{"workspace", "turn dir"}
+	for i, path := range dirs {
+		p := struct{ what, path string }{whats[i], path}
 		if !filepath.IsAbs(p.path) || filepath.Clean(p.path) != p.path || p.path == "/" {
 			return invalid("%s must be an absolute clean path other than /", p.what)
 		}
@@ -196,7 +239,7 @@ func validateMounts(workspace, turnDir string, dockerSockets []string) error {
 			}
 		}
 	}
-	if within(workspace, turnDir) || within(turnDir, workspace) {
+	if len(dirs) == 2 && (within(dirs[0], dirs[1]) || within(dirs[1], dirs[0])) {
 		return invalid("workspace and turn dir must be separate")
 	}
 	return nil
@@ -288,7 +331,41 @@ func (s *Spec) configs(logDriver string) (*container.Config, *container.HostConf
 	if logDriver != "" && logDriver != LogDriver {
 		host.LogConfig = container.LogConfig{Type: logDriver}
 	}
+	if s.Run != nil {
+		s.runConfigs(cfg, host)
+	}
 	return cfg, host
+}
+
+// runConfigs turns a turn's confinement into a code run's: the same flags,
+// except what DESIGN.md section 12 changes (see RunOptions).
+func (s *Spec) runConfigs(cfg *container.Config, host *container.HostConfig) {
+	r := s.Run
+	cfg.Env = []string{"LANG=C.UTF-8"}
+	cfg.Entrypoint = append([]string{}, r.Command[:1]...)
+	cfg.Cmd = append([]string{}, r.Command[1:]...)
+	if r.Setup {
+		cfg.User = "0:0"
+		host.CapAdd = append([]string{}, SetupCapabilities...)
+		host.ReadonlyRootfs = false
+	}
+	// Code runs compile and execute in /tmp and /output: exec stays
+	// allowed there (the turn's /tmp is noexec), suid and devices not.
+	host.Tmpfs = map[string]string{
+		TmpPath:    "size=" + strconv.Itoa(s.TmpfsMB) + "m,mode=1777,nosuid,nodev",
+		OutputPath: "size=" + strconv.Itoa(r.OutputMB) + "m,mode=0755,nosuid,nodev,uid=" + strconv.Itoa(s.UID) + ",gid=" + strconv.Itoa(s.GID),
+	}
+	mounts := []mount.Mount{{
+		Type:        mount.TypeBind,
+		Source:      s.WorkspaceDir,
+		Target:      protocol.WorkspacePath,
+		ReadOnly:    true,
+		BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+	}}
+	if s.TurnDir != "" {
+		mounts = append(mounts, host.Mounts[1])
+	}
+	host.Mounts = mounts
 }
 
 // TmpfsOptions is the /tmp tmpfs option string for a size in MiB. noexec is
