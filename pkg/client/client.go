@@ -36,6 +36,10 @@ const (
 	DefaultConnectTimeout = 5 * time.Second
 	DefaultTimeout        = 10 * time.Second
 	DefaultTurnTimeout    = 11 * time.Minute
+	// DefaultRunTimeout bounds following one code run: at most an hour
+	// awaiting approval (runs.approvalTimeoutSeconds) plus an hour running
+	// (timeoutSeconds) plus cleanup.
+	DefaultRunTimeout = 2*time.Hour + 5*time.Minute
 )
 
 // Options bounds the client's calls; a zero field takes its default. A
@@ -44,6 +48,7 @@ type Options struct {
 	ConnectTimeout time.Duration // connecting to the socket
 	Timeout        time.Duration // whole call: status, channels, mode, fresh, cancel, turns, health
 	TurnTimeout    time.Duration // whole call: RunTurn (queueing and running the turn)
+	RunTimeout     time.Duration // whole call: RunEvents (following a code run to its end)
 }
 
 func (o Options) withDefaults() Options {
@@ -55,6 +60,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.TurnTimeout <= 0 {
 		o.TurnTimeout = DefaultTurnTimeout
+	}
+	if o.RunTimeout <= 0 {
+		o.RunTimeout = DefaultRunTimeout
 	}
 	return o
 }
@@ -194,19 +202,61 @@ func escapeSegment(s string) string {
 
 // do performs one call within limit (a turn's or a status call's bound).
 func (c *Client) do(ctx context.Context, limit time.Duration, method string, segs []string, body, out any) error {
+	return c.doBounded(ctx, limit, maxResponseBytes, method, segs, body, out)
+}
+
+// doBounded is do reading at most maxBytes of the answer.
+func (c *Client) doBounded(ctx context.Context, limit time.Duration, maxBytes int64, method string, segs []string, body, out any) error {
 	raw := "/" + strings.Join(segs, "/")
 	op := method + " " + raw
 	terr := &timeoutError{op: op, after: limit}
 	ctx, cancel := context.WithTimeoutCause(ctx, limit, terr)
 	defer cancel()
-	err := c.exchange(ctx, method, raw, body, out)
+	err := c.exchange(ctx, method, raw, body, out, maxBytes)
 	if err != nil && errors.Is(context.Cause(ctx), ErrTimeout) && !errors.As(err, new(*Error)) {
 		return terr
 	}
 	return err
 }
 
-func (c *Client) exchange(ctx context.Context, method, raw string, body, out any) error {
+func (c *Client) exchange(ctx context.Context, method, raw string, body, out any, maxBytes int64) error {
+	resp, op, err := c.send(ctx, method, raw, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBytes+1))
+	if err != nil {
+		return fmt.Errorf("sandbox-host: %s: read answer: %w", op, err)
+	}
+	if int64(len(data)) > maxBytes {
+		return fmt.Errorf("sandbox-host: %s: answer too large", op)
+	}
+	if resp.StatusCode/100 != 2 {
+		return errorOf(resp.StatusCode, data)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("sandbox-host: %s: bad answer: %w", op, err)
+	}
+	return nil
+}
+
+// errorOf is the *Error of a non-2xx answer.
+func errorOf(status int, data []byte) error {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(data, &e) != nil || e.Error == "" {
+		e.Error = http.StatusText(status)
+	}
+	return &Error{Status: status, Reason: e.Error}
+}
+
+// send performs the request; the caller reads and closes the body.
+func (c *Client) send(ctx context.Context, method, raw string, body any) (*http.Response, string, error) {
 	op := method + " " + raw
 	plain := raw
 	if u, err := url.PathUnescape(raw); err == nil {
@@ -217,13 +267,13 @@ func (c *Client) exchange(ctx context.Context, method, raw string, body, out any
 	if body != nil {
 		data, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, op, err
 		}
 		rd = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
-		return err
+		return nil, op, err
 	}
 	req.URL = u // keep the exact escaping
 	if body != nil {
@@ -236,34 +286,11 @@ func (c *Client) exchange(ctx context.Context, method, raw string, body, out any
 			err = ue.Err // drop the URL: the op names the call
 		}
 		if hostDown(err) {
-			return fmt.Errorf("sandbox-host: %s: %w (the host is not running or could not start: systemctl status sandbox-host)", op, err)
+			return nil, op, fmt.Errorf("sandbox-host: %s: %w (the host is not running or could not start: systemctl status sandbox-host)", op, err)
 		}
-		return fmt.Errorf("sandbox-host: %s: %w", op, err)
+		return nil, op, fmt.Errorf("sandbox-host: %s: %w", op, err)
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
-	if err != nil {
-		return fmt.Errorf("sandbox-host: %s: read answer: %w", op, err)
-	}
-	if len(data) > maxResponseBytes {
-		return fmt.Errorf("sandbox-host: %s: answer too large", op)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(data, &e) != nil || e.Error == "" {
-			e.Error = http.StatusText(resp.StatusCode)
-		}
-		return &Error{Status: resp.StatusCode, Reason: e.Error}
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("sandbox-host: %s: bad answer: %w", op, err)
-	}
-	return nil
+	return resp, op, nil
 }
 
 // hostDown: the socket is absent or refuses, or the host closed the

@@ -1,0 +1,140 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
+)
+
+// maxRunBytes bounds one run answer or event line: a finished run carries
+// its artifacts (at most 256 MiB by the config's own bound, base64) and
+// both output streams (at most 16 MiB each, JSON-escaped).
+const maxRunBytes = 512 << 20
+
+func runPath(id string, rest ...string) []string {
+	return append([]string{"v1", "runs", escapeSegment(id)}, rest...)
+}
+
+// StartRun asks for a code run. The answer comes at once: the run is queued,
+// running, or awaiting a human's approval (network runs).
+func (c *Client) StartRun(ctx context.Context, p runs.Params) (runs.Status, error) {
+	var st runs.Status
+	err := c.do(ctx, c.opts.Timeout, http.MethodPost, []string{"v1", "runs"}, p, &st)
+	return st, err
+}
+
+// Run returns one run, with its output and artifacts once finished.
+func (c *Client) Run(ctx context.Context, id string) (runs.Status, error) {
+	var st runs.Status
+	err := c.doBounded(ctx, c.opts.Timeout, maxRunBytes, http.MethodGet, runPath(id), nil, &st)
+	return st, err
+}
+
+// Runs lists the runs the caller may see (its own; an admin's: all),
+// without output or artifacts.
+func (c *Client) Runs(ctx context.Context) ([]runs.Status, error) {
+	var out struct {
+		Runs []runs.Status `json:"runs"`
+	}
+	err := c.do(ctx, c.opts.Timeout, http.MethodGet, []string{"v1", "runs"}, nil, &out)
+	return out.Runs, err
+}
+
+// CancelRun cancels a run (its owner or an admin).
+func (c *Client) CancelRun(ctx context.Context, id string) (runs.Status, error) {
+	var st runs.Status
+	err := c.do(ctx, c.opts.Timeout, http.MethodPost, runPath(id, "cancel"), nil, &st)
+	return st, err
+}
+
+// ApproveRun approves network for one run awaiting approval (admin only).
+func (c *Client) ApproveRun(ctx context.Context, id string) (runs.Status, error) {
+	var st runs.Status
+	err := c.do(ctx, c.opts.Timeout, http.MethodPost, runPath(id, "approve"), nil, &st)
+	return st, err
+}
+
+// DenyRun denies network for one run awaiting approval (admin only).
+func (c *Client) DenyRun(ctx context.Context, id string) (runs.Status, error) {
+	var st runs.Status
+	err := c.do(ctx, c.opts.Timeout, http.MethodPost, runPath(id, "deny"), nil, &st)
+	return st, err
+}
+
+// ErrRunStream: the event stream ended without a result event.
+var ErrRunStream = errors.New("run event stream ended early")
+
+// RunEvents follows a run's events from its first (history replayed) until
+// its result, calling fn for each in order, and returns the finished run.
+// An error from fn stops following (the run goes on). Bounded by
+// Options.RunTimeout.
+func (c *Client) RunEvents(ctx context.Context, id string, fn func(runs.Event) error) (runs.Status, error) {
+	raw := "/v1/runs/" + escapeSegment(id) + "/events"
+	terr := &timeoutError{op: "GET " + raw, after: c.opts.RunTimeout}
+	ctx, cancel := context.WithTimeoutCause(ctx, c.opts.RunTimeout, terr)
+	defer cancel()
+	resp, op, err := c.send(ctx, http.MethodGet, raw, nil)
+	if err != nil {
+		if errors.Is(context.Cause(ctx), ErrTimeout) {
+			return runs.Status{}, terr
+		}
+		return runs.Status{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+		return runs.Status{}, errorOf(resp.StatusCode, data)
+	}
+	rd := bufio.NewReaderSize(resp.Body, 64<<10)
+	for {
+		line, err := readLine(rd, maxRunBytes)
+		if err != nil {
+			if errors.Is(context.Cause(ctx), ErrTimeout) {
+				return runs.Status{}, terr
+			}
+			if errors.Is(err, io.EOF) {
+				return runs.Status{}, fmt.Errorf("sandbox-host: %s: %w", op, ErrRunStream)
+			}
+			return runs.Status{}, fmt.Errorf("sandbox-host: %s: %w", op, err)
+		}
+		var ev runs.Event
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return runs.Status{}, fmt.Errorf("sandbox-host: %s: bad event: %w", op, err)
+		}
+		if fn != nil {
+			if err := fn(ev); err != nil {
+				return runs.Status{}, err
+			}
+		}
+		if ev.Type == runs.EventResult && ev.Status != nil {
+			return *ev.Status, nil
+		}
+	}
+}
+
+// readLine reads one newline-terminated line of at most max bytes.
+func readLine(rd *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := rd.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > max {
+			return nil, fmt.Errorf("event line over %d bytes", max)
+		}
+		if err == nil {
+			return line, nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			if len(line) > 0 && errors.Is(err, io.EOF) {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+}
