@@ -1,0 +1,38 @@
+package runs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors of the package. Every error it returns wraps exactly one of
+// them, so the host maps them to HTTP statuses in one place.
+var (
+	// ErrInvalid: the client's input (or the supervisor's answer, in
+	// CheckArtifacts) was refused. The message names the parameter and is
+	// meant for the API client; it never echoes the refused value.
+	ErrInvalid = errors.New("invalid run parameters")
+	// ErrNotFound: no such run in this registry (never created, pruned, or
+	// created before the host restarted).
+	ErrNotFound = errors.New("run not found")
+	// ErrState: the run's state does not allow the operation (approve a run
+	// that is not awaiting approval, start a finished run, ...).
+	ErrState = errors.New("run is not in a state that allows this")
+	// ErrBusy: too many unfinished runs.
+	ErrBusy = errors.New("too many active runs")
+	// ErrDenied: network was denied by a human or the approval timed out.
+	ErrDenied = errors.New("network was denied")
+	// ErrCancelled: the run was cancelled.
+	ErrCancelled = errors.New("run was cancelled")
+)
+
+// refusal is an ErrInvalid whose text is only the client-facing message
+// ("artifacts[2]: must not contain .."), without the sentinel's text.
+type refusal struct{ msg string }
+
+func (e *refusal) Error() string { return e.msg }
+func (e *refusal) Unwrap() error { return ErrInvalid }
+
+func invalidf(format string, a ...any) error {
+	return &refusal{msg: fmt.Sprintf(format, a...)}
+}

@@ -1,0 +1,180 @@
+package runs
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Bounds of Params. They are fixed (not configuration): they protect the
+// host's memory and the container's argv, not an operator's policy.
+const (
+	DefaultTimeoutSeconds = 120       // timeoutSeconds 0 or absent
+	MaxTimeoutSeconds     = 3600      // the seed's maximum
+	MaxSetupCommands      = 32        // setup entries
+	MaxCommandBytes       = 64 << 10  // command, and each setup entry
+	MaxExecutableBytes    = 4096      // executable (PATH_MAX)
+	MaxArgs               = 1024      // args entries
+	MaxArgsBytes          = 256 << 10 // args, all entries together
+	MaxProjectBytes       = 255       // project name (config restricts it further)
+)
+
+// ParamLimits are the operator's bounds and knowledge Validate needs.
+type ParamLimits struct {
+	// MaxArtifacts bounds len(Params.Artifacts); 0 or less allows none
+	// (fail closed on a zero ParamLimits).
+	MaxArtifacts int
+	// ProjectKnown reports whether a project of that name is declared. Nil
+	// knows no project: every non-empty project is refused.
+	ProjectKnown func(name string) bool
+}
+
+// Mode returns ModeShell when Command is set, ModeArgv when Executable is
+// set, and "" when neither is (Validate refuses both and neither).
+func (p Params) Mode() string {
+	switch {
+	case p.Command != "":
+		return ModeShell
+	case p.Executable != "":
+		return ModeArgv
+	}
+	return ""
+}
+
+// Validate refuses parameters that break the seed's rules or the package's
+// bounds, with an error wrapping ErrInvalid whose message names the
+// parameter (API key spelling, 0-based index for lists). On success it
+// normalises p: TimeoutSeconds 0 becomes DefaultTimeoutSeconds and every
+// artifact is replaced by its clean form (CleanArtifactPath). On refusal p
+// is unchanged.
+func (p *Params) Validate(l ParamLimits) error {
+	hasCmd := strings.TrimSpace(p.Command) != ""
+	hasExe := strings.TrimSpace(p.Executable) != ""
+	switch {
+	case hasCmd && hasExe:
+		return invalidf("give either command (shell) or executable with args (argv), not both")
+	case !hasCmd && !hasExe:
+		if p.Command != "" {
+			return invalidf("command must not be empty or only whitespace")
+		}
+		if p.Executable != "" {
+			return invalidf("executable must not be empty or only whitespace")
+		}
+		return invalidf("give either command (shell) or executable with args (argv)")
+	case hasCmd && p.Executable != "":
+		return invalidf("give either command (shell) or executable with args (argv), not both")
+	case hasExe && p.Command != "":
+		return invalidf("give either command (shell) or executable with args (argv), not both")
+	case hasCmd && len(p.Args) > 0:
+		return invalidf("args is only for argv mode (with executable), not with command")
+	}
+
+	if hasCmd {
+		if len(p.Command) > MaxCommandBytes {
+			return invalidf("command must be at most %d bytes, got %d", MaxCommandBytes, len(p.Command))
+		}
+		if err := plainText("command", p.Command); err != nil {
+			return err
+		}
+	} else {
+		if len(p.Executable) > MaxExecutableBytes {
+			return invalidf("executable must be at most %d bytes, got %d", MaxExecutableBytes, len(p.Executable))
+		}
+		if err := plainText("executable", p.Executable); err != nil {
+			return err
+		}
+		if len(p.Args) > MaxArgs {
+			return invalidf("args must have at most %d entries, got %d", MaxArgs, len(p.Args))
+		}
+		total := 0
+		for i, a := range p.Args {
+			total += len(a)
+			if total > MaxArgsBytes {
+				return invalidf("args must be at most %d bytes together", MaxArgsBytes)
+			}
+			if err := plainText(indexed("args", i), a); err != nil {
+				return err
+			}
+		}
+	}
+
+	if len(p.Setup) > MaxSetupCommands {
+		return invalidf("setup must have at most %d commands, got %d", MaxSetupCommands, len(p.Setup))
+	}
+	for i, s := range p.Setup {
+		name := indexed("setup", i)
+		if strings.TrimSpace(s) == "" {
+			return invalidf("%s must not be empty or only whitespace", name)
+		}
+		if len(s) > MaxCommandBytes {
+			return invalidf("%s must be at most %d bytes, got %d", name, MaxCommandBytes, len(s))
+		}
+		if err := plainText(name, s); err != nil {
+			return err
+		}
+	}
+
+	timeout := p.TimeoutSeconds
+	switch {
+	case timeout == 0:
+		timeout = DefaultTimeoutSeconds
+	case timeout < 1 || timeout > MaxTimeoutSeconds:
+		return invalidf("timeoutSeconds must be 1 to %d (absent or 0 means %d), got %d",
+			MaxTimeoutSeconds, DefaultTimeoutSeconds, timeout)
+	}
+
+	if p.Project != "" {
+		if len(p.Project) > MaxProjectBytes {
+			return invalidf("project must be at most %d bytes", MaxProjectBytes)
+		}
+		if err := plainText("project", p.Project); err != nil {
+			return err
+		}
+		if l.ProjectKnown == nil || !l.ProjectKnown(p.Project) {
+			return invalidf("project is not a project declared on this host")
+		}
+	}
+
+	max := max(l.MaxArtifacts, 0)
+	if len(p.Artifacts) > max {
+		return invalidf("artifacts must have at most %d entries, got %d", max, len(p.Artifacts))
+	}
+	var clean []string
+	if len(p.Artifacts) > 0 {
+		clean = make([]string, len(p.Artifacts))
+		seen := make(map[string]int, len(p.Artifacts))
+		for i, a := range p.Artifacts {
+			c, err := CleanArtifactPath(a)
+			if err != nil {
+				return invalidf("%s: %s", indexed("artifacts", i), err.Error())
+			}
+			if j, dup := seen[c]; dup {
+				return invalidf("%s names the same file as %s", indexed("artifacts", i), indexed("artifacts", j))
+			}
+			seen[c] = i
+			clean[i] = c
+		}
+	}
+
+	p.TimeoutSeconds = timeout
+	if clean != nil {
+		p.Artifacts = clean
+	}
+	return nil
+}
+
+// plainText refuses invalid UTF-8 and NUL bytes: neither survives an argv or
+// a shell unchanged, and both are how a smuggled second meaning starts.
+func plainText(name, s string) error {
+	if !utf8.ValidString(s) {
+		return invalidf("%s must be valid UTF-8", name)
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return invalidf("%s must not contain NUL bytes", name)
+	}
+	return nil
+}
+
+func indexed(name string, i int) string {
+	return name + "[" + strconv.Itoa(i) + "]"
+}

@@ -1,0 +1,187 @@
+package runs
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+)
+
+// Defaults of RegistryLimits fields left at zero.
+const (
+	DefaultApprovalTimeout = 5 * time.Minute
+	DefaultRetain          = 15 * time.Minute
+	DefaultMaxRetained     = 64
+	DefaultMaxActive       = 64
+	DefaultMaxOutputBytes  = 1 << 20
+	DefaultMaxHistoryBytes = 4 << 20
+)
+
+// RegistryLimits bound a Registry. Zero fields take the Default* values.
+type RegistryLimits struct {
+	// ApprovalTimeout: a network run not approved within it is denied
+	// ("approval timed out").
+	ApprovalTimeout time.Duration
+	// Retain and MaxRetained bound how long and how many finished runs stay
+	// readable; the oldest finished go first. Unfinished runs are never pruned.
+	Retain      time.Duration
+	MaxRetained int
+	// MaxActive bounds unfinished runs; Create returns ErrBusy beyond it.
+	MaxActive int
+	// MaxOutputBytes bounds Status.Stdout and Status.Stderr, each.
+	MaxOutputBytes int
+	// MaxHistoryBytes bounds a run's event history (output bytes plus a
+	// fixed cost per event). Beyond it the oldest output events are dropped;
+	// state and result events never are.
+	MaxHistoryBytes int
+}
+
+func (l RegistryLimits) withDefaults() RegistryLimits {
+	if l.ApprovalTimeout <= 0 {
+		l.ApprovalTimeout = DefaultApprovalTimeout
+	}
+	if l.Retain <= 0 {
+		l.Retain = DefaultRetain
+	}
+	if l.MaxRetained <= 0 {
+		l.MaxRetained = DefaultMaxRetained
+	}
+	if l.MaxActive <= 0 {
+		l.MaxActive = DefaultMaxActive
+	}
+	if l.MaxOutputBytes <= 0 {
+		l.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if l.MaxHistoryBytes <= 0 {
+		l.MaxHistoryBytes = DefaultMaxHistoryBytes
+	}
+	return l
+}
+
+// Registry is the host's in-memory record of runs: it creates them, finds
+// them by id, lists them and forgets finished ones past retention. It is safe
+// for concurrent use. Nothing survives a restart: a new Registry knows no id
+// (the reaper removes the containers of runs the old process left).
+type Registry struct {
+	lim RegistryLimits
+	now func() time.Time
+
+	mu      sync.Mutex
+	runs    map[string]*Run
+	created uint64 // creation counter: the order of runs created in the same instant
+}
+
+// NewRegistry returns an empty registry. now is the clock of every
+// timestamp (nil: time.Now); the approval timeout itself runs on a real
+// timer of l.ApprovalTimeout, and Approve also refuses once now() passed the
+// run's ApprovalDeadline.
+func NewRegistry(l RegistryLimits, now func() time.Time) *Registry {
+	if now == nil {
+		now = time.Now
+	}
+	return &Registry{lim: l.withDefaults(), now: now, runs: map[string]*Run{}}
+}
+
+// Create records a new run of p (which must have passed Validate) for the
+// owner uid. A network run starts in StateAwaitingApproval with its approval
+// timer running, any other in StateQueued. It returns ErrBusy when
+// MaxActive runs are unfinished, ErrInvalid when p names no mode.
+func (g *Registry) Create(p Params, owner int) (*Run, error) {
+	if p.Mode() == "" {
+		return nil, invalidf("give either command (shell) or executable with args (argv)")
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pruneLocked()
+	active := 0
+	for _, r := range g.runs {
+		if !r.finished() {
+			active++
+		}
+	}
+	if active >= g.lim.MaxActive {
+		return nil, fmt.Errorf("%w (at most %d)", ErrBusy, g.lim.MaxActive)
+	}
+	id := ids.NewTurnID()
+	for g.runs[id] != nil { // 128 random bits; the loop is for form
+		id = ids.NewTurnID()
+	}
+	g.created++
+	r := newRun(id, cloneParams(p), owner, g.lim, g.now, g.created)
+	g.runs[id] = r
+	return r, nil
+}
+
+// Get returns the run of that id, or ErrNotFound.
+func (g *Registry) Get(id string) (*Run, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pruneLocked()
+	r := g.runs[id]
+	if r == nil {
+		return nil, ErrNotFound
+	}
+	return r, nil
+}
+
+// List returns every run's Status, newest first, without Stdout, Stderr and
+// artifact Data (artifact paths, sizes and errors stay).
+func (g *Registry) List() []Status {
+	g.mu.Lock()
+	g.pruneLocked()
+	rs := make([]*Run, 0, len(g.runs))
+	for _, r := range g.runs {
+		rs = append(rs, r)
+	}
+	g.mu.Unlock()
+	slices.SortFunc(rs, func(a, b *Run) int { return cmp.Compare(b.order, a.order) })
+	out := make([]Status, len(rs))
+	for i, r := range rs {
+		out[i] = r.summary()
+	}
+	return out
+}
+
+// pruneLocked forgets finished runs older than Retain, then the oldest
+// finished beyond MaxRetained.
+func (g *Registry) pruneLocked() {
+	cutoff := g.now().Add(-g.lim.Retain)
+	type fin struct {
+		id string
+		at time.Time
+		o  uint64
+	}
+	var done []fin
+	for id, r := range g.runs {
+		at, ok := r.finishedAt()
+		if !ok {
+			continue
+		}
+		if at.Before(cutoff) {
+			delete(g.runs, id)
+			continue
+		}
+		done = append(done, fin{id, at, r.order})
+	}
+	if extra := len(done) - g.lim.MaxRetained; extra > 0 {
+		slices.SortFunc(done, func(a, b fin) int {
+			if c := a.at.Compare(b.at); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.o, b.o)
+		})
+		for _, f := range done[:extra] {
+			delete(g.runs, f.id)
+		}
+	}
+}
+
+func cloneParams(p Params) Params {
+	p.Args = slices.Clone(p.Args)
+	p.Setup = slices.Clone(p.Setup)
+	p.Artifacts = slices.Clone(p.Artifacts)
+	return p
+}

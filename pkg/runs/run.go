@@ -1,0 +1,461 @@
+package runs
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Generic Status.Error texts this package sets.
+const (
+	ErrorDenied          = "network was denied"
+	ErrorApprovalTimeout = "approval timed out"
+	ErrorCancelled       = "cancelled"
+	ErrorInternal        = "internal error"
+)
+
+// eventCost is what one event counts against MaxHistoryBytes besides its
+// Data: the bound then also holds for a flood of tiny output events.
+const eventCost = 64
+
+// Finish is how the host ends a run (Run.Finish).
+type Finish struct {
+	Result      string // Result* constant; anything else is recorded as ResultError
+	ExitCode    *int   // the main command's (or failed setup's) exit code, if it ran
+	FailedSetup int    // 1-based index of the setup command that failed
+	// Duration of the run's commands; 0: from StartedAt to now (0 if never started).
+	Duration  time.Duration
+	Artifacts []Artifact // as CheckArtifacts returned them
+	Error     string     // generic reason; empty for cancelled becomes "cancelled"
+}
+
+// Run is one run's record and state machine:
+//
+//	awaiting_approval --Approve--> queued --Start--> running --Finish--> finished
+//	awaiting_approval --Deny / approval timeout--> finished (denied)
+//	awaiting_approval, queued --Cancel--> finished (cancelled)
+//	running --Cancel--> CancelRequested closed; the host removes the container, then Finish
+//	any unfinished --Finish--> finished (first Finish wins)
+//
+// Every state change is an EventState in the run's event history; Finish
+// appends the EventResult, the last event. All methods are safe for
+// concurrent use.
+type Run struct {
+	id     string
+	params Params
+	owner  int
+	lim    RegistryLimits
+	now    func() time.Time
+	order  uint64
+
+	done      chan struct{} // closed when finished
+	cancelReq chan struct{} // closed by the first Cancel
+
+	mu        sync.Mutex
+	st        Status    // Stdout and Stderr live in out until Status()
+	out       [2][]byte // stdout, stderr, bounded by MaxOutputBytes each
+	cancelled bool      // Cancel was called (cancelReq closed)
+	timer     *time.Timer
+	changed   chan struct{} // closed and replaced at every event: wakes waiters
+	seq       int64
+	hist      []Event // ordered by Seq; holes where output events were dropped
+	histBytes int
+}
+
+func newRun(id string, p Params, owner int, lim RegistryLimits, now func() time.Time, order uint64) *Run {
+	r := &Run{
+		id: id, params: p, owner: owner, lim: lim, now: now, order: order,
+		done:      make(chan struct{}),
+		cancelReq: make(chan struct{}),
+		changed:   make(chan struct{}),
+	}
+	created := now()
+	r.st = Status{
+		ID:        id,
+		Mode:      p.Mode(),
+		Project:   p.Project,
+		Network:   p.Network,
+		OwnerUID:  owner,
+		CreatedAt: created,
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p.Network {
+		deadline := created.Add(lim.ApprovalTimeout)
+		r.st.ApprovalDeadline = &deadline
+		r.timer = time.AfterFunc(lim.ApprovalTimeout, r.expireApproval)
+		r.setStateLocked(StateAwaitingApproval)
+	} else {
+		r.setStateLocked(StateQueued)
+	}
+	return r
+}
+
+// ID is the run's id: 32 lowercase hex digits.
+func (r *Run) ID() string { return r.id }
+
+// Owner is the uid that created the run.
+func (r *Run) Owner() int { return r.owner }
+
+// Params returns a copy of the run's (validated) parameters.
+func (r *Run) Params() Params { return cloneParams(r.params) }
+
+// Done is closed when the run is finished.
+func (r *Run) Done() <-chan struct{} { return r.done }
+
+// CancelRequested is closed by the first Cancel. For a running run the host
+// must then stop and remove its container and call Finish (ResultCancelled);
+// a run cancelled before it started is already finished (Done is closed too).
+func (r *Run) CancelRequested() <-chan struct{} { return r.cancelReq }
+
+// Status returns a deep copy of the run as the API shows it.
+func (r *Run) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.statusLocked(true)
+}
+
+// summary is Status for List: no Stdout, Stderr or artifact Data.
+func (r *Run) summary() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.statusLocked(false)
+}
+
+func (r *Run) statusLocked(full bool) Status {
+	s := r.st
+	s.StartedAt = clonePtr(s.StartedAt)
+	s.FinishedAt = clonePtr(s.FinishedAt)
+	s.ApprovalDeadline = clonePtr(s.ApprovalDeadline)
+	s.ApprovedBy = clonePtr(s.ApprovedBy)
+	s.ExitCode = clonePtr(s.ExitCode)
+	if s.Artifacts != nil {
+		s.Artifacts = slices.Clone(s.Artifacts)
+		for i := range s.Artifacts {
+			if full {
+				s.Artifacts[i].Data = bytes.Clone(s.Artifacts[i].Data)
+			} else {
+				s.Artifacts[i].Data = nil
+			}
+		}
+	}
+	if full {
+		s.Stdout = strings.ToValidUTF8(string(r.out[0]), "\uFFFD")
+		s.Stderr = strings.ToValidUTF8(string(r.out[1]), "\uFFFD")
+	}
+	return s
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+func (r *Run) finished() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st.State == StateFinished
+}
+
+func (r *Run) finishedAt() (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.st.FinishedAt == nil {
+		return time.Time{}, false
+	}
+	return *r.st.FinishedAt, true
+}
+
+// Approve grants network to a run awaiting approval (-> queued), recording
+// uid as ApprovedBy. It returns ErrState in any other state, and once the
+// approval deadline has passed (the run is then denied, "approval timed out").
+func (r *Run) Approve(uid int) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.st.State != StateAwaitingApproval {
+		return r.stateErrLocked("approve")
+	}
+	if d := r.st.ApprovalDeadline; d != nil && !r.now().Before(*d) {
+		r.finishLocked(Finish{Result: ResultDenied, Error: ErrorApprovalTimeout})
+		return fmt.Errorf("cannot approve: %s: %w", ErrorApprovalTimeout, ErrState)
+	}
+	r.stopTimerLocked()
+	r.st.ApprovedBy = &uid
+	r.st.ApprovalDeadline = nil
+	r.setStateLocked(StateQueued)
+	return nil
+}
+
+// Deny refuses network to a run awaiting approval: it finishes denied
+// ("network was denied"). ErrState in any other state.
+func (r *Run) Deny(uid int) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.st.State != StateAwaitingApproval {
+		return r.stateErrLocked("deny")
+	}
+	r.finishLocked(Finish{Result: ResultDenied, Error: ErrorDenied})
+	return nil
+}
+
+// Cancel cancels an unfinished run. A run awaiting approval or queued
+// finishes at once (cancelled); a running run stays running with
+// CancelRequested closed until the host, having removed its container,
+// calls Finish. Cancelling a running run again is not an error. ErrState
+// for a finished run.
+func (r *Run) Cancel() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch r.st.State {
+	case StateFinished:
+		return r.stateErrLocked("cancel")
+	case StateRunning:
+		r.requestCancelLocked()
+		return nil
+	}
+	r.requestCancelLocked()
+	r.finishLocked(Finish{Result: ResultCancelled, Error: ErrorCancelled})
+	return nil
+}
+
+func (r *Run) requestCancelLocked() {
+	if !r.cancelled {
+		r.cancelled = true
+		close(r.cancelReq)
+	}
+}
+
+// WaitApproval blocks while the run awaits approval. It returns nil once the
+// run may proceed (approved, or a run without network), ErrDenied when a
+// human denied it or the approval timed out, ErrCancelled when it was
+// cancelled, ErrState when it finished otherwise, and ctx.Err() when ctx
+// ends first (the run keeps waiting for its approval timeout).
+func (r *Run) WaitApproval(ctx context.Context) error {
+	for {
+		r.mu.Lock()
+		state, result, msg, ch := r.st.State, r.st.Result, r.st.Error, r.changed
+		r.mu.Unlock()
+		switch state {
+		case StateQueued, StateRunning:
+			return nil
+		case StateFinished:
+			switch {
+			case result == ResultDenied && msg == ErrorApprovalTimeout:
+				return fmt.Errorf("%s: %w", ErrorApprovalTimeout, ErrDenied)
+			case result == ResultDenied:
+				return ErrDenied
+			case result == ResultCancelled:
+				return ErrCancelled
+			}
+			return fmt.Errorf("run finished (%s) while awaiting approval: %w", result, ErrState)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (r *Run) expireApproval() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.st.State == StateAwaitingApproval {
+		r.finishLocked(Finish{Result: ResultDenied, Error: ErrorApprovalTimeout})
+	}
+}
+
+// Start moves a queued run to running (StartedAt is now): the host calls it
+// once it holds a concurrency slot, before it creates the container. It
+// returns ErrState in any other state (also ErrCancelled if the run was
+// cancelled meanwhile): the host must then not create a container.
+func (r *Run) Start() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.st.State != StateQueued {
+		if r.st.Result == ResultCancelled {
+			return fmt.Errorf("cannot start: %w (%w)", ErrCancelled, ErrState)
+		}
+		return r.stateErrLocked("start")
+	}
+	t := r.now()
+	r.st.StartedAt = &t
+	r.setStateLocked(StateRunning)
+	return nil
+}
+
+// Output records data the run wrote on stream (StreamStdout or
+// StreamStderr) in phase (PhaseSetup or PhaseMain): an output event, and
+// Status.Stdout or Status.Stderr up to MaxOutputBytes (beyond it the
+// Truncated flag is set). Output of a run that is not running, of an unknown
+// stream, and empty data are ignored. data is copied.
+func (r *Run) Output(stream, phase string, data []byte) {
+	var i int
+	switch stream {
+	case StreamStdout:
+		i = 0
+	case StreamStderr:
+		i = 1
+	default:
+		return
+	}
+	if len(data) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.st.State != StateRunning {
+		return
+	}
+	if room := r.lim.MaxOutputBytes - len(r.out[i]); room < len(data) {
+		r.out[i] = append(r.out[i], data[:max(room, 0)]...)
+		if i == 0 {
+			r.st.StdoutTruncated = true
+		} else {
+			r.st.StderrTruncated = true
+		}
+	} else {
+		r.out[i] = append(r.out[i], data...)
+	}
+	r.appendLocked(Event{Type: EventOutput, Stream: stream, Phase: phase, Data: bytes.Clone(data)})
+}
+
+// Finish ends an unfinished run; the first Finish wins, later ones (and a
+// Finish of a run already denied or cancelled) are ignored. It records the
+// result, appends the finished state event and the result event carrying
+// the final Status, and closes Done.
+func (r *Run) Finish(f Finish) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.finishLocked(f)
+}
+
+func (r *Run) finishLocked(f Finish) {
+	if r.st.State == StateFinished {
+		return
+	}
+	r.stopTimerLocked()
+	switch f.Result {
+	case ResultOK, ResultFailed, ResultTimeout, ResultCancelled, ResultDenied, ResultError:
+	default:
+		f.Result = ResultError
+		if f.Error == "" {
+			f.Error = ErrorInternal
+		}
+	}
+	if f.Result == ResultCancelled && f.Error == "" {
+		f.Error = ErrorCancelled
+	}
+	t := r.now()
+	r.st.Result = f.Result
+	r.st.ExitCode = clonePtr(f.ExitCode)
+	r.st.FailedSetup = f.FailedSetup
+	switch {
+	case f.Duration > 0:
+		r.st.DurationMs = f.Duration.Milliseconds()
+	case r.st.StartedAt != nil:
+		r.st.DurationMs = max(t.Sub(*r.st.StartedAt).Milliseconds(), 0)
+	}
+	r.st.Artifacts = slices.Clone(f.Artifacts)
+	r.st.Error = f.Error
+	r.st.FinishedAt = &t
+	r.st.ApprovalDeadline = nil
+	r.setStateLocked(StateFinished)
+	final := r.statusLocked(true)
+	r.appendLocked(Event{Type: EventResult, Status: &final})
+	close(r.done)
+}
+
+func (r *Run) stopTimerLocked() {
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+}
+
+func (r *Run) stateErrLocked(op string) error {
+	s := r.st.State
+	if s == StateFinished {
+		s += " (" + r.st.Result + ")"
+	}
+	return fmt.Errorf("cannot %s a run that is %s: %w", op, s, ErrState)
+}
+
+func (r *Run) setStateLocked(s string) {
+	r.st.State = s
+	r.appendLocked(Event{Type: EventState, State: s})
+}
+
+// appendLocked numbers ev, appends it to the history, drops the oldest
+// output events while the history is over MaxHistoryBytes, and wakes every
+// waiter.
+func (r *Run) appendLocked(ev Event) {
+	r.seq++
+	ev.Seq = r.seq
+	r.hist = append(r.hist, ev)
+	r.histBytes += eventCost + len(ev.Data)
+	for r.histBytes > r.lim.MaxHistoryBytes {
+		// State events precede output events except for the last few, so
+		// the first output event is near the front: k is small.
+		k := slices.IndexFunc(r.hist, func(e Event) bool { return e.Type == EventOutput })
+		if k < 0 {
+			break
+		}
+		r.histBytes -= eventCost + len(r.hist[k].Data)
+		copy(r.hist[1:k+1], r.hist[:k])
+		r.hist[0] = Event{} // release the dropped Data
+		r.hist = r.hist[1:]
+	}
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// Subscribe calls fn with the run's history and then its live events, in
+// Seq order, until fn has received the result event (then it returns nil),
+// fn returns an error (returned), or ctx ends (ctx.Err()). fn runs on the
+// caller's goroutine without any lock held; it must not modify the event's
+// Data or Status, which are shared.
+//
+// A slow subscriber never blocks the run: there is no per-subscriber
+// buffer, each subscriber reads the run's bounded history at its own pace.
+// Output events dropped from the history before a subscriber read them are
+// skipped, and the next event it receives says how many in Dropped. State
+// and result events are never dropped.
+func (r *Run) Subscribe(ctx context.Context, fn func(Event) error) error {
+	var last int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		i := sort.Search(len(r.hist), func(i int) bool { return r.hist[i].Seq > last })
+		if i == len(r.hist) {
+			ch := r.changed
+			r.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		}
+		ev := r.hist[i]
+		r.mu.Unlock()
+		ev.Dropped = ev.Seq - last - 1
+		last = ev.Seq
+		if err := fn(ev); err != nil {
+			return err
+		}
+		if ev.Type == EventResult {
+			return nil
+		}
+	}
+}
