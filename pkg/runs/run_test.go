@@ -177,7 +177,10 @@ func TestApprovalStateMachine(t *testing.T) {
 			wantWait: ErrCancelled, want: "finished/cancelled/cancelled"},
 		{name: "approve after the deadline (clock)", act: func(r *Run, c *fakeClock) error { c.Advance(time.Hour); return r.Approve(0) },
 			wantAct: ErrState, wantWait: ErrDenied, want: "finished/denied/approval timed out"},
-		{name: "host finishes it (shutdown)", act: func(r *Run, _ *fakeClock) error { r.Finish(Finish{Result: ResultError, Error: "host stopped"}); return nil },
+		{name: "host finishes it (shutdown)", act: func(r *Run, _ *fakeClock) error {
+			r.Finish(Finish{Result: ResultError, Error: "host stopped"})
+			return nil
+		},
 			wantWait: ErrState, want: "finished/error/host stopped"},
 	}
 	for _, tc := range tests {
@@ -433,7 +436,7 @@ func TestOutput(t *testing.T) {
 	r.Output(StreamStdout, PhaseSetup, []byte("hello "))
 	r.Output(StreamStdout, PhaseMain, []byte("world!"))
 	r.Output(StreamStderr, PhaseMain, []byte("bad \xff"))
-	r.Output("stdin", PhaseMain, []byte("nope"))    // unknown stream: ignored
+	r.Output("stdin", PhaseMain, []byte("nope"))   // unknown stream: ignored
 	r.Output(StreamStderr, PhaseMain, []byte(nil)) // empty: ignored
 	s := r.Status()
 	tests := []struct {
