@@ -42,7 +42,7 @@ func CleanArtifactPath(s string) (string, error) {
 	case strings.IndexByte(s, '\\') >= 0:
 		return "", invalidf("artifact path must not contain backslashes (use /)")
 	case s[0] == '/':
-		return "", invalidf("artifact path must be relative to /output (write x for /output/x), not absolute")
+		return "", invalidf(`artifact path must be relative to /output ("report.json" for /output/report.json), not absolute`)
 	}
 	for _, c := range strings.Split(s, "/") {
 		if c == ".." {

@@ -87,3 +87,69 @@ func TestCheckArtifacts(t *testing.T) {
 		})
 	}
 }
+
+// FuzzCheckArtifacts feeds a supervisor's answer built from fuzz input: each
+// line "path|size|error|data". Whatever it says, an accepted answer keeps
+// every guarantee CheckArtifacts documents.
+func FuzzCheckArtifacts(f *testing.F) {
+	f.Add("a.txt|3||abc\nc|0|missing|")
+	f.Add("a.txt|1||abc")
+	f.Add("c|0||\nc|0||")
+	f.Add("/etc/shadow|1||x")
+	f.Add("dir/b.bin|2|not a regular file|xy")
+	req := []string{"a.txt", "dir/b.bin", "c"}
+	const maxEach, maxTotal = 4, 6
+	f.Fuzz(func(t *testing.T, answer string) {
+		var got []Artifact
+		for _, line := range strings.Split(answer, "\n") {
+			fields := strings.SplitN(line, "|", 4)
+			if len(fields) != 4 {
+				continue
+			}
+			var size int64
+			for _, c := range fields[1] {
+				size = size*10 + int64(c%10)
+				if size > 1<<40 {
+					break
+				}
+			}
+			if strings.HasPrefix(fields[1], "-") {
+				size = -size
+			}
+			a := Artifact{Path: fields[0], Size: size, Error: fields[2]}
+			if fields[3] != "" {
+				a.Data = []byte(fields[3])
+			}
+			got = append(got, a)
+		}
+		out, err := CheckArtifacts(req, got, maxEach, maxTotal)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) || out != nil {
+				t.Fatalf("refusal %v (artifacts %v) must wrap ErrInvalid and return none", err, out)
+			}
+			return
+		}
+		if len(out) != len(req) {
+			t.Fatalf("got %d artifacts, want one per request (%d)", len(out), len(req))
+		}
+		var total int64
+		for i, a := range out {
+			if a.Path != req[i] {
+				t.Fatalf("artifact %d is %q, want %q", i, a.Path, req[i])
+			}
+			if a.Error != "" {
+				if len(a.Data) != 0 {
+					t.Fatalf("artifact %q has an error and data", a.Path)
+				}
+				continue
+			}
+			if a.Size != int64(len(a.Data)) || a.Size > maxEach {
+				t.Fatalf("artifact %q: size %d, %d bytes, bound %d", a.Path, a.Size, len(a.Data), maxEach)
+			}
+			total += a.Size
+		}
+		if total > maxTotal {
+			t.Fatalf("accepted %d bytes, bound %d", total, maxTotal)
+		}
+	})
+}

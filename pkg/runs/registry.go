@@ -185,3 +185,18 @@ func cloneParams(p Params) Params {
 	p.Artifacts = slices.Clone(p.Artifacts)
 	return p
 }
+
+// Unfinished returns the runs not yet finished, oldest first: what the host
+// must finish (ResultCancelled, "host stopped") when it stops.
+func (g *Registry) Unfinished() []*Run {
+	g.mu.Lock()
+	rs := make([]*Run, 0, len(g.runs))
+	for _, r := range g.runs {
+		if !r.finished() {
+			rs = append(rs, r)
+		}
+	}
+	g.mu.Unlock()
+	slices.SortFunc(rs, func(a, b *Run) int { return cmp.Compare(a.order, b.order) })
+	return rs
+}

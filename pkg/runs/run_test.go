@@ -754,3 +754,19 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestUnfinished(t *testing.T) {
+	g, _ := newTestRegistry(t, RegistryLimits{})
+	a := mustCreate(t, g, shell)
+	b := mustCreate(t, g, network)
+	c := mustCreate(t, g, shell)
+	c.Start()
+	b.Deny(0)
+	var got []string
+	for _, r := range g.Unfinished() {
+		got = append(got, r.ID())
+	}
+	if want := []string{a.ID(), c.ID()}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Unfinished = %v, want %v (oldest first)", got, want)
+	}
+}
