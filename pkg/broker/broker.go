@@ -182,7 +182,17 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	rt, answer, err := b.handle(r)
+	var (
+		rt     route
+		answer []byte
+		err    error
+	)
+	if b.pol.EgressOnly {
+		// A code run's broker: the proxy route is all there is.
+		err = refused("unknown route", ErrNotFound)
+	} else {
+		rt, answer, err = b.handle(r)
+	}
 	code := http.StatusOK
 	if err != nil {
 		var public string

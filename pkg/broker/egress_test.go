@@ -167,3 +167,41 @@ func TestProxyTunnelEndsAtTurnDeadline(t *testing.T) {
 		t.Errorf("tunnel outlived the turn deadline by %s", d)
 	}
 }
+
+// TestEgressOnlyPolicy: a code run's broker (an egressOnly policy: no model,
+// no tools, no credentials) serves the proxy route to its allowed
+// destination and refuses every route a turn's broker has, well-formed
+// calls included, so a run can never reach the model or a tool.
+func TestEgressOnlyPolicy(t *testing.T) {
+	dest, hits := egressEcho(t)
+	h := newHarness(t, func(p *policy.Policy) {
+		p.EgressAllow = []string{dest}
+		g := policy.DefaultEgress()
+		p.Egress = &g
+		p.EgressOnly = true
+		p.Model = policy.Model{}
+		p.Tools = nil
+		p.MCP = nil
+	})
+	c, br, code := brokerTunnel(t, h, dest)
+	if code != 200 {
+		t.Fatalf("CONNECT to the allowed destination: %d", code)
+	}
+	io.WriteString(c, "ping")
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "ping" {
+		t.Errorf("echo through the broker: %q %v", buf, err)
+	}
+	c.Close()
+	for _, route := range []string{"/model", "/tools/clock", "/fetch", "/mcp/x/y"} {
+		if code, body := h.raw("POST", rawPost(route, `{"messages":[]}`, nil)); code != http.StatusNotFound || !strings.HasPrefix(body, `{"error":`) {
+			t.Errorf("POST %s: %d %s, want 404", route, code, body)
+		}
+	}
+	if n := h.upstreamSeen(); n != 0 {
+		t.Errorf("an upstream was reached %d times", n)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Errorf("destination reached %d times, want 1", n)
+	}
+}

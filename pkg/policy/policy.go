@@ -142,6 +142,10 @@ type Policy struct {
 	// with its bounds; nil, the default, means no route: a CONNECT or
 	// absolute-form request is refused like any other unknown request.
 	Egress *Egress `json:"egress,omitempty"`
+	// EgressOnly marks a code run's policy (DESIGN.md section 12): the
+	// proxy route and nothing else. It has no model, tools, MCP servers or
+	// credentials, and its broker refuses every other request.
+	EgressOnly bool `json:"egressOnly,omitempty"`
 }
 
 // Egress is a grant of the proxy route and its per-turn (per-run) bounds.
@@ -283,6 +287,15 @@ func (p *Policy) Validate() error {
 	if p.DeadlineUnixMs <= 0 {
 		return bad("deadlineUnixMs must be set")
 	}
+	if p.EgressOnly {
+		if p.Egress == nil || p.Model != (Model{}) || len(p.Tools) > 0 || len(p.MCP) > 0 {
+			return bad("an egressOnly policy has an egress grant and no model, tools or MCP servers")
+		}
+		if err := p.validateLimitsAndEgress(); err != nil {
+			return err
+		}
+		return nil
+	}
 	if err := CheckURL(p.Model.URL, p.Model.AllowHTTP); err != nil {
 		return bad("model.url %v", err)
 	}
@@ -364,6 +377,16 @@ func (p *Policy) Validate() error {
 				return bad("mcp %s tool names must be unique and be %s", s.Name, protocol.MCPToolNameRule)
 			}
 			tools[name] = true
+		}
+	}
+	return p.validateLimitsAndEgress()
+}
+
+// validateLimitsAndEgress checks the limits and the egress grant.
+func (p *Policy) validateLimitsAndEgress() error {
+	for _, a := range p.EgressAllow {
+		if ap, err := netip.ParseAddrPort(a); err != nil || ap.Port() == 0 || ap.String() != a {
+			return bad("egressAllow entries must be canonical address:port")
 		}
 	}
 	l := p.Limits
