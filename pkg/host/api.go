@@ -151,6 +151,9 @@ func (h *Host) route(w http.ResponseWriter, r *http.Request) {
 			routes = []route{{http.MethodPost, RoleAdmin, h.handleCancel}}
 		}
 	}
+	if rr, ok := h.routeRuns(segs); ok {
+		routes = rr
+	}
 	if routes == nil {
 		h.fail(w, ErrNotFound)
 		return
@@ -189,9 +192,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // decodeBody reads one bounded, strict JSON object.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	return decodeBodyN(w, r, v, MaxBodyBytes)
+}
+
+// decodeBodyN is decodeBody with its own bound.
+func decodeBodyN(w http.ResponseWriter, r *http.Request, v any, max int64) error {
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(BodyReadTimeout))
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	rc.SetReadDeadline(time.Time{}) // the turn may run for minutes
 	if err != nil {
 		var mbe *http.MaxBytesError

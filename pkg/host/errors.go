@@ -36,6 +36,9 @@ func badRequest(reason string) error { return &requestError{ErrBadRequest, reaso
 
 // statusOf is the one place an error becomes an HTTP status and reason.
 func statusOf(err error) (int, string) {
+	if status, reason, ok := runStatusOf(err); ok {
+		return status, reason
+	}
 	var re *requestError
 	if errors.As(err, &re) {
 		status, _ := statusOf(re.kind)

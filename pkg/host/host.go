@@ -26,6 +26,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 	"github.com/roundtable-sandbox/sandbox/pkg/toolschema"
 	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
@@ -43,6 +44,22 @@ type ContainerSpec struct {
 	Runtime               string
 	LogTag                string
 	Labels                map[string]string
+	// Run makes it a code run's container (container.RunOptions).
+	Run *RunContainer
+}
+
+// RunContainer mirrors container.RunOptions.
+type RunContainer struct {
+	Setup    bool
+	OutputMB int
+	Command  []string
+}
+
+// RunContainers is what a code run needs of the Docker driver beyond
+// Containers: attach, start, write stdin, copy stdout and stderr to the
+// writers as they come (a Write error kills the container), wait.
+type RunContainers interface {
+	Stream(ctx context.Context, id string, stdin []byte, stdout, stderr io.Writer) (int64, error)
 }
 
 // RunResult mirrors container.Result.
@@ -134,6 +151,10 @@ type Host struct {
 	warm     WarmContainers
 	shape    string // fingerprint of what shapes a standby
 
+	// Code runs (runs.go).
+	runs     *runs.Registry
+	runSlots runSlots
+
 	stopCtx context.Context
 	stopAll context.CancelCauseFunc
 	// cleanupCtx ends container removal retries when a shutdown runs out
@@ -208,6 +229,7 @@ func New(o Options) (*Host, error) {
 		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
 	}
 	h.metrics = newMetrics(o.Registry, h.queue)
+	h.runs = newRunRegistry(o.Config.Runs, o.Now)
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
 	h.cleanupCtx, h.abandonCleanup = context.WithCancelCause(context.Background())
 	if err := h.prepareStatic(); err != nil {

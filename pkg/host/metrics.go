@@ -31,6 +31,8 @@ type metrics struct {
 	standbyTakes    *prometheus.CounterVec
 	standbyDiscards *prometheus.CounterVec
 	standbyPrepares *prometheus.CounterVec
+	runs            *prometheus.CounterVec
+	runDuration     prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
@@ -67,9 +69,16 @@ func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
 		standbyPrepares: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_standby_prepares_total", Help: "Standby preparations by result (ok, failed, capped: skipped at standby.max).",
 		}, []string{"result"}),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_runs_total", Help: "Code runs finished, by result (ok, failed, timeout, cancelled, denied, error).",
+		}, []string{"result"}),
+		runDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sandbox_run_duration_seconds", Help: "Code runs from admission (approval wait included) to their result after cleanup.",
+			Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200},
+		}),
 	}
 	reg.MustRegister(m.turns, m.duration, m.phases, m.queueWaiting, m.running, m.cleanupFailures, m.refused,
-		m.standbyTakes, m.standbyDiscards, m.standbyPrepares)
+		m.standbyTakes, m.standbyDiscards, m.standbyPrepares, m.runs, m.runDuration)
 	return m
 }
 

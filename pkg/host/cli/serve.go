@@ -91,10 +91,24 @@ func listener(g *globals, listen string) (net.Listener, error) {
 type dockerEngine struct{ d *container.Driver }
 
 func (e dockerEngine) Create(ctx context.Context, s host.ContainerSpec) (string, error) {
-	return e.d.Create(ctx, container.Spec{
+	spec := container.Spec{
 		Name: s.Name, Image: s.Image, UID: s.UID, GID: s.GID, WorkspaceDir: s.WorkspaceDir, TurnDir: s.TurnDir,
 		MemoryMB: s.MemoryMB, CPUs: s.CPUs, Pids: s.Pids, TmpfsMB: s.TmpfsMB, Runtime: s.Runtime, LogTag: s.LogTag, Labels: s.Labels,
-	})
+	}
+	if r := s.Run; r != nil {
+		spec.Run = &container.RunOptions{Setup: r.Setup, OutputMB: r.OutputMB, Command: r.Command}
+	}
+	return e.d.Create(ctx, spec)
+}
+
+// Stream makes the driver a host.RunContainers (code runs).
+func (e dockerEngine) Stream(ctx context.Context, id string, stdin []byte, stdout, stderr io.Writer) (int64, error) {
+	s, err := e.d.Start(ctx, id)
+	if err != nil {
+		return -1, err
+	}
+	defer s.Close()
+	return s.Stream(ctx, stdin, stdout, stderr)
 }
 
 func (e dockerEngine) Run(ctx context.Context, id string, stdin []byte, max int64, ready func(context.Context) error, stderr io.Writer) (host.RunResult, error) {

@@ -1,0 +1,403 @@
+package host
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
+)
+
+// runDocker adds a hand-written RunContainers to fakeDocker: streamFn plays
+// the toolbox's supervisor, writing frames to stdout.
+type runDocker struct {
+	*fakeDocker
+	mu       sync.Mutex
+	jobs     []wire.Job
+	streamFn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)
+}
+
+func (d *runDocker) Stream(ctx context.Context, id string, stdin []byte, stdout, stderr io.Writer) (int64, error) {
+	job, err := wire.ReadJob(strings.NewReader(string(stdin)))
+	if err != nil {
+		return -1, err
+	}
+	d.mu.Lock()
+	d.jobs = append(d.jobs, job)
+	fn := d.streamFn
+	d.mu.Unlock()
+	io.WriteString(stderr, "supervisor: started\n")
+	return fn(ctx, job, stdout)
+}
+
+// supervise is a well-behaved supervisor: "hello\n" on stdout, "warn\n" on
+// stderr, the given exit code, and each requested artifact as "data:<path>".
+func supervise(exit int) func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+	return func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		enc := wire.NewEncoder(stdout)
+		must := func(err error) {
+			if err != nil {
+				panic(err)
+			}
+		}
+		for i := range job.Setup {
+			must(enc.Output(wire.FrameStdout, wire.PhaseSetup, []byte("setting up\n")))
+			must(enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseSetup, Index: i + 1, ExitCode: 0}))
+		}
+		must(enc.Output(wire.FrameStdout, wire.PhaseMain, []byte("hello\n")))
+		must(enc.Output(wire.FrameStderr, wire.PhaseMain, []byte("warn\n")))
+		must(enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseMain, ExitCode: exit}))
+		for _, a := range job.Artifacts {
+			data := []byte("data:" + a)
+			must(enc.Artifact(wire.ArtifactHeader{Path: a, Size: int64(len(data))}, data))
+		}
+		must(enc.Result(wire.Result{ExitCode: exit}))
+		return 0, nil
+	}
+}
+
+func newRunRig(t *testing.T, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)) (*rig, *runDocker) {
+	t.Helper()
+	rd := &runDocker{streamFn: fn}
+	r := newRig(t, extra, func(o *Options) {
+		rd.fakeDocker = o.Containers.(*fakeDocker)
+		o.Containers = rd
+		o.Access = config.ResolvedAccess{ClientUIDs: []int{clientUID, otherUID}, Guests: o.Config.Guests}
+	})
+	t.Cleanup(r.h.Shutdown)
+	return r, rd
+}
+
+// apiAs calls the host's handler as a peer uid.
+func apiAs(t *testing.T, h *Host, uid int, method, path string, body any) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = strings.NewReader(string(b))
+	}
+	req := httptest.NewRequest(method, path, rd)
+	req = req.WithContext(context.WithValue(req.Context(), peerKey{}, Peer{Known: true, UID: uid, GID: uid}))
+	w := httptest.NewRecorder()
+	h.Handler().ServeHTTP(w, req)
+	return w.Code, w.Body.Bytes()
+}
+
+func waitRun(t *testing.T, h *Host, id string) runs.Status {
+	t.Helper()
+	r, err := h.runs.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("run %s did not finish: %+v", id, r.Status())
+	}
+	return r.Status()
+}
+
+// Peers of these tests: the config's default clients are the
+// sandbox-clients group, which a test peer is not in; the host's own uid
+// is an admin, so admin calls use it and client calls an api.clients uid.
+const (
+	clientUID = 4242
+	otherUID  = 4343
+)
+
+const runsExtra = `
+egress:
+  allow: ["127.0.0.1:8080"]
+runs:
+  projects:
+    - name: demo
+      path: /srv/demo
+`
+
+func TestRunShellAndArtifacts(t *testing.T) {
+	r, rd := newRunRig(t, runsExtra, supervise(0))
+	code, body := apiAs(t, r.h, clientUID, "POST", "/v1/runs", runs.Params{Command: "echo hello", Project: "demo", Artifacts: []string{"out/report.txt"}})
+	if code != http.StatusAccepted {
+		t.Fatalf("POST /v1/runs: %d %s", code, body)
+	}
+	var st runs.Status
+	must(t, json.Unmarshal(body, &st))
+	got := waitRun(t, r.h, st.ID)
+	if got.Result != runs.ResultOK || got.ExitCode == nil || *got.ExitCode != 0 || got.Stdout != "hello\n" || got.Stderr != "warn\n" {
+		t.Fatalf("run: %+v", got)
+	}
+	if len(got.Artifacts) != 1 || string(got.Artifacts[0].Data) != "data:out/report.txt" {
+		t.Errorf("artifacts %+v", got.Artifacts)
+	}
+	spec := r.docker.created[0]
+	if spec.Run == nil || spec.Run.Setup || spec.WorkspaceDir != "/srv/demo" || spec.TurnDir != "" || spec.Image != layout.DefaultToolboxImage {
+		t.Errorf("container spec %+v run %+v", spec, spec.Run)
+	}
+	if spec.Labels[layout.LabelTurn] != st.ID || spec.Labels[layout.LabelChannel] != "run-"+st.ID || spec.LogTag != "sandbox/run-"+st.ID {
+		t.Errorf("labels %v log tag %s", spec.Labels, spec.LogTag)
+	}
+	job := rd.jobs[0]
+	if job.Command != "echo hello" || job.UID != spec.UID || job.UID < r.cfg.Guests.UIDBase || job.Proxy {
+		t.Errorf("job %+v (uid of the spec %d)", job, spec.UID)
+	}
+	if lines := r.journal.lines("sandbox/run-" + st.ID); !slices.Contains(lines, "hello") || !slices.Contains(lines, "warn") {
+		t.Errorf("journal sandbox/run-%s: %q", st.ID, lines)
+	}
+	if n := len(r.units.started); n != 0 {
+		t.Errorf("a run without network started %d broker units", n)
+	}
+	r.assertClean(t)
+	// Another client does not see the run; its owner does.
+	if code, _ := apiAs(t, r.h, otherUID, "GET", "/v1/runs/"+st.ID, nil); code != http.StatusNotFound {
+		t.Errorf("another client's GET: %d, want 404", code)
+	}
+	if code, _ := apiAs(t, r.h, clientUID, "GET", "/v1/runs/"+st.ID, nil); code != http.StatusOK {
+		t.Errorf("owner's GET: %d", code)
+	}
+	code, body = apiAs(t, r.h, otherUID, "GET", "/v1/runs", nil)
+	var list RunList
+	json.Unmarshal(body, &list)
+	if code != 200 || len(list.Runs) != 0 {
+		t.Errorf("another client's list: %d %s", code, body)
+	}
+}
+
+func TestRunFailedExitAndSetup(t *testing.T) {
+	r, rd := newRunRig(t, runsExtra, supervise(3))
+	st, err := r.h.StartRun(runs.Params{Executable: "false", Setup: []string{"apt-get install -y jq"}}, clientUID)
+	must(t, err)
+	got := waitRun(t, r.h, st.ID)
+	if got.Result != runs.ResultFailed || got.ExitCode == nil || *got.ExitCode != 3 {
+		t.Errorf("run: %+v", got)
+	}
+	if spec := r.docker.created[0]; !spec.Run.Setup {
+		t.Errorf("a run with setup must start as root with the setup capabilities: %+v", spec.Run)
+	}
+	if j := rd.jobs[0]; !slices.Equal(j.Argv, []string{"false"}) || len(j.Setup) != 1 {
+		t.Errorf("job %+v", j)
+	}
+	r.assertClean(t)
+}
+
+func TestRunRefusals(t *testing.T) {
+	r, _ := newRunRig(t, runsExtra, supervise(0))
+	for _, c := range []struct {
+		name string
+		p    runs.Params
+	}{
+		{"both modes", runs.Params{Command: "x", Executable: "y"}},
+		{"neither mode", runs.Params{}},
+		{"unknown project", runs.Params{Command: "x", Project: "nope"}},
+		{"absolute artifact", runs.Params{Command: "x", Artifacts: []string{"/etc/passwd"}}},
+		{"dotdot artifact", runs.Params{Command: "x", Artifacts: []string{"../x"}}},
+		{"timeout", runs.Params{Command: "x", TimeoutSeconds: 3601}},
+	} {
+		code, body := apiAs(t, r.h, clientUID, "POST", "/v1/runs", c.p)
+		if code != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", c.name, code, body)
+		}
+	}
+	if code, _ := apiAs(t, r.h, 5555, "POST", "/v1/runs", runs.Params{Command: "x"}); code != http.StatusForbidden {
+		t.Errorf("a stranger: %d, want 403", code)
+	}
+	if n := len(r.docker.created); n != 0 {
+		t.Errorf("%d containers created for refused runs", n)
+	}
+}
+
+func TestRunNetworkApproval(t *testing.T) {
+	r, rd := newRunRig(t, runsExtra, supervise(0))
+	st, err := r.h.StartRun(runs.Params{Command: "curl http://127.0.0.1:8080/", Network: true}, clientUID)
+	must(t, err)
+	if st.State != runs.StateAwaitingApproval {
+		t.Fatalf("state %s, want awaiting_approval", st.State)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := len(r.docker.created); n != 0 {
+		t.Fatalf("a container exists before approval")
+	}
+	// A client cannot approve, not even its own run.
+	if code, _ := apiAs(t, r.h, clientUID, "POST", "/v1/runs/"+st.ID+"/approve", nil); code != http.StatusForbidden {
+		t.Errorf("client approve: %d, want 403", code)
+	}
+	if code, body := apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/approve", nil); code != http.StatusOK {
+		t.Fatalf("admin approve: %d %s", code, body)
+	}
+	got := waitRun(t, r.h, st.ID)
+	if got.Result != runs.ResultOK || got.ApprovedBy == nil {
+		t.Fatalf("run %+v", got)
+	}
+	pol := r.docker.policies[0]
+	if pol == nil || !pol.EgressOnly || pol.Egress == nil || !slices.Equal(pol.EgressAllow, []string{"127.0.0.1:8080"}) || pol.Model != (policy.Model{}) {
+		t.Errorf("policy at create: %+v", pol)
+	}
+	if spec := r.docker.created[0]; spec.TurnDir == "" || !rd.jobs[0].Proxy {
+		t.Errorf("a network run needs its turn dir and the bridge: %+v %+v", spec, rd.jobs[0])
+	}
+	if n := len(r.units.started); n != 1 {
+		t.Errorf("broker units started %d, want 1", n)
+	}
+	// Approving again is refused.
+	if code, _ := apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/approve", nil); code != http.StatusConflict {
+		t.Errorf("second approve: %d, want 409", code)
+	}
+	r.assertClean(t)
+}
+
+func TestRunNetworkDeniedAndCancelled(t *testing.T) {
+	r, _ := newRunRig(t, runsExtra, supervise(0))
+	st, err := r.h.StartRun(runs.Params{Command: "x", Network: true}, clientUID)
+	must(t, err)
+	if code, _ := apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/deny", nil); code != http.StatusOK {
+		t.Fatalf("deny: %d", code)
+	}
+	if got := waitRun(t, r.h, st.ID); got.Result != runs.ResultDenied {
+		t.Errorf("denied run: %+v", got)
+	}
+	// Cancel while waiting.
+	st, err = r.h.StartRun(runs.Params{Command: "x", Network: true}, clientUID)
+	must(t, err)
+	if code, _ := apiAs(t, r.h, clientUID, "POST", "/v1/runs/"+st.ID+"/cancel", nil); code != http.StatusOK {
+		t.Fatalf("owner cancel: %d", code)
+	}
+	if got := waitRun(t, r.h, st.ID); got.Result != runs.ResultCancelled {
+		t.Errorf("cancelled run: %+v", got)
+	}
+	if n := len(r.docker.created); n != 0 {
+		t.Errorf("%d containers for runs that never got network", n)
+	}
+	r.assertClean(t)
+}
+
+func TestRunTimeoutAndCancelRemove(t *testing.T) {
+	block := func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		wire.NewEncoder(stdout).Output(wire.FrameStdout, wire.PhaseMain, []byte("started\n"))
+		<-ctx.Done()
+		return -1, ctx.Err()
+	}
+	r, _ := newRunRig(t, runsExtra, block)
+	st, err := r.h.StartRun(runs.Params{Command: "sleep 100", TimeoutSeconds: 1}, clientUID)
+	must(t, err)
+	got := waitRun(t, r.h, st.ID)
+	if got.Result != runs.ResultTimeout || !strings.Contains(got.Error, "1 s timeout") || got.Stdout != "started\n" {
+		t.Errorf("timed out run: %+v", got)
+	}
+	st, err = r.h.StartRun(runs.Params{Command: "sleep 100"}, clientUID)
+	must(t, err)
+	run, _ := r.h.runs.Get(st.ID)
+	for run.Status().State != runs.StateRunning {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if code, _ := apiAs(t, r.h, otherUID, "POST", "/v1/runs/"+st.ID+"/cancel", nil); code != http.StatusNotFound {
+		t.Errorf("another client's cancel: %d, want 404", code)
+	}
+	if code, _ := apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/cancel", nil); code != http.StatusOK {
+		t.Errorf("admin cancel: %d", code)
+	}
+	if got := waitRun(t, r.h, st.ID); got.Result != runs.ResultCancelled {
+		t.Errorf("cancelled run: %+v", got)
+	}
+	if n := len(r.docker.removes); n != 2 {
+		t.Errorf("removals %d, want 2", n)
+	}
+	r.assertClean(t)
+}
+
+// TestRunHostileSupervisor: a container that breaks the frame protocol
+// (garbage, lies about artifacts) gets an error result, and its container
+// is removed all the same.
+func TestRunHostileSupervisor(t *testing.T) {
+	for name, fn := range map[string]func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error){
+		"garbage": func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+			_, err := stdout.Write([]byte("this is not a frame stream at all, just text\n"))
+			return 0, err
+		},
+		"no result": func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+			wire.NewEncoder(stdout).Output(wire.FrameStdout, wire.PhaseMain, []byte("x"))
+			return 0, nil
+		},
+		"artifact not requested": func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+			enc := wire.NewEncoder(stdout)
+			enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseMain})
+			if err := enc.Artifact(wire.ArtifactHeader{Path: "other.txt", Size: 1}, []byte("x")); err != nil {
+				return 0, err
+			}
+			return 0, enc.Result(wire.Result{})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, _ := newRunRig(t, runsExtra, fn)
+			st, err := r.h.StartRun(runs.Params{Command: "x", Artifacts: []string{"a.txt"}}, clientUID)
+			must(t, err)
+			got := waitRun(t, r.h, st.ID)
+			if got.Result != runs.ResultError || got.Error == "" {
+				t.Errorf("%+v", got)
+			}
+			r.assertClean(t)
+		})
+	}
+}
+
+// TestRunEventsStream: GET /v1/runs/{id}/events replays and ends with the
+// result event.
+func TestRunEventsStream(t *testing.T) {
+	r, _ := newRunRig(t, runsExtra, supervise(0))
+	st, err := r.h.StartRun(runs.Params{Command: "x"}, clientUID)
+	must(t, err)
+	waitRun(t, r.h, st.ID)
+	code, body := apiAs(t, r.h, clientUID, "GET", "/v1/runs/"+st.ID+"/events", nil)
+	if code != 200 {
+		t.Fatalf("events: %d", code)
+	}
+	var types []string
+	var out string
+	sc := bufio.NewScanner(strings.NewReader(string(body)))
+	for sc.Scan() {
+		var ev runs.Event
+		must(t, json.Unmarshal(sc.Bytes(), &ev))
+		types = append(types, ev.Type)
+		if ev.Type == runs.EventOutput && ev.Stream == runs.StreamStdout {
+			out += string(ev.Data)
+		}
+	}
+	if len(types) == 0 || types[len(types)-1] != runs.EventResult || out != "hello\n" {
+		t.Errorf("events %v, stdout %q", types, out)
+	}
+}
+
+// TestRunShutdownCancelsWaiting: a stopping host finishes runs that wait
+// for approval as cancelled, creating nothing.
+func TestRunShutdownCancelsWaiting(t *testing.T) {
+	r, _ := newRunRig(t, runsExtra, supervise(0))
+	st, err := r.h.StartRun(runs.Params{Command: "x", Network: true}, clientUID)
+	must(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r.h.ShutdownContext(ctx)
+	got := waitRun(t, r.h, st.ID)
+	if got.Result != runs.ResultCancelled || got.Error != "the host stopped" {
+		t.Errorf("%+v", got)
+	}
+	if _, err := r.h.StartRun(runs.Params{Command: "x"}, clientUID); !errors.Is(err, ErrShuttingDown) {
+		t.Errorf("a run after shutdown: %v", err)
+	}
+	if len(r.docker.created) != 0 {
+		t.Errorf("containers created")
+	}
+	_ = filepath.Join
+}

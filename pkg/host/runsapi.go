@@ -1,0 +1,169 @@
+package host
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"regexp"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
+)
+
+// MaxRunBodyBytes bounds POST /v1/runs: a 64 KiB command or 256 KiB of
+// arguments, JSON-escaped, plus setup commands fit.
+const MaxRunBodyBytes = 2 << 20
+
+var runIDRe = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// RunList is GET /v1/runs.
+type RunList struct {
+	Runs []runs.Status `json:"runs"`
+}
+
+// routeRuns dispatches /v1/runs[/{id}[/{action}]]; ok is false when segs is
+// not a runs path.
+func (h *Host) routeRuns(segs []string) (routes []route, ok bool) {
+	if len(segs) < 2 || segs[0] != "v1" || segs[1] != "runs" || len(segs) > 4 {
+		return nil, false
+	}
+	if len(segs) == 2 {
+		return []route{{http.MethodGet, RoleClient, h.handleRunList}, {http.MethodPost, RoleClient, h.handleRunStart}}, true
+	}
+	id, err := url.PathUnescape(segs[2])
+	if err != nil || !runIDRe.MatchString(id) {
+		return []route{{http.MethodGet, RoleNone, func(w http.ResponseWriter, r *http.Request, _ string) error {
+			return badRequest("bad run id: 32 lowercase hex characters")
+		}}}, true
+	}
+	with := func(fn func(http.ResponseWriter, *http.Request, *runs.Run) error, admin bool) handler {
+		return func(w http.ResponseWriter, r *http.Request, _ string) error {
+			run, err := h.runs.Get(id)
+			if err != nil {
+				return err
+			}
+			if !admin && !h.isAdmin(r) && run.Owner() != peerFrom(r.Context()).UID {
+				return ErrNotFound // another client's run does not exist for this caller
+			}
+			return fn(w, r, run)
+		}
+	}
+	if len(segs) == 3 {
+		return []route{{http.MethodGet, RoleClient, with(h.handleRunGet, false)}}, true
+	}
+	switch segs[3] {
+	case "events":
+		return []route{{http.MethodGet, RoleClient, with(h.handleRunEvents, false)}}, true
+	case "cancel":
+		return []route{{http.MethodPost, RoleClient, with(h.handleRunCancel, false)}}, true
+	case "approve":
+		return []route{{http.MethodPost, RoleAdmin, with(h.handleRunApprove, true)}}, true
+	case "deny":
+		return []route{{http.MethodPost, RoleAdmin, with(h.handleRunDeny, true)}}, true
+	}
+	return nil, true
+}
+
+func (h *Host) isAdmin(r *http.Request) bool {
+	return Authorize(h.opts.Access, h.opts.UID, peerFrom(r.Context())) >= RoleAdmin
+}
+
+func (h *Host) handleRunStart(w http.ResponseWriter, r *http.Request, _ string) error {
+	if !h.accepting() {
+		return ErrShuttingDown
+	}
+	var p runs.Params
+	if err := decodeBodyN(w, r, &p, MaxRunBodyBytes); err != nil {
+		return err
+	}
+	st, err := h.StartRun(p, peerFrom(r.Context()).UID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, st)
+	return nil
+}
+
+func (h *Host) handleRunList(w http.ResponseWriter, r *http.Request, _ string) error {
+	all := h.runs.List()
+	admin := h.isAdmin(r)
+	uid := peerFrom(r.Context()).UID
+	out := RunList{Runs: []runs.Status{}}
+	for _, st := range all {
+		if admin || st.OwnerUID == uid {
+			out.Runs = append(out.Runs, st)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (h *Host) handleRunGet(w http.ResponseWriter, r *http.Request, run *runs.Run) error {
+	writeJSON(w, http.StatusOK, run.Status())
+	return nil
+}
+
+func (h *Host) handleRunCancel(w http.ResponseWriter, r *http.Request, run *runs.Run) error {
+	if err := run.Cancel(); err != nil {
+		return err
+	}
+	h.log.Info("run cancel requested", "run", run.ID(), "by_uid", peerFrom(r.Context()).UID)
+	writeJSON(w, http.StatusOK, run.Status())
+	return nil
+}
+
+func (h *Host) handleRunApprove(w http.ResponseWriter, r *http.Request, run *runs.Run) error {
+	if err := run.Approve(peerFrom(r.Context()).UID); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, run.Status())
+	return nil
+}
+
+func (h *Host) handleRunDeny(w http.ResponseWriter, r *http.Request, run *runs.Run) error {
+	if err := run.Deny(peerFrom(r.Context()).UID); err != nil {
+		return err
+	}
+	h.log.Info("run network denied", "run", run.ID(), "by_uid", peerFrom(r.Context()).UID)
+	writeJSON(w, http.StatusOK, run.Status())
+	return nil
+}
+
+// handleRunEvents streams the run's events as NDJSON, history first, until
+// its result or the client leaves. A stopping host ends the stream (the
+// run's own result event comes first when the run finishes in time).
+func (h *Host) handleRunEvents(w http.ResponseWriter, r *http.Request, run *runs.Run) error {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	enc := json.NewEncoder(w)
+	err := run.Subscribe(r.Context(), func(ev runs.Event) error {
+		if err := enc.Encode(ev); err != nil {
+			return err
+		}
+		return rc.Flush()
+	})
+	if err != nil && r.Context().Err() == nil {
+		h.log.Debug("run event stream ended", "run", run.ID(), "err", err)
+	}
+	return nil // the status line is sent: errors cannot be answered any more
+}
+
+// runStatusOf maps package runs' categories (statusOf calls it first).
+func runStatusOf(err error) (int, string, bool) {
+	switch {
+	case errors.Is(err, runs.ErrInvalid):
+		return http.StatusBadRequest, err.Error(), true
+	case errors.Is(err, runs.ErrNotFound):
+		return http.StatusNotFound, "no such run", true
+	case errors.Is(err, runs.ErrState):
+		return http.StatusConflict, "the run is not in a state that allows this", true
+	case errors.Is(err, runs.ErrBusy):
+		return http.StatusTooManyRequests, "too many unfinished runs; try again later", true
+	case errors.Is(err, ErrRunsDisabled):
+		return http.StatusConflict, ErrRunsDisabled.Error(), true
+	}
+	return 0, "", false
+}
