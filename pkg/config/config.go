@@ -802,6 +802,8 @@ func (c *Config) validateRuns(bad func(key, format string, a ...any)) {
 		seen[p.Name] = true
 		if !filepath.IsAbs(p.Path) || filepath.Clean(p.Path) != p.Path || p.Path == "/" || strings.ContainsAny(p.Path, ",:\n") {
 			bad(key+".path", "%q must be an absolute, clean directory path other than / (no comma, colon or newline)", p.Path)
+		} else if why := c.projectPathRefusal(p.Path); why != "" {
+			bad(key+".path", "%q %s", p.Path, why)
 		}
 	}
 	if r.MemoryMB < 64 || r.MemoryMB > 65536 {
@@ -843,6 +845,33 @@ func (c *Config) validateRuns(bad func(key, format string, a ...any)) {
 	if r.MaxRetained < 1 || r.MaxRetained > 4096 {
 		bad("runs.maxRetained", "must be 1 to 4096, got %d", r.MaxRetained)
 	}
+}
+
+// hiddenFromHost are trees sandbox-host.service cannot see (ProtectHome,
+// PrivateTmp) or that hold what no run may read.
+var hiddenFromHost = []string{"/home", "/root", "/run/user", "/tmp", "/var/tmp", "/proc", "/sys", "/dev", "/run", "/etc/roundtable-sandbox"}
+
+// projectPathRefusal says why a project path cannot be mounted into runs:
+// the host cannot see it (so cannot check it), or it holds the family's own
+// state, credentials or Docker's data.
+func (c *Config) projectPathRefusal(path string) string {
+	for _, h := range hiddenFromHost {
+		if path == h || strings.HasPrefix(path, h+"/") {
+			return fmt.Sprintf("is under %s, which sandbox-host.service cannot see or must not share (put projects under /srv or /var/lib)", h)
+		}
+	}
+	for _, own := range []struct{ key, dir string }{
+		{"workspaceRoot", c.WorkspaceRoot}, {"runRoot", c.RunRoot}, {"policyDir", c.PolicyDir},
+		{"stateFile", filepath.Dir(c.StateFile)}, {"dockerDataRoot", c.DockerDataRoot},
+	} {
+		if own.dir == "" {
+			continue
+		}
+		if path == own.dir || strings.HasPrefix(path, own.dir+"/") || strings.HasPrefix(own.dir, path+"/") {
+			return fmt.Sprintf("overlaps %s (%s)", own.key, own.dir)
+		}
+	}
+	return ""
 }
 
 func (c *Config) validateEgress(bad func(key, format string, a ...any)) {
