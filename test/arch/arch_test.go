@@ -19,13 +19,13 @@ import (
 // sit above every layer and are not checked.
 var layers = [][]string{
 	// 0: foundations, importing nothing of this module.
-	{"version", "ids", "atomicfile", "protocol", "imagearchive", "client", "broker/strictjson", "toolschema",
+	{"version", "ids", "atomicfile", "protocol", "imagearchive", "broker/strictjson", "toolschema",
 		"egress/bridge", "runs/wire"},
 	// 1: shared vocabulary (names, the host-broker contract, the memory store)
 	// and the vetted network dialer.
 	{"layout", "policy", "memory", "safefetch", "runs"},
 	// 2: drivers and single-purpose domains.
-	{"config", "credential", "container", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
+	{"client", "config", "credential", "container", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool", "egress", "standby"},
 	// 3: the services.
 	{"broker", "reaper", "host", "credset"},
