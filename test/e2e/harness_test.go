@@ -191,6 +191,8 @@ type cfg struct {
 	Prompt        string
 	// Runtime, when set, writes runtime: (the OCI runtime of every container).
 	Runtime string
+	// RunsProject, when set, declares the runs project "demo" at this path.
+	RunsProject string
 }
 
 func baseConfig() cfg {
@@ -272,6 +274,16 @@ prompt: {{printf "%q" .Prompt}}
 {{- end}}
 {{- if .Runtime}}
 runtime: {{.Runtime}}
+{{- end}}
+runs:
+  memoryMb: 512
+  tmpfsMb: 64
+  outputMb: 32
+  approvalTimeoutSeconds: 120
+{{- if .RunsProject}}
+  projects:
+    - name: demo
+      path: {{.RunsProject}}
 {{- end}}
 `))
 

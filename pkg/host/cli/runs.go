@@ -155,7 +155,13 @@ func runAndFollow(cmd *cobra.Command, g *globals, p runs.Params, out string, det
 	if werr != nil {
 		return werr
 	}
-	return runExit(final)
+	err = runExit(final)
+	var ee *exitError
+	if g.json && errors.As(err, &ee) {
+		// The document printed says everything: one JSON document only.
+		return &exitError{code: ee.code, err: errSilent}
+	}
+	return err
 }
 
 // runExit turns a finished run into the command's exit status.

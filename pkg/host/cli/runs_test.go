@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
+)
+
+func TestRunExit(t *testing.T) {
+	seven, zero := 7, 0
+	cases := []struct {
+		st   runs.Status
+		want int
+	}{
+		{runs.Status{Result: runs.ResultOK, ExitCode: &zero}, 0},
+		{runs.Status{Result: runs.ResultFailed, ExitCode: &seven}, 7},
+		{runs.Status{Result: runs.ResultFailed, ExitCode: &seven, FailedSetup: 2}, 7},
+		{runs.Status{Result: runs.ResultTimeout}, exitRunTimeout},
+		{runs.Status{Result: runs.ResultDenied}, exitRunOther},
+		{runs.Status{Result: runs.ResultCancelled}, exitRunOther},
+		{runs.Status{Result: runs.ResultError, Error: "x"}, exitRunOther},
+	}
+	for _, c := range cases {
+		err := runExit(c.st)
+		got := 0
+		var ee *exitError
+		if errors.As(err, &ee) {
+			got = ee.code
+		} else if err != nil {
+			got = -1
+		}
+		if got != c.want {
+			t.Errorf("%s: exit %d, want %d (%v)", c.st.Result, got, c.want, err)
+		}
+	}
+}
+
+// TestWriteArtifacts: the CLI writes only clean relative paths under its
+// directory, never through a symlink and never over an existing file, even
+// when the host's answer is hostile.
+func TestWriteArtifacts(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	written, err := writeArtifacts(dir, []runs.Artifact{{Path: "a/b.txt", Size: 2, Data: []byte("hi")}, {Path: "gone.txt", Error: "missing"}})
+	if err != nil || len(written) != 1 {
+		t.Fatalf("written %v err %v", written, err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, "a", "b.txt")); string(data) != "hi" {
+		t.Errorf("content %q", data)
+	}
+	for _, bad := range []string{"../escape.txt", "/etc/x", "a/../../x", "./a"} {
+		if _, err := writeArtifacts(dir, []runs.Artifact{{Path: bad, Data: []byte("x")}}); err == nil {
+			t.Errorf("%q was written", bad)
+		}
+	}
+	if _, err := writeArtifacts(dir, []runs.Artifact{{Path: "a/b.txt", Data: []byte("again")}}); err == nil {
+		t.Errorf("an existing file was overwritten")
+	}
+	if err := os.Symlink(filepath.Join(outside, "target"), filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeArtifacts(dir, []runs.Artifact{{Path: "link", Data: []byte("x")}}); err == nil {
+		t.Errorf("written through a symlink")
+	}
+	if _, err := os.Stat(filepath.Join(outside, "target")); err == nil {
+		t.Errorf("the symlink's target was created")
+	}
+}

@@ -1,0 +1,266 @@
+package e2e
+
+// Code runs (DESIGN.md section 12) end to end: the installed host, the
+// toolbox image built in the namespace by `sandbox-host toolbox build`, the
+// real CLI. This file sorts after scenarios_test.go (see tail_egress_test.go).
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
+)
+
+// needToolbox skips a run scenario when the namespace has no toolbox image
+// (the stage could not build one; run.sh says why).
+func needToolbox(t *testing.T) {
+	t.Helper()
+	if _, _, err := env.docker.ImageInspectWithRaw(t.Context(), layout.DefaultToolboxImage); err != nil {
+		t.Skipf("no toolbox image %s in the namespace's dockerd (test/e2e/run.sh builds it with sandbox-host toolbox build): %v", layout.DefaultToolboxImage, err)
+	}
+}
+
+// exitCode of a CLI call (0 when it succeeded).
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// demoProject makes the project directory runs.projects names, readable by
+// every uid (a run's user is a guest uid).
+func demoProject(t *testing.T, marker string) string {
+	t.Helper()
+	dir := "/srv/roundtable-e2e-project-" + randHex(4)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "hello.txt"), []byte(marker+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// runStatus reads one run through the CLI (as root: an admin).
+func runStatus(t *testing.T, id string) runs.Status {
+	t.Helper()
+	out, err := cli("--json", "run", "show", id)
+	if err != nil {
+		t.Fatalf("run show %s: %v\n%s", id, err, out)
+	}
+	var st runs.Status
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("run show %s: %v\n%s", id, err, out)
+	}
+	return st
+}
+
+// waitFinished polls a run until it finished.
+func waitFinished(t *testing.T, id string, within time.Duration) runs.Status {
+	t.Helper()
+	var st runs.Status
+	msg := eventually(within, func() string {
+		st = runStatus(t, id)
+		if st.State != runs.StateFinished {
+			return "state " + st.State
+		}
+		return ""
+	})
+	if msg != "" {
+		t.Fatalf("run %s did not finish within %s: %s", id, within, msg)
+	}
+	return st
+}
+
+// TestRunFromCLI: setup as root then the command as the run's unprivileged
+// user with no capability at all; the project read-only at /workspace; an
+// artifact out of /output written by the CLI; the command's exit status as
+// the CLI's; output in the journal as sandbox/run-<id>; nothing left.
+func TestRunFromCLI(t *testing.T) {
+	diagnose(t)
+	needToolbox(t)
+	marker := "PROJECT-" + randHex(4)
+	c := baseConfig()
+	c.RunsProject = demoProject(t, marker)
+	withConfig(t, c)
+	outDir := t.TempDir()
+	script := `echo MAIN-UID=$(id -u) MAIN-GID=$(id -g)
+grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status
+cat /workspace/hello.txt
+if touch /workspace/new 2>/dev/null; then echo WORKSPACE-WRITABLE; else echo WORKSPACE-READ-ONLY; fi
+if touch /etc/new 2>/dev/null; then echo ROOT-WRITABLE; else echo ROOT-READ-ONLY; fi
+echo artifact-body > /output/result.txt
+exit 7`
+	start := time.Now()
+	out, err := cli("--json", "run", "--project", "demo", "--setup", "echo SETUP-UID=$(id -u)", "--artifact", "result.txt",
+		"--out", outDir, "--timeout", "60", "--", "bash", "-c", script)
+	took := time.Since(start)
+	if code := exitCode(err); code != 7 {
+		t.Fatalf("run exit status %d, want the command's 7 (%v)\n%s", code, err, out)
+	}
+	var st runs.Status
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("run --json output: %v\n%s", err, out)
+	}
+	t.Logf("run %s: %s exit %v in %s", st.ID, st.Result, st.ExitCode, took)
+	if st.Result != runs.ResultFailed || st.ExitCode == nil || *st.ExitCode != 7 {
+		t.Errorf("status %+v", st)
+	}
+	for _, want := range []string{"SETUP-UID=0", marker, "WORKSPACE-READ-ONLY", "CapEff:\t0000000000000000",
+		"CapBnd:\t0000000000000000", "CapPrm:\t0000000000000000", "CapAmb:\t0000000000000000"} {
+		if !strings.Contains(st.Stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, st.Stdout)
+		}
+	}
+	if strings.Contains(st.Stdout, "MAIN-UID=0 ") || !strings.Contains(st.Stdout, "MAIN-UID=") {
+		t.Errorf("the main command must run as a non-root uid:\n%s", st.Stdout)
+	}
+	if !strings.Contains(st.Stdout, "ROOT-WRITABLE") {
+		t.Errorf("a run with setup has a writable root (package installation):\n%s", st.Stdout)
+	}
+	data, err := os.ReadFile(filepath.Join(outDir, "result.txt"))
+	if err != nil || string(data) != "artifact-body\n" {
+		t.Errorf("artifact written by the CLI: %q %v", data, err)
+	}
+	if j := eventually(10*time.Second, func() string {
+		if !strings.Contains(journal("-t", "sandbox/run-"+st.ID), marker) {
+			return "missing"
+		}
+		return ""
+	}); j != "" {
+		t.Errorf("journalctl -t sandbox/run-%s lacks the run's output", st.ID)
+	}
+
+	// Without setup: the container itself runs as the run's uid, its root
+	// read-only; output streams to the CLI's stdout.
+	out, err = cli("run", "--", "bash", "-c", "echo PLAIN-UID=$(id -u); grep ^CapBnd: /proc/self/status; touch /etc/x 2>/dev/null || echo ROOT-READ-ONLY")
+	if err != nil || !strings.Contains(out, "PLAIN-UID=") || strings.Contains(out, "PLAIN-UID=0\n") ||
+		!strings.Contains(out, "CapBnd:\t0000000000000000") || !strings.Contains(out, "ROOT-READ-ONLY") {
+		t.Errorf("plain run: %v\n%s", err, out)
+	}
+	assertNothingLeft(t, "after runs from the CLI")
+}
+
+// TestRunTimeoutKills: a run past its timeout is killed and removed; the CLI
+// exits 124.
+func TestRunTimeoutKills(t *testing.T) {
+	diagnose(t)
+	needToolbox(t)
+	start := time.Now()
+	out, err := cli("run", "--timeout", "2", "--", "sleep", "60")
+	if code := exitCode(err); code != 124 {
+		t.Errorf("exit %d, want 124\n%s", code, out)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the timed-out run took %s", took)
+	}
+	assertNothingLeft(t, "after a timed-out run")
+}
+
+// TestRunNetworkDenied: a network run waits for an admin; denied, it ends
+// without a container ever existing.
+func TestRunNetworkDenied(t *testing.T) {
+	diagnose(t)
+	needToolbox(t)
+	out, err := cli("run", "--detach", "--network", "--", "python3", "-c", "print('never')")
+	if err != nil {
+		t.Fatalf("run --detach --network: %v\n%s", err, out)
+	}
+	id := strings.TrimSpace(out)
+	if st := runStatus(t, id); st.State != runs.StateAwaitingApproval {
+		t.Fatalf("state %s, want awaiting_approval", st.State)
+	}
+	time.Sleep(500 * time.Millisecond)
+	for _, c := range containers(t) {
+		if c.Labels[layout.LabelTurn] == id {
+			t.Fatalf("a container exists for a run awaiting approval: %v", c.Names)
+		}
+	}
+	if out, err := cli("run", "deny", id); err != nil {
+		t.Fatalf("run deny: %v\n%s", err, out)
+	}
+	st := waitFinished(t, id, 10*time.Second)
+	if st.Result != runs.ResultDenied || st.Stdout != "" {
+		t.Errorf("denied run: %+v", st)
+	}
+	assertNothingLeft(t, "after a denied run")
+}
+
+// TestRunNetworkApproved: once approved, the run's HTTP client reaches a
+// server named in egress.allow through the proxy route and the in-container
+// bridge; the metadata address and another local port stay refused, and a
+// direct connection has no network at all.
+func TestRunNetworkApproved(t *testing.T) {
+	diagnose(t)
+	needToolbox(t)
+	marker := "RUN-EGRESS-" + randHex(4)
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.WriteString(w, marker)
+	}))
+	defer srv.Close()
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "other") }))
+	defer other.Close()
+	addr := srv.Listener.Addr().String()
+	_, otherPort, _ := net.SplitHostPort(other.Listener.Addr().String())
+	c := baseConfig()
+	c.FetchAllow = addr
+	withConfig(t, c)
+	script := fmt.Sprintf(`
+import urllib.request, urllib.error
+def get(label, url, opener=None):
+    try:
+        o = opener or urllib.request.build_opener()
+        print(label, o.open(url, timeout=10).read().decode())
+    except urllib.error.HTTPError as e:
+        print(label, "HTTP", e.code)
+    except Exception as e:
+        print(label, "ERR", type(e).__name__)
+get("ALLOWED", "http://%s/")
+get("META", "http://169.254.169.254/latest/meta-data/")
+get("OTHER", "http://127.0.0.1:%s/")
+get("DIRECT", "http://%s/", urllib.request.build_opener(urllib.request.ProxyHandler({})))
+`, addr, otherPort, addr)
+	out, err := cli("run", "--detach", "--network", "--", "python3", "-c", script)
+	if err != nil {
+		t.Fatalf("run --network: %v\n%s", err, out)
+	}
+	id := strings.TrimSpace(out)
+	if out, err := cli("run", "approve", id); err != nil {
+		t.Fatalf("run approve: %v\n%s", err, out)
+	}
+	st := waitFinished(t, id, 60*time.Second)
+	t.Logf("run %s: %s\n%s%s", id, st.Result, st.Stdout, st.Stderr)
+	for _, want := range []string{"ALLOWED " + marker, "META HTTP 403", "OTHER HTTP 403", "DIRECT ERR"} {
+		if !strings.Contains(st.Stdout, want) {
+			t.Errorf("stdout lacks %q", want)
+		}
+	}
+	if st.Result != runs.ResultOK || st.ApprovedBy == nil {
+		t.Errorf("status %+v", st)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Errorf("the allowed server was reached %d times, want 1 (the direct attempt must not reach it)", n)
+	}
+	assertNothingLeft(t, "after an approved network run")
+}
