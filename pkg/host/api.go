@@ -86,6 +86,8 @@ type (
 		// (preparing, ready, binding, discarding); the deadline is then its
 		// expiry.
 		Standby string `json:"standby,omitempty"`
+		// Run marks a code run (its channel tag is "run-<id>").
+		Run bool `json:"run,omitempty"`
 	}
 	// TurnList is GET /v1/turns.
 	TurnList struct {
@@ -446,6 +448,14 @@ func (h *Host) ActiveTurns() []ActiveTurn {
 			continue
 		}
 		out = append(out, ActiveTurn{ID: w.TurnID, ChannelTag: ids.ChannelTag(w.Channel), DeadlineUnix: w.Expiry.Unix(), DeadlineUnixMs: w.Expiry.UnixMilli(), Standby: w.State})
+	}
+	// Unfinished code runs too: the reaper's contract is that the host lists
+	// a turn (a run is one to the reaper) from before it writes anything
+	// until after everything of it is gone, and a run finishes only after
+	// its cleanup.
+	for _, r := range h.runs.Unfinished() {
+		d := h.runDeadlineBound(r)
+		out = append(out, ActiveTurn{ID: r.ID(), ChannelTag: runChannelPrefix + r.ID(), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

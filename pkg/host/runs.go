@@ -415,3 +415,15 @@ func (h *Host) prepareRunBroker(ctx context.Context, t *turn) error {
 	t.unitTried = true
 	return h.opts.Units.StartBroker(ctx, t.id)
 }
+
+// runDeadlineBound is the latest a run's objects may live: its start plus
+// its timeout, or, before it started, now plus the approval wait and the
+// timeout.
+func (h *Host) runDeadlineBound(r *runs.Run) time.Time {
+	p, st := r.Params(), r.Status()
+	timeout := time.Duration(p.TimeoutSeconds) * time.Second
+	if st.StartedAt != nil {
+		return st.StartedAt.Add(timeout)
+	}
+	return h.opts.Now().Add(time.Duration(h.cfg.Runs.ApprovalTimeoutSeconds)*time.Second + timeout)
+}

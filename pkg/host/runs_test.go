@@ -303,6 +303,14 @@ func TestRunTimeoutAndCancelRemove(t *testing.T) {
 	for run.Status().State != runs.StateRunning {
 		time.Sleep(5 * time.Millisecond)
 	}
+	// The reaper's contract: a running run is listed with the turns.
+	listed := false
+	for _, a := range r.h.ActiveTurns() {
+		listed = listed || (a.ID == st.ID && a.Run && a.ChannelTag == "run-"+st.ID)
+	}
+	if !listed {
+		t.Errorf("a running run is not in ActiveTurns: %+v", r.h.ActiveTurns())
+	}
 	if code, _ := apiAs(t, r.h, otherUID, "POST", "/v1/runs/"+st.ID+"/cancel", nil); code != http.StatusNotFound {
 		t.Errorf("another client's cancel: %d, want 404", code)
 	}
