@@ -12,12 +12,13 @@ import (
 
 // Defaults of RegistryLimits fields left at zero.
 const (
-	DefaultApprovalTimeout = 5 * time.Minute
-	DefaultRetain          = 15 * time.Minute
-	DefaultMaxRetained     = 64
-	DefaultMaxActive       = 64
-	DefaultMaxOutputBytes  = 1 << 20
-	DefaultMaxHistoryBytes = 4 << 20
+	DefaultApprovalTimeout  = 5 * time.Minute
+	DefaultRetain           = 15 * time.Minute
+	DefaultMaxRetained      = 64
+	DefaultMaxActive        = 64
+	DefaultMaxOutputBytes   = 1 << 20
+	DefaultMaxHistoryBytes  = 4 << 20
+	DefaultMaxRetainedBytes = 512 << 20
 )
 
 // RegistryLimits bound a Registry. Zero fields take the Default* values.
@@ -25,10 +26,13 @@ type RegistryLimits struct {
 	// ApprovalTimeout: a network run not approved within it is denied
 	// ("approval timed out").
 	ApprovalTimeout time.Duration
-	// Retain and MaxRetained bound how long and how many finished runs stay
-	// readable; the oldest finished go first. Unfinished runs are never pruned.
-	Retain      time.Duration
-	MaxRetained int
+	// Retain, MaxRetained and MaxRetainedBytes bound how long, how many and
+	// how many bytes (output, artifacts, event history) of finished runs stay
+	// readable; the oldest finished go first, except that the newest finished
+	// run is never pruned for bytes. Unfinished runs are never pruned.
+	Retain           time.Duration
+	MaxRetained      int
+	MaxRetainedBytes int64
 	// MaxActive bounds unfinished runs; Create returns ErrBusy beyond it.
 	MaxActive int
 	// MaxOutputBytes bounds Status.Stdout and Status.Stderr, each.
@@ -48,6 +52,9 @@ func (l RegistryLimits) withDefaults() RegistryLimits {
 	}
 	if l.MaxRetained <= 0 {
 		l.MaxRetained = DefaultMaxRetained
+	}
+	if l.MaxRetainedBytes <= 0 {
+		l.MaxRetainedBytes = DefaultMaxRetainedBytes
 	}
 	if l.MaxActive <= 0 {
 		l.MaxActive = DefaultMaxActive
@@ -146,17 +153,20 @@ func (g *Registry) List() []Status {
 }
 
 // pruneLocked forgets finished runs older than Retain, then the oldest
-// finished beyond MaxRetained.
+// finished beyond MaxRetained, then the oldest finished while all finished
+// hold more than MaxRetainedBytes (keeping the newest).
 func (g *Registry) pruneLocked() {
 	cutoff := g.now().Add(-g.lim.Retain)
 	type fin struct {
-		id string
-		at time.Time
-		o  uint64
+		id   string
+		at   time.Time
+		o    uint64
+		size int64
 	}
 	var done []fin
+	var total int64
 	for id, r := range g.runs {
-		at, ok := r.finishedAt()
+		at, size, ok := r.finishedAt()
 		if !ok {
 			continue
 		}
@@ -164,18 +174,22 @@ func (g *Registry) pruneLocked() {
 			delete(g.runs, id)
 			continue
 		}
-		done = append(done, fin{id, at, r.order})
+		done = append(done, fin{id, at, r.order, size})
+		total += size
 	}
-	if extra := len(done) - g.lim.MaxRetained; extra > 0 {
-		slices.SortFunc(done, func(a, b fin) int {
-			if c := a.at.Compare(b.at); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.o, b.o)
-		})
-		for _, f := range done[:extra] {
-			delete(g.runs, f.id)
+	slices.SortFunc(done, func(a, b fin) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
 		}
+		return cmp.Compare(a.o, b.o)
+	})
+	for i, f := range done {
+		over := len(done)-i > g.lim.MaxRetained
+		if !over && (total <= g.lim.MaxRetainedBytes || i == len(done)-1) {
+			break
+		}
+		delete(g.runs, f.id)
+		total -= f.size
 	}
 }
 

@@ -58,7 +58,9 @@ type Run struct {
 
 	mu        sync.Mutex
 	st        Status    // Stdout and Stderr live in out until Status()
-	out       [2][]byte // stdout, stderr, bounded by MaxOutputBytes each
+	out       [2][]byte // stdout, stderr, bounded by MaxOutputBytes each; nil once finished
+	final     *Status   // once finished: the final status, shared by the result event
+	size      int64     // once finished: the bytes it holds (RegistryLimits.MaxRetainedBytes)
 	cancelled bool      // Cancel was called (cancelReq closed)
 	timer     *time.Timer
 	changed   chan struct{} // closed and replaced at every event: wakes waiters
@@ -117,18 +119,24 @@ func (r *Run) CancelRequested() <-chan struct{} { return r.cancelReq }
 func (r *Run) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.statusLocked(true)
+	if r.final != nil {
+		return cloneStatus(*r.final, true)
+	}
+	s := cloneStatus(r.st, true)
+	s.Stdout = strings.ToValidUTF8(string(r.out[0]), "\uFFFD")
+	s.Stderr = strings.ToValidUTF8(string(r.out[1]), "\uFFFD")
+	return s
 }
 
 // summary is Status for List: no Stdout, Stderr or artifact Data.
 func (r *Run) summary() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.statusLocked(false)
+	return cloneStatus(r.st, false) // r.st never holds Stdout or Stderr
 }
 
-func (r *Run) statusLocked(full bool) Status {
-	s := r.st
+// cloneStatus deep-copies s; withData false leaves artifact Data out.
+func cloneStatus(s Status, withData bool) Status {
 	s.StartedAt = clonePtr(s.StartedAt)
 	s.FinishedAt = clonePtr(s.FinishedAt)
 	s.ApprovalDeadline = clonePtr(s.ApprovalDeadline)
@@ -137,16 +145,12 @@ func (r *Run) statusLocked(full bool) Status {
 	if s.Artifacts != nil {
 		s.Artifacts = slices.Clone(s.Artifacts)
 		for i := range s.Artifacts {
-			if full {
+			if withData {
 				s.Artifacts[i].Data = bytes.Clone(s.Artifacts[i].Data)
 			} else {
 				s.Artifacts[i].Data = nil
 			}
 		}
-	}
-	if full {
-		s.Stdout = strings.ToValidUTF8(string(r.out[0]), "\uFFFD")
-		s.Stderr = strings.ToValidUTF8(string(r.out[1]), "\uFFFD")
 	}
 	return s
 }
@@ -165,13 +169,14 @@ func (r *Run) finished() bool {
 	return r.st.State == StateFinished
 }
 
-func (r *Run) finishedAt() (time.Time, bool) {
+// finishedAt reports when the run finished and the bytes it holds.
+func (r *Run) finishedAt() (at time.Time, size int64, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.st.FinishedAt == nil {
-		return time.Time{}, false
+		return time.Time{}, 0, false
 	}
-	return *r.st.FinishedAt, true
+	return *r.st.FinishedAt, r.size, true
 }
 
 // Approve grants network to a run awaiting approval (-> queued), recording
@@ -331,7 +336,8 @@ func (r *Run) Output(stream, phase string, data []byte) {
 // Finish ends an unfinished run; the first Finish wins, later ones (and a
 // Finish of a run already denied or cancelled) are ignored. It records the
 // result, appends the finished state event and the result event carrying
-// the final Status, and closes Done.
+// the final Status, and closes Done. The run keeps f.Artifacts' Data (not a
+// copy): the caller must not modify it afterwards.
 func (r *Run) Finish(f Finish) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -369,8 +375,18 @@ func (r *Run) finishLocked(f Finish) {
 	r.st.FinishedAt = &t
 	r.st.ApprovalDeadline = nil
 	r.setStateLocked(StateFinished)
-	final := r.statusLocked(true)
+	// One final Status, shared by the result event and every later Status()
+	// (which copies it); nothing changes a finished run.
+	final := r.st
+	final.Stdout = strings.ToValidUTF8(string(r.out[0]), "\uFFFD")
+	final.Stderr = strings.ToValidUTF8(string(r.out[1]), "\uFFFD")
+	r.final = &final
+	r.out = [2][]byte{}
 	r.appendLocked(Event{Type: EventResult, Status: &final})
+	r.size = int64(r.histBytes + len(final.Stdout) + len(final.Stderr))
+	for _, a := range final.Artifacts {
+		r.size += int64(len(a.Data))
+	}
 	close(r.done)
 }
 

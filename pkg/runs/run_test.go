@@ -770,3 +770,64 @@ func TestUnfinished(t *testing.T) {
 		t.Errorf("Unfinished = %v, want %v (oldest first)", got, want)
 	}
 }
+
+func TestRetentionBytes(t *testing.T) {
+	const histOf = 4 * eventCost // queued, running, finished, result: no output
+	tests := []struct {
+		name   string
+		bound  int64
+		sizes  []int // artifact bytes of runs finished in this order
+		wantIn []int // indexes still readable
+	}{
+		{"all fit", 3 * (1000 + histOf), []int{1000, 1000, 1000}, []int{0, 1, 2}},
+		{"oldest goes", 3*(1000+histOf) - 1, []int{1000, 1000, 1000}, []int{1, 2}},
+		{"two go", 1000 + histOf, []int{1000, 1000, 1000}, []int{2}},
+		{"the newest stays even alone over the bound", 10, []int{1000, 5000}, []int{1}},
+		{"small newer ones keep a place", 2000 + 2*histOf, []int{5000, 1000, 1000}, []int{1, 2}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g, c := newTestRegistry(t, RegistryLimits{MaxRetainedBytes: tc.bound})
+			var rs []*Run
+			for _, n := range tc.sizes {
+				r := mustCreate(t, g, Params{Command: "x", Artifacts: []string{"a"}})
+				r.Start()
+				r.Finish(Finish{Result: ResultOK, Artifacts: []Artifact{{Path: "a", Size: int64(n), Data: make([]byte, n)}}})
+				rs = append(rs, r)
+				c.Advance(time.Second)
+			}
+			g.List() // prunes
+			var in []int
+			for i, r := range rs {
+				if _, err := g.Get(r.ID()); err == nil {
+					in = append(in, i)
+				}
+			}
+			if !reflect.DeepEqual(in, tc.wantIn) {
+				t.Errorf("readable runs %v, want %v", in, tc.wantIn)
+			}
+		})
+	}
+}
+
+func TestFinishedRunHoldsOneCopy(t *testing.T) {
+	g, _ := newTestRegistry(t, RegistryLimits{})
+	r := mustCreate(t, g, Params{Command: "x", Artifacts: []string{"a"}})
+	r.Start()
+	r.Output(StreamStdout, PhaseMain, []byte("out"))
+	data := []byte("artifact")
+	r.Finish(Finish{Result: ResultOK, Artifacts: []Artifact{{Path: "a", Size: 8, Data: data}}})
+	var res *Status
+	r.Subscribe(context.Background(), func(e Event) error { res = e.Status; return nil })
+	if res == nil || &res.Artifacts[0].Data[0] != &data[0] {
+		t.Error("the result event must share the artifacts' Data, not copy it")
+	}
+	if s := r.Status(); &s.Artifacts[0].Data[0] == &data[0] || s.Stdout != "out" {
+		t.Errorf("Status() must copy the data: %+v", s)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.out[0] != nil || r.size != int64(len("out")+len("artifact")+5*eventCost+len("out")) {
+		t.Errorf("finished run: out %q, size %d", r.out[0], r.size)
+	}
+}
