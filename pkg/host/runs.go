@@ -186,7 +186,10 @@ func (h *Host) driveRun(r *runs.Run) {
 		return
 	}
 	defer release()
-	if err := r.Start(); err != nil { // cancelled while queued: already finished
+	if err := r.Start(); err != nil { // cancelled while queued: the registry finished it
+		st := r.Status()
+		h.metrics.runs.WithLabelValues(st.Result).Inc()
+		log.Info("run done", "result", st.Result, "reason", st.Error)
 		return
 	}
 	finish(h.executeRun(ctx, r, log))
