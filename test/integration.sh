@@ -102,6 +102,17 @@ trap 'exit 130' INT TERM
 echo "integration: building helpers"
 "$GO" build -o "$tmp/journalsink" ./pkg/container/testdata/journalsink
 
+# The small test toolbox's base tar (built once, then cached by
+# test/toolbox/build.sh); the toolbox tests import it into this dockerd.
+toolbox_tar=""
+if toolbox_tar=$(test/toolbox/build.sh 2>"$tmp/toolbox.log"); then
+	echo "integration: small toolbox base $toolbox_tar"
+else
+	toolbox_tar=""
+	echo "integration: small toolbox base unavailable (test/toolbox/build.sh, below); its import test skips"
+	tail -n 5 "$tmp/toolbox.log" || true
+fi
+
 cat >"$tmp/ns.sh" <<'EOF'
 #!/bin/sh
 # Runs inside the private mount namespace, then becomes dockerd.
@@ -192,4 +203,5 @@ SANDBOX_IT_DOCKER="unix://$sock" \
 	SANDBOX_IT_JOURNAL="$journal" \
 	SANDBOX_IT_WORKER_IMAGE="$worker_image" \
 	SANDBOX_IT_MCP_EVERYTHING="$everything" \
+	SANDBOX_IT_TOOLBOX_TAR="$toolbox_tar" \
 	test/gotest.sh integration -count=1 -run Integration "${args[@]}"

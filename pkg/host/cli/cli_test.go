@@ -20,6 +20,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/host"
 	"github.com/roundtable-sandbox/sandbox/pkg/mcp"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/toolbox"
 )
 
 const testYAML = `model:
@@ -90,6 +91,7 @@ func fakeMachine(t *testing.T) (string, doctorDeps) {
 		return 4321, nil
 	}
 	d.docker = func(string) (dockerProbe, error) { return fakeProbe{image: true}, nil }
+	d.toolbox, d.fileSHA256 = fakeToolbox(toolbox.Image{WorkerSHA256: "aa11"}, nil), fakeSHA("aa11", nil) // toolbox_test.go
 	d.credDir = filepath.Join(dir, "creds")
 	d.unitState = fakeUnitStates(nil)
 	d.unitDirs = []string{filepath.Join(dir, "units")}

@@ -25,6 +25,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/mcp"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/toolbox"
 )
 
 // Check statuses.
@@ -69,6 +70,8 @@ type doctorDeps struct {
 	// unitState asks systemd for a unit's state; an error means systemd
 	// cannot be asked (no systemd, no systemctl).
 	unitState   func(ctx context.Context, unit string) (unitState, error)
+	toolbox     toolboxInspector                  // toolbox.go
+	fileSHA256  func(path string) (string, error) // the host's sandbox-worker, for the toolbox check
 	credDir     string
 	unitDirs    []string
 	polkitRules []string
@@ -97,6 +100,8 @@ func realDoctorDeps() doctorDeps {
 			return mcp.ListTools(ctx, s, cred, mcp.Options{Timeout: 15 * time.Second})
 		},
 		unitState:   systemctlShow,
+		toolbox:     realToolboxInspector,
+		fileSHA256:  toolbox.FileSHA256,
 		credDir:     layout.CredentialsDir,
 		unitDirs:    []string{"/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system"},
 		polkitRules: []string{"/usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules", "/etc/polkit-1/rules.d/60-roundtable-sandbox.rules"},
@@ -258,6 +263,7 @@ func doctorDocker(ctx context.Context, cfg *config.Config, d doctorDeps, add fun
 	default:
 		add("image", StatusOK, cfg.Image+" present", "")
 	}
+	doctorToolbox(ctx, cfg, d, add)
 	doctorRuntime(ctx, cfg.Runtime, probe, add)
 }
 

@@ -114,6 +114,7 @@ func newRoot(g *globals) *cobra.Command {
 	pf.DurationVar(&g.timeouts.Timeout, "timeout", client.DefaultTimeout, "give up waiting for the host's answer to a status or control command after this long")
 	pf.DurationVar(&g.timeouts.TurnTimeout, "turn-timeout", client.DefaultTurnTimeout, "give up waiting for a turn's reply (queueing included) after this long")
 	root.AddCommand(serveCmd(g), turnCmd(g), channelCmd(g), runCmd(g), doctorCmd(g), versionCmd(g))
+	root.AddCommand(toolboxCmd(g))
 	return root
 }
 
