@@ -5,6 +5,9 @@
 // "sandbox-worker egress-bridge" is the in-container end of a granted
 // egress route instead (package bridge): it listens on
 // 127.0.0.1:3128 and relays each connection to the broker socket.
+//
+// "sandbox-worker run-supervise" is PID 1 of a code run's container
+// (package supervisor): the job on stdin, frames on stdout, logs on stderr.
 package main
 
 import (
@@ -18,6 +21,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/egress/bridge"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/supervisor"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
 	"github.com/roundtable-sandbox/sandbox/pkg/worker"
 )
@@ -26,9 +30,15 @@ func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "sandbox-worker", "version", version.Version)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	var code int
-	if len(os.Args) == 2 && os.Args[1] == "egress-bridge" {
+	switch {
+	case len(os.Args) == 2 && os.Args[1] == "egress-bridge":
 		code = egressBridge(ctx, log.With("component", "sandbox-egress-bridge"))
-	} else {
+	case len(os.Args) == 2 && os.Args[1] == "run-supervise":
+		code = supervisor.Main(ctx, os.Stdin, os.Stdout, os.Stderr, supervisor.Options{
+			BrokerSocket: protocol.BrokerSocketPath,
+			Log:          log.With("component", "sandbox-run-supervisor"),
+		})
+	default:
 		code = worker.Main(ctx, os.Stdin, os.Stdout, worker.Options{
 			Broker:    worker.NewUnixBroker(protocol.BrokerSocketPath, 0),
 			Workspace: protocol.WorkspacePath,

@@ -1,0 +1,241 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
+)
+
+// The tests run the supervisor in a child process (this test binary again,
+// see TestMain), as it runs in a container: as root, PID 1 of a new PID
+// namespace (its own /proc mounted in a new mount namespace), so kill(-1)
+// and orphan reaping are the real ones and nothing else on the machine is
+// in reach. Without root the child runs as this user, not as PID 1.
+const helperEnv = "SUPERVISOR_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "1" {
+		os.Exit(helperMain())
+	}
+	os.Exit(m.Run())
+}
+
+func helperMain() int {
+	if os.Getenv("SUP_MOUNT_PROC") == "1" {
+		// A private mount namespace (Cloneflags): mount a /proc of this
+		// PID namespace so children see only its processes.
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			fmt.Fprintln(os.Stderr, "helper: make / private:", err)
+			return 90
+		}
+		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			fmt.Fprintln(os.Stderr, "helper: mount /proc:", err)
+			return 90
+		}
+	}
+	o := Options{
+		OutputDir:    os.Getenv("SUP_OUTPUT"),
+		Workspace:    os.Getenv("SUP_WORKSPACE"),
+		BrokerSocket: os.Getenv("SUP_BROKER"),
+		BridgeAddr:   os.Getenv("SUP_BRIDGE"),
+		DrainTimeout: 2 * time.Second,
+	}
+	if f := os.Getenv("SUP_AFTERKILL"); f != "" {
+		o.afterKill = func() {
+			// Is any other process left in this PID namespace?
+			state := "alone"
+			if err := unix.Kill(-1, 0); !errors.Is(err, unix.ESRCH) {
+				state = fmt.Sprintf("others (%v)", err)
+			}
+			_ = os.WriteFile(f, []byte(state), 0o644)
+			time.Sleep(time.Second) // a surviving straggler would act now
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	return Main(ctx, os.Stdin, os.Stdout, os.Stderr, o)
+}
+
+func isRoot() bool { return os.Geteuid() == 0 }
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if !isRoot() {
+		t.Skip("needs root (a user switch, capabilities, a PID namespace); run the tests as root")
+	}
+}
+
+// dirs are a run's output directory and workspace, open to the job's user.
+type dirs struct{ output, workspace, base string }
+
+func newDirs(t *testing.T) dirs {
+	t.Helper()
+	base, err := os.MkdirTemp("", "supervisor-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	d := dirs{output: filepath.Join(base, "output"), workspace: filepath.Join(base, "workspace"), base: base}
+	for _, p := range []string{d.output, d.workspace} {
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, mode := range map[string]os.FileMode{base: 0o755, d.output: 0o777} {
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// baseJob runs as nobody when the tests are root, else as this user.
+func baseJob() wire.Job {
+	j := wire.Job{UID: os.Geteuid(), GID: os.Getegid(), MaxOutputBytes: 1 << 20, MaxArtifactBytes: 1 << 20, MaxArtifactTotalBytes: 4 << 20}
+	if isRoot() {
+		j.UID, j.GID = 65534, 65534
+	}
+	return j
+}
+
+type runConfig struct {
+	d         dirs
+	broker    string
+	afterKill string // file the afterKill hook writes
+	asUser    *syscall.Credential
+	stdin     []byte // raw stdin instead of the job
+	signalAt  time.Duration
+}
+
+type outcome struct {
+	code      int
+	out       map[string]string // "stdout/main" -> text
+	phases    []wire.PhaseEnd
+	artifacts []wire.ArtifactHeader
+	data      map[string][]byte
+	result    wire.Result
+	firstOut  time.Duration // first output frame after start
+	elapsed   time.Duration
+	log       string
+}
+
+// run starts the supervisor with job (or cfg.stdin) and decodes its stream.
+func run(t *testing.T, job wire.Job, cfg runConfig) outcome {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.asUser != nil {
+		exe = copyExecutable(t, exe, cfg.d.base)
+	}
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
+	cmd.Env = []string{helperEnv + "=1", "SUP_OUTPUT=" + cfg.d.output, "SUP_WORKSPACE=" + cfg.d.workspace,
+		"SUP_BROKER=" + cfg.broker, "SUP_BRIDGE=127.0.0.1:0", "SUP_AFTERKILL=" + cfg.afterKill}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if isRoot() {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+		if cfg.asUser == nil {
+			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNS
+			cmd.Env = append(cmd.Env, "SUP_MOUNT_PROC=1")
+		}
+	}
+	cmd.SysProcAttr.Credential = cfg.asUser
+	var stdin bytes.Buffer
+	if cfg.stdin != nil {
+		stdin.Write(cfg.stdin)
+	} else if err := wire.WriteJob(&stdin, job); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin = &stdin
+	var logBuf bytes.Buffer
+	cmd.Stderr = &logBuf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.signalAt > 0 {
+		time.AfterFunc(cfg.signalAt, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
+	}
+	o := outcome{out: map[string]string{}, data: map[string][]byte{}}
+	dec := wire.NewDecoder(stdout, wire.LimitsFor(job))
+	var derr error
+	for {
+		f, err := dec.Next()
+		if err != nil {
+			if err != io.EOF {
+				derr = err
+			}
+			break
+		}
+		switch f.Type {
+		case wire.FrameStdout, wire.FrameStderr:
+			if o.firstOut == 0 {
+				o.firstOut = time.Since(start)
+			}
+			o.out[f.Type.String()+"/"+f.Phase] += string(f.Data)
+		case wire.FramePhase:
+			o.phases = append(o.phases, f.PhaseEnd)
+		case wire.FrameArtifact:
+			o.artifacts = append(o.artifacts, f.Artifact)
+		case wire.FrameArtifactData:
+			o.data[f.Artifact.Path] = append(o.data[f.Artifact.Path], f.Data...)
+		case wire.FrameResult:
+			o.result = f.Result
+		}
+	}
+	_, _ = io.Copy(io.Discard, stdout)
+	werr := cmd.Wait()
+	o.elapsed = time.Since(start)
+	o.log = logBuf.String()
+	o.code = cmd.ProcessState.ExitCode()
+	if derr != nil {
+		t.Fatalf("decoding the supervisor's stream: %v (wait: %v; log: %s)", derr, werr, o.log)
+	}
+	return o
+}
+
+// copyExecutable copies the test binary where another user can run it.
+func copyExecutable(t *testing.T, exe, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "supervisor.test")
+	if err := os.WriteFile(p, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (o outcome) artifact(path string) (wire.ArtifactHeader, bool) {
+	for _, a := range o.artifacts {
+		if a.Path == path {
+			return a, true
+		}
+	}
+	return wire.ArtifactHeader{}, false
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
