@@ -45,37 +45,38 @@ const (
 
 // Config is the whole configuration.
 type Config struct {
-	Installation        string   `mapstructure:"installation"`
-	Image               string   `mapstructure:"image"`
-	ImageArchive        string   `mapstructure:"imageArchive"`
-	Runtime             string   `mapstructure:"runtime"`
-	DockerHost          string   `mapstructure:"dockerHost"`
-	DockerDataRoot      string   `mapstructure:"dockerDataRoot"`
-	UID                 int      `mapstructure:"uid"`
-	GID                 int      `mapstructure:"gid"`
-	RunRoot             string   `mapstructure:"runRoot"`
-	WorkspaceRoot       string   `mapstructure:"workspaceRoot"`
-	PolicyDir           string   `mapstructure:"policyDir"`
-	StateFile           string   `mapstructure:"stateFile"`
-	LockFile            string   `mapstructure:"lockFile"`
-	TurnDeadlineSeconds int      `mapstructure:"turnDeadlineSeconds"`
-	LogLevel            string   `mapstructure:"logLevel"`
-	Limits              Limits   `mapstructure:"limits"`
-	Model               Model    `mapstructure:"model"`
-	Prompt              string   `mapstructure:"prompt"`
-	TimeZone            string   `mapstructure:"timeZone"`
-	Credentials         Creds    `mapstructure:"credentials"`
-	Tools               []Tool   `mapstructure:"tools"`
-	MCP                 []MCP    `mapstructure:"mcp"`
-	API                 API      `mapstructure:"api"`
-	Queue               Queue    `mapstructure:"queue"`
-	InitialChannels     []string `mapstructure:"initialChannels"`
-	Broker              Broker   `mapstructure:"broker"`
-	Reaper              Reaper   `mapstructure:"reaper"`
-	Guests              Guests   `mapstructure:"guests"`
-	Egress              Egress   `mapstructure:"egress"`
-	Standby             Standby  `mapstructure:"standby"`
-	Runs                Runs     `mapstructure:"runs"`
+	Installation        string     `mapstructure:"installation"`
+	Image               string     `mapstructure:"image"`
+	ImageArchive        string     `mapstructure:"imageArchive"`
+	Runtime             string     `mapstructure:"runtime"`
+	DockerHost          string     `mapstructure:"dockerHost"`
+	DockerDataRoot      string     `mapstructure:"dockerDataRoot"`
+	UID                 int        `mapstructure:"uid"`
+	GID                 int        `mapstructure:"gid"`
+	RunRoot             string     `mapstructure:"runRoot"`
+	WorkspaceRoot       string     `mapstructure:"workspaceRoot"`
+	PolicyDir           string     `mapstructure:"policyDir"`
+	StateFile           string     `mapstructure:"stateFile"`
+	LockFile            string     `mapstructure:"lockFile"`
+	TurnDeadlineSeconds int        `mapstructure:"turnDeadlineSeconds"`
+	LogLevel            string     `mapstructure:"logLevel"`
+	Limits              Limits     `mapstructure:"limits"`
+	Model               Model      `mapstructure:"model"`
+	Prompt              string     `mapstructure:"prompt"`
+	TimeZone            string     `mapstructure:"timeZone"`
+	Credentials         Creds      `mapstructure:"credentials"`
+	Tools               []Tool     `mapstructure:"tools"`
+	MCP                 []MCP      `mapstructure:"mcp"`
+	API                 API        `mapstructure:"api"`
+	Queue               Queue      `mapstructure:"queue"`
+	InitialChannels     []string   `mapstructure:"initialChannels"`
+	Broker              Broker     `mapstructure:"broker"`
+	Reaper              Reaper     `mapstructure:"reaper"`
+	Guests              Guests     `mapstructure:"guests"`
+	Egress              Egress     `mapstructure:"egress"`
+	Standby             Standby    `mapstructure:"standby"`
+	Runs                Runs       `mapstructure:"runs"`
+	Delegation          Delegation `mapstructure:"delegation"`
 }
 
 // Runs configures code execution (DESIGN.md section 12, package runs): the
@@ -487,6 +488,7 @@ func (c *Config) Validate() error {
 	c.validateTools(bad)
 	c.validateEgress(bad)
 	c.validateRuns(bad)
+	c.validateDelegation(bad)
 
 	for _, a := range []struct {
 		key string

@@ -92,6 +92,17 @@ func defaults() map[string]any {
 		"runs.approvalTimeoutSeconds": 300,
 		"runs.retainSeconds":          900,
 		"runs.maxRetained":            64,
+
+		"delegation.enabled":         false,
+		"delegation.maxRunning":      2,
+		"delegation.timeoutSeconds":  600,
+		"delegation.maxTitleChars":   200,
+		"delegation.maxTaskChars":    4000,
+		"delegation.maxReportChars":  80000,
+		"delegation.diagnosticChars": 600,
+		"delegation.searchTool":      "",
+		"delegation.fetchTool":       "",
+		"delegation.prompt":          DefaultResearchPrompt,
 	}
 }
 
