@@ -27,6 +27,13 @@ import (
 // in reach. Without root the child runs as this user, not as PID 1.
 const helperEnv = "SUPERVISOR_TEST_HELPER"
 
+// setupCaps is the capability set a run with setup starts with
+// (RunContainer's CapAdd after CapDrop ALL), as setpriv names it, and its mask.
+const (
+	setupCaps     = "+chown,+dac_override,+fowner,+fsetid,+setuid,+setgid,+setpcap"
+	setupCapsMask = "00000000000001db"
+)
+
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(helperMain())
@@ -46,6 +53,23 @@ func helperMain() int {
 			fmt.Fprintln(os.Stderr, "helper: mount /proc:", err)
 			return 90
 		}
+	}
+	if os.Getenv("SUP_CONTAINER_CAPS") == "1" {
+		// Start again with a container's setup capabilities: the bounding
+		// set (and so, for root, the permitted and effective sets) of
+		// Docker's CapDrop ALL + CapAdd, no_new_privs.
+		os.Unsetenv("SUP_CONTAINER_CAPS")
+		os.Unsetenv("SUP_MOUNT_PROC")
+		setpriv := os.Getenv("SUP_SETPRIV")
+		self, err := os.Executable()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "helper: executable:", err)
+			return 90
+		}
+		err = unix.Exec(setpriv, []string{"setpriv", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all," + setupCaps,
+			"--", self, "-test.run=^$"}, os.Environ())
+		fmt.Fprintln(os.Stderr, "helper: exec setpriv:", err)
+		return 90
 	}
 	o := Options{
 		OutputDir:    os.Getenv("SUP_OUTPUT"),
@@ -118,7 +142,10 @@ type runConfig struct {
 	afterKill string // file the afterKill hook writes
 	asUser    *syscall.Credential
 	stdin     []byte // raw stdin instead of the job
-	signalAt  time.Duration
+	// containerCaps runs the supervisor as root with only the setup
+	// capabilities (no CAP_KILL, CAP_SYS_ADMIN ...) and no_new_privs.
+	containerCaps bool
+	signalAt      time.Duration
 }
 
 type outcome struct {
@@ -154,6 +181,13 @@ func run(t *testing.T, job wire.Job, cfg runConfig) outcome {
 		if cfg.asUser == nil {
 			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNS
 			cmd.Env = append(cmd.Env, "SUP_MOUNT_PROC=1")
+		}
+		if cfg.containerCaps {
+			setpriv, err := exec.LookPath("setpriv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Env = append(cmd.Env, "SUP_CONTAINER_CAPS=1", "SUP_SETPRIV="+setpriv)
 		}
 	}
 	cmd.SysProcAttr.Credential = cfg.asUser

@@ -267,10 +267,14 @@ func (s *supervisor) runCommand(ctx context.Context, phase string, argv []string
 	case <-ctx.Done():
 		stopped = true
 		s.killStragglers(st.pid)
-		_ = unix.Kill(st.pid, unix.SIGKILL)
 		ws = <-statusc
 	}
-	s.killStragglers(st.pid)
+	if !s.killStragglers(st.pid) {
+		// Fail closed: nothing runs, and nothing is collected, while a
+		// process of the job may still be alive.
+		s.log.Error("processes of the job survived the kill", "phase", phase)
+		return 0, errors.New(errStragglers)
+	}
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
 	select {
@@ -293,29 +297,6 @@ type privilegeError struct{ err error }
 
 func (e *privilegeError) Error() string { return e.err.Error() }
 func (e *privilegeError) Unwrap() error { return e.err }
-
-// killStragglers kills every process but the supervisor when it is PID 1
-// (kill(-1) in its own PID namespace; repeated, reaping between, until no
-// process is left), else the command's process group.
-func (s *supervisor) killStragglers(pgid int) {
-	if !s.pid1 {
-		_ = unix.Kill(-pgid, unix.SIGKILL)
-		return
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := unix.Kill(-1, unix.SIGKILL)
-		s.rp.reap()
-		if err == unix.ESRCH {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.log.Error("processes survived kill(-1) for 5 s", "reason", fmt.Sprint(err))
-			return
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
 
 // dropThreadPrivileges prepares the calling (locked) thread so that a child
 // it forks has no_new_privs and, as root, an empty capability bounding set,

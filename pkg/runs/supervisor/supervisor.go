@@ -101,6 +101,7 @@ const (
 	errBridge     = "egress bridge failed"
 	errStart      = "could not start a command"
 	errStopped    = "stopped by a signal"
+	errStragglers = "leftover processes could not be killed"
 )
 
 // Main runs one job and returns the process exit code: 0 when the result

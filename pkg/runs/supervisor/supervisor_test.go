@@ -259,6 +259,50 @@ func TestStragglerKilledBeforeCollection(t *testing.T) {
 	}
 }
 
+// As in a container with setup: root without CAP_KILL (and without most
+// other capabilities), under no_new_privs. The bounding set still empties
+// for main, and leftovers of other uids (the main user's, and one a setup
+// command switched to) are still all killed before the next command and
+// before collection.
+func TestSetupWithTheContainersCapabilities(t *testing.T) {
+	requireRoot(t)
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("setpriv (util-linux) not installed")
+	}
+	d := newDirs(t)
+	hook := filepath.Join(d.base, "afterkill")
+	j := baseJob()
+	j.Setup = []string{
+		"grep -E '^Cap(Eff|Bnd):' /proc/self/status",
+		// The pause lets the leftover become uid 12345 before the kill.
+		"setpriv --reuid=12345 --regid=12345 --clear-groups setsid sleep 30 >/dev/null 2>&1 & sleep 0.2; echo started",
+	}
+	j.Command = "setsid sh -c 'sleep 0.3; echo late > " + d.output + "/victim' >/dev/null 2>&1 & echo early > " + d.output + `/victim
+n=0; for f in /proc/[0-9]*/status; do grep -q '^Uid:	12345' $f 2>/dev/null && n=$((n+1)); done; echo other=$n
+grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status`
+	j.Artifacts = []string{"victim"}
+	o := run(t, j, runConfig{d: d, afterKill: hook, containerCaps: true})
+	if o.code != 0 || o.result != (wire.Result{}) {
+		t.Fatalf("supervisor exit %d, result %+v, stderr %q (log: %s)", o.code, o.result, o.out, o.log)
+	}
+	if want := "CapEff:\t" + setupCapsMask + "\nCapBnd:\t" + setupCapsMask + "\nstarted\n"; o.out["stdout/setup"] != want {
+		t.Errorf("setup output %q, want %q (the container's capabilities)", o.out["stdout/setup"], want)
+	}
+	want := "other=0\n"
+	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		want += k + ":\t0000000000000000\n"
+	}
+	if o.out["stdout/main"] != want {
+		t.Errorf("main output %q, want %q", o.out["stdout/main"], want)
+	}
+	if b, _ := os.ReadFile(hook); string(b) != "alone" {
+		t.Errorf("after the kill the supervisor was %q, want alone", b)
+	}
+	if got := string(o.data["victim"]); got != "early\n" {
+		t.Errorf("artifact = %q, want early (a straggler survived)", got)
+	}
+}
+
 // Orphans reparent to the supervisor (PID 1) and must not stay zombies; the
 // main command's status is not lost to the reaping.
 func TestZombiesAreReapedAndMainStatusKept(t *testing.T) {
