@@ -6,8 +6,9 @@
 // Guarantee: a channel never has more than Limits.MaxRunning unfinished
 // jobs; a finished job's report is at most MaxReportChars characters and its
 // diagnostic at most DiagnosticChars characters of generic text with
-// credential-shaped strings redacted; each finished job is delivered to a
-// viewer's stream at most once, by finish order. Jobs are process-local.
+// credential-shaped strings redacted; a finished job stays pending for a
+// viewer (a client uid) until a stream of that viewer delivered it, and
+// pending jobs come in finish order. Jobs are process-local.
 package delegation
 
 import (

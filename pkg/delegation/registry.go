@@ -381,3 +381,17 @@ func (r *Registry) pruneLocked() {
 		r.doneBytes = bytes
 	}
 }
+
+// Event is one line of a channel's finished-jobs stream (NDJSON): a
+// finished job with its report or diagnostic, or a keepalive sent when
+// nothing finished for a while, so a client can bound its silence.
+type Event struct {
+	Type string  `json:"type"`
+	Job  *Status `json:"job,omitempty"`
+}
+
+// Event types.
+const (
+	EventJob       = "job"
+	EventKeepalive = "keepalive"
+)

@@ -88,6 +88,8 @@ type (
 		Standby string `json:"standby,omitempty"`
 		// Run marks a code run (its channel tag is "run-<id>").
 		Run bool `json:"run,omitempty"`
+		// Job marks a delegated job's research turn (its channel's tag).
+		Job bool `json:"job,omitempty"`
 	}
 	// TurnList is GET /v1/turns.
 	TurnList struct {
@@ -155,6 +157,9 @@ func (h *Host) route(w http.ResponseWriter, r *http.Request) {
 	}
 	if rr, ok := h.routeRuns(segs); ok {
 		routes = rr
+	}
+	if rr, ch, ok := h.routeJobs(segs); ok {
+		routes, channel = rr, ch
 	}
 	if routes == nil {
 		h.fail(w, ErrNotFound)
@@ -396,6 +401,7 @@ func (h *Host) handleMode(w http.ResponseWriter, r *http.Request, channel string
 	h.log.Info("channel mode changed", "channel", ids.ChannelTag(channel), "mode", req.Mode)
 	if req.Mode == ModeOff {
 		h.dropStandby(channel, standby.ReasonChannelOff)
+		h.cancelJobs(channel)
 	}
 	writeJSON(w, http.StatusOK, h.status(channel))
 	return nil
@@ -457,6 +463,7 @@ func (h *Host) ActiveTurns() []ActiveTurn {
 		d := h.runDeadlineBound(r)
 		out = append(out, ActiveTurn{ID: r.ID(), ChannelTag: runChannelPrefix + r.ID(), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
 	}
+	out = append(out, h.activeJobs()...)
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }

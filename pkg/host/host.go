@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
@@ -155,6 +156,10 @@ type Host struct {
 	runs     *runs.Registry
 	runSlots runSlots
 
+	// Delegated jobs (delegations.go).
+	jobs     *delegation.Registry
+	research researchTurn // tools and prompt of every research turn
+
 	stopCtx context.Context
 	stopAll context.CancelCauseFunc
 	// cleanupCtx ends container removal retries when a shutdown runs out
@@ -236,6 +241,9 @@ func New(o Options) (*Host, error) {
 		return nil, err
 	}
 	if err := h.newStandbys(); err != nil {
+		return nil, err
+	}
+	if err := h.newDelegation(); err != nil {
 		return nil, err
 	}
 	return h, nil

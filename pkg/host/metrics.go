@@ -33,6 +33,7 @@ type metrics struct {
 	standbyPrepares *prometheus.CounterVec
 	runs            *prometheus.CounterVec
 	runDuration     prometheus.Histogram
+	delegations     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
@@ -77,6 +78,10 @@ func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
 			Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200},
 		}),
 	}
+	m.delegations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandbox_delegations_total", Help: "Delegated jobs, by result (ok, failed, timeout, cancelled; refused: not admitted).",
+	}, []string{"result"})
+	reg.MustRegister(m.delegations)
 	reg.MustRegister(m.turns, m.duration, m.phases, m.queueWaiting, m.running, m.cleanupFailures, m.refused,
 		m.standbyTakes, m.standbyDiscards, m.standbyPrepares, m.runs, m.runDuration)
 	return m

@@ -70,6 +70,10 @@ type turn struct {
 	warm  *warmTurn
 	quiet bool
 
+	// research makes this a delegated job's research turn (delegations.go):
+	// its own tools, prompt and scratch workspace, no MCP server.
+	research *researchTurn
+
 	mu     sync.Mutex
 	phases []slog.Attr
 }
@@ -99,6 +103,9 @@ func (h *Host) policyFor(t *turn, deadline time.Time) *policy.Policy {
 	}
 	p.DeadlineUnixMs = deadline.UnixMilli()
 	p.Model.Credential = h.cfg.SelectCredential(t.channel, t.principal, t.speaker.ID)
+	if t.research != nil {
+		p.Tools, p.MCP = t.research.policy, nil
+	}
 	return &p
 }
 
@@ -114,6 +121,9 @@ func (h *Host) turnJSON(t *turn, reset bool) ([]byte, error) {
 		Reset:    reset,
 		Tools:    append([]protocol.ToolSpec{}, h.tools...),
 		MCP:      append([]protocol.MCPServerSpec{}, h.mcpSpecs...),
+	}
+	if r := t.research; r != nil {
+		tt.Prompt, tt.Tools, tt.MCP = r.prompt, append([]protocol.ToolSpec{}, r.tools...), []protocol.MCPServerSpec{}
 	}
 	if err := tt.Validate(); err != nil {
 		return nil, err
@@ -391,6 +401,10 @@ func (h *Host) turnPaths(t *turn) error {
 	}
 	if t.guest, err = h.guestFor(t.channel, t.workspace); err != nil {
 		return fmt.Errorf("guest uid: %w", err)
+	}
+	if t.research != nil {
+		// The channel's guest uid, a scratch workspace of its own.
+		t.workspace = t.research.scratch
 	}
 	if err := h.ensureWorkspace(t.workspace, t.guest, t.tag); err != nil {
 		return fmt.Errorf("workspace: %w", err)
