@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
