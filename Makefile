@@ -7,7 +7,7 @@ GOFLAGS_STATIC := -trimpath -ldflags '-s -w -X github.com/roundtable-sandbox/san
 BINARIES := sandbox-host sandbox-broker sandbox-reaper sandbox-worker
 export VERSION
 
-.PHONY: all build test unit integration packaging-check e2e image image-archive deb units-check demo bench clean fmt vet prerequisites install-prerequisites
+.PHONY: all build test unit integration packaging-check e2e image image-archive deb units-check demo bench clean fmt vet prerequisites install-prerequisites toolbox
 
 all: build
 
@@ -39,6 +39,11 @@ image-archive:
 
 deb:
 	./packaging/deb/build.sh
+
+# The code-execution image from this machine's Debian packages, with this
+# tree's worker (root; README, Toolbox). TOOLBOX_FLAGS=--small: the test one.
+toolbox: bin/sandbox-host bin/sandbox-worker
+	bin/sandbox-host toolbox build --worker bin/sandbox-worker $(TOOLBOX_FLAGS)
 
 units-check:
 	./packaging/units-check.sh

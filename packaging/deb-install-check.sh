@@ -57,7 +57,7 @@ else
   mkdir -p "$work/bin" "$work/out"
   (cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/standin" ./packaging/testdata/standin) ||
     { echo "FAIL: cannot build the stand-in"; exit 1; }
-  for b in sandbox-host sandbox-broker sandbox-reaper; do cp "$work/standin" "$work/bin/$b"; done
+  for b in sandbox-host sandbox-broker sandbox-reaper sandbox-worker; do cp "$work/standin" "$work/bin/$b"; done
   image=$root/dist/worker-image.tar
   if [[ ! -f $image ]]; then
     image=$work/worker-image.tar
@@ -119,6 +119,7 @@ equal "/run/roundtable-sandbox/turns" "_sandbox _sandbox 700" stat -c '%U %G %a'
 equal "/run/roundtable-sandbox/policies" "_sandbox _sandbox-broker 2750" stat -c '%U %G %a' /run/roundtable-sandbox/policies
 equal "/var/lib/roundtable-sandbox" "_sandbox _sandbox 700" stat -c '%U %G %a' /var/lib/roundtable-sandbox
 equal "workspaces" "_sandbox _sandbox 700" stat -c '%U %G %a' /var/lib/roundtable-sandbox/workspaces
+equal "toolbox worker binary" "root root 755" stat -c '%U %G %a' /usr/lib/roundtable-sandbox/sandbox-worker
 equal "man page installed" /usr/share/man/man8/sandbox-host.8.gz ls /usr/share/man/man8/sandbox-host.8.gz
 equal "bash completion installed" /usr/share/bash-completion/completions/sandbox-host ls /usr/share/bash-completion/completions/sandbox-host
 

@@ -30,7 +30,7 @@ if [[ ${SANDBOX_DEB_PREBUILT:-} == 1 ]]; then
 else
   make build image-archive
 fi
-for b in sandbox-host sandbox-broker sandbox-reaper; do
+for b in sandbox-host sandbox-broker sandbox-reaper sandbox-worker; do
   [[ -x $bin/$b ]] || die "$bin/$b missing: run make build"
 done
 [[ -f $image ]] || die "$image missing: run make image-archive"
@@ -47,6 +47,9 @@ for b in sandbox-host sandbox-broker sandbox-reaper; do
   inst 0755 "$bin/$b" "usr/bin/$b"
 done
 inst 0644 "$image" usr/lib/roundtable-sandbox/worker-image.tar
+# The static worker `sandbox-host toolbox build` puts into the toolbox image
+# (doctor compares the image's copy with this one after an upgrade).
+inst 0755 "$bin/sandbox-worker" usr/lib/roundtable-sandbox/sandbox-worker
 
 for u in sandbox-host.socket sandbox-host.service sandbox-broker@.socket sandbox-broker@.service sandbox-credset@.service \
   sandbox-reaper.service sandbox-reaper.timer; do
@@ -87,7 +90,7 @@ chmod 0644 "$comp"
 # Documentation: copyright (with the embedded Go modules) and changelog.
 doc=$stage/usr/share/doc/$pkg
 mkdir -p "$doc"
-modules=$(for b in sandbox-host sandbox-broker sandbox-reaper; do go version -m "$bin/$b" 2>/dev/null; done |
+modules=$(for b in sandbox-host sandbox-broker sandbox-reaper sandbox-worker; do go version -m "$bin/$b" 2>/dev/null; done |
   awk '$1 == "dep" {print " " $2 " " $3}' | sort -u)
 [[ -n $modules ]] || modules=" (module list unavailable: binaries carry no build info)"
 awk -v mods="$modules" '$0 == "@MODULES@" {print mods; next} {print}' "$deb/copyright.in" >"$doc/copyright"

@@ -16,8 +16,8 @@ import (
 )
 
 // DefaultTimeout bounds a build (BuildBase and Import together) when the
-// caller's context has no deadline: a full toolbox took about N minutes
-// here (README, Toolbox).
+// caller's context has no deadline: a full toolbox took 2 min 14 s here
+// on 2 loaded cores (README, Toolbox).
 const DefaultTimeout = 20 * time.Minute
 
 // DefaultWorkDir holds the private directory of a build: /var/tmp, not
@@ -164,7 +164,7 @@ func (p Plan) Args(out string) []string {
 	args = append(args,
 		`--customize-hook=mkdir -p "$1`+dir+`"`,
 		// Package names were checked by ValidPackages: no quoting needed.
-		`--customize-hook=dpkg-query --admindir="$1/var/lib/dpkg" -W -f='${Package}=${Version}\n' `+strings.Join(p.Packages, " ")+` > "$1`+PackagesFile+`"`,
+		`--customize-hook=chroot "$1" dpkg-query -W -f='${Package}=${Version}\n' `+strings.Join(p.Packages, " ")+` > "$1`+PackagesFile+`"`,
 		p.Suite, out)
 	return append(args, p.Mirrors...)
 }

@@ -90,7 +90,7 @@ func TestPlanArgs(t *testing.T) {
 	if !slices.Equal(tail, append([]string{"bookworm", "/var/tmp/x/base.tar"}, mirrors...)) {
 		t.Errorf("positional args %q", tail)
 	}
-	if !strings.Contains(p.String(), `dpkg-query --admindir="$1/var/lib/dpkg"`) || !strings.Contains(p.String(), "OUTPUT.tar") {
+	if !strings.Contains(p.String(), `chroot "$1" dpkg-query -W`) || !strings.Contains(p.String(), "OUTPUT.tar") {
 		t.Errorf("dry-run text %q", p.String())
 	}
 	for _, bad := range []string{"--hook-dir=/x", "/etc/passwd", "deb http://x bookworm main\ndeb http://y", "http://x y", "ftp://x"} {
