@@ -8,8 +8,9 @@
 //
 // "sandbox-worker run-supervise" is PID 1 of a code run's container
 // (package supervisor): the job on stdin, frames on stdout, logs on stderr.
+//
 // "sandbox-worker precheck" runs one precheck script instead (package
-// precheck): one job JSON on stdin, one result JSON on stdout, its MCP calls
+// precheck/runner): one job JSON on stdin, one result JSON on stdout, its MCP calls
 // through the broker socket.
 package main
 
@@ -23,7 +24,7 @@ import (
 	"syscall"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/egress/bridge"
-	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
+	"github.com/roundtable-sandbox/sandbox/pkg/precheck/runner"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/supervisor"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
@@ -43,7 +44,7 @@ func main() {
 			Log:          log.With("component", "sandbox-run-supervisor"),
 		})
 	case len(os.Args) == 2 && os.Args[1] == "precheck":
-		code = precheck.Main(ctx, os.Stdin, os.Stdout, worker.NewUnixBroker(protocol.BrokerSocketPath, 0),
+		code = runner.Main(ctx, os.Stdin, os.Stdout, worker.NewUnixBroker(protocol.BrokerSocketPath, 0),
 			log.With("component", "sandbox-precheck"))
 	default:
 		code = worker.Main(ctx, os.Stdin, os.Stdout, worker.Options{

@@ -73,6 +73,9 @@ func (b *Broker) parseRoute(r *http.Request) (route, error) {
 	}
 	switch {
 	case len(parts) == 1 && parts[0] == routeModel:
+		if b.pol.Precheck {
+			break // a precheck's broker has no model route (and no model credential)
+		}
 		return route{kind: routeModel}, nil
 	case len(parts) == 2 && parts[0] == routeTool:
 		if _, ok := b.pol.Tool(parts[1]); ok {

@@ -77,6 +77,7 @@ type Config struct {
 	Standby             Standby    `mapstructure:"standby"`
 	Runs                Runs       `mapstructure:"runs"`
 	Delegation          Delegation `mapstructure:"delegation"`
+	Prechecks           Prechecks  `mapstructure:"prechecks"`
 }
 
 // Runs configures code execution (DESIGN.md section 12, package runs): the
@@ -489,6 +490,7 @@ func (c *Config) Validate() error {
 	c.validateEgress(bad)
 	c.validateRuns(bad)
 	c.validateDelegation(bad)
+	c.validatePrechecks(bad)
 
 	for _, a := range []struct {
 		key string

@@ -103,6 +103,17 @@ func defaults() map[string]any {
 		"delegation.searchTool":      "",
 		"delegation.fetchTool":       "",
 		"delegation.prompt":          DefaultResearchPrompt,
+
+		"prechecks.enabled":         false,
+		"prechecks.grants":          []any{},
+		"prechecks.memoryMb":        256,
+		"prechecks.cpus":            1.0,
+		"prechecks.pids":            32,
+		"prechecks.tmpfsMb":         64,
+		"prechecks.timeoutSeconds":  60,
+		"prechecks.maxCalls":        16,
+		"prechecks.maxNoteChars":    1000,
+		"prechecks.maxContextChars": 16000,
 	}
 }
 

@@ -76,3 +76,35 @@ func TestRunConfigs(t *testing.T) {
 		t.Errorf("relative command: %v", err)
 	}
 }
+
+// TestPrecheckConfigs: a precheck's container is a turn's with the
+// workspace read-only and the precheck argument; nothing else changes.
+func TestPrecheckConfigs(t *testing.T) {
+	old := processIDs
+	processIDs = func() (int, int) { return 990, 990 }
+	t.Cleanup(func() { processIDs = old })
+	s := validSpec(t)
+	turnCfg, turnHost := s.configs(LogDriver)
+	s.Precheck = true
+	if err := s.Validate(); err != nil {
+		t.Fatalf("valid precheck spec refused: %v", err)
+	}
+	cfg, host := s.configs(LogDriver)
+	if !slices.Equal(cfg.Cmd, []string{PrecheckCommand}) || len(cfg.Entrypoint) != 0 {
+		t.Errorf("entrypoint %v cmd %v, want the image's entrypoint with [precheck]", cfg.Entrypoint, cfg.Cmd)
+	}
+	if len(host.Mounts) != 2 || host.Mounts[0].Target != protocol.WorkspacePath || !host.Mounts[0].ReadOnly ||
+		host.Mounts[1].Target != protocol.BrokerDir || !host.Mounts[1].ReadOnly {
+		t.Errorf("mounts %+v: want /workspace and /run/broker read-only", host.Mounts)
+	}
+	if cfg.User != turnCfg.User || !slices.Equal(cfg.Env, turnCfg.Env) || host.NetworkMode != turnHost.NetworkMode ||
+		host.ReadonlyRootfs != true || !slices.Equal(host.CapDrop, turnHost.CapDrop) || !slices.Equal(host.SecurityOpt, turnHost.SecurityOpt) ||
+		host.Memory != turnHost.Memory || host.MemorySwap != turnHost.MemorySwap || *host.PidsLimit != *turnHost.PidsLimit ||
+		host.Tmpfs[TmpPath] != turnHost.Tmpfs[TmpPath] || host.IpcMode != turnHost.IpcMode {
+		t.Errorf("confinement differs from a turn's: %+v / %+v", cfg, host)
+	}
+	s.Run = &RunOptions{OutputMB: 1, Command: []string{"/x"}}
+	if err := s.Validate(); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("run and precheck together: %v", err)
+	}
+}

@@ -90,7 +90,15 @@ type Spec struct {
 	// 12) instead of a turn's: WorkspaceDir is the project, bound read-only;
 	// TurnDir is optional (only a run granted the proxy route has a broker).
 	Run *RunOptions
+	// Precheck makes this a precheck script's container (DESIGN.md section
+	// 14): a turn's confinement with WorkspaceDir (an empty directory)
+	// bound read-only and the worker image's entrypoint given the argument
+	// PrecheckCommand.
+	Precheck bool
 }
+
+// PrecheckCommand is the worker's argument that runs a precheck script.
+const PrecheckCommand = "precheck"
 
 // RunOptions are what a code run's container has that a turn's has not.
 type RunOptions struct {
@@ -161,6 +169,9 @@ func (s *Spec) Validate(dockerSockets ...string) error {
 	}
 	if err := s.validateLabels(); err != nil {
 		return err
+	}
+	if s.Precheck && s.Run != nil {
+		return invalid("a container is a run's or a precheck's, not both")
 	}
 	if r := s.Run; r != nil {
 		if r.OutputMB < 1 || r.OutputMB > MaxTmpfsMB {
@@ -333,6 +344,10 @@ func (s *Spec) configs(logDriver string) (*container.Config, *container.HostConf
 	}
 	if s.Run != nil {
 		s.runConfigs(cfg, host)
+	}
+	if s.Precheck {
+		cfg.Cmd = []string{PrecheckCommand}
+		host.Mounts[0].ReadOnly = true
 	}
 	return cfg, host
 }

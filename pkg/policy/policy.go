@@ -146,6 +146,11 @@ type Policy struct {
 	// proxy route and nothing else. It has no model, tools, MCP servers or
 	// credentials, and its broker refuses every other request.
 	EgressOnly bool `json:"egressOnly,omitempty"`
+	// Precheck marks a precheck script's policy (DESIGN.md section 14): the
+	// MCP servers with exactly the tools granted with the script and
+	// nothing else. It has no model route and no model credential, no host
+	// tools and no egress; its broker refuses /model like an unknown route.
+	Precheck bool `json:"precheck,omitempty"`
 }
 
 // Egress is a grant of the proxy route and its per-turn (per-run) bounds.
@@ -287,6 +292,15 @@ func (p *Policy) Validate() error {
 	if p.DeadlineUnixMs <= 0 {
 		return bad("deadlineUnixMs must be set")
 	}
+	if p.Precheck {
+		if p.EgressOnly || p.Egress != nil || p.Model != (Model{}) || len(p.Tools) > 0 || len(p.EgressAllow) > 0 {
+			return bad("a precheck policy has MCP servers only: no model, credential, tools or egress")
+		}
+		if err := p.validateMCP(); err != nil {
+			return err
+		}
+		return p.validateLimitsAndEgress()
+	}
 	if p.EgressOnly {
 		if p.Egress == nil || p.Model != (Model{}) || len(p.Tools) > 0 || len(p.MCP) > 0 {
 			return bad("an egressOnly policy has an egress grant and no model, tools or MCP servers")
@@ -353,7 +367,15 @@ func (p *Policy) Validate() error {
 			return bad("egressAllow entries must be canonical address:port")
 		}
 	}
-	seen = map[string]bool{}
+	if err := p.validateMCP(); err != nil {
+		return err
+	}
+	return p.validateLimitsAndEgress()
+}
+
+// validateMCP checks the MCP servers.
+func (p *Policy) validateMCP() error {
+	seen := map[string]bool{}
 	for _, s := range p.MCP {
 		if !protocol.ValidToolName(s.Name) || seen[s.Name] {
 			return bad("MCP server names must be unique and match %s", protocol.ToolNameRule)
@@ -379,7 +401,7 @@ func (p *Policy) Validate() error {
 			tools[name] = true
 		}
 	}
-	return p.validateLimitsAndEgress()
+	return nil
 }
 
 // validateLimitsAndEgress checks the limits and the egress grant.

@@ -1,22 +1,18 @@
-// Package precheck runs a schedule's precheck script (DESIGN.md section 14):
-// a short JavaScript module, `export default async ({ mcp, firedAt,
-// timeZone, today, schedule }) => result`, that decides before a scheduled
-// turn whether the agent is woken at all.
+// Package precheck is the contract of a schedule's precheck script
+// (DESIGN.md section 14): the job the host hands the sealed container, the
+// result it reads back, and the API's request and answer. The script is a
+// short JavaScript module, `export default async ({ mcp, firedAt,
+// timeZone, today, schedule }) => result`, run by package precheck/runner.
 //
-// Guarantees: the host hands the sealed container one bounded Job on stdin
-// and reads one bounded Result on stdout, both strictly decoded and
-// validated on each side; the script runs in a pure-Go engine (goja) with
-// no filesystem, network, timer or module loader, reaching out only through
-// mcp.call/mcp.json, which go one at a time to the broker's MCP route for
-// the granted tools, within the job's call budget (refused calls count);
-// the VM is interrupted at the job's deadline and when its heap passes the
-// job's bound; every failure (syntax error, throw, wrong shape, result over
-// its bound, time, memory) is an error Result with a fixed, generic message
-// (a throw adds the script's own message, bounded and printable). The
-// container's limits and the host's deadline kill remain the outer bounds.
+// Guarantees: a Job or Result that passed Validate carries every bound
+// (script size, grants, deadline, call budget, note and context lengths, a
+// printable error text of a known kind); DecodeResult reads a container's
+// answer strictly within Limits.MaxResultBytes. It imports no engine, so
+// the host and clients never link one.
 package precheck
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -122,7 +118,7 @@ func (j *Job) Validate() error {
 	if _, err := time.Parse(time.RFC3339, j.FiredAt); err != nil {
 		return bad("firedAt must be an RFC 3339 time")
 	}
-	if j.TimeZone == "" || len(j.TimeZone) > MaxTimeZoneBytes || !printable(j.TimeZone) {
+	if j.TimeZone == "" || len(j.TimeZone) > MaxTimeZoneBytes || !Printable(j.TimeZone) {
 		return bad("timeZone must be 1 to %d printable bytes", MaxTimeZoneBytes)
 	}
 	if !dateRe.MatchString(j.Today) {
@@ -166,8 +162,8 @@ func (j *Job) Validate() error {
 	return nil
 }
 
-// granted reports whether tool on server is granted.
-func (j *Job) granted(server, tool string) bool {
+// Granted reports whether tool on server is granted.
+func (j *Job) Granted(server, tool string) bool {
 	for _, s := range j.Servers {
 		if s.Name == server {
 			for _, t := range s.Tools {
@@ -212,7 +208,7 @@ func (r *Result) Validate(l Limits) error {
 			return bad("an error result has a text and a known kind")
 		case r.Wake || r.Note != "" || r.Context != "":
 			return bad("an error result carries nothing else")
-		case utf8.RuneCountInString(r.Error) > MaxErrorChars || !printable(r.Error):
+		case utf8.RuneCountInString(r.Error) > MaxErrorChars || !Printable(r.Error):
 			return bad("an error text is at most %d printable characters", MaxErrorChars)
 		}
 		return nil
@@ -245,7 +241,7 @@ func Today(firedAt time.Time, loc *time.Location) string {
 	return firedAt.In(loc).Format(time.DateOnly)
 }
 
-func printable(s string) bool {
+func Printable(s string) bool {
 	if !utf8.ValidString(s) {
 		return false
 	}
@@ -257,9 +253,34 @@ func printable(s string) bool {
 	return true
 }
 
-// clean makes s printable (anything else becomes a space) and cuts it to
+// Encode is the result's wire form (one line).
+func Encode(res Result) ([]byte, error) {
+	data, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
+}
+
+// DecodeResult strictly decodes and validates a container's answer of at
+// most l.MaxResultBytes() bytes.
+func DecodeResult(data []byte, l Limits) (Result, error) {
+	if int64(len(data)) > l.MaxResultBytes() {
+		return Result{}, bad("result over %d bytes", l.MaxResultBytes())
+	}
+	var res Result
+	if err := protocol.DecodeStrict(data, &res); err != nil {
+		return Result{}, bad("result: %v", err)
+	}
+	if err := res.Validate(l); err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+// Clean makes s printable (anything else becomes a space) and cuts it to
 // at most max characters, marking a cut with an ellipsis.
-func clean(s string, max int) string {
+func Clean(s string, max int) string {
 	rs := []rune(strings.ToValidUTF8(s, "?"))
 	cut := len(rs) > max
 	if cut {

@@ -26,7 +26,7 @@ var layers = [][]string{
 	{"layout", "policy", "memory", "safefetch", "runs", "runs/supervisor", "precheck"},
 	// 2: drivers and single-purpose domains.
 	{"client", "config", "credential", "container", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
-		"broker/chat", "broker/rpc", "broker/hosttool", "egress", "standby"},
+		"broker/chat", "broker/rpc", "broker/hosttool", "egress", "standby", "precheck/runner"},
 	// 3: the services.
 	{"broker", "reaper", "host", "credset"},
 	// 4: wiring of the host binary (cobra commands, Docker and D-Bus adapters).

@@ -1,10 +1,26 @@
-package precheck
+// Package runner runs one precheck script inside the sealed container
+// (`sandbox-worker precheck`, DESIGN.md section 14) in goja, a JavaScript
+// engine written in pure Go, so the worker stays one static binary in a
+// FROM scratch image.
+//
+// Guarantees: one bounded precheck.Job in, one valid precheck.Result out;
+// the script has no filesystem, network, timer or module loader and reaches
+// out only through mcp.call/mcp.json, which go one at a time to the
+// broker's MCP route for the granted tools, within the job's call budget
+// (refused calls count); the VM is interrupted at the job's deadline and
+// when the heap passes the job's bound; every failure (syntax error, throw,
+// wrong shape, result over its bound, time, memory) is an error Result with
+// a fixed, generic message (a throw adds the script's own message, bounded
+// and printable). The container's limits and the host's kill at its
+// deadline remain the outer bounds.
+package runner
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
 	"log/slog"
 	"reflect"
 	"runtime"
@@ -14,8 +30,6 @@ import (
 	"time"
 
 	"github.com/dop251/goja"
-
-	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 )
 
 // Broker is the runner's only way out: one POST of a JSON body to a broker
@@ -54,12 +68,12 @@ var promiseType = reflect.TypeOf((*goja.Promise)(nil))
 // Run runs job's script once and returns its result: always a valid one
 // (an error result when anything fails). ctx's end stops the VM like the
 // deadline.
-func Run(ctx context.Context, job Job, broker Broker, log *slog.Logger) Result {
+func Run(ctx context.Context, job precheck.Job, broker Broker, log *slog.Logger) precheck.Result {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if err := job.Validate(); err != nil {
-		return Result{Error: "the precheck job was refused", Kind: KindInternal}
+		return precheck.Result{Error: "the precheck job was refused", Kind: precheck.KindInternal}
 	}
 	firedAt, _ := time.Parse(time.RFC3339, job.FiredAt)
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(job.TimeoutMs)*time.Millisecond)
@@ -67,13 +81,13 @@ func Run(ctx context.Context, job Job, broker Broker, log *slog.Logger) Result {
 
 	prog, err := compileModule(job.Script)
 	if err != nil {
-		return Result{Error: err.Error(), Kind: KindSyntax}
+		return precheck.Result{Error: err.Error(), Kind: precheck.KindSyntax}
 	}
 	vm := goja.New()
 	vm.SetMaxCallStackSize(maxCallStack)
 	r := &run{vm: vm, job: job, broker: broker, log: log, ctx: ctx}
 	if err := r.capture(); err != nil {
-		return Result{Error: "the precheck runner could not start", Kind: KindInternal}
+		return precheck.Result{Error: "the precheck runner could not start", Kind: precheck.KindInternal}
 	}
 
 	// The deadline and the heap bound interrupt the VM wherever it is in
@@ -88,11 +102,11 @@ func Run(ctx context.Context, job Job, broker Broker, log *slog.Logger) Result {
 
 	res := r.execute(prog, firedAt)
 	vm.ClearInterrupt()
-	lim := Limits{MaxNoteChars: job.MaxNoteChars, MaxContextChars: job.MaxContextChars}
+	lim := precheck.Limits{MaxNoteChars: job.MaxNoteChars, MaxContextChars: job.MaxContextChars}
 	if err := res.Validate(lim); err != nil {
 		// A defect of the runner, not the script: never hand it on.
 		log.Error("runner produced an invalid result", "err", err.Error())
-		return Result{Error: "the precheck runner failed", Kind: KindInternal}
+		return precheck.Result{Error: "the precheck runner failed", Kind: precheck.KindInternal}
 	}
 	return res
 }
@@ -100,7 +114,7 @@ func Run(ctx context.Context, job Job, broker Broker, log *slog.Logger) Result {
 // run is one script's state.
 type run struct {
 	vm     *goja.Runtime
-	job    Job
+	job    precheck.Job
 	broker Broker
 	log    *slog.Logger
 	ctx    context.Context
@@ -138,13 +152,13 @@ func (r *run) capture() error {
 }
 
 // execute runs the program and the default export and reads the answer.
-func (r *run) execute(prog *goja.Program, firedAt time.Time) Result {
+func (r *run) execute(prog *goja.Program, firedAt time.Time) precheck.Result {
 	if _, err := r.vm.RunProgram(prog); err != nil {
 		return r.failure(err)
 	}
 	fn, ok := goja.AssertFunction(r.vm.Get(defaultBinding))
 	if !ok {
-		return Result{Error: msgNotFunc, Kind: KindShape}
+		return precheck.Result{Error: msgNotFunc, Kind: precheck.KindShape}
 	}
 	arg, err := r.argument(firedAt)
 	if err != nil {
@@ -160,14 +174,14 @@ func (r *run) execute(prog *goja.Program, firedAt time.Time) Result {
 	if o, ok := v.(*goja.Object); ok && o.ExportType() == promiseType {
 		p, ok := o.Export().(*goja.Promise)
 		if !ok {
-			return Result{Error: msgShape, Kind: KindShape}
+			return precheck.Result{Error: msgShape, Kind: precheck.KindShape}
 		}
 		switch p.State() {
 		case goja.PromiseStatePending:
 			if r.ctx.Err() != nil {
-				return Result{Error: msgTimeout, Kind: KindTimeout}
+				return precheck.Result{Error: msgTimeout, Kind: precheck.KindTimeout}
 			}
-			return Result{Error: msgPending, Kind: KindThrow}
+			return precheck.Result{Error: msgPending, Kind: precheck.KindThrow}
 		case goja.PromiseStateRejected:
 			return r.thrown(p.Result())
 		}
@@ -202,39 +216,39 @@ func (r *run) argument(firedAt time.Time) (goja.Value, error) {
 // answer checks the fulfilled value: JSON-encoded by the captured
 // JSON.stringify (so getters and toJSON run inside the VM's bounds), its
 // size checked before it is decoded, then decoded strictly.
-func (r *run) answer(v goja.Value) Result {
-	lim := Limits{MaxNoteChars: r.job.MaxNoteChars, MaxContextChars: r.job.MaxContextChars}
+func (r *run) answer(v goja.Value) precheck.Result {
+	lim := precheck.Limits{MaxNoteChars: r.job.MaxNoteChars, MaxContextChars: r.job.MaxContextChars}
 	o, ok := v.(*goja.Object)
 	if !ok || o.ClassName() == "Array" {
-		return Result{Error: msgShape, Kind: KindShape}
+		return precheck.Result{Error: msgShape, Kind: precheck.KindShape}
 	}
 	s, err := r.stringify(goja.Undefined(), v)
 	if err != nil {
 		return r.failure(err)
 	}
 	if goja.IsUndefined(s) {
-		return Result{Error: msgShape, Kind: KindShape}
+		return precheck.Result{Error: msgShape, Kind: precheck.KindShape}
 	}
 	text := s.String()
 	if int64(len(text)) > lim.MaxResultBytes() {
-		return Result{Error: fmt.Sprintf("the script's answer is over its bound (note %d, context %d characters)", lim.MaxNoteChars, lim.MaxContextChars), Kind: KindBound}
+		return precheck.Result{Error: fmt.Sprintf("the script's answer is over its bound (note %d, context %d characters)", lim.MaxNoteChars, lim.MaxContextChars), Kind: precheck.KindBound}
 	}
 	var raw map[string]json.RawMessage
 	if json.Unmarshal([]byte(text), &raw) != nil {
-		return Result{Error: msgShape, Kind: KindShape}
+		return precheck.Result{Error: msgShape, Kind: precheck.KindShape}
 	}
-	var res Result
+	var res precheck.Result
 	for k, val := range raw {
 		switch k {
 		case "wake":
 			if string(val) != "true" && string(val) != "false" {
-				return Result{Error: msgShape, Kind: KindShape}
+				return precheck.Result{Error: msgShape, Kind: precheck.KindShape}
 			}
 			res.Wake = string(val) == "true"
 		case "note", "context":
 			var str string
 			if json.Unmarshal(val, &str) != nil {
-				return Result{Error: msgShape, Kind: KindShape}
+				return precheck.Result{Error: msgShape, Kind: precheck.KindShape}
 			}
 			if k == "note" {
 				res.Note = str
@@ -242,29 +256,29 @@ func (r *run) answer(v goja.Value) Result {
 				res.Context = str
 			}
 		default:
-			return Result{Error: msgShape, Kind: KindShape}
+			return precheck.Result{Error: msgShape, Kind: precheck.KindShape}
 		}
 	}
 	if _, ok := raw["wake"]; !ok {
-		return Result{Error: msgShape, Kind: KindShape}
+		return precheck.Result{Error: msgShape, Kind: precheck.KindShape}
 	}
 	if _, ok := raw["context"]; ok && !res.Wake {
-		return Result{Error: msgShape, Kind: KindShape}
+		return precheck.Result{Error: msgShape, Kind: precheck.KindShape}
 	}
 	if _, ok := raw["note"]; ok && res.Wake {
-		return Result{Error: msgShape, Kind: KindShape}
+		return precheck.Result{Error: msgShape, Kind: precheck.KindShape}
 	}
 	if err := res.Validate(lim); err != nil {
 		if res.Wake && res.Context == "" {
-			return Result{Error: msgShape, Kind: KindShape}
+			return precheck.Result{Error: msgShape, Kind: precheck.KindShape}
 		}
-		return Result{Error: fmt.Sprintf("the script's answer is over its bound (note %d, context %d characters)", lim.MaxNoteChars, lim.MaxContextChars), Kind: KindBound}
+		return precheck.Result{Error: fmt.Sprintf("the script's answer is over its bound (note %d, context %d characters)", lim.MaxNoteChars, lim.MaxContextChars), Kind: precheck.KindBound}
 	}
 	return res
 }
 
 // failure classifies an error out of the VM.
-func (r *run) failure(err error) Result {
+func (r *run) failure(err error) precheck.Result {
 	var intr *goja.InterruptedError
 	var exc *goja.Exception
 	var stack *goja.StackOverflowError
@@ -272,26 +286,26 @@ func (r *run) failure(err error) Result {
 	switch {
 	case errors.As(err, &intr):
 		if intr.Value() == errMemory {
-			return Result{Error: msgMemory, Kind: KindMemory}
+			return precheck.Result{Error: msgMemory, Kind: precheck.KindMemory}
 		}
-		return Result{Error: msgTimeout, Kind: KindTimeout}
+		return precheck.Result{Error: msgTimeout, Kind: precheck.KindTimeout}
 	case errors.As(err, &stack):
-		return Result{Error: msgStack, Kind: KindThrow}
+		return precheck.Result{Error: msgStack, Kind: precheck.KindThrow}
 	case errors.As(err, &exc):
 		return r.thrown(exc.Value())
 	case errors.As(err, &syn):
-		return Result{Error: syn.msg, Kind: KindSyntax}
+		return precheck.Result{Error: syn.msg, Kind: precheck.KindSyntax}
 	}
 	r.log.Warn("script failed outside the engine's categories", "type", fmt.Sprintf("%T", err))
-	return Result{Error: msgThrewPlain, Kind: KindThrow}
+	return precheck.Result{Error: msgThrewPlain, Kind: precheck.KindThrow}
 }
 
 // thrown describes a thrown value or rejection reason: its message,
 // printable and bounded.
-func (r *run) thrown(v goja.Value) Result {
+func (r *run) thrown(v goja.Value) precheck.Result {
 	if r.ctx.Err() != nil {
 		// A rejection caused by the deadline (an MCP call cut short).
-		return Result{Error: msgTimeout, Kind: KindTimeout}
+		return precheck.Result{Error: msgTimeout, Kind: precheck.KindTimeout}
 	}
 	var msg string
 	if v != nil {
@@ -301,9 +315,9 @@ func (r *run) thrown(v goja.Value) Result {
 	}
 	const prefix = "the script threw: "
 	if msg == "" {
-		return Result{Error: msgThrewPlain, Kind: KindThrow}
+		return precheck.Result{Error: msgThrewPlain, Kind: precheck.KindThrow}
 	}
-	return Result{Error: prefix + clean(msg, MaxErrorChars-len(prefix)), Kind: KindThrow}
+	return precheck.Result{Error: prefix + precheck.Clean(msg, precheck.MaxErrorChars-len(prefix)), Kind: precheck.KindThrow}
 }
 
 // mcp is mcp.call (asJSON false) and mcp.json: it performs the call now,
@@ -343,8 +357,8 @@ func (r *run) mcpCall(c goja.FunctionCall, asJSON bool) (goja.Value, error) {
 	if r.calls > r.job.MaxCalls {
 		return nil, &mcpError{fmt.Sprintf("%s: the run's budget of %d calls is spent", name, r.job.MaxCalls)}
 	}
-	if !r.job.granted(server, tool) {
-		return nil, &mcpError{fmt.Sprintf("%s: %s/%s is not granted to this precheck", name, clean(server, 64), clean(tool, 128))}
+	if !r.job.Granted(server, tool) {
+		return nil, &mcpError{fmt.Sprintf("%s: %s/%s is not granted to this precheck", name, precheck.Clean(server, 64), precheck.Clean(tool, 128))}
 	}
 	what := server + "/" + tool
 	args := json.RawMessage("{}")
@@ -361,8 +375,8 @@ func (r *run) mcpCall(c goja.FunctionCall, asJSON bool) (goja.Value, error) {
 			return nil, &mcpError{name + ": args must be an object"}
 		}
 		text := s.String()
-		if len(text) > MaxArgsBytes {
-			return nil, &mcpError{fmt.Sprintf("%s: args over %d bytes", name, MaxArgsBytes)}
+		if len(text) > precheck.MaxArgsBytes {
+			return nil, &mcpError{fmt.Sprintf("%s: args over %d bytes", name, precheck.MaxArgsBytes)}
 		}
 		args = json.RawMessage(text)
 	}
@@ -456,29 +470,4 @@ func watchHeap(vm *goja.Runtime, max int64, done <-chan struct{}) {
 			return
 		}
 	}
-}
-
-// Encode is the result's wire form (one line).
-func Encode(res Result) ([]byte, error) {
-	data, err := json.Marshal(res)
-	if err != nil {
-		return nil, err
-	}
-	return append(data, '\n'), nil
-}
-
-// DecodeResult strictly decodes and validates a container's answer of at
-// most l.MaxResultBytes() bytes.
-func DecodeResult(data []byte, l Limits) (Result, error) {
-	if int64(len(data)) > l.MaxResultBytes() {
-		return Result{}, bad("result over %d bytes", l.MaxResultBytes())
-	}
-	var res Result
-	if err := protocol.DecodeStrict(data, &res); err != nil {
-		return Result{}, bad("result: %v", err)
-	}
-	if err := res.Validate(l); err != nil {
-		return Result{}, err
-	}
-	return res, nil
 }

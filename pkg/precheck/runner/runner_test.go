@@ -1,10 +1,11 @@
-package precheck
+package runner
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
 	"log/slog"
 	"strings"
 	"testing"
@@ -46,10 +47,10 @@ func (f *fakeBroker) Call(ctx context.Context, route string, body any) (json.Raw
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 
-func testJob(script string) Job {
-	return Job{
+func testJob(script string) precheck.Job {
+	return precheck.Job{
 		Script: script, FiredAt: "2026-11-30T23:30:00Z", TimeZone: "Europe/Berlin", Today: "2026-12-01",
-		Schedule: "every day at 00:30", Servers: []Server{{Name: "search", Tools: []string{"lookup", "fail"}}},
+		Schedule: "every day at 00:30", Servers: []precheck.Server{{Name: "search", Tools: []string{"lookup", "fail"}}},
 		TimeoutMs: 2000, MaxCalls: 4, MaxNoteChars: 100, MaxContextChars: 200, MaxHeapBytes: 512 << 20,
 	}
 }
@@ -66,85 +67,85 @@ func TestRunTable(t *testing.T) {
 	tests := []struct {
 		name   string
 		script string
-		job    func(*Job)
-		want   Result
+		job    func(*precheck.Job)
+		want   precheck.Result
 		calls  int
 	}{
-		{"wake", `export default async () => ({ wake: true, context: "go" })`, nil, Result{Wake: true, Context: "go"}, 0},
-		{"no wake", `export default async () => ({ wake: false })`, nil, Result{}, 0},
-		{"note", `export default async () => ({ wake: false, note: "quiet day" })`, nil, Result{Note: "quiet day"}, 0},
-		{"sync function", `export default function () { return { wake: false, note: "sync" } }`, nil, Result{Note: "sync"}, 0},
+		{"wake", `export default async () => ({ wake: true, context: "go" })`, nil, precheck.Result{Wake: true, Context: "go"}, 0},
+		{"no wake", `export default async () => ({ wake: false })`, nil, precheck.Result{}, 0},
+		{"note", `export default async () => ({ wake: false, note: "quiet day" })`, nil, precheck.Result{Note: "quiet day"}, 0},
+		{"sync function", `export default function () { return { wake: false, note: "sync" } }`, nil, precheck.Result{Note: "sync"}, 0},
 		{"context from inputs", `export default async ({ firedAt, timeZone, today, schedule }) =>
 			({ wake: true, context: [firedAt.toISOString(), timeZone, today, schedule].join("|") })`, nil,
-			Result{Wake: true, Context: "2026-11-30T23:30:00.000Z|Europe/Berlin|2026-12-01|every day at 00:30"}, 0},
+			precheck.Result{Wake: true, Context: "2026-11-30T23:30:00.000Z|Europe/Berlin|2026-12-01|every day at 00:30"}, 0},
 		{"async mcp calls", `export default async ({ mcp }) => {
 			const a = await mcp.json("search", "lookup", { q: "x" });
 			const [b, c] = await Promise.all([mcp.call("search", "lookup", {}), mcp.json("search", "lookup")]);
 			return { wake: a.hits + c.hits > 5, ...(a.hits > 2 ? { context: "hits " + a.hits + " " + b.content[0].type } : { note: "few" }) };
-		}`, nil, Result{Wake: true, Context: "hits 3 text"}, 3},
+		}`, nil, precheck.Result{Wake: true, Context: "hits 3 text"}, 3},
 		{"throws", `export default async () => { throw new Error("feed unavailable") }`, nil,
-			Result{Error: "the script threw: feed unavailable", Kind: KindThrow}, 0},
-		{"throws a string", `export default () => { throw "plain" }`, nil, Result{Error: "the script threw: plain", Kind: KindThrow}, 0},
+			precheck.Result{Error: "the script threw: feed unavailable", Kind: precheck.KindThrow}, 0},
+		{"throws a string", `export default () => { throw "plain" }`, nil, precheck.Result{Error: "the script threw: plain", Kind: precheck.KindThrow}, 0},
 		{"top-level throw", `throw new TypeError("early"); export default () => ({ wake: false })`, nil,
-			Result{Error: "the script threw: early", Kind: KindThrow}, 0},
+			precheck.Result{Error: "the script threw: early", Kind: precheck.KindThrow}, 0},
 		{"syntax error", "export default async () => {\n  return { wake: \n}", nil,
-			Result{Error: "the script has a syntax error at line 3, column 1", Kind: KindSyntax}, 0},
-		{"no export", `const f = async () => ({ wake: false })`, nil, Result{Error: errNoExport.Error(), Kind: KindSyntax}, 0},
-		{"two exports", "export default 1\nexport default 2", nil, Result{Error: "the script has a syntax error at line 2, column 1", Kind: KindSyntax}, 0},
+			precheck.Result{Error: "the script has a syntax error at line 3, column 1", Kind: precheck.KindSyntax}, 0},
+		{"no export", `const f = async () => ({ wake: false })`, nil, precheck.Result{Error: errNoExport.Error(), Kind: precheck.KindSyntax}, 0},
+		{"two exports", "export default 1\nexport default 2", nil, precheck.Result{Error: "the script has a syntax error at line 2, column 1", Kind: precheck.KindSyntax}, 0},
 		{"import refused", "import x from 'fs'\nexport default () => ({ wake: false })", nil,
-			Result{Error: "the script has a syntax error at line 1, column 1", Kind: KindSyntax}, 0},
+			precheck.Result{Error: "the script has a syntax error at line 1, column 1", Kind: precheck.KindSyntax}, 0},
 		{"export default in a string is not rewritten", "const s = 'export default';\nexport default () => ({ wake: false, note: s })", nil,
-			Result{Note: "export default"}, 0},
-		{"export default only in a comment", "// export default\nconst x = 1", nil, Result{Error: errNoExport.Error(), Kind: KindSyntax}, 0},
+			precheck.Result{Note: "export default"}, 0},
+		{"export default only in a comment", "// export default\nconst x = 1", nil, precheck.Result{Error: errNoExport.Error(), Kind: precheck.KindSyntax}, 0},
 		{"strict mode", `export default () => { undeclared = 1; return { wake: false } }`, nil,
-			Result{Error: "the script threw: undeclared is not defined", Kind: KindThrow}, 0},
-		{"not a function", `export default { wake: false }`, nil, Result{Error: msgNotFunc, Kind: KindShape}, 0},
-		{"wrong shape: string", `export default async () => "yes"`, nil, Result{Error: msgShape, Kind: KindShape}, 0},
-		{"wrong shape: wake not boolean", `export default async () => ({ wake: 1, context: "x" })`, nil, Result{Error: msgShape, Kind: KindShape}, 0},
-		{"wrong shape: wake without context", `export default async () => ({ wake: true })`, nil, Result{Error: msgShape, Kind: KindShape}, 0},
-		{"wrong shape: no wake with context", `export default async () => ({ wake: false, context: "x" })`, nil, Result{Error: msgShape, Kind: KindShape}, 0},
-		{"wrong shape: extra key", `export default async () => ({ wake: false, extra: 1 })`, nil, Result{Error: msgShape, Kind: KindShape}, 0},
-		{"wrong shape: note not string", `export default async () => ({ wake: false, note: 5 })`, nil, Result{Error: msgShape, Kind: KindShape}, 0},
-		{"wrong shape: array", `export default async () => [true]`, nil, Result{Error: msgShape, Kind: KindShape}, 0},
-		{"wrong shape: null", `export default async () => null`, nil, Result{Error: msgShape, Kind: KindShape}, 0},
+			precheck.Result{Error: "the script threw: undeclared is not defined", Kind: precheck.KindThrow}, 0},
+		{"not a function", `export default { wake: false }`, nil, precheck.Result{Error: msgNotFunc, Kind: precheck.KindShape}, 0},
+		{"wrong shape: string", `export default async () => "yes"`, nil, precheck.Result{Error: msgShape, Kind: precheck.KindShape}, 0},
+		{"wrong shape: wake not boolean", `export default async () => ({ wake: 1, context: "x" })`, nil, precheck.Result{Error: msgShape, Kind: precheck.KindShape}, 0},
+		{"wrong shape: wake without context", `export default async () => ({ wake: true })`, nil, precheck.Result{Error: msgShape, Kind: precheck.KindShape}, 0},
+		{"wrong shape: no wake with context", `export default async () => ({ wake: false, context: "x" })`, nil, precheck.Result{Error: msgShape, Kind: precheck.KindShape}, 0},
+		{"wrong shape: extra key", `export default async () => ({ wake: false, extra: 1 })`, nil, precheck.Result{Error: msgShape, Kind: precheck.KindShape}, 0},
+		{"wrong shape: note not string", `export default async () => ({ wake: false, note: 5 })`, nil, precheck.Result{Error: msgShape, Kind: precheck.KindShape}, 0},
+		{"wrong shape: array", `export default async () => [true]`, nil, precheck.Result{Error: msgShape, Kind: precheck.KindShape}, 0},
+		{"wrong shape: null", `export default async () => null`, nil, precheck.Result{Error: msgShape, Kind: precheck.KindShape}, 0},
 		{"context over its bound", `export default async () => ({ wake: true, context: "x".repeat(201) })`, nil,
-			Result{Error: "the script's answer is over its bound (note 100, context 200 characters)", Kind: KindBound}, 0},
+			precheck.Result{Error: "the script's answer is over its bound (note 100, context 200 characters)", Kind: precheck.KindBound}, 0},
 		{"context at its bound", `export default async () => ({ wake: true, context: "é".repeat(200) })`, nil,
-			Result{Wake: true, Context: strings.Repeat("é", 200)}, 0},
+			precheck.Result{Wake: true, Context: strings.Repeat("é", 200)}, 0},
 		{"note over its bound", `export default async () => ({ wake: false, note: "x".repeat(101) })`, nil,
-			Result{Error: "the script's answer is over its bound (note 100, context 200 characters)", Kind: KindBound}, 0},
+			precheck.Result{Error: "the script's answer is over its bound (note 100, context 200 characters)", Kind: precheck.KindBound}, 0},
 		{"huge answer refused before decoding", `export default async () => ({ wake: true, context: "x".repeat(1 << 20) })`, nil,
-			Result{Error: "the script's answer is over its bound (note 100, context 200 characters)", Kind: KindBound}, 0},
+			precheck.Result{Error: "the script's answer is over its bound (note 100, context 200 characters)", Kind: precheck.KindBound}, 0},
 		{"tool not granted refused", `export default async ({ mcp }) => { await mcp.call("search", "secret", {}); return { wake: false } }`, nil,
-			Result{Error: "the script threw: mcp.call: search/secret is not granted to this precheck", Kind: KindThrow}, 0},
+			precheck.Result{Error: "the script threw: mcp.call: search/secret is not granted to this precheck", Kind: precheck.KindThrow}, 0},
 		{"server not granted refused", `export default async ({ mcp }) => { await mcp.json("other", "lookup"); return { wake: false } }`, nil,
-			Result{Error: "the script threw: mcp.json: other/lookup is not granted to this precheck", Kind: KindThrow}, 0},
+			precheck.Result{Error: "the script threw: mcp.json: other/lookup is not granted to this precheck", Kind: precheck.KindThrow}, 0},
 		{"refusal caught by the script", `export default async ({ mcp }) => {
 			try { await mcp.call("search", "secret") } catch (e) { return { wake: false, note: e.message } }
-		}`, nil, Result{Note: "mcp.call: search/secret is not granted to this precheck"}, 0},
+		}`, nil, precheck.Result{Note: "mcp.call: search/secret is not granted to this precheck"}, 0},
 		{"tool error throws", `export default async ({ mcp }) => { await mcp.json("search", "fail", {}); return { wake: false } }`, nil,
-			Result{Error: "the script threw: mcp.json: search/fail answered an error", Kind: KindThrow}, 1},
+			precheck.Result{Error: "the script threw: mcp.json: search/fail answered an error", Kind: precheck.KindThrow}, 1},
 		{"call budget counts refusals", `export default async ({ mcp }) => {
 			for (let i = 0; i < 3; i++) { try { await mcp.call("search", "secret") } catch (e) {} }
 			await mcp.call("search", "lookup"); await mcp.call("search", "lookup");
 			return { wake: false } }`, nil,
-			Result{Error: "the script threw: mcp.call: the run's budget of 4 calls is spent", Kind: KindThrow}, 1},
+			precheck.Result{Error: "the script threw: mcp.call: the run's budget of 4 calls is spent", Kind: precheck.KindThrow}, 1},
 		{"args must be an object", `export default async ({ mcp }) => { await mcp.call("search", "lookup", [1]); return { wake: false } }`, nil,
-			Result{Error: "the script threw: mcp.call: args must be an object", Kind: KindThrow}, 0},
+			precheck.Result{Error: "the script threw: mcp.call: args must be an object", Kind: precheck.KindThrow}, 0},
 		{"args over their bound", `export default async ({ mcp }) => { await mcp.call("search", "lookup", { q: "x".repeat(70000) }); return { wake: false } }`, nil,
-			Result{Error: "the script threw: mcp.call: args over 65536 bytes", Kind: KindThrow}, 0},
-		{"endless loop stopped at the deadline", `export default async () => { for (;;) {} }`, func(j *Job) { j.TimeoutMs = 200 },
-			Result{Error: msgTimeout, Kind: KindTimeout}, 0},
-		{"endless top-level loop stopped", `while (true) {}; export default () => ({ wake: false })`, func(j *Job) { j.TimeoutMs = 200 },
-			Result{Error: msgTimeout, Kind: KindTimeout}, 0},
-		{"never settles", `export default () => new Promise(() => {})`, nil, Result{Error: msgPending, Kind: KindThrow}, 0},
-		{"runaway recursion", `const f = (n) => f(n + 1) + 1; export default () => f(0)`, nil, Result{Error: msgStack, Kind: KindThrow}, 0},
+			precheck.Result{Error: "the script threw: mcp.call: args over 65536 bytes", Kind: precheck.KindThrow}, 0},
+		{"endless loop stopped at the deadline", `export default async () => { for (;;) {} }`, func(j *precheck.Job) { j.TimeoutMs = 200 },
+			precheck.Result{Error: msgTimeout, Kind: precheck.KindTimeout}, 0},
+		{"endless top-level loop stopped", `while (true) {}; export default () => ({ wake: false })`, func(j *precheck.Job) { j.TimeoutMs = 200 },
+			precheck.Result{Error: msgTimeout, Kind: precheck.KindTimeout}, 0},
+		{"never settles", `export default () => new Promise(() => {})`, nil, precheck.Result{Error: msgPending, Kind: precheck.KindThrow}, 0},
+		{"runaway recursion", `const f = (n) => f(n + 1) + 1; export default () => f(0)`, nil, precheck.Result{Error: msgStack, Kind: precheck.KindThrow}, 0},
 		{"replaced globals do not change the reading", `export default () => { JSON.stringify = () => '{"wake":true,"context":"forged"}'; return { wake: false } }`, nil,
-			Result{}, 0},
+			precheck.Result{}, 0},
 		{"throwing getter", `export default () => ({ wake: false, get note() { throw new Error("getter") } })`, nil,
-			Result{Error: "the script threw: getter", Kind: KindThrow}, 0},
+			precheck.Result{Error: "the script threw: getter", Kind: precheck.KindThrow}, 0},
 		{"throw message cleaned and cut", `export default () => { throw new Error("a\u0000b" + "x".repeat(400)) }`, nil,
-			Result{Error: "the script threw: a b" + strings.Repeat("x", MaxErrorChars-len("the script threw: ")-4) + "…", Kind: KindThrow}, 0},
+			precheck.Result{Error: "the script threw: a b" + strings.Repeat("x", precheck.MaxErrorChars-len("the script threw: ")-4) + "…", Kind: precheck.KindThrow}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -173,7 +174,7 @@ func TestMCPArgumentsReachTheBroker(t *testing.T) {
 	got := Run(context.Background(), testJob(`export default async ({ mcp }) => {
 		const r = await mcp.json("search", "lookup", { q: "weather", n: 2 });
 		return { wake: false, note: String(r.hits) } }`), fb, nil)
-	if got != (Result{Note: "3"}) {
+	if got != (precheck.Result{Note: "3"}) {
 		t.Fatalf("got %+v", got)
 	}
 	if want := []string{`search/lookup {"q":"weather","n":2}`}; len(fb.calls) != 1 || fb.calls[0] != want[0] {
@@ -185,12 +186,12 @@ func TestMCPJSONPrefersStructuredContent(t *testing.T) {
 	fb := newFake()
 	fb.tools["search/lookup"] = `{"structuredContent":{"hits":9},"content":[{"type":"text","text":"not json"}]}`
 	got := Run(context.Background(), testJob(`export default async ({ mcp }) => ({ wake: false, note: String((await mcp.json("search", "lookup")).hits) })`), fb, nil)
-	if got != (Result{Note: "9"}) {
+	if got != (precheck.Result{Note: "9"}) {
 		t.Fatalf("got %+v", got)
 	}
 	fb.tools["search/lookup"] = `{"content":[{"type":"text","text":"not json"}]}`
 	got = Run(context.Background(), testJob(`export default async ({ mcp }) => ({ wake: false, note: String(await mcp.json("search", "lookup")) })`), fb, nil)
-	want := Result{Error: "the script threw: mcp.json: search/lookup's text content is not JSON", Kind: KindThrow}
+	want := precheck.Result{Error: "the script threw: mcp.json: search/lookup's text content is not JSON", Kind: precheck.KindThrow}
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
@@ -200,7 +201,7 @@ func TestBrokerFailureIsGeneric(t *testing.T) {
 	fb := newFake()
 	fb.fail = errors.New("broker answered status 403 secret-detail")
 	got := Run(context.Background(), testJob(`export default async ({ mcp }) => { await mcp.call("search", "lookup"); return { wake: false } }`), fb, nil)
-	want := Result{Error: "the script threw: mcp.call: the call to search/lookup failed", Kind: KindThrow}
+	want := precheck.Result{Error: "the script threw: mcp.call: the call to search/lookup failed", Kind: precheck.KindThrow}
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
@@ -211,7 +212,7 @@ func TestHeapBoundStopsTheScript(t *testing.T) {
 	job.MaxHeapBytes = 64 << 20
 	job.TimeoutMs = 20_000
 	got := Run(context.Background(), job, newFake(), nil)
-	if want := (Result{Error: msgMemory, Kind: KindMemory}); got != want {
+	if want := (precheck.Result{Error: msgMemory, Kind: precheck.KindMemory}); got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
 }
@@ -220,7 +221,7 @@ func TestCancelledContextStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	got := Run(ctx, testJob(`export default () => { for (;;) {} }`), newFake(), nil)
-	if got.Kind != KindTimeout {
+	if got.Kind != precheck.KindTimeout {
 		t.Fatalf("got %+v", got)
 	}
 }
@@ -232,15 +233,15 @@ func TestMain_(t *testing.T) {
 	if code := Main(context.Background(), bytes.NewReader(job), &out, newFake(), log); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	res, err := DecodeResult(bytes.TrimSpace(out.Bytes()), Limits{MaxNoteChars: 100, MaxContextChars: 200})
-	if err != nil || res != (Result{Wake: true, Context: "c"}) {
+	res, err := precheck.DecodeResult(bytes.TrimSpace(out.Bytes()), precheck.Limits{MaxNoteChars: 100, MaxContextChars: 200})
+	if err != nil || res != (precheck.Result{Wake: true, Context: "c"}) {
 		t.Fatalf("got %+v %v (%q)", res, err, out.String())
 	}
 	for name, in := range map[string]string{
-		"not json":      "{",
-		"unknown field": `{"script":"x","extra":1}`,
-		"invalid job":   `{"script":""}`,
-		"over its bound": `{"script":"` + strings.Repeat("x", MaxJobBytes) + `"}`,
+		"not json":       "{",
+		"unknown field":  `{"script":"x","extra":1}`,
+		"invalid job":    `{"script":""}`,
+		"over its bound": `{"script":"` + strings.Repeat("x", precheck.MaxJobBytes) + `"}`,
 	} {
 		out.Reset()
 		if code := Main(context.Background(), strings.NewReader(in), &out, newFake(), log); code != 2 || out.Len() != 0 {

@@ -1,7 +1,8 @@
-package precheck
+package runner
 
 import (
 	"context"
+	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
 	"io"
 	"log/slog"
 	"runtime/debug"
@@ -13,12 +14,12 @@ import (
 // stdout. It answers 0 with a result (an error result included), 2 when it
 // could not read a valid job or write its answer.
 func Main(ctx context.Context, stdin io.Reader, stdout io.Writer, broker Broker, log *slog.Logger) int {
-	data, err := protocol.ReadBounded(stdin, MaxJobBytes)
+	data, err := protocol.ReadBounded(stdin, precheck.MaxJobBytes)
 	if err != nil {
 		log.Error("precheck job unreadable", "reason", err.Error())
 		return 2
 	}
-	var job Job
+	var job precheck.Job
 	if err := protocol.DecodeStrict(data, &job); err != nil {
 		log.Error("precheck job refused", "reason", err.Error())
 		return 2
@@ -31,7 +32,7 @@ func Main(ctx context.Context, stdin io.Reader, stdout io.Writer, broker Broker,
 	// sees live memory, not garbage; the container's limit stays above.
 	debug.SetMemoryLimit(job.MaxHeapBytes)
 	res := Run(ctx, job, broker, log)
-	out, err := Encode(res)
+	out, err := precheck.Encode(res)
 	if err != nil {
 		log.Error("precheck result not encodable", "reason", err.Error())
 		return 2
