@@ -127,6 +127,9 @@ type Turn struct {
 	// Standby is set for a standby not bound to a turn (its state); the
 	// deadline is then its expiry.
 	Standby string `json:"standby,omitempty"`
+	// Run marks a code run, Job a delegated job's research turn.
+	Run bool `json:"run,omitempty"`
+	Job bool `json:"job,omitempty"`
 }
 
 // Health is the host's health.

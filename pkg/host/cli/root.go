@@ -115,6 +115,7 @@ func newRoot(g *globals) *cobra.Command {
 	pf.DurationVar(&g.timeouts.TurnTimeout, "turn-timeout", client.DefaultTurnTimeout, "give up waiting for a turn's reply (queueing included) after this long")
 	root.AddCommand(serveCmd(g), turnCmd(g), channelCmd(g), runCmd(g), doctorCmd(g), versionCmd(g))
 	root.AddCommand(toolboxCmd(g))
+	root.AddCommand(delegateCmd(g), jobsCmd(g))
 	return root
 }
 
