@@ -195,6 +195,17 @@ else
 	everything="$PWD/test/peers/node_modules/.bin/mcp-server-everything"
 fi
 
+# The official MCP TypeScript SDK's client (test/peers/mcp-run-client.mjs)
+# against the sandbox_run MCP server (pkg/runmcp).
+tsclient=""
+if [[ ! -f test/peers/node_modules/@modelcontextprotocol/sdk/package.json ]]; then
+	echo "integration: MCP TypeScript client test skipped: test/peers/node_modules missing (npm ci --prefix test/peers)"
+elif ! command -v node >/dev/null; then
+	echo "integration: MCP TypeScript client test skipped: node not found (apt-get install nodejs npm)"
+else
+	tsclient=1
+fi
+
 # Arguments, when given, replace the package list (for example: -v ./pkg/container/).
 args=("$@")
 ((${#args[@]})) || args=(./pkg/...)
@@ -204,4 +215,5 @@ SANDBOX_IT_DOCKER="unix://$sock" \
 	SANDBOX_IT_WORKER_IMAGE="$worker_image" \
 	SANDBOX_IT_MCP_EVERYTHING="$everything" \
 	SANDBOX_IT_TOOLBOX_TAR="$toolbox_tar" \
+	SANDBOX_IT_MCP_TSCLIENT="$tsclient" \
 	test/gotest.sh integration -count=1 -run Integration "${args[@]}"

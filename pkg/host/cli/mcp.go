@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/client"
+	"github.com/roundtable-sandbox/sandbox/pkg/runmcp"
+)
+
+// The host API client is the MCP server's Runner.
+var _ runmcp.Runner = (*client.Client)(nil)
+
+// mcpCmd serves the sandbox_run MCP tool (package runmcp) backed by the
+// host API, as the user who runs it: stdio by default (stdout is the
+// protocol, logs go to stderr), Streamable HTTP with --http.
+func mcpCmd(g *globals) *cobra.Command {
+	var project, httpAddr, logLevel string
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve the sandbox_run MCP tool over stdio (default) or Streamable HTTP (--http)",
+		Long: "mcp is an MCP server with one tool, sandbox_run (the seed's parameters), that runs code through the host API (--socket) as the user who starts it.\n" +
+			"--project names the operator-declared project every run sees read-only at /workspace; clients never pass paths.\n" +
+			"Network runs are asked to the client's human through MCP elicitation, then approved on the host, which needs the host's admin role; a client without elicitation gets no network and nothing runs.\n" +
+			"--http unix:/path serves Streamable HTTP at /mcp on a socket of mode 0660; --http 127.0.0.1:PORT on loopback only (every local user can reach it: prefer the socket).",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log := newLogger(g, logLevel)
+			srv := runmcp.NewServer(g.client(), runmcp.Options{Project: project, Logger: log, Context: ctx})
+			if httpAddr == "" {
+				return runmcp.ServeStdio(ctx, srv, g.in.Stdin, g.in.Stdout)
+			}
+			ln, err := runmcp.Listen(httpAddr)
+			if err != nil {
+				return err
+			}
+			log.Info("serving MCP over Streamable HTTP", slog.String("at", ln.Where))
+			return runmcp.ServeHTTP(ctx, srv, ln, log)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&project, "project", "", "project (runs.projects name) mounted read-only at /workspace; empty: an empty /workspace")
+	f.StringVar(&httpAddr, "http", "", "serve Streamable HTTP instead of stdio: unix:/abs/path or a loopback IP:PORT")
+	f.StringVar(&logLevel, "log-level", "info", "log level on stderr: debug, info, warn, error")
+	return cmd
+}

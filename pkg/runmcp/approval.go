@@ -1,0 +1,123 @@
+package runmcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
+)
+
+// Tool errors of the network flow. Each says that nothing ran.
+const (
+	msgCannotAsk = "network needs a human's approval and this client cannot ask for it; the run was not started"
+	msgDeclined  = "the human did not approve network for this run; the run was not started"
+	msgNoAnswer  = "no answer to the network approval question in time; the run was not started"
+	msgAskFailed = "the network approval question failed; the run was not started"
+	msgNeedAdmin = "network was approved by the human, but granting it needs the host's admin role, which this MCP server's user lacks; the run was cancelled before it started"
+)
+
+// canElicit reports whether the client declared form elicitation at
+// initialize (an empty elicitation capability means form, as the spec and
+// the SDK read it).
+func canElicit(ss *mcp.ServerSession) bool {
+	if ss == nil {
+		return false
+	}
+	ip := ss.InitializeParams()
+	if ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
+		return false
+	}
+	e := ip.Capabilities.Elicitation
+	return e.Form != nil || e.URL == nil
+}
+
+// approvalSchema asks one yes/no question: only accept with allow=true
+// approves.
+var approvalSchema = map[string]any{
+	"type": "object",
+	"properties": map[string]any{
+		"allow": map[string]any{
+			"type":        "boolean",
+			"title":       "Allow network for this run",
+			"description": "Allow once: this run only, through the host's egress proxy and its allow list.",
+			"default":     false,
+		},
+	},
+	"required": []string{"allow"},
+}
+
+// Bounds of the approval message: the command is the model's text, shown
+// quoted so that newlines or control characters cannot pose as our words.
+const (
+	maxShownCommand = 600
+	maxShownSetup   = 5
+)
+
+// approvalMessage names what would run with network.
+func approvalMessage(p runs.Params, project string) string {
+	var b strings.Builder
+	b.WriteString("A sandbox run asks for NETWORK access (this run only).\n")
+	if p.Executable != "" || p.Command == "" {
+		argv := append([]string{p.Executable}, p.Args...)
+		q := make([]string, len(argv))
+		for i, a := range argv {
+			q[i] = strconv.Quote(a)
+		}
+		fmt.Fprintf(&b, "Executable: %s\n", truncate(strings.Join(q, " "), maxShownCommand))
+	} else {
+		fmt.Fprintf(&b, "Command: %s\n", truncate(strconv.Quote(p.Command), maxShownCommand))
+	}
+	for i, s := range p.Setup {
+		if i == maxShownSetup {
+			fmt.Fprintf(&b, "... and %d more setup commands\n", len(p.Setup)-i)
+			break
+		}
+		fmt.Fprintf(&b, "Setup as root %d: %s\n", i+1, truncate(strconv.Quote(s), maxShownCommand))
+	}
+	if project != "" {
+		fmt.Fprintf(&b, "Project (read-only): %s\n", strconv.Quote(project))
+	} else {
+		b.WriteString("Project: none\n")
+	}
+	t := p.TimeoutSeconds
+	if t == 0 {
+		t = DefaultTimeoutSeconds
+	}
+	fmt.Fprintf(&b, "Timeout: %d s\n", t)
+	b.WriteString("Allow network for this one run?")
+	return b.String()
+}
+
+// approve asks the client's human; "" means approved, anything else is the
+// tool error to return (nothing has been started).
+func (s *server) approve(ctx context.Context, ss *mcp.ServerSession, p runs.Params) string {
+	if !canElicit(ss) {
+		return msgCannotAsk
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.o.ApprovalTimeout)
+	defer cancel()
+	res, err := ss.Elicit(ctx, &mcp.ElicitParams{
+		Mode:            "form",
+		Message:         approvalMessage(p, s.o.Project),
+		RequestedSchema: approvalSchema,
+	})
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		s.logf.Info("network approval: no answer in time", "timeout", s.o.ApprovalTimeout)
+		return msgNoAnswer
+	case err != nil:
+		s.logf.Info("network approval: elicitation failed", "err", err)
+		return msgAskFailed
+	case res.Action != "accept":
+		return msgDeclined
+	}
+	if allow, ok := res.Content["allow"].(bool); !ok || !allow {
+		return msgDeclined
+	}
+	return ""
+}
