@@ -28,7 +28,7 @@ var layers = [][]string{
 	{"client", "config", "credential", "container", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool", "egress", "standby", "precheck/runner"},
 	// 3: the services.
-	{"broker", "reaper", "host", "credset"},
+	{"broker", "reaper", "host", "credset", "runmcp"},
 	// 4: wiring of the host binary (cobra commands, Docker and D-Bus adapters).
 	{"host/cli"},
 }

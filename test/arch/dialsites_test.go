@@ -50,6 +50,7 @@ var dialSites = map[string]string{
 	"pkg/reaper/hostturns.go":         "the reaper asking the host: its Unix socket",
 	"pkg/egress/proxy.go":             "the proxy route's transport for absolute-form requests: its only dial function is Proxy.dial (safefetch.Dialer), TLS dial refused",
 	"pkg/egress/bridge/bridge.go":     "the in-container bridge: only the turn's Unix broker socket (the container has no network)",
+	"pkg/runmcp/serve.go":             "probing the operator's --http unix: socket path for a live server before replacing a stale socket",
 }
 
 // TestDialSites walks every non-test Go file under pkg/ and cmd/ and fails on
