@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"testing"
@@ -73,6 +74,46 @@ func FuzzDecoder(f *testing.F) {
 			if out[0] > l.MaxOutputBytes || out[1] > l.MaxOutputBytes || arts > l.MaxArtifacts || total > l.MaxArtifactTotalBytes {
 				t.Fatalf("limits exceeded: out %v, artifacts %d, total %d", out, arts, total)
 			}
+		}
+	})
+}
+
+// FuzzReadJob: whatever arrives on stdin, ReadJob never panics, never
+// returns a job Validate refuses, and what it returns writes back to a line
+// that reads as the same job.
+func FuzzReadJob(f *testing.F) {
+	var buf bytes.Buffer
+	if err := WriteJob(&buf, validJob()); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes())
+	f.Add([]byte(`{"argv":["ls","-l"],"uid":1,"gid":1,"maxOutputBytes":1,"maxArtifactBytes":1,"maxArtifactTotalBytes":1,"artifacts":["a/b"]}`))
+	f.Add([]byte(`{"command":"x","uid":1,"gid":1,"maxOutputBytes":1,"maxArtifactBytes":1,"maxArtifactTotalBytes":1,"artifacts":["../a"]}`))
+	f.Add([]byte("{}\n{}"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		j, err := ReadJob(bytes.NewReader(b))
+		if err != nil {
+			if !errors.Is(err, ErrInvalidJob) {
+				t.Fatalf("error %v is not ErrInvalidJob", err)
+			}
+			return
+		}
+		if err := j.Validate(); err != nil {
+			t.Fatalf("ReadJob returned a job Validate refuses: %v", err)
+		}
+		var out bytes.Buffer
+		if err := WriteJob(&out, j); err != nil {
+			t.Fatalf("WriteJob of a read job: %v", err)
+		}
+		j2, err := ReadJob(&out)
+		if err != nil {
+			t.Fatalf("re-reading: %v", err)
+		}
+		// Compared as encoded (an empty list and none encode alike).
+		b1, _ := json.Marshal(j)
+		b2, _ := json.Marshal(j2)
+		if !bytes.Equal(b1, b2) {
+			t.Fatalf("round trip changed the job:\n%s\n%s", b1, b2)
 		}
 	})
 }
