@@ -90,6 +90,8 @@ type (
 		Run bool `json:"run,omitempty"`
 		// Job marks a delegated job's research turn (its channel's tag).
 		Job bool `json:"job,omitempty"`
+		// Precheck marks a precheck script's run (its channel's tag).
+		Precheck bool `json:"precheck,omitempty"`
 	}
 	// TurnList is GET /v1/turns.
 	TurnList struct {
@@ -131,6 +133,8 @@ func (h *Host) route(w http.ResponseWriter, r *http.Request) {
 		routes = []route{{http.MethodGet, RoleNone, h.handleHealth}}
 	case len(segs) == 2 && segs[0] == "v1" && segs[1] == "turns":
 		routes = []route{{http.MethodGet, RoleClient, h.handleTurns}}
+	case len(segs) == 2 && segs[0] == "v1" && segs[1] == "prechecks":
+		routes = []route{{http.MethodPost, RoleClient, h.handlePrecheck}}
 	case len(segs) == 2 && segs[0] == "v1" && segs[1] == "channels":
 		routes = []route{{http.MethodGet, RoleClient, h.handleChannels}}
 	case len(segs) >= 3 && len(segs) <= 4 && segs[0] == "v1" && segs[1] == "channels":
@@ -464,6 +468,7 @@ func (h *Host) ActiveTurns() []ActiveTurn {
 		out = append(out, ActiveTurn{ID: r.ID(), ChannelTag: runChannelPrefix + r.ID(), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
 	}
 	out = append(out, h.activeJobs()...)
+	out = append(out, h.prechecks.list()...)
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }

@@ -42,6 +42,9 @@ func statusOf(err error) (int, string) {
 	if status, reason, ok := jobStatusOf(err); ok {
 		return status, reason
 	}
+	if status, reason, ok := precheckStatusOf(err); ok {
+		return status, reason
+	}
 	var re *requestError
 	if errors.As(err, &re) {
 		status, _ := statusOf(re.kind)

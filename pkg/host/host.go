@@ -47,6 +47,8 @@ type ContainerSpec struct {
 	Labels                map[string]string
 	// Run makes it a code run's container (container.RunOptions).
 	Run *RunContainer
+	// Precheck makes it a precheck's container (container.Spec.Precheck).
+	Precheck bool
 }
 
 // RunContainer mirrors container.RunOptions.
@@ -155,6 +157,10 @@ type Host struct {
 	// Code runs (runs.go).
 	runs     *runs.Registry
 	runSlots runSlots
+
+	// Precheck scripts (prechecks.go).
+	prechecks     precheckSet
+	precheckSlots runSlots
 
 	// Delegated jobs (delegations.go).
 	jobs     *delegation.Registry

@@ -34,6 +34,7 @@ type metrics struct {
 	runs            *prometheus.CounterVec
 	runDuration     prometheus.Histogram
 	delegations     *prometheus.CounterVec
+	prechecks       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
@@ -82,6 +83,10 @@ func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
 		Name: "sandbox_delegations_total", Help: "Delegated jobs, by result (ok, failed, timeout, cancelled; refused: not admitted).",
 	}, []string{"result"})
 	reg.MustRegister(m.delegations)
+	m.prechecks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandbox_prechecks_total", Help: "Precheck scripts run, by result (wake, no_wake, script_error, timeout, failed: the system's failure).",
+	}, []string{"result"})
+	reg.MustRegister(m.prechecks)
 	reg.MustRegister(m.turns, m.duration, m.phases, m.queueWaiting, m.running, m.cleanupFailures, m.refused,
 		m.standbyTakes, m.standbyDiscards, m.standbyPrepares, m.runs, m.runDuration)
 	return m

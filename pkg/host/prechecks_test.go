@@ -1,0 +1,332 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
+	"github.com/roundtable-sandbox/sandbox/pkg/precheck/runner"
+)
+
+const precheckExtra = `
+prechecks:
+  enabled: true
+  timeoutSeconds: 2
+  grants:
+    - channel: room
+      server: search
+      tools: [find]
+`
+
+// mcpFake is the broker's MCP route as the runner sees it: search/find
+// answers {"hits":N}; anything else is refused.
+type mcpFake struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (m *mcpFake) Call(ctx context.Context, route string, body any) (json.RawMessage, error) {
+	data, _ := json.Marshal(body)
+	var req struct {
+		ID     int `json:"id"`
+		Params struct {
+			Name string `json:"name"`
+		} `json:"params"`
+	}
+	json.Unmarshal(data, &req)
+	m.mu.Lock()
+	m.calls = append(m.calls, route+" "+req.Params.Name)
+	m.mu.Unlock()
+	if route != "/mcp/search" || req.Params.Name != "find" {
+		return nil, errors.New("broker answered status 404")
+	}
+	id, _ := json.Marshal(req.ID)
+	return json.RawMessage(`{"jsonrpc":"2.0","id":` + string(id) + `,"result":{"structuredContent":{"hits":4}}}`), nil
+}
+
+// runnerRun is a container that runs the real runner in-process on the job
+// it is given.
+func runnerRun(mcp *mcpFake) func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	return func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		var job precheck.Job
+		if err := json.Unmarshal(stdin, &job); err != nil {
+			return RunResult{ExitCode: 2}, nil
+		}
+		out, _ := precheck.Encode(runner.Run(ctx, job, mcp, nil))
+		return RunResult{Stdout: out}, nil
+	}
+}
+
+func newPrecheckRig(t *testing.T, extra string) (*rig, *mcpFake) {
+	t.Helper()
+	r := newRig(t, extra, func(o *Options) {
+		o.Access.ClientUIDs = []int{clientUID}
+	})
+	t.Cleanup(r.h.Shutdown)
+	m := &mcpFake{}
+	r.docker.runFn = runnerRun(m)
+	return r, m
+}
+
+func postPrecheck(t *testing.T, h *Host, req any) (int, precheck.Answer, string) {
+	t.Helper()
+	code, body := apiAs(t, h, clientUID, http.MethodPost, "/v1/prechecks", req)
+	var a precheck.Answer
+	json.Unmarshal(body, &a)
+	return code, a, string(body)
+}
+
+// TestPrecheckTable: the seed's precheck cases through the API, each one
+// answered after its cleanup with nothing left behind.
+func TestPrecheckTable(t *testing.T) {
+	yes, no := true, false
+	tests := []struct {
+		name   string
+		req    precheck.Request
+		want   precheck.Answer
+		result string
+		calls  int
+	}{
+		{"wake", precheck.Request{Channel: "room", Script: `export default async () => ({ wake: true, context: "go" })`},
+			precheck.Answer{Wake: &yes, Context: "go"}, precheckWake, 0},
+		{"no wake", precheck.Request{Channel: "room", Script: `export default async () => ({ wake: false })`},
+			precheck.Answer{Wake: &no}, precheckNoWake, 0},
+		{"note", precheck.Request{Channel: "room", Script: `export default async () => ({ wake: false, note: "quiet" })`},
+			precheck.Answer{Wake: &no, Note: "quiet"}, precheckNoWake, 0},
+		{"async MCP call", precheck.Request{Channel: "room", Grants: []precheck.Grant{{Server: "search", Tool: "find"}},
+			Script: `export default async ({ mcp }) => { const r = await mcp.json("search", "find", { q: "x" }); return { wake: r.hits > 3, context: "hits " + r.hits } }`},
+			precheck.Answer{Wake: &yes, Context: "hits 4"}, precheckWake, 1},
+		{"a tool not granted with the script is refused", precheck.Request{Channel: "room",
+			Script: `export default async ({ mcp }) => { await mcp.json("search", "find"); return { wake: false } }`},
+			precheck.Answer{Error: "the script threw: mcp.json: search/find is not granted to this precheck"}, precheckScriptError, 0},
+		{"throws", precheck.Request{Channel: "room", Script: `export default async () => { throw new Error("feed down") }`},
+			precheck.Answer{Error: "the script threw: feed down"}, precheckScriptError, 0},
+		{"syntax error", precheck.Request{Channel: "room", Script: "export default async () => {"},
+			precheck.Answer{Error: "the script has a syntax error at line 1, column 29"}, precheckScriptError, 0},
+		{"wrong shape", precheck.Request{Channel: "room", Script: `export default async () => ({ wake: "yes" })`},
+			precheck.Answer{Error: "the script's answer must be {wake: false, note?} or {wake: true, context} with string note and context"}, precheckScriptError, 0},
+		{"result over its bound", precheck.Request{Channel: "room", Script: `export default async () => ({ wake: true, context: "x".repeat(16001) })`},
+			precheck.Answer{Error: "the script's answer is over its bound (note 1000, context 16000 characters)"}, precheckScriptError, 0},
+		{"endless loop", precheck.Request{Channel: "room", Script: `export default async () => { for (;;) {} }`},
+			precheck.Answer{Error: "the script ran past its time limit and was stopped"}, precheckTimeout, 0},
+		{"time zone edge: just after midnight east of UTC", precheck.Request{Channel: "room", FiredAt: "2026-11-30T23:05:00Z", TimeZone: "Europe/Berlin",
+			Schedule: "daily 00:05", Script: `export default async ({ today, timeZone, schedule, firedAt }) => ({ wake: true, context: [today, timeZone, schedule, firedAt.toISOString()].join(" ") })`},
+			precheck.Answer{Wake: &yes, Context: "2026-12-01 Europe/Berlin daily 00:05 2026-11-30T23:05:00.000Z"}, precheckWake, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, m := newPrecheckRig(t, precheckExtra)
+			code, got, body := postPrecheck(t, r.h, tt.req)
+			if code != http.StatusOK {
+				t.Fatalf("status %d %s", code, body)
+			}
+			gotJSON, _ := json.Marshal(got)
+			wantJSON, _ := json.Marshal(tt.want)
+			if string(gotJSON) != string(wantJSON) {
+				t.Errorf("answer %s\n  want %s", gotJSON, wantJSON)
+			}
+			if n := len(m.calls); n != tt.calls {
+				t.Errorf("MCP calls %v, want %d", m.calls, tt.calls)
+			}
+			if v := precheckCount(r.h, tt.result); v != 1 {
+				t.Errorf("sandbox_prechecks_total{result=%q} = %v, want 1", tt.result, v)
+			}
+			r.assertClean(t)
+			if turns := r.h.ActiveTurns(); len(turns) != 0 {
+				t.Errorf("still listed: %+v", turns)
+			}
+		})
+	}
+}
+
+// TestPrecheckContainerAndPolicy: a turn's confinement at the precheck's
+// limits, an empty read-only workspace, a precheck-slot uid, the channel's
+// journal tag; a policy with exactly the granted tools and no model.
+func TestPrecheckContainerAndPolicy(t *testing.T) {
+	r, m := newPrecheckRig(t, precheckExtra)
+	var listed []ActiveTurn
+	inner := runnerRun(m)
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		listed = r.h.ActiveTurns()
+		return inner(ctx, spec, stdin)
+	}
+	code, _, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Target: "thread-7", Grants: []precheck.Grant{{Server: "search", Tool: "find"}},
+		Script: `export default () => ({ wake: false })`})
+	if code != http.StatusOK {
+		t.Fatalf("status %d %s", code, body)
+	}
+	if len(r.docker.created) != 1 || len(r.docker.policies) != 1 {
+		t.Fatalf("created %d containers", len(r.docker.created))
+	}
+	s := r.docker.created[0]
+	tag := ids.ChannelTag("room")
+	if !s.Precheck || s.Run != nil || s.Image != r.cfg.Image || s.MemoryMB != 256 || s.CPUs != 1 || s.Pids != 32 || s.TmpfsMB != 64 ||
+		s.LogTag != "sandbox/"+tag || s.Labels[layout.LabelChannel] != tag {
+		t.Errorf("spec %+v", s)
+	}
+	if s.WorkspaceDir != filepath.Join(r.cfg.WorkspaceRoot, ".run-empty") {
+		t.Errorf("workspace %s", s.WorkspaceDir)
+	}
+	if entries, err := os.ReadDir(s.WorkspaceDir); err != nil || len(entries) != 0 {
+		t.Errorf("workspace not empty: %v %v", entries, err)
+	}
+	slotUID, err := r.h.state.GuestUID(precheckSlotChannel(0), r.cfg.Guests, -1)
+	must(t, err)
+	if s.UID != slotUID || s.GID != slotUID {
+		t.Errorf("uid %d:%d, want the precheck slot's %d", s.UID, s.GID, slotUID)
+	}
+	p := r.docker.policies[0]
+	if p == nil || !p.Precheck || p.Model.URL != "" || p.Model.Credential != "" || len(p.Tools) != 0 || p.Egress != nil ||
+		len(p.MCP) != 1 || p.MCP[0].Name != "search" || strings.Join(p.MCP[0].Tools, ",") != "find" || p.MCP[0].Credential != "mcp-key" ||
+		p.Limits.MaxCalls != 16 || p.Identity.Channel != "room" {
+		t.Errorf("policy %+v", p)
+	}
+	if len(listed) != 1 || !listed[0].Precheck || listed[0].ChannelTag != tag || listed[0].ID != s.Labels[layout.LabelTurn] {
+		t.Errorf("listed while running: %+v", listed)
+	}
+	var job precheck.Job
+	must(t, json.Unmarshal(r.docker.stdins[0], &job))
+	if job.TimeoutMs != 1000 || job.MaxCalls != 16 || job.MaxHeapBytes != 256<<20*3/5 || job.TimeZone != "UTC" {
+		t.Errorf("job %+v", job)
+	}
+	if strings.Contains(string(r.docker.stdins[0]), "thread-7") {
+		t.Error("the target reached the container")
+	}
+	r.assertClean(t)
+}
+
+// TestPrecheckRefusals: bad requests are refused before anything exists,
+// each naming what was wrong.
+func TestPrecheckRefusals(t *testing.T) {
+	r, _ := newPrecheckRig(t, precheckExtra)
+	ok := `export default () => ({ wake: false })`
+	tests := []struct {
+		name string
+		req  any
+		code int
+		want string
+	}{
+		{"grant not allowed for the channel", precheck.Request{Channel: "other-room", Script: ok, Grants: []precheck.Grant{{Server: "search", Tool: "find"}}},
+			http.StatusForbidden, "grant search:find is not allowed for this channel"},
+		{"tool not declared", precheck.Request{Channel: "room", Script: ok, Grants: []precheck.Grant{{Server: "search", Tool: "delete"}}},
+			http.StatusForbidden, "grant search:delete is not allowed"},
+		{"server unknown", precheck.Request{Channel: "room", Script: ok, Grants: []precheck.Grant{{Server: "web", Tool: "find"}}},
+			http.StatusForbidden, "grant web:find is not allowed"},
+		{"grant twice", precheck.Request{Channel: "room", Script: ok, Grants: []precheck.Grant{{Server: "search", Tool: "find"}, {Server: "search", Tool: "find"}}},
+			http.StatusBadRequest, "grant search:find is listed twice"},
+		{"bad grant name", precheck.Request{Channel: "room", Script: ok, Grants: []precheck.Grant{{Server: "Search!", Tool: "find"}}},
+			http.StatusBadRequest, "Search!:find\\\": server must match"},
+		{"bad time zone", precheck.Request{Channel: "room", Script: ok, TimeZone: "Mars/Olympus"}, http.StatusBadRequest, "timeZone must be an IANA time zone name"},
+		{"Local time zone", precheck.Request{Channel: "room", Script: ok, TimeZone: "Local"}, http.StatusBadRequest, "timeZone must be an IANA time zone name"},
+		{"bad firedAt", precheck.Request{Channel: "room", Script: ok, FiredAt: "tomorrow"}, http.StatusBadRequest, "firedAt must be an RFC 3339 time"},
+		{"empty script", precheck.Request{Channel: "room"}, http.StatusBadRequest, "script must be 1 to 65536 bytes"},
+		{"script over its bound", precheck.Request{Channel: "room", Script: strings.Repeat("x", precheck.MaxScriptBytes+1)}, http.StatusBadRequest, "script must be 1 to 65536 bytes"},
+		{"long schedule", precheck.Request{Channel: "room", Script: ok, Schedule: strings.Repeat("s", 513)}, http.StatusBadRequest, "schedule is 513 characters; the limit is 512"},
+		{"long target", precheck.Request{Channel: "room", Script: ok, Target: strings.Repeat("t", 257)}, http.StatusBadRequest, "target must be valid UTF-8 of at most 256"},
+		{"bad channel", precheck.Request{Channel: "", Script: ok}, http.StatusBadRequest, "channel:"},
+		{"unknown field", map[string]any{"channel": "room", "script": ok, "tier": 2}, http.StatusBadRequest, `unknown field \"tier\"`},
+		{"body over its bound", map[string]any{"channel": "room", "script": strings.Repeat("\u0001", precheck.MaxRequestBytes/6+1)}, http.StatusRequestEntityTooLarge, "request body too large"},
+	}
+	for _, tt := range tests {
+		code, _ := apiAs(t, r.h, clientUID, http.MethodPost, "/v1/prechecks", tt.req)
+		_, body := apiAs(t, r.h, clientUID, http.MethodPost, "/v1/prechecks", tt.req)
+		if code != tt.code || !strings.Contains(string(body), tt.want) {
+			t.Errorf("%s: %d %s\n  want %d containing %q", tt.name, code, body, tt.code, tt.want)
+		}
+	}
+	if n := len(r.docker.created); n != 0 {
+		t.Errorf("%d containers created for refused requests", n)
+	}
+	if code, _ := apiAs(t, r.h, 999, http.MethodPost, "/v1/prechecks", precheck.Request{Channel: "room", Script: ok}); code != http.StatusForbidden {
+		t.Errorf("a peer that is no client: %d", code)
+	}
+	if code, _ := apiAs(t, r.h, clientUID, http.MethodGet, "/v1/prechecks", nil); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET: %d", code)
+	}
+	r.assertClean(t)
+}
+
+func TestPrecheckDisabled(t *testing.T) {
+	r, _ := newPrecheckRig(t, "")
+	code, _, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Script: `export default () => ({ wake: false })`})
+	if code != http.StatusConflict || !strings.Contains(body, "prechecks.enabled") {
+		t.Errorf("%d %s", code, body)
+	}
+}
+
+// TestPrecheckKilledAtDeadline: a container that never answers is killed
+// and removed at the deadline; the answer is the timeout error.
+func TestPrecheckKilledAtDeadline(t *testing.T) {
+	r, _ := newPrecheckRig(t, precheckExtra)
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		<-ctx.Done()
+		return RunResult{ExitCode: -1}, ctx.Err()
+	}
+	start := time.Now()
+	code, got, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Script: `export default () => ({ wake: false })`})
+	took := time.Since(start)
+	if code != http.StatusOK || got.Error != "the precheck passed its 2 s timeout and was killed" || got.Wake != nil {
+		t.Errorf("%d %s", code, body)
+	}
+	if took < 1900*time.Millisecond || took > 6*time.Second {
+		t.Errorf("answered after %v, want about 2 s", took)
+	}
+	if len(r.docker.kills) == 0 || len(r.docker.removes) == 0 {
+		t.Errorf("kills %v removes %v", r.docker.kills, r.docker.removes)
+	}
+	if v := precheckCount(r.h, precheckTimeout); v != 1 {
+		t.Errorf("timeout metric %v", v)
+	}
+	r.assertClean(t)
+}
+
+// TestPrecheckHostileContainer: whatever the container prints or however
+// it ends, the host answers a generic error and cleans up.
+func TestPrecheckHostileContainer(t *testing.T) {
+	tests := []struct {
+		name string
+		res  RunResult
+		code int
+		want string
+	}{
+		{"garbage", RunResult{Stdout: []byte("not json")}, http.StatusInternalServerError, ErrPrecheckFailed.Error()},
+		{"unknown field", RunResult{Stdout: []byte(`{"wake":true,"context":"x","extra":1}`)}, http.StatusInternalServerError, ErrPrecheckFailed.Error()},
+		{"two shapes", RunResult{Stdout: []byte(`{"wake":true,"context":"x","error":"e","kind":"throw"}`)}, http.StatusInternalServerError, ErrPrecheckFailed.Error()},
+		{"over its bound", RunResult{Stdout: []byte(`{"wake":true}`), Truncated: true}, http.StatusInternalServerError, ErrPrecheckFailed.Error()},
+		{"context over its bound", RunResult{Stdout: []byte(`{"wake":true,"context":"` + strings.Repeat("x", 16001) + `"}`)}, http.StatusInternalServerError, ErrPrecheckFailed.Error()},
+		{"crashed", RunResult{ExitCode: 2}, http.StatusInternalServerError, ErrPrecheckFailed.Error()},
+		{"memory limit", RunResult{ExitCode: 137}, http.StatusOK, "the precheck was killed: it used more memory than allowed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, _ := newPrecheckRig(t, precheckExtra)
+			r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) { return tt.res, nil }
+			code, _, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Script: `export default () => ({ wake: false })`})
+			if code != tt.code || !strings.Contains(body, tt.want) {
+				t.Errorf("%d %s, want %d %q", code, body, tt.code, tt.want)
+			}
+			r.assertClean(t)
+		})
+	}
+}
+
+// precheckCount reads sandbox_prechecks_total{result}.
+func precheckCount(h *Host, result string) float64 {
+	var m dto.Metric
+	if err := h.metrics.prechecks.WithLabelValues(result).Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
+}
