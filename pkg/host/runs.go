@@ -430,3 +430,31 @@ func (h *Host) runDeadlineBound(r *runs.Run) time.Time {
 	}
 	return h.opts.Now().Add(time.Duration(h.cfg.Runs.ApprovalTimeoutSeconds)*time.Second + timeout)
 }
+
+// RunStatus is one run's status (any owner: callers check access).
+func (h *Host) RunStatus(id string) (runs.Status, error) {
+	r, err := h.runs.Get(id)
+	if err != nil {
+		return runs.Status{}, err
+	}
+	return r.Status(), nil
+}
+
+// ApproveRun approves network for a run awaiting it, as uid (an admin:
+// callers check the role).
+func (h *Host) ApproveRun(id string, uid int) error {
+	r, err := h.runs.Get(id)
+	if err != nil {
+		return err
+	}
+	return r.Approve(uid)
+}
+
+// CancelRun cancels a run (callers check access).
+func (h *Host) CancelRun(id string) error {
+	r, err := h.runs.Get(id)
+	if err != nil {
+		return err
+	}
+	return r.Cancel()
+}
