@@ -9,7 +9,8 @@ VERSION="${VERSION:-$(cat VERSION 2>/dev/null || echo 0.1.0)}"
 IMAGE="${IMAGE:-roundtable-sandbox-worker}"
 GO="${GO:-go}"
 export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-0}"
-MAX_BYTES=$((10 * 1024 * 1024))
+# 16 MiB: the worker also carries the precheck JavaScript engine (goja, about 7.5 MiB).
+MAX_BYTES=$((16 * 1024 * 1024))
 
 make --no-print-directory bin/sandbox-worker
 mkdir -p dist

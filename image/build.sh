@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make image: build bin/sandbox-worker and the FROM scratch worker image with
 # the local Docker engine (DOCKER_HOST is honoured), offline, tagged
-# roundtable-sandbox-worker:latest and :$VERSION. Fails over 10 MiB.
+# roundtable-sandbox-worker:latest and :$VERSION. Fails over 16 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION="${VERSION:-$(cat VERSION 2>/dev/null || echo 0.1.0)}"

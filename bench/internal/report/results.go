@@ -47,7 +47,7 @@ const (
 	TargetBrokerMs      = 1.0
 	TargetHostIdleMiB   = 40
 	TargetBrokerMiB     = 20
-	TargetImageMiB      = 10
+	TargetImageMiB      = 16 // 10 before the precheck engine (goja) joined the worker
 	TargetReadyMs       = 300
 	TargetLoadFailures  = 0
 	TargetFixedMinRound = 30
