@@ -267,7 +267,12 @@ func (s *supervisor) runCommand(ctx context.Context, phase string, argv []string
 	case <-ctx.Done():
 		stopped = true
 		s.killStragglers(st.pid)
-		ws = <-statusc
+		select {
+		case ws = <-statusc:
+		case <-time.After(killTimeout):
+			s.log.Error("the command survived the kill", "phase", phase)
+			return 0, errors.New(errStragglers)
+		}
 	}
 	if !s.killStragglers(st.pid) {
 		// Fail closed: nothing runs, and nothing is collected, while a
