@@ -101,6 +101,8 @@ trap 'exit 130' INT TERM
 
 echo "integration: building helpers"
 "$GO" build -o "$tmp/journalsink" ./pkg/container/testdata/journalsink
+# The static worker a toolbox image carries (toolbox.ReadWorker takes it).
+CGO_ENABLED=0 "$GO" build -trimpath -o "$tmp/sandbox-worker" ./cmd/sandbox-worker
 
 # The small test toolbox's base tar (built once, then cached by
 # test/toolbox/build.sh); the toolbox tests import it into this dockerd.
@@ -215,5 +217,6 @@ SANDBOX_IT_DOCKER="unix://$sock" \
 	SANDBOX_IT_WORKER_IMAGE="$worker_image" \
 	SANDBOX_IT_MCP_EVERYTHING="$everything" \
 	SANDBOX_IT_TOOLBOX_TAR="$toolbox_tar" \
+	SANDBOX_IT_SANDBOX_WORKER="$tmp/sandbox-worker" \
 	SANDBOX_IT_MCP_TSCLIENT="$tsclient" \
 	test/gotest.sh integration -count=1 -run Integration "${args[@]}"

@@ -122,6 +122,12 @@ func TestIntegrationImportSmallToolbox(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	w := testWorker(t)
+	if p := os.Getenv("SANDBOX_IT_SANDBOX_WORKER"); p != "" { // the real static worker, as integration.sh builds it
+		var err error
+		if w, err = ReadWorker(p); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tag := itTag(t, cli)
 	start := time.Now()
 	img, err := Import(ctx, cli, ImportOptions{BaseTar: base, Worker: w, Tag: tag})
