@@ -167,6 +167,12 @@ func modelScript() []byte {
 			{"toolCalls": []call{{"name": "host_fetch", "arguments": json.RawMessage(`{"url":"{{user}}"}`)}}},
 			{"text": "fetched: {{tool}}"},
 		}},
+		// A delegated job's research turn: fetch the URL on the task's last
+		// line, report what came back.
+		{"match": "E2E-DELEGATE", "replies": []call{
+			{"toolCalls": []call{{"name": "host_fetch", "arguments": json.RawMessage(`{"url":"{{lastline}}"}`)}}},
+			{"text": "report: {{tool}}"},
+		}},
 		{"match": "SLOW", "replies": []call{{"text": "slow answer", "delayMs": 20000}}},
 		{"match": "LEAST-CRED", "replies": []call{{"text": "least answer", "delayMs": 4000}}},
 		{"match": "OVERLAP", "replies": []call{{"text": "overlap {{user}}", "delayMs": 1500}}},
@@ -259,6 +265,11 @@ image: {{.Image}}
 installation: ` + installation + `
 reaper:
   graceSeconds: {{.GraceSeconds}}
+delegation:
+  enabled: true
+  fetchTool: fetch
+  searchTool: whoami
+  timeoutSeconds: 60
 logLevel: debug
 {{- if or .StandbyOff .StandbyMaxAge}}
 standby:

@@ -13,7 +13,8 @@
 // reply used is replies[n] where n counts the assistant messages after that
 // last user message (the model calls already made in this turn); the last
 // reply repeats. In reply text, {{user}} is the last user message and
-// {{tool}} the content of the last tool message.
+// {{tool}} the content of the last tool message; in tool arguments,
+// {{user}} and {{lastline}} (the last line of the last user message).
 //
 // Demo mode (-demo) answers sensibly without a script: "remember X" stores X
 // in channel memory through memory_set, "what do you remember" reads it with
@@ -286,7 +287,8 @@ func (s *server) completion(model string, rep Reply, user, tool string) []byte {
 			if args == "" {
 				args = "{}"
 			}
-			args = strings.NewReplacer("{{user}}", jsonInner(user)).Replace(args)
+			lastLine := user[strings.LastIndex(user, "\n")+1:]
+			args = strings.NewReplacer("{{user}}", jsonInner(user), "{{lastline}}", jsonInner(lastLine)).Replace(args)
 			calls = append(calls, map[string]any{
 				"id": fmt.Sprintf("call_%d_%d", n, i), "type": "function",
 				"function": map[string]any{"name": c.Name, "arguments": args},
