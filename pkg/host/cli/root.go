@@ -116,6 +116,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.AddCommand(serveCmd(g), turnCmd(g), channelCmd(g), runCmd(g), doctorCmd(g), versionCmd(g))
 	root.AddCommand(toolboxCmd(g))
 	root.AddCommand(delegateCmd(g), jobsCmd(g))
+	root.AddCommand(precheckCmd(g))
 	root.AddCommand(mcpCmd(g))
 	return root
 }
