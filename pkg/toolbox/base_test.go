@@ -216,3 +216,29 @@ func TestRemoveRefusesAMountBelow(t *testing.T) {
 		t.Errorf("not removed: %v", err)
 	}
 }
+
+func TestKeepAcrossFilesystems(t *testing.T) {
+	// /dev/shm is a tmpfs on Linux: rename(2) to the test directory fails
+	// with EXDEV, so Keep copies (temporary name, fsync, rename).
+	src, err := os.MkdirTemp("/dev/shm", "toolbox-test.")
+	if err != nil {
+		t.Skip("no /dev/shm here:", err)
+	}
+	defer os.RemoveAll(src)
+	b := &Base{Path: filepath.Join(src, "base.tar"), dir: src}
+	os.WriteFile(b.Path, []byte("a base"), 0o600)
+	dstDir := t.TempDir()
+	dst := filepath.Join(dstDir, "kept.tar")
+	if err := b.Keep(dst); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(dst); string(data) != "a base" {
+		t.Errorf("kept %q", data)
+	}
+	if ents, _ := os.ReadDir(dstDir); len(ents) != 1 {
+		t.Errorf("left beside it: %v", ents)
+	}
+	if _, err := os.Stat(b.Path); !os.IsNotExist(err) {
+		t.Errorf("the source stays after the copy: %v", err)
+	}
+}

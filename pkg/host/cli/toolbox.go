@@ -26,6 +26,8 @@ func toolboxTarget(g *globals, tag string) (image, dockerHost string, runsEnable
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		image, runsEnabled = layout.DefaultToolboxImage, true
+	case errors.Is(err, fs.ErrPermission):
+		return "", "", false, fmt.Errorf("cannot read %s as this user (root:_sandbox 0640): run it with sudo", g.config)
 	case err != nil:
 		return "", "", false, fmt.Errorf("%s: %w", g.config, err)
 	default:

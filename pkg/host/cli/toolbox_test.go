@@ -112,3 +112,21 @@ func TestToolboxBuildRefusals(t *testing.T) {
 		}
 	}
 }
+
+func TestToolboxTargetConfig(t *testing.T) {
+	path, _ := fakeMachine(t)
+	img, _, enabled, err := toolboxTarget(&globals{config: path}, "")
+	if err != nil || img != "roundtable-sandbox-toolbox:latest" || !enabled {
+		t.Errorf("from the config: %q %v %v", img, enabled, err)
+	}
+	if img, _, _, err := toolboxTarget(&globals{config: path}, "mine:1"); err != nil || img != "mine:1" {
+		t.Errorf("--tag: %q %v", img, err)
+	}
+	if img, _, _, err := toolboxTarget(&globals{config: path + ".none"}, ""); err != nil || img != "roundtable-sandbox-toolbox:latest" {
+		t.Errorf("no config file: %q %v; want the defaults", img, err)
+	}
+	os.WriteFile(path, []byte("runs:\n  image: \"\"\nbogus: 1\n"), 0o600)
+	if _, _, _, err := toolboxTarget(&globals{config: path}, "x:1"); err == nil {
+		t.Error("an invalid config was replaced by defaults")
+	}
+}
