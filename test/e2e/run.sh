@@ -39,9 +39,11 @@ trap finish EXIT
 trap 'exit 130' INT TERM
 
 build_all
+toolbox_base
 ns_boot
 install_images
 install_package
+install_toolbox
 
 e2e_log "running the scenarios"
 # -test.v=test2json frames the output so go tool test2json can attribute

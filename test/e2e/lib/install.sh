@@ -64,6 +64,30 @@ install_images() {
   done
 }
 
+# toolbox_base builds (or finds cached) the small test toolbox's base tar on
+# the machine side and copies it into the work directory; empty when this
+# machine cannot build it (the run scenarios then skip, saying why).
+toolbox_base() {
+  local tar
+  TOOLBOX_TAR=""
+  if tar=$(cd "$REPO_ROOT" && test/toolbox/build.sh 2>"$E2E_WORK/toolbox-build.log"); then
+    cp "$tar" "$E2E_WORK/toolbox-small.tar" && TOOLBOX_TAR=$E2E_WORK/toolbox-small.tar
+  else
+    e2e_log "small toolbox unavailable (code-run scenarios will skip): $(tail -2 "$E2E_WORK/toolbox-build.log" | tr '\n' ' ')"
+  fi
+}
+
+# install_toolbox imports it inside the namespace with the installed
+# package's own command and worker binary (what an operator runs).
+install_toolbox() {
+  [[ -n ${TOOLBOX_TAR:-} ]] || return 0
+  e2e_log "importing the small toolbox (sandbox-host toolbox build --small --base-tar)"
+  ns_exec /usr/bin/sandbox-host toolbox build --small --base-tar "$TOOLBOX_TAR" >"$E2E_WORK/toolbox-import.log" 2>&1 || {
+    tail -20 "$E2E_WORK/toolbox-import.log" >&2
+    e2e_die "sandbox-host toolbox build --base-tar failed in the namespace"
+  }
+}
+
 # install_package installs the .deb inside the namespace (its maintainer
 # scripts talk to the namespace's systemd).
 install_package() {
