@@ -100,6 +100,11 @@ func (h *Host) StartRun(p runs.Params, owner int) (runs.Status, error) {
 	if err != nil {
 		return runs.Status{}, err
 	}
+	// Each parameter is within its bound, but the job that carries them
+	// all to the container has one of its own: refuse here, not later.
+	if err := wire.WriteJob(io.Discard, h.runJob(p, 1)); err != nil {
+		return runs.Status{}, badRequest(fmt.Sprintf("the command, arguments, setup and artifacts together are over %d bytes", wire.MaxJobBytes))
+	}
 	h.mu.Lock()
 	if h.stopping {
 		h.mu.Unlock()
@@ -259,15 +264,7 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 		},
 		Run: &RunContainer{Setup: len(p.Setup) > 0, OutputMB: rc.OutputMB, Command: []string{layout.ToolboxWorker, "run-supervise"}},
 	}
-	job := wire.Job{
-		Setup: p.Setup, UID: uid, GID: uid, Proxy: p.Network, Artifacts: p.Artifacts,
-		MaxOutputBytes: rc.MaxOutputBytes, MaxArtifactBytes: rc.MaxArtifactBytes, MaxArtifactTotalBytes: rc.MaxArtifactTotalBytes,
-	}
-	if p.Mode() == runs.ModeShell {
-		job.Command = p.Command
-	} else {
-		job.Argv = append([]string{p.Executable}, p.Args...)
-	}
+	job := h.runJob(p, uid)
 	var stdin bytes.Buffer
 	if err := wire.WriteJob(&stdin, job); err != nil {
 		return systemErr("job", err)
@@ -457,4 +454,19 @@ func (h *Host) CancelRun(id string) error {
 		return err
 	}
 	return r.Cancel()
+}
+
+// runJob is what the run's supervisor is asked to do, as uid.
+func (h *Host) runJob(p runs.Params, uid int) wire.Job {
+	rc := h.cfg.Runs
+	job := wire.Job{
+		Setup: p.Setup, UID: uid, GID: uid, Proxy: p.Network, Artifacts: p.Artifacts,
+		MaxOutputBytes: rc.MaxOutputBytes, MaxArtifactBytes: rc.MaxArtifactBytes, MaxArtifactTotalBytes: rc.MaxArtifactTotalBytes,
+	}
+	if p.Mode() == runs.ModeShell {
+		job.Command = p.Command
+	} else {
+		job.Argv = append([]string{p.Executable}, p.Args...)
+	}
+	return job
 }

@@ -206,10 +206,14 @@ func TestRunRefusals(t *testing.T) {
 		{"absolute artifact", runs.Params{Command: "x", Artifacts: []string{"/etc/passwd"}}},
 		{"dotdot artifact", runs.Params{Command: "x", Artifacts: []string{"../x"}}},
 		{"timeout", runs.Params{Command: "x", TimeoutSeconds: 3601}},
+		{"job over its bound", runs.Params{Command: strings.Repeat("x", 60<<10), Setup: slices.Repeat([]string{strings.Repeat("y", 60<<10)}, 20)}},
 	} {
 		code, body := apiAs(t, r.h, clientUID, "POST", "/v1/runs", c.p)
 		if code != http.StatusBadRequest {
 			t.Errorf("%s: %d %s, want 400", c.name, code, body)
+		}
+		if c.name == "job over its bound" && !strings.Contains(string(body), "together are over") {
+			t.Errorf("%s: %s, want the job bound named", c.name, body)
 		}
 	}
 	if code, _ := apiAs(t, r.h, 5555, "POST", "/v1/runs", runs.Params{Command: "x"}); code != http.StatusForbidden {

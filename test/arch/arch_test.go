@@ -25,7 +25,7 @@ var layers = [][]string{
 	// and the vetted network dialer.
 	{"layout", "policy", "memory", "safefetch", "runs", "runs/supervisor", "precheck"},
 	// 2: drivers and single-purpose domains.
-	{"client", "config", "credential", "container", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
+	{"client", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool", "egress", "standby", "precheck/runner"},
 	// 3: the services.
 	{"broker", "reaper", "host", "credset", "runmcp"},
