@@ -86,7 +86,7 @@ func approvalMessage(p runs.Params, project string) string {
 	}
 	t := p.TimeoutSeconds
 	if t == 0 {
-		t = DefaultTimeoutSeconds
+		t = runs.DefaultTimeoutSeconds
 	}
 	fmt.Fprintf(&b, "Timeout: %d s\n", t)
 	b.WriteString("Allow network for this one run?")

@@ -73,7 +73,7 @@ func (s *server) handle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Cal
 
 	timeout := p.TimeoutSeconds
 	if timeout <= 0 {
-		timeout = DefaultTimeoutSeconds
+		timeout = runs.DefaultTimeoutSeconds
 	}
 	wait := time.Duration(timeout)*time.Second + s.o.WaitSlack
 	waitCtx, stop := context.WithTimeoutCause(ctx, wait, errWaitTooLong)
@@ -107,7 +107,9 @@ func (s *server) startError(err error) *mcp.CallToolResult {
 	var ce *client.Error
 	switch {
 	case errors.As(err, &ce) && ce.Status == http.StatusBadRequest:
-		return toolError("the sandbox host refused the run: " + truncate(ce.Reason, 500))
+		// The API spells the parameter timeoutSeconds; the tool does not.
+		reason := strings.ReplaceAll(ce.Reason, "timeoutSeconds", "timeout_seconds")
+		return toolError("the sandbox host refused the run: " + truncate(reason, 500))
 	case errors.Is(err, client.ErrForbidden):
 		s.logf.Warn("the host refused this user a run", "err", err)
 		return toolError(msgForbidden)

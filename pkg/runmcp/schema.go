@@ -175,7 +175,7 @@ func seconds(v json.RawMessage) (int, error) {
 		return 0, errors.New("must be a number")
 	}
 	if f != math.Trunc(f) || f < 1 || f > math.MaxInt32 {
-		return 0, fmt.Errorf("must be a whole number of seconds from 1 to %d", MaxTimeoutSeconds)
+		return 0, fmt.Errorf("must be a whole number of seconds from 1 to %d", runs.MaxTimeoutSeconds)
 	}
 	return int(f), nil
 }

@@ -46,10 +46,6 @@ const (
 	DefaultProgressInterval = 250 * time.Millisecond
 	DefaultCancelTimeout    = 10 * time.Second
 	DefaultWaitSlack        = 30 * time.Minute
-	// DefaultTimeoutSeconds and MaxTimeoutSeconds are the seed's; the
-	// host enforces them, the schema and the wait bound only state them.
-	DefaultTimeoutSeconds = 120
-	MaxTimeoutSeconds     = 3600
 )
 
 // Options configures a server.
