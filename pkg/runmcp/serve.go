@@ -117,8 +117,11 @@ func listenUnix(p string) (*Listener, error) {
 // sessions: elicitation needs them), with the SDK's DNS-rebinding check
 // for loopback and cross-origin browser requests refused.
 func HTTPHandler(srv *mcp.Server, logger *slog.Logger) http.Handler {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{
-		Logger:              logger,
+		Logger:              quieter(logger),
 		SessionTimeout:      SessionIdle,
 		MaxRequestBodyBytes: maxBodyBytes,
 	})

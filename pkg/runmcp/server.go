@@ -118,7 +118,7 @@ func NewServer(r Runner, o Options) *mcp.Server {
 		Title:   "roundtable-sandbox code execution",
 		Version: version.Version,
 	}, &mcp.ServerOptions{
-		Logger:                    o.Logger,
+		Logger:                    quieter(o.Logger),
 		Instructions:              "sandbox_run executes code in a fresh, offline, disposable container; the project is read-only at /workspace and files come back from /output through `artifacts`.",
 		Capabilities:              &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		SupportedProtocolVersions: protocolVersions,
@@ -126,3 +126,22 @@ func NewServer(r Runner, o Options) *mcp.Server {
 	srv.AddTool(tool(o.Project), s.handle)
 	return srv
 }
+
+// quieter passes the SDK's own lines from warnings up: its per-session
+// info lines would drown ours.
+func quieter(l *slog.Logger) *slog.Logger { return slog.New(minLevel{l.Handler(), slog.LevelWarn}) }
+
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(as), h.min}
+}
+
+func (h minLevel) WithGroup(n string) slog.Handler { return minLevel{h.Handler.WithGroup(n), h.min} }

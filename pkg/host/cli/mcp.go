@@ -30,13 +30,14 @@ func mcpCmd(g *globals) *cobra.Command {
 			log := newLogger(g, logLevel)
 			srv := runmcp.NewServer(g.client(), runmcp.Options{Project: project, Logger: log, Context: ctx})
 			if httpAddr == "" {
+				log.Info("serving sandbox_run over stdio", slog.String("project", project))
 				return runmcp.ServeStdio(ctx, srv, g.in.Stdin, g.in.Stdout)
 			}
 			ln, err := runmcp.Listen(httpAddr)
 			if err != nil {
 				return err
 			}
-			log.Info("serving MCP over Streamable HTTP", slog.String("at", ln.Where))
+			log.Info("serving sandbox_run over Streamable HTTP", slog.String("at", ln.Where), slog.String("project", project))
 			return runmcp.ServeHTTP(ctx, srv, ln, log)
 		},
 	}
