@@ -261,6 +261,13 @@ mcp:
       - name: lookup
         description: Look up a term
         parameters: '{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}'
+prechecks:
+  enabled: true
+  timeoutSeconds: 8
+  grants:
+    - channel: e2e-precheck
+      server: search
+      tools: [lookup]
 image: {{.Image}}
 installation: ` + installation + `
 reaper:
