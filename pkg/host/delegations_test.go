@@ -196,7 +196,7 @@ func TestDelegationResearchTurn(t *testing.T) {
 	for _, tl := range turn.Tools {
 		names = append(names, tl.Name)
 	}
-	if turn.Prompt != "Research." || len(turn.MCP) != 0 || strings.Join(names, ",") != "lookup,fetch" || !turn.Reset ||
+	if turn.Prompt != "Research." || len(turn.MCP) != 0 || !turn.NoMemory || strings.Join(names, ",") != "lookup,fetch" || !turn.Reset ||
 		turn.Speaker.ID != "u1" || turn.Text != "Research task: Prices\n\nFind the prices" {
 		t.Errorf("research turn %+v", turn)
 	}

@@ -123,7 +123,7 @@ func (h *Host) turnJSON(t *turn, reset bool) ([]byte, error) {
 		MCP:      append([]protocol.MCPServerSpec{}, h.mcpSpecs...),
 	}
 	if r := t.research; r != nil {
-		tt.Prompt, tt.Tools, tt.MCP = r.prompt, append([]protocol.ToolSpec{}, r.tools...), []protocol.MCPServerSpec{}
+		tt.Prompt, tt.Tools, tt.MCP, tt.NoMemory = r.prompt, append([]protocol.ToolSpec{}, r.tools...), []protocol.MCPServerSpec{}, true
 	}
 	if err := tt.Validate(); err != nil {
 		return nil, err

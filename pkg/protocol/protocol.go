@@ -178,6 +178,9 @@ type Turn struct {
 	Reset    bool            `json:"reset"`
 	Tools    []ToolSpec      `json:"tools"`
 	MCP      []MCPServerSpec `json:"mcp"`
+	// NoMemory: no memory tools and no memory previews (a delegated job's
+	// research turn, which must not see or keep notes).
+	NoMemory bool `json:"noMemory,omitempty"`
 }
 
 // Reply is the one JSON object a worker prints on stdout. Cause, only in a

@@ -493,3 +493,31 @@ func TestMemoryToolsThroughModel(t *testing.T) {
 		t.Errorf("memory.json = %s", got)
 	}
 }
+
+// TestNoMemoryTurn: a research turn (noMemory) offers no memory tool and
+// shows no memory preview; a memory call is the invalid-tool placeholder.
+func TestNoMemoryTurn(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "memory.json"), []byte(`[{"scope":"channel","key":"k","text":"CHANNEL-NOTE"}]`), 0o600)
+	b := &fakeBroker{model: []func(modelRequest) (json.RawMessage, error){
+		toolAnswer(call("a", "memory_get", `{"scope":"channel"}`)),
+		textAnswer("report"),
+	}}
+	turn := newTurn()
+	turn.NoMemory = true
+	r := runTurn(t, dir, turn, b)
+	mustOK(t, r)
+	var names []string
+	for _, tool := range b.reqs[0].Tools {
+		names = append(names, tool.Function.Name)
+	}
+	if got := strings.Join(names, ","); got != "invalid_tool" {
+		t.Errorf("tools = %s, want invalid_tool only", got)
+	}
+	if sys := b.reqs[0].Messages[0].Content; strings.Contains(sys, "memory") || strings.Contains(sys, "CHANNEL-NOTE") {
+		t.Errorf("system prompt shows memory: %s", sys)
+	}
+	if strings.Contains(fmt.Sprint(b.reqs[1].Messages), "CHANNEL-NOTE") {
+		t.Errorf("a memory call reached the store")
+	}
+}

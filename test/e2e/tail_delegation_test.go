@@ -76,7 +76,7 @@ func TestDelegationThroughCLI(t *testing.T) {
 		t.Errorf("the page was fetched %d times, want 1", n)
 	}
 
-	// The model saw only the research tools (and the worker's own).
+	// The model saw only the research tools (and the invalid-tool placeholder).
 	recs := recordsForUser(env.modelRec, "E2E-DELEGATE")
 	if len(recs) != 2 {
 		t.Fatalf("%d model requests for the research turn, want 2", len(recs))
@@ -101,7 +101,7 @@ func TestDelegationThroughCLI(t *testing.T) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if strings.HasPrefix(n, "mcp_") || n == "host_clock" {
+		if strings.HasPrefix(n, "mcp_") || strings.HasPrefix(n, "memory_") || n == "host_clock" {
 			t.Errorf("research turn offered %s (tools %v)", n, names)
 		}
 	}
