@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func req(title, task string) Request {
@@ -234,4 +235,25 @@ func TestCancelChannel(t *testing.T) {
 	if strings.Join(got, ",") != "a,b" {
 		t.Errorf("cancelled %v, want a,b", got)
 	}
+}
+
+// FuzzDiagnostic: whatever the reason, the diagnostic is valid UTF-8, one
+// line, within its bound, and a planted key does not survive.
+func FuzzDiagnostic(f *testing.F) {
+	f.Add("upstream said Authorization: Bearer abc", 600)
+	f.Add("password=hunter2hunter2 and more", 20)
+	f.Add("\xff\x00line\nbreak", 5)
+	const planted = "sk-proj-Q7wE9rT2yU4iO6pA8sD0fG"
+	f.Fuzz(func(t *testing.T, reason string, max int) {
+		if max < 1 || max > 4000 {
+			max = 600
+		}
+		d := Diagnostic(reason+" "+planted+" "+reason, max)
+		if !utf8.ValidString(d) || utf8.RuneCountInString(d) > max || strings.ContainsAny(d, "\n\r\x00") {
+			t.Fatalf("Diagnostic = %q (max %d)", d, max)
+		}
+		if strings.Contains(d, planted[3:15]) {
+			t.Fatalf("planted key survived: %q", d)
+		}
+	})
 }

@@ -142,6 +142,11 @@ func (h *Host) driveJob(j *delegation.Job) {
 	stopWatch := context.AfterFunc(h.stopCtx, func() { cancel(ErrShuttingDown) })
 	defer stopWatch()
 	j.SetCancel(cancel)
+	// A channel turned off between the admission's mode check and the
+	// job's registration found nothing to cancel: check again.
+	if h.state.Mode(j.Channel()) != ModeOn {
+		cancel(errJobChannelOff)
+	}
 	start := h.opts.Now()
 
 	var fin delegation.Finish
