@@ -376,7 +376,7 @@ func (h *Host) handleChannels(w http.ResponseWriter, r *http.Request, _ string) 
 		seen[ch] = true
 	}
 	for _, ch := range h.queue.channels() {
-		if !seen[ch] {
+		if !seen[ch] && !h.queueOnly(ch) {
 			names = append(names, ch)
 			seen[ch] = true
 		}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -360,4 +361,21 @@ func ignoreENOENT(err error) error {
 		return nil
 	}
 	return err
+}
+
+// queueOnly reports whether a queue entry is a delegated job's or a code
+// run's own (job-<id>, run-<id> of a job or run the host knows), not a
+// channel: GET /v1/channels leaves those out.
+func (h *Host) queueOnly(name string) bool {
+	if id, ok := strings.CutPrefix(name, jobQueuePrefix); ok {
+		if _, err := h.jobs.Get(id); err == nil {
+			return true
+		}
+	}
+	if id, ok := strings.CutPrefix(name, runChannelPrefix); ok {
+		if _, err := h.runs.Get(id); err == nil {
+			return true
+		}
+	}
+	return false
 }

@@ -169,6 +169,13 @@ func TestDelegationResearchTurn(t *testing.T) {
 	if len(listed) != 1 || listed[0].ID != id || !listed[0].Job || listed[0].ChannelTag != "c" {
 		t.Errorf("GET /v1/turns lists %+v", listed)
 	}
+	// GET /v1/channels lists the channel, not the job's own queue entry.
+	_, body := apiAs(t, r.h, clientUID, "GET", "/v1/channels", nil)
+	var list ChannelList
+	json.Unmarshal(body, &list)
+	if len(list.Channels) != 1 || list.Channels[0].Channel != "c" {
+		t.Errorf("GET /v1/channels during a job: %s", body)
+	}
 	reply, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "hi"})
 	if err != nil || !reply.OK {
 		t.Fatalf("channel turn during a job: %v %+v", err, reply)
