@@ -17,6 +17,13 @@ CHANNEL_STANDBY=bench-standby
 CHANNEL_LOAD_PREFIX=bench-load-
 CHANNEL_B2B=bench-b2b
 BENCH_PKG=${PKG_NAME:-roundtable-sandbox}
+# Code runs (bench_code_runs): the shipped runs.* defaults
+# (packaging/sandbox.yaml) and the toolbox tag the host uses by default.
+RUN_IMAGE=roundtable-sandbox-toolbox:latest
+RUN_MEM=2048 RUN_CPUS=1 RUN_PIDS=256 RUN_TMPFS=512 RUN_OUTPUT=256
+# A guest uid (the last of guests.uidBase/uidCount) for the docker run and
+# Engine API run series: non-root, no real user's.
+RUN_UID=2147065535
 
 bench_env() { ns_exec "$BIN/sandbox-bench" env "$@"; }
 DOCKERD_TEXT="the namespace's own dockerd (/run/docker.sock, data on tmpfs, --bridge=none)"
@@ -76,6 +83,14 @@ tools: []
 mcp: []
 image: $BENCH_IMAGE
 installation: bench
+runs:
+  enabled: true
+  image: $RUN_IMAGE
+  memoryMb: $RUN_MEM
+  cpus: $RUN_CPUS
+  pids: $RUN_PIDS
+  tmpfsMb: $RUN_TMPFS
+  outputMb: $RUN_OUTPUT
 logLevel: ${BENCH_HOST_LOGLEVEL:-debug}
 YAML
   ns_exec install -m 0640 -o root -g _sandbox "$WORK/sandbox.yaml" "$d/sandbox.yaml"
@@ -145,6 +160,7 @@ bench_run_mode() {
   WORKER_COMM=$(basename "$entry")
   make_worker_bundle "$uid" "$gid" "$WORK/worker-rootfs.tar" "$entry"
 
+  bench_toolbox
   note "- Host configuration: the shipped defaults (limits ${LIM_MEM} MiB, $LIM_CPUS CPU, $LIM_PIDS pids, ${LIM_TMPFS} MiB /tmp; queue depth 8) with the fake model and logLevel ${BENCH_HOST_LOGLEVEL:-debug} (for the per-turn \`turn phases\` line)."
   # Let the package build and the boot settle before timing anything.
   sleep "${BENCH_SETTLE:-30}"
@@ -160,6 +176,8 @@ bench_run_mode() {
 
   ns_exec "$BIN/sandbox-bench" phases --fixedcost "$BENCH_RESULTS/fixedcost.json" --out "$BENCH_RESULTS/phases.json" ||
     note "- The journal phase extraction failed; only the host's histograms are shown."
+
+  bench_code_runs
 
   if [[ ${BENCH_VARIANTS:-1} == 1 ]]; then
     bench_log "docker run flag variants: ${BENCH_VARIANT_ROUNDS:-20} rounds"
@@ -227,4 +245,51 @@ bench_standby_mem() {
   for ch in $(seq -f "bench-idle-%02g" 0 $((n - 1))); do
     ns_exec /usr/bin/sandbox-host channel off "$ch" >/dev/null 2>&1 || true
   done
+}
+
+# bench_toolbox imports the small test toolbox as runs.image, as the e2e
+# harness does (test/e2e/lib/install.sh toolbox_base and install_toolbox:
+# test/toolbox/build.sh's cached base, imported in the namespace with the
+# installed `sandbox-host toolbox build --small --base-tar`). TOOLBOX_TAR
+# stays empty when this machine cannot build it (bench_code_runs skips).
+bench_toolbox() {
+  TOOLBOX_TAR=""
+  ((${BENCH_RUN_ROUNDS:-20} > 0)) || return 0
+  if ! declare -F toolbox_base >/dev/null || ! declare -F install_toolbox >/dev/null; then
+    TOOLBOX_SKIP="this tree's test/e2e/lib/install.sh has no toolbox_base/install_toolbox"
+    return 0
+  fi
+  bench_log "small toolbox: base (test/toolbox/build.sh, cached) and import in the namespace"
+  toolbox_base
+  if [[ -z $TOOLBOX_TAR ]]; then
+    TOOLBOX_SKIP="the small toolbox could not be built here: $(tail -2 "$E2E_WORK/toolbox-build.log" | tr '\n' ' ')"
+    return 0
+  fi
+  install_toolbox
+}
+
+# bench_code_runs: `echo ready` as a code run through the host API beside
+# docker run --rm of the same image and command with the run container's
+# flags and the run's container through pkg/container, interleaved.
+# BENCH_RUN_ROUNDS=0 skips.
+bench_code_runs() {
+  local rounds=${BENCH_RUN_ROUNDS:-20} out=$BENCH_RESULTS/runs.json text
+  ((rounds > 0)) || return 0
+  if [[ -z ${TOOLBOX_TAR:-} ]]; then
+    bench_log "code runs skipped: ${TOOLBOX_SKIP:-no toolbox}"
+    text=${TOOLBOX_SKIP:-no toolbox}
+    text=${text//\\/} text=${text//\"/\'}
+    printf '{"skipped":"%s"}\n' "$text" >"$out"
+    return 0
+  fi
+  text="the small test toolbox: $(basename "$TOOLBOX_TAR") (bash, coreutils, python3 by mmdebstrap from this machine's apt sources; test/toolbox/build.sh) imported with the installed \`sandbox-host toolbox build --small --base-tar\`, $(ns_exec docker image inspect -f '{{.Size}}' "$RUN_IMAGE" | awk '{printf "%.0f MB", $1/1e6}'), $(ns_exec docker image inspect -f '{{.Id}}' "$RUN_IMAGE" | cut -c1-19)"
+  # The host binds its own empty directory (workspaceRoot/.run-empty) for a
+  # run without a project; the baselines bind one like it.
+  mkdir -p -m 0555 "$WORK/run-empty"
+  bench_log "code runs: $rounds rounds x (host API run, docker run --rm, Engine API) of echo ready"
+  ns_exec "$BIN/sandbox-bench" runs --out "$out" --rounds "$rounds" --warmup "$BENCH_WARMUP" \
+    --host-socket "$HOST_SOCK" --image "$RUN_IMAGE" --image-text "$text" --uid "$RUN_UID" --workspace "$WORK/run-empty" \
+    --memory-mb $RUN_MEM --cpus $RUN_CPUS --pids $RUN_PIDS --tmpfs-mb $RUN_TMPFS --output-mb $RUN_OUTPUT \
+    --log-driver journald --log-tag sandbox/bench-run --engine unix:///run/docker.sock ||
+    note "- The code-run series failed (see the log of make bench)."
 }

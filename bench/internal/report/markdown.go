@@ -30,6 +30,7 @@ type Inputs struct {
 	Variants   *Variants
 	StandbyMem *StandbyMem
 	Runtimes   *Runtimes
+	CodeRuns   *CodeRuns
 	Notes      string
 	// ResultsPath is where the raw files are kept, for the report's pointer.
 	ResultsPath string
@@ -63,6 +64,7 @@ func ReadDir(dir string) (*Inputs, error) {
 		va          Variants
 		sm          StandbyMem
 		rt          Runtimes
+		cr          CodeRuns
 	)
 	for _, f := range []struct {
 		name string
@@ -81,6 +83,7 @@ func ReadDir(dir string) (*Inputs, error) {
 		{FileVariants, &va, func() { in.Variants = &va }},
 		{FileStandbyMem, &sm, func() { in.StandbyMem = &sm }},
 		{FileRuntimes, &rt, func() { in.Runtimes = &rt }},
+		{FileRuns, &cr, func() { in.CodeRuns = &cr }},
 	} {
 		ok, err := load(f.name, f.v)
 		if err != nil {
@@ -359,6 +362,8 @@ func Markdown(in *Inputs) (string, error) {
 	} else {
 		p("Not measured in this run.\n\n")
 	}
+
+	writeCodeRuns(&b, in.CodeRuns, in.FixedCost)
 
 	p("## 2. Per-phase breakdown of a turn (host trace points)\n\n")
 	if err := writePhases(&b, in); err != nil {
