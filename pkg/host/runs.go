@@ -374,6 +374,14 @@ func (h *Host) runWorkspace(project string) (string, error) {
 	if !st.IsDir() || st.Mode()&fs.ModeSymlink != 0 {
 		return "", fmt.Errorf("%s is not a directory", dir)
 	}
+	// The unit's UMask (0077) turns Mkdir's 0555 into 0500, which the
+	// run's uid cannot enter (its command then fails to start with
+	// "permission denied"): the mode is set, not masked.
+	if st.Mode().Perm() != 0o555 {
+		if err := os.Chmod(dir, 0o555); err != nil {
+			return "", err
+		}
+	}
 	return dir, nil
 }
 

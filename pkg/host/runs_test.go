@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -412,4 +413,31 @@ func TestRunShutdownCancelsWaiting(t *testing.T) {
 		t.Errorf("containers created")
 	}
 	_ = filepath.Join
+}
+
+// TestRunEmptyWorkspaceEnterable: the empty /workspace of a run without a
+// project is 0555 whatever the umask (the unit's is 0077) and whatever an
+// older host left, so the run's uid can enter it.
+func TestRunEmptyWorkspaceEnterable(t *testing.T) {
+	r, _ := newRunRig(t, "", supervise(0))
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	for _, tc := range []struct {
+		name string
+		pre  func(dir string)
+	}{
+		{"made under umask 0077", func(string) {}},
+		{"left 0500 by an older host", func(dir string) { must(t, os.Chmod(dir, 0o500)) }},
+	} {
+		dir := filepath.Join(r.cfg.WorkspaceRoot, ".run-empty")
+		tc.pre(dir)
+		got, err := r.h.runWorkspace("")
+		if err != nil || got != dir {
+			t.Fatalf("%s: runWorkspace = %q, %v; want %q", tc.name, got, err, dir)
+		}
+		st, err := os.Stat(dir)
+		if err != nil || st.Mode().Perm() != 0o555 {
+			t.Errorf("%s: mode %v (%v), want 0555", tc.name, st.Mode().Perm(), err)
+		}
+	}
 }
