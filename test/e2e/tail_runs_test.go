@@ -107,11 +107,10 @@ func TestRunFromCLI(t *testing.T) {
 grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status
 cat /workspace/hello.txt
 if touch /workspace/new 2>/dev/null; then echo WORKSPACE-WRITABLE; else echo WORKSPACE-READ-ONLY; fi
-if touch /etc/new 2>/dev/null; then echo ROOT-WRITABLE; else echo ROOT-READ-ONLY; fi
 echo artifact-body > /output/result.txt
 exit 7`
 	start := time.Now()
-	out, err := cli("--json", "run", "--project", "demo", "--setup", "echo SETUP-UID=$(id -u)", "--artifact", "result.txt",
+	out, err := cli("--json", "run", "--project", "demo", "--setup", "echo SETUP-UID=$(id -u)", "--setup", "grep -qE '^[0-9]+ [0-9]+ [0-9:]+ / / rw[, ]' /proc/self/mountinfo && echo ROOT-WRITABLE-IN-SETUP", "--artifact", "result.txt",
 		"--out", outDir, "--timeout", "60", "--", "bash", "-c", script)
 	took := time.Since(start)
 	if code := exitCode(err); code != 7 {
@@ -134,7 +133,7 @@ exit 7`
 	if strings.Contains(st.Stdout, "MAIN-UID=0 ") || !strings.Contains(st.Stdout, "MAIN-UID=") {
 		t.Errorf("the main command must run as a non-root uid:\n%s", st.Stdout)
 	}
-	if !strings.Contains(st.Stdout, "ROOT-WRITABLE") {
+	if !strings.Contains(st.Stdout, "ROOT-WRITABLE-IN-SETUP") {
 		t.Errorf("a run with setup has a writable root (package installation):\n%s", st.Stdout)
 	}
 	data, err := os.ReadFile(filepath.Join(outDir, "result.txt"))
@@ -152,7 +151,7 @@ exit 7`
 
 	// Without setup: the container itself runs as the run's uid, its root
 	// read-only; output streams to the CLI's stdout.
-	out, err = cli("run", "--", "bash", "-c", "echo PLAIN-UID=$(id -u); grep ^CapBnd: /proc/self/status; touch /etc/x 2>/dev/null || echo ROOT-READ-ONLY")
+	out, err = cli("run", "--", "bash", "-c", "echo PLAIN-UID=$(id -u); grep ^CapBnd: /proc/self/status; grep -qE '^[0-9]+ [0-9]+ [0-9:]+ / / ro[, ]' /proc/self/mountinfo && echo ROOT-READ-ONLY")
 	if err != nil || !strings.Contains(out, "PLAIN-UID=") || strings.Contains(out, "PLAIN-UID=0\n") ||
 		!strings.Contains(out, "CapBnd:\t0000000000000000") || !strings.Contains(out, "ROOT-READ-ONLY") {
 		t.Errorf("plain run: %v\n%s", err, out)
