@@ -215,6 +215,8 @@ else
 fi
 
 echo "== purge"
+# A stand-in toolbox under the default tag (the real one takes minutes to build).
+expect "stand-in toolbox tagged" docker tag roundtable-sandbox-worker:latest roundtable-sandbox-toolbox:latest
 out=$(nsroot_exec "${apt_env[@]}" apt-get purge -y roundtable-sandbox 2>&1) && ok "apt-get purge" || bad "apt-get purge: $out"
 equal "no unit left loaded" "" sh -c "systemctl list-units --all --no-legend 'sandbox-*' | cat"
 refuse "host.sock removed" test -e /run/roundtable-sandbox/host.sock
@@ -223,6 +225,7 @@ refuse "/var/lib/roundtable-sandbox removed" test -e /var/lib/roundtable-sandbox
 refuse "/etc/roundtable-sandbox removed" test -e /etc/roundtable-sandbox
 refuse "statoverride removed" sh -c 'dpkg-statoverride --list | grep -q roundtable-sandbox'
 refuse "image removed" docker image inspect roundtable-sandbox-worker:latest
+refuse "toolbox image removed" docker image inspect roundtable-sandbox-toolbox:latest
 equal "_sandbox dropped from group docker" no sh -c 'id -nG _sandbox | tr " " "\n" | grep -qx docker && echo yes || echo no'
 expect "system users kept (Debian practice)" getent passwd _sandbox
 refuse "polkit rule removed" test -e /usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules
