@@ -263,3 +263,98 @@ get("DIRECT", "http://%s/", urllib.request.build_opener(urllib.request.ProxyHand
 	}
 	assertNothingLeft(t, "after an approved network run")
 }
+
+// mcpClient runs the official MCP TypeScript SDK's client
+// (test/peers/mcp-run-client.mjs) against `sandbox-host mcp` over stdio.
+func mcpClient(t *testing.T, args ...string) map[string]any {
+	t.Helper()
+	peers := os.Getenv("E2E_PEERS")
+	if peers == "" {
+		t.Skip("E2E_PEERS unset: test/peers/node_modules missing (npm ci --prefix test/peers)")
+	}
+	full := append([]string{filepath.Join(peers, "mcp-run-client.mjs")}, args...)
+	full = append(full, "--", "/usr/bin/sandbox-host", "mcp")
+	cmd := exec.Command("node", full...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("mcp-run-client: %v\nstderr: %s\nstdout: %s", err, stderr.String(), out)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("mcp-run-client output: %v\n%s", err, out)
+	}
+	return doc
+}
+
+// toolText joins a CallToolResult's text content.
+func toolText(res map[string]any) string {
+	var b strings.Builder
+	content, _ := res["content"].([]any)
+	for _, c := range content {
+		if m, ok := c.(map[string]any); ok && m["type"] == "text" {
+			b.WriteString(fmt.Sprint(m["text"]))
+		}
+	}
+	return b.String()
+}
+
+// TestRunFromMCPClient: a real MCP client (the official TypeScript SDK, no
+// code of ours) lists sandbox_run with the seed's parameters and calls it
+// over stdio through `sandbox-host mcp` and the host: output, an artifact as
+// an embedded resource, progress; network without elicitation is refused
+// with no run created; with an accepted elicitation the run goes through
+// (root is an admin, so the server's approval is accepted).
+func TestRunFromMCPClient(t *testing.T) {
+	diagnose(t)
+	needToolbox(t)
+	doc := mcpClient(t, "--progress", "--call", `{"command":"echo MCP-$((6*7)); echo art-body > /output/a.txt","artifacts":["a.txt"]}`)
+	var props []string
+	for _, tl := range doc["tools"].([]any) {
+		m := tl.(map[string]any)
+		if m["name"] == "sandbox_run" {
+			for k := range m["inputSchema"].(map[string]any)["properties"].(map[string]any) {
+				props = append(props, k)
+			}
+		}
+	}
+	for _, want := range []string{"command", "executable", "args", "setup", "network", "timeout_seconds", "artifacts"} {
+		if !strings.Contains(strings.Join(props, ","), want) {
+			t.Errorf("sandbox_run lacks %q: %v", want, props)
+		}
+	}
+	res, _ := doc["result"].(map[string]any)
+	if res == nil || res["isError"] == true || !strings.Contains(toolText(res), "MCP-42") {
+		t.Fatalf("tool result %v", res)
+	}
+	found := false
+	for _, c := range res["content"].([]any) {
+		m := c.(map[string]any)
+		if m["type"] == "resource" {
+			r := m["resource"].(map[string]any)
+			found = found || (strings.HasSuffix(fmt.Sprint(r["uri"]), "a.txt") && r["blob"] == "YXJ0LWJvZHkK")
+		}
+	}
+	if !found {
+		t.Errorf("artifact a.txt not an embedded resource: %v", res["content"])
+	}
+
+	before, _ := cli("--json", "run", "list")
+	doc = mcpClient(t, "--call", `{"command":"echo never","network":true}`)
+	res, _ = doc["result"].(map[string]any)
+	if res == nil || res["isError"] != true {
+		t.Errorf("network without elicitation: %v, want a tool error", res)
+	}
+	after, _ := cli("--json", "run", "list")
+	if strings.Count(after, `"id"`) != strings.Count(before, `"id"`) {
+		t.Errorf("a run was created for a network call the client could not approve:\n%s\n%s", before, after)
+	}
+
+	doc = mcpClient(t, "--elicit", "accept", "--call", `{"command":"echo NET-APPROVED","network":true}`)
+	res, _ = doc["result"].(map[string]any)
+	if el, _ := doc["elicitations"].([]any); len(el) != 1 || res == nil || res["isError"] == true || !strings.Contains(toolText(res), "NET-APPROVED") {
+		t.Errorf("network with an accepted elicitation: elicitations %v result %v", doc["elicitations"], res)
+	}
+	assertNothingLeft(t, "after MCP runs")
+}

@@ -77,6 +77,21 @@ toolbox_base() {
   fi
 }
 
+# peers_path sets E2E_PEERS to test/peers as the namespace sees it (a copy
+# in the work directory when the checkout is not visible there), or empty
+# when its node_modules are missing (npm ci --prefix test/peers).
+peers_path() {
+  E2E_PEERS=""
+  local src=$REPO_ROOT/test/peers
+  [[ -d $src/node_modules ]] || { e2e_log "test/peers/node_modules missing: the MCP client scenario will skip"; return 0; }
+  if ns_visible "$src"; then
+    E2E_PEERS=$src
+  else
+    cp -a "$src" "$E2E_WORK/peers" && E2E_PEERS=$E2E_WORK/peers
+  fi
+  export E2E_PEERS
+}
+
 # install_toolbox imports it inside the namespace with the installed
 # package's own command and worker binary (what an operator runs).
 install_toolbox() {
