@@ -20,7 +20,7 @@ import (
 var layers = [][]string{
 	// 0: foundations, importing nothing of this module.
 	{"version", "ids", "atomicfile", "protocol", "imagearchive", "broker/strictjson", "toolschema",
-		"egress/bridge", "runs/wire", "delegation"},
+		"egress/bridge", "runs/wire", "richproto", "delegation"},
 	// 1: shared vocabulary (names, the host-broker contract, the memory store)
 	// and the vetted network dialer.
 	{"layout", "policy", "memory", "safefetch", "runs", "runs/supervisor", "precheck"},

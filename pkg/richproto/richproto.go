@@ -1,0 +1,179 @@
+// Package richproto is the pull protocol of a rich channel (DESIGN.md
+// section 13) between its long-lived worker, its channel broker and the
+// host: what the worker announces (Ready), the turn it is handed (Turn, the
+// answer of a long poll on /worker/next) and the reply packet it returns
+// (Result). It holds types, bounds and their validation only (standard
+// library), so the worker, the broker and the host agree on one shape.
+// Guarantee: a value that passed Validate is within every bound below.
+package richproto
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Routes the worker calls on its broker socket.
+const (
+	RouteReady  = "/worker/ready"
+	RouteNext   = "/worker/next"
+	RouteResult = "/worker/result"
+)
+
+// Bounds (the seed's rich mode).
+const (
+	MaxTextChars      = 100_000 // current text, memory context, final text
+	MaxIDChars        = 256     // speaker id, name, principal
+	MaxReplyFiles     = 10
+	MaxReplyFileBytes = 10 << 20
+	MaxReplyFilesSum  = 50 << 20
+	MaxPacketBytes    = 72 << 20 // an encoded reply packet
+	MaxReadyBytes     = 4 << 10
+)
+
+// Thinking levels, lowest first; the host sets a turn's ceiling.
+var ThinkingLevels = []string{"off", "low", "medium", "high", "xhigh"}
+
+// ErrInvalid is the category of every refusal.
+var ErrInvalid = errors.New("invalid rich packet")
+
+func bad(format string, a ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, a...), ErrInvalid)
+}
+
+// Capabilities a worker declares in POST /worker/ready (the seed's handshake).
+type Capabilities struct {
+	PrivateTo     bool `json:"privateTo"`
+	ReaderRecords bool `json:"readerRecords"`
+}
+
+// Ready is the body of POST /worker/ready. An empty body means an older
+// worker (no capabilities), never implicit support.
+type Ready struct {
+	Capabilities   Capabilities `json:"capabilities"`
+	PrivateHistory bool         `json:"privateHistory"`
+}
+
+// Speaker is the turn's host-bound author as the worker sees it.
+type Speaker struct {
+	ID   string `json:"id"`
+	Name string `json:"name,omitempty"`
+}
+
+// Turn is what /worker/next answers with: one admitted turn.
+type Turn struct {
+	ID       string  `json:"id"` // 32 lowercase hex
+	Text     string  `json:"text"`
+	Speaker  Speaker `json:"speaker"`
+	Thinking string  `json:"thinking"` // a ThinkingLevels value: the ceiling for this turn
+	// DeadlineUnixMs bounds the whole turn.
+	DeadlineUnixMs int64 `json:"deadlineUnixMs"`
+	// Fresh: the session was archived; start a new one.
+	Fresh bool `json:"fresh,omitempty"`
+}
+
+// File is one reply file (base64 on the wire through encoding/json).
+type File struct {
+	Name string `json:"name"`
+	Type string `json:"type,omitempty"`
+	Data []byte `json:"data"`
+}
+
+// Result is the body of POST /worker/result: the reply packet of the
+// admitted turn.
+type Result struct {
+	TurnID string `json:"turnId"`
+	OK     bool   `json:"ok"`
+	Text   string `json:"text"`
+	Files  []File `json:"files,omitempty"`
+	// Cause is a fixed failure category when OK is false.
+	Cause string `json:"cause,omitempty"`
+}
+
+func validText(name, s string, max int) error {
+	if !utf8.ValidString(s) {
+		return bad("%s must be UTF-8", name)
+	}
+	if n := utf8.RuneCountInString(s); n > max {
+		return bad("%s is %d characters; the limit is %d", name, n, max)
+	}
+	return nil
+}
+
+// ValidThinking reports whether s is a known level.
+func ValidThinking(s string) bool {
+	for _, l := range ThinkingLevels {
+		if s == l {
+			return true
+		}
+	}
+	return false
+}
+
+// Validate checks a turn.
+func (t *Turn) Validate() error {
+	if len(t.ID) != 32 {
+		return bad("turn id must be 32 hex characters")
+	}
+	for _, c := range t.ID {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return bad("turn id must be 32 hex characters")
+		}
+	}
+	if err := validText("text", t.Text, MaxTextChars); err != nil {
+		return err
+	}
+	if t.Speaker.ID == "" {
+		return bad("speaker.id is required")
+	}
+	for _, f := range []struct{ n, v string }{{"speaker.id", t.Speaker.ID}, {"speaker.name", t.Speaker.Name}} {
+		if err := validText(f.n, f.v, MaxIDChars); err != nil {
+			return err
+		}
+	}
+	if !ValidThinking(t.Thinking) {
+		return bad("thinking must be one of %v", ThinkingLevels)
+	}
+	if t.DeadlineUnixMs <= 0 {
+		return bad("deadlineUnixMs must be set")
+	}
+	return nil
+}
+
+// Validate checks a reply packet.
+func (r *Result) Validate() error {
+	if len(r.TurnID) != 32 {
+		return bad("turnId must be 32 hex characters")
+	}
+	if err := validText("text", r.Text, MaxTextChars); err != nil {
+		return err
+	}
+	if len(r.Files) > MaxReplyFiles {
+		return bad("at most %d reply files", MaxReplyFiles)
+	}
+	var sum int
+	for i, f := range r.Files {
+		if f.Name == "" || len(f.Name) > 255 || !utf8.ValidString(f.Name) {
+			return bad("files[%d].name must be 1 to 255 bytes of UTF-8", i)
+		}
+		for _, c := range f.Name {
+			if c == '/' || c == '\\' || c < 0x20 || c == 0x7f {
+				return bad("files[%d].name must be a plain file name", i)
+			}
+		}
+		if f.Name == "." || f.Name == ".." {
+			return bad("files[%d].name must be a plain file name", i)
+		}
+		if len(f.Data) > MaxReplyFileBytes {
+			return bad("files[%d] is over %d bytes", i, MaxReplyFileBytes)
+		}
+		sum += len(f.Data)
+	}
+	if sum > MaxReplyFilesSum {
+		return bad("reply files total over %d bytes", MaxReplyFilesSum)
+	}
+	if !r.OK && len(r.Cause) > 64 {
+		return bad("cause must be at most 64 bytes")
+	}
+	return nil
+}
