@@ -93,11 +93,29 @@ func TestResultValidate(t *testing.T) {
 	}
 }
 
-
 func testJob(script string) Job {
 	return Job{
 		Script: script, FiredAt: "2026-11-30T23:30:00Z", TimeZone: "Europe/Berlin", Today: "2026-12-01",
 		Schedule: "every day at 00:30", Servers: []Server{{Name: "search", Tools: []string{"lookup", "fail"}}},
 		TimeoutMs: 2000, MaxCalls: 4, MaxNoteChars: 100, MaxContextChars: 200, MaxHeapBytes: 512 << 20,
 	}
+}
+
+// FuzzDecodeResult: a container's answer never panics the host, and what
+// it accepts is a valid result within its bounds.
+func FuzzDecodeResult(f *testing.F) {
+	for _, s := range []string{`{"wake":false}`, `{"wake":true,"context":"c"}`, `{"wake":false,"note":"n"}`,
+		`{"wake":false,"error":"e","kind":"throw"}`, `{"wake":true}`, `[]`, `{"wake":false,"note":"\u0000"}`} {
+		f.Add([]byte(s))
+	}
+	l := Limits{MaxNoteChars: 10, MaxContextChars: 20}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		res, err := DecodeResult(data, l)
+		if err != nil {
+			return
+		}
+		if verr := res.Validate(l); verr != nil {
+			t.Fatalf("accepted an invalid result %+v: %v", res, verr)
+		}
+	})
 }

@@ -131,3 +131,23 @@ func TestPrecheckRefusals(t *testing.T) {
 	t.Logf("endless loop stopped, answered in %v: %s", took, a.Error)
 	assertNothingLeft(t, "after refused and failed prechecks")
 }
+
+// TestPrecheckMemoryBound: a script that allocates without end in the real
+// 256 MiB container is stopped with a memory error (the runner's heap
+// bound, or the container's limit), and nothing is left.
+func TestPrecheckMemoryBound(t *testing.T) {
+	diagnose(t)
+	withConfig(t, baseConfig())
+	hog := precheckScript(t, `export default async () => {
+  const a = [];
+  for (let i = 0; ; i++) a.push("x".repeat(1 << 20) + i);
+}`)
+	start := time.Now()
+	a, out, err := precheckCLI(t, "--channel", precheckChannel, "--script", hog)
+	took := time.Since(start)
+	if err != nil || !strings.Contains(a.Error, "memory") {
+		t.Errorf("memory hog: %v\n%s", err, out)
+	}
+	t.Logf("memory hog stopped, answered in %v: %s", took, a.Error)
+	assertNothingLeft(t, "after a memory hog")
+}

@@ -5,7 +5,9 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
 	"io"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
+	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 )
@@ -28,9 +30,14 @@ func Main(ctx context.Context, stdin io.Reader, stdout io.Writer, broker Broker,
 		log.Error("precheck job refused", "reason", err.Error())
 		return 2
 	}
-	// The collector works harder near the heap bound, so the watchdog
-	// sees live memory, not garbage; the container's limit stays above.
-	debug.SetMemoryLimit(job.MaxHeapBytes)
+	// The collector's soft limit sits a third above the watchdog's bound
+	// (the host puts that bound at 3/5 of the container's memory, so the
+	// limit stays below the container's): the heap grows past the bound at
+	// the collector's ordinary pace and is stopped there. A limit at the
+	// bound itself made the collector run without pause once the live heap
+	// neared it, and a CPU-starved container then crawled to its deadline.
+	debug.SetMemoryLimit(job.MaxHeapBytes / 3 * 4)
+	start := time.Now()
 	res := Run(ctx, job, broker, log)
 	out, err := precheck.Encode(res)
 	if err != nil {
@@ -41,10 +48,15 @@ func Main(ctx context.Context, stdin io.Reader, stdout io.Writer, broker Broker,
 		log.Error("precheck result not written", "reason", err.Error())
 		return 2
 	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
 	attrs := []any{"wake", res.Wake}
 	if res.Kind != "" {
 		attrs = []any{"error_kind", res.Kind}
 	}
+	// What the script cost: time, peak-ish heap and collections (numbers
+	// only, never a payload).
+	attrs = append(attrs, "duration_ms", time.Since(start).Milliseconds(), "heap_sys_mb", ms.HeapSys>>20, "gc_cycles", ms.NumGC)
 	log.Info("precheck done", attrs...)
 	return 0
 }
