@@ -8,8 +8,10 @@
 package richproto
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"unicode/utf8"
 )
 
@@ -33,6 +35,77 @@ const (
 
 // Thinking levels, lowest first; the host sets a turn's ceiling.
 var ThinkingLevels = []string{"off", "low", "medium", "high", "xhigh"}
+
+// ThinkingBudget is the budget_tokens of extended thinking a level stands
+// for (0: thinking off), one table for the worker (what it asks for) and the
+// broker (the ceiling it enforces). ok is false for an unknown level.
+func ThinkingBudget(level string) (tokens int, ok bool) {
+	switch level {
+	case "off":
+		return 0, true
+	case "low":
+		return 2_048, true
+	case "medium":
+		return 8_192, true
+	case "high":
+		return 16_384, true
+	case "xhigh":
+		return 32_768, true
+	}
+	return 0, false
+}
+
+// Tool bounds of a turn (the sealed protocol's: pkg/protocol).
+const (
+	MaxToolSpecs   = 64 // host tools, or tools of one MCP server
+	MaxMCPServers  = 16
+	MaxSchemaBytes = 16 << 10 // one tool's parameters
+	MaxDescChars   = 4_096    // one tool's description
+	MaxModelChars  = 256
+)
+
+var (
+	toolNameRe    = regexp.MustCompile(`^[a-z][a-z0-9_]{0,47}$`)
+	mcpToolNameRe = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+)
+
+// ToolSpec is a public tool description the host hands the worker for the
+// model (the same shape as protocol.ToolSpec): a host tool's name is its
+// broker route's (/tools/<name>), an MCP tool's the server's own.
+type ToolSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// MCPServerSpec lists the declared tools of one MCP server (route
+// /mcp/<server>; no URL, ever).
+type MCPServerSpec struct {
+	Server string     `json:"server"`
+	Tools  []ToolSpec `json:"tools"`
+}
+
+// Failure causes a worker names in a failed Result: fixed categories,
+// never error text. The host logs a cause only when ValidCause accepts it.
+const (
+	CauseInvalidTurn = "invalid turn"
+	CauseSession     = "session"   // session file corrupt, unreadable or unwritable
+	CauseWorkspace   = "workspace" // memory store or workspace unusable
+	CauseBroker      = "broker"    // a broker call failed or was refused
+	CauseModel       = "model"     // the model's answer was unusable or refused
+	CauseStream      = "stream"    // the model stream broke or went over a bound
+	CauseBudget      = "budget"    // a context, call or deadline bound was reached
+	CauseCompaction  = "compaction"
+	CauseInternal    = "internal"
+)
+
+var causes = map[string]bool{
+	CauseInvalidTurn: true, CauseSession: true, CauseWorkspace: true, CauseBroker: true, CauseModel: true,
+	CauseStream: true, CauseBudget: true, CauseCompaction: true, CauseInternal: true,
+}
+
+// ValidCause reports whether s is one of the Cause constants.
+func ValidCause(s string) bool { return causes[s] }
 
 // ErrInvalid is the category of every refusal.
 var ErrInvalid = errors.New("invalid rich packet")
@@ -70,6 +143,15 @@ type Turn struct {
 	DeadlineUnixMs int64 `json:"deadlineUnixMs"`
 	// Fresh: the session was archived; start a new one.
 	Fresh bool `json:"fresh,omitempty"`
+	// Model is the profile's model, sent in each request (the broker fixes
+	// it whatever the worker sends); empty leaves the choice to the broker.
+	Model string `json:"model,omitempty"`
+	// Tools and MCP are the profile's host tools and MCP servers, offered
+	// to the model as host_<name> and mcp_<index>_<tool> (as in the sealed
+	// protocol.Turn); their calls go through the broker's /tools and /mcp
+	// routes, which enforce the allow list whatever the worker sends.
+	Tools []ToolSpec      `json:"tools,omitempty"`
+	MCP   []MCPServerSpec `json:"mcp,omitempty"`
 }
 
 // File is one reply file (base64 on the wire through encoding/json).
@@ -136,6 +218,52 @@ func (t *Turn) Validate() error {
 	}
 	if t.DeadlineUnixMs <= 0 {
 		return bad("deadlineUnixMs must be set")
+	}
+	if len(t.Model) > MaxModelChars || !utf8.ValidString(t.Model) {
+		return bad("model must be at most %d bytes of UTF-8", MaxModelChars)
+	}
+	if len(t.Tools) > MaxToolSpecs {
+		return bad("at most %d host tools", MaxToolSpecs)
+	}
+	if err := validSpecs("tools", t.Tools, toolNameRe); err != nil {
+		return err
+	}
+	if len(t.MCP) > MaxMCPServers {
+		return bad("at most %d MCP servers", MaxMCPServers)
+	}
+	seen := map[string]bool{}
+	for i, s := range t.MCP {
+		if !toolNameRe.MatchString(s.Server) || seen[s.Server] {
+			return bad("mcp[%d].server must be unique and match %s", i, toolNameRe)
+		}
+		seen[s.Server] = true
+		if len(s.Tools) > MaxToolSpecs {
+			return bad("at most %d tools per MCP server", MaxToolSpecs)
+		}
+		if err := validSpecs(fmt.Sprintf("mcp[%d].tools", i), s.Tools, mcpToolNameRe); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validSpecs(field string, specs []ToolSpec, name *regexp.Regexp) error {
+	seen := map[string]bool{}
+	for i, s := range specs {
+		if !name.MatchString(s.Name) || seen[s.Name] {
+			return bad("%s[%d].name must be unique and match %s", field, i, name)
+		}
+		seen[s.Name] = true
+		if !utf8.ValidString(s.Description) || utf8.RuneCountInString(s.Description) > MaxDescChars {
+			return bad("%s[%d].description must be UTF-8 of at most %d characters", field, i, MaxDescChars)
+		}
+		if len(s.Parameters) > MaxSchemaBytes {
+			return bad("%s[%d].parameters over %d bytes", field, i, MaxSchemaBytes)
+		}
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(s.Parameters, &obj) != nil || obj == nil {
+			return bad("%s[%d].parameters must be a JSON object", field, i)
+		}
 	}
 	return nil
 }
