@@ -78,6 +78,12 @@ func (p *Policy) CredentialNames() []string {
 		}
 	}
 	add(p.Model.Credential)
+	if r := p.Rich; r != nil {
+		add(r.Credential)
+		if r.Compactor != nil {
+			add(r.Compactor.Credential)
+		}
+	}
 	for _, t := range p.Tools {
 		add(t.Credential)
 	}

@@ -151,6 +151,10 @@ type Policy struct {
 	// nothing else. It has no model route and no model credential, no host
 	// tools and no egress; its broker refuses /model like an unknown route.
 	Precheck bool `json:"precheck,omitempty"`
+	// Rich marks a rich channel's long-lived broker (rich.go): the
+	// Anthropic Messages route instead of /model, the pull routes and the
+	// per-turn bind; nil for every other policy.
+	Rich *Rich `json:"rich,omitempty"`
 }
 
 // Egress is a grant of the proxy route and its per-turn (per-run) bounds.
@@ -292,6 +296,18 @@ func (p *Policy) Validate() error {
 	if p.DeadlineUnixMs <= 0 {
 		return bad("deadlineUnixMs must be set")
 	}
+	if p.Rich != nil {
+		if err := p.validateRich(); err != nil {
+			return err
+		}
+		if err := p.validateTools(); err != nil {
+			return err
+		}
+		if err := p.validateMCP(); err != nil {
+			return err
+		}
+		return p.validateLimitsAndEgress()
+	}
 	if p.Precheck {
 		if p.EgressOnly || p.Egress != nil || p.Model != (Model{}) || len(p.Tools) > 0 || len(p.EgressAllow) > 0 {
 			return bad("a precheck policy has MCP servers only: no model, credential, tools or egress")
@@ -322,6 +338,22 @@ func (p *Policy) Validate() error {
 	if !validCredName(p.Model.Credential) {
 		return bad("model.credential must name a credential")
 	}
+	if err := p.validateTools(); err != nil {
+		return err
+	}
+	for _, a := range p.EgressAllow {
+		if ap, err := netip.ParseAddrPort(a); err != nil || ap.Port() == 0 || ap.String() != a {
+			return bad("egressAllow entries must be canonical address:port")
+		}
+	}
+	if err := p.validateMCP(); err != nil {
+		return err
+	}
+	return p.validateLimitsAndEgress()
+}
+
+// validateTools checks the host tools.
+func (p *Policy) validateTools() error {
 	seen := map[string]bool{}
 	for _, t := range p.Tools {
 		if !protocol.ValidToolName(t.Name) || seen[t.Name] {
@@ -362,15 +394,7 @@ func (p *Policy) Validate() error {
 			return bad("tool %s: maxBytes and maxTextBytes are for fetch tools", t.Name)
 		}
 	}
-	for _, a := range p.EgressAllow {
-		if ap, err := netip.ParseAddrPort(a); err != nil || ap.Port() == 0 || ap.String() != a {
-			return bad("egressAllow entries must be canonical address:port")
-		}
-	}
-	if err := p.validateMCP(); err != nil {
-		return err
-	}
-	return p.validateLimitsAndEgress()
+	return nil
 }
 
 // validateMCP checks the MCP servers.
