@@ -249,3 +249,18 @@ func TestMain_(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRun: a fresh VM, the module rewrite and compile, one MCP call
+// through the fake broker and the answer's checks (what a container adds
+// on top is process and container start).
+func BenchmarkRun(b *testing.B) {
+	job := testJob(`export default async ({ mcp, today }) => {
+		const r = await mcp.json("search", "lookup", { q: today });
+		return r.hits > 2 ? { wake: true, context: "hits " + r.hits } : { wake: false };
+	}`)
+	for b.Loop() {
+		if res := Run(context.Background(), job, newFake(), nil); !res.Wake {
+			b.Fatalf("got %+v", res)
+		}
+	}
+}
