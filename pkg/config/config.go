@@ -78,6 +78,8 @@ type Config struct {
 	Runs                Runs       `mapstructure:"runs"`
 	Delegation          Delegation `mapstructure:"delegation"`
 	Prechecks           Prechecks  `mapstructure:"prechecks"`
+	Rich                Rich       `mapstructure:"rich"`
+	Profiles            []Profile  `mapstructure:"profiles"`
 }
 
 // Runs configures code execution (DESIGN.md section 12, package runs): the
@@ -491,6 +493,7 @@ func (c *Config) Validate() error {
 	c.validateRuns(bad)
 	c.validateDelegation(bad)
 	c.validatePrechecks(bad)
+	c.validateRich(bad)
 
 	for _, a := range []struct {
 		key string

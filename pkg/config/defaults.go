@@ -114,6 +114,27 @@ func defaults() map[string]any {
 		"prechecks.maxCalls":        16,
 		"prechecks.maxNoteChars":    1000,
 		"prechecks.maxContextChars": 16000,
+
+		"rich.enabled":                              false,
+		"rich.anthropicUrl":                         "https://api.anthropic.com",
+		"rich.allowInsecureLoopbackHTTP":            false,
+		"rich.idleSeconds":                          900,
+		"rich.startTimeoutSeconds":                  90,
+		"rich.turnTimeoutSeconds":                   600,
+		"rich.memoryMb":                             1536,
+		"rich.cpus":                                 1.0,
+		"rich.pids":                                 256,
+		"rich.tmpfsMb":                              512,
+		"rich.maxCalls":                             policy.DefaultRichMaxCalls,
+		"rich.compaction.kind":                      "",
+		"rich.compaction.argv":                      []string{},
+		"rich.compaction.url":                       "",
+		"rich.compaction.credential":                "",
+		"rich.compaction.allowInsecureLoopbackHTTP": false,
+		"rich.compaction.timeoutSeconds":            0,
+		"rich.compaction.maxRequestBytes":           0,
+		"rich.compaction.engine":                    "",
+		"profiles":                                  []any{},
 	}
 }
 
@@ -132,6 +153,7 @@ const (
 
 // applyElementDefaults fills defaults inside list elements.
 func (c *Config) applyElementDefaults() {
+	c.applyRichDefaults()
 	for i := range c.MCP {
 		if c.MCP[i].Session == "" {
 			c.MCP[i].Session = DefaultMCPSession
