@@ -44,10 +44,17 @@ func TestPrecheckPolicy(t *testing.T) {
 // TestPrecheckPolicyValidate: a precheck policy carries MCP servers only.
 func TestPrecheckPolicyValidate(t *testing.T) {
 	for name, mutate := range map[string]func(*policy.Policy){
-		"model":       func(p *policy.Policy) { p.Tools = nil },
-		"tools":       func(p *policy.Policy) { p.Model = policy.Model{} },
-		"egress":      func(p *policy.Policy) { p.Model, p.Tools = policy.Model{}, nil; g := policy.DefaultEgress(); p.Egress = &g },
-		"egressAllow": func(p *policy.Policy) { p.Model, p.Tools = policy.Model{}, nil; p.EgressAllow = []string{"10.0.0.1:80"} },
+		"model": func(p *policy.Policy) { p.Tools = nil },
+		"tools": func(p *policy.Policy) { p.Model = policy.Model{} },
+		"egress": func(p *policy.Policy) {
+			p.Model, p.Tools = policy.Model{}, nil
+			g := policy.DefaultEgress()
+			p.Egress = &g
+		},
+		"egressAllow": func(p *policy.Policy) {
+			p.Model, p.Tools = policy.Model{}, nil
+			p.EgressAllow = []string{"10.0.0.1:80"}
+		},
 	} {
 		p := basePolicy("https://m.example/v1", "https://w.example/hook", "/bin/true")
 		p.Precheck = true

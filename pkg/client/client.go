@@ -298,9 +298,12 @@ func (c *Client) send(ctx context.Context, method, raw string, body any) (*http.
 
 // hostDown: the socket is absent or refuses, or the host closed the
 // connection without an answer (systemd closing a failed socket does that).
+// net/http reports a connection closed before any answer byte, when the
+// request may not be retried, as an unexported error with this text.
 func hostDown(err error) bool {
 	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		strings.Contains(err.Error(), "server closed idle connection")
 }
 
 func channelPath(channel string, rest ...string) []string {
