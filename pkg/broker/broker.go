@@ -71,6 +71,11 @@ type Config struct {
 	// resolver and dialer), never set from configuration. nil means a
 	// fetcher whose dialer allows exactly the policy's egressAllow.
 	Fetcher *safefetch.Fetcher
+	// ControlUID is the only peer uid a rich channel broker's control
+	// route accepts: the host's (Run: the owner of the policy file).
+	ControlUID int
+	// PollWait replaces PollWait (tests).
+	PollWait time.Duration
 }
 
 // Broker serves one turn.
@@ -86,6 +91,9 @@ type Broker struct {
 	identity hosttool.Identity
 	// egress is the proxy route when the policy grants it, else nil.
 	egress *egress.Proxy
+	// rich is a rich channel broker's pull and bind state (channel.go),
+	// else nil.
+	rich *richState
 
 	mu       sync.Mutex
 	calls    int
@@ -133,7 +141,12 @@ func New(cfg Config) (*Broker, error) {
 		}
 		proxy = egress.New(d, *g, cfg.Policy.Deadline(), log.With("turn", cfg.Policy.TurnID, "route", "egress"))
 	}
+	var rich *richState
+	if cfg.Policy.Rich != nil {
+		rich = newRichState(now(), cfg.ControlUID, cfg.PollWait)
+	}
 	return &Broker{
+		rich:     rich,
 		egress:   proxy,
 		pol:      cfg.Policy,
 		creds:    cfg.Credentials,
@@ -179,6 +192,10 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// route checks below like any other request, and are refused.
 	if b.egress != nil && egress.IsProxyRequest(r) {
 		b.egress.ServeHTTP(w, r)
+		return
+	}
+	// A rich channel broker's pull and control routes (channel.go).
+	if b.rich != nil && b.serveRich(w, r) {
 		return
 	}
 	start := time.Now()
@@ -273,6 +290,12 @@ func (b *Broker) handle(r *http.Request) (route, []byte, error) {
 	if err := checkHeaders(r); err != nil {
 		return rt, nil, err
 	}
+	if b.rich != nil {
+		// Tools and MCP tools/call bear credentials: a bound turn only.
+		if err := b.richAllow(false); err != nil {
+			return rt, nil, err
+		}
+	}
 	max := b.pol.Limits.MaxRequestBytes
 	if r.ContentLength > max {
 		return rt, nil, refused("body over the limit", ErrTooLarge)
@@ -336,6 +359,8 @@ func (b *Broker) handle(r *http.Request) (route, []byte, error) {
 	defer cancel()
 	ctx, cancelTurn := context.WithDeadline(ctx, b.pol.Deadline())
 	defer cancelTurn()
+	ctx, cancelRevoked := b.richCallContext(ctx) // a rich turn's calls end at revoke
+	defer cancelRevoked()
 	answer, secrets, err := call(ctx)
 	if err != nil {
 		return rt, nil, b.interrupted(r, err)
@@ -478,7 +503,7 @@ func (b *Broker) callTool(ctx context.Context, t policy.Tool, input []byte) ([]b
 	case policy.KindBuiltin:
 		result, _ = json.Marshal(hosttool.Clock(b.now()))
 	case policy.KindExec:
-		out, err := hosttool.Exec(ctx, t.Argv, b.identity.Env(), input, hosttool.MaxOutputBytes)
+		out, err := hosttool.Exec(ctx, t.Argv, b.callIdentity().Env(), input, hosttool.MaxOutputBytes)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -493,7 +518,7 @@ func (b *Broker) callTool(ctx context.Context, t policy.Tool, input []byte) ([]b
 			secrets = append(secrets, s)
 			bearer = s.Reveal()
 		}
-		out, err := hosttool.HTTP(ctx, b.tools, t.URL, b.identity, bearer, input, b.pol.Limits.MaxResponseBytes)
+		out, err := hosttool.HTTP(ctx, b.tools, t.URL, b.callIdentity(), bearer, input, b.pol.Limits.MaxResponseBytes)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -73,8 +73,8 @@ func (b *Broker) parseRoute(r *http.Request) (route, error) {
 	}
 	switch {
 	case len(parts) == 1 && parts[0] == routeModel:
-		if b.pol.Precheck {
-			break // a precheck's broker has no model route (and no model credential)
+		if b.pol.Precheck || b.pol.Rich != nil {
+			break // a precheck's broker has no model route (and no model credential); a rich one has /anthropic
 		}
 		return route{kind: routeModel}, nil
 	case len(parts) == 2 && parts[0] == routeTool:

@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/hosttool"
@@ -49,6 +50,9 @@ func (b *Broker) Serve(ctx context.Context, ln net.Listener) error {
 		// Every request's context carries ctx, so a call cut short can tell
 		// the broker stopping from its caller leaving (interrupted).
 		BaseContext: func(net.Listener) context.Context { return context.WithValue(ctx, serveKey{}, ctx) },
+		// The peer's uid (SO_PEERCRED): a rich channel broker's control
+		// route answers the host's connections only.
+		ConnContext: connPeer,
 		ErrorLog:    slog.NewLogLogger(b.log.Handler(), slog.LevelWarn),
 	}
 	srv.SetKeepAlivesEnabled(true)
@@ -268,7 +272,21 @@ func Run(ctx context.Context, o RunOptions) error {
 		up = o.NewMCP(pol.Limits.MaxResponseBytes, time.Duration(pol.Limits.UpstreamTimeoutMs)*time.Millisecond,
 			log.With("turn", pol.TurnID))
 	}
-	b, err := New(Config{Policy: pol, Credentials: creds, MCP: up, Logger: log})
+	cfg := Config{Policy: pol, Credentials: creds, MCP: up, Logger: log}
+	if pol.Rich != nil {
+		// The host wrote the policy file: its owner is the one peer the
+		// control route accepts.
+		st, err := os.Stat(path)
+		if err != nil {
+			return fmt.Errorf("broker: policy owner: %w", err)
+		}
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		if !ok {
+			return errors.New("broker: policy owner unknown")
+		}
+		cfg.ControlUID = int(sys.Uid)
+	}
+	b, err := New(cfg)
 	if err != nil {
 		return err
 	}

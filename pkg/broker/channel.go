@@ -1,0 +1,478 @@
+package broker
+
+// A rich channel's broker (DESIGN.md section 13, policy.Rich) lives as long
+// as its channel session and serves many turns. Besides the credential
+// routes it has the worker's pull routes and the host's control route:
+//
+//   - POST /worker/ready: the worker announces itself (richproto.Ready; an
+//     empty body is no capabilities, a malformed one is refused). A
+//     re-announce while a handed turn is open fails that turn: the worker
+//     restarted and lost it.
+//   - POST /worker/next: the long poll. Exactly one may wait at a time (a
+//     second is refused); it answers the admitted turn (richproto.Turn) or
+//     204 after PollWait, so the worker polls again.
+//   - POST /worker/result: the reply packet of the handed turn, refused
+//     before its body is read outside that turn or once a packet came; at
+//     most richproto.MaxPacketBytes; one a turn.
+//   - POST /control/turn: the host only (the peer's SO_PEERCRED uid must be
+//     the host's, checked before anything is read): a policy.Bind. The
+//     broker binds the turn's identity, hands the turn to the long poll and
+//     answers the worker's reply packet; the bind is revoked when the
+//     request ends (reply, failure, the turn deadline, or the host going
+//     away), and every credential-bearing call of the turn ends with it.
+//
+// Credential-bearing calls (model, host tools, MCP) are refused outside a
+// bound turn. Before the first bind a startup scope admits metadata-only
+// calls (policy.StartupScopeDuration, policy.StartupScopeCalls); it ends at
+// the first bind.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/hosttool"
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
+)
+
+// Routes of a rich channel broker's host-only control path.
+const RouteControlTurn = "/control/turn"
+
+// Bounds of the pull and control routes.
+const (
+	// PollWait is how long an idle /worker/next waits before 204.
+	PollWait = 25 * time.Second
+	// MaxBindBytes bounds a control request (a turn with its tool specs).
+	MaxBindBytes = 4 << 20
+)
+
+// Worker failure causes the broker reports to the host in a failed Result
+// (richproto fixed categories).
+var (
+	errWorkerRestarted = errors.New("worker re-announced mid-turn")
+	errBadPacket       = errors.New("reply packet refused")
+)
+
+// richState is the pull protocol and bind state of a rich channel broker.
+type richState struct {
+	started  time.Time
+	pollWait time.Duration
+	// controlUID is the only peer uid /control/* accepts (the host's).
+	controlUID int
+
+	mu           sync.Mutex
+	everBound    bool
+	startupCalls int
+	polling      bool
+	ready        *richproto.Ready
+	bound        *richBinding
+	wake         chan struct{} // closed and replaced when a turn is bound
+}
+
+// richBinding is one bound turn.
+type richBinding struct {
+	bind   policy.Bind
+	ctx    context.Context // ends at revoke: every call of the turn ends with it
+	cancel context.CancelFunc
+	handed bool // given to a long poll
+	packet bool // a reply packet was admitted (one a turn)
+	// settled receives the turn's outcome once (buffered).
+	settled chan settleOutcome
+}
+
+type settleOutcome struct {
+	body []byte // the validated reply packet as the worker sent it
+	err  error
+}
+
+func newRichState(now time.Time, controlUID int, pollWait time.Duration) *richState {
+	if pollWait <= 0 {
+		pollWait = PollWait
+	}
+	return &richState{started: now, controlUID: controlUID, pollWait: pollWait, wake: make(chan struct{})}
+}
+
+// RichBinding is what a credential-bearing rich route needs of the bound
+// turn: the identity and turn (thinking ceiling, deadline) the host bound,
+// and a context that ends when the host revokes it.
+type RichBinding struct {
+	Bind policy.Bind
+	Ctx  context.Context
+}
+
+// richBound returns the bound turn, or ok false outside one (the caller
+// refuses the credential-bearing call: ErrUnauthorized).
+func (b *Broker) richBound() (RichBinding, bool) {
+	if b.rich == nil {
+		return RichBinding{}, false
+	}
+	b.rich.mu.Lock()
+	defer b.rich.mu.Unlock()
+	bd := b.rich.bound
+	if bd == nil || bd.ctx.Err() != nil {
+		return RichBinding{}, false
+	}
+	return RichBinding{Bind: bd.bind, Ctx: bd.ctx}, true
+}
+
+// richAllow admits one call of a rich broker's credential routes: inside a
+// bound turn any; before the first bind, metadata-only calls within the
+// startup scope; nothing else.
+func (b *Broker) richAllow(metadataOnly bool) error {
+	s := b.rich
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bound != nil && s.bound.ctx.Err() == nil {
+		return nil
+	}
+	if !metadataOnly || s.everBound {
+		return refused("credential-bearing call outside a bound turn", ErrUnauthorized)
+	}
+	if b.now().Sub(s.started) >= policy.StartupScopeDuration || s.startupCalls >= policy.StartupScopeCalls {
+		return refused("startup scope over", ErrUnauthorized)
+	}
+	s.startupCalls++
+	return nil
+}
+
+// callIdentity is the identity host tools get: a rich broker's bound turn,
+// else the policy's.
+func (b *Broker) callIdentity() hosttool.Identity {
+	if bd, ok := b.richBound(); ok {
+		return hosttool.Identity{TurnID: bd.Bind.Turn.ID, Identity: bd.Bind.Identity}
+	}
+	return b.identity
+}
+
+// richCallContext ties a rich call to its bound turn: it ends at revoke.
+func (b *Broker) richCallContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	bd, ok := b.richBound()
+	if !ok {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(bd.Ctx, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// serveRich answers the pull and control routes; false for any other
+// request (the ordinary route checks then apply).
+func (b *Broker) serveRich(w http.ResponseWriter, r *http.Request) bool {
+	var h func(http.ResponseWriter, *http.Request) (int, []byte, error)
+	switch r.RequestURI {
+	case richproto.RouteReady:
+		h = b.workerReady
+	case richproto.RouteNext:
+		h = b.workerNext
+	case richproto.RouteResult:
+		h = b.workerResult
+	case RouteControlTurn:
+		h = b.controlTurn
+	default:
+		return false
+	}
+	start := time.Now()
+	code, answer, err := 0, []byte(nil), error(nil)
+	if r.Method != http.MethodPost {
+		err = refused("method not allowed", ErrMethod)
+	} else if !b.now().Before(b.pol.Deadline()) {
+		err = refused("session over", ErrTurnOver)
+	} else {
+		code, answer, err = h(w, r)
+	}
+	if err != nil {
+		var public string
+		code, public = status(err)
+		answer, _ = json.Marshal(map[string]string{"error": public})
+	}
+	hd := w.Header()
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	if err != nil {
+		hd.Set("Connection", "close")
+	}
+	if code != http.StatusNoContent {
+		hd.Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(code)
+	if code != http.StatusNoContent {
+		_, _ = w.Write(answer)
+	}
+	attrs := []any{"route", r.RequestURI, "status", code, "latency_ms", time.Since(start).Milliseconds()}
+	switch {
+	case err != nil && !errors.Is(err, ErrClientGone):
+		b.log.Warn("call refused", append(attrs, "reason", err.Error())...)
+	case r.RequestURI == richproto.RouteNext && code == http.StatusNoContent:
+		// an idle poll: no line, the worker repeats it every PollWait
+	default:
+		b.log.Info("call", attrs...)
+	}
+	return true
+}
+
+// pullHeaders: HTTP/1.1, the dummy key, a JSON body with a Content-Length
+// (or none), no other header.
+func pullHeaders(r *http.Request) error {
+	if r.ContentLength == 0 && r.Header.Get("Content-Type") == "" {
+		// An empty body needs no content type.
+		h := r.Header.Clone()
+		h.Set("Content-Type", "application/json")
+		r = r.Clone(r.Context())
+		r.Header = h
+	}
+	return checkHeaders(r)
+}
+
+// readBody reads a body of exactly its Content-Length, at most max bytes.
+func readBody(r *http.Request, max int64) ([]byte, error) {
+	if r.ContentLength > max {
+		return nil, refused("body over the limit", ErrTooLarge)
+	}
+	body := make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(r.Body, body); err != nil {
+		return nil, refused("body unreadable", ErrRefused)
+	}
+	return body, nil
+}
+
+func (b *Broker) workerReady(_ http.ResponseWriter, r *http.Request) (int, []byte, error) {
+	if err := pullHeaders(r); err != nil {
+		return 0, nil, err
+	}
+	body, err := readBody(r, richproto.MaxReadyBytes)
+	if err != nil {
+		return 0, nil, err
+	}
+	var ready richproto.Ready
+	if len(body) > 0 {
+		if err := protocol.DecodeStrict(body, &ready); err != nil {
+			return 0, nil, refused("ready body malformed", ErrRefused)
+		}
+	}
+	s := b.rich
+	s.mu.Lock()
+	s.ready = &ready
+	bd := s.bound
+	restarted := bd != nil && bd.handed && !bd.packet
+	if restarted {
+		bd.packet = true // no packet of the lost turn is admitted any more
+	}
+	s.mu.Unlock()
+	if restarted {
+		bd.settle(settleOutcome{err: errWorkerRestarted})
+	}
+	b.log.Info("worker ready", "private_to", ready.Capabilities.PrivateTo, "reader_records", ready.Capabilities.ReaderRecords,
+		"private_history", ready.PrivateHistory, "lost_turn", restarted)
+	return http.StatusOK, []byte(`{}`), nil
+}
+
+func (bd *richBinding) settle(o settleOutcome) {
+	select {
+	case bd.settled <- o:
+	default: // already settled
+	}
+}
+
+func (b *Broker) workerNext(w http.ResponseWriter, r *http.Request) (int, []byte, error) {
+	if err := pullHeaders(r); err != nil {
+		return 0, nil, err
+	}
+	if r.ContentLength != 0 {
+		return 0, nil, refused("next takes no body", ErrRefused)
+	}
+	s := b.rich
+	s.mu.Lock()
+	if s.polling {
+		s.mu.Unlock()
+		return 0, nil, refused("a long poll is already waiting", ErrBusy)
+	}
+	s.polling = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.polling = false
+		s.mu.Unlock()
+	}()
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.pollWait + 10*time.Second))
+	_ = rc.SetWriteDeadline(time.Now().Add(s.pollWait + 10*time.Second))
+	timer := time.NewTimer(s.pollWait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		bd, wake := s.bound, s.wake
+		if bd != nil && !bd.handed && bd.ctx.Err() == nil {
+			bd.handed = true
+			s.mu.Unlock()
+			out, err := json.Marshal(bd.bind.Turn)
+			if err != nil {
+				bd.settle(settleOutcome{err: err})
+				return 0, nil, refused("turn not encodable", ErrUnavailable)
+			}
+			// The worker has the turn from here; a failed write loses it
+			// and the host's deadline settles it.
+			return http.StatusOK, out, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-wake:
+		case <-timer.C:
+			return http.StatusNoContent, nil, nil
+		case <-r.Context().Done():
+			return 0, nil, b.interrupted(r, refused("poll ended", ErrClientGone))
+		}
+	}
+}
+
+func (b *Broker) workerResult(w http.ResponseWriter, r *http.Request) (int, []byte, error) {
+	s := b.rich
+	// Refused before the body is read: outside the handed turn, or once
+	// its packet came; then the headers and the size.
+	s.mu.Lock()
+	bd := s.bound
+	if bd == nil || !bd.handed || bd.packet || bd.ctx.Err() != nil {
+		s.mu.Unlock()
+		return 0, nil, refused("reply packet outside the admitted turn", ErrRefused)
+	}
+	if err := pullHeaders(r); err != nil {
+		s.mu.Unlock()
+		return 0, nil, err
+	}
+	if r.ContentLength > richproto.MaxPacketBytes {
+		s.mu.Unlock()
+		return 0, nil, refused("reply packet over the limit", ErrTooLarge)
+	}
+	bd.packet = true
+	s.mu.Unlock()
+	rc := http.NewResponseController(w)
+	dl := time.UnixMilli(bd.bind.Turn.DeadlineUnixMs)
+	_ = rc.SetReadDeadline(dl)
+	_ = rc.SetWriteDeadline(dl.Add(5 * time.Second))
+	body, err := readBody(r, richproto.MaxPacketBytes)
+	if err != nil {
+		bd.settle(settleOutcome{err: errBadPacket})
+		return 0, nil, err
+	}
+	var res richproto.Result
+	if err := protocol.DecodeStrict(body, &res); err != nil {
+		bd.settle(settleOutcome{err: errBadPacket})
+		return 0, nil, refused("reply packet malformed", ErrRefused)
+	}
+	if err := res.Validate(); err != nil || res.TurnID != bd.bind.Turn.ID {
+		bd.settle(settleOutcome{err: errBadPacket})
+		return 0, nil, refused("reply packet invalid or of another turn", ErrRefused)
+	}
+	bd.settle(settleOutcome{body: body})
+	return http.StatusOK, []byte(`{}`), nil
+}
+
+// controlTurn binds one turn, hands it to the long poll and answers the
+// worker's reply packet; the bind is revoked when it returns.
+func (b *Broker) controlTurn(w http.ResponseWriter, r *http.Request) (int, []byte, error) {
+	s := b.rich
+	if uid, ok := peerUID(r.Context()); !ok || uid != s.controlUID {
+		return 0, nil, refused("control route from a peer other than the host", ErrNotFound)
+	}
+	if r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.ContentLength < 0 || len(r.TransferEncoding) > 0 {
+		return 0, nil, refused("control request malformed", ErrLengthRequired)
+	}
+	body, err := readBody(r, MaxBindBytes)
+	if err != nil {
+		return 0, nil, err
+	}
+	var bind policy.Bind
+	if err := protocol.DecodeStrict(body, &bind); err != nil {
+		return 0, nil, refused("bind malformed", ErrRefused)
+	}
+	if err := bind.Validate(b.pol); err != nil {
+		return 0, nil, refused("bind invalid", ErrRefused)
+	}
+	deadline := time.UnixMilli(bind.Turn.DeadlineUnixMs)
+	if !b.now().Before(deadline) {
+		return 0, nil, refused("turn deadline passed", ErrTurnOver)
+	}
+	ctx, cancel := context.WithDeadline(r.Context(), deadline)
+	defer cancel()
+	bd := &richBinding{bind: bind, ctx: ctx, cancel: cancel, settled: make(chan settleOutcome, 1)}
+	s.mu.Lock()
+	if s.bound != nil {
+		s.mu.Unlock()
+		return 0, nil, refused("a turn is already bound", ErrBusy)
+	}
+	s.bound, s.everBound = bd, true
+	close(s.wake)
+	s.wake = make(chan struct{})
+	s.mu.Unlock()
+	// The turn's own budgets.
+	b.mu.Lock()
+	b.calls = 0
+	b.mu.Unlock()
+	b.refusals.Store(0)
+	defer func() {
+		cancel()
+		s.mu.Lock()
+		if s.bound == bd {
+			s.bound = nil
+		}
+		s.mu.Unlock()
+		b.log.Info("turn revoked", "rich_turn", bind.Turn.ID)
+	}()
+	b.log.Info("turn bound", "rich_turn", bind.Turn.ID)
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(deadline.Add(5 * time.Second))
+	_ = rc.SetReadDeadline(deadline.Add(5 * time.Second))
+	select {
+	case o := <-bd.settled:
+		if o.err != nil {
+			return 0, nil, refused(o.err.Error(), ErrUnavailable)
+		}
+		return http.StatusOK, o.body, nil
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return 0, nil, refused("turn deadline reached", ErrTurnOver)
+		}
+		return 0, nil, b.interrupted(r, refused("host went away", ErrClientGone))
+	}
+}
+
+// peerKey holds a connection's peer uid in its requests' contexts.
+type peerKey struct{}
+
+// connPeer records the peer uid of a Unix socket connection (SO_PEERCRED:
+// the kernel's word, not the client's).
+func connPeer(ctx context.Context, c net.Conn) context.Context {
+	for {
+		switch cc := c.(type) {
+		case *limitConn:
+			c = cc.Conn
+			continue
+		case *net.UnixConn:
+			raw, err := cc.SyscallConn()
+			if err != nil {
+				return ctx
+			}
+			var cred *syscall.Ucred
+			var cerr error
+			if err := raw.Control(func(fd uintptr) {
+				cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+			}); err != nil || cerr != nil || cred == nil {
+				return ctx
+			}
+			return context.WithValue(ctx, peerKey{}, int(cred.Uid))
+		}
+		return ctx
+	}
+}
+
+func peerUID(ctx context.Context) (int, bool) {
+	uid, ok := ctx.Value(peerKey{}).(int)
+	return uid, ok
+}
