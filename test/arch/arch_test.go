@@ -20,13 +20,13 @@ import (
 var layers = [][]string{
 	// 0: foundations, importing nothing of this module.
 	{"version", "ids", "atomicfile", "protocol", "imagearchive", "broker/strictjson", "toolschema",
-		"egress/bridge", "runs/wire", "richproto", "delegation"},
+		"egress/bridge", "runs/wire", "richproto", "delegation", "anthropic/anthropictest"},
 	// 1: shared vocabulary (names, the host-broker contract, the memory store)
 	// and the vetted network dialer.
 	{"layout", "policy", "memory", "sessions", "safefetch", "runs", "runs/supervisor", "precheck", "anthropic"},
 	// 2: drivers and single-purpose domains.
 	{"client", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
-		"broker/chat", "broker/rpc", "broker/hosttool", "egress", "standby", "precheck/runner", "anthropic/anthropictest"},
+		"broker/chat", "broker/rpc", "broker/hosttool", "egress", "standby", "precheck/runner"},
 	// 3: the services.
 	{"broker", "reaper", "host", "credset", "runmcp"},
 	// 4: wiring of the host binary (cobra commands, Docker and D-Bus adapters).

@@ -1,0 +1,61 @@
+package credential
+
+// Stream finds a secret in one text that arrives in pieces (a streamed
+// answer's text deltas): each piece is checked with the end of the text
+// before it, so a secret split across pieces is found as if the text had
+// come whole. It keeps only that end (the longest normalised form of any
+// secret, less one character), never the whole text. Matching is Reflected's
+// (normalised text, every Form, reversed, any PieceBytes run).
+type Stream struct {
+	m    *matcher
+	tail []byte
+	keep int
+	buf  []byte
+}
+
+// NewStream returns a Stream for secrets (none: it never reports).
+func NewStream(secrets ...Secret) *Stream {
+	m := newMatcher(secrets)
+	keep := 0
+	for _, p := range m.pats {
+		keep = max(keep, len(p.form))
+	}
+	for _, p := range m.short {
+		keep = max(keep, len(p.form))
+	}
+	return &Stream{m: m, keep: max(keep-1, 0)}
+}
+
+// Reflects appends piece to the text and reports whether the text, so far,
+// reflects a secret.
+func (s *Stream) Reflects(piece string) bool {
+	if s.m.empty() {
+		return false
+	}
+	s.buf = normalize(append(s.buf[:0], s.tail...), piece)
+	if s.m.match(s.buf) {
+		return true
+	}
+	if len(s.buf) > s.keep {
+		s.tail = append(s.tail[:0], s.buf[len(s.buf)-s.keep:]...)
+	} else {
+		s.tail = append(s.tail[:0], s.buf...)
+	}
+	return false
+}
+
+// Matcher is Reflected with its secrets' forms prepared once, for checking
+// many values (a stream's events) against the same secrets.
+type Matcher struct{ m *matcher }
+
+// NewMatcher prepares secrets for Reflected.
+func NewMatcher(secrets ...Secret) *Matcher { return &Matcher{newMatcher(secrets)} }
+
+// Reflected is the package's Reflected with m's secrets.
+func (m *Matcher) Reflected(v any) bool {
+	if m.m.empty() {
+		return false
+	}
+	text, tooDeep := appendText(nil, v, 0)
+	return tooDeep || m.m.match(text)
+}
