@@ -43,8 +43,14 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
 
-// Routes of a rich channel broker's host-only control path.
-const RouteControlTurn = "/control/turn"
+// Routes of a rich channel broker's host-only control path (policy).
+const (
+	RouteControlTurn   = policy.RouteControlTurn
+	RouteControlStatus = policy.RouteControlStatus
+)
+
+// ControlStatus answers /control/status.
+type ControlStatus = policy.ControlStatus
 
 // Bounds of the pull and control routes.
 const (
@@ -176,6 +182,8 @@ func (b *Broker) serveRich(w http.ResponseWriter, r *http.Request) bool {
 		h = b.workerResult
 	case RouteControlTurn:
 		h = b.controlTurn
+	case RouteControlStatus:
+		h = b.controlStatus
 	default:
 		return false
 	}
@@ -210,7 +218,7 @@ func (b *Broker) serveRich(w http.ResponseWriter, r *http.Request) bool {
 	switch {
 	case err != nil && !errors.Is(err, ErrClientGone):
 		b.log.Warn("call refused", append(attrs, "reason", err.Error())...)
-	case r.RequestURI == richproto.RouteNext && code == http.StatusNoContent:
+	case r.RequestURI == richproto.RouteNext && code == http.StatusNoContent, r.RequestURI == RouteControlStatus:
 		// an idle poll: no line, the worker repeats it every PollWait
 	default:
 		b.log.Info("call", attrs...)
@@ -441,6 +449,22 @@ func (b *Broker) controlTurn(w http.ResponseWriter, r *http.Request) (int, []byt
 		}
 		return 0, nil, b.interrupted(r, refused("host went away", ErrClientGone))
 	}
+}
+
+// controlStatus tells the host whether the worker is up (the start gate).
+func (b *Broker) controlStatus(_ http.ResponseWriter, r *http.Request) (int, []byte, error) {
+	s := b.rich
+	if uid, ok := peerUID(r.Context()); !ok || uid != s.controlUID {
+		return 0, nil, refused("control route from a peer other than the host", ErrNotFound)
+	}
+	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+		return 0, nil, refused("status takes no body", ErrRefused)
+	}
+	s.mu.Lock()
+	st := ControlStatus{Ready: s.ready != nil, Polling: s.polling, Bound: s.bound != nil}
+	s.mu.Unlock()
+	out, _ := json.Marshal(st)
+	return http.StatusOK, out, nil
 }
 
 // peerKey holds a connection's peer uid in its requests' contexts.

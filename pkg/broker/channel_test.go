@@ -360,3 +360,36 @@ func TestRichStartupScope(t *testing.T) {
 		t.Error("metadata call after the first bind, outside a turn, admitted")
 	}
 }
+
+// TestRichControlStatus: the host sees the worker's announce and poll; no
+// other peer gets an answer.
+func TestRichControlStatus(t *testing.T) {
+	h := newRichHarness(t, os.Getuid())
+	status := func(hh *harness) (int, ControlStatus) {
+		c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", hh.sock)
+		}}}
+		defer c.CloseIdleConnections()
+		resp, err := c.Post("http://broker"+RouteControlStatus, "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var st ControlStatus
+		json.NewDecoder(resp.Body).Decode(&st)
+		return resp.StatusCode, st
+	}
+	if code, st := status(h); code != http.StatusOK || st.Ready || st.Polling || st.Bound {
+		t.Errorf("before ready: %d %+v", code, st)
+	}
+	h.do(richproto.RouteReady, "")
+	go h.do(richproto.RouteNext, "")
+	time.Sleep(100 * time.Millisecond)
+	if code, st := status(h); code != http.StatusOK || !st.Ready || !st.Polling {
+		t.Errorf("after ready and poll: %d %+v", code, st)
+	}
+	other := newRichHarness(t, os.Getuid()+1)
+	if code, _ := status(other); code != http.StatusNotFound {
+		t.Errorf("status from a non-host peer: %d, want 404", code)
+	}
+}

@@ -108,3 +108,36 @@ func TestPrecheckConfigs(t *testing.T) {
 		t.Errorf("run and precheck together: %v", err)
 	}
 }
+
+// TestRichConfigs: a rich channel's container is a turn's with the rich
+// argument: the same confinement, /workspace read-write, /run/broker
+// read-only.
+func TestRichConfigs(t *testing.T) {
+	old := processIDs
+	processIDs = func() (int, int) { return 990, 990 }
+	t.Cleanup(func() { processIDs = old })
+	s := validSpec(t)
+	turnCfg, turnHost := s.configs(LogDriver)
+	s.Rich = true
+	if err := s.Validate(); err != nil {
+		t.Fatalf("valid rich spec refused: %v", err)
+	}
+	cfg, host := s.configs(LogDriver)
+	if !slices.Equal(cfg.Cmd, []string{RichCommand}) || len(cfg.Entrypoint) != 0 {
+		t.Errorf("entrypoint %v cmd %v, want the image's entrypoint with [rich]", cfg.Entrypoint, cfg.Cmd)
+	}
+	if len(host.Mounts) != 2 || host.Mounts[0].Target != protocol.WorkspacePath || host.Mounts[0].ReadOnly ||
+		host.Mounts[1].Target != protocol.BrokerDir || !host.Mounts[1].ReadOnly {
+		t.Errorf("mounts %+v: want /workspace read-write and /run/broker read-only", host.Mounts)
+	}
+	if cfg.User != turnCfg.User || !slices.Equal(cfg.Env, turnCfg.Env) || host.NetworkMode != turnHost.NetworkMode ||
+		!host.ReadonlyRootfs || !slices.Equal(host.CapDrop, turnHost.CapDrop) || !slices.Equal(host.SecurityOpt, turnHost.SecurityOpt) ||
+		host.Memory != turnHost.Memory || host.MemorySwap != turnHost.MemorySwap || *host.PidsLimit != *turnHost.PidsLimit ||
+		host.IpcMode != turnHost.IpcMode {
+		t.Errorf("confinement differs from a turn's: %+v / %+v", cfg, host)
+	}
+	s.Precheck = true
+	if err := s.Validate(); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("rich and precheck together: %v", err)
+	}
+}

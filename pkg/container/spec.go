@@ -95,7 +95,14 @@ type Spec struct {
 	// bound read-only and the worker image's entrypoint given the argument
 	// PrecheckCommand.
 	Precheck bool
+	// Rich makes this a rich channel's long-lived container (DESIGN.md
+	// section 13): a turn's confinement and mounts, the worker image's
+	// entrypoint given the argument RichCommand.
+	Rich bool
 }
+
+// RichCommand is the worker's argument that runs the rich channel worker.
+const RichCommand = "rich"
 
 // PrecheckCommand is the worker's argument that runs a precheck script.
 const PrecheckCommand = "precheck"
@@ -172,6 +179,9 @@ func (s *Spec) Validate(dockerSockets ...string) error {
 	}
 	if s.Precheck && s.Run != nil {
 		return invalid("a container is a run's or a precheck's, not both")
+	}
+	if s.Rich && (s.Run != nil || s.Precheck) {
+		return invalid("a rich channel's container is neither a run's nor a precheck's")
 	}
 	if r := s.Run; r != nil {
 		if r.OutputMB < 1 || r.OutputMB > MaxTmpfsMB {
@@ -348,6 +358,11 @@ func (s *Spec) configs(logDriver string) (*container.Config, *container.HostConf
 	if s.Precheck {
 		cfg.Cmd = []string{PrecheckCommand}
 		host.Mounts[0].ReadOnly = true
+	}
+	if s.Rich {
+		// Its stdin is empty and closed at start: the rich worker pulls
+		// its turns from its broker.
+		cfg.Cmd = []string{RichCommand}
 	}
 	return cfg, host
 }

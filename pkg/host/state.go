@@ -23,6 +23,9 @@ import (
 const (
 	ModeOn  = "on"
 	ModeOff = "off"
+	// ModeRich runs the channel's turns on its long-lived rich worker
+	// with the channel's profile (rich.go).
+	ModeRich = "rich"
 )
 
 const (
@@ -42,6 +45,8 @@ type stateFile struct {
 
 type channelState struct {
 	Mode string `json:"mode"`
+	// Profile is a rich channel's profile name (mode rich only).
+	Profile string `json:"profile,omitempty"`
 }
 
 // State is the host's routing state: which channels are in sandbox mode.
@@ -87,7 +92,9 @@ func LoadState(path string, initialChannels []string) (*State, bool, error) {
 		s.data.Channels = map[string]channelState{}
 	}
 	for ch, cs := range s.data.Channels {
-		if ids.ValidChannel(ch) != nil || (cs.Mode != ModeOn && cs.Mode != ModeOff) {
+		validMode := (cs.Mode == ModeOn || cs.Mode == ModeOff) && cs.Profile == "" ||
+			cs.Mode == ModeRich && config.ValidProfileName(cs.Profile)
+		if ids.ValidChannel(ch) != nil || !validMode {
 			return nil, false, fmt.Errorf("state %s: invalid channel entry; fix or move it aside", path)
 		}
 	}
@@ -146,18 +153,38 @@ func (s *State) Mode(channel string) string {
 	return ModeOff
 }
 
-// SetMode persists a mode; on a write failure nothing changes.
+// Profile is a rich channel's profile ("" for any other mode).
+func (s *State) Profile(channel string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.data.Channels[channel].Profile
+}
+
+// SetMode persists a mode (on or off); on a write failure nothing changes.
 func (s *State) SetMode(channel, mode string) error {
 	if mode != ModeOn && mode != ModeOff {
 		return fmt.Errorf("mode must be on or off")
 	}
+	return s.set(channel, channelState{Mode: mode})
+}
+
+// SetRich persists mode rich with profile; on a write failure nothing
+// changes.
+func (s *State) SetRich(channel, profile string) error {
+	if !config.ValidProfileName(profile) {
+		return fmt.Errorf("profile name invalid")
+	}
+	return s.set(channel, channelState{Mode: ModeRich, Profile: profile})
+}
+
+func (s *State) set(channel string, cs channelState) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, had := s.data.Channels[channel]
 	if !had && len(s.data.Channels) >= maxChannels {
 		return fmt.Errorf("state holds %d channels already", maxChannels)
 	}
-	s.data.Channels[channel] = channelState{Mode: mode}
+	s.data.Channels[channel] = cs
 	if err := s.writeLocked(); err != nil {
 		if had {
 			s.data.Channels[channel] = old

@@ -176,6 +176,25 @@ func ThinkingRank(level string) int {
 	return -1
 }
 
+// Routes of a rich channel broker's host-only control path: the broker
+// answers them only on connections whose peer uid (SO_PEERCRED) owns its
+// policy file, the host's.
+const (
+	// RouteControlTurn takes a Bind and answers the worker's reply packet
+	// (a richproto.Result); the bind is revoked when the request ends.
+	RouteControlTurn = "/control/turn"
+	// RouteControlStatus answers a ControlStatus (no body).
+	RouteControlStatus = "/control/status"
+)
+
+// ControlStatus is whether the worker announced itself (POST
+// /worker/ready), waits in a long poll, and whether a turn is bound.
+type ControlStatus struct {
+	Ready   bool `json:"ready"`
+	Polling bool `json:"polling"`
+	Bound   bool `json:"bound"`
+}
+
 // Bind is what the host hands a rich channel broker over its host-only
 // control path right before it admits a turn: the turn (as the worker will
 // get it from /worker/next) and the identity host tools receive. The
