@@ -9,6 +9,9 @@
 // "sandbox-worker run-supervise" is PID 1 of a code run's container
 // (package supervisor): the job on stdin, frames on stdout, logs on stderr.
 //
+// "sandbox-worker rich" is a rich channel's long-lived worker (package
+// rich): it pulls turns from its channel broker's socket until SIGTERM.
+//
 // "sandbox-worker precheck" runs one precheck script instead (package
 // precheck/runner): one job JSON on stdin, one result JSON on stdout, its MCP calls
 // through the broker socket.
@@ -20,12 +23,15 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/egress/bridge"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheck/runner"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/rich"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/supervisor"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
 	"github.com/roundtable-sandbox/sandbox/pkg/worker"
@@ -43,6 +49,8 @@ func main() {
 			BrokerSocket: protocol.BrokerSocketPath,
 			Log:          log.With("component", "sandbox-run-supervisor"),
 		})
+	case len(os.Args) == 2 && os.Args[1] == "rich":
+		code = richWorker(ctx, log.With("component", "sandbox-rich-worker"))
 	case len(os.Args) == 2 && os.Args[1] == "precheck":
 		code = runner.Main(ctx, os.Stdin, os.Stdout, worker.NewUnixBroker(protocol.BrokerSocketPath, 0),
 			log.With("component", "sandbox-precheck"))
@@ -55,6 +63,20 @@ func main() {
 	}
 	stop()
 	os.Exit(code)
+}
+
+// richWorker serves a rich channel until a signal.
+func richWorker(ctx context.Context, log *slog.Logger) int {
+	b := rich.NewBroker(filepath.Join(protocol.BrokerDir, layout.BrokerSocketName), log)
+	w, err := rich.New(rich.Options{Pull: b, Model: b, Tools: b, Compactor: b, Reporter: b,
+		Sessions: rich.WorkspaceSessions{Workspace: protocol.WorkspacePath}, Workspace: protocol.WorkspacePath, Logger: log})
+	if err != nil {
+		log.Error("rich worker not started", "reason", err.Error())
+		return 1
+	}
+	w.Serve(ctx)
+	log.Info("rich worker stopped")
+	return 0
 }
 
 // egressBridge serves the bridge on the container's loopback until a signal.

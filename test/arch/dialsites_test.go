@@ -47,6 +47,7 @@ var dialSites = map[string]string{
 	"pkg/broker/hosttool/hosttool.go": "the http tool posts to its fixed operator URL with the broker's upstream client",
 	"pkg/client/client.go":            "the host API client: a Unix socket",
 	"pkg/worker/broker.go":            "the worker's broker client: the turn's Unix socket (the container has no network)",
+	"pkg/rich/broker.go":              "the rich worker's broker client: its channel broker's Unix socket (the container has no network)",
 	"pkg/reaper/hostturns.go":         "the reaper asking the host: its Unix socket",
 	"pkg/egress/proxy.go":             "the proxy route's transport for absolute-form requests: its only dial function is Proxy.dial (safefetch.Dialer), TLS dial refused",
 	"pkg/egress/bridge/bridge.go":     "the in-container bridge: only the turn's Unix broker socket (the container has no network)",
