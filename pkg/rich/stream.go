@@ -1,22 +1,22 @@
 package rich
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"unicode/utf8"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/anthropic"
 )
 
-// Stream bounds: what the worker holds of one streamed answer.
+// Stream bounds: what the worker holds of one streamed answer (an event's
+// data is bounded by anthropic.MaxEventBytes).
 const (
 	// MaxStreamBytes bounds the bytes of one answer (the broker's 50 MiB
 	// upstream-response limit).
-	MaxStreamBytes = 50 << 20
-	// MaxEventBytes bounds one line of the stream.
-	MaxEventBytes = 1 << 20
+	MaxStreamBytes = anthropic.MaxResponseBytes
 	// MaxBlocks bounds the content blocks of one answer.
 	MaxBlocks = 64
 	// MaxBlockBytes bounds one block's text, thinking or tool input.
@@ -34,94 +34,64 @@ func streamErr(format string, a ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, a...), ErrStream)
 }
 
+// countingReader fails once more than max bytes were read.
+type countingReader struct {
+	r    io.Reader
+	n    int64
+	max  int64
+	over bool
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if c.n > c.max {
+		c.over = true
+		return n, streamErr("answer over %d bytes", c.max)
+	}
+	return n, err
+}
+
 // ReadStream assembles a streamed Messages answer from its server-sent
-// events, consuming each as it arrives and holding only the assembled
-// blocks; any break of the event order, bound or JSON is ErrStream, an
-// error event ErrModelError, an end before message_stop ErrStream.
+// events (framed by anthropic.StreamReader), consuming each as it arrives
+// and holding only the assembled blocks; any break of the event order, a
+// bound or JSON is ErrStream, an error event ErrModelError, an end before
+// message_stop ErrStream.
 func ReadStream(r io.Reader) (*Response, error) {
-	br := bufio.NewReaderSize(io.LimitReader(r, MaxStreamBytes+1), 64<<10)
+	cr := &countingReader{r: r, max: MaxStreamBytes}
+	sr := anthropic.NewStreamReader(cr)
 	var (
 		resp    Response
-		inputs  []*blockParts // what the deltas of each block carried
+		parts   []*blockParts // what the deltas of each block carried
 		open    = -1          // the index of the open block
 		started bool
-		data    []byte
-		total   int
 	)
 	for {
-		line, err := readLine(br)
-		total += len(line) + 1
-		if total > MaxStreamBytes {
-			return nil, streamErr("answer over %d bytes", MaxStreamBytes)
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil, streamErr("stream ended before message_stop")
-			}
-			return nil, err
-		}
+		ev, err := sr.Next()
 		switch {
-		case len(line) == 0:
-			if data == nil {
-				continue
-			}
-			var ev streamEvent
-			if json.Unmarshal(data, &ev) != nil {
-				return nil, streamErr("event data is not a JSON event")
-			}
-			data = nil
-			done, err := apply(&resp, &inputs, &open, &started, &ev)
-			if err != nil {
-				return nil, err
-			}
-			if done {
-				for i := range resp.Content {
-					inputs[i].finish(&resp.Content[i])
-				}
-				return &resp, nil
-			}
-		case bytes.HasPrefix(line, []byte("data:")):
-			d := bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))
-			if data != nil {
-				// Multi-line data joins with newlines (the SSE rule).
-				data = append(data, '\n')
-			}
-			data = append(data, d...)
-			if len(data) > MaxEventBytes {
-				return nil, streamErr("event over %d bytes", MaxEventBytes)
-			}
+		case err == nil:
+		case cr.over:
+			return nil, streamErr("answer over %d bytes", MaxStreamBytes)
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+			return nil, streamErr("stream ended before message_stop")
+		case errors.Is(err, anthropic.ErrStream):
+			return nil, streamErr("malformed event")
 		default:
-			// event:, id:, retry:, comments: the data's type field decides.
-		}
-	}
-}
-
-// readLine reads one line without its end, at most MaxEventBytes.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := br.ReadSlice('\n')
-		line = append(line, chunk...)
-		if len(line) > MaxEventBytes+2 {
-			return nil, streamErr("line over %d bytes", MaxEventBytes)
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		if err != nil {
-			if err == io.EOF && len(line) > 0 {
-				// A last line without its newline ends the stream early.
-				return nil, io.EOF
-			}
 			return nil, err
 		}
-		line = bytes.TrimSuffix(line[:len(line)-1], []byte("\r"))
-		return line, nil
+		done, err := apply(&resp, &parts, &open, &started, &ev)
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			for i := range resp.Content {
+				parts[i].finish(&resp.Content[i])
+			}
+			return &resp, nil
+		}
 	}
 }
 
-// toolInput is a tool_use block's assembled input: the JSON object the
-// model streamed, or nil when it is not one (the call is then refused).
 // blockParts gathers one block's deltas without quadratic copying.
 type blockParts struct {
 	text, thinking, signature, input bytes.Buffer

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/anthropic"
 )
 
 func TestReadStreamAssembles(t *testing.T) {
@@ -63,7 +65,7 @@ func TestReadStreamRefusals(t *testing.T) {
 	blockStart := func(i int, typ string) string {
 		return event("content_block_start", `{"type":"content_block_start","index":`+string(rune('0'+i))+`,"content_block":{"type":"`+typ+`"}}`)
 	}
-	huge := strings.Repeat("x", MaxEventBytes+10)
+	huge := strings.Repeat("x", anthropic.MaxEventBytes+10)
 	tests := []struct {
 		name string
 		sse  string
@@ -143,4 +145,29 @@ func FuzzReadStream(f *testing.F) {
 			}
 		}
 	})
+}
+
+// endless yields a started stream followed by comment lines forever.
+type endless struct{ head string }
+
+func (e *endless) Read(p []byte) (int, error) {
+	if e.head != "" {
+		n := copy(p, e.head)
+		e.head = e.head[n:]
+		return n, nil
+	}
+	for i := range p {
+		p[i] = ':'
+		if i%1024 == 1023 {
+			p[i] = '\n'
+		}
+	}
+	return len(p), nil
+}
+
+func TestReadStreamTotalBound(t *testing.T) {
+	_, err := ReadStream(&endless{head: start(1)})
+	if !errors.Is(err, ErrStream) || !strings.Contains(err.Error(), "over") {
+		t.Fatalf("err = %v, want ErrStream past %d bytes", err, MaxStreamBytes)
+	}
 }
