@@ -76,6 +76,8 @@ type Config struct {
 	ControlUID int
 	// PollWait replaces PollWait (tests).
 	PollWait time.Duration
+	// AnthropicSilence replaces AnthropicSilence (tests).
+	AnthropicSilence time.Duration
 }
 
 // Broker serves one turn.
@@ -94,6 +96,8 @@ type Broker struct {
 	// rich is a rich channel broker's pull and bind state (channel.go),
 	// else nil.
 	rich *richState
+	// anth is a rich broker's model route (anthropic.go), else nil.
+	anth *anthropicState
 
 	mu       sync.Mutex
 	calls    int
@@ -142,11 +146,14 @@ func New(cfg Config) (*Broker, error) {
 		proxy = egress.New(d, *g, cfg.Policy.Deadline(), log.With("turn", cfg.Policy.TurnID, "route", "egress"))
 	}
 	var rich *richState
+	var anth *anthropicState
 	if cfg.Policy.Rich != nil {
 		rich = newRichState(now(), cfg.ControlUID, cfg.PollWait)
+		anth = newAnthropicState(cfg.AnthropicSilence)
 	}
 	return &Broker{
 		rich:     rich,
+		anth:     anth,
 		egress:   proxy,
 		pol:      cfg.Policy,
 		creds:    cfg.Credentials,
@@ -196,6 +203,10 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// A rich channel broker's pull and control routes (channel.go).
 	if b.rich != nil && b.serveRich(w, r) {
+		return
+	}
+	// A rich channel broker's model route (anthropic.go).
+	if b.anth != nil && b.serveAnthropic(w, r) {
 		return
 	}
 	start := time.Now()

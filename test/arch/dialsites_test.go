@@ -41,6 +41,7 @@ var dialSites = map[string]string{
 	"pkg/safefetch/dialer.go":         "the vetted dialer itself: resolves once, vets, pins, re-checks at the socket",
 	"pkg/safefetch/fetch.go":          "the fetcher's per-hop transport, whose only dial functions are the pinned ones",
 	"pkg/broker/broker.go":            "the model and http-tool upstreams: fixed operator-configured URLs, never guest-chosen",
+	"pkg/broker/anthropic.go":         "the rich model route: the profile's fixed operator-configured Anthropic URL (policy.Rich.URL), never guest-chosen; no redirects",
 	"pkg/mcp/transport.go":            "MCP upstreams: fixed operator-configured URLs, never guest-chosen",
 	"pkg/mcp/mcp.go":                  "holds the MCP transport's client (built in transport.go)",
 	"pkg/mcp/session.go":              "the SDK's streamable transport, always given the guarded client built in transport.go (a nil HTTPClient would be http.DefaultClient)",
