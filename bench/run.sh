@@ -15,6 +15,7 @@
 # Knobs: BENCH_ROUNDS (40) BENCH_WARMUP (3) BENCH_BROKER_ITER (3000) BENCH_EGRESS (1)
 # BENCH_LOAD_CHANNELS (16) BENCH_LOAD_TURNS (4) BENCH_READY_N (10)
 # BENCH_IDLE_CHANNELS (64: standbys' idle cost) BENCH_RUNSC_ROUNDS (7: runsc beside runc)
+# BENCH_RUN_ROUNDS (20: code runs of echo ready beside docker run --rm; 0 skips)
 # BENCH_VARIANTS (1: docker run flag variants, full mode) BENCH_VARIANT_ROUNDS (20)
 # BENCH_SOURCE (tree to build and measure; default this one)
 # BENCH_RESULTS (bench/results/latest) BENCH_REPORT (docs/BENCHMARKS.md)

@@ -282,7 +282,7 @@ bench_code_runs() {
     printf '{"skipped":"%s"}\n' "$text" >"$out"
     return 0
   fi
-  text="the small test toolbox: $(basename "$TOOLBOX_TAR") (bash, coreutils, python3 by mmdebstrap from this machine's apt sources; test/toolbox/build.sh) imported with the installed \`sandbox-host toolbox build --small --base-tar\`, $(ns_exec docker image inspect -f '{{.Size}}' "$RUN_IMAGE" | awk '{printf "%.0f MB", $1/1e6}'), $(ns_exec docker image inspect -f '{{.Id}}' "$RUN_IMAGE" | cut -c1-19)"
+  text="the small test toolbox: bash, coreutils and python3 by mmdebstrap from this machine's apt sources (test/toolbox/build.sh's cached base) imported with the installed \`sandbox-host toolbox build --small --base-tar\`, $(ns_exec docker image inspect -f '{{.Size}}' "$RUN_IMAGE" | awk '{printf "%.0f MB", $1/1e6}'), $(ns_exec docker image inspect -f '{{.Id}}' "$RUN_IMAGE" | cut -c1-19)"
   # The host binds its own empty directory (workspaceRoot/.run-empty) for a
   # run without a project; the baselines bind one like it.
   mkdir -p -m 0555 "$WORK/run-empty"

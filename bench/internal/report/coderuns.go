@@ -74,6 +74,10 @@ func writeCodeRuns(b *strings.Builder, cr *CodeRuns, fc *FixedCost) {
 		if s.Host.N > 0 {
 			host = ms(s.Host.Median)
 		}
+		if s.First.N == 0 {
+			p("| %s | 0 | - | - | - | - | - | %d |\n", s.Name, s.Failures)
+			continue
+		}
 		p("| %s | %d | %s | %s | %s | %s | %s | %d |\n", s.Name, s.First.N, ms(s.First.Median), ms(s.First.P95), ms(s.Result.Median), ms(s.Result.P95), host, s.Failures)
 	}
 	p("\nRatios (medians; p95s):\n\n")
