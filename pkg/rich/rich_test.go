@@ -580,3 +580,26 @@ func TestRealFreshStartBeginsANewSession(t *testing.T) {
 		t.Errorf("fresh turn sees the archived session: %s", got)
 	}
 }
+
+func TestTokenBudget(t *testing.T) {
+	for _, tc := range []struct {
+		level               string
+		limit               int
+		wantBudget, wantMax int
+	}{
+		{"off", 0, 0, MaxAnswerTokens},
+		{"medium", 0, 8_192, MaxAnswerTokens + 8_192},
+		{"xhigh", 200_000, 32_768, MaxAnswerTokens + 32_768},
+		{"medium", 8_192, 4_096, 8_192},
+		{"high", 4_000, 2_000, 4_000},
+		{"low", 2_000, 0, 2_000}, // half the limit is under the provider's minimum
+		{"off", 4_000, 0, 4_000},
+	} {
+		turn := &richproto.Turn{Thinking: tc.level, MaxOutputTokens: tc.limit}
+		b, m := tokenBudget(turn)
+		ceiling, _ := richproto.ThinkingBudget(tc.level)
+		if b != tc.wantBudget || m != tc.wantMax || b > ceiling || (b > 0 && b >= m) {
+			t.Errorf("%s/%d: budget %d max %d, want %d %d", tc.level, tc.limit, b, m, tc.wantBudget, tc.wantMax)
+		}
+	}
+}

@@ -91,24 +91,25 @@ type function struct {
 }
 
 type turnRun struct {
-	w        *Worker
-	turn     *richproto.Turn
-	log      *slog.Logger
-	start    time.Time
-	sess     Session
-	mem      *memory.Store
-	funcs    map[string]*function
-	tools    []Tool
-	system   []TextBlock
-	thinking int
-	mine     map[string]bool // entry ids appended by this turn
-	used     map[string]bool // tool call ids in the context
-	calls    int             // model calls
-	toolRuns int
-	summary  int // own summary calls
-	hostAsks int
-	reports  int
-	mcpID    int
+	w         *Worker
+	turn      *richproto.Turn
+	log       *slog.Logger
+	start     time.Time
+	sess      Session
+	mem       *memory.Store
+	funcs     map[string]*function
+	tools     []Tool
+	system    []TextBlock
+	thinking  int // budget_tokens (0: thinking off)
+	maxTokens int
+	mine      map[string]bool // entry ids appended by this turn
+	used      map[string]bool // tool call ids in the context
+	calls     int             // model calls
+	toolRuns  int
+	summary   int // own summary calls
+	hostAsks  int
+	reports   int
+	mcpID     int
 }
 
 // runTurn runs one admitted turn and answers its reply packet.
@@ -138,7 +139,7 @@ func (t *turnRun) run(ctx context.Context) (string, error) {
 	if ctx.Err() != nil {
 		return "", fail(richproto.CauseBudget, "turn deadline already passed")
 	}
-	t.thinking, _ = richproto.ThinkingBudget(t.turn.Thinking)
+	t.thinking, t.maxTokens = tokenBudget(t.turn)
 
 	dirfd, err := unix.Open(t.w.workspace, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -306,7 +307,7 @@ func finalText(resp *Response) string {
 func (t *turnRun) request() *Request {
 	req := &Request{
 		Model:     t.turn.Model,
-		MaxTokens: MaxAnswerTokens + t.thinking,
+		MaxTokens: t.maxTokens,
 		System:    t.system,
 		Messages:  buildMessages(t.sess.Context(), t.mine, t.thinking > 0),
 		Tools:     t.tools,
@@ -315,6 +316,24 @@ func (t *turnRun) request() *Request {
 		req.Thinking = &Thinking{Type: anthropic.ThinkingEnabled, BudgetTokens: t.thinking}
 	}
 	return req
+}
+
+// tokenBudget is a turn's thinking budget (its level's, never more) and
+// max_tokens: MaxAnswerTokens beside the budget, within the profile's
+// output limit when the turn names it, the budget then cut to half of that
+// limit so the answer keeps room (thinking off below the provider's
+// minimum budget).
+func tokenBudget(turn *richproto.Turn) (budget, maxTokens int) {
+	budget, _ = richproto.ThinkingBudget(turn.Thinking)
+	maxTokens = MaxAnswerTokens + budget
+	if limit := turn.MaxOutputTokens; limit > 0 && maxTokens > limit {
+		maxTokens = limit
+		budget = min(budget, limit/2)
+		if budget < anthropic.MinThinkingBudget {
+			budget = 0
+		}
+	}
+	return budget, maxTokens
 }
 
 func (t *turnRun) systemPrompt() []TextBlock {

@@ -62,6 +62,8 @@ const (
 	MaxSchemaBytes = 16 << 10 // one tool's parameters
 	MaxDescChars   = 4_096    // one tool's description
 	MaxModelChars  = 256
+	// MaxOutputTokens bounds Turn.MaxOutputTokens (the config's 200,000).
+	MaxOutputTokens = 200_000
 )
 
 var (
@@ -146,6 +148,10 @@ type Turn struct {
 	// Model is the profile's model, sent in each request (the broker fixes
 	// it whatever the worker sends); empty leaves the choice to the broker.
 	Model string `json:"model,omitempty"`
+	// MaxOutputTokens is the profile's output limit (the broker clamps
+	// max_tokens to it), so the worker can leave room for the answer
+	// beside the thinking budget; 0: unknown.
+	MaxOutputTokens int `json:"maxOutputTokens,omitempty"`
 	// Tools and MCP are the profile's host tools and MCP servers, offered
 	// to the model as host_<name> and mcp_<index>_<tool> (as in the sealed
 	// protocol.Turn); their calls go through the broker's /tools and /mcp
@@ -221,6 +227,9 @@ func (t *Turn) Validate() error {
 	}
 	if len(t.Model) > MaxModelChars || !utf8.ValidString(t.Model) {
 		return bad("model must be at most %d bytes of UTF-8", MaxModelChars)
+	}
+	if t.MaxOutputTokens < 0 || t.MaxOutputTokens > MaxOutputTokens {
+		return bad("maxOutputTokens must be 0 to %d", MaxOutputTokens)
 	}
 	if len(t.Tools) > MaxToolSpecs {
 		return bad("at most %d host tools", MaxToolSpecs)
