@@ -1,0 +1,184 @@
+package rich
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/anthropic/anthropictest"
+	"github.com/roundtable-sandbox/sandbox/pkg/broker"
+	"github.com/roundtable-sandbox/sandbox/pkg/credential"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
+)
+
+const realKey = "sk-ant-real-key-never-in-the-container-0123456789"
+
+// realPeers runs the real rich channel broker (pkg/broker) on a Unix
+// socket, with a fake Anthropic upstream, and this package's worker
+// against it; turns go in through the host-only control route.
+type realPeers struct {
+	t        *testing.T
+	sock     string
+	pol      *policy.Policy
+	upstream *anthropictest.Server
+	logs     *lockedBuffer
+}
+
+func newRealPeers(t *testing.T, replies ...anthropictest.Reply) *realPeers {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "richreal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	p := &realPeers{t: t, sock: filepath.Join(dir, "broker.sock"), upstream: anthropictest.New(t, replies...), logs: &lockedBuffer{}}
+	credDir := filepath.Join(dir, "creds")
+	os.Mkdir(credDir, 0o700)
+	if err := os.WriteFile(filepath.Join(credDir, "anthropic"), []byte(realKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.pol = &policy.Policy{
+		Version:        policy.Version,
+		TurnID:         "00112233445566778899aabbccddeeff",
+		Identity:       policy.Identity{Channel: "guild/rich", ChannelTag: ids.ChannelTag("guild/rich")},
+		DeadlineUnixMs: time.Now().Add(time.Hour).UnixMilli(),
+		Tools:          []policy.Tool{{Name: "clock", Kind: policy.KindBuiltin, Builtin: "clock"}},
+		Limits:         policy.DefaultLimits(),
+		Rich: &policy.Rich{URL: p.upstream.URL, AllowHTTP: true, Model: "claude-test", MaxOutputTokens: 8192,
+			Thinking: "medium", Credential: "anthropic", CredentialKind: policy.CredentialAPIKey, MaxCalls: 16},
+	}
+	creds, err := credential.OpenDir(credDir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := broker.New(broker.Config{Policy: p.pol, Credentials: creds, ControlUID: os.Getuid(),
+		PollWait: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", p.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Serve(ctx, ln) }()
+
+	log := slog.New(slog.NewJSONHandler(p.logs, nil))
+	wb := NewBroker(p.sock, log)
+	w, err := New(Options{Pull: wb, Model: wb, Tools: wb, Compactor: wb, Reporter: wb,
+		Sessions: WorkspaceSessions{Workspace: dir}, Workspace: dir, Logger: log, MinBackoff: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	wdone := make(chan error, 1)
+	go func() { wdone <- w.Serve(wctx) }()
+	t.Cleanup(func() {
+		wcancel()
+		<-wdone
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("broker did not stop")
+		}
+	})
+	return p
+}
+
+// turn hands a turn to the broker as the host does and returns the reply
+// packet it answers.
+func (p *realPeers) turn(text, thinking string) richproto.Result {
+	p.t.Helper()
+	turn := newTurn(text)
+	turn.Thinking = thinking
+	turn.MaxOutputTokens = p.pol.Rich.MaxOutputTokens
+	turn.Tools = []richproto.ToolSpec{{Name: "clock", Description: "time", Parameters: json.RawMessage(`{"type":"object"}`)}}
+	bind := policy.Bind{Turn: *turn, Identity: policy.Identity{Channel: p.pol.Identity.Channel, ChannelTag: p.pol.Identity.ChannelTag,
+		SpeakerID: "u1", SpeakerName: "Ann", PrincipalID: "p1"}}
+	data, _ := json.Marshal(bind)
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", p.sock)
+	}}}
+	defer c.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://broker"+broker.RouteControlTurn, bytes.NewReader(data))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		p.t.Fatalf("control: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		p.t.Fatalf("control answered %d %s; worker logs:\n%s", resp.StatusCode, body, p.logs.String())
+	}
+	var res richproto.Result
+	if err := json.Unmarshal(body, &res); err != nil {
+		p.t.Fatalf("control answer %s: %v", body, err)
+	}
+	return res
+}
+
+// TestWorkerAgainstRealBroker: the worker and the real rich broker (pull
+// routes, model route with its rebuild and stream filter, host tools)
+// hold a conversation with a tool call and thinking; the upstream sees the
+// whole history, the real key, and never more thinking than the turn's.
+func TestWorkerAgainstRealBroker(t *testing.T) {
+	p := newRealPeers(t,
+		anthropictest.Reply{Events: anthropictest.ThinkingToolStream("claude-test", "host_clock", `{}`)},
+		anthropictest.Reply{Events: anthropictest.TextStream("claude-test", "It is ", "noon.")},
+		anthropictest.Reply{Events: anthropictest.TextStream("claude-test", "Still noon.")},
+	)
+	res := p.turn("what time is it?", "low")
+	if !res.OK || res.Text != "It is noon." {
+		t.Fatalf("first turn = %+v; logs:\n%s", res, p.logs.String())
+	}
+	res = p.turn("and now?", "medium")
+	if !res.OK || res.Text != "Still noon." {
+		t.Fatalf("second turn = %+v; logs:\n%s", res, p.logs.String())
+	}
+	got := p.upstream.Requests()
+	if len(got) != 3 {
+		t.Fatalf("upstream saw %d requests, want 3", len(got))
+	}
+	for i, r := range got {
+		if r.Header.Get("X-Api-Key") != realKey {
+			t.Errorf("request %d: upstream did not get the real key", i)
+		}
+		var req Request
+		if err := json.Unmarshal(r.Body, &req); err != nil {
+			t.Fatal(err)
+		}
+		want := []int{2048, 2048, 4096}[i] // the turn's level, at most half the profile's 8,192
+		if req.MaxTokens != 8192 {
+			t.Errorf("request %d: max_tokens %d", i, req.MaxTokens)
+		}
+		if req.Thinking == nil || req.Thinking.BudgetTokens != want || !req.Stream || req.Model != "claude-test" {
+			t.Errorf("request %d: thinking %+v stream %v model %q, want budget %d", i, req.Thinking, req.Stream, req.Model, want)
+		}
+	}
+	// The third request carries the whole conversation, tool exchange included.
+	body := string(got[2].Body)
+	for _, want := range []string{"what time is it?", "host_clock", "tool_result", "It is noon.", "and now?"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("last request lacks %q", want)
+		}
+	}
+	if strings.Contains(p.logs.String(), "noon") {
+		t.Error("worker logs carry model text")
+	}
+}
