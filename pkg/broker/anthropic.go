@@ -23,7 +23,9 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +72,10 @@ type anthropicState struct {
 	slots   atomic.Int32
 	silence time.Duration
 	client  *http.Client
+
+	mu         sync.Mutex
+	matched    *credential.Matcher // the last calls' secrets, prepared
+	matchedFor []string
 }
 
 func newAnthropicState(silence time.Duration) *anthropicState {
@@ -339,7 +345,7 @@ func (b *Broker) anthropicCall(w http.ResponseWriter, r *http.Request, c *anthro
 	if err != nil {
 		return refused("upstream answer is not one JSON object", ErrUpstream)
 	}
-	if credential.NewMatcher(secrets...).Reflected(v) {
+	if st.matcher(secrets).Reflected(v) {
 		return refused("answer reflects a credential", ErrUpstream)
 	}
 	out, err := anthropic.Encode(v)
@@ -366,7 +372,7 @@ func (b *Broker) streamAnswer(ctx context.Context, w http.ResponseWriter, rc *ht
 	ew := &eventWriter{w: w, rc: rc, silence: b.anth.silence, c: c}
 	res, err := anthropic.FilterStream(ctx, ew, src, anthropic.FilterOptions{
 		Silence: b.anth.silence, MaxBytes: anthropic.MaxResponseBytes,
-		Checker: secretChecker{m: credential.NewMatcher(secrets...), secrets: secrets},
+		Checker: secretChecker{b.anth.matcher(secrets)},
 	})
 	c.upstreamBytes, c.events = res.Bytes, res.Events
 	c.streamedStarted = ew.started
@@ -402,14 +408,25 @@ func (e *eventWriter) WriteEvent(frame []byte) error {
 }
 
 // secretChecker is the filter's Checker over the call's secrets.
-type secretChecker struct {
-	m       *credential.Matcher
-	secrets []credential.Secret
-}
+type secretChecker struct{ m *credential.Matcher }
 
-func (s secretChecker) Value(v any) bool { return s.m.Reflected(v) }
-func (s secretChecker) Text() func(string) bool {
-	return credential.NewStream(s.secrets...).Reflects
+func (s secretChecker) Value(v any) bool        { return s.m.Reflected(v) }
+func (s secretChecker) Text() func(string) bool { return s.m.Stream().Reflects }
+
+// matcher returns a Matcher of secrets, reusing the last one while the
+// secrets are the same (they are read for every call, so a rotated
+// credential gets a new one).
+func (st *anthropicState) matcher(secrets []credential.Secret) *credential.Matcher {
+	vals := make([]string, len(secrets))
+	for i, s := range secrets {
+		vals[i] = s.Reveal()
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.matched == nil || !slices.Equal(st.matchedFor, vals) {
+		st.matched, st.matchedFor = credential.NewMatcher(secrets...), vals
+	}
+	return st.matched
 }
 
 // silentReader reads the request body, each read within the silence limit.

@@ -33,52 +33,68 @@ type anthHarness struct {
 // unbound is set.
 func newAnthropicHarness(t *testing.T, kind string, silence time.Duration, unbound bool, replies ...anthropictest.Reply) *anthHarness {
 	t.Helper()
-	dir := t.TempDir()
-	h := &harness{t: t, dir: dir, logs: &syncBuffer{}, mcp: &fakeMCP{result: `{"content":[],"isError":false}`}}
-	h.model = newFakeUpstream(t, okAnswer)
-	h.web = newFakeUpstream(t, `{"weather":"sunny"}`)
-	up := anthropictest.New(t, replies...)
+	h := startAnthropicHarness(t, kind, silence, unbound, replies...)
+	h.t = t
+	return h
+}
+
+// startAnthropicHarness is newAnthropicHarness for tests and benchmarks.
+func startAnthropicHarness(tb testing.TB, kind string, silence time.Duration, unbound bool, replies ...anthropictest.Reply) *anthHarness {
+	tb.Helper()
+	dir := tb.TempDir()
+	h := &harness{dir: dir, logs: &syncBuffer{}, mcp: &fakeMCP{result: `{"content":[],"isError":false}`}}
+	up := anthropictest.New(tb, replies...)
 	credDir := filepath.Join(dir, "creds")
 	os.Mkdir(credDir, 0o700)
-	writeFile(t, filepath.Join(credDir, "anthropic"), realAnthropicKey+"\n")
-	writeFile(t, filepath.Join(credDir, "tool-key"), realToolKey+"\n")
-	writeFile(t, filepath.Join(credDir, "mcp-key"), realMCPKey+"\n")
-	h.pol = basePolicy("https://unused.example", h.web.srv.URL+"/hook", "/bin/true")
+	for name, v := range map[string]string{"anthropic": realAnthropicKey, "tool-key": realToolKey, "mcp-key": realMCPKey} {
+		if err := os.WriteFile(filepath.Join(credDir, name), []byte(v+"\n"), 0o600); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	h.pol = basePolicy("https://unused.example", "http://127.0.0.1:1/hook", "/bin/true")
 	h.pol.Model = policy.Model{}
 	h.pol.Identity.SpeakerID, h.pol.Identity.SpeakerName, h.pol.Identity.PrincipalID = "", "", ""
 	h.pol.Rich = &policy.Rich{URL: up.URL, AllowHTTP: true, Model: "claude-test", MaxOutputTokens: 4096,
 		Thinking: "high", Credential: "anthropic", CredentialKind: kind, MaxCalls: 8}
 	creds, err := credential.OpenDir(credDir, "")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	h.broker, err = New(Config{Policy: h.pol, Credentials: creds, MCP: h.mcp, ControlUID: os.Getuid(),
 		AnthropicSilence: silence, Logger: slog.New(slog.NewJSONHandler(h.logs, nil))})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	h.sock = filepath.Join(dir, "broker.sock")
 	ln, err := net.Listen("unix", h.sock)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	h.done = make(chan error, 1)
 	go func() { h.done <- h.broker.Serve(ctx, ln) }()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		cancel()
 		select {
 		case <-h.done:
 		case <-time.After(5 * time.Second):
-			t.Error("broker did not stop")
+			tb.Error("broker did not stop")
 		}
 	})
 	if !unbound {
 		bctx, bcancel := context.WithCancel(context.Background())
-		t.Cleanup(bcancel)
+		tb.Cleanup(bcancel)
 		h.control(bctx, h.bind("medium"))
-		h.waitBound(t)
+		for i := 0; ; i++ {
+			if _, ok := h.broker.richBound(); ok {
+				break
+			}
+			if i == 400 {
+				tb.Fatal("turn never bound")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 	return &anthHarness{harness: h, up: up}
 }

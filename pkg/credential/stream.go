@@ -14,8 +14,12 @@ type Stream struct {
 }
 
 // NewStream returns a Stream for secrets (none: it never reports).
-func NewStream(secrets ...Secret) *Stream {
-	m := newMatcher(secrets)
+func NewStream(secrets ...Secret) *Stream { return newStream(newMatcher(secrets)) }
+
+// Stream returns a Stream over m's secrets, sharing m's prepared forms.
+func (m *Matcher) Stream() *Stream { return newStream(m.m) }
+
+func newStream(m *matcher) *Stream {
 	keep := 0
 	for _, p := range m.pats {
 		keep = max(keep, len(p.form))

@@ -60,6 +60,9 @@ func TestMatcherIsReflected(t *testing.T) {
 			t.Errorf("Matcher.Reflected(%v) = %v, Reflected = %v", v, got, want)
 		}
 	}
+	if st := m.Stream(); st.Reflects(secret.Reveal()[:10]) || !st.Reflects(secret.Reveal()[10:20]) {
+		t.Error("Matcher.Stream does not find the secret split in two pieces")
+	}
 	if NewMatcher().Reflected(secret.Reveal()) {
 		t.Error("a matcher with no secrets reported a reflection")
 	}
