@@ -21,6 +21,9 @@ package broker
 //     request ends (reply, failure, the turn deadline, or the host going
 //     away), and every credential-bearing call of the turn ends with it.
 //
+//   - POST /compact and /compact/report (compact.go): the operator's
+//     compactor and the worker's compaction reports, inside a bound turn.
+//
 // Credential-bearing calls (model, host tools, MCP) are refused outside a
 // bound turn. Before the first bind a startup scope admits metadata-only
 // calls (policy.StartupScopeDuration, policy.StartupScopeCalls); it ends at
@@ -81,11 +84,16 @@ type richState struct {
 	ready        *richproto.Ready
 	bound        *richBinding
 	wake         chan struct{} // closed and replaced when a turn is bound
+
+	// compact is the compactor routes' state (compact.go), made on first use.
+	compactOnce sync.Once
+	compact     *compactor
 }
 
 // richBinding is one bound turn.
 type richBinding struct {
 	bind   policy.Bind
+	at     time.Time       // when it was bound: the turn's length is Turn.DeadlineUnixMs - at
 	ctx    context.Context // ends at revoke: every call of the turn ends with it
 	cancel context.CancelFunc
 	handed bool // given to a long poll
@@ -111,6 +119,7 @@ func newRichState(now time.Time, controlUID int, pollWait time.Duration) *richSt
 // and a context that ends when the host revokes it.
 type RichBinding struct {
 	Bind policy.Bind
+	At   time.Time
 	Ctx  context.Context
 }
 
@@ -126,7 +135,7 @@ func (b *Broker) richBound() (RichBinding, bool) {
 	if bd == nil || bd.ctx.Err() != nil {
 		return RichBinding{}, false
 	}
-	return RichBinding{Bind: bd.bind, Ctx: bd.ctx}, true
+	return RichBinding{Bind: bd.bind, At: bd.at, Ctx: bd.ctx}, true
 }
 
 // richAllow admits one call of a rich broker's credential routes: inside a
@@ -184,6 +193,10 @@ func (b *Broker) serveRich(w http.ResponseWriter, r *http.Request) bool {
 		h = b.controlTurn
 	case RouteControlStatus:
 		h = b.controlStatus
+	case RouteCompact:
+		h = b.serveCompact
+	case RouteCompactReport:
+		h = b.serveCompactReport
 	default:
 		return false
 	}
@@ -409,7 +422,7 @@ func (b *Broker) controlTurn(w http.ResponseWriter, r *http.Request) (int, []byt
 	}
 	ctx, cancel := context.WithDeadline(r.Context(), deadline)
 	defer cancel()
-	bd := &richBinding{bind: bind, ctx: ctx, cancel: cancel, settled: make(chan settleOutcome, 1)}
+	bd := &richBinding{bind: bind, at: b.now(), ctx: ctx, cancel: cancel, settled: make(chan settleOutcome, 1)}
 	s.mu.Lock()
 	if s.bound != nil {
 		s.mu.Unlock()

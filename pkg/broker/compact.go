@@ -319,3 +319,71 @@ func (c *compactor) report(r *http.Request, t CompactTurn) (int, []byte, error) 
 	}
 	return http.StatusOK, []byte(`{}`), nil
 }
+
+// compactState is the rich broker's compactor state, made on first use.
+func (b *Broker) compactState() *compactor {
+	s := b.rich
+	s.compactOnce.Do(func() {
+		var cfg *policy.Compactor
+		if b.pol.Rich != nil {
+			cfg = b.pol.Rich.Compactor
+		}
+		secrets := func() []credential.Secret {
+			out := b.allSecrets(nil)
+			for _, n := range []string{b.pol.Rich.Credential, compactorCredential(cfg)} {
+				if n == "" {
+					continue
+				}
+				if sec, err := b.creds.Load(n); err == nil {
+					out = append(out, sec)
+				}
+			}
+			return out
+		}
+		s.compact = newCompactor(cfg, b.creds, secrets, b.log.With("route", RouteCompact), b.now)
+	})
+	return s.compact
+}
+
+func compactorCredential(c *policy.Compactor) string {
+	if c == nil {
+		return ""
+	}
+	return c.Credential
+}
+
+// compactTurn is the bound turn of a compactor route, refused outside one.
+func (b *Broker) compactTurn() (CompactTurn, context.Context, error) {
+	bd, ok := b.richBound()
+	if !ok {
+		return CompactTurn{}, nil, refused("compaction outside a bound turn", ErrUnauthorized)
+	}
+	deadline := time.UnixMilli(bd.Bind.Turn.DeadlineUnixMs)
+	return CompactTurn{ID: bd.Bind.Turn.ID, Identity: bd.Bind.Identity, Deadline: deadline, Length: deadline.Sub(bd.At)}, bd.Ctx, nil
+}
+
+// serveCompact is POST /compact of a rich broker (serveRich).
+func (b *Broker) serveCompact(_ http.ResponseWriter, r *http.Request) (int, []byte, error) {
+	c := b.compactState()
+	if c.cfg == nil {
+		return 0, nil, refused("no compactor configured", ErrNotFound)
+	}
+	t, turnCtx, err := b.compactTurn()
+	if err != nil {
+		return 0, nil, err
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(turnCtx, cancel) // the compactor ends with the turn's revoke
+	defer stop()
+	return c.compact(ctx, r, t)
+}
+
+// serveCompactReport is POST /compact/report of a rich broker (serveRich).
+func (b *Broker) serveCompactReport(_ http.ResponseWriter, r *http.Request) (int, []byte, error) {
+	t, _, err := b.compactTurn()
+	if err != nil {
+		return 0, nil, err
+	}
+	return b.compactState().report(r, t)
+}

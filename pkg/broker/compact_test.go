@@ -18,6 +18,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 	"github.com/roundtable-sandbox/sandbox/pkg/sessions"
 )
 
@@ -448,4 +449,60 @@ func TestCompactReport(t *testing.T) {
 		}
 	}
 	h.checkLogs(t)
+}
+
+// TestRichCompactRoutes: the routes through a rich channel broker's socket:
+// refused outside a bound turn, answered inside it, 404 without a compactor.
+func TestRichCompactRoutes(t *testing.T) {
+	h := newRichHarness(t, os.Getuid())
+	cfg := execCompactor(t, "cat >/dev/null; printf '%s' '"+goodCompaction+"'")
+	cfg.Engine = "jev"
+	h.pol.Rich.Compactor = cfg // read on the compactor's first use
+	body := string(compactBody(t))
+	rep := `{"event":"compacted","trigger":"threshold","engine":"jev","tokensBefore":310000,"tokensAfter":9000,"contextAfter":12000,"nextCompactionAt":300000}`
+	if code, _, _ := h.do(RouteCompact, body); code != http.StatusUnauthorized {
+		t.Fatalf("/compact outside a bound turn: %d, want 401", code)
+	}
+	if code, _, _ := h.do(RouteCompactReport, rep); code != http.StatusUnauthorized {
+		t.Fatalf("/compact/report outside a bound turn: %d, want 401", code)
+	}
+	got := h.control(context.Background(), h.bind("medium"))
+	if code, out, _ := h.do(richproto.RouteNext, ""); code != http.StatusOK {
+		t.Fatalf("poll: %d %s", code, out)
+	}
+	code, out, _ := h.do(RouteCompact, body)
+	var a sessions.CompactAnswer
+	if code != http.StatusOK || json.Unmarshal([]byte(out), &a) != nil || a.Compaction == nil || a.Compaction.Engine() != "jev" {
+		t.Fatalf("/compact in the turn: %d %s", code, out)
+	}
+	if code, out, _ := h.do(RouteCompactReport, rep); code != http.StatusOK {
+		t.Fatalf("/compact/report in the turn: %d %s", code, out)
+	}
+	if code, _, _ := h.do(richproto.RouteResult, resultJSON(richTurnID, "done")); code != http.StatusOK {
+		t.Fatalf("result: %d", code)
+	}
+	<-got
+	h.waitUnbound(t)
+	if code, _, _ := h.do(RouteCompact, body); code != http.StatusUnauthorized {
+		t.Fatalf("/compact after revoke: %d, want 401", code)
+	}
+	logs := h.logs.String()
+	for _, w := range []string{`"msg":"compaction by the host compactor"`, `"engine":"jev"`, `"msg":"conversation compacted (worker report)"`, `"turn":"` + richTurnID + `"`} {
+		if !strings.Contains(logs, w) {
+			t.Errorf("log lacks %s", w)
+		}
+	}
+	if strings.Contains(logs, compactSecretText) {
+		t.Error("a payload reached the log")
+	}
+
+	none := newRichHarness(t, os.Getuid())
+	none.control(context.Background(), none.bind("medium"))
+	none.waitBound(t)
+	if code, _, _ := none.do(RouteCompact, body); code != http.StatusNotFound {
+		t.Fatalf("/compact without a compactor: %d, want 404", code)
+	}
+	if code, _, _ := none.do(RouteCompactReport, rep); code != http.StatusOK {
+		t.Fatalf("/compact/report without a compactor: %d, want 200", code)
+	}
 }
