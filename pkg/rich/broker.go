@@ -150,7 +150,11 @@ func (b *Broker) post(ctx context.Context, route string, body any, accept string
 	start := time.Now()
 	resp, err := b.client.Do(req)
 	if err != nil {
-		b.log.Warn("broker call failed", "route", route, "latency_ms", time.Since(start).Milliseconds(), "cause", "transport")
+		if ctx.Err() == nil {
+			// (A call ended by its own deadline or a shutdown is the
+			// caller's to report.)
+			b.log.Warn("broker call failed", "route", route, "latency_ms", time.Since(start).Milliseconds(), "cause", "transport")
+		}
 		// The url.Error names only http://broker<route>, never a payload.
 		return nil, start, fmt.Errorf("%v: %w", err, ErrBroker)
 	}
