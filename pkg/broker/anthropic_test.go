@@ -466,3 +466,76 @@ func TestAnthropicHostile(t *testing.T) {
 		})
 	}
 }
+
+func TestAnthropicRequestBodySilence(t *testing.T) {
+	h := newAnthropicHarness(t, policy.CredentialAPIKey, 200*time.Millisecond, false)
+	c, err := net.Dial("unix", h.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Declares the whole body, sends half, then goes quiet.
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: b\r\nX-Api-Key: sandbox-dummy-key\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		RouteAnthropicMessages, len(streamReq), streamReq[:len(streamReq)/2])
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	began := time.Now()
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err == nil {
+		resp.Body.Close()
+	}
+	if d := time.Since(began); d > 3*time.Second {
+		t.Fatalf("a silent request body held the call %v", d)
+	}
+	if len(h.up.Requests()) != 0 {
+		t.Fatal("upstream reached with half a body")
+	}
+}
+
+func TestAnthropicRevocationEndsTheStream(t *testing.T) {
+	h := newAnthropicHarness(t, policy.CredentialAPIKey, 0, true,
+		anthropictest.Reply{Events: []anthropictest.Event{anthropictest.Start("claude-test")}, Hang: true})
+	ctx, revoke := context.WithCancel(context.Background())
+	defer revoke()
+	h.control(ctx, h.bind("high"))
+	h.waitBound(t)
+	resp := h.post(RouteAnthropicMessages, streamReq)
+	done := make(chan string, 1)
+	go func() { done <- readAll(t, resp) }()
+	time.Sleep(100 * time.Millisecond)
+	revoke() // the host ends the turn
+	select {
+	case body := <-done:
+		if !strings.Contains(body, "message_start") || !strings.Contains(body, "event: error") {
+			t.Fatalf("body %s", body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream outlived its turn's revocation")
+	}
+}
+
+func TestAnthropicJSONAnswers(t *testing.T) {
+	msg := `{"id":"msg_1","type":"message","role":"assistant","model":"claude-test","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}`
+	tests := []struct {
+		name, json string
+		code       int
+	}{
+		{"plain answer", msg, 200},
+		{"answer reflecting the key", strings.Replace(msg, `"hi"`, `"`+realAnthropicKey+`"`, 1), 502},
+		{"answer reflecting the MCP key hex", strings.Replace(msg, `"hi"`, `"`+fmt.Sprintf("%x", realMCPKey)+`"`, 1), 502},
+		{"answer not JSON", `oops`, 502},
+		{"answer with duplicate keys", `{"a":1,"a":2}`, 502},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newAnthropicHarness(t, policy.CredentialAPIKey, 0, false, anthropictest.Reply{JSON: tt.json})
+			resp := h.post(RouteAnthropicMessages, `{"messages":[{"role":"user","content":"hi"}]}`)
+			body := readAll(t, resp)
+			if resp.StatusCode != tt.code {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.code, body)
+			}
+			if tt.code != 200 && (strings.Contains(body, realAnthropicKey) || strings.Contains(body, "oops")) {
+				t.Fatalf("body %s", body)
+			}
+		})
+	}
+}
