@@ -61,6 +61,9 @@ type (
 		// ("" when standbys are off); StandbyExpiresUnix its expiry.
 		Standby            string `json:"standby,omitempty"`
 		StandbyExpiresUnix int64  `json:"standbyExpiresUnix,omitempty"`
+		// Profile is a rich channel's profile; Rich its session (mode rich).
+		Profile string      `json:"profile,omitempty"`
+		Rich    *RichStatus `json:"rich,omitempty"`
 	}
 	// ChannelList is GET /v1/channels.
 	ChannelList struct {
@@ -69,6 +72,9 @@ type (
 	// ModeRequest is PUT /v1/channels/{channel}/mode.
 	ModeRequest struct {
 		Mode string `json:"mode"`
+		// Profile names a configured profile; required for mode "rich",
+		// refused for the others.
+		Profile string `json:"profile,omitempty"`
 	}
 	// CancelResponse answers POST /v1/channels/{channel}/cancel.
 	CancelResponse struct {
@@ -92,6 +98,9 @@ type (
 		Job bool `json:"job,omitempty"`
 		// Precheck marks a precheck script's run (its channel's tag).
 		Precheck bool `json:"precheck,omitempty"`
+		// Rich marks a rich channel's session (container and broker); the
+		// deadline is the session's lifetime.
+		Rich bool `json:"rich,omitempty"`
 	}
 	// TurnList is GET /v1/turns.
 	TurnList struct {
@@ -267,7 +276,8 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 			return err
 		}
 	}
-	if h.state.Mode(channel) != ModeOn {
+	mode := h.state.Mode(channel)
+	if mode != ModeOn && mode != ModeRich {
 		return ErrModeOff
 	}
 	// Waiting ends when the client goes away or the host stops.
@@ -294,7 +304,11 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 	// counts it in sandbox_cleanup_failures_total. Failed turns are answered
 	// after cleanup, as before.
 	replied := false
-	reply, turnID, err := h.RunTurn(ctx, TurnInput{
+	run := h.RunTurn
+	if mode == ModeRich {
+		run = h.RunRichTurn
+	}
+	reply, turnID, err := run(ctx, TurnInput{
 		Channel: channel, SpeakerID: req.Speaker.ID, SpeakerName: req.Speaker.Name,
 		PrincipalID: req.Speaker.PrincipalID, Text: req.Text,
 		OnReply: func(reply *protocol.Reply, turnID string) {
@@ -354,7 +368,11 @@ func (h *Host) status(channel string) ChannelStatus {
 	}
 	_, st.PendingFresh = h.fresh[channel]
 	h.mu.Unlock()
-	if h.standbys != nil {
+	if st.Mode == ModeRich {
+		st.Profile = h.state.Profile(channel)
+		st.Rich = h.richStatus(channel)
+	}
+	if h.standbys != nil && st.Mode != ModeRich {
 		sb := h.standbys.State(channel)
 		st.Standby = sb.State
 		if !sb.Expiry.IsZero() {
@@ -395,18 +413,39 @@ func (h *Host) handleMode(w http.ResponseWriter, r *http.Request, channel string
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	if req.Mode != ModeOn && req.Mode != ModeOff {
-		return badRequest(`mode must be "on" or "off"`)
+	var err error
+	switch req.Mode {
+	case ModeOn, ModeOff:
+		if req.Profile != "" {
+			return badRequest(`profile is for mode "rich" only`)
+		}
+		err = h.state.SetMode(channel, req.Mode)
+	case ModeRich:
+		if !h.cfg.Rich.Enabled {
+			return badRequest("rich channels are disabled (rich.enabled)")
+		}
+		if _, ok := h.cfg.Profile(req.Profile); !ok {
+			return badRequest("profile must name a configured profile")
+		}
+		err = h.state.SetRich(channel, req.Profile)
+	default:
+		return badRequest(`mode must be "on", "off" or "rich"`)
 	}
-	if err := h.state.SetMode(channel, req.Mode); err != nil {
+	if err != nil {
 		h.log.Error("state write failed", "channel", ids.ChannelTag(channel), "err", err)
 		return errors.New("state write failed")
 	}
-	h.log.Info("channel mode changed", "channel", ids.ChannelTag(channel), "mode", req.Mode)
+	h.log.Info("channel mode changed", "channel", ids.ChannelTag(channel), "mode", req.Mode, "profile", req.Profile)
 	if req.Mode == ModeOff {
 		h.dropStandby(channel, standby.ReasonChannelOff)
 		h.cancelJobs(channel)
 	}
+	if req.Mode == ModeRich {
+		h.dropStandby(channel, standby.ReasonChannelOff)
+	}
+	// Another mode, or another profile: the session goes now (a running
+	// turn keeps it until it settles, then the next turn starts anew).
+	h.richStopIdle(channel, req.Mode, req.Profile)
 	writeJSON(w, http.StatusOK, h.status(channel))
 	return nil
 }
@@ -467,6 +506,7 @@ func (h *Host) ActiveTurns() []ActiveTurn {
 		d := h.runDeadlineBound(r)
 		out = append(out, ActiveTurn{ID: r.ID(), ChannelTag: runChannelPrefix + r.ID(), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
 	}
+	out = append(out, h.richListed()...)
 	out = append(out, h.activeJobs()...)
 	out = append(out, h.prechecks.list()...)
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

@@ -111,7 +111,7 @@ func TestAPIBadInputs(t *testing.T) {
 		{"mode off", "POST", "/v1/channels/offchan/turns", `{"speaker":{"id":"s"},"text":"x"}`, 409, "channel is not in sandbox mode"},
 		{"wrong method", "DELETE", "/v1/channels/c/turns", "", 405, "method not allowed"},
 		{"wrong method mode", "POST", "/v1/channels/c/mode", `{"mode":"on"}`, 405, "method not allowed"},
-		{"bad mode", "PUT", "/v1/channels/c/mode", `{"mode":"maybe"}`, 400, `mode must be "on" or "off"`},
+		{"bad mode", "PUT", "/v1/channels/c/mode", `{"mode":"maybe"}`, 400, `mode must be "on", "off" or "rich"`},
 		{"unknown path", "GET", "/v2/whatever", "", 404, "not found"},
 		{"unknown channel action", "POST", "/v1/channels/c/explode", "", 404, "not found"},
 	}

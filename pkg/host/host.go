@@ -49,6 +49,8 @@ type ContainerSpec struct {
 	Run *RunContainer
 	// Precheck makes it a precheck's container (container.Spec.Precheck).
 	Precheck bool
+	// Rich makes it a rich channel's long-lived container (container.Spec.Rich).
+	Rich bool
 }
 
 // RunContainer mirrors container.RunOptions.
@@ -130,9 +132,13 @@ type Options struct {
 	RemoveRetryTotal time.Duration                        // bound of a container's removal retries, 15 s
 	ShutdownTimeout  time.Duration                        // bound of the HTTP shutdown, 10 s
 	ObservePhase     func(string, time.Duration)
+	RichIdle         time.Duration // replaces rich.idleSeconds (tests); 0 = the configuration's
 	// WorkerLogs forwards each turn's worker stderr to journald, bounded;
 	// workerlog.New(workerlog.DefaultLimits(), nil, nil) when nil.
 	WorkerLogs *workerlog.Forwarder
+	// RichControl reaches rich channel brokers' control routes; HTTP on
+	// the session's broker socket when nil.
+	RichControl RichControl
 }
 
 // Host is one running sandbox-host.
@@ -161,6 +167,10 @@ type Host struct {
 	// Precheck scripts (prechecks.go).
 	prechecks     precheckSet
 	precheckSlots runSlots
+
+	// Rich channel sessions (rich.go).
+	rich        richSessions
+	richControl RichControl
 
 	// Delegated jobs (delegations.go).
 	jobs     *delegation.Registry
@@ -238,8 +248,14 @@ func New(o Options) (*Host, error) {
 		opts: o, cfg: o.Config, log: o.Logger, state: o.State, reg: o.Registry,
 		queue:  newQueue(o.Config.Queue.Depth, o.Config.Queue.GlobalConcurrency),
 		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
+		rich:        richSessions{byChannel: map[string]*richSession{}, removing: map[string]*richSession{}},
+		richControl: o.RichControl,
+	}
+	if h.richControl == nil {
+		h.richControl = HTTPRichControl{}
 	}
 	h.metrics = newMetrics(o.Registry, h.queue)
+	h.metrics.richSessions(o.Registry, h.richSessionCount)
 	h.runs = newRunRegistry(o.Config.Runs, o.Now)
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
 	h.cleanupCtx, h.abandonCleanup = context.WithCancelCause(context.Background())
@@ -252,6 +268,7 @@ func New(o Options) (*Host, error) {
 	if err := h.newDelegation(); err != nil {
 		return nil, err
 	}
+	h.logRichConfig()
 	return h, nil
 }
 
@@ -433,6 +450,15 @@ func (h *Host) ShutdownContext(ctx context.Context) {
 	case <-ctx.Done():
 		h.abandonCleanup(context.Cause(ctx))
 		<-done
+	}
+	// After the turns: no turn takes a rich session any more.
+	richDone := make(chan struct{})
+	go func() { h.richStopAll("host stop"); close(richDone) }()
+	select {
+	case <-richDone:
+	case <-ctx.Done():
+		h.abandonCleanup(context.Cause(ctx))
+		<-richDone
 	}
 	// After the turns: no turn binds a standby any more, and none refills.
 	if h.standbys != nil {

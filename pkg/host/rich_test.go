@@ -1,0 +1,365 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
+)
+
+const richExtra = `rich:
+  enabled: true
+  startTimeoutSeconds: 1
+profiles:
+  - name: helper
+    model: claude-test
+    thinking: high
+    tools: [lookup]
+    mcp: [search]
+    credential: anthropic
+  - name: other
+    model: claude-other
+`
+
+// fakeRichControl stands in for the session's broker and worker: the
+// worker is "ready" unless notReady, and it answers each turn with the
+// conversation it has seen on that socket (a session's memory).
+type fakeRichControl struct {
+	mu       sync.Mutex
+	notReady bool
+	binds    []policy.Bind
+	sockets  []string
+	seen     map[string][]string
+	turnFn   func(ctx context.Context, b policy.Bind) (*richproto.Result, error)
+}
+
+func (f *fakeRichControl) Status(ctx context.Context, socket string) (policy.ControlStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.notReady {
+		return policy.ControlStatus{}, ErrRichBroker
+	}
+	return policy.ControlStatus{Ready: true, Polling: true}, nil
+}
+
+func (f *fakeRichControl) Turn(ctx context.Context, socket string, b policy.Bind) (*richproto.Result, error) {
+	f.mu.Lock()
+	f.binds = append(f.binds, b)
+	f.sockets = append(f.sockets, socket)
+	if f.seen == nil {
+		f.seen = map[string][]string{}
+	}
+	f.seen[socket] = append(f.seen[socket], b.Turn.Text)
+	history := strings.Join(f.seen[socket], "|")
+	fn := f.turnFn
+	f.mu.Unlock()
+	if fn != nil {
+		return fn(ctx, b)
+	}
+	return &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: history}, nil
+}
+
+func (f *fakeRichControl) bindList() []policy.Bind {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]policy.Bind(nil), f.binds...)
+}
+
+// richRig is a rig whose rich containers run until killed.
+func richRig(t *testing.T, idle time.Duration) (*rig, *fakeRichControl) {
+	t.Helper()
+	ctl := &fakeRichControl{}
+	r := newRig(t, richExtra, func(o *Options) { o.RichControl = ctl; o.RichIdle = idle })
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		if !spec.Rich {
+			return okRun(ctx, spec, stdin)
+		}
+		<-ctx.Done()
+		return RunResult{ExitCode: 137}, ctx.Err()
+	}
+	t.Cleanup(r.h.Shutdown)
+	return r, ctl
+}
+
+func (r *rig) api(t *testing.T, method, path, body string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req = req.WithContext(context.WithValue(req.Context(), peerKey{}, Peer{Known: true, UID: r.h.opts.UID, GID: r.h.opts.GID}))
+	w := httptest.NewRecorder()
+	r.h.Handler().ServeHTTP(w, req)
+	return w.Code, w.Body.String()
+}
+
+func richTurn(t *testing.T, r *rig, channel, text string) (string, string, error) {
+	t.Helper()
+	reply, id, err := r.h.RunRichTurn(context.Background(), TurnInput{Channel: channel, SpeakerID: "u-1", SpeakerName: "Ann", PrincipalID: "p-1", Text: text})
+	if err != nil {
+		return "", id, err
+	}
+	if !reply.OK {
+		t.Fatalf("reply not ok: %+v", reply)
+	}
+	return reply.Text, id, nil
+}
+
+func (r *rig) richContainers() []ContainerSpec {
+	r.docker.mu.Lock()
+	defer r.docker.mu.Unlock()
+	var out []ContainerSpec
+	for _, s := range r.docker.created {
+		if s.Rich {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestRichSessionServesTurns: the first turn starts the session (one
+// container of the seed's limits with the rich argument, one broker unit
+// with a rich policy), later turns reuse it, each turn is bound with its
+// own id and the admitted identity, and the session is listed for the
+// reaper with its lifetime.
+func TestRichSessionServesTurns(t *testing.T) {
+	r, ctl := richRig(t, time.Hour)
+	if code, body := r.api(t, "PUT", "/v1/channels/room/mode", `{"mode":"rich","profile":"helper"}`); code != 200 || !strings.Contains(body, `"profile":"helper"`) {
+		t.Fatalf("mode rich: %d %s", code, body)
+	}
+	var ids_ []string
+	for i, text := range []string{"one", "two", "three"} {
+		got, id, err := richTurn(t, r, "room", text)
+		if err != nil {
+			t.Fatalf("turn %d: %v", i, err)
+		}
+		ids_ = append(ids_, id)
+		if want := strings.Join([]string{"one", "two", "three"}[:i+1], "|"); got != want {
+			t.Errorf("turn %d reply %q, want the session's history %q", i, got, want)
+		}
+	}
+	conts := r.richContainers()
+	if len(conts) != 1 {
+		t.Fatalf("%d rich containers, want 1 for three turns", len(conts))
+	}
+	c := conts[0]
+	if c.MemoryMB != 1536 || c.CPUs != 1 || c.Pids != 256 || c.TmpfsMB != 512 || c.Image != r.cfg.Image {
+		t.Errorf("container limits %+v", c)
+	}
+	session := c.Labels[layout.LabelTurn]
+	if ids.ValidTurnID(session) != nil || c.TurnDir == "" || !strings.HasSuffix(c.TurnDir, session) {
+		t.Errorf("session %q turn dir %q", session, c.TurnDir)
+	}
+	r.docker.mu.Lock()
+	pol := r.docker.policies[len(r.docker.policies)-1]
+	r.docker.mu.Unlock()
+	if pol == nil || pol.Rich == nil || pol.TurnID != session || pol.Rich.Model != "claude-test" || pol.Rich.Credential != "anthropic" ||
+		pol.Identity.SpeakerID != "" || len(pol.Tools) != 1 || len(pol.MCP) != 1 || pol.Limits.MaxCalls != 128 || pol.Model != (policy.Model{}) {
+		t.Errorf("session policy %+v", pol)
+	}
+	if d := time.UnixMilli(pol.DeadlineUnixMs); d.Sub(time.Now()) > RichSessionLifetime || c.Labels[layout.LabelDeadline] == "" {
+		t.Errorf("session deadline %v", d)
+	}
+	if got := len(r.units.started); got != 1 {
+		t.Errorf("%d broker starts, want 1", got)
+	}
+	binds := ctl.bindList()
+	if len(binds) != 3 {
+		t.Fatalf("%d binds", len(binds))
+	}
+	for i, b := range binds {
+		if b.Turn.ID != ids_[i] || b.Identity.SpeakerID != "u-1" || b.Identity.PrincipalID != "p-1" || b.Identity.Channel != "room" ||
+			b.Turn.Thinking != "high" || b.Turn.Model != "claude-test" || len(b.Turn.Tools) != 1 || len(b.Turn.MCP) != 1 || b.Turn.Fresh {
+			t.Errorf("bind %d: %+v", i, b)
+		}
+		if err := b.Validate(pol); err != nil {
+			t.Errorf("bind %d does not validate against the session policy: %v", i, err)
+		}
+	}
+	listed := false
+	for _, a := range r.h.ActiveTurns() {
+		if a.ID == session && a.Rich && a.DeadlineUnixMs == pol.DeadlineUnixMs {
+			listed = true
+		}
+	}
+	if !listed {
+		t.Errorf("session not listed for the reaper: %+v", r.h.ActiveTurns())
+	}
+	if code, body := r.api(t, "GET", "/v1/channels/room", ""); code != 200 || !strings.Contains(body, `"state":"ready"`) || !strings.Contains(body, `"turns":3`) {
+		t.Errorf("status: %d %s", code, body)
+	}
+}
+
+// TestRichIdleStop: the session goes after the idle time, leaving nothing,
+// and the next turn starts a new one.
+func TestRichIdleStop(t *testing.T) {
+	r, _ := richRig(t, 200*time.Millisecond)
+	must(t, r.h.state.SetRich("room", "helper"))
+	if _, _, err := richTurn(t, r, "room", "hi"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "idle stop", func() bool { return r.h.richStatus("room").State == "none" })
+	r.assertClean(t)
+	if _, _, err := richTurn(t, r, "room", "again"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(r.richContainers()); n != 2 {
+		t.Errorf("%d containers, want a second one after the idle stop", n)
+	}
+}
+
+// TestRichOffFreshAndHostStop: channel off stops the session; a fresh
+// start stops it before the next turn, which carries Fresh; host stop
+// removes every session.
+func TestRichOffFreshAndHostStop(t *testing.T) {
+	r, ctl := richRig(t, time.Hour)
+	must(t, r.h.state.SetRich("room", "helper"))
+	must(t, r.h.state.SetRich("hall", "other"))
+	for _, ch := range []string{"room", "hall"} {
+		if _, _, err := richTurn(t, r, ch, "hi"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, _ := r.api(t, "PUT", "/v1/channels/hall/mode", `{"mode":"off"}`); code != 200 {
+		t.Fatalf("off: %d", code)
+	}
+	if st := r.h.richStatus("hall"); st.State != "none" {
+		t.Errorf("hall after off: %+v", st)
+	}
+	if code, _ := r.api(t, "POST", "/v1/channels/room/fresh", ""); code != 200 {
+		t.Fatalf("fresh: %d", code)
+	}
+	first := r.h.richStatus("room").Session
+	got, _, err := richTurn(t, r, "room", "new start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "new start" {
+		t.Errorf("reply %q: the fresh session saw an old history", got)
+	}
+	binds := ctl.bindList()
+	if last := binds[len(binds)-1]; !last.Turn.Fresh {
+		t.Error("turn after fresh start does not carry Fresh")
+	}
+	if second := r.h.richStatus("room").Session; second == first || second == "" {
+		t.Errorf("session %q after fresh start, was %q", second, first)
+	}
+	r.h.mu.Lock()
+	_, pending := r.h.fresh["room"]
+	r.h.mu.Unlock()
+	if pending {
+		t.Error("fresh start still pending after a successful turn")
+	}
+	r.h.Shutdown()
+	r.assertClean(t)
+	if n := len(r.h.richListed()); n != 0 {
+		t.Errorf("%d sessions listed after host stop", n)
+	}
+}
+
+// TestRichFailedTurnRecovers: a broker gone mid-turn fails the turn, the
+// session is removed, and the next turn starts a new one.
+func TestRichFailedTurnRecovers(t *testing.T) {
+	r, ctl := richRig(t, time.Hour)
+	must(t, r.h.state.SetRich("room", "helper"))
+	if _, _, err := richTurn(t, r, "room", "one"); err != nil {
+		t.Fatal(err)
+	}
+	ctl.turnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
+		return nil, ErrRichBroker
+	}
+	if _, _, err := richTurn(t, r, "room", "two"); !errors.Is(err, ErrTurnFailed) {
+		t.Fatalf("turn with the broker gone: %v, want ErrTurnFailed", err)
+	}
+	r.assertClean(t)
+	ctl.turnFn = nil
+	if got, _, err := richTurn(t, r, "room", "three"); err != nil || got != "three" {
+		t.Fatalf("next turn: %q %v", got, err)
+	}
+	if n := len(r.richContainers()); n != 2 {
+		t.Errorf("%d containers, want 2", n)
+	}
+	// A packet of another turn fails the turn too.
+	ctl.turnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
+		return &richproto.Result{TurnID: "00000000000000000000000000000000", OK: true}, nil
+	}
+	if _, _, err := richTurn(t, r, "room", "four"); !errors.Is(err, ErrTurnFailed) {
+		t.Errorf("packet of another turn: %v", err)
+	}
+	// A turn past its deadline: the deadline's error, everything removed.
+	ctl.turnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, _, err := r.h.RunRichTurn(ctx, TurnInput{Channel: "room", SpeakerID: "u", Text: "slow"}); err == nil {
+		t.Error("turn whose client went away succeeded")
+	}
+	r.assertClean(t)
+}
+
+// TestRichStartTimeout: a worker that never announces itself fails the
+// turn after rich.startTimeoutSeconds and leaves nothing.
+func TestRichStartTimeout(t *testing.T) {
+	r, ctl := richRig(t, time.Hour)
+	must(t, r.h.state.SetRich("room", "helper"))
+	ctl.notReady = true
+	start := time.Now()
+	if _, _, err := richTurn(t, r, "room", "hi"); !errors.Is(err, ErrTurnFailed) {
+		t.Fatalf("start timeout: %v", err)
+	}
+	if took := time.Since(start); took < time.Second || took > 5*time.Second {
+		t.Errorf("took %v, want about rich.startTimeoutSeconds (1 s)", took)
+	}
+	r.assertClean(t)
+	if n := len(r.h.richListed()); n != 0 {
+		t.Errorf("%d sessions listed", n)
+	}
+}
+
+// TestRichModeAPI: mode rich needs a configured profile; a profile is for
+// mode rich only; turns of a rich channel take the rich path; another
+// profile stops the session.
+func TestRichModeAPI(t *testing.T) {
+	r, _ := richRig(t, time.Hour)
+	for _, c := range []struct{ body, want string }{
+		{`{"mode":"rich"}`, "profile must name a configured profile"},
+		{`{"mode":"rich","profile":"nope"}`, "profile must name a configured profile"},
+		{`{"mode":"on","profile":"helper"}`, "profile is for mode"},
+	} {
+		if code, body := r.api(t, "PUT", "/v1/channels/room/mode", c.body); code != 400 || !strings.Contains(body, c.want) {
+			t.Errorf("%s: %d %s", c.body, code, body)
+		}
+	}
+	if code, _ := r.api(t, "PUT", "/v1/channels/room/mode", `{"mode":"rich","profile":"helper"}`); code != 200 {
+		t.Fatal(code)
+	}
+	code, body := r.api(t, "POST", "/v1/channels/room/turns", `{"speaker":{"id":"u"},"text":"hello"}`)
+	var resp TurnResponse
+	if code != 200 || json.Unmarshal([]byte(body), &resp) != nil || resp.Text != "hello" {
+		t.Fatalf("turn on a rich channel: %d %s", code, body)
+	}
+	if n := len(r.richContainers()); n != 1 {
+		t.Errorf("%d rich containers", n)
+	}
+	if code, _ := r.api(t, "PUT", "/v1/channels/room/mode", `{"mode":"rich","profile":"other"}`); code != 200 {
+		t.Fatal(code)
+	}
+	if st := r.h.richStatus("room"); st.State != "none" {
+		t.Errorf("session after a profile change: %+v", st)
+	}
+	r2, _ := richRig(t, time.Hour)
+	r2.cfg.Rich.Enabled = false
+	if code, body := r2.api(t, "PUT", "/v1/channels/room/mode", `{"mode":"rich","profile":"helper"}`); code != 400 || !strings.Contains(body, "rich.enabled") {
+		t.Errorf("rich disabled: %d %s", code, body)
+	}
+	_ = http.StatusOK
+}
