@@ -3,7 +3,9 @@ package rich
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
@@ -50,14 +52,19 @@ func (t *turnRun) maybeCompact(ctx context.Context) error {
 	switch {
 	case trigger == TriggerCeiling:
 		// Past the ceiling the tiers skip the host: not a fallback.
-	case t.w.compactor == nil:
+	case t.w.compactor == nil, t.noCompactor:
 		fallback = sessions.FallbackUndefined
 	case t.hostAsks >= MaxHostCompactions:
 		fallback = sessions.FallbackBudget
 	default:
 		t.hostAsks++
 		answer, err := t.w.compactor.Compact(ctx, req)
+		var status *StatusError
 		switch {
+		case errors.As(err, &status) && status.Status == http.StatusNotFound:
+			// The channel has no host compactor: not asked again this turn.
+			t.noCompactor = true
+			fallback = sessions.FallbackUndefined
 		case err != nil:
 			fallback = sessions.FallbackError
 		case answer.Compaction == nil || answer.Compaction.Summary == "" || answer.Compaction.FirstKeptEntryID != req.FirstKeptEntryID:

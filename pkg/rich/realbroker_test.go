@@ -8,9 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +23,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
+	"github.com/roundtable-sandbox/sandbox/pkg/sessions"
 )
 
 const realKey = "sk-ant-real-key-never-in-the-container-0123456789"
@@ -36,6 +40,11 @@ type realPeers struct {
 }
 
 func newRealPeers(t *testing.T, replies ...anthropictest.Reply) *realPeers {
+	return newRealPeersWith(t, Tiers{}, nil, replies...)
+}
+
+// newRealPeersWith sets the worker's tiers and the policy's host compactor.
+func newRealPeersWith(t *testing.T, tiers Tiers, compactor *policy.Compactor, replies ...anthropictest.Reply) *realPeers {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "richreal")
 	if err != nil {
@@ -56,7 +65,8 @@ func newRealPeers(t *testing.T, replies ...anthropictest.Reply) *realPeers {
 		Tools:          []policy.Tool{{Name: "clock", Kind: policy.KindBuiltin, Builtin: "clock"}},
 		Limits:         policy.DefaultLimits(),
 		Rich: &policy.Rich{URL: p.upstream.URL, AllowHTTP: true, Model: "claude-test", MaxOutputTokens: 8192,
-			Thinking: "medium", Credential: "anthropic", CredentialKind: policy.CredentialAPIKey, MaxCalls: 16},
+			Thinking: "medium", Credential: "anthropic", CredentialKind: policy.CredentialAPIKey, MaxCalls: 16,
+			Compactor: compactor},
 	}
 	creds, err := credential.OpenDir(credDir, "")
 	if err != nil {
@@ -78,7 +88,7 @@ func newRealPeers(t *testing.T, replies ...anthropictest.Reply) *realPeers {
 	log := slog.New(slog.NewJSONHandler(p.logs, nil))
 	wb := NewBroker(p.sock, log)
 	w, err := New(Options{Pull: wb, Model: wb, Tools: wb, Compactor: wb, Reporter: wb,
-		Sessions: WorkspaceSessions{Workspace: dir}, Workspace: dir, Logger: log, MinBackoff: 10 * time.Millisecond})
+		Sessions: WorkspaceSessions{Workspace: dir}, Workspace: dir, Logger: log, MinBackoff: 10 * time.Millisecond, Tiers: tiers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,4 +191,58 @@ func TestWorkerAgainstRealBroker(t *testing.T) {
 	if strings.Contains(p.logs.String(), "noon") {
 		t.Error("worker logs carry model text")
 	}
+}
+
+// TestCompactionThroughRealBroker: past the threshold the worker asks the
+// real broker's /compact, which runs the operator's http compactor; the
+// compaction lands in the session with the policy's engine and the next
+// request starts with its summary.
+func TestCompactionThroughRealBroker(t *testing.T) {
+	var asked []sessions.CompactRequest
+	var mu sync.Mutex
+	comp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req sessions.CompactRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		asked = append(asked, req)
+		mu.Unlock()
+		json.NewEncoder(w).Encode(sessions.Compaction{Summary: "Ann asked twice.", FirstKeptEntryID: req.FirstKeptEntryID, TokensBefore: req.TokensBefore})
+	}))
+	t.Cleanup(comp.Close)
+	long := strings.Repeat("word ", 2_000)
+	p := newRealPeersWith(t, Tiers{Threshold: 4_000, Ceiling: 1_000_000},
+		&policy.Compactor{Kind: policy.CompactorHTTP, URL: comp.URL, AllowHTTP: true, Engine: "test_engine"},
+		anthropictest.Reply{Events: withInput(anthropictest.TextStream("claude-test", long), 100)},
+		anthropictest.Reply{Events: withInput(anthropictest.TextStream("claude-test", long), 5_000)},
+		anthropictest.Reply{Events: anthropictest.TextStream("claude-test", "short")},
+	)
+	for _, q := range []string{"one " + long, "two", "three"} {
+		if res := p.turn(q, "off"); !res.OK {
+			t.Fatalf("turn = %+v; logs:\n%s", res, p.logs.String())
+		}
+	}
+	mu.Lock()
+	n := len(asked)
+	mu.Unlock()
+	if n == 0 {
+		t.Fatalf("the host compactor was never asked; logs:\n%s", p.logs.String())
+	}
+	got := p.upstream.Requests()
+	if len(got) != 3 {
+		t.Fatalf("upstream saw %d requests, want 3 (no summary call of its own)", len(got))
+	}
+	last := string(got[len(got)-1].Body)
+	if !strings.Contains(last, summaryPrefix[:20]) || !strings.Contains(last, "Ann asked twice.") {
+		t.Errorf("the request after compaction does not start with the summary")
+	}
+	if !strings.Contains(p.logs.String(), `"engine":"test_engine"`) {
+		t.Errorf("compaction not logged with the policy's engine:\n%s", p.logs.String())
+	}
+}
+
+// withInput makes the stream's message_start report input tokens (the
+// tiers measure the model's usage).
+func withInput(ev []anthropictest.Event, input int) []anthropictest.Event {
+	ev[0] = anthropictest.Event{Name: "message_start", Data: `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-test","content":[],"stop_reason":null,"usage":{"input_tokens":` + strconv.Itoa(input) + `,"output_tokens":1}}}`}
+	return ev
 }

@@ -331,6 +331,7 @@ func TestCompactionFallsBackToOwnSummary(t *testing.T) {
 	}{
 		{"timeout", 200, `{"fallback":"timeout"}`, Tiers{Threshold: 2_000, Ceiling: 100_000}, true, "timeout"},
 		{"broker error", 500, ``, Tiers{Threshold: 2_000, Ceiling: 100_000}, true, "error"},
+		{"no compactor (404)", 404, ``, Tiers{Threshold: 2_000, Ceiling: 100_000}, true, "undefined"},
 		{"wrong first kept", 200, `{"compaction":{"summary":"s","firstKeptEntryId":"nope","tokensBefore":1}}`, Tiers{Threshold: 2_000, Ceiling: 100_000}, true, "shape"},
 		{"past ceiling", 200, `{}`, Tiers{Threshold: 500, Ceiling: 1_000}, false, ""},
 	} {

@@ -108,8 +108,10 @@ type turnRun struct {
 	toolRuns  int
 	summary   int // own summary calls
 	hostAsks  int
-	reports   int
-	mcpID     int
+	// noCompactor: the broker answered 404 on /compact (none configured).
+	noCompactor bool
+	reports     int
+	mcpID       int
 }
 
 // runTurn runs one admitted turn and answers its reply packet.
