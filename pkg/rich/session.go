@@ -2,6 +2,7 @@ package rich
 
 import (
 	"context"
+	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/sessions"
 )
@@ -48,12 +49,20 @@ type Sessions interface {
 }
 
 // WorkspaceSessions is the production Sessions: the JSONL files of
-// pkg/sessions in the workspace, opened afresh for every turn (so a fresh
-// start's archive, made by the host while the worker waited, is seen).
+// pkg/sessions in the workspace, opened afresh for every turn.
 type WorkspaceSessions struct{ Workspace string }
 
-// Open implements Sessions.
-func (w WorkspaceSessions) Open(bool) (Session, error) {
+// Open implements Sessions. A fresh turn first archives the session files
+// (sessions.Archive): the worker does it on the host's word because the
+// host cannot enter the guest-owned workspace (its one capability is
+// CAP_CHOWN); Archive replaces planted symlinks rather than following them
+// either way.
+func (w WorkspaceSessions) Open(fresh bool) (Session, error) {
+	if fresh {
+		if _, err := sessions.Archive(w.Workspace, time.Now()); err != nil {
+			return nil, err
+		}
+	}
 	s, err := sessions.Open(w.Workspace)
 	if err != nil {
 		return nil, err

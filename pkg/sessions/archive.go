@@ -24,14 +24,14 @@ type Archived struct {
 	Replaced []string
 }
 
-// Archive is the host's fresh start of a channel, after its container is
-// removed: every top-level regular *.jsonl file of workspace/sessions moves
-// to sessions/archive/<UTC time>/. A symlink (or any non-directory) the
+// Archive is a channel's fresh start: every top-level regular *.jsonl
+// file of workspace/sessions moves to sessions/archive/<UTC time>/. A symlink (or any non-directory) the
 // guest planted at sessions or sessions/archive is removed and replaced,
 // never followed; symlinks and other entries among the session files stay
 // where they are (Open skips them). workspace is opened without following
 // a final symlink. Directories Archive creates are 0700, owned by the
-// caller: the archive is the operator's, not the next conversation's.
+// caller. The rich worker calls it on a fresh turn (the host cannot enter
+// the guest-owned workspace); it is safe from a more privileged caller too.
 func Archive(workspace string, now time.Time) (Archived, error) {
 	var res Archived
 	wfd, err := unix.Open(workspace, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
