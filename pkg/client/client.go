@@ -109,6 +109,20 @@ type Channel struct {
 	// standbys are off) and StandbyExpiresUnix its expiry.
 	Standby            string `json:"standby,omitempty"`
 	StandbyExpiresUnix int64  `json:"standbyExpiresUnix,omitempty"`
+	// Profile is a rich channel's profile and Rich its session.
+	Profile string       `json:"profile,omitempty"`
+	Rich    *RichSession `json:"rich,omitempty"`
+}
+
+// RichSession is a rich channel's session: its id, container, state (none,
+// starting, ready, busy, stopping), start, idle stop and turns served.
+type RichSession struct {
+	Session      string `json:"session,omitempty"`
+	Container    string `json:"container,omitempty"`
+	State        string `json:"state"`
+	StartedUnix  int64  `json:"startedUnix,omitempty"`
+	IdleStopUnix int64  `json:"idleStopUnix,omitempty"`
+	Turns        int    `json:"turns,omitempty"`
 }
 
 // Cancel is the answer to a cancel request.
@@ -130,6 +144,8 @@ type Turn struct {
 	// Run marks a code run, Job a delegated job's research turn.
 	Run bool `json:"run,omitempty"`
 	Job bool `json:"job,omitempty"`
+	// Rich marks a rich channel's session (deadline: its lifetime).
+	Rich bool `json:"rich,omitempty"`
 }
 
 // Health is the host's health.
@@ -337,6 +353,13 @@ func (c *Client) Channels(ctx context.Context) ([]Channel, error) {
 func (c *Client) SetMode(ctx context.Context, channel, mode string) (Channel, error) {
 	var ch Channel
 	err := c.do(ctx, c.opts.Timeout, http.MethodPut, channelPath(channel, "mode"), map[string]string{"mode": mode}, &ch)
+	return ch, err
+}
+
+// SetRich puts a channel in mode rich with a configured profile. Admins only.
+func (c *Client) SetRich(ctx context.Context, channel, profile string) (Channel, error) {
+	var ch Channel
+	err := c.do(ctx, c.opts.Timeout, http.MethodPut, channelPath(channel, "mode"), map[string]string{"mode": "rich", "profile": profile}, &ch)
 	return ch, err
 }
 

@@ -257,6 +257,18 @@ func TestClientCommands(t *testing.T) {
 	if code, out := run("", "channel", "on", "g:1"); code != 0 || !strings.Contains(out, "mode on") {
 		t.Errorf("channel on: %d %q", code, out)
 	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"channel", "on", "g:2", "--rich"}, "--rich needs --profile"},
+		{[]string{"channel", "on", "g:2", "--profile", "p"}, "--profile is for --rich"},
+		{[]string{"channel", "on", "g:2", "--rich", "--profile", "p"}, "rich channels are disabled"},
+	} {
+		if code, out := run("", c.args...); code == 0 || !strings.Contains(out, c.want) {
+			t.Errorf("%v: %d %q, want %q", c.args, code, out, c.want)
+		}
+	}
 	if code, out := run("ping from stdin\n", "turn", "g:1", "--speaker-id", "s"); code != 0 || strings.TrimSpace(out) != "pong" {
 		t.Errorf("turn: %d %q", code, out)
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -72,10 +73,23 @@ func channelCmd(g *globals) *cobra.Command {
 			},
 		}
 	}
+	var rich bool
+	var profile string
+	on := one("on", "Put a channel in sandbox mode, or with --rich --profile P in rich mode (admins)", func(c *client.Client, cmd *cobra.Command, ch string) (any, error) {
+		switch {
+		case rich && profile == "":
+			return nil, errors.New("--rich needs --profile")
+		case !rich && profile != "":
+			return nil, errors.New("--profile is for --rich")
+		case rich:
+			return c.SetRich(cmd.Context(), ch, profile)
+		}
+		return c.SetMode(cmd.Context(), ch, "on")
+	})
+	on.Flags().BoolVar(&rich, "rich", false, "rich mode: the channel's turns run on its long-lived rich worker")
+	on.Flags().StringVar(&profile, "profile", "", "the configured profile of a rich channel")
 	cmd.AddCommand(
-		one("on", "Put a channel in sandbox mode (admins)", func(c *client.Client, cmd *cobra.Command, ch string) (any, error) {
-			return c.SetMode(cmd.Context(), ch, "on")
-		}),
+		on,
 		one("off", "Take a channel out of sandbox mode; memory is kept (admins)", func(c *client.Client, cmd *cobra.Command, ch string) (any, error) {
 			return c.SetMode(cmd.Context(), ch, "off")
 		}),
@@ -101,7 +115,11 @@ func channelCmd(g *globals) *cobra.Command {
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "MODE\tQUEUED\tRUNNING\tFRESH\tSTANDBY\tTAG\tCHANNEL")
 				for _, c := range list {
-					fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%s\t%s\t%q\n", c.Mode, c.Queued, dash(c.RunningTurn), c.PendingFresh, dash(c.Standby), c.Tag, c.Channel)
+					mode := c.Mode
+					if c.Profile != "" {
+						mode += ":" + c.Profile
+					}
+					fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%s\t%s\t%q\n", mode, c.Queued, dash(c.RunningTurn), c.PendingFresh, dash(c.Standby), c.Tag, c.Channel)
 				}
 				return tw.Flush()
 			},
@@ -126,6 +144,19 @@ func printHuman(cmd *cobra.Command, v any) {
 			fmt.Fprintf(w, ", standby %s", x.Standby)
 			if x.StandbyExpiresUnix > 0 {
 				fmt.Fprintf(w, " (expires %s)", time.Unix(x.StandbyExpiresUnix, 0).UTC().Format(time.RFC3339))
+			}
+		}
+		if x.Profile != "" {
+			fmt.Fprintf(w, ", profile %s", x.Profile)
+		}
+		if r := x.Rich; r != nil {
+			fmt.Fprintf(w, ", session %s", r.State)
+			if r.Session != "" {
+				fmt.Fprintf(w, " (%s, container %s, %d turns", r.Session, r.Container, r.Turns)
+				if r.IdleStopUnix > 0 {
+					fmt.Fprintf(w, ", idle stop %s", time.Unix(r.IdleStopUnix, 0).UTC().Format(time.RFC3339))
+				}
+				fmt.Fprint(w, ")")
 			}
 		}
 		fmt.Fprintln(w)
