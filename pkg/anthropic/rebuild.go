@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"strings"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
@@ -476,10 +477,15 @@ func (rb *rebuilder) block(v any, role string) (any, error) {
 		}
 		return out, rb.cache(m, out)
 	case BlockThinking:
+		// The text is empty (or absent) when thinking was displayed
+		// "omitted"; the signature is what the provider checks.
 		t, ok1 := m["thinking"].(string)
+		if _, has := m["thinking"]; !has {
+			t, ok1 = "", true
+		}
 		s, ok2 := m["signature"].(string)
 		if !ok1 || !ok2 || s == "" {
-			return nil, invalid("a thinking block needs its text and signature")
+			return nil, invalid("a thinking block needs its signature (and text, when not omitted)")
 		}
 		return map[string]any{"type": typ, "thinking": t, "signature": s}, nil
 	default: // BlockRedactedThinking
@@ -529,8 +535,8 @@ func (rb *rebuilder) image(m map[string]any) (any, error) {
 	if data == "" || len(data) > base64.StdEncoding.EncodedLen(MaxImageBytes) {
 		return nil, invalid("image data empty or over the limit")
 	}
-	raw, err := base64.StdEncoding.Strict().DecodeString(data)
-	if err != nil || len(raw) > MaxImageBytes {
+	raw, n, ok := checkBase64(data)
+	if !ok || n > MaxImageBytes {
 		return nil, invalid("image data must be standard base64 within the limit")
 	}
 	match := false
@@ -548,6 +554,28 @@ func (rb *rebuilder) image(m map[string]any) (any, error) {
 	}
 	out := map[string]any{"type": BlockImage, "source": map[string]any{"type": "base64", "media_type": mt, "data": data}}
 	return out, rb.cache(m, out)
+}
+
+// checkBase64 validates standard padded base64 in chunks (never holding
+// the decoded image) and returns its first decoded bytes and decoded length.
+func checkBase64(data string) (head []byte, n int, ok bool) {
+	if len(data)%4 != 0 || strings.IndexByte(data[:max(len(data)-2, 0)], '=') >= 0 {
+		return nil, 0, false // padding only at the very end
+	}
+	const chunk = 64 << 10 // base64 characters, a multiple of 4
+	buf := make([]byte, base64.StdEncoding.DecodedLen(chunk))
+	enc := base64.StdEncoding.Strict()
+	for off := 0; off < len(data); off += chunk {
+		k, err := enc.Decode(buf, []byte(data[off:min(off+chunk, len(data))]))
+		if err != nil {
+			return nil, 0, false
+		}
+		if off == 0 {
+			head = append([]byte(nil), buf[:min(k, 16)]...)
+		}
+		n += k
+	}
+	return head, n, true
 }
 
 // cache copies a valid cache_control of m into out.

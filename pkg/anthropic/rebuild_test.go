@@ -128,6 +128,9 @@ func hostileBodies() map[string]string {
 		"image bad base64":     msgs(user(`[` + image("image/png", "!!!!") + `]`)),
 		"image url-safe b64":   msgs(user(`[` + image("image/png", strings.NewReplacer("+", "-", "/", "_").Replace(base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n\x1a\n\xfb\xff\xfe")))) + `]`)),
 		"image empty":          msgs(user(`[` + image("image/png", "") + `]`)),
+		"image inner padding":  msgs(user(`[` + image("image/png", base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n\x1a\n01"))+pngB64) + `]`)),
+		"image unpadded":       msgs(user(`[` + image("image/png", strings.TrimRight(base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n\x1a\n01")), "=")) + `]`)),
+		"image newline in b64": msgs(user(`[` + image("image/png", pngB64[:8]+`\n`+pngB64[8:]) + `]`)),
 		"image png as jpeg":    msgs(user(`[` + image("image/jpeg", pngB64) + `]`)),
 		"image jpeg as png":    msgs(user(`[` + image("image/png", jpegB64) + `]`)),
 		"image riff not webp":  msgs(user(`[` + image("image/webp", base64.StdEncoding.EncodeToString([]byte("RIFF0000WAVEfmt "))) + `]`)),
@@ -148,6 +151,7 @@ func hostileBodies() map[string]string {
 		"tool_result content#": msgs(user(`[{"type":"tool_result","tool_use_id":"t","content":5}]`)),
 		"thinking in user":     msgs(user(`[{"type":"thinking","thinking":"x","signature":"s"}]`)),
 		"thinking no sig":      msgs(user(`"hi"`), asst(`[{"type":"thinking","thinking":"x"}]`)),
+		"thinking text number": msgs(user(`"hi"`), asst(`[{"type":"thinking","thinking":1,"signature":"s"}]`)),
 		"thinking cache":       msgs(user(`"hi"`), asst(`[{"type":"thinking","thinking":"x","signature":"s","cache_control":{"type":"ephemeral"}}]`)),
 		"redacted no data":     msgs(user(`"hi"`), asst(`[{"type":"redacted_thinking"}]`)),
 		"cache_control string": msgs(user(`[{"type":"text","text":"x","cache_control":"ephemeral"}]`)),
@@ -411,7 +415,7 @@ func TestRebuildTypesRoundTrip(t *testing.T) {
 		Tools:    []Tool{{Name: "clock", InputSchema: json.RawMessage(`{"type":"object"}`)}},
 		Messages: []Message{
 			{Role: RoleUser, Content: []ContentBlock{{Type: BlockText, Text: "hi"}}},
-			{Role: RoleAssistant, Content: []ContentBlock{{Type: BlockThinking, Thinking: "t", Signature: "s"}, {Type: BlockToolUse, ID: "toolu_1", Name: "clock", Input: json.RawMessage(`{}`)}}},
+			{Role: RoleAssistant, Content: []ContentBlock{{Type: BlockThinking, Thinking: "t", Signature: "s"}, {Type: BlockThinking, Signature: "omitted-display"}, {Type: BlockToolUse, ID: "toolu_1", Name: "clock", Input: json.RawMessage(`{}`)}}},
 			{Role: RoleUser, Content: []ContentBlock{{Type: BlockToolResult, ToolUseID: "toolu_1", Content: []ContentBlock{{Type: BlockText, Text: "noon"}}}}},
 		},
 		Metadata: &Metadata{UserID: "u"},
@@ -460,4 +464,35 @@ func FuzzRebuild(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkRebuildLargeImages: a large body (three 20 MiB PNG images, 80
+// MiB of base64; four would pass the 96 MiB limit): time and allocation
+// per byte of body are the broker's cost of one such call.
+func BenchmarkRebuildLargeImages(b *testing.B) {
+	img := base64.StdEncoding.EncodeToString(append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, MaxImageBytes-16)...))
+	body := []byte(msgs(user(`[` + image("image/png", img) + `,` + image("image/png", img) + `,` + image("image/png", img) + `,{"type":"text","text":"what is this"}]`)))
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := Rebuild(body, testLimits); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestCheckBase64MatchesTheDecoder(t *testing.T) {
+	big := base64.StdEncoding.EncodeToString(make([]byte, 200_000)) // several chunks
+	// Newlines, which the decoder skips, are refused: stricter, never looser.
+	if _, _, ok := checkBase64("AAAA\nAAAA"); ok {
+		t.Error("checkBase64 admitted a newline")
+	}
+	for _, s := range []string{"", "AA==", "AAA=", "AAAA", "AA=A", "A===", "AA==AAAA", big, big[:len(big)-4] + "AA==", big[:70_000] + "=" + big[70_001:]} {
+		raw, err := base64.StdEncoding.Strict().DecodeString(s)
+		head, n, ok := checkBase64(s)
+		if ok != (err == nil) || (ok && (n != len(raw) || string(head) != string(raw[:min(16, len(raw))]))) {
+			t.Errorf("checkBase64(%.20q...) = %d, %v; decoder: %d, %v", s, n, ok, len(raw), err)
+		}
+	}
 }

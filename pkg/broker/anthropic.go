@@ -17,6 +17,7 @@ package broker
 // with the broker's own generic message, never the upstream's.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -286,7 +287,7 @@ func (b *Broker) anthropicCall(w http.ResponseWriter, r *http.Request, c *anthro
 	}
 	secrets := b.allSecrets([]credential.Secret{secret, b.richCompactorSecret()})
 	url := strings.TrimSuffix(rich.URL, "/") + strings.TrimPrefix(r.RequestURI, "/anthropic")
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(up)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(up))
 	if err != nil {
 		return refused("upstream request not built", ErrUpstream)
 	}
