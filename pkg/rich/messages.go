@@ -23,7 +23,7 @@ func blocksOf(e Entry) []ContentBlock {
 // crash or a compaction: the summary first, user first, roles
 // alternating (same-role messages merged), every tool_use answered by a
 // tool_result in the next message (a missing one answered ToolMissingText),
-// no tool_result without its tool_use, and thinking blocks only of this
+// no tool_result without its tool_use, no tool_use id twice, and thinking blocks only of this
 // turn's answers (mine) while thinking is on.
 func buildMessages(c SessionContext, mine map[string]bool, thinking bool) []Message {
 	var msgs []Message
@@ -37,12 +37,19 @@ func buildMessages(c SessionContext, mine map[string]bool, thinking bool) []Mess
 		}
 		msgs = append(msgs, Message{Role: role, Content: blocks})
 	}
+	seenUse := map[string]bool{}
 	for _, e := range c.Messages {
 		var kept []ContentBlock
 		for _, b := range blocksOf(e) {
 			switch {
 			case b.Type == BlockText && b.Text == "":
 				// The provider refuses empty text blocks.
+			case b.Type == BlockToolUse && (seenUse[b.ID] || e.Type != TypeAssistant):
+				// A tool_use id is unique in a request (the worker gives
+				// unique ones; a session holding others is not trusted).
+			case b.Type == BlockToolUse:
+				seenUse[b.ID] = true
+				kept = append(kept, b)
 			case b.Type == BlockThinking && (b.Signature == "" || !thinking || !mine[e.ID]):
 			case b.Type == BlockRedactedThinking && (b.Data == "" || !thinking || !mine[e.ID]):
 			default:
@@ -89,6 +96,18 @@ func buildMessages(c SessionContext, mine map[string]bool, thinking bool) []Mess
 			out = append(out, Message{Role: RoleUser, Content: missingResults(m, uses)})
 		}
 	}
+	// A message emptied by the pairing (an orphan result) leaves two of a
+	// role side by side: merge them again. (No tool_result can lead a
+	// merged-in user message: results survive only right after a call.)
+	merged := out[:0]
+	for _, m := range out {
+		if n := len(merged); n > 0 && merged[n-1].Role == m.Role {
+			merged[n-1].Content = append(merged[n-1].Content, m.Content...)
+			continue
+		}
+		merged = append(merged, m)
+	}
+	out = merged
 	// The summary goes first, in a user message.
 	lead := []ContentBlock{}
 	if c.Summary != "" {

@@ -119,3 +119,79 @@ func TestSplitForCompaction(t *testing.T) {
 		}
 	}
 }
+
+// FuzzBuildMessages: whatever sequence of entries a session holds (after a
+// crash, a compaction, a broken stream), the request is one the provider
+// accepts: user first, roles alternating, no empty message, every tool_use
+// answered first thing in the next message, no tool_result without its
+// tool_use, thinking only when asked for.
+func FuzzBuildMessages(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 0}, true, false)
+	f.Add([]byte{2, 0, 3, 11, 19, 4, 1}, false, true)
+	f.Fuzz(func(t *testing.T, seq []byte, summary, thinking bool) {
+		if len(seq) > 64 {
+			return
+		}
+		c := SessionContext{}
+		if summary {
+			c.Summary = "S"
+		}
+		mine := map[string]bool{}
+		for i, b := range seq {
+			id := string(rune('a' + (b>>3)%4))
+			eid := itoa(i)
+			switch b % 6 {
+			case 0:
+				c.Messages = append(c.Messages, ent(TypeUser, eid, txt("u")))
+			case 1:
+				c.Messages = append(c.Messages, ent(TypeAssistant, eid, txt("a")))
+			case 2:
+				c.Messages = append(c.Messages, ent(TypeAssistant, eid, call(id)))
+			case 3:
+				c.Messages = append(c.Messages, ent(TypeToolResult, eid, result(id)))
+			case 4:
+				mine[eid] = b&0x80 != 0
+				c.Messages = append(c.Messages, ent(TypeAssistant, eid, ContentBlock{Type: BlockThinking, Thinking: "t", Signature: "s"}, call(id+"x")))
+			case 5:
+				c.Messages = append(c.Messages, ent(TypeAssistant, eid, txt("")))
+			}
+		}
+		out := buildMessages(c, mine, thinking)
+		if len(out) == 0 || out[0].Role != RoleUser {
+			t.Fatalf("does not start with a user message: %s", shape(out))
+		}
+		for i, m := range out {
+			if len(m.Content) == 0 {
+				t.Fatalf("empty message %d: %s", i, shape(out))
+			}
+			if i > 0 && out[i-1].Role == m.Role {
+				t.Fatalf("roles do not alternate at %d: %s", i, shape(out))
+			}
+			var prevUses map[string]bool
+			if i > 0 && out[i-1].Role == RoleAssistant {
+				prevUses = toolUses(out[i-1])
+			}
+			seenOther := false
+			answered := map[string]bool{}
+			for _, b := range m.Content {
+				switch {
+				case b.Type == BlockThinking && (!thinking || m.Role != RoleAssistant):
+					t.Fatalf("thinking block where none belongs: %s", shape(out))
+				case b.Type == BlockToolResult:
+					if m.Role != RoleUser || seenOther || !prevUses[b.ToolUseID] || answered[b.ToolUseID] {
+						t.Fatalf("tool_result %s out of place in message %d: %s", b.ToolUseID, i, shape(out))
+					}
+					answered[b.ToolUseID] = true
+				default:
+					seenOther = true
+				}
+			}
+			if m.Role == RoleUser && len(answered) != len(prevUses) {
+				t.Fatalf("message %d answers %d of %d calls: %s", i, len(answered), len(prevUses), shape(out))
+			}
+			if m.Role == RoleAssistant && len(toolUses(m)) > 0 && i+1 == len(out) {
+				t.Fatalf("calls of the last message unanswered: %s", shape(out))
+			}
+		}
+	})
+}
