@@ -155,6 +155,8 @@ type anthropicCall struct {
 	upstreamBytes   int64
 	events          int
 	streamedStarted bool // the 200 and some events went out: the error is in the stream
+	upstreamStatus  int    // the upstream's HTTP status, 0 before an answer
+	requestID       string // the upstream's request-id header, when well-formed (for the provider's support)
 }
 
 // serveAnthropic answers /anthropic/...; false for any other request.
@@ -169,8 +171,9 @@ func (b *Broker) serveAnthropic(w http.ResponseWriter, r *http.Request) bool {
 	if err != nil && !c.streamedStarted {
 		var typ, msg string
 		code, typ, msg = anthropicAnswer(err)
-		if code >= 400 && code < 500 && !errors.Is(err, ErrRefusalLimit) && !errors.Is(err, ErrClientGone) {
-			b.refusal()
+		var us *upstreamStatus
+		if code >= 400 && code < 500 && !errors.Is(err, ErrRefusalLimit) && !errors.Is(err, ErrClientGone) && !errors.As(err, &us) {
+			b.refusal() // the guest's refusals, not the upstream's
 		}
 		body, _ := anthropic.Encode(anthropic.ErrorBody{Type: "error", Error: anthropic.APIError{Type: typ, Message: msg}})
 		h := w.Header()
@@ -186,6 +189,12 @@ func (b *Broker) serveAnthropic(w http.ResponseWriter, r *http.Request) bool {
 	}
 	attrs := []any{"route", c.route, "status", code, "latency_ms", time.Since(start).Milliseconds(),
 		"stream", c.stream, "bytes_in", c.bytesIn, "bytes_out", c.bytesOut, "upstream_bytes", c.upstreamBytes, "events", c.events}
+	if c.upstreamStatus != 0 {
+		attrs = append(attrs, "upstream_status", c.upstreamStatus)
+	}
+	if c.requestID != "" {
+		attrs = append(attrs, "upstream_request_id", c.requestID)
+	}
 	switch {
 	case errors.Is(err, ErrRefusalLimit):
 		b.unread.Add(1)
@@ -321,6 +330,10 @@ func (b *Broker) anthropicCall(w http.ResponseWriter, r *http.Request, c *anthro
 		return refused("upstream unreachable", ErrUpstream)
 	}
 	defer resp.Body.Close()
+	c.upstreamStatus = resp.StatusCode
+	if id := resp.Header.Get("Request-Id"); len(id) <= 128 && validID(id) {
+		c.requestID = id
+	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return &upstreamStatus{resp.StatusCode}
 	}
@@ -508,6 +521,16 @@ func checkAnthropicHeaders(r *http.Request) ([]string, error) {
 		return nil, refused("Content-Length required", ErrLengthRequired)
 	}
 	return betas, nil
+}
+
+// validID: a request id as the provider writes them (req_...), nothing else.
+func validID(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // callsLeftRich is the bound turn's remaining credential-bearing calls.

@@ -232,6 +232,12 @@ func TestAnthropicStreamRefusals(t *testing.T) {
 			if strings.Contains(h.logs.String(), realAnthropicKey) || strings.Contains(h.logs.String(), "internal detail") {
 				t.Errorf("log holds upstream text or the key: %s", h.logs.String())
 			}
+			if tt.reply.Status != 0 && !strings.Contains(h.logs.String(), fmt.Sprintf(`"upstream_status":%d`, tt.reply.Status)) {
+				t.Errorf("log does not name the upstream status: %s", h.logs.String())
+			}
+			if tt.reply.Status != 0 && h.broker.refusals.Load() != 0 {
+				t.Errorf("an upstream error counted as a guest refusal")
+			}
 		})
 	}
 }
