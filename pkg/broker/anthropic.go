@@ -260,6 +260,10 @@ func (b *Broker) anthropicCall(w http.ResponseWriter, r *http.Request, c *anthro
 	if _, err := io.ReadFull(&silentReader{r: r.Body, rc: rc, silence: st.silence}, body); err != nil {
 		return refused("body unreadable or silent", ErrRefused)
 	}
+	// The body is read: no read deadline from here (net/http's background
+	// read would cancel the call at it); silence is now the upstream's and
+	// the writes', and the turn's deadline bounds the rest.
+	_ = rc.SetReadDeadline(time.Time{})
 	c.bytesIn = int64(len(body))
 	rich := b.pol.Rich
 	lim := anthropic.Limits{Model: rich.Model, MaxOutputTokens: rich.MaxOutputTokens, Thinking: bd.Bind.Turn.Thinking}

@@ -545,3 +545,21 @@ func TestAnthropicJSONAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestAnthropicStreamOutlivesSilenceLimit: a stream whose chunks come
+// more often than the silence limit runs past it (and past the server's
+// per-request read timeout): silence, not total time.
+func TestAnthropicStreamOutlivesSilenceLimit(t *testing.T) {
+	evs := anthropictest.TextStream("claude-test", "a", "b", "c", "d", "e", "f", "g", "h")
+	h := newAnthropicHarness(t, policy.CredentialAPIKey, 300*time.Millisecond, false,
+		anthropictest.Reply{Events: evs, Delay: 100 * time.Millisecond})
+	began := time.Now()
+	resp := h.post(RouteAnthropicMessages, streamReq)
+	body := readAll(t, resp)
+	if d := time.Since(began); d < 1*time.Second {
+		t.Fatalf("stream took %v, want over 1 s (the test is wrong)", d)
+	}
+	if strings.Contains(body, "event: error") || !strings.Contains(body, "message_stop") {
+		t.Fatalf("a lively stream was cut: %s", body)
+	}
+}
