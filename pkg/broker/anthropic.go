@@ -154,7 +154,7 @@ type anthropicCall struct {
 	bytesOut        int64
 	upstreamBytes   int64
 	events          int
-	streamedStarted bool // the 200 and some events went out: the error is in the stream
+	streamedStarted bool   // the 200 and some events went out: the error is in the stream
 	upstreamStatus  int    // the upstream's HTTP status, 0 before an answer
 	requestID       string // the upstream's request-id header, when well-formed (for the provider's support)
 }
