@@ -121,6 +121,17 @@ func ParseCompactRequest(body []byte) (*CompactRequest, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
+	// Lists absent or null are empty: a compactor always gets arrays.
+	for _, l := range []*[]json.RawMessage{&r.MessagesToSummarize, &r.TurnPrefixMessages, &r.KeptMessages} {
+		if *l == nil {
+			*l = []json.RawMessage{}
+		}
+	}
+	for _, l := range []*[]string{&r.ReadFiles, &r.ModifiedFiles} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
 	return &r, nil
 }
 

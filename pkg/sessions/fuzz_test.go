@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -54,5 +55,39 @@ func FuzzOpen(f *testing.F) {
 			t.Fatalf("an accepted session with one more entry no longer opens: %v", err)
 		}
 		s2.Close()
+	})
+}
+
+// FuzzCompactorAnswer: the parsers of what crosses the broker (a request
+// from the worker, a compactor's answer, a report) never panic, and what
+// they accept is within its bounds and re-encodes to something they accept.
+func FuzzCompactorAnswer(f *testing.F) {
+	f.Add([]byte(`{"summary":"S","firstKeptEntryId":"k1","tokensBefore":310000,"estimatedTokensAfter":9000,"details":{"engine":"x"}}`))
+	f.Add([]byte(`null`))
+	f.Add([]byte(`{"reason":"threshold","tokensBefore":1,"firstKeptEntryId":"k","isSplitTurn":false,"messagesToSummarize":[{}],"turnPrefixMessages":[],"keptMessages":[],"readFiles":["a"],"modifiedFiles":[]}`))
+	f.Add([]byte(`{"event":"compacted","trigger":"ceiling","engine":"worker","tokensBefore":1,"tokensAfter":1,"contextAfter":1,"nextCompactionAt":1}`))
+	req := validRequest()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if c, err := ParseCompaction(data, req); err == nil && c != nil {
+			if c.Summary == "" || len(c.Summary) > MaxSummaryBytes || c.FirstKeptEntryID != req.FirstKeptEntryID {
+				t.Fatalf("accepted out of bounds: %+v", c)
+			}
+			again, _ := json.Marshal(c)
+			if c2, err := ParseCompaction(again, req); err != nil || c2 == nil {
+				t.Fatalf("re-encoded compaction refused: %v", err)
+			}
+		}
+		if r, err := ParseCompactRequest(data); err == nil {
+			again, err := json.Marshal(r)
+			if err != nil {
+				t.Fatalf("accepted request does not encode: %v", err)
+			}
+			if _, err := ParseCompactRequest(again); err != nil {
+				t.Fatalf("re-encoded request refused: %v", err)
+			}
+		}
+		if r, err := ParseReport(data); err == nil && (!validName(r.Engine) || r.TokensBefore < 0) {
+			t.Fatalf("accepted report out of bounds: %+v", r)
+		}
 	})
 }

@@ -141,6 +141,13 @@ func TestCompactRequestRoundTrip(t *testing.T) {
 			t.Errorf("request JSON lacks %s", k)
 		}
 	}
+	min, err := ParseCompactRequest([]byte(`{"reason":"manual","tokensBefore":0,"firstKeptEntryId":"","messagesToSummarize":null}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if enc, _ := json.Marshal(min); strings.Contains(string(enc), "null") {
+		t.Fatalf("absent or null lists reach the compactor as null: %s", enc)
+	}
 	bad := []string{
 		`{"reason":"bored","tokensBefore":1,"firstKeptEntryId":"k","isSplitTurn":false,"messagesToSummarize":[],"turnPrefixMessages":[],"keptMessages":[],"readFiles":[],"modifiedFiles":[]}`,
 		`{"reason":"threshold","tokensBefore":-1,"firstKeptEntryId":"k","isSplitTurn":false,"messagesToSummarize":[],"turnPrefixMessages":[],"keptMessages":[],"readFiles":[],"modifiedFiles":[]}`,
