@@ -22,7 +22,7 @@ import (
 // fakeBroker serves the pull routes, a scripted SSE model, /tools, /mcp
 // and /compact on a Unix socket, recording what it received.
 type fakeBroker struct {
-	t    *testing.T
+	t    testing.TB
 	path string
 
 	mu           sync.Mutex
@@ -41,7 +41,7 @@ type fakeBroker struct {
 	headers      []http.Header
 }
 
-func newFakeBroker(t *testing.T) *fakeBroker {
+func newFakeBroker(t testing.TB) *fakeBroker {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "rich")
 	if err != nil {
@@ -330,7 +330,7 @@ func (f *fakeSession) Close() error { return nil }
 
 // harness runs a worker against a fake broker and store.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	broker *fakeBroker
 	store  *fakeStore
 	real   bool // pkg/sessions in the workspace instead of store

@@ -62,6 +62,30 @@ type Worker struct {
 	now        func() time.Time
 	minBackoff time.Duration
 	maxBackoff time.Duration
+	// sess is the open session, kept across turns (opening reads the
+	// whole file); reopened for a fresh turn and after a failed write.
+	sess Session
+}
+
+// session is the channel's session for a turn.
+func (w *Worker) session(fresh bool) (Session, error) {
+	if w.sess != nil && !fresh {
+		return w.sess, nil
+	}
+	w.dropSession()
+	s, err := w.sessions.Open(fresh)
+	if err != nil {
+		return nil, err
+	}
+	w.sess = s
+	return s, nil
+}
+
+func (w *Worker) dropSession() {
+	if w.sess != nil {
+		w.sess.Close()
+		w.sess = nil
+	}
 }
 
 // New returns a worker; Pull, Model, Tools and Sessions are required.
@@ -94,6 +118,7 @@ func New(o Options) (*Worker, error) {
 // turn, send its result; a failed announce, poll or result makes it back
 // off and announce again (the broker or the host restarted).
 func (w *Worker) Serve(ctx context.Context) error {
+	defer w.dropSession()
 	backoff := w.minBackoff
 	wait := func() bool {
 		t := time.NewTimer(backoff)

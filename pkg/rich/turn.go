@@ -154,12 +154,11 @@ func (t *turnRun) run(ctx context.Context) (string, error) {
 	if err := t.buildTools(); err != nil {
 		return "", err
 	}
-	t.sess, err = t.w.sessions.Open(t.turn.Fresh)
+	t.sess, err = t.w.session(t.turn.Fresh)
 	if err != nil {
 		// A corrupt session file fails the turn and stays as it was.
 		return "", fail(richproto.CauseSession, "session unusable")
 	}
-	defer t.sess.Close()
 	t.system = t.systemPrompt()
 	for _, e := range t.sess.Context().Messages {
 		for _, b := range blocksOf(e) {
@@ -236,6 +235,7 @@ func mustJSON(v any) json.RawMessage {
 func (t *turnRun) append(e Entry) error {
 	e, err := t.sess.Append(e)
 	if err != nil {
+		t.w.dropSession() // the next turn opens (and checks) it again
 		return fail(richproto.CauseSession, "session append failed")
 	}
 	t.mine[e.ID] = true
