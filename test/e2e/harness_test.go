@@ -199,6 +199,11 @@ type cfg struct {
 	Runtime string
 	// RunsProject, when set, declares the runs project "demo" at this path.
 	RunsProject string
+	// RichPort, when set, enables rich channels with the fake Anthropic
+	// upstream on this loopback port, profile "e2e" and rich.idleSeconds
+	// RichIdle (tail_rich_test.go).
+	RichPort int
+	RichIdle int
 }
 
 func baseConfig() cfg {
@@ -302,6 +307,21 @@ runs:
   projects:
     - name: demo
       path: {{.RunsProject}}
+{{- end}}
+{{- if .RichPort}}
+rich:
+  enabled: true
+  anthropicUrl: http://127.0.0.1:{{.RichPort}}
+  allowInsecureLoopbackHTTP: true
+  idleSeconds: {{.RichIdle}}
+  startTimeoutSeconds: 60
+  turnTimeoutSeconds: 120
+profiles:
+  - name: e2e
+    model: claude-e2e
+    maxOutputTokens: 4096
+    thinking: low
+    tools: [clock]
 {{- end}}
 `))
 
