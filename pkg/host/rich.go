@@ -388,8 +388,15 @@ func (h *Host) armIdleLocked(s *richSession) {
 	}
 	wait := h.idleStopAt(s).Sub(h.opts.Now())
 	s.idle = time.AfterFunc(max(wait, 0), func() {
+		// Taken off its channel under the lock that turns take sessions
+		// under, so no turn can take it while it is being stopped.
 		h.rich.mu.Lock()
 		idle := h.rich.byChannel[s.channel] == s && !s.busy
+		if idle {
+			delete(h.rich.byChannel, s.channel)
+			h.rich.removing[s.id] = s
+			s.state = RichStopping
+		}
 		h.rich.mu.Unlock()
 		if idle {
 			_ = h.richStop(s, "idle")
@@ -624,6 +631,9 @@ func (h *Host) richStopIdle(channel, mode, profile string) {
 		h.rich.mu.Unlock()
 		return
 	}
+	delete(h.rich.byChannel, channel) // no turn takes it from here
+	h.rich.removing[s.id] = s
+	s.state = RichStopping
 	h.rich.mu.Unlock()
 	_ = h.richStop(s, reason)
 }

@@ -18,6 +18,11 @@
 // binding turn's policy then carries its deadline, which outranks the
 // label), so a running host's standbys are kept, a host that is not running
 // leaves none, and an expired one goes.
+//
+// Rich channel sessions (a long-lived container and broker under a 32-hex
+// session id) need none either: the host lists a session like a turn while
+// it lives, and its deadline label and policy deadline are the session's
+// lifetime (at most 1,200 s, which the host never lets a session outlive).
 package reaper
 
 import (
