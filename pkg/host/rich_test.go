@@ -363,3 +363,61 @@ func TestRichModeAPI(t *testing.T) {
 	}
 	_ = http.StatusOK
 }
+
+// TestRichSessionLifetime: a turn that would end past what is left of the
+// session's lifetime starts a new session (the old one removed first).
+func TestRichSessionLifetime(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	ctl := &fakeRichControl{}
+	r := newRig(t, richExtra, func(o *Options) { o.RichControl = ctl; o.RichIdle = time.Hour; o.Now = clock })
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		<-ctx.Done()
+		return RunResult{ExitCode: 137}, ctx.Err()
+	}
+	t.Cleanup(r.h.Shutdown)
+	must(t, r.h.state.SetRich("room", "helper"))
+	if _, _, err := richTurn(t, r, "room", "one"); err != nil {
+		t.Fatal(err)
+	}
+	first := r.h.richStatus("room").Session
+	mu.Lock()
+	now = now.Add(RichSessionLifetime - r.cfg.RichTurnTimeout()) // a 600 s turn no longer fits
+	mu.Unlock()
+	if _, _, err := richTurn(t, r, "room", "two"); err != nil {
+		t.Fatal(err)
+	}
+	if second := r.h.richStatus("room").Session; second == first {
+		t.Error("a turn past the session's lifetime ran on the old session")
+	}
+	if n := len(r.richContainers()); n != 2 {
+		t.Errorf("%d containers, want 2", n)
+	}
+	if r.docker.liveCount() != 1 || r.units.activeCount() != 1 {
+		t.Errorf("live containers %d, units %d: the old session was not removed", r.docker.liveCount(), r.units.activeCount())
+	}
+}
+
+// TestRichCancel: cancelling a rich channel's running turn ends it with
+// ErrCancelled and removes its session.
+func TestRichCancel(t *testing.T) {
+	r, ctl := richRig(t, time.Hour)
+	must(t, r.h.state.SetRich("room", "helper"))
+	entered := make(chan struct{})
+	ctl.turnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
+		close(entered)
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}
+	done := make(chan error, 1)
+	go func() { _, _, err := richTurn(t, r, "room", "long"); done <- err }()
+	<-entered
+	if code, body := r.api(t, "POST", "/v1/channels/room/cancel", ""); code != 200 || !strings.Contains(body, `"cancelled":true`) {
+		t.Fatalf("cancel: %d %s", code, body)
+	}
+	if err := <-done; !errors.Is(err, ErrCancelled) {
+		t.Errorf("cancelled turn: %v, want ErrCancelled", err)
+	}
+	r.assertClean(t)
+}
