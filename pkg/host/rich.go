@@ -290,6 +290,7 @@ func (h *Host) richBind(id string, in TurnInput, prof config.Profile, deadline t
 	t := richproto.Turn{
 		ID: id, Text: in.Text, Speaker: richproto.Speaker{ID: in.SpeakerID, Name: in.SpeakerName},
 		Thinking: prof.Thinking, DeadlineUnixMs: deadline.UnixMilli(), Fresh: fresh, Model: prof.Model,
+		MaxOutputTokens: prof.MaxOutputTokens, // the worker leaves the answer room beside its thinking
 	}
 	for _, ts := range h.tools {
 		for _, name := range prof.Tools {

@@ -176,7 +176,8 @@ func TestRichSessionServesTurns(t *testing.T) {
 	}
 	for i, b := range binds {
 		if b.Turn.ID != ids_[i] || b.Identity.SpeakerID != "u-1" || b.Identity.PrincipalID != "p-1" || b.Identity.Channel != "room" ||
-			b.Turn.Thinking != "high" || b.Turn.Model != "claude-test" || len(b.Turn.Tools) != 1 || len(b.Turn.MCP) != 1 || b.Turn.Fresh {
+			b.Turn.Thinking != "high" || b.Turn.Model != "claude-test" || len(b.Turn.Tools) != 1 || len(b.Turn.MCP) != 1 || b.Turn.Fresh ||
+			b.Turn.MaxOutputTokens == 0 || b.Turn.MaxOutputTokens != pol.Rich.MaxOutputTokens {
 			t.Errorf("bind %d: %+v", i, b)
 		}
 		if err := b.Validate(pol); err != nil {
