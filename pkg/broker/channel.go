@@ -37,6 +37,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -74,6 +75,9 @@ var (
 type richState struct {
 	started  time.Time
 	pollWait time.Duration
+	// refused counts refused pull and control requests over the broker's
+	// life; past MaxRefusals they are no longer logged one by one.
+	refused atomic.Int64
 	// controlUID is the only peer uid /control/* accepts (the host's).
 	controlUID int
 
@@ -229,6 +233,10 @@ func (b *Broker) serveRich(w http.ResponseWriter, r *http.Request) bool {
 	}
 	attrs := []any{"route", r.RequestURI, "status", code, "latency_ms", time.Since(start).Milliseconds()}
 	switch {
+	case err != nil && !errors.Is(err, ErrClientGone) && b.rich.refused.Add(1) > MaxRefusals:
+		// A worker looping refused pull requests must not flood the
+		// journal: counted, logged once when the broker stops.
+		b.unread.Add(1)
 	case err != nil && !errors.Is(err, ErrClientGone):
 		b.log.Warn("call refused", append(attrs, "reason", err.Error())...)
 	case r.RequestURI == richproto.RouteNext && code == http.StatusNoContent, r.RequestURI == RouteControlStatus:

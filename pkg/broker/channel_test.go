@@ -393,3 +393,21 @@ func TestRichControlStatus(t *testing.T) {
 		t.Errorf("status from a non-host peer: %d, want 404", code)
 	}
 }
+
+// TestRichRefusalsNotFlooded: a worker looping refused pull requests gets
+// its refusals, but only MaxRefusals log lines.
+func TestRichRefusalsNotFlooded(t *testing.T) {
+	h := newRichHarness(t, os.Getuid())
+	for i := 0; i < 3*MaxRefusals; i++ {
+		if code, _, _ := h.do(richproto.RouteResult, resultJSON(richTurnID, "x")); code != http.StatusBadRequest {
+			t.Fatalf("refusal %d: %d", i, code)
+		}
+	}
+	if n := strings.Count(h.logs.String(), `"call refused"`); n != MaxRefusals {
+		t.Errorf("%d refusal lines, want %d", n, MaxRefusals)
+	}
+	// The worker's routes still answer.
+	if code, _, _ := h.do(richproto.RouteReady, ""); code != http.StatusOK {
+		t.Errorf("ready after the refusals: %d", code)
+	}
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
 )
@@ -26,6 +27,10 @@ import (
 // MaxBodyBytes bounds every request body: 32,000 characters of text escaped
 // as JSON (up to 6 bytes each) plus the speaker fields fit.
 const MaxBodyBytes = 256 << 10
+
+// MaxRichBodyBytes bounds a rich channel's turn request: 100,000
+// characters of text escaped as JSON plus the speaker fields.
+const MaxRichBodyBytes = 640 << 10
 
 // BodyReadTimeout bounds reading one request body (a variable for tests).
 var BodyReadTimeout = 30 * time.Second
@@ -256,8 +261,14 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 	if !h.accepting() {
 		return ErrShuttingDown
 	}
+	// A rich channel's turn may carry the seed's 100,000 characters (up to
+	// 6 bytes each escaped); a sealed one 32,000 within MaxBodyBytes.
+	maxBody, maxText := int64(MaxBodyBytes), protocol.MaxTextChars
+	if h.state.Mode(channel) == ModeRich {
+		maxBody, maxText = MaxRichBodyBytes, richproto.MaxTextChars
+	}
 	var req TurnRequest
-	if err := decodeBody(w, r, &req); err != nil {
+	if err := decodeBodyN(w, r, &req, maxBody); err != nil {
 		return err
 	}
 	if req.Speaker.ID == "" {
@@ -267,7 +278,7 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 		name, v string
 		max     int
 	}{
-		{"text", req.Text, protocol.MaxTextChars},
+		{"text", req.Text, maxText},
 		{"speaker.id", req.Speaker.ID, protocol.MaxIDChars},
 		{"speaker.name", req.Speaker.Name, protocol.MaxIDChars},
 		{"speaker.principalId", req.Speaker.PrincipalID, protocol.MaxIDChars},

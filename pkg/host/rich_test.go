@@ -422,3 +422,24 @@ func TestRichCancel(t *testing.T) {
 	}
 	r.assertClean(t)
 }
+
+// TestRichTextLimit: a rich channel's turn takes up to 100,000 characters
+// (a sealed channel's 32,000); one more is refused naming the field.
+func TestRichTextLimit(t *testing.T) {
+	r, _ := richRig(t, time.Hour)
+	must(t, r.h.state.SetRich("room", "helper"))
+	body := func(n int) string {
+		b, _ := json.Marshal(TurnRequest{Speaker: SpeakerJSON{ID: "u"}, Text: strings.Repeat("\u00e9", n)})
+		return string(b)
+	}
+	if code, out := r.api(t, "POST", "/v1/channels/room/turns", body(richproto.MaxTextChars)); code != 200 {
+		t.Errorf("100,000 characters on a rich channel: %d %.200s", code, out)
+	}
+	if code, out := r.api(t, "POST", "/v1/channels/room/turns", body(richproto.MaxTextChars+1)); code != 400 || !strings.Contains(out, "text is 100001 characters") {
+		t.Errorf("100,001 characters: %d %.200s", code, out)
+	}
+	must(t, r.h.state.SetMode("room", ModeOn))
+	if code, _ := r.api(t, "POST", "/v1/channels/room/turns", body(40_000)); code != 400 {
+		t.Errorf("40,000 characters on a sealed channel: %d, want 400", code)
+	}
+}
