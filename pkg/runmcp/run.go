@@ -182,6 +182,7 @@ type progress struct {
 	n     float64
 	line  string
 	state string
+	sent  string // the message of the last notification sent
 }
 
 func (p *progress) event(ctx context.Context, ev runs.Event) {
@@ -195,6 +196,13 @@ func (p *progress) event(ctx context.Context, ev runs.Event) {
 		}
 	case runs.EventState:
 		p.state = ev.State
+	case runs.EventResult:
+		// The last output line always reaches the client, whatever the
+		// rate limit held back.
+		if msg := p.message(); msg != "" && msg != p.sent {
+			p.send(ctx, msg)
+		}
+		return
 	default:
 		return
 	}
@@ -203,11 +211,20 @@ func (p *progress) event(ctx context.Context, ev runs.Event) {
 		return
 	}
 	p.last = now
-	p.n++
-	msg := p.state
+	p.send(ctx, p.message())
+}
+
+// message is what a notification says now: the latest output line, else the state.
+func (p *progress) message() string {
 	if p.line != "" {
-		msg = p.line
+		return p.line
 	}
+	return p.state
+}
+
+func (p *progress) send(ctx context.Context, msg string) {
+	p.n++
+	p.sent = msg
 	if err := p.ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 		ProgressToken: p.token,
 		Progress:      p.n,
