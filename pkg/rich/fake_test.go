@@ -387,10 +387,18 @@ func (h *harness) startWorker(tiers Tiers) {
 	h.cancel = cancel
 	h.done = make(chan error, 1)
 	go func() { h.done <- w.Serve(ctx) }()
-	h.t.Cleanup(h.stopWorker)
+	h.t.Cleanup(h.stop)
 }
 
+// stopWorker stops the worker as a container restart would.
 func (h *harness) stopWorker() {
+	h.stop()
+	// The stopped worker's poll may still wait in the fake (at most its
+	// 100 ms hold): let it end so it cannot take the next turn.
+	time.Sleep(150 * time.Millisecond)
+}
+
+func (h *harness) stop() {
 	if h.cancel == nil {
 		return
 	}

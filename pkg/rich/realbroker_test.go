@@ -37,6 +37,8 @@ type realPeers struct {
 	pol      *policy.Policy
 	upstream *anthropictest.Server
 	logs     *lockedBuffer
+	creds    *credential.Dir
+	stopB    func() // stops the running broker
 }
 
 func newRealPeers(t *testing.T, replies ...anthropictest.Reply) *realPeers {
@@ -68,22 +70,10 @@ func newRealPeersWith(t *testing.T, tiers Tiers, compactor *policy.Compactor, re
 			Thinking: "medium", Credential: "anthropic", CredentialKind: policy.CredentialAPIKey, MaxCalls: 16,
 			Compactor: compactor},
 	}
-	creds, err := credential.OpenDir(credDir, "")
-	if err != nil {
+	if p.creds, err = credential.OpenDir(credDir, ""); err != nil {
 		t.Fatal(err)
 	}
-	b, err := broker.New(broker.Config{Policy: p.pol, Credentials: creds, ControlUID: os.Getuid(),
-		PollWait: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("unix", p.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Serve(ctx, ln) }()
+	p.startBroker()
 
 	log := slog.New(slog.NewJSONHandler(p.logs, nil))
 	wb := NewBroker(p.sock, log)
@@ -98,19 +88,56 @@ func newRealPeersWith(t *testing.T, tiers Tiers, compactor *policy.Compactor, re
 	t.Cleanup(func() {
 		wcancel()
 		<-wdone
+		p.stopB()
+	})
+	return p
+}
+
+// startBroker runs a broker on the socket (a restart after stopBroker).
+func (p *realPeers) startBroker() {
+	t := p.t
+	b, err := broker.New(broker.Config{Policy: p.pol, Credentials: p.creds, ControlUID: os.Getuid(),
+		PollWait: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(p.sock)
+	ln, err := net.Listen("unix", p.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Serve(ctx, ln) }()
+	p.stopB = func() {
 		cancel()
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
 			t.Error("broker did not stop")
 		}
-	})
-	return p
+		p.stopB = func() {}
+	}
 }
 
 // turn hands a turn to the broker as the host does and returns the reply
 // packet it answers.
 func (p *realPeers) turn(text, thinking string) richproto.Result {
+	p.t.Helper()
+	code, body := p.control(text, thinking)
+	if code != 200 {
+		p.t.Fatalf("control answered %d %s; worker logs:\n%s", code, body, p.logs.String())
+	}
+	var res richproto.Result
+	if err := json.Unmarshal([]byte(body), &res); err != nil {
+		p.t.Fatalf("control answer %s: %v", body, err)
+	}
+	return res
+}
+
+// control posts the bind and returns the control route's status and body
+// (-1 when the connection failed).
+func (p *realPeers) control(text, thinking string) (int, string) {
 	p.t.Helper()
 	turn := newTurn(text)
 	turn.Thinking = thinking
@@ -129,18 +156,11 @@ func (p *realPeers) turn(text, thinking string) richproto.Result {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.Do(req)
 	if err != nil {
-		p.t.Fatalf("control: %v", err)
+		return -1, err.Error()
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		p.t.Fatalf("control answered %d %s; worker logs:\n%s", resp.StatusCode, body, p.logs.String())
-	}
-	var res richproto.Result
-	if err := json.Unmarshal(body, &res); err != nil {
-		p.t.Fatalf("control answer %s: %v", body, err)
-	}
-	return res
+	return resp.StatusCode, string(body)
 }
 
 // TestWorkerAgainstRealBroker: the worker and the real rich broker (pull
@@ -245,4 +265,39 @@ func TestCompactionThroughRealBroker(t *testing.T) {
 func withInput(ev []anthropictest.Event, input int) []anthropictest.Event {
 	ev[0] = anthropictest.Event{Name: "message_start", Data: `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-test","content":[],"stop_reason":null,"usage":{"input_tokens":` + strconv.Itoa(input) + `,"output_tokens":1}}}`}
 	return ev
+}
+
+// TestRealBrokerStopMidTurn: the broker stops while the model streams (a
+// systemctl stop of the channel broker); the turn fails, the worker backs
+// off, announces itself to the restarted broker and serves the next turn.
+func TestRealBrokerStopMidTurn(t *testing.T) {
+	p := newRealPeers(t,
+		anthropictest.Reply{Events: anthropictest.TextStream("claude-test", "par")[:4], Hang: true},
+		anthropictest.Reply{Events: anthropictest.TextStream("claude-test", "recovered")},
+	)
+	answered := make(chan int, 1)
+	go func() {
+		code, _ := p.control("first", "off")
+		answered <- code
+	}()
+	waitFor(t, "the model call", func() bool { return len(p.upstream.Requests()) == 1 })
+	time.Sleep(50 * time.Millisecond) // the stream has started
+	p.stopB()
+	if code := <-answered; code == 200 {
+		t.Fatal("the interrupted turn was answered")
+	}
+	p.startBroker()
+	res := p.turn("second", "off")
+	if !res.OK || res.Text != "recovered" {
+		t.Fatalf("turn after the restart = %+v; logs:\n%s", res, p.logs.String())
+	}
+	logs := p.logs.String()
+	for _, want := range []string{`"msg":"turn failed","cause":"stream"`, `"msg":"result not accepted"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %s:\n%s", want, logs)
+		}
+	}
+	if n := strings.Count(logs, `"msg":"worker ready"`); n < 2 {
+		t.Errorf("worker announced %d times, want again after the restart", n)
+	}
 }

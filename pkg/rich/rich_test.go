@@ -394,7 +394,7 @@ func TestBrokerRestartMidPollReannounces(t *testing.T) {
 	h := newHarness(t, bigTiers)
 	waitFor(t, "first announce", func() bool { return h.broker.readyCount() == 1 })
 	h.broker.stop()
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(150 * time.Millisecond) // past the fake's poll hold
 	h.broker.start() // resets the count
 	waitFor(t, "re-announce", func() bool { return h.broker.readyCount() >= 1 })
 	h.broker.setScript(textAnswer("back"))
@@ -627,5 +627,5 @@ func BenchmarkTurn(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	h.stopWorker()
+	h.stop()
 }
