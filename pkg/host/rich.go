@@ -58,6 +58,9 @@ const (
 // disabled or its profile is not configured (any more).
 var ErrRichUnavailable = errors.New("rich channel unavailable: rich.enabled is off or the channel's profile is not configured")
 
+// errWorkerExited: the session's container exited during a turn.
+var errWorkerExited = errors.New("rich worker exited mid-turn")
+
 // Session states shown in channel status.
 const (
 	RichStarting = "starting"
@@ -237,8 +240,22 @@ func (h *Host) RunRichTurn(ctx context.Context, in TurnInput) (*protocol.Reply, 
 	s, warm, runErr := h.richSessionFor(ctx, in.Channel, prof, deadline, reset)
 	if runErr == nil {
 		bind := h.richBind(id, in, prof, deadline, reset)
+		// A worker that dies mid-turn (its memory limit, say) fails the
+		// turn now instead of at its deadline.
+		callCtx, cancelCall := context.WithCancelCause(ctx)
+		go func() {
+			select {
+			case <-s.exited:
+				cancelCall(errWorkerExited)
+			case <-callCtx.Done():
+			}
+		}()
 		var res *richproto.Result
-		res, runErr = h.richControl.Turn(ctx, s.socket, bind)
+		res, runErr = h.richControl.Turn(callCtx, s.socket, bind)
+		if runErr != nil && errors.Is(context.Cause(callCtx), errWorkerExited) && ctx.Err() == nil {
+			runErr = errWorkerExited
+		}
+		cancelCall(nil)
 		if runErr == nil && res.TurnID != id {
 			runErr = errors.New("reply packet of another turn")
 		}

@@ -443,3 +443,40 @@ func TestRichTextLimit(t *testing.T) {
 		t.Errorf("40,000 characters on a sealed channel: %d, want 400", code)
 	}
 }
+
+// TestRichWorkerExitsMidTurn: a container that exits during a turn fails
+// it at once (not at its deadline), and the next turn starts a new session.
+func TestRichWorkerExitsMidTurn(t *testing.T) {
+	r, ctl := richRig(t, time.Hour)
+	must(t, r.h.state.SetRich("room", "helper"))
+	die := make(chan struct{})
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		select {
+		case <-ctx.Done():
+			return RunResult{ExitCode: 137}, ctx.Err()
+		case <-die:
+			return RunResult{ExitCode: 137}, nil // killed by its memory limit, say
+		}
+	}
+	ctl.turnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
+		close(die)
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}
+	start := time.Now()
+	if _, _, err := richTurn(t, r, "room", "one"); !errors.Is(err, ErrTurnFailed) {
+		t.Fatalf("turn whose worker exited: %v, want ErrTurnFailed", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the turn failed after %v, not at once", took)
+	}
+	r.assertClean(t)
+	ctl.turnFn = nil
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		<-ctx.Done()
+		return RunResult{ExitCode: 137}, ctx.Err()
+	}
+	if got, _, err := richTurn(t, r, "room", "two"); err != nil || !strings.HasSuffix(got, "two") {
+		t.Fatalf("next turn: %q %v", got, err)
+	}
+}
