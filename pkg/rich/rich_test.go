@@ -395,7 +395,7 @@ func TestBrokerRestartMidPollReannounces(t *testing.T) {
 	waitFor(t, "first announce", func() bool { return h.broker.readyCount() == 1 })
 	h.broker.stop()
 	time.Sleep(150 * time.Millisecond) // past the fake's poll hold
-	h.broker.start() // resets the count
+	h.broker.start()                   // resets the count
 	waitFor(t, "re-announce", func() bool { return h.broker.readyCount() >= 1 })
 	h.broker.setScript(textAnswer("back"))
 	if res := h.run(newTurn("x")); !res.OK || res.Text != "back" {
