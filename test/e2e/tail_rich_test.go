@@ -9,6 +9,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -173,7 +174,10 @@ func TestRichConversation(t *testing.T) {
 	if stats, err := env.docker.ContainerStatsOneShot(context.Background(), contID); err == nil {
 		var s container.StatsResponse
 		if json.NewDecoder(stats.Body).Decode(&s) == nil {
-			t.Logf("idle rich container memory: usage %.1f MiB, anon %.1f MiB", float64(s.MemoryStats.Usage)/(1<<20), float64(s.MemoryStats.Stats["anon"])/(1<<20))
+			// As docker stats shows it: usage less the inactive file cache.
+			t.Logf("idle rich container memory: %.1f MiB (usage %.1f MiB, inactive file %.1f MiB)",
+				float64(s.MemoryStats.Usage-s.MemoryStats.Stats["inactive_file"])/(1<<20),
+				float64(s.MemoryStats.Usage)/(1<<20), float64(s.MemoryStats.Stats["inactive_file"])/(1<<20))
 		}
 		stats.Body.Close()
 	}
@@ -182,6 +186,25 @@ func TestRichConversation(t *testing.T) {
 			t.Logf("idle rich broker memory: %.1f MiB", float64(v)/(1<<20))
 		}
 	}
+
+	// The control path answers the host's uid only: root (this process)
+	// reaching the same socket gets 404, with the real SO_PEERCRED.
+	sock, _ := layout.BrokerSocket(layout.RunRoot, session)
+	ctl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	for _, route := range []string{"/control/status", "/control/turn"} {
+		resp, err := ctl.Post("http://broker"+route, "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Errorf("POST %s as root: %v", route, err)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("POST %s as root (not the host's uid): %d, want 404", route, resp.StatusCode)
+		}
+	}
+	ctl.CloseIdleConnections()
 
 	// A warm rich turn against a sealed standby turn.
 	warm := append([]time.Duration(nil), took[1:]...)
