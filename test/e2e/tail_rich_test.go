@@ -330,3 +330,44 @@ func TestRichHostKilledThenReaped(t *testing.T) {
 	systemctl(t, "start", layout.ReaperUnit)
 	assertEmpty(t, "after one run of the reaper")
 }
+
+// TestRichHostStopAndStartupReap: `systemctl stop` of the host removes a
+// live session; after a SIGKILL the next host start's reap removes the
+// dead host's session.
+func TestRichHostStopAndStartupReap(t *testing.T) {
+	diagnose(t)
+	fake := richUpstream(t, 600)
+	const ch = "e2e-rich-stop-host"
+	richOn(t, ch)
+	fake.Push(textReply("one"))
+	if r := turn(ch, "alice", "RICH one"); r.Err != nil || r.Status != http.StatusOK {
+		t.Fatalf("turn: %s", r)
+	}
+	first := richStatusOf(t, ch)
+	systemctl(t, "stop", layout.HostService)
+	if _, err := env.docker.ContainerInspect(context.Background(), first.Container); err == nil {
+		t.Error("the session's container outlived host stop")
+	}
+	assertEmpty(t, "after host stop")
+	restartHost(t)
+	fake.Push(textReply("two"))
+	if r := turn(ch, "alice", "RICH two"); r.Err != nil || r.Status != http.StatusOK || replyText(r) != "two" {
+		t.Fatalf("turn after the restart: %s", r)
+	}
+	second := richStatusOf(t, ch)
+	if second.Session == first.Session {
+		t.Errorf("the session %s survived host stop", first.Session)
+	}
+	systemctl(t, "kill", "--kill-who=main", "--signal=SIGKILL", layout.HostService)
+	time.Sleep(2 * time.Second) // the startup reap leaves what is under a second old
+	restartHost(t)
+	if msg := eventually(20*time.Second, func() string {
+		if _, err := env.docker.ContainerInspect(context.Background(), second.Container); err == nil {
+			return "the killed host's session container survived the next start"
+		}
+		return ""
+	}); msg != "" {
+		t.Error(msg)
+	}
+	assertEmpty(t, "after the startup reap")
+}
