@@ -629,3 +629,44 @@ func BenchmarkTurn(b *testing.B) {
 	b.StopTimer()
 	h.stop()
 }
+
+func TestToolCallBoundsOfATurn(t *testing.T) {
+	h := newHarness(t, bigTiers)
+	reply := start(1)
+	for i := 0; i < MaxToolCallsPerReply; i++ {
+		reply += toolBlock(i, "", "memory_get", `{"scope":"channel"}`)
+	}
+	reply += stop("tool_use", 1)
+	for i := 0; i <= MaxToolCallsPerTurn/MaxToolCallsPerReply; i++ {
+		h.broker.setScript(reply)
+	}
+	res := h.run(newTurn("x"))
+	if res.OK || res.Cause != richproto.CauseBudget {
+		t.Fatalf("result = %+v, want cause budget past %d tool calls", res, MaxToolCallsPerTurn)
+	}
+	if n := len(h.broker.modelRequests()); n != MaxToolCallsPerTurn/MaxToolCallsPerReply+1 {
+		t.Errorf("%d model calls", n)
+	}
+}
+
+func TestLargeToolInputRunsButIsOmittedFromTheSession(t *testing.T) {
+	h := newHarness(t, bigTiers)
+	big := `{"q":"` + strings.Repeat("z", MaxToolInputBytes) + `"}`
+	h.broker.setScript(toolAnswer("toolu_big", "host_search", big), textAnswer("done"))
+	turn := newTurn("x")
+	turn.Tools = []richproto.ToolSpec{{Name: "search", Parameters: json.RawMessage(`{"type":"object"}`)}}
+	if res := h.run(turn); !res.OK {
+		t.Fatalf("result %+v", res)
+	}
+	if got := h.broker.toolBodies["/tools/search"]; len(got) != 1 || len(got[0]) != len(big) {
+		t.Errorf("the tool did not get the whole input")
+	}
+	for _, e := range h.store.snapshot() {
+		if e.Type == TypeAssistant && strings.Contains(string(e.Content), "zzzz") {
+			t.Error("the large input was stored in the session")
+		}
+	}
+	if req := h.broker.modelRequests()[1]; !strings.Contains(string(mustJSON(req.Messages)), "omitted") {
+		t.Error("the next request does not carry the omitted marker")
+	}
+}
