@@ -29,8 +29,9 @@ import (
 const MaxBodyBytes = 256 << 10
 
 // MaxRichBodyBytes bounds a rich channel's turn request: 100,000
-// characters of text escaped as JSON plus the speaker fields.
-const MaxRichBodyBytes = 640 << 10
+// characters of text escaped as JSON plus the speaker fields and ten
+// attachments (URL, name and type, escaped).
+const MaxRichBodyBytes = 800 << 10
 
 // BodyReadTimeout bounds reading one request body (a variable for tests).
 var BodyReadTimeout = 30 * time.Second
@@ -47,6 +48,9 @@ type (
 	TurnRequest struct {
 		Speaker SpeakerJSON `json:"speaker"`
 		Text    string      `json:"text"`
+		// Attachments: rich channels only (at most 10 URLs the broker
+		// fetches through safefetch; refused on a sealed channel).
+		Attachments []richproto.Attachment `json:"attachments,omitempty"`
 	}
 	// TurnResponse answers a turn.
 	TurnResponse struct {
@@ -291,6 +295,12 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 	if mode != ModeOn && mode != ModeRich {
 		return ErrModeOff
 	}
+	if len(req.Attachments) > 0 && mode != ModeRich {
+		return badRequest("attachments need a rich channel")
+	}
+	if err := richproto.ValidAttachments(req.Attachments); err != nil {
+		return badRequest(strings.TrimSuffix(err.Error(), ": "+richproto.ErrInvalid.Error()))
+	}
 	// Waiting ends when the client goes away or the host stops.
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
@@ -321,7 +331,7 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 	}
 	reply, turnID, err := run(ctx, TurnInput{
 		Channel: channel, SpeakerID: req.Speaker.ID, SpeakerName: req.Speaker.Name,
-		PrincipalID: req.Speaker.PrincipalID, Text: req.Text,
+		PrincipalID: req.Speaker.PrincipalID, Text: req.Text, Attachments: req.Attachments,
 		OnReply: func(reply *protocol.Reply, turnID string) {
 			replied = true // same goroutine as RunTurn's caller
 			h.writeReply(w, reply, turnID)

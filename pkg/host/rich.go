@@ -308,6 +308,7 @@ func (h *Host) richBind(id string, in TurnInput, prof config.Profile, deadline t
 		ID: id, Text: in.Text, Speaker: richproto.Speaker{ID: in.SpeakerID, Name: in.SpeakerName},
 		Thinking: prof.Thinking, DeadlineUnixMs: deadline.UnixMilli(), Fresh: fresh, Model: prof.Model,
 		MaxOutputTokens: prof.MaxOutputTokens, // the worker leaves the answer room beside its thinking
+		Attachments:     in.Attachments,
 	}
 	for _, ts := range h.tools {
 		for _, name := range prof.Tools {
@@ -556,6 +557,8 @@ func (h *Host) richPolicy(s *richSession, prof config.Profile) *policy.Policy {
 		Identity:       policy.Identity{Channel: s.channel, ChannelTag: s.tag},
 		DeadlineUnixMs: s.deadline.UnixMilli(), Limits: h.pol.Limits}
 	p.Limits.MaxCalls = h.cfg.Rich.MaxCalls
+	// The broker fetches attachments through the operator's egress.allow.
+	p.EgressAllow = append([]string(nil), h.pol.EgressAllow...)
 	for _, t := range h.pol.Tools {
 		for _, name := range prof.Tools {
 			if t.Name == name {

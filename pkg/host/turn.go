@@ -17,6 +17,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
 )
 
@@ -39,6 +40,9 @@ type TurnInput struct {
 	SpeakerName string
 	PrincipalID string
 	Text        string
+	// Attachments are a rich turn's files (the API refuses them on a
+	// sealed channel).
+	Attachments []richproto.Attachment
 	// OnReply, when set, receives the reply of a run that succeeded, in
 	// RunTurn's goroutine, before cleanup starts; RunTurn returns only after
 	// cleanup, so the caller keeps the channel's queue slot (and the host

@@ -233,8 +233,9 @@ func (b *Bind) Validate(p *Policy) error {
 
 // validateRich checks the parts of a rich policy beside its section.
 func (p *Policy) validateRich() error {
-	if p.EgressOnly || p.Precheck || p.Egress != nil || p.Model != (Model{}) || len(p.EgressAllow) > 0 {
-		return bad("a rich policy has no model route (its model is rich.model), no egress and is neither egressOnly nor precheck")
+	// egressAllow stays: the broker fetches the turn's attachments through it.
+	if p.EgressOnly || p.Precheck || p.Egress != nil || p.Model != (Model{}) {
+		return bad("a rich policy has no model route (its model is rich.model), no egress grant and is neither egressOnly nor precheck")
 	}
 	if err := p.Rich.Validate(); err != nil {
 		return err

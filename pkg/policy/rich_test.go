@@ -27,6 +27,12 @@ func TestRichValidate(t *testing.T) {
 	if err := p.Validate(); err != nil {
 		t.Fatalf("valid rich policy refused: %v", err)
 	}
+	// The broker fetches attachments through the operator's egress.allow.
+	withAllow := richPolicy()
+	withAllow.EgressAllow = []string{"127.0.0.1:8080"}
+	if err := withAllow.Validate(); err != nil {
+		t.Errorf("rich policy with egressAllow refused: %v", err)
+	}
 	if got, want := p.CredentialNames(), []string{"anthropic", "jev"}; !slices.Equal(got, want) {
 		t.Errorf("credentials %v, want %v", got, want)
 	}
@@ -35,7 +41,7 @@ func TestRichValidate(t *testing.T) {
 		"egress":             func(p *Policy) { g := DefaultEgress(); p.Egress = &g },
 		"egressOnly":         func(p *Policy) { p.EgressOnly = true },
 		"precheck":           func(p *Policy) { p.Precheck = true },
-		"egressAllow":        func(p *Policy) { p.EgressAllow = []string{"127.0.0.1:80"} },
+		"egressAllow bad":    func(p *Policy) { p.EgressAllow = []string{"not-an-address"} },
 		"http url":           func(p *Policy) { p.Rich.URL = "http://api.anthropic.com" },
 		"http non-loopback":  func(p *Policy) { p.Rich.URL = "http://10.0.0.1"; p.Rich.AllowHTTP = true },
 		"no model":           func(p *Policy) { p.Rich.Model = "" },

@@ -158,6 +158,9 @@ type Turn struct {
 	// routes, which enforce the allow list whatever the worker sends.
 	Tools []ToolSpec      `json:"tools,omitempty"`
 	MCP   []MCPServerSpec `json:"mcp,omitempty"`
+	// Attachments are the turn's files (attachments.go), fetched by the
+	// broker on the worker's request by index.
+	Attachments []Attachment `json:"attachments,omitempty"`
 }
 
 // File is one reply file (base64 on the wire through encoding/json).
@@ -235,6 +238,9 @@ func (t *Turn) Validate() error {
 		return bad("at most %d host tools", MaxToolSpecs)
 	}
 	if err := validSpecs("tools", t.Tools, toolNameRe); err != nil {
+		return err
+	}
+	if err := ValidAttachments(t.Attachments); err != nil {
 		return err
 	}
 	if len(t.MCP) > MaxMCPServers {

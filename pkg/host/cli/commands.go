@@ -17,6 +17,7 @@ import (
 func turnCmd(g *globals) *cobra.Command {
 	var sp client.Speaker
 	var text string
+	var attach []string
 	cmd := &cobra.Command{
 		Use:   "turn <channel>",
 		Short: "Run one guest message in a channel (text from --text or stdin)",
@@ -29,7 +30,11 @@ func turnCmd(g *globals) *cobra.Command {
 				}
 				text = strings.TrimSuffix(string(data), "\n")
 			}
-			reply, err := g.client().RunTurn(cmd.Context(), args[0], sp, text)
+			atts, err := parseAttaches(attach)
+			if err != nil {
+				return err
+			}
+			reply, err := g.client().RunTurnAttachments(cmd.Context(), args[0], sp, text, atts)
 			if err != nil {
 				return err
 			}
@@ -48,6 +53,7 @@ func turnCmd(g *globals) *cobra.Command {
 	f.StringVar(&sp.Name, "speaker-name", "", "speaker display name")
 	f.StringVar(&sp.PrincipalID, "principal", "", "principal id the speaker was admitted as (never reaches the worker)")
 	f.StringVar(&text, "text", "", "message text (default: read stdin)")
+	f.StringArrayVar(&attach, "attach", nil, "attach URL[,name[,type]] (rich channels; repeat for up to 10)")
 	cmd.MarkFlagRequired("speaker-id")
 	return cmd
 }
