@@ -52,11 +52,13 @@ type (
 		// fetches through safefetch; refused on a sealed channel).
 		Attachments []richproto.Attachment `json:"attachments,omitempty"`
 	}
-	// TurnResponse answers a turn.
+	// TurnResponse answers a turn; Files are a rich turn's reply files
+	// (data is base64 in JSON).
 	TurnResponse struct {
-		OK     bool   `json:"ok"`
-		Text   string `json:"text"`
-		TurnID string `json:"turnId"`
+		OK     bool             `json:"ok"`
+		Text   string           `json:"text"`
+		TurnID string           `json:"turnId"`
+		Files  []richproto.File `json:"files,omitempty"`
 	}
 	// ChannelStatus is GET /v1/channels/{channel}.
 	ChannelStatus struct {
@@ -325,6 +327,7 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 	// counts it in sandbox_cleanup_failures_total. Failed turns are answered
 	// after cleanup, as before.
 	replied := false
+	var files []richproto.File
 	run := h.RunTurn
 	if mode == ModeRich {
 		run = h.RunRichTurn
@@ -332,9 +335,10 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 	reply, turnID, err := run(ctx, TurnInput{
 		Channel: channel, SpeakerID: req.Speaker.ID, SpeakerName: req.Speaker.Name,
 		PrincipalID: req.Speaker.PrincipalID, Text: req.Text, Attachments: req.Attachments,
+		OnFiles: func(f []richproto.File) { files = f },
 		OnReply: func(reply *protocol.Reply, turnID string) {
 			replied = true // same goroutine as RunTurn's caller
-			h.writeReply(w, reply, turnID)
+			h.writeReply(w, reply, turnID, files)
 		},
 	})
 	if replied {
@@ -348,16 +352,16 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 	}
 	// RunTurn succeeded without calling OnReply: not expected, but the
 	// client must still get its answer.
-	h.writeReply(w, reply, turnID)
+	h.writeReply(w, reply, turnID, files)
 	return nil
 }
 
 // writeReply writes a turn's 200 response whole, with its length, and flushes
 // it, so the client has the complete body while the handler still runs the
 // turn's cleanup.
-func (h *Host) writeReply(w http.ResponseWriter, reply *protocol.Reply, turnID string) {
-	body, err := json.Marshal(TurnResponse{OK: reply.OK, Text: reply.Text, TurnID: turnID})
-	if err != nil { // plain strings and a bool: cannot happen
+func (h *Host) writeReply(w http.ResponseWriter, reply *protocol.Reply, turnID string, files []richproto.File) {
+	body, err := json.Marshal(TurnResponse{OK: reply.OK, Text: reply.Text, TurnID: turnID, Files: files})
+	if err != nil { // strings, bytes and a bool: cannot happen
 		h.fail(w, fmt.Errorf("encode reply: %w", err))
 		return
 	}

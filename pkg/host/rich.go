@@ -237,6 +237,7 @@ func (h *Host) RunRichTurn(ctx context.Context, in TurnInput) (*protocol.Reply, 
 	log := h.log.With("turn", id, "channel", tag, "profile", prof.Name)
 
 	var reply *protocol.Reply
+	var files []richproto.File
 	s, warm, runErr := h.richSessionFor(ctx, in.Channel, prof, deadline, reset)
 	if runErr == nil {
 		bind := h.richBind(id, in, prof, deadline, reset)
@@ -264,8 +265,11 @@ func (h *Host) RunRichTurn(ctx context.Context, in TurnInput) (*protocol.Reply, 
 			if !res.OK && richproto.ValidCause(res.Cause) {
 				reply.Cause = res.Cause
 			}
-			if len(res.Files) > 0 {
-				log.Info("reply files not delivered (rich channels part 2)", "files", len(res.Files))
+			if len(res.Files) > 0 && res.OK {
+				// Validated by the broker and again by the control client
+				// (richproto bounds); delivered as bytes, never a path.
+				files = res.Files
+				log.Info("reply files", "files", len(res.Files), "bytes", filesBytes(res.Files))
 			}
 		}
 		h.richRelease(s, runErr == nil)
@@ -295,6 +299,9 @@ func (h *Host) RunRichTurn(ctx context.Context, in TurnInput) (*protocol.Reply, 
 		return nil, id, err
 	}
 	log.Info("turn done", "result", result, "duration_ms", took.Milliseconds(), "rich", true, "warm", warm)
+	if in.OnFiles != nil && len(files) > 0 {
+		in.OnFiles(files)
+	}
 	if in.OnReply != nil {
 		in.OnReply(reply, id)
 	}
@@ -688,4 +695,12 @@ func (h *Host) logRichConfig() {
 		h.log.Info("rich channels enabled", "profiles", len(h.cfg.Profiles), "idle_s", h.cfg.Rich.IdleSeconds,
 			"session_lifetime_s", int(RichSessionLifetime.Seconds()))
 	}
+}
+
+func filesBytes(files []richproto.File) int {
+	n := 0
+	for _, f := range files {
+		n += len(f.Data)
+	}
+	return n
 }

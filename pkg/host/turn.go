@@ -52,6 +52,9 @@ type TurnInput struct {
 	// that answer; RunTurn still logs it with what to inspect, counts it in
 	// sandbox_cleanup_failures_total and returns ErrCleanup.
 	OnReply func(reply *protocol.Reply, turnID string)
+	// OnFiles, when set, receives a rich turn's reply files (bytes the
+	// broker and the host validated; never a path) just before OnReply.
+	OnFiles func(files []richproto.File)
 }
 
 type turn struct {

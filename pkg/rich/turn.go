@@ -112,12 +112,20 @@ type turnRun struct {
 	noCompactor bool
 	reports     int
 	mcpID       int
+	outbox      *outbox // the turn's reply files (outbox.go)
 }
 
 // runTurn runs one admitted turn and answers its reply packet.
 func (w *Worker) runTurn(ctx context.Context, turn *richproto.Turn) richproto.Result {
 	t := &turnRun{w: w, turn: turn, log: w.log, start: time.Now(), mine: map[string]bool{}, used: map[string]bool{}}
 	text, err := t.run(ctx)
+	defer t.outbox.close()
+	var files []richproto.File
+	if err == nil {
+		if files, err = t.outbox.collect(t.log); err != nil {
+			err = fail(richproto.CauseWorkspace, "outbox unreadable")
+		}
+	}
 	if err != nil {
 		cause := richproto.CauseInternal
 		var f *failure
@@ -128,8 +136,8 @@ func (w *Worker) runTurn(ctx context.Context, turn *richproto.Turn) richproto.Re
 			"duration_ms", time.Since(t.start).Milliseconds())
 		return richproto.Result{TurnID: turn.ID, OK: false, Cause: cause}
 	}
-	t.log.Info("turn finished", "ok", true, "model_calls", t.calls, "tool_calls", t.toolRuns, "duration_ms", time.Since(t.start).Milliseconds())
-	return richproto.Result{TurnID: turn.ID, OK: true, Text: text}
+	t.log.Info("turn finished", "ok", true, "model_calls", t.calls, "tool_calls", t.toolRuns, "files", len(files), "duration_ms", time.Since(t.start).Milliseconds())
+	return richproto.Result{TurnID: turn.ID, OK: true, Text: text, Files: files}
 }
 
 func (t *turnRun) run(ctx context.Context) (string, error) {
@@ -150,6 +158,9 @@ func (t *turnRun) run(ctx context.Context) (string, error) {
 	defer unix.Close(dirfd)
 	if t.mem, err = memory.Open(dirfd); err != nil {
 		return "", fail(richproto.CauseWorkspace, "memory store unusable")
+	}
+	if t.outbox, err = openOutbox(dirfd); err != nil {
+		return "", fail(richproto.CauseWorkspace, "outbox unusable")
 	}
 	if err := t.buildTools(); err != nil {
 		return "", err
@@ -368,6 +379,7 @@ func (t *turnRun) buildTools() error {
 			return t.mem.Call(name, in, t.turn.Speaker.ID)
 		})
 	}
+	add(replyFileSpec, t.replyFileTool)
 	for _, s := range t.turn.Tools {
 		route := "/tools/" + s.Name
 		add(protocol.ToolSpec{Name: protocol.HostFunctionName(s.Name), Description: s.Description, Parameters: s.Parameters},
@@ -448,6 +460,9 @@ func (t *turnRun) runTool(ctx context.Context, u use) (string, bool) {
 	case errors.Is(err, memory.ErrRefused):
 		t.log.Info("memory tool refused", "tool", name)
 		return "Tool refused: " + strings.TrimSuffix(err.Error(), ": "+memory.ErrRefused.Error()) + ".", true
+	case errors.Is(err, errToolRefused):
+		t.log.Info("worker tool refused", "tool", name)
+		return "Tool refused: " + strings.TrimSuffix(err.Error(), ": "+errToolRefused.Error()) + ".", true
 	case errors.As(err, &status):
 		t.log.Warn("tool failed", "tool", name, "cause", "broker refused", "status", status.Status)
 	case errors.Is(err, errToolAnswer):
