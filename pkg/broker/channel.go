@@ -92,6 +92,8 @@ type richState struct {
 	// compact is the compactor routes' state (compact.go), made on first use.
 	compactOnce sync.Once
 	compact     *compactor
+	// attach is the turn's attachment accounting (attachment.go).
+	attach attachState
 }
 
 // richBinding is one bound turn.
@@ -201,6 +203,8 @@ func (b *Broker) serveRich(w http.ResponseWriter, r *http.Request) bool {
 		h = b.serveCompact
 	case RouteCompactReport:
 		h = b.serveCompactReport
+	case richproto.RouteAttachment:
+		h = b.workerAttachment
 	default:
 		return false
 	}
@@ -224,8 +228,8 @@ func (b *Broker) serveRich(w http.ResponseWriter, r *http.Request) bool {
 	if err != nil {
 		hd.Set("Connection", "close")
 	}
-	if code != http.StatusNoContent {
-		hd.Set("Content-Type", "application/json")
+	if code != http.StatusNoContent && (err != nil || hd.Get("Content-Type") == "") {
+		hd.Set("Content-Type", "application/json") // (an attachment's bytes set their own)
 	}
 	w.WriteHeader(code)
 	if code != http.StatusNoContent {

@@ -26,6 +26,12 @@ const richTurnID = "fedcba9876543210fedcba9876543210"
 // the control route for controlUID, a short poll wait.
 func newRichHarness(t *testing.T, controlUID int) *harness {
 	t.Helper()
+	return newRichHarnessWith(t, controlUID, nil)
+}
+
+// newRichHarnessWith is newRichHarness with the policy changed by mutate.
+func newRichHarnessWith(t *testing.T, controlUID int, mutate func(*policy.Policy)) *harness {
+	t.Helper()
 	dir := t.TempDir()
 	h := &harness{t: t, dir: dir, logs: &syncBuffer{}, mcp: &fakeMCP{result: `{"content":[],"isError":false}`}}
 	h.model = newFakeUpstream(t, okAnswer)
@@ -40,6 +46,9 @@ func newRichHarness(t *testing.T, controlUID int) *harness {
 	h.pol.Identity.SpeakerID, h.pol.Identity.SpeakerName, h.pol.Identity.PrincipalID = "", "", ""
 	h.pol.Rich = &policy.Rich{URL: "https://api.anthropic.example", Model: "claude-test", MaxOutputTokens: 4096,
 		Thinking: "high", Credential: "anthropic", CredentialKind: policy.CredentialAPIKey, MaxCalls: 8}
+	if mutate != nil {
+		mutate(h.pol)
+	}
 	creds, err := credential.OpenDir(credDir, "")
 	if err != nil {
 		t.Fatal(err)
@@ -383,7 +392,11 @@ func TestRichControlStatus(t *testing.T) {
 		t.Errorf("before ready: %d %+v", code, st)
 	}
 	h.do(richproto.RouteReady, "")
-	go h.do(richproto.RouteNext, "")
+	// The poll ends (204 after PollWait) before the test does: a poll cut
+	// by the broker's cleanup would fail the finished test from its goroutine.
+	polled := make(chan struct{})
+	defer func() { <-polled }()
+	go func() { defer close(polled); h.do(richproto.RouteNext, "") }()
 	time.Sleep(100 * time.Millisecond)
 	if code, st := status(h); code != http.StatusOK || !st.Ready || !st.Polling {
 		t.Errorf("after ready and poll: %d %+v", code, st)
