@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 )
 
@@ -22,6 +23,11 @@ func (c *Client) RunTurnAttachments(ctx context.Context, channel string, speaker
 	if len(attachments) > 0 {
 		body["attachments"] = attachments
 	}
-	err := c.do(ctx, c.opts.TurnTimeout, http.MethodPost, channelPath(channel, "turns"), body, &r)
+	err := c.doBounded(ctx, c.opts.TurnTimeout, maxTurnAnswerBytes, http.MethodPost, channelPath(channel, "turns"), body, &r)
+	if err == nil {
+		if ferr := checkReplyFiles(r.Files); ferr != nil {
+			return r, fmt.Errorf("sandbox-host: POST turns: bad answer: %w", ferr)
+		}
+	}
 	return r, err
 }

@@ -90,11 +90,13 @@ type Speaker struct {
 	PrincipalID string `json:"principalId,omitempty"`
 }
 
-// Reply is a finished turn.
+// Reply is a finished turn; Files are a rich turn's reply files (names and
+// bounds checked on receipt; WriteReplyFiles stores them).
 type Reply struct {
 	OK     bool   `json:"ok"`
 	Text   string `json:"text"`
 	TurnID string `json:"turnId"`
+	Files  []File `json:"files,omitempty"`
 }
 
 // Channel is a channel's status.
@@ -328,9 +330,7 @@ func channelPath(channel string, rest ...string) []string {
 
 // RunTurn runs one guest message in channel and waits for the reply.
 func (c *Client) RunTurn(ctx context.Context, channel string, speaker Speaker, text string) (Reply, error) {
-	var r Reply
-	err := c.do(ctx, c.opts.TurnTimeout, http.MethodPost, channelPath(channel, "turns"), map[string]any{"speaker": speaker, "text": text}, &r)
-	return r, err
+	return c.RunTurnAttachments(ctx, channel, speaker, text, nil)
 }
 
 // Channel returns one channel's status.

@@ -18,6 +18,7 @@ func turnCmd(g *globals) *cobra.Command {
 	var sp client.Speaker
 	var text string
 	var attach []string
+	var filesDir string
 	cmd := &cobra.Command{
 		Use:   "turn <channel>",
 		Short: "Run one guest message in a channel (text from --text or stdin)",
@@ -39,9 +40,18 @@ func turnCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if g.json {
-				return printJSON(cmd, reply)
+				if err := printJSON(cmd, reply); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintln(cmd.OutOrStdout(), reply.Text)
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), reply.Text)
+			if err := saveReplyFiles(cmd, filesDir, reply.Files); err != nil {
+				return err
+			}
+			if g.json {
+				return nil
+			}
 			if !reply.OK {
 				return fmt.Errorf("the worker reported failure (turn %s)", reply.TurnID)
 			}
@@ -54,6 +64,7 @@ func turnCmd(g *globals) *cobra.Command {
 	f.StringVar(&sp.PrincipalID, "principal", "", "principal id the speaker was admitted as (never reaches the worker)")
 	f.StringVar(&text, "text", "", "message text (default: read stdin)")
 	f.StringArrayVar(&attach, "attach", nil, "attach URL[,name[,type]] (rich channels; repeat for up to 10)")
+	f.StringVar(&filesDir, "files-dir", "", "write the reply's files into this existing directory (new files only; never over a file or through a link)")
 	cmd.MarkFlagRequired("speaker-id")
 	return cmd
 }
@@ -175,4 +186,24 @@ func printHuman(cmd *cobra.Command, v any) {
 	default:
 		fmt.Fprintf(w, "%+v\n", v)
 	}
+}
+
+// saveReplyFiles writes a rich reply's files under dir, or says on stderr
+// that they were not written.
+func saveReplyFiles(cmd *cobra.Command, dir string, files []client.File) error {
+	if len(files) == 0 {
+		return nil
+	}
+	if dir == "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "sandbox-host: %d reply files not written (use --files-dir DIR)\n", len(files))
+		return nil
+	}
+	written, err := client.WriteReplyFiles(dir, files)
+	for i, p := range written {
+		fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%d bytes)\n", p, len(files[i].Data))
+	}
+	if err != nil {
+		return fmt.Errorf("reply files: %w", err)
+	}
+	return nil
 }

@@ -1,0 +1,138 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
+)
+
+// File is one reply file of a rich turn: bytes (base64 in the host's JSON),
+// a plain name and a type, both chosen by the worker: untrusted.
+type File struct {
+	Name string `json:"name"`
+	Type string `json:"type,omitempty"`
+	Data []byte `json:"data"`
+}
+
+// maxTurnAnswerBytes bounds a turn's answer: reply files of up to 50 MiB
+// in base64, the text, and room for the JSON around them.
+const maxTurnAnswerBytes = richproto.MaxPacketBytes + 1<<20
+
+// ErrUnsafeFileName refuses a reply file name that is not one plain,
+// visible file name.
+var ErrUnsafeFileName = errors.New("reply file name is not a plain file name")
+
+// CheckReplyFileName refuses a name that is not a plain, visible file name:
+// empty or over 255 bytes, not UTF-8, a path separator, a control
+// character, or a leading '.' (which also refuses "." and "..").
+func CheckReplyFileName(name string) error {
+	if name == "" || len(name) > 255 || !utf8.ValidString(name) || strings.HasPrefix(name, ".") ||
+		strings.ContainsFunc(name, func(r rune) bool { return r == '/' || r == '\\' || r < 0x20 || r == 0x7f }) {
+		return fmt.Errorf("%q: %w", name, ErrUnsafeFileName)
+	}
+	return nil
+}
+
+// checkReplyFiles applies the reply-file bounds to what the host sent.
+func checkReplyFiles(files []File) error {
+	if len(files) > richproto.MaxReplyFiles {
+		return fmt.Errorf("%d reply files; at most %d", len(files), richproto.MaxReplyFiles)
+	}
+	sum := 0
+	for _, f := range files {
+		if err := CheckReplyFileName(f.Name); err != nil {
+			return err
+		}
+		if len(f.Data) > richproto.MaxReplyFileBytes {
+			return fmt.Errorf("reply file %q is over %d bytes", f.Name, richproto.MaxReplyFileBytes)
+		}
+		sum += len(f.Data)
+	}
+	if sum > richproto.MaxReplyFilesSum {
+		return fmt.Errorf("reply files are over %d bytes in total", richproto.MaxReplyFilesSum)
+	}
+	return nil
+}
+
+// WriteReplyFiles writes files into the directory dir and returns the
+// paths written. Every name and bound is checked before anything is
+// written; each file is created exclusively under dir's descriptor without
+// following a link (never over an existing file, never through a symlink
+// planted at its name), written to a temporary name, synced and renamed
+// into place without replacing anything. A file that cannot be placed
+// stops the writing; those already written stay.
+func WriteReplyFiles(dir string, files []File) ([]string, error) {
+	if err := checkReplyFiles(files); err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, f := range files {
+		if seen[f.Name] {
+			return nil, fmt.Errorf("reply file %q named twice", f.Name)
+		}
+		seen[f.Name] = true
+	}
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("files directory %s: %w", dir, err)
+	}
+	defer unix.Close(dfd)
+	var written []string
+	for _, f := range files {
+		if err := writeOne(dfd, f); err != nil {
+			return written, fmt.Errorf("write %s: %w", strings.TrimSuffix(dir, "/")+"/"+f.Name, err)
+		}
+		written = append(written, strings.TrimSuffix(dir, "/")+"/"+f.Name)
+	}
+	if len(written) > 0 {
+		if err := unix.Fsync(dfd); err != nil {
+			return written, fmt.Errorf("sync %s: %w", dir, err)
+		}
+	}
+	return written, nil
+}
+
+func writeOne(dfd int, f File) error {
+	// The final name must not exist, whatever it is (a file, a link).
+	var st unix.Stat_t
+	if err := unix.Fstatat(dfd, f.Name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+		return os.ErrExist
+	}
+	tmp := fmt.Sprintf(".%s.%d.tmp", f.Name, os.Getpid())
+	if len(tmp) > 255 {
+		tmp = fmt.Sprintf(".reply.%d.tmp", os.Getpid())
+	}
+	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	file := os.NewFile(uintptr(fd), tmp)
+	_, err = file.Write(f.Data)
+	if err == nil {
+		err = file.Sync()
+	}
+	if cerr := file.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Renameat2(dfd, tmp, dfd, f.Name, unix.RENAME_NOREPLACE)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+			// A file system without RENAME_NOREPLACE: a hard link also
+			// refuses an existing name.
+			if err = unix.Linkat(dfd, tmp, dfd, f.Name, 0); err == nil {
+				_ = unix.Unlinkat(dfd, tmp, 0)
+			}
+		}
+	}
+	if err != nil {
+		_ = unix.Unlinkat(dfd, tmp, 0)
+		return err
+	}
+	return nil
+}
