@@ -509,6 +509,7 @@ func (b *Broker) callTool(ctx context.Context, t policy.Tool, input []byte) ([]b
 		defer cancel()
 	}
 	var result json.RawMessage
+	var privateTo string
 	var secrets []credential.Secret
 	switch t.Kind {
 	case policy.KindBuiltin:
@@ -518,7 +519,9 @@ func (b *Broker) callTool(ctx context.Context, t policy.Tool, input []byte) ([]b
 		if err != nil {
 			return nil, nil, err
 		}
-		result = hosttool.Result(out)
+		if result, privateTo, err = b.toolResult(out); err != nil {
+			return nil, nil, err
+		}
 	case policy.KindHTTP:
 		var bearer string
 		if t.Credential != "" {
@@ -533,7 +536,9 @@ func (b *Broker) callTool(ctx context.Context, t policy.Tool, input []byte) ([]b
 		if err != nil {
 			return nil, nil, err
 		}
-		result = hosttool.Result(out)
+		if result, privateTo, err = b.toolResult(out); err != nil {
+			return nil, nil, err
+		}
 	case policy.KindFetch:
 		text, err := b.fetch(ctx, t, input)
 		if err != nil {
@@ -545,7 +550,14 @@ func (b *Broker) callTool(ctx context.Context, t policy.Tool, input []byte) ([]b
 	default:
 		return nil, nil, refused("unknown tool kind", ErrToolFailed)
 	}
-	answer, err := json.Marshal(map[string]json.RawMessage{"result": result})
+	members := map[string]json.RawMessage{"result": result}
+	if privateTo != "" {
+		if err := b.admitPrivate(); err != nil {
+			return nil, nil, err
+		}
+		members["privateTo"], _ = json.Marshal(privateTo)
+	}
+	answer, err := json.Marshal(members)
 	if err != nil {
 		return nil, nil, refused("tool result not encodable", ErrToolFailed)
 	}

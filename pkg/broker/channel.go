@@ -103,7 +103,10 @@ type richBinding struct {
 	ctx    context.Context // ends at revoke: every call of the turn ends with it
 	cancel context.CancelFunc
 	handed bool // given to a long poll
-	packet bool // a reply packet was admitted (one a turn)
+	// poisoned: a private result met an incompatible worker (private.go);
+	// no call of the turn is admitted any more.
+	poisoned bool
+	packet   bool // a reply packet was admitted (one a turn)
 	// settled receives the turn's outcome once (buffered).
 	settled chan settleOutcome
 }
@@ -138,7 +141,7 @@ func (b *Broker) richBound() (RichBinding, bool) {
 	b.rich.mu.Lock()
 	defer b.rich.mu.Unlock()
 	bd := b.rich.bound
-	if bd == nil || bd.ctx.Err() != nil {
+	if bd == nil || bd.ctx.Err() != nil || bd.poisoned {
 		return RichBinding{}, false
 	}
 	return RichBinding{Bind: bd.bind, At: bd.at, Ctx: bd.ctx}, true
@@ -151,8 +154,11 @@ func (b *Broker) richAllow(metadataOnly bool) error {
 	s := b.rich
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.bound != nil && s.bound.ctx.Err() == nil {
+	if s.bound != nil && s.bound.ctx.Err() == nil && !s.bound.poisoned {
 		return nil
+	}
+	if s.bound != nil && s.bound.poisoned {
+		return refused("turn failed: private result for an incompatible worker", ErrIncompatibleWorker)
 	}
 	if !metadataOnly || s.everBound {
 		return refused("credential-bearing call outside a bound turn", ErrUnauthorized)
@@ -286,7 +292,7 @@ func (b *Broker) workerReady(_ http.ResponseWriter, r *http.Request) (int, []byt
 	}
 	var ready richproto.Ready
 	if len(body) > 0 {
-		if err := protocol.DecodeStrict(body, &ready); err != nil {
+		if err := protocol.DecodeStrict(body, &ready); err != nil || !wellFormedReady(body) {
 			return 0, nil, refused("ready body malformed", ErrRefused)
 		}
 	}
@@ -345,7 +351,9 @@ func (b *Broker) workerNext(w http.ResponseWriter, r *http.Request) (int, []byte
 		if bd != nil && !bd.handed && bd.ctx.Err() == nil {
 			bd.handed = true
 			s.mu.Unlock()
-			out, err := json.Marshal(bd.bind.Turn)
+			turn := bd.bind.Turn
+			turn.Reader = bd.bind.Identity.PrincipalID // the host's binding, never the turn's text
+			out, err := json.Marshal(turn)
 			if err != nil {
 				bd.settle(settleOutcome{err: err})
 				return 0, nil, refused("turn not encodable", ErrUnavailable)
@@ -440,6 +448,11 @@ func (b *Broker) controlTurn(w http.ResponseWriter, r *http.Request) (int, []byt
 		s.mu.Unlock()
 		return 0, nil, refused("a turn is already bound", ErrBusy)
 	}
+	if s.ready != nil && s.ready.PrivateHistory && !capable(s.ready) {
+		// The seed: retained private history needs both capabilities.
+		s.mu.Unlock()
+		return 0, nil, refused("worker reports private history without the capabilities", ErrIncompatibleWorker)
+	}
 	s.bound, s.everBound = bd, true
 	close(s.wake)
 	s.wake = make(chan struct{})
@@ -464,6 +477,9 @@ func (b *Broker) controlTurn(w http.ResponseWriter, r *http.Request) (int, []byt
 	_ = rc.SetReadDeadline(deadline.Add(5 * time.Second))
 	select {
 	case o := <-bd.settled:
+		if errors.Is(o.err, errIncompatible) {
+			return 0, nil, refused(o.err.Error(), ErrIncompatibleWorker)
+		}
 		if o.err != nil {
 			return 0, nil, refused(o.err.Error(), ErrUnavailable)
 		}

@@ -69,6 +69,7 @@ var categories = []category{
 	{ErrClientGone, StatusClientClosed, "client closed request"},
 	{ErrRefusalLimit, http.StatusTooManyRequests, "refusal limit reached"},
 	{ErrTurnOver, http.StatusServiceUnavailable, "turn over"},
+	{ErrIncompatibleWorker, http.StatusConflict, "worker incompatible"},
 	{credential.ErrMissing, http.StatusServiceUnavailable, "unavailable"},
 	{credential.ErrInvalid, http.StatusServiceUnavailable, "unavailable"},
 	{ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},

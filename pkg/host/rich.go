@@ -61,6 +61,11 @@ var ErrRichUnavailable = errors.New("rich channel unavailable: rich.enabled is o
 // errWorkerExited: the session's container exited during a turn.
 var errWorkerExited = errors.New("rich worker exited mid-turn")
 
+// ErrRichWorkerIncompatible: the channel's worker lacks the capabilities
+// (privateTo, readerRecords) a private tool exchange or its retained
+// private history needs; the turn fails and the log names the image.
+var ErrRichWorkerIncompatible = errors.New("rich worker lacks the privateTo and readerRecords capabilities")
+
 // Session states shown in channel status.
 const (
 	RichStarting = "starting"
@@ -255,6 +260,11 @@ func (h *Host) RunRichTurn(ctx context.Context, in TurnInput) (*protocol.Reply, 
 		res, runErr = h.richControl.Turn(callCtx, s.socket, bind)
 		if runErr != nil && errors.Is(context.Cause(callCtx), errWorkerExited) && ctx.Err() == nil {
 			runErr = errWorkerExited
+		}
+		if errors.Is(runErr, ErrRichWorkerIncompatible) {
+			// The seed: name the exact configured image; the same tag is
+			// no proof of a rebuild.
+			runErr = fmt.Errorf("%w: rebuild the worker image %q with this release's sandbox-worker", runErr, h.cfg.Image)
 		}
 		cancelCall(nil)
 		if runErr == nil && res.TurnID != id {

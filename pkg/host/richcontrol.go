@@ -90,6 +90,12 @@ func (c HTTPRichControl) Turn(ctx context.Context, socket string, b policy.Bind)
 	if err != nil {
 		return nil, err
 	}
+	if code == http.StatusConflict {
+		// The broker withheld a private tool result from a worker without
+		// the privateTo and readerRecords capabilities (or the worker
+		// reported private history without them).
+		return nil, ErrRichWorkerIncompatible
+	}
 	if code != http.StatusOK {
 		var e struct {
 			Error string `json:"error"`

@@ -161,6 +161,10 @@ type Turn struct {
 	// Attachments are the turn's files (attachments.go), fetched by the
 	// broker on the worker's request by index.
 	Attachments []Attachment `json:"attachments,omitempty"`
+	// Reader is the turn's principal id, which the broker sets from the
+	// bound identity when it hands the turn over ("" without one): the
+	// reader of private tool exchanges (issue 16).
+	Reader string `json:"reader,omitempty"`
 }
 
 // File is one reply file (base64 on the wire through encoding/json).
@@ -217,7 +221,7 @@ func (t *Turn) Validate() error {
 	if t.Speaker.ID == "" {
 		return bad("speaker.id is required")
 	}
-	for _, f := range []struct{ n, v string }{{"speaker.id", t.Speaker.ID}, {"speaker.name", t.Speaker.Name}} {
+	for _, f := range []struct{ n, v string }{{"speaker.id", t.Speaker.ID}, {"speaker.name", t.Speaker.Name}, {"reader", t.Reader}} {
 		if err := validText(f.n, f.v, MaxIDChars); err != nil {
 			return err
 		}
