@@ -37,6 +37,9 @@ type Options struct {
 	// Reporter takes compaction reports (nil: none sent).
 	Compactor Compactor
 	Reporter  Reporter
+	// Attachments fetches a turn's attachments (nil: each is noted to the
+	// model as unavailable).
+	Attachments Attachments
 	// Workspace is the channel workspace (/workspace in the container).
 	Workspace string
 	// Tiers are the compaction tiers (zero: the seed's 300,000 and 500,000).
@@ -50,18 +53,19 @@ type Options struct {
 
 // Worker is one channel's long-lived worker.
 type Worker struct {
-	pull       Pull
-	model      Model
-	tools      Tools
-	sessions   Sessions
-	compactor  Compactor
-	reporter   Reporter
-	workspace  string
-	tiers      Tiers
-	log        *slog.Logger
-	now        func() time.Time
-	minBackoff time.Duration
-	maxBackoff time.Duration
+	pull        Pull
+	model       Model
+	tools       Tools
+	sessions    Sessions
+	compactor   Compactor
+	reporter    Reporter
+	attachments Attachments
+	workspace   string
+	tiers       Tiers
+	log         *slog.Logger
+	now         func() time.Time
+	minBackoff  time.Duration
+	maxBackoff  time.Duration
 	// sess is the open session, kept across turns (opening reads the
 	// whole file); reopened for a fresh turn and after a failed write.
 	sess Session
@@ -94,7 +98,7 @@ func New(o Options) (*Worker, error) {
 		return nil, errors.New("rich: Pull, Model, Tools, Sessions and Workspace are required")
 	}
 	w := &Worker{pull: o.Pull, model: o.Model, tools: o.Tools, sessions: o.Sessions, compactor: o.Compactor,
-		reporter: o.Reporter, workspace: o.Workspace, tiers: o.Tiers, log: o.Logger, now: o.Now,
+		reporter: o.Reporter, attachments: o.Attachments, workspace: o.Workspace, tiers: o.Tiers, log: o.Logger, now: o.Now,
 		minBackoff: o.MinBackoff, maxBackoff: o.MaxBackoff}
 	if w.tiers.Threshold <= 0 || w.tiers.Ceiling < w.tiers.Threshold {
 		w.tiers = Tiers{Threshold: sessions.DefaultThreshold, Ceiling: sessions.DefaultCeiling}

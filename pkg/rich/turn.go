@@ -113,6 +113,10 @@ type turnRun struct {
 	reports     int
 	mcpID       int
 	outbox      *outbox // the turn's reply files (outbox.go)
+	// userText is the turn's user text block; images follow it in this
+	// turn's requests (attachments.go).
+	userText string
+	images   []ContentBlock
 }
 
 // runTurn runs one admitted turn and answers its reply packet.
@@ -179,11 +183,9 @@ func (t *turnRun) run(ctx context.Context) (string, error) {
 		}
 	}
 
-	user, _ := json.Marshal(struct {
-		Speaker richproto.Speaker `json:"speaker"`
-		Message string            `json:"message"`
-	}{t.turn.Speaker, t.turn.Text})
-	if err := t.append(Entry{Type: TypeUser, Content: mustJSON([]ContentBlock{{Type: BlockText, Text: string(user)}})}); err != nil {
+	notes, images := t.collectAttachments(ctx, dirfd)
+	t.userText, t.images = t.userMessage(notes), images
+	if err := t.append(Entry{Type: TypeUser, Content: mustJSON([]ContentBlock{{Type: BlockText, Text: t.userText}})}); err != nil {
 		return "", err
 	}
 
@@ -322,7 +324,7 @@ func (t *turnRun) request() *Request {
 		Model:     t.turn.Model,
 		MaxTokens: t.maxTokens,
 		System:    t.system,
-		Messages:  buildMessages(t.sess.Context(), t.mine, t.thinking > 0),
+		Messages:  t.withImages(buildMessages(t.sess.Context(), t.mine, t.thinking > 0)),
 		Tools:     t.tools,
 	}
 	if t.thinking > 0 {
