@@ -269,6 +269,14 @@ func TestClientCommands(t *testing.T) {
 			t.Errorf("%v: %d %q, want %q", c.args, code, out, c.want)
 		}
 	}
+	// --attach reaches the API, which refuses attachments on a sealed channel;
+	// a malformed one is refused before any request.
+	if code, out := run("", "turn", "g:1", "--speaker-id", "s", "--text", "x", "--attach", "https://e.com/a.png"); code == 0 || !strings.Contains(out, "attachments need a rich channel") {
+		t.Errorf("turn --attach on a sealed channel: %d %q", code, out)
+	}
+	if code, out := run("", "turn", "g:1", "--speaker-id", "s", "--text", "x", "--attach", "file:///etc/passwd,p"); code == 0 || !strings.Contains(out, "http or https") {
+		t.Errorf("turn --attach file URL: %d %q", code, out)
+	}
 	if code, out := run("ping from stdin\n", "turn", "g:1", "--speaker-id", "s"); code != 0 || strings.TrimSpace(out) != "pong" {
 		t.Errorf("turn: %d %q", code, out)
 	}
