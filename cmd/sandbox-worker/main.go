@@ -69,7 +69,7 @@ func main() {
 func richWorker(ctx context.Context, log *slog.Logger) int {
 	b := rich.NewBroker(filepath.Join(protocol.BrokerDir, layout.BrokerSocketName), log)
 	w, err := rich.New(rich.Options{Pull: b, Model: b, Tools: b, Compactor: b, Reporter: b, Attachments: b,
-		Sessions: rich.WorkspaceSessions{Workspace: protocol.WorkspacePath}, Workspace: protocol.WorkspacePath, Logger: log})
+		Sessions: rich.WorkspaceSessions{Workspace: protocol.WorkspacePath}, Workspace: protocol.WorkspacePath, SkillsDir: rich.SkillsPath, Logger: log})
 	if err != nil {
 		log.Error("rich worker not started", "reason", err.Error())
 		return 1

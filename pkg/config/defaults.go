@@ -134,6 +134,7 @@ func defaults() map[string]any {
 		"rich.compaction.timeoutSeconds":            0,
 		"rich.compaction.maxRequestBytes":           0,
 		"rich.compaction.engine":                    "",
+		"rich.skillsDir":                            "",
 		"profiles":                                  []any{},
 	}
 }

@@ -34,6 +34,9 @@ type Rich struct {
 	// MaxCalls is a turn's budget of credential-bearing calls.
 	MaxCalls   int            `mapstructure:"maxCalls"`
 	Compaction RichCompaction `mapstructure:"compaction"`
+	// SkillsDir is an operator skills tree mounted read-only at /skills in
+	// every rich container ("" none); a profile's skillsDir replaces it.
+	SkillsDir string `mapstructure:"skillsDir"`
 }
 
 // RichCompaction is the operator's host-side compactor; Kind "" means none
@@ -64,6 +67,8 @@ type Profile struct {
 	Credential string `mapstructure:"credential"`
 	// CredentialKind: apiKey (x-api-key) or oauth (bearer); "" is apiKey.
 	CredentialKind string `mapstructure:"credentialKind"`
+	// SkillsDir replaces rich.skillsDir for this profile.
+	SkillsDir string `mapstructure:"skillsDir"`
 }
 
 // Bounds of the rich keys.
@@ -197,6 +202,8 @@ func (c *Config) validateRich(bad func(key, format string, a ...any)) {
 		}
 	}
 
+	c.validateSkillsDir("rich.skillsDir", r.SkillsDir, bad)
+
 	if len(c.Profiles) > MaxProfiles {
 		bad("profiles", "at most %d profiles", MaxProfiles)
 	}
@@ -221,6 +228,7 @@ func (c *Config) validateRich(bad func(key, format string, a ...any)) {
 		if p.Credential != "" && !policy.ValidCredentialName(p.Credential) {
 			bad(key+".credential", "must name a credential file")
 		}
+		c.validateSkillsDir(key+".skillsDir", p.SkillsDir, bad)
 		if p.CredentialKind != policy.CredentialAPIKey && p.CredentialKind != policy.CredentialOAuth {
 			bad(key+".credentialKind", "must be apiKey or oauth, got %q", p.CredentialKind)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
 
 // ErrInvalidSpec is the category of every refused Spec: nothing is sent to
@@ -99,6 +100,9 @@ type Spec struct {
 	// section 13): a turn's confinement and mounts, the worker image's
 	// entrypoint given the argument RichCommand.
 	Rich bool
+	// SkillsDir, only for a Rich container, is the operator's skills tree,
+	// bound read-only at richproto.SkillsPath ("" none).
+	SkillsDir string
 }
 
 // RichCommand is the worker's argument that runs the rich channel worker.
@@ -183,6 +187,12 @@ func (s *Spec) Validate(dockerSockets ...string) error {
 	if s.Rich && (s.Run != nil || s.Precheck) {
 		return invalid("a rich channel's container is neither a run's nor a precheck's")
 	}
+	if s.SkillsDir != "" {
+		if !s.Rich {
+			return invalid("only a rich channel's container has a skills dir")
+		}
+		return validateMounts([]string{s.WorkspaceDir, s.TurnDir, s.SkillsDir}, dockerSockets)
+	}
 	if r := s.Run; r != nil {
 		if r.OutputMB < 1 || r.OutputMB > MaxTmpfsMB {
 			return invalid("output tmpfs must be 1 to %d MiB", MaxTmpfsMB)
@@ -240,7 +250,7 @@ func printable(s string) bool {
 // non-directory, the two sources nested in each other, or a source that
 // contains the Docker socket.
 func validateMounts(dirs []string, dockerSockets []string) error {
-	whats := []string{"workspace", "turn dir"}
+	whats := []string{"workspace", "turn dir", "skills dir"}
 	for i, path := range dirs {
 		p := struct{ what, path string }{whats[i], path}
 		if !filepath.IsAbs(p.path) || filepath.Clean(p.path) != p.path || p.path == "/" {
@@ -260,8 +270,12 @@ func validateMounts(dirs []string, dockerSockets []string) error {
 			}
 		}
 	}
-	if len(dirs) == 2 && (within(dirs[0], dirs[1]) || within(dirs[1], dirs[0])) {
-		return invalid("workspace and turn dir must be separate")
+	for i := range dirs {
+		for j := i + 1; j < len(dirs); j++ {
+			if within(dirs[i], dirs[j]) || within(dirs[j], dirs[i]) {
+				return invalid("%s and %s must be separate", whats[i], whats[j])
+			}
+		}
 	}
 	return nil
 }
@@ -363,6 +377,15 @@ func (s *Spec) configs(logDriver string) (*container.Config, *container.HostConf
 		// Its stdin is empty and closed at start: the rich worker pulls
 		// its turns from its broker.
 		cfg.Cmd = []string{RichCommand}
+		if s.SkillsDir != "" {
+			host.Mounts = append(host.Mounts, mount.Mount{
+				Type:        mount.TypeBind,
+				Source:      s.SkillsDir,
+				Target:      richproto.SkillsPath,
+				ReadOnly:    true,
+				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+			})
+		}
 	}
 	return cfg, host
 }

@@ -51,6 +51,8 @@ type ContainerSpec struct {
 	Precheck bool
 	// Rich makes it a rich channel's long-lived container (container.Spec.Rich).
 	Rich bool
+	// SkillsDir is a rich container's read-only skills tree (container.Spec.SkillsDir).
+	SkillsDir string
 }
 
 // RunContainer mirrors container.RunOptions.

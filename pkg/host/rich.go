@@ -515,7 +515,7 @@ func (h *Host) richStart(ctx context.Context, channel string, prof config.Profil
 		Name: s.container, Image: c.Image, UID: s.guest, GID: s.guest,
 		WorkspaceDir: s.workspace, TurnDir: s.dir,
 		MemoryMB: c.Rich.MemoryMB, CPUs: c.Rich.CPUs, Pids: c.Rich.Pids, TmpfsMB: c.Rich.TmpfsMB,
-		Runtime: c.Runtime, LogTag: ids.LogTag(channel), Rich: true,
+		Runtime: c.Runtime, LogTag: ids.LogTag(channel), Rich: true, SkillsDir: c.SkillsDir(prof),
 		Labels: map[string]string{
 			layout.LabelInstallation: c.Installation,
 			layout.LabelTurn:         s.id,

@@ -42,6 +42,9 @@ type Options struct {
 	Attachments Attachments
 	// Workspace is the channel workspace (/workspace in the container).
 	Workspace string
+	// SkillsDir is the operator's read-only skills tree (SkillsPath in the
+	// container; "" or a missing directory: no read_skill tool).
+	SkillsDir string
 	// Tiers are the compaction tiers (zero: the seed's 300,000 and 500,000).
 	Tiers  Tiers
 	Logger *slog.Logger
@@ -66,6 +69,7 @@ type Worker struct {
 	now         func() time.Time
 	minBackoff  time.Duration
 	maxBackoff  time.Duration
+	skills      *skills // nil: none mounted
 	// sess is the open session, kept across turns (opening reads the
 	// whole file); reopened for a fresh turn and after a failed write.
 	sess Session
@@ -100,6 +104,13 @@ func New(o Options) (*Worker, error) {
 	w := &Worker{pull: o.Pull, model: o.Model, tools: o.Tools, sessions: o.Sessions, compactor: o.Compactor,
 		reporter: o.Reporter, attachments: o.Attachments, workspace: o.Workspace, tiers: o.Tiers, log: o.Logger, now: o.Now,
 		minBackoff: o.MinBackoff, maxBackoff: o.MaxBackoff}
+	if o.SkillsDir != "" {
+		s, err := openSkills(o.SkillsDir)
+		if err != nil {
+			return nil, err
+		}
+		w.skills = s
+	}
 	if w.tiers.Threshold <= 0 || w.tiers.Ceiling < w.tiers.Threshold {
 		w.tiers = Tiers{Threshold: sessions.DefaultThreshold, Ceiling: sessions.DefaultCeiling}
 	}
@@ -123,6 +134,7 @@ func New(o Options) (*Worker, error) {
 // off and announce again (the broker or the host restarted).
 func (w *Worker) Serve(ctx context.Context) error {
 	defer w.dropSession()
+	defer w.skills.close()
 	backoff := w.minBackoff
 	wait := func() bool {
 		t := time.NewTimer(backoff)

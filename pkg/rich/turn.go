@@ -382,6 +382,9 @@ func (t *turnRun) buildTools() error {
 		})
 	}
 	add(replyFileSpec, t.replyFileTool)
+	if s := t.w.skills; s != nil {
+		add(s.spec(), s.tool)
+	}
 	for _, s := range t.turn.Tools {
 		route := "/tools/" + s.Name
 		add(protocol.ToolSpec{Name: protocol.HostFunctionName(s.Name), Description: s.Description, Parameters: s.Parameters},

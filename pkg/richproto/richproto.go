@@ -15,6 +15,10 @@ import (
 	"unicode/utf8"
 )
 
+// SkillsPath is where a rich container sees the operator's skills tree
+// (read-only), when the profile has one.
+const SkillsPath = "/skills"
+
 // Routes the worker calls on its broker socket.
 const (
 	RouteReady  = "/worker/ready"

@@ -94,7 +94,7 @@ func (e dockerEngine) Create(ctx context.Context, s host.ContainerSpec) (string,
 	spec := container.Spec{
 		Name: s.Name, Image: s.Image, UID: s.UID, GID: s.GID, WorkspaceDir: s.WorkspaceDir, TurnDir: s.TurnDir,
 		MemoryMB: s.MemoryMB, CPUs: s.CPUs, Pids: s.Pids, TmpfsMB: s.TmpfsMB, Runtime: s.Runtime, LogTag: s.LogTag, Labels: s.Labels,
-		Precheck: s.Precheck, Rich: s.Rich,
+		Precheck: s.Precheck, Rich: s.Rich, SkillsDir: s.SkillsDir,
 	}
 	if r := s.Run; r != nil {
 		spec.Run = &container.RunOptions{Setup: r.Setup, OutputMB: r.OutputMB, Command: r.Command}
