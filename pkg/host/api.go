@@ -20,6 +20,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
+	"github.com/roundtable-sandbox/sandbox/pkg/safefetch"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
 )
@@ -302,6 +303,13 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 	}
 	if err := richproto.ValidAttachments(req.Attachments); err != nil {
 		return badRequest(strings.TrimSuffix(err.Error(), ": "+richproto.ErrInvalid.Error()))
+	}
+	for i, a := range req.Attachments {
+		// The broker's fetcher would refuse it anyway (encoded IPv4, an
+		// odd host form): say so now, before a turn is spent on it.
+		if _, err := safefetch.ParseURL(a.URL); err != nil {
+			return badRequest(fmt.Sprintf("attachments[%d].url is not fetchable: a credential-free http(s) URL with a DNS name or a canonical IP address", i))
+		}
 	}
 	// Waiting ends when the client goes away or the host stops.
 	ctx, cancel := context.WithCancelCause(r.Context())

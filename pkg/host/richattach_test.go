@@ -52,6 +52,8 @@ func TestRichAttachmentsAPI(t *testing.T) {
 		"eleven":      append(big, big[0]),
 		"file scheme": {{URL: "file:///etc/passwd", Name: "p"}},
 		"path name":   {{URL: "https://e.com/", Name: "../x"}},
+		"encoded ip":  {{URL: "http://2130706433/x", Name: "x"}},
+		"octal ip":    {{URL: "http://0177.0.0.1/x", Name: "x"}},
 	} {
 		if code, out := r.api(t, "POST", "/v1/channels/room/turns", body("x", as)); code != 400 || !strings.Contains(out, "attachments") {
 			t.Errorf("%s: %d %.200s, want 400 naming attachments", name, code, out)

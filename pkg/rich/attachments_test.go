@@ -289,3 +289,53 @@ func TestAttachmentImageBounds(t *testing.T) {
 		t.Errorf("existing turn directory: %+v", notes[0])
 	}
 }
+
+// TestBrokerAttachmentTransport: the worker's transport maps the broker's
+// 413 to ErrAttachmentTooLarge and refuses an answer over 25 MiB (a broker
+// that ignored its bound) instead of holding it.
+func TestBrokerAttachmentTransport(t *testing.T) {
+	dir, err := os.MkdirTemp("", "richatt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "b.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	over := make([]byte, richproto.MaxAttachmentBytes+1)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req richproto.AttachmentRequest
+		if r.URL.Path != richproto.RouteAttachment || json.NewDecoder(r.Body).Decode(&req) != nil {
+			w.WriteHeader(400)
+			return
+		}
+		switch req.Index {
+		case 0:
+			w.Write([]byte("bytes"))
+		case 1:
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+		case 2:
+			w.Write(over)
+		default:
+			w.WriteHeader(http.StatusBadGateway)
+		}
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	b := NewBroker(sock, nil)
+	if got, err := b.Attachment(context.Background(), 0); err != nil || string(got) != "bytes" {
+		t.Errorf("attachment 0: %q %v", got, err)
+	}
+	if _, err := b.Attachment(context.Background(), 1); !errors.Is(err, ErrAttachmentTooLarge) {
+		t.Errorf("413: %v, want ErrAttachmentTooLarge", err)
+	}
+	if got, err := b.Attachment(context.Background(), 2); !errors.Is(err, ErrBroker) || got != nil {
+		t.Errorf("25 MiB + 1: %d bytes, %v; want ErrBroker", len(got), err)
+	}
+	var status *StatusError
+	if _, err := b.Attachment(context.Background(), 3); !errors.As(err, &status) || status.Status != http.StatusBadGateway {
+		t.Errorf("502: %v", err)
+	}
+}
