@@ -177,3 +177,24 @@ func FuzzPrepareImage(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkPrepareImage: header checks of the hostile images (no pixel is
+// decoded): the refusal of a 10,000-frame GIF stops at frame 501.
+func BenchmarkPrepareImage(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		data []byte
+	}{
+		{"png-60000x60000", pngHeader(60000, 60000)},
+		{"gif-10000-frames", gifFramesOf(1, 1, 10_000)},
+		{"gif-500-frames", gifFramesOf(100, 100, 500)},
+		{"png-1000x1000", pngOf(b, 1000, 1000)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				prepareImage(c.data)
+			}
+		})
+	}
+}
