@@ -48,11 +48,15 @@ func TestIntegrationRuns(t *testing.T) {
 	defer os.RemoveAll(dir)
 	os.Chmod(dir, 0o755)
 
-	bin := filepath.Join(dir, "sandbox-worker")
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/roundtable-sandbox/sandbox/cmd/sandbox-worker")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build sandbox-worker: %v: %s", err, out)
+	// The static worker test/integration.sh built, else this tree's.
+	bin := os.Getenv("SANDBOX_IT_SANDBOX_WORKER")
+	if bin == "" {
+		bin = filepath.Join(dir, "sandbox-worker")
+		build := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/roundtable-sandbox/sandbox/cmd/sandbox-worker")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build sandbox-worker: %v: %s", err, out)
+		}
 	}
 	w, err := toolbox.ReadWorker(bin)
 	if err != nil {
