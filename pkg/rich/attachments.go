@@ -267,3 +267,21 @@ func (b *Broker) Attachment(ctx context.Context, index int) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// unplantAttachments removes whatever is at "attachments" when it is not a
+// directory (a link the guest planted: removed, never followed; its target
+// untouched), as the seed's fresh start does.
+func unplantAttachments(dirfd int) error {
+	var st unix.Stat_t
+	err := unix.Fstatat(dirfd, AttachmentsDir, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return nil
+	}
+	return unix.Unlinkat(dirfd, AttachmentsDir, 0)
+}

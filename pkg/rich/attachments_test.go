@@ -339,3 +339,44 @@ func TestBrokerAttachmentTransport(t *testing.T) {
 		t.Errorf("502: %v", err)
 	}
 }
+
+// TestUnplantAttachments: a fresh start removes a link or file planted at
+// attachments (the target untouched) and keeps a real directory.
+func TestUnplantAttachments(t *testing.T) {
+	ws, outside := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(outside, "keep"), []byte("k"), 0o600)
+	dirfd, err := unix.Open(ws, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dirfd)
+	at := filepath.Join(ws, AttachmentsDir)
+	if err := unplantAttachments(dirfd); err != nil {
+		t.Errorf("nothing there: %v", err)
+	}
+	os.Symlink(outside, at)
+	if err := unplantAttachments(dirfd); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(at); !os.IsNotExist(err) {
+		t.Errorf("link still there: %v", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(outside, "keep")); string(got) != "k" {
+		t.Error("the link's target changed")
+	}
+	os.WriteFile(at, []byte("x"), 0o600)
+	if err := unplantAttachments(dirfd); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(at); !os.IsNotExist(err) {
+		t.Errorf("file still there: %v", err)
+	}
+	os.Mkdir(at, 0o700)
+	os.WriteFile(filepath.Join(at, "a"), []byte("a"), 0o600)
+	if err := unplantAttachments(dirfd); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(at, "a")); err != nil {
+		t.Errorf("a real attachments directory was touched: %v", err)
+	}
+}

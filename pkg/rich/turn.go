@@ -169,6 +169,9 @@ func (t *turnRun) run(ctx context.Context) (string, error) {
 	if err := t.buildTools(); err != nil {
 		return "", err
 	}
+	if t.turn.Fresh && unplantAttachments(dirfd) != nil {
+		return "", fail(richproto.CauseWorkspace, "attachments link not removable")
+	}
 	t.sess, err = t.w.session(t.turn.Fresh)
 	if err != nil {
 		// A corrupt session file fails the turn and stays as it was.
