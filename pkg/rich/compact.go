@@ -42,7 +42,8 @@ func (t *turnRun) maybeCompact(ctx context.Context) error {
 	if action == sessions.Worker {
 		trigger = TriggerCeiling
 	}
-	req, ok := splitForCompaction(c, tokens)
+	// Compaction reads the projection for nobody: no private exchange.
+	req, ok := splitForCompaction(project(c, nil, nobody), tokens)
 	if !ok {
 		t.log.Warn("compaction skipped", "trigger", trigger, "reason", "nothing to summarize", "tokens_before", tokens)
 		return nil

@@ -17,13 +17,15 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
+	"github.com/roundtable-sandbox/sandbox/pkg/sessions"
 )
 
 // fakeBroker serves the pull routes, a scripted SSE model, /tools, /mcp
 // and /compact on a Unix socket, recording what it received.
 type fakeBroker struct {
-	t    testing.TB
-	path string
+	lastReady richproto.Ready // the last /worker/ready body
+	t         testing.TB
+	path      string
 
 	mu           sync.Mutex
 	srv          *http.Server
@@ -91,6 +93,7 @@ func (f *fakeBroker) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		f.mu.Lock()
 		f.readies++
+		f.lastReady = rd
 		f.mu.Unlock()
 		w.WriteHeader(204)
 	case r.URL.Path == richproto.RouteNext:
@@ -294,17 +297,27 @@ func (f *fakeSession) Append(e Entry) (Entry, error) {
 	return e, nil
 }
 
-func (f *fakeSession) Context() SessionContext {
+func (f *fakeSession) Context() (c SessionContext) {
 	s := f.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var c SessionContext
 	last := -1
 	for i, e := range s.entries {
 		if e.Type == TypeCompaction {
 			last = i
 		}
 	}
+	// Reader records are left out of the messages, as pkg/sessions does
+	// (which also maps messages to them: the real sessions' tests cover it).
+	defer func() {
+		msgs := c.Messages[:0:0]
+		for _, e := range c.Messages {
+			if e.Type != sessions.TypeReaders {
+				msgs = append(msgs, e)
+			}
+		}
+		c.Messages = msgs
+	}()
 	if last == -1 {
 		c.Messages = append(c.Messages, s.entries...)
 		return c

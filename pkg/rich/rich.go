@@ -23,7 +23,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 	"github.com/roundtable-sandbox/sandbox/pkg/sessions"
 )
 
@@ -150,7 +149,7 @@ func (w *Worker) Serve(ctx context.Context) error {
 	announced := false
 	for ctx.Err() == nil {
 		if !announced {
-			if err := w.pull.Ready(ctx, richproto.Ready{}); err != nil {
+			if err := w.pull.Ready(ctx, w.ready()); err != nil {
 				w.logPull("announce failed", err)
 				if !wait() {
 					break

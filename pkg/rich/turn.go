@@ -117,6 +117,8 @@ type turnRun struct {
 	// turn's requests (attachments.go).
 	userText string
 	images   []ContentBlock
+	// privateTo: the running host tool call's result is private (private.go).
+	privateTo string
 }
 
 // runTurn runs one admitted turn and answers its reply packet.
@@ -188,6 +190,9 @@ func (t *turnRun) run(ctx context.Context) (string, error) {
 
 	notes, images := t.collectAttachments(ctx, dirfd)
 	t.userText, t.images = t.userMessage(notes), images
+	if err := t.append(readerRecord(t.turn, t.privateMemory())); err != nil {
+		return "", err
+	}
 	if err := t.append(Entry{Type: TypeUser, Content: mustJSON([]ContentBlock{{Type: BlockText, Text: t.userText}})}); err != nil {
 		return "", err
 	}
@@ -197,7 +202,11 @@ func (t *turnRun) run(ctx context.Context) (string, error) {
 			return "", err
 		}
 		t.calls++
-		resp, err := t.w.model.Messages(ctx, t.request())
+		req := t.request()
+		if err := checkProjected(req.Messages, privateCalls(t.sess.Context(), t.mine, readerKey(t.turn)), readerKey(t.turn)); err != nil {
+			return "", err
+		}
+		resp, err := t.w.model.Messages(ctx, req)
 		if err != nil {
 			return "", fail(callCause(ctx, err), "model call %d failed", t.calls)
 		}
@@ -223,15 +232,29 @@ func (t *turnRun) run(ctx context.Context) (string, error) {
 			return "", fail(richproto.CauseBudget, "tool-call limit of %d reached", MaxToolCallsPerTurn)
 		}
 		results := make([]ContentBlock, 0, len(uses))
+		var private []ContentBlock // this turn's reader's (private.go)
 		for _, u := range uses {
 			t.toolRuns++
+			t.privateTo = ""
 			text, isErr := t.runTool(ctx, u)
 			text, _ = truncateBytes(text, MaxToolResultBytes)
-			results = append(results, ContentBlock{Type: BlockToolResult, ToolUseID: u.block.ID,
-				Content: []ContentBlock{{Type: BlockText, Text: text}}, IsError: isErr})
+			b := ContentBlock{Type: BlockToolResult, ToolUseID: u.block.ID,
+				Content: []ContentBlock{{Type: BlockText, Text: text}}, IsError: isErr}
+			if t.privateTo != "" || builtinPrivate(u.block.Name) {
+				private = append(private, b)
+			} else {
+				results = append(results, b)
+			}
 		}
-		if err := t.append(Entry{Type: TypeToolResult, Content: mustJSON(results)}); err != nil {
-			return "", err
+		if len(results) > 0 {
+			if err := t.append(Entry{Type: TypeToolResult, Content: mustJSON(results)}); err != nil {
+				return "", err
+			}
+		}
+		if len(private) > 0 {
+			if err := t.append(Entry{Type: TypeToolResult, Content: mustJSON(private), PrivateTo: readerKey(t.turn)}); err != nil {
+				return "", err
+			}
 		}
 		if ctx.Err() != nil {
 			return "", fail(richproto.CauseBudget, "turn deadline reached")
@@ -327,7 +350,7 @@ func (t *turnRun) request() *Request {
 		Model:     t.turn.Model,
 		MaxTokens: t.maxTokens,
 		System:    t.system,
-		Messages:  t.withImages(buildMessages(t.sess.Context(), t.mine, t.thinking > 0)),
+		Messages:  t.withImages(buildMessages(project(t.sess.Context(), t.mine, readerKey(t.turn)), t.mine, t.thinking > 0)),
 		Tools:     t.tools,
 	}
 	if t.thinking > 0 {
@@ -421,10 +444,19 @@ func (t *turnRun) hostTool(ctx context.Context, route string, input json.RawMess
 		return "", err
 	}
 	var answer struct {
-		Result json.RawMessage `json:"result"`
+		Result    json.RawMessage `json:"result"`
+		PrivateTo string          `json:"privateTo"`
 	}
 	if json.Unmarshal(raw, &answer) != nil || len(answer.Result) == 0 {
 		return "", errToolAnswer
+	}
+	if answer.PrivateTo != "" {
+		// Private to this turn's principal only (the broker checked it;
+		// anything else is dropped unread).
+		if answer.PrivateTo != t.turn.Reader {
+			return "", errToolAnswer
+		}
+		t.privateTo = answer.PrivateTo
 	}
 	return string(mustJSON(answer.Result)), nil
 }

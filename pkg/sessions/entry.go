@@ -19,7 +19,8 @@ const (
 	TypeToolResult = "toolResult"
 	TypeCompaction = "compaction"
 	// TypeReaders is the per-turn reader record of issue 16 (private tool
-	// exchanges): stored and carried, not interpreted yet.
+	// exchanges, readers.go): the entries after it, up to the next one,
+	// belong to its turn's reader.
 	TypeReaders = "readers"
 )
 
@@ -46,8 +47,11 @@ type Entry struct {
 	StopReason string `json:"stopReason,omitempty"`
 	// Compaction: compaction only.
 	Compaction *CompactionRecord `json:"compaction,omitempty"`
-	// Readers: readers only, a JSON object (issue 16).
+	// Readers: readers only, a JSON object (issue 16; ReaderRecord).
 	Readers json.RawMessage `json:"readers,omitempty"`
+	// PrivateTo: toolResult only, the reader its results are private to
+	// (issue 16): every other reader sees placeholders.
+	PrivateTo string `json:"privateTo,omitempty"`
 }
 
 // Usage is the model's usage numbers of one response.
@@ -149,6 +153,12 @@ func (e *Entry) check() error {
 	if e.Type != TypeReaders && e.Readers != nil {
 		return errors.New("readers belongs to readers entries only")
 	}
+	if e.Type != TypeToolResult && e.PrivateTo != "" {
+		return errors.New("privateTo belongs to toolResult entries only")
+	}
+	if len(e.PrivateTo) > MaxReaderBytes || !utf8.ValidString(e.PrivateTo) {
+		return fmt.Errorf("privateTo must be at most %d bytes of UTF-8", MaxReaderBytes)
+	}
 	switch e.Type {
 	case TypeSession:
 		if e.Version != Version || e.Content != nil {
@@ -176,6 +186,9 @@ func (e *Entry) check() error {
 	case TypeReaders:
 		if !isKind(e.Readers, '{') || e.Content != nil {
 			return errors.New("readers entry needs a readers object and no content")
+		}
+		if _, err := decodeReaders(e.Readers); err != nil {
+			return err
 		}
 	default:
 		return errors.New("unknown entry type")

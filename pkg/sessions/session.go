@@ -291,8 +291,13 @@ func (s *Session) admit(e Entry) error {
 				return errors.New("compaction's firstKeptEntryId is not a message of the current context")
 			}
 		}
-		// Copy so the summarized entries' memory is released.
-		s.entries = append(append([]Entry(nil), s.entries[keep:]...), e)
+		// Copy so the summarized entries' memory is released. The reader
+		// record the kept entries fall under stays with them (readers.go).
+		kept := []Entry(nil)
+		if r := lastReaders(s.entries[:keep]); r != nil && (keep == len(s.entries) || s.entries[keep].Type != TypeReaders) {
+			kept = append(kept, *r)
+		}
+		s.entries = append(append(kept, s.entries[keep:]...), e)
 	} else {
 		s.entries = append(s.entries, e)
 	}
@@ -400,16 +405,26 @@ type Context struct {
 	// Kept is how many of Messages precede the last compaction (the kept
 	// ones): usage reported for them measured the context before it.
 	Kept int
+	// Owner maps a message's entry id to the reader record of its turn;
+	// a message without one (written before reader records) is absent.
+	Owner map[string]ReaderRecord
 }
 
 // Context returns the context to send.
 func (s *Session) Context() Context {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var c Context
+	c := Context{Owner: map[string]ReaderRecord{}}
+	var owner *ReaderRecord
 	for i := range s.entries {
 		e := s.entries[i]
 		switch {
+		case e.Type == TypeReaders:
+			r, _ := decodeReaders(e.Readers) // checked at admission
+			owner = &r
+		case e.isMessage() && owner != nil:
+			c.Owner[e.ID] = *owner
+			c.Messages = append(c.Messages, e)
 		case e.Type == TypeCompaction:
 			c.Compaction = &e
 			c.Summary = e.Compaction.Summary

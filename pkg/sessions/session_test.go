@@ -152,6 +152,13 @@ func TestAppendRefusals(t *testing.T) {
 		{"compaction keeping an unknown entry", Entry{Type: TypeCompaction, Compaction: &CompactionRecord{Summary: "s", FirstKeptEntryID: "nope", Engine: "e"}}, ErrInvalid},
 		{"compaction without summary", Entry{Type: TypeCompaction, Compaction: &CompactionRecord{Engine: "e"}}, ErrInvalid},
 		{"readers not an object", Entry{Type: TypeReaders, Readers: json.RawMessage(`[]`)}, ErrInvalid},
+		{"readers without a turn", Entry{Type: TypeReaders, Readers: json.RawMessage(`{"reader":"p"}`)}, ErrInvalid},
+		{"readers with an unknown field", Entry{Type: TypeReaders, Readers: json.RawMessage(`{"turn":"t","who":"p"}`)}, ErrInvalid},
+		{"readers with a reader too long", Entry{Type: TypeReaders, Readers: ReadersJSON(ReaderRecord{Turn: "t", Reader: strings.Repeat("p", MaxReaderBytes+1)})}, ErrInvalid},
+		{"privateTo on a user entry", Entry{Type: TypeUser, Content: json.RawMessage(`"x"`), PrivateTo: "p"}, ErrInvalid},
+		{"privateTo on an assistant entry", Entry{Type: TypeAssistant, Content: json.RawMessage(`[]`), PrivateTo: "p"}, ErrInvalid},
+		{"privateTo too long", Entry{Type: TypeToolResult, Content: json.RawMessage(`[]`), PrivateTo: strings.Repeat("p", MaxReaderBytes+1)}, ErrInvalid},
+		{"privateTo not UTF-8", Entry{Type: TypeToolResult, Content: json.RawMessage(`[]`), PrivateTo: "p\xff"}, ErrInvalid},
 		{"line over MaxLineBytes", user(strings.Repeat("x", MaxLineBytes)), ErrInvalid},
 		{"bad timestamp", Entry{Type: TypeUser, Timestamp: "yesterday", Content: json.RawMessage(`"x"`)}, ErrInvalid},
 		{"id with a space", Entry{Type: TypeUser, ID: "a b", Content: json.RawMessage(`"x"`)}, ErrInvalid},
@@ -315,4 +322,51 @@ func TestTooManyDirEntries(t *testing.T) {
 	if _, err := Open(ws); err == nil || !strings.Contains(err.Error(), "more than") {
 		t.Fatalf("err = %v, want the entry bound", err)
 	}
+}
+
+// TestReaderRecords: every message maps to its turn's reader record, the
+// record the kept entries fall under survives a compaction (and a reopen),
+// and privateTo is kept on tool results.
+func TestReaderRecords(t *testing.T) {
+	ws := t.TempDir()
+	s := mustOpen(t, ws)
+	mustAppend(t, s, Entry{Type: TypeReaders, Readers: ReadersJSON(ReaderRecord{Turn: "t1", Reader: "pA", PrivateMemory: true})})
+	mustAppend(t, s, user("a"))
+	a := mustAppend(t, s, assistant("b", nil))
+	r := mustAppend(t, s, Entry{Type: TypeToolResult, Content: json.RawMessage(`[]`), PrivateTo: "pA"})
+	mustAppend(t, s, Entry{Type: TypeReaders, Readers: ReadersJSON(ReaderRecord{Turn: "t2", Reader: "pB"})})
+	u := mustAppend(t, s, user("c"))
+	mustAppend(t, s, assistant("d", nil))
+	check := func(s *Session, wantA bool) {
+		t.Helper()
+		c := s.Context()
+		if got := c.Owner[u.ID]; got.Reader != "pB" || got.Turn != "t2" || got.PrivateMemory {
+			t.Errorf("owner of %s = %+v, want pB of t2", u.ID, got)
+		}
+		if got, ok := c.Owner[a.ID]; wantA && (!ok || got.Reader != "pA" || !got.PrivateMemory) {
+			t.Errorf("owner of %s = %+v, want pA of t1, tainted", a.ID, got)
+		}
+		for _, e := range c.Messages {
+			if e.Type == TypeReaders {
+				t.Errorf("a reader record among the messages")
+			}
+			if e.ID == r.ID && e.PrivateTo != "pA" {
+				t.Errorf("privateTo lost: %+v", e)
+			}
+		}
+	}
+	check(s, true)
+	// Compaction keeping from the middle of t1's turn: t1's record stays.
+	mustAppend(t, s, Entry{Type: TypeCompaction, Compaction: &CompactionRecord{Summary: "S", FirstKeptEntryID: a.ID, Engine: "e"}})
+	check(s, true)
+	s.Close()
+	s = mustOpen(t, ws)
+	check(s, true)
+	// Compaction keeping t2 only.
+	mustAppend(t, s, Entry{Type: TypeCompaction, Compaction: &CompactionRecord{Summary: "S2", FirstKeptEntryID: u.ID, Engine: "e"}})
+	check(s, false)
+	s.Close()
+	s = mustOpen(t, ws)
+	defer s.Close()
+	check(s, false)
 }
