@@ -204,6 +204,8 @@ type cfg struct {
 	// RichIdle (tail_rich_test.go).
 	RichPort int
 	RichIdle int
+	// RichSkills, when set, is rich.skillsDir (tail_rich_media_test.go).
+	RichSkills string
 }
 
 func baseConfig() cfg {
@@ -316,6 +318,9 @@ rich:
   idleSeconds: {{.RichIdle}}
   startTimeoutSeconds: 60
   turnTimeoutSeconds: 120
+{{- if .RichSkills}}
+  skillsDir: {{.RichSkills}}
+{{- end}}
 profiles:
   - name: e2e
     model: claude-e2e
