@@ -49,6 +49,9 @@ func checkReplyFiles(files []File) error {
 		if err := CheckReplyFileName(f.Name); err != nil {
 			return err
 		}
+		if len(f.Type) > richproto.MaxAttachmentType || strings.IndexFunc(f.Type, func(c rune) bool { return c <= ' ' || c >= 0x7f }) >= 0 {
+			return fmt.Errorf("reply file %q has a type that is not a media type", f.Name)
+		}
 		if len(f.Data) > richproto.MaxReplyFileBytes {
 			return fmt.Errorf("reply file %q is over %d bytes", f.Name, richproto.MaxReplyFileBytes)
 		}

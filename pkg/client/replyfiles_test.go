@@ -35,6 +35,7 @@ func TestRunTurnRefusesHostileReplyFiles(t *testing.T) {
 	for name, files := range map[string]string{
 		"path":   `[{"name":"../../.bashrc","data":"eA=="}]`,
 		"hidden": `[{"name":".profile","data":"eA=="}]`,
+		"type":   `[{"name":"a","type":"text/html\r\nX-Evil: 1","data":""}]`,
 		"count":  "[" + strings.TrimSuffix(strings.Repeat(`{"name":"a","data":""},`, 11), ",") + "]",
 	} {
 		c := server(t, func(w http.ResponseWriter, r *http.Request) {

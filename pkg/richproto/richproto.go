@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -314,6 +315,10 @@ func (r *Result) Validate() error {
 		}
 		if f.Name == "." || f.Name == ".." {
 			return bad("files[%d].name must be a plain file name", i)
+		}
+		// The type reaches the frontend as is: bounded like an attachment's.
+		if len(f.Type) > MaxAttachmentType || strings.IndexFunc(f.Type, func(c rune) bool { return c <= ' ' || c >= 0x7f }) >= 0 {
+			return bad("files[%d].type must be a media type of at most %d printable bytes", i, MaxAttachmentType)
 		}
 		if len(f.Data) > MaxReplyFileBytes {
 			return bad("files[%d] is over %d bytes", i, MaxReplyFileBytes)

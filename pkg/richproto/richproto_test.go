@@ -102,6 +102,8 @@ func TestResultValidate(t *testing.T) {
 			r.Files = []File{{Name: "a", Data: big[:MaxReplyFileBytes]}, {Name: "b", Data: big[:MaxReplyFileBytes]}, {Name: "c", Data: big[:MaxReplyFileBytes]}, {Name: "d", Data: big[:MaxReplyFileBytes]}, {Name: "e", Data: big[:MaxReplyFileBytes]}, {Name: "f", Data: big[:1]}}
 		},
 		"long text": func(r *Result) { r.Text = strings.Repeat("x", MaxTextChars+1) },
+		"type long": func(r *Result) { r.Files = []File{{Name: "a", Type: strings.Repeat("a", MaxAttachmentType+1)}} },
+		"type ctl":  func(r *Result) { r.Files = []File{{Name: "a", Type: "text/plain\r\nX-Evil: 1"}} },
 	} {
 		rr := ok
 		mutate(&rr)
