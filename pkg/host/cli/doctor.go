@@ -228,6 +228,7 @@ func runDoctor(ctx context.Context, path string, d doctorDeps) Report {
 
 	if cfg != nil {
 		doctorProjects(cfg, d, add)
+		doctorSkills(cfg, d, add)
 		creds := doctorCredentials(cfg, d, add)
 		doctorMCP(ctx, cfg, d, creds, add)
 	}
