@@ -383,6 +383,9 @@ func (h *Host) writeReply(w http.ResponseWriter, reply *protocol.Reply, turnID s
 	// cleanup. Closing it sends the client's next request (another
 	// channel's turn, a status call) to a fresh connection.
 	hd.Set("Connection", "close")
+	// A rich answer may carry 67 MiB of reply files: a client that stops
+	// reading must not hold the turn (and the channel) forever.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(replyWriteTimeout))
 	w.WriteHeader(http.StatusOK)
 	if _, err := w.Write(body); err != nil {
 		h.log.Debug("turn reply not delivered", "turn", turnID, "err", err) // the client left

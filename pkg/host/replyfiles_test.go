@@ -3,6 +3,10 @@ package host
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -46,5 +50,53 @@ func TestRichReplyFilesReachTheAPI(t *testing.T) {
 	}
 	if code, body := r.api(t, "POST", "/v1/channels/plain/turns", `{"speaker":{"id":"u"},"text":"x"}`); code != 200 || strings.Contains(body, `"files"`) {
 		t.Errorf("sealed answer: %d %s", code, body)
+	}
+}
+
+// TestStalledClientDoesNotHoldTheTurn: a client that stops reading a turn
+// answer carrying megabytes of files loses it at the write deadline; the
+// turn ends and the channel takes its next turn.
+func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
+	old := replyWriteTimeout
+	replyWriteTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { replyWriteTimeout = old })
+	r, ctl := richRig(t, time.Hour)
+	big := make([]byte, richproto.MaxReplyFileBytes)
+	ctl.turnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
+		return &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: "x", Files: []richproto.File{{Name: "a", Data: big}}}, nil
+	}
+	if code, _ := r.api(t, "PUT", "/v1/channels/room/mode", `{"mode":"rich","profile":"helper"}`); code != 200 {
+		t.Fatal(code)
+	}
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: r.h.Handler(), ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+		return context.WithValue(ctx, peerKey{}, Peer{Known: true, UID: r.h.opts.UID, GID: r.h.opts.GID})
+	}}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"speaker":{"id":"u"},"text":"draw"}`
+	fmt.Fprintf(conn, "POST /v1/channels/room/turns HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	// Never read: the answer (14 MiB) cannot fit the socket's buffers.
+	waitUntil := time.Now().Add(5 * time.Second)
+	time.Sleep(100 * time.Millisecond)
+	for r.h.status("room").RunningTurn != "" || r.h.queue.waitingFor("room") != 0 {
+		if time.Now().After(waitUntil) {
+			t.Fatal("the turn is still held by a client that stopped reading")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The channel is free: the next turn runs.
+	ctl.turnFn = nil
+	if code, _ := r.api(t, "POST", "/v1/channels/room/turns", `{"speaker":{"id":"u"},"text":"next"}`); code != 200 {
+		t.Errorf("next turn: %d", code)
 	}
 }
