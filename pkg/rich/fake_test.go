@@ -450,7 +450,7 @@ func (h *harness) run(turn *richproto.Turn) richproto.Result {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second) // generous: the unit stage runs packages in parallel on 2 cores
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

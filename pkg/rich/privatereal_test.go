@@ -65,10 +65,19 @@ func TestPrivateResultThroughRealBroker(t *testing.T) {
 	p.stopB()
 	p.pol.Tools = append(p.pol.Tools, policy.Tool{Name: "lookup", Kind: policy.KindExec, Argv: []string{"/bin/sh", script}, TimeoutMs: 5000})
 	p.startBroker()
-	waitFor(t, "the worker's announcement to the new broker", func() bool {
-		code, _ := p.controlAs("hello", "p1")
-		return code == 200
-	})
+	var lastCode int
+	var lastBody string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		lastCode, lastBody = p.controlAs("hello", "p1")
+		if lastCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker never took a turn from the new broker: last answer %d %s; logs:\n%s", lastCode, lastBody, p.logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	got := p.upstream.Requests()
 	if len(got) != 2 || !strings.Contains(string(got[1].Body), "SECRET-OF-P1") {
 		t.Fatalf("p1's own second request lacks its private result (%d requests); logs:\n%s", len(got), p.logs.String())

@@ -78,7 +78,7 @@ func newRealPeersWith(t *testing.T, tiers Tiers, compactor *policy.Compactor, re
 	log := slog.New(slog.NewJSONHandler(p.logs, nil))
 	wb := NewBroker(p.sock, log)
 	w, err := New(Options{Pull: wb, Model: wb, Tools: wb, Compactor: wb, Reporter: wb,
-		Sessions: WorkspaceSessions{Workspace: dir}, Workspace: dir, Logger: log, MinBackoff: 10 * time.Millisecond, Tiers: tiers})
+		Sessions: WorkspaceSessions{Workspace: dir}, Workspace: dir, Logger: log, MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, Tiers: tiers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +116,9 @@ func (p *realPeers) startBroker() {
 		case <-time.After(5 * time.Second):
 			t.Error("broker did not stop")
 		}
+		// Close (and so unlink) the socket now: the broker's own close may
+		// come later and would unlink the next broker's socket at this path.
+		ln.Close()
 		p.stopB = func() {}
 	}
 }
