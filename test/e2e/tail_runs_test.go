@@ -358,3 +358,38 @@ func TestRunFromMCPClient(t *testing.T) {
 	}
 	assertNothingLeft(t, "after MCP runs")
 }
+
+// TestRunHostKilledThenReaped: an approved network run is running (its
+// container, broker units, turn directory and policy exist) when the host is
+// SIGKILLed and kept down: one reaper run leaves nothing.
+func TestRunHostKilledThenReaped(t *testing.T) {
+	diagnose(t)
+	needToolbox(t)
+	out, err := cli("run", "--detach", "--network", "--timeout", "120", "--", "sleep", "100")
+	if err != nil {
+		t.Fatalf("run --detach --network: %v\n%s", err, out)
+	}
+	id := strings.TrimSpace(out)
+	if out, err := cli("run", "approve", id); err != nil {
+		t.Fatalf("run approve: %v\n%s", err, out)
+	}
+	if msg := eventually(30*time.Second, func() string {
+		for _, c := range containers(t) {
+			if c.Labels[layout.LabelTurn] == id && c.State == "running" {
+				return ""
+			}
+		}
+		return "no running container for the run"
+	}); msg != "" {
+		t.Fatal(msg)
+	}
+	if units := brokerUnits(); len(units) == 0 {
+		t.Fatalf("an approved network run has no broker unit: the scenario proves nothing")
+	}
+	systemctl(t, "kill", "--kill-who=main", "--signal=SIGKILL", layout.HostService)
+	systemctl(t, "stop", layout.HostService)
+	time.Sleep(2 * time.Second)
+	systemctl(t, "start", layout.ReaperUnit)
+	assertEmpty(t, "after one run of the reaper")
+	restartHost(t)
+}
