@@ -441,3 +441,16 @@ func TestRunEmptyWorkspaceEnterable(t *testing.T) {
 		}
 	}
 }
+
+// TestRunBodyBound: a POST /v1/runs body over MaxRunBodyBytes is refused
+// with 413 and creates nothing.
+func TestRunBodyBound(t *testing.T) {
+	r, _ := newRunRig(t, runsExtra, supervise(0))
+	code, body := apiAs(t, r.h, clientUID, "POST", "/v1/runs", runs.Params{Command: strings.Repeat("x", MaxRunBodyBytes)})
+	if code != http.StatusRequestEntityTooLarge {
+		t.Errorf("%d %s, want 413", code, body)
+	}
+	if len(r.h.runs.List()) != 0 || len(r.docker.created) != 0 {
+		t.Errorf("a refused body created a run")
+	}
+}

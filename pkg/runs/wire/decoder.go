@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // ErrProtocol is the category of every stream the Decoder refuses.
@@ -82,7 +83,8 @@ type Frame struct {
 }
 
 // Decoder reads frames from a hostile stream (the host's side). It is not
-// safe for concurrent use.
+// safe for concurrent use. Its errors never quote what the stream sent (an
+// artifact path, a phase name, a JSON key): the host logs them.
 //
 // It refuses, with an error wrapping ErrProtocol: an unknown type; a payload
 // over MaxFrame or over its type's bound; more output per stream than
@@ -189,7 +191,7 @@ func (d *Decoder) next() (Frame, error) {
 		return Frame{}, protocolf("unknown frame type %d", byte(t))
 	}
 	if d.remaining > 0 && t != FrameArtifactData {
-		return Frame{}, protocolf("%v frame before artifact %q received its %d remaining bytes", t, d.cur.Path, d.remaining)
+		return Frame{}, protocolf("%v frame before the artifact received its %d remaining bytes", t, d.remaining)
 	}
 	payload := make([]byte, size)
 	if _, err := io.ReadFull(d.r, payload); err != nil {
@@ -270,7 +272,7 @@ func (d *Decoder) phase(payload []byte) (Frame, error) {
 		}
 		d.mainEnded, d.mainExit = true, p.ExitCode
 	default:
-		return Frame{}, protocolf("unknown phase %q", p.Phase)
+		return Frame{}, protocolf("unknown phase")
 	}
 	return Frame{Type: FramePhase, PhaseEnd: p}, nil
 }
@@ -294,9 +296,9 @@ func (d *Decoder) artifact(payload []byte) (Frame, error) {
 	case h.Error != "" && !knownArtifactError(h.Error):
 		return Frame{}, protocolf("unknown artifact error")
 	case h.Error != "" && h.Size != 0:
-		return Frame{}, protocolf("artifact %q has an error and a size", h.Path)
+		return Frame{}, protocolf("an artifact has an error and a size")
 	case h.Size < 0 || h.Size > d.l.MaxArtifactBytes:
-		return Frame{}, protocolf("artifact %q of %d bytes, outside 0..%d", h.Path, h.Size, d.l.MaxArtifactBytes)
+		return Frame{}, protocolf("an artifact of %d bytes, outside 0..%d", h.Size, d.l.MaxArtifactBytes)
 	case d.artTotal+h.Size > d.l.MaxArtifactTotalBytes:
 		return Frame{}, protocolf("artifacts over %d bytes together", d.l.MaxArtifactTotalBytes)
 	}
@@ -349,7 +351,12 @@ func strictJSON(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return err
+		// encoding/json's message may quote the sender's field names or
+		// values; the host logs these errors, so only the category is kept.
+		if strings.HasPrefix(err.Error(), "json: unknown field") {
+			return errors.New("unknown field")
+		}
+		return errors.New("not one object of the known fields and types")
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("trailing data after the object")
