@@ -91,7 +91,7 @@ type richState struct {
 
 	// compact is the compactor routes' state (compact.go), made on first use.
 	compactOnce sync.Once
-	compact     *compactor
+	compact     *compactorRoutes
 	// attach is the turn's attachment accounting (attachment.go).
 	attach attachState
 }

@@ -56,7 +56,7 @@ func (c oneCred) Load(name string) (credential.Secret, error) {
 }
 
 type compactHarness struct {
-	c    *compactor
+	c    *compactorRoutes
 	logs *syncBuffer
 	turn CompactTurn
 }
@@ -213,7 +213,7 @@ func TestCompactTimeout(t *testing.T) {
 	}
 	h.checkLogs(t, `"reason":"timeout"`)
 	time.Sleep(100 * time.Millisecond)
-	if h.c.running.Load() {
+	if h.c.core.Busy() {
 		t.Fatal("the compactor's slot is still taken after its group was killed")
 	}
 	time.Sleep(time.Until(start.Add(3 * time.Second)))
@@ -310,7 +310,7 @@ func TestCompactBusy(t *testing.T) {
 		h.compact(t, compactBody(t))
 	}()
 	deadline := time.Now().Add(time.Second)
-	for !h.c.running.Load() && time.Now().Before(deadline) {
+	for !h.c.core.Busy() && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if _, a, err := h.compact(t, compactBody(t)); err != nil || a.Fallback != sessions.FallbackBusy {

@@ -26,7 +26,7 @@ var layers = [][]string{
 	{"layout", "policy", "memory", "sessions", "safefetch", "runs", "runs/supervisor", "precheck", "anthropic"},
 	// 2: drivers and single-purpose domains.
 	{"client", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
-		"broker/chat", "broker/rpc", "broker/hosttool", "egress", "standby", "precheck/runner", "rich"},
+		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich"},
 	// 3: the services.
 	{"broker", "reaper", "host", "credset", "runmcp"},
 	// 4: wiring of the host binary (cobra commands, Docker and D-Bus adapters).
