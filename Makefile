@@ -7,7 +7,7 @@ GOFLAGS_STATIC := -trimpath -ldflags '-s -w -X github.com/roundtable-sandbox/san
 BINARIES := sandbox-host sandbox-broker sandbox-reaper sandbox-worker
 export VERSION
 
-.PHONY: all build test unit integration packaging-check e2e image image-archive deb units-check demo bench clean fmt vet prerequisites install-prerequisites toolbox
+.PHONY: all build test unit stress integration packaging-check e2e image image-archive deb units-check demo bench clean fmt vet prerequisites install-prerequisites toolbox
 
 all: build
 
@@ -24,9 +24,15 @@ FORCE:
 test:
 	@./test/all.sh
 
+# The race detector on every package: a data race is a failed test here.
 unit:
 	$(GO) vet ./...
-	./test/gotest.sh unit ./...
+	./test/gotest.sh unit -race ./...
+
+# Flaky-test hunt: unit (-race) and integration tests repeated while CPU hogs
+# keep the machine busy; per test, how often it failed (test/stress.sh).
+stress:
+	./test/stress.sh
 
 integration:
 	./test/integration.sh

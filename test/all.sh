@@ -16,7 +16,10 @@ for stage in unit integration packaging-check e2e; do
   echo "==== make $stage"
   if ! make --no-print-directory "$stage"; then
     failed+=("$stage")
-    echo "$stage: FAILED (see above)" >>"$TEST_SUMMARY_FILE"
+    # A stage that names its failing check (the leftover checks do) has
+    # said it; otherwise say where to look.
+    grep -q "^$stage: FAILED" "$TEST_SUMMARY_FILE" ||
+      echo "$stage: FAILED (its output above says which check)" >>"$TEST_SUMMARY_FILE"
   fi
   echo "     ($stage took $((SECONDS - s0)) s)" >>"$TEST_SUMMARY_FILE"
   if [[ $stage == unit && ${#failed[@]} -gt 0 ]]; then

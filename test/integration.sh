@@ -22,7 +22,7 @@ skip() {
 	exit 0
 }
 [[ "$(id -u)" == 0 ]] || skip "not running as root (a private dockerd needs root)"
-for t in dockerd unshare curl; do
+for t in dockerd containerd unshare curl; do
 	command -v "$t" >/dev/null ||
 		skip "$t not found (apt-get install -y --no-install-recommends $(packaging/prerequisites.sh missing); README Quick start lists every prerequisite)"
 done
@@ -70,6 +70,17 @@ cleanup() {
 		fi
 		wait "$dockerd_pid" 2>/dev/null
 	fi
+	# Our containerd (ns.sh) outlives dockerd: stop it, then its shims go.
+	if [[ -f "$tmp/containerd.pid" ]]; then
+		local cpid
+		cpid=$(cat "$tmp/containerd.pid")
+		kill -TERM "$cpid" 2>/dev/null
+		for _ in $(seq 1 50); do
+			kill -0 "$cpid" 2>/dev/null || break
+			sleep 0.2
+		done
+		kill -KILL "$cpid" 2>/dev/null
+	fi
 	local cg
 	for cg in /sys/fs/cgroup/"$cgparent" /sys/fs/cgroup/*/"$cgparent"; do
 		for _ in $(seq 1 20); do # shims may take a moment to leave
@@ -89,6 +100,7 @@ cleanup() {
 			echo "integration: LEFT: new paths on the machine since dockerd started (made by it, or by another process meanwhile):" >&2
 			head -40 <<<"$new" >&2
 			((rc != 0)) || rc=1
+			[[ -z ${TEST_SUMMARY_FILE:-} ]] || echo "integration: FAILED: the leftover check found $(wc -l <<<"$new") new paths on the machine (first: $(head -1 <<<"$new"))" >>"$TEST_SUMMARY_FILE"
 		fi
 	fi
 	# Container layers may still be mounted in the (now gone) namespace only;
@@ -135,7 +147,22 @@ for _ in $(seq 1 50); do
 	[ -S /run/systemd/journal/socket ] && break
 	sleep 0.1
 done
+# containerd of our own, not dockerd's managed one: that one's opt plugin
+# makes /opt/containerd on the shared root. Everything here is under $tmp
+# (and its CRI plugin, which writes /etc/cni, is off).
+printf '%s\n' 'version = 2' "root = \"$tmp/containerd\"" "state = \"/run/containerd\"" \
+	"[grpc]" "  address = \"$tmp/containerd.sock\"" \
+	'disabled_plugins = ["io.containerd.grpc.v1.cri"]' '[plugins."io.containerd.internal.v1.opt"]' \
+	"  path = \"$tmp/containerd/opt\"" >"$tmp/containerd.toml"
+containerd --config "$tmp/containerd.toml" >>"$tmp/containerd.log" 2>&1 &
+echo $! >"$tmp/containerd.pid"
+for _ in $(seq 1 100); do
+	[ -S "$tmp/containerd.sock" ] && break
+	sleep 0.1
+done
+[ -S "$tmp/containerd.sock" ] || { echo "containerd did not start:" >&2; tail -n 20 "$tmp/containerd.log" >&2; exit 1; }
 exec dockerd \
+	--containerd "$tmp/containerd.sock" \
 	--data-root "$tmp/data" \
 	--exec-root "$tmp/exec" \
 	-H "unix://$tmp/docker.sock" \

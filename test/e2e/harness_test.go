@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"text/template"
 	"time"
@@ -121,6 +122,31 @@ func setup() error {
 	return err
 }
 
+// heldTurn returns a release for a turn whose text matches a rule with
+// "hold": "{{user}}": the fake model answers it only after the release, so
+// its container is surely running while the test looks at it. The release
+// also runs at cleanup, so a failing test never leaves the turn waiting.
+func heldTurn(t *testing.T, text string) (release func()) {
+	t.Helper()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			u := fmt.Sprintf("http://127.0.0.1:%d/release/%s", env.modelPort, url.PathEscape(text))
+			resp, err := http.Post(u, "", nil)
+			if err != nil {
+				t.Errorf("release held turn: %v", err)
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNoContent {
+				t.Errorf("release held turn: %s", resp.Status)
+			}
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
 // startFake starts one of the fake servers and returns its port.
 func startFake(name string, args ...string) (int, error) {
 	portFile := filepath.Join(env.work, name+".port")
@@ -150,7 +176,9 @@ func startFake(name string, args ...string) (int, error) {
 func modelScript() []byte {
 	type call = map[string]any
 	rules := []map[string]any{
-		{"match": "CRED-CHECK", "replies": []call{{"text": "sealed answer", "delayMs": 3000}}},
+		// Held until the test releases it (releaseTurn): the container
+		// lives exactly as long as the test inspects it.
+		{"match": "CRED-CHECK", "replies": []call{{"text": "sealed answer", "hold": "{{user}}"}}},
 		{"match": "MEM-SET", "replies": []call{
 			{"toolCalls": []call{{"name": "memory_set", "arguments": json.RawMessage(`{"scope":"channel","key":"e2e-code","text":"` + env.memValue + `"}`)}}},
 			{"text": "stored: {{tool}}"},
@@ -174,7 +202,8 @@ func modelScript() []byte {
 			{"text": "report: {{tool}}"},
 		}},
 		{"match": "SLOW", "replies": []call{{"text": "slow answer", "delayMs": 20000}}},
-		{"match": "LEAST-CRED", "replies": []call{{"text": "least answer", "delayMs": 4000}}},
+		{"match": "LEAST-CRED", "replies": []call{{"text": "least answer", "hold": "{{user}}"}}},
+		{"match": "RUNSC-HOLD", "replies": []call{{"text": "echo: {{user}}", "hold": "{{user}}"}}},
 		{"match": "OVERLAP", "replies": []call{{"text": "overlap {{user}}", "delayMs": 1500}}},
 		{"match": "", "replies": []call{{"text": "echo: {{user}}"}}},
 	}
@@ -642,7 +671,7 @@ func assertNothingLeft(t *testing.T, what string) {
 		t.Errorf("%s: containers left: %v", what, conts)
 	}
 	if len(units) != 0 {
-		t.Errorf("%s: broker units left: %v", what, units)
+		t.Errorf("%s: broker units left: %v%s", what, units, hostCleanupFailures())
 	}
 	if len(dirs) != 0 {
 		t.Errorf("%s: turn directories left in %s: %v", what, layout.RunRoot, dirs)
@@ -669,9 +698,30 @@ func assertEmpty(t *testing.T, what string) {
 		for _, x := range containers(t) {
 			names = append(names, strings.Join(x.Names, ",")+" ("+x.State+")")
 		}
-		t.Errorf("%s: left: containers %v, units %v, turn dirs %v, policies %v", what, names, brokerUnits(),
-			dirEntries(layout.RunRoot), dirEntries(layout.PolicyDir))
+		t.Errorf("%s: left: containers %v, units %v, turn dirs %v, policies %v%s", what, names, brokerUnits(),
+			dirEntries(layout.RunRoot), dirEntries(layout.PolicyDir), hostCleanupFailures())
 	}
+}
+
+// hostCleanupFailures is the host's recent journal lines that say a unit
+// stop or a cleanup failed: when something is left, they name the cause
+// (a broker stop that ran out of time under load is a product defect, not
+// this test's).
+func hostCleanupFailures() string {
+	out, _ := run("journalctl", "-u", layout.HostService, "--since", "-15min", "--no-pager", "-o", "cat")
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "stop failed") || strings.Contains(l, "cleanup failed") || strings.Contains(l, "left to the reaper") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		return "\n(the host's journal has no unit stop or cleanup failure in the last 15 min)"
+	}
+	if len(lines) > 20 {
+		lines = append(lines[:20], fmt.Sprintf("... and %d more", len(lines)-20))
+	}
+	return "\nthe host's journal says:\n" + strings.Join(lines, "\n")
 }
 
 // eventually polls f until it returns "" or the time is up; returns the last complaint.

@@ -50,12 +50,17 @@ func TestRunscTurnAndStandby(t *testing.T) {
 	}
 	const ch = "e2e-runsc"
 	channelOn(t, ch)
+	// The fake model holds the turn until the container was inspected: a
+	// runsc turn can finish in 17 ms, faster than any poll sees it.
+	text := "hello runsc RUNSC-HOLD-" + randHex(4)
+	release := heldTurn(t, text)
 	done := make(chan apiResult, 1)
-	go func() { done <- turn(ch, "alice", "hello runsc") }()
+	go func() { done <- turn(ch, "alice", text) }()
 	cont := waitContainer(t, ch, 30*time.Second)
 	if ins, err := env.docker.ContainerInspect(context.Background(), cont.ID); err != nil || ins.HostConfig.Runtime != "runsc" {
 		t.Errorf("turn container runtime: %v, err %v; want runsc", ins.HostConfig, err)
 	}
+	release()
 	r := <-done
 	if r.Err != nil || r.Status != http.StatusOK || !strings.Contains(replyText(r), "hello runsc") {
 		t.Fatalf("cold turn under runsc: %s", r)

@@ -55,6 +55,7 @@ func TestTurnHoldsOnlyDummyKey(t *testing.T) {
 	const ch = "e2e-cred"
 	channelOn(t, ch)
 	marker := "CRED-CHECK-" + randHex(4)
+	release := heldTurn(t, marker)
 	done := make(chan apiResult, 1)
 	go func() { done <- turn(ch, "alice", marker) }()
 
@@ -134,6 +135,7 @@ func TestTurnHoldsOnlyDummyKey(t *testing.T) {
 			t.Errorf("the real credential is in the container's filesystem")
 		}
 	}
+	release()
 	r := <-done
 	if r.Err != nil || r.Status != http.StatusOK {
 		t.Fatalf("turn: %s", r)
@@ -941,8 +943,10 @@ func TestBrokerHoldsOnlyItsOwnCredentialsAndPolicy(t *testing.T) {
 		t.Fatalf("chown: %v %s", err, out)
 	}
 
+	text := "LEAST-CRED-" + randHex(4)
+	release := heldTurn(t, text)
 	done := make(chan apiResult, 1)
-	go func() { done <- turn(ch, "alice", "LEAST-CRED check") }()
+	go func() { done <- turn(ch, "alice", text) }()
 	waitContainer(t, ch, 20*time.Second)
 	var turnID string
 	for _, tt := range activeTurns(t) {
@@ -1002,6 +1006,7 @@ func TestBrokerHoldsOnlyItsOwnCredentialsAndPolicy(t *testing.T) {
 			t.Logf("broker %s runs as uid %s", unit, f[1])
 		}
 	}
+	release()
 	if r := <-done; r.Err != nil || r.Status != http.StatusOK {
 		t.Fatalf("turn: %s", r)
 	}

@@ -10,7 +10,10 @@
 // output. With -line FILE it appends the stage's one-line summary to FILE
 // (make test prints those lines again at the end).
 //
-// Usage: go test -json ./... | testsummary -stage unit [-v] [-line FILE]
+// With -tally it also prints, per test that failed at least once, how many
+// of its runs failed (for -count runs and several streams concatenated).
+//
+// Usage: go test -json ./... | testsummary -stage unit [-v] [-line FILE] [-tally]
 package main
 
 import (
@@ -26,6 +29,7 @@ func main() {
 	stage := flag.String("stage", "tests", "stage name printed in the summary")
 	verbose := flag.Bool("v", false, "print every output line as it arrives (as go test -v does)")
 	line := flag.String("line", "", "append the one-line summary to this file")
+	tally := flag.Bool("tally", false, "print per test how many of its runs failed (make stress)")
 	flag.Parse()
 	s := newSummary(*stage, *verbose, os.Stdout)
 	s.start = time.Now()
@@ -34,6 +38,9 @@ func main() {
 		fmt.Fprintf(os.Stdout, "testsummary: %v\n", err)
 	}
 	s.report()
+	if *tally {
+		fmt.Fprint(os.Stdout, s.flakeReport())
+	}
 	if *line != "" {
 		if werr := appendLine(*line, s.oneLine()); werr != nil {
 			fmt.Fprintf(os.Stdout, "testsummary: %v\n", werr)

@@ -51,7 +51,14 @@ type summary struct {
 	skipReasons                     map[string][]string // reason -> tests
 	failedTests                     []string
 	notJSON                         int
+
+	// tally is each test's (and subtest's) runs and failures over the
+	// whole stream: with -count or several streams, how often it failed.
+	tally map[string]*runCount
 }
+
+// runCount is one test's outcomes over a stream.
+type runCount struct{ runs, failed int }
 
 func newSummary(stage string, verbose bool, w io.Writer) *summary {
 	return &summary{
@@ -59,6 +66,7 @@ func newSummary(stage string, verbose bool, w io.Writer) *summary {
 		pkgs:        map[string]*pkgState{},
 		outputs:     map[testKey][]string{},
 		skipReasons: map[string][]string{},
+		tally:       map[string]*runCount{},
 	}
 }
 
@@ -139,6 +147,17 @@ func (s *summary) endTest(e event) {
 		s.tests++
 	}
 	p := s.pkg(e.Package)
+	if e.Action != "skip" {
+		c := s.tally[name]
+		if c == nil {
+			c = &runCount{}
+			s.tally[name] = c
+		}
+		c.runs++
+		if e.Action == "fail" {
+			c.failed++
+		}
+	}
 	switch e.Action {
 	case "pass":
 		if !sub {
@@ -344,4 +363,31 @@ func (s *summary) report() {
 		fmt.Fprintf(w, "failed tests: %s\n", strings.Join(s.failedTests, " "))
 	}
 	fmt.Fprintf(w, "== %s\n", s.oneLine())
+}
+
+// flakeReport is -tally's table: every test that failed at least once, with
+// how many of its runs failed, most failures first; then the totals.
+func (s *summary) flakeReport() string {
+	var b strings.Builder
+	names := make([]string, 0, len(s.tally))
+	runs := 0
+	for n, c := range s.tally {
+		runs += c.runs
+		if c.failed > 0 {
+			names = append(names, n)
+		}
+	}
+	sort.Slice(names, func(i, j int) bool {
+		a, c := s.tally[names[i]], s.tally[names[j]]
+		if a.failed != c.failed {
+			return a.failed > c.failed
+		}
+		return names[i] < names[j]
+	})
+	fmt.Fprintf(&b, "%s: %d failing tests (subtests included) of %d that ran, %d test runs in all\n", s.stage, len(names), len(s.tally), runs)
+	for _, n := range names {
+		c := s.tally[n]
+		fmt.Fprintf(&b, "  %5d of %5d runs failed  %s\n", c.failed, c.runs, n)
+	}
+	return b.String()
 }

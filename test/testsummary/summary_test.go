@@ -206,3 +206,30 @@ func TestSkipReason(t *testing.T) {
 		}
 	}
 }
+
+// TestFlakeReport: over repeated runs, each test that failed at least once
+// is listed with its failure count out of its runs; passing ones are not.
+func TestFlakeReport(t *testing.T) {
+	var evs []event
+	for i := 0; i < 3; i++ {
+		evs = append(evs, event{Action: "pass", Package: pkgA, Test: "TestSteady"})
+		act := "pass"
+		if i == 1 {
+			act = "fail"
+		}
+		evs = append(evs, event{Action: act, Package: pkgA, Test: "TestFlaky"})
+		evs = append(evs, event{Action: "skip", Package: pkgA, Test: "TestSkipped"})
+	}
+	evs = append(evs, event{Action: "fail", Package: pkgA})
+	var w bytes.Buffer
+	s := newSummary("stress", false, &w)
+	if err := s.read(strings.NewReader(stream(t, evs...))); err != nil {
+		t.Fatal(err)
+	}
+	got := s.flakeReport()
+	want := "stress: 1 failing tests (subtests included) of 2 that ran, 6 test runs in all\n" +
+		"      1 of     3 runs failed  pkg/a.TestFlaky\n"
+	if got != want {
+		t.Errorf("flakeReport =\n%s\nwant\n%s", got, want)
+	}
+}

@@ -16,6 +16,13 @@
 // {{tool}} the content of the last tool message; in tool arguments,
 // {{user}} and {{lastline}} (the last line of the last user message).
 //
+// A reply with "hold": NAME is answered only after POST /release/NAME (or
+// when its request is cancelled, or after holdLimit): a test holds a turn
+// open for exactly as long as it inspects the live container, instead of
+// guessing a delay. A release that comes first is kept, so the order of
+// the two never matters. "{{user}}" in NAME is the last user message, so
+// each turn with a fresh marker has a gate of its own.
+//
 // Demo mode (-demo) answers sensibly without a script: "remember X" stores X
 // in channel memory through memory_set, "what do you remember" reads it with
 // memory_get, anything else is echoed back.
@@ -50,6 +57,43 @@ type Reply struct {
 	DelayMs   int        `json:"delayMs,omitempty"`
 	Status    int        `json:"status,omitempty"` // non-200 answers {"error":...}
 	Raw       string     `json:"raw,omitempty"`    // answered verbatim when set
+	Hold      string     `json:"hold,omitempty"`   // answer after POST /release/<hold>
+}
+
+// holdLimit bounds a hold nobody releases, so a failed test cannot leave
+// a turn (and its container) waiting forever.
+const holdLimit = 2 * time.Minute
+
+// gates are the named holds: each a channel closed by its release.
+type gates struct {
+	mu sync.Mutex
+	m  map[string]chan struct{}
+}
+
+func (g *gates) get(name string) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m == nil {
+		g.m = map[string]chan struct{}{}
+	}
+	c, ok := g.m[name]
+	if !ok {
+		c = make(chan struct{})
+		g.m[name] = c
+	}
+	return c
+}
+
+// release opens the gate NAME (once; a second release is a no-op).
+func (g *gates) release(name string) {
+	c := g.get(name)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-c:
+	default:
+		close(c)
+	}
 }
 
 // Rule picks replies by a substring of the last user message.
@@ -96,6 +140,8 @@ type server struct {
 	mu     sync.Mutex
 	seq    atomic.Int64
 	calls  atomic.Int64
+	gates  gates
+	held   chan<- string // tests: told each hold's name before it waits
 }
 
 func main() {
@@ -155,6 +201,11 @@ func main() {
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if name, ok := strings.CutPrefix(r.URL.Path, "/release/"); ok && r.Method == http.MethodPost && name != "" {
+		s.gates.release(name)
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	rec := Record{Seq: s.seq.Add(1), Start: time.Now().UTC(), Method: r.Method, Path: r.URL.Path,
 		RawQuery: r.URL.RawQuery, Header: r.Header.Clone()}
 	rec.Header["Host"] = []string{r.Host}
@@ -164,7 +215,17 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		rec.BodyText = string(body)
 	}
-	status, out, delay := s.answer(r, body)
+	status, out, delay, hold := s.answer(r, body)
+	if hold != "" {
+		if s.held != nil {
+			s.held <- hold
+		}
+		select {
+		case <-s.gates.get(hold):
+		case <-r.Context().Done():
+		case <-time.After(holdLimit):
+		}
+	}
 	if delay > 0 {
 		select {
 		case <-time.After(delay):
@@ -194,13 +255,13 @@ func errBody(msg string) []byte {
 	return b
 }
 
-func (s *server) answer(r *http.Request, body []byte) (int, []byte, time.Duration) {
+func (s *server) answer(r *http.Request, body []byte) (int, []byte, time.Duration, string) {
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
-		return http.StatusNotFound, errBody("not found"), 0
+		return http.StatusNotFound, errBody("not found"), 0, ""
 	}
 	var req request
 	if err := json.Unmarshal(body, &req); err != nil {
-		return http.StatusBadRequest, errBody("bad json"), 0
+		return http.StatusBadRequest, errBody("bad json"), 0, ""
 	}
 	user, tool, step := turnState(req.Messages)
 	var rep Reply
@@ -214,13 +275,14 @@ func (s *server) answer(r *http.Request, body []byte) (int, []byte, time.Duratio
 		}
 	}
 	delay := time.Duration(rep.DelayMs) * time.Millisecond
+	rep.Hold = strings.ReplaceAll(rep.Hold, "{{user}}", user)
 	if rep.Status != 0 && rep.Status != http.StatusOK {
-		return rep.Status, errBody(rep.Text), delay
+		return rep.Status, errBody(rep.Text), delay, rep.Hold
 	}
 	if rep.Raw != "" {
-		return http.StatusOK, []byte(rep.Raw), delay
+		return http.StatusOK, []byte(rep.Raw), delay, rep.Hold
 	}
-	return http.StatusOK, s.completion(req.Model, rep, user, tool), delay
+	return http.StatusOK, s.completion(req.Model, rep, user, tool), delay, rep.Hold
 }
 
 func (sc *Script) pick(user string, step int) (Reply, bool) {

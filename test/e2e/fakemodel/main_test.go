@@ -107,3 +107,57 @@ func TestRefusesOtherPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldUntilRelease: a held reply is answered only after its release,
+// and a release that arrives first lets the request through at once.
+func TestHoldUntilRelease(t *testing.T) {
+	s := &server{script: &Script{Rules: []Rule{{Match: "HOLD", Replies: []Reply{{Text: "held {{user}}", Hold: "{{user}}"}}}}}}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	ask := func(user string) <-chan string {
+		got := make(chan string, 1)
+		go func() {
+			body := `{"model":"m","messages":[{"role":"user","content":"` + user + `"}]}`
+			resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				got <- "error: " + err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			var out map[string]any
+			_ = json.NewDecoder(resp.Body).Decode(&out)
+			got <- out["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
+		}()
+		return got
+	}
+	release := func(name string) {
+		resp, err := http.Post(srv.URL+"/release/"+name, "", nil)
+		if err != nil || resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("release %s: %v %v", name, resp, err)
+		}
+		resp.Body.Close()
+	}
+	// Released first: answered without waiting.
+	release("HOLD-a")
+	if got := <-ask("HOLD-a"); got != "held HOLD-a" {
+		t.Errorf("pre-released reply = %q", got)
+	}
+	// Held: no answer until the release; the server says when the request
+	// waits on its gate, so the release surely comes after.
+	held := make(chan string, 1)
+	s.held = held
+	got := ask("HOLD-b")
+	if name := <-held; name != "HOLD-b" {
+		t.Fatalf("held on gate %q, want HOLD-b", name)
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("held request answered before its release: %q", r)
+	default:
+	}
+	release("HOLD-b")
+	if r := <-got; r != "held HOLD-b" {
+		t.Errorf("released reply = %q", r)
+	}
+	release("HOLD-b") // a second release is harmless
+}

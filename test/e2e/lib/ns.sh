@@ -406,6 +406,7 @@ ns_cleanup_machine() {
       e2e_log "LEFT: new paths on the machine since the namespace booted (ns_watch_list; made by the namespace, or by another process on this machine meanwhile):"
       head -40 <<<"$new" >&2
       rc=1
+      [[ -z ${TEST_SUMMARY_FILE:-} ]] || echo "e2e: FAILED: the leftover check found $(wc -l <<<"$new") new paths on the machine (first: $(head -1 <<<"$new"))" >>"$TEST_SUMMARY_FILE"
     fi
   fi
   return $rc
