@@ -150,9 +150,10 @@ done
 # containerd of our own, not dockerd's managed one: that one's opt plugin
 # makes /opt/containerd on the shared root. Everything here is under $tmp
 # (and its CRI plugin, which writes /etc/cni, is off).
+# Top-level keys before the first table, or TOML files them under it.
 printf '%s\n' 'version = 2' "root = \"$tmp/containerd\"" "state = \"/run/containerd\"" \
-	"[grpc]" "  address = \"$tmp/containerd.sock\"" \
-	'disabled_plugins = ["io.containerd.grpc.v1.cri"]' '[plugins."io.containerd.internal.v1.opt"]' \
+	'disabled_plugins = ["io.containerd.grpc.v1.cri"]' \
+	"[grpc]" "  address = \"$tmp/containerd.sock\"" '[plugins."io.containerd.internal.v1.opt"]' \
 	"  path = \"$tmp/containerd/opt\"" >"$tmp/containerd.toml"
 containerd --config "$tmp/containerd.toml" >>"$tmp/containerd.log" 2>&1 &
 echo $! >"$tmp/containerd.pid"
