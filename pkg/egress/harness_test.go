@@ -41,16 +41,67 @@ func addrs(s ...string) []netip.Addr {
 	return out
 }
 
-// syncBuffer is a log sink safe for concurrent writers.
+// waitTimeout bounds every wait on a condition: reaching it is a failure,
+// never a pace.
+const waitTimeout = 10 * time.Second
+
+// watch wakes its waiters after every change of what it guards, so a test
+// blocks until the condition it asserts holds: no sleep, no poll.
+type watch struct {
+	mu   sync.Mutex
+	wake chan struct{} // closed by the next notify
+}
+
+// notify wakes every waiter; call it after each change.
+func (w *watch) notify() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.wake != nil {
+		close(w.wake)
+		w.wake = nil
+	}
+}
+
+// until blocks until ok holds, re-checking it after each notify, and fails
+// the test after waitTimeout with what.
+func (w *watch) until(t *testing.T, ok func() bool, what func() string) {
+	t.Helper()
+	timeout := time.NewTimer(waitTimeout)
+	defer timeout.Stop()
+	for {
+		// Take the channel before the check: a change after the check
+		// closes it, so no wake-up is missed.
+		w.mu.Lock()
+		if w.wake == nil {
+			w.wake = make(chan struct{})
+		}
+		wake := w.wake
+		w.mu.Unlock()
+		if ok() {
+			return
+		}
+		select {
+		case <-wake:
+		case <-timeout.C:
+			t.Fatalf("not within %s: %s", waitTimeout, what())
+		}
+	}
+}
+
+// syncBuffer is a log sink safe for concurrent writers that tests can wait
+// on (slog's JSON handler writes each record in one Write).
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
+	w  watch
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+	n, err := s.b.Write(p)
+	s.mu.Unlock()
+	s.w.notify()
+	return n, err
 }
 
 func (s *syncBuffer) String() string {
@@ -59,14 +110,39 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// counted is a loopback test server that counts every connection it accepts.
+// lines counts the log lines holding every one of subs.
+func (s *syncBuffer) lines(subs ...string) int {
+	n := 0
+	for _, l := range strings.Split(s.String(), "\n") {
+		all := l != ""
+		for _, sub := range subs {
+			all = all && strings.Contains(l, sub)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
+// counted is a loopback test server that counts every connection it
+// accepts; tests wait on the count, which lags the client's dial (the
+// kernel completes a connection before the server's Accept returns it).
 type counted struct {
 	ln    net.Listener
 	addr  netip.AddrPort
 	conns atomic.Int64
+	w     watch
 }
 
 func (c *counted) port() uint16 { return c.addr.Port() }
+
+// waitAccepted waits until the server has accepted n connections.
+func (c *counted) waitAccepted(t *testing.T, n int64) {
+	t.Helper()
+	c.w.until(t, func() bool { return c.conns.Load() >= n },
+		func() string { return fmt.Sprintf("%s accepted %d connections, want %d", c.addr, c.conns.Load(), n) })
+}
 
 // newCountingListener listens on 127.0.0.1 and counts accepts.
 func newCountingListener(t *testing.T) (*counted, net.Listener) {
@@ -89,6 +165,7 @@ func (l countingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err == nil {
 		l.c.conns.Add(1)
+		l.c.w.notify()
 	}
 	return c, err
 }
@@ -163,15 +240,24 @@ func (r *rig) tunnel(dest string) (net.Conn, *bufio.Reader, int) {
 	return c, br, resp.StatusCode
 }
 
-// waitOpen waits until the proxy holds n destination connections.
-func (r *rig) waitOpen(n int64) {
+// waitLog waits until at least n log lines hold every one of subs. A
+// destination connection's line is the last thing its Close does, after
+// the slot is freed; it is written when the connection ends, which may be
+// after the guest has its answer.
+func (r *rig) waitLog(n int, subs ...string) {
 	r.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for r.proxy.open.Load() != n {
-		if time.Now().After(deadline) {
-			r.t.Fatalf("open destination connections = %d, want %d", r.proxy.open.Load(), n)
-		}
-		time.Sleep(5 * time.Millisecond)
+	r.logs.w.until(r.t, func() bool { return r.logs.lines(subs...) >= n },
+		func() string {
+			return fmt.Sprintf("%d log lines with %q, want %d:\n%s", r.logs.lines(subs...), subs, n, r.logs.String())
+		})
+}
+
+// checkOpen fails the test unless the proxy holds n destination
+// connections now.
+func (r *rig) checkOpen(n int64) {
+	r.t.Helper()
+	if got := r.proxy.open.Load(); got != n {
+		r.t.Errorf("open destination connections = %d, want %d", got, n)
 	}
 }
 
