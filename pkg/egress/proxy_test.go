@@ -209,11 +209,11 @@ func TestProxyConnectionBound(t *testing.T) {
 		t.Fatal("the first two tunnels were refused")
 	}
 	defer b.Close()
+	// The proxy answers 200 once its dial has connected; the server's
+	// Accept may return the connection later.
+	echo.waitAccepted(t, 2)
 	if _, _, code := r.tunnel(dest); code != http.StatusTooManyRequests {
 		t.Errorf("third tunnel: %d, want 429", code)
-	}
-	if n := echo.conns.Load(); n != 2 {
-		t.Errorf("echo server accepted %d connections, want 2", n)
 	}
 	a.Close()
 	r.waitLog(1, `"msg":"egress connection"`) // a's, once its slot is free
@@ -226,7 +226,13 @@ func TestProxyConnectionBound(t *testing.T) {
 	io.WriteString(c, "ping")
 	buf := make([]byte, 4)
 	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "ping" {
-		t.Errorf("echo through the tunnel: %q %v", buf, err)
+		t.Fatalf("echo through the tunnel: %q %v", buf, err)
+	}
+	// The echo means the server has accepted c; a listener hands out
+	// connections in the order they were made, so one dialled for the
+	// refused tunnel (before its 429) would be counted by now.
+	if n := echo.conns.Load(); n != 3 {
+		t.Errorf("echo server accepted %d connections, want 3 (the refused tunnel must not dial)", n)
 	}
 }
 
