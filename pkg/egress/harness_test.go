@@ -180,8 +180,13 @@ type rig struct {
 
 func newRig(t *testing.T, grant policy.Egress, allow []netip.AddrPort, res fakeResolver) *rig {
 	t.Helper()
+	return newRigDialer(t, grant, &safefetch.Dialer{Allow: allow, Resolver: res})
+}
+
+// newRigDialer is newRig with a dialer of the test's own.
+func newRigDialer(t *testing.T, grant policy.Egress, d *safefetch.Dialer) *rig {
+	t.Helper()
 	logs := &syncBuffer{}
-	d := &safefetch.Dialer{Allow: allow, Resolver: res}
 	p := New(d, grant, time.Now().Add(time.Hour), slog.New(slog.NewJSONHandler(logs, nil)))
 	srv := httptest.NewUnstartedServer(p)
 	srv.Config.DisableGeneralOptionsHandler = true // as the broker's server
@@ -260,6 +265,54 @@ func (r *rig) checkOpen(n int64) {
 		r.t.Errorf("open destination connections = %d, want %d", got, n)
 	}
 }
+
+// readWatch is a dial seam (safefetch.Dialer.DialAddr) that counts, per
+// dialled "ip:port", the destination connections whose Read the proxy has
+// entered: the moment a relay starts waiting for its destination.
+type readWatch struct {
+	mu      sync.Mutex
+	entered map[string]int
+	w       watch
+}
+
+func (rw *readWatch) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	return &watchedConn{Conn: c, rw: rw, addr: address}, nil
+}
+
+// waitReading waits until n connections to addr have entered Read.
+func (rw *readWatch) waitReading(t *testing.T, addr netip.AddrPort, n int) {
+	t.Helper()
+	got := func() int { rw.mu.Lock(); defer rw.mu.Unlock(); return rw.entered[addr.String()] }
+	rw.w.until(t, func() bool { return got() >= n },
+		func() string { return fmt.Sprintf("%d connections to %s reading, want %d", got(), addr, n) })
+}
+
+type watchedConn struct {
+	net.Conn
+	rw   *readWatch
+	addr string
+	once sync.Once
+}
+
+func (c *watchedConn) Read(b []byte) (int, error) {
+	c.once.Do(func() {
+		c.rw.mu.Lock()
+		if c.rw.entered == nil {
+			c.rw.entered = map[string]int{}
+		}
+		c.rw.entered[c.addr]++
+		c.rw.mu.Unlock()
+		c.rw.w.notify()
+	})
+	return c.Conn.Read(b)
+}
+
+// CloseWrite keeps the relay's half-close.
+func (c *watchedConn) CloseWrite() error { return c.Conn.(*net.TCPConn).CloseWrite() }
 
 // serveEach serves every connection of a new counting listener with handle,
 // in its own goroutine, and closes the connection after it.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/safefetch"
 )
 
 // testGrant is a generous grant; tests narrow one bound at a time.
@@ -270,7 +271,8 @@ func TestProxyIdleTunnelsHoldNoBudget(t *testing.T) {
 	g := testGrant()
 	g.MaxConnections = 4
 	g.MaxBytesIn = 100_000 // less than the idle tunnels' read buffers together
-	r := newRig(t, g, []netip.AddrPort{silent.addr, src.addr}, nil)
+	reads := &readWatch{}
+	r := newRigDialer(t, g, &safefetch.Dialer{Allow: []netip.AddrPort{silent.addr, src.addr}, DialAddr: reads.dial})
 	for range 3 {
 		c, _, _ := r.tunnel(silent.addr.String())
 		if c == nil {
@@ -278,8 +280,10 @@ func TestProxyIdleTunnelsHoldNoBudget(t *testing.T) {
 		}
 		defer c.Close()
 	}
-	r.checkOpen(3)                    // each slot is taken before its 200
-	time.Sleep(50 * time.Millisecond) // the idle tunnels' relays are reading
+	r.checkOpen(3) // each slot is taken before its 200
+	// Every idle relay is in its destination Read (where a reservation
+	// would have been made already) before the download starts.
+	reads.waitReading(t, silent.addr, 3)
 	c, br, _ := r.tunnel(src.addr.String())
 	if c == nil {
 		t.Fatal("download tunnel refused")
