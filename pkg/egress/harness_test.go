@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -133,6 +134,8 @@ type counted struct {
 	addr  netip.AddrPort
 	conns atomic.Int64
 	w     watch
+	mu    sync.Mutex
+	peers []string // remote addresses, in accept order
 }
 
 func (c *counted) port() uint16 { return c.addr.Port() }
@@ -142,6 +145,23 @@ func (c *counted) waitAccepted(t *testing.T, n int64) {
 	t.Helper()
 	c.w.until(t, func() bool { return c.conns.Load() >= n },
 		func() string { return fmt.Sprintf("%s accepted %d connections, want %d", c.addr, c.conns.Load(), n) })
+}
+
+// settle returns how many connections the server accepted before a probe
+// it dials now. A listener accepts in the order connections were made, so
+// every connection made before settle was called is counted, however late
+// the server's Accept ran.
+func (c *counted) settle(t *testing.T) int {
+	t.Helper()
+	probe, err := net.Dial("tcp", c.addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	me := probe.LocalAddr().String()
+	at := func() int { c.mu.Lock(); defer c.mu.Unlock(); return slices.Index(c.peers, me) }
+	c.w.until(t, func() bool { return at() >= 0 }, func() string { return fmt.Sprintf("%s did not accept the probe", c.addr) })
+	return at()
 }
 
 // newCountingListener listens on 127.0.0.1 and counts accepts.
@@ -164,6 +184,9 @@ type countingListener struct {
 func (l countingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err == nil {
+		l.c.mu.Lock()
+		l.c.peers = append(l.c.peers, c.RemoteAddr().String())
+		l.c.mu.Unlock()
 		l.c.conns.Add(1)
 		l.c.w.notify()
 	}

@@ -182,10 +182,10 @@ func TestProxyRefusals(t *testing.T) {
 			t.Errorf("%s: body %q, want the generic %q", c.name, body, publicText[code])
 		}
 	}
-	if n := target.conns.Load(); n != 0 {
+	if n := target.settle(t); n != 0 {
 		t.Errorf("the refused server was reached %d times", n)
 	}
-	if n := allowed.conns.Load(); n != 0 {
+	if n := allowed.settle(t); n != 0 {
 		t.Errorf("the allowed server was reached %d times by refused requests", n)
 	}
 	// A destination longer than any valid one is not logged.
@@ -379,8 +379,8 @@ func TestProxyTurnOver(t *testing.T) {
 	if _, _, code := r.tunnel(echo.addr.String()); code != http.StatusServiceUnavailable {
 		t.Errorf("after the deadline: %d, want 503", code)
 	}
-	if echo.conns.Load() != 0 {
-		t.Error("a request after the deadline reached the destination")
+	if n := echo.settle(t); n != 0 {
+		t.Errorf("a request after the deadline reached the destination (%d connections)", n)
 	}
 }
 
@@ -397,8 +397,8 @@ func TestProxyRefusalBudget(t *testing.T) {
 	if _, _, code := r.tunnel(echo.addr.String()); code != http.StatusForbidden {
 		t.Errorf("after the refusal budget: %d, want 403", code)
 	}
-	if echo.conns.Load() != 0 {
-		t.Error("the allowed destination was dialled after the refusal budget")
+	if n := echo.settle(t); n != 0 {
+		t.Errorf("the allowed destination was dialled after the refusal budget (%d connections)", n)
 	}
 	if n := strings.Count(r.logs.String(), "egress refused"); n != MaxRefusals {
 		t.Errorf("%d refusal lines, want %d (later ones unlogged)", n, MaxRefusals)
