@@ -135,7 +135,9 @@ func (c *conn) CloseWrite() error {
 
 // Close closes the connection once, frees its slot and logs it: the
 // destination as asked, the vetted address, bytes each way, duration and
-// what ended it. Never a payload.
+// what ended it. Never a payload. The line is written when the connection
+// ends (it carries the totals), so after the guest has an answer that did
+// not wait for the end; it is Close's last act, after the slot is free.
 func (c *conn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {

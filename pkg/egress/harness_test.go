@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,16 +42,67 @@ func addrs(s ...string) []netip.Addr {
 	return out
 }
 
-// syncBuffer is a log sink safe for concurrent writers.
+// waitTimeout bounds every wait on a condition: reaching it is a failure,
+// never a pace.
+const waitTimeout = 10 * time.Second
+
+// watch wakes its waiters after every change of what it guards, so a test
+// blocks until the condition it asserts holds: no sleep, no poll.
+type watch struct {
+	mu   sync.Mutex
+	wake chan struct{} // closed by the next notify
+}
+
+// notify wakes every waiter; call it after each change.
+func (w *watch) notify() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.wake != nil {
+		close(w.wake)
+		w.wake = nil
+	}
+}
+
+// until blocks until ok holds, re-checking it after each notify, and fails
+// the test after waitTimeout with what.
+func (w *watch) until(t *testing.T, ok func() bool, what func() string) {
+	t.Helper()
+	timeout := time.NewTimer(waitTimeout)
+	defer timeout.Stop()
+	for {
+		// Take the channel before the check: a change after the check
+		// closes it, so no wake-up is missed.
+		w.mu.Lock()
+		if w.wake == nil {
+			w.wake = make(chan struct{})
+		}
+		wake := w.wake
+		w.mu.Unlock()
+		if ok() {
+			return
+		}
+		select {
+		case <-wake:
+		case <-timeout.C:
+			t.Fatalf("not within %s: %s", waitTimeout, what())
+		}
+	}
+}
+
+// syncBuffer is a log sink safe for concurrent writers that tests can wait
+// on (slog's JSON handler writes each record in one Write).
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
+	w  watch
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+	n, err := s.b.Write(p)
+	s.mu.Unlock()
+	s.w.notify()
+	return n, err
 }
 
 func (s *syncBuffer) String() string {
@@ -59,14 +111,58 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// counted is a loopback test server that counts every connection it accepts.
+// lines counts the log lines holding every one of subs.
+func (s *syncBuffer) lines(subs ...string) int {
+	n := 0
+	for _, l := range strings.Split(s.String(), "\n") {
+		all := l != ""
+		for _, sub := range subs {
+			all = all && strings.Contains(l, sub)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
+// counted is a loopback test server that counts every connection it
+// accepts; tests wait on the count, which lags the client's dial (the
+// kernel completes a connection before the server's Accept returns it).
 type counted struct {
 	ln    net.Listener
 	addr  netip.AddrPort
 	conns atomic.Int64
+	w     watch
+	mu    sync.Mutex
+	peers []string // remote addresses, in accept order
 }
 
 func (c *counted) port() uint16 { return c.addr.Port() }
+
+// waitAccepted waits until the server has accepted n connections.
+func (c *counted) waitAccepted(t *testing.T, n int64) {
+	t.Helper()
+	c.w.until(t, func() bool { return c.conns.Load() >= n },
+		func() string { return fmt.Sprintf("%s accepted %d connections, want %d", c.addr, c.conns.Load(), n) })
+}
+
+// settle returns how many connections the server accepted before a probe
+// it dials now. A listener accepts in the order connections were made, so
+// every connection made before settle was called is counted, however late
+// the server's Accept ran.
+func (c *counted) settle(t *testing.T) int {
+	t.Helper()
+	probe, err := net.Dial("tcp", c.addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	me := probe.LocalAddr().String()
+	at := func() int { c.mu.Lock(); defer c.mu.Unlock(); return slices.Index(c.peers, me) }
+	c.w.until(t, func() bool { return at() >= 0 }, func() string { return fmt.Sprintf("%s did not accept the probe", c.addr) })
+	return at()
+}
 
 // newCountingListener listens on 127.0.0.1 and counts accepts.
 func newCountingListener(t *testing.T) (*counted, net.Listener) {
@@ -88,7 +184,11 @@ type countingListener struct {
 func (l countingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err == nil {
+		l.c.mu.Lock()
+		l.c.peers = append(l.c.peers, c.RemoteAddr().String())
+		l.c.mu.Unlock()
 		l.c.conns.Add(1)
+		l.c.w.notify()
 	}
 	return c, err
 }
@@ -103,8 +203,13 @@ type rig struct {
 
 func newRig(t *testing.T, grant policy.Egress, allow []netip.AddrPort, res fakeResolver) *rig {
 	t.Helper()
+	return newRigDialer(t, grant, &safefetch.Dialer{Allow: allow, Resolver: res})
+}
+
+// newRigDialer is newRig with a dialer of the test's own.
+func newRigDialer(t *testing.T, grant policy.Egress, d *safefetch.Dialer) *rig {
+	t.Helper()
 	logs := &syncBuffer{}
-	d := &safefetch.Dialer{Allow: allow, Resolver: res}
 	p := New(d, grant, time.Now().Add(time.Hour), slog.New(slog.NewJSONHandler(logs, nil)))
 	srv := httptest.NewUnstartedServer(p)
 	srv.Config.DisableGeneralOptionsHandler = true // as the broker's server
@@ -163,17 +268,74 @@ func (r *rig) tunnel(dest string) (net.Conn, *bufio.Reader, int) {
 	return c, br, resp.StatusCode
 }
 
-// waitOpen waits until the proxy holds n destination connections.
-func (r *rig) waitOpen(n int64) {
+// waitLog waits until at least n log lines hold every one of subs. A
+// destination connection's line is the last thing its Close does, after
+// the slot is freed; it is written when the connection ends, which may be
+// after the guest has its answer.
+func (r *rig) waitLog(n int, subs ...string) {
 	r.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for r.proxy.open.Load() != n {
-		if time.Now().After(deadline) {
-			r.t.Fatalf("open destination connections = %d, want %d", r.proxy.open.Load(), n)
-		}
-		time.Sleep(5 * time.Millisecond)
+	r.logs.w.until(r.t, func() bool { return r.logs.lines(subs...) >= n },
+		func() string {
+			return fmt.Sprintf("%d log lines with %q, want %d:\n%s", r.logs.lines(subs...), subs, n, r.logs.String())
+		})
+}
+
+// checkOpen fails the test unless the proxy holds n destination
+// connections now.
+func (r *rig) checkOpen(n int64) {
+	r.t.Helper()
+	if got := r.proxy.open.Load(); got != n {
+		r.t.Errorf("open destination connections = %d, want %d", got, n)
 	}
 }
+
+// readWatch is a dial seam (safefetch.Dialer.DialAddr) that counts, per
+// dialled "ip:port", the destination connections whose Read the proxy has
+// entered: the moment a relay starts waiting for its destination.
+type readWatch struct {
+	mu      sync.Mutex
+	entered map[string]int
+	w       watch
+}
+
+func (rw *readWatch) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	return &watchedConn{Conn: c, rw: rw, addr: address}, nil
+}
+
+// waitReading waits until n connections to addr have entered Read.
+func (rw *readWatch) waitReading(t *testing.T, addr netip.AddrPort, n int) {
+	t.Helper()
+	got := func() int { rw.mu.Lock(); defer rw.mu.Unlock(); return rw.entered[addr.String()] }
+	rw.w.until(t, func() bool { return got() >= n },
+		func() string { return fmt.Sprintf("%d connections to %s reading, want %d", got(), addr, n) })
+}
+
+type watchedConn struct {
+	net.Conn
+	rw   *readWatch
+	addr string
+	once sync.Once
+}
+
+func (c *watchedConn) Read(b []byte) (int, error) {
+	c.once.Do(func() {
+		c.rw.mu.Lock()
+		if c.rw.entered == nil {
+			c.rw.entered = map[string]int{}
+		}
+		c.rw.entered[c.addr]++
+		c.rw.mu.Unlock()
+		c.rw.w.notify()
+	})
+	return c.Conn.Read(b)
+}
+
+// CloseWrite keeps the relay's half-close.
+func (c *watchedConn) CloseWrite() error { return c.Conn.(*net.TCPConn).CloseWrite() }
 
 // serveEach serves every connection of a new counting listener with handle,
 // in its own goroutine, and closes the connection after it.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/safefetch"
 )
 
 // testGrant is a generous grant; tests narrow one bound at a time.
@@ -80,7 +81,12 @@ func TestProxySuccess(t *testing.T) {
 	if got.Header.Get("X-Guest") != "kept" {
 		t.Errorf("the guest's own header was not passed on: %v", got.Header)
 	}
-	r.waitOpen(0)
+	// A connection's line is written when it closes, which may be after the
+	// client has its answer: wait for each line, not for the slots (freed
+	// just before the line is written).
+	r.waitLog(1, `"msg":"egress connection"`, `"kind":"CONNECT"`, fmt.Sprintf(`"dest":"example.com:%d"`, ta.Port()))
+	r.waitLog(1, `"msg":"egress connection"`, `"kind":"http"`, fmt.Sprintf(`"dest":"plain.example.net:%d"`, pa.Port()))
+	r.checkOpen(0)
 	logs := r.logs.String()
 	for _, want := range []string{fmt.Sprintf(`"dest":"example.com:%d"`, ta.Port()), fmt.Sprintf(`"dest":"plain.example.net:%d"`, pa.Port()),
 		`"addr":"127.0.0.1:`, `"bytes_in":`, `"bytes_out":`, `"kind":"CONNECT"`, `"kind":"http"`} {
@@ -176,17 +182,17 @@ func TestProxyRefusals(t *testing.T) {
 			t.Errorf("%s: body %q, want the generic %q", c.name, body, publicText[code])
 		}
 	}
-	if n := target.conns.Load(); n != 0 {
+	if n := target.settle(t); n != 0 {
 		t.Errorf("the refused server was reached %d times", n)
 	}
-	if n := allowed.conns.Load(); n != 0 {
+	if n := allowed.settle(t); n != 0 {
 		t.Errorf("the allowed server was reached %d times by refused requests", n)
 	}
 	// A destination longer than any valid one is not logged.
 	if strings.Contains(r.logs.String(), "LONG-DEST-MARKER") {
 		t.Errorf("an overlong destination reached the log:\n%s", r.logs.String())
 	}
-	r.waitOpen(0)
+	r.checkOpen(0) // a refused dial gives its slot back before the answer
 }
 
 // TestProxyConnectionBound: at most MaxConnections destination connections
@@ -204,14 +210,15 @@ func TestProxyConnectionBound(t *testing.T) {
 		t.Fatal("the first two tunnels were refused")
 	}
 	defer b.Close()
+	// The proxy answers 200 once its dial has connected; the server's
+	// Accept may return the connection later.
+	echo.waitAccepted(t, 2)
 	if _, _, code := r.tunnel(dest); code != http.StatusTooManyRequests {
 		t.Errorf("third tunnel: %d, want 429", code)
 	}
-	if n := echo.conns.Load(); n != 2 {
-		t.Errorf("echo server accepted %d connections, want 2", n)
-	}
 	a.Close()
-	r.waitOpen(1)
+	r.waitLog(1, `"msg":"egress connection"`) // a's, once its slot is free
+	r.checkOpen(1)
 	c, br, _ := r.tunnel(dest)
 	if c == nil {
 		t.Fatal("a freed slot was not reused")
@@ -220,7 +227,13 @@ func TestProxyConnectionBound(t *testing.T) {
 	io.WriteString(c, "ping")
 	buf := make([]byte, 4)
 	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "ping" {
-		t.Errorf("echo through the tunnel: %q %v", buf, err)
+		t.Fatalf("echo through the tunnel: %q %v", buf, err)
+	}
+	// The echo means the server has accepted c; a listener hands out
+	// connections in the order they were made, so one dialled for the
+	// refused tunnel (before its 429) would be counted by now.
+	if n := echo.conns.Load(); n != 3 {
+		t.Errorf("echo server accepted %d connections, want 3 (the refused tunnel must not dial)", n)
 	}
 }
 
@@ -241,12 +254,10 @@ func TestProxyBytesInBound(t *testing.T) {
 	if n != 10_000 {
 		t.Errorf("client received %d bytes, want exactly the 10000 bound", n)
 	}
-	r.waitOpen(0)
+	r.waitLog(1, `"msg":"egress connection cut"`, ErrBytes.Error())
+	r.checkOpen(0)
 	if _, _, code := r.tunnel(src.addr.String()); code != http.StatusTooManyRequests {
 		t.Errorf("after the budget: %d, want 429", code)
-	}
-	if !strings.Contains(r.logs.String(), ErrBytes.Error()) {
-		t.Errorf("log does not say why the connection was cut:\n%s", r.logs.String())
 	}
 }
 
@@ -260,7 +271,8 @@ func TestProxyIdleTunnelsHoldNoBudget(t *testing.T) {
 	g := testGrant()
 	g.MaxConnections = 4
 	g.MaxBytesIn = 100_000 // less than the idle tunnels' read buffers together
-	r := newRig(t, g, []netip.AddrPort{silent.addr, src.addr}, nil)
+	reads := &readWatch{}
+	r := newRigDialer(t, g, &safefetch.Dialer{Allow: []netip.AddrPort{silent.addr, src.addr}, DialAddr: reads.dial})
 	for range 3 {
 		c, _, _ := r.tunnel(silent.addr.String())
 		if c == nil {
@@ -268,8 +280,10 @@ func TestProxyIdleTunnelsHoldNoBudget(t *testing.T) {
 		}
 		defer c.Close()
 	}
-	r.waitOpen(3)
-	time.Sleep(50 * time.Millisecond) // the idle tunnels' relays are reading
+	r.checkOpen(3) // each slot is taken before its 200
+	// Every idle relay is in its destination Read (where a reservation
+	// would have been made already) before the download starts.
+	reads.waitReading(t, silent.addr, 3)
 	c, br, _ := r.tunnel(src.addr.String())
 	if c == nil {
 		t.Fatal("download tunnel refused")
@@ -304,7 +318,8 @@ func TestProxyBytesOutBound(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the destination connection was not cut")
 	}
-	r.waitOpen(0)
+	r.waitLog(1, `"msg":"egress connection cut"`, ErrBytes.Error())
+	r.checkOpen(0)
 	if _, _, code := r.tunnel(sink.addr.String()); code != http.StatusTooManyRequests {
 		t.Errorf("after the budget: %d, want 429", code)
 	}
@@ -327,7 +342,8 @@ func TestProxyAbsoluteFormBytesBound(t *testing.T) {
 			t.Fatalf("a %d-byte answer passed a 20000-byte budget", len(body))
 		}
 	}
-	r.waitOpen(0)
+	r.waitLog(1, `"msg":"egress connection cut"`, ErrBytes.Error())
+	r.checkOpen(0)
 	resp, err = r.client(nil).Get(srv.URL + "/")
 	if err != nil || resp.StatusCode != http.StatusTooManyRequests {
 		t.Errorf("after the budget: %v %v, want 429", resp, err)
@@ -351,10 +367,8 @@ func TestProxyLifetimeBound(t *testing.T) {
 	if d := time.Since(start); err != nil || d < 900*time.Millisecond || d > 5*time.Second {
 		t.Errorf("tunnel ended after %s (%v), want about 1 s", d, err)
 	}
-	r.waitOpen(0)
-	if !strings.Contains(r.logs.String(), ErrLifetime.Error()) {
-		t.Errorf("log does not name the lifetime:\n%s", r.logs.String())
-	}
+	r.waitLog(1, `"msg":"egress connection cut"`, ErrLifetime.Error())
+	r.checkOpen(0)
 }
 
 // TestProxyTurnOver: after the turn deadline every proxy request is 503.
@@ -365,8 +379,8 @@ func TestProxyTurnOver(t *testing.T) {
 	if _, _, code := r.tunnel(echo.addr.String()); code != http.StatusServiceUnavailable {
 		t.Errorf("after the deadline: %d, want 503", code)
 	}
-	if echo.conns.Load() != 0 {
-		t.Error("a request after the deadline reached the destination")
+	if n := echo.settle(t); n != 0 {
+		t.Errorf("a request after the deadline reached the destination (%d connections)", n)
 	}
 }
 
@@ -383,8 +397,8 @@ func TestProxyRefusalBudget(t *testing.T) {
 	if _, _, code := r.tunnel(echo.addr.String()); code != http.StatusForbidden {
 		t.Errorf("after the refusal budget: %d, want 403", code)
 	}
-	if echo.conns.Load() != 0 {
-		t.Error("the allowed destination was dialled after the refusal budget")
+	if n := echo.settle(t); n != 0 {
+		t.Errorf("the allowed destination was dialled after the refusal budget (%d connections)", n)
 	}
 	if n := strings.Count(r.logs.String(), "egress refused"); n != MaxRefusals {
 		t.Errorf("%d refusal lines, want %d (later ones unlogged)", n, MaxRefusals)
