@@ -6,6 +6,10 @@ GO ?= go
 GOFLAGS_STATIC := -trimpath -ldflags '-s -w -X github.com/roundtable-sandbox/sandbox/pkg/version.Version=$(VERSION)'
 BINARIES := sandbox-host sandbox-broker sandbox-reaper sandbox-worker
 export VERSION
+# make test and make demo install what they need first (Debian packages of
+# packaging/prerequisites.txt, Go modules, the npm test peers), each only when
+# missing and named before it is installed; PREREQUISITES=no skips that.
+PREREQ = $(if $(filter no,$(PREREQUISITES)),,./packaging/prerequisites.sh ensure &&)
 
 .PHONY: all build test unit stress integration packaging-check e2e image image-archive deb units-check demo bench clean fmt vet prerequisites install-prerequisites toolbox
 
@@ -22,7 +26,7 @@ FORCE:
 # end-to-end tests where the machine allows them (each says when it skips),
 # then each stage's counts (test/all.sh).
 test:
-	@./test/all.sh
+	@$(PREREQ) ./test/all.sh
 
 # The race detector on every package: a data race is a failed test here.
 unit:
@@ -61,7 +65,7 @@ e2e:
 	./test/e2e/run.sh
 
 demo:
-	./test/e2e/demo.sh
+	@$(PREREQ) ./test/e2e/demo.sh
 
 bench:
 	./bench/run.sh
@@ -73,7 +77,7 @@ prerequisites:
 	@./packaging/prerequisites.sh line
 
 install-prerequisites:
-	./packaging/prerequisites.sh install
+	./packaging/prerequisites.sh ensure
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -2,6 +2,7 @@ package newcomer
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +16,15 @@ func read(t *testing.T, rel string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+func root(t *testing.T) string {
+	t.Helper()
+	r, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // prerequisites parses packaging/prerequisites.txt: "<package> <probe>" lines.
@@ -39,44 +49,107 @@ func prerequisites(t *testing.T) []string {
 	return pkgs
 }
 
-// quickStartInstall returns the packages of the apt-get install lines in
-// README's Quick start section.
-func quickStartInstall(t *testing.T) [][]string {
+// quickStart returns README's Quick start section.
+func quickStart(t *testing.T) string {
 	t.Helper()
-	readme := read(t, "README.md")
-	_, section, ok := strings.Cut(readme, "\n## Quick start\n")
+	_, section, ok := strings.Cut(read(t, "README.md"), "\n## Quick start\n")
 	if !ok {
 		t.Fatal("README.md has no \"## Quick start\" section")
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
-	var lines [][]string
-	for _, line := range strings.Split(section, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "apt-get install")
-		if !ok {
-			continue
-		}
-		var pkgs []string
-		for _, w := range strings.Fields(rest) {
-			if w == "#" {
-				break
-			}
-			if !strings.HasPrefix(w, "-") {
-				pkgs = append(pkgs, w)
-			}
-		}
-		lines = append(lines, pkgs)
-	}
-	return lines
+	return section
 }
 
-func TestQuickStartNamesEveryPrerequisite(t *testing.T) {
-	want := prerequisites(t)
-	lines := quickStartInstall(t)
-	if len(lines) != 1 {
-		t.Fatalf("README Quick start has %d apt-get install lines, want exactly 1", len(lines))
+// TestQuickStartIsTwoCommands: after the clone, the first code block is
+// exactly make demo and make test (each installs its own prerequisites), and
+// no apt-get install line is there to fail on a NodeSource box.
+func TestQuickStartIsTwoCommands(t *testing.T) {
+	section := quickStart(t)
+	_, block, ok := strings.Cut(section, "```sh\n")
+	if !ok {
+		t.Fatal("README Quick start has no sh code block")
 	}
-	if got := lines[0]; !slices.Equal(got, want) {
-		t.Errorf("README Quick start installs %q,\nwant packaging/prerequisites.txt's %q (same order)", got, want)
+	block, _, _ = strings.Cut(block, "```")
+	var cmds []string
+	for _, line := range strings.Split(block, "\n") {
+		cmd, _, _ := strings.Cut(line, "#")
+		if cmd = strings.TrimSpace(cmd); cmd != "" {
+			cmds = append(cmds, cmd)
+		}
+	}
+	if want := []string{"make demo", "make test"}; !slices.Equal(cmds, want) {
+		t.Errorf("README Quick start commands = %q, want %q", cmds, want)
+	}
+	if strings.Contains(section, "apt-get install -y") {
+		t.Errorf("README Quick start shows an apt-get install line (it fails as written where nodejs comes from NodeSource)")
+	}
+	// Every package is still named, for those who install by hand.
+	words := strings.FieldsFunc(section, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '-')
+	})
+	for _, p := range prerequisites(t) {
+		if !slices.Contains(words, p) {
+			t.Errorf("README Quick start does not name the prerequisite %q", p)
+		}
+	}
+	mk := read(t, "Makefile")
+	for _, target := range []string{"test:", "demo:"} {
+		_, rule, _ := strings.Cut(mk, "\n"+target+"\n")
+		rule, _, _ = strings.Cut(rule, "\n\n")
+		if !strings.Contains(rule, "$(PREREQ)") {
+			t.Errorf("make %s does not install its prerequisites first ($(PREREQ))", strings.TrimSuffix(target, ":"))
+		}
+	}
+}
+
+// TestPrerequisitesLineOnBothNodes: make prerequisites prints an apt-get
+// line without the packages whose command is present: with NodeSource's
+// node (npm inside), neither nodejs nor npm; with Debian's node alone, npm.
+func TestPrerequisitesLineOnBothNodes(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		cmds    []string
+		want    []string
+		notWant []string
+	}{
+		{"NodeSource", []string{"node", "npm", "bash", "sed", "awk", "paste", "id", "dirname"}, []string{"docker.io"}, []string{"nodejs", "npm"}},
+		{"Debian node without npm", []string{"node", "bash", "sed", "awk", "paste", "id", "dirname"}, []string{"npm"}, []string{"nodejs"}},
+		{"bare", []string{"bash", "sed", "awk", "paste", "id", "dirname"}, []string{"nodejs", "npm", "git"}, nil},
+	} {
+		bin := t.TempDir()
+		for _, c := range tt.cmds {
+			real, err := exec.LookPath(c)
+			if err != nil {
+				if c == "node" || c == "npm" {
+					real = "/bin/true"
+				} else {
+					t.Skipf("%s not on this machine", c)
+				}
+			}
+			if err := os.Symlink(real, filepath.Join(bin, c)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd := exec.Command("bash", filepath.Join(root(t), "packaging/prerequisites.sh"), "line")
+		cmd.Env = []string{"PATH=" + bin}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: prerequisites.sh line: %v\n%s", tt.name, err, out)
+		}
+		words := strings.Fields(string(out))
+		if len(words) < 3 || words[0] != "apt-get" || words[1] != "install" {
+			t.Fatalf("%s: line = %q, want an apt-get install line", tt.name, out)
+		}
+		for _, w := range tt.want {
+			if !slices.Contains(words, w) {
+				t.Errorf("%s: line %q lacks %s", tt.name, out, w)
+			}
+		}
+		for _, w := range tt.notWant {
+			if slices.Contains(words, w) {
+				t.Errorf("%s: line %q installs %s, whose command is present", tt.name, out, w)
+			}
+		}
 	}
 }
 
@@ -90,12 +163,14 @@ func TestCIInstallsFromTheList(t *testing.T) {
 			t.Errorf(".ci/run installs packages itself (%q): keep the list in packaging/prerequisites.txt", strings.TrimSpace(line))
 		}
 	}
-	// The test peers .ci/run installs with npm are in Quick start too.
+	// The test peers .ci/run installs with npm are what make test installs
+	// too, and README's Quick start says so.
 	if strings.Contains(ci, "npm ci --prefix test/peers") {
-		_, quick, _ := strings.Cut(read(t, "README.md"), "\n## Quick start\n")
-		quick, _, _ = strings.Cut(quick, "\n## ")
-		if !strings.Contains(quick, "npm ci --prefix test/peers") {
-			t.Errorf(".ci/run runs npm ci --prefix test/peers, README Quick start does not")
+		if !strings.Contains(quickStart(t), "npm ci --prefix test/peers") {
+			t.Errorf(".ci/run runs npm ci --prefix test/peers, README Quick start does not say make test does")
+		}
+		if !strings.Contains(read(t, "packaging/prerequisites.sh"), "npm ci --prefix") {
+			t.Errorf("packaging/prerequisites.sh ensure does not install the npm test peers")
 		}
 	}
 	if !strings.Contains(read(t, "packaging/prerequisites.sh"), "prerequisites.txt") {
