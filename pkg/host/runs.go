@@ -155,6 +155,12 @@ func (h *Host) driveRun(r *runs.Run) {
 		if st.Error != "" {
 			attrs = append(attrs, "reason", st.Error)
 		}
+		if st.StdoutTruncated {
+			attrs = append(attrs, "stdout_cut_dropped_bytes", st.StdoutDroppedBytes)
+		}
+		if st.StderrTruncated {
+			attrs = append(attrs, "stderr_cut_dropped_bytes", st.StderrDroppedBytes)
+		}
 		log.Info("run done", attrs...)
 	}
 	stopped := func(err error) runs.Finish {
@@ -305,8 +311,9 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 		log.Warn("run output refused", "err", d.err, "exit_code", exit)
 		return runs.Finish{Result: runs.ResultError, Error: "the run's output broke the protocol and was refused"}
 	}
+	cut := runs.Cut{Stdout: d.res.StdoutTruncated, Stderr: d.res.StderrTruncated, StdoutDropped: d.res.StdoutDropped, StderrDropped: d.res.StderrDropped}
 	if d.res.Error != "" {
-		return runs.Finish{Result: runs.ResultError, Error: "the sandbox could not run the command: " + d.res.Error}
+		return runs.Finish{Result: runs.ResultError, Error: "the sandbox could not run the command: " + d.res.Error, Cut: cut}
 	}
 	arts, err := runs.CheckArtifacts(p.Artifacts, d.artifacts, rc.MaxArtifactBytes, rc.MaxArtifactTotalBytes)
 	if err != nil {
@@ -314,7 +321,7 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 		return runs.Finish{Result: runs.ResultError, Error: "the run's artifacts were refused"}
 	}
 	code := d.res.ExitCode
-	f := runs.Finish{Result: runs.ResultOK, ExitCode: &code, FailedSetup: d.res.FailedSetup, Artifacts: arts, Duration: time.Since(began)}
+	f := runs.Finish{Result: runs.ResultOK, ExitCode: &code, FailedSetup: d.res.FailedSetup, Artifacts: arts, Duration: time.Since(began), Cut: cut}
 	if code != 0 || d.res.FailedSetup != 0 {
 		f.Result = runs.ResultFailed
 	}

@@ -454,3 +454,40 @@ func TestRunBodyBound(t *testing.T) {
 		t.Errorf("a refused body created a run")
 	}
 }
+
+// TestRunOutputCutIsReported: a run whose output passed runs.maxOutputBytes
+// says so in its document (which streams, bytes dropped), whatever its
+// result, as the supervisor's result said.
+func TestRunOutputCutIsReported(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		res        wire.Result
+		wantResult string
+	}{
+		{"ok", wire.Result{StdoutTruncated: true, StdoutDropped: 314572800}, runs.ResultOK},
+		{"supervisor error", wire.Result{ExitCode: -1, Error: "stopped by a signal", StdoutTruncated: true, StdoutDropped: 9}, runs.ResultError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := newRunRig(t, runsExtra, func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+				enc := wire.NewEncoder(stdout)
+				must(t, enc.Output(wire.FrameStdout, wire.PhaseMain, make([]byte, job.MaxOutputBytes)))
+				if tc.res.Error == "" {
+					must(t, enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseMain}))
+				}
+				must(t, enc.Result(tc.res))
+				return 0, nil
+			})
+			st, err := r.h.StartRun(runs.Params{Command: "yes"}, clientUID)
+			must(t, err)
+			waitRun(t, r.h, st.ID)
+			code, body := apiAs(t, r.h, clientUID, "GET", "/v1/runs/"+st.ID, nil)
+			var got map[string]any
+			must(t, json.Unmarshal(body, &got))
+			if code != 200 || got["result"] != tc.wantResult || got["stdoutTruncated"] != true ||
+				got["stdoutDroppedBytes"] != float64(tc.res.StdoutDropped) || got["stderrTruncated"] != nil {
+				t.Errorf("GET: %d result %v stdoutTruncated %v stdoutDroppedBytes %v stderrTruncated %v", code,
+					got["result"], got["stdoutTruncated"], got["stdoutDroppedBytes"], got["stderrTruncated"])
+			}
+		})
+	}
+}

@@ -32,6 +32,15 @@ type Finish struct {
 	Duration  time.Duration
 	Artifacts []Artifact // as CheckArtifacts returned them
 	Error     string     // generic reason; empty for cancelled becomes "cancelled"
+	// Cut says which streams the supervisor cut at the output bound and
+	// how many bytes it dropped of each (its result).
+	Cut Cut
+}
+
+// Cut is what the supervisor dropped of each output stream past the bound.
+type Cut struct {
+	Stdout, Stderr               bool
+	StdoutDropped, StderrDropped int64
 }
 
 // Run is one run's record and state machine:
@@ -372,6 +381,9 @@ func (r *Run) finishLocked(f Finish) {
 	}
 	r.st.Artifacts = slices.Clone(f.Artifacts)
 	r.st.Error = f.Error
+	r.st.StdoutTruncated = r.st.StdoutTruncated || f.Cut.Stdout
+	r.st.StderrTruncated = r.st.StderrTruncated || f.Cut.Stderr
+	r.st.StdoutDroppedBytes, r.st.StderrDroppedBytes = max(f.Cut.StdoutDropped, 0), max(f.Cut.StderrDropped, 0)
 	r.st.FinishedAt = &t
 	r.st.ApprovalDeadline = nil
 	r.setStateLocked(StateFinished)

@@ -831,3 +831,44 @@ func TestFinishedRunHoldsOneCopy(t *testing.T) {
 		t.Errorf("finished run: out %q, size %d", r.out[0], r.size)
 	}
 }
+
+// The supervisor's cut reaches the finished run: which streams, how many
+// bytes dropped.
+func TestFinishRecordsTheSupervisorsCut(t *testing.T) {
+	g, _ := newTestRegistry(t, RegistryLimits{})
+	r := mustCreate(t, g, shell)
+	r.Start()
+	r.Output(StreamStdout, PhaseMain, []byte("kept"))
+	r.Finish(Finish{Result: ResultOK, Cut: Cut{Stdout: true, StdoutDropped: 314572800}})
+	s := r.Status()
+	if !s.StdoutTruncated || s.StdoutDroppedBytes != 314572800 || s.StderrTruncated || s.StderrDroppedBytes != 0 {
+		t.Errorf("status %+v, want stdout cut, 314572800 bytes dropped", s)
+	}
+	var res *Status
+	r.Subscribe(context.Background(), func(e Event) error {
+		if e.Type == EventResult {
+			res = e.Status
+		}
+		return nil
+	})
+	if res == nil || !res.StdoutTruncated || res.StdoutDroppedBytes != 314572800 {
+		t.Errorf("result event %+v", res)
+	}
+}
+
+func TestCutNote(t *testing.T) {
+	for _, tc := range []struct {
+		st   Status
+		want string
+	}{
+		{Status{}, ""},
+		{Status{StdoutTruncated: true, StdoutDroppedBytes: 314572800}, "stdout cut at the host's output bound, 314572800 bytes dropped"},
+		{Status{StderrTruncated: true}, "stderr cut at the host's output bound"},
+		{Status{StdoutTruncated: true, StdoutDroppedBytes: 1, StderrTruncated: true, StderrDroppedBytes: 2},
+			"stdout cut at the host's output bound, 1 bytes dropped; stderr cut at the host's output bound, 2 bytes dropped"},
+	} {
+		if got := tc.st.CutNote(); got != tc.want {
+			t.Errorf("CutNote(%+v) = %q, want %q", tc.st, got, tc.want)
+		}
+	}
+}
