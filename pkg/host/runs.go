@@ -221,7 +221,11 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 	defer h.runSlots.give(slot)
 	defer func() {
 		if err := h.cleanup(t, log); err != nil {
-			fin = runs.Finish{Result: runs.ResultError, Error: "the run's cleanup failed; the operator was told"}
+			msg := "the run's cleanup failed; the operator was told"
+			if fin.Error == ErrorDockerWentAway {
+				msg = "docker went away during the run and its cleanup failed; the operator was told"
+			}
+			fin = runs.Finish{Result: runs.ResultError, Error: msg}
 		}
 		if fin.Duration == 0 {
 			fin.Duration = time.Since(began)
@@ -297,6 +301,17 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 	exit, streamErr := runsC.Stream(runCtx, t.containerID, stdin.Bytes(), pw, sink)
 	pw.CloseWithError(io.ErrUnexpectedEOF) // the decoder sees the end
 	d := <-done
+	// A broken attach or wait, a stream cut short, or a supervisor stopped
+	// by a signal the host never sent: when Docker no longer answers, it
+	// is to blame (systemctl restart docker stops every container), not
+	// the run's output or the sandbox.
+	if runCtx.Err() == nil && (streamErr != nil || d.err != nil || d.res.Error == wire.ErrorStopped) {
+		if perr := h.dockerGone(runsC); perr != nil {
+			log.Error("run failed: docker went away", "stream_err", streamErr, "output_err", d.err,
+				"supervisor_error", d.res.Error, "ping_err", perr)
+			return runs.Finish{Result: runs.ResultError, Error: ErrorDockerWentAway}
+		}
+	}
 	if streamErr != nil {
 		if runCtx.Err() != nil {
 			return systemErr("run", streamErr)
@@ -326,6 +341,20 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 		f.Result = runs.ResultFailed
 	}
 	return f
+}
+
+// ErrorDockerWentAway is a run's error when the Docker daemon stopped
+// answering during the run (restarted, stopped or crashed).
+const ErrorDockerWentAway = "docker went away during the run (the Docker daemon stopped answering); the host log has details"
+
+// dockerProbeTimeout bounds the ping that decides whether Docker went away.
+const dockerProbeTimeout = 5 * time.Second
+
+// dockerGone pings the daemon: nil when it answers.
+func (h *Host) dockerGone(rc RunContainers) error {
+	ctx, cancel := context.WithTimeout(context.Background(), dockerProbeTimeout)
+	defer cancel()
+	return rc.Ping(ctx)
 }
 
 // decodeRun reads the supervisor's frames: output to the run's record and

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,6 +30,7 @@ import (
 // the toolbox's supervisor, writing frames to stdout.
 type runDocker struct {
 	*fakeDocker
+	gone     atomic.Bool // Docker stopped answering
 	mu       sync.Mutex
 	jobs     []wire.Job
 	streamFn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)
@@ -72,13 +75,29 @@ func supervise(exit int) func(ctx context.Context, job wire.Job, stdout io.Write
 	}
 }
 
+// Ping fails once the test took Docker away (gone).
+func (d *runDocker) Ping(ctx context.Context) error {
+	if d.gone.Load() {
+		return errors.New("fake: Cannot connect to the Docker daemon at unix:///var/run/docker.sock")
+	}
+	return nil
+}
+
 func newRunRig(t *testing.T, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)) (*rig, *runDocker) {
+	t.Helper()
+	return newRunRigWith(t, extra, fn, nil)
+}
+
+func newRunRigWith(t *testing.T, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error), mutate func(*Options)) (*rig, *runDocker) {
 	t.Helper()
 	rd := &runDocker{streamFn: fn}
 	r := newRig(t, extra, func(o *Options) {
 		rd.fakeDocker = o.Containers.(*fakeDocker)
 		o.Containers = rd
 		o.Access = config.ResolvedAccess{ClientUIDs: []int{clientUID, otherUID}, Guests: o.Config.Guests}
+		if mutate != nil {
+			mutate(o)
+		}
 	})
 	t.Cleanup(r.h.Shutdown)
 	return r, rd
@@ -487,6 +506,64 @@ func TestRunOutputCutIsReported(t *testing.T) {
 				got["stdoutDroppedBytes"] != float64(tc.res.StdoutDropped) || got["stderrTruncated"] != nil {
 				t.Errorf("GET: %d result %v stdoutTruncated %v stdoutDroppedBytes %v stderrTruncated %v", code,
 					got["result"], got["stdoutTruncated"], got["stdoutDroppedBytes"], got["stderrTruncated"])
+			}
+		})
+	}
+}
+
+// TestRunBlamesDockerWhenItWentAway: a run that ends because the Docker
+// daemon went away (systemctl restart docker stops every container: the
+// supervisor reports a signal; a crash breaks the attach and the wait) says
+// "docker went away" in its document and the log, not that the sandbox or
+// the run's output failed; while Docker answers, the old causes stand.
+func TestRunBlamesDockerWhenItWentAway(t *testing.T) {
+	stopped := func(rd **runDocker, goAway bool) func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		return func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+			enc := wire.NewEncoder(stdout)
+			enc.Output(wire.FrameStdout, wire.PhaseMain, []byte("working\n"))
+			(*rd).gone.Store(goAway)
+			return 2, enc.Result(wire.Result{ExitCode: -1, Error: wire.ErrorStopped})
+		}
+	}
+	attachBroke := func(rd **runDocker, goAway bool) func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		return func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+			wire.NewEncoder(stdout).Output(wire.FrameStdout, wire.PhaseMain, []byte("working\n"))
+			(*rd).gone.Store(goAway)
+			return -1, errors.New("container wait: EOF: docker daemon request failed")
+		}
+	}
+	for _, tc := range []struct {
+		name        string
+		fn          func(rd **runDocker, goAway bool) func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)
+		goAway      bool
+		removeFails int
+		want        string
+	}{
+		{"signal, docker gone", stopped, true, 0, ErrorDockerWentAway},
+		{"attach and wait broke, docker gone", attachBroke, true, 0, ErrorDockerWentAway},
+		{"docker gone, cleanup failed", stopped, true, -1, "docker went away during the run and its cleanup failed; the operator was told"},
+		{"signal, docker answers", stopped, false, 0, "the sandbox could not run the command: stopped by a signal"},
+		{"attach broke, docker answers", attachBroke, false, 0, "the run's output broke the protocol and was refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &lockedBuffer{}
+			var rd *runDocker
+			r, got := newRunRigWith(t, runsExtra, tc.fn(&rd, tc.goAway), func(o *Options) {
+				o.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+				o.RemoveRetryTotal = 20 * time.Millisecond
+			})
+			rd = got
+			rd.mu.Lock()
+			rd.removeFails = tc.removeFails
+			rd.mu.Unlock()
+			st, err := r.h.StartRun(runs.Params{Command: "sleep 600"}, clientUID)
+			must(t, err)
+			fin := waitRun(t, r.h, st.ID)
+			if fin.Result != runs.ResultError || fin.Error != tc.want {
+				t.Errorf("run %s: %q, want error %q", fin.Result, fin.Error, tc.want)
+			}
+			if gone := strings.Contains(logs.String(), `"msg":"run failed: docker went away"`); gone != tc.goAway {
+				t.Errorf("log says docker went away: %v, want %v:\n%s", gone, tc.goAway, logs.String())
 			}
 		})
 	}

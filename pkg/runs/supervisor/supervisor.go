@@ -100,7 +100,7 @@ const (
 	errWrongUser  = "the supervisor cannot switch to the job's user"
 	errBridge     = "egress bridge failed"
 	errStart      = "could not start a command"
-	errStopped    = "stopped by a signal"
+	errStopped    = wire.ErrorStopped
 	errStragglers = "leftover processes could not be killed"
 )
 

@@ -110,6 +110,11 @@ type ArtifactHeader struct {
 	Error string `json:"error,omitempty"`
 }
 
+// ErrorStopped is Result.Error when a signal stopped the supervisor (docker
+// stop, or the Docker daemon stopping its containers): the host asks Docker
+// before it blames anything else.
+const ErrorStopped = "stopped by a signal"
+
 // Result ends a stream. ExitCode is the main command's, or the failed setup
 // command's when FailedSetup (1-based) is set, or -1 when Error says the
 // supervisor could not run the job (Error is short, generic, printable
