@@ -69,19 +69,22 @@ func (s *runSlots) give(k int) {
 	s.mu.Unlock()
 }
 
-// newRunRegistry is the host's run registry from runs.*.
+// newRunRegistry is the host's run registry from runs.*: every bound of
+// the host's memory for runs (config.RunsMemoryBudget) is one of its limits.
 func newRunRegistry(c config.Runs, now func() time.Time) *runs.Registry {
 	return runs.NewRegistry(runs.RegistryLimits{
-		ApprovalTimeout: time.Duration(c.ApprovalTimeoutSeconds) * time.Second,
-		Retain:          time.Duration(c.RetainSeconds) * time.Second,
-		MaxRetained:     c.MaxRetained,
-		MaxActive:       maxActiveRuns,
-		MaxOutputBytes:  c.MaxOutputBytes,
+		ApprovalTimeout:    time.Duration(c.ApprovalTimeoutSeconds) * time.Second,
+		Retain:             time.Duration(c.RetainSeconds) * time.Second,
+		MaxRetained:        c.MaxRetained,
+		MaxRetainedBytes:   c.MaxRetainedBytes,
+		MaxActive:          c.MaxInFlight,
+		MaxActivePerOwner:  c.MaxInFlightPerClient,
+		ActiveKeys:         "runs.maxInFlight",
+		ActivePerOwnerKeys: "runs.maxInFlightPerClient",
+		MaxOutputBytes:     c.MaxOutputBytes,
+		MaxHistoryBytes:    config.RunHistoryBytes,
 	}, now)
 }
-
-// maxActiveRuns bounds unfinished runs (queued ones included).
-const maxActiveRuns = 256
 
 // StartRun admits a run for owner (the caller's uid) and drives it in the
 // background; the answer is its status at once.
@@ -129,6 +132,7 @@ func (h *Host) StartRun(p runs.Params, owner int) (runs.Status, error) {
 // nothing behind (or the log says what).
 func (h *Host) driveRun(r *runs.Run) {
 	defer h.turns.Done()
+	defer h.runs.Prune() // a finished run counts against the retained bounds at once
 	id := r.ID()
 	log := h.log.With("run", id)
 	ctx, cancel := context.WithCancelCause(context.Background())

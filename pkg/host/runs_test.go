@@ -568,3 +568,83 @@ func TestRunBlamesDockerWhenItWentAway(t *testing.T) {
 		})
 	}
 }
+
+// TestRunsInFlightBounds: past runs.maxInFlightPerClient a client's POST
+// /v1/runs is refused at once with 429 naming the key, another client is
+// still admitted, and past runs.maxInFlight every client is; nothing is
+// created for a refused run.
+func TestRunsInFlightBounds(t *testing.T) {
+	release := make(chan struct{})
+	r, _ := newRunRig(t, runsExtra+"  maxInFlight: 3\n  maxInFlightPerClient: 2\n", func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		}
+		return supervise(0)(ctx, job, stdout)
+	})
+	post := func(uid int) (int, string) {
+		code, body := apiAs(t, r.h, uid, "POST", "/v1/runs", runs.Params{Command: "sleep 1"})
+		return code, string(body)
+	}
+	var admitted []string
+	for _, step := range []struct {
+		uid      int
+		wantCode int
+		wantBody string
+	}{
+		{clientUID, 202, ""},
+		{clientUID, 202, ""},
+		{clientUID, 429, "too many unfinished runs of yours (at most 2, runs.maxInFlightPerClient); try again when one has finished"},
+		{otherUID, 202, ""},
+		{otherUID, 429, "too many unfinished runs on this host (at most 3, runs.maxInFlight); try again when one has finished"},
+	} {
+		code, body := post(step.uid)
+		if code != step.wantCode || !strings.Contains(body, step.wantBody) {
+			t.Fatalf("POST as %d: %d %s, want %d %q", step.uid, code, body, step.wantCode, step.wantBody)
+		}
+		if code == 202 {
+			var st runs.Status
+			must(t, json.Unmarshal([]byte(body), &st))
+			admitted = append(admitted, st.ID)
+		}
+	}
+	if n := len(r.h.runs.List()); n != 3 {
+		t.Errorf("%d runs recorded, want the 3 admitted", n)
+	}
+	close(release)
+	for _, id := range admitted {
+		waitRun(t, r.h, id)
+	}
+	if code, body := post(clientUID); code != 202 {
+		t.Errorf("POST after the runs finished: %d %s", code, body)
+	}
+}
+
+// TestRunsRetainedBytesBound: finished runs hold at most
+// runs.maxRetainedBytes; the oldest is forgotten first, as soon as a newer
+// one finishes.
+func TestRunsRetainedBytesBound(t *testing.T) {
+	const art = 3 << 20
+	// One run at its bounds: 2 KiB of output, 4 MiB of events, 3 MiB of
+	// artifacts; two real ones (3 MiB and a few events each) fit, not three.
+	extra := runsExtra + "  maxOutputBytes: 1024\n  maxArtifactBytes: 3145728\n  maxArtifactTotalBytes: 3145728\n  maxRetainedBytes: 7342080\n"
+	r, _ := newRunRig(t, extra, func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		enc := wire.NewEncoder(stdout)
+		must(t, enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseMain}))
+		must(t, enc.Artifact(wire.ArtifactHeader{Path: job.Artifacts[0], Size: art}, make([]byte, art)))
+		return 0, enc.Result(wire.Result{})
+	})
+	var ids []string
+	for range 3 {
+		st, err := r.h.StartRun(runs.Params{Command: "x", Artifacts: []string{"a"}}, clientUID)
+		must(t, err)
+		ids = append(ids, st.ID)
+		waitRun(t, r.h, st.ID)
+	}
+	for i, want := range []int{404, 200, 200} {
+		if code, _ := apiAs(t, r.h, clientUID, "GET", "/v1/runs/"+ids[i], nil); code != want {
+			t.Errorf("GET run %d of 3: %d, want %d", i+1, code, want)
+		}
+	}
+}

@@ -161,7 +161,7 @@ func runStatusOf(err error) (int, string, bool) {
 	case errors.Is(err, runs.ErrState):
 		return http.StatusConflict, "the run is not in a state that allows this", true
 	case errors.Is(err, runs.ErrBusy):
-		return http.StatusTooManyRequests, "too many unfinished runs; try again later", true
+		return http.StatusTooManyRequests, err.Error(), true
 	case errors.Is(err, ErrRunsDisabled):
 		return http.StatusConflict, ErrRunsDisabled.Error(), true
 	}

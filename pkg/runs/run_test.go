@@ -149,6 +149,35 @@ func TestCreateBusy(t *testing.T) {
 	}
 }
 
+// One owner cannot take every slot: past its own bound it is refused with
+// the setting named, while another owner is still admitted; past the bound
+// of all, everyone is.
+func TestCreateBusyPerOwner(t *testing.T) {
+	g, _ := newTestRegistry(t, RegistryLimits{MaxActive: 3, MaxActivePerOwner: 2, ActiveKeys: "runs.maxInFlight", ActivePerOwnerKeys: "runs.maxInFlightPerClient"})
+	mine := mustCreateAs(t, g, shell, 1)
+	mustCreateAs(t, g, network, 1)
+	_, err := g.Create(shell, 1)
+	if want := "too many unfinished runs of yours (at most 2, runs.maxInFlightPerClient); try again when one has finished"; !errors.Is(err, ErrBusy) || err.Error() != want {
+		t.Fatalf("third Create of one owner = %v, want ErrBusy %q", err, want)
+	}
+	mustCreateAs(t, g, shell, 2)
+	_, err = g.Create(shell, 3)
+	if want := "too many unfinished runs on this host (at most 3, runs.maxInFlight); try again when one has finished"; !errors.Is(err, ErrBusy) || err.Error() != want {
+		t.Fatalf("fourth Create = %v, want ErrBusy %q", err, want)
+	}
+	mine.Cancel()
+	mustCreateAs(t, g, shell, 1)
+}
+
+func mustCreateAs(t *testing.T, g *Registry, p Params, owner int) *Run {
+	t.Helper()
+	r, err := g.Create(p, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 func TestParamsIsACopy(t *testing.T) {
 	g, _ := newTestRegistry(t, RegistryLimits{})
 	p := Params{Executable: "echo", Args: []string{"a"}}
