@@ -1,11 +1,14 @@
 package host
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
+	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
@@ -99,7 +102,16 @@ func (h *Host) handleRunList(w http.ResponseWriter, r *http.Request, _ string) e
 }
 
 func (h *Host) handleRunGet(w http.ResponseWriter, r *http.Request, run *runs.Run) error {
-	writeJSON(w, http.StatusOK, run.Status())
+	// A finished run's answer carries its artifacts: a client that stops
+	// reading must not hold it (and the connection) forever.
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(replyWriteTimeout))
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	if err := json.NewEncoder(w).Encode(run.Status()); err != nil {
+		h.logAnswerCut(r, run, "status", err)
+	}
 	return nil
 }
 
@@ -140,15 +152,31 @@ func (h *Host) handleRunEvents(w http.ResponseWriter, r *http.Request, run *runs
 	rc := http.NewResponseController(w)
 	enc := json.NewEncoder(w)
 	err := run.Subscribe(r.Context(), func(ev runs.Event) error {
+		// Each event (the result carries the artifacts) is written within
+		// the deadline of a turn's answer, or the stream ends.
+		_ = rc.SetWriteDeadline(time.Now().Add(replyWriteTimeout))
 		if err := enc.Encode(ev); err != nil {
 			return err
 		}
 		return rc.Flush()
 	})
-	if err != nil && r.Context().Err() == nil {
-		h.log.Debug("run event stream ended", "run", run.ID(), "err", err)
+	if err != nil {
+		h.logAnswerCut(r, run, "events", err)
 	}
 	return nil // the status line is sent: errors cannot be answered any more
+}
+
+// logAnswerCut logs a run answer that could not be written: a client that
+// stopped reading past the write deadline is named as such.
+func (h *Host) logAnswerCut(r *http.Request, run *runs.Run, what string, err error) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		h.log.Warn("run answer cut: the client stopped reading", "run", run.ID(), "answer", what,
+			"peer_uid", peerFrom(r.Context()).UID, "write_timeout_s", replyWriteTimeout.Seconds())
+		return
+	}
+	if !errors.Is(err, context.Canceled) { // the client left
+		h.log.Debug("run answer ended", "run", run.ID(), "answer", what, "err", err)
+	}
 }
 
 // runStatusOf maps package runs' categories (statusOf calls it first).
