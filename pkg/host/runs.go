@@ -123,7 +123,7 @@ func (h *Host) StartRun(p runs.Params, owner int) (runs.Status, error) {
 	h.log.Info("run admitted", "run", r.ID(), "owner_uid", owner, "mode", p.Mode(), "project", p.Project,
 		"network", p.Network, "setup", len(p.Setup), "timeout_s", p.TimeoutSeconds, "artifacts", len(p.Artifacts))
 	go h.driveRun(r)
-	return r.Status(), nil
+	return r.Summary(), nil
 }
 
 // driveRun takes a run from admission to its result: approval (network
@@ -149,7 +149,7 @@ func (h *Host) driveRun(r *runs.Run) {
 	start := h.opts.Now()
 	finish := func(f runs.Finish) {
 		r.Finish(f)
-		st := r.Status()
+		st := r.Summary()
 		h.metrics.runs.WithLabelValues(st.Result).Inc()
 		h.metrics.runDuration.Observe(time.Since(start).Seconds())
 		attrs := []any{"result", st.Result, "duration_ms", st.DurationMs}
@@ -178,7 +178,7 @@ func (h *Host) driveRun(r *runs.Run) {
 		if err := r.WaitApproval(ctx); err != nil {
 			if errors.Is(err, runs.ErrDenied) || errors.Is(err, runs.ErrCancelled) {
 				// The registry finished it (denied, timed out or cancelled).
-				st := r.Status()
+				st := r.Summary()
 				h.metrics.runs.WithLabelValues(st.Result).Inc()
 				log.Info("run done", "result", st.Result, "reason", st.Error)
 				return
@@ -186,7 +186,7 @@ func (h *Host) driveRun(r *runs.Run) {
 			finish(stopped(err))
 			return
 		}
-		st := r.Status()
+		st := r.Summary()
 		if st.ApprovedBy != nil {
 			log.Info("run network approved", "by_uid", *st.ApprovedBy)
 		}
@@ -202,7 +202,7 @@ func (h *Host) driveRun(r *runs.Run) {
 	}
 	defer release()
 	if err := r.Start(); err != nil { // cancelled while queued: the registry finished it
-		st := r.Status()
+		st := r.Summary()
 		h.metrics.runs.WithLabelValues(st.Result).Inc()
 		log.Info("run done", "result", st.Result, "reason", st.Error)
 		return
@@ -468,7 +468,7 @@ func (h *Host) prepareRunBroker(ctx context.Context, t *turn) error {
 // its timeout, or, before it started, now plus the approval wait and the
 // timeout.
 func (h *Host) runDeadlineBound(r *runs.Run) time.Time {
-	p, st := r.Params(), r.Status()
+	p, st := r.Params(), r.Summary()
 	timeout := time.Duration(p.TimeoutSeconds) * time.Second
 	if st.StartedAt != nil {
 		return st.StartedAt.Add(timeout)

@@ -2,8 +2,8 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -104,15 +104,26 @@ func (h *Host) handleRunList(w http.ResponseWriter, r *http.Request, _ string) e
 func (h *Host) handleRunGet(w http.ResponseWriter, r *http.Request, run *runs.Run) error {
 	// A finished run's answer carries its artifacts: a client that stops
 	// reading must not hold it (and the connection) forever.
+	h.writeRun(w, r, run, "status")
+	return nil
+}
+
+// writeRun answers 200 with the run's document, streamed from the run
+// (runs.Run.WriteStatusJSON): a client that stops reading holds one chunk
+// of it, never a copy, and only until the write deadline.
+func (h *Host) writeRun(w http.ResponseWriter, r *http.Request, run *runs.Run, what string) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Now().Add(replyWriteTimeout))
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	if err := json.NewEncoder(w).Encode(run.Status()); err != nil {
-		h.logAnswerCut(r, run, "status", err)
+	err := run.WriteStatusJSON(w)
+	if err == nil {
+		_, err = io.WriteString(w, "\n")
 	}
-	return nil
+	if err != nil {
+		h.logAnswerCut(r, run, what, err)
+	}
 }
 
 func (h *Host) handleRunCancel(w http.ResponseWriter, r *http.Request, run *runs.Run) error {
@@ -120,7 +131,7 @@ func (h *Host) handleRunCancel(w http.ResponseWriter, r *http.Request, run *runs
 		return err
 	}
 	h.log.Info("run cancel requested", "run", run.ID(), "by_uid", peerFrom(r.Context()).UID)
-	writeJSON(w, http.StatusOK, run.Status())
+	h.writeRun(w, r, run, "cancel")
 	return nil
 }
 
@@ -128,7 +139,7 @@ func (h *Host) handleRunApprove(w http.ResponseWriter, r *http.Request, run *run
 	if err := run.Approve(peerFrom(r.Context()).UID); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, run.Status())
+	h.writeRun(w, r, run, "approve")
 	return nil
 }
 
@@ -137,7 +148,7 @@ func (h *Host) handleRunDeny(w http.ResponseWriter, r *http.Request, run *runs.R
 		return err
 	}
 	h.log.Info("run network denied", "run", run.ID(), "by_uid", peerFrom(r.Context()).UID)
-	writeJSON(w, http.StatusOK, run.Status())
+	h.writeRun(w, r, run, "deny")
 	return nil
 }
 
@@ -150,12 +161,12 @@ func (h *Host) handleRunEvents(w http.ResponseWriter, r *http.Request, run *runs
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	enc := json.NewEncoder(w)
 	err := run.Subscribe(r.Context(), func(ev runs.Event) error {
-		// Each event (the result carries the artifacts) is written within
-		// the deadline of a turn's answer, or the stream ends.
+		// Each event (the result carries the artifacts, streamed from the
+		// run) is written within the deadline of a turn's answer, or the
+		// stream ends.
 		_ = rc.SetWriteDeadline(time.Now().Add(replyWriteTimeout))
-		if err := enc.Encode(ev); err != nil {
+		if err := run.WriteEventJSON(w, ev); err != nil {
 			return err
 		}
 		return rc.Flush()

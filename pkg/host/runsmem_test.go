@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -184,7 +185,11 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 			}
 			waitRun(t, r.h, st.ID)
 		}
-		t.Logf("20 finished runs: live heap %.0f MiB over %.0f MiB before", mib(liveHeap()-base), mib(base))
+		got := liveHeap() - base
+		t.Logf("20 finished runs: live heap %.0f MiB over %.0f MiB before", mib(got), mib(base))
+		if lim := uint64(r.cfg.Runs.MaxRetainedBytes); got > lim {
+			t.Errorf("finished runs hold %.0f MiB, over runs.maxRetainedBytes (%.0f MiB)", mib(got), mib(lim))
+		}
 	})
 	t.Run("16 stalled readers", func(t *testing.T) {
 		r, _ := newRunRig(t, runsMemExtra, bigSupervise(nil, nil))
@@ -205,7 +210,37 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 		if !ww.waitWriting(ctx, 16) {
 			t.Fatal("16 answers were not being written")
 		}
-		t.Logf("16 stalled readers of one finished run: live heap %.0f MiB over %.0f MiB before", mib(liveHeap()-base), mib(base))
+		got := liveHeap() - base
+		t.Logf("16 stalled readers of one finished run: live heap %.0f MiB over %.0f MiB before", mib(got), mib(base))
+		if got > 8<<20 {
+			t.Errorf("16 stalled readers hold %.0f MiB: each holds a copy of the run", mib(got))
+		}
+	})
+	t.Run("16 stalled readers of pruned runs", func(t *testing.T) {
+		r, _ := newRunRig(t, runsMemExtra, bigSupervise(nil, nil))
+		p := bigParams(runsBounds{r.cfg.Runs.MaxArtifactBytes, r.cfg.Runs.MaxArtifactTotalBytes})
+		sock, ww := serveAs(t, r.h, clientUID)
+		base := liveHeap()
+		for i := range 16 {
+			st, err := r.h.StartRun(p, clientUID)
+			must(t, err)
+			waitRun(t, r.h, st.ID)
+			c, err := net.Dial("unix", sock)
+			must(t, err)
+			t.Cleanup(func() { c.Close() })
+			fmt.Fprintf(c, "GET /v1/runs/%s HTTP/1.1\r\nHost: h\r\n\r\n", st.ID)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ok := ww.waitWriting(ctx, i+1)
+			cancel()
+			if !ok {
+				t.Fatalf("answer %d is not being written", i+1)
+			}
+		}
+		got := liveHeap() - base
+		t.Logf("16 stalled readers, each of its own run, the runs pruned meanwhile: live heap %.0f MiB over %.0f MiB before", mib(got), mib(base))
+		if lim := uint64(r.cfg.Runs.MaxRetainedBytes) + 8<<20; got > lim {
+			t.Errorf("pruned runs read by stalled clients hold %.0f MiB, over runs.maxRetainedBytes (%.0f MiB)", mib(got), mib(lim))
+		}
 	})
 	t.Run("16 runs in flight", func(t *testing.T) {
 		sent, held := make(chan struct{}), make(chan struct{})
@@ -217,7 +252,9 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 		for i := range 16 {
 			st, err := r.h.StartRun(p, []int{clientUID, otherUID}[i%2])
 			if err != nil {
-				t.Logf("run refused: %v", err)
+				if !errors.Is(err, runs.ErrBusy) {
+					t.Fatal(err)
+				}
 				continue
 			}
 			admitted.Add(1)
@@ -228,10 +265,41 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 		for range admitted.Load() {
 			<-sent
 		}
-		t.Logf("%d runs in flight: live heap %.0f MiB over %.0f MiB before", admitted.Load(), mib(liveHeap()-base), mib(base))
+		got := liveHeap() - base
+		t.Logf("%d runs in flight: live heap %.0f MiB over %.0f MiB before", admitted.Load(), mib(got), mib(base))
+		if lim := uint64(r.cfg.Runs.RunsWorstCaseBytes() - r.cfg.Runs.MaxRetainedBytes); got > lim {
+			t.Errorf("runs in flight hold %.0f MiB, over runs.maxInFlight x one run (%.0f MiB)", mib(got), mib(lim))
+		}
 		close(held)
 		for _, run := range inFlight {
 			<-run.Done()
 		}
 	})
+}
+
+// TestStalledReadersHoldNoCopy: clients that ask for a finished run and stop
+// reading hold no copy of it (the answer streams from the run), where each
+// held its own (the run's document built whole, then its JSON).
+func TestStalledReadersHoldNoCopy(t *testing.T) {
+	r, _ := newRunRig(t, runsExtra+"  maxArtifactBytes: 4194304\n  maxArtifactTotalBytes: 4194304\n", bigSupervise(nil, nil))
+	st, err := r.h.StartRun(runs.Params{Command: "flood", Artifacts: []string{"a"}}, clientUID)
+	must(t, err)
+	waitRun(t, r.h, st.ID)
+	sock, ww := serveAs(t, r.h, clientUID)
+	base := liveHeap()
+	for range 8 {
+		c, err := net.Dial("unix", sock)
+		must(t, err)
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "GET /v1/runs/%s HTTP/1.1\r\nHost: h\r\n\r\n", st.ID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if !ww.waitWriting(ctx, 8) {
+		t.Fatal("8 answers were not being written")
+	}
+	// A copy is 4 MiB of artifact and 2 MiB of output, and more as JSON.
+	if got := liveHeap() - base; got > 4<<20 {
+		t.Errorf("8 stalled readers of one run hold %.1f MiB more heap, want no copy of the run", mib(got))
+	}
 }

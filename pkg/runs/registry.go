@@ -201,6 +201,7 @@ func (g *Registry) pruneLocked() {
 		}
 		if at.Before(cutoff) {
 			delete(g.runs, id)
+			r.release()
 			continue
 		}
 		done = append(done, fin{id, at, r.order, size})
@@ -217,6 +218,7 @@ func (g *Registry) pruneLocked() {
 		if !over && (total <= g.lim.MaxRetainedBytes || i == len(done)-1) {
 			break
 		}
+		g.runs[f.id].release()
 		delete(g.runs, f.id)
 		total -= f.size
 	}

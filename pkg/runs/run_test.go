@@ -1,7 +1,9 @@
 package runs
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -559,11 +561,19 @@ func TestSubscribeReplayThenLive(t *testing.T) {
 		t.Fatal("Subscribe did not return after the result event")
 	}
 
-	// The result event carries the final status.
+	// The result event carries the run's summary; written, the whole run.
 	var last Event
 	r.Subscribe(context.Background(), func(e Event) error { last = e; return nil })
-	if last.Status == nil || last.Status.Stdout != "early" || last.Status.Stderr != "live" || *last.Status.ExitCode != 0 {
+	if last.Status == nil || last.Status.Stdout != "" || *last.Status.ExitCode != 0 || last.Status.State != StateFinished {
 		t.Errorf("result status = %+v", last.Status)
+	}
+	var line bytes.Buffer
+	if err := r.WriteEventJSON(&line, last); err != nil {
+		t.Fatal(err)
+	}
+	var written Event
+	if err := json.Unmarshal(line.Bytes(), &written); err != nil || written.Status.Stdout != "early" || written.Status.Stderr != "live" {
+		t.Errorf("written result event %s (%v)", line.Bytes(), err)
 	}
 }
 
@@ -583,8 +593,9 @@ func TestSubscribeEnds(t *testing.T) {
 }
 
 func TestHistoryDropsOldestOutputOnly(t *testing.T) {
-	// Room for 4 events of 36 bytes of data (64 + 36 = 100 each).
-	g, _ := newTestRegistry(t, RegistryLimits{MaxHistoryBytes: 400})
+	// Room for the 4 state and result events and one output event of 36
+	// bytes of data, not two.
+	g, _ := newTestRegistry(t, RegistryLimits{MaxHistoryBytes: 5*eventCost + 36 + 20})
 	r := mustCreate(t, g, shell)
 	r.Start() // 2 state events: 128 bytes
 	for i := range 10 {
@@ -601,7 +612,6 @@ func TestHistoryDropsOldestOutputOnly(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// 400 - 4*64 = 144 bytes left for output events of 100: 1 kept.
 	want := []string{"1 statequeued", "2 staterunning", "12 output", "13 statefinished", "14 result"}
 	if !reflect.DeepEqual(evs, want) {
 		t.Errorf("late subscriber saw %q, want %q", evs, want)
@@ -848,15 +858,16 @@ func TestFinishedRunHoldsOneCopy(t *testing.T) {
 	r.Finish(Finish{Result: ResultOK, Artifacts: []Artifact{{Path: "a", Size: 8, Data: data}}})
 	var res *Status
 	r.Subscribe(context.Background(), func(e Event) error { res = e.Status; return nil })
-	if res == nil || &res.Artifacts[0].Data[0] != &data[0] {
-		t.Error("the result event must share the artifacts' Data, not copy it")
+	if res == nil || res.Artifacts[0].Data != nil || res.Artifacts[0].Size != 8 {
+		t.Errorf("the result event must carry the summary, sharing no byte: %+v", res)
 	}
 	if s := r.Status(); &s.Artifacts[0].Data[0] == &data[0] || s.Stdout != "out" {
 		t.Errorf("Status() must copy the data: %+v", s)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.out[0] != nil || r.size != int64(len("out")+len("artifact")+5*eventCost+len("out")) {
+	// The run holds its output once (raw) and the artifacts as given.
+	if &r.st.Artifacts[0].Data[0] != &data[0] || string(r.out[0]) != "out" || r.size != int64(len("out")+len("artifact")+5*eventCost+len("out")) {
 		t.Errorf("finished run: out %q, size %d", r.out[0], r.size)
 	}
 }
