@@ -101,10 +101,45 @@ type Runs struct {
 	MaxArtifactBytes       int64 `mapstructure:"maxArtifactBytes"`
 	MaxArtifactTotalBytes  int64 `mapstructure:"maxArtifactTotalBytes"`
 	ApprovalTimeoutSeconds int   `mapstructure:"approvalTimeoutSeconds"`
-	// RetainSeconds and MaxRetained bound how long and how many finished
-	// runs stay readable through GET /v1/runs/{id}.
-	RetainSeconds int `mapstructure:"retainSeconds"`
-	MaxRetained   int `mapstructure:"maxRetained"`
+	// RetainSeconds, MaxRetained and MaxRetainedBytes bound how long, how
+	// many and how many bytes (output, events, artifacts) of finished runs
+	// stay readable through GET /v1/runs/{id}; the oldest go first.
+	RetainSeconds    int   `mapstructure:"retainSeconds"`
+	MaxRetained      int   `mapstructure:"maxRetained"`
+	MaxRetainedBytes int64 `mapstructure:"maxRetainedBytes"`
+	// MaxInFlight and MaxInFlightPerClient bound unfinished runs (awaiting
+	// approval, queued or running) in all and of one client uid; beyond
+	// them POST /v1/runs answers 429 at once.
+	MaxInFlight          int `mapstructure:"maxInFlight"`
+	MaxInFlightPerClient int `mapstructure:"maxInFlightPerClient"`
+}
+
+// The host's memory for code runs: every allowed combination of the runs
+// keys fits RunsMemoryBudget (validateRuns), so that no client can take the
+// host past its unit's MemoryMax=1G (units/sandbox-host.service) through
+// the runs API. Half of it is left to turns, rich channels, delegations and
+// the Go runtime (GOMEMLIMIT=900MiB).
+const (
+	RunsMemoryBudget = 512 << 20
+	// RunHistoryBytes bounds one run's event history (package runs'
+	// RegistryLimits.MaxHistoryBytes).
+	RunHistoryBytes = 4 << 20
+	// RunBufferBytes is what a running run holds besides its record: the
+	// decoder's reader and one frame of at most 1 MiB.
+	RunBufferBytes = 2 << 20
+)
+
+// RunRetainedBytes is the most one finished run holds: stdout and stderr
+// (runs.maxOutputBytes each), its event history and its artifacts
+// (runs.maxArtifactTotalBytes).
+func (r Runs) RunRetainedBytes() int64 {
+	return 2*int64(r.MaxOutputBytes) + RunHistoryBytes + r.MaxArtifactTotalBytes
+}
+
+// RunsWorstCaseBytes is the most all runs together hold: the retained
+// bound, and runs.maxInFlight runs holding their record and buffers.
+func (r Runs) RunsWorstCaseBytes() int64 {
+	return r.MaxRetainedBytes + int64(r.MaxInFlight)*(r.RunRetainedBytes()+RunBufferBytes)
 }
 
 // Project is one operator-declared directory a run may see read-only at
@@ -120,6 +155,7 @@ const (
 	MaxRunArtifactBytes      = 64 << 20
 	MaxRunArtifactTotalBytes = 256 << 20
 	MaxRunOutputBytes        = 16 << 20
+	MaxRunsInFlight          = 256
 	MinRunOutputBytes        = 1 << 10
 	MaxRunProjects           = 256
 )
@@ -851,6 +887,41 @@ func (c *Config) validateRuns(bad func(key, format string, a ...any)) {
 	}
 	if r.MaxRetained < 1 || r.MaxRetained > 4096 {
 		bad("runs.maxRetained", "must be 1 to 4096, got %d", r.MaxRetained)
+	}
+	c.validateRunsMemory(bad)
+}
+
+// validateRunsMemory refuses settings whose worst case passes the host's
+// memory for runs: the bounds hold at every allowed setting, not only at
+// the defaults.
+func (c *Config) validateRunsMemory(bad func(key, format string, a ...any)) {
+	r := c.Runs
+	const mib = 1 << 20
+	if r.MaxInFlight < 1 || r.MaxInFlight > MaxRunsInFlight {
+		bad("runs.maxInFlight", "must be 1 to %d, got %d", MaxRunsInFlight, r.MaxInFlight)
+		return
+	}
+	if r.MaxInFlightPerClient < 1 || r.MaxInFlightPerClient > r.MaxInFlight {
+		bad("runs.maxInFlightPerClient", "must be 1 to runs.maxInFlight (%d), got %d", r.MaxInFlight, r.MaxInFlightPerClient)
+	}
+	if r.MaxOutputBytes < MinRunOutputBytes || r.MaxOutputBytes > MaxRunOutputBytes || r.MaxArtifactTotalBytes < 1 ||
+		r.MaxArtifactTotalBytes > MaxRunArtifactTotalBytes {
+		return // refused above; the sums below would mislead
+	}
+	one := r.RunRetainedBytes()
+	if r.MaxRetainedBytes < one || r.MaxRetainedBytes > RunsMemoryBudget {
+		bad("runs.maxRetainedBytes", "must be one finished run at runs.maxOutputBytes and runs.maxArtifactTotalBytes "+
+			"(2 x %d + %d MiB of events + %d = %d bytes) to %d (the host's memory for runs), got %d",
+			r.MaxOutputBytes, RunHistoryBytes/mib, r.MaxArtifactTotalBytes, one, RunsMemoryBudget, r.MaxRetainedBytes)
+		return
+	}
+	if worst := r.RunsWorstCaseBytes(); worst > RunsMemoryBudget {
+		bad("runs.maxRetainedBytes", "runs.maxRetainedBytes (%d MiB) plus runs.maxInFlight (%d) runs of up to %.1f MiB each "+
+			"(2 x runs.maxOutputBytes + %d MiB of events + runs.maxArtifactTotalBytes + %d MiB of buffers) is %.1f MiB, "+
+			"over the %d MiB the host keeps for runs (its unit has MemoryMax=1G): lower runs.maxRetainedBytes, "+
+			"runs.maxInFlight, runs.maxOutputBytes or runs.maxArtifactTotalBytes",
+			r.MaxRetainedBytes/mib, r.MaxInFlight, float64(one+RunBufferBytes)/mib, RunHistoryBytes/mib, RunBufferBytes/mib,
+			float64(worst)/mib, RunsMemoryBudget/mib)
 	}
 }
 

@@ -92,6 +92,9 @@ func defaults() map[string]any {
 		"runs.approvalTimeoutSeconds": 300,
 		"runs.retainSeconds":          900,
 		"runs.maxRetained":            64,
+		"runs.maxRetainedBytes":       128 << 20,
+		"runs.maxInFlight":            8,
+		"runs.maxInFlightPerClient":   4,
 
 		"delegation.enabled":         false,
 		"delegation.maxRunning":      2,

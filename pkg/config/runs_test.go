@@ -39,6 +39,17 @@ func TestRunsValidate(t *testing.T) {
 		{"total below each", func(c *Config) { c.Runs.MaxArtifactTotalBytes = 1 }, "runs.maxArtifactTotalBytes"},
 		{"approval", func(c *Config) { c.Runs.ApprovalTimeoutSeconds = 5 }, "runs.approvalTimeoutSeconds"},
 		{"retain", func(c *Config) { c.Runs.MaxRetained = 0 }, "runs.maxRetained"},
+		{"in flight 0", func(c *Config) { c.Runs.MaxInFlight = 0 }, "runs.maxInFlight: must be 1 to 256"},
+		{"in flight per client over all", func(c *Config) { c.Runs.MaxInFlightPerClient = c.Runs.MaxInFlight + 1 }, "runs.maxInFlightPerClient: must be 1 to runs.maxInFlight (8)"},
+		{"retained bytes below one run", func(c *Config) { c.Runs.MaxRetainedBytes = 1 << 20 }, "runs.maxRetainedBytes: must be one finished run"},
+		{"retained bytes over the budget", func(c *Config) { c.Runs.MaxRetainedBytes = RunsMemoryBudget + 1 }, "runs.maxRetainedBytes: must be one finished run"},
+		// Issue 23 item 12: each key allowed alone, together over the unit.
+		{"output at its maximum", func(c *Config) { c.Runs.MaxOutputBytes = MaxRunOutputBytes }, "runs.maxRetainedBytes (128 MiB) plus runs.maxInFlight (8) runs of up to 70.0 MiB each"},
+		{"in flight at its maximum", func(c *Config) { c.Runs.MaxInFlight = MaxRunsInFlight }, "is 10368.0 MiB, over the 512 MiB the host keeps for runs"},
+		{"artifacts at their maximum", func(c *Config) {
+			c.Runs.MaxArtifactTotalBytes, c.Runs.MaxInFlight, c.Runs.MaxInFlightPerClient = MaxRunArtifactTotalBytes, 1, 1
+			c.Runs.MaxRetainedBytes = c.Runs.RunRetainedBytes()
+		}, "runs.maxRetainedBytes (262 MiB) plus runs.maxInFlight (1)"},
 	}
 	for _, tc := range cases {
 		c := base()
@@ -47,6 +58,34 @@ func TestRunsValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.wantKey) {
 			t.Errorf("%s: %v, want a refusal naming %s", tc.name, err, tc.wantKey)
 		}
+	}
+}
+
+// TestRunsMemoryBoundsHoldAtEverySetting: whatever combination of the runs
+// keys Validate accepts, the worst case of all runs together fits the
+// host's memory for runs, and one finished run fits the retained bound.
+func TestRunsMemoryBoundsHoldAtEverySetting(t *testing.T) {
+	accepted := 0
+	for _, out := range []int{MinRunOutputBytes, 1 << 20, 4 << 20, MaxRunOutputBytes} {
+		for _, total := range []int64{1, 32 << 20, 128 << 20, MaxRunArtifactTotalBytes} {
+			for _, inFlight := range []int{1, 4, 8, 32, MaxRunsInFlight} {
+				for _, retained := range []int64{16 << 20, 128 << 20, 300 << 20, RunsMemoryBudget} {
+					c := validBase(t)
+					c.Runs.MaxOutputBytes, c.Runs.MaxArtifactBytes, c.Runs.MaxArtifactTotalBytes = out, min(total, MaxRunArtifactBytes), total
+					c.Runs.MaxInFlight, c.Runs.MaxInFlightPerClient, c.Runs.MaxRetainedBytes = inFlight, 1, retained
+					if c.Validate() != nil {
+						continue
+					}
+					accepted++
+					if w := c.Runs.RunsWorstCaseBytes(); w > RunsMemoryBudget || c.Runs.RunRetainedBytes() > retained {
+						t.Errorf("accepted out %d total %d in flight %d retained %d: worst case %d, over %d", out, total, inFlight, retained, w, RunsMemoryBudget)
+					}
+				}
+			}
+		}
+	}
+	if accepted < 20 {
+		t.Errorf("only %d combinations accepted: the check refuses too much", accepted)
 	}
 }
 
@@ -72,6 +111,10 @@ func TestRunsFromYAML(t *testing.T) {
 	}
 	if _, ok := c.Runs.ProjectPath("demo.1"); ok {
 		t.Errorf("project names are case-sensitive")
+	}
+	c, err = Load(write(t, base+"runs:\n  maxRetainedBytes: 67108864\n  maxInFlight: 3\n  maxInFlightPerClient: 2\n"))
+	if err != nil || c.Runs.MaxRetainedBytes != 64<<20 || c.Runs.MaxInFlight != 3 || c.Runs.MaxInFlightPerClient != 2 {
+		t.Errorf("runs memory keys: %+v %v", c.Runs, err)
 	}
 	_, err = Load(write(t, base+"runs:\n  projekts: []\n"))
 	if err == nil || !strings.Contains(err.Error(), "runs.projekts") {

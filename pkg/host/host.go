@@ -64,9 +64,11 @@ type RunContainer struct {
 
 // RunContainers is what a code run needs of the Docker driver beyond
 // Containers: attach, start, write stdin, copy stdout and stderr to the
-// writers as they come (a Write error kills the container), wait.
+// writers as they come (a Write error kills the container), wait; and Ping,
+// to tell a daemon that went away from a container that misbehaved.
 type RunContainers interface {
 	Stream(ctx context.Context, id string, stdin []byte, stdout, stderr io.Writer) (int64, error)
+	Ping(ctx context.Context) error
 }
 
 // RunResult mirrors container.Result.

@@ -69,19 +69,22 @@ func (s *runSlots) give(k int) {
 	s.mu.Unlock()
 }
 
-// newRunRegistry is the host's run registry from runs.*.
+// newRunRegistry is the host's run registry from runs.*: every bound of
+// the host's memory for runs (config.RunsMemoryBudget) is one of its limits.
 func newRunRegistry(c config.Runs, now func() time.Time) *runs.Registry {
 	return runs.NewRegistry(runs.RegistryLimits{
-		ApprovalTimeout: time.Duration(c.ApprovalTimeoutSeconds) * time.Second,
-		Retain:          time.Duration(c.RetainSeconds) * time.Second,
-		MaxRetained:     c.MaxRetained,
-		MaxActive:       maxActiveRuns,
-		MaxOutputBytes:  c.MaxOutputBytes,
+		ApprovalTimeout:    time.Duration(c.ApprovalTimeoutSeconds) * time.Second,
+		Retain:             time.Duration(c.RetainSeconds) * time.Second,
+		MaxRetained:        c.MaxRetained,
+		MaxRetainedBytes:   c.MaxRetainedBytes,
+		MaxActive:          c.MaxInFlight,
+		MaxActivePerOwner:  c.MaxInFlightPerClient,
+		ActiveKeys:         "runs.maxInFlight",
+		ActivePerOwnerKeys: "runs.maxInFlightPerClient",
+		MaxOutputBytes:     c.MaxOutputBytes,
+		MaxHistoryBytes:    config.RunHistoryBytes,
 	}, now)
 }
-
-// maxActiveRuns bounds unfinished runs (queued ones included).
-const maxActiveRuns = 256
 
 // StartRun admits a run for owner (the caller's uid) and drives it in the
 // background; the answer is its status at once.
@@ -120,7 +123,7 @@ func (h *Host) StartRun(p runs.Params, owner int) (runs.Status, error) {
 	h.log.Info("run admitted", "run", r.ID(), "owner_uid", owner, "mode", p.Mode(), "project", p.Project,
 		"network", p.Network, "setup", len(p.Setup), "timeout_s", p.TimeoutSeconds, "artifacts", len(p.Artifacts))
 	go h.driveRun(r)
-	return r.Status(), nil
+	return r.Summary(), nil
 }
 
 // driveRun takes a run from admission to its result: approval (network
@@ -129,6 +132,7 @@ func (h *Host) StartRun(p runs.Params, owner int) (runs.Status, error) {
 // nothing behind (or the log says what).
 func (h *Host) driveRun(r *runs.Run) {
 	defer h.turns.Done()
+	defer h.runs.Prune() // a finished run counts against the retained bounds at once
 	id := r.ID()
 	log := h.log.With("run", id)
 	ctx, cancel := context.WithCancelCause(context.Background())
@@ -145,7 +149,7 @@ func (h *Host) driveRun(r *runs.Run) {
 	start := h.opts.Now()
 	finish := func(f runs.Finish) {
 		r.Finish(f)
-		st := r.Status()
+		st := r.Summary()
 		h.metrics.runs.WithLabelValues(st.Result).Inc()
 		h.metrics.runDuration.Observe(time.Since(start).Seconds())
 		attrs := []any{"result", st.Result, "duration_ms", st.DurationMs}
@@ -154,6 +158,12 @@ func (h *Host) driveRun(r *runs.Run) {
 		}
 		if st.Error != "" {
 			attrs = append(attrs, "reason", st.Error)
+		}
+		if st.StdoutTruncated {
+			attrs = append(attrs, "stdout_cut_dropped_bytes", st.StdoutDroppedBytes)
+		}
+		if st.StderrTruncated {
+			attrs = append(attrs, "stderr_cut_dropped_bytes", st.StderrDroppedBytes)
 		}
 		log.Info("run done", attrs...)
 	}
@@ -168,7 +178,7 @@ func (h *Host) driveRun(r *runs.Run) {
 		if err := r.WaitApproval(ctx); err != nil {
 			if errors.Is(err, runs.ErrDenied) || errors.Is(err, runs.ErrCancelled) {
 				// The registry finished it (denied, timed out or cancelled).
-				st := r.Status()
+				st := r.Summary()
 				h.metrics.runs.WithLabelValues(st.Result).Inc()
 				log.Info("run done", "result", st.Result, "reason", st.Error)
 				return
@@ -176,7 +186,7 @@ func (h *Host) driveRun(r *runs.Run) {
 			finish(stopped(err))
 			return
 		}
-		st := r.Status()
+		st := r.Summary()
 		if st.ApprovedBy != nil {
 			log.Info("run network approved", "by_uid", *st.ApprovedBy)
 		}
@@ -192,7 +202,7 @@ func (h *Host) driveRun(r *runs.Run) {
 	}
 	defer release()
 	if err := r.Start(); err != nil { // cancelled while queued: the registry finished it
-		st := r.Status()
+		st := r.Summary()
 		h.metrics.runs.WithLabelValues(st.Result).Inc()
 		log.Info("run done", "result", st.Result, "reason", st.Error)
 		return
@@ -215,7 +225,11 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 	defer h.runSlots.give(slot)
 	defer func() {
 		if err := h.cleanup(t, log); err != nil {
-			fin = runs.Finish{Result: runs.ResultError, Error: "the run's cleanup failed; the operator was told"}
+			msg := "the run's cleanup failed; the operator was told"
+			if fin.Error == ErrorDockerWentAway {
+				msg = "docker went away during the run and its cleanup failed; the operator was told"
+			}
+			fin = runs.Finish{Result: runs.ResultError, Error: msg}
 		}
 		if fin.Duration == 0 {
 			fin.Duration = time.Since(began)
@@ -291,6 +305,17 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 	exit, streamErr := runsC.Stream(runCtx, t.containerID, stdin.Bytes(), pw, sink)
 	pw.CloseWithError(io.ErrUnexpectedEOF) // the decoder sees the end
 	d := <-done
+	// A broken attach or wait, a stream cut short, or a supervisor stopped
+	// by a signal the host never sent: when Docker no longer answers, it
+	// is to blame (systemctl restart docker stops every container), not
+	// the run's output or the sandbox.
+	if runCtx.Err() == nil && (streamErr != nil || d.err != nil || d.res.Error == wire.ErrorStopped) {
+		if perr := h.dockerGone(runsC); perr != nil {
+			log.Error("run failed: docker went away", "stream_err", streamErr, "output_err", d.err,
+				"supervisor_error", d.res.Error, "ping_err", perr)
+			return runs.Finish{Result: runs.ResultError, Error: ErrorDockerWentAway}
+		}
+	}
 	if streamErr != nil {
 		if runCtx.Err() != nil {
 			return systemErr("run", streamErr)
@@ -305,8 +330,9 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 		log.Warn("run output refused", "err", d.err, "exit_code", exit)
 		return runs.Finish{Result: runs.ResultError, Error: "the run's output broke the protocol and was refused"}
 	}
+	cut := runs.Cut{Stdout: d.res.StdoutTruncated, Stderr: d.res.StderrTruncated, StdoutDropped: d.res.StdoutDropped, StderrDropped: d.res.StderrDropped}
 	if d.res.Error != "" {
-		return runs.Finish{Result: runs.ResultError, Error: "the sandbox could not run the command: " + d.res.Error}
+		return runs.Finish{Result: runs.ResultError, Error: "the sandbox could not run the command: " + d.res.Error, Cut: cut}
 	}
 	arts, err := runs.CheckArtifacts(p.Artifacts, d.artifacts, rc.MaxArtifactBytes, rc.MaxArtifactTotalBytes)
 	if err != nil {
@@ -314,11 +340,25 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 		return runs.Finish{Result: runs.ResultError, Error: "the run's artifacts were refused"}
 	}
 	code := d.res.ExitCode
-	f := runs.Finish{Result: runs.ResultOK, ExitCode: &code, FailedSetup: d.res.FailedSetup, Artifacts: arts, Duration: time.Since(began)}
+	f := runs.Finish{Result: runs.ResultOK, ExitCode: &code, FailedSetup: d.res.FailedSetup, Artifacts: arts, Duration: time.Since(began), Cut: cut}
 	if code != 0 || d.res.FailedSetup != 0 {
 		f.Result = runs.ResultFailed
 	}
 	return f
+}
+
+// ErrorDockerWentAway is a run's error when the Docker daemon stopped
+// answering during the run (restarted, stopped or crashed).
+const ErrorDockerWentAway = "docker went away during the run (the Docker daemon stopped answering); the host log has details"
+
+// dockerProbeTimeout bounds the ping that decides whether Docker went away.
+const dockerProbeTimeout = 5 * time.Second
+
+// dockerGone pings the daemon: nil when it answers.
+func (h *Host) dockerGone(rc RunContainers) error {
+	ctx, cancel := context.WithTimeout(context.Background(), dockerProbeTimeout)
+	defer cancel()
+	return rc.Ping(ctx)
 }
 
 // decodeRun reads the supervisor's frames: output to the run's record and
@@ -428,7 +468,7 @@ func (h *Host) prepareRunBroker(ctx context.Context, t *turn) error {
 // its timeout, or, before it started, now plus the approval wait and the
 // timeout.
 func (h *Host) runDeadlineBound(r *runs.Run) time.Time {
-	p, st := r.Params(), r.Status()
+	p, st := r.Params(), r.Summary()
 	timeout := time.Duration(p.TimeoutSeconds) * time.Second
 	if st.StartedAt != nil {
 		return st.StartedAt.Add(timeout)

@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,6 +32,7 @@ import (
 // the toolbox's supervisor, writing frames to stdout.
 type runDocker struct {
 	*fakeDocker
+	gone     atomic.Bool // Docker stopped answering
 	mu       sync.Mutex
 	jobs     []wire.Job
 	streamFn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)
@@ -72,13 +77,29 @@ func supervise(exit int) func(ctx context.Context, job wire.Job, stdout io.Write
 	}
 }
 
+// Ping fails once the test took Docker away (gone).
+func (d *runDocker) Ping(ctx context.Context) error {
+	if d.gone.Load() {
+		return errors.New("fake: Cannot connect to the Docker daemon at unix:///var/run/docker.sock")
+	}
+	return nil
+}
+
 func newRunRig(t *testing.T, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)) (*rig, *runDocker) {
+	t.Helper()
+	return newRunRigWith(t, extra, fn, nil)
+}
+
+func newRunRigWith(t *testing.T, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error), mutate func(*Options)) (*rig, *runDocker) {
 	t.Helper()
 	rd := &runDocker{streamFn: fn}
 	r := newRig(t, extra, func(o *Options) {
 		rd.fakeDocker = o.Containers.(*fakeDocker)
 		o.Containers = rd
 		o.Access = config.ResolvedAccess{ClientUIDs: []int{clientUID, otherUID}, Guests: o.Config.Guests}
+		if mutate != nil {
+			mutate(o)
+		}
 	})
 	t.Cleanup(r.h.Shutdown)
 	return r, rd
@@ -452,5 +473,234 @@ func TestRunBodyBound(t *testing.T) {
 	}
 	if len(r.h.runs.List()) != 0 || len(r.docker.created) != 0 {
 		t.Errorf("a refused body created a run")
+	}
+}
+
+// TestRunOutputCutIsReported: a run whose output passed runs.maxOutputBytes
+// says so in its document (which streams, bytes dropped), whatever its
+// result, as the supervisor's result said.
+func TestRunOutputCutIsReported(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		res        wire.Result
+		wantResult string
+	}{
+		{"ok", wire.Result{StdoutTruncated: true, StdoutDropped: 314572800}, runs.ResultOK},
+		{"supervisor error", wire.Result{ExitCode: -1, Error: "stopped by a signal", StdoutTruncated: true, StdoutDropped: 9}, runs.ResultError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := newRunRig(t, runsExtra, func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+				enc := wire.NewEncoder(stdout)
+				must(t, enc.Output(wire.FrameStdout, wire.PhaseMain, make([]byte, job.MaxOutputBytes)))
+				if tc.res.Error == "" {
+					must(t, enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseMain}))
+				}
+				must(t, enc.Result(tc.res))
+				return 0, nil
+			})
+			st, err := r.h.StartRun(runs.Params{Command: "yes"}, clientUID)
+			must(t, err)
+			waitRun(t, r.h, st.ID)
+			code, body := apiAs(t, r.h, clientUID, "GET", "/v1/runs/"+st.ID, nil)
+			var got map[string]any
+			must(t, json.Unmarshal(body, &got))
+			if code != 200 || got["result"] != tc.wantResult || got["stdoutTruncated"] != true ||
+				got["stdoutDroppedBytes"] != float64(tc.res.StdoutDropped) || got["stderrTruncated"] != nil {
+				t.Errorf("GET: %d result %v stdoutTruncated %v stdoutDroppedBytes %v stderrTruncated %v", code,
+					got["result"], got["stdoutTruncated"], got["stdoutDroppedBytes"], got["stderrTruncated"])
+			}
+		})
+	}
+}
+
+// TestRunBlamesDockerWhenItWentAway: a run that ends because the Docker
+// daemon went away (systemctl restart docker stops every container: the
+// supervisor reports a signal; a crash breaks the attach and the wait) says
+// "docker went away" in its document and the log, not that the sandbox or
+// the run's output failed; while Docker answers, the old causes stand.
+func TestRunBlamesDockerWhenItWentAway(t *testing.T) {
+	stopped := func(rd **runDocker, goAway bool) func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		return func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+			enc := wire.NewEncoder(stdout)
+			enc.Output(wire.FrameStdout, wire.PhaseMain, []byte("working\n"))
+			(*rd).gone.Store(goAway)
+			return 2, enc.Result(wire.Result{ExitCode: -1, Error: wire.ErrorStopped})
+		}
+	}
+	attachBroke := func(rd **runDocker, goAway bool) func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		return func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+			wire.NewEncoder(stdout).Output(wire.FrameStdout, wire.PhaseMain, []byte("working\n"))
+			(*rd).gone.Store(goAway)
+			return -1, errors.New("container wait: EOF: docker daemon request failed")
+		}
+	}
+	for _, tc := range []struct {
+		name        string
+		fn          func(rd **runDocker, goAway bool) func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)
+		goAway      bool
+		removeFails int
+		want        string
+	}{
+		{"signal, docker gone", stopped, true, 0, ErrorDockerWentAway},
+		{"attach and wait broke, docker gone", attachBroke, true, 0, ErrorDockerWentAway},
+		{"docker gone, cleanup failed", stopped, true, -1, "docker went away during the run and its cleanup failed; the operator was told"},
+		{"signal, docker answers", stopped, false, 0, "the sandbox could not run the command: stopped by a signal"},
+		{"attach broke, docker answers", attachBroke, false, 0, "the run's output broke the protocol and was refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &lockedBuffer{}
+			var rd *runDocker
+			r, got := newRunRigWith(t, runsExtra, tc.fn(&rd, tc.goAway), func(o *Options) {
+				o.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+				o.RemoveRetryTotal = 20 * time.Millisecond
+			})
+			rd = got
+			rd.mu.Lock()
+			rd.removeFails = tc.removeFails
+			rd.mu.Unlock()
+			st, err := r.h.StartRun(runs.Params{Command: "sleep 600"}, clientUID)
+			must(t, err)
+			fin := waitRun(t, r.h, st.ID)
+			if fin.Result != runs.ResultError || fin.Error != tc.want {
+				t.Errorf("run %s: %q, want error %q", fin.Result, fin.Error, tc.want)
+			}
+			if gone := strings.Contains(logs.String(), `"msg":"run failed: docker went away"`); gone != tc.goAway {
+				t.Errorf("log says docker went away: %v, want %v:\n%s", gone, tc.goAway, logs.String())
+			}
+		})
+	}
+}
+
+// TestRunsInFlightBounds: past runs.maxInFlightPerClient a client's POST
+// /v1/runs is refused at once with 429 naming the key, another client is
+// still admitted, and past runs.maxInFlight every client is; nothing is
+// created for a refused run.
+func TestRunsInFlightBounds(t *testing.T) {
+	release := make(chan struct{})
+	r, _ := newRunRig(t, runsExtra+"  maxInFlight: 3\n  maxInFlightPerClient: 2\n", func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		}
+		return supervise(0)(ctx, job, stdout)
+	})
+	post := func(uid int) (int, string) {
+		code, body := apiAs(t, r.h, uid, "POST", "/v1/runs", runs.Params{Command: "sleep 1"})
+		return code, string(body)
+	}
+	var admitted []string
+	for _, step := range []struct {
+		uid      int
+		wantCode int
+		wantBody string
+	}{
+		{clientUID, 202, ""},
+		{clientUID, 202, ""},
+		{clientUID, 429, "too many unfinished runs of yours (at most 2, runs.maxInFlightPerClient); try again when one has finished"},
+		{otherUID, 202, ""},
+		{otherUID, 429, "too many unfinished runs on this host (at most 3, runs.maxInFlight); try again when one has finished"},
+	} {
+		code, body := post(step.uid)
+		if code != step.wantCode || !strings.Contains(body, step.wantBody) {
+			t.Fatalf("POST as %d: %d %s, want %d %q", step.uid, code, body, step.wantCode, step.wantBody)
+		}
+		if code == 202 {
+			var st runs.Status
+			must(t, json.Unmarshal([]byte(body), &st))
+			admitted = append(admitted, st.ID)
+		}
+	}
+	if n := len(r.h.runs.List()); n != 3 {
+		t.Errorf("%d runs recorded, want the 3 admitted", n)
+	}
+	close(release)
+	for _, id := range admitted {
+		waitRun(t, r.h, id)
+	}
+	if code, body := post(clientUID); code != 202 {
+		t.Errorf("POST after the runs finished: %d %s", code, body)
+	}
+}
+
+// TestRunsRetainedBytesBound: finished runs hold at most
+// runs.maxRetainedBytes; the oldest is forgotten first, as soon as a newer
+// one finishes.
+func TestRunsRetainedBytesBound(t *testing.T) {
+	const art = 3 << 20
+	// One run at its bounds: 2 KiB of output, 4 MiB of events, 3 MiB of
+	// artifacts; two real ones (3 MiB and a few events each) fit, not three.
+	extra := runsExtra + "  maxOutputBytes: 1024\n  maxArtifactBytes: 3145728\n  maxArtifactTotalBytes: 3145728\n  maxRetainedBytes: 7342080\n"
+	r, _ := newRunRig(t, extra, func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		enc := wire.NewEncoder(stdout)
+		must(t, enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseMain}))
+		must(t, enc.Artifact(wire.ArtifactHeader{Path: job.Artifacts[0], Size: art}, make([]byte, art)))
+		return 0, enc.Result(wire.Result{})
+	})
+	var ids []string
+	for range 3 {
+		st, err := r.h.StartRun(runs.Params{Command: "x", Artifacts: []string{"a"}}, clientUID)
+		must(t, err)
+		ids = append(ids, st.ID)
+		waitRun(t, r.h, st.ID)
+	}
+	for i, want := range []int{404, 200, 200} {
+		if code, _ := apiAs(t, r.h, clientUID, "GET", "/v1/runs/"+ids[i], nil); code != want {
+			t.Errorf("GET run %d of 3: %d, want %d", i+1, code, want)
+		}
+	}
+}
+
+// serveWatched serves the host's API on a unix socket as uid and tells
+// handled each time a handler returned.
+func serveWatched(t *testing.T, h *Host, uid int) (sock string, handled <-chan string) {
+	t.Helper()
+	sock = filepath.Join(t.TempDir(), "api.sock")
+	ln, err := net.Listen("unix", sock)
+	must(t, err)
+	ch := make(chan string, 64)
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h.Handler().ServeHTTP(w, r)
+			ch <- r.URL.Path
+		}),
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+			return context.WithValue(ctx, peerKey{}, Peer{Known: true, UID: uid, GID: uid})
+		},
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return sock, ch
+}
+
+// TestRunAnswersHaveAWriteDeadline: a client that asks for a finished
+// run's document or events, megabytes of them, and stops reading loses the
+// answer at the write deadline; its handler returns and the log blames it.
+func TestRunAnswersHaveAWriteDeadline(t *testing.T) {
+	old := replyWriteTimeout
+	replyWriteTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { replyWriteTimeout = old })
+	logs := &lockedBuffer{}
+	r, _ := newRunRigWith(t, runsExtra, bigSupervise(nil, nil), func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(logs, nil)) })
+	st, err := r.h.StartRun(runs.Params{Command: "flood", Artifacts: []string{"a0", "a1", "a2", "a3"}}, clientUID)
+	must(t, err)
+	waitRun(t, r.h, st.ID)
+	sock, handled := serveWatched(t, r.h, clientUID)
+	for _, path := range []string{"/v1/runs/" + st.ID, "/v1/runs/" + st.ID + "/events"} {
+		c, err := net.Dial("unix", sock)
+		must(t, err)
+		defer c.Close()
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", path) // never read
+		select {
+		case got := <-handled:
+			if got != path {
+				t.Errorf("handler of %s returned, want %s", got, path)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("GET %s: the answer is still held by a client that stopped reading", path)
+		}
+	}
+	if n := strings.Count(logs.String(), `"msg":"run answer cut: the client stopped reading"`); n != 2 {
+		t.Errorf("%d log lines blame the client, want 2:\n%s", n, logs.String())
 	}
 }

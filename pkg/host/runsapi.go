@@ -1,11 +1,14 @@
 package host
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
+	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
@@ -99,8 +102,28 @@ func (h *Host) handleRunList(w http.ResponseWriter, r *http.Request, _ string) e
 }
 
 func (h *Host) handleRunGet(w http.ResponseWriter, r *http.Request, run *runs.Run) error {
-	writeJSON(w, http.StatusOK, run.Status())
+	// A finished run's answer carries its artifacts: a client that stops
+	// reading must not hold it (and the connection) forever.
+	h.writeRun(w, r, run, "status")
 	return nil
+}
+
+// writeRun answers 200 with the run's document, streamed from the run
+// (runs.Run.WriteStatusJSON): a client that stops reading holds one chunk
+// of it, never a copy, and only until the write deadline.
+func (h *Host) writeRun(w http.ResponseWriter, r *http.Request, run *runs.Run, what string) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(replyWriteTimeout))
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	err := run.WriteStatusJSON(w)
+	if err == nil {
+		_, err = io.WriteString(w, "\n")
+	}
+	if err != nil {
+		h.logAnswerCut(r, run, what, err)
+	}
 }
 
 func (h *Host) handleRunCancel(w http.ResponseWriter, r *http.Request, run *runs.Run) error {
@@ -108,7 +131,7 @@ func (h *Host) handleRunCancel(w http.ResponseWriter, r *http.Request, run *runs
 		return err
 	}
 	h.log.Info("run cancel requested", "run", run.ID(), "by_uid", peerFrom(r.Context()).UID)
-	writeJSON(w, http.StatusOK, run.Status())
+	h.writeRun(w, r, run, "cancel")
 	return nil
 }
 
@@ -116,7 +139,7 @@ func (h *Host) handleRunApprove(w http.ResponseWriter, r *http.Request, run *run
 	if err := run.Approve(peerFrom(r.Context()).UID); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, run.Status())
+	h.writeRun(w, r, run, "approve")
 	return nil
 }
 
@@ -125,7 +148,7 @@ func (h *Host) handleRunDeny(w http.ResponseWriter, r *http.Request, run *runs.R
 		return err
 	}
 	h.log.Info("run network denied", "run", run.ID(), "by_uid", peerFrom(r.Context()).UID)
-	writeJSON(w, http.StatusOK, run.Status())
+	h.writeRun(w, r, run, "deny")
 	return nil
 }
 
@@ -138,17 +161,33 @@ func (h *Host) handleRunEvents(w http.ResponseWriter, r *http.Request, run *runs
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	enc := json.NewEncoder(w)
 	err := run.Subscribe(r.Context(), func(ev runs.Event) error {
-		if err := enc.Encode(ev); err != nil {
+		// Each event (the result carries the artifacts, streamed from the
+		// run) is written within the deadline of a turn's answer, or the
+		// stream ends.
+		_ = rc.SetWriteDeadline(time.Now().Add(replyWriteTimeout))
+		if err := run.WriteEventJSON(w, ev); err != nil {
 			return err
 		}
 		return rc.Flush()
 	})
-	if err != nil && r.Context().Err() == nil {
-		h.log.Debug("run event stream ended", "run", run.ID(), "err", err)
+	if err != nil {
+		h.logAnswerCut(r, run, "events", err)
 	}
 	return nil // the status line is sent: errors cannot be answered any more
+}
+
+// logAnswerCut logs a run answer that could not be written: a client that
+// stopped reading past the write deadline is named as such.
+func (h *Host) logAnswerCut(r *http.Request, run *runs.Run, what string, err error) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		h.log.Warn("run answer cut: the client stopped reading", "run", run.ID(), "answer", what,
+			"peer_uid", peerFrom(r.Context()).UID, "write_timeout_s", replyWriteTimeout.Seconds())
+		return
+	}
+	if !errors.Is(err, context.Canceled) { // the client left
+		h.log.Debug("run answer ended", "run", run.ID(), "answer", what, "err", err)
+	}
 }
 
 // runStatusOf maps package runs' categories (statusOf calls it first).
@@ -161,7 +200,7 @@ func runStatusOf(err error) (int, string, bool) {
 	case errors.Is(err, runs.ErrState):
 		return http.StatusConflict, "the run is not in a state that allows this", true
 	case errors.Is(err, runs.ErrBusy):
-		return http.StatusTooManyRequests, "too many unfinished runs; try again later", true
+		return http.StatusTooManyRequests, err.Error(), true
 	case errors.Is(err, ErrRunsDisabled):
 		return http.StatusConflict, ErrRunsDisabled.Error(), true
 	}

@@ -29,8 +29,13 @@ func result(st runs.Status) *mcp.CallToolResult {
 	if st.Error != "" {
 		fmt.Fprintf(&b, "error: %s\n", st.Error)
 	}
-	section(&b, "stdout", st.Stdout, st.StdoutTruncated)
-	section(&b, "stderr", st.Stderr, st.StderrTruncated)
+	// A cut is said before the output, so that nothing reads the rest as
+	// the whole output, and again where the stream ends.
+	if note := st.CutNote(); note != "" {
+		fmt.Fprintf(&b, "output cut: %s\n", note)
+	}
+	section(&b, "stdout", st.Stdout, runs.Status{StdoutTruncated: st.StdoutTruncated, StdoutDroppedBytes: st.StdoutDroppedBytes}.CutNote())
+	section(&b, "stderr", st.Stderr, runs.Status{StderrTruncated: st.StderrTruncated, StderrDroppedBytes: st.StderrDroppedBytes}.CutNote())
 
 	content := []mcp.Content{nil} // the text goes first
 	if len(st.Artifacts) > 0 {
@@ -60,7 +65,8 @@ func result(st runs.Status) *mcp.CallToolResult {
 	}
 }
 
-func section(b *strings.Builder, name, text string, truncated bool) {
+// section is one output stream, with cut ("" or its CutNote) after it.
+func section(b *strings.Builder, name, text, cut string) {
 	if text == "" {
 		fmt.Fprintf(b, "\n%s: (empty)\n", name)
 		return
@@ -69,8 +75,8 @@ func section(b *strings.Builder, name, text string, truncated bool) {
 	if !strings.HasSuffix(text, "\n") {
 		b.WriteByte('\n')
 	}
-	if truncated {
-		fmt.Fprintf(b, "[%s truncated by the host]\n", name)
+	if cut != "" {
+		fmt.Fprintf(b, "[%s]\n", cut)
 	}
 }
 

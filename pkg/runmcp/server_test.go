@@ -120,10 +120,29 @@ func TestShellRun(t *testing.T) {
 	eq(t, "structured stdout", st.Stdout, "hello\n")
 }
 
+// An ok run whose stdout the host cut says so before the output and where
+// it ends; a run that was not cut says nothing of it.
+func TestCutOutputIsSaid(t *testing.T) {
+	f := newFake()
+	f.Final.Stdout, f.Final.StdoutTruncated, f.Final.StdoutDroppedBytes = "yyyy", true, 314572800
+	cs := connect(t, f, Options{}, nil)
+	txt := text(t, call(t, cs, map[string]any{"command": "yes"}))
+	note := "stdout cut at the host's output bound, 314572800 bytes dropped"
+	if i, j := strings.Index(txt, "output cut: "+note+"\n"), strings.Index(txt, "stdout:\nyyyy\n["+note+"]\n"); i < 0 || j < 0 || i > j {
+		t.Errorf("text does not say the cut before and after stdout:\n%s", txt)
+	}
+	f = newFake()
+	f.Final.Stdout = "y\n"
+	cs = connect(t, f, Options{}, nil)
+	if txt := text(t, call(t, cs, map[string]any{"command": "yes"})); strings.Contains(txt, "cut") {
+		t.Errorf("a whole output is said to be cut:\n%s", txt)
+	}
+}
+
 func TestArgvRunNonZeroExitIsAToolError(t *testing.T) {
 	f := newFake()
 	f.Final.Mode, f.Final.Result, f.Final.ExitCode = runs.ModeArgv, runs.ResultFailed, intp(3)
-	f.Final.Stderr, f.Final.StderrTruncated = "Traceback ...\n", true
+	f.Final.Stderr, f.Final.StderrTruncated, f.Final.StderrDroppedBytes = "Traceback ...\n", true, 4096
 	cs := connect(t, f, Options{}, nil)
 	res := call(t, cs, map[string]any{"executable": "python3", "args": []string{"/workspace/check.py", "--x"}, "artifacts": []string{"report.json"}})
 	p := f.Params()[0]
@@ -136,7 +155,8 @@ func TestArgvRunNonZeroExitIsAToolError(t *testing.T) {
 		t.Errorf("exit 3: IsError false, want true")
 	}
 	txt := text(t, res)
-	for _, w := range []string{"result: failed", "exit code: 3", "Traceback", "[stderr truncated by the host]", "stdout: (empty)"} {
+	for _, w := range []string{"result: failed", "exit code: 3", "Traceback", "[stderr cut at the host's output bound, 4096 bytes dropped]",
+		"output cut: stderr cut at the host's output bound, 4096 bytes dropped\n", "stdout: (empty)"} {
 		if !strings.Contains(txt, w) {
 			t.Errorf("text lacks %q:\n%s", w, txt)
 		}

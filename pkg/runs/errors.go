@@ -36,3 +36,13 @@ func (e *refusal) Unwrap() error { return ErrInvalid }
 func invalidf(format string, a ...any) error {
 	return &refusal{msg: fmt.Sprintf(format, a...)}
 }
+
+// busy is an ErrBusy whose text is only the client-facing message.
+type busy struct{ msg string }
+
+func (e *busy) Error() string { return e.msg }
+func (e *busy) Unwrap() error { return ErrBusy }
+
+func busyf(format string, a ...any) error {
+	return &busy{msg: fmt.Sprintf(format, a...)}
+}

@@ -2,7 +2,6 @@ package runs
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -33,8 +32,13 @@ type RegistryLimits struct {
 	Retain           time.Duration
 	MaxRetained      int
 	MaxRetainedBytes int64
-	// MaxActive bounds unfinished runs; Create returns ErrBusy beyond it.
-	MaxActive int
+	// MaxActive bounds unfinished runs, MaxActivePerOwner those of one
+	// owner uid (0: MaxActive); Create returns ErrBusy beyond them.
+	MaxActive         int
+	MaxActivePerOwner int
+	// ActiveKeys and ActivePerOwnerKeys name the settings behind MaxActive
+	// and MaxActivePerOwner in ErrBusy's message (the host's config keys).
+	ActiveKeys, ActivePerOwnerKeys string
 	// MaxOutputBytes bounds Status.Stdout and Status.Stderr, each.
 	MaxOutputBytes int
 	// MaxHistoryBytes bounds a run's event history (output bytes plus a
@@ -58,6 +62,9 @@ func (l RegistryLimits) withDefaults() RegistryLimits {
 	}
 	if l.MaxActive <= 0 {
 		l.MaxActive = DefaultMaxActive
+	}
+	if l.MaxActivePerOwner <= 0 || l.MaxActivePerOwner > l.MaxActive {
+		l.MaxActivePerOwner = l.MaxActive
 	}
 	if l.MaxOutputBytes <= 0 {
 		l.MaxOutputBytes = DefaultMaxOutputBytes
@@ -95,7 +102,8 @@ func NewRegistry(l RegistryLimits, now func() time.Time) *Registry {
 // Create records a new run of p (which must have passed Validate) for the
 // owner uid. A network run starts in StateAwaitingApproval with its approval
 // timer running, any other in StateQueued. It returns ErrBusy when
-// MaxActive runs are unfinished, ErrInvalid when p names no mode.
+// MaxActive runs, or MaxActivePerOwner runs of owner, are unfinished (its
+// message is for the client), ErrInvalid when p names no mode.
 func (g *Registry) Create(p Params, owner int) (*Run, error) {
 	if p.Mode() == "" {
 		return nil, invalidf("give either command (shell) or executable with args (argv)")
@@ -103,14 +111,20 @@ func (g *Registry) Create(p Params, owner int) (*Run, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.pruneLocked()
-	active := 0
+	active, mine := 0, 0
 	for _, r := range g.runs {
 		if !r.finished() {
 			active++
+			if r.owner == owner {
+				mine++
+			}
 		}
 	}
 	if active >= g.lim.MaxActive {
-		return nil, fmt.Errorf("%w (at most %d)", ErrBusy, g.lim.MaxActive)
+		return nil, busyf("too many unfinished runs on this host (at most %d%s); try again when one has finished", g.lim.MaxActive, keys(g.lim.ActiveKeys))
+	}
+	if mine >= g.lim.MaxActivePerOwner {
+		return nil, busyf("too many unfinished runs of yours (at most %d%s); try again when one has finished", g.lim.MaxActivePerOwner, keys(g.lim.ActivePerOwnerKeys))
 	}
 	id := ids.NewTurnID()
 	for g.runs[id] != nil { // 128 random bits; the loop is for form
@@ -152,6 +166,21 @@ func (g *Registry) List() []Status {
 	return out
 }
 
+func keys(k string) string {
+	if k == "" {
+		return ""
+	}
+	return ", " + k
+}
+
+// Prune forgets finished runs past the retention bounds now, rather than at
+// the next Create, Get or List: the host calls it when a run finishes.
+func (g *Registry) Prune() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pruneLocked()
+}
+
 // pruneLocked forgets finished runs older than Retain, then the oldest
 // finished beyond MaxRetained, then the oldest finished while all finished
 // hold more than MaxRetainedBytes (keeping the newest).
@@ -172,6 +201,7 @@ func (g *Registry) pruneLocked() {
 		}
 		if at.Before(cutoff) {
 			delete(g.runs, id)
+			r.release()
 			continue
 		}
 		done = append(done, fin{id, at, r.order, size})
@@ -188,6 +218,7 @@ func (g *Registry) pruneLocked() {
 		if !over && (total <= g.lim.MaxRetainedBytes || i == len(done)-1) {
 			break
 		}
+		g.runs[f.id].release()
 		delete(g.runs, f.id)
 		total -= f.size
 	}

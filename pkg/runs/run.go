@@ -20,8 +20,10 @@ const (
 )
 
 // eventCost is what one event counts against MaxHistoryBytes besides its
-// Data: the bound then also holds for a flood of tiny output events.
-const eventCost = 64
+// Data: what it holds in memory (an Event is 112 bytes, and the history's
+// array grows by doubling), so that the bound is on real memory, also for a
+// flood of tiny output events.
+const eventCost = 256
 
 // Finish is how the host ends a run (Run.Finish).
 type Finish struct {
@@ -32,6 +34,15 @@ type Finish struct {
 	Duration  time.Duration
 	Artifacts []Artifact // as CheckArtifacts returned them
 	Error     string     // generic reason; empty for cancelled becomes "cancelled"
+	// Cut says which streams the supervisor cut at the output bound and
+	// how many bytes it dropped of each (its result).
+	Cut Cut
+}
+
+// Cut is what the supervisor dropped of each output stream past the bound.
+type Cut struct {
+	Stdout, Stderr               bool
+	StdoutDropped, StderrDropped int64
 }
 
 // Run is one run's record and state machine:
@@ -56,11 +67,13 @@ type Run struct {
 	done      chan struct{} // closed when finished
 	cancelReq chan struct{} // closed by the first Cancel
 
-	mu        sync.Mutex
-	st        Status    // Stdout and Stderr live in out until Status()
-	out       [2][]byte // stdout, stderr, bounded by MaxOutputBytes each; nil once finished
-	final     *Status   // once finished: the final status, shared by the result event
+	mu sync.Mutex
+	// st is the run's record; its artifacts keep their Data (Finish).
+	// Stdout and Stderr live in out, raw, and are made text when shown.
+	st        Status
+	out       [2][]byte // stdout, stderr, bounded by MaxOutputBytes each (their capacity too)
 	size      int64     // once finished: the bytes it holds (RegistryLimits.MaxRetainedBytes)
+	released  bool      // pruned: its output, events and artifact data are gone
 	cancelled bool      // Cancel was called (cancelReq closed)
 	timer     *time.Timer
 	changed   chan struct{} // closed and replaced at every event: wakes waiters
@@ -115,24 +128,43 @@ func (r *Run) Done() <-chan struct{} { return r.done }
 // a run cancelled before it started is already finished (Done is closed too).
 func (r *Run) CancelRequested() <-chan struct{} { return r.cancelReq }
 
-// Status returns a deep copy of the run as the API shows it.
+// Status returns a deep copy of the run as the API shows it. It copies
+// every byte the run holds: to answer a client, WriteStatusJSON streams the
+// same document without the copy.
 func (r *Run) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.final != nil {
-		return cloneStatus(*r.final, true)
-	}
 	s := cloneStatus(r.st, true)
 	s.Stdout = strings.ToValidUTF8(string(r.out[0]), "\uFFFD")
 	s.Stderr = strings.ToValidUTF8(string(r.out[1]), "\uFFFD")
 	return s
 }
 
-// summary is Status for List: no Stdout, Stderr or artifact Data.
-func (r *Run) summary() Status {
+// Summary is Status without Stdout, Stderr and artifact Data (artifact
+// paths, sizes and errors stay): what List shows, cheap at any size.
+func (r *Run) Summary() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return cloneStatus(r.st, false) // r.st never holds Stdout or Stderr
+}
+
+func (r *Run) summary() Status { return r.Summary() }
+
+// release forgets what a pruned run holds, so that nothing still holding
+// the *Run (an answer being written to a client that stopped reading)
+// keeps its bytes alive; its writers and subscribers end with ErrNotFound.
+func (r *Run) release() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.released = true
+	r.out = [2][]byte{}
+	r.hist = nil
+	r.histBytes = 0
+	for i := range r.st.Artifacts {
+		r.st.Artifacts[i].Data = nil
+	}
+	close(r.changed) // wake subscribers: they see released
+	r.changed = make(chan struct{})
 }
 
 // cloneStatus deep-copies s; withData false leaves artifact Data out.
@@ -321,23 +353,36 @@ func (r *Run) Output(stream, phase string, data []byte) {
 		return
 	}
 	if room := r.lim.MaxOutputBytes - len(r.out[i]); room < len(data) {
-		r.out[i] = append(r.out[i], data[:max(room, 0)]...)
+		r.out[i] = appendCapped(r.out[i], data[:max(room, 0)], r.lim.MaxOutputBytes)
 		if i == 0 {
 			r.st.StdoutTruncated = true
 		} else {
 			r.st.StderrTruncated = true
 		}
 	} else {
-		r.out[i] = append(r.out[i], data...)
+		r.out[i] = appendCapped(r.out[i], data, r.lim.MaxOutputBytes)
 	}
 	r.appendLocked(Event{Type: EventOutput, Stream: stream, Phase: phase, Data: bytes.Clone(data)})
 }
 
+// appendCapped appends data (len(b)+len(data) <= limit) doubling the
+// capacity as append does, but never past limit: what the run holds is what
+// MaxRetainedBytes counts.
+func appendCapped(b, data []byte, limit int) []byte {
+	if need := len(b) + len(data); need > cap(b) {
+		nb := make([]byte, len(b), min(max(2*cap(b), need), max(limit, need)))
+		copy(nb, b)
+		b = nb
+	}
+	return append(b, data...)
+}
+
 // Finish ends an unfinished run; the first Finish wins, later ones (and a
 // Finish of a run already denied or cancelled) are ignored. It records the
-// result, appends the finished state event and the result event carrying
-// the final Status, and closes Done. The run keeps f.Artifacts' Data (not a
-// copy): the caller must not modify it afterwards.
+// result, appends the finished state event and the result event (its
+// Status is the run's Summary: WriteEventJSON writes the whole run in its
+// place), and closes Done. The run keeps f.Artifacts' Data (not a copy):
+// the caller must not modify it afterwards.
 func (r *Run) Finish(f Finish) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -372,20 +417,19 @@ func (r *Run) finishLocked(f Finish) {
 	}
 	r.st.Artifacts = slices.Clone(f.Artifacts)
 	r.st.Error = f.Error
+	r.st.StdoutTruncated = r.st.StdoutTruncated || f.Cut.Stdout
+	r.st.StderrTruncated = r.st.StderrTruncated || f.Cut.Stderr
+	r.st.StdoutDroppedBytes, r.st.StderrDroppedBytes = max(f.Cut.StdoutDropped, 0), max(f.Cut.StderrDropped, 0)
 	r.st.FinishedAt = &t
 	r.st.ApprovalDeadline = nil
 	r.setStateLocked(StateFinished)
-	// One final Status, shared by the result event and every later Status()
-	// (which copies it); nothing changes a finished run.
-	final := r.st
-	final.Stdout = strings.ToValidUTF8(string(r.out[0]), "\uFFFD")
-	final.Stderr = strings.ToValidUTF8(string(r.out[1]), "\uFFFD")
-	r.final = &final
-	r.out = [2][]byte{}
-	r.appendLocked(Event{Type: EventResult, Status: &final})
-	r.size = int64(r.histBytes + len(final.Stdout) + len(final.Stderr))
-	for _, a := range final.Artifacts {
-		r.size += int64(len(a.Data))
+	// Nothing changes a finished run: the result event shares no byte of
+	// it, and every reader copies or streams from r.
+	sum := cloneStatus(r.st, false)
+	r.appendLocked(Event{Type: EventResult, Status: &sum})
+	r.size = int64(r.histBytes + cap(r.out[0]) + cap(r.out[1]))
+	for _, a := range r.st.Artifacts {
+		r.size += int64(cap(a.Data))
 	}
 	close(r.done)
 }
@@ -452,6 +496,10 @@ func (r *Run) Subscribe(ctx context.Context, fn func(Event) error) error {
 			return err
 		}
 		r.mu.Lock()
+		if r.released {
+			r.mu.Unlock()
+			return fmt.Errorf("%w (pruned while being read)", ErrNotFound)
+		}
 		i := sort.Search(len(r.hist), func(i int) bool { return r.hist[i].Seq > last })
 		if i == len(r.hist) {
 			ch := r.changed

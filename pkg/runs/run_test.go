@@ -1,7 +1,9 @@
 package runs
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -147,6 +149,35 @@ func TestCreateBusy(t *testing.T) {
 	if _, err := g.Create(shell, 1); err != nil {
 		t.Fatalf("Create after a run finished = %v, want nil", err)
 	}
+}
+
+// One owner cannot take every slot: past its own bound it is refused with
+// the setting named, while another owner is still admitted; past the bound
+// of all, everyone is.
+func TestCreateBusyPerOwner(t *testing.T) {
+	g, _ := newTestRegistry(t, RegistryLimits{MaxActive: 3, MaxActivePerOwner: 2, ActiveKeys: "runs.maxInFlight", ActivePerOwnerKeys: "runs.maxInFlightPerClient"})
+	mine := mustCreateAs(t, g, shell, 1)
+	mustCreateAs(t, g, network, 1)
+	_, err := g.Create(shell, 1)
+	if want := "too many unfinished runs of yours (at most 2, runs.maxInFlightPerClient); try again when one has finished"; !errors.Is(err, ErrBusy) || err.Error() != want {
+		t.Fatalf("third Create of one owner = %v, want ErrBusy %q", err, want)
+	}
+	mustCreateAs(t, g, shell, 2)
+	_, err = g.Create(shell, 3)
+	if want := "too many unfinished runs on this host (at most 3, runs.maxInFlight); try again when one has finished"; !errors.Is(err, ErrBusy) || err.Error() != want {
+		t.Fatalf("fourth Create = %v, want ErrBusy %q", err, want)
+	}
+	mine.Cancel()
+	mustCreateAs(t, g, shell, 1)
+}
+
+func mustCreateAs(t *testing.T, g *Registry, p Params, owner int) *Run {
+	t.Helper()
+	r, err := g.Create(p, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 func TestParamsIsACopy(t *testing.T) {
@@ -530,11 +561,19 @@ func TestSubscribeReplayThenLive(t *testing.T) {
 		t.Fatal("Subscribe did not return after the result event")
 	}
 
-	// The result event carries the final status.
+	// The result event carries the run's summary; written, the whole run.
 	var last Event
 	r.Subscribe(context.Background(), func(e Event) error { last = e; return nil })
-	if last.Status == nil || last.Status.Stdout != "early" || last.Status.Stderr != "live" || *last.Status.ExitCode != 0 {
+	if last.Status == nil || last.Status.Stdout != "" || *last.Status.ExitCode != 0 || last.Status.State != StateFinished {
 		t.Errorf("result status = %+v", last.Status)
+	}
+	var line bytes.Buffer
+	if err := r.WriteEventJSON(&line, last); err != nil {
+		t.Fatal(err)
+	}
+	var written Event
+	if err := json.Unmarshal(line.Bytes(), &written); err != nil || written.Status.Stdout != "early" || written.Status.Stderr != "live" {
+		t.Errorf("written result event %s (%v)", line.Bytes(), err)
 	}
 }
 
@@ -554,8 +593,9 @@ func TestSubscribeEnds(t *testing.T) {
 }
 
 func TestHistoryDropsOldestOutputOnly(t *testing.T) {
-	// Room for 4 events of 36 bytes of data (64 + 36 = 100 each).
-	g, _ := newTestRegistry(t, RegistryLimits{MaxHistoryBytes: 400})
+	// Room for the 4 state and result events and one output event of 36
+	// bytes of data, not two.
+	g, _ := newTestRegistry(t, RegistryLimits{MaxHistoryBytes: 5*eventCost + 36 + 20})
 	r := mustCreate(t, g, shell)
 	r.Start() // 2 state events: 128 bytes
 	for i := range 10 {
@@ -572,7 +612,6 @@ func TestHistoryDropsOldestOutputOnly(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// 400 - 4*64 = 144 bytes left for output events of 100: 1 kept.
 	want := []string{"1 statequeued", "2 staterunning", "12 output", "13 statefinished", "14 result"}
 	if !reflect.DeepEqual(evs, want) {
 		t.Errorf("late subscriber saw %q, want %q", evs, want)
@@ -618,7 +657,10 @@ func TestSlowSubscriberNeverBlocksTheRun(t *testing.T) {
 		r.Output(StreamStdout, PhaseMain, chunk)
 	}
 	r.Finish(Finish{Result: ResultOK})
-	if el := time.Since(start); el > time.Second {
+	// A run a subscriber blocked would never get here; the bound only
+	// catches one that waits on it (30 ms usually, 1 s seen on a loaded
+	// machine under -race).
+	if el := time.Since(start); el > 10*time.Second {
 		t.Errorf("the run took %v to write %d events past a stuck subscriber", el, n)
 	}
 	close(release)
@@ -819,15 +861,57 @@ func TestFinishedRunHoldsOneCopy(t *testing.T) {
 	r.Finish(Finish{Result: ResultOK, Artifacts: []Artifact{{Path: "a", Size: 8, Data: data}}})
 	var res *Status
 	r.Subscribe(context.Background(), func(e Event) error { res = e.Status; return nil })
-	if res == nil || &res.Artifacts[0].Data[0] != &data[0] {
-		t.Error("the result event must share the artifacts' Data, not copy it")
+	if res == nil || res.Artifacts[0].Data != nil || res.Artifacts[0].Size != 8 {
+		t.Errorf("the result event must carry the summary, sharing no byte: %+v", res)
 	}
 	if s := r.Status(); &s.Artifacts[0].Data[0] == &data[0] || s.Stdout != "out" {
 		t.Errorf("Status() must copy the data: %+v", s)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.out[0] != nil || r.size != int64(len("out")+len("artifact")+5*eventCost+len("out")) {
+	// The run holds its output once (raw) and the artifacts as given.
+	if &r.st.Artifacts[0].Data[0] != &data[0] || string(r.out[0]) != "out" || r.size != int64(len("out")+len("artifact")+5*eventCost+len("out")) {
 		t.Errorf("finished run: out %q, size %d", r.out[0], r.size)
+	}
+}
+
+// The supervisor's cut reaches the finished run: which streams, how many
+// bytes dropped.
+func TestFinishRecordsTheSupervisorsCut(t *testing.T) {
+	g, _ := newTestRegistry(t, RegistryLimits{})
+	r := mustCreate(t, g, shell)
+	r.Start()
+	r.Output(StreamStdout, PhaseMain, []byte("kept"))
+	r.Finish(Finish{Result: ResultOK, Cut: Cut{Stdout: true, StdoutDropped: 314572800}})
+	s := r.Status()
+	if !s.StdoutTruncated || s.StdoutDroppedBytes != 314572800 || s.StderrTruncated || s.StderrDroppedBytes != 0 {
+		t.Errorf("status %+v, want stdout cut, 314572800 bytes dropped", s)
+	}
+	var res *Status
+	r.Subscribe(context.Background(), func(e Event) error {
+		if e.Type == EventResult {
+			res = e.Status
+		}
+		return nil
+	})
+	if res == nil || !res.StdoutTruncated || res.StdoutDroppedBytes != 314572800 {
+		t.Errorf("result event %+v", res)
+	}
+}
+
+func TestCutNote(t *testing.T) {
+	for _, tc := range []struct {
+		st   Status
+		want string
+	}{
+		{Status{}, ""},
+		{Status{StdoutTruncated: true, StdoutDroppedBytes: 314572800}, "stdout cut at the host's output bound, 314572800 bytes dropped"},
+		{Status{StderrTruncated: true}, "stderr cut at the host's output bound"},
+		{Status{StdoutTruncated: true, StdoutDroppedBytes: 1, StderrTruncated: true, StderrDroppedBytes: 2},
+			"stdout cut at the host's output bound, 1 bytes dropped; stderr cut at the host's output bound, 2 bytes dropped"},
+	} {
+		if got := tc.st.CutNote(); got != tc.want {
+			t.Errorf("CutNote(%+v) = %q, want %q", tc.st, got, tc.want)
+		}
 	}
 }

@@ -6,7 +6,11 @@
 // with network never starts without one human approval of that run.
 package runs
 
-import "time"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // Modes of a run.
 const (
@@ -68,12 +72,18 @@ type Status struct {
 	ExitCode   *int  `json:"exitCode,omitempty"`
 	DurationMs int64 `json:"durationMs,omitempty"`
 	// FailedSetup is the 1-based index of the setup command that failed.
-	FailedSetup     int        `json:"failedSetup,omitempty"`
-	Stdout          string     `json:"stdout,omitempty"`
-	Stderr          string     `json:"stderr,omitempty"`
-	StdoutTruncated bool       `json:"stdoutTruncated,omitempty"`
-	StderrTruncated bool       `json:"stderrTruncated,omitempty"`
-	Artifacts       []Artifact `json:"artifacts,omitempty"`
+	FailedSetup int    `json:"failedSetup,omitempty"`
+	Stdout      string `json:"stdout,omitempty"`
+	Stderr      string `json:"stderr,omitempty"`
+	// StdoutTruncated and StderrTruncated: the stream passed
+	// runs.maxOutputBytes and was cut there; StdoutDroppedBytes and
+	// StderrDroppedBytes count what was dropped (as the supervisor counted
+	// it: a run that timed out or was cancelled has no count).
+	StdoutTruncated    bool       `json:"stdoutTruncated,omitempty"`
+	StderrTruncated    bool       `json:"stderrTruncated,omitempty"`
+	StdoutDroppedBytes int64      `json:"stdoutDroppedBytes,omitempty"`
+	StderrDroppedBytes int64      `json:"stderrDroppedBytes,omitempty"`
+	Artifacts          []Artifact `json:"artifacts,omitempty"`
 	// Error is a generic reason for results other than ok and failed.
 	Error string `json:"error,omitempty"`
 }
@@ -113,4 +123,26 @@ type Event struct {
 	Data    []byte  `json:"data,omitempty"`
 	Dropped int64   `json:"dropped,omitempty"`
 	Status  *Status `json:"status,omitempty"`
+}
+
+// CutNote says which output streams passed runs.maxOutputBytes and were
+// cut, with the bytes dropped when known ("stdout cut at the host's output
+// bound, 314572800 bytes dropped"); "" when nothing was cut. The CLI and
+// the MCP server show it so that a cut never passes for the whole output.
+func (s Status) CutNote() string {
+	var parts []string
+	for _, c := range []struct {
+		name    string
+		cut     bool
+		dropped int64
+	}{{StreamStdout, s.StdoutTruncated, s.StdoutDroppedBytes}, {StreamStderr, s.StderrTruncated, s.StderrDroppedBytes}} {
+		switch {
+		case !c.cut:
+		case c.dropped > 0:
+			parts = append(parts, fmt.Sprintf("%s cut at the host's output bound, %d bytes dropped", c.name, c.dropped))
+		default:
+			parts = append(parts, c.name+" cut at the host's output bound")
+		}
+	}
+	return strings.Join(parts, "; ")
 }

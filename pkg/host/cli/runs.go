@@ -151,6 +151,10 @@ func runAndFollow(cmd *cobra.Command, g *globals, p runs.Params, out string, det
 		for _, w := range written {
 			fmt.Fprintf(stderr, "%swrote %s\n", prefix, w)
 		}
+		// Last, after the output: the printed output is not all of it.
+		if note := final.CutNote(); note != "" {
+			fmt.Fprintf(stderr, "%srun %s: %s (runs.maxOutputBytes)\n", prefix, final.ID, note)
+		}
 	}
 	if werr != nil {
 		return werr
@@ -287,6 +291,12 @@ func printRun(w io.Writer, st runs.Status) {
 	}
 	if st.Error != "" {
 		fields = append(fields, fmt.Sprintf("reason=%q", st.Error))
+	}
+	if st.StdoutTruncated {
+		fields = append(fields, fmt.Sprintf("stdout-cut=%d-bytes-dropped", st.StdoutDroppedBytes))
+	}
+	if st.StderrTruncated {
+		fields = append(fields, fmt.Sprintf("stderr-cut=%d-bytes-dropped", st.StderrDroppedBytes))
 	}
 	fmt.Fprintln(w, strings.Join(fields, "  "))
 }

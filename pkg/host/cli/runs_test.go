@@ -1,9 +1,13 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
@@ -105,5 +109,57 @@ func TestDoctorProjects(t *testing.T) {
 	doctorProjects(cfg, doctorDeps{stat: os.Stat}, func(string, string, string, string) { n++ })
 	if n != 0 {
 		t.Errorf("runs disabled: %d checks", n)
+	}
+}
+
+// fakeRunsAPI answers POST /v1/runs, GET /v1/runs/{id} and its events with
+// final as the finished run (its stdout as one output event).
+func fakeRunsAPI(t *testing.T, final runs.Status) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "host.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/runs", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		json.NewEncoder(w).Encode(runs.Status{ID: final.ID, State: runs.StateQueued})
+	})
+	mux.HandleFunc("GET /v1/runs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(final)
+	})
+	mux.HandleFunc("GET /v1/runs/{id}/events", func(w http.ResponseWriter, r *http.Request) {
+		enc := json.NewEncoder(w)
+		enc.Encode(runs.Event{Seq: 1, Type: runs.EventOutput, Stream: runs.StreamStdout, Phase: runs.PhaseMain, Data: []byte(final.Stdout)})
+		enc.Encode(runs.Event{Seq: 2, Type: runs.EventResult, Status: &final})
+	})
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+// TestRunSaysOutputWasCut: `sandbox-host run` and `run show` say that the
+// host cut the output, with the bytes dropped; an uncut run says nothing.
+func TestRunSaysOutputWasCut(t *testing.T) {
+	zero := 0
+	id := strings.Repeat("ab", 16)
+	cut := runs.Status{ID: id, State: runs.StateFinished, Result: runs.ResultOK, ExitCode: &zero, Stdout: "yyyy",
+		StdoutTruncated: true, StdoutDroppedBytes: 314572800}
+	sock := fakeRunsAPI(t, cut)
+	code, stdout, stderr := runCLI("--socket", sock, "run", "--", "yes")
+	want := "sandbox-host: run " + id + ": stdout cut at the host's output bound, 314572800 bytes dropped (runs.maxOutputBytes)\n"
+	if code != 0 || stdout != "yyyy" || !strings.HasSuffix(stderr, want) {
+		t.Errorf("run: %d stdout %q stderr %q, want the cut said last", code, stdout, stderr)
+	}
+	if code, stdout, _ := runCLI("--socket", sock, "run", "show", id); code != 0 || !strings.Contains(stdout, "stdout-cut=314572800-bytes-dropped") {
+		t.Errorf("run show: %d %q", code, stdout)
+	}
+	whole := cut
+	whole.StdoutTruncated, whole.StdoutDroppedBytes = false, 0
+	sock = fakeRunsAPI(t, whole)
+	if code, _, stderr := runCLI("--socket", sock, "run", "--", "yes"); code != 0 || strings.Contains(stderr, "cut") {
+		t.Errorf("an uncut run: %d stderr %q", code, stderr)
 	}
 }

@@ -102,13 +102,16 @@ type streamOut struct {
 	max       int
 	n         int
 	truncated bool
+	dropped   int64 // bytes read past the bound
 }
 
-// emit frames what fits under the bound and drops (flagging) the rest.
+// emit frames what fits under the bound and drops (flagging and counting)
+// the rest.
 func (s *supervisor) emit(so *streamOut, phase string, p []byte) {
-	keep := min(len(p), so.max-so.n)
+	keep := max(min(len(p), so.max-so.n), 0)
 	if keep < len(p) {
 		so.truncated = true
+		so.dropped += int64(len(p) - keep)
 	}
 	if keep <= 0 {
 		return

@@ -100,7 +100,7 @@ const (
 	errWrongUser  = "the supervisor cannot switch to the job's user"
 	errBridge     = "egress bridge failed"
 	errStart      = "could not start a command"
-	errStopped    = "stopped by a signal"
+	errStopped    = wire.ErrorStopped
 	errStragglers = "leftover processes could not be killed"
 )
 
@@ -185,7 +185,7 @@ type supervisor struct {
 func (s *supervisor) fail(reason string) int {
 	r := wire.Result{ExitCode: -1, Error: reason}
 	if s.out[0] != nil {
-		r.StdoutTruncated, r.StderrTruncated = s.out[0].truncated, s.out[1].truncated
+		r = s.result(r)
 	}
 	if err := s.enc.Result(r); err != nil {
 		s.log.Error("writing the result failed", "reason", err.Error())
@@ -260,8 +260,10 @@ func (s *supervisor) execute(ctx context.Context) (wire.Result, error) {
 	return s.result(wire.Result{ExitCode: code}), nil
 }
 
+// result adds what was cut of each stream.
 func (s *supervisor) result(r wire.Result) wire.Result {
 	r.StdoutTruncated, r.StderrTruncated = s.out[0].truncated, s.out[1].truncated
+	r.StdoutDropped, r.StderrDropped = s.out[0].dropped, s.out[1].dropped
 	return r
 }
 

@@ -206,8 +206,8 @@ func TestOutputBoundTruncatesAndKeepsDraining(t *testing.T) {
 	if o.out["stderr/main"] != "done\n" {
 		t.Errorf("stderr = %q, want done", o.out["stderr/main"])
 	}
-	if !o.result.StdoutTruncated || o.result.StderrTruncated {
-		t.Errorf("truncation flags %+v, want stdout only", o.result)
+	if !o.result.StdoutTruncated || o.result.StderrTruncated || o.result.StdoutDropped != 3000000-1000 || o.result.StderrDropped != 0 {
+		t.Errorf("truncation %+v, want stdout only, %d bytes dropped", o.result, 3000000-1000)
 	}
 }
 
@@ -219,7 +219,7 @@ func TestOutputBoundCountsSetupAndMainTogether(t *testing.T) {
 	j.Setup = []string{"printf 1234567"}
 	j.Command = "printf abcdef"
 	o := run(t, j, runConfig{d: d})
-	if o.out["stdout/setup"] != "1234567" || o.out["stdout/main"] != "abc" || !o.result.StdoutTruncated {
+	if o.out["stdout/setup"] != "1234567" || o.out["stdout/main"] != "abc" || !o.result.StdoutTruncated || o.result.StdoutDropped != 3 {
 		t.Fatalf("output %q, result %+v, want 7 setup bytes, 3 main bytes, truncated", o.out, o.result)
 	}
 }

@@ -326,6 +326,22 @@ func (d *Decoder) result(payload []byte) (Frame, error) {
 			return Frame{}, protocolf("result error is not printable ASCII")
 		}
 	}
+	// A cut stream is one that reached its bound (the supervisor drops
+	// only past it), and dropped bytes mean a cut. A cut without a count
+	// is a toolbox built before the count: the cut is still reported.
+	for i, c := range []struct {
+		truncated bool
+		dropped   int64
+	}{{r.StdoutTruncated, r.StdoutDropped}, {r.StderrTruncated, r.StderrDropped}} {
+		switch {
+		case c.dropped < 0:
+			return Frame{}, protocolf("result counts negative dropped bytes")
+		case c.dropped > 0 && !c.truncated:
+			return Frame{}, protocolf("result's truncation flag and dropped bytes disagree")
+		case c.truncated && d.out[i] != d.l.MaxOutputBytes:
+			return Frame{}, protocolf("result says a stream was cut below its bound (%d of %d bytes)", d.out[i], d.l.MaxOutputBytes)
+		}
+	}
 	if r.Error == "" {
 		// A result without an error states what the phase ends said.
 		switch {

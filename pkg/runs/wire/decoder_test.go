@@ -73,7 +73,7 @@ func TestEncoderDecoderRoundTrip(t *testing.T) {
 		e.Artifact(ArtifactHeader{Path: "big.bin", Size: int64(len(big))}, big),
 		e.Artifact(ArtifactHeader{Path: "empty"}, nil),
 		e.Artifact(ArtifactHeader{Path: "link", Error: ArtifactNotRegular}, nil),
-		e.Result(Result{ExitCode: 0, StdoutTruncated: true}),
+		e.Result(Result{ExitCode: 0, StdoutTruncated: true, StdoutDropped: 5}),
 	}
 	for i, err := range steps {
 		if err != nil {
@@ -105,14 +105,14 @@ func TestEncoderDecoderRoundTrip(t *testing.T) {
 			art = append(art, f.Data...)
 			got = append(got, fmt.Sprintf("data/%d", len(f.Data)))
 		case FrameResult:
-			got = append(got, fmt.Sprintf("result/%d/%v", f.Result.ExitCode, f.Result.StdoutTruncated))
+			got = append(got, fmt.Sprintf("result/%d/%v/%d", f.Result.ExitCode, f.Result.StdoutTruncated, f.Result.StdoutDropped))
 		}
 	}
 	want := []string{
 		"stdout/setup/11", "stderr/setup/9", "phase/setup/1/0", fmt.Sprintf("stdout/main/%d", MaxChunk), "stdout/main/10",
 		"phase/main/0/0", fmt.Sprintf("artifact/big.bin/%d/", len(big)), fmt.Sprintf("data/%d", ArtifactChunk),
 		fmt.Sprintf("data/%d", ArtifactChunk), fmt.Sprintf("data/%d", len(big)-2*ArtifactChunk),
-		"artifact/empty/0/", "artifact/link/0/not a regular file", "result/0/true",
+		"artifact/empty/0/", "artifact/link/0/not a regular file", "result/0/true/5",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("frames:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -202,6 +202,12 @@ func TestDecoderAcceptsValidStreams(t *testing.T) {
 		{"supervisor error", new(stream).json(FrameResult, Result{ExitCode: -1, Error: "invalid job"}), testLimits},
 		{"output exactly at the bound", new(stream).phase(PhaseSetup, 1, 0).out(FrameStdout, 'm', strings.Repeat("a", 100)).
 			out(FrameStderr, 'm', strings.Repeat("a", 100)).phase(PhaseMain, 0, 0).json(FrameResult, Result{}), testLimits},
+		{"stdout cut at the bound", new(stream).phase(PhaseSetup, 1, 0).out(FrameStdout, 'm', strings.Repeat("a", 100)).
+			phase(PhaseMain, 0, 0).json(FrameResult, Result{StdoutTruncated: true, StdoutDropped: 1 << 40}), testLimits},
+		{"cut without a count (an older toolbox)", new(stream).phase(PhaseSetup, 1, 0).out(FrameStdout, 'm', strings.Repeat("a", 100)).
+			phase(PhaseMain, 0, 0).json(FrameResult, Result{StdoutTruncated: true}), testLimits},
+		{"stderr cut at the bound, supervisor error", new(stream).out(FrameStderr, 's', strings.Repeat("a", 100)).
+			json(FrameResult, Result{ExitCode: -1, Error: "stopped by a signal", StderrTruncated: true, StderrDropped: 7}), testLimits},
 		{"artifacts at the bounds", ok1().json(FrameArtifact, ArtifactHeader{Path: "a", Size: int64(len(data))}).
 			raw(FrameArtifactData, data[:ArtifactChunk]).raw(FrameArtifactData, data[ArtifactChunk:]).
 			json(FrameArtifact, ArtifactHeader{Path: "b/c", Size: 1}).raw(FrameArtifactData, []byte("x")).
@@ -287,6 +293,10 @@ func TestDecoderRefusals(t *testing.T) {
 		{"result contradicts setup", new(stream).phase(PhaseSetup, 1, 2).json(FrameResult, Result{ExitCode: 3, FailedSetup: 1}).b, testLimits, "the phase ends said setup 1 exit 2"},
 		{"result error not ASCII", ok1().json(FrameResult, Result{ExitCode: -1, Error: "bad\nline"}).b, testLimits, "printable ASCII"},
 		{"result error too long", ok1().json(FrameResult, Result{ExitCode: -1, Error: strings.Repeat("e", MaxErrorBytes+1)}).b, testLimits, "over 256"},
+		{"result cut below the bound", ok1().json(FrameResult, Result{ExitCode: 3, StdoutTruncated: true, StdoutDropped: 1}).b, testLimits, "cut below its bound (15 of 100 bytes)"},
+		{"result dropped without the flag", new(stream).phase(PhaseSetup, 1, 0).out(FrameStderr, 'm', strings.Repeat("a", 100)).phase(PhaseMain, 0, 0).
+			json(FrameResult, Result{StderrDropped: 1}).b, testLimits, "flag and dropped bytes disagree"},
+		{"result negative dropped", ok1().json(FrameResult, Result{ExitCode: 3, StdoutDropped: -1}).b, testLimits, "negative dropped bytes"},
 		{"result JSON array", ok1().raw(FrameResult, []byte("[]")).b, testLimits, "not a JSON object"},
 		{"total over the bound", ok1().b, Limits{MaxOutputBytes: 100, MaxArtifactBytes: 1, MaxArtifactTotalBytes: 1, Setup: 1, MaxTotalBytes: 20}, "stream over 20 bytes"},
 		{"invalid limits", ok1().b, Limits{}, "invalid decoder limits"},

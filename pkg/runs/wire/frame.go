@@ -110,16 +110,25 @@ type ArtifactHeader struct {
 	Error string `json:"error,omitempty"`
 }
 
+// ErrorStopped is Result.Error when a signal stopped the supervisor (docker
+// stop, or the Docker daemon stopping its containers): the host asks Docker
+// before it blames anything else.
+const ErrorStopped = "stopped by a signal"
+
 // Result ends a stream. ExitCode is the main command's, or the failed setup
 // command's when FailedSetup (1-based) is set, or -1 when Error says the
 // supervisor could not run the job (Error is short, generic, printable
-// ASCII; it never carries output).
+// ASCII; it never carries output). StdoutTruncated and StderrTruncated say
+// that a stream reached Job.MaxOutputBytes and more was dropped;
+// StdoutDropped and StderrDropped count the dropped bytes.
 type Result struct {
 	ExitCode        int    `json:"exitCode"`
 	FailedSetup     int    `json:"failedSetup,omitempty"`
 	Error           string `json:"error,omitempty"`
 	StdoutTruncated bool   `json:"stdoutTruncated,omitempty"`
 	StderrTruncated bool   `json:"stderrTruncated,omitempty"`
+	StdoutDropped   int64  `json:"stdoutDropped,omitempty"`
+	StderrDropped   int64  `json:"stderrDropped,omitempty"`
 }
 
 // AppendFrame appends one frame (header and payload) to dst.
