@@ -147,6 +147,7 @@ type Options struct {
 
 // Host is one running sandbox-host.
 type Host struct {
+	routes  []route // the API (routes.go)
 	opts    Options
 	cfg     *config.Config
 	log     *slog.Logger
@@ -255,6 +256,7 @@ func New(o Options) (*Host, error) {
 		rich:        richSessions{byChannel: map[string]*richSession{}, removing: map[string]*richSession{}},
 		richControl: o.RichControl,
 	}
+	h.routes = h.routeTable()
 	if h.richControl == nil {
 		h.richControl = HTTPRichControl{}
 	}
