@@ -25,7 +25,11 @@
 //
 // Demo mode (-demo) answers sensibly without a script: "remember X" stores X
 // in channel memory through memory_set, "what do you remember" reads it with
-// memory_get, anything else is echoed back.
+// memory_get, anything else is echoed back. In demo mode it also answers POST
+// /v1/messages as a rich channel's Anthropic upstream: a real-shaped
+// Messages stream (pkg/anthropic/anthropictest's events) that echoes the
+// guest's message and quotes the first one the conversation's history holds,
+// so a second turn shows the session kept the first.
 package main
 
 import (
@@ -42,6 +46,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/anthropic"
+	"github.com/roundtable-sandbox/sandbox/pkg/anthropic/anthropictest"
 )
 
 // ToolCall is a scripted function call.
@@ -214,6 +221,12 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.Body = body
 	} else {
 		rec.BodyText = string(body)
+	}
+	if s.demo && r.Method == http.MethodPost && r.URL.Path == "/v1/messages" {
+		rec.Status = s.messages(w, body)
+		rec.End = time.Now().UTC()
+		s.write(rec)
+		return
 	}
 	status, out, delay, hold := s.answer(r, body)
 	if hold != "" {
@@ -410,4 +423,77 @@ func demoReply(user, tool string, step int) Reply {
 	default:
 		return Reply{Text: "Demo model (a local scripted stand-in, not a language model). You said: " + user}
 	}
+}
+
+// messages answers POST /v1/messages with a Messages stream and returns
+// the status it sent.
+func (s *server) messages(w http.ResponseWriter, body []byte) int {
+	var req anthropic.Request
+	if err := json.Unmarshal(body, &req); err != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(`{"type":"error","error":{"type":"invalid_request_error","message":"bad json"}}`))
+		return http.StatusBadRequest
+	}
+	fl, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	// Word by word, as a model streams.
+	text := richDemoText(req.Messages)
+	var pieces []string
+	for i, word := range strings.SplitAfter(text, " ") {
+		if i%4 == 0 {
+			pieces = append(pieces, "")
+		}
+		pieces[len(pieces)-1] += word
+	}
+	for _, e := range anthropictest.TextStream(req.Model, pieces...) {
+		if _, err := io.WriteString(w, anthropictest.Frame(e)); err != nil {
+			break
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	return http.StatusOK
+}
+
+// guestMessages are the guests' words in a rich conversation, oldest first:
+// each user text block is the worker's JSON user context, {speaker,
+// message, ...}; tool results and other blocks are not a guest's.
+func guestMessages(msgs []anthropic.Message) []string {
+	var out []string
+	for _, m := range msgs {
+		if m.Role != anthropic.RoleUser {
+			continue
+		}
+		for _, b := range m.Content {
+			if b.Type != anthropic.BlockText {
+				continue
+			}
+			var ctx struct {
+				Message *string `json:"message"`
+			}
+			if json.Unmarshal([]byte(b.Text), &ctx) == nil && ctx.Message != nil {
+				out = append(out, *ctx.Message)
+			}
+		}
+	}
+	return out
+}
+
+// richDemoText is the rich demo's reply: the last guest message echoed and
+// the history it came with.
+func richDemoText(msgs []anthropic.Message) string {
+	said := guestMessages(msgs)
+	if len(said) == 0 {
+		return "Demo model (Anthropic Messages stand-in): this request holds no guest message."
+	}
+	last := said[len(said)-1]
+	text := "Demo model (a local scripted stand-in streaming the Anthropic Messages API, not a language model). You said: \"" + last + "\"."
+	if len(said) == 1 {
+		return text + " This is the first message of our conversation."
+	}
+	return text + fmt.Sprintf(" The conversation this session sent me holds %d earlier message(s) of yours; the first was: %q.", len(said)-1, said[0])
 }
