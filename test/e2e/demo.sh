@@ -6,25 +6,35 @@
 #               later ones on the channel's standby
 #   rich        a rich channel's two turns on one session, the second
 #               answered from the history the session kept
+#   run         a code run with setup (as root), a project (read-only) and
+#               an artifact, in the small test toolbox
+#   network run a run asking for network: waits, denied; another approved,
+#               reaching the allowed page and refused everything else
 # A kind that cannot run here says why in one line and the others go on;
 # the exit status is 1 when a kind failed.
 #
-# The stand-in, local and NOT a language model: test/e2e/fakemodel -demo
-# (Chat Completions for sealed turns: echo, memory_set/memory_get; the
-# Anthropic Messages stream for rich channels).
+# The stand-ins, all local and NOT language models or real services:
+# test/e2e/fakemodel -demo is the model (Chat Completions for sealed turns:
+# echo, memory_set/memory_get; the Anthropic Messages stream for rich
+# channels); test/e2e/fakemcp serves, on a loopback port of its own, a web
+# page (the only address in egress.allow). The code-run kinds use the small
+# test toolbox (test/toolbox/build.sh: built once with mmdebstrap, then
+# cached in /var/cache/roundtable-sandbox-test).
 #
 # With systemd as PID 1 (/run/systemd/system exists and PID 1 is systemd) the
 # package is installed on this machine and stays installed; the demo config
 # replaces /etc/roundtable-sandbox/sandbox.yaml only for the demo and the
-# previous file is put back afterwards. Otherwise the demo boots the e2e
-# harness's namespaced systemd, runs there and tears it down.
+# previous file is put back afterwards (a toolbox image already there is used
+# as it is; otherwise the small one is imported and stays). Otherwise the
+# demo boots the e2e harness's namespaced systemd, runs there and tears it
+# down.
 #   DEMO_KINDS="sealed rich ..."  run only these kinds (default: all)
 #   DEMO_TEXT="..."               one sealed turn with this message instead
 set -euo pipefail
 source "$(dirname "$0")/lib/ns.sh"
 source "$(dirname "$0")/lib/install.sh"
 
-ALL_KINDS=(sealed rich)
+ALL_KINDS=(sealed rich run network-run)
 read -r -a KINDS <<<"${DEMO_KINDS:-${ALL_KINDS[*]}}"
 for k in "${KINDS[@]}"; do
   [[ " ${ALL_KINDS[*]} " == *" $k "* ]] || { echo "DEMO_KINDS: unknown kind $k (kinds: ${ALL_KINDS[*]})" >&2; exit 2; }
@@ -58,6 +68,7 @@ fi
 CONF=/etc/roundtable-sandbox/sandbox.yaml
 CREDS=/etc/roundtable-sandbox/credentials
 CRED=$CREDS/model
+PROJECT=/srv/roundtable-demo-project
 RESULTS=$E2E_WORK/results
 
 # summary prints one line per kind; it fails when a kind failed.
@@ -76,8 +87,8 @@ cleanup() {
   # Read before the teardown, which removes the work directory.
   if [[ -d $RESULTS ]]; then sum=$(summary) || src=1; fi
   if [[ $MODE == real ]]; then
-    systemctl stop roundtable-demo-model.service 2>/dev/null || true
-    rm -rf /run/roundtable-demo
+    systemctl stop roundtable-demo-model.service roundtable-demo-mcp.service 2>/dev/null || true
+    rm -rf /run/roundtable-demo "$PROJECT"
     if [[ -f $CONF.pre-demo ]]; then
       mv -f "$CONF.pre-demo" "$CONF"
       [[ -f $CRED.pre-demo ]] && mv -f "$CRED.pre-demo" "$CRED"
@@ -277,6 +288,118 @@ kind_rich() {
   ok "2 turns on session $first; the second answered from the history the session kept"
 }
 
+# toolbox: the small test toolbox in the installation's dockerd (imported
+# with the package's own command), or a line saying why there is none.
+TOOLBOX_WHY=""
+toolbox() {
+  local tar
+  header "the toolbox image for the code-run kinds (runs.image)"
+  if X docker image inspect roundtable-sandbox-toolbox:latest >/dev/null 2>&1; then
+    note "the toolbox image roundtable-sandbox-toolbox:latest is there: used as it is"
+    return 0
+  fi
+  e2e_log "the small test toolbox's base (test/toolbox/build.sh: mmdebstrap once, about a minute; then cached)"
+  if ! tar=$(cd "$REPO_ROOT" && test/toolbox/build.sh 2>"$E2E_WORK/toolbox-build.log"); then
+    TOOLBOX_WHY="no toolbox: test/toolbox/build.sh could not build the small one: $(tail -1 "$E2E_WORK/toolbox-build.log")"
+    return 1
+  fi
+  if [[ $MODE == namespace ]] && ! ns_visible "$tar"; then
+    cp "$tar" "$E2E_WORK/toolbox-small.tar" && tar=$E2E_WORK/toolbox-small.tar
+  fi
+  echo "\$ sandbox-host toolbox build --small --base-tar $tar"
+  X /usr/bin/sandbox-host toolbox build --small --base-tar "$tar" >"$E2E_WORK/toolbox-import.log" 2>&1 || {
+    tail -5 "$E2E_WORK/toolbox-import.log"
+    TOOLBOX_WHY="no toolbox: sandbox-host toolbox build --small --base-tar failed (output above)"
+    return 1
+  }
+  tail -2 "$E2E_WORK/toolbox-import.log"
+}
+
+kind_run() {
+  header "code run: setup as root, then the command unprivileged, the project read-only at /workspace, an artifact out of /output"
+  [[ -z $TOOLBOX_WHY ]] || skip "$TOOLBOX_WHY"
+  local out=$E2E_WORK/artifacts id
+  mkdir -p "$out"
+  note "project demo is $PROJECT (runs.projects): $(X ls "$PROJECT" | tr '\n' ' ')"
+  echo
+  sh_ /usr/bin/sandbox-host run --project demo \
+    --setup 'mkdir -p /opt/demo && echo "written by setup as $(id -un), uid $(id -u)" > /opt/demo/setup-note' \
+    --artifact report.json --out "$out" -- python3 /workspace/summarize.py 2>&1 | tee "$E2E_WORK/run-out"
+  echo
+  sh_ cat "$out/report.json"
+  echo
+  grep -q '"total": 60' "$out/report.json" || fail "the artifact report.json does not hold the project's total"
+  grep -q "setup left: written by setup as root" "$E2E_WORK/run-out" || fail "the command did not see what setup wrote"
+  if grep -q "main command runs as uid 0" "$E2E_WORK/run-out"; then fail "the main command ran as root"; fi
+  grep -q "the project is read-only" "$E2E_WORK/run-out" || fail "the command could write the project"
+  id=$(X /usr/bin/sandbox-host --json run list | grep -o '"id": *"[0-9a-f]*"' | tail -1 | grep -o '[0-9a-f]\{32\}')
+  wait_journal "wrote /output/report.json" -t "sandbox/run-$id"
+  journal "the run's output" -t "sandbox/run-$id"
+  journal "the host's lines of the run" -u sandbox-host --grep "$id"
+  ok "run $id: setup as root, then the command as uid $(sed -n 's/.*main command runs as uid \([0-9]*\).*/\1/p' "$E2E_WORK/run-out"), the project read-only, artifact report.json $(cat "$out/report.json")"
+}
+
+# netrun ARGS...: starts `sandbox-host run --network --project demo --
+# ARGS` in the background, as in a terminal of its own, and sets NETRUN_ID
+# from its "awaits an admin's approval" line.
+NETRUN_PID=""
+netrun() {
+  local id="" deadline=$((SECONDS + 30))
+  echo "\$ $(shq sandbox-host run --network --project demo -- "$@") &"
+  (
+    trap - ERR # its exit status is the caller's to judge
+    X /usr/bin/sandbox-host run --network --project demo -- "$@"
+  ) >"$E2E_WORK/netrun.out" 2>"$E2E_WORK/netrun.err" &
+  NETRUN_PID=$!
+  until [[ -n $id ]]; do
+    id=$(grep -o 'run [0-9a-f]\{32\} awaits' "$E2E_WORK/netrun.err" 2>/dev/null | cut -d' ' -f2 || true)
+    kill -0 "$NETRUN_PID" 2>/dev/null || break
+    ((SECONDS < deadline)) || break
+    sleep 0.1
+  done
+  [[ -n $id ]] || { cat "$E2E_WORK/netrun.err"; fail "sandbox-host run --network printed no run id"; }
+  cat "$E2E_WORK/netrun.err"
+  NETRUN_ID=$id
+}
+
+kind_network_run() {
+  header "network run: no network without a human's approval of that one run; approved, only what egress.allow names"
+  [[ -z $TOOLBOX_WHY ]] || skip "$TOOLBOX_WHY"
+  local rc denied approved
+  note "a run asking for network waits (no container exists yet) until an admin approves or denies it"
+  netrun echo "this never runs"
+  denied=$NETRUN_ID
+  sh_ /usr/bin/sandbox-host run show "$denied" | tee "$E2E_WORK/netrun-show"
+  grep -q awaiting_approval "$E2E_WORK/netrun-show" || fail "the network run is not awaiting approval"
+  sh_ /usr/bin/sandbox-host run deny "$denied"
+  rc=0
+  wait "$NETRUN_PID" || rc=$?
+  cat "$E2E_WORK/netrun.out"
+  grep -v awaits "$E2E_WORK/netrun.err" || true
+  note "(the first command exited $rc: 125 is a denied run)"
+  ((rc == 125)) || fail "the denied run's command exited $rc, want 125"
+  echo
+  note "again, approved this time: the run's only way out is a broker of its own, through the proxy on 127.0.0.1:3128;"
+  note "fetch.py (in the project) asks for each URL, the last one without the proxy"
+  netrun python3 /workspace/fetch.py "allowed=http://127.0.0.1:$WEB_PORT/notes" \
+    "metadata=http://169.254.169.254/latest/meta-data/" "other-port=http://127.0.0.1:$MCP_PORT/mcp" \
+    "direct=http://127.0.0.1:$WEB_PORT/notes"
+  approved=$NETRUN_ID
+  sh_ /usr/bin/sandbox-host run approve "$approved"
+  rc=0
+  wait "$NETRUN_PID" || rc=$?
+  cat "$E2E_WORK/netrun.out"
+  ((rc == 0)) || { cat "$E2E_WORK/netrun.err"; fail "the approved run exited $rc"; }
+  grep -q "^allowed: Roundtable demo notes" "$E2E_WORK/netrun.out" || fail "the approved run did not reach the allowed page"
+  grep -q "^metadata: refused, HTTP 403" "$E2E_WORK/netrun.out" || fail "the metadata address was not refused"
+  grep -q "^other-port: refused, HTTP 403" "$E2E_WORK/netrun.out" || fail "a port egress.allow does not name was not refused"
+  grep -q "^direct: no network" "$E2E_WORK/netrun.out" || fail "a direct connection found a network"
+  journal "the host's lines of both runs" -u sandbox-host --grep "$denied|$approved"
+  journal "the approved run's broker" -u "sandbox-broker@$approved.service"
+  journal "the web page stand-in" -u roundtable-demo-mcp.service --grep "web page served"
+  ok "run $denied waited, then denied (exit 125); run $approved approved: reached the allowed page, refused the metadata address and another port, no direct network"
+}
+
 # --- set up --------------------------------------------------------------
 
 build_all demo
@@ -294,9 +417,14 @@ mkdir -p "$RESULTS"
 # The stand-ins: transient units, so they run under the same systemd.
 # (DynamicUser= implies a private /var/tmp, so the binaries go to /run.)
 X install -D -m 0755 "$E2E_WORK/bin/fakemodel" /run/roundtable-demo/fakemodel
+X install -D -m 0755 "$E2E_WORK/bin/fakemcp" /run/roundtable-demo/fakemcp
 X systemd-run --unit=roundtable-demo-model --quiet --property=DynamicUser=yes \
   --property=RuntimeDirectory=roundtable-demo-model --property=RuntimeDirectoryMode=0755 \
   /run/roundtable-demo/fakemodel -demo -listen 127.0.0.1:0 -port-file /run/roundtable-demo-model/port
+X systemd-run --unit=roundtable-demo-mcp --quiet --property=DynamicUser=yes \
+  --property=RuntimeDirectory=roundtable-demo-mcp --property=RuntimeDirectoryMode=0755 \
+  /run/roundtable-demo/fakemcp -listen 127.0.0.1:0 -port-file /run/roundtable-demo-mcp/port \
+  -web-listen 127.0.0.1:0 -web-port-file /run/roundtable-demo-mcp/web-port
 port_of() {
   local p="" i
   for i in $(seq 1 100); do
@@ -308,6 +436,49 @@ port_of() {
   echo "$p"
 }
 MODEL_PORT=$(port_of /run/roundtable-demo-model/port "the demo model")
+MCP_PORT=$(port_of /run/roundtable-demo-mcp/port "fakemcp")
+WEB_PORT=$(port_of /run/roundtable-demo-mcp/web-port "the web page stand-in")
+
+# The project runs mount read-only. In the namespace /srv is a tmpfs of its
+# own, so nothing is written to the machine's /srv.
+[[ $MODE == namespace ]] && X mount -t tmpfs -o mode=0755,size=16m tmpfs /srv
+X mkdir -p "$PROJECT"
+X sh -c "cat > $PROJECT/sales.csv" <<'CSV'
+region,amount
+north,10
+south,20
+west,30
+CSV
+X sh -c "cat > $PROJECT/summarize.py" <<'PY'
+import csv, json, os
+rows = list(csv.DictReader(open("/workspace/sales.csv")))
+total = sum(int(r["amount"]) for r in rows)
+print(f"main command runs as uid {os.getuid()}; {len(rows)} rows in the project, total {total}")
+print("setup left:", open("/opt/demo/setup-note").read().strip())
+try:
+    open("/workspace/new-file", "w")
+    print("the project is writable")
+except OSError as e:
+    print("the project is read-only:", e.strerror)
+json.dump({"rows": len(rows), "total": total}, open("/output/report.json", "w"))
+print("wrote /output/report.json")
+PY
+X sh -c "cat > $PROJECT/fetch.py" <<'PY'
+# fetch.py LABEL=URL...: GET each URL through the run's proxy (HTTP_PROXY),
+# or straight, without it, for a label starting with "direct".
+import re, sys, urllib.error, urllib.request
+for arg in sys.argv[1:]:
+    label, url = arg.split("=", 1)
+    opener = urllib.request.build_opener(*([urllib.request.ProxyHandler({})] if label.startswith("direct") else []))
+    try:
+        body = opener.open(url, timeout=10).read().decode()
+        print(f"{label}: {re.search('<title>(.*)</title>', body).group(1)}  ({url})")
+    except urllib.error.HTTPError as e:
+        print(f"{label}: refused, HTTP {e.code}  ({url})")
+    except Exception as e:
+        print(f"{label}: no network, {type(e).__name__}  ({url})")
+PY
+X chmod -R a+rX "$PROJECT"
 
 [[ $MODE == real && -f $CONF ]] && cp -a "$CONF" "$CONF.pre-demo"
 [[ $MODE == real && -f $CRED ]] && cp -a "$CRED" "$CRED.pre-demo"
@@ -331,6 +502,12 @@ tools:
     parameters: '{"type":"object","properties":{},"additionalProperties":false}'
     kind: builtin
     builtin: clock
+egress:
+  allow: ["127.0.0.1:$WEB_PORT"]   # the web page stand-in, and nothing else private
+runs:
+  projects:
+    - name: demo
+      path: $PROJECT
 rich:
   enabled: true
   anthropicUrl: http://127.0.0.1:$MODEL_PORT
@@ -348,8 +525,11 @@ header "the demo's configuration ($CONF)"
 X cat "$CONF"
 echo
 sh_ /usr/bin/sandbox-host channel on "$CHANNEL"
-e2e_log "installed and configured ($MODE systemd, $((SECONDS - STARTED)) s): the demo model on 127.0.0.1:$MODEL_PORT"
+e2e_log "installed and configured ($MODE systemd, $((SECONDS - STARTED)) s): the demo model on 127.0.0.1:$MODEL_PORT, the web page stand-in on :$WEB_PORT"
 
+if [[ " ${KINDS[*]} " == *" run "* || " ${KINDS[*]} " == *" network-run "* ]]; then
+  toolbox || true
+fi
 for k in "${KINDS[@]}"; do run_kind "$k"; done
 echo
 e2e_log "demo done ($MODE systemd, $((SECONDS - STARTED)) s before teardown)"
