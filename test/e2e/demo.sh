@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make demo: build and install the package, then show each kind working
+# make demo: build and install the package, then show every kind working
 # against local stand-ins, each step's command, its output and its journal
 # lines, and one summary line per kind at the end:
 #   sealed      three sealed turns (an echo, "remember ...", a recall), the
@@ -10,16 +10,19 @@
 #               an artifact, in the small test toolbox
 #   network run a run asking for network: waits, denied; another approved,
 #               reaching the allowed page and refused everything else
+#   precheck    a precheck script that calls an MCP tool and wakes with it
+#   delegation  a delegated research job whose report arrives on jobs follow
 # A kind that cannot run here says why in one line and the others go on;
 # the exit status is 1 when a kind failed.
 #
 # The stand-ins, all local and NOT language models or real services:
-# test/e2e/fakemodel -demo is the model (Chat Completions for sealed turns:
-# echo, memory_set/memory_get; the Anthropic Messages stream for rich
-# channels); test/e2e/fakemcp serves, on a loopback port of its own, a web
-# page (the only address in egress.allow). The code-run kinds use the small
-# test toolbox (test/toolbox/build.sh: built once with mmdebstrap, then
-# cached in /var/cache/roundtable-sandbox-test).
+# test/e2e/fakemodel -demo is the model (Chat Completions for sealed turns
+# and delegated jobs: echo, memory_set/memory_get, host_fetch of a URL in a
+# research task; the Anthropic Messages stream for rich channels); and
+# test/e2e/fakemcp is the MCP server "tickets" (tool lookup) plus, on a
+# second loopback port, a web page (the only address in egress.allow). The
+# code-run kinds use the small test toolbox (test/toolbox/build.sh: built
+# once with mmdebstrap, then cached in /var/cache/roundtable-sandbox-test).
 #
 # With systemd as PID 1 (/run/systemd/system exists and PID 1 is systemd) the
 # package is installed on this machine and stays installed; the demo config
@@ -34,7 +37,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib/ns.sh"
 source "$(dirname "$0")/lib/install.sh"
 
-ALL_KINDS=(sealed rich run network-run)
+ALL_KINDS=(sealed rich run network-run precheck delegation)
 read -r -a KINDS <<<"${DEMO_KINDS:-${ALL_KINDS[*]}}"
 for k in "${KINDS[@]}"; do
   [[ " ${ALL_KINDS[*]} " == *" $k "* ]] || { echo "DEMO_KINDS: unknown kind $k (kinds: ${ALL_KINDS[*]})" >&2; exit 2; }
@@ -42,6 +45,7 @@ done
 
 CHANNEL=demo
 RICH_CHANNEL=demo-rich
+PRECHECK_CHANNEL=demo-precheck
 STARTED=$SECONDS
 
 real_systemd() {
@@ -92,6 +96,7 @@ cleanup() {
     if [[ -f $CONF.pre-demo ]]; then
       mv -f "$CONF.pre-demo" "$CONF"
       [[ -f $CRED.pre-demo ]] && mv -f "$CRED.pre-demo" "$CRED"
+      [[ -f $CREDS/.mcp-demo-new ]] && rm -f "$CREDS/mcp-demo" "$CREDS/.mcp-demo-new"
       systemctl try-restart sandbox-host.service || true
       e2e_log "previous configuration restored"
     fi
@@ -400,6 +405,49 @@ kind_network_run() {
   ok "run $denied waited, then denied (exit 125); run $approved approved: reached the allowed page, refused the metadata address and another port, no direct network"
 }
 
+kind_precheck() {
+  header "precheck: a schedule's script in a sealed container, with only the MCP tool granted to it, decides whether the turn wakes"
+  cat >"$E2E_WORK/check.js" <<'JS'
+export default async ({ mcp, today, timeZone, schedule }) => {
+  const r = await mcp.call("tickets", "lookup", { q: "open tickets for the standup" });
+  return { wake: true, context: `${r.content[0].text} (checked ${today} in ${timeZone}, schedule "${schedule}")` };
+};
+JS
+  local since
+  since=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
+  sh_ cat "$E2E_WORK/check.js"
+  sh_ /usr/bin/sandbox-host precheck --channel "$PRECHECK_CHANNEL" --script "$E2E_WORK/check.js" --grant tickets:lookup \
+    --time-zone Europe/Berlin --schedule "weekdays 09:00" | tee "$E2E_WORK/precheck-out"
+  [[ $(head -1 "$E2E_WORK/precheck-out") == wake ]] || fail "the precheck did not wake"
+  grep -q "result for open tickets for the standup" "$E2E_WORK/precheck-out" || fail "the wake's context lacks the MCP tool's answer"
+  wait_journal '"precheck done"' -t "sandbox/$PRECHECK_CHANNEL" --since "$since"
+  journal "the precheck's worker lines" -t "sandbox/$PRECHECK_CHANNEL" --since "$since"
+  journal "the MCP server stand-in (the broker inserted the credential)" -u roundtable-demo-mcp.service --since "$since" --grep "MCP server request"
+  ok "woke with the MCP tool's answer: $(sed -n 2p "$E2E_WORK/precheck-out" | cut -c1-60)..."
+}
+
+kind_delegation() {
+  header "delegation: a guest hands off a research task; a sealed research turn with only fetch reports back later"
+  local id t0 since
+  since=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
+  t0=$(date +%s%N)
+  sh_ /usr/bin/sandbox-host delegate "$CHANNEL" --title "Demo research" \
+    --task "Read this page and report what it says: http://127.0.0.1:$WEB_PORT/notes" \
+    --author-id guest-1 --author-name "Demo Guest" | tee "$E2E_WORK/job-id"
+  id=$(tr -d '\n' <"$E2E_WORK/job-id")
+  [[ $id =~ ^[0-9a-f]{32}$ ]] || fail "sandbox-host delegate printed no job id"
+  note "the channel's turns go on meanwhile; the frontend collects the report:"
+  sh_ /usr/bin/sandbox-host jobs follow "$CHANNEL" --count 1 | tee "$E2E_WORK/job-report"
+  note "($((($(date +%s%N) - t0) / 1000000)) ms from delegate to the report)"
+  grep -q "job $id done" "$E2E_WORK/job-report" || fail "jobs follow did not deliver job $id done"
+  grep -q "the meeting moved to Thursday" "$E2E_WORK/job-report" || fail "the report does not carry the fetched page"
+  wait_journal '"turn finished"' SANDBOX_TURN="$id"
+  journal "the host's lines of the job" -u sandbox-host --grep "$id"
+  journal "the research turn's worker lines" SANDBOX_TURN="$id"
+  journal "the web page stand-in (fetched by the job's broker)" -u roundtable-demo-mcp.service --since "$since" --grep "web page served"
+  ok "job $id done, its report on jobs follow quotes the fetched page"
+}
+
 # --- set up --------------------------------------------------------------
 
 build_all demo
@@ -436,7 +484,7 @@ port_of() {
   echo "$p"
 }
 MODEL_PORT=$(port_of /run/roundtable-demo-model/port "the demo model")
-MCP_PORT=$(port_of /run/roundtable-demo-mcp/port "fakemcp")
+MCP_PORT=$(port_of /run/roundtable-demo-mcp/port "the MCP server stand-in")
 WEB_PORT=$(port_of /run/roundtable-demo-mcp/web-port "the web page stand-in")
 
 # The project runs mount read-only. In the namespace /srv is a tmpfs of its
@@ -482,7 +530,8 @@ X chmod -R a+rX "$PROJECT"
 
 [[ $MODE == real && -f $CONF ]] && cp -a "$CONF" "$CONF.pre-demo"
 [[ $MODE == real && -f $CRED ]] && cp -a "$CRED" "$CRED.pre-demo"
-X sh -c "umask 077; mkdir -p $CREDS && echo demo-key-\$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n') > $CRED"
+[[ $MODE == real && ! -e $CREDS/mcp-demo ]] && touch "$CREDS/.mcp-demo-new"
+X sh -c "umask 077; mkdir -p $CREDS && echo demo-key-\$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n') > $CRED && echo mcp-demo-\$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n') > $CREDS/mcp-demo"
 X sh -c "cat > $CONF.demo-tmp" <<YAML
 # roundtable-sandbox demo configuration (written by make demo)
 model:
@@ -497,6 +546,11 @@ api:
     groups: [sandbox-clients]
 turnDeadlineSeconds: 60
 tools:
+  - name: fetch
+    description: Fetch a web page as text
+    parameters: '{"type":"object","properties":{"url":{"type":"string"}},"required":["url"],"additionalProperties":false}'
+    kind: fetch
+    timeoutSeconds: 10
   - name: clock
     description: Read the current UTC time
     parameters: '{"type":"object","properties":{},"additionalProperties":false}'
@@ -504,6 +558,25 @@ tools:
     builtin: clock
 egress:
   allow: ["127.0.0.1:$WEB_PORT"]   # the web page stand-in, and nothing else private
+mcp:
+  - name: tickets
+    url: http://127.0.0.1:$MCP_PORT/mcp
+    credential: mcp-demo
+    session: stateless
+    allowInsecureLoopbackHTTP: true
+    tools:
+      - name: lookup
+        description: Look up a term
+        parameters: '{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}'
+prechecks:
+  enabled: true
+  grants:
+    - channel: $PRECHECK_CHANNEL
+      server: tickets
+      tools: [lookup]
+delegation:
+  enabled: true
+  fetchTool: fetch
 runs:
   projects:
     - name: demo
@@ -525,7 +598,7 @@ header "the demo's configuration ($CONF)"
 X cat "$CONF"
 echo
 sh_ /usr/bin/sandbox-host channel on "$CHANNEL"
-e2e_log "installed and configured ($MODE systemd, $((SECONDS - STARTED)) s): the demo model on 127.0.0.1:$MODEL_PORT, the web page stand-in on :$WEB_PORT"
+e2e_log "installed and configured ($MODE systemd, $((SECONDS - STARTED)) s): the demo model on 127.0.0.1:$MODEL_PORT, the MCP server stand-in on :$MCP_PORT, the web page stand-in on :$WEB_PORT"
 
 if [[ " ${KINDS[*]} " == *" run "* || " ${KINDS[*]} " == *" network-run "* ]]; then
   toolbox || true

@@ -25,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,6 +84,10 @@ func main() {
 			_, _ = rec.Write(append(line, '\n'))
 			mu.Unlock()
 		}
+		// The demo's journal shows each call and whether it carried a
+		// bearer credential (the broker inserts it), never the credential.
+		log.Info("MCP server request", "method", r.Method, "path", r.URL.Path,
+			"bearer_credential", strings.HasPrefix(r.Header.Get("Authorization"), "Bearer "))
 		if r.URL.Path == "/whoami" {
 			// A plain JSON endpoint for the broker's http host tool: the
 			// identity headers the broker set are in the record above.

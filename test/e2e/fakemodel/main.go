@@ -25,7 +25,9 @@
 //
 // Demo mode (-demo) answers sensibly without a script: "remember X" stores X
 // in channel memory through memory_set, "what do you remember" reads it with
-// memory_get, anything else is echoed back. In demo mode it also answers POST
+// memory_get, a message holding a URL when the host_fetch tool is offered (a
+// delegated research turn) fetches it with host_fetch and reports what came
+// back, anything else is echoed back. In demo mode it also answers POST
 // /v1/messages as a rich channel's Anthropic upstream: a real-shaped
 // Messages stream (pkg/anthropic/anthropictest's events) that echoes the
 // guest's message and quotes the first one the conversation's history holds,
@@ -138,6 +140,21 @@ type message struct {
 type request struct {
 	Model    string    `json:"model"`
 	Messages []message `json:"messages"`
+	Tools    []struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	} `json:"tools"`
+}
+
+// offers tells whether the request offers the tool name.
+func (r request) offers(name string) bool {
+	for _, t := range r.Tools {
+		if t.Function.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 type server struct {
@@ -279,7 +296,7 @@ func (s *server) answer(r *http.Request, body []byte) (int, []byte, time.Duratio
 	user, tool, step := turnState(req.Messages)
 	var rep Reply
 	if s.demo {
-		rep = demoReply(user, tool, step)
+		rep = demoReply(user, tool, step, req.offers("host_fetch"))
 	} else {
 		var ok bool
 		rep, ok = s.script.pick(user, step)
@@ -391,15 +408,26 @@ func jsonInner(s string) string {
 }
 
 var (
+	urlRe      = regexp.MustCompile(`https?://[^\s"'<>]+`)
 	rememberRe = regexp.MustCompile(`(?is)^\s*remember\s*(?:that\s*)?:?\s*(.+?)\s*$`)
 	recallRe   = regexp.MustCompile(`(?i)what\s+do\s+you\s+remember`)
 	forgetRe   = regexp.MustCompile(`(?i)^\s*forget\b`)
 )
 
-// demoReply is the offline demo's fixed behaviour.
-func demoReply(user, tool string, step int) Reply {
+// demoReply is the offline demo's fixed behaviour; canFetch: the request
+// offers host_fetch.
+func demoReply(user, tool string, step int, canFetch bool) Reply {
 	arg := func(v map[string]string) json.RawMessage { b, _ := json.Marshal(v); return b }
 	switch {
+	case canFetch && urlRe.MatchString(user):
+		u := urlRe.FindString(user)
+		if step == 0 {
+			return Reply{ToolCalls: []ToolCall{{Name: "host_fetch", Arguments: arg(map[string]string{"url": u})}}}
+		}
+		if r := []rune(tool); len(r) > 500 {
+			tool = string(r[:500]) + "..."
+		}
+		return Reply{Text: "Report on " + u + " (demo model): the page says " + tool}
 	case rememberRe.MatchString(user):
 		note := rememberRe.FindStringSubmatch(user)[1]
 		if len([]rune(note)) > 2000 {

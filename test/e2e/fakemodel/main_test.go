@@ -83,18 +83,30 @@ func TestScriptPickAndRecord(t *testing.T) {
 }
 
 func TestDemoReplies(t *testing.T) {
-	if r := demoReply("remember the code is 7", "", 0); len(r.ToolCalls) != 1 || r.ToolCalls[0].Name != "memory_set" ||
+	if r := demoReply("remember the code is 7", "", 0, false); len(r.ToolCalls) != 1 || r.ToolCalls[0].Name != "memory_set" ||
 		!strings.Contains(string(r.ToolCalls[0].Arguments), `"text":"the code is 7"`) {
 		t.Errorf("remember, step 0 = %+v, want a memory_set of the note", r)
 	}
-	if r := demoReply("what do you remember?", "", 0); len(r.ToolCalls) != 1 || r.ToolCalls[0].Name != "memory_get" {
+	if r := demoReply("what do you remember?", "", 0, false); len(r.ToolCalls) != 1 || r.ToolCalls[0].Name != "memory_get" {
 		t.Errorf("recall, step 0 = %+v, want memory_get", r)
 	}
-	if r := demoReply("what do you remember?", `[{"text":"x"}]`, 1); !strings.Contains(r.Text, `[{"text":"x"}]`) {
+	if r := demoReply("what do you remember?", `[{"text":"x"}]`, 1, false); !strings.Contains(r.Text, `[{"text":"x"}]`) {
 		t.Errorf("recall, step 1 = %q, want the memory shown", r.Text)
 	}
-	if r := demoReply("hi", "", 0); !strings.Contains(r.Text, "You said: hi") || !strings.Contains(r.Text, "not a language model") {
+	if r := demoReply("hi", "", 0, true); !strings.Contains(r.Text, "You said: hi") || !strings.Contains(r.Text, "not a language model") {
 		t.Errorf("echo = %q", r.Text)
+	}
+	// A research task: fetch the URL when host_fetch is offered, then report.
+	task := "Demo research\nRead this page: http://127.0.0.1:8080/notes and report"
+	if r := demoReply(task, "", 0, true); len(r.ToolCalls) != 1 || r.ToolCalls[0].Name != "host_fetch" ||
+		string(r.ToolCalls[0].Arguments) != `{"url":"http://127.0.0.1:8080/notes"}` {
+		t.Errorf("research, step 0 = %+v, want host_fetch of the URL", r)
+	}
+	if r := demoReply(task, `"page text"`, 1, true); !strings.Contains(r.Text, "Report on http://127.0.0.1:8080/notes") || !strings.Contains(r.Text, `"page text"`) {
+		t.Errorf("research, step 1 = %q, want a report quoting the page", r.Text)
+	}
+	if r := demoReply(task, "", 0, false); len(r.ToolCalls) != 0 || !strings.Contains(r.Text, "You said:") {
+		t.Errorf("a URL without host_fetch offered = %+v, want the echo", r)
 	}
 }
 
