@@ -12,6 +12,8 @@
 #               reaching the allowed page and refused everything else
 #   precheck    a precheck script that calls an MCP tool and wakes with it
 #   delegation  a delegated research job whose report arrives on jobs follow
+#   mcp         sandbox_run called by a real MCP client (the official
+#               TypeScript SDK) through `sandbox-host mcp`
 # A kind that cannot run here says why in one line and the others go on;
 # the exit status is 1 when a kind failed.
 #
@@ -22,7 +24,8 @@
 # test/e2e/fakemcp is the MCP server "tickets" (tool lookup) plus, on a
 # second loopback port, a web page (the only address in egress.allow). The
 # code-run kinds use the small test toolbox (test/toolbox/build.sh: built
-# once with mmdebstrap, then cached in /var/cache/roundtable-sandbox-test).
+# once with mmdebstrap, then cached in /var/cache/roundtable-sandbox-test)
+# and the MCP kind the pinned npm peers (test/peers).
 #
 # With systemd as PID 1 (/run/systemd/system exists and PID 1 is systemd) the
 # package is installed on this machine and stays installed; the demo config
@@ -37,7 +40,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib/ns.sh"
 source "$(dirname "$0")/lib/install.sh"
 
-ALL_KINDS=(sealed rich run network-run precheck delegation)
+ALL_KINDS=(sealed rich run network-run precheck delegation mcp)
 read -r -a KINDS <<<"${DEMO_KINDS:-${ALL_KINDS[*]}}"
 for k in "${KINDS[@]}"; do
   [[ " ${ALL_KINDS[*]} " == *" $k "* ]] || { echo "DEMO_KINDS: unknown kind $k (kinds: ${ALL_KINDS[*]})" >&2; exit 2; }
@@ -47,6 +50,7 @@ CHANNEL=demo
 RICH_CHANNEL=demo-rich
 PRECHECK_CHANNEL=demo-precheck
 STARTED=$SECONDS
+LOCK_WAIT=""
 
 real_systemd() {
   [[ -d /run/systemd/system ]] && [[ $(readlink /proc/1/exe 2>/dev/null) == */systemd ]]
@@ -106,7 +110,7 @@ cleanup() {
   [[ $MODE == real ]] && rm -rf "$E2E_WORK"
   if [[ -n $sum ]]; then
     echo
-    echo "=== demo summary ($MODE systemd; $((SECONDS - STARTED)) s from the build to the end of the teardown) ==="
+    echo "=== demo summary ($MODE systemd; $((SECONDS - STARTED)) s from the build to the end of the teardown${LOCK_WAIT:+, $LOCK_WAIT s of it waiting for the e2e lock another run held}) ==="
     echo "$sum"
     ((src == 0)) || rc=1
   fi
@@ -217,7 +221,7 @@ standby_ready() {
 }
 WARM=""
 turn() {
-  local text=$1 cursor name="" deadline t0 t1 how="cold: a fresh container created for it"
+  local text=$1 cursor name="" deadline t0 t1 ms how="cold: a fresh container created for it"
   cursor=$(X journalctl -n 0 --show-cursor --no-pager 2>/dev/null | sed -n 's/^-- cursor: //p')
   [[ -n $cursor ]] || fail "journalctl printed no cursor"
   echo
@@ -225,11 +229,12 @@ turn() {
   sh_ /usr/bin/sandbox-host turn "$CHANNEL" --speaker-id guest-1 --speaker-name "Demo Guest" --text "$text" >"$E2E_WORK/reply" 2>&1 ||
     { cat "$E2E_WORK/reply"; fail "the turn failed; journal: journalctl -u sandbox-host -u 'sandbox-broker@*'"; }
   t1=$(date +%s%N)
+  ms=$(((t1 - t0) / 1000000))
   [[ -z $WARM ]] || how="on the standby"
   WARM=""
-  TURN_MS+=("$(((t1 - t0) / 1000000)) ms ${how%%:*}")
+  TURN_MS+=("$ms ms ${how%%:*}")
   echo "$(cat "$E2E_WORK/reply")"
-  note "($(((t1 - t0) / 1000000)) ms, $how)"
+  note "($ms ms, $how)"
   deadline=$((SECONDS + 10))
   while :; do
     if [[ -z $name ]]; then
@@ -246,6 +251,8 @@ turn() {
     sleep 0.2
   done
   [[ -z $name ]] || journal "this turn's worker log lines" -t "sandbox/$CHANNEL" CONTAINER_NAME="$name"
+  # The container name ends in the turn id's first 8 hex digits.
+  [[ -z $name ]] || journal "the host's and the turn's broker's lines" -u sandbox-host -u 'sandbox-broker@*' --grep "turn=${name##*-}"
 }
 
 kind_sealed() {
@@ -448,11 +455,44 @@ kind_delegation() {
   ok "job $id done, its report on jobs follow quotes the fetched page"
 }
 
+kind_mcp() {
+  header "MCP: an agent's MCP client calls sandbox_run through \`sandbox-host mcp\` (here the official TypeScript SDK)"
+  [[ -z $TOOLBOX_WHY ]] || skip "$TOOLBOX_WHY"
+  [[ -n ${E2E_PEERS:-} ]] || skip "test/peers/node_modules missing (npm ci --prefix test/peers; make demo's prerequisites step installs it)"
+  command -v node >/dev/null || skip "node not found (packaging/prerequisites.txt lists nodejs)"
+  local id
+  note "an agent configures the stdio MCP server \`sandbox-host mcp --project demo\`; this client lists the tools and calls sandbox_run once"
+  sh_ node "$E2E_PEERS/mcp-run-client.mjs" --progress \
+    --call '{"command":"python3 -c \"print(sum(range(10)))\" | tee /output/answer.txt; wc -l /workspace/sales.csv","artifacts":["answer.txt"]}' \
+    -- /usr/bin/sandbox-host mcp --project demo >"$E2E_WORK/mcp.json"
+  node -e '
+const d = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+console.log(`server ${d.server.name} ${d.server.version}, protocol ${d.protocolVersion}; tools: ${d.tools.map(t => t.name).join(", ")}`);
+const r = d.result;
+console.log(`sandbox_run -> isError ${!!r.isError}; ${d.progress.length} progress notification(s)`);
+for (const c of r.content) {
+  if (c.type === "text") console.log("  text: " + c.text.trim().replace(/\n/g, "\n        "));
+  if (c.type === "resource") console.log(`  resource: ${c.resource.uri} (${c.resource.mimeType}): ${Buffer.from(c.resource.blob, "base64").toString().trim()}`);
+}
+console.log(`RUN-ID ${r.structuredContent && r.structuredContent.id}`);
+' "$E2E_WORK/mcp.json" | tee "$E2E_WORK/mcp-out"
+  id=$(sed -n 's/^RUN-ID \([0-9a-f]\{32\}\)$/\1/p' "$E2E_WORK/mcp-out")
+  grep -q "isError false" "$E2E_WORK/mcp-out" || fail "sandbox_run answered a tool error"
+  grep -q "resource: sandbox-output:///answer.txt (.*): 45" "$E2E_WORK/mcp-out" || fail "the artifact answer.txt did not come back as an embedded resource holding 45"
+  [[ -n $id ]] || fail "the tool result carried no run id"
+  wait_journal 45 -t "sandbox/run-$id"
+  journal "the run's output" -t "sandbox/run-$id"
+  ok "sandbox_run through @modelcontextprotocol/sdk: run $id, output and the artifact answer.txt as an embedded resource"
+}
+
 # --- set up --------------------------------------------------------------
 
 build_all demo
 if [[ $MODE == namespace ]]; then
   e2e_log "no systemd as PID 1 here: booting the harness's namespaced systemd"
+  t=$SECONDS
+  e2e_lock
+  (((SECONDS - t) < 2)) || LOCK_WAIT=$((SECONDS - t))
   ns_boot
   install_package
 else
@@ -460,6 +500,7 @@ else
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$DEB" >"$E2E_WORK/install.log" 2>&1 ||
     { tail -30 "$E2E_WORK/install.log"; e2e_die "install failed"; }
 fi
+peers_path >/dev/null 2>&1 || true
 mkdir -p "$RESULTS"
 
 # The stand-ins: transient units, so they run under the same systemd.
@@ -598,9 +639,9 @@ header "the demo's configuration ($CONF)"
 X cat "$CONF"
 echo
 sh_ /usr/bin/sandbox-host channel on "$CHANNEL"
-e2e_log "installed and configured ($MODE systemd, $((SECONDS - STARTED)) s): the demo model on 127.0.0.1:$MODEL_PORT, the MCP server stand-in on :$MCP_PORT, the web page stand-in on :$WEB_PORT"
+e2e_log "installed and configured ($MODE systemd, $((SECONDS - STARTED)) s${LOCK_WAIT:+, $LOCK_WAIT s of it waiting for the lock}): the demo model on 127.0.0.1:$MODEL_PORT, the MCP server stand-in on :$MCP_PORT, the web page stand-in on :$WEB_PORT"
 
-if [[ " ${KINDS[*]} " == *" run "* || " ${KINDS[*]} " == *" network-run "* ]]; then
+if [[ " ${KINDS[*]} " == *" run "* || " ${KINDS[*]} " == *" network-run "* || " ${KINDS[*]} " == *" mcp "* ]]; then
   toolbox || true
 fi
 for k in "${KINDS[@]}"; do run_kind "$k"; done
