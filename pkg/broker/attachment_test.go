@@ -67,6 +67,7 @@ func TestRichAttachmentFetch(t *testing.T) {
 	if code, _, _ := h.do(richproto.RouteAttachment, attachReq(0)); code != http.StatusBadRequest {
 		t.Errorf("attachment before any turn: %d, want 400", code)
 	}
+	h.announce(t)
 	b := h.bind("off")
 	names := []string{"/small.txt", "/redirect", "/redirect-loopback", "/big", "/bomb", "/missing", "/twenty", "/twenty", "/twenty"}
 	for _, n := range names {

@@ -18,6 +18,7 @@ import (
 // reaches the host.
 func TestRichReplyFilesOnTheWire(t *testing.T) {
 	h := newRichHarness(t, os.Getuid())
+	h.announce(t)
 	big := make([]byte, richproto.MaxReplyFileBytes)
 	packet := func(files []richproto.File) string {
 		b, _ := json.Marshal(richproto.Result{TurnID: richTurnID, OK: true, Text: "files", Files: files})
