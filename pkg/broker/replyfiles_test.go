@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
@@ -26,7 +27,12 @@ func TestRichReplyFilesOnTheWire(t *testing.T) {
 	}
 	turn := func(files []richproto.File) (int, controlAnswer) {
 		t.Helper()
-		got := h.control(context.Background(), h.bind("low"))
+		b := h.bind("low")
+		// A packet of up to 70 MB of JSON is read and decoded within the
+		// turn: under -race on a busy machine that took over the bind's
+		// usual 10 s.
+		b.Turn.DeadlineUnixMs = time.Now().Add(2 * time.Minute).UnixMilli()
+		got := h.control(context.Background(), b)
 		if code, _, _ := h.do(richproto.RouteNext, ""); code != http.StatusOK {
 			t.Fatalf("poll: %d", code)
 		}
