@@ -36,7 +36,7 @@ func countingServer(t *testing.T, addr string) (netip.AddrPort, *atomic.Int64) {
 	}
 	n := &atomic.Int64{}
 	srv := &http.Server{
-		Handler:   http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "the box's own service") }),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "the box's own service") }),
 		ConnState: func(_ net.Conn, s http.ConnState) {
 			if s == http.StateNew {
 				n.Add(1)
