@@ -28,7 +28,7 @@ func TestBrokerOwnAddressIntegration(t *testing.T) {
 		return
 	}
 	netns.AddLink(t, "sbx0")
-	netns.IP(t, "addr", "add", "8.8.4.4/32", "dev", "sbx0")
+	netns.AddAddr(t, "sbx0", "8.8.4.4")
 	ln, err := net.Listen("tcp", "8.8.4.4:0")
 	if err != nil {
 		t.Fatal(err)

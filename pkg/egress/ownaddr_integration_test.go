@@ -23,8 +23,8 @@ func TestProxyOwnAddressIntegration(t *testing.T) {
 		return
 	}
 	netns.AddLink(t, "sbx0")
-	netns.IP(t, "addr", "add", "8.8.4.4/32", "dev", "sbx0")
-	netns.IP(t, "-6", "addr", "add", "2001:4860:4860::8844/128", "dev", "sbx0", "nodad")
+	netns.AddAddr(t, "sbx0", "8.8.4.4")
+	netns.AddAddr(t, "sbx0", "2001:4860:4860::8844")
 	r := newRig(t, testGrant(), nil, fakeResolver{
 		"self.example.com":  addrs("8.8.4.4"),
 		"self6.example.com": addrs("2001:4860:4860::8844"),

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/roundtable-sandbox/sandbox/test/netns"
 )
 
@@ -63,8 +65,8 @@ func TestOwnAddressIntegration(t *testing.T) {
 		t.Fatalf("SystemLocalAddrs is %T, not a watch", SystemLocalAddrs(nil))
 	}
 	netns.AddLink(t, "sbx0")
-	netns.IP(t, "addr", "add", ownV4+"/32", "dev", "sbx0")
-	netns.IP(t, "-6", "addr", "add", ownV6+"/128", "dev", "sbx0", "nodad")
+	netns.AddAddr(t, "sbx0", ownV4)
+	netns.AddAddr(t, "sbx0", ownV6)
 	waitState(t, w, "the new addresses", func(s *addrState) bool { return has(ownV4)(s) && has(ownV6)(s) })
 
 	names := resolverFunc(func(_ context.Context, _, host string) ([]netip.Addr, error) {
@@ -213,4 +215,51 @@ func addBatch(t *testing.T, cmds string) {
 		t.Fatal(err)
 	}
 	netns.IP(t, "-batch", f)
+}
+
+// TestSubscriptionDrainIntegration: after the kernel reported dropped events
+// (ENOBUFS) it drops further ones silently until the queue has been emptied
+// once; drain empties it, so an address added after it is not lost.
+func TestSubscriptionDrainIntegration(t *testing.T) {
+	if !netns.Enter(t) {
+		return
+	}
+	src, err := openSubscription(1) // the kernel's minimum buffer
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.close()
+	netns.AddLink(t, "sbx0")
+	var batch strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&batch, "addr add 11.0.0.%d/32 dev sbx0\n", 1+i)
+	}
+	addBatch(t, batch.String())
+	buf := make([]byte, 1<<16)
+	if _, _, err := src.recv(buf); !errors.Is(err, unix.ENOBUFS) {
+		t.Fatalf("first read after the flood: %v, want ENOBUFS", err)
+	}
+	if err := src.drain(); err != nil {
+		t.Fatal(err)
+	}
+	netns.IP(t, "addr", "add", "9.9.9.9/32", "dev", "sbx0")
+	n, fromKernel, err := src.recv(buf)
+	if err != nil || !fromKernel {
+		t.Fatalf("read after the marker: %v (from the kernel: %v)", err, fromKernel)
+	}
+	m := map[ifAddr]struct{}{}
+	if _, err := applyAddrMessages(m, buf[:n], false); err != nil {
+		t.Fatal(err)
+	}
+	ifi, err := net.InterfaceByName("sbx0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m[ifAddr{index: uint32(ifi.Index), addr: netip.MustParseAddr("9.9.9.9")}]; len(m) != 1 || !ok {
+		var got []string
+		for k := range m {
+			got = append(got, k.addr.String())
+		}
+		t.Errorf("after the drain the next event is %v, want the marker 9.9.9.9 (lost while the socket stayed congested?)", got)
+	}
 }

@@ -49,6 +49,11 @@ type eventSource interface {
 	// recv reads one datagram; fromKernel is false for one another process
 	// sent. unix.ENOBUFS means the kernel dropped events.
 	recv(buf []byte) (n int, fromKernel bool, err error)
+	// drain discards every queued datagram. After an ENOBUFS the kernel
+	// stays "congested" and drops further events without a new ENOBUFS
+	// until the queue has been emptied once: draining before the full
+	// dump makes any later drop report again.
+	drain() error
 	close() error
 }
 
@@ -160,6 +165,10 @@ func (w *AddrWatch) run(cur map[ifAddr]struct{}) {
 			w.resyncs.Add(1)
 			w.log.Warn("netlink dropped address events; reading every address again", "system", "netlink")
 			w.publish(nil, errors.Join(errLocalUnknown, errEventsLost))
+			if derr := w.src.drain(); derr != nil {
+				w.fail(fmt.Errorf("draining address events: %w", derr))
+				return
+			}
 			m, derr := w.fullDump()
 			if derr != nil {
 				w.fail(derr)
@@ -353,6 +362,28 @@ func (s *subscription) recv(buf []byte) (int, bool, error) {
 	}
 	nl, ok := from.(*unix.SockaddrNetlink)
 	return n, ok && nl.Pid == 0, nil
+}
+
+func (s *subscription) drain() error {
+	buf := make([]byte, 1<<16)
+	var derr error
+	err := s.rc.Control(func(fd uintptr) {
+		for {
+			_, _, err := unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+			switch err {
+			case nil, unix.ENOBUFS, unix.EINTR: // another overflow: drain on
+				continue
+			case unix.EAGAIN:
+				return
+			}
+			derr = err
+			return
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return derr
 }
 
 func (s *subscription) close() error { return s.f.Close() }

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,13 +77,15 @@ type recvResult struct {
 
 // fakeSource hands the watch what the test sends, one datagram a recv.
 type fakeSource struct {
-	ch     chan recvResult
-	closed chan struct{}
-	once   sync.Once
+	ch       chan recvResult
+	closed   chan struct{}
+	once     sync.Once
+	drains   atomic.Int64
+	drainErr chan error // an error the next drain returns
 }
 
 func newFakeSource() *fakeSource {
-	return &fakeSource{ch: make(chan recvResult), closed: make(chan struct{})}
+	return &fakeSource{ch: make(chan recvResult), closed: make(chan struct{}), drainErr: make(chan error, 1)}
 }
 
 func (f *fakeSource) recv(buf []byte) (int, bool, error) {
@@ -91,6 +94,16 @@ func (f *fakeSource) recv(buf []byte) (int, bool, error) {
 		return copy(buf, r.b), r.fromKernel, r.err
 	case <-f.closed:
 		return 0, false, errors.New("use of closed file")
+	}
+}
+
+func (f *fakeSource) drain() error {
+	select {
+	case err := <-f.drainErr:
+		return err
+	default:
+		f.drains.Add(1)
+		return nil
 	}
 }
 
@@ -136,7 +149,7 @@ func waitState(t *testing.T, w *AddrWatch, what string, cond func(*addrState) bo
 		select {
 		case <-s.next:
 		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s (state: set %v, err %v)", what, s.set, s.err)
+			t.Fatalf("timed out waiting for %s (state: %d addresses, err %v)", what, len(s.set), s.err)
 		}
 	}
 }
@@ -273,6 +286,9 @@ func TestAddrWatchENOBUFS(t *testing.T) {
 	if n := d.count(); n != 2 {
 		t.Errorf("dumps = %d, want 2", n)
 	}
+	if n := src.drains.Load(); n != 1 {
+		t.Errorf("drains = %d, want 1 (before the dump)", n)
+	}
 	if !strings.Contains(logs.String(), "system=netlink") {
 		t.Errorf("no log line blaming netlink: %q", logs.String())
 	}
@@ -297,17 +313,19 @@ func TestAddrWatchFailsClosed(t *testing.T) {
 	binary.NativeEndian.PutUint32(short, uint32(len(short)))
 	wrongLen := addrMsg(unix.RTM_NEWADDR, 0, unix.AF_INET, 1, nlAttr{unix.IFA_ADDRESS, make([]byte, 16)})
 	cases := []struct {
-		name  string
-		dumps []func() ([]byte, error)
-		send  recvResult
-		want  string
+		name     string
+		dumps    []func() ([]byte, error)
+		send     recvResult
+		want     string
+		drainErr error
 	}{
 		{"dump fails after dropped events", []func() ([]byte, error){answers(dumpOf(1, "8.8.4.4")), func() ([]byte, error) { return nil, unix.EMFILE }},
-			recvResult{err: unix.ENOBUFS}, "RTM_GETADDR dump"},
-		{"read error", []func() ([]byte, error){answers(dumpOf(1, "8.8.4.4"))}, recvResult{err: unix.EINVAL}, "reading address events"},
-		{"short message", []func() ([]byte, error){answers(dumpOf(1, "8.8.4.4"))}, recvResult{b: short, fromKernel: true}, "short address message"},
-		{"address of the wrong length", []func() ([]byte, error){answers(dumpOf(1, "8.8.4.4"))}, recvResult{b: wrongLen, fromKernel: true}, "carries 16 address bytes"},
-		{"truncated datagram", []func() ([]byte, error){answers(dumpOf(1, "8.8.4.4"))}, recvResult{b: []byte{1, 2, 3}, fromKernel: true}, "parsing address events"},
+			recvResult{err: unix.ENOBUFS}, "RTM_GETADDR dump", nil},
+		{"drain fails after dropped events", []func() ([]byte, error){answers(dumpOf(1, "8.8.4.4"))}, recvResult{err: unix.ENOBUFS}, "draining address events", unix.EBADF},
+		{"read error", []func() ([]byte, error){answers(dumpOf(1, "8.8.4.4"))}, recvResult{err: unix.EINVAL}, "reading address events", nil},
+		{"short message", []func() ([]byte, error){answers(dumpOf(1, "8.8.4.4"))}, recvResult{b: short, fromKernel: true}, "short address message", nil},
+		{"address of the wrong length", []func() ([]byte, error){answers(dumpOf(1, "8.8.4.4"))}, recvResult{b: wrongLen, fromKernel: true}, "carries 16 address bytes", nil},
+		{"truncated datagram", []func() ([]byte, error){answers(dumpOf(1, "8.8.4.4"))}, recvResult{b: []byte{1, 2, 3}, fromKernel: true}, "parsing address events", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -316,6 +334,9 @@ func TestAddrWatchFailsClosed(t *testing.T) {
 			w, src := newTestWatch(t, d, slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil)))
 			if !contains(t, w, "8.8.4.4") {
 				t.Fatal("8.8.4.4 from the dump is missing")
+			}
+			if tc.drainErr != nil {
+				src.drainErr <- tc.drainErr
 			}
 			src.ch <- tc.send
 			select { // the watch gave up

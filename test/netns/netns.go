@@ -16,11 +16,15 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Switch names the environment variable that enables the tests ("1").
@@ -104,8 +108,8 @@ func ip(t *testing.T, args ...string) string {
 }
 
 // AddLink adds an interface called name to the test's namespace and sets it
-// up: a dummy interface, or where the kernel has no dummy driver one end of
-// a veth pair (the other end, name+"p", also up, in the same namespace).
+// up: a dummy interface, or where the kernel has no dummy driver one end of a
+// veth pair (the other end, name+"p", also up, in the same namespace).
 func AddLink(t *testing.T, name string) {
 	t.Helper()
 	if os.Getenv(inside) != "1" {
@@ -118,4 +122,83 @@ func AddLink(t *testing.T, name string) {
 		ip(t, "link", "set", name+"p", "up")
 	}
 	ip(t, "link", "set", name, "up")
+}
+
+// AddAddr gives dev the address addr (a single address: /32, /128; IPv6
+// without duplicate detection) and returns once the kernel's local route
+// for it exists, so a connect to it is delivered to the box. The address
+// itself exists (a bind succeeds) a little earlier than that route, which
+// IPv6 inserts from a work queue after ip(8) returned.
+func AddAddr(t *testing.T, dev, addr string) {
+	t.Helper()
+	if os.Getenv(inside) != "1" {
+		t.Fatal("netns.AddAddr outside the test's own network namespace")
+	}
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Subscribed before the address is added: the route's arrival cannot
+	// be missed.
+	events := subscribe(t, unix.RTMGRP_IPV4_ROUTE|unix.RTMGRP_IPV6_ROUTE)
+	defer unix.Close(events)
+	if a.Is4() {
+		ip(t, "-4", "addr", "add", addr+"/32", "dev", dev)
+	} else {
+		ip(t, "-6", "addr", "add", addr+"/128", "dev", dev, "nodad")
+	}
+	buf := make([]byte, 1<<16)
+	for {
+		n, _, err := unix.Recvfrom(events, buf, 0)
+		if err != nil {
+			t.Fatalf("waiting for the local route of %s: %v", addr, err)
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			if m.Header.Type == unix.RTM_NEWROUTE && localRouteTo(m, a) {
+				return
+			}
+		}
+	}
+}
+
+// subscribe opens a netlink socket on the route groups given, its reads
+// bounded in time.
+func subscribe(t *testing.T, groups uint32) int {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tv := unix.NsecToTimeval((20 * time.Second).Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: groups}); err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	return fd
+}
+
+// localRouteTo reports whether an RTM_NEWROUTE is the local route of a.
+func localRouteTo(m syscall.NetlinkMessage, a netip.Addr) bool {
+	if len(m.Data) < unix.SizeofRtMsg || m.Data[7] != unix.RTN_LOCAL {
+		return false
+	}
+	attrs, err := syscall.ParseNetlinkRouteAttr(&m)
+	if err != nil {
+		return false
+	}
+	for _, at := range attrs {
+		if at.Attr.Type == unix.RTA_DST {
+			d, ok := netip.AddrFromSlice(at.Value)
+			return ok && d == a
+		}
+	}
+	return false
 }
