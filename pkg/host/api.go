@@ -540,7 +540,7 @@ func (h *Host) ActiveTurns() []ActiveTurn {
 	// its cleanup.
 	for _, r := range h.runs.Unfinished() {
 		d := h.runDeadlineBound(r)
-		out = append(out, ActiveTurn{ID: r.ID(), ChannelTag: runChannelPrefix + r.ID(), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
+		out = append(out, ActiveTurn{ID: r.ID(), ChannelTag: ids.RunName(r.ID()), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
 	}
 	out = append(out, h.richListed()...)
 	out = append(out, h.activeJobs()...)

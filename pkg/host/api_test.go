@@ -107,6 +107,12 @@ func TestAPIBadInputs(t *testing.T) {
 		{"body too large", "POST", "/v1/channels/c/turns", `{"speaker":{"id":"s"},"text":"` + strings.Repeat("a", MaxBodyBytes) + `"}`, 413, "request body too large"},
 		{"bad channel control char", "GET", "/v1/channels/a%0Ab", "", 400, "bad channel"},
 		{"bad channel too long", "GET", "/v1/channels/" + strings.Repeat("c", 257), "", 400, "bad channel"},
+		// Internal names are no channel keys: a slot's guest uid, a run's
+		// queue entry and journal tag stay the host's own.
+		{"run slot record as channel", "POST", "/v1/channels/sandbox-run-slot%2F0/turns", `{"speaker":{"id":"s"},"text":"x"}`, 400, "bad channel"},
+		{"precheck slot record as channel", "POST", "/v1/channels/sandbox-precheck-slot%2F0/turns", `{"speaker":{"id":"s"},"text":"x"}`, 400, "bad channel"},
+		{"run name as channel", "POST", "/v1/channels/run-0123456789abcdef0123456789abcdef/turns", `{"speaker":{"id":"s"},"text":"x"}`, 400, "bad channel"},
+		{"run name mode", "PUT", "/v1/channels/run-0123456789abcdef0123456789abcdef/mode", `{"mode":"on"}`, 400, "bad channel"},
 		{"escaped slash is part of the key", "GET", "/v1/channels/a%2F..%2Fb/extra/more", "", 404, "not found"},
 		{"mode off", "POST", "/v1/channels/offchan/turns", `{"speaker":{"id":"s"},"text":"x"}`, 409, "channel is not in sandbox mode"},
 		{"wrong method", "DELETE", "/v1/channels/c/turns", "", 405, "method not allowed"},

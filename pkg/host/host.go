@@ -326,7 +326,7 @@ func (h *Host) prepareStatic() error {
 	if n := config.ToolBudgetBytes(all); n > config.MaxToolBudget-config.BuiltinToolReserve {
 		return fmt.Errorf("host: tool specs take %d bytes, over the worker's budget of %d", n, config.MaxToolBudget-config.BuiltinToolReserve)
 	}
-	sample := &turn{id: ids.NewTurnID(), channel: "sandbox:preflight", speaker: protocol.Speaker{ID: "preflight"}}
+	sample := &turn{id: ids.NewTurnID(), channel: ids.PreflightChannel, speaker: protocol.Speaker{ID: "preflight"}}
 	p := h.policyFor(sample, h.opts.Now().Add(c.TurnDeadline()))
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("host: configuration makes an invalid broker policy: %w", err)

@@ -35,14 +35,11 @@ var (
 	errRunCancelled = errors.New("run cancelled")
 )
 
-// runChannelPrefix makes a run's pseudo channel "run-<id>": its tag (a
-// valid channel tag as it is), its container name, its journal identifier
-// sandbox/run-<id> and its queue entry.
-const runChannelPrefix = "run-"
-
-// runSlotChannel names the guest-uid record of run slot k: concurrent runs
-// get distinct uids (RLIMIT_NPROC is per uid), never a channel's.
-func runSlotChannel(k int) string { return "sandbox-run-slot/" + strconv.Itoa(k) }
+// A run's pseudo channel ids.RunName(id), "run-<id>", is its tag (a valid
+// channel tag as it is), its container name, its journal identifier
+// sandbox/run-<id> and its queue entry; its guest uid is its slot's
+// (ids.RunSlot: concurrent runs get distinct uids, RLIMIT_NPROC is per
+// uid). No channel key takes either form (ids.ValidChannel).
 
 // runSlots hands out the lowest free slot.
 type runSlots struct {
@@ -181,7 +178,7 @@ func (h *Host) driveRun(r *runs.Run) {
 			log.Info("run network approved", "by_uid", *st.ApprovedBy)
 		}
 	}
-	release, err := h.queue.acquire(ctx, runChannelPrefix+id)
+	release, err := h.queue.acquire(ctx, ids.RunName(id))
 	if err != nil {
 		if errors.Is(err, ErrShuttingDown) {
 			finish(runs.Finish{Result: runs.ResultCancelled, Error: "the host stopped"})
@@ -210,7 +207,7 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 	deadline := h.opts.Now().Add(time.Duration(p.TimeoutSeconds) * time.Second)
 	runCtx, cancelDeadline := context.WithDeadlineCause(ctx, deadline, errRunTimeout)
 	defer cancelDeadline()
-	t := &turn{id: id, channel: runChannelPrefix + id, tag: runChannelPrefix + id, deadline: deadline, quiet: true}
+	t := &turn{id: id, channel: ids.RunName(id), tag: ids.RunName(id), deadline: deadline, quiet: true}
 	slot := h.runSlots.take()
 	defer h.runSlots.give(slot)
 	defer func() {
@@ -238,7 +235,7 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 	if t.container, err = ids.ContainerName(t.channel, id); err != nil {
 		return systemErr("name", err)
 	}
-	uid, err := h.state.GuestUID(runSlotChannel(slot), h.cfg.Guests, -1)
+	uid, err := h.state.GuestUID(ids.RunSlot(slot), h.cfg.Guests, -1)
 	if err != nil {
 		return systemErr("guest uid", err)
 	}
