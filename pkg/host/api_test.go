@@ -210,6 +210,32 @@ func TestAPIClientIsNotAdmin(t *testing.T) {
 	}
 }
 
+// The health answer names the caller's own role (sandbox-host mcp reads it
+// before it serves on a TCP port).
+func TestHealthNamesTheCallersRole(t *testing.T) {
+	uid := os.Getuid()
+	for _, tt := range []struct {
+		name string
+		opts func(*Options)
+		want string
+	}{
+		{"host uid", func(o *Options) {}, "admin"},
+		{"client", func(o *Options) {
+			o.UID, o.GID = uid+12345, os.Getgid()+12345
+			o.Access = config.ResolvedAccess{ClientUIDs: []int{uid}}
+		}, "client"},
+		{"stranger", func(o *Options) { o.UID, o.GID = uid+12345, os.Getgid()+12345 }, "none"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, "", tt.opts)
+			hc, _ := serve(t, r)
+			if status, body := call(t, hc, "GET", "/v1/health", ""); status != 200 || body["role"] != tt.want {
+				t.Errorf("health: %d %v, want role %q", status, body, tt.want)
+			}
+		})
+	}
+}
+
 func TestPeerCredentialsOverSocket(t *testing.T) {
 	dir := t.TempDir()
 	ln, err := net.Listen("unix", filepath.Join(dir, "s"))
