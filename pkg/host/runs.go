@@ -243,6 +243,12 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 	if err != nil {
 		return systemErr("project", err)
 	}
+	gate := ""
+	if len(p.Setup) > 0 {
+		if gate, err = h.runGate(slot, uid); err != nil {
+			return systemErr("project gate", err)
+		}
+	}
 	if p.Network {
 		if err := h.prepareRunBroker(runCtx, t); err != nil {
 			return systemErr("broker", err)
@@ -259,7 +265,7 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 			layout.LabelChannel:      t.tag,
 			layout.LabelDeadline:     strconv.FormatInt(deadline.Unix(), 10),
 		},
-		Run: &RunContainer{Setup: len(p.Setup) > 0, OutputMB: rc.OutputMB, Command: []string{layout.ToolboxWorker, "run-supervise"}},
+		Run: &RunContainer{Setup: len(p.Setup) > 0, GateDir: gate, OutputMB: rc.OutputMB, Command: []string{layout.ToolboxWorker, "run-supervise"}},
 	}
 	job := h.runJob(p, uid)
 	var stdin bytes.Buffer
@@ -380,6 +386,67 @@ func (h *Host) runWorkspace(project string) (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// runGateDirName holds the run slots' project gates under workspaceRoot.
+const runGateDirName = ".run-gates"
+
+// runGate is the project's gate of a run with setup in run slot slot
+// (wire.SetupGatePath, container.RunOptions.GateDir):
+// workspaceRoot/.run-gates/<slot>, given to the slot's guest uid:gid with
+// mode 0700 and holding the empty mount point "workspace". Root in the
+// container is neither its owner nor in its group, so setup cannot pass
+// it, even when the host itself runs as root; the main command passes it
+// as its owner. A slot's runs are one at a time, so its gate is reused:
+// the host takes it back (CAP_CHOWN), checks it and hands it over again
+// each time (the slot's uid may have changed). Only the host writes in
+// .run-gates (0700).
+func (h *Host) runGate(slot, guest int) (string, error) {
+	root := filepath.Join(h.cfg.WorkspaceRoot, runGateDirName)
+	gate := filepath.Join(root, strconv.Itoa(slot))
+	inner := filepath.Join(gate, "workspace")
+	me, myGroup := os.Getuid(), os.Getgid()
+	dir := func(p string, mode fs.FileMode) (fs.FileInfo, error) {
+		if err := os.Mkdir(p, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+		st, err := os.Lstat(p)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() || st.Mode()&fs.ModeSymlink != 0 {
+			return nil, fmt.Errorf("%s is not a directory", p)
+		}
+		return st, nil
+	}
+	st, err := dir(root, 0o700)
+	if err != nil {
+		return "", err
+	}
+	if owner, _ := fileOwner(st); owner != me {
+		return "", fmt.Errorf("%s belongs to uid %d, not to this host (uid %d)", root, owner, me)
+	}
+	if st, err = dir(gate, 0o700); err != nil {
+		return "", err
+	}
+	owner, _ := fileOwner(st)
+	group, _ := fileGroup(st)
+	if owner != me || group != myGroup {
+		if err := h.opts.Lchown(gate, me, myGroup); err != nil {
+			return "", fmt.Errorf("take %s back (the host needs CAP_CHOWN, see sandbox-host.service): %w", gate, err)
+		}
+	}
+	// Set, not masked (the unit's UMask); the group and others get nothing.
+	if err := os.Chmod(gate, 0o700); err != nil {
+		return "", err
+	}
+	if _, err := dir(inner, 0o500); err != nil {
+		return "", err
+	}
+	if err := h.opts.Lchown(gate, guest, guest); err != nil {
+		return "", fmt.Errorf("give %s to guest uid %d (the host needs CAP_CHOWN, see sandbox-host.service): %w", gate, guest, err)
+	}
+	return gate, nil
 }
 
 // prepareRunBroker gives an approved network run its broker: a turn
