@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -68,6 +69,23 @@ func helperMain() int {
 				return 90
 			}
 		}
+	}
+	if n, _ := strconv.Atoi(os.Getenv("SUP_KILLAS")); n > 0 {
+		// killAs n times (at nothing), then the main thread's uids.
+		for range n {
+			killAs(65534, -999999)
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/status", os.Getpid()))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			return 90
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "Uid:") {
+				fmt.Println(l)
+			}
+		}
+		return 0
 	}
 	if os.Getenv("SUP_CONTAINER_CAPS") == "1" {
 		// Start again with a container's setup capabilities: the bounding

@@ -640,3 +640,22 @@ func TestSetupNeedsTheGate(t *testing.T) {
 		})
 	}
 }
+
+// killAs changes a throwaway thread's uids, never the main thread's: the
+// runtime parks a locked main thread instead of ending it, and with the
+// main command's uid the supervisor (PID 1) would show as that uid and
+// take its signals (TestSetupStragglersDoNotReachMain saw root=0 now and
+// then). Many calls give the scheduler every chance to use the main thread.
+func TestKillAsNeverChangesTheMainThread(t *testing.T) {
+	requireRoot(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = []string{helperEnv + "=1", "SUP_KILLAS=300"}
+	out, err := cmd.CombinedOutput()
+	if err != nil || string(out) != "Uid:\t0\t0\t0\t0\n" {
+		t.Fatalf("main thread after killAs: %q, %v; want uid 0 throughout", out, err)
+	}
+}
