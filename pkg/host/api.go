@@ -125,6 +125,10 @@ type (
 		Accepting bool   `json:"accepting"`
 		Running   int    `json:"running"`
 		Waiting   int    `json:"waiting"`
+		// Role is the caller's own role (none, client or admin), from its
+		// peer credentials: what `sandbox-host mcp` checks before it
+		// serves on a TCP port.
+		Role string `json:"role"`
 	}
 	// ErrorResponse is every 4xx/5xx body.
 	ErrorResponse struct {
@@ -540,7 +544,7 @@ func (h *Host) ActiveTurns() []ActiveTurn {
 	// its cleanup.
 	for _, r := range h.runs.Unfinished() {
 		d := h.runDeadlineBound(r)
-		out = append(out, ActiveTurn{ID: r.ID(), ChannelTag: runChannelPrefix + r.ID(), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
+		out = append(out, ActiveTurn{ID: r.ID(), ChannelTag: ids.RunName(r.ID()), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
 	}
 	out = append(out, h.richListed()...)
 	out = append(out, h.activeJobs()...)
@@ -556,7 +560,8 @@ func (h *Host) handleTurns(w http.ResponseWriter, r *http.Request, _ string) err
 
 func (h *Host) handleHealth(w http.ResponseWriter, r *http.Request, _ string) error {
 	waiting, running := h.queue.totals()
-	hl := Health{Status: "ok", Version: version.Version, Accepting: h.accepting(), Running: running, Waiting: waiting}
+	hl := Health{Status: "ok", Version: version.Version, Accepting: h.accepting(), Running: running, Waiting: waiting,
+		Role: Authorize(h.opts.Access, h.opts.UID, peerFrom(r.Context())).String()}
 	status := http.StatusOK
 	if !hl.Accepting {
 		hl.Status, status = "stopping", http.StatusServiceUnavailable

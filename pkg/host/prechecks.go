@@ -42,16 +42,12 @@ var (
 // concurrency cap included).
 const maxActivePrechecks = 64
 
-// precheckChannelPrefix names a precheck's queue entry ("precheck-<id>"):
+// A precheck's queue entry is ids.PrecheckName(id), "precheck-<id>":
 // prechecks of one channel do not wait for each other or for its turns,
-// only for the global cap.
-const precheckChannelPrefix = "precheck-"
-
-// precheckSlotChannel names the guest-uid record of precheck slot k:
-// concurrent prechecks get distinct uids (RLIMIT_NPROC is per uid), never a
-// channel's, so a busy turn cannot starve its channel's precheck of
-// processes.
-func precheckSlotChannel(k int) string { return "sandbox-precheck-slot/" + strconv.Itoa(k) }
+// only for the global cap. Its guest uid is its slot's (ids.PrecheckSlot):
+// concurrent prechecks get distinct uids (RLIMIT_NPROC is per uid), never
+// a channel's, so a busy turn cannot starve its channel's precheck of
+// processes. No channel key takes either form (ids.ValidChannel).
 
 // Result labels of sandbox_prechecks_total.
 const (
@@ -248,7 +244,7 @@ func (h *Host) RunPrecheck(ctx context.Context, req precheck.Request) (precheck.
 	stopWatch := context.AfterFunc(h.stopCtx, func() { cancel(ErrShuttingDown) })
 	defer stopWatch()
 
-	release, err := h.queue.acquire(ctx, precheckChannelPrefix+id)
+	release, err := h.queue.acquire(ctx, ids.PrecheckName(id))
 	if err != nil {
 		h.metrics.prechecks.WithLabelValues(precheckFailed).Inc()
 		log.Info("precheck done", "result", precheckFailed, "reason", "not admitted: "+err.Error())
@@ -312,7 +308,7 @@ func (h *Host) executePrecheck(ctx context.Context, id string, plan precheckPlan
 	if t.container, err = ids.ContainerName(t.channel, id); err != nil {
 		return fail("name", err)
 	}
-	uid, err := h.state.GuestUID(precheckSlotChannel(slot), h.cfg.Guests, -1)
+	uid, err := h.state.GuestUID(ids.PrecheckSlot(slot), h.cfg.Guests, -1)
 	if err != nil {
 		return fail("guest uid", err)
 	}
