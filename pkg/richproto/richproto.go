@@ -305,16 +305,8 @@ func (r *Result) Validate() error {
 	}
 	var sum int
 	for i, f := range r.Files {
-		if f.Name == "" || len(f.Name) > 255 || !utf8.ValidString(f.Name) {
-			return bad("files[%d].name must be 1 to 255 bytes of UTF-8", i)
-		}
-		for _, c := range f.Name {
-			if c == '/' || c == '\\' || c < 0x20 || c == 0x7f {
-				return bad("files[%d].name must be a plain file name", i)
-			}
-		}
-		if f.Name == "." || f.Name == ".." {
-			return bad("files[%d].name must be a plain file name", i)
+		if !ValidFileName(f.Name) {
+			return bad("files[%d].name must be a plain file name of 1 to 255 bytes", i)
 		}
 		// The type reaches the frontend as is: bounded like an attachment's.
 		if len(f.Type) > MaxAttachmentType || strings.IndexFunc(f.Type, func(c rune) bool { return c <= ' ' || c >= 0x7f }) >= 0 {
