@@ -242,6 +242,35 @@ func TestAnthropicStreamRefusals(t *testing.T) {
 	}
 }
 
+// TestAnthropicCutToolInputPasses: under the admitted
+// fine-grained-tool-streaming beta, an answer that max_tokens ends inside a
+// tool input (not JSON) reaches the worker whole: the block's stop, stop
+// reason max_tokens and the usage, with no error event.
+func TestAnthropicCutToolInputPasses(t *testing.T) {
+	evs := []anthropictest.Event{anthropictest.Start("claude-test"),
+		anthropictest.BlockStart(0, `{"type":"tool_use","id":"toolu_01T1x1fJ34qAmk2tNTrN7Up6","name":"write_reply_file","input":{}}`),
+		anthropictest.InputDelta(0, `{"name": "notes.md", "te`), anthropictest.InputDelta(0, `xt": "# Notes\n\nThe first part`),
+		anthropictest.BlockStop(0)}
+	evs = append(evs, anthropictest.End("max_tokens")...)
+	h := newAnthropicHarness(t, policy.CredentialAPIKey, 0, false, anthropictest.Reply{Events: evs})
+	resp := h.post(RouteAnthropicMessages+"?beta=true", streamReq, "Anthropic-Beta", "fine-grained-tool-streaming-2025-05-14")
+	body := readAll(t, resp)
+	if resp.StatusCode != 200 || strings.Contains(body, "event: error") {
+		t.Fatalf("status %d, body:\n%s", resp.StatusCode, body)
+	}
+	for _, want := range []string{"event: content_block_stop\n", `"stop_reason":"max_tokens"`, `"usage":{"output_tokens":15}`, "event: message_stop\n"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the worker did not get %s:\n%s", want, body)
+		}
+	}
+	if got := h.up.Requests(); len(got) != 1 || got[0].Header.Get("Anthropic-Beta") != "fine-grained-tool-streaming-2025-05-14" {
+		t.Errorf("upstream requests %d, beta %q", len(got), got[0].Header.Get("Anthropic-Beta"))
+	}
+	if strings.Contains(h.logs.String(), "not JSON") || strings.Contains(h.logs.String(), "notes.md") {
+		t.Errorf("log: %s", h.logs.String())
+	}
+}
+
 func TestAnthropicSilence(t *testing.T) {
 	h := newAnthropicHarness(t, policy.CredentialAPIKey, 200*time.Millisecond, false,
 		anthropictest.Reply{Events: []anthropictest.Event{anthropictest.Start("claude-test")}, Hang: true})
