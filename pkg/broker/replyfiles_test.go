@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
@@ -25,11 +26,17 @@ func TestRichReplyFilesOnTheWire(t *testing.T) {
 	}
 	turn := func(files []richproto.File) (int, controlAnswer) {
 		t.Helper()
-		got := h.control(context.Background(), h.bind("low"))
+		// The packet is encoded before the bind, and the turn has the
+		// time 60 MiB of JSON takes under the race detector on a busy
+		// machine (10 s did not always do).
+		body := packet(files)
+		b := h.bind("low")
+		b.Turn.DeadlineUnixMs = time.Now().Add(2 * time.Minute).UnixMilli()
+		got := h.control(context.Background(), b)
 		if code, _, _ := h.do(richproto.RouteNext, ""); code != http.StatusOK {
 			t.Fatalf("poll: %d", code)
 		}
-		code, _, _ := h.do(richproto.RouteResult, packet(files))
+		code, _, _ := h.do(richproto.RouteResult, body)
 		a := <-got
 		h.waitUnbound(t)
 		return code, a

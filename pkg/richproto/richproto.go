@@ -2,8 +2,9 @@
 // section 13) between its long-lived worker, its channel broker and the
 // host: what the worker announces (Ready), the turn it is handed (Turn, the
 // answer of a long poll on /worker/next) and the reply packet it returns
-// (Result). It holds types, bounds and their validation only (standard
-// library), so the worker, the broker and the host agree on one shape.
+// (Result). It holds types, bounds, their validation and the reply
+// packet's stream decoder only (standard library), so the worker, the
+// broker and the host agree on one shape.
 // Guarantee: a value that passed Validate is within every bound below.
 package richproto
 
