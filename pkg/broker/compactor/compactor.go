@@ -181,9 +181,12 @@ func (k *Call) Compact(ctx context.Context, req *sessions.CompactRequest, t Turn
 	done := make(chan result, 1)
 	k.holds = false // the runner's goroutine releases the slot
 	go func() {
-		defer c.running.Store(false)
-		defer cancel()
 		out, err := c.run(rctx, input, t)
+		cancel()
+		// Before the result is handed over, so the slot is free once the
+		// answer is (released after the send, the next request could
+		// find it still taken: "busy").
+		c.running.Store(false)
 		done <- result{out, err}
 	}()
 	var res result
