@@ -232,19 +232,29 @@ func TestFilterStreamSilence(t *testing.T) {
 }
 
 func TestFilterStreamSilenceIsNotATotalTime(t *testing.T) {
-	// Chunks 60 ms apart for longer than the 100 ms silence limit.
-	evs := anthropictest.TextStream("m", "a", "b", "c", "d", "e")
+	// Chunks 50 ms apart for longer than the 1 s silence limit (1.5 s in
+	// all). The gap is a twentieth of the limit: 60 ms against 100 ms was
+	// passed now and then on a loaded machine.
+	texts := make([]string, 26)
+	for i := range texts {
+		texts[i] = "x"
+	}
+	evs := anthropictest.TextStream("m", texts...)
 	pr, pw := io.Pipe()
 	go func() {
 		for _, e := range evs {
 			pw.Write([]byte(anthropictest.Frame(e)))
-			time.Sleep(60 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond)
 		}
 		pw.Close()
 	}()
 	var f frames
-	if _, err := FilterStream(context.Background(), &f, pr, FilterOptions{Checker: checker, Silence: 100 * time.Millisecond}); err != nil {
+	began := time.Now()
+	if _, err := FilterStream(context.Background(), &f, pr, FilterOptions{Checker: checker, Silence: time.Second}); err != nil {
 		t.Fatalf("FilterStream: %v", err)
+	}
+	if d := time.Since(began); d <= time.Second {
+		t.Fatalf("the stream took %v, not longer than the silence limit", d)
 	}
 }
 
