@@ -177,6 +177,7 @@ type Host struct {
 	// Rich channel sessions (rich.go).
 	rich        richSessions
 	richControl RichControl
+	replies     *replyBudget // reply packet bytes in flight (replyfiles.go)
 
 	// Delegated jobs (delegations.go).
 	jobs     *delegation.Registry
@@ -259,6 +260,7 @@ func New(o Options) (*Host, error) {
 		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
 		rich:        richSessions{byChannel: map[string]*richSession{}, removing: map[string]*richSession{}},
 		richControl: o.RichControl,
+		replies:     newReplyBudget(replyBudgetBytes, o.Logger),
 	}
 	if h.richControl == nil {
 		h.richControl = HTTPRichControl{}
