@@ -38,6 +38,14 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(helperMain())
 	}
+	if len(os.Args) == 3 && os.Args[1] == KillArg {
+		// The straggler killer (see killAs). Not os.Exit: under -race it
+		// waits a second at exit for reports, per killer.
+		syscall.Exit(KillMain(os.Args[2]))
+	}
+	if os.Getenv(mainThreadEnv) != "" {
+		os.Exit(mainThreadHelper())
+	}
 	os.Exit(m.Run())
 }
 

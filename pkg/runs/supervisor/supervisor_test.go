@@ -161,11 +161,15 @@ func TestSetupStragglersDoNotReachMain(t *testing.T) {
 	d := newDirs(t)
 	j := baseJob()
 	j.Setup = []string{"setsid sleep 30 >/dev/null 2>&1 & echo started"}
-	j.Command = "n=0; for f in /proc/[0-9]*/status; do grep -q '^Uid:\t0\t' $f 2>/dev/null && n=$((n+1)); done; echo root=$n"
+	// The setup's leftover was killed as the main command's uid too (see
+	// killAs), which must leave no thread of the supervisor with that
+	// uid: kill -0 would then reach it.
+	j.Command = "n=0; for f in /proc/[0-9]*/status; do grep -q '^Uid:\t0\t' $f 2>/dev/null && n=$((n+1)); done; echo root=$n\n" +
+		"for t in /proc/1/task/*; do kill -0 ${t##*/} 2>/dev/null && echo signalled ${t##*/}; done"
 	o := run(t, j, runConfig{d: d})
-	// The supervisor itself is the one root process left.
+	// The supervisor itself is the one root process left, out of reach.
 	if o.out["stdout/setup"] != "started\n" || o.out["stdout/main"] != "root=1\n" {
-		t.Fatalf("output %q, want started and root=1 (log: %s)", o.out, o.log)
+		t.Fatalf("output %q, want started and root=1, no thread signalled (log: %s)", o.out, o.log)
 	}
 }
 
