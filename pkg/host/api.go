@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -350,7 +351,7 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 		OnFiles: func(f []richproto.File) { files = f },
 		OnReply: func(reply *protocol.Reply, turnID string) {
 			replied = true // same goroutine as RunTurn's caller
-			h.writeReply(w, reply, turnID, files)
+			h.writeReply(w, r, reply, turnID, files)
 		},
 	})
 	if replied {
@@ -364,14 +365,14 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 	}
 	// RunTurn succeeded without calling OnReply: not expected, but the
 	// client must still get its answer.
-	h.writeReply(w, reply, turnID, files)
+	h.writeReply(w, r, reply, turnID, files)
 	return nil
 }
 
 // writeReply writes a turn's 200 response whole, with its length, and flushes
 // it, so the client has the complete body while the handler still runs the
 // turn's cleanup.
-func (h *Host) writeReply(w http.ResponseWriter, reply *protocol.Reply, turnID string, files []richproto.File) {
+func (h *Host) writeReply(w http.ResponseWriter, r *http.Request, reply *protocol.Reply, turnID string, files []richproto.File) {
 	// Streamed from the files' bytes (replyfiles.go): the answer is never
 	// held whole beside them.
 	body, err := newTurnAnswer(TurnResponse{OK: reply.OK, Text: reply.Text, TurnID: turnID, Files: files})
@@ -393,6 +394,12 @@ func (h *Host) writeReply(w http.ResponseWriter, reply *protocol.Reply, turnID s
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(replyWriteTimeout))
 	w.WriteHeader(http.StatusOK)
 	if _, err := body.WriteTo(w); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The client's fault, and the turn's answer is lost: say so.
+			h.log.Warn("turn answer cut: the client stopped reading", "turn", turnID,
+				"peer_uid", peerFrom(r.Context()).UID, "write_timeout_s", replyWriteTimeout.Seconds())
+			return
+		}
 		h.log.Debug("turn reply not delivered", "turn", turnID, "err", err) // the client left
 		return
 	}
