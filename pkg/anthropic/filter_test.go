@@ -229,20 +229,40 @@ func TestFilterStreamSilence(t *testing.T) {
 	}
 }
 
+// slowWorker takes hold to accept each event: time the stream spends
+// outside an upstream read.
+type slowWorker struct {
+	frames
+	hold time.Duration
+}
+
+func (w *slowWorker) WriteEvent(p []byte) error {
+	<-time.After(w.hold)
+	return w.frames.WriteEvent(p)
+}
+
 func TestFilterStreamSilenceIsNotATotalTime(t *testing.T) {
-	// Chunks 60 ms apart for longer than the 100 ms silence limit.
+	// The stream lasts over twice the 100 ms silence limit, yet no read
+	// waits on the upstream: the writer below is always already blocked on
+	// the next chunk, and the time passes while the worker takes each event.
+	// (Spacing upstream chunks 60 ms apart made each read's wait the
+	// measured quantity, and a busy machine stretched one past 100 ms.)
+	const silence = 100 * time.Millisecond
 	evs := anthropictest.TextStream("m", "a", "b", "c", "d", "e")
 	pr, pw := io.Pipe()
 	go func() {
 		for _, e := range evs {
 			pw.Write([]byte(anthropictest.Frame(e)))
-			time.Sleep(60 * time.Millisecond)
 		}
 		pw.Close()
 	}()
-	var f frames
-	if _, err := FilterStream(context.Background(), &f, pr, FilterOptions{Checker: checker, Silence: 100 * time.Millisecond}); err != nil {
+	w := &slowWorker{hold: silence / 2}
+	began := time.Now()
+	if _, err := FilterStream(context.Background(), w, pr, FilterOptions{Checker: checker, Silence: silence}); err != nil {
 		t.Fatalf("FilterStream: %v", err)
+	}
+	if took := time.Since(began); took < 2*silence || len(w.got) != len(evs) {
+		t.Fatalf("%d of %d events in %v; want all of them over more than %v", len(w.got), len(evs), took, 2*silence)
 	}
 }
 
