@@ -42,6 +42,9 @@ func TestMain(m *testing.M) {
 }
 
 func helperMain() int {
+	if os.Getenv("SUP_MAIN_THREAD") == "1" {
+		return mainThreadHelper()
+	}
 	if os.Getenv("SUP_MOUNT_PROC") == "1" {
 		// A private mount namespace (Cloneflags): mount a /proc of this
 		// PID namespace so children see only its processes.

@@ -3,7 +3,6 @@ package supervisor
 import (
 	"bufio"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -105,17 +104,16 @@ func procRealUID(pid int) (int, bool) {
 // killAs sends SIGKILL to target from a thread whose uids are all uid, so
 // that the kernel lets it signal that uid's processes without CAP_KILL. The
 // uid change is the thread's alone (a raw setresuid, not Go's all-threads
-// one) and the thread never runs anything else: its goroutine exits locked,
-// which ends the thread.
+// one) and the thread never runs anything else: it is a spare thread (not
+// the main one) that ends with its goroutine (onSpareThread).
 func killAs(uid, target int) {
 	done := make(chan struct{})
-	go func() {
+	onSpareThread(func() {
 		defer close(done)
-		runtime.LockOSThread()
 		if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); errno != 0 {
 			return
 		}
 		_ = unix.Kill(target, unix.SIGKILL)
-	}()
+	})
 	<-done
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -219,12 +218,11 @@ func (s *supervisor) runCommand(ctx context.Context, phase string, argv []string
 	}
 	startc := make(chan started, 1)
 	statusc := make(chan unix.WaitStatus, 1)
-	go func() {
+	onSpareThread(func() {
 		// Capabilities and no_new_privs are per thread and a child
 		// inherits its forking thread's; so is Pdeathsig's "parent".
-		// The thread is never unlocked: it ends with this goroutine,
-		// which lives until the child's status arrives.
-		runtime.LockOSThread()
+		// The thread ends with this goroutine, which lives until the
+		// child's status arrives.
 		if main {
 			if err := dropThreadPrivileges(s.root); err != nil {
 				startc <- started{err: &privilegeError{err}}
@@ -236,7 +234,7 @@ func (s *supervisor) runCommand(ctx context.Context, phase string, argv []string
 		if err == nil {
 			statusc <- <-ch
 		}
-	}()
+	})
 	st := <-startc
 	outW.Close()
 	errW.Close()
