@@ -62,7 +62,9 @@ func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
 	t.Cleanup(func() { replyWriteTimeout = old })
 	r, ctl := richRig(t, time.Hour)
 	big := make([]byte, richproto.MaxReplyFileBytes)
+	answered := make(chan struct{})
 	ctl.turnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
+		close(answered)
 		return &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: "x", Files: []richproto.File{{Name: "a", Data: big}}}, nil
 	}
 	if code, _ := r.api(t, "PUT", "/v1/channels/room/mode", `{"mode":"rich","profile":"helper"}`); code != 200 {
@@ -86,8 +88,14 @@ func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
 	body := `{"speaker":{"id":"u"},"text":"draw"}`
 	fmt.Fprintf(conn, "POST /v1/channels/room/turns HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	// Never read: the answer (14 MiB) cannot fit the socket's buffers.
+	// Polled only once the turn has its answer: before it starts, the
+	// channel looks free too.
+	select {
+	case <-answered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the turn never ran")
+	}
 	waitUntil := time.Now().Add(5 * time.Second)
-	time.Sleep(100 * time.Millisecond)
 	for r.h.status("room").RunningTurn != "" || r.h.queue.waitingFor("room") != 0 {
 		if time.Now().After(waitUntil) {
 			t.Fatal("the turn is still held by a client that stopped reading")
