@@ -69,8 +69,8 @@ func recv(t *testing.T, ch <-chan error) error {
 	select {
 	case err := <-ch:
 		return err
-	case <-time.After(time.Second):
-		t.Fatal("WaitApproval did not return within 1s")
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitApproval did not return within 10s")
 		return nil
 	}
 }
@@ -526,7 +526,7 @@ func TestSubscribeReplayThenLive(t *testing.T) {
 		if err != nil {
 			t.Errorf("Subscribe = %v, want nil after the result", err)
 		}
-	case <-time.After(time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("Subscribe did not return after the result event")
 	}
 
