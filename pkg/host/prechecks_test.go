@@ -20,15 +20,22 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/precheck/runner"
 )
 
+// precheckExtra gives a precheck the default minute: tests about anything
+// but the deadline must not race it (a 2 s bound failed them on a busy
+// machine, where the host's setup alone took over 2 s).
 const precheckExtra = `
 prechecks:
   enabled: true
-  timeoutSeconds: 2
+  timeoutSeconds: 60
   grants:
     - channel: room
       server: search
       tools: [find]
 `
+
+// precheckShortExtra is precheckExtra with the least timeout, for the
+// deadline's own tests.
+var precheckShortExtra = strings.Replace(precheckExtra, "timeoutSeconds: 60", "timeoutSeconds: 2", 1)
 
 // mcpFake is the broker's MCP route as the runner sees it: search/find
 // answers {"hits":N}; anything else is refused.
@@ -127,7 +134,11 @@ func TestPrecheckTable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, m := newPrecheckRig(t, precheckExtra)
+			extra := precheckExtra
+			if tt.result == precheckTimeout {
+				extra = precheckShortExtra
+			}
+			r, m := newPrecheckRig(t, extra)
 			code, got, body := postPrecheck(t, r.h, tt.req)
 			if code != http.StatusOK {
 				t.Fatalf("status %d %s", code, body)
@@ -198,7 +209,7 @@ func TestPrecheckContainerAndPolicy(t *testing.T) {
 	}
 	var job precheck.Job
 	must(t, json.Unmarshal(r.docker.stdins[0], &job))
-	if job.TimeoutMs != 1000 || job.MaxCalls != 16 || job.MaxHeapBytes != 256<<20*3/5 || job.TimeZone != "UTC" {
+	if job.TimeoutMs != 59_000 || job.MaxCalls != 16 || job.MaxHeapBytes != 256<<20*3/5 || job.TimeZone != "UTC" {
 		t.Errorf("job %+v", job)
 	}
 	if strings.Contains(string(r.docker.stdins[0]), "thread-7") {
@@ -269,7 +280,7 @@ func TestPrecheckDisabled(t *testing.T) {
 // TestPrecheckKilledAtDeadline: a container that never answers is killed
 // and removed at the deadline; the answer is the timeout error.
 func TestPrecheckKilledAtDeadline(t *testing.T) {
-	r, _ := newPrecheckRig(t, precheckExtra)
+	r, _ := newPrecheckRig(t, precheckShortExtra)
 	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
 		return RunResult{ExitCode: -1}, ctx.Err()
