@@ -209,7 +209,7 @@ func TestPrecheckContainerAndPolicy(t *testing.T) {
 	}
 	var job precheck.Job
 	must(t, json.Unmarshal(r.docker.stdins[0], &job))
-	if job.TimeoutMs != 59_000 || job.MaxCalls != 16 || job.MaxHeapBytes != 256<<20*3/5 || job.TimeZone != "UTC" {
+	if job.TimeoutMs > 59_000 || job.TimeoutMs < precheck.MinTimeoutMs || job.MaxCalls != 16 || job.MaxHeapBytes != 256<<20*3/5 || job.TimeZone != "UTC" {
 		t.Errorf("job %+v", job)
 	}
 	if strings.Contains(string(r.docker.stdins[0]), "thread-7") {
@@ -275,6 +275,39 @@ func TestPrecheckDisabled(t *testing.T) {
 	if code != http.StatusConflict || !strings.Contains(body, "prechecks.enabled") {
 		t.Errorf("%d %s", code, body)
 	}
+}
+
+// TestPrecheckVMDeadlineAfterSetup: the job's timeoutMs is what is left of
+// the precheck's deadline when its container runs, less the margin: a setup
+// that took 10 s of a 60 s precheck leaves the VM 49 s, not 59 (which would
+// let the kill come first: a script past its time then got the kill's
+// answer instead of its own).
+func TestPrecheckVMDeadlineAfterSetup(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	r := newRig(t, precheckExtra, func(o *Options) {
+		o.Access.ClientUIDs = []int{clientUID}
+		o.Now = clock
+	})
+	t.Cleanup(r.h.Shutdown)
+	r.docker.runFn = runnerRun(&mcpFake{})
+	r.units.startHook = func(context.Context, string) error {
+		mu.Lock()
+		now = now.Add(10 * time.Second) // a slow unit start
+		mu.Unlock()
+		return nil
+	}
+	code, got, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Script: `export default () => ({ wake: false })`})
+	if code != http.StatusOK || got.Wake == nil || *got.Wake {
+		t.Fatalf("%d %s", code, body)
+	}
+	var job precheck.Job
+	must(t, json.Unmarshal(r.docker.stdins[0], &job))
+	if job.TimeoutMs != 49_000 {
+		t.Errorf("job timeoutMs %d, want 49000 (60 s less 10 s of setup, less the 1 s margin)", job.TimeoutMs)
+	}
+	r.assertClean(t)
 }
 
 // TestPrecheckKilledAtDeadline: a container that never answers is killed
