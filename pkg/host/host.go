@@ -149,6 +149,7 @@ type Options struct {
 
 // Host is one running sandbox-host.
 type Host struct {
+	routes  []route // the API (routes.go)
 	opts    Options
 	cfg     *config.Config
 	log     *slog.Logger
@@ -262,6 +263,7 @@ func New(o Options) (*Host, error) {
 		richControl: o.RichControl,
 		replies:     newReplyBudget(replyBudgetBytes, o.Logger),
 	}
+	h.routes = h.routeTable()
 	if h.richControl == nil {
 		h.richControl = HTTPRichControl{}
 	}
