@@ -71,6 +71,11 @@ type Config struct {
 	// resolver and dialer), never set from configuration. nil means a
 	// fetcher whose dialer allows exactly the policy's egressAllow.
 	Fetcher *safefetch.Fetcher
+	// LocalAddrs is this box's own addresses, which the fetcher's dialer
+	// (fetch tools, attachments, the proxy route) refuses. nil means the
+	// process's rtnetlink watch (safefetch.SystemLocalAddrs); a fake in
+	// tests. Unused when Fetcher is set.
+	LocalAddrs safefetch.LocalAddrs
 	// ControlUID is the only peer uid a rich channel broker's control
 	// route accepts: the host's (Run: the owner of the policy file).
 	ControlUID int
@@ -105,6 +110,24 @@ type Broker struct {
 	refusals atomic.Int64   // 4xx answers of this turn (MaxRefusals)
 	unread   atomic.Int64   // requests answered unread after MaxRefusals (logged once, at the end)
 	active   sync.WaitGroup // handlers running, awaited at shutdown
+	// stopping is set when Serve starts awaiting active (under stopMu): a
+	// request a connection read just before the server closed must not
+	// start a handler then (it would run unawaited, after Serve returned,
+	// and its Add would race the Wait).
+	stopMu   sync.Mutex
+	stopping bool
+}
+
+// enter counts a handler in active, or answers false once Serve is
+// stopping.
+func (b *Broker) enter() bool {
+	b.stopMu.Lock()
+	defer b.stopMu.Unlock()
+	if b.stopping {
+		return false
+	}
+	b.active.Add(1)
+	return true
 }
 
 // LogValue shows the turn only: never identity text, URLs or credentials.
@@ -132,7 +155,8 @@ func New(cfg Config) (*Broker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("broker: policy egressAllow: %w", err)
 		}
-		fetcher = &safefetch.Fetcher{Dialer: &safefetch.Dialer{Allow: allow}, UserAgent: "roundtable-sandbox-broker/" + version.Version}
+		fetcher = &safefetch.Fetcher{Dialer: &safefetch.Dialer{Allow: allow, Local: cfg.LocalAddrs},
+			UserAgent: "roundtable-sandbox-broker/" + version.Version}
 	}
 	l := cfg.Policy.Limits
 	upstreamTimeout := time.Duration(l.UpstreamTimeoutMs) * time.Millisecond
@@ -141,7 +165,7 @@ func New(cfg Config) (*Broker, error) {
 		// The same vetted dialer as the fetch tools: one way out.
 		d := fetcher.Dialer
 		if d == nil {
-			d = &safefetch.Dialer{}
+			d = &safefetch.Dialer{Local: cfg.LocalAddrs}
 		}
 		proxy = egress.New(d, *g, cfg.Policy.Deadline(), log.With("turn", cfg.Policy.TurnID, "route", "egress"))
 	}
@@ -192,7 +216,14 @@ func newUpstreamClient(timeout time.Duration) *http.Client {
 
 // ServeHTTP handles one guest call and logs one line about it.
 func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	b.active.Add(1)
+	if !b.enter() {
+		// The broker is stopping: nothing of the request runs.
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, `{"error":"unavailable"}`)
+		return
+	}
 	defer b.active.Done()
 	// Only a granted turn has the proxy route, and only CONNECT and
 	// absolute-form requests reach it; without a grant they meet the strict

@@ -3,12 +3,11 @@ package client
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
 
@@ -28,13 +27,14 @@ const maxTurnAnswerBytes = richproto.MaxPacketBytes + 1<<20
 // visible file name.
 var ErrUnsafeFileName = errors.New("reply file name is not a plain file name")
 
-// CheckReplyFileName refuses a name that is not a plain, visible file name:
-// empty or over 255 bytes, not UTF-8, a path separator, a control
-// character, or a leading '.' (which also refuses "." and "..").
+// CheckReplyFileName refuses a name that is not a plain, visible file name
+// (richproto.ValidFileName): empty or over 255 bytes, not UTF-8, a path
+// separator, a control or format character (a direction override, a
+// zero-width character, a C1 control), or a leading '.' (which also
+// refuses "." and ".."). The error quotes the name escaped.
 func CheckReplyFileName(name string) error {
-	if name == "" || len(name) > 255 || !utf8.ValidString(name) || strings.HasPrefix(name, ".") ||
-		strings.ContainsFunc(name, func(r rune) bool { return r == '/' || r == '\\' || r < 0x20 || r == 0x7f }) {
-		return fmt.Errorf("%q: %w", name, ErrUnsafeFileName)
+	if !richproto.ValidFileName(name) {
+		return fmt.Errorf("%+q: %w", name, ErrUnsafeFileName)
 	}
 	return nil
 }
@@ -83,13 +83,13 @@ func WriteReplyFiles(dir string, files []File) ([]string, error) {
 	}
 	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("files directory %s: %w", dir, err)
+		return nil, fmt.Errorf("files directory %q: %w", dir, err)
 	}
 	defer unix.Close(dfd)
 	var written []string
 	for _, f := range files {
 		if err := writeOne(dfd, f); err != nil {
-			return written, fmt.Errorf("write %s: %w", strings.TrimSuffix(dir, "/")+"/"+f.Name, err)
+			return written, fmt.Errorf("write %q: %w", strings.TrimSuffix(dir, "/")+"/"+f.Name, err)
 		}
 		written = append(written, strings.TrimSuffix(dir, "/")+"/"+f.Name)
 	}
@@ -101,41 +101,4 @@ func WriteReplyFiles(dir string, files []File) ([]string, error) {
 	return written, nil
 }
 
-func writeOne(dfd int, f File) error {
-	// The final name must not exist, whatever it is (a file, a link).
-	var st unix.Stat_t
-	if err := unix.Fstatat(dfd, f.Name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
-		return os.ErrExist
-	}
-	tmp := fmt.Sprintf(".%s.%d.tmp", f.Name, os.Getpid())
-	if len(tmp) > 255 {
-		tmp = fmt.Sprintf(".reply.%d.tmp", os.Getpid())
-	}
-	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return err
-	}
-	file := os.NewFile(uintptr(fd), tmp)
-	_, err = file.Write(f.Data)
-	if err == nil {
-		err = file.Sync()
-	}
-	if cerr := file.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = unix.Renameat2(dfd, tmp, dfd, f.Name, unix.RENAME_NOREPLACE)
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
-			// A file system without RENAME_NOREPLACE: a hard link also
-			// refuses an existing name.
-			if err = unix.Linkat(dfd, tmp, dfd, f.Name, 0); err == nil {
-				_ = unix.Unlinkat(dfd, tmp, 0)
-			}
-		}
-	}
-	if err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
-		return err
-	}
-	return nil
-}
+func writeOne(dfd int, f File) error { return atomicfile.CreateAt(dfd, f.Name, f.Data, 0o600) }

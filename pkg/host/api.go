@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -124,6 +125,10 @@ type (
 		Accepting bool   `json:"accepting"`
 		Running   int    `json:"running"`
 		Waiting   int    `json:"waiting"`
+		// Role is the caller's own role (none, client or admin), from its
+		// peer credentials: what `sandbox-host mcp` checks before it
+		// serves on a TCP port.
+		Role string `json:"role"`
 	}
 	// ErrorResponse is every 4xx/5xx body.
 	ErrorResponse struct {
@@ -271,7 +276,7 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 		OnFiles: func(f []richproto.File) { files = f },
 		OnReply: func(reply *protocol.Reply, turnID string) {
 			replied = true // same goroutine as RunTurn's caller
-			h.writeReply(w, reply, turnID, files)
+			h.writeReply(w, r, reply, turnID, files)
 		},
 	})
 	if replied {
@@ -285,24 +290,25 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 	}
 	// RunTurn succeeded without calling OnReply: not expected, but the
 	// client must still get its answer.
-	h.writeReply(w, reply, turnID, files)
+	h.writeReply(w, r, reply, turnID, files)
 	return nil
 }
 
 // writeReply writes a turn's 200 response whole, with its length, and flushes
 // it, so the client has the complete body while the handler still runs the
 // turn's cleanup.
-func (h *Host) writeReply(w http.ResponseWriter, reply *protocol.Reply, turnID string, files []richproto.File) {
-	body, err := json.Marshal(TurnResponse{OK: reply.OK, Text: reply.Text, TurnID: turnID, Files: files})
+func (h *Host) writeReply(w http.ResponseWriter, r *http.Request, reply *protocol.Reply, turnID string, files []richproto.File) {
+	// Streamed from the files' bytes (replyfiles.go): the answer is never
+	// held whole beside them.
+	body, err := newTurnAnswer(TurnResponse{OK: reply.OK, Text: reply.Text, TurnID: turnID, Files: files})
 	if err != nil { // strings, bytes and a bool: cannot happen
 		h.fail(w, fmt.Errorf("encode reply: %w", err))
 		return
 	}
-	body = append(body, '\n')
 	hd := w.Header()
 	hd.Set("Content-Type", "application/json")
 	hd.Set("Cache-Control", "no-store")
-	hd.Set("Content-Length", strconv.Itoa(len(body)))
+	hd.Set("Content-Length", strconv.FormatInt(body.Len(), 10))
 	// The server reads this connection's next request only once the handler
 	// returned, after cleanup: a client reusing it would wait for that
 	// cleanup. Closing it sends the client's next request (another
@@ -312,7 +318,13 @@ func (h *Host) writeReply(w http.ResponseWriter, reply *protocol.Reply, turnID s
 	// reading must not hold the turn (and the channel) forever.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(replyWriteTimeout))
 	w.WriteHeader(http.StatusOK)
-	if _, err := w.Write(body); err != nil {
+	if _, err := body.WriteTo(w); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The client's fault, and the turn's answer is lost: say so.
+			h.log.Warn("turn answer cut: the client stopped reading", "turn", turnID,
+				"peer_uid", peerFrom(r.Context()).UID, "write_timeout_s", replyWriteTimeout.Seconds())
+			return
+		}
 		h.log.Debug("turn reply not delivered", "turn", turnID, "err", err) // the client left
 		return
 	}
@@ -465,7 +477,7 @@ func (h *Host) ActiveTurns() []ActiveTurn {
 	// its cleanup.
 	for _, r := range h.runs.Unfinished() {
 		d := h.runDeadlineBound(r)
-		out = append(out, ActiveTurn{ID: r.ID(), ChannelTag: runChannelPrefix + r.ID(), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
+		out = append(out, ActiveTurn{ID: r.ID(), ChannelTag: ids.RunName(r.ID()), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
 	}
 	out = append(out, h.richListed()...)
 	out = append(out, h.activeJobs()...)
@@ -481,7 +493,8 @@ func (h *Host) handleTurns(w http.ResponseWriter, r *http.Request, _ string) err
 
 func (h *Host) handleHealth(w http.ResponseWriter, r *http.Request, _ string) error {
 	waiting, running := h.queue.totals()
-	hl := Health{Status: "ok", Version: version.Version, Accepting: h.accepting(), Running: running, Waiting: waiting}
+	hl := Health{Status: "ok", Version: version.Version, Accepting: h.accepting(), Running: running, Waiting: waiting,
+		Role: Authorize(h.opts.Access, h.opts.UID, peerFrom(r.Context())).String()}
 	status := http.StatusOK
 	if !hl.Accepting {
 		hl.Status, status = "stopping", http.StatusServiceUnavailable

@@ -46,9 +46,9 @@ const (
 	reasonCleanup    = "the research turn's cleanup failed; the operator was told"
 )
 
-// jobQueuePrefix names a job's entry in the host queue: its own pseudo
-// channel, so it waits for the global cap only, never for its channel.
-const jobQueuePrefix = "job-"
+// A job's entry in the host queue is ids.JobName(id), "job-<id>": its own
+// pseudo channel, so it waits for the global cap only, never for its
+// channel. No channel key takes that form (ids.ValidChannel).
 
 // scratchDirName holds the jobs' scratch workspaces under workspaceRoot.
 const scratchDirName = ".delegations"
@@ -85,7 +85,7 @@ func (h *Host) newDelegation() error {
 		return fmt.Errorf("host: delegation.fetchTool %q is not a configured tool", d.FetchTool)
 	}
 	r := h.research
-	sample := &turn{id: ids.NewTurnID(), channel: "sandbox:preflight", speaker: protocol.Speaker{ID: "preflight"}, research: &r}
+	sample := &turn{id: ids.NewTurnID(), channel: ids.PreflightChannel, speaker: protocol.Speaker{ID: "preflight"}, research: &r}
 	if err := h.policyFor(sample, h.opts.Now().Add(time.Duration(d.TimeoutSeconds)*time.Second)).Validate(); err != nil {
 		return fmt.Errorf("host: delegation makes an invalid broker policy: %w", err)
 	}
@@ -151,7 +151,7 @@ func (h *Host) driveJob(j *delegation.Job) {
 	start := h.opts.Now()
 
 	var fin delegation.Finish
-	release, err := h.queue.acquire(ctx, jobQueuePrefix+j.ID())
+	release, err := h.queue.acquire(ctx, ids.JobName(j.ID()))
 	if err != nil {
 		fin = jobEnded(ctx, delegation.Finish{Result: delegation.ResultCancelled, Reason: reasonHostStop})
 	} else {
@@ -367,12 +367,12 @@ func ignoreENOENT(err error) error {
 // run's own (job-<id>, run-<id> of a job or run the host knows), not a
 // channel: GET /v1/channels leaves those out.
 func (h *Host) queueOnly(name string) bool {
-	if id, ok := strings.CutPrefix(name, jobQueuePrefix); ok {
+	if id, ok := strings.CutPrefix(name, ids.JobPrefix); ok {
 		if _, err := h.jobs.Get(id); err == nil {
 			return true
 		}
 	}
-	if id, ok := strings.CutPrefix(name, runChannelPrefix); ok {
+	if id, ok := strings.CutPrefix(name, ids.RunPrefix); ok {
 		if _, err := h.runs.Get(id); err == nil {
 			return true
 		}

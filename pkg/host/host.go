@@ -58,6 +58,7 @@ type ContainerSpec struct {
 // RunContainer mirrors container.RunOptions.
 type RunContainer struct {
 	Setup    bool
+	GateDir  string // with Setup: the project's gate (container.RunOptions.GateDir)
 	OutputMB int
 	Command  []string
 }
@@ -124,17 +125,18 @@ type Options struct {
 	Notify func(state string)
 
 	// The following have working defaults; tests replace them.
-	UID, GID         int                                  // the process's ids; never a container's
-	ChownTree        func(dir string, uid, gid int) error // hands a workspace to its guest; ChownTree by default
-	BrokerGID        int                                  // group of policy files (_sandbox-broker); 0 = leave as is
-	PeerGroups       func(uid int) []int                  // supplementary groups of a peer uid
-	Now              func() time.Time                     //
-	NewTurnID        func() string                        //
-	RemoveTimeout    time.Duration                        // bound of each removal and unit stop, 5 s
-	SecondRemoval    time.Duration                        // bound of each retried removal, 2 s
-	RemoveRetryDelay time.Duration                        // first pause between removals (doubling to 2 s), 100 ms
-	RemoveRetryTotal time.Duration                        // bound of a container's removal retries, 15 s
-	ShutdownTimeout  time.Duration                        // bound of the HTTP shutdown, 10 s
+	UID, GID         int                                   // the process's ids; never a container's
+	ChownTree        func(dir string, uid, gid int) error  // hands a workspace to its guest; ChownTree by default
+	Lchown           func(path string, uid, gid int) error // one entry, never through a link (a run's gate); os.Lchown by default
+	BrokerGID        int                                   // group of policy files (_sandbox-broker); 0 = leave as is
+	PeerGroups       func(uid int) []int                   // supplementary groups of a peer uid
+	Now              func() time.Time                      //
+	NewTurnID        func() string                         //
+	RemoveTimeout    time.Duration                         // bound of each removal and unit stop, 5 s
+	SecondRemoval    time.Duration                         // bound of each retried removal, 2 s
+	RemoveRetryDelay time.Duration                         // first pause between removals (doubling to 2 s), 100 ms
+	RemoveRetryTotal time.Duration                         // bound of a container's removal retries, 15 s
+	ShutdownTimeout  time.Duration                         // bound of the HTTP shutdown, 10 s
 	ObservePhase     func(string, time.Duration)
 	RichIdle         time.Duration // replaces rich.idleSeconds (tests); 0 = the configuration's
 	// WorkerLogs forwards each turn's worker stderr to journald, bounded;
@@ -176,6 +178,7 @@ type Host struct {
 	// Rich channel sessions (rich.go).
 	rich        richSessions
 	richControl RichControl
+	replies     *replyBudget // reply packet bytes in flight (replyfiles.go)
 
 	// Delegated jobs (delegations.go).
 	jobs     *delegation.Registry
@@ -225,6 +228,9 @@ func New(o Options) (*Host, error) {
 	if o.ChownTree == nil {
 		o.ChownTree = ChownTree
 	}
+	if o.Lchown == nil {
+		o.Lchown = os.Lchown
+	}
 	if o.PeerGroups == nil {
 		o.PeerGroups = SupplementaryGroups
 	}
@@ -255,6 +261,7 @@ func New(o Options) (*Host, error) {
 		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
 		rich:        richSessions{byChannel: map[string]*richSession{}, removing: map[string]*richSession{}},
 		richControl: o.RichControl,
+		replies:     newReplyBudget(replyBudgetBytes, o.Logger),
 	}
 	h.routes = h.routeTable()
 	if h.richControl == nil {
@@ -330,7 +337,7 @@ func (h *Host) prepareStatic() error {
 	if n := config.ToolBudgetBytes(all); n > config.MaxToolBudget-config.BuiltinToolReserve {
 		return fmt.Errorf("host: tool specs take %d bytes, over the worker's budget of %d", n, config.MaxToolBudget-config.BuiltinToolReserve)
 	}
-	sample := &turn{id: ids.NewTurnID(), channel: "sandbox:preflight", speaker: protocol.Speaker{ID: "preflight"}}
+	sample := &turn{id: ids.NewTurnID(), channel: ids.PreflightChannel, speaker: protocol.Speaker{ID: "preflight"}}
 	p := h.policyFor(sample, h.opts.Now().Add(c.TurnDeadline()))
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("host: configuration makes an invalid broker policy: %w", err)

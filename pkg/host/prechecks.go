@@ -42,16 +42,17 @@ var (
 // concurrency cap included).
 const maxActivePrechecks = 64
 
-// precheckChannelPrefix names a precheck's queue entry ("precheck-<id>"):
+// A precheck's queue entry is ids.PrecheckName(id), "precheck-<id>":
 // prechecks of one channel do not wait for each other or for its turns,
-// only for the global cap.
-const precheckChannelPrefix = "precheck-"
+// only for the global cap. Its guest uid is its slot's (ids.PrecheckSlot):
+// concurrent prechecks get distinct uids (RLIMIT_NPROC is per uid), never
+// a channel's, so a busy turn cannot starve its channel's precheck of
+// processes. No channel key takes either form (ids.ValidChannel).
 
-// precheckSlotChannel names the guest-uid record of precheck slot k:
-// concurrent prechecks get distinct uids (RLIMIT_NPROC is per uid), never a
-// channel's, so a busy turn cannot starve its channel's precheck of
-// processes.
-func precheckSlotChannel(k int) string { return "sandbox-precheck-slot/" + strconv.Itoa(k) }
+// precheckVMMarginMs is how long before the host's kill the runner's VM
+// stops (the job's timeoutMs), so that a script past its time answers with
+// its own error.
+const precheckVMMarginMs = 1000
 
 // Result labels of sandbox_prechecks_total.
 const (
@@ -183,7 +184,9 @@ func (h *Host) checkPrecheck(req precheck.Request) (precheckPlan, error) {
 		plan.servers = append(plan.servers, s)
 		jobServers = append(jobServers, precheck.Server{Name: name, Tools: s.Tools})
 	}
-	timeoutMs := pc.TimeoutSeconds*1000 - 1000 // the VM stops a second before the kill, so its answer is the error
+	// The VM stops a second before the kill, so its answer is the error;
+	// executePrecheck lowers this by the time its setup took.
+	timeoutMs := pc.TimeoutSeconds*1000 - precheckVMMarginMs
 	plan.job = precheck.Job{
 		Script: req.Script, FiredAt: firedAt.Format(time.RFC3339), TimeZone: zone, Today: precheck.Today(firedAt, loc),
 		Schedule: req.Schedule, Servers: jobServers, TimeoutMs: max(timeoutMs, precheck.MinTimeoutMs),
@@ -248,7 +251,7 @@ func (h *Host) RunPrecheck(ctx context.Context, req precheck.Request) (precheck.
 	stopWatch := context.AfterFunc(h.stopCtx, func() { cancel(ErrShuttingDown) })
 	defer stopWatch()
 
-	release, err := h.queue.acquire(ctx, precheckChannelPrefix+id)
+	release, err := h.queue.acquire(ctx, ids.PrecheckName(id))
 	if err != nil {
 		h.metrics.prechecks.WithLabelValues(precheckFailed).Inc()
 		log.Info("precheck done", "result", precheckFailed, "reason", "not admitted: "+err.Error())
@@ -312,7 +315,7 @@ func (h *Host) executePrecheck(ctx context.Context, id string, plan precheckPlan
 	if t.container, err = ids.ContainerName(t.channel, id); err != nil {
 		return fail("name", err)
 	}
-	uid, err := h.state.GuestUID(precheckSlotChannel(slot), h.cfg.Guests, -1)
+	uid, err := h.state.GuestUID(ids.PrecheckSlot(slot), h.cfg.Guests, -1)
 	if err != nil {
 		return fail("guest uid", err)
 	}
@@ -340,8 +343,7 @@ func (h *Host) executePrecheck(ctx context.Context, id string, plan precheckPlan
 	if err != nil {
 		return fail("policy", err)
 	}
-	stdin, err := json.Marshal(plan.job)
-	if err != nil || len(stdin) > precheck.MaxJobBytes {
+	if stdin, err := json.Marshal(plan.job); err != nil || len(stdin) > precheck.MaxJobBytes {
 		return fail("job", fmt.Errorf("job of %d bytes: %v", len(stdin), err))
 	}
 	if err := h.makeTurnDir(t); err != nil {
@@ -370,6 +372,15 @@ func (h *Host) executePrecheck(ctx context.Context, id string, plan precheckPlan
 	t.createTried = true
 	if t.containerID, err = h.opts.Containers.Create(runCtx, spec); err != nil {
 		return fail("container create", err)
+	}
+	// The VM's deadline counts from the runner's start, the kill from before
+	// the setup (units, directories, create): give the VM what is left, less
+	// the margin, or a slow setup lets the kill come first and a script that
+	// runs too long gets the kill's answer instead of its own.
+	plan.job.TimeoutMs = max(int(deadline.Sub(h.opts.Now()).Milliseconds())-precheckVMMarginMs, precheck.MinTimeoutMs)
+	stdin, err := json.Marshal(plan.job) // no longer than the one checked above
+	if err != nil {
+		return fail("job", err)
 	}
 	lim := precheck.Limits{MaxNoteChars: pc.MaxNoteChars, MaxContextChars: pc.MaxContextChars}
 	sink := h.opts.WorkerLogs.Turn(t.tag, id, t.container)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,15 +21,22 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/precheck/runner"
 )
 
+// precheckExtra gives a precheck the default minute: tests about anything
+// but the deadline must not race it (a 2 s bound failed them on a busy
+// machine, where the host's setup alone took over 2 s).
 const precheckExtra = `
 prechecks:
   enabled: true
-  timeoutSeconds: 2
+  timeoutSeconds: 60
   grants:
     - channel: room
       server: search
       tools: [find]
 `
+
+// precheckShortExtra is precheckExtra with the least timeout, for the
+// deadline's own tests.
+var precheckShortExtra = strings.Replace(precheckExtra, "timeoutSeconds: 60", "timeoutSeconds: 2", 1)
 
 // mcpFake is the broker's MCP route as the runner sees it: search/find
 // answers {"hits":N}; anything else is refused.
@@ -127,7 +135,11 @@ func TestPrecheckTable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, m := newPrecheckRig(t, precheckExtra)
+			extra := precheckExtra
+			if tt.result == precheckTimeout {
+				extra = precheckShortExtra
+			}
+			r, m := newPrecheckRig(t, extra)
 			code, got, body := postPrecheck(t, r.h, tt.req)
 			if code != http.StatusOK {
 				t.Fatalf("status %d %s", code, body)
@@ -182,7 +194,7 @@ func TestPrecheckContainerAndPolicy(t *testing.T) {
 	if entries, err := os.ReadDir(s.WorkspaceDir); err != nil || len(entries) != 0 {
 		t.Errorf("workspace not empty: %v %v", entries, err)
 	}
-	slotUID, err := r.h.state.GuestUID(precheckSlotChannel(0), r.cfg.Guests, -1)
+	slotUID, err := r.h.state.GuestUID(ids.PrecheckSlot(0), r.cfg.Guests, -1)
 	must(t, err)
 	if s.UID != slotUID || s.GID != slotUID {
 		t.Errorf("uid %d:%d, want the precheck slot's %d", s.UID, s.GID, slotUID)
@@ -198,7 +210,7 @@ func TestPrecheckContainerAndPolicy(t *testing.T) {
 	}
 	var job precheck.Job
 	must(t, json.Unmarshal(r.docker.stdins[0], &job))
-	if job.TimeoutMs != 1000 || job.MaxCalls != 16 || job.MaxHeapBytes != 256<<20*3/5 || job.TimeZone != "UTC" {
+	if job.TimeoutMs > 59_000 || job.TimeoutMs < precheck.MinTimeoutMs || job.MaxCalls != 16 || job.MaxHeapBytes != 256<<20*3/5 || job.TimeZone != "UTC" {
 		t.Errorf("job %+v", job)
 	}
 	if strings.Contains(string(r.docker.stdins[0]), "thread-7") {
@@ -266,10 +278,43 @@ func TestPrecheckDisabled(t *testing.T) {
 	}
 }
 
+// TestPrecheckVMDeadlineAfterSetup: the job's timeoutMs is what is left of
+// the precheck's deadline when its container runs, less the margin: a setup
+// that took 10 s of a 60 s precheck leaves the VM 49 s, not 59 (which would
+// let the kill come first: a script past its time then got the kill's
+// answer instead of its own).
+func TestPrecheckVMDeadlineAfterSetup(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	r := newRig(t, precheckExtra, func(o *Options) {
+		o.Access.ClientUIDs = []int{clientUID}
+		o.Now = clock
+	})
+	t.Cleanup(r.h.Shutdown)
+	r.docker.runFn = runnerRun(&mcpFake{})
+	r.units.startHook = func(context.Context, string) error {
+		mu.Lock()
+		now = now.Add(10 * time.Second) // a slow unit start
+		mu.Unlock()
+		return nil
+	}
+	code, got, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Script: `export default () => ({ wake: false })`})
+	if code != http.StatusOK || got.Wake == nil || *got.Wake {
+		t.Fatalf("%d %s", code, body)
+	}
+	var job precheck.Job
+	must(t, json.Unmarshal(r.docker.stdins[0], &job))
+	if job.TimeoutMs != 49_000 {
+		t.Errorf("job timeoutMs %d, want 49000 (60 s less 10 s of setup, less the 1 s margin)", job.TimeoutMs)
+	}
+	r.assertClean(t)
+}
+
 // TestPrecheckKilledAtDeadline: a container that never answers is killed
 // and removed at the deadline; the answer is the timeout error.
 func TestPrecheckKilledAtDeadline(t *testing.T) {
-	r, _ := newPrecheckRig(t, precheckExtra)
+	r, _ := newPrecheckRig(t, precheckShortExtra)
 	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
 		return RunResult{ExitCode: -1}, ctx.Err()
@@ -318,6 +363,45 @@ func TestPrecheckHostileContainer(t *testing.T) {
 				t.Errorf("%d %s, want %d %q", code, body, tt.code, tt.want)
 			}
 			r.assertClean(t)
+		})
+	}
+}
+
+// TestPrecheckLogQuotesNothingOfTheContainer: a result that does not
+// decode is logged by its category; the key, value or character the
+// container chose never reaches the host's log line.
+func TestPrecheckLogQuotesNothingOfTheContainer(t *testing.T) {
+	for _, tt := range []struct{ name, stdout, want string }{
+		{"unknown field", `{"wake":false,"INJECTED\nlevel=ERROR":1}`, "unknown field"},
+		{"wrong type", `{"wake":"INJECTED"}`, "not one object of the known fields and types"},
+		{"syntax", `{"wake":INJECTED}`, "not one object of the known fields and types"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			logs := &lockedBuffer{}
+			r := newRig(t, precheckExtra, func(o *Options) {
+				o.Access.ClientUIDs = []int{clientUID}
+				o.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+			})
+			t.Cleanup(r.h.Shutdown)
+			r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+				return RunResult{Stdout: []byte(tt.stdout)}, nil
+			}
+			code, _, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Script: `export default () => ({ wake: false })`})
+			if code != http.StatusInternalServerError || strings.Contains(body, "INJECTED") {
+				t.Fatalf("%d %s, want 500 and a generic error", code, body)
+			}
+			var line string
+			for _, l := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(l, `"msg":"precheck done"`) {
+					line = l
+				}
+			}
+			if !strings.Contains(line, tt.want) {
+				t.Errorf("precheck done line %q lacks the category %q", line, tt.want)
+			}
+			if strings.Contains(logs.String(), "INJECTED") {
+				t.Errorf("the log quotes the container:\n%s", logs.String())
+			}
 		})
 	}
 }

@@ -80,9 +80,15 @@ type RichControl interface {
 	// Status asks whether the worker announced itself and polls.
 	Status(ctx context.Context, socket string) (policy.ControlStatus, error)
 	// Turn binds b, hands its turn to the worker and returns the worker's
-	// reply packet; the broker revokes the bind when this returns.
-	Turn(ctx context.Context, socket string, b policy.Bind) (*richproto.Result, error)
+	// reply packet; the broker revokes the bind when this returns. Before
+	// it reads a packet's body it calls reserve (when not nil) with the
+	// packet's length, and fails with reserve's error.
+	Turn(ctx context.Context, socket string, b policy.Bind, reserve ReserveFunc) (*richproto.Result, error)
 }
+
+// ReserveFunc takes n bytes of the host's reply budget for a packet about
+// to be read, waiting while other packets hold it, until ctx ends.
+type ReserveFunc func(ctx context.Context, n int64) error
 
 // richSession is one channel session.
 type richSession struct {
@@ -243,6 +249,18 @@ func (h *Host) RunRichTurn(ctx context.Context, in TurnInput) (*protocol.Reply, 
 
 	var reply *protocol.Reply
 	var files []richproto.File
+	// held: the reply budget this turn's packet took; its files' bytes are
+	// kept until the answer is written (OnReply, below), the rest given
+	// back as soon as the packet is decoded.
+	var held int64
+	reserve := func(ctx context.Context, n int64) error {
+		if err := h.replies.acquire(ctx, n); err != nil {
+			return err
+		}
+		held += n
+		return nil
+	}
+	defer func() { h.replies.release(held) }()
 	s, warm, runErr := h.richSessionFor(ctx, in.Channel, prof, deadline, reset)
 	if runErr == nil {
 		bind := h.richBind(id, in, prof, deadline, reset)
@@ -257,7 +275,7 @@ func (h *Host) RunRichTurn(ctx context.Context, in TurnInput) (*protocol.Reply, 
 			}
 		}()
 		var res *richproto.Result
-		res, runErr = h.richControl.Turn(callCtx, s.socket, bind)
+		res, runErr = h.richControl.Turn(callCtx, s.socket, bind, reserve)
 		if runErr != nil && errors.Is(context.Cause(callCtx), errWorkerExited) && ctx.Err() == nil {
 			runErr = errWorkerExited
 		}
@@ -281,6 +299,10 @@ func (h *Host) RunRichTurn(ctx context.Context, in TurnInput) (*protocol.Reply, 
 				files = res.Files
 				log.Info("reply files", "files", len(res.Files), "bytes", filesBytes(res.Files))
 			}
+		}
+		if keep := int64(filesBytes(files)); keep < held {
+			h.replies.release(held - keep)
+			held = keep
 		}
 		h.richRelease(s, runErr == nil)
 	}

@@ -41,6 +41,10 @@ type fakeRichControl struct {
 	sockets  []string
 	seen     map[string][]string
 	turnFn   func(ctx context.Context, b policy.Bind) (*richproto.Result, error)
+	// reserve, when set, is the packet length each turn reserves from the
+	// host's reply budget before turnFn runs (as HTTPRichControl does
+	// before it reads a packet).
+	reserve int64
 }
 
 func (f *fakeRichControl) Status(ctx context.Context, socket string) (policy.ControlStatus, error) {
@@ -52,7 +56,7 @@ func (f *fakeRichControl) Status(ctx context.Context, socket string) (policy.Con
 	return policy.ControlStatus{Ready: true, Polling: true}, nil
 }
 
-func (f *fakeRichControl) Turn(ctx context.Context, socket string, b policy.Bind) (*richproto.Result, error) {
+func (f *fakeRichControl) Turn(ctx context.Context, socket string, b policy.Bind, reserve ReserveFunc) (*richproto.Result, error) {
 	f.mu.Lock()
 	f.binds = append(f.binds, b)
 	f.sockets = append(f.sockets, socket)
@@ -61,8 +65,13 @@ func (f *fakeRichControl) Turn(ctx context.Context, socket string, b policy.Bind
 	}
 	f.seen[socket] = append(f.seen[socket], b.Turn.Text)
 	history := strings.Join(f.seen[socket], "|")
-	fn := f.turnFn
+	fn, n := f.turnFn, f.reserve
 	f.mu.Unlock()
+	if n > 0 {
+		if err := reserve(ctx, n); err != nil {
+			return nil, err
+		}
+	}
 	if fn != nil {
 		return fn(ctx, b)
 	}
@@ -78,8 +87,20 @@ func (f *fakeRichControl) bindList() []policy.Bind {
 // richRig is a rig whose rich containers run until killed.
 func richRig(t *testing.T, idle time.Duration) (*rig, *fakeRichControl) {
 	t.Helper()
+	return richRigWith(t, idle, nil)
+}
+
+// richRigWith is richRig with the options changed by mutate (when not nil).
+func richRigWith(t *testing.T, idle time.Duration, mutate func(*Options)) (*rig, *fakeRichControl) {
+	t.Helper()
 	ctl := &fakeRichControl{}
-	r := newRig(t, richExtra, func(o *Options) { o.RichControl = ctl; o.RichIdle = idle })
+	r := newRig(t, richExtra, func(o *Options) {
+		o.RichControl = ctl
+		o.RichIdle = idle
+		if mutate != nil {
+			mutate(o)
+		}
+	})
 	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		if !spec.Rich {
 			return okRun(ctx, spec, stdin)
@@ -93,7 +114,13 @@ func richRig(t *testing.T, idle time.Duration) (*rig, *fakeRichControl) {
 
 func (r *rig) api(t *testing.T, method, path, body string) (int, string) {
 	t.Helper()
-	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	return r.apiCtx(t, context.Background(), method, path, body)
+}
+
+// apiCtx is api with the request's context (a bound on waiting, say).
+func (r *rig) apiCtx(t *testing.T, ctx context.Context, method, path, body string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequestWithContext(ctx, method, path, strings.NewReader(body))
 	req = req.WithContext(context.WithValue(req.Context(), peerKey{}, Peer{Known: true, UID: r.h.opts.UID, GID: r.h.opts.GID}))
 	w := httptest.NewRecorder()
 	r.h.Handler().ServeHTTP(w, req)

@@ -35,14 +35,11 @@ var (
 	errRunCancelled = errors.New("run cancelled")
 )
 
-// runChannelPrefix makes a run's pseudo channel "run-<id>": its tag (a
-// valid channel tag as it is), its container name, its journal identifier
-// sandbox/run-<id> and its queue entry.
-const runChannelPrefix = "run-"
-
-// runSlotChannel names the guest-uid record of run slot k: concurrent runs
-// get distinct uids (RLIMIT_NPROC is per uid), never a channel's.
-func runSlotChannel(k int) string { return "sandbox-run-slot/" + strconv.Itoa(k) }
+// A run's pseudo channel ids.RunName(id), "run-<id>", is its tag (a valid
+// channel tag as it is), its container name, its journal identifier
+// sandbox/run-<id> and its queue entry; its guest uid is its slot's
+// (ids.RunSlot: concurrent runs get distinct uids, RLIMIT_NPROC is per
+// uid). No channel key takes either form (ids.ValidChannel).
 
 // runSlots hands out the lowest free slot.
 type runSlots struct {
@@ -191,7 +188,7 @@ func (h *Host) driveRun(r *runs.Run) {
 			log.Info("run network approved", "by_uid", *st.ApprovedBy)
 		}
 	}
-	release, err := h.queue.acquire(ctx, runChannelPrefix+id)
+	release, err := h.queue.acquire(ctx, ids.RunName(id))
 	if err != nil {
 		if errors.Is(err, ErrShuttingDown) {
 			finish(runs.Finish{Result: runs.ResultCancelled, Error: "the host stopped"})
@@ -220,7 +217,7 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 	deadline := h.opts.Now().Add(time.Duration(p.TimeoutSeconds) * time.Second)
 	runCtx, cancelDeadline := context.WithDeadlineCause(ctx, deadline, errRunTimeout)
 	defer cancelDeadline()
-	t := &turn{id: id, channel: runChannelPrefix + id, tag: runChannelPrefix + id, deadline: deadline, quiet: true}
+	t := &turn{id: id, channel: ids.RunName(id), tag: ids.RunName(id), deadline: deadline, quiet: true}
 	slot := h.runSlots.take()
 	defer h.runSlots.give(slot)
 	defer func() {
@@ -252,13 +249,19 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 	if t.container, err = ids.ContainerName(t.channel, id); err != nil {
 		return systemErr("name", err)
 	}
-	uid, err := h.state.GuestUID(runSlotChannel(slot), h.cfg.Guests, -1)
+	uid, err := h.state.GuestUID(ids.RunSlot(slot), h.cfg.Guests, -1)
 	if err != nil {
 		return systemErr("guest uid", err)
 	}
 	workspace, err := h.runWorkspace(p.Project)
 	if err != nil {
 		return systemErr("project", err)
+	}
+	gate := ""
+	if len(p.Setup) > 0 {
+		if gate, err = h.runGate(slot, uid); err != nil {
+			return systemErr("project gate", err)
+		}
 	}
 	if p.Network {
 		if err := h.prepareRunBroker(runCtx, t); err != nil {
@@ -276,7 +279,7 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 			layout.LabelChannel:      t.tag,
 			layout.LabelDeadline:     strconv.FormatInt(deadline.Unix(), 10),
 		},
-		Run: &RunContainer{Setup: len(p.Setup) > 0, OutputMB: rc.OutputMB, Command: []string{layout.ToolboxWorker, "run-supervise"}},
+		Run: &RunContainer{Setup: len(p.Setup) > 0, GateDir: gate, OutputMB: rc.OutputMB, Command: []string{layout.ToolboxWorker, "run-supervise"}},
 	}
 	job := h.runJob(p, uid)
 	var stdin bytes.Buffer
@@ -423,6 +426,67 @@ func (h *Host) runWorkspace(project string) (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// runGateDirName holds the run slots' project gates under workspaceRoot.
+const runGateDirName = ".run-gates"
+
+// runGate is the project's gate of a run with setup in run slot slot
+// (wire.SetupGatePath, container.RunOptions.GateDir):
+// workspaceRoot/.run-gates/<slot>, given to the slot's guest uid:gid with
+// mode 0700 and holding the empty mount point "workspace". Root in the
+// container is neither its owner nor in its group, so setup cannot pass
+// it, even when the host itself runs as root; the main command passes it
+// as its owner. A slot's runs are one at a time, so its gate is reused:
+// the host takes it back (CAP_CHOWN), checks it and hands it over again
+// each time (the slot's uid may have changed). Only the host writes in
+// .run-gates (0700).
+func (h *Host) runGate(slot, guest int) (string, error) {
+	root := filepath.Join(h.cfg.WorkspaceRoot, runGateDirName)
+	gate := filepath.Join(root, strconv.Itoa(slot))
+	inner := filepath.Join(gate, "workspace")
+	me, myGroup := os.Getuid(), os.Getgid()
+	dir := func(p string, mode fs.FileMode) (fs.FileInfo, error) {
+		if err := os.Mkdir(p, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+		st, err := os.Lstat(p)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() || st.Mode()&fs.ModeSymlink != 0 {
+			return nil, fmt.Errorf("%s is not a directory", p)
+		}
+		return st, nil
+	}
+	st, err := dir(root, 0o700)
+	if err != nil {
+		return "", err
+	}
+	if owner, _ := fileOwner(st); owner != me {
+		return "", fmt.Errorf("%s belongs to uid %d, not to this host (uid %d)", root, owner, me)
+	}
+	if st, err = dir(gate, 0o700); err != nil {
+		return "", err
+	}
+	owner, _ := fileOwner(st)
+	group, _ := fileGroup(st)
+	if owner != me || group != myGroup {
+		if err := h.opts.Lchown(gate, me, myGroup); err != nil {
+			return "", fmt.Errorf("take %s back (the host needs CAP_CHOWN, see sandbox-host.service): %w", gate, err)
+		}
+	}
+	// Set, not masked (the unit's UMask); the group and others get nothing.
+	if err := os.Chmod(gate, 0o700); err != nil {
+		return "", err
+	}
+	if _, err := dir(inner, 0o500); err != nil {
+		return "", err
+	}
+	if err := h.opts.Lchown(gate, guest, guest); err != nil {
+		return "", fmt.Errorf("give %s to guest uid %d (the host needs CAP_CHOWN, see sandbox-host.service): %w", gate, guest, err)
+	}
+	return gate, nil
 }
 
 // prepareRunBroker gives an approved network run its broker: a turn

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"slices"
@@ -404,11 +405,13 @@ func TestProgressNotifications(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var got []*mcp.ProgressNotificationParams
+	arrived := make(chan struct{}, 16)
 	cs := connect(t, f, Options{ProgressInterval: 30 * time.Millisecond}, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 			mu.Lock()
 			got = append(got, req.Params)
 			mu.Unlock()
+			arrived <- struct{}{}
 		},
 	})
 	p := &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"command": "./build.sh"}}
@@ -418,16 +421,14 @@ func TestProgressNotifications(t *testing.T) {
 	if _, err := cs.CallTool(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	// Notifications may trail the result: wait for them a moment.
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n >= 4 || time.Now().After(deadline) {
-			break
+	// Notifications may trail the result (the client handles them apart
+	// from the call's answer): wait for the four.
+	for i := range 4 {
+		select {
+		case <-arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("progress notifications: got %d, want 4 (one per event, 40 ms apart)", i)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -457,13 +458,26 @@ func TestProgressIsRateLimited(t *testing.T) {
 	}
 	var mu sync.Mutex
 	n := 0
+	arrived := make(chan struct{}, 64)
 	cs := connect(t, f, Options{ProgressInterval: time.Hour}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { mu.Lock(); n++; mu.Unlock() },
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			n++
+			mu.Unlock()
+			arrived <- struct{}{}
+		},
 	})
 	p := &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"command": "yes | head -50"}}
 	p.SetProgressToken(7)
 	if _, err := cs.CallTool(context.Background(), p); err != nil {
 		t.Fatal(err)
+	}
+	// The first notification may trail the answer: wait for it, then give
+	// a wrong implementation's further ones a moment to arrive.
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no progress notification at all")
 	}
 	time.Sleep(100 * time.Millisecond)
 	mu.Lock()
@@ -496,8 +510,7 @@ func TestCancellingTheCallCancelsTheRun(t *testing.T) {
 		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"command": "sleep 600"}})
 		done <- err
 	}()
-	waitFor(t, f.started, "StartRun")
-	time.Sleep(50 * time.Millisecond) // the server follows the events
+	waitFor(t, f.following, "RunEvents") // the server follows the events
 	cancel()
 	select {
 	case err := <-f.cancelled:
@@ -525,8 +538,7 @@ func TestStdinEOFCancelsTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	go cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"command": "sleep 600"}})
-	waitFor(t, f.started, "StartRun")
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, f.following, "RunEvents")
 	inW.Close() // EOF on the server's stdin
 	select {
 	case err := <-f.cancelled:
@@ -557,8 +569,7 @@ func TestServerStopCancelsTheRun(t *testing.T) {
 		res, _ := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"command": "sleep 600"}})
 		done <- res
 	}()
-	waitFor(t, f.started, "StartRun")
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, f.following, "RunEvents")
 	cancel()
 	select {
 	case res := <-done:
@@ -711,5 +722,40 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 	case <-ch:
 	case <-time.After(5 * time.Second):
 		t.Fatalf("%s not called in time", what)
+	}
+}
+
+// A server on a TCP port refuses network before asking or starting
+// anything, even when the client would accept: whoever reaches the port
+// would answer the question. A run without network still runs.
+func TestTCPServerRefusesNetwork(t *testing.T) {
+	f := newFake()
+	var q asked
+	cs := connect(t, f, Options{TCP: true}, elicitWith(&mcp.ElicitResult{Action: "accept", Content: map[string]any{"allow": true}}, nil, &q))
+	res := call(t, cs, map[string]any{"command": "curl -s example.org", "network": true})
+	if !res.IsError || !strings.Contains(text(t, res), "TCP port") {
+		t.Fatalf("network over TCP: error %v, %q; want a refusal naming the TCP port", res.IsError, text(t, res))
+	}
+	eqCalls(t, f)
+	eq(t, "questions asked", len(q.Messages()), 0)
+	if res := call(t, cs, map[string]any{"command": "true"}); res.IsError {
+		t.Errorf("run without network over TCP: %s", text(t, res))
+	}
+}
+
+func TestCheckTCPRole(t *testing.T) {
+	for _, tt := range []struct {
+		role, want string
+	}{
+		{"client", ""},
+		{"admin", "admin role"},
+		{"none", "not an API client"},
+		{"", "needs the host to name this user's role"},
+		{"root", "needs the host to name this user's role"},
+	} {
+		err := CheckTCPRole(tt.role)
+		if got := fmt.Sprint(err); (tt.want == "") != (err == nil) || tt.want != "" && !strings.Contains(got, tt.want) {
+			t.Errorf("CheckTCPRole(%q) = %v, want %q", tt.role, err, tt.want)
+		}
 	}
 }
