@@ -18,6 +18,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
 // Scoped delegation (DESIGN.md section 14). A job runs one research turn
@@ -85,7 +86,7 @@ func (h *Host) newDelegation() error {
 		return fmt.Errorf("host: delegation.fetchTool %q is not a configured tool", d.FetchTool)
 	}
 	r := h.research
-	sample := &turn{id: ids.NewTurnID(), channel: "sandbox:preflight", speaker: protocol.Speaker{ID: "preflight"}, research: &r}
+	sample := &turn{Handle: sandbox.Handle{ID: ids.NewTurnID(), Channel: "sandbox:preflight"}, speaker: protocol.Speaker{ID: "preflight"}, research: &r}
 	if err := h.policyFor(sample, h.opts.Now().Add(time.Duration(d.TimeoutSeconds)*time.Second)).Validate(); err != nil {
 		return fmt.Errorf("host: delegation makes an invalid broker policy: %w", err)
 	}
@@ -192,10 +193,10 @@ func (h *Host) executeJob(ctx context.Context, j *delegation.Job, log *slog.Logg
 	parent := filepath.Join(h.cfg.WorkspaceRoot, scratchDirName)
 	r.scratch = filepath.Join(parent, j.ID())
 	t := &turn{
-		id: j.ID(), channel: j.Channel(), tag: ids.ChannelTag(j.Channel()),
+		Handle:    sandbox.Handle{ID: j.ID(), Channel: j.Channel(), Tag: ids.ChannelTag(j.Channel()), Deadline: j.Deadline(), Quiet: true},
 		speaker:   protocol.Speaker{ID: a.ID, Name: a.Name},
 		principal: a.PrincipalID, text: researchText(j.Title(), j.Task()),
-		deadline: j.Deadline(), reset: true, quiet: true, research: &r,
+		reset: true, research: &r,
 	}
 	var reply *protocol.Reply
 	runErr := os.Mkdir(parent, 0o700)

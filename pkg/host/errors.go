@@ -3,6 +3,8 @@ package host
 import (
 	"errors"
 	"net/http"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
 // Error categories. Callers of the API see only the category's generic
@@ -15,11 +17,11 @@ var (
 	ErrMethod       = errors.New("method not allowed")
 	ErrModeOff      = errors.New("channel is not in sandbox mode")
 	ErrTooLarge     = errors.New("request body too large")
-	ErrShuttingDown = errors.New("host is shutting down")
+	ErrShuttingDown = sandbox.ErrShuttingDown
 	ErrTurnFailed   = errors.New("turn failed")
 	ErrDeadline     = errors.New("turn deadline exceeded")
 	ErrCancelled    = errors.New("turn cancelled")
-	ErrCleanup      = errors.New("turn cleanup failed")
+	ErrCleanup      = sandbox.ErrCleanup
 	ErrClientGone   = errors.New("client disconnected")
 )
 

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -28,84 +27,28 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 	"github.com/roundtable-sandbox/sandbox/pkg/toolschema"
 	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
 )
 
-// ContainerSpec mirrors container.Spec (DESIGN.md section 4).
-type ContainerSpec struct {
-	Name, Image           string
-	UID, GID              int
-	WorkspaceDir, TurnDir string
-	MemoryMB              int
-	CPUs                  float64
-	Pids                  int64
-	TmpfsMB               int
-	Runtime               string
-	LogTag                string
-	Labels                map[string]string
-	// Run makes it a code run's container (container.RunOptions).
-	Run *RunContainer
-	// Precheck makes it a precheck's container (container.Spec.Precheck).
-	Precheck bool
-	// Rich makes it a rich channel's long-lived container (container.Spec.Rich).
-	Rich bool
-	// SkillsDir is a rich container's read-only skills tree (container.Spec.SkillsDir).
-	SkillsDir string
-}
+// The lifecycle's driver interfaces (pkg/sandbox), under the names the
+// host's callers and adapters use.
+type (
+	ContainerSpec    = sandbox.ContainerSpec
+	RunContainer     = sandbox.RunContainer
+	RunContainers    = sandbox.RunContainers
+	RunResult        = sandbox.RunResult
+	Containers       = sandbox.Containers
+	Units            = sandbox.Units
+	WarmContainers   = sandbox.WarmContainers
+	StartedContainer = sandbox.StartedContainer
+)
 
-// RunContainer mirrors container.RunOptions.
-type RunContainer struct {
-	Setup    bool
-	OutputMB int
-	Command  []string
-}
-
-// RunContainers is what a code run needs of the Docker driver beyond
-// Containers: attach, start, write stdin, copy stdout and stderr to the
-// writers as they come (a Write error kills the container), wait; and Ping,
-// to tell a daemon that went away from a container that misbehaved.
-type RunContainers interface {
-	Stream(ctx context.Context, id string, stdin []byte, stdout, stderr io.Writer) (int64, error)
-	Ping(ctx context.Context) error
-}
-
-// RunResult mirrors container.Result.
-type RunResult struct {
-	Stdout    []byte
-	ExitCode  int64
-	Truncated bool
-	// StderrRefused: stderr passed its bound and the worker was killed.
-	StderrRefused bool
-}
-
-// Containers is what a turn needs of the Docker driver.
-type Containers interface {
-	Create(ctx context.Context, spec ContainerSpec) (id string, err error)
-	// Run attaches and starts the container; then, when ready is not nil,
-	// calls it and writes stdin only once it returned nil (an error kills
-	// the container and is returned wrapped). It then closes stdin, reads at
-	// most maxStdout bytes of stdout and waits; on ctx end it kills the
-	// container. It never removes it.
-	// The worker's stderr is copied to stderr; a Write error from it kills
-	// the container and sets StderrRefused.
-	Run(ctx context.Context, id string, stdin []byte, maxStdout int64, ready func(context.Context) error, stderr io.Writer) (RunResult, error)
-	Kill(ctx context.Context, id string) error
-	// Remove force-removes; not found is success.
-	Remove(ctx context.Context, id string) error
-}
-
-// Units is what a turn needs of systemd: the broker socket unit.
-type Units interface {
-	// StartBroker starts sandbox-broker@<turn>.socket and waits for the job.
-	StartBroker(ctx context.Context, turnID string) error
-	// StartBrokerService starts sandbox-broker@<turn>.service and waits for
-	// the job (a standby's broker must run before a turn binds it).
-	StartBrokerService(ctx context.Context, turnID string) error
-	// StopBroker stops the socket and service units of the turn.
-	StopBroker(ctx context.Context, turnID string) error
-}
+// ChownTree hands a directory tree to a uid:gid without following a symlink
+// (sandbox.ChownTree).
+func ChownTree(dir string, uid, gid int) error { return sandbox.ChownTree(dir, uid, gid) }
 
 // Options configure a Host.
 type Options struct {
@@ -180,18 +123,17 @@ type Host struct {
 	jobs     *delegation.Registry
 	research researchTurn // tools and prompt of every research turn
 
-	stopCtx context.Context
-	stopAll context.CancelCauseFunc
-	// cleanupCtx ends container removal retries when a shutdown runs out
-	// of time (ShutdownContext); turn cleanup otherwise never gives up early.
-	cleanupCtx     context.Context
-	abandonCleanup context.CancelCauseFunc
-	mu             sync.Mutex
-	stopping       bool
-	turns          sync.WaitGroup
-	active         map[string]*activeTurn // by channel
-	fresh          map[string]uint64      // pending fresh start: channel -> generation
-	freshGen       uint64
+	// life makes, runs and cleans up every kind's containers.
+	life *sandbox.Lifecycle
+
+	stopCtx  context.Context
+	stopAll  context.CancelCauseFunc
+	mu       sync.Mutex
+	stopping bool
+	turns    sync.WaitGroup
+	active   map[string]*activeTurn // by channel
+	fresh    map[string]uint64      // pending fresh start: channel -> generation
+	freshGen uint64
 }
 
 type activeTurn struct {
@@ -262,7 +204,19 @@ func New(o Options) (*Host, error) {
 	h.metrics.richSessions(o.Registry, h.richSessionCount)
 	h.runs = newRunRegistry(o.Config.Runs, o.Now)
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
-	h.cleanupCtx, h.abandonCleanup = context.WithCancelCause(context.Background())
+	h.life = sandbox.New(sandbox.Options{
+		Containers: o.Containers, Units: o.Units, Logger: o.Logger, WorkerLogs: o.WorkerLogs,
+		ChownTree: o.ChownTree, BrokerGID: o.BrokerGID,
+		RemoveTimeout: o.RemoveTimeout, SecondRemoval: o.SecondRemoval,
+		RemoveRetryDelay: o.RemoveRetryDelay, RemoveRetryTotal: o.RemoveRetryTotal,
+		ObservePhase: func(name string, took time.Duration) {
+			h.ObservePhase(name, took)
+			if o.ObservePhase != nil {
+				o.ObservePhase(name, took)
+			}
+		},
+		CleanupFailed: func(what string) { h.metrics.cleanupFailures.WithLabelValues(what).Inc() },
+	})
 	if err := h.prepareStatic(); err != nil {
 		return nil, err
 	}
@@ -328,7 +282,7 @@ func (h *Host) prepareStatic() error {
 	if n := config.ToolBudgetBytes(all); n > config.MaxToolBudget-config.BuiltinToolReserve {
 		return fmt.Errorf("host: tool specs take %d bytes, over the worker's budget of %d", n, config.MaxToolBudget-config.BuiltinToolReserve)
 	}
-	sample := &turn{id: ids.NewTurnID(), channel: "sandbox:preflight", speaker: protocol.Speaker{ID: "preflight"}}
+	sample := &turn{Handle: sandbox.Handle{ID: ids.NewTurnID(), Channel: "sandbox:preflight"}, speaker: protocol.Speaker{ID: "preflight"}}
 	p := h.policyFor(sample, h.opts.Now().Add(c.TurnDeadline()))
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("host: configuration makes an invalid broker policy: %w", err)
@@ -452,7 +406,7 @@ func (h *Host) ShutdownContext(ctx context.Context) {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		h.abandonCleanup(context.Cause(ctx))
+		h.life.Abandon(context.Cause(ctx))
 		<-done
 	}
 	// After the turns: no turn takes a rich session any more.
@@ -461,7 +415,7 @@ func (h *Host) ShutdownContext(ctx context.Context) {
 	select {
 	case <-richDone:
 	case <-ctx.Done():
-		h.abandonCleanup(context.Cause(ctx))
+		h.life.Abandon(context.Cause(ctx))
 		<-richDone
 	}
 	// After the turns: no turn binds a standby any more, and none refills.
@@ -471,7 +425,7 @@ func (h *Host) ShutdownContext(ctx context.Context) {
 		select {
 		case <-closed:
 		case <-ctx.Done():
-			h.abandonCleanup(context.Cause(ctx))
+			h.life.Abandon(context.Cause(ctx))
 			<-closed
 		}
 	}
@@ -506,3 +460,7 @@ func modelSchema(raw json.RawMessage) json.RawMessage {
 	}
 	return json.RawMessage(bytes.TrimRight(b.Bytes(), "\n"))
 }
+
+// HasCapChown reports whether the process may hand workspaces to guests
+// (sandbox.HasCapChown).
+func HasCapChown() (bool, error) { return sandbox.HasCapChown() }

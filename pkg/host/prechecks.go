@@ -19,6 +19,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
 // Precheck scripts (DESIGN.md section 14). A precheck reuses a turn's
@@ -291,7 +292,7 @@ func (h *Host) executePrecheck(ctx context.Context, id string, plan precheckPlan
 	h.prechecks.set(id, activePrecheck{tag: ids.ChannelTag(plan.channel), deadline: deadline})
 	runCtx, cancelDeadline := context.WithDeadlineCause(ctx, deadline, errPrecheckTimeout)
 	defer cancelDeadline()
-	t := &turn{id: id, channel: plan.channel, tag: ids.ChannelTag(plan.channel), deadline: deadline, quiet: true}
+	t := &turn{Handle: sandbox.Handle{ID: id, Channel: plan.channel, Tag: ids.ChannelTag(plan.channel), Deadline: deadline, Quiet: true}}
 	slot := h.precheckSlots.take()
 	defer h.precheckSlots.give(slot)
 	defer func() {
@@ -309,7 +310,7 @@ func (h *Host) executePrecheck(ctx context.Context, id string, plan precheckPlan
 		return precheck.Result{}, precheckFailed, fmt.Errorf("%s: %w", what, e)
 	}
 
-	if t.container, err = ids.ContainerName(t.channel, id); err != nil {
+	if t.Container, err = ids.ContainerName(t.Channel, id); err != nil {
 		return fail("name", err)
 	}
 	uid, err := h.state.GuestUID(precheckSlotChannel(slot), h.cfg.Guests, -1)
@@ -320,17 +321,17 @@ func (h *Host) executePrecheck(ctx context.Context, id string, plan precheckPlan
 	if err != nil {
 		return fail("workspace", err)
 	}
-	if t.dir, err = layout.TurnDir(c.RunRoot, id); err != nil {
+	if t.Dir, err = layout.TurnDir(c.RunRoot, id); err != nil {
 		return fail("turn directory", err)
 	}
-	if t.policy, err = layout.PolicyFile(c.PolicyDir, id); err != nil {
+	if t.Policy, err = layout.PolicyFile(c.PolicyDir, id); err != nil {
 		return fail("policy file", err)
 	}
 	limits := c.Broker.PolicyLimits()
 	limits.MaxCalls = max(pc.MaxCalls, 1) // the runner's budget (0 refuses every call) is the tighter one
 	pol := policy.Policy{
 		Version: policy.Version, TurnID: id,
-		Identity:       policy.Identity{Channel: plan.channel, ChannelTag: t.tag},
+		Identity:       policy.Identity{Channel: plan.channel, ChannelTag: t.Tag},
 		DeadlineUnixMs: deadline.UnixMilli(),
 		MCP:            plan.servers,
 		Limits:         limits,
@@ -350,31 +351,31 @@ func (h *Host) executePrecheck(ctx context.Context, id string, plan precheckPlan
 	if err := h.writePolicyFile(t, data); err != nil {
 		return fail("policy file", err)
 	}
-	t.unitTried = true
+	t.UnitTried = true
 	if err := h.opts.Units.StartBroker(runCtx, id); err != nil {
 		return fail("broker units", err)
 	}
 	spec := ContainerSpec{
-		Name: t.container, Image: c.Image, UID: uid, GID: uid,
-		WorkspaceDir: workspace, TurnDir: t.dir,
+		Name: t.Container, Image: c.Image, UID: uid, GID: uid,
+		WorkspaceDir: workspace, TurnDir: t.Dir,
 		MemoryMB: pc.MemoryMB, CPUs: pc.CPUs, Pids: pc.Pids, TmpfsMB: pc.TmpfsMB,
 		Runtime: c.Runtime, LogTag: ids.LogTag(plan.channel),
 		Labels: map[string]string{
 			layout.LabelInstallation: c.Installation,
 			layout.LabelTurn:         id,
-			layout.LabelChannel:      t.tag,
+			layout.LabelChannel:      t.Tag,
 			layout.LabelDeadline:     strconv.FormatInt(deadline.Unix(), 10),
 		},
 		Precheck: true,
 	}
-	t.createTried = true
-	if t.containerID, err = h.opts.Containers.Create(runCtx, spec); err != nil {
+	t.CreateTried = true
+	if t.ContainerID, err = h.opts.Containers.Create(runCtx, spec); err != nil {
 		return fail("container create", err)
 	}
 	lim := precheck.Limits{MaxNoteChars: pc.MaxNoteChars, MaxContextChars: pc.MaxContextChars}
-	sink := h.opts.WorkerLogs.Turn(t.tag, id, t.container)
-	out, err := h.opts.Containers.Run(runCtx, t.containerID, stdin, lim.MaxResultBytes(), nil, sink)
-	h.closeSink(t, sink.Close())
+	sink := h.opts.WorkerLogs.Turn(t.Tag, id, t.Container)
+	out, err := h.opts.Containers.Run(runCtx, t.ContainerID, stdin, lim.MaxResultBytes(), nil, sink)
+	h.life.CloseSink(&t.Handle, sink)
 	if err != nil {
 		return fail("run", err)
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
 // RichSessionLifetime bounds one channel session: its broker policy's
@@ -497,9 +498,9 @@ func (h *Host) richStart(ctx context.Context, channel string, prof config.Profil
 		}
 		return nil, err
 	}
-	t := &turn{id: s.id, dir: s.dir, policy: s.policyPath}
+	t := &turn{Handle: sandbox.Handle{ID: s.id, Dir: s.dir, Policy: s.policyPath}}
 	if err := h.makeTurnDir(t); err != nil {
-		s.madeDir = t.madeDir
+		s.madeDir = t.MadeDir
 		return fail(err)
 	}
 	s.madeDir = true
@@ -534,7 +535,7 @@ func (h *Host) richStart(ctx context.Context, channel string, prof config.Profil
 		defer close(s.exited)
 		sink := h.opts.WorkerLogs.Turn(s.tag, s.id, s.container)
 		res, err := h.opts.Containers.Run(runCtx, s.containerID, nil, richMaxStdout, nil, sink)
-		h.closeSink(&turn{id: s.id, tag: s.tag}, sink.Close())
+		h.life.CloseSink(&sandbox.Handle{ID: s.id, Tag: s.tag}, sink)
 		if runCtx.Err() == nil {
 			log.Warn("rich worker exited", "exit_code", res.ExitCode, "stdout_over_bound", res.Truncated,
 				"stderr_over_bound", res.StderrRefused, "err", err)
@@ -614,8 +615,8 @@ func (h *Host) richStop(s *richSession, reason string) error {
 		turns := s.turns
 		h.rich.mu.Unlock()
 		log := h.log.With("session", s.id, "channel", s.tag)
-		t := &turn{id: s.id, container: s.container, containerID: s.containerID, dir: s.dir, policy: s.policyPath,
-			madeDir: s.madeDir, madePolicy: s.madePolicy, unitTried: s.unitTried, createTried: s.createTried, quiet: true}
+		t := &turn{Handle: sandbox.Handle{ID: s.id, Container: s.container, ContainerID: s.containerID, Dir: s.dir, Policy: s.policyPath,
+			MadeDir: s.madeDir, MadePolicy: s.madePolicy, UnitTried: s.unitTried, CreateTried: s.createTried, Quiet: true}}
 		if s.cancelRun != nil {
 			s.cancelRun()
 		}

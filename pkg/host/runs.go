@@ -20,6 +20,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
 // Code runs (DESIGN.md section 12). A run reuses a turn's lifecycle: its
@@ -220,7 +221,7 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 	deadline := h.opts.Now().Add(time.Duration(p.TimeoutSeconds) * time.Second)
 	runCtx, cancelDeadline := context.WithDeadlineCause(ctx, deadline, errRunTimeout)
 	defer cancelDeadline()
-	t := &turn{id: id, channel: runChannelPrefix + id, tag: runChannelPrefix + id, deadline: deadline, quiet: true}
+	t := &turn{Handle: sandbox.Handle{ID: id, Channel: runChannelPrefix + id, Tag: runChannelPrefix + id, Deadline: deadline, Quiet: true}}
 	slot := h.runSlots.take()
 	defer h.runSlots.give(slot)
 	defer func() {
@@ -249,7 +250,7 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 	}
 
 	var err error
-	if t.container, err = ids.ContainerName(t.channel, id); err != nil {
+	if t.Container, err = ids.ContainerName(t.Channel, id); err != nil {
 		return systemErr("name", err)
 	}
 	uid, err := h.state.GuestUID(runSlotChannel(slot), h.cfg.Guests, -1)
@@ -266,14 +267,14 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 		}
 	}
 	spec := ContainerSpec{
-		Name: t.container, Image: rc.Image, UID: uid, GID: uid,
-		WorkspaceDir: workspace, TurnDir: t.dir,
+		Name: t.Container, Image: rc.Image, UID: uid, GID: uid,
+		WorkspaceDir: workspace, TurnDir: t.Dir,
 		MemoryMB: rc.MemoryMB, CPUs: rc.CPUs, Pids: rc.Pids, TmpfsMB: rc.TmpfsMB,
-		Runtime: h.cfg.Runtime, LogTag: "sandbox/" + t.tag,
+		Runtime: h.cfg.Runtime, LogTag: "sandbox/" + t.Tag,
 		Labels: map[string]string{
 			layout.LabelInstallation: h.cfg.Installation,
 			layout.LabelTurn:         id,
-			layout.LabelChannel:      t.tag,
+			layout.LabelChannel:      t.Tag,
 			layout.LabelDeadline:     strconv.FormatInt(deadline.Unix(), 10),
 		},
 		Run: &RunContainer{Setup: len(p.Setup) > 0, OutputMB: rc.OutputMB, Command: []string{layout.ToolboxWorker, "run-supervise"}},
@@ -283,12 +284,12 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 	if err := wire.WriteJob(&stdin, job); err != nil {
 		return systemErr("job", err)
 	}
-	t.createTried = true
-	if t.containerID, err = h.opts.Containers.Create(runCtx, spec); err != nil {
+	t.CreateTried = true
+	if t.ContainerID, err = h.opts.Containers.Create(runCtx, spec); err != nil {
 		return systemErr("container create", err)
 	}
-	sink := h.opts.WorkerLogs.Turn(t.tag, id, t.container)
-	defer func() { h.closeSink(t, sink.Close()) }()
+	sink := h.opts.WorkerLogs.Turn(t.Tag, id, t.Container)
+	defer func() { h.life.CloseSink(&t.Handle, sink) }()
 	pr, pw := io.Pipe()
 	type decoded struct {
 		res       wire.Result
@@ -302,7 +303,7 @@ func (h *Host) executeRun(ctx context.Context, r *runs.Run, log *slog.Logger) (f
 		done <- decoded{res, arts, err}
 	}()
 	runsC := h.opts.Containers.(RunContainers)
-	exit, streamErr := runsC.Stream(runCtx, t.containerID, stdin.Bytes(), pw, sink)
+	exit, streamErr := runsC.Stream(runCtx, t.ContainerID, stdin.Bytes(), pw, sink)
 	pw.CloseWithError(io.ErrUnexpectedEOF) // the decoder sees the end
 	d := <-done
 	// A broken attach or wait, a stream cut short, or a supervisor stopped
@@ -431,17 +432,17 @@ func (h *Host) runWorkspace(project string) (string, error) {
 func (h *Host) prepareRunBroker(ctx context.Context, t *turn) error {
 	c := h.cfg
 	var err error
-	if t.dir, err = layout.TurnDir(c.RunRoot, t.id); err != nil {
+	if t.Dir, err = layout.TurnDir(c.RunRoot, t.ID); err != nil {
 		return err
 	}
-	if t.policy, err = layout.PolicyFile(c.PolicyDir, t.id); err != nil {
+	if t.Policy, err = layout.PolicyFile(c.PolicyDir, t.ID); err != nil {
 		return err
 	}
 	g := policy.DefaultEgress()
 	pol := policy.Policy{
-		Version: policy.Version, TurnID: t.id,
-		Identity:       policy.Identity{Channel: t.channel, ChannelTag: t.tag},
-		DeadlineUnixMs: t.deadline.UnixMilli(),
+		Version: policy.Version, TurnID: t.ID,
+		Identity:       policy.Identity{Channel: t.Channel, ChannelTag: t.Tag},
+		DeadlineUnixMs: t.Deadline.UnixMilli(),
 		Limits:         c.Broker.PolicyLimits(),
 		EgressAllow:    append([]string{}, c.Egress.Allow...),
 		Egress:         &g,
@@ -460,8 +461,8 @@ func (h *Host) prepareRunBroker(ctx context.Context, t *turn) error {
 	if err := h.writePolicyFile(t, data); err != nil {
 		return err
 	}
-	t.unitTried = true
-	return h.opts.Units.StartBroker(ctx, t.id)
+	t.UnitTried = true
+	return h.opts.Units.StartBroker(ctx, t.ID)
 }
 
 // runDeadlineBound is the latest a run's objects may live: its start plus

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 )
 
@@ -27,25 +27,6 @@ const (
 	PhaseStandbyPrepare = "standby_prepare" // a standby made ready, in the background
 	PhaseStandbyBind    = "standby_bind"    // the turn's policy and stdin prepared for a standby
 )
-
-// WarmContainers is what standbys need of the Docker driver beyond
-// Containers. A Containers without it runs every turn on the cold path.
-type WarmContainers interface {
-	// Start attaches to the container and starts it; its worker then
-	// waits for stdin.
-	Start(ctx context.Context, id string) (StartedContainer, error)
-	// Running reports whether the container is running now.
-	Running(ctx context.Context, id string) (bool, error)
-}
-
-// StartedContainer is a started container whose worker waits for stdin
-// (container.Started).
-type StartedContainer interface {
-	// Finish is the rest of Containers.Run: stdin, stdout, stderr, wait.
-	Finish(ctx context.Context, stdin []byte, maxStdout int64, stderr io.Writer) (RunResult, error)
-	// Close drops the attach connection.
-	Close()
-}
 
 // standbyBrokerSlack is how long a standby's broker waits for its policy
 // past the standby's expiry: the host discards the standby at its expiry,
@@ -83,7 +64,7 @@ func overwriteFile(path string, data []byte) error {
 // Alive: the container still runs (Docker restarted, OOM, killed by hand:
 // the turn then takes the cold path).
 func (w *warmTurn) Alive(ctx context.Context) error {
-	running, err := w.h.warm.Running(ctx, w.t.containerID)
+	running, err := w.h.warm.Running(ctx, w.t.ContainerID)
 	if err != nil {
 		return err
 	}
@@ -169,16 +150,16 @@ func (h *Host) takeStandby(ctx context.Context, t *turn, active *activeTurn) {
 	if h.standbys == nil {
 		return
 	}
-	key, err := h.standbyKey(t.channel, h.cfg.SelectCredential(t.channel, t.principal, t.speaker.ID))
+	key, err := h.standbyKey(t.Channel, h.cfg.SelectCredential(t.Channel, t.principal, t.speaker.ID))
 	if err != nil {
 		return // the cold path reports it
 	}
-	lease, _ := h.standbys.Take(ctx, t.channel, key)
+	lease, _ := h.standbys.Take(ctx, t.Channel, key)
 	if lease == nil {
 		return
 	}
 	h.mu.Lock()
-	t.id = lease.TurnID
+	t.ID = lease.TurnID
 	active.id = lease.TurnID
 	h.mu.Unlock()
 	lease.Release()
@@ -213,8 +194,8 @@ func (h *Host) dropStandby(channel, reason string) {
 // of the turn's. Whatever fails is removed as a turn's cleanup removes it.
 func (h *Host) prepareStandby(ctx context.Context, channel, key, turnID string, expiry time.Time) (standby.Warm, error) {
 	start := time.Now()
-	t := &turn{id: turnID, channel: channel, tag: ids.ChannelTag(channel), deadline: expiry, quiet: true}
-	log := h.log.With("turn", turnID, "channel", t.tag, "standby", true)
+	t := &turn{Handle: sandbox.Handle{ID: turnID, Channel: channel, Tag: ids.ChannelTag(channel), Deadline: expiry, Quiet: true}}
+	log := h.log.With("turn", turnID, "channel", t.Tag, "standby", true)
 	started, err := h.startStandby(ctx, t, keyCredential(key))
 	if err != nil {
 		if cerr := h.cleanup(t, log); cerr != nil {
@@ -235,8 +216,8 @@ func (h *Host) startStandby(ctx context.Context, t *turn, credential string) (St
 	// standby's broker exactly these.
 	shape := h.pol
 	shape.Model.Credential = credential
-	pending, err := (&policy.Pending{Version: policy.Version, TurnID: t.id, Pending: true,
-		DeadlineUnixMs: t.deadline.Add(standbyBrokerSlack).UnixMilli(), Credentials: shape.CredentialNames()}).Marshal()
+	pending, err := (&policy.Pending{Version: policy.Version, TurnID: t.ID, Pending: true,
+		DeadlineUnixMs: t.Deadline.Add(standbyBrokerSlack).UnixMilli(), Credentials: shape.CredentialNames()}).Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("pending policy: %w", err)
 	}
@@ -246,23 +227,23 @@ func (h *Host) startStandby(ctx context.Context, t *turn, credential string) (St
 	if err := h.writePolicyFile(t, pending); err != nil {
 		return nil, err
 	}
-	t.unitTried = true
-	if err := h.opts.Units.StartBroker(ctx, t.id); err != nil {
+	t.UnitTried = true
+	if err := h.opts.Units.StartBroker(ctx, t.ID); err != nil {
 		return nil, fmt.Errorf("broker units: %w", err)
 	}
 	// Off the reply path, so wait for the broker itself: one that failed to
 	// start (a credential set that timed out under load, say) would fail the
 	// turn that binds this standby; failing here leaves that turn the cold path.
-	if err := h.opts.Units.StartBrokerService(ctx, t.id); err != nil {
+	if err := h.opts.Units.StartBrokerService(ctx, t.ID); err != nil {
 		return nil, fmt.Errorf("broker service: %w", err)
 	}
-	expiry := strconv.FormatInt(t.deadline.Unix(), 10)
-	spec := h.containerSpec(t, t.deadline, map[string]string{layout.LabelStandby: expiry})
-	t.createTried = true
-	if t.containerID, err = h.opts.Containers.Create(ctx, spec); err != nil {
+	expiry := strconv.FormatInt(t.Deadline.Unix(), 10)
+	spec := h.containerSpec(t, t.Deadline, map[string]string{layout.LabelStandby: expiry})
+	t.CreateTried = true
+	if t.ContainerID, err = h.opts.Containers.Create(ctx, spec); err != nil {
 		return nil, err
 	}
-	started, err := h.warm.Start(ctx, t.containerID)
+	started, err := h.warm.Start(ctx, t.ContainerID)
 	if err != nil {
 		return nil, fmt.Errorf("start: %w", err)
 	}
@@ -278,32 +259,32 @@ func (h *Host) startStandby(ctx context.Context, t *turn, credential string) (St
 func (h *Host) bindStandby(ctx context.Context, t *turn) (*protocol.Reply, error) {
 	w := t.warm
 	s := w.t
-	t.container, t.containerID, t.workspace, t.dir, t.policy, t.guest = s.container, s.containerID, s.workspace, s.dir, s.policy, s.guest
-	t.madeDir, t.madePolicy, t.unitTried, t.createTried = true, true, true, true
+	t.Container, t.ContainerID, t.Workspace, t.Dir, t.Policy, t.Guest = s.Container, s.ContainerID, s.Workspace, s.Dir, s.Policy, s.Guest
+	t.MadeDir, t.MadePolicy, t.UnitTried, t.CreateTried = true, true, true, true
 	defer w.started.Close()
 	since := time.Now()
 	stdin, err := h.turnJSON(t, t.reset)
 	if err != nil {
 		return nil, fmt.Errorf("turn JSON: %w", err)
 	}
-	pol, err := h.policyFor(t, t.deadline).Marshal()
+	pol, err := h.policyFor(t, t.Deadline).Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	if p := h.policyFor(t, t.deadline); p.Model.Credential != keyCredential(w.key) {
+	if p := h.policyFor(t, t.Deadline); p.Model.Credential != keyCredential(w.key) {
 		// takeStandby's key makes this unreachable; never serve a turn a
 		// broker without its credential.
 		return nil, fmt.Errorf("standby made for credential %q, turn needs %q", keyCredential(w.key), p.Model.Credential)
 	}
-	if err := overwriteFile(t.policy, pol); err != nil {
+	if err := overwriteFile(t.Policy, pol); err != nil {
 		return nil, fmt.Errorf("policy file: %w", err)
 	}
 	t.phase(h, PhaseStandbyBind, since)
 	since = time.Now()
-	sink := h.opts.WorkerLogs.Turn(t.tag, t.id, t.container)
+	sink := h.opts.WorkerLogs.Turn(t.Tag, t.ID, t.Container)
 	res, err := w.started.Finish(ctx, stdin, protocol.MaxReplyBytes, sink)
 	t.phase(h, PhaseRun, since)
-	h.closeSink(t, sink.Close())
+	h.life.CloseSink(&t.Handle, sink)
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
 func TestTurnHappyPath(t *testing.T) {
@@ -260,7 +261,7 @@ func TestPolicyFileModeAndGroup(t *testing.T) {
 	if st == nil || st.Mode().Perm() != 0o640 {
 		t.Fatalf("policy file at create time: %v", st)
 	}
-	if gid, _ := fileGroup(st); gid != 4343 {
+	if gid, _ := sandbox.FileGroup(st); gid != 4343 {
 		t.Errorf("policy group = %d, want 4343", gid)
 	}
 }

@@ -27,9 +27,11 @@ var layers = [][]string{
 	// 2: drivers and single-purpose domains.
 	{"client", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich"},
-	// 3: the services.
-	{"broker", "reaper", "host", "credset", "runmcp"},
-	// 4: wiring of the host binary (cobra commands, Docker and D-Bus adapters).
+	// 3: the services, and the one sandbox lifecycle every kind drives.
+	{"broker", "reaper", "credset", "runmcp", "sandbox"},
+	// 4: the host: API, admission, channel state, the kinds' orchestration.
+	{"host"},
+	// 5: wiring of the host binary (cobra commands, Docker and D-Bus adapters).
 	{"host/cli"},
 }
 
