@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
@@ -107,13 +108,13 @@ type Host struct {
 	warm     WarmContainers
 	shape    string // fingerprint of what shapes a standby
 
-	// Code runs (runs.go).
-	runs     *runs.Registry
-	runSlots runSlots
+	// Code runs (runs.go): the kind and its registry.
+	coderun *coderun.Kind
+	runs    *runs.Registry
 
 	// Precheck scripts (prechecks.go).
 	prechecks     precheckSet
-	precheckSlots runSlots
+	precheckSlots sandbox.Slots
 
 	// Rich channel sessions (rich.go).
 	rich        richSessions
@@ -202,7 +203,6 @@ func New(o Options) (*Host, error) {
 	}
 	h.metrics = newMetrics(o.Registry, h.queue)
 	h.metrics.richSessions(o.Registry, h.richSessionCount)
-	h.runs = newRunRegistry(o.Config.Runs, o.Now)
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
 	h.life = sandbox.New(sandbox.Options{
 		Containers: o.Containers, Units: o.Units, Logger: o.Logger, WorkerLogs: o.WorkerLogs,
@@ -217,6 +217,10 @@ func New(o Options) (*Host, error) {
 		},
 		CleanupFailed: func(what string) { h.metrics.cleanupFailures.WithLabelValues(what).Inc() },
 	})
+	h.coderun = coderun.New(coderun.Options{
+		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, Registry: o.Registry,
+	})
+	h.runs = h.coderun.Registry()
 	if err := h.prepareStatic(); err != nil {
 		return nil, err
 	}

@@ -31,8 +31,6 @@ type metrics struct {
 	standbyTakes    *prometheus.CounterVec
 	standbyDiscards *prometheus.CounterVec
 	standbyPrepares *prometheus.CounterVec
-	runs            *prometheus.CounterVec
-	runDuration     prometheus.Histogram
 	delegations     *prometheus.CounterVec
 	prechecks       *prometheus.CounterVec
 	richTurns       *prometheus.CounterVec
@@ -74,13 +72,6 @@ func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
 		standbyPrepares: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_standby_prepares_total", Help: "Standby preparations by result (ok, failed, capped: skipped at standby.max).",
 		}, []string{"result"}),
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sandbox_runs_total", Help: "Code runs finished, by result (ok, failed, timeout, cancelled, denied, error).",
-		}, []string{"result"}),
-		runDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sandbox_run_duration_seconds", Help: "Code runs from admission (approval wait included) to their result after cleanup.",
-			Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200},
-		}),
 	}
 	m.delegations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sandbox_delegations_total", Help: "Delegated jobs, by result (ok, failed, timeout, cancelled; refused: not admitted).",
@@ -101,7 +92,7 @@ func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
 	}, []string{"reason"})
 	reg.MustRegister(m.richTurns, m.richStarts, m.richStops)
 	reg.MustRegister(m.turns, m.duration, m.phases, m.queueWaiting, m.running, m.cleanupFailures, m.refused,
-		m.standbyTakes, m.standbyDiscards, m.standbyPrepares, m.runs, m.runDuration)
+		m.standbyTakes, m.standbyDiscards, m.standbyPrepares)
 	return m
 }
 

@@ -293,8 +293,8 @@ func (h *Host) executePrecheck(ctx context.Context, id string, plan precheckPlan
 	runCtx, cancelDeadline := context.WithDeadlineCause(ctx, deadline, errPrecheckTimeout)
 	defer cancelDeadline()
 	t := &turn{Handle: sandbox.Handle{ID: id, Channel: plan.channel, Tag: ids.ChannelTag(plan.channel), Deadline: deadline, Quiet: true}}
-	slot := h.precheckSlots.take()
-	defer h.precheckSlots.give(slot)
+	slot := h.precheckSlots.Take()
+	defer h.precheckSlots.Give(slot)
 	defer func() {
 		if cerr := h.cleanup(t, log); cerr != nil && err == nil {
 			res, label, err = precheck.Result{}, precheckFailed, cerr
@@ -317,7 +317,7 @@ func (h *Host) executePrecheck(ctx context.Context, id string, plan precheckPlan
 	if err != nil {
 		return fail("guest uid", err)
 	}
-	workspace, err := h.runWorkspace("")
+	workspace, err := sandbox.EmptyWorkspace(h.cfg.WorkspaceRoot)
 	if err != nil {
 		return fail("workspace", err)
 	}
