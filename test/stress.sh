@@ -46,7 +46,7 @@ echo "stress: $hogs CPU hogs running (pids ${hog_pids[*]}); load $(cut -d' ' -f1
 start=$SECONDS
 
 echo "stress: unit tests, go test -race -count=$count ${run[*]} ${pkgs[*]}"
-"$GO" test -race -count="$count" "${run[@]}" -json "${pkgs[@]}" >"$tmp/unit.json" 2>&1
+"$GO" test -race -timeout 60m -count="$count" "${run[@]}" -json "${pkgs[@]}" >"$tmp/unit.json" 2>&1
 "$tmp/testsummary" -stage "stress unit" <"$tmp/unit.json" | tail -n 3
 
 if ((it_count > 0)); then

@@ -548,16 +548,23 @@ func TestAnthropicJSONAnswers(t *testing.T) {
 
 // TestAnthropicStreamOutlivesSilenceLimit: a stream whose chunks come
 // more often than the silence limit runs past it (and past the server's
-// per-request read timeout): silence, not total time.
+// per-request read timeout): silence, not total time. Time is what the
+// test is about: the chunks come 50 ms apart against a 1 s limit, so only
+// a pause of the whole process near a second cuts it (a 100 ms gap against
+// 300 ms was cut under -race on a busy machine).
 func TestAnthropicStreamOutlivesSilenceLimit(t *testing.T) {
-	evs := anthropictest.TextStream("claude-test", "a", "b", "c", "d", "e", "f", "g", "h")
-	h := newAnthropicHarness(t, policy.CredentialAPIKey, 300*time.Millisecond, false,
-		anthropictest.Reply{Events: evs, Delay: 100 * time.Millisecond})
+	chunks := make([]string, 50)
+	for i := range chunks {
+		chunks[i] = string(rune('a' + i%26))
+	}
+	evs := anthropictest.TextStream("claude-test", chunks...)
+	h := newAnthropicHarness(t, policy.CredentialAPIKey, time.Second, false,
+		anthropictest.Reply{Events: evs, Delay: 50 * time.Millisecond})
 	began := time.Now()
 	resp := h.post(RouteAnthropicMessages, streamReq)
 	body := readAll(t, resp)
-	if d := time.Since(began); d < 1*time.Second {
-		t.Fatalf("stream took %v, want over 1 s (the test is wrong)", d)
+	if d := time.Since(began); d < 2*time.Second {
+		t.Fatalf("stream took %v, want over 2 s, twice the limit (the test is wrong)", d)
 	}
 	if strings.Contains(body, "event: error") || !strings.Contains(body, "message_stop") {
 		t.Fatalf("a lively stream was cut: %s", body)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
@@ -20,13 +21,7 @@ import (
 // allowed, 26 MiB, a gzip bomb (100 MiB of zeros in ~100 KiB) and a 404.
 func attachServer(t *testing.T) (*httptest.Server, string) {
 	t.Helper()
-	var bomb bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&bomb, gzip.BestCompression)
-	zero := make([]byte, 1<<20)
-	for i := 0; i < 100; i++ {
-		zw.Write(zero)
-	}
-	zw.Close()
+	bomb := gzipBomb()
 	big := bytes.Repeat([]byte("x"), 26<<20)
 	twenty := bytes.Repeat([]byte("y"), 20<<20)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -44,13 +39,24 @@ func attachServer(t *testing.T) (*httptest.Server, string) {
 			w.Write(twenty)
 		case "/bomb":
 			w.Header().Set("Content-Encoding", "gzip")
-			w.Write(bomb.Bytes())
+			w.Write(bomb)
 		default:
 			http.NotFound(w, r)
 		}
 	}))
 	t.Cleanup(srv.Close)
 	return srv, strings.TrimPrefix(srv.URL, "http://")
+}
+
+// gzipBomb is 100 MiB of zeros in about 100 KiB: one compressed MiB as 100
+// gzip members, which a gzip reader reads as one stream (compressing the
+// 100 MiB itself took 16 s under -race).
+func gzipBomb() []byte {
+	var one bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&one, gzip.BestCompression)
+	zw.Write(make([]byte, 1<<20))
+	zw.Close()
+	return bytes.Repeat(one.Bytes(), 100)
 }
 
 func attachReq(i int) string { return fmt.Sprintf(`{"index":%d}`, i) }
@@ -67,7 +73,11 @@ func TestRichAttachmentFetch(t *testing.T) {
 	if code, _, _ := h.do(richproto.RouteAttachment, attachReq(0)); code != http.StatusBadRequest {
 		t.Errorf("attachment before any turn: %d, want 400", code)
 	}
+	h.announce(t)
 	b := h.bind("off")
+	// 60 MiB pass through the broker and the test's client: under -race
+	// on a busy machine that took over the bind's usual 10 s.
+	b.Turn.DeadlineUnixMs = time.Now().Add(2 * time.Minute).UnixMilli()
 	names := []string{"/small.txt", "/redirect", "/redirect-loopback", "/big", "/bomb", "/missing", "/twenty", "/twenty", "/twenty"}
 	for _, n := range names {
 		b.Turn.Attachments = append(b.Turn.Attachments, richproto.Attachment{URL: srv.URL + n, Name: "f" + strings.TrimPrefix(n, "/")})

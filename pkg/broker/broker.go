@@ -105,6 +105,24 @@ type Broker struct {
 	refusals atomic.Int64   // 4xx answers of this turn (MaxRefusals)
 	unread   atomic.Int64   // requests answered unread after MaxRefusals (logged once, at the end)
 	active   sync.WaitGroup // handlers running, awaited at shutdown
+	// stopping is set when Serve starts awaiting active (under stopMu): a
+	// request a connection read just before the server closed must not
+	// start a handler then (it would run unawaited, after Serve returned,
+	// and its Add would race the Wait).
+	stopMu   sync.Mutex
+	stopping bool
+}
+
+// enter counts a handler in active, or answers false once Serve is
+// stopping.
+func (b *Broker) enter() bool {
+	b.stopMu.Lock()
+	defer b.stopMu.Unlock()
+	if b.stopping {
+		return false
+	}
+	b.active.Add(1)
+	return true
 }
 
 // LogValue shows the turn only: never identity text, URLs or credentials.
@@ -192,7 +210,14 @@ func newUpstreamClient(timeout time.Duration) *http.Client {
 
 // ServeHTTP handles one guest call and logs one line about it.
 func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	b.active.Add(1)
+	if !b.enter() {
+		// The broker is stopping: nothing of the request runs.
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, `{"error":"unavailable"}`)
+		return
+	}
 	defer b.active.Done()
 	// Only a granted turn has the proxy route, and only CONNECT and
 	// absolute-form requests reach it; without a grant they meet the strict

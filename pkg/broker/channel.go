@@ -9,7 +9,9 @@ package broker
 //     re-announce while a handed turn is open fails that turn: the worker
 //     restarted and lost it.
 //   - POST /worker/next: the long poll. Exactly one may wait at a time (a
-//     second is refused); it answers the admitted turn (richproto.Turn) or
+//     second is refused), and only after a /worker/ready to this broker (a
+//     worker that announced itself to an earlier one is refused and
+//     announces again); it answers the admitted turn (richproto.Turn) or
 //     204 after PollWait, so the worker polls again.
 //   - POST /worker/result: the reply packet of the handed turn, refused
 //     before its body is read outside that turn or once a packet came; at
@@ -329,6 +331,15 @@ func (b *Broker) workerNext(w http.ResponseWriter, r *http.Request) (int, []byte
 	}
 	s := b.rich
 	s.mu.Lock()
+	if s.ready == nil {
+		// What a turn may carry depends on the announcement (private.go):
+		// a worker that announced itself to a broker before this one (a
+		// restart between its ready and its poll, or between two polls)
+		// must announce again rather than be taken for one without
+		// capabilities.
+		s.mu.Unlock()
+		return 0, nil, refused("poll before the worker announced itself", ErrRefused)
+	}
 	if s.polling {
 		s.mu.Unlock()
 		return 0, nil, refused("a long poll is already waiting", ErrBusy)
@@ -350,6 +361,14 @@ func (b *Broker) workerNext(w http.ResponseWriter, r *http.Request) (int, []byte
 		bd, wake := s.bound, s.wake
 		if bd != nil && !bd.handed && bd.ctx.Err() == nil {
 			bd.handed = true
+			if !historyAllowed(s.ready) {
+				// The bind's own check saw an earlier announcement (or
+				// none): the one that counts is the latest, at hand time.
+				bd.poisoned, bd.packet = true, true
+				s.mu.Unlock()
+				bd.settle(settleOutcome{err: errHistoryIncompatible})
+				return 0, nil, refused(errHistoryIncompatible.Error(), ErrIncompatibleWorker)
+			}
 			s.mu.Unlock()
 			turn := bd.bind.Turn
 			turn.Reader = bd.bind.Identity.PrincipalID // the host's binding, never the turn's text
@@ -448,10 +467,11 @@ func (b *Broker) controlTurn(w http.ResponseWriter, r *http.Request) (int, []byt
 		s.mu.Unlock()
 		return 0, nil, refused("a turn is already bound", ErrBusy)
 	}
-	if s.ready != nil && s.ready.PrivateHistory && !capable(s.ready) {
-		// The seed: retained private history needs both capabilities.
+	if !historyAllowed(s.ready) {
+		// Refused at once when already known; the long poll checks again
+		// against the announcement it hands the turn under.
 		s.mu.Unlock()
-		return 0, nil, refused("worker reports private history without the capabilities", ErrIncompatibleWorker)
+		return 0, nil, refused(errHistoryIncompatible.Error(), ErrIncompatibleWorker)
 	}
 	s.bound, s.everBound = bd, true
 	close(s.wake)
@@ -477,7 +497,7 @@ func (b *Broker) controlTurn(w http.ResponseWriter, r *http.Request) (int, []byt
 	_ = rc.SetReadDeadline(deadline.Add(5 * time.Second))
 	select {
 	case o := <-bd.settled:
-		if errors.Is(o.err, errIncompatible) {
+		if errors.Is(o.err, errIncompatible) || errors.Is(o.err, errHistoryIncompatible) {
 			return 0, nil, refused(o.err.Error(), ErrIncompatibleWorker)
 		}
 		if o.err != nil {

@@ -114,6 +114,15 @@ func (h *harness) control(ctx context.Context, b policy.Bind) <-chan controlAnsw
 	return out
 }
 
+// announce posts the worker's ready (no capabilities), which a long poll
+// needs first.
+func (h *harness) announce(t *testing.T) {
+	t.Helper()
+	if code, body, _ := h.do(richproto.RouteReady, ""); code != http.StatusOK {
+		t.Fatalf("ready: %d %s", code, body)
+	}
+}
+
 func (h *harness) waitBound(t *testing.T) {
 	t.Helper()
 	for i := 0; i < 200; i++ {
@@ -232,6 +241,7 @@ func TestRichRefusals(t *testing.T) {
 		}
 	})
 	t.Run("second long poll", func(t *testing.T) {
+		h.announce(t)
 		first := make(chan int, 1)
 		go func() { code, _, _ := h.do(richproto.RouteNext, ""); first <- code }()
 		time.Sleep(100 * time.Millisecond)
@@ -270,6 +280,7 @@ func TestRichRefusals(t *testing.T) {
 // a turn.
 func TestRichPacketBounds(t *testing.T) {
 	h := newRichHarness(t, os.Getuid())
+	h.announce(t)
 	got := h.control(context.Background(), h.bind("low"))
 	if code, _, _ := h.do(richproto.RouteNext, ""); code != http.StatusOK {
 		t.Fatalf("poll: %d", code)
@@ -306,6 +317,7 @@ func TestRichPacketBounds(t *testing.T) {
 // while one is open is refused.
 func TestRichRevoke(t *testing.T) {
 	h := newRichHarness(t, os.Getuid())
+	h.announce(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	got := h.control(ctx, h.bind("low"))
 	h.waitBound(t)

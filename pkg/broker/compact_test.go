@@ -466,6 +466,7 @@ func TestRichCompactRoutes(t *testing.T) {
 	if code, _, _ := h.do(RouteCompactReport, rep); code != http.StatusUnauthorized {
 		t.Fatalf("/compact/report outside a bound turn: %d, want 401", code)
 	}
+	h.announce(t)
 	got := h.control(context.Background(), h.bind("medium"))
 	if code, out, _ := h.do(richproto.RouteNext, ""); code != http.StatusOK {
 		t.Fatalf("poll: %d %s", code, out)

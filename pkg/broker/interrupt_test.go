@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -167,5 +168,29 @@ func closed(ch chan struct{}) func() bool {
 		default:
 			return false
 		}
+	}
+}
+
+// TestNoHandlerAfterStop: a request that reaches the handler once Serve is
+// stopping (a connection had read it just before the close) runs nothing:
+// 503, the exec tool never starts. Before, it ran unawaited after Serve
+// returned and its start raced Serve's wait for the handlers.
+func TestNoHandlerAfterStop(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cancel()
+	if err := <-h.done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	h.done <- nil // for the cleanup
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/tools/echo", strings.NewReader(`{}`))
+	req.Header.Set("Authorization", "Bearer sandbox-dummy-key")
+	req.Header.Set("Content-Type", "application/json")
+	h.broker.ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Connection") != "close" {
+		t.Errorf("call after stop: %d %q, want 503 with Connection close", rec.Code, rec.Header().Get("Connection"))
+	}
+	if n := h.upstreamSeen(); n != 0 {
+		t.Errorf("the tool ran %d times after the broker stopped", n)
 	}
 }

@@ -25,6 +25,16 @@ var ErrIncompatibleWorker = errors.New("worker lacks the private-exchange capabi
 // errIncompatible settles a turn whose worker met a private result.
 var errIncompatible = errors.New("a private tool result met a worker without the privateTo and readerRecords capabilities")
 
+// errHistoryIncompatible settles (or refuses) a turn for a worker that
+// reports retained private history without both capabilities.
+var errHistoryIncompatible = errors.New("worker reports private history without the capabilities")
+
+// historyAllowed: the seed's rule that retained private history needs both
+// capabilities (no announcement yet: nothing to refuse).
+func historyAllowed(r *richproto.Ready) bool {
+	return r == nil || !r.PrivateHistory || capable(r)
+}
+
 // capable reports whether a worker's announcement declares both
 // capabilities.
 func capable(r *richproto.Ready) bool {

@@ -182,3 +182,69 @@ func TestRichReadyMalformed(t *testing.T) {
 		}
 	}
 }
+
+// TestRichPollNeedsAnnounce drives the order of a broker restart between
+// the worker's ready and its poll: the turn is bound, the worker polls this
+// broker without having announced itself to it. The poll is refused and
+// the turn stays unhanded (it is not run as if the worker had no
+// capabilities); after the worker announces again it gets the turn and its
+// private result.
+func TestRichPollNeedsAnnounce(t *testing.T) {
+	h := newRichHarness(t, os.Getuid())
+	h.web.set(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, `{"privateTo":"p-1","result":"s3"}`) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got := h.control(ctx, h.bind("low"))
+	h.waitBound(t)
+	if code, body, _ := h.do(richproto.RouteNext, ""); code != http.StatusBadRequest || strings.Contains(body, richTurnID) {
+		t.Fatalf("poll before ready: %d %s, want 400 without the turn", code, body)
+	}
+	if code, _, _ := h.do(richproto.RouteReady, capableReady); code != http.StatusOK {
+		t.Fatalf("ready: %d", code)
+	}
+	if code, body, _ := h.do(richproto.RouteNext, ""); code != http.StatusOK || !strings.Contains(body, richTurnID) {
+		t.Fatalf("poll after ready: %d %s, want the turn", code, body)
+	}
+	if code, body, _ := h.do("/tools/web", `{}`); code != http.StatusOK || !strings.Contains(body, `"privateTo":"p-1"`) {
+		t.Fatalf("private tool: %d %s, want the result for p-1", code, body)
+	}
+	if code, body, _ := h.do(richproto.RouteResult, resultJSON(richTurnID, "ok")); code != http.StatusOK {
+		t.Fatalf("result: %d %s", code, body)
+	}
+	if a := <-got; a.code != http.StatusOK {
+		t.Fatalf("control %d %s, want 200", a.code, a.body)
+	}
+}
+
+// TestRichPrivateHistoryAnnouncedAfterBind: the bind's check passes (no
+// announcement yet, or one without private history), then the worker
+// announces private history without the capabilities before it polls: the
+// turn is not handed, and the host's call fails as incompatible.
+func TestRichPrivateHistoryAnnouncedAfterBind(t *testing.T) {
+	for _, first := range []string{"none", `{}`} {
+		t.Run(first, func(t *testing.T) {
+			h := newRichHarness(t, os.Getuid())
+			if first != "none" {
+				if code, _, _ := h.do(richproto.RouteReady, first); code != http.StatusOK {
+					t.Fatalf("ready: %d", code)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			got := h.control(ctx, h.bind("low"))
+			h.waitBound(t)
+			if code, _, _ := h.do(richproto.RouteReady, `{"capabilities":{"privateTo":false,"readerRecords":false},"privateHistory":true}`); code != http.StatusOK {
+				t.Fatalf("ready: %d", code)
+			}
+			if code, body, _ := h.do(richproto.RouteNext, ""); code != http.StatusConflict || strings.Contains(body, richTurnID) {
+				t.Fatalf("poll: %d %s, want 409 without the turn", code, body)
+			}
+			if a := <-got; a.code != http.StatusConflict {
+				t.Fatalf("control %d %s, want 409", a.code, a.body)
+			}
+			if code, _, _ := h.do(richproto.RouteResult, resultJSON(richTurnID, "s")); code == http.StatusOK {
+				t.Errorf("a reply packet of the failed turn was admitted")
+			}
+		})
+	}
+}

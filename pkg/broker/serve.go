@@ -66,6 +66,11 @@ func (b *Broker) Serve(ctx context.Context, ln net.Listener) error {
 		}
 	case err = <-errc:
 	}
+	// No handler starts from here on (enter), not even for a request a
+	// connection had read before the close below.
+	b.stopMu.Lock()
+	b.stopping = true
+	b.stopMu.Unlock()
 	_ = srv.Close()
 	// Closing the connections cancelled every call's context; wait (bounded)
 	// for the handlers so an exec tool's process group is killed before the

@@ -196,6 +196,17 @@ func (f *fakeBroker) modelRequests() []Request {
 	return append([]Request(nil), f.requests...)
 }
 
+// firstHeaders is the first request's headers (the worker keeps polling:
+// read under the lock).
+func (f *fakeBroker) firstHeaders() http.Header {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.headers) == 0 {
+		return http.Header{}
+	}
+	return f.headers[0].Clone()
+}
+
 func (f *fakeBroker) readyCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

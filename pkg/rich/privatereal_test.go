@@ -65,18 +65,12 @@ func TestPrivateResultThroughRealBroker(t *testing.T) {
 	p.stopB()
 	p.pol.Tools = append(p.pol.Tools, policy.Tool{Name: "lookup", Kind: policy.KindExec, Argv: []string{"/bin/sh", script}, TimeoutMs: 5000})
 	p.startBroker()
-	var lastCode int
-	var lastBody string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		lastCode, lastBody = p.controlAs("hello", "p1")
-		if lastCode == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the worker never took a turn from the new broker: last answer %d %s; logs:\n%s", lastCode, lastBody, p.logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
+	// The worker announced itself to the stopped broker; its next poll may
+	// reach the new one first, which refuses it until it announces again
+	// (it must not run the turn as a worker without capabilities). The
+	// bind waits for that: the first turn is answered.
+	if code, body := p.controlAs("hello", "p1"); code != 200 {
+		t.Fatalf("p1's turn on the new broker: %d %s; logs:\n%s", code, body, p.logs.String())
 	}
 	got := p.upstream.Requests()
 	if len(got) != 2 || !strings.Contains(string(got[1].Body), "SECRET-OF-P1") {

@@ -49,7 +49,7 @@ func TestTurnWithText(t *testing.T) {
 	if len(entries) != 2 || entries[0].Type != TypeUser || entries[1].Type != TypeAssistant || entries[1].Usage == nil || entries[1].Usage.InputTokens != 10 {
 		t.Errorf("session = %+v, want user and assistant with usage", entries)
 	}
-	if got := h.broker.headers[0].Get("Authorization"); got != "Bearer sandbox-dummy-key" {
+	if got := h.broker.firstHeaders().Get("Authorization"); got != "Bearer sandbox-dummy-key" {
 		t.Errorf("Authorization = %q", got)
 	}
 	// Logs: routes and statuses, never the text.

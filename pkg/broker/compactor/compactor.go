@@ -181,9 +181,11 @@ func (k *Call) Compact(ctx context.Context, req *sessions.CompactRequest, t Turn
 	done := make(chan result, 1)
 	k.holds = false // the runner's goroutine releases the slot
 	go func() {
-		defer c.running.Store(false)
-		defer cancel()
 		out, err := c.run(rctx, input, t)
+		cancel()
+		// Free before the answer is handed over: the worker's next request
+		// follows the answer and must not find this call still running.
+		c.running.Store(false)
 		done <- result{out, err}
 	}()
 	var res result
