@@ -524,7 +524,7 @@ func (h *Host) ActiveTurns() []ActiveTurn {
 	out = append(out, h.coderun.Listed()...)
 	out = append(out, h.richListed()...)
 	out = append(out, h.activeJobs()...)
-	out = append(out, h.prechecks.list()...)
+	out = append(out, h.prechecks.Listed()...)
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
@@ -22,7 +23,7 @@ var (
 	ErrDeadline     = errors.New("turn deadline exceeded")
 	ErrCancelled    = errors.New("turn cancelled")
 	ErrCleanup      = sandbox.ErrCleanup
-	ErrClientGone   = errors.New("client disconnected")
+	ErrClientGone   = sandbox.ErrClientGone
 )
 
 // requestError carries a reason about the caller's own input.
@@ -47,6 +48,11 @@ func statusOf(err error) (int, string) {
 	if status, reason, ok := precheckStatusOf(err); ok {
 		return status, reason
 	}
+	var pr *precheckrun.Refusal
+	if errors.As(err, &pr) {
+		status, _ := statusOf(pr.Kind)
+		return status, pr.Reason
+	}
 	var re *requestError
 	if errors.As(err, &re) {
 		status, _ := statusOf(re.kind)
@@ -57,6 +63,8 @@ func statusOf(err error) (int, string) {
 		status int
 	}{
 		{ErrBadRequest, http.StatusBadRequest},
+		{precheckrun.ErrInvalid, http.StatusBadRequest},
+		{precheckrun.ErrForbidden, http.StatusForbidden},
 		{ErrForbidden, http.StatusForbidden},
 		{ErrNotFound, http.StatusNotFound},
 		{ErrMethod, http.StatusMethodNotAllowed},

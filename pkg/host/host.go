@@ -26,6 +26,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
@@ -113,8 +114,7 @@ type Host struct {
 	runs    *runs.Registry
 
 	// Precheck scripts (prechecks.go).
-	prechecks     precheckSet
-	precheckSlots sandbox.Slots
+	prechecks *precheckrun.Kind
 
 	// Rich channel sessions (rich.go).
 	rich        richSessions
@@ -224,6 +224,10 @@ func New(o Options) (*Host, error) {
 	if err := h.prepareStatic(); err != nil {
 		return nil, err
 	}
+	h.prechecks = precheckrun.New(precheckrun.Options{
+		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
+		Policy: h.pol, Registry: o.Registry,
+	})
 	if err := h.newStandbys(); err != nil {
 		return nil, err
 	}

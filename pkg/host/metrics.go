@@ -32,7 +32,6 @@ type metrics struct {
 	standbyDiscards *prometheus.CounterVec
 	standbyPrepares *prometheus.CounterVec
 	delegations     *prometheus.CounterVec
-	prechecks       *prometheus.CounterVec
 	richTurns       *prometheus.CounterVec
 	richStarts      prometheus.Counter
 	richStops       *prometheus.CounterVec
@@ -77,10 +76,6 @@ func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
 		Name: "sandbox_delegations_total", Help: "Delegated jobs, by result (ok, failed, timeout, cancelled; refused: not admitted).",
 	}, []string{"result"})
 	reg.MustRegister(m.delegations)
-	m.prechecks = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sandbox_prechecks_total", Help: "Precheck scripts run, by result (wake, no_wake, script_error, timeout, failed: the system's failure).",
-	}, []string{"result"})
-	reg.MustRegister(m.prechecks)
 	m.richTurns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sandbox_rich_turns_total", Help: "Turns of rich channels, by result and whether the channel's session was already running (warm).",
 	}, []string{"result", "warm"})

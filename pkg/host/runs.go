@@ -22,7 +22,9 @@ const runChannelPrefix = coderun.ChannelPrefix
 
 // StartRun admits a run for owner (the caller's uid) and drives it in the
 // background; the answer is its status at once.
-func (h *Host) StartRun(p runs.Params, owner int) (runs.Status, error) { return h.coderun.Start(p, owner) }
+func (h *Host) StartRun(p runs.Params, owner int) (runs.Status, error) {
+	return h.coderun.Start(p, owner)
+}
 
 // kindHost is what the host offers every kind: admission under its lock,
 // a queue slot, its stop, guest uids. No kind sees Host.
@@ -79,4 +81,3 @@ func (h *Host) CancelRun(id string) error {
 	}
 	return r.Cancel()
 }
-

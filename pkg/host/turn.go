@@ -417,26 +417,7 @@ func (e *workerExitError) Error() string {
 	if e.cause != "" {
 		cause = "the worker reports: " + e.cause
 	}
-	return fmt.Sprintf("worker exited with status %d (%s); %s", e.status, exitMeaning(e.status), cause)
-}
-
-// exitMeaning reads a container's exit status.
-func exitMeaning(status int64) string {
-	switch {
-	case status == 1:
-		return "turn failed"
-	case status == 2:
-		return "worker crashed"
-	case status == 128+9:
-		return "killed by SIGKILL: memory limit or forced stop"
-	case status == 128+15:
-		return "stopped by SIGTERM"
-	case status > 128 && status <= 128+64:
-		return fmt.Sprintf("killed by signal %d", status-128)
-	case status < 0:
-		return "status unknown"
-	}
-	return "unexpected status"
+	return fmt.Sprintf("worker exited with status %d (%s); %s", e.status, sandbox.ExitMeaning(e.status), cause)
 }
 
 // TurnDirMode is sandbox.TurnDirMode.

@@ -14,6 +14,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 )
 
@@ -24,6 +25,8 @@ var (
 	// ErrShuttingDown is the cause of every context the host ends when it
 	// stops.
 	ErrShuttingDown = errors.New("host is shutting down")
+	// ErrClientGone: the caller that waited for a sandbox left.
+	ErrClientGone = errors.New("client disconnected")
 )
 
 // ContainerSpec mirrors container.Spec (DESIGN.md section 4).
@@ -117,4 +120,23 @@ type Units interface {
 	StartBrokerService(ctx context.Context, turnID string) error
 	// StopBroker stops the socket and service units of the turn.
 	StopBroker(ctx context.Context, turnID string) error
+}
+
+// ExitMeaning reads a container's exit status.
+func ExitMeaning(status int64) string {
+	switch {
+	case status == 1:
+		return "turn failed"
+	case status == 2:
+		return "worker crashed"
+	case status == 128+9:
+		return "killed by SIGKILL: memory limit or forced stop"
+	case status == 128+15:
+		return "stopped by SIGTERM"
+	case status > 128 && status <= 128+64:
+		return fmt.Sprintf("killed by signal %d", status-128)
+	case status < 0:
+		return "status unknown"
+	}
+	return "unexpected status"
 }
