@@ -5,6 +5,9 @@
 #     all fails the check.
 #  2. systemd-analyze security --offline=true: exposure of the broker <= 2.0,
 #     the reaper <= 3.0, the host <= 4.0.
+#  2b. the broker's network rules: AF_NETLINK (its own-address watch) and
+#     IPAddressDeny= link-local and multicast, never localhost or any (loopback
+#     upstreams, egress.allow entries and resolvers are legitimate).
 #  3. sysusers.d and tmpfiles.d applied to a scratch root: users, groups,
 #     directory owners and modes as DESIGN.md section 2 says.
 #  4. lintian on dist/roundtable-sandbox_<VERSION>-*_amd64.deb when it exists
@@ -74,6 +77,24 @@ for pair in sandbox-broker@0123456789abcdef0123456789abcdef.service:2.0 sandbox-
     fail "${unit} exposure $s > $max"
   fi
 done
+
+# 2b. the broker's network rules (README threat model, "Egress").
+echo "== broker network rules"
+bu=units/sandbox-broker@.service
+if grep -Eq '^RestrictAddressFamilies=.*\bAF_NETLINK\b' "$bu"; then
+  echo "ok: broker may open AF_NETLINK (the own-address watch)"
+else
+  fail "$bu: RestrictAddressFamilies= lacks AF_NETLINK: the broker could not watch its own addresses and would refuse every public destination"
+fi
+deny=$(sed -n 's/^IPAddressDeny=//p' "$bu" | tr '\n' ' ')
+before=$fails
+for w in link-local multicast; do
+  [[ " $deny " == *" $w "* ]] || fail "$bu: IPAddressDeny= lacks $w"
+done
+for w in localhost any 127.0.0.0/8 ::1; do
+  [[ " $deny " != *" $w "* ]] || fail "$bu: IPAddressDeny= has $w: loopback upstreams and resolvers (127.0.0.53) would fail"
+done
+((fails > before)) || echo "ok: broker IPAddressDeny=${deny% }"
 
 # 3. sysusers.d + tmpfiles.d on a scratch root.
 echo "== sysusers.d and tmpfiles.d"

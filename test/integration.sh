@@ -236,6 +236,9 @@ else
 	tsclient=1
 fi
 
+# The network namespace tests (test/netns: the box's own addresses in
+# pkg/safefetch and pkg/egress) need root only, checked above.
+
 # Arguments, when given, replace the package list (for example: -v ./pkg/container/).
 args=("$@")
 ((${#args[@]})) || args=(./pkg/...)
@@ -247,4 +250,5 @@ SANDBOX_IT_DOCKER="unix://$sock" \
 	SANDBOX_IT_TOOLBOX_TAR="$toolbox_tar" \
 	SANDBOX_IT_SANDBOX_WORKER="$tmp/sandbox-worker" \
 	SANDBOX_IT_MCP_TSCLIENT="$tsclient" \
+	SANDBOX_IT_NETNS=1 \
 	test/gotest.sh integration -count=1 -run Integration "${args[@]}"

@@ -71,6 +71,11 @@ type Config struct {
 	// resolver and dialer), never set from configuration. nil means a
 	// fetcher whose dialer allows exactly the policy's egressAllow.
 	Fetcher *safefetch.Fetcher
+	// LocalAddrs is this box's own addresses, which the fetcher's dialer
+	// (fetch tools, attachments, the proxy route) refuses. nil means the
+	// process's rtnetlink watch (safefetch.SystemLocalAddrs); a fake in
+	// tests. Unused when Fetcher is set.
+	LocalAddrs safefetch.LocalAddrs
 	// ControlUID is the only peer uid a rich channel broker's control
 	// route accepts: the host's (Run: the owner of the policy file).
 	ControlUID int
@@ -150,7 +155,8 @@ func New(cfg Config) (*Broker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("broker: policy egressAllow: %w", err)
 		}
-		fetcher = &safefetch.Fetcher{Dialer: &safefetch.Dialer{Allow: allow}, UserAgent: "roundtable-sandbox-broker/" + version.Version}
+		fetcher = &safefetch.Fetcher{Dialer: &safefetch.Dialer{Allow: allow, Local: cfg.LocalAddrs},
+			UserAgent: "roundtable-sandbox-broker/" + version.Version}
 	}
 	l := cfg.Policy.Limits
 	upstreamTimeout := time.Duration(l.UpstreamTimeoutMs) * time.Millisecond
@@ -159,7 +165,7 @@ func New(cfg Config) (*Broker, error) {
 		// The same vetted dialer as the fetch tools: one way out.
 		d := fetcher.Dialer
 		if d == nil {
-			d = &safefetch.Dialer{}
+			d = &safefetch.Dialer{Local: cfg.LocalAddrs}
 		}
 		proxy = egress.New(d, *g, cfg.Policy.Deadline(), log.With("turn", cfg.Policy.TurnID, "route", "egress"))
 	}

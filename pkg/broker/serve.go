@@ -18,6 +18,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/safefetch"
 )
 
 // MaxHeaderBytes bounds a request's header block.
@@ -209,6 +210,10 @@ func Run(ctx context.Context, o RunOptions) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// The box's own addresses, watched from the start (a standby's too):
+	// a failure (netlink refused; every public destination is then
+	// refused) is logged once, now, in this broker's log.
+	local := safefetch.SystemLocalAddrs(log)
 	notify := o.Notify
 	if notify == nil {
 		notify = func(string) {}
@@ -277,7 +282,7 @@ func Run(ctx context.Context, o RunOptions) error {
 		up = o.NewMCP(pol.Limits.MaxResponseBytes, time.Duration(pol.Limits.UpstreamTimeoutMs)*time.Millisecond,
 			log.With("turn", pol.TurnID))
 	}
-	cfg := Config{Policy: pol, Credentials: creds, MCP: up, Logger: log}
+	cfg := Config{Policy: pol, Credentials: creds, MCP: up, Logger: log, LocalAddrs: local}
 	if pol.Rich != nil {
 		// The host wrote the policy file: its owner is the one peer the
 		// control route accepts.

@@ -41,6 +41,13 @@ const (
 	ClassUniqueLocal
 	ClassSiteLocal // fec0::/10 (deprecated)
 	ClassSRv6      // 5f00::/16 (RFC 9602)
+	// ClassLocal is a public address of one of this box's own interfaces
+	// (ClassifyLocal): a service listening on every interface answers it,
+	// over lo, past any firewall.
+	ClassLocal
+	// ClassLocalUnknown is a public address while this box's own addresses
+	// are unknown (ClassifyLocal): it may be one of them, so it is refused.
+	ClassLocalUnknown
 )
 
 var classNames = [...]string{
@@ -73,6 +80,8 @@ var classNames = [...]string{
 	ClassUniqueLocal:    "unique local (ULA)",
 	ClassSiteLocal:      "site-local",
 	ClassSRv6:           "SRv6 SID",
+	ClassLocal:          "an address of this box",
+	ClassLocalUnknown:   "unverified (this box's own addresses are unknown)",
 }
 
 func (c Class) String() string {

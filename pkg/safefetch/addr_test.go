@@ -179,7 +179,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestClassNamesComplete(t *testing.T) {
-	for c := ClassPublic; c <= ClassSRv6; c++ {
+	for c := ClassPublic; c <= ClassLocalUnknown; c++ {
 		if c.String() == "unknown" {
 			t.Errorf("class %d has no name", c)
 		}

@@ -33,14 +33,19 @@ type Resolver interface {
 }
 
 // Dialer is the one way out: DialContext resolves a host once, refuses it
-// unless every address is public (or an exact Allow entry), and connects only
-// to those vetted addresses. The zero value is ready to use.
+// unless every address is public and none is this box's own (ClassifyLocal),
+// or it is an exact Allow entry, and connects only to those vetted
+// addresses. The zero value is ready to use.
 type Dialer struct {
 	// Allow lists exact destinations (address and port) that may be dialled
 	// although their address is not public: the operator's escape hatch for,
 	// say, a LAN package mirror. Empty by default; nothing else widens the
 	// dialer. Check it with ValidateAllow.
 	Allow []netip.AddrPort
+
+	// Local is this box's own addresses. nil means SystemLocalAddrs, the
+	// process's rtnetlink watch; a fake in tests.
+	Local LocalAddrs
 
 	// Resolver answers host names. nil means Go's own resolver. A trusted test
 	// seam: never set from configuration or guest input.
@@ -137,13 +142,13 @@ func (d *Dialer) resolve(ctx context.Context, network, host string, lit netip.Ad
 	var out []netip.AddrPort
 	for _, a := range addrs {
 		ap := netip.AddrPortFrom(a, port)
-		if c := Classify(a); c != ClassPublic && !d.allowed(ap) {
+		if c := ClassifyLocal(a, d.Local); c != ClassPublic && !d.allowed(ap) {
 			msg := fmt.Sprintf("%s is %s", ap, c)
 			if a != lit {
 				msg = fmt.Sprintf("%s resolves to %s, %s", host, ap, c)
 			}
 			if e, ok := Embedded(a); ok {
-				msg += fmt.Sprintf(" (embeds %s, %s)", e, Classify(e))
+				msg += fmt.Sprintf(" (embeds %s, %s)", e, ClassifyLocal(e, d.Local))
 			}
 			return nil, &Error{Kind: ErrAddress, msg: msg}
 		}

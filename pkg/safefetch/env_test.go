@@ -210,7 +210,9 @@ func newEnv(t testing.TB) *env {
 	e.route(pubV4c, 443, sink.Addr().String())
 	pool := x509.NewCertPool()
 	pool.AddCert(e.tls.Certificate())
-	e.d = &Dialer{Resolver: e.dns.resolver(), DialAddr: e.dial}
+	// The box owns none of the test's public addresses (tests for the
+	// box's own addresses set a Local of their own).
+	e.d = &Dialer{Resolver: e.dns.resolver(), DialAddr: e.dial, Local: localOf()}
 	e.f = &Fetcher{Dialer: e.d, RootCAs: pool, UserAgent: "safefetch-test"}
 	e.dns.set("pub.example.com", []string{pubV4})
 	e.dns.set("pub6.example.com", []string{pubV6})

@@ -7,8 +7,10 @@
 //     literal; encoded IPv4 (decimal, octal, hex, short forms) is refused.
 //   - Every hop resolves its host once; if any address is not public (private,
 //     loopback, link-local, metadata, multicast, reserved, CGNAT, benchmarking,
-//     documentation, transition forms embedding such addresses, ...) the hop
-//     is refused. See Classify.
+//     documentation, transition forms embedding such addresses, ...) or is
+//     an address of this box's own interfaces (kept current from rtnetlink;
+//     while unknown, every public address is refused) the hop is refused.
+//     See Classify and ClassifyLocal.
 //   - The connection is pinned to a vetted address (3 s per address, fallback
 //     only within the vetted list) while TLS verifies the original hostname;
 //     no environment proxy, no second lookup.

@@ -96,6 +96,8 @@ func fakeMachine(t *testing.T) (string, doctorDeps) {
 	d.unitState = fakeUnitStates(nil)
 	d.unitDirs = []string{filepath.Join(dir, "units")}
 	d.polkitRules = []string{rule}
+	d.resolvConf = filepath.Join(dir, "resolv.conf")
+	os.WriteFile(d.resolvConf, []byte("nameserver 127.0.0.53\n"), 0o644)
 	d.listTools = func(ctx context.Context, s policy.MCPServer, cred string) ([]mcp.Tool, error) {
 		if cred != "mcp-secret-value" {
 			return nil, errors.New("unauthorized")

@@ -72,6 +72,8 @@ type doctorDeps struct {
 	unitState   func(ctx context.Context, unit string) (unitState, error)
 	toolbox     toolboxInspector                  // toolbox.go
 	fileSHA256  func(path string) (string, error) // the host's sandbox-worker, for the toolbox check
+	readFile    func(path string) ([]byte, error)
+	resolvConf  string // the resolver configuration brokers read (doctorresolver.go)
 	credDir     string
 	unitDirs    []string
 	polkitRules []string
@@ -102,6 +104,8 @@ func realDoctorDeps() doctorDeps {
 		unitState:   systemctlShow,
 		toolbox:     realToolboxInspector,
 		fileSHA256:  toolbox.FileSHA256,
+		readFile:    os.ReadFile,
+		resolvConf:  "/etc/resolv.conf",
 		credDir:     layout.CredentialsDir,
 		unitDirs:    []string{"/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system"},
 		polkitRules: []string{"/usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules", "/etc/polkit-1/rules.d/60-roundtable-sandbox.rules"},
@@ -113,6 +117,7 @@ func doctorCmd(g *globals) *cobra.Command {
 		Use:   "doctor",
 		Short: "Check that this machine can run turns; print each failure with its remedy",
 		Long: "doctor checks the configuration, the service user's directories, Docker and the worker image, the installed units and polkit rule,\n" +
+			"that the brokers' resolver is not a link-local address their unit denies, " +
 			"that every configured credential NAME has a file (values are never printed; reading them needs root), and that MCP servers answer with the declared tools.\n" +
 			"It exits non-zero when any check fails.",
 		Args: cobra.NoArgs,
@@ -213,6 +218,7 @@ func runDoctor(ctx context.Context, path string, d doctorDeps) Report {
 		}
 	}
 	doctorUnitStates(ctx, d, add)
+	doctorResolver(d, add)
 	polkit := ""
 	for _, p := range d.polkitRules {
 		if _, err := d.stat(p); err == nil {
