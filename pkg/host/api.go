@@ -457,7 +457,7 @@ func (h *Host) handleMode(w http.ResponseWriter, r *http.Request, channel string
 	h.log.Info("channel mode changed", "channel", ids.ChannelTag(channel), "mode", req.Mode, "profile", req.Profile)
 	if req.Mode == ModeOff {
 		h.dropStandby(channel, standby.ReasonChannelOff)
-		h.cancelJobs(channel)
+		h.delegations.CancelChannel(channel)
 	}
 	if req.Mode == ModeRich {
 		h.dropStandby(channel, standby.ReasonChannelOff)
@@ -523,7 +523,7 @@ func (h *Host) ActiveTurns() []ActiveTurn {
 	// its cleanup.
 	out = append(out, h.coderun.Listed()...)
 	out = append(out, h.richListed()...)
-	out = append(out, h.activeJobs()...)
+	out = append(out, h.delegations.Listed()...)
 	out = append(out, h.prechecks.Listed()...)
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

@@ -24,6 +24,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
+	"github.com/roundtable-sandbox/sandbox/pkg/delegationrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
@@ -121,8 +122,9 @@ type Host struct {
 	richControl RichControl
 
 	// Delegated jobs (delegations.go).
-	jobs     *delegation.Registry
-	research researchTurn // tools and prompt of every research turn
+	delegations *delegationrun.Kind
+	jobs        *delegation.Registry
+	research    researchTurn // tools and prompt of every research turn
 
 	// life makes, runs and cleans up every kind's containers.
 	life *sandbox.Lifecycle

@@ -31,7 +31,6 @@ type metrics struct {
 	standbyTakes    *prometheus.CounterVec
 	standbyDiscards *prometheus.CounterVec
 	standbyPrepares *prometheus.CounterVec
-	delegations     *prometheus.CounterVec
 	richTurns       *prometheus.CounterVec
 	richStarts      prometheus.Counter
 	richStops       *prometheus.CounterVec
@@ -72,10 +71,6 @@ func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
 			Name: "sandbox_standby_prepares_total", Help: "Standby preparations by result (ok, failed, capped: skipped at standby.max).",
 		}, []string{"result"}),
 	}
-	m.delegations = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sandbox_delegations_total", Help: "Delegated jobs, by result (ok, failed, timeout, cancelled; refused: not admitted).",
-	}, []string{"result"})
-	reg.MustRegister(m.delegations)
 	m.richTurns = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sandbox_rich_turns_total", Help: "Turns of rich channels, by result and whether the channel's session was already running (warm).",
 	}, []string{"result", "warm"})

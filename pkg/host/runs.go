@@ -50,6 +50,13 @@ func (k kindHost) Slot(ctx context.Context, key string) (func(), error) {
 
 func (k kindHost) Stopped() context.Context { return k.h.stopCtx }
 
+func (k kindHost) ChannelOn(channel string) error {
+	if k.h.state.Mode(channel) != ModeOn {
+		return ErrModeOff
+	}
+	return nil
+}
+
 func (k kindHost) GuestUID(key string) (int, error) {
 	return k.h.state.GuestUID(key, k.h.cfg.Guests, -1)
 }

@@ -367,3 +367,11 @@ func (l *Lifecycle) Cleanup(b *Handle, log *slog.Logger) error {
 		"turn_dir", b.Dir, "policy_file", b.Policy)
 	return fmt.Errorf("%v: %w", failed, ErrCleanup)
 }
+
+// CountCleanupFailure counts one failed cleanup step a kind does itself
+// (a delegated job's scratch workspace).
+func (l *Lifecycle) CountCleanupFailure(what string) {
+	if l.o.CleanupFailed != nil {
+		l.o.CleanupFailed(what)
+	}
+}
