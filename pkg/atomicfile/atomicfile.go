@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -134,4 +135,84 @@ func randSuffix() uint32 {
 		return uint32(os.Getpid())
 	}
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+// CreateAt creates name (a single path element) inside the directory open as
+// dirfd with data at mode perm (narrowed by the umask), never over an
+// existing name of any kind and never through a link planted at it: the
+// data goes to a temporary name created exclusively, is synced, then renamed
+// into place without replacing anything.
+func CreateAt(dirfd int, name string, data []byte, perm os.FileMode) error {
+	if name == "" || name == "." || name == ".." || filepath.Base(name) != name {
+		return fmt.Errorf("atomicfile: %q is not a plain file name", name)
+	}
+	// The final name must not exist, whatever it is (a file, a link).
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+		return os.ErrExist
+	}
+	tmp := fmt.Sprintf(".%s.%d.tmp", name, os.Getpid())
+	if len(tmp) > 255 {
+		tmp = fmt.Sprintf(".create.%d.tmp", os.Getpid())
+	}
+	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm.Perm()))
+	if err != nil {
+		return err
+	}
+	file := os.NewFile(uintptr(fd), tmp)
+	_, err = file.Write(data)
+	if err == nil {
+		err = file.Sync()
+	}
+	if cerr := file.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Renameat2(dirfd, tmp, dirfd, name, unix.RENAME_NOREPLACE)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+			// A file system without RENAME_NOREPLACE: a hard link also
+			// refuses an existing name.
+			if err = unix.Linkat(dirfd, tmp, dirfd, name, 0); err == nil {
+				_ = unix.Unlinkat(dirfd, tmp, 0)
+			}
+		}
+	}
+	if err != nil {
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+		return err
+	}
+	return nil
+}
+
+// OpenDirAt opens the directory rel (slash-separated, relative, no "." or
+// ".." element) beneath the directory open as dirfd one element at a time,
+// with O_NOFOLLOW and O_DIRECTORY on each, creating a missing one at mode
+// perm: a symlink at any element is refused, never followed, so the result
+// is always inside dirfd's tree. "" opens dirfd's directory again. The
+// caller closes the returned descriptor.
+func OpenDirAt(dirfd int, rel string, perm os.FileMode) (int, error) {
+	cur, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if rel == "" {
+		return cur, nil
+	}
+	for _, elem := range strings.Split(rel, "/") {
+		if elem == "" || elem == "." || elem == ".." {
+			unix.Close(cur)
+			return -1, fmt.Errorf("atomicfile: %q is not a clean relative path", rel)
+		}
+		if err := unix.Mkdirat(cur, elem, uint32(perm.Perm())); err != nil && !errors.Is(err, unix.EEXIST) {
+			unix.Close(cur)
+			return -1, fmt.Errorf("atomicfile: mkdir %s: %w", elem, err)
+		}
+		next, err := unix.Openat(cur, elem, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(cur)
+		if err != nil {
+			return -1, fmt.Errorf("atomicfile: open %s: %w", elem, err)
+		}
+		cur = next
+	}
+	return cur, nil
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestWriteReadRoundTrip(t *testing.T) {
@@ -70,4 +72,76 @@ func TestWriteRefusesPathName(t *testing.T) {
 			t.Errorf("WriteAt(%q) = nil, want error", name)
 		}
 	}
+}
+
+func TestCreateAtNeverReplaces(t *testing.T) {
+	dir := t.TempDir()
+	dfd := openDir(t, dir)
+	if err := CreateAt(dfd, "f", []byte("one"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := CreateAt(dfd, "f", []byte("two"), 0o600); !errors.Is(err, os.ErrExist) {
+		t.Errorf("second CreateAt = %v, want ErrExist", err)
+	}
+	outside := filepath.Join(t.TempDir(), "target")
+	if err := os.Symlink(outside, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := CreateAt(dfd, "link", []byte("x"), 0o600); err == nil {
+		t.Error("CreateAt wrote over a symlink")
+	}
+	if _, err := os.Lstat(outside); err == nil {
+		t.Error("the link's target was created")
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, "f")); string(data) != "one" {
+		t.Errorf("f = %q, want one", data)
+	}
+	for _, bad := range []string{"", ".", "..", "a/b"} {
+		if err := CreateAt(dfd, bad, nil, 0o600); err == nil {
+			t.Errorf("CreateAt(%q) = nil, want refused", bad)
+		}
+	}
+}
+
+func TestOpenDirAt(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	dfd := openDir(t, dir)
+	fd, err := OpenDirAt(dfd, "a/b/c", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CreateAt(fd, "f", []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	if data, _ := os.ReadFile(filepath.Join(dir, "a", "b", "c", "f")); string(data) != "x" {
+		t.Errorf("a/b/c/f = %q", data)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "a", "l")); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"a/l", "a/l/sub", "../x", "a/./b", "a//b", "/abs", "a/b/c/f"} {
+		if fd, err := OpenDirAt(dfd, rel, 0o755); err == nil {
+			unix.Close(fd)
+			t.Errorf("OpenDirAt(%q) = nil, want refused", rel)
+		}
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Errorf("the link's target holds %d entries", len(entries))
+	}
+	fd, err = OpenDirAt(dfd, "", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+}
+
+func openDir(t *testing.T, dir string) int {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
 }

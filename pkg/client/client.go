@@ -157,6 +157,9 @@ type Health struct {
 	Accepting bool   `json:"accepting"`
 	Running   int    `json:"running"`
 	Waiting   int    `json:"waiting"`
+	// Role is the caller's role on the host: "none", "client" or "admin"
+	// ("" from a host older than the field).
+	Role string `json:"role"`
 }
 
 // Error is a refused or failed request.

@@ -3,12 +3,12 @@ package client
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
 
@@ -101,41 +101,4 @@ func WriteReplyFiles(dir string, files []File) ([]string, error) {
 	return written, nil
 }
 
-func writeOne(dfd int, f File) error {
-	// The final name must not exist, whatever it is (a file, a link).
-	var st unix.Stat_t
-	if err := unix.Fstatat(dfd, f.Name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
-		return os.ErrExist
-	}
-	tmp := fmt.Sprintf(".%s.%d.tmp", f.Name, os.Getpid())
-	if len(tmp) > 255 {
-		tmp = fmt.Sprintf(".reply.%d.tmp", os.Getpid())
-	}
-	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return err
-	}
-	file := os.NewFile(uintptr(fd), tmp)
-	_, err = file.Write(f.Data)
-	if err == nil {
-		err = file.Sync()
-	}
-	if cerr := file.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = unix.Renameat2(dfd, tmp, dfd, f.Name, unix.RENAME_NOREPLACE)
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
-			// A file system without RENAME_NOREPLACE: a hard link also
-			// refuses an existing name.
-			if err = unix.Linkat(dfd, tmp, dfd, f.Name, 0); err == nil {
-				_ = unix.Unlinkat(dfd, tmp, 0)
-			}
-		}
-	}
-	if err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
-		return err
-	}
-	return nil
-}
+func writeOne(dfd int, f File) error { return atomicfile.CreateAt(dfd, f.Name, f.Data, 0o600) }

@@ -16,7 +16,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,14 +46,11 @@ var (
 	errCancelled = errors.New("run cancelled")
 )
 
-// ChannelPrefix makes a run's pseudo channel "run-<id>": its tag (a valid
+// A run's pseudo channel ids.RunName(id), "run-<id>", is its tag (a valid
 // channel tag as it is), its container name, its journal identifier
-// sandbox/run-<id> and its queue entry.
-const ChannelPrefix = "run-"
-
-// slotPrefix names the guest-uid records of run slots: concurrent runs get
-// distinct uids (RLIMIT_NPROC is per uid), never a channel's.
-const slotPrefix = "sandbox-run-slot/"
+// sandbox/run-<id> and its queue entry; its guest uid is its slot's
+// (ids.RunSlot: concurrent runs get distinct uids, RLIMIT_NPROC is per
+// uid). No channel key takes either form (ids.ValidChannel).
 
 // Host is what a run needs of the host that made the kind.
 type Host interface {
@@ -73,6 +74,8 @@ type Options struct {
 	Host      Host
 	Logger    *slog.Logger
 	Now       func() time.Time
+	// Lchown changes one entry, never through a link (a run's gate).
+	Lchown func(path string, uid, gid int) error
 	// Registry receives sandbox_runs_total and sandbox_run_duration_seconds.
 	Registry prometheus.Registerer
 }
@@ -84,6 +87,7 @@ type Kind struct {
 	host     Host
 	log      *slog.Logger
 	now      func() time.Time
+	lchown   func(path string, uid, gid int) error
 	runs     *runs.Registry
 	slots    sandbox.Slots
 	results  *prometheus.CounterVec
@@ -95,7 +99,7 @@ type Kind struct {
 func New(o Options) *Kind {
 	c := o.Config.Runs
 	k := &Kind{
-		cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now,
+		cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, lchown: o.Lchown,
 		runs: runs.NewRegistry(runs.RegistryLimits{
 			ApprovalTimeout:    time.Duration(c.ApprovalTimeoutSeconds) * time.Second,
 			Retain:             time.Duration(c.RetainSeconds) * time.Second,
@@ -131,7 +135,7 @@ func (k *Kind) Listed() []sandbox.Listed {
 	var out []sandbox.Listed
 	for _, r := range k.runs.Unfinished() {
 		d := k.DeadlineBound(r)
-		out = append(out, sandbox.Listed{ID: r.ID(), ChannelTag: ChannelPrefix + r.ID(), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
+		out = append(out, sandbox.Listed{ID: r.ID(), ChannelTag: ids.RunName(r.ID()), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
 	}
 	return out
 }
@@ -253,7 +257,7 @@ func (k *Kind) drive(r *runs.Run) {
 			log.Info("run network approved", "by_uid", *st.ApprovedBy)
 		}
 	}
-	release, err := k.host.Slot(ctx, ChannelPrefix+id)
+	release, err := k.host.Slot(ctx, ids.RunName(id))
 	if err != nil {
 		if errors.Is(err, sandbox.ErrShuttingDown) {
 			finish(runs.Finish{Result: runs.ResultCancelled, Error: "the host stopped"})
@@ -282,7 +286,7 @@ func (k *Kind) execute(ctx context.Context, r *runs.Run, log *slog.Logger) (fin 
 	deadline := k.now().Add(time.Duration(p.TimeoutSeconds) * time.Second)
 	runCtx, cancelDeadline := context.WithDeadlineCause(ctx, deadline, errTimeout)
 	defer cancelDeadline()
-	t := &sandbox.Handle{ID: id, Channel: ChannelPrefix + id, Tag: ChannelPrefix + id, Deadline: deadline, Quiet: true}
+	t := &sandbox.Handle{ID: id, Channel: ids.RunName(id), Tag: ids.RunName(id), Deadline: deadline, Quiet: true}
 	slot := k.slots.Take()
 	defer k.slots.Give(slot)
 	defer func() {
@@ -314,13 +318,19 @@ func (k *Kind) execute(ctx context.Context, r *runs.Run, log *slog.Logger) (fin 
 	if t.Container, err = ids.ContainerName(t.Channel, id); err != nil {
 		return systemErr("name", err)
 	}
-	uid, err := k.host.GuestUID(sandbox.SlotChannel(slotPrefix, slot))
+	uid, err := k.host.GuestUID(ids.RunSlot(slot))
 	if err != nil {
 		return systemErr("guest uid", err)
 	}
 	workspace, err := k.Workspace(p.Project)
 	if err != nil {
 		return systemErr("project", err)
+	}
+	gate := ""
+	if len(p.Setup) > 0 {
+		if gate, err = k.gate(slot, uid); err != nil {
+			return systemErr("project gate", err)
+		}
 	}
 	if p.Network {
 		if err := k.prepareBroker(runCtx, t); err != nil {
@@ -333,7 +343,7 @@ func (k *Kind) execute(ctx context.Context, r *runs.Run, log *slog.Logger) (fin 
 		MemoryMB: rc.MemoryMB, CPUs: rc.CPUs, Pids: rc.Pids, TmpfsMB: rc.TmpfsMB,
 		Runtime: k.cfg.Runtime, LogTag: "sandbox/" + t.Tag,
 		Labels: sandbox.Labels(k.cfg.Installation, id, t.Tag, deadline),
-		Run:    &sandbox.RunContainer{Setup: len(p.Setup) > 0, OutputMB: rc.OutputMB, Command: []string{layout.ToolboxWorker, "run-supervise"}},
+		Run:    &sandbox.RunContainer{Setup: len(p.Setup) > 0, GateDir: gate, OutputMB: rc.OutputMB, Command: []string{layout.ToolboxWorker, "run-supervise"}},
 	}
 	job := k.job(p, uid)
 	var stdin bytes.Buffer
@@ -448,6 +458,67 @@ func (k *Kind) decode(r *runs.Run, dec *wire.Decoder, journal io.Writer) (wire.R
 			return f.Result, arts, nil
 		}
 	}
+}
+
+// runGateDirName holds the run slots' project gates under workspaceRoot.
+const runGateDirName = ".run-gates"
+
+// gate is the project's gate of a run with setup in run slot slot
+// (wire.SetupGatePath, container.RunOptions.GateDir):
+// workspaceRoot/.run-gates/<slot>, given to the slot's guest uid:gid with
+// mode 0700 and holding the empty mount point "workspace". Root in the
+// container is neither its owner nor in its group, so setup cannot pass
+// it, even when the host itself runs as root; the main command passes it
+// as its owner. A slot's runs are one at a time, so its gate is reused:
+// the host takes it back (CAP_CHOWN), checks it and hands it over again
+// each time (the slot's uid may have changed). Only the host writes in
+// .run-gates (0700).
+func (k *Kind) gate(slot, guest int) (string, error) {
+	root := filepath.Join(k.cfg.WorkspaceRoot, runGateDirName)
+	gate := filepath.Join(root, strconv.Itoa(slot))
+	inner := filepath.Join(gate, "workspace")
+	me, myGroup := os.Getuid(), os.Getgid()
+	dir := func(p string, mode fs.FileMode) (fs.FileInfo, error) {
+		if err := os.Mkdir(p, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+		st, err := os.Lstat(p)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() || st.Mode()&fs.ModeSymlink != 0 {
+			return nil, fmt.Errorf("%s is not a directory", p)
+		}
+		return st, nil
+	}
+	st, err := dir(root, 0o700)
+	if err != nil {
+		return "", err
+	}
+	if owner, _ := sandbox.FileOwner(st); owner != me {
+		return "", fmt.Errorf("%s belongs to uid %d, not to this host (uid %d)", root, owner, me)
+	}
+	if st, err = dir(gate, 0o700); err != nil {
+		return "", err
+	}
+	owner, _ := sandbox.FileOwner(st)
+	group, _ := sandbox.FileGroup(st)
+	if owner != me || group != myGroup {
+		if err := k.lchown(gate, me, myGroup); err != nil {
+			return "", fmt.Errorf("take %s back (the host needs CAP_CHOWN, see sandbox-host.service): %w", gate, err)
+		}
+	}
+	// Set, not masked (the unit's UMask); the group and others get nothing.
+	if err := os.Chmod(gate, 0o700); err != nil {
+		return "", err
+	}
+	if _, err := dir(inner, 0o500); err != nil {
+		return "", err
+	}
+	if err := k.lchown(gate, guest, guest); err != nil {
+		return "", fmt.Errorf("give %s to guest uid %d (the host needs CAP_CHOWN, see sandbox-host.service): %w", gate, guest, err)
+	}
+	return gate, nil
 }
 
 // prepareBroker gives an approved network run its broker: a turn

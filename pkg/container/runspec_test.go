@@ -2,10 +2,16 @@ package container
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/supervisor"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
 )
 
 // TestRunConfigs: a code run's container keeps the turn's confinement and
@@ -21,6 +27,9 @@ func TestRunConfigs(t *testing.T) {
 				s.TurnDir = ""
 			}
 			s.Run = &RunOptions{Setup: setup, OutputMB: 32, Command: []string{"/usr/lib/roundtable-sandbox/sandbox-worker", "run-supervise"}}
+			if setup {
+				s.Run.GateDir = gateDir(t)
+			}
 			if err := s.Validate(); err != nil {
 				t.Fatalf("setup=%v broker=%v: valid run spec refused: %v", setup, broker, err)
 			}
@@ -47,15 +56,25 @@ func TestRunConfigs(t *testing.T) {
 			if got := host.Tmpfs[OutputPath]; got != "size=32m,mode=0755,nosuid,nodev,uid=1000,gid=1000" {
 				t.Errorf("/output tmpfs %q", got)
 			}
-			wantMounts := 1
+			// Without setup the project is at /workspace; with setup behind
+			// its gate (the gate first, so it is mounted first).
+			type m struct{ source, target string }
+			want := []m{{s.WorkspaceDir, protocol.WorkspacePath}}
+			if setup {
+				want = []m{{s.Run.GateDir, wire.SetupGatePath}, {s.WorkspaceDir, wire.SetupProjectPath}}
+			}
 			if broker {
-				wantMounts = 2
+				want = append(want, m{s.TurnDir, protocol.BrokerDir})
 			}
-			if len(host.Mounts) != wantMounts || host.Mounts[0].Target != protocol.WorkspacePath || !host.Mounts[0].ReadOnly {
-				t.Errorf("broker=%v: mounts %+v: want /workspace read-only (+ /run/broker)", broker, host.Mounts)
+			var got []m
+			for _, mt := range host.Mounts {
+				got = append(got, m{mt.Source, mt.Target})
+				if !mt.ReadOnly || mt.Type != "bind" {
+					t.Errorf("setup=%v broker=%v: mount %+v is not a read-only bind", setup, broker, mt)
+				}
 			}
-			if broker && (host.Mounts[1].Target != protocol.BrokerDir || !host.Mounts[1].ReadOnly) {
-				t.Errorf("broker mount %+v", host.Mounts[1])
+			if !slices.Equal(got, want) {
+				t.Errorf("setup=%v broker=%v: mounts %v, want %v", setup, broker, got, want)
 			}
 			if !slices.Equal(append(cfg.Entrypoint, cfg.Cmd...), s.Run.Command) {
 				t.Errorf("argv %v %v", cfg.Entrypoint, cfg.Cmd)
@@ -74,6 +93,70 @@ func TestRunConfigs(t *testing.T) {
 	s.Run = &RunOptions{OutputMB: 8, Command: []string{"x"}}
 	if err := s.Validate(); !errors.Is(err, ErrInvalidSpec) {
 		t.Errorf("relative command: %v", err)
+	}
+	// A run with setup has its gate, one without none; the gate holds
+	// the project's mount point and is separate from the other mounts.
+	noPoint, _ := filepath.EvalSymlinks(t.TempDir())
+	for name, run := range map[string]RunOptions{
+		"setup without a gate":   {Setup: true},
+		"a gate without setup":   {GateDir: gateDir(t)},
+		"gate without its point": {Setup: true, GateDir: noPoint},
+		"gate is the workspace":  {Setup: true},
+		"relative gate":          {Setup: true, GateDir: "gate"},
+	} {
+		s := validSpec(t)
+		if name == "gate is the workspace" {
+			run.GateDir = s.WorkspaceDir
+			if err := os.Mkdir(filepath.Join(s.WorkspaceDir, "workspace"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		run.OutputMB, run.Command = 8, []string{"/x"}
+		s.Run = &run
+		if err := s.Validate(); !errors.Is(err, ErrInvalidSpec) {
+			t.Errorf("%s: %v, want refused", name, err)
+		}
+	}
+}
+
+// gateDir is a run's gate as the host makes it: a directory holding the
+// project's mount point.
+func gateDir(t *testing.T) string {
+	t.Helper()
+	d, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(d, "workspace"), 0o500); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestSetupCapabilities: the container's set in a run with setup is the
+// supervisor's; setup commands keep only chown, fowner and fsetid of it,
+// nothing that reads past a file's mode or switches users (the project's
+// gate relies on it), and nothing of the seed's dropped list is granted.
+func TestSetupCapabilities(t *testing.T) {
+	names := map[uintptr]string{unix.CAP_CHOWN: "CHOWN", unix.CAP_FOWNER: "FOWNER", unix.CAP_FSETID: "FSETID"}
+	var cmd []string
+	for _, c := range supervisor.SetupCommandCapabilities {
+		n, ok := names[c]
+		if !ok {
+			t.Errorf("setup commands hold capability %d, want only chown, fowner, fsetid", c)
+		}
+		cmd = append(cmd, n)
+		if !slices.Contains(SetupCapabilities, n) {
+			t.Errorf("setup commands hold %s, which the container lacks", n)
+		}
+	}
+	if !slices.Equal(cmd, []string{"CHOWN", "FOWNER", "FSETID"}) {
+		t.Errorf("setup command capabilities %v", cmd)
+	}
+	for _, c := range []string{"DAC_READ_SEARCH", "SYS_ADMIN", "SYS_PTRACE", "NET_ADMIN", "NET_RAW", "MKNOD", "SYS_CHROOT", "SETFCAP", "AUDIT_WRITE", "NET_BIND_SERVICE", "KILL"} {
+		if slices.Contains(SetupCapabilities, c) {
+			t.Errorf("%s granted to a run with setup", c)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
 )
 
 // ErrInvalidSpec is the category of every refused Spec: nothing is sent to
@@ -120,18 +122,31 @@ type RunOptions struct {
 	// the main command. Without setup the container runs as UID:GID with
 	// no capabilities and a read-only root.
 	Setup bool
+	// GateDir, with Setup only, is the host directory bound read-only at
+	// wire.SetupGatePath with the project at wire.SetupProjectPath inside
+	// it instead of at /workspace (see there): the guest's uid:gid, mode
+	// 0700, holding an empty directory "workspace" as the project's mount
+	// point.
+	GateDir string
 	// OutputMB sizes the /output tmpfs (owned by UID:GID).
 	OutputMB int
 	// Command is the container's argv (the toolbox's supervisor).
 	Command []string
 }
 
-// SetupCapabilities are what package installation needs (dpkg's chown and
-// chmod, apt's drop to its _apt user) and SETPCAP, with which the
-// supervisor empties the bounding set before the main command. Everything
-// else Docker grants by default stays dropped, as the seed drops it:
-// SYS_ADMIN, SYS_PTRACE, NET_ADMIN, NET_RAW, MKNOD, SYS_CHROOT, SETFCAP,
-// AUDIT_WRITE, NET_BIND_SERVICE, KILL.
+// SetupCapabilities are the container's (so the supervisor's, PID 1) in a
+// run with setup: what package installation needs (dpkg's chown, chmod
+// and setuid bits: CHOWN, FOWNER, FSETID), what the supervisor needs to
+// start setup commands with fewer and the main command as the guest
+// (SETUID, SETGID, SETPCAP, with which it empties the bounding set), and
+// DAC_OVERRIDE for reading the main command's artifacts whatever their
+// mode. Setup commands get only CHOWN, FOWNER and FSETID
+// (supervisor.SetupCommandCapabilities): nothing that reads past a file's
+// mode or switches users, so they cannot pass the project's gate
+// (wire.SetupGatePath). Everything else Docker grants by default stays
+// dropped, as the seed drops it: SYS_ADMIN, SYS_PTRACE, NET_ADMIN,
+// NET_RAW, MKNOD, SYS_CHROOT, SETFCAP, AUDIT_WRITE, NET_BIND_SERVICE,
+// KILL; DAC_READ_SEARCH is never granted.
 var SetupCapabilities = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "SETPCAP"}
 
 // OutputPath is where a run's exported files are written.
@@ -191,8 +206,9 @@ func (s *Spec) Validate(dockerSockets ...string) error {
 		if !s.Rich {
 			return invalid("only a rich channel's container has a skills dir")
 		}
-		return validateMounts([]string{s.WorkspaceDir, s.TurnDir, s.SkillsDir}, dockerSockets)
+		return validateMounts([]source{{"workspace", s.WorkspaceDir}, {"turn dir", s.TurnDir}, {"skills dir", s.SkillsDir}}, dockerSockets)
 	}
+	srcs := []source{{"workspace", s.WorkspaceDir}, {"turn dir", s.TurnDir}}
 	if r := s.Run; r != nil {
 		if r.OutputMB < 1 || r.OutputMB > MaxTmpfsMB {
 			return invalid("output tmpfs must be 1 to %d MiB", MaxTmpfsMB)
@@ -201,11 +217,35 @@ func (s *Spec) Validate(dockerSockets ...string) error {
 			return invalid("a run's command must be 1 to 8 words starting with an absolute path")
 		}
 		if s.TurnDir == "" {
-			return validateMounts([]string{s.WorkspaceDir}, dockerSockets)
+			srcs = srcs[:1]
+		}
+		switch {
+		case r.Setup && r.GateDir == "":
+			// Without the gate, root's setup would read the project.
+			return invalid("a run with setup needs a gate dir")
+		case !r.Setup && r.GateDir != "":
+			return invalid("only a run with setup has a gate dir")
+		case r.Setup:
+			srcs = append(srcs, source{"gate dir", r.GateDir})
+			if err := validateMounts(srcs, dockerSockets); err != nil {
+				return err
+			}
+			// The project's mount point: inside a read-only bind the
+			// runtime could not create it.
+			if fi, err := os.Lstat(filepath.Join(r.GateDir, gateMountPoint)); err != nil || !fi.IsDir() {
+				return invalid("the gate dir must hold the directory %s", gateMountPoint)
+			}
+			return nil
 		}
 	}
-	return validateMounts([]string{s.WorkspaceDir, s.TurnDir}, dockerSockets)
+	return validateMounts(srcs, dockerSockets)
 }
+
+// gateMountPoint is the project's mount point inside a gate dir.
+var gateMountPoint = path.Base(wire.SetupProjectPath)
+
+// source is a bind mount's host directory and what it is, for errors.
+type source struct{ what, path string }
 
 func (s *Spec) validateLabels() error {
 	if len(s.Labels) > maxLabels {
@@ -249,10 +289,8 @@ func printable(s string) bool {
 // relative, unclean or symlinked path (the daemon would resolve the link), a
 // non-directory, the two sources nested in each other, or a source that
 // contains the Docker socket.
-func validateMounts(dirs []string, dockerSockets []string) error {
-	whats := []string{"workspace", "turn dir", "skills dir"}
-	for i, path := range dirs {
-		p := struct{ what, path string }{whats[i], path}
+func validateMounts(dirs []source, dockerSockets []string) error {
+	for _, p := range dirs {
 		if !filepath.IsAbs(p.path) || filepath.Clean(p.path) != p.path || p.path == "/" {
 			return invalid("%s must be an absolute clean path other than /", p.what)
 		}
@@ -272,8 +310,8 @@ func validateMounts(dirs []string, dockerSockets []string) error {
 	}
 	for i := range dirs {
 		for j := i + 1; j < len(dirs); j++ {
-			if within(dirs[i], dirs[j]) || within(dirs[j], dirs[i]) {
-				return invalid("%s and %s must be separate", whats[i], whats[j])
+			if within(dirs[i].path, dirs[j].path) || within(dirs[j].path, dirs[i].path) {
+				return invalid("%s and %s must be separate", dirs[i].what, dirs[j].what)
 			}
 		}
 	}
@@ -415,6 +453,18 @@ func (s *Spec) runConfigs(cfg *container.Config, host *container.HostConfig) {
 		ReadOnly:    true,
 		BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 	}}
+	if r.Setup {
+		// The project behind its gate (wire.SetupGatePath): the gate
+		// first, so the daemon mounts it before the project inside.
+		mounts[0].Target = wire.SetupProjectPath
+		mounts = append([]mount.Mount{{
+			Type:        mount.TypeBind,
+			Source:      r.GateDir,
+			Target:      wire.SetupGatePath,
+			ReadOnly:    true,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+		}}, mounts...)
+	}
 	if s.TurnDir != "" {
 		mounts = append(mounts, host.Mounts[1])
 	}

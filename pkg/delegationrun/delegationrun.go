@@ -133,9 +133,9 @@ const (
 	reasonCleanup    = "the research turn's cleanup failed; the operator was told"
 )
 
-// QueuePrefix names a job's entry in the host queue: its own pseudo
-// channel, so it waits for the global cap only, never for its channel.
-const QueuePrefix = "job-"
+// A job's entry in the host queue is ids.JobName(id), "job-<id>": its own
+// pseudo channel, so it waits for the global cap only, never for its
+// channel. No channel key takes that form (ids.ValidChannel).
 
 // scratchDirName holds the jobs' scratch workspaces under workspaceRoot.
 const scratchDirName = ".delegations"
@@ -195,7 +195,7 @@ func (k *Kind) drive(j *delegation.Job) {
 	start := k.now()
 
 	var fin delegation.Finish
-	release, err := k.host.Slot(ctx, QueuePrefix+j.ID())
+	release, err := k.host.Slot(ctx, ids.JobName(j.ID()))
 	if err != nil {
 		fin = jobEnded(ctx, delegation.Finish{Result: delegation.ResultCancelled, Reason: reasonHostStop})
 	} else {

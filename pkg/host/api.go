@@ -108,6 +108,10 @@ type (
 		Accepting bool   `json:"accepting"`
 		Running   int    `json:"running"`
 		Waiting   int    `json:"waiting"`
+		// Role is the caller's own role (none, client or admin), from its
+		// peer credentials: what `sandbox-host mcp` checks before it
+		// serves on a TCP port.
+		Role string `json:"role"`
 	}
 	// ErrorResponse is every 4xx/5xx body.
 	ErrorResponse struct {
@@ -536,7 +540,8 @@ func (h *Host) handleTurns(w http.ResponseWriter, r *http.Request, _ string) err
 
 func (h *Host) handleHealth(w http.ResponseWriter, r *http.Request, _ string) error {
 	waiting, running := h.queue.totals()
-	hl := Health{Status: "ok", Version: version.Version, Accepting: h.accepting(), Running: running, Waiting: waiting}
+	hl := Health{Status: "ok", Version: version.Version, Accepting: h.accepting(), Running: running, Waiting: waiting,
+		Role: Authorize(h.opts.Access, h.opts.UID, peerFrom(r.Context())).String()}
 	status := http.StatusOK
 	if !hl.Accepting {
 		hl.Status, status = "stopping", http.StatusServiceUnavailable

@@ -107,6 +107,12 @@ func TestAPIBadInputs(t *testing.T) {
 		{"body too large", "POST", "/v1/channels/c/turns", `{"speaker":{"id":"s"},"text":"` + strings.Repeat("a", MaxBodyBytes) + `"}`, 413, "request body too large"},
 		{"bad channel control char", "GET", "/v1/channels/a%0Ab", "", 400, "bad channel"},
 		{"bad channel too long", "GET", "/v1/channels/" + strings.Repeat("c", 257), "", 400, "bad channel"},
+		// Internal names are no channel keys: a slot's guest uid, a run's
+		// queue entry and journal tag stay the host's own.
+		{"run slot record as channel", "POST", "/v1/channels/sandbox-run-slot%2F0/turns", `{"speaker":{"id":"s"},"text":"x"}`, 400, "bad channel"},
+		{"precheck slot record as channel", "POST", "/v1/channels/sandbox-precheck-slot%2F0/turns", `{"speaker":{"id":"s"},"text":"x"}`, 400, "bad channel"},
+		{"run name as channel", "POST", "/v1/channels/run-0123456789abcdef0123456789abcdef/turns", `{"speaker":{"id":"s"},"text":"x"}`, 400, "bad channel"},
+		{"run name mode", "PUT", "/v1/channels/run-0123456789abcdef0123456789abcdef/mode", `{"mode":"on"}`, 400, "bad channel"},
 		{"escaped slash is part of the key", "GET", "/v1/channels/a%2F..%2Fb/extra/more", "", 404, "not found"},
 		{"mode off", "POST", "/v1/channels/offchan/turns", `{"speaker":{"id":"s"},"text":"x"}`, 409, "channel is not in sandbox mode"},
 		{"wrong method", "DELETE", "/v1/channels/c/turns", "", 405, "method not allowed"},
@@ -201,6 +207,32 @@ func TestAPIClientIsNotAdmin(t *testing.T) {
 		if status, _ := call(t, hc, p.method, p.path, p.body); status != 403 {
 			t.Errorf("client %s %s: %d, want 403", p.method, p.path, status)
 		}
+	}
+}
+
+// The health answer names the caller's own role (sandbox-host mcp reads it
+// before it serves on a TCP port).
+func TestHealthNamesTheCallersRole(t *testing.T) {
+	uid := os.Getuid()
+	for _, tt := range []struct {
+		name string
+		opts func(*Options)
+		want string
+	}{
+		{"host uid", func(o *Options) {}, "admin"},
+		{"client", func(o *Options) {
+			o.UID, o.GID = uid+12345, os.Getgid()+12345
+			o.Access = config.ResolvedAccess{ClientUIDs: []int{uid}}
+		}, "client"},
+		{"stranger", func(o *Options) { o.UID, o.GID = uid+12345, os.Getgid()+12345 }, "none"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, "", tt.opts)
+			hc, _ := serve(t, r)
+			if status, body := call(t, hc, "GET", "/v1/health", ""); status != 200 || body["role"] != tt.want {
+				t.Errorf("health: %d %v, want role %q", status, body, tt.want)
+			}
+		})
 	}
 }
 

@@ -89,7 +89,7 @@ func (h *Host) newDelegation() error {
 		return fmt.Errorf("host: delegation.fetchTool %q is not a configured tool", d.FetchTool)
 	}
 	r := h.research
-	sample := &turn{Handle: sandbox.Handle{ID: ids.NewTurnID(), Channel: "sandbox:preflight"}, speaker: protocol.Speaker{ID: "preflight"}, research: &r}
+	sample := &turn{Handle: sandbox.Handle{ID: ids.NewTurnID(), Channel: ids.PreflightChannel}, speaker: protocol.Speaker{ID: "preflight"}, research: &r}
 	if err := h.policyFor(sample, h.opts.Now().Add(time.Duration(d.TimeoutSeconds)*time.Second)).Validate(); err != nil {
 		return fmt.Errorf("host: delegation makes an invalid broker policy: %w", err)
 	}
@@ -104,12 +104,12 @@ func (h *Host) newDelegation() error {
 // run's own (job-<id>, run-<id> of a job or run the host knows), not a
 // channel: GET /v1/channels leaves those out.
 func (h *Host) queueOnly(name string) bool {
-	if id, ok := strings.CutPrefix(name, delegationrun.QueuePrefix); ok {
+	if id, ok := strings.CutPrefix(name, ids.JobPrefix); ok {
 		if _, err := h.jobs.Get(id); err == nil {
 			return true
 		}
 	}
-	if id, ok := strings.CutPrefix(name, runChannelPrefix); ok {
+	if id, ok := strings.CutPrefix(name, ids.RunPrefix); ok {
 		if _, err := h.runs.Get(id); err == nil {
 			return true
 		}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -352,6 +353,12 @@ func (r *rig) chown(dir string, uid, gid int) error {
 	return nil
 }
 
+func (r *rig) chownCalls() []chownCall {
+	r.chownMu.Lock()
+	defer r.chownMu.Unlock()
+	return slices.Clone(r.chowns)
+}
+
 func newRig(t testing.TB, extra string, mutate func(*Options)) *rig {
 	t.Helper()
 	cfg := testConfig(t, extra)
@@ -361,7 +368,7 @@ func newRig(t testing.TB, extra string, mutate func(*Options)) *rig {
 	}
 	r := &rig{cfg: cfg, docker: newFakeDocker(cfg), units: newFakeUnits(), journal: &journalRecorder{}}
 	o := Options{Config: cfg, Logger: testLogger(t), State: st, Containers: r.docker, Units: r.units, RemoveRetryDelay: time.Millisecond,
-		PeerGroups: func(int) []int { return nil }, ChownTree: r.chown,
+		PeerGroups: func(int) []int { return nil }, ChownTree: r.chown, Lchown: r.chown,
 		WorkerLogs: workerlog.New(workerlog.DefaultLimits(), r.journal.send, nil)}
 	if mutate != nil {
 		mutate(&o)

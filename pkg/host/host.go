@@ -70,17 +70,18 @@ type Options struct {
 	Notify func(state string)
 
 	// The following have working defaults; tests replace them.
-	UID, GID         int                                  // the process's ids; never a container's
-	ChownTree        func(dir string, uid, gid int) error // hands a workspace to its guest; ChownTree by default
-	BrokerGID        int                                  // group of policy files (_sandbox-broker); 0 = leave as is
-	PeerGroups       func(uid int) []int                  // supplementary groups of a peer uid
-	Now              func() time.Time                     //
-	NewTurnID        func() string                        //
-	RemoveTimeout    time.Duration                        // bound of each removal and unit stop, 5 s
-	SecondRemoval    time.Duration                        // bound of each retried removal, 2 s
-	RemoveRetryDelay time.Duration                        // first pause between removals (doubling to 2 s), 100 ms
-	RemoveRetryTotal time.Duration                        // bound of a container's removal retries, 15 s
-	ShutdownTimeout  time.Duration                        // bound of the HTTP shutdown, 10 s
+	UID, GID         int                                   // the process's ids; never a container's
+	ChownTree        func(dir string, uid, gid int) error  // hands a workspace to its guest; ChownTree by default
+	Lchown           func(path string, uid, gid int) error // one entry, never through a link (a run's gate); os.Lchown by default
+	BrokerGID        int                                   // group of policy files (_sandbox-broker); 0 = leave as is
+	PeerGroups       func(uid int) []int                   // supplementary groups of a peer uid
+	Now              func() time.Time                      //
+	NewTurnID        func() string                         //
+	RemoveTimeout    time.Duration                         // bound of each removal and unit stop, 5 s
+	SecondRemoval    time.Duration                         // bound of each retried removal, 2 s
+	RemoveRetryDelay time.Duration                         // first pause between removals (doubling to 2 s), 100 ms
+	RemoveRetryTotal time.Duration                         // bound of a container's removal retries, 15 s
+	ShutdownTimeout  time.Duration                         // bound of the HTTP shutdown, 10 s
 	ObservePhase     func(string, time.Duration)
 	RichIdle         time.Duration // replaces rich.idleSeconds (tests); 0 = the configuration's
 	// WorkerLogs forwards each turn's worker stderr to journald, bounded;
@@ -169,6 +170,9 @@ func New(o Options) (*Host, error) {
 	if o.ChownTree == nil {
 		o.ChownTree = ChownTree
 	}
+	if o.Lchown == nil {
+		o.Lchown = os.Lchown
+	}
 	if o.PeerGroups == nil {
 		o.PeerGroups = SupplementaryGroups
 	}
@@ -220,7 +224,7 @@ func New(o Options) (*Host, error) {
 		CleanupFailed: func(what string) { h.metrics.cleanupFailures.WithLabelValues(what).Inc() },
 	})
 	h.coderun = coderun.New(coderun.Options{
-		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, Registry: o.Registry,
+		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, Lchown: o.Lchown, Registry: o.Registry,
 	})
 	h.runs = h.coderun.Registry()
 	if err := h.prepareStatic(); err != nil {
@@ -292,7 +296,7 @@ func (h *Host) prepareStatic() error {
 	if n := config.ToolBudgetBytes(all); n > config.MaxToolBudget-config.BuiltinToolReserve {
 		return fmt.Errorf("host: tool specs take %d bytes, over the worker's budget of %d", n, config.MaxToolBudget-config.BuiltinToolReserve)
 	}
-	sample := &turn{Handle: sandbox.Handle{ID: ids.NewTurnID(), Channel: "sandbox:preflight"}, speaker: protocol.Speaker{ID: "preflight"}}
+	sample := &turn{Handle: sandbox.Handle{ID: ids.NewTurnID(), Channel: ids.PreflightChannel}, speaker: protocol.Speaker{ID: "preflight"}}
 	p := h.policyFor(sample, h.opts.Now().Add(c.TurnDeadline()))
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("host: configuration makes an invalid broker policy: %w", err)

@@ -183,7 +183,7 @@ func TestPrecheckContainerAndPolicy(t *testing.T) {
 	if entries, err := os.ReadDir(s.WorkspaceDir); err != nil || len(entries) != 0 {
 		t.Errorf("workspace not empty: %v %v", entries, err)
 	}
-	slotUID, err := r.h.state.GuestUID(precheckrun.SlotChannel(0), r.cfg.Guests, -1)
+	slotUID, err := r.h.state.GuestUID(ids.PrecheckSlot(0), r.cfg.Guests, -1)
 	must(t, err)
 	if s.UID != slotUID || s.GID != slotUID {
 		t.Errorf("uid %d:%d, want the precheck slot's %d", s.UID, s.GID, slotUID)

@@ -17,9 +17,6 @@ var ErrRunsDisabled = coderun.ErrRunsDisabled
 // answering during the run (coderun.ErrorDockerWentAway).
 const ErrorDockerWentAway = coderun.ErrorDockerWentAway
 
-// runChannelPrefix is coderun.ChannelPrefix.
-const runChannelPrefix = coderun.ChannelPrefix
-
 // StartRun admits a run for owner (the caller's uid) and drives it in the
 // background; the answer is its status at once.
 func (h *Host) StartRun(p runs.Params, owner int) (runs.Status, error) {

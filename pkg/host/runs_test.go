@@ -167,7 +167,7 @@ func TestRunShellAndArtifacts(t *testing.T) {
 		t.Errorf("artifacts %+v", got.Artifacts)
 	}
 	spec := r.docker.created[0]
-	if spec.Run == nil || spec.Run.Setup || spec.WorkspaceDir != "/srv/demo" || spec.TurnDir != "" || spec.Image != layout.DefaultToolboxImage {
+	if spec.Run == nil || spec.Run.Setup || spec.Run.GateDir != "" || spec.WorkspaceDir != "/srv/demo" || spec.TurnDir != "" || spec.Image != layout.DefaultToolboxImage {
 		t.Errorf("container spec %+v run %+v", spec, spec.Run)
 	}
 	if spec.Labels[layout.LabelTurn] != st.ID || spec.Labels[layout.LabelChannel] != "run-"+st.ID || spec.LogTag != "sandbox/run-"+st.ID {
@@ -207,13 +207,47 @@ func TestRunFailedExitAndSetup(t *testing.T) {
 	if got.Result != runs.ResultFailed || got.ExitCode == nil || *got.ExitCode != 3 {
 		t.Errorf("run: %+v", got)
 	}
-	if spec := r.docker.created[0]; !spec.Run.Setup {
+	spec := r.docker.created[0]
+	if !spec.Run.Setup {
 		t.Errorf("a run with setup must start as root with the setup capabilities: %+v", spec.Run)
+	}
+	// The project's gate: given to the slot's guest uid:gid (Lchown),
+	// 0700, the empty mount point inside.
+	gate := filepath.Join(r.cfg.WorkspaceRoot, ".run-gates", "0")
+	if spec.Run.GateDir != gate {
+		t.Errorf("gate dir %q, want %q", spec.Run.GateDir, gate)
+	}
+	if st, err := os.Lstat(gate); err != nil || st.Mode().Perm() != 0o700 || !st.IsDir() {
+		t.Errorf("gate %v, %v; want a directory of mode 0700", st, err)
+	}
+	if st, err := os.Lstat(filepath.Join(gate, "workspace")); err != nil || !st.IsDir() {
+		t.Errorf("gate mount point: %v", err)
+	}
+	if !slices.Contains(r.chownCalls(), chownCall{gate, spec.UID, spec.GID}) || spec.UID != spec.GID {
+		t.Errorf("chowns %v, want %s given to the run's uid:gid %d:%d", r.chownCalls(), gate, spec.UID, spec.GID)
 	}
 	if j := rd.jobs[0]; !slices.Equal(j.Argv, []string{"false"}) || len(j.Setup) != 1 {
 		t.Errorf("job %+v", j)
 	}
 	r.assertClean(t)
+}
+
+// A gate the host did not make (a symlink planted at the slot's gate) is
+// never used: the run fails before any container exists.
+func TestRunGateRefusesALink(t *testing.T) {
+	r, _ := newRunRig(t, runsExtra, supervise(0))
+	root := filepath.Join(r.cfg.WorkspaceRoot, ".run-gates")
+	must(t, os.Mkdir(root, 0o700))
+	must(t, os.Symlink(t.TempDir(), filepath.Join(root, "0")))
+	st, err := r.h.StartRun(runs.Params{Executable: "true", Setup: []string{"true"}}, clientUID)
+	must(t, err)
+	got := waitRun(t, r.h, st.ID)
+	if got.Result != runs.ResultError || !strings.Contains(got.Error, "project gate") {
+		t.Errorf("run: %+v, want an error naming the project gate", got)
+	}
+	if n := len(r.docker.created); n != 0 {
+		t.Errorf("%d containers created", n)
+	}
 }
 
 func TestRunRefusals(t *testing.T) {

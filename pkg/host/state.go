@@ -105,7 +105,7 @@ func LoadState(path string, initialChannels []string) (*State, bool, error) {
 		return nil, false, fmt.Errorf("state %s: more than %d guest entries; fix or move it aside", path, maxChannels)
 	}
 	for ch, uid := range s.data.Guests {
-		if ids.ValidChannel(ch) != nil || uid < config.MinGuestUID || uid > config.MaxGuestUID {
+		if ids.ValidName(ch) != nil || uid < config.MinGuestUID || uid > config.MaxGuestUID {
 			return nil, false, fmt.Errorf("state %s: invalid guest entry (uid %d); fix or move it aside", path, uid)
 		}
 		if _, dup := s.byUID[uid]; dup {
@@ -203,7 +203,7 @@ func (s *State) set(channel string, cs channelState) error {
 // channel's preferred one (from its hash), probing upwards with wrap-around.
 // A new assignment is written through before it is returned.
 func (s *State) GuestUID(channel string, g config.Guests, adopt int) (int, error) {
-	if err := ids.ValidChannel(channel); err != nil {
+	if err := ids.ValidName(channel); err != nil { // a channel or a slot record
 		return 0, err
 	}
 	s.mu.Lock()

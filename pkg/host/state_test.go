@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 )
 
 func TestInitialChannelsSeedOnlyTheFirstStateFile(t *testing.T) {
@@ -166,6 +167,8 @@ func TestStateRefusesBadGuestEntries(t *testing.T) {
 		"root":      `{"version":1,"channels":{},"guests":{"a":0}}`,
 		"low":       `{"version":1,"channels":{},"guests":{"a":1000}}`,
 		"channel":   `{"version":1,"channels":{},"guests":{"":100000}}`,
+		// An internal name is no channel: a state file cannot make one.
+		"internal channel": `{"version":1,"channels":{"sandbox-run-slot/0":{"mode":"on"}},"guests":{}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "channels.json")
@@ -174,5 +177,28 @@ func TestStateRefusesBadGuestEntries(t *testing.T) {
 				t.Errorf("LoadState(%s) = %v, want a refusal", body, err)
 			}
 		})
+	}
+}
+
+// The slots' guest-uid records are internal names: the state file keeps
+// them (they are not channel keys) and a slot's uid is never a channel's.
+func TestStateKeepsSlotGuestRecords(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "channels.json")
+	must(t, os.WriteFile(p, []byte(`{"version":1,"channels":{"c":{"mode":"on"}},"guests":{"sandbox-run-slot/0":100000,"sandbox-precheck-slot/0":100001}}`), 0o600))
+	s, _, err := LoadState(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := config.Guests{UIDBase: 100000, UIDCount: 8}
+	for _, tt := range []struct {
+		name string
+		want int
+	}{{ids.RunSlot(0), 100000}, {ids.PrecheckSlot(0), 100001}} {
+		if got, err := s.GuestUID(tt.name, g, -1); err != nil || got != tt.want {
+			t.Errorf("GuestUID(%s) = %d, %v; want %d", tt.name, got, err, tt.want)
+		}
+	}
+	if uid, err := s.GuestUID("c", g, -1); err != nil || uid == 100000 || uid == 100001 {
+		t.Errorf("channel c got guest uid %d (%v), a slot's or none", uid, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -47,9 +48,20 @@ func ValidTurnID(id string) error {
 	return nil
 }
 
-// ValidChannel checks a channel key: 1..256 printable characters of valid UTF-8.
-// The key is never used as a path; it is hashed for every file name.
+// ValidChannel checks a channel key: 1..256 printable characters of valid
+// UTF-8 that are not an internal name (Internal). The key is never used as
+// a path; it is hashed for every file name.
 func ValidChannel(key string) error {
+	if err := validKey(key); err != nil {
+		return err
+	}
+	if Internal(key) {
+		return fmt.Errorf("channel %s: %w", reservedWhy, ErrInvalid)
+	}
+	return nil
+}
+
+func validKey(key string) error {
 	if key == "" || !utf8.ValidString(key) || utf8.RuneCountInString(key) > MaxChannelLen {
 		return fmt.Errorf("channel must be 1 to %d characters of UTF-8: %w", MaxChannelLen, ErrInvalid)
 	}
@@ -60,6 +72,59 @@ func ValidChannel(key string) error {
 	}
 	return nil
 }
+
+// Internal names: the host's own entries in the places a channel key also
+// names (the queue, the state file's guest uids, channel tags and so
+// journal tags, policy identities). ValidChannel refuses every key of
+// these forms, so no channel shares a run's queue entry or journal tag
+// (sandbox/run-<id>, documented) or a slot's guest uid.
+const (
+	// RunPrefix + a run id: a run's queue entry, pseudo channel and tag.
+	RunPrefix = "run-"
+	// PrecheckPrefix + a precheck id: a precheck's queue entry.
+	PrecheckPrefix = "precheck-"
+	// JobPrefix + a job id: a delegated job's queue entry.
+	JobPrefix = "job-"
+	// PreflightChannel is the pseudo channel of the sample turn that
+	// checks the configuration at start.
+	PreflightChannel = "sandbox:preflight"
+
+	runSlotPrefix      = "sandbox-run-slot/"
+	precheckSlotPrefix = "sandbox-precheck-slot/"
+	reservedWhy        = "must not take the form of an internal name (run-, precheck- or job- and 32 hex digits; sandbox-run-slot/..., sandbox-precheck-slot/..., sandbox:preflight)"
+)
+
+// RunName is a run's pseudo channel, queue entry and tag: run-<id>.
+func RunName(id string) string { return RunPrefix + id }
+
+// PrecheckName is a precheck's queue entry: precheck-<id>.
+func PrecheckName(id string) string { return PrecheckPrefix + id }
+
+// JobName is a delegated job's queue entry: job-<id>.
+func JobName(id string) string { return JobPrefix + id }
+
+// RunSlot names the guest-uid record of run slot k.
+func RunSlot(k int) string { return runSlotPrefix + strconv.Itoa(k) }
+
+// PrecheckSlot names the guest-uid record of precheck slot k.
+func PrecheckSlot(k int) string { return precheckSlotPrefix + strconv.Itoa(k) }
+
+// Internal reports whether key takes the form of an internal name. The
+// run, precheck and job forms need a whole turn id after the prefix (ids
+// are always one), so a channel such as "run-club" stays valid; the slot
+// records and the preflight channel are reserved as whole prefixes.
+func Internal(key string) bool {
+	for _, p := range []string{RunPrefix, PrecheckPrefix, JobPrefix} {
+		if id, ok := strings.CutPrefix(key, p); ok && turnRe.MatchString(id) {
+			return true
+		}
+	}
+	return key == PreflightChannel || strings.HasPrefix(key, runSlotPrefix) || strings.HasPrefix(key, precheckSlotPrefix)
+}
+
+// ValidName checks what may be a channel key or an internal name: a
+// policy's identity channel, a guest-uid record of the state file.
+func ValidName(key string) error { return validKey(key) }
 
 // ValidInstallation checks an installation id (used in container labels).
 func ValidInstallation(id string) error {

@@ -34,6 +34,21 @@ func TestChannel(t *testing.T) {
 		{"x\ny", false, ""},
 		{strings.Repeat("é", 256), true, ChannelHash(strings.Repeat("é", 256))[:16]},
 		{strings.Repeat("é", 257), false, ""},
+		// Internal names are refused; look-alikes that no internal name
+		// takes stay valid.
+		{"run-" + strings.Repeat("a", 32), false, ""},
+		{"precheck-0123456789abcdef0123456789abcdef", false, ""},
+		{"job-0123456789abcdef0123456789abcdef", false, ""},
+		{"sandbox-run-slot/0", false, ""},
+		{"sandbox-precheck-slot/0", false, ""},
+		{"sandbox-run-slot/", false, ""},
+		{"sandbox:preflight", false, ""},
+		{"run-club", true, "run-club"},
+		{"run-" + strings.Repeat("A", 32), true, "run-" + strings.Repeat("A", 32)},
+		{"run-" + strings.Repeat("a", 31), true, "run-" + strings.Repeat("a", 31)},
+		{"job-" + strings.Repeat("a", 32) + "x", true, "job-" + strings.Repeat("a", 32) + "x"},
+		{"sandbox-run-slot", true, "sandbox-run-slot"},
+		{"sandbox:preflight2", true, "sandbox:preflight2"},
 	}
 	for _, tt := range tests {
 		err := ValidChannel(tt.key)
@@ -71,5 +86,32 @@ func TestUnitNames(t *testing.T) {
 	name, err := ContainerName("guild:1", id)
 	if err != nil || name != "roundtable-sandbox-"+ChannelHash("guild:1")[:16]+"-"+id[:8] {
 		t.Errorf("ContainerName = %q, %v", name, err)
+	}
+}
+
+// Every internal name the host builds is refused as a channel key (so no
+// channel shares its queue entry, tag or guest uid) and accepted by
+// ValidName (where the host uses it: policies, the state's guest uids).
+func TestInternalNamesAreNoChannelKeys(t *testing.T) {
+	id := NewTurnID()
+	names := []string{RunName(id), PrecheckName(id), JobName(id), RunSlot(0), RunSlot(63), PrecheckSlot(0), PrecheckSlot(7), PreflightChannel}
+	for _, n := range names {
+		if !Internal(n) {
+			t.Errorf("Internal(%q) = false, want true", n)
+		}
+		if err := ValidChannel(n); err == nil {
+			t.Errorf("ValidChannel(%q) = nil, want refused", n)
+		}
+		if err := ValidName(n); err != nil {
+			t.Errorf("ValidName(%q) = %v, want nil", n, err)
+		}
+	}
+	if got := LogTag(RunName(id)); got != "sandbox/run-"+id {
+		t.Errorf("a run's journal tag is %q, want sandbox/run-%s", got, id)
+	}
+	for _, bad := range []string{"", "x\ny"} {
+		if ValidName(bad) == nil {
+			t.Errorf("ValidName(%q) = nil, want refused", bad)
+		}
 	}
 }

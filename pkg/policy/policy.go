@@ -282,7 +282,7 @@ func (p *Policy) Validate() error {
 	if err := ids.ValidTurnID(p.TurnID); err != nil {
 		return bad("turnId: %v", err)
 	}
-	if err := ids.ValidChannel(p.Identity.Channel); err != nil {
+	if err := ids.ValidName(p.Identity.Channel); err != nil { // a run's is run-<id>
 		return bad("identity.channel: %v", err)
 	}
 	if p.Identity.ChannelTag != ids.ChannelTag(p.Identity.Channel) {

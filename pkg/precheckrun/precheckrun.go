@@ -125,16 +125,12 @@ var (
 // concurrency cap included).
 const maxActivePrechecks = 64
 
-// ChannelPrefix names a precheck's queue entry ("precheck-<id>"):
+// A precheck's queue entry is ids.PrecheckName(id), "precheck-<id>":
 // prechecks of one channel do not wait for each other or for its turns,
-// only for the global cap.
-const ChannelPrefix = "precheck-"
-
-// SlotChannel names the guest-uid record of precheck slot k:
-// concurrent prechecks get distinct uids (RLIMIT_NPROC is per uid), never a
-// channel's, so a busy turn cannot starve its channel's precheck of
-// processes.
-func SlotChannel(k int) string { return sandbox.SlotChannel("sandbox-precheck-slot/", k) }
+// only for the global cap. Its guest uid is its slot's (ids.PrecheckSlot):
+// concurrent prechecks get distinct uids (RLIMIT_NPROC is per uid), never
+// a channel's, so a busy turn cannot starve its channel's precheck of
+// processes. No channel key takes either form (ids.ValidChannel).
 
 // Result labels of sandbox_prechecks_total.
 const (
@@ -332,7 +328,7 @@ func (k *Kind) Run(ctx context.Context, req precheck.Request) (precheck.Answer, 
 	stopWatch := context.AfterFunc(k.host.Stopped(), func() { cancel(sandbox.ErrShuttingDown) })
 	defer stopWatch()
 
-	release, err := k.host.Slot(ctx, ChannelPrefix+id)
+	release, err := k.host.Slot(ctx, ids.PrecheckName(id))
 	if err != nil {
 		k.results.WithLabelValues(ResultFailed).Inc()
 		log.Info("precheck done", "result", ResultFailed, "reason", "not admitted: "+err.Error())
@@ -396,7 +392,7 @@ func (k *Kind) execute(ctx context.Context, id string, plan precheckPlan, log *s
 	if t.Container, err = ids.ContainerName(t.Channel, id); err != nil {
 		return fail("name", err)
 	}
-	uid, err := k.host.GuestUID(SlotChannel(slot))
+	uid, err := k.host.GuestUID(ids.PrecheckSlot(slot))
 	if err != nil {
 		return fail("guest uid", err)
 	}

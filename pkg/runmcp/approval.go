@@ -18,6 +18,7 @@ const (
 	msgDeclined  = "the human did not approve network for this run; the run was not started"
 	msgNoAnswer  = "no answer to the network approval question in time; the run was not started"
 	msgAskFailed = "the network approval question failed; the run was not started"
+	msgTCP       = "network is not offered by an MCP server on a TCP port (every local user can reach it and could answer the approval question); the run was not started"
 	msgNeedAdmin = "network was approved by the human, but granting it needs the host's admin role, which this MCP server's user lacks; the run was cancelled before it started"
 )
 
@@ -96,6 +97,9 @@ func approvalMessage(p runs.Params, project string) string {
 // approve asks the client's human; "" means approved, anything else is the
 // tool error to return (nothing has been started).
 func (s *server) approve(ctx context.Context, ss *mcp.ServerSession, p runs.Params) string {
+	if s.o.TCP {
+		return msgTCP
+	}
 	if !canElicit(ss) {
 		return msgCannotAsk
 	}

@@ -41,6 +41,27 @@ type Listener struct {
 	path  string // the socket to remove, "" for TCP
 }
 
+// TCP reports a loopback TCP listener, which every local user can reach.
+func (l *Listener) TCP() bool { return l.path == "" }
+
+// CheckTCPRole decides whether a TCP listener may serve, from the role the
+// host gives this server's user (the health answer's role): only "client".
+// Every local user can reach a loopback port and would act as that user,
+// and so answer its own network approval question; an admin's server
+// would then grant network on the host's admin role to whoever connects.
+// An admin, a user without a role, or a host that does not say is refused.
+func CheckTCPRole(role string) error {
+	switch role {
+	case "client":
+		return nil
+	case "admin":
+		return errors.New("--http on a TCP port is refused for a user with the host's admin role: every local user can reach the port and would answer the network approval question as an admin; serve on a Unix socket (--http unix:/path) or stdio")
+	case "none":
+		return errors.New("--http: this user is not an API client of the host (access.clientUids/clientGids)")
+	}
+	return errors.New("--http on a TCP port needs the host to name this user's role (a host older than this command does not); serve on a Unix socket (--http unix:/path) or stdio")
+}
+
 // Close stops listening and removes the socket file.
 func (l *Listener) Close() error {
 	err := l.Listener.Close()

@@ -6,7 +6,8 @@
 // Guarantee: arguments that do not map exactly onto runs.Params (unknown
 // properties, wrong types) are refused before the Runner is called; a run
 // with network is started only after the client's human accepted it through
-// elicitation, and never when the client cannot ask (no run, no container);
+// elicitation, and never when the client cannot ask or the server listens
+// on a TCP port, which any local user reaches (no run, no container);
 // a run whose tool call ends early (cancellation, a closed session, the
 // server stopping, the wait bound) is cancelled on the host; tool errors
 // carry the host's refusal of bad parameters or a generic reason, never a
@@ -71,6 +72,11 @@ type Options struct {
 	// WaitSlack is how long beyond the run's own timeout the server waits
 	// for its result (queueing included) before cancelling it.
 	WaitSlack time.Duration
+	// TCP: the server listens on a TCP port, which every local user can
+	// reach; whoever connects would answer the network approval question,
+	// so network runs are refused before anything is asked or started
+	// (also when the user's role changed after CheckTCPRole).
+	TCP bool
 }
 
 func (o Options) withDefaults() Options {

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"slices"
@@ -711,5 +712,40 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 	case <-ch:
 	case <-time.After(5 * time.Second):
 		t.Fatalf("%s not called in time", what)
+	}
+}
+
+// A server on a TCP port refuses network before asking or starting
+// anything, even when the client would accept: whoever reaches the port
+// would answer the question. A run without network still runs.
+func TestTCPServerRefusesNetwork(t *testing.T) {
+	f := newFake()
+	var q asked
+	cs := connect(t, f, Options{TCP: true}, elicitWith(&mcp.ElicitResult{Action: "accept", Content: map[string]any{"allow": true}}, nil, &q))
+	res := call(t, cs, map[string]any{"command": "curl -s example.org", "network": true})
+	if !res.IsError || !strings.Contains(text(t, res), "TCP port") {
+		t.Fatalf("network over TCP: error %v, %q; want a refusal naming the TCP port", res.IsError, text(t, res))
+	}
+	eqCalls(t, f)
+	eq(t, "questions asked", len(q.Messages()), 0)
+	if res := call(t, cs, map[string]any{"command": "true"}); res.IsError {
+		t.Errorf("run without network over TCP: %s", text(t, res))
+	}
+}
+
+func TestCheckTCPRole(t *testing.T) {
+	for _, tt := range []struct {
+		role, want string
+	}{
+		{"client", ""},
+		{"admin", "admin role"},
+		{"none", "not an API client"},
+		{"", "needs the host to name this user's role"},
+		{"root", "needs the host to name this user's role"},
+	} {
+		err := CheckTCPRole(tt.role)
+		if got := fmt.Sprint(err); (tt.want == "") != (err == nil) || tt.want != "" && !strings.Contains(got, tt.want) {
+			t.Errorf("CheckTCPRole(%q) = %v, want %q", tt.role, err, tt.want)
+		}
 	}
 }

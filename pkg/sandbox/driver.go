@@ -54,6 +54,7 @@ type ContainerSpec struct {
 // RunContainer mirrors container.RunOptions.
 type RunContainer struct {
 	Setup    bool
+	GateDir  string // with Setup: the project's gate (container.RunOptions.GateDir)
 	OutputMB int
 	Command  []string
 }

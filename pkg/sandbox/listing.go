@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 )
 
@@ -60,10 +59,6 @@ func (s *Slots) Give(k int) {
 	s.used[k] = false
 	s.mu.Unlock()
 }
-
-// SlotChannel names the guest-uid record of slot k of a kind (prefix):
-// never a channel's.
-func SlotChannel(prefix string, k int) string { return prefix + strconv.Itoa(k) }
 
 // EmptyWorkspace is the empty directory bound read-only at /workspace when
 // a sandbox has no project: root/.run-empty, 0555, never a symlink.

@@ -123,7 +123,10 @@ func TestImportStreamsBaseThenWorkerWithConfig(t *testing.T) {
 	if last.Name != "./usr/lib/roundtable-sandbox/sandbox-worker" || last.Mode != 0o755 || last.Uid != 0 || d.bodies[last.Name] != string(w.Data) {
 		t.Errorf("last member %q mode %o uid %d (%d bytes), want the worker", last.Name, last.Mode, last.Uid, len(d.bodies[last.Name]))
 	}
-	if got, want := len(d.members), len(baseMembers)+3; got != want {
+	if d.bodies["./etc/apt/apt.conf.d/90roundtable-sandbox-setup"] != AptConf {
+		t.Errorf("the apt configuration for setup is missing: %v", d.bodies)
+	}
+	if got, want := len(d.members), len(baseMembers)+4; got != want {
 		t.Errorf("%d members, want %d", got, want)
 	}
 	changes := strings.Join(d.imported["toolbox-test:1"], "\n")

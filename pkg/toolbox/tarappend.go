@@ -13,7 +13,8 @@ import (
 )
 
 // ErrBaseHoldsWorker: the base tar already has an entry at the worker's
-// path, or something other than a directory at one of its parents. It is
+// path (or AptConfPath's), or something other than a directory at one of
+// their parents. It is
 // refused rather than overridden: such a base is either an already
 // imported toolbox exported again (whose old worker would shadow or be
 // shadowed depending on the unpacker) or a rootfs that redirects the path
@@ -22,6 +23,24 @@ var ErrBaseHoldsWorker = errors.New("base tar already holds the worker's path")
 
 // workerMember is layout.ToolboxWorker as a member name without prefix.
 var workerMember = strings.TrimPrefix(layout.ToolboxWorker, "/")
+
+// AptConfPath is the toolbox's apt configuration for setup commands, which
+// hold neither CAP_SETUID nor CAP_SETGID (supervisor.SetupCommandCapabilities:
+// they could otherwise pass the project's gate): apt, left to drop to its
+// _apt user for downloads, would fail with "setgroups ... Operation not
+// permitted"; it stays root. The import adds it to every base.
+const AptConfPath = "/etc/apt/apt.conf.d/90roundtable-sandbox-setup"
+
+// AptConf is AptConfPath's content.
+const AptConf = `// roundtable-sandbox: a run's setup commands are root without CAP_SETUID
+// and CAP_SETGID, so apt cannot switch to its _apt user; it stays root.
+APT::Sandbox::User "root";
+`
+
+var aptConfMember = strings.TrimPrefix(AptConfPath, "/")
+
+// added are the members the import writes after the base, in order.
+var added = []string{aptConfMember, workerMember}
 
 // memberName normalizes a tar member name: no leading "./" or "/", no
 // trailing "/", cleaned; "" for the root itself.
@@ -45,28 +64,31 @@ func parents(member string) []string {
 type baseScan struct {
 	entries  int
 	prefix   string          // "./" when the base names members so (mmdebstrap does)
-	dirs     map[string]bool // the worker's parents present as directories
+	dirs     map[string]bool // the added members' parents present as directories
 	packages string          // PackagesFile's content, "" when absent
 }
 
-// scanEntry checks one base header against the worker's path.
+// scanEntry checks one base header against the added members' paths (the
+// worker's and AptConfPath).
 func (s *baseScan) scanEntry(hdr *tar.Header) error {
 	name := memberName(hdr.Name)
 	if s.entries == 0 && strings.HasPrefix(hdr.Name, "./") {
 		s.prefix = "./"
 	}
 	s.entries++
-	if name == workerMember {
-		return fmt.Errorf("toolbox: %w: member %q", ErrBaseHoldsWorker, hdr.Name)
-	}
-	for _, p := range parents(workerMember) {
-		if name != p {
-			continue
+	for _, a := range added {
+		if name == a {
+			return fmt.Errorf("toolbox: %w: member %q", ErrBaseHoldsWorker, hdr.Name)
 		}
-		if hdr.Typeflag != tar.TypeDir {
-			return fmt.Errorf("toolbox: %w: member %q is not a directory (type %q)", ErrBaseHoldsWorker, hdr.Name, hdr.Typeflag)
+		for _, p := range parents(a) {
+			if name != p {
+				continue
+			}
+			if hdr.Typeflag != tar.TypeDir {
+				return fmt.Errorf("toolbox: %w: member %q is not a directory (type %q)", ErrBaseHoldsWorker, hdr.Name, hdr.Typeflag)
+			}
+			s.dirs[p] = true
 		}
-		s.dirs[p] = true
 	}
 	return nil
 }
@@ -123,10 +145,11 @@ func copyBase(tw *tar.Writer, base io.Reader) (*baseScan, error) {
 	return s, nil
 }
 
-// appendWorker writes base's members to w, then the worker's missing
-// parent directories (0755 root:root) and the worker itself at
-// layout.ToolboxWorker (0755 root:root, mtime mtime), then the tar's end.
-// Nothing is unpacked: one member at a time goes from reader to writer.
+// appendWorker writes base's members to w, then AptConfPath (0644
+// root:root) and the worker at layout.ToolboxWorker (0755 root:root), each
+// after its missing parent directories (0755 root:root), all of mtime
+// mtime, then the tar's end. Nothing is unpacked: one member at a time goes
+// from reader to writer.
 func appendWorker(w io.Writer, base io.Reader, worker []byte, mtime time.Time) error {
 	tw := tar.NewWriter(w)
 	s, err := copyBase(tw, base)
@@ -134,25 +157,32 @@ func appendWorker(w io.Writer, base io.Reader, worker []byte, mtime time.Time) e
 		return err
 	}
 	mtime = mtime.UTC().Truncate(time.Second)
-	for _, p := range parents(workerMember) {
-		if s.dirs[p] {
-			continue
+	for _, f := range []struct {
+		member, what string
+		mode         int64
+		data         []byte
+	}{{aptConfMember, "the apt configuration", 0o644, []byte(AptConf)}, {workerMember, "the worker", 0o755, worker}} {
+		for _, p := range parents(f.member) {
+			if s.dirs[p] {
+				continue
+			}
+			s.dirs[p] = true
+			if err := tw.WriteHeader(&tar.Header{
+				Typeflag: tar.TypeDir, Name: s.prefix + p + "/", Mode: 0o755,
+				Uname: "root", Gname: "root", ModTime: mtime,
+			}); err != nil {
+				return fmt.Errorf("toolbox: writing directory %s: %w", p, err)
+			}
 		}
 		if err := tw.WriteHeader(&tar.Header{
-			Typeflag: tar.TypeDir, Name: s.prefix + p + "/", Mode: 0o755,
+			Typeflag: tar.TypeReg, Name: s.prefix + f.member, Mode: f.mode, Size: int64(len(f.data)),
 			Uname: "root", Gname: "root", ModTime: mtime,
 		}); err != nil {
-			return fmt.Errorf("toolbox: writing directory %s: %w", p, err)
+			return fmt.Errorf("toolbox: writing %s: %w", f.what, err)
 		}
-	}
-	if err := tw.WriteHeader(&tar.Header{
-		Typeflag: tar.TypeReg, Name: s.prefix + workerMember, Mode: 0o755, Size: int64(len(worker)),
-		Uname: "root", Gname: "root", ModTime: mtime,
-	}); err != nil {
-		return fmt.Errorf("toolbox: writing the worker: %w", err)
-	}
-	if _, err := tw.Write(worker); err != nil {
-		return fmt.Errorf("toolbox: writing the worker: %w", err)
+		if _, err := tw.Write(f.data); err != nil {
+			return fmt.Errorf("toolbox: writing %s: %w", f.what, err)
+		}
 	}
 	return tw.Close()
 }

@@ -19,6 +19,9 @@ var baseMembers = []member{
 	{name: "./usr/bin/sh", typ: tar.TypeReg, mode: 0o755, body: "#!shell"},
 	{name: "./usr/bin/sh.hard", typ: tar.TypeLink, linkname: "./usr/bin/sh"},
 	{name: "./usr/lib/", typ: tar.TypeDir, mode: 0o755},
+	{name: "./etc/", typ: tar.TypeDir, mode: 0o755},
+	{name: "./etc/apt/", typ: tar.TypeDir, mode: 0o755},
+	{name: "./etc/apt/apt.conf.d/", typ: tar.TypeDir, mode: 0o755},
 	{name: "./etc/passwd", typ: tar.TypeReg, mode: 0o644, body: "root:x:0:0::/root:/bin/sh\n"},
 }
 
@@ -28,13 +31,14 @@ func TestAppendWorkerKeepsEveryBaseMemberThenTheWorker(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		base     []member
-		wantDirs []string // appended parent directories
+		confDirs []string // appended parents of the apt configuration
+		wantDirs []string // appended parents of the worker
 		prefix   string
 	}{
-		{"mmdebstrap naming", baseMembers, []string{"./usr/lib/roundtable-sandbox/"}, "./"},
-		{"parent already there", append(append([]member(nil), baseMembers...), member{name: "./usr/lib/roundtable-sandbox/", typ: tar.TypeDir, mode: 0o755}), nil, "./"},
+		{"mmdebstrap naming", baseMembers, nil, []string{"./usr/lib/roundtable-sandbox/"}, "./"},
+		{"parent already there", append(append([]member(nil), baseMembers...), member{name: "./usr/lib/roundtable-sandbox/", typ: tar.TypeDir, mode: 0o755}), nil, nil, "./"},
 		{"bare names, no parents", []member{{name: "etc/", typ: tar.TypeDir, mode: 0o755}, {name: "etc/hostname", typ: tar.TypeReg, mode: 0o644, body: "x"}},
-			[]string{"usr/", "usr/lib/", "usr/lib/roundtable-sandbox/"}, ""},
+			[]string{"etc/apt/", "etc/apt/apt.conf.d/"}, []string{"usr/", "usr/lib/", "usr/lib/roundtable-sandbox/"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
@@ -42,8 +46,8 @@ func TestAppendWorkerKeepsEveryBaseMemberThenTheWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 			hdrs, bodies := readTar(t, &out)
-			if got, want := len(hdrs), len(tc.base)+len(tc.wantDirs)+1; got != want {
-				t.Fatalf("got %d members, want %d (base %d + dirs %d + worker)", got, want, len(tc.base), len(tc.wantDirs))
+			if got, want := len(hdrs), len(tc.base)+len(tc.confDirs)+1+len(tc.wantDirs)+1; got != want {
+				t.Fatalf("got %d members, want %d (base %d + dirs %d + apt configuration + dirs %d + worker)", got, want, len(tc.base), len(tc.confDirs), len(tc.wantDirs))
 			}
 			for i, m := range tc.base {
 				h := hdrs[i]
@@ -54,8 +58,22 @@ func TestAppendWorkerKeepsEveryBaseMemberThenTheWorker(t *testing.T) {
 					t.Errorf("member %s: body %q, want %q", m.name, bodies[m.name], m.body)
 				}
 			}
-			for i, d := range tc.wantDirs {
-				h := hdrs[len(tc.base)+i]
+			// After the base: the apt configuration, then the worker, each
+			// after its missing parents.
+			dirs := append(append([]string(nil), tc.confDirs...), tc.wantDirs...)
+			at := func(i int) *tar.Header {
+				if i >= len(tc.confDirs) {
+					i++ // the apt configuration
+				}
+				return hdrs[len(tc.base)+i]
+			}
+			conf := hdrs[len(tc.base)+len(tc.confDirs)]
+			if wantName := tc.prefix + "etc/apt/apt.conf.d/90roundtable-sandbox-setup"; conf.Name != wantName || conf.Typeflag != tar.TypeReg || conf.Mode != 0o644 || conf.Uid != 0 || conf.Gid != 0 ||
+				bodies[wantName] != AptConf || !strings.Contains(AptConf, `APT::Sandbox::User "root";`) {
+				t.Errorf("apt configuration member: got %q type %q mode %o %d:%d body %q, want %q regular 0644 0:0", conf.Name, conf.Typeflag, conf.Mode, conf.Uid, conf.Gid, bodies[conf.Name], wantName)
+			}
+			for i, d := range dirs {
+				h := at(i)
 				if h.Name != d || h.Typeflag != tar.TypeDir || h.Mode != 0o755 || h.Uid != 0 || h.Gid != 0 {
 					t.Errorf("appended dir %d: got %q type %q mode %o %d:%d, want %q dir 0755 0:0", i, h.Name, h.Typeflag, h.Mode, h.Uid, h.Gid, d)
 				}
@@ -88,6 +106,8 @@ func TestAppendWorkerRefusesABaseHoldingThePath(t *testing.T) {
 		{"parent symlinked away", member{name: "./usr/lib/roundtable-sandbox", typ: tar.TypeSymlink, linkname: "/etc"}},
 		{"usr a symlink", member{name: "./usr", typ: tar.TypeSymlink, linkname: "/tmp"}},
 		{"parent a file", member{name: "./usr/lib/roundtable-sandbox", typ: tar.TypeReg, mode: 0o644}},
+		{"the apt configuration", member{name: "./etc/apt/apt.conf.d/90roundtable-sandbox-setup", typ: tar.TypeReg, mode: 0o644, body: "APT::Sandbox::User \"_apt\";"}},
+		{"apt.conf.d symlinked away", member{name: "./etc/apt/apt.conf.d", typ: tar.TypeSymlink, linkname: "/tmp"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := append(append([]member(nil), baseMembers...), tc.m)

@@ -6,7 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -88,5 +93,45 @@ func TestMCPCommandRefusesNonLoopbackHTTP(t *testing.T) {
 		if !strings.Contains(errb.String(), "loopback") {
 			t.Errorf("--http %s: stderr %q does not explain the loopback rule", addr, errb.String())
 		}
+	}
+}
+
+// sandbox-host mcp --http on a TCP port asks the host for its user's role
+// first and refuses to listen for an admin (every local user could answer
+// the network question as one) or when the host does not name the role.
+func TestMCPCommandRefusesTCPForAdmin(t *testing.T) {
+	for _, tt := range []struct {
+		name, health, want string
+	}{
+		{"admin", `{"status":"ok","version":"x","accepting":true,"running":0,"waiting":0,"role":"admin"}`, "admin role"},
+		{"older host", `{"status":"ok","version":"x","accepting":true,"running":0,"waiting":0}`, "name this user's role"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sock := filepath.Join(t.TempDir(), "h.sock")
+			ln, err := net.Listen("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var paths []string
+			var mu sync.Mutex
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				paths = append(paths, r.URL.Path)
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				w.Write([]byte(tt.health))
+			})}
+			go srv.Serve(ln)
+			defer srv.Close()
+			code, out, stderr := runCLI("--socket", sock, "mcp", "--http", "127.0.0.1:0")
+			if code == 0 || !strings.Contains(stderr, tt.want) || strings.Contains(stderr, "serving sandbox_run") {
+				t.Errorf("mcp --http 127.0.0.1:0: status %d, stdout %q, stderr %q; want a refusal containing %q", code, out, stderr, tt.want)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(paths, []string{"/v1/health"}) {
+				t.Errorf("host requests %v, want only /v1/health", paths)
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
 	"github.com/roundtable-sandbox/sandbox/pkg/client"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
@@ -197,12 +199,19 @@ func reasonOr(st runs.Status, def string) string {
 }
 
 // writeArtifacts writes each artifact under dir, never following a symlink
-// and never replacing a file; paths are checked again here (the host's
-// answer is not trusted to have done so).
+// in any component below dir (each directory is opened from its parent's
+// descriptor with O_NOFOLLOW, as --files-dir writes) and never replacing a
+// file; paths are checked again here (the host's answer is not trusted to
+// have done so).
 func writeArtifacts(dir string, arts []runs.Artifact) ([]string, error) {
 	if dir == "" {
 		return nil, nil
 	}
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("--out %s: %w", dir, err)
+	}
+	defer unix.Close(dfd)
 	var written []string
 	for _, a := range arts {
 		if a.Error != "" {
@@ -213,18 +222,15 @@ func writeArtifacts(dir string, arts []runs.Artifact) ([]string, error) {
 			return written, fmt.Errorf("artifact path %q refused", a.Path)
 		}
 		target := filepath.Join(dir, filepath.FromSlash(clean))
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return written, err
-		}
-		fd, err := unix.Open(target, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+		sub, name := path.Split(clean)
+		sfd, err := atomicfile.OpenDirAt(dfd, strings.TrimSuffix(sub, "/"), 0o755)
 		if err != nil {
 			return written, fmt.Errorf("artifact %s: %w", target, err)
 		}
-		f := os.NewFile(uintptr(fd), target)
-		_, werr := f.Write(a.Data)
-		cerr := f.Close()
-		if werr != nil || cerr != nil {
-			return written, fmt.Errorf("artifact %s: %w", target, errors.Join(werr, cerr))
+		err = atomicfile.CreateAt(sfd, name, a.Data, 0o644)
+		unix.Close(sfd)
+		if err != nil {
+			return written, fmt.Errorf("artifact %s: %w", target, err)
 		}
 		written = append(written, target)
 	}

@@ -75,6 +75,38 @@ func TestWriteArtifacts(t *testing.T) {
 	}
 }
 
+// TestWriteArtifactsNeverThroughALinkedDirectory: a symlinked directory
+// planted at any component inside --out DIR is refused, never followed, so
+// nothing lands outside DIR.
+func TestWriteArtifactsNeverThroughALinkedDirectory(t *testing.T) {
+	for _, tt := range []struct {
+		name, link, path string
+	}{
+		{"first component", "a", "a/b.txt"},
+		{"inner component", "x/y", "x/y/z.txt"},
+		{"to be created below", "p", "p/q/r.txt"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, outside := t.TempDir(), t.TempDir()
+			link := filepath.Join(dir, filepath.FromSlash(tt.link))
+			if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(outside, link); err != nil {
+				t.Fatal(err)
+			}
+			written, err := writeArtifacts(dir, []runs.Artifact{{Path: tt.path, Size: 1, Data: []byte("x")}})
+			if err == nil {
+				t.Errorf("%s written through the symlink %s: %v", tt.path, tt.link, written)
+			}
+			entries, _ := os.ReadDir(outside)
+			if len(entries) != 0 {
+				t.Errorf("the link's target holds %d entries, want none", len(entries))
+			}
+		})
+	}
+}
+
 // TestDoctorProjects: each runs.projects path is checked as a run needs it.
 func TestDoctorProjects(t *testing.T) {
 	dir := t.TempDir()

@@ -97,7 +97,7 @@ func (e dockerEngine) Create(ctx context.Context, s host.ContainerSpec) (string,
 		Precheck: s.Precheck, Rich: s.Rich, SkillsDir: s.SkillsDir,
 	}
 	if r := s.Run; r != nil {
-		spec.Run = &container.RunOptions{Setup: r.Setup, OutputMB: r.OutputMB, Command: r.Command}
+		spec.Run = &container.RunOptions{Setup: r.Setup, GateDir: r.GateDir, OutputMB: r.OutputMB, Command: r.Command}
 	}
 	return e.d.Create(ctx, spec)
 }

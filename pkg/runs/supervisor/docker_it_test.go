@@ -76,11 +76,11 @@ echo early > /output/report.txt; ln -s /etc/passwd /output/link; mkfifo /output/
 			UID: uid, GID: uid, Artifacts: []string{"report.txt", "link", "fifo", "missing"},
 			MaxOutputBytes: 1 << 20, MaxArtifactBytes: 1 << 20, MaxArtifactTotalBytes: 1 << 20,
 		}
-		o := runInContainer(t, ctx, d, tag, j)
+		o := runInContainer(t, ctx, d, tag, j, nil)
 		if o.result != (wire.Result{}) {
 			t.Fatalf("result %+v, output %q", o.result, o.out)
 		}
-		if want := "0\nCapEff:\t" + setupCapsMask + "\nCapBnd:\t" + setupCapsMask + "\nbg\n"; o.out["stdout/setup"] != want {
+		if want := "0\nCapEff:\t" + setupCommandCapsMask + "\nCapBnd:\t" + setupCommandCapsMask + "\nbg\n"; o.out["stdout/setup"] != want {
 			t.Errorf("setup output %q, want %q", o.out["stdout/setup"], want)
 		}
 		main := o.out["stdout/main"]
@@ -106,12 +106,73 @@ echo early > /output/report.txt; ln -s /etc/passwd /output/link; mkfifo /output/
 			t.Errorf("artifacts %+v, report %q; want 4 and early", o.artifacts, o.data["report.txt"])
 		}
 	})
+	// Setup (root) reaches no project file, not even one the main command
+	// may read: the project is behind its gate until setup ended.
+	t.Run("setup cannot read the project", func(t *testing.T) {
+		files := map[string]os.FileMode{"secret": 0o600, "open": 0o644}
+		tries := []string{
+			"cat " + wire.SetupProjectPath + "/secret", "cat " + wire.SetupProjectPath + "/open", "ls " + wire.SetupGatePath,
+			"cat /workspace/open", "cat /proc/1/root" + wire.SetupProjectPath + "/open",
+			"chmod 0777 " + wire.SetupGatePath, "chown 0:0 " + wire.SetupGatePath,
+			"setpriv --regid=" + strconv.Itoa(uid) + " --clear-groups cat " + wire.SetupProjectPath + "/open",
+			"setpriv --reuid=" + strconv.Itoa(uid) + " cat " + wire.SetupProjectPath + "/open",
+		}
+		var setup string
+		for _, c := range tries {
+			setup += c + " && echo REACHED; "
+		}
+		j := wire.Job{
+			Setup:   []string{setup + "echo tried"},
+			Command: "cat /workspace/open; cat /workspace/secret || echo no-secret",
+			UID:     uid, GID: uid, MaxOutputBytes: 1 << 20, MaxArtifactBytes: 1, MaxArtifactTotalBytes: 1,
+		}
+		o := runInContainer(t, ctx, d, tag, j, files)
+		if o.result != (wire.Result{}) {
+			t.Fatalf("result %+v, output %q", o.result, o.out)
+		}
+		if o.out["stdout/setup"] != "tried\n" || strings.Contains(o.out["stdout/setup"]+o.out["stderr/setup"], "-content") {
+			t.Errorf("setup reached the project: %q", o.out)
+		}
+		if got := o.out["stdout/main"]; got != "open-content\nno-secret\n" {
+			t.Errorf("main output %q, want open's content and no secret", got)
+		}
+	})
+	// Package installation works with setup's capabilities (chown,
+	// fowner, fsetid; no DAC_OVERRIDE, SETUID or SETGID): dpkg gives a
+	// directory to another user and sets its mode after (FOWNER), a
+	// setgid bit for a group root is not in (FSETID) and a setuid bit;
+	// apt installs without dropping to _apt (the toolbox's AptConfPath).
+	// Offline: the package is built in setup.
+	t.Run("setup installs a package", func(t *testing.T) {
+		j := wire.Job{
+			Setup: []string{`set -e
+mkdir -p /tmp/p/DEBIAN /tmp/p/usr/local/bin /tmp/p/var/lib/probe
+printf 'Package: sandbox-it-probe\nVersion: 1.0\nArchitecture: all\nMaintainer: it <it@example.org>\nDescription: probe\n' > /tmp/p/DEBIAN/control
+printf '#!/bin/sh\necho probe-ran\n' > /tmp/p/usr/local/bin/probe
+cp /tmp/p/usr/local/bin/probe /tmp/p/usr/local/bin/probe-suid
+chown 0:1234 /tmp/p/usr/local/bin/probe
+chmod 2755 /tmp/p/usr/local/bin/probe
+chmod 4755 /tmp/p/usr/local/bin/probe-suid
+chown 1234:1234 /tmp/p/var/lib/probe
+chmod 0755 /tmp/p/var/lib/probe
+dpkg-deb --build /tmp/p /tmp/probe.deb >/dev/null`, "apt-get install -y /tmp/probe.deb >/dev/null 2>&1 || apt-get install -y /tmp/probe.deb"},
+			Command: "dpkg-query -W -f='${Status}\\n' sandbox-it-probe; stat -c '%u:%g %a' /usr/local/bin/probe /usr/local/bin/probe-suid /var/lib/probe; probe",
+			UID:     uid, GID: uid, MaxOutputBytes: 1 << 20, MaxArtifactBytes: 1, MaxArtifactTotalBytes: 1,
+		}
+		o := runInContainer(t, ctx, d, tag, j, nil)
+		if o.result != (wire.Result{}) {
+			t.Fatalf("result %+v, output %q", o.result, o.out)
+		}
+		if want := "install ok installed\n0:1234 2755\n0:0 4755\n1234:1234 755\nprobe-ran\n"; o.out["stdout/main"] != want {
+			t.Errorf("main output %q, want %q (output %q)", o.out["stdout/main"], want, o.out)
+		}
+	})
 	t.Run("no setup", func(t *testing.T) {
 		j := wire.Job{
 			Command: "id -u; touch /workspace/x || echo read-only; grep -E '^CapBnd:' /proc/self/status; exit 3",
 			UID:     uid, GID: uid, MaxOutputBytes: 1 << 20, MaxArtifactBytes: 1, MaxArtifactTotalBytes: 1,
 		}
-		o := runInContainer(t, ctx, d, tag, j)
+		o := runInContainer(t, ctx, d, tag, j, nil)
 		if o.result != (wire.Result{ExitCode: 3}) || o.out["stdout/main"] != "4242\nread-only\nCapBnd:\t0000000000000000\n" {
 			t.Fatalf("result %+v, output %q", o.result, o.out)
 		}
@@ -119,13 +180,38 @@ echo early > /output/report.txt; ln -s /etc/passwd /output/link; mkfifo /output/
 }
 
 // runInContainer runs j in a fresh run container and decodes the stream.
-func runInContainer(t *testing.T, ctx context.Context, d *container.Driver, img string, j wire.Job) outcome {
+// files are the project's (root's, "<name>-content\n", of their modes);
+// a job with setup gets the project's gate as the host makes it (the job's
+// uid:gid, 0700).
+func runInContainer(t *testing.T, ctx context.Context, d *container.Driver, img string, j wire.Job, files map[string]os.FileMode) outcome {
 	t.Helper()
 	ws := t.TempDir()
 	if err := os.Chmod(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	ws, _ = filepath.EvalSymlinks(ws)
+	for name, mode := range files {
+		p := filepath.Join(ws, name)
+		if err := os.WriteFile(p, []byte(name+"-content\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate := ""
+	if len(j.Setup) > 0 {
+		gate, _ = filepath.EvalSymlinks(t.TempDir())
+		if err := os.Mkdir(filepath.Join(gate, "workspace"), 0o500); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(gate, j.UID, j.GID); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(gate, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
 	turn := ids.NewTurnID()
 	channel := "run-it:" + t.Name()
 	name, err := ids.ContainerName(channel, turn)
@@ -141,7 +227,7 @@ func runInContainer(t *testing.T, ctx context.Context, d *container.Driver, img 
 			layout.LabelChannel:      ids.ChannelTag(channel),
 			layout.LabelDeadline:     strconv.FormatInt(time.Now().Add(5*time.Minute).Unix(), 10),
 		},
-		Run: &container.RunOptions{Setup: len(j.Setup) > 0, OutputMB: 16, Command: []string{layout.ToolboxWorker, "run-supervise"}},
+		Run: &container.RunOptions{Setup: len(j.Setup) > 0, GateDir: gate, OutputMB: 16, Command: []string{layout.ToolboxWorker, "run-supervise"}},
 	}
 	if rt := os.Getenv("SANDBOX_IT_RUNTIME"); rt != "" {
 		spec.Runtime = rt

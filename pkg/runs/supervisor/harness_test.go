@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -28,10 +29,13 @@ import (
 const helperEnv = "SUPERVISOR_TEST_HELPER"
 
 // setupCaps is the capability set a run with setup starts with
-// (RunContainer's CapAdd after CapDrop ALL), as setpriv names it, and its mask.
+// (RunContainer's CapAdd after CapDrop ALL), as setpriv names it, and its
+// mask; setupCommandCapsMask is SetupCommandCapabilities' (chown, fowner,
+// fsetid), all a setup command holds.
 const (
-	setupCaps     = "+chown,+dac_override,+fowner,+fsetid,+setuid,+setgid,+setpcap"
-	setupCapsMask = "00000000000001db"
+	setupCaps            = "+chown,+dac_override,+fowner,+fsetid,+setuid,+setgid,+setpcap"
+	setupCapsMask        = "00000000000001db"
+	setupCommandCapsMask = "0000000000000019"
 )
 
 func TestMain(m *testing.M) {
@@ -53,6 +57,35 @@ func helperMain() int {
 			fmt.Fprintln(os.Stderr, "helper: mount /proc:", err)
 			return 90
 		}
+		// The project's gate is a read-only bind, as in a container.
+		if g := os.Getenv("SUP_GATE"); g != "" && os.Getenv("SUP_GATE_RW") != "1" {
+			gate := filepath.Dir(g)
+			if err := unix.Mount(gate, gate, "", unix.MS_BIND, ""); err != nil {
+				fmt.Fprintln(os.Stderr, "helper: bind the gate:", err)
+				return 90
+			}
+			if err := unix.Mount("", gate, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+				fmt.Fprintln(os.Stderr, "helper: make the gate read-only:", err)
+				return 90
+			}
+		}
+	}
+	if n, _ := strconv.Atoi(os.Getenv("SUP_KILLAS")); n > 0 {
+		// killAs n times (at nothing), then the main thread's uids.
+		for range n {
+			killAs(65534, -999999)
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/status", os.Getpid()))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			return 90
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "Uid:") {
+				fmt.Println(l)
+			}
+		}
+		return 0
 	}
 	if os.Getenv("SUP_CONTAINER_CAPS") == "1" {
 		// Start again with a container's setup capabilities: the bounding
@@ -74,6 +107,7 @@ func helperMain() int {
 	o := Options{
 		OutputDir:    os.Getenv("SUP_OUTPUT"),
 		Workspace:    os.Getenv("SUP_WORKSPACE"),
+		ProjectGate:  os.Getenv("SUP_GATE"),
 		BrokerSocket: os.Getenv("SUP_BROKER"),
 		BridgeAddr:   os.Getenv("SUP_BRIDGE"),
 		DrainTimeout: 2 * time.Second,
@@ -103,8 +137,11 @@ func requireRoot(t *testing.T) {
 	}
 }
 
-// dirs are a run's output directory and workspace, open to the job's user.
-type dirs struct{ output, workspace, base string }
+// dirs are a run's output directory and workspace, open to the job's user,
+// and the project behind its gate for a run with setup (project, in the
+// gate gate: as the host makes it when the tests are root, the job's
+// uid:gid, mode 0700; the helper binds it read-only).
+type dirs struct{ output, workspace, base, gate, project string }
 
 func newDirs(t *testing.T) dirs {
 	t.Helper()
@@ -113,14 +150,20 @@ func newDirs(t *testing.T) dirs {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(base) })
-	d := dirs{output: filepath.Join(base, "output"), workspace: filepath.Join(base, "workspace"), base: base}
-	for _, p := range []string{d.output, d.workspace} {
+	d := dirs{output: filepath.Join(base, "output"), workspace: filepath.Join(base, "workspace"), base: base, gate: filepath.Join(base, "gate")}
+	d.project = filepath.Join(d.gate, "workspace")
+	for _, p := range []string{d.output, d.workspace, d.gate, d.project} {
 		if err := os.Mkdir(p, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for p, mode := range map[string]os.FileMode{base: 0o755, d.output: 0o777} {
+	for p, mode := range map[string]os.FileMode{base: 0o755, d.output: 0o777, d.gate: 0o700} {
 		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if isRoot() {
+		if err := os.Chown(d.gate, baseJob().UID, baseJob().GID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -145,7 +188,9 @@ type runConfig struct {
 	// containerCaps runs the supervisor as root with only the setup
 	// capabilities (no CAP_KILL, CAP_SYS_ADMIN ...) and no_new_privs.
 	containerCaps bool
-	signalAt      time.Duration
+	// gateWritable leaves the gate writable (not bound read-only).
+	gateWritable bool
+	signalAt     time.Duration
 }
 
 type outcome struct {
@@ -174,13 +219,16 @@ func run(t *testing.T, job wire.Job, cfg runConfig) outcome {
 	}
 	cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
 	cmd.Env = []string{helperEnv + "=1", "SUP_OUTPUT=" + cfg.d.output, "SUP_WORKSPACE=" + cfg.d.workspace,
-		"SUP_BROKER=" + cfg.broker, "SUP_BRIDGE=127.0.0.1:0", "SUP_AFTERKILL=" + cfg.afterKill}
+		"SUP_GATE=" + cfg.d.project, "SUP_BROKER=" + cfg.broker, "SUP_BRIDGE=127.0.0.1:0", "SUP_AFTERKILL=" + cfg.afterKill}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if isRoot() {
 		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
 		if cfg.asUser == nil {
 			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNS
 			cmd.Env = append(cmd.Env, "SUP_MOUNT_PROC=1")
+		}
+		if cfg.gateWritable {
+			cmd.Env = append(cmd.Env, "SUP_GATE_RW=1")
 		}
 		if cfg.containerCaps {
 			setpriv, err := exec.LookPath("setpriv")

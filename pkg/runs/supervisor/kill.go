@@ -106,16 +106,28 @@ func procRealUID(pid int) (int, bool) {
 // that the kernel lets it signal that uid's processes without CAP_KILL. The
 // uid change is the thread's alone (a raw setresuid, not Go's all-threads
 // one) and the thread never runs anything else: its goroutine exits locked,
-// which ends the thread.
+// which ends the thread. Never on the main thread, which the runtime parks
+// instead of ending: it would keep the uid, and the process (its /proc
+// entry, the signals it takes) would then be that uid's, the main
+// command's among them. A goroutine that lands there leaves it parked
+// unchanged, and the next one runs elsewhere.
 func killAs(uid, target int) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); errno != 0 {
+	for range 2 {
+		onMain := make(chan bool, 1)
+		go func() {
+			runtime.LockOSThread()
+			if unix.Gettid() == unix.Getpid() {
+				onMain <- true
+				return
+			}
+			defer func() { onMain <- false }()
+			if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); errno != 0 {
+				return
+			}
+			_ = unix.Kill(target, unix.SIGKILL)
+		}()
+		if !<-onMain {
 			return
 		}
-		_ = unix.Kill(target, unix.SIGKILL)
-	}()
-	<-done
+	}
 }

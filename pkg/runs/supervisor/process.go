@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -208,10 +209,14 @@ func (s *supervisor) runCommand(ctx context.Context, phase string, argv []string
 	defer errR.Close()
 	main := phase == wire.PhaseMain
 	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if main && s.root {
+	if s.root {
 		// No supplementary groups: an empty, non-nil Groups makes the
-		// child call setgroups(0, NULL).
-		sys.Credential = &syscall.Credential{Uid: uint32(s.job.UID), Gid: uint32(s.job.GID), Groups: []uint32{}}
+		// child call setgroups(0, NULL). Setup stays root, in no group
+		// but root's (not the gate's).
+		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
+		if main {
+			sys.Credential = &syscall.Credential{Uid: uint32(s.job.UID), Gid: uint32(s.job.GID), Groups: []uint32{}}
+		}
 	}
 	// Fd puts the write ends in blocking mode, as a child expects.
 	attr := &syscall.ProcAttr{Dir: s.o.Workspace, Env: s.env(phase), Files: []uintptr{devnull.Fd(), outW.Fd(), errW.Fd()}, Sys: sys}
@@ -228,8 +233,12 @@ func (s *supervisor) runCommand(ctx context.Context, phase string, argv []string
 		// The thread is never unlocked: it ends with this goroutine,
 		// which lives until the child's status arrives.
 		runtime.LockOSThread()
+		keep := SetupCommandCapabilities
 		if main {
-			if err := dropThreadPrivileges(s.root); err != nil {
+			keep = nil
+		}
+		if main || s.root {
+			if err := dropThreadPrivileges(s.root, keep); err != nil {
 				startc <- started{err: &privilegeError{err}}
 				return
 			}
@@ -306,13 +315,25 @@ type privilegeError struct{ err error }
 func (e *privilegeError) Error() string { return e.err.Error() }
 func (e *privilegeError) Unwrap() error { return e.err }
 
+// SetupCommandCapabilities are all a setup command holds (as root, the
+// capabilities root gets on exec are the bounding set): dpkg's chown,
+// chmod of what it chowned and setuid bits. Not DAC_OVERRIDE or
+// DAC_READ_SEARCH (which read past a file's mode), not SETUID or SETGID
+// (which would become the project gate's owner or group, then read as
+// root what root owns): the project's gate stops setup (checkGate). apt
+// cannot drop to its _apt user either: the toolbox sets
+// APT::Sandbox::User "root".
+var SetupCommandCapabilities = []uintptr{unix.CAP_CHOWN, unix.CAP_FOWNER, unix.CAP_FSETID}
+
 // dropThreadPrivileges prepares the calling (locked) thread so that a child
-// it forks has no_new_privs and, as root, an empty capability bounding set,
-// no inheritable and no ambient capabilities; the child's setuid to a
-// non-zero uid then clears its permitted and effective sets. The thread's
-// effective set is kept: the child needs CAP_SETUID and CAP_SETGID to
-// switch users.
-func dropThreadPrivileges(root bool) error {
+// it forks has no_new_privs and, as root, a capability bounding set of
+// exactly keep (of what it had), no inheritable and no ambient
+// capabilities; for the main command (keep nil) the child's setuid to a
+// non-zero uid then clears its permitted and effective sets, for a setup
+// command root's exec takes the bounding set. The thread's effective set
+// is kept: the child needs CAP_SETUID and CAP_SETGID to set its ids and
+// groups before exec.
+func dropThreadPrivileges(root bool, keep []uintptr) error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("set no_new_privs: %w", err)
 	}
@@ -322,8 +343,11 @@ func dropThreadPrivileges(root bool) error {
 	if !root {
 		return nil
 	}
-	for c := 0; c < 64; c++ {
-		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+	for c := uintptr(0); c < 64; c++ {
+		if slices.Contains(keep, c) {
+			continue
+		}
+		err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0)
 		if err == unix.EINVAL {
 			break // past the kernel's last capability
 		}
@@ -331,12 +355,12 @@ func dropThreadPrivileges(root bool) error {
 			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
 		}
 	}
-	for c := 0; c < 64; c++ {
-		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
+	for c := uintptr(0); c < 64; c++ {
+		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, c, 0, 0, 0)
 		if err == unix.EINVAL {
 			break
 		}
-		if err != nil || in != 0 {
+		if err != nil || in != 0 && !slices.Contains(keep, c) {
 			return fmt.Errorf("capability %d is still in the bounding set (%v)", c, err)
 		}
 	}

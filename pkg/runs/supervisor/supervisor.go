@@ -4,7 +4,11 @@
 // wire frames on stdout, kills every remaining process, sends the requested
 // artifacts, then the result. It has no init: it reaps every process.
 //
-// Guarantee: the main command runs as the job's uid:gid with no
+// Guarantee: setup commands run as root with no supplementary groups and
+// only SetupCommandCapabilities in any set, and only once the project's
+// gate is in place (wire.SetupGatePath: a read-only directory that is not
+// root's nor in root's group and closed to others), so they reach no file
+// of the project; the main command runs as the job's uid:gid with no
 // supplementary groups, no_new_privs, and no capability in any set
 // (bounding, permitted, effective, inheritable, ambient); no process the job
 // started survives a command's end (when the supervisor is PID 1) so none
@@ -23,6 +27,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -36,8 +41,10 @@ import (
 const (
 	DefaultOutputDir = "/output"
 	DefaultWorkspace = "/workspace"
-	DefaultShell     = "/bin/sh"
-	DefaultPATH      = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	// DefaultProjectGate is where a run with setup has its project.
+	DefaultProjectGate = wire.SetupProjectPath
+	DefaultShell       = "/bin/sh"
+	DefaultPATH        = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	// DefaultBrokerSocket is /run/broker/<layout.BrokerSocketName>
 	// (protocol.BrokerSocketPath); a test keeps them equal.
 	DefaultBrokerSocket = "/run/broker/broker.sock"
@@ -52,8 +59,12 @@ const (
 // Options are the supervisor's paths and knobs; the zero value means the
 // container defaults.
 type Options struct {
-	OutputDir    string
-	Workspace    string
+	OutputDir string
+	Workspace string
+	// ProjectGate is the project behind its gate in a run with setup
+	// (wire.SetupProjectPath); Workspace becomes a symlink to it once
+	// setup ended.
+	ProjectGate  string
 	Shell        string
 	PATH         string
 	BrokerSocket string
@@ -79,6 +90,7 @@ func (o Options) withDefaults(stderr io.Writer) Options {
 	}
 	def(&o.OutputDir, DefaultOutputDir)
 	def(&o.Workspace, DefaultWorkspace)
+	def(&o.ProjectGate, DefaultProjectGate)
 	def(&o.Shell, DefaultShell)
 	def(&o.PATH, DefaultPATH)
 	def(&o.BrokerSocket, DefaultBrokerSocket)
@@ -97,6 +109,7 @@ func (o Options) withDefaults(stderr io.Writer) Options {
 const (
 	errInvalidJob = "invalid job"
 	errNeedsRoot  = "setup commands need the supervisor to run as root"
+	errGate       = "the project is not behind its gate; setup was not run"
 	errWrongUser  = "the supervisor cannot switch to the job's user"
 	errBridge     = "egress bridge failed"
 	errStart      = "could not start a command"
@@ -140,6 +153,12 @@ func Main(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, o Opti
 			s.log.Error("job's user differs from the supervisor's and the supervisor is not root",
 				"euid", os.Geteuid(), "egid", os.Getegid(), "uid", job.UID, "gid", job.GID)
 			return s.fail(errWrongUser)
+		}
+	}
+	if s.root && len(job.Setup) > 0 {
+		if err := s.checkGate(); err != nil {
+			s.log.Error("setup refused: the project's gate is not in place", "reason", err.Error())
+			return s.fail(errGate)
 		}
 	}
 	if job.Proxy {
@@ -230,6 +249,15 @@ func (s *supervisor) startBridge(ctx context.Context) (stop func(), err error) {
 // execute runs the setup commands, the main command and the collection, and
 // returns the result; an error is a generic reason the job could not run.
 func (s *supervisor) execute(ctx context.Context) (wire.Result, error) {
+	if len(s.job.Setup) > 0 {
+		// Setup's working directory: an empty directory of the writable
+		// root until the project replaces it (the image's WORKDIR, or
+		// made here).
+		if err := os.Mkdir(s.o.Workspace, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			s.log.Error("cannot make setup's working directory", "reason", err.Error())
+			return wire.Result{}, errors.New(errStart)
+		}
+	}
 	for i, cmd := range s.job.Setup {
 		code, err := s.runCommand(ctx, wire.PhaseSetup, []string{s.o.Shell, "-c", cmd})
 		if err != nil {
@@ -240,6 +268,14 @@ func (s *supervisor) execute(ctx context.Context) (wire.Result, error) {
 		}
 		if code != 0 {
 			return s.result(wire.Result{ExitCode: code, FailedSetup: i + 1}), nil
+		}
+	}
+	if len(s.job.Setup) > 0 {
+		// No setup process is left (runCommand killed them): the project
+		// becomes reachable for the main command only now.
+		if err := s.linkWorkspace(); err != nil {
+			s.log.Error("cannot link the workspace to the project", "reason", err.Error())
+			return wire.Result{}, errors.New(errStart)
 		}
 	}
 	argv := s.job.Argv
@@ -280,3 +316,48 @@ func exitCode(ws unix.WaitStatus) int {
 }
 
 var errStoppedSentinel = errors.New(errStopped)
+
+// checkGate refuses to run setup unless the project is behind its gate:
+// the gate a read-only directory of the job's uid, not in root's group,
+// that its owner can pass and nobody else can enter, with the project
+// inside. Root without DAC_OVERRIDE, DAC_READ_SEARCH, SETUID and SETGID
+// (SetupCommandCapabilities), in no group but root's, then cannot pass it,
+// and CHOWN and FOWNER cannot change it.
+func (s *supervisor) checkGate() error {
+	gate := filepath.Dir(s.o.ProjectGate)
+	var st unix.Stat_t
+	if err := unix.Lstat(gate, &st); err != nil {
+		return fmt.Errorf("gate %s: %w", gate, err)
+	}
+	perm := st.Mode & 0o777
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return fmt.Errorf("gate %s is not a directory", gate)
+	case st.Uid == 0 || int(st.Uid) != s.job.UID:
+		return fmt.Errorf("gate %s belongs to uid %d, not the job's %d", gate, st.Uid, s.job.UID)
+	case st.Gid == 0:
+		return fmt.Errorf("gate %s is in root's group", gate)
+	case perm&0o077 != 0 || perm&0o100 == 0:
+		return fmt.Errorf("gate %s has mode %#o: its owner must pass and nobody else enter", gate, perm)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(gate, &sfs); err != nil {
+		return fmt.Errorf("gate %s: %w", gate, err)
+	}
+	if sfs.Flags&unix.ST_RDONLY == 0 {
+		return fmt.Errorf("gate %s is not mounted read-only", gate)
+	}
+	if err := unix.Lstat(s.o.ProjectGate, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("the project %s is not a directory (%v)", s.o.ProjectGate, err)
+	}
+	return nil
+}
+
+// linkWorkspace replaces setup's working directory (whatever setup left
+// there) with a symlink to the project behind its gate.
+func (s *supervisor) linkWorkspace() error {
+	if err := os.RemoveAll(s.o.Workspace); err != nil {
+		return err
+	}
+	return os.Symlink(s.o.ProjectGate, s.o.Workspace)
+}

@@ -260,10 +260,10 @@ func TestStragglerKilledBeforeCollection(t *testing.T) {
 }
 
 // As in a container with setup: root without CAP_KILL (and without most
-// other capabilities), under no_new_privs. The bounding set still empties
-// for main, and leftovers of other uids (the main user's, and one a setup
-// command switched to) are still all killed before the next command and
-// before collection.
+// other capabilities), under no_new_privs. A setup command holds only
+// SetupCommandCapabilities and cannot switch users; the bounding set still
+// empties for main, and leftovers (setup's as root, the main user's) are
+// still all killed before the next command and before collection.
 func TestSetupWithTheContainersCapabilities(t *testing.T) {
 	requireRoot(t)
 	if _, err := exec.LookPath("setpriv"); err != nil {
@@ -274,8 +274,8 @@ func TestSetupWithTheContainersCapabilities(t *testing.T) {
 	j := baseJob()
 	j.Setup = []string{
 		"grep -E '^Cap(Eff|Bnd):' /proc/self/status",
-		// The pause lets the leftover become uid 12345 before the kill.
-		"setpriv --reuid=12345 --regid=12345 --clear-groups setsid sleep 30 >/dev/null 2>&1 & sleep 0.2; echo started",
+		"setpriv --reuid=12345 --regid=12345 --clear-groups true 2>/dev/null && echo switched || echo cannot-switch",
+		"setsid sleep 30 >/dev/null 2>&1 & echo started",
 	}
 	j.Command = "setsid sh -c 'sleep 0.3; echo late > " + d.output + "/victim' >/dev/null 2>&1 & echo early > " + d.output + `/victim
 n=0; for f in /proc/[0-9]*/status; do grep -q '^Uid:	12345' $f 2>/dev/null && n=$((n+1)); done; echo other=$n
@@ -285,8 +285,8 @@ grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status`
 	if o.code != 0 || o.result != (wire.Result{}) {
 		t.Fatalf("supervisor exit %d, result %+v, stderr %q (log: %s)", o.code, o.result, o.out, o.log)
 	}
-	if want := "CapEff:\t" + setupCapsMask + "\nCapBnd:\t" + setupCapsMask + "\nstarted\n"; o.out["stdout/setup"] != want {
-		t.Errorf("setup output %q, want %q (the container's capabilities)", o.out["stdout/setup"], want)
+	if want := "CapEff:\t" + setupCommandCapsMask + "\nCapBnd:\t" + setupCommandCapsMask + "\ncannot-switch\nstarted\n"; o.out["stdout/setup"] != want {
+		t.Errorf("setup output %q, want %q (chown, fowner, fsetid only)", o.out["stdout/setup"], want)
 	}
 	want := "other=0\n"
 	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
@@ -550,5 +550,112 @@ func TestReaperNeverLosesAStartedChild(t *testing.T) {
 	sort.Ints(codes)
 	if codes[0] != 0 || codes[len(codes)-1] != 4 || len(codes) != 50 {
 		t.Fatalf("codes %v", codes)
+	}
+}
+
+// A setup command (root) reaches no file of the project, not even one the
+// main command may read, whatever it tries: read through the gate, list
+// it, change its mode or owner, switch to the gate's group or owner, go
+// through /proc; the project appears at the workspace only for the main
+// command, which reads what its uid may read and nothing more. With the
+// full root set of a test (SYS_ADMIN included) and with a container's.
+func TestSetupCannotReachTheProject(t *testing.T) {
+	requireRoot(t)
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("setpriv (util-linux) not installed")
+	}
+	for _, caps := range []bool{false, true} {
+		t.Run(fmt.Sprintf("container caps %v", caps), func(t *testing.T) {
+			d := newDirs(t)
+			for name, mode := range map[string]os.FileMode{"secret": 0o600, "open": 0o644} {
+				p := filepath.Join(d.project, name)
+				if err := os.WriteFile(p, []byte(name+"-content\n"), mode); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(p, mode); err != nil {
+					t.Fatal(err)
+				}
+			}
+			j := baseJob()
+			tries := []string{
+				"cat " + d.project + "/secret", "cat " + d.project + "/open", "ls " + d.gate,
+				"cat " + d.workspace + "/open", "cat /proc/1/cwd/" + d.project + "/open",
+				"chmod 0777 " + d.gate, "chown 0:0 " + d.gate,
+				"setpriv --regid=" + itoa(j.GID) + " --clear-groups cat " + d.project + "/open",
+				"setpriv --reuid=" + itoa(j.UID) + " cat " + d.project + "/open",
+			}
+			var setup string
+			for _, c := range tries {
+				setup += c + " && echo REACHED; "
+			}
+			j.Setup = []string{setup + "echo tried; touch left-by-setup"}
+			j.Command = "cat open; cat secret || echo no-secret; ls"
+			o := run(t, j, runConfig{d: d, containerCaps: caps})
+			if o.code != 0 || o.result != (wire.Result{}) {
+				t.Fatalf("supervisor exit %d, result %+v, output %q (log: %s)", o.code, o.result, o.out, o.log)
+			}
+			if got := o.out["stdout/setup"]; got != "tried\n" {
+				t.Errorf("setup stdout %q, want only tried", got)
+			}
+			if strings.Contains(o.out["stdout/setup"]+o.out["stderr/setup"], "-content") {
+				t.Errorf("setup read a project file: %q", o.out)
+			}
+			if got, want := o.out["stdout/main"], "open-content\nno-secret\nopen\nsecret\n"; got != want {
+				t.Errorf("main stdout %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// Setup runs only when the project is behind a gate it cannot pass; any
+// other layout fails the run before a setup command starts.
+func TestSetupNeedsTheGate(t *testing.T) {
+	requireRoot(t)
+	for _, tt := range []struct {
+		name   string
+		change func(d dirs) error
+		rw     bool
+	}{
+		{"others may enter", func(d dirs) error { return os.Chmod(d.gate, 0o701) }, false},
+		{"the group may enter", func(d dirs) error { return os.Chmod(d.gate, 0o710) }, false},
+		{"the owner cannot pass", func(d dirs) error { return os.Chmod(d.gate, 0o600) }, false},
+		{"owned by root", func(d dirs) error { return os.Chown(d.gate, 0, 65534) }, false},
+		{"root's group", func(d dirs) error { return os.Chown(d.gate, 65534, 0) }, false},
+		{"not the job's user", func(d dirs) error { return os.Chown(d.gate, 4444, 65534) }, false},
+		{"no project inside", func(d dirs) error { return os.Remove(d.project) }, false},
+		{"writable", func(d dirs) error { return nil }, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newDirs(t)
+			if err := tt.change(d); err != nil {
+				t.Fatal(err)
+			}
+			j := baseJob()
+			j.Setup = []string{"echo setup-ran"}
+			j.Command = "echo main-ran"
+			o := run(t, j, runConfig{d: d, gateWritable: tt.rw})
+			if o.result.Error != errGate || len(o.out) != 0 || len(o.phases) != 0 {
+				t.Errorf("result %+v, output %q, phases %v; want %q and nothing run (log: %s)", o.result, o.out, o.phases, errGate, o.log)
+			}
+		})
+	}
+}
+
+// killAs changes a throwaway thread's uids, never the main thread's: the
+// runtime parks a locked main thread instead of ending it, and with the
+// main command's uid the supervisor (PID 1) would show as that uid and
+// take its signals (TestSetupStragglersDoNotReachMain saw root=0 now and
+// then). Many calls give the scheduler every chance to use the main thread.
+func TestKillAsNeverChangesTheMainThread(t *testing.T) {
+	requireRoot(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = []string{helperEnv + "=1", "SUP_KILLAS=300"}
+	out, err := cmd.CombinedOutput()
+	if err != nil || string(out) != "Uid:\t0\t0\t0\t0\n" {
+		t.Fatalf("main thread after killAs: %q, %v; want uid 0 throughout", out, err)
 	}
 }

@@ -30,6 +30,21 @@ const (
 	MaxArtifactNameBytes = 255
 )
 
+// The container layout of a run with setup (DESIGN.md section 12). Setup
+// runs as root, and root owns (so reads) a project's root-owned files
+// whatever their mode: the project is therefore bound at SetupProjectPath,
+// inside the gate SetupGatePath, a read-only bind of a host directory that
+// belongs to the main command's uid:gid, mode 0700. Setup commands (root,
+// in no group but root's) hold no capability that passes it (no
+// DAC_OVERRIDE, DAC_READ_SEARCH, SETUID or SETGID; CHOWN and FOWNER meet a
+// read-only mount), so they cannot reach the project at all; once setup
+// ended, the supervisor makes /workspace a symlink to SetupProjectPath for
+// the main command, which passes the gate as its owner.
+const (
+	SetupGatePath    = "/.workspace-gate"
+	SetupProjectPath = SetupGatePath + "/workspace"
+)
+
 // ErrInvalidJob is the category of every Job refusal.
 var ErrInvalidJob = errors.New("invalid run job")
 
