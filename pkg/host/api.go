@@ -468,7 +468,7 @@ func (h *Host) handleMode(w http.ResponseWriter, r *http.Request, channel string
 	}
 	// Another mode, or another profile: the session goes now (a running
 	// turn keeps it until it settles, then the next turn starts anew).
-	h.richStopIdle(channel, req.Mode, req.Profile)
+	h.rich.StopIdle(channel, req.Mode, req.Profile, req.Mode == ModeRich)
 	writeJSON(w, http.StatusOK, h.status(channel))
 	return nil
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
@@ -119,8 +120,7 @@ type Host struct {
 	prechecks *precheckrun.Kind
 
 	// Rich channel sessions (rich.go).
-	rich        richSessions
-	richControl RichControl
+	rich *richsession.Kind
 
 	// Delegated jobs (delegations.go).
 	delegations *delegationrun.Kind
@@ -201,14 +201,8 @@ func New(o Options) (*Host, error) {
 		opts: o, cfg: o.Config, log: o.Logger, state: o.State, reg: o.Registry,
 		queue:  newQueue(o.Config.Queue.Depth, o.Config.Queue.GlobalConcurrency),
 		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
-		rich:        richSessions{byChannel: map[string]*richSession{}, removing: map[string]*richSession{}},
-		richControl: o.RichControl,
-	}
-	if h.richControl == nil {
-		h.richControl = HTTPRichControl{}
 	}
 	h.metrics = newMetrics(o.Registry, h.queue)
-	h.metrics.richSessions(o.Registry, h.richSessionCount)
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
 	h.life = sandbox.New(sandbox.Options{
 		Containers: o.Containers, Units: o.Units, Logger: o.Logger, WorkerLogs: o.WorkerLogs,
@@ -230,6 +224,10 @@ func New(o Options) (*Host, error) {
 	if err := h.prepareStatic(); err != nil {
 		return nil, err
 	}
+	h.rich = richsession.New(richsession.Options{
+		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
+		Tools: h.tools, MCP: h.mcpSpecs, Policy: h.pol, Control: o.RichControl, Idle: o.RichIdle, Registry: o.Registry,
+	})
 	h.prechecks = precheckrun.New(precheckrun.Options{
 		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
 		Policy: h.pol, Registry: o.Registry,
@@ -240,7 +238,7 @@ func New(o Options) (*Host, error) {
 	if err := h.newDelegation(); err != nil {
 		return nil, err
 	}
-	h.logRichConfig()
+	h.rich.LogConfig()
 	return h, nil
 }
 
@@ -425,7 +423,7 @@ func (h *Host) ShutdownContext(ctx context.Context) {
 	}
 	// After the turns: no turn takes a rich session any more.
 	richDone := make(chan struct{})
-	go func() { h.richStopAll("host stop"); close(richDone) }()
+	go func() { h.rich.StopAll("host stop"); close(richDone) }()
 	select {
 	case <-richDone:
 	case <-ctx.Done():

@@ -31,9 +31,6 @@ type metrics struct {
 	standbyTakes    *prometheus.CounterVec
 	standbyDiscards *prometheus.CounterVec
 	standbyPrepares *prometheus.CounterVec
-	richTurns       *prometheus.CounterVec
-	richStarts      prometheus.Counter
-	richStops       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
@@ -71,26 +68,9 @@ func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
 			Name: "sandbox_standby_prepares_total", Help: "Standby preparations by result (ok, failed, capped: skipped at standby.max).",
 		}, []string{"result"}),
 	}
-	m.richTurns = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sandbox_rich_turns_total", Help: "Turns of rich channels, by result and whether the channel's session was already running (warm).",
-	}, []string{"result", "warm"})
-	m.richStarts = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "sandbox_rich_session_starts_total", Help: "Rich channel sessions (container and broker) started.",
-	})
-	m.richStops = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sandbox_rich_session_stops_total", Help: "Rich channel sessions stopped, by reason (idle, channel off, fresh start, turn failed, host stop, ...).",
-	}, []string{"reason"})
-	reg.MustRegister(m.richTurns, m.richStarts, m.richStops)
 	reg.MustRegister(m.turns, m.duration, m.phases, m.queueWaiting, m.running, m.cleanupFailures, m.refused,
 		m.standbyTakes, m.standbyDiscards, m.standbyPrepares)
 	return m
-}
-
-// richSessions registers the gauge of live rich sessions.
-func (m *metrics) richSessions(reg prometheus.Registerer, count func() float64) {
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "sandbox_rich_sessions", Help: "Rich channel sessions running now (one container and one broker each).",
-	}, count))
 }
 
 // standbyEvent counts what the standby pool reports.

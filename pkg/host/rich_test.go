@@ -78,8 +78,14 @@ func (f *fakeRichControl) bindList() []policy.Bind {
 // richRig is a rig whose rich containers run until killed.
 func richRig(t *testing.T, idle time.Duration) (*rig, *fakeRichControl) {
 	t.Helper()
+	return richRigExtra(t, idle, "")
+}
+
+// richRigExtra is richRig with more configuration.
+func richRigExtra(t *testing.T, idle time.Duration, extra string) (*rig, *fakeRichControl) {
+	t.Helper()
 	ctl := &fakeRichControl{}
-	r := newRig(t, richExtra, func(o *Options) { o.RichControl = ctl; o.RichIdle = idle })
+	r := newRig(t, richExtra+extra, func(o *Options) { o.RichControl = ctl; o.RichIdle = idle })
 	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		if !spec.Rich {
 			return okRun(ctx, spec, stdin)

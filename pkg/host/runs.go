@@ -54,6 +54,10 @@ func (k kindHost) ChannelOn(channel string) error {
 	return nil
 }
 
+func (k kindHost) GuestFor(channel, workspace string) (int, error) {
+	return k.h.guestFor(channel, workspace)
+}
+
 func (k kindHost) GuestUID(key string) (int, error) {
 	return k.h.state.GuestUID(key, k.h.cfg.Guests, -1)
 }

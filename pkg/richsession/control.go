@@ -1,4 +1,4 @@
-package host
+package richsession
 
 import (
 	"bytes"
@@ -16,16 +16,16 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
 
-// ErrRichBroker: the session's broker could not be reached or closed the
+// ErrBroker: the session's broker could not be reached or closed the
 // control request without an answer (stopped, crashed, its socket gone).
-var ErrRichBroker = errors.New("rich channel broker unreachable")
+var ErrBroker = errors.New("rich channel broker unreachable")
 
-// HTTPRichControl speaks the control routes on a session's broker socket.
+// HTTPControl speaks the control routes on a session's broker socket.
 // It opens a connection per call (the broker checks each connection's
 // peer uid) and never follows anything but the socket path it is given.
-type HTTPRichControl struct{}
+type HTTPControl struct{}
 
-func (HTTPRichControl) client(socket string) *http.Client {
+func (HTTPControl) client(socket string) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "unix", socket)
@@ -36,7 +36,7 @@ func (HTTPRichControl) client(socket string) *http.Client {
 	}}
 }
 
-func (c HTTPRichControl) post(ctx context.Context, socket, route string, body []byte, max int64) (int, []byte, error) {
+func (c HTTPControl) post(ctx context.Context, socket, route string, body []byte, max int64) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://broker"+route, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
@@ -47,7 +47,7 @@ func (c HTTPRichControl) post(ctx context.Context, socket, route string, body []
 		if ctx.Err() != nil {
 			return 0, nil, context.Cause(ctx)
 		}
-		return 0, nil, fmt.Errorf("%w: %v", ErrRichBroker, err)
+		return 0, nil, fmt.Errorf("%w: %v", ErrBroker, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
@@ -55,7 +55,7 @@ func (c HTTPRichControl) post(ctx context.Context, socket, route string, body []
 		if ctx.Err() != nil {
 			return 0, nil, context.Cause(ctx)
 		}
-		return 0, nil, fmt.Errorf("%w: answer cut: %v", ErrRichBroker, err)
+		return 0, nil, fmt.Errorf("%w: answer cut: %v", ErrBroker, err)
 	}
 	if int64(len(data)) > max {
 		return 0, nil, fmt.Errorf("control answer over %d bytes", max)
@@ -64,7 +64,7 @@ func (c HTTPRichControl) post(ctx context.Context, socket, route string, body []
 }
 
 // Status asks the broker whether its worker is up.
-func (c HTTPRichControl) Status(ctx context.Context, socket string) (policy.ControlStatus, error) {
+func (c HTTPControl) Status(ctx context.Context, socket string) (policy.ControlStatus, error) {
 	var st policy.ControlStatus
 	code, data, err := c.post(ctx, socket, policy.RouteControlStatus, nil, 4<<10)
 	if err != nil {
@@ -81,7 +81,7 @@ func (c HTTPRichControl) Status(ctx context.Context, socket string) (policy.Cont
 
 // Turn binds b and waits for the worker's reply packet, which is checked
 // again here (the broker validated it; the host trusts no packet unread).
-func (c HTTPRichControl) Turn(ctx context.Context, socket string, b policy.Bind) (*richproto.Result, error) {
+func (c HTTPControl) Turn(ctx context.Context, socket string, b policy.Bind) (*richproto.Result, error) {
 	body, err := json.Marshal(b)
 	if err != nil {
 		return nil, err
@@ -94,7 +94,7 @@ func (c HTTPRichControl) Turn(ctx context.Context, socket string, b policy.Bind)
 		// The broker withheld a private tool result from a worker without
 		// the privateTo and readerRecords capabilities (or the worker
 		// reported private history without them).
-		return nil, ErrRichWorkerIncompatible
+		return nil, ErrWorkerIncompatible
 	}
 	if code != http.StatusOK {
 		var e struct {
