@@ -460,11 +460,11 @@ func (h *Host) handleMode(w http.ResponseWriter, r *http.Request, channel string
 	}
 	h.log.Info("channel mode changed", "channel", ids.ChannelTag(channel), "mode", req.Mode, "profile", req.Profile)
 	if req.Mode == ModeOff {
-		h.dropStandby(channel, standby.ReasonChannelOff)
+		h.sealed.Drop(channel, standby.ReasonChannelOff)
 		h.delegations.CancelChannel(channel)
 	}
 	if req.Mode == ModeRich {
-		h.dropStandby(channel, standby.ReasonChannelOff)
+		h.sealed.Drop(channel, standby.ReasonChannelOff)
 	}
 	// Another mode, or another profile: the session goes now (a running
 	// turn keeps it until it settles, then the next turn starts anew).

@@ -11,9 +11,9 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegationrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
-	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
+	"github.com/roundtable-sandbox/sandbox/pkg/sealedturn"
 )
 
 // Scoped delegation (DESIGN.md section 14) is the delegationrun kind. A job
@@ -40,29 +40,21 @@ func (h *Host) StartDelegation(channel string, owner int, req delegation.Request
 func (h *Host) runResearch(ctx context.Context, j *delegation.Job, scratch string, log *slog.Logger) delegationrun.Research {
 	a := j.Author()
 	r := h.research
-	r.scratch = scratch
-	t := &turn{
+	r.Scratch = scratch
+	t := &sealedturn.Turn{
 		Handle:    sandbox.Handle{ID: j.ID(), Channel: j.Channel(), Tag: ids.ChannelTag(j.Channel()), Deadline: j.Deadline(), Quiet: true},
-		speaker:   protocol.Speaker{ID: a.ID, Name: a.Name},
-		principal: a.PrincipalID, text: delegationrun.ResearchText(j.Title(), j.Task()),
-		reset: true, research: &r,
+		Speaker:   protocol.Speaker{ID: a.ID, Name: a.Name},
+		Principal: a.PrincipalID, Text: delegationrun.ResearchText(j.Title(), j.Task()),
+		Reset: true, Research: &r,
 	}
 	var res delegationrun.Research
-	res.Reply, res.RunErr = h.execute(ctx, t)
-	var exit *workerExitError
+	res.Reply, res.RunErr = h.sealed.Execute(ctx, t)
+	var exit *sealedturn.ExitError
 	if errors.As(res.RunErr, &exit) {
-		res.Exited, res.ExitCode, res.WorkerCause = true, exit.status, exit.cause
+		res.Exited, res.ExitCode, res.WorkerCause = true, exit.Status, exit.Cause
 	}
-	res.CleanupErr = h.cleanup(t, log)
+	res.CleanupErr = h.sealed.Cleanup(t, log)
 	return res
-}
-
-// researchTurn is what makes a turn a research turn.
-type researchTurn struct {
-	tools   []protocol.ToolSpec
-	policy  []policy.Tool
-	prompt  string
-	scratch string
 }
 
 // newDelegation prepares the job registry and the research tool set and
@@ -78,22 +70,22 @@ func (h *Host) newDelegation() error {
 	if !d.Enabled {
 		return nil
 	}
-	h.research.prompt = d.Prompt
+	h.research.Prompt = d.Prompt
 	for i, t := range h.cfg.Tools {
 		if t.Name == d.FetchTool || (d.SearchTool != "" && t.Name == d.SearchTool) {
-			h.research.tools = append(h.research.tools, h.tools[i])
-			h.research.policy = append(h.research.policy, h.pol.Tools[i])
+			h.research.Tools = append(h.research.Tools, h.tools[i])
+			h.research.Policy = append(h.research.Policy, h.pol.Tools[i])
 		}
 	}
-	if len(h.research.tools) == 0 {
+	if len(h.research.Tools) == 0 {
 		return fmt.Errorf("host: delegation.fetchTool %q is not a configured tool", d.FetchTool)
 	}
 	r := h.research
-	sample := &turn{Handle: sandbox.Handle{ID: ids.NewTurnID(), Channel: ids.PreflightChannel}, speaker: protocol.Speaker{ID: "preflight"}, research: &r}
-	if err := h.policyFor(sample, h.opts.Now().Add(time.Duration(d.TimeoutSeconds)*time.Second)).Validate(); err != nil {
+	sample := &sealedturn.Turn{Handle: sandbox.Handle{ID: ids.NewTurnID(), Channel: ids.PreflightChannel}, Speaker: protocol.Speaker{ID: "preflight"}, Research: &r}
+	if err := h.sealed.PolicyFor(sample, h.opts.Now().Add(time.Duration(d.TimeoutSeconds)*time.Second)).Validate(); err != nil {
 		return fmt.Errorf("host: delegation makes an invalid broker policy: %w", err)
 	}
-	if _, err := h.turnJSON(sample, true); err != nil {
+	if _, err := h.sealed.TurnJSON(sample, true); err != nil {
 		return fmt.Errorf("host: delegation makes an invalid worker turn: %w", err)
 	}
 	h.delegations.SweepScratch()

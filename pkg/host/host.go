@@ -32,6 +32,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
+	"github.com/roundtable-sandbox/sandbox/pkg/sealedturn"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 	"github.com/roundtable-sandbox/sandbox/pkg/toolschema"
 	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
@@ -107,10 +108,10 @@ type Host struct {
 	mcpSpecs []protocol.MCPServerSpec
 	pol      policy.Policy // the turn-independent part of every policy
 
-	// The warm path (nil standbys: every turn takes the cold path).
+	// Sealed turns and the warm path (nil standbys: every turn takes the
+	// cold path).
+	sealed   *sealedturn.Kind
 	standbys *standby.Pool
-	warm     WarmContainers
-	shape    string // fingerprint of what shapes a standby
 
 	// Code runs (runs.go): the kind and its registry.
 	coderun *coderun.Kind
@@ -125,7 +126,7 @@ type Host struct {
 	// Delegated jobs (delegations.go).
 	delegations *delegationrun.Kind
 	jobs        *delegation.Registry
-	research    researchTurn // tools and prompt of every research turn
+	research    sealedturn.Research // tools and prompt of every research turn
 
 	// life makes, runs and cleans up every kind's containers.
 	life *sandbox.Lifecycle
@@ -232,7 +233,15 @@ func New(o Options) (*Host, error) {
 		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
 		Policy: h.pol, Registry: o.Registry,
 	})
-	if err := h.newStandbys(); err != nil {
+	sealed, err := sealedturn.New(sealedturn.Options{
+		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
+		Tools: h.tools, MCP: h.mcpSpecs, Policy: h.pol, StandbyEvent: h.metrics.standbyEvent, Observe: h.ObservePhase,
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.sealed, h.standbys = sealed, sealed.Pool()
+	if err := h.checkSample(); err != nil {
 		return nil, err
 	}
 	if err := h.newDelegation(); err != nil {
@@ -242,8 +251,8 @@ func New(o Options) (*Host, error) {
 	return h, nil
 }
 
-// prepareStatic builds the public tool specs and the policy template and
-// validates both with a sample turn.
+// prepareStatic builds the public tool specs and the policy template
+// (checkSample validates both once the sealed turns exist).
 func (h *Host) prepareStatic() error {
 	c := h.cfg
 	for _, t := range c.Tools {
@@ -294,12 +303,17 @@ func (h *Host) prepareStatic() error {
 	if n := config.ToolBudgetBytes(all); n > config.MaxToolBudget-config.BuiltinToolReserve {
 		return fmt.Errorf("host: tool specs take %d bytes, over the worker's budget of %d", n, config.MaxToolBudget-config.BuiltinToolReserve)
 	}
-	sample := &turn{Handle: sandbox.Handle{ID: ids.NewTurnID(), Channel: ids.PreflightChannel}, speaker: protocol.Speaker{ID: "preflight"}}
-	p := h.policyFor(sample, h.opts.Now().Add(c.TurnDeadline()))
+	return nil
+}
+
+// checkSample validates the policy and worker turn of a sample turn.
+func (h *Host) checkSample() error {
+	sample := &sealedturn.Turn{Handle: sandbox.Handle{ID: ids.NewTurnID(), Channel: ids.PreflightChannel}, Speaker: protocol.Speaker{ID: "preflight"}}
+	p := h.sealed.PolicyFor(sample, h.opts.Now().Add(h.cfg.TurnDeadline()))
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("host: configuration makes an invalid broker policy: %w", err)
 	}
-	if _, err := h.turnJSON(sample, false); err != nil {
+	if _, err := h.sealed.TurnJSON(sample, false); err != nil {
 		return fmt.Errorf("host: configuration makes an invalid worker turn: %w", err)
 	}
 	return nil

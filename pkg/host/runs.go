@@ -58,6 +58,10 @@ func (k kindHost) GuestFor(channel, workspace string) (int, error) {
 	return k.h.guestFor(channel, workspace)
 }
 
+func (k kindHost) Accepting() bool { return k.h.accepting() }
+
+func (k kindHost) Waiting(channel string) int { return k.h.queue.waitingFor(channel) }
+
 func (k kindHost) GuestUID(key string) (int, error) {
 	return k.h.state.GuestUID(key, k.h.cfg.Guests, -1)
 }
