@@ -146,8 +146,11 @@ var deltaFor = map[string]map[string]bool{
 // that does not fit its block, any event reflecting a credential (each
 // block's text is checked across its deltas, and a tool_use input is decoded
 // and checked whole before its content_block_stop passes, so a credential
-// in a tool input never reaches the worker as an input it could act on), an
-// upstream error event (passed as a generic one of the same public type),
+// in a tool input never reaches the worker as an input it could act on), a
+// tool input that is not JSON unless it is the start of one JSON value that
+// max_tokens cut (cutinput.go: its decoded text is checked as far as it
+// goes, and its stop is held until the message_delta and passes only with
+// stop reason max_tokens), an upstream error event (passed as a generic one of the same public type),
 // silence, more than MaxBytes, ctx's end and a stream that ends before
 // message_stop. Memory is bounded by one event, one tool input and the
 // checks' tails; nothing is read from src while w blocks (backpressure).
@@ -181,6 +184,9 @@ func FilterStream(ctx context.Context, w EventWriter, src io.ReadCloser, o Filte
 	}
 	rd := NewStreamReader(g)
 	blocks := map[int64]*block{}
+	// held: a cut tool input's content_block_stop and the pings after it,
+	// passed only when the message_delta says max_tokens (else refused).
+	var held [][]byte
 	for {
 		name, data, err := rd.NextRaw()
 		if err != nil {
@@ -213,14 +219,39 @@ func FilterStream(ctx context.Context, w EventWriter, src io.ReadCloser, o Filte
 		if o.Checker.Value(v) {
 			return fail(&refusal{"event reflects a credential", ErrReflected}, "api_error")
 		}
-		if err := checkBlocks(name, v, blocks, o.Checker); err != nil {
+		err = checkBlocks(name, v, blocks, o.Checker)
+		cut := err == errCutInput
+		if err != nil && !cut {
 			return fail(err, "api_error")
 		}
 		out, err := Encode(v)
 		if err != nil {
 			return fail(&refusal{"event not encodable", ErrStream}, "api_error")
 		}
-		if err := w.WriteEvent(frame(name, out)); err != nil {
+		fr := frame(name, out)
+		switch {
+		case cut:
+			held = append(held, fr)
+			continue
+		case held == nil:
+		case name == EventPing && len(held) < maxHeldFrames:
+			held = append(held, fr)
+			continue
+		case name == EventMessageDelta && endsAtMaxTokens(v):
+			// The cut tool block was the message's last: its stop, the
+			// stop reason and the usage the client needs to go on.
+			for _, h := range held {
+				if err := w.WriteEvent(h); err != nil {
+					res.Bytes = g.n
+					return res, &refusal{"client write failed", ErrClient}
+				}
+				res.Events++
+			}
+			held = nil
+		default:
+			return fail(&refusal{"tool input is not JSON and the message does not end at max_tokens", ErrStream}, "api_error")
+		}
+		if err := w.WriteEvent(fr); err != nil {
 			res.Bytes = g.n
 			return res, &refusal{"client write failed", ErrClient}
 		}
@@ -290,7 +321,16 @@ func checkBlocks(name string, v map[string]any, blocks map[int64]*block, c Check
 		if b.typ == BlockToolUse && len(b.input) > 0 {
 			in, err := strictjson.Decode(b.input)
 			if err != nil {
-				return bad("tool input is not JSON")
+				// max_tokens may have cut it (cutinput.go): checked whole
+				// as far as it goes, held until the stop reason says so.
+				text, ok := cutInputText(b.input)
+				if !ok {
+					return bad("tool input is not JSON")
+				}
+				if c.Value(text) {
+					return &refusal{"tool input reflects a credential", ErrReflected}
+				}
+				return errCutInput
 			}
 			if c.Value(in) {
 				return &refusal{"tool input reflects a credential", ErrReflected}
@@ -298,4 +338,20 @@ func checkBlocks(name string, v map[string]any, blocks map[int64]*block, c Check
 		}
 	}
 	return nil
+}
+
+// errCutInput: a tool block's input is not JSON but the start of one JSON
+// value, checked clean; its content_block_stop passes only if the message
+// ends at max_tokens.
+var errCutInput = errors.New("tool input cut short")
+
+// maxHeldFrames bounds the frames held after a cut tool input's stop (the
+// stop and pings) until the message_delta.
+const maxHeldFrames = 16
+
+// endsAtMaxTokens reports whether a message_delta event's stop reason is
+// max_tokens.
+func endsAtMaxTokens(v map[string]any) bool {
+	d, _ := v["delta"].(map[string]any)
+	return d != nil && d["stop_reason"] == "max_tokens"
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -230,19 +232,29 @@ func TestFilterStreamSilence(t *testing.T) {
 }
 
 func TestFilterStreamSilenceIsNotATotalTime(t *testing.T) {
-	// Chunks 60 ms apart for longer than the 100 ms silence limit.
-	evs := anthropictest.TextStream("m", "a", "b", "c", "d", "e")
+	// Chunks 50 ms apart for longer than the 1 s silence limit (1.5 s in
+	// all). The gap is a twentieth of the limit: 60 ms against 100 ms was
+	// passed now and then on a loaded machine.
+	texts := make([]string, 26)
+	for i := range texts {
+		texts[i] = "x"
+	}
+	evs := anthropictest.TextStream("m", texts...)
 	pr, pw := io.Pipe()
 	go func() {
 		for _, e := range evs {
 			pw.Write([]byte(anthropictest.Frame(e)))
-			time.Sleep(60 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond)
 		}
 		pw.Close()
 	}()
 	var f frames
-	if _, err := FilterStream(context.Background(), &f, pr, FilterOptions{Checker: checker, Silence: 100 * time.Millisecond}); err != nil {
+	began := time.Now()
+	if _, err := FilterStream(context.Background(), &f, pr, FilterOptions{Checker: checker, Silence: time.Second}); err != nil {
 		t.Fatalf("FilterStream: %v", err)
+	}
+	if d := time.Since(began); d <= time.Second {
+		t.Fatalf("the stream took %v, not longer than the silence limit", d)
 	}
 }
 
@@ -356,4 +368,135 @@ func FuzzStreamReader(f *testing.F) {
 			t.Fatalf("secret passed")
 		}
 	})
+}
+
+// cutToolStream is a stream as the API sends it under the
+// fine-grained-tool-streaming-2025-05-14 beta when max_tokens ends the
+// output inside a tool input (recorded shape: ids, usage and the beta's
+// unbuffered input_json_delta pieces): the input is not JSON.
+func cutToolStream(pieces []string, stopReason string) string {
+	var b strings.Builder
+	b.WriteString("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_01XFDUDYJgAACzvnptvVoYEL\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5-20250929\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":472,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0,\"output_tokens\":2,\"service_tier\":\"standard\"}}}\n\n")
+	b.WriteString("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n")
+	b.WriteString("event: ping\ndata: {\"type\": \"ping\"}\n\n")
+	b.WriteString("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"I'll write the file.\"}}\n\n")
+	b.WriteString("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n")
+	b.WriteString("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_01T1x1fJ34qAmk2tNTrN7Up6\",\"name\":\"write_reply_file\",\"input\":{}}}\n\n")
+	for _, p := range pieces {
+		d, _ := Encode(map[string]any{"type": "content_block_delta", "index": json.Number("1"), "delta": map[string]any{"type": "input_json_delta", "partial_json": p}})
+		b.WriteString("event: content_block_delta\ndata: " + string(d) + "\n\n")
+	}
+	b.WriteString("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n")
+	b.WriteString("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"" + stopReason + "\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":200}}\n\n")
+	b.WriteString("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+	return b.String()
+}
+
+// TestFilterStreamPassesAToolInputCutAtMaxTokens: a tool input that
+// max_tokens cut (not JSON) passes with its block's stop, the stop reason
+// and the usage, once its decoded text is checked whole for a credential.
+func TestFilterStreamPassesAToolInputCutAtMaxTokens(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		pieces []string
+	}{
+		{"cut inside a string", []string{`{"name": "notes.md", "te`, `xt": "# Notes\n\nThe first part of a long`}},
+		{"cut after a key", []string{`{"name": "notes.md", "text":`}},
+		{"cut inside an escape", []string{`{"name": "a.txt", "text": "caf\u00`}},
+		{"cut after a high surrogate", []string{`{"name": "a.txt", "text": "cat \ud83d`}},
+		{"cut inside a number", []string{`{"name": "a.txt", "n": [1, 2.`}},
+		{"cut inside a literal", []string{`{"name": "a.txt", "ok": tr`}},
+		{"cut after the opening brace", []string{`{`}},
+		{"cut in nested values", []string{`{"a": {"b": [{"c": "d"}, "e`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body := cutToolStream(tt.pieces, "max_tokens")
+			f, res, err := run(t, body, FilterOptions{})
+			if err != nil {
+				t.Fatalf("FilterStream: %v; the worker got:\n%s", err, f.all())
+			}
+			if res.Events != 9+len(tt.pieces) {
+				t.Errorf("%d events passed, want %d", res.Events, 9+len(tt.pieces))
+			}
+			rd := NewStreamReader(strings.NewReader(f.all()))
+			var input strings.Builder
+			var stop string
+			var types []string
+			outTokens := 0
+			for {
+				ev, err := rd.Next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				types = append(types, ev.Type)
+				if ev.Delta != nil {
+					input.WriteString(ev.Delta.PartialJSON)
+					if ev.Delta.StopReason != "" {
+						stop = ev.Delta.StopReason
+					}
+				}
+				if ev.Usage != nil {
+					outTokens = ev.Usage.OutputTokens
+				}
+			}
+			if input.String() != strings.Join(tt.pieces, "") || stop != "max_tokens" || outTokens != 200 {
+				t.Errorf("worker got input %q, stop %q, output tokens %d", input.String(), stop, outTokens)
+			}
+			if n := len(types); n < 3 || types[n-3] != "content_block_stop" || types[n-2] != "message_delta" || types[n-1] != "message_stop" {
+				t.Errorf("event order %v", types)
+			}
+		})
+	}
+}
+
+// TestFilterStreamRefusesACutToolInput: a cut tool input passes only when
+// the message ends at max_tokens, only when it is the start of one JSON
+// value, and never with a credential in its decoded text.
+func TestFilterStreamRefusesACutToolInput(t *testing.T) {
+	esc := func(s string) string {
+		var b strings.Builder
+		for _, c := range s {
+			fmt.Fprintf(&b, `\u%04x`, c)
+		}
+		return b.String()
+	}
+	for _, tt := range []struct {
+		name string
+		body string
+		want error
+	}{
+		{"cut input but the message ends at end_turn", cutToolStream([]string{`{"a": "b`}, "end_turn"), ErrStream},
+		{"cut input but the message ends at tool_use", cutToolStream([]string{`{"a": "b`}, "tool_use"), ErrStream},
+		{"credential escaped in the cut string", cutToolStream([]string{`{"text": "key ` + esc(testSecret[:30]), esc(testSecret[30:])}, "max_tokens"), ErrReflected},
+		{"credential escaped in a whole string before the cut", cutToolStream([]string{`{"text": "` + esc(testSecret) + `", "more": "x`}, "max_tokens"), ErrReflected},
+		{"credential escaped in a key", cutToolStream([]string{`{"` + esc(testSecret) + `": `}, "max_tokens"), ErrReflected},
+		{"not the start of a JSON value", cutToolStream([]string{`{"a" 1`}, "max_tokens"), ErrStream},
+		{"a second value", cutToolStream([]string{`{} {"a": `}, "max_tokens"), ErrStream},
+		{"a whole value with a duplicate key", cutToolStream([]string{`{"a": 1, "a": 2}`}, "max_tokens"), ErrStream},
+		{"an unpaired low surrogate before the cut", cutToolStream([]string{`{"a": "\udc00", "b": "c`}, "max_tokens"), ErrStream},
+		{"a bad escape at the cut", cutToolStream([]string{`{"a": "b\x`}, "max_tokens"), ErrStream},
+		{"a raw control character at the cut", cutToolStream([]string{"{\"a\": \"b\x01"}, "max_tokens"), ErrStream},
+		{"a block after the cut one", strings.Replace(cutToolStream([]string{`{"a": "b`}, "max_tokens"), "event: message_delta",
+			"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":2,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: message_delta", 1), ErrStream},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f, _, err := run(t, tt.body, FilterOptions{})
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("FilterStream error = %v, want %v", err, tt.want)
+			}
+			// Neither the cut block's stop nor the stop reason passed.
+			for _, fr := range f.got {
+				if strings.HasPrefix(string(fr), "event: content_block_stop\n") && strings.Contains(string(fr), `"index":1`) ||
+					strings.Contains(string(fr), `"max_tokens"`) || strings.HasPrefix(string(fr), "event: message_delta\n") {
+					t.Errorf("the worker got %q", fr)
+				}
+			}
+			if !strings.HasPrefix(f.last(), "event: error\n") {
+				t.Errorf("last frame %q, want a generic error event", f.last())
+			}
+		})
+	}
 }

@@ -242,6 +242,81 @@ func TestAnthropicStreamRefusals(t *testing.T) {
 	}
 }
 
+// TestAnthropicCutToolInputPasses: under the admitted
+// fine-grained-tool-streaming beta, an answer that max_tokens ends inside a
+// tool input (not JSON) reaches the worker whole: the block's stop, stop
+// reason max_tokens and the usage, with no error event.
+func TestAnthropicCutToolInputPasses(t *testing.T) {
+	evs := []anthropictest.Event{anthropictest.Start("claude-test"),
+		anthropictest.BlockStart(0, `{"type":"tool_use","id":"toolu_01T1x1fJ34qAmk2tNTrN7Up6","name":"write_reply_file","input":{}}`),
+		anthropictest.InputDelta(0, `{"name": "notes.md", "te`), anthropictest.InputDelta(0, `xt": "# Notes\n\nThe first part`),
+		anthropictest.BlockStop(0)}
+	evs = append(evs, anthropictest.End("max_tokens")...)
+	h := newAnthropicHarness(t, policy.CredentialAPIKey, 0, false, anthropictest.Reply{Events: evs})
+	resp := h.post(RouteAnthropicMessages+"?beta=true", streamReq, "Anthropic-Beta", "fine-grained-tool-streaming-2025-05-14")
+	body := readAll(t, resp)
+	if resp.StatusCode != 200 || strings.Contains(body, "event: error") {
+		t.Fatalf("status %d, body:\n%s", resp.StatusCode, body)
+	}
+	for _, want := range []string{"event: content_block_stop\n", `"stop_reason":"max_tokens"`, `"usage":{"output_tokens":15}`, "event: message_stop\n"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the worker did not get %s:\n%s", want, body)
+		}
+	}
+	if got := h.up.Requests(); len(got) != 1 || got[0].Header.Get("Anthropic-Beta") != "fine-grained-tool-streaming-2025-05-14" {
+		t.Errorf("upstream requests %d, beta %q", len(got), got[0].Header.Get("Anthropic-Beta"))
+	}
+	if strings.Contains(h.logs.String(), "not JSON") || strings.Contains(h.logs.String(), "notes.md") {
+		t.Errorf("log: %s", h.logs.String())
+	}
+}
+
+// TestAnthropicServerToolAndCitationsEndTheStream pins what README says of
+// answers the broker never asks for (requests carry no documents and no
+// server tools): a server_tool_use block or a citations_delta ends the
+// stream mid-way with a generic api_error event, after what passed before
+// it, and the broker's log names the reason, never the upstream's text.
+func TestAnthropicServerToolAndCitationsEndTheStream(t *testing.T) {
+	text := anthropictest.BlockStart(0, `{"type":"text","text":""}`)
+	for _, tt := range []struct {
+		name   string
+		evs    []anthropictest.Event
+		reason string
+	}{
+		{"server_tool_use block", []anthropictest.Event{anthropictest.Start("claude-test"), text, anthropictest.TextDelta(0, "Let me search."), anthropictest.BlockStop(0),
+			anthropictest.BlockStart(1, `{"type":"server_tool_use","id":"srvtoolu_014hJH82Qum7Td6UV8gDXThB","name":"web_search","input":{"query":"internal detail"}}`)},
+			"content block type not allowed"},
+		{"web_search_tool_result block", []anthropictest.Event{anthropictest.Start("claude-test"),
+			anthropictest.BlockStart(0, `{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[{"type":"web_search_result","url":"https://internal.example/detail","title":"internal detail"}]}`)},
+			"content block type not allowed"},
+		{"citations_delta", []anthropictest.Event{anthropictest.Start("claude-test"), text, anthropictest.TextDelta(0, "The grass is green."),
+			anthropictest.Delta(0, `{"type":"citations_delta","citation":{"type":"char_location","cited_text":"internal detail","document_index":0,"document_title":"internal detail","start_char_index":0,"end_char_index":15}}`)},
+			"delta type does not fit its block"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			evs := append(tt.evs, anthropictest.End("end_turn")...)
+			h := newAnthropicHarness(t, policy.CredentialAPIKey, 0, false, anthropictest.Reply{Events: evs})
+			resp := h.post(RouteAnthropicMessages, streamReq)
+			body := readAll(t, resp)
+			if resp.StatusCode != 200 || !strings.Contains(body, "event: message_start\n") {
+				t.Fatalf("status %d, body:\n%s", resp.StatusCode, body)
+			}
+			if !strings.HasSuffix(body, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"upstream failed\"}}\n\n") {
+				t.Errorf("stream does not end with the generic api_error event:\n%s", body)
+			}
+			for _, never := range []string{"internal", "srvtoolu", "web_search", "citation", `"stop_reason":"end_turn"`} {
+				if strings.Contains(body, never) {
+					t.Errorf("the worker got %s:\n%s", never, body)
+				}
+			}
+			logs := h.logs.String()
+			if !strings.Contains(logs, `"msg":"model call failed"`) || !strings.Contains(logs, tt.reason) || strings.Contains(logs, "internal") {
+				t.Errorf("log does not name %q alone:\n%s", tt.reason, logs)
+			}
+		})
+	}
+}
+
 func TestAnthropicSilence(t *testing.T) {
 	h := newAnthropicHarness(t, policy.CredentialAPIKey, 200*time.Millisecond, false,
 		anthropictest.Reply{Events: []anthropictest.Event{anthropictest.Start("claude-test")}, Hang: true})

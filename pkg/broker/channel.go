@@ -32,6 +32,7 @@ package broker
 // the first bind.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -421,12 +422,10 @@ func (b *Broker) workerResult(w http.ResponseWriter, r *http.Request) (int, []by
 		bd.settle(settleOutcome{err: errBadPacket})
 		return 0, nil, err
 	}
-	var res richproto.Result
-	if err := protocol.DecodeStrict(body, &res); err != nil {
-		bd.settle(settleOutcome{err: errBadPacket})
-		return 0, nil, refused("reply packet malformed", ErrRefused)
-	}
-	if err := res.Validate(); err != nil || res.TurnID != bd.bind.Turn.ID {
+	// The host's decoder: the same rules, and a packet costs its body, its
+	// files and one file's value, not a second copy of the body.
+	res, err := richproto.DecodeResult(bytes.NewReader(body))
+	if err != nil || res.TurnID != bd.bind.Turn.ID {
 		bd.settle(settleOutcome{err: errBadPacket})
 		return 0, nil, refused("reply packet invalid or of another turn", ErrRefused)
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -28,13 +27,14 @@ const maxTurnAnswerBytes = richproto.MaxPacketBytes + 1<<20
 // visible file name.
 var ErrUnsafeFileName = errors.New("reply file name is not a plain file name")
 
-// CheckReplyFileName refuses a name that is not a plain, visible file name:
-// empty or over 255 bytes, not UTF-8, a path separator, a control
-// character, or a leading '.' (which also refuses "." and "..").
+// CheckReplyFileName refuses a name that is not a plain, visible file name
+// (richproto.ValidFileName): empty or over 255 bytes, not UTF-8, a path
+// separator, a control or format character (a direction override, a
+// zero-width character, a C1 control), or a leading '.' (which also
+// refuses "." and ".."). The error quotes the name escaped.
 func CheckReplyFileName(name string) error {
-	if name == "" || len(name) > 255 || !utf8.ValidString(name) || strings.HasPrefix(name, ".") ||
-		strings.ContainsFunc(name, func(r rune) bool { return r == '/' || r == '\\' || r < 0x20 || r == 0x7f }) {
-		return fmt.Errorf("%q: %w", name, ErrUnsafeFileName)
+	if !richproto.ValidFileName(name) {
+		return fmt.Errorf("%+q: %w", name, ErrUnsafeFileName)
 	}
 	return nil
 }
@@ -83,13 +83,13 @@ func WriteReplyFiles(dir string, files []File) ([]string, error) {
 	}
 	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("files directory %s: %w", dir, err)
+		return nil, fmt.Errorf("files directory %q: %w", dir, err)
 	}
 	defer unix.Close(dfd)
 	var written []string
 	for _, f := range files {
 		if err := writeOne(dfd, f); err != nil {
-			return written, fmt.Errorf("write %s: %w", strings.TrimSuffix(dir, "/")+"/"+f.Name, err)
+			return written, fmt.Errorf("write %q: %w", strings.TrimSuffix(dir, "/")+"/"+f.Name, err)
 		}
 		written = append(written, strings.TrimSuffix(dir, "/")+"/"+f.Name)
 	}

@@ -35,6 +35,7 @@ func TestRunTurnRefusesHostileReplyFiles(t *testing.T) {
 	for name, files := range map[string]string{
 		"path":   `[{"name":"../../.bashrc","data":"eA=="}]`,
 		"hidden": `[{"name":".profile","data":"eA=="}]`,
+		"rlo":    `[{"name":"invoice\u202efdp.exe","data":"eA=="}]`,
 		"type":   `[{"name":"a","type":"text/html\r\nX-Evil: 1","data":""}]`,
 		"count":  "[" + strings.TrimSuffix(strings.Repeat(`{"name":"a","data":""},`, 11), ",") + "]",
 	} {
@@ -112,6 +113,10 @@ func TestWriteReplyFilesRefusals(t *testing.T) {
 		"empty":        {{Name: ""}},
 		"long":         {{Name: strings.Repeat("a", 256)}},
 		"not utf-8":    {{Name: "a\xff"}},
+		"rlo":          {{Name: "invoice\u202efdp.exe"}},
+		"zero width":   {{Name: "a\u200bb"}},
+		"c1":           {{Name: "a\u009bb"}},
+		"line sep":     {{Name: "a\u2028b"}},
 		"eleven files": many,
 		"over 10 MiB":  {{Name: "big", Data: append(big, 0)}},
 		"over 50 MiB":  {{Name: "a", Data: big}, {Name: "b", Data: big}, {Name: "c", Data: big}, {Name: "d", Data: big}, {Name: "e", Data: big}, {Name: "f", Data: []byte{1}}},

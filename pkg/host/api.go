@@ -355,16 +355,17 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 // it, so the client has the complete body while the handler still runs the
 // turn's cleanup.
 func (h *Host) writeReply(w http.ResponseWriter, reply *protocol.Reply, turnID string, files []richproto.File) {
-	body, err := json.Marshal(TurnResponse{OK: reply.OK, Text: reply.Text, TurnID: turnID, Files: files})
+	// Streamed from the files' bytes (replyfiles.go): the answer is never
+	// held whole beside them.
+	body, err := newTurnAnswer(TurnResponse{OK: reply.OK, Text: reply.Text, TurnID: turnID, Files: files})
 	if err != nil { // strings, bytes and a bool: cannot happen
 		h.fail(w, fmt.Errorf("encode reply: %w", err))
 		return
 	}
-	body = append(body, '\n')
 	hd := w.Header()
 	hd.Set("Content-Type", "application/json")
 	hd.Set("Cache-Control", "no-store")
-	hd.Set("Content-Length", strconv.Itoa(len(body)))
+	hd.Set("Content-Length", strconv.FormatInt(body.Len(), 10))
 	// The server reads this connection's next request only once the handler
 	// returned, after cleanup: a client reusing it would wait for that
 	// cleanup. Closing it sends the client's next request (another
@@ -374,7 +375,7 @@ func (h *Host) writeReply(w http.ResponseWriter, reply *protocol.Reply, turnID s
 	// reading must not hold the turn (and the channel) forever.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(replyWriteTimeout))
 	w.WriteHeader(http.StatusOK)
-	if _, err := w.Write(body); err != nil {
+	if _, err := body.WriteTo(w); err != nil {
 		h.log.Debug("turn reply not delivered", "turn", turnID, "err", err) // the client left
 		return
 	}

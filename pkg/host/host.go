@@ -121,7 +121,8 @@ type Host struct {
 	prechecks *precheckrun.Kind
 
 	// Rich channel sessions (rich.go).
-	rich *richsession.Kind
+	rich    *richsession.Kind
+	replies *replyBudget // reply packet bytes in flight (replyfiles.go)
 
 	// Delegated jobs (delegations.go).
 	delegations *delegationrun.Kind
@@ -202,6 +203,7 @@ func New(o Options) (*Host, error) {
 		opts: o, cfg: o.Config, log: o.Logger, state: o.State, reg: o.Registry,
 		queue:  newQueue(o.Config.Queue.Depth, o.Config.Queue.GlobalConcurrency),
 		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
+		replies: newReplyBudget(replyBudgetBytes, o.Logger),
 	}
 	h.metrics = newMetrics(o.Registry, h.queue)
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -319,6 +320,45 @@ func TestPrecheckHostileContainer(t *testing.T) {
 				t.Errorf("%d %s, want %d %q", code, body, tt.code, tt.want)
 			}
 			r.assertClean(t)
+		})
+	}
+}
+
+// TestPrecheckLogQuotesNothingOfTheContainer: a result that does not
+// decode is logged by its category; the key, value or character the
+// container chose never reaches the host's log line.
+func TestPrecheckLogQuotesNothingOfTheContainer(t *testing.T) {
+	for _, tt := range []struct{ name, stdout, want string }{
+		{"unknown field", `{"wake":false,"INJECTED\nlevel=ERROR":1}`, "unknown field"},
+		{"wrong type", `{"wake":"INJECTED"}`, "not one object of the known fields and types"},
+		{"syntax", `{"wake":INJECTED}`, "not one object of the known fields and types"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			logs := &lockedBuffer{}
+			r := newRig(t, precheckExtra, func(o *Options) {
+				o.Access.ClientUIDs = []int{clientUID}
+				o.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+			})
+			t.Cleanup(r.h.Shutdown)
+			r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+				return RunResult{Stdout: []byte(tt.stdout)}, nil
+			}
+			code, _, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Script: `export default () => ({ wake: false })`})
+			if code != http.StatusInternalServerError || strings.Contains(body, "INJECTED") {
+				t.Fatalf("%d %s, want 500 and a generic error", code, body)
+			}
+			var line string
+			for _, l := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(l, `"msg":"precheck done"`) {
+					line = l
+				}
+			}
+			if !strings.Contains(line, tt.want) {
+				t.Errorf("precheck done line %q lacks the category %q", line, tt.want)
+			}
+			if strings.Contains(logs.String(), "INJECTED") {
+				t.Errorf("the log quotes the container:\n%s", logs.String())
+			}
 		})
 	}
 }

@@ -1,9 +1,12 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -98,5 +101,237 @@ func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
 	ctl.turnFn = nil
 	if code, _ := r.api(t, "POST", "/v1/channels/room/turns", `{"speaker":{"id":"u"},"text":"next"}`); code != 200 {
 		t.Errorf("next turn: %d", code)
+	}
+}
+
+// TestReplyBudgetWaits: a packet that does not fit the host's reply budget
+// waits for the packets holding it (here: until the first turn's answer is
+// written), then goes on; the budget is whole again after both.
+func TestReplyBudgetWaits(t *testing.T) {
+	old := replyBudgetBytes
+	replyBudgetBytes = 100
+	t.Cleanup(func() { replyBudgetBytes = old })
+	r, ctl := richRig(t, time.Hour)
+	ctl.reserve = 60
+	entered, hold := make(chan string, 2), make(chan struct{})
+	ctl.turnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
+		entered <- b.Identity.Channel
+		if b.Identity.Channel == "a" {
+			<-hold
+		}
+		return &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: "x", Files: []richproto.File{{Name: "f.txt", Data: []byte("0123456789")}}}, nil
+	}
+	waited := make(chan int64, 1)
+	r.h.replies.waiting = func(n int64) { waited <- n }
+	for _, ch := range []string{"a", "b"} {
+		if code, _ := r.api(t, "PUT", "/v1/channels/"+ch+"/mode", `{"mode":"rich","profile":"helper"}`); code != 200 {
+			t.Fatal(code)
+		}
+	}
+	type answer struct {
+		code int
+		body string
+	}
+	turn := func(ch string, out chan<- answer) {
+		code, body := r.api(t, "POST", "/v1/channels/"+ch+"/turns", `{"speaker":{"id":"u"},"text":"x"}`)
+		out <- answer{code, body}
+	}
+	aDone, bDone := make(chan answer, 1), make(chan answer, 1)
+	go turn("a", aDone)
+	if ch := <-entered; ch != "a" {
+		t.Fatalf("turn of %s entered first", ch)
+	}
+	go turn("b", bDone)
+	if n := <-waited; n != 60 {
+		t.Fatalf("a packet of %d bytes waited, want 60", n)
+	}
+	select {
+	case a := <-bDone:
+		t.Fatalf("b answered while a held the budget: %+v", a)
+	default:
+	}
+	close(hold)
+	for _, done := range []chan answer{aDone, bDone} {
+		if a := <-done; a.code != 200 || !strings.Contains(a.body, `"name":"f.txt"`) {
+			t.Errorf("answer %d %s", a.code, a.body)
+		}
+	}
+	r.h.replies.mu.Lock()
+	used := r.h.replies.used
+	r.h.replies.mu.Unlock()
+	if used != 0 {
+		t.Errorf("%d bytes of the reply budget still held after both turns", used)
+	}
+}
+
+// TestReplyBudgetWaitEndsWithTheTurn: a packet waiting for the budget
+// waits no longer than its turn, which fails saying why; the budget is
+// whole again after.
+func TestReplyBudgetWaitEndsWithTheTurn(t *testing.T) {
+	old := replyBudgetBytes
+	replyBudgetBytes = 100
+	t.Cleanup(func() { replyBudgetBytes = old })
+	logs := &lockedBuffer{}
+	ctl := &fakeRichControl{reserve: 60}
+	r := newRig(t, richExtra, func(o *Options) {
+		o.RichControl = ctl
+		o.RichIdle = time.Hour
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		<-ctx.Done()
+		return RunResult{ExitCode: 137}, ctx.Err()
+	}
+	t.Cleanup(r.h.Shutdown)
+	entered, hold := make(chan struct{}, 1), make(chan struct{})
+	ctl.turnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
+		if b.Identity.Channel == "a" {
+			entered <- struct{}{}
+			<-hold
+		}
+		return &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: "x"}, nil
+	}
+	waited := make(chan int64, 1)
+	r.h.replies.waiting = func(n int64) { waited <- n }
+	for _, ch := range []string{"a", "b"} {
+		if code, _ := r.api(t, "PUT", "/v1/channels/"+ch+"/mode", `{"mode":"rich","profile":"helper"}`); code != 200 {
+			t.Fatal(code)
+		}
+	}
+	aDone := make(chan error, 1)
+	go func() {
+		_, _, err := r.h.RunRichTurn(context.Background(), TurnInput{Channel: "a", SpeakerID: "u", Text: "x"})
+		aDone <- err
+	}()
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	bDone := make(chan error, 1)
+	go func() {
+		_, _, err := r.h.RunRichTurn(ctx, TurnInput{Channel: "b", SpeakerID: "u", Text: "x"})
+		bDone <- err
+	}()
+	<-waited
+	cancel()
+	if err := <-bDone; err == nil {
+		t.Fatal("b's turn succeeded without the budget")
+	}
+	if !strings.Contains(logs.String(), "reply packet waits for the host's reply budget") ||
+		!strings.Contains(logs.String(), "waited for the host's reply budget (60 of 100 bytes held by other packets) until the turn ended") {
+		t.Errorf("the log does not say why the turn failed:\n%s", logs.String())
+	}
+	close(hold)
+	if err := <-aDone; err != nil {
+		t.Errorf("a: %v", err)
+	}
+	r.h.replies.mu.Lock()
+	used := r.h.replies.used
+	r.h.replies.mu.Unlock()
+	if used != 0 {
+		t.Errorf("%d bytes of the reply budget still held", used)
+	}
+}
+
+// TestTurnAnswerIsJSONMarshal: the streamed answer is byte for byte what
+// json.Marshal writes, with a newline, and its length.
+func TestTurnAnswerIsJSONMarshal(t *testing.T) {
+	for _, r := range []TurnResponse{
+		{OK: true, Text: "hi", TurnID: "t"},
+		{OK: false, Text: "", TurnID: "t"},
+		{OK: true, Text: "<b>&é\u2028🐈\"\\", TurnID: "t", Files: []richproto.File{
+			{Name: "a<&>.png", Type: "image/png", Data: []byte{0x89, 'P', 'N', 'G', 0, 1}},
+			{Name: "empty", Data: []byte{}},
+			{Name: "nil"},
+			{Name: "b", Type: "text/plain", Data: []byte("xy")},
+		}},
+	} {
+		want, _ := json.Marshal(r)
+		want = append(want, '\n')
+		a, err := newTurnAnswer(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got bytes.Buffer
+		n, err := a.WriteTo(&got)
+		if err != nil || got.String() != string(want) || n != int64(len(want)) || a.Len() != int64(len(want)) {
+			t.Errorf("answer %q (%d, Len %d, %v), want %q (%d)", got.String(), n, a.Len(), err, want, len(want))
+		}
+	}
+}
+
+// controlAnswering is a broker control socket whose turn route runs h.
+func controlAnswering(t *testing.T, h http.HandlerFunc) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "broker.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+// TestRichControlTurnReadsThePacketAsAStream: the control client reserves
+// the packet's length before reading it (the bound when it sends none),
+// refuses a length over the bound unread, and names a malformed or cut
+// packet by category.
+func TestRichControlTurnReadsThePacketAsAStream(t *testing.T) {
+	turnID := strings.Repeat("a", 32)
+	good := `{"turnId":"` + turnID + `","ok":true,"text":"t","files":[{"name":"a.txt","data":"aGk="}]}`
+	for _, tt := range []struct {
+		name       string
+		answer     http.HandlerFunc
+		reserveErr error
+		reserved   int64 // -1: reserve never called
+		want       string
+		wantIs     error
+	}{
+		{"a packet", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, good) }, nil, int64(len(good)), "", nil},
+		{"no length", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, good[:10])
+			w.(http.Flusher).Flush() // chunked
+			fmt.Fprint(w, good[10:])
+		}, nil, richproto.MaxPacketBytes, "", nil},
+		{"over the bound", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", fmt.Sprint(richproto.MaxPacketBytes+1))
+		}, nil, -1, "reply packet of 75497473 bytes, over 75497472", nil},
+		{"malformed", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"INJECTED":1}`) }, nil, 14, "reply packet refused", richproto.ErrInvalid},
+		{"hostile name", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, strings.Replace(good, "a.txt", `invoice\u202efdp.exe`, 1))
+		}, nil, int64(len(good)) + 15, "reply packet refused", richproto.ErrInvalid},
+		{"cut", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "1000")
+			fmt.Fprint(w, good[:20])
+		}, nil, 1000, "answer cut", ErrRichBroker},
+		{"budget refused", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, good) }, errors.New("no budget"), int64(len(good)), "no budget", nil},
+		{"refused", func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusBadGateway)
+			fmt.Fprint(w, `{"error":"model call failed"}`)
+		}, nil, -1, `rich broker refused or failed the turn: 502 "model call failed"`, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sock := controlAnswering(t, tt.answer)
+			reserved := int64(-1)
+			res, err := HTTPRichControl{}.Turn(context.Background(), sock, policy.Bind{}, func(_ context.Context, n int64) error {
+				reserved = n
+				return tt.reserveErr
+			})
+			if reserved != tt.reserved {
+				t.Errorf("reserved %d, want %d", reserved, tt.reserved)
+			}
+			if tt.want == "" {
+				if err != nil || len(res.Files) != 1 || string(res.Files[0].Data) != "hi" {
+					t.Fatalf("Turn = %+v, %v", res, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) || (tt.wantIs != nil && !errors.Is(err, tt.wantIs)) {
+				t.Fatalf("err = %v, want %q (%v)", err, tt.want, tt.wantIs)
+			}
+			if strings.Contains(err.Error(), "INJECTED") || strings.Contains(err.Error(), "\u202e") {
+				t.Errorf("the error quotes the packet: %v", err)
+			}
+		})
 	}
 }

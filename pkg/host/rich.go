@@ -21,6 +21,8 @@ type (
 	// RichControl is the host's side of a rich channel broker's control
 	// path (richsession.Control).
 	RichControl = richsession.Control
+	// ReserveFunc takes bytes of the host's reply budget for a packet.
+	ReserveFunc = richsession.ReserveFunc
 	// HTTPRichControl speaks it on a session's broker socket.
 	HTTPRichControl = richsession.HTTPControl
 	// RichStatus is a rich channel's session as channel status shows it.
@@ -92,10 +94,30 @@ func (h *Host) RunRichTurn(ctx context.Context, in TurnInput) (*protocol.Reply, 
 	}()
 	log := h.log.With("turn", id, "channel", tag, "profile", prof.Name)
 
+	// held: the reply budget this turn's packet took; its files' bytes are
+	// kept until the answer is written (OnReply, below), the rest given
+	// back as soon as the packet is decoded.
+	var held int64
+	budget := richsession.Budget{
+		Reserve: func(ctx context.Context, n int64) error {
+			if err := h.replies.acquire(ctx, n); err != nil {
+				return err
+			}
+			held += n
+			return nil
+		},
+		Keep: func(keep int64) {
+			if keep < held {
+				h.replies.release(held - keep)
+				held = keep
+			}
+		},
+	}
+	defer func() { h.replies.release(held) }()
 	o := h.rich.Turn(ctx, id, richsession.Input{
 		Channel: in.Channel, SpeakerID: in.SpeakerID, SpeakerName: in.SpeakerName, PrincipalID: in.PrincipalID,
 		Text: in.Text, Attachments: in.Attachments,
-	}, prof, deadline, reset, log)
+	}, prof, deadline, reset, budget, log)
 	reply, files, warm, runErr, cleanupErr := o.Reply, o.Files, o.Warm, o.RunErr, o.CleanupErr
 	result, err := resultOf(ctx, reply, runErr, cleanupErr)
 	if runErr != nil {

@@ -41,6 +41,10 @@ type fakeRichControl struct {
 	sockets  []string
 	seen     map[string][]string
 	turnFn   func(ctx context.Context, b policy.Bind) (*richproto.Result, error)
+	// reserve, when set, is the packet length each turn reserves from the
+	// host's reply budget before turnFn runs (as HTTPRichControl does
+	// before it reads a packet).
+	reserve int64
 }
 
 func (f *fakeRichControl) Status(ctx context.Context, socket string) (policy.ControlStatus, error) {
@@ -52,7 +56,7 @@ func (f *fakeRichControl) Status(ctx context.Context, socket string) (policy.Con
 	return policy.ControlStatus{Ready: true, Polling: true}, nil
 }
 
-func (f *fakeRichControl) Turn(ctx context.Context, socket string, b policy.Bind) (*richproto.Result, error) {
+func (f *fakeRichControl) Turn(ctx context.Context, socket string, b policy.Bind, reserve ReserveFunc) (*richproto.Result, error) {
 	f.mu.Lock()
 	f.binds = append(f.binds, b)
 	f.sockets = append(f.sockets, socket)
@@ -61,8 +65,13 @@ func (f *fakeRichControl) Turn(ctx context.Context, socket string, b policy.Bind
 	}
 	f.seen[socket] = append(f.seen[socket], b.Turn.Text)
 	history := strings.Join(f.seen[socket], "|")
-	fn := f.turnFn
+	fn, n := f.turnFn, f.reserve
 	f.mu.Unlock()
+	if n > 0 {
+		if err := reserve(ctx, n); err != nil {
+			return nil, err
+		}
+	}
 	if fn != nil {
 		return fn(ctx, b)
 	}

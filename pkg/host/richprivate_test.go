@@ -86,7 +86,7 @@ func TestRichControlIncompatibleStatus(t *testing.T) {
 			io.WriteString(w, `{"error":"worker incompatible"}`)
 		})}
 		go srv.Serve(ln)
-		_, err = HTTPRichControl{}.Turn(context.Background(), sock, policy.Bind{})
+		_, err = HTTPRichControl{}.Turn(context.Background(), sock, policy.Bind{}, nil)
 		srv.Close()
 		if got := errors.Is(err, ErrRichWorkerIncompatible); got != c.want || err == nil {
 			t.Errorf("status %d: err %v, want incompatible %v", c.code, err, c.want)

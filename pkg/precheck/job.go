@@ -12,9 +12,11 @@
 package precheck
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
 	"time"
@@ -269,13 +271,31 @@ func DecodeResult(data []byte, l Limits) (Result, error) {
 		return Result{}, bad("result over %d bytes", l.MaxResultBytes())
 	}
 	var res Result
-	if err := protocol.DecodeStrict(data, &res); err != nil {
+	if err := decodeResult(data, &res); err != nil {
 		return Result{}, bad("result: %v", err)
 	}
 	if err := res.Validate(l); err != nil {
 		return Result{}, err
 	}
 	return res, nil
+}
+
+// decodeResult is protocol.DecodeStrict whose errors name the category
+// only: encoding/json's messages quote the container's keys and
+// characters, and the host logs these errors (as runs/wire does).
+func decodeResult(data []byte, res *Result) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(res); err != nil {
+		if strings.HasPrefix(err.Error(), "json: unknown field") {
+			return errors.New("unknown field")
+		}
+		return errors.New("not one object of the known fields and types")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after the object")
+	}
+	return nil
 }
 
 // Clean makes s printable (anything else becomes a space) and cuts it to

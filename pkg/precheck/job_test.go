@@ -93,6 +93,30 @@ func TestResultValidate(t *testing.T) {
 	}
 }
 
+// TestDecodeResultErrorsQuoteNothing: the host logs a decoding error, so
+// it names the category only, never a key, value or character the
+// container chose.
+func TestDecodeResultErrorsQuoteNothing(t *testing.T) {
+	l := Limits{MaxNoteChars: 100, MaxContextChars: 200}
+	for _, tt := range []struct{ name, in, want string }{
+		{"unknown field", `{"wake":false,"INJECTED_KEY":1}`, "unknown field"},
+		{"wrong type", `{"wake":"INJECTED_VALUE"}`, "not one object of the known fields and types"},
+		{"syntax", `{"wake":false,INJECTED}`, "not one object of the known fields and types"},
+		{"not an object", `"INJECTED"`, "not one object of the known fields and types"},
+		{"trailing data", `{"wake":false} "INJECTED"`, "trailing data after the object"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := DecodeResult([]byte(tt.in), l)
+			if err == nil || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("err = %v, want ErrInvalid", err)
+			}
+			if strings.Contains(err.Error(), "INJECTED") || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %q, want %q and nothing of the input", err, tt.want)
+			}
+		})
+	}
+}
+
 func testJob(script string) Job {
 	return Job{
 		Script: script, FiredAt: "2026-11-30T23:30:00Z", TimeZone: "Europe/Berlin", Today: "2026-12-01",

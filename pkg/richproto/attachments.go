@@ -3,6 +3,7 @@ package richproto
 import (
 	"net/url"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -63,15 +64,26 @@ func ValidAttachments(as []Attachment) error {
 }
 
 // ValidFileName reports whether s is a plain file name: 1 to 255 bytes of
-// UTF-8, no separator, no control character, not . or .., not hidden.
+// UTF-8, no separator, not . or .., not hidden, and no control or format
+// character (Unicode categories Cc, C1 included, Cf, Zl and Zp), which
+// would make a frontend or a terminal show another name than the stored
+// one (U+202E turns "invoice\u202efdp.exe" into "invoiceexe.pdf"). It is
+// the one check of every attachment and reply file name: richproto's
+// packets, pkg/client and the CLI.
 func ValidFileName(s string) bool {
 	if s == "" || len(s) > 255 || !utf8.ValidString(s) || s == "." || s == ".." || s[0] == '.' {
 		return false
 	}
 	for _, c := range s {
-		if c == '/' || c == '\\' || c < 0x20 || c == 0x7f {
+		if c == '/' || c == '\\' || hiddenChar(c) {
 			return false
 		}
 	}
 	return true
+}
+
+// hiddenChar: a control or format character, or a line or paragraph
+// separator.
+func hiddenChar(c rune) bool {
+	return unicode.In(c, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp)
 }

@@ -2,8 +2,9 @@
 // section 13) between its long-lived worker, its channel broker and the
 // host: what the worker announces (Ready), the turn it is handed (Turn, the
 // answer of a long poll on /worker/next) and the reply packet it returns
-// (Result). It holds types, bounds and their validation only (standard
-// library), so the worker, the broker and the host agree on one shape.
+// (Result). It holds types, bounds, their validation and the reply
+// packet's stream decoder only (standard library), so the worker, the
+// broker and the host agree on one shape.
 // Guarantee: a value that passed Validate is within every bound below.
 package richproto
 
@@ -305,16 +306,8 @@ func (r *Result) Validate() error {
 	}
 	var sum int
 	for i, f := range r.Files {
-		if f.Name == "" || len(f.Name) > 255 || !utf8.ValidString(f.Name) {
-			return bad("files[%d].name must be 1 to 255 bytes of UTF-8", i)
-		}
-		for _, c := range f.Name {
-			if c == '/' || c == '\\' || c < 0x20 || c == 0x7f {
-				return bad("files[%d].name must be a plain file name", i)
-			}
-		}
-		if f.Name == "." || f.Name == ".." {
-			return bad("files[%d].name must be a plain file name", i)
+		if !ValidFileName(f.Name) {
+			return bad("files[%d].name must be a plain file name of 1 to 255 bytes", i)
 		}
 		// The type reaches the frontend as is: bounded like an attachment's.
 		if len(f.Type) > MaxAttachmentType || strings.IndexFunc(f.Type, func(c rune) bool { return c <= ' ' || c >= 0x7f }) >= 0 {

@@ -36,31 +36,46 @@ func (HTTPControl) client(socket string) *http.Client {
 	}}
 }
 
-func (c HTTPControl) post(ctx context.Context, socket, route string, body []byte, max int64) (int, []byte, error) {
+// do sends one control request; the caller reads and closes the answer.
+func (c HTTPControl) do(ctx context.Context, socket, route string, body []byte) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://broker"+route, bytes.NewReader(body))
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.client(socket).Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return 0, nil, context.Cause(ctx)
+			return nil, context.Cause(ctx)
 		}
-		return 0, nil, fmt.Errorf("%w: %v", ErrBroker, err)
+		return nil, fmt.Errorf("%w: %v", ErrBroker, err)
+	}
+	return resp, nil
+}
+
+func (c HTTPControl) post(ctx context.Context, socket, route string, body []byte, max int64) (int, []byte, error) {
+	resp, err := c.do(ctx, socket, route, body)
+	if err != nil {
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
 	if err != nil {
-		if ctx.Err() != nil {
-			return 0, nil, context.Cause(ctx)
-		}
-		return 0, nil, fmt.Errorf("%w: answer cut: %v", ErrBroker, err)
+		return 0, nil, c.cut(ctx, err)
 	}
 	if int64(len(data)) > max {
 		return 0, nil, fmt.Errorf("control answer over %d bytes", max)
 	}
 	return resp.StatusCode, data, nil
+}
+
+// cut names a control answer whose reading failed: the turn's end, or the
+// broker's.
+func (HTTPControl) cut(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return fmt.Errorf("%w: answer cut: %v", ErrBroker, err)
 }
 
 // Status asks the broker whether its worker is up.
@@ -81,35 +96,58 @@ func (c HTTPControl) Status(ctx context.Context, socket string) (policy.ControlS
 
 // Turn binds b and waits for the worker's reply packet, which is checked
 // again here (the broker validated it; the host trusts no packet unread).
-func (c HTTPControl) Turn(ctx context.Context, socket string, b policy.Bind) (*richproto.Result, error) {
+// The packet is decoded as it is read (richproto.DecodeResult), after
+// reserve took its length from the host's reply budget: the caller
+// releases what reserve took once it is done with the files.
+func (c HTTPControl) Turn(ctx context.Context, socket string, b policy.Bind, reserve ReserveFunc) (*richproto.Result, error) {
 	body, err := json.Marshal(b)
 	if err != nil {
 		return nil, err
 	}
-	code, data, err := c.post(ctx, socket, policy.RouteControlTurn, body, richproto.MaxPacketBytes)
+	resp, err := c.do(ctx, socket, policy.RouteControlTurn, body)
 	if err != nil {
 		return nil, err
 	}
-	if code == http.StatusConflict {
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusConflict:
 		// The broker withheld a private tool result from a worker without
 		// the privateTo and readerRecords capabilities (or the worker
 		// reported private history without them).
 		return nil, ErrWorkerIncompatible
-	}
-	if code != http.StatusOK {
+	default:
 		var e struct {
 			Error string `json:"error"`
 		}
+		data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		if err != nil {
+			return nil, c.cut(ctx, err)
+		}
 		_ = json.Unmarshal(data, &e)
 		// The broker's public words only (a fixed category).
-		return nil, fmt.Errorf("rich broker refused or failed the turn: %d %.64q", code, e.Error)
+		return nil, fmt.Errorf("rich broker refused or failed the turn: %d %.64q", resp.StatusCode, e.Error)
 	}
-	var res richproto.Result
-	if err := protocol.DecodeStrict(data, &res); err != nil {
-		return nil, errors.New("reply packet malformed")
+	n := resp.ContentLength
+	if n > richproto.MaxPacketBytes {
+		return nil, fmt.Errorf("reply packet of %d bytes, over %d", n, richproto.MaxPacketBytes)
 	}
-	if err := res.Validate(); err != nil {
-		return nil, fmt.Errorf("reply packet invalid: %w", err)
+	if n < 0 {
+		n = richproto.MaxPacketBytes // the broker always sends a length
 	}
-	return &res, nil
+	if reserve != nil {
+		if err := reserve(ctx, n); err != nil {
+			return nil, err
+		}
+	}
+	res, err := richproto.DecodeResult(resp.Body)
+	var re *richproto.ReadError
+	switch {
+	case errors.As(err, &re):
+		return nil, c.cut(ctx, re.Err)
+	case err != nil:
+		// DecodeResult's categories and bounds, never the packet's text.
+		return nil, fmt.Errorf("reply packet refused: %w", err)
+	}
+	return res, nil
 }

@@ -183,8 +183,22 @@ type Control interface {
 	// Status asks whether the worker announced itself and polls.
 	Status(ctx context.Context, socket string) (policy.ControlStatus, error)
 	// Turn binds b, hands its turn to the worker and returns the worker's
-	// reply packet; the broker revokes the bind when this returns.
-	Turn(ctx context.Context, socket string, b policy.Bind) (*richproto.Result, error)
+	// reply packet; the broker revokes the bind when this returns. Before
+	// it reads a packet's body it calls reserve (when not nil) with the
+	// packet's length, and fails with reserve's error.
+	Turn(ctx context.Context, socket string, b policy.Bind, reserve ReserveFunc) (*richproto.Result, error)
+}
+
+// ReserveFunc takes n bytes of the host's reply budget for a packet about
+// to be read, waiting while other packets hold it, until ctx ends.
+type ReserveFunc func(ctx context.Context, n int64) error
+
+// Budget is the host's reply budget as one turn uses it: Reserve before a
+// packet's body is read, Keep once it is decoded with the bytes its files
+// still hold (the rest is given back at once).
+type Budget struct {
+	Reserve ReserveFunc
+	Keep    func(n int64)
 }
 
 // richSession is one channel session.
@@ -306,7 +320,7 @@ func (k *Kind) Listed() []sandbox.Listed {
 // serve), hands the turn over the control route and returns the worker's
 // reply. A failed turn stops the session, so the next turn starts with a
 // new broker and a new container; its removal's error is CleanupErr.
-func (k *Kind) Turn(ctx context.Context, id string, in Input, prof config.Profile, deadline time.Time, reset bool, log *slog.Logger) Outcome {
+func (k *Kind) Turn(ctx context.Context, id string, in Input, prof config.Profile, deadline time.Time, reset bool, budget Budget, log *slog.Logger) Outcome {
 	var reply *protocol.Reply
 	var files []richproto.File
 	s, warm, runErr := k.sessionFor(ctx, in.Channel, prof, deadline, reset)
@@ -323,7 +337,7 @@ func (k *Kind) Turn(ctx context.Context, id string, in Input, prof config.Profil
 			}
 		}()
 		var res *richproto.Result
-		res, runErr = k.control.Turn(callCtx, s.socket, bind)
+		res, runErr = k.control.Turn(callCtx, s.socket, bind, budget.Reserve)
 		if runErr != nil && errors.Is(context.Cause(callCtx), errWorkerExited) && ctx.Err() == nil {
 			runErr = errWorkerExited
 		}
@@ -347,6 +361,9 @@ func (k *Kind) Turn(ctx context.Context, id string, in Input, prof config.Profil
 				files = res.Files
 				log.Info("reply files", "files", len(res.Files), "bytes", filesBytes(res.Files))
 			}
+		}
+		if budget.Keep != nil {
+			budget.Keep(int64(filesBytes(files)))
 		}
 		k.release(s, runErr == nil)
 	}

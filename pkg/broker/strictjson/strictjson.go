@@ -35,7 +35,7 @@ func Decode(data []byte) (any, error) {
 	if !utf8.Valid(data) {
 		return nil, fail("invalid UTF-8")
 	}
-	if unpairedSurrogate(data) {
+	if UnpairedSurrogate(data) {
 		return nil, fail("unpaired surrogate escape")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -122,10 +122,10 @@ func value(dec *json.Decoder, depth int) (any, error) {
 	}
 }
 
-// unpairedSurrogate reports whether a string of data holds a \uD800-\uDFFF
+// UnpairedSurrogate reports whether a string of data holds a \uD800-\uDFFF
 // escape that is not a high surrogate directly followed by a low one. It
 // only scans; malformed input is left to the decoder.
-func unpairedSurrogate(data []byte) bool {
+func UnpairedSurrogate(data []byte) bool {
 	inString := false
 	for i := 0; i < len(data); i++ {
 		c := data[i]

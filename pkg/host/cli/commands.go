@@ -200,7 +200,9 @@ func saveReplyFiles(cmd *cobra.Command, dir string, files []client.File) error {
 	}
 	written, err := client.WriteReplyFiles(dir, files)
 	for i, p := range written {
-		fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%d bytes)\n", p, len(files[i].Data))
+		// Quoted: a name is checked, the directory is the user's; neither
+		// reaches the terminal raw.
+		fmt.Fprintf(cmd.ErrOrStderr(), "wrote %q (%d bytes)\n", p, len(files[i].Data))
 	}
 	if err != nil {
 		return fmt.Errorf("reply files: %w", err)

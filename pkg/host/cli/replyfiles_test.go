@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -41,7 +42,7 @@ func TestTurnFilesDir(t *testing.T) {
 	}
 	dir := t.TempDir()
 	code, out, stderr := run("--files-dir", dir)
-	if code != 0 || strings.TrimSpace(out) != "here" || !strings.Contains(stderr, "wrote "+filepath.Join(dir, "a.txt")+" (5 bytes)") {
+	if code != 0 || strings.TrimSpace(out) != "here" || !strings.Contains(stderr, "wrote "+strconv.Quote(filepath.Join(dir, "a.txt"))+" (5 bytes)") {
 		t.Fatalf("turn --files-dir: %d %q %q", code, out, stderr)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "a.txt")); err != nil || string(b) != "alpha" {
@@ -76,5 +77,36 @@ func TestTurnFilesDirRefusesHostileName(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "escape.txt")); err == nil {
 		t.Errorf("a file escaped the directory")
+	}
+}
+
+// TestTurnFilesDirRefusesHiddenCharacters: a name that would show as
+// another (a direction override, a zero-width or C1 character, a line
+// separator) is refused before anything is written, and the terminal gets
+// it escaped, never raw.
+func TestTurnFilesDirRefusesHiddenCharacters(t *testing.T) {
+	for _, tt := range []struct{ name, json, raw, escaped string }{
+		{"right-to-left override", `invoice\u202efdp.exe`, "\u202e", `\u202e`},
+		{"zero-width space", `a\u200b.txt`, "\u200b", `\u200b`},
+		{"C1 CSI", `a\u009b31m.txt`, "\u009b", `\u009b`},
+		{"line separator", `a\u2028b.txt`, "\u2028", `\u2028`},
+		{"escape", `a\u001b[2J.txt`, "\x1b", `\x1b`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sock := fakeTurnHost(t, `{"ok":true,"text":"here","turnId":"t1","files":[{"name":"`+tt.json+`","data":"eA=="}]}`)
+			dir := t.TempDir()
+			var out, errb bytes.Buffer
+			code := Main(context.Background(), []string{"--socket", sock, "turn", "room", "--speaker-id", "s", "--text", "x", "--files-dir", dir},
+				Inputs{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
+			if code == 0 || !strings.Contains(errb.String(), "not a plain file name") {
+				t.Errorf("exit %d, stderr %q: want the name refused", code, errb.String())
+			}
+			if strings.Contains(out.String()+errb.String(), tt.raw) || !strings.Contains(errb.String(), tt.escaped) {
+				t.Errorf("stderr %q: want the name escaped (%s), never raw", errb.String(), tt.escaped)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("%d files written", len(entries))
+			}
+		})
 	}
 }
