@@ -7,9 +7,7 @@
 package host
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,7 +32,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/sealedturn"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
-	"github.com/roundtable-sandbox/sandbox/pkg/toolschema"
+	"github.com/roundtable-sandbox/sandbox/pkg/toolset"
 	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
 )
 
@@ -254,57 +252,13 @@ func New(o Options) (*Host, error) {
 }
 
 // prepareStatic builds the public tool specs and the policy template
-// (checkSample validates both once the sealed turns exist).
+// (pkg/toolset; checkSample validates both once the sealed turns exist).
 func (h *Host) prepareStatic() error {
-	c := h.cfg
-	for _, t := range c.Tools {
-		h.tools = append(h.tools, protocol.ToolSpec{Name: t.Name, Description: t.Description, Parameters: modelSchema([]byte(t.Parameters))})
-		h.pol.Tools = append(h.pol.Tools, policy.Tool{
-			Name: t.Name, Kind: t.Kind, Builtin: t.Builtin, Argv: t.Argv, URL: t.URL,
-			TimeoutMs: t.TimeoutSeconds * 1000, Credential: t.Credential, AllowHTTP: t.AllowInsecureLoopbackHTTP,
-			MaxBytes: t.MaxBytes, MaxTextBytes: t.MaxTextBytes,
-		})
+	set, err := toolset.New(h.cfg, h.opts.MCPTools)
+	if err != nil {
+		return err
 	}
-	for _, s := range c.MCP {
-		spec := protocol.MCPServerSpec{Server: s.Name}
-		if discovered, ok := h.opts.MCPTools[s.Name]; ok {
-			for _, t := range discovered {
-				t.Parameters = modelSchema(t.Parameters)
-				spec.Tools = append(spec.Tools, t)
-			}
-		} else {
-			for _, t := range s.Tools {
-				spec.Tools = append(spec.Tools, protocol.ToolSpec{Name: t.Name, Description: t.Description, Parameters: modelSchema([]byte(t.Parameters))})
-			}
-		}
-		names := make([]string, 0, len(spec.Tools))
-		for _, t := range spec.Tools {
-			names = append(names, t.Name)
-		}
-		h.mcpSpecs = append(h.mcpSpecs, spec)
-		h.pol.MCP = append(h.pol.MCP, policy.MCPServer{
-			Name: s.Name, URL: s.URL, Credential: s.Credential, Session: s.Session, Tools: names, AllowHTTP: s.AllowInsecureLoopbackHTTP,
-		})
-	}
-	h.pol.Version = policy.Version
-	h.pol.Model = policy.Model{URL: c.Model.URL, Name: c.Model.Name, MaxTokens: c.Model.MaxTokens, AllowHTTP: c.Model.AllowInsecureLoopbackHTTP}
-	h.pol.Limits = c.Broker.PolicyLimits()
-	h.pol.EgressAllow = c.Egress.Allow
-
-	all := make([]protocol.ToolSpec, 0, len(h.tools))
-	for _, t := range h.tools {
-		t.Name = protocol.HostFunctionName(t.Name)
-		all = append(all, t)
-	}
-	for i, s := range h.mcpSpecs {
-		for _, t := range s.Tools {
-			t.Name = protocol.MCPFunctionName(i, t.Name)
-			all = append(all, t)
-		}
-	}
-	if n := config.ToolBudgetBytes(all); n > config.MaxToolBudget-config.BuiltinToolReserve {
-		return fmt.Errorf("host: tool specs take %d bytes, over the worker's budget of %d", n, config.MaxToolBudget-config.BuiltinToolReserve)
-	}
+	h.tools, h.mcpSpecs, h.pol = set.Tools, set.MCP, set.Policy
 	return nil
 }
 
@@ -463,30 +417,6 @@ func (h *Host) accepting() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return !h.stopping
-}
-
-// modelSchema is a tool's parameters as the model gets them: without the
-// root $schema, a dialect declaration that nothing loads (toolschema) but
-// that some providers' function-declaration APIs refuse as an unknown field
-// (Gemini: Unknown name "$schema"), so a schema copied from an MCP server
-// works with them too. Everything else is passed on as declared.
-func modelSchema(raw json.RawMessage) json.RawMessage {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if dec.Decode(&v) != nil {
-		return raw // config and discovery refuse it before this
-	}
-	if m, ok := v.(map[string]any); !ok || m["$schema"] == nil {
-		return raw
-	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if enc.Encode(toolschema.WithoutDialect(v)) != nil {
-		return raw
-	}
-	return json.RawMessage(bytes.TrimRight(b.Bytes(), "\n"))
 }
 
 // HasCapChown reports whether the process may hand workspaces to guests

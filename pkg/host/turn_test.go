@@ -20,6 +20,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
+	"github.com/roundtable-sandbox/sandbox/pkg/toolset"
 )
 
 func TestTurnHappyPath(t *testing.T) {
@@ -475,7 +476,7 @@ func TestModelSchemaHasNoDialect(t *testing.T) {
 			t.Errorf("%s: parameters %s, want %s", tt.name, tt.got, tt.want)
 		}
 	}
-	if got, want := string(modelSchema(json.RawMessage(`{"type":"object"}`))), `{"type":"object"}`; got != want {
+	if got, want := string(toolset.ModelSchema(json.RawMessage(`{"type":"object"}`))), `{"type":"object"}`; got != want {
 		t.Errorf("a schema without $schema: %s, want it unchanged", got)
 	}
 }

@@ -28,7 +28,7 @@ var layers = [][]string{
 	{"client", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich"},
 	// 3: the services, and the one sandbox lifecycle every kind drives.
-	{"broker", "reaper", "credset", "runmcp", "sandbox", "chanstate"},
+	{"broker", "reaper", "credset", "runmcp", "sandbox", "chanstate", "peerauth", "toolset"},
 	// 4: the kinds, each driving the lifecycle; a kind never imports another.
 	kinds,
 	// 5: the host: API, admission, channel state, the kinds' orchestration.
