@@ -155,4 +155,10 @@ for user in _sandbox-broker rtsb-guest; do
 done
 
 echo "polkit rule: $pass passed, $fail failed"
+if ((fail > 0)); then
+  # A rule that stops deciding midway (seen once on a box at load 12: every
+  # refusal after the 18th answered auth-required) is polkitd's to explain.
+  echo "polkitd's log (the last 30 lines):"
+  tail -n 30 "$work/polkitd.log"
+fi
 ((fail == 0))

@@ -8,6 +8,8 @@
 //
 // "sandbox-worker run-supervise" is PID 1 of a code run's container
 // (package supervisor): the job on stdin, frames on stdout, logs on stderr.
+// It runs itself as "sandbox-worker run-supervise-kill <target>" to kill a
+// guest uid's leftover processes with that uid.
 //
 // "sandbox-worker rich" is a rich channel's long-lived worker (package
 // rich): it pulls turns from its channel broker's socket until SIGTERM.
@@ -49,6 +51,9 @@ func main() {
 			BrokerSocket: protocol.BrokerSocketPath,
 			Log:          log.With("component", "sandbox-run-supervisor"),
 		})
+	case len(os.Args) == 3 && os.Args[1] == supervisor.KillArg:
+		// The supervisor's straggler killer, started by it as a guest uid.
+		code = supervisor.KillMain(os.Args[2])
 	case len(os.Args) == 2 && os.Args[1] == "rich":
 		code = richWorker(ctx, log.With("component", "sandbox-rich-worker"))
 	case len(os.Args) == 2 && os.Args[1] == "precheck":

@@ -81,6 +81,11 @@ func TestBrokerOwnAddressIntegration(t *testing.T) {
 	b := rh.bind("off")
 	b.Turn.Attachments = []richproto.Attachment{{URL: own + "file.txt", Name: "file.txt"}}
 	got := rh.control(context.Background(), b)
+	// A worker announces itself before it polls (the broker refuses a poll
+	// from one it has not heard).
+	if code, body, _ := rh.do(richproto.RouteReady, ""); code != http.StatusOK {
+		t.Fatalf("ready: %d %s", code, body)
+	}
 	if code, body, _ := rh.do(richproto.RouteNext, ""); code != http.StatusOK {
 		t.Fatalf("poll: %d %s", code, body)
 	}

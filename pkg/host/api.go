@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -119,82 +119,8 @@ type (
 	}
 )
 
-type handler func(w http.ResponseWriter, r *http.Request, channel string) error
-
-type route struct {
-	method string
-	role   Role
-	fn     handler
-}
-
-// route dispatches on the escaped path so a channel key may hold any
-// printable character ("/" as %2F, "." and ".." as they are) without the
-// path cleaning of http.ServeMux.
-func (h *Host) route(w http.ResponseWriter, r *http.Request) {
-	segs := strings.Split(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/")
-	var routes []route
-	channel := ""
-	switch {
-	case len(segs) == 1 && segs[0] == "metrics":
-		routes = []route{{http.MethodGet, RoleClient, h.handleMetrics}}
-	case len(segs) == 2 && segs[0] == "v1" && segs[1] == "health":
-		routes = []route{{http.MethodGet, RoleNone, h.handleHealth}}
-	case len(segs) == 2 && segs[0] == "v1" && segs[1] == "turns":
-		routes = []route{{http.MethodGet, RoleClient, h.handleTurns}}
-	case len(segs) == 2 && segs[0] == "v1" && segs[1] == "prechecks":
-		routes = []route{{http.MethodPost, RoleClient, h.handlePrecheck}}
-	case len(segs) == 2 && segs[0] == "v1" && segs[1] == "channels":
-		routes = []route{{http.MethodGet, RoleClient, h.handleChannels}}
-	case len(segs) >= 3 && len(segs) <= 4 && segs[0] == "v1" && segs[1] == "channels":
-		ch, err := url.PathUnescape(segs[2])
-		if err != nil || ids.ValidChannel(ch) != nil {
-			h.fail(w, badRequest("bad channel: must be 1 to 256 printable characters, URL-path-escaped"))
-			return
-		}
-		channel = ch
-		if len(segs) == 3 {
-			routes = []route{{http.MethodGet, RoleClient, h.handleChannel}}
-			break
-		}
-		switch segs[3] {
-		case "turns":
-			routes = []route{{http.MethodPost, RoleClient, h.handleTurn}}
-		case "mode":
-			routes = []route{{http.MethodPut, RoleAdmin, h.handleMode}}
-		case "fresh":
-			routes = []route{{http.MethodPost, RoleAdmin, h.handleFresh}}
-		case "cancel":
-			routes = []route{{http.MethodPost, RoleAdmin, h.handleCancel}}
-		}
-	}
-	if rr, ok := h.routeRuns(segs); ok {
-		routes = rr
-	}
-	if rr, ch, ok := h.routeJobs(segs); ok {
-		routes, channel = rr, ch
-	}
-	if routes == nil {
-		h.fail(w, ErrNotFound)
-		return
-	}
-	for _, rt := range routes {
-		if r.Method != rt.method {
-			continue
-		}
-		if rt.role != RoleNone && Authorize(h.opts.Access, h.opts.UID, peerFrom(r.Context())) < rt.role {
-			p := peerFrom(r.Context())
-			h.log.Warn("API request refused", "uid", p.UID, "gid", p.GID, "pid", p.PID, "path", r.URL.Path[:min(len(r.URL.Path), 64)], "needs", rt.role.String())
-			h.fail(w, ErrForbidden)
-			return
-		}
-		if err := rt.fn(w, r, channel); err != nil {
-			h.fail(w, err)
-		}
-		return
-	}
-	w.Header().Set("Allow", routes[0].method)
-	h.fail(w, ErrMethod)
-}
+// handler serves one route; param is the path's parameter (routes.go).
+type handler func(w http.ResponseWriter, r *http.Request, param string) error
 
 func (h *Host) fail(w http.ResponseWriter, err error) {
 	status, reason := statusOf(err)
@@ -333,7 +259,7 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 		OnFiles: func(f []richproto.File) { files = f },
 		OnReply: func(reply *protocol.Reply, turnID string) {
 			replied = true // same goroutine as RunTurn's caller
-			h.writeReply(w, reply, turnID, files)
+			h.writeReply(w, r, reply, turnID, files)
 		},
 	})
 	if replied {
@@ -347,14 +273,14 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 	}
 	// RunTurn succeeded without calling OnReply: not expected, but the
 	// client must still get its answer.
-	h.writeReply(w, reply, turnID, files)
+	h.writeReply(w, r, reply, turnID, files)
 	return nil
 }
 
 // writeReply writes a turn's 200 response whole, with its length, and flushes
 // it, so the client has the complete body while the handler still runs the
 // turn's cleanup.
-func (h *Host) writeReply(w http.ResponseWriter, reply *protocol.Reply, turnID string, files []richproto.File) {
+func (h *Host) writeReply(w http.ResponseWriter, r *http.Request, reply *protocol.Reply, turnID string, files []richproto.File) {
 	// Streamed from the files' bytes (replyfiles.go): the answer is never
 	// held whole beside them.
 	body, err := newTurnAnswer(TurnResponse{OK: reply.OK, Text: reply.Text, TurnID: turnID, Files: files})
@@ -376,6 +302,12 @@ func (h *Host) writeReply(w http.ResponseWriter, reply *protocol.Reply, turnID s
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(replyWriteTimeout))
 	w.WriteHeader(http.StatusOK)
 	if _, err := body.WriteTo(w); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The client's fault, and the turn's answer is lost: say so.
+			h.log.Warn("turn answer cut: the client stopped reading", "turn", turnID,
+				"peer_uid", peerFrom(r.Context()).UID, "write_timeout_s", replyWriteTimeout.Seconds())
+			return
+		}
 		h.log.Debug("turn reply not delivered", "turn", turnID, "err", err) // the client left
 		return
 	}

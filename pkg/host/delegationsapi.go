@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
-	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 )
 
 // JobKeepalive is how long a finished-jobs stream stays silent before it
@@ -20,38 +18,6 @@ var JobKeepalive = 15 * time.Second
 // jobWriteTimeout bounds each write of a stream to a client that stopped
 // reading.
 const jobWriteTimeout = 30 * time.Second
-
-// routeJobs dispatches POST /v1/channels/{channel}/delegations,
-// GET /v1/channels/{channel}/jobs/events and GET /v1/jobs/{id}; ok is false
-// for any other path.
-func (h *Host) routeJobs(segs []string) (routes []route, channel string, ok bool) {
-	if len(segs) == 3 && segs[0] == "v1" && segs[1] == "jobs" {
-		id, err := url.PathUnescape(segs[2])
-		if err != nil || ids.ValidTurnID(id) != nil {
-			return []route{{http.MethodGet, RoleNone, func(http.ResponseWriter, *http.Request, string) error {
-				return badRequest("bad job id: 32 lowercase hex characters")
-			}}}, "", true
-		}
-		return []route{{http.MethodGet, RoleClient, func(w http.ResponseWriter, r *http.Request, _ string) error {
-			return h.handleJobGet(w, r, id)
-		}}}, "", true
-	}
-	isDelegations := len(segs) == 4 && segs[3] == "delegations"
-	isEvents := len(segs) == 5 && segs[3] == "jobs" && segs[4] == "events"
-	if segs[0] != "v1" || len(segs) < 4 || segs[1] != "channels" || !(isDelegations || isEvents) {
-		return nil, "", false
-	}
-	ch, err := url.PathUnescape(segs[2])
-	if err != nil || ids.ValidChannel(ch) != nil {
-		return []route{{http.MethodGet, RoleNone, func(http.ResponseWriter, *http.Request, string) error {
-			return badRequest("bad channel: must be 1 to 256 printable characters, URL-path-escaped")
-		}}}, "", true
-	}
-	if isDelegations {
-		return []route{{http.MethodPost, RoleClient, h.handleDelegate}}, ch, true
-	}
-	return []route{{http.MethodGet, RoleClient, h.handleJobEvents}}, ch, true
-}
 
 func (h *Host) handleDelegate(w http.ResponseWriter, r *http.Request, channel string) error {
 	if !h.accepting() {

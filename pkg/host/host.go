@@ -94,6 +94,7 @@ type Options struct {
 
 // Host is one running sandbox-host.
 type Host struct {
+	routes  []route // the API (routes.go)
 	opts    Options
 	cfg     *config.Config
 	log     *slog.Logger
@@ -203,6 +204,7 @@ func New(o Options) (*Host, error) {
 		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
 		replies: newReplyBudget(replyBudgetBytes, o.Logger),
 	}
+	h.routes = h.routeTable()
 	h.metrics = newMetrics(o.Registry, h.queue)
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
 	h.life = sandbox.New(sandbox.Options{

@@ -22,15 +22,22 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 )
 
+// precheckExtra gives a precheck the default minute: tests about anything
+// but the deadline must not race it (a 2 s bound failed them on a busy
+// machine, where the host's setup alone took over 2 s).
 const precheckExtra = `
 prechecks:
   enabled: true
-  timeoutSeconds: 2
+  timeoutSeconds: 60
   grants:
     - channel: room
       server: search
       tools: [find]
 `
+
+// precheckShortExtra is precheckExtra with the least timeout, for the
+// deadline's own tests.
+var precheckShortExtra = strings.Replace(precheckExtra, "timeoutSeconds: 60", "timeoutSeconds: 2", 1)
 
 // mcpFake is the broker's MCP route as the runner sees it: search/find
 // answers {"hits":N}; anything else is refused.
@@ -129,7 +136,11 @@ func TestPrecheckTable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, m := newPrecheckRig(t, precheckExtra)
+			extra := precheckExtra
+			if tt.result == precheckrun.ResultTimeout {
+				extra = precheckShortExtra
+			}
+			r, m := newPrecheckRig(t, extra)
 			code, got, body := postPrecheck(t, r.h, tt.req)
 			if code != http.StatusOK {
 				t.Fatalf("status %d %s", code, body)
@@ -200,7 +211,7 @@ func TestPrecheckContainerAndPolicy(t *testing.T) {
 	}
 	var job precheck.Job
 	must(t, json.Unmarshal(r.docker.stdins[0], &job))
-	if job.TimeoutMs != 1000 || job.MaxCalls != 16 || job.MaxHeapBytes != 256<<20*3/5 || job.TimeZone != "UTC" {
+	if job.TimeoutMs > 59_000 || job.TimeoutMs < precheck.MinTimeoutMs || job.MaxCalls != 16 || job.MaxHeapBytes != 256<<20*3/5 || job.TimeZone != "UTC" {
 		t.Errorf("job %+v", job)
 	}
 	if strings.Contains(string(r.docker.stdins[0]), "thread-7") {
@@ -268,10 +279,43 @@ func TestPrecheckDisabled(t *testing.T) {
 	}
 }
 
+// TestPrecheckVMDeadlineAfterSetup: the job's timeoutMs is what is left of
+// the precheck's deadline when its container runs, less the margin: a setup
+// that took 10 s of a 60 s precheck leaves the VM 49 s, not 59 (which would
+// let the kill come first: a script past its time then got the kill's
+// answer instead of its own).
+func TestPrecheckVMDeadlineAfterSetup(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	r := newRig(t, precheckExtra, func(o *Options) {
+		o.Access.ClientUIDs = []int{clientUID}
+		o.Now = clock
+	})
+	t.Cleanup(r.h.Shutdown)
+	r.docker.runFn = runnerRun(&mcpFake{})
+	r.units.startHook = func(context.Context, string) error {
+		mu.Lock()
+		now = now.Add(10 * time.Second) // a slow unit start
+		mu.Unlock()
+		return nil
+	}
+	code, got, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Script: `export default () => ({ wake: false })`})
+	if code != http.StatusOK || got.Wake == nil || *got.Wake {
+		t.Fatalf("%d %s", code, body)
+	}
+	var job precheck.Job
+	must(t, json.Unmarshal(r.docker.stdins[0], &job))
+	if job.TimeoutMs != 49_000 {
+		t.Errorf("job timeoutMs %d, want 49000 (60 s less 10 s of setup, less the 1 s margin)", job.TimeoutMs)
+	}
+	r.assertClean(t)
+}
+
 // TestPrecheckKilledAtDeadline: a container that never answers is killed
 // and removed at the deadline; the answer is the timeout error.
 func TestPrecheckKilledAtDeadline(t *testing.T) {
-	r, _ := newPrecheckRig(t, precheckExtra)
+	r, _ := newPrecheckRig(t, precheckShortExtra)
 	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
 		return RunResult{ExitCode: -1}, ctx.Err()

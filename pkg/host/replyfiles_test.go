@@ -57,16 +57,25 @@ func TestRichReplyFilesReachTheAPI(t *testing.T) {
 }
 
 // TestStalledClientDoesNotHoldTheTurn: a client that stops reading a turn
-// answer carrying megabytes of files loses it at the write deadline; the
-// turn ends and the channel takes its next turn.
+// answer carrying megabytes of files loses it at the write deadline, and
+// the log blames it; the turn ends and the channel takes its next turn.
 func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
 	old := replyWriteTimeout
 	replyWriteTimeout = 300 * time.Millisecond
 	t.Cleanup(func() { replyWriteTimeout = old })
-	r, ctl := richRig(t, time.Hour)
+	const cutMsg = "turn answer cut: the client stopped reading"
+	logs := &lockedBuffer{}
+	cut := make(chan struct{}, 1)
+	r, ctl := richRigWith(t, time.Hour, func(o *Options) {
+		o.Logger = slog.New(&signalHandler{Handler: slog.NewJSONHandler(logs, nil), msg: cutMsg, c: cut})
+	})
 	big := make([]byte, richproto.MaxReplyFileBytes)
 	ctl.turnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
-		return &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: "x", Files: []richproto.File{{Name: "a", Data: big}}}, nil
+		res := &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: "answer to " + b.Turn.Text}
+		if b.Turn.Text == "draw" {
+			res.Files = []richproto.File{{Name: "a", Data: big}}
+		}
+		return res, nil
 	}
 	if code, _ := r.api(t, "PUT", "/v1/channels/room/mode", `{"mode":"rich","profile":"helper"}`); code != 200 {
 		t.Fatal(code)
@@ -88,19 +97,35 @@ func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
 	defer conn.Close()
 	body := `{"speaker":{"id":"u"},"text":"draw"}`
 	fmt.Fprintf(conn, "POST /v1/channels/room/turns HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	// Never read: the answer (14 MiB) cannot fit the socket's buffers.
-	waitUntil := time.Now().Add(5 * time.Second)
-	time.Sleep(100 * time.Millisecond)
-	for r.h.status("room").RunningTurn != "" || r.h.queue.waitingFor("room") != 0 {
-		if time.Now().After(waitUntil) {
-			t.Fatal("the turn is still held by a client that stopped reading")
-		}
-		time.Sleep(20 * time.Millisecond)
+	// Never read: the answer (14 MiB) cannot fit the socket's buffers. The
+	// bounds below only end a failing test; a passing one waits on the
+	// log record and on the next turn's answer.
+	select {
+	case <-cut:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no %q after 60 s: the turn is still held by a client that stopped reading\n%s", cutMsg, logs.String())
 	}
-	// The channel is free: the next turn runs.
-	ctl.turnFn = nil
-	if code, _ := r.api(t, "POST", "/v1/channels/room/turns", `{"speaker":{"id":"u"},"text":"next"}`); code != 200 {
-		t.Errorf("next turn: %d", code)
+	// The channel is free: the next turn runs (it may queue for a moment
+	// behind the cut turn's end).
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if code, out := r.apiCtx(t, ctx, "POST", "/v1/channels/room/turns", `{"speaker":{"id":"u"},"text":"next"}`); code != 200 || !strings.Contains(out, "answer to next") {
+		t.Errorf("next turn: %d %s", code, out)
+	}
+	var rec struct {
+		Turn    string  `json:"turn"`
+		PeerUID int     `json:"peer_uid"`
+		Timeout float64 `json:"write_timeout_s"`
+	}
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `"msg":"`+cutMsg+`"`) {
+			if err := json.Unmarshal([]byte(l), &rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if rec.Turn == "" || rec.PeerUID != r.h.opts.UID || rec.Timeout != 0.3 {
+		t.Errorf("cut record %+v, want the turn, uid %d and 0.3 s", rec, r.h.opts.UID)
 	}
 }
 
@@ -334,4 +359,32 @@ func TestRichControlTurnReadsThePacketAsAStream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// signalHandler passes records on and tells c (once, without blocking) when
+// one with message msg arrived: a test waits on a log record instead of
+// polling for its effect.
+type signalHandler struct {
+	slog.Handler
+	msg string
+	c   chan struct{}
+}
+
+func (h *signalHandler) Handle(ctx context.Context, r slog.Record) error {
+	err := h.Handler.Handle(ctx, r)
+	if r.Message == h.msg {
+		select {
+		case h.c <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
+func (h *signalHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &signalHandler{Handler: h.Handler.WithAttrs(as), msg: h.msg, c: h.c}
+}
+
+func (h *signalHandler) WithGroup(name string) slog.Handler {
+	return &signalHandler{Handler: h.Handler.WithGroup(name), msg: h.msg, c: h.c}
 }

@@ -87,14 +87,31 @@ func (f *fakeRichControl) bindList() []policy.Bind {
 // richRig is a rig whose rich containers run until killed.
 func richRig(t *testing.T, idle time.Duration) (*rig, *fakeRichControl) {
 	t.Helper()
-	return richRigExtra(t, idle, "")
+	return richRigWith(t, idle, nil)
+}
+
+// richRigWith is richRig with the options changed by mutate (when not nil).
+func richRigWith(t *testing.T, idle time.Duration, mutate func(*Options)) (*rig, *fakeRichControl) {
+	t.Helper()
+	return richRigFull(t, idle, "", mutate)
 }
 
 // richRigExtra is richRig with more configuration.
 func richRigExtra(t *testing.T, idle time.Duration, extra string) (*rig, *fakeRichControl) {
 	t.Helper()
+	return richRigFull(t, idle, extra, nil)
+}
+
+func richRigFull(t *testing.T, idle time.Duration, extra string, mutate func(*Options)) (*rig, *fakeRichControl) {
+	t.Helper()
 	ctl := &fakeRichControl{}
-	r := newRig(t, richExtra+extra, func(o *Options) { o.RichControl = ctl; o.RichIdle = idle })
+	r := newRig(t, richExtra+extra, func(o *Options) {
+		o.RichControl = ctl
+		o.RichIdle = idle
+		if mutate != nil {
+			mutate(o)
+		}
+	})
 	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		if !spec.Rich {
 			return okRun(ctx, spec, stdin)
@@ -108,7 +125,13 @@ func richRigExtra(t *testing.T, idle time.Duration, extra string) (*rig, *fakeRi
 
 func (r *rig) api(t *testing.T, method, path, body string) (int, string) {
 	t.Helper()
-	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	return r.apiCtx(t, context.Background(), method, path, body)
+}
+
+// apiCtx is api with the request's context (a bound on waiting, say).
+func (r *rig) apiCtx(t *testing.T, ctx context.Context, method, path, body string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequestWithContext(ctx, method, path, strings.NewReader(body))
 	req = req.WithContext(context.WithValue(req.Context(), peerKey{}, Peer{Known: true, UID: r.h.opts.UID, GID: r.h.opts.GID}))
 	w := httptest.NewRecorder()
 	r.h.Handler().ServeHTTP(w, req)

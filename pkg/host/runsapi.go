@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"regexp"
 	"time"
@@ -23,49 +22,6 @@ var runIDRe = regexp.MustCompile(`^[0-9a-f]{32}$`)
 // RunList is GET /v1/runs.
 type RunList struct {
 	Runs []runs.Status `json:"runs"`
-}
-
-// routeRuns dispatches /v1/runs[/{id}[/{action}]]; ok is false when segs is
-// not a runs path.
-func (h *Host) routeRuns(segs []string) (routes []route, ok bool) {
-	if len(segs) < 2 || segs[0] != "v1" || segs[1] != "runs" || len(segs) > 4 {
-		return nil, false
-	}
-	if len(segs) == 2 {
-		return []route{{http.MethodGet, RoleClient, h.handleRunList}, {http.MethodPost, RoleClient, h.handleRunStart}}, true
-	}
-	id, err := url.PathUnescape(segs[2])
-	if err != nil || !runIDRe.MatchString(id) {
-		return []route{{http.MethodGet, RoleNone, func(w http.ResponseWriter, r *http.Request, _ string) error {
-			return badRequest("bad run id: 32 lowercase hex characters")
-		}}}, true
-	}
-	with := func(fn func(http.ResponseWriter, *http.Request, *runs.Run) error, admin bool) handler {
-		return func(w http.ResponseWriter, r *http.Request, _ string) error {
-			run, err := h.runs.Get(id)
-			if err != nil {
-				return err
-			}
-			if !admin && !h.isAdmin(r) && run.Owner() != peerFrom(r.Context()).UID {
-				return ErrNotFound // another client's run does not exist for this caller
-			}
-			return fn(w, r, run)
-		}
-	}
-	if len(segs) == 3 {
-		return []route{{http.MethodGet, RoleClient, with(h.handleRunGet, false)}}, true
-	}
-	switch segs[3] {
-	case "events":
-		return []route{{http.MethodGet, RoleClient, with(h.handleRunEvents, false)}}, true
-	case "cancel":
-		return []route{{http.MethodPost, RoleClient, with(h.handleRunCancel, false)}}, true
-	case "approve":
-		return []route{{http.MethodPost, RoleAdmin, with(h.handleRunApprove, true)}}, true
-	case "deny":
-		return []route{{http.MethodPost, RoleAdmin, with(h.handleRunDeny, true)}}, true
-	}
-	return nil, true
 }
 
 func (h *Host) isAdmin(r *http.Request) bool {

@@ -346,9 +346,11 @@ func TestRemovalAlwaysFailingIsBounded(t *testing.T) {
 	}{
 		{"attempts bound", time.Millisecond, time.Minute, RemoveAttempts},
 		// 1st at 0; pause 100 ms -> 2nd at 100 ms; pause 200 ms -> 3rd at
-		// 300 ms; a pause of 400 ms would end past 500 ms -> stop (200 ms
-		// of slack either way for a loaded machine).
-		{"time bound", 100 * time.Millisecond, 500 * time.Millisecond, 3},
+		// 300 ms; a pause of 400 ms would end at 700 ms or later (pauses
+		// never end early) -> stop, however slow the machine. The 3rd
+		// attempt needs the 2nd before 500 ms: 400 ms of slack for a busy
+		// machine (a 500 ms bound left 200).
+		{"time bound", 100 * time.Millisecond, 700 * time.Millisecond, 3},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs bytes.Buffer

@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
@@ -31,6 +32,10 @@ func endless(chunk string, every time.Duration) func(http.ResponseWriter, *http.
 }
 
 func TestRefusals(t *testing.T) {
+	// Compressed once: 4 MiB through gzip under the race detector on a busy
+	// machine took seconds per request, which the refusal bound below
+	// counted as the client's time.
+	bomb := gzipped(strings.Repeat("z", 4<<20))
 	big := strings.Repeat("A", 100<<10) + bodyMarker
 	progress := `data: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1,"message":"` + bodyMarker + strings.Repeat("p", 2000) + `"}}` + "\n\n"
 	cases := []struct {
@@ -80,9 +85,12 @@ func TestRefusals(t *testing.T) {
 		{"gzip bomb", func(w http.ResponseWriter, _ *http.Request, id json.RawMessage) {
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Content-Encoding", "gzip")
-			zw := gzip.NewWriter(w)
-			fmt.Fprintf(zw, okResult(strings.Repeat("z", 4<<20)), id)
-			_ = zw.Close()
+			// Three gzip members (a reader decodes their concatenation):
+			// the head with this request's id, the bomb, the tail.
+			head, tail, _ := strings.Cut(okResult("\x00"), "\x00")
+			w.Write(gzipped(fmt.Sprintf(head, id)))
+			w.Write(bomb)
+			w.Write(gzipped(tail))
 		}, nil, ErrTooLarge},
 	}
 	// On the session path the SDK keeps waiting for its own id until the
@@ -118,6 +126,14 @@ func TestRefusals(t *testing.T) {
 			})
 		}
 	}
+}
+
+func gzipped(s string) []byte {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	zw.Write([]byte(s))
+	zw.Close()
+	return b.Bytes()
 }
 
 func TestRedirectRefused(t *testing.T) {

@@ -132,6 +132,11 @@ const maxActivePrechecks = 64
 // a channel's, so a busy turn cannot starve its channel's precheck of
 // processes. No channel key takes either form (ids.ValidChannel).
 
+// precheckVMMarginMs is how long before the host's kill the runner's VM
+// stops (the job's timeoutMs), so that a script past its time answers with
+// its own error.
+const precheckVMMarginMs = 1000
+
 // Result labels of sandbox_prechecks_total.
 const (
 	ResultWake        = "wake"
@@ -265,7 +270,9 @@ func (k *Kind) check(req precheck.Request) (precheckPlan, error) {
 		plan.servers = append(plan.servers, s)
 		jobServers = append(jobServers, precheck.Server{Name: name, Tools: s.Tools})
 	}
-	timeoutMs := pc.TimeoutSeconds*1000 - 1000 // the VM stops a second before the kill, so its answer is the error
+	// The VM stops a second before the kill, so its answer is the error;
+	// execute lowers this by the time its setup took.
+	timeoutMs := pc.TimeoutSeconds*1000 - precheckVMMarginMs
 	plan.job = precheck.Job{
 		Script: req.Script, FiredAt: firedAt.Format(time.RFC3339), TimeZone: zone, Today: precheck.Today(firedAt, loc),
 		Schedule: req.Schedule, Servers: jobServers, TimeoutMs: max(timeoutMs, precheck.MinTimeoutMs),
@@ -420,8 +427,7 @@ func (k *Kind) execute(ctx context.Context, id string, plan precheckPlan, log *s
 	if err != nil {
 		return fail("policy", err)
 	}
-	stdin, err := json.Marshal(plan.job)
-	if err != nil || len(stdin) > precheck.MaxJobBytes {
+	if stdin, err := json.Marshal(plan.job); err != nil || len(stdin) > precheck.MaxJobBytes {
 		return fail("job", fmt.Errorf("job of %d bytes: %v", len(stdin), err))
 	}
 	if err := k.life.MakeTurnDir(t); err != nil {
@@ -445,6 +451,15 @@ func (k *Kind) execute(ctx context.Context, id string, plan precheckPlan, log *s
 	t.CreateTried = true
 	if t.ContainerID, err = k.life.Containers().Create(runCtx, spec); err != nil {
 		return fail("container create", err)
+	}
+	// The VM's deadline counts from the runner's start, the kill from before
+	// the setup (units, directories, create): give the VM what is left, less
+	// the margin, or a slow setup lets the kill come first and a script that
+	// runs too long gets the kill's answer instead of its own.
+	plan.job.TimeoutMs = max(int(deadline.Sub(k.now()).Milliseconds())-precheckVMMarginMs, precheck.MinTimeoutMs)
+	stdin, err := json.Marshal(plan.job) // no longer than the one checked above
+	if err != nil {
+		return fail("job", err)
 	}
 	lim := precheck.Limits{MaxNoteChars: pc.MaxNoteChars, MaxContextChars: pc.MaxContextChars}
 	sink := k.life.WorkerLogs().Turn(t.Tag, id, t.Container)

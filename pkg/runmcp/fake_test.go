@@ -32,6 +32,7 @@ type fakeRunner struct {
 	Block    bool
 
 	started   chan struct{} // closed at the first StartRun
+	following chan struct{} // closed at the first RunEvents
 	cancelled chan error    // CancelRun's context error at the time of the call
 }
 
@@ -40,6 +41,7 @@ func newFake() *fakeRunner {
 	return &fakeRunner{
 		Final:     runs.Status{ID: "r1", State: runs.StateFinished, Result: runs.ResultOK, Mode: runs.ModeShell, ExitCode: &code, DurationMs: 1234},
 		started:   make(chan struct{}),
+		following: make(chan struct{}),
 		cancelled: make(chan error, 8),
 	}
 }
@@ -88,6 +90,11 @@ func (f *fakeRunner) RunEvents(ctx context.Context, id string, fn func(runs.Even
 	var err error
 	if len(f.EventErrs) > 0 {
 		err, f.EventErrs = f.EventErrs[0], f.EventErrs[1:]
+	}
+	select {
+	case <-f.following:
+	default:
+		close(f.following)
 	}
 	f.mu.Unlock()
 	for _, ev := range f.Events {

@@ -405,11 +405,13 @@ func TestProgressNotifications(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var got []*mcp.ProgressNotificationParams
+	arrived := make(chan struct{}, 16)
 	cs := connect(t, f, Options{ProgressInterval: 30 * time.Millisecond}, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 			mu.Lock()
 			got = append(got, req.Params)
 			mu.Unlock()
+			arrived <- struct{}{}
 		},
 	})
 	p := &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"command": "./build.sh"}}
@@ -419,16 +421,14 @@ func TestProgressNotifications(t *testing.T) {
 	if _, err := cs.CallTool(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	// Notifications may trail the result: wait for them a moment.
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n >= 4 || time.Now().After(deadline) {
-			break
+	// Notifications may trail the result (the client handles them apart
+	// from the call's answer): wait for the four.
+	for i := range 4 {
+		select {
+		case <-arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("progress notifications: got %d, want 4 (one per event, 40 ms apart)", i)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -458,13 +458,26 @@ func TestProgressIsRateLimited(t *testing.T) {
 	}
 	var mu sync.Mutex
 	n := 0
+	arrived := make(chan struct{}, 64)
 	cs := connect(t, f, Options{ProgressInterval: time.Hour}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { mu.Lock(); n++; mu.Unlock() },
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			n++
+			mu.Unlock()
+			arrived <- struct{}{}
+		},
 	})
 	p := &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"command": "yes | head -50"}}
 	p.SetProgressToken(7)
 	if _, err := cs.CallTool(context.Background(), p); err != nil {
 		t.Fatal(err)
+	}
+	// The first notification may trail the answer: wait for it, then give
+	// a wrong implementation's further ones a moment to arrive.
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no progress notification at all")
 	}
 	time.Sleep(100 * time.Millisecond)
 	mu.Lock()
@@ -497,8 +510,7 @@ func TestCancellingTheCallCancelsTheRun(t *testing.T) {
 		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"command": "sleep 600"}})
 		done <- err
 	}()
-	waitFor(t, f.started, "StartRun")
-	time.Sleep(50 * time.Millisecond) // the server follows the events
+	waitFor(t, f.following, "RunEvents") // the server follows the events
 	cancel()
 	select {
 	case err := <-f.cancelled:
@@ -526,8 +538,7 @@ func TestStdinEOFCancelsTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	go cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"command": "sleep 600"}})
-	waitFor(t, f.started, "StartRun")
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, f.following, "RunEvents")
 	inW.Close() // EOF on the server's stdin
 	select {
 	case err := <-f.cancelled:
@@ -558,8 +569,7 @@ func TestServerStopCancelsTheRun(t *testing.T) {
 		res, _ := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"command": "sleep 600"}})
 		done <- res
 	}()
-	waitFor(t, f.started, "StartRun")
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, f.following, "RunEvents")
 	cancel()
 	select {
 	case res := <-done:

@@ -1,4 +1,4 @@
-// Package sealedturn is the sealed-turn kind (DESIGN.md sections 3 and 11):
+// Package sealedturn is the sealed-turn kind (DESIGN.md sections 3 and 10):
 // one turn of a channel in sandbox mode in a container of its own, its
 // worker's stdin (the public tool specs, the message, the speaker), its
 // broker policy (identity from the admitted request only, the credential

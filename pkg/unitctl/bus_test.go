@@ -1,9 +1,9 @@
 package unitctl
 
 import (
+	"bufio"
 	"context"
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -136,16 +136,22 @@ func (f *fakeSystemd) Subscribe() *dbus.Error {
 	return nil
 }
 
-// privateBus starts dbus-daemon on a socket in a temp dir and returns its address.
+// privateBus starts dbus-daemon on a socket in a temp dir and returns its
+// address once the daemon listens: it prints the address only then (the
+// socket file exists from bind, before listen, so waiting for the file
+// could dial too early and be refused).
 func privateBus(t *testing.T) string {
 	t.Helper()
 	bin, err := exec.LookPath("dbus-daemon")
 	if err != nil {
 		t.Skip("real-bus test skipped: dbus-daemon not installed")
 	}
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "bus")
-	cmd := exec.Command(bin, "--session", "--nofork", "--nopidfile", "--address=unix:path="+sock)
+	sock := filepath.Join(t.TempDir(), "bus")
+	cmd := exec.Command(bin, "--session", "--nofork", "--nopidfile", "--print-address=1", "--address=unix:path="+sock)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -153,14 +159,21 @@ func privateBus(t *testing.T) string {
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	for i := 0; i < 100; i++ {
-		if _, err := os.Stat(sock); err == nil {
-			return "unix:path=" + sock
+	printed := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		printed <- strings.TrimSpace(line)
+	}()
+	select {
+	case addr := <-printed:
+		if !strings.HasPrefix(addr, "unix:path="+sock) {
+			t.Fatalf("dbus-daemon printed address %q, want one on %s", addr, sock)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return addr
+	case <-time.After(30 * time.Second):
+		t.Fatal("dbus-daemon printed no address within 30s")
+		return ""
 	}
-	t.Fatal("dbus-daemon did not create its socket")
-	return ""
 }
 
 func dialBus(addr string) dialFunc {

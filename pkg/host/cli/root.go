@@ -102,7 +102,7 @@ func newRoot(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "sandbox-host",
 		Short:         "roundtable-sandbox host daemon and its control commands",
-		Long:          "sandbox-host runs sealed guest turns: each in a new, networkless Docker container whose only way out is a per-turn broker unit.\nRun `sandbox-host doctor` first after installing or changing the configuration.",
+		Long:          "sandbox-host runs sealed guest turns, rich channels, code runs, prechecks and delegated jobs: each in a new, networkless Docker container whose only way out is a broker unit of its own.\nRun `sandbox-host doctor` first after installing or changing the configuration.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -141,3 +141,8 @@ func printJSON(cmd *cobra.Command, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
+
+// Tree is the command tree as `sandbox-host --help` shows it (cobra adds
+// help and completion when it runs), for documentation checks: README's
+// command summary is compared with it (test/newcomer).
+func Tree() *cobra.Command { return newRoot(&globals{}) }

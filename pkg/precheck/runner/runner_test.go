@@ -210,7 +210,11 @@ func TestBrokerFailureIsGeneric(t *testing.T) {
 func TestHeapBoundStopsTheScript(t *testing.T) {
 	job := testJob(`export default async () => { const a = []; for (;;) a.push("x".repeat(1024) + a.length) }`)
 	job.MaxHeapBytes = 64 << 20
-	job.TimeoutMs = 20_000
+	// The deadline must not compete with the heap bound: the loop needs
+	// about 3 s of CPU under -race, and a busy machine gave it 14% of a
+	// core, so a 20 s deadline sometimes came first. Five minutes still
+	// answers (as a timeout) before go test's own limit if the bound fails.
+	job.TimeoutMs = 300_000
 	got := Run(context.Background(), job, newFake(), nil)
 	if want := (precheck.Result{Error: msgMemory, Kind: precheck.KindMemory}); got != want {
 		t.Fatalf("got %+v, want %+v", got, want)

@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -42,6 +41,14 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(helperMain())
 	}
+	if len(os.Args) == 3 && os.Args[1] == KillArg {
+		// The straggler killer (see killAs). Not os.Exit: under -race it
+		// waits a second at exit for reports, per killer.
+		syscall.Exit(KillMain(os.Args[2]))
+	}
+	if os.Getenv(mainThreadEnv) != "" {
+		os.Exit(mainThreadHelper())
+	}
 	os.Exit(m.Run())
 }
 
@@ -69,23 +76,6 @@ func helperMain() int {
 				return 90
 			}
 		}
-	}
-	if n, _ := strconv.Atoi(os.Getenv("SUP_KILLAS")); n > 0 {
-		// killAs n times (at nothing), then the main thread's uids.
-		for range n {
-			killAs(65534, -999999)
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/status", os.Getpid()))
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "helper:", err)
-			return 90
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "Uid:") {
-				fmt.Println(l)
-			}
-		}
-		return 0
 	}
 	if os.Getenv("SUP_CONTAINER_CAPS") == "1" {
 		// Start again with a container's setup capabilities: the bounding

@@ -2,10 +2,12 @@ package supervisor
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,19 +24,23 @@ const killTimeout = 5 * time.Second
 // A root supervisor may lack CAP_KILL (the setup set leaves it out), and
 // without it root may signal only processes whose real or saved uid is 0:
 // the main command's processes and any other uid a setup command switched
-// to are then killed from a throwaway thread that took their uid (see
-// killAs).
+// to are then killed by a child process that took their uid (see killAs).
 func (s *supervisor) killStragglers(pgid int) bool {
 	target := -1
 	if !s.pid1 {
 		target = -pgid
 	}
 	deadline := time.Now().Add(killTimeout)
+	logged := false
 	for {
 		_ = unix.Kill(target, unix.SIGKILL)
 		if s.root {
 			for _, uid := range s.otherUIDs(target) {
-				killAs(uid, target)
+				if err := s.killAs(uid, target, deadline); err != nil && !logged {
+					// Once: the loop retries every few milliseconds.
+					s.log.Warn("a straggler killer failed; retrying until the kill's deadline", "uid", uid, "reason", err.Error())
+					logged = true
+				}
 			}
 		}
 		s.rp.reap()
@@ -102,32 +108,71 @@ func procRealUID(pid int) (int, bool) {
 	return 0, false
 }
 
-// killAs sends SIGKILL to target from a thread whose uids are all uid, so
-// that the kernel lets it signal that uid's processes without CAP_KILL. The
-// uid change is the thread's alone (a raw setresuid, not Go's all-threads
-// one) and the thread never runs anything else: its goroutine exits locked,
-// which ends the thread. Never on the main thread, which the runtime parks
-// instead of ending: it would keep the uid, and the process (its /proc
-// entry, the signals it takes) would then be that uid's, the main
-// command's among them. A goroutine that lands there leaves it parked
-// unchanged, and the next one runs elsewhere.
-func killAs(uid, target int) {
-	for range 2 {
-		onMain := make(chan bool, 1)
-		go func() {
-			runtime.LockOSThread()
-			if unix.Gettid() == unix.Getpid() {
-				onMain <- true
-				return
-			}
-			defer func() { onMain <- false }()
-			if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); errno != 0 {
-				return
-			}
-			_ = unix.Kill(target, unix.SIGKILL)
-		}()
-		if !<-onMain {
-			return
+// KillArg, after the binary's name, makes sandbox-worker a straggler
+// killer (KillMain) instead of a supervisor: killAs runs this binary again
+// as "/proc/self/exe KillArg <target>" under the uid to kill.
+const KillArg = "run-supervise-kill"
+
+// selfExe is this binary whatever happened to its path since it started (a
+// setup command may move or chmod the file; the magic link still names
+// what runs, and needs no search permission on its directories).
+const selfExe = "/proc/self/exe"
+
+// KillMain is the straggler killer: it sends SIGKILL to target (-1, or a
+// process group as -pgid) with the uid it was started as. Its result is
+// not the killer's to judge (ESRCH: nothing left; EPERM: only others'
+// processes): the supervisor checks what is left.
+func KillMain(target string) int {
+	t, err := strconv.Atoi(target)
+	if err != nil || t >= 0 {
+		return 2
+	}
+	_ = unix.Kill(t, unix.SIGKILL)
+	return 0
+}
+
+// killAs sends SIGKILL to target as uid, from a child process (KillMain)
+// started with that uid and gid 0: the kernel lets a sender without
+// CAP_KILL signal a process only when its real or effective uid is the
+// target's real or saved uid. Gid 0 keeps the guest from ptracing it.
+//
+// No thread of the supervisor ever takes the uid. kill(2) accepts any
+// thread's id and checks that thread's credentials, so a thread holding the
+// guest's uid, even for a moment, lets the guest signal the whole
+// supervisor (SIGQUIT ends it); and were it the main thread, Go would park
+// it for good instead of ending it, leaving the process itself (its
+// thread-group leader) with the guest's uid.
+//
+// The killer is waited for until deadline. The guest may kill or stop it
+// (it has the guest's uid): the caller's loop then starts another and, at
+// the deadline, fails closed.
+func (s *supervisor) killAs(uid, target int, deadline time.Time) error {
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	fd := devnull.Fd()
+	attr := &syscall.ProcAttr{
+		Files: []uintptr{fd, fd, fd},
+		// No supplementary groups: an empty, non-nil Groups makes the
+		// child call setgroups(0, NULL).
+		Sys: &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: 0, Groups: []uint32{}}},
+	}
+	argv := []string{"sandbox-worker", KillArg, strconv.Itoa(target)}
+	_, done, err := s.rp.start(func() (int, error) { return syscall.ForkExec(selfExe, argv, attr) })
+	if err != nil {
+		return err
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case ws := <-done:
+		if !ws.Exited() || ws.ExitStatus() != 0 {
+			return fmt.Errorf("the killer ended with status %#x", uint32(ws))
 		}
+		return nil
+	case <-t.C:
+		return errors.New("the killer did not end in time")
 	}
 }

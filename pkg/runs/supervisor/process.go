@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -227,12 +226,10 @@ func (s *supervisor) runCommand(ctx context.Context, phase string, argv []string
 	}
 	startc := make(chan started, 1)
 	statusc := make(chan unix.WaitStatus, 1)
-	go func() {
+	go onThrowawayThread(func() {
 		// Capabilities and no_new_privs are per thread and a child
 		// inherits its forking thread's; so is Pdeathsig's "parent".
-		// The thread is never unlocked: it ends with this goroutine,
-		// which lives until the child's status arrives.
-		runtime.LockOSThread()
+		// The thread lives until the child's status arrives.
 		keep := SetupCommandCapabilities
 		if main {
 			keep = nil
@@ -248,7 +245,7 @@ func (s *supervisor) runCommand(ctx context.Context, phase string, argv []string
 		if err == nil {
 			statusc <- <-ch
 		}
-	}()
+	})
 	st := <-startc
 	outW.Close()
 	errW.Close()

@@ -161,11 +161,15 @@ func TestSetupStragglersDoNotReachMain(t *testing.T) {
 	d := newDirs(t)
 	j := baseJob()
 	j.Setup = []string{"setsid sleep 30 >/dev/null 2>&1 & echo started"}
-	j.Command = "n=0; for f in /proc/[0-9]*/status; do grep -q '^Uid:\t0\t' $f 2>/dev/null && n=$((n+1)); done; echo root=$n"
+	// The setup's leftover was killed as the main command's uid too (see
+	// killAs), which must leave no thread of the supervisor with that
+	// uid: kill -0 would then reach it.
+	j.Command = "n=0; for f in /proc/[0-9]*/status; do grep -q '^Uid:\t0\t' $f 2>/dev/null && n=$((n+1)); done; echo root=$n\n" +
+		"for t in /proc/1/task/*; do kill -0 ${t##*/} 2>/dev/null && echo signalled ${t##*/}; done"
 	o := run(t, j, runConfig{d: d})
-	// The supervisor itself is the one root process left.
+	// The supervisor itself is the one root process left, out of reach.
 	if o.out["stdout/setup"] != "started\n" || o.out["stdout/main"] != "root=1\n" {
-		t.Fatalf("output %q, want started and root=1 (log: %s)", o.out, o.log)
+		t.Fatalf("output %q, want started and root=1, no thread signalled (log: %s)", o.out, o.log)
 	}
 }
 
@@ -638,24 +642,5 @@ func TestSetupNeedsTheGate(t *testing.T) {
 				t.Errorf("result %+v, output %q, phases %v; want %q and nothing run (log: %s)", o.result, o.out, o.phases, errGate, o.log)
 			}
 		})
-	}
-}
-
-// killAs changes a throwaway thread's uids, never the main thread's: the
-// runtime parks a locked main thread instead of ending it, and with the
-// main command's uid the supervisor (PID 1) would show as that uid and
-// take its signals (TestSetupStragglersDoNotReachMain saw root=0 now and
-// then). Many calls give the scheduler every chance to use the main thread.
-func TestKillAsNeverChangesTheMainThread(t *testing.T) {
-	requireRoot(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = []string{helperEnv + "=1", "SUP_KILLAS=300"}
-	out, err := cmd.CombinedOutput()
-	if err != nil || string(out) != "Uid:\t0\t0\t0\t0\n" {
-		t.Fatalf("main thread after killAs: %q, %v; want uid 0 throughout", out, err)
 	}
 }

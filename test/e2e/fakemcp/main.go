@@ -3,6 +3,11 @@
 // one tool, "lookup", that answers "result for <q>"; and POST /whoami, a
 // plain JSON endpoint standing in for an http host tool.
 //
+// With -web-port-file it also serves, on a second loopback port of its own,
+// a small HTML page at every path: `make demo`'s stand-in for the web (a
+// delegated job's fetch, an approved network run), kept off the MCP port so
+// that allowing it in egress.allow allows nothing else.
+//
 // Guarantee: every HTTP request it receives (method, path, all headers
 // including Authorization, body, time) is appended as one JSON line to the
 // -record file before the SDK sees it, so tests can assert what the broker
@@ -20,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,9 +45,11 @@ type record struct {
 }
 
 func main() {
-	listen := flag.String("listen", "127.0.0.1:0", "address to listen on (loopback)")
+	listenAddr := flag.String("listen", "127.0.0.1:0", "address to listen on (loopback)")
 	portFile := flag.String("port-file", "", "write the bound port here once listening")
 	recPath := flag.String("record", "", "append one JSON line per request here")
+	webListen := flag.String("web-listen", "127.0.0.1:0", "address of the web page stand-in (with -web-port-file)")
+	webPortFile := flag.String("web-port-file", "", "also serve the web page stand-in; write its port here")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 
@@ -76,6 +84,10 @@ func main() {
 			_, _ = rec.Write(append(line, '\n'))
 			mu.Unlock()
 		}
+		// The demo's journal shows each call and whether it carried a
+		// bearer credential (the broker inserts it), never the credential.
+		log.Info("MCP server request", "method", r.Method, "path", r.URL.Path,
+			"bearer_credential", strings.HasPrefix(r.Header.Get("Authorization"), "Bearer "))
 		if r.URL.Path == "/whoami" {
 			// A plain JSON endpoint for the broker's http host tool: the
 			// identity headers the broker set are in the record above.
@@ -86,25 +98,58 @@ func main() {
 		handler.ServeHTTP(w, r)
 	})
 
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		log.Error("listen", "err", err)
-		os.Exit(2)
+	if *webPortFile != "" {
+		wln := listen(log, *webListen, *webPortFile)
+		log.Info("web page stand-in listening", "addr", wln.Addr().String())
+		web := &http.Server{Handler: webPage(log), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			log.Error("serve web page stand-in", "err", web.Serve(wln))
+			os.Exit(1)
+		}()
 	}
-	if *portFile != "" {
-		port := ln.Addr().(*net.TCPAddr).Port
-		if err := os.WriteFile(*portFile+".tmp", []byte(fmt.Sprint(port)), 0o644); err == nil {
-			err = os.Rename(*portFile+".tmp", *portFile)
-		}
-		if err != nil {
-			log.Error("write port file", "err", err)
-			os.Exit(2)
-		}
-	}
+	ln := listen(log, *listenAddr, *portFile)
 	log.Info("fake MCP server listening", "addr", ln.Addr().String())
 	srv := &http.Server{Handler: recording, ReadHeaderTimeout: 10 * time.Second}
 	if err := srv.Serve(ln); err != nil {
 		log.Error("serve", "err", err)
 		os.Exit(1)
 	}
+}
+
+// listen binds addr and writes its port to portFile (when set), or exits.
+func listen(log *slog.Logger, addr, portFile string) net.Listener {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Error("listen", "addr", addr, "err", err)
+		os.Exit(2)
+	}
+	if portFile != "" {
+		port := ln.Addr().(*net.TCPAddr).Port
+		if err := os.WriteFile(portFile+".tmp", []byte(fmt.Sprint(port)), 0o644); err == nil {
+			err = os.Rename(portFile+".tmp", portFile)
+		}
+		if err != nil {
+			log.Error("write port file", "err", err)
+			os.Exit(2)
+		}
+	}
+	return ln
+}
+
+// demoPage is the web page stand-in's answer.
+const demoPage = `<!doctype html><html><head><title>Roundtable demo notes</title></head>
+<body><h1>Roundtable demo notes</h1><p>The offline demo's stand-in for a web page, served on loopback by test/e2e/fakemcp: the meeting moved to Thursday 10:00.</p></body></html>`
+
+// webPage serves demoPage at every path (GET and HEAD) and logs each
+// request, so the demo's journal shows that the fetch arrived.
+func webPage(log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			http.Error(w, "GET only", http.StatusMethodNotAllowed)
+			return
+		}
+		log.Info("web page served", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "user_agent", r.UserAgent())
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = io.WriteString(w, demoPage)
+	})
 }

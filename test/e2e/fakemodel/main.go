@@ -25,7 +25,13 @@
 //
 // Demo mode (-demo) answers sensibly without a script: "remember X" stores X
 // in channel memory through memory_set, "what do you remember" reads it with
-// memory_get, anything else is echoed back.
+// memory_get, a message holding a URL when the host_fetch tool is offered (a
+// delegated research turn) fetches it with host_fetch and reports what came
+// back, anything else is echoed back. In demo mode it also answers POST
+// /v1/messages as a rich channel's Anthropic upstream: a real-shaped
+// Messages stream (pkg/anthropic/anthropictest's events) that echoes the
+// guest's message and quotes the first one the conversation's history holds,
+// so a second turn shows the session kept the first.
 package main
 
 import (
@@ -42,6 +48,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/anthropic"
+	"github.com/roundtable-sandbox/sandbox/pkg/anthropic/anthropictest"
 )
 
 // ToolCall is a scripted function call.
@@ -131,6 +140,21 @@ type message struct {
 type request struct {
 	Model    string    `json:"model"`
 	Messages []message `json:"messages"`
+	Tools    []struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	} `json:"tools"`
+}
+
+// offers tells whether the request offers the tool name.
+func (r request) offers(name string) bool {
+	for _, t := range r.Tools {
+		if t.Function.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 type server struct {
@@ -215,6 +239,12 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		rec.BodyText = string(body)
 	}
+	if s.demo && r.Method == http.MethodPost && r.URL.Path == "/v1/messages" {
+		rec.Status = s.messages(w, body)
+		rec.End = time.Now().UTC()
+		s.write(rec)
+		return
+	}
 	status, out, delay, hold := s.answer(r, body)
 	if hold != "" {
 		if s.held != nil {
@@ -266,7 +296,7 @@ func (s *server) answer(r *http.Request, body []byte) (int, []byte, time.Duratio
 	user, tool, step := turnState(req.Messages)
 	var rep Reply
 	if s.demo {
-		rep = demoReply(user, tool, step)
+		rep = demoReply(user, tool, step, req.offers("host_fetch"))
 	} else {
 		var ok bool
 		rep, ok = s.script.pick(user, step)
@@ -378,15 +408,26 @@ func jsonInner(s string) string {
 }
 
 var (
+	urlRe      = regexp.MustCompile(`https?://[^\s"'<>]+`)
 	rememberRe = regexp.MustCompile(`(?is)^\s*remember\s*(?:that\s*)?:?\s*(.+?)\s*$`)
 	recallRe   = regexp.MustCompile(`(?i)what\s+do\s+you\s+remember`)
 	forgetRe   = regexp.MustCompile(`(?i)^\s*forget\b`)
 )
 
-// demoReply is the offline demo's fixed behaviour.
-func demoReply(user, tool string, step int) Reply {
+// demoReply is the offline demo's fixed behaviour; canFetch: the request
+// offers host_fetch.
+func demoReply(user, tool string, step int, canFetch bool) Reply {
 	arg := func(v map[string]string) json.RawMessage { b, _ := json.Marshal(v); return b }
 	switch {
+	case canFetch && urlRe.MatchString(user):
+		u := urlRe.FindString(user)
+		if step == 0 {
+			return Reply{ToolCalls: []ToolCall{{Name: "host_fetch", Arguments: arg(map[string]string{"url": u})}}}
+		}
+		if r := []rune(tool); len(r) > 500 {
+			tool = string(r[:500]) + "..."
+		}
+		return Reply{Text: "Report on " + u + " (demo model): the page says " + tool}
 	case rememberRe.MatchString(user):
 		note := rememberRe.FindStringSubmatch(user)[1]
 		if len([]rune(note)) > 2000 {
@@ -410,4 +451,77 @@ func demoReply(user, tool string, step int) Reply {
 	default:
 		return Reply{Text: "Demo model (a local scripted stand-in, not a language model). You said: " + user}
 	}
+}
+
+// messages answers POST /v1/messages with a Messages stream and returns
+// the status it sent.
+func (s *server) messages(w http.ResponseWriter, body []byte) int {
+	var req anthropic.Request
+	if err := json.Unmarshal(body, &req); err != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(`{"type":"error","error":{"type":"invalid_request_error","message":"bad json"}}`))
+		return http.StatusBadRequest
+	}
+	fl, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	// Word by word, as a model streams.
+	text := richDemoText(req.Messages)
+	var pieces []string
+	for i, word := range strings.SplitAfter(text, " ") {
+		if i%4 == 0 {
+			pieces = append(pieces, "")
+		}
+		pieces[len(pieces)-1] += word
+	}
+	for _, e := range anthropictest.TextStream(req.Model, pieces...) {
+		if _, err := io.WriteString(w, anthropictest.Frame(e)); err != nil {
+			break
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	return http.StatusOK
+}
+
+// guestMessages are the guests' words in a rich conversation, oldest first:
+// each user text block is the worker's JSON user context, {speaker,
+// message, ...}; tool results and other blocks are not a guest's.
+func guestMessages(msgs []anthropic.Message) []string {
+	var out []string
+	for _, m := range msgs {
+		if m.Role != anthropic.RoleUser {
+			continue
+		}
+		for _, b := range m.Content {
+			if b.Type != anthropic.BlockText {
+				continue
+			}
+			var ctx struct {
+				Message *string `json:"message"`
+			}
+			if json.Unmarshal([]byte(b.Text), &ctx) == nil && ctx.Message != nil {
+				out = append(out, *ctx.Message)
+			}
+		}
+	}
+	return out
+}
+
+// richDemoText is the rich demo's reply: the last guest message echoed and
+// the history it came with.
+func richDemoText(msgs []anthropic.Message) string {
+	said := guestMessages(msgs)
+	if len(said) == 0 {
+		return "Demo model (Anthropic Messages stand-in): this request holds no guest message."
+	}
+	last := said[len(said)-1]
+	text := "Demo model (a local scripted stand-in streaming the Anthropic Messages API, not a language model). You said: \"" + last + "\"."
+	if len(said) == 1 {
+		return text + " This is the first message of our conversation."
+	}
+	return text + fmt.Sprintf(" The conversation this session sent me holds %d earlier message(s) of yours; the first was: %q.", len(said)-1, said[0])
 }

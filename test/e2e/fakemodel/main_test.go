@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/rich"
 )
 
 func msgs(t *testing.T, js string) []message {
@@ -81,18 +83,77 @@ func TestScriptPickAndRecord(t *testing.T) {
 }
 
 func TestDemoReplies(t *testing.T) {
-	if r := demoReply("remember the code is 7", "", 0); len(r.ToolCalls) != 1 || r.ToolCalls[0].Name != "memory_set" ||
+	if r := demoReply("remember the code is 7", "", 0, false); len(r.ToolCalls) != 1 || r.ToolCalls[0].Name != "memory_set" ||
 		!strings.Contains(string(r.ToolCalls[0].Arguments), `"text":"the code is 7"`) {
 		t.Errorf("remember, step 0 = %+v, want a memory_set of the note", r)
 	}
-	if r := demoReply("what do you remember?", "", 0); len(r.ToolCalls) != 1 || r.ToolCalls[0].Name != "memory_get" {
+	if r := demoReply("what do you remember?", "", 0, false); len(r.ToolCalls) != 1 || r.ToolCalls[0].Name != "memory_get" {
 		t.Errorf("recall, step 0 = %+v, want memory_get", r)
 	}
-	if r := demoReply("what do you remember?", `[{"text":"x"}]`, 1); !strings.Contains(r.Text, `[{"text":"x"}]`) {
+	if r := demoReply("what do you remember?", `[{"text":"x"}]`, 1, false); !strings.Contains(r.Text, `[{"text":"x"}]`) {
 		t.Errorf("recall, step 1 = %q, want the memory shown", r.Text)
 	}
-	if r := demoReply("hi", "", 0); !strings.Contains(r.Text, "You said: hi") || !strings.Contains(r.Text, "not a language model") {
+	if r := demoReply("hi", "", 0, true); !strings.Contains(r.Text, "You said: hi") || !strings.Contains(r.Text, "not a language model") {
 		t.Errorf("echo = %q", r.Text)
+	}
+	// A research task: fetch the URL when host_fetch is offered, then report.
+	task := "Demo research\nRead this page: http://127.0.0.1:8080/notes and report"
+	if r := demoReply(task, "", 0, true); len(r.ToolCalls) != 1 || r.ToolCalls[0].Name != "host_fetch" ||
+		string(r.ToolCalls[0].Arguments) != `{"url":"http://127.0.0.1:8080/notes"}` {
+		t.Errorf("research, step 0 = %+v, want host_fetch of the URL", r)
+	}
+	if r := demoReply(task, `"page text"`, 1, true); !strings.Contains(r.Text, "Report on http://127.0.0.1:8080/notes") || !strings.Contains(r.Text, `"page text"`) {
+		t.Errorf("research, step 1 = %q, want a report quoting the page", r.Text)
+	}
+	if r := demoReply(task, "", 0, false); len(r.ToolCalls) != 0 || !strings.Contains(r.Text, "You said:") {
+		t.Errorf("a URL without host_fetch offered = %+v, want the echo", r)
+	}
+}
+
+// TestRichDemoStream: POST /v1/messages in demo mode answers a stream the
+// rich worker's own reader assembles, echoing the last guest message and
+// quoting the first one of the history.
+func TestRichDemoStream(t *testing.T) {
+	s := &server{demo: true}
+	user := func(msg string) string {
+		b, _ := json.Marshal(map[string]any{"speaker": map[string]string{"id": "g"}, "message": msg})
+		q, _ := json.Marshal(string(b))
+		return `{"role":"user","content":[{"type":"text","text":` + string(q) + `}]}`
+	}
+	tests := []struct {
+		name, messages string
+		want           []string
+	}{
+		{"first turn", "[" + user("my name is Ada") + "]", []string{`You said: "my name is Ada".`, "first message of our conversation"}},
+		{"second turn", "[" + user("my name is Ada") + `,{"role":"assistant","content":[{"type":"text","text":"hi"}]},` + user("what did I say?") + "]",
+			[]string{`You said: "what did I say?".`, `1 earlier message(s) of yours; the first was: "my name is Ada"`}},
+	}
+	for _, tt := range tests {
+		req := httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(`{"model":"claude-demo","max_tokens":100,"stream":true,"messages":`+tt.messages+`}`))
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, req)
+		if w.Code != http.StatusOK || w.Header().Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("%s: %d %s", tt.name, w.Code, w.Header().Get("Content-Type"))
+		}
+		resp, err := rich.ReadStream(w.Body)
+		if err != nil {
+			t.Fatalf("%s: the worker's stream reader refused the answer: %v", tt.name, err)
+		}
+		if len(resp.Content) != 1 || resp.Content[0].Type != "text" {
+			t.Fatalf("%s: answer %+v", tt.name, resp)
+		}
+		for _, want := range tt.want {
+			if !strings.Contains(resp.Content[0].Text, want) {
+				t.Errorf("%s: %q lacks %q", tt.name, resp.Content[0].Text, want)
+			}
+		}
+	}
+	script := &server{script: &Script{}}
+	req := httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(`{}`))
+	w := httptest.NewRecorder()
+	script.ServeHTTP(w, req)
+	if w.Code != http.StatusNotFound {
+		t.Errorf("POST /v1/messages outside demo mode = %d, want 404", w.Code)
 	}
 }
 

@@ -6,6 +6,7 @@ PKG_NAME=roundtable-sandbox
 
 # build_all builds the .deb (make deb) and the harness's own programs into
 # $E2E_WORK/bin. The test images are static binaries in FROM-scratch images.
+# "build_all demo": only the stand-ins make demo runs (fakemodel, fakemcp).
 build_all() {
   local bin=$E2E_WORK/bin
   mkdir -p "$bin"
@@ -38,12 +39,17 @@ build_all() {
   [[ -n $DEB ]] || e2e_die "could not get a complete package from make deb"
   export DEB
   e2e_log "package: $(basename "$DEB") ($(du -h "$DEB" | cut -f1))"
-  e2e_log "building fakes, test images and the scenario binary"
+  if [[ ${1:-} == demo ]]; then
+    e2e_log "building the demo's stand-ins (test/e2e/fakemodel, test/e2e/fakemcp)"
+  else
+    e2e_log "building fakes, test images and the scenario binary"
+  fi
   (
     cd "$REPO_ROOT"
     export CGO_ENABLED=0
     go build -trimpath -o "$bin/fakemodel" ./test/e2e/fakemodel &&
       go build -trimpath -o "$bin/fakemcp" ./test/e2e/fakemcp &&
+      if [[ ${1:-} == demo ]]; then exit 0; fi &&
       go build -trimpath -ldflags '-s -w' -o "$bin/img-hostile/hostile" ./test/e2e/hostile &&
       go build -trimpath -ldflags '-s -w' -o "$bin/img-stubborn/stubborn" ./test/e2e/stubborn &&
       go test -c -o "$bin/e2e.test" ./test/e2e &&
