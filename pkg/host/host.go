@@ -1,9 +1,14 @@
 // Package host is the sandbox-host daemon: the HTTP/JSON API on the host
-// socket, channel state, per-channel queues and turn orchestration.
+// socket, admission (per-channel queues, the global cap, a channel's one
+// running turn, fresh starts), channel state and the wiring of the kinds
+// (pkg/sealedturn, pkg/coderun, pkg/richsession, pkg/precheckrun,
+// pkg/delegationrun), each driving the one lifecycle (pkg/sandbox) and
+// reaching the host only through the narrow interface it declares; every
+// kind's error categories become a status in one place (statusOf).
 // Guarantee: every turn it starts ends with its container removed, its broker
 // units stopped and its turn directory and policy file removed, or with an
 // error and a log line naming exactly what an operator must inspect.
-// Docker and systemd are reached through the narrow interfaces below.
+// Docker and systemd are reached through the lifecycle's narrow interfaces.
 package host
 
 import (
