@@ -21,6 +21,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 	"github.com/roundtable-sandbox/sandbox/pkg/safefetch"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
 )
@@ -94,26 +95,8 @@ type (
 		Cancelled bool   `json:"cancelled"`
 		TurnID    string `json:"turnId,omitempty"`
 	}
-	// ActiveTurn is one entry of GET /v1/turns.
-	ActiveTurn struct {
-		ID             string `json:"id"`
-		ChannelTag     string `json:"channelTag"`
-		DeadlineUnix   int64  `json:"deadlineUnix"`
-		DeadlineUnixMs int64  `json:"deadlineUnixMs"`
-		// Standby is set for a standby not (yet) bound to a turn: its state
-		// (preparing, ready, binding, discarding); the deadline is then its
-		// expiry.
-		Standby string `json:"standby,omitempty"`
-		// Run marks a code run (its channel tag is "run-<id>").
-		Run bool `json:"run,omitempty"`
-		// Job marks a delegated job's research turn (its channel's tag).
-		Job bool `json:"job,omitempty"`
-		// Precheck marks a precheck script's run (its channel's tag).
-		Precheck bool `json:"precheck,omitempty"`
-		// Rich marks a rich channel's session (container and broker); the
-		// deadline is the session's lifetime.
-		Rich bool `json:"rich,omitempty"`
-	}
+	// ActiveTurn is one entry of GET /v1/turns (sandbox.Listed).
+	ActiveTurn = sandbox.Listed
 	// TurnList is GET /v1/turns.
 	TurnList struct {
 		Turns []ActiveTurn `json:"turns"`
@@ -410,15 +393,15 @@ func (h *Host) handleMode(w http.ResponseWriter, r *http.Request, channel string
 	}
 	h.log.Info("channel mode changed", "channel", ids.ChannelTag(channel), "mode", req.Mode, "profile", req.Profile)
 	if req.Mode == ModeOff {
-		h.dropStandby(channel, standby.ReasonChannelOff)
-		h.cancelJobs(channel)
+		h.sealed.Drop(channel, standby.ReasonChannelOff)
+		h.delegations.CancelChannel(channel)
 	}
 	if req.Mode == ModeRich {
-		h.dropStandby(channel, standby.ReasonChannelOff)
+		h.sealed.Drop(channel, standby.ReasonChannelOff)
 	}
 	// Another mode, or another profile: the session goes now (a running
 	// turn keeps it until it settles, then the next turn starts anew).
-	h.richStopIdle(channel, req.Mode, req.Profile)
+	h.rich.StopIdle(channel, req.Mode, req.Profile, req.Mode == ModeRich)
 	writeJSON(w, http.StatusOK, h.status(channel))
 	return nil
 }
@@ -475,13 +458,10 @@ func (h *Host) ActiveTurns() []ActiveTurn {
 	// a turn (a run is one to the reaper) from before it writes anything
 	// until after everything of it is gone, and a run finishes only after
 	// its cleanup.
-	for _, r := range h.runs.Unfinished() {
-		d := h.runDeadlineBound(r)
-		out = append(out, ActiveTurn{ID: r.ID(), ChannelTag: ids.RunName(r.ID()), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
-	}
+	out = append(out, h.coderun.Listed()...)
 	out = append(out, h.richListed()...)
-	out = append(out, h.activeJobs()...)
-	out = append(out, h.prechecks.list()...)
+	out = append(out, h.delegations.Listed()...)
+	out = append(out, h.prechecks.Listed()...)
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
 // Engine is the Docker side of the daemon: turns plus startup checks.
@@ -245,7 +246,7 @@ func CheckPolicyGroup(policyDir string, brokerGID int) error {
 	if err != nil {
 		return err
 	}
-	if gid, ok := fileGroup(st); !ok || gid != brokerGID {
+	if gid, ok := sandbox.FileGroup(st); !ok || gid != brokerGID {
 		return fmt.Errorf("%s must belong to group %d (_sandbox-broker), setgid, so brokers can read their policies: chgrp _sandbox-broker %s && chmod 2750 %s", policyDir, brokerGID, policyDir, policyDir)
 	}
 	return nil

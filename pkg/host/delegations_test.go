@@ -62,7 +62,7 @@ func waitJob(t *testing.T, r *rig, id string) delegation.Status {
 	for time.Now().Before(deadline) {
 		j, err := r.h.jobs.Get(id)
 		must(t, err)
-		if st := j.Status(); st.Finished() && len(r.h.activeJobs()) == 0 {
+		if st := j.Status(); st.Finished() && len(r.h.delegations.Listed()) == 0 {
 			return st
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -127,7 +127,7 @@ func TestDelegationRefusals(t *testing.T) {
 	if code, _ := apiAs(t, r.h, 777, "POST", "/v1/channels/c/delegations", delegate("T", "x")); code != http.StatusForbidden {
 		t.Errorf("stranger: %d, want 403", code)
 	}
-	if got := counterValue(r.h.metrics.delegations.WithLabelValues("refused")); got != 6 {
+	if got := gatheredCounter(r.h.reg, "sandbox_delegations_total", "result", "refused"); got != 6 {
 		t.Errorf("refused counted %v, want 6 (five limits, one bound)", got)
 	}
 
@@ -222,7 +222,7 @@ func TestDelegationResearchTurn(t *testing.T) {
 	if _, err := os.Lstat(spec.WorkspaceDir); !os.IsNotExist(err) {
 		t.Errorf("scratch workspace left: %v", err)
 	}
-	if got := counterValue(r.h.metrics.delegations.WithLabelValues("ok")); got != 1 {
+	if got := gatheredCounter(r.h.reg, "sandbox_delegations_total", "result", "ok"); got != 1 {
 		t.Errorf("ok counted %v", got)
 	}
 	r.assertClean(t)
@@ -314,7 +314,7 @@ func TestDelegationHostStopCancels(t *testing.T) {
 	if st := j.Status(); st.State != delegation.StateCancelled || st.Error != "the job was cancelled: the host stopped" {
 		t.Errorf("status %+v", st)
 	}
-	if got := counterValue(r.h.metrics.delegations.WithLabelValues("cancelled")); got != 1 {
+	if got := gatheredCounter(r.h.reg, "sandbox_delegations_total", "result", "cancelled"); got != 1 {
 		t.Errorf("cancelled counted %v", got)
 	}
 	r.assertClean(t)
@@ -400,7 +400,7 @@ func TestRemoveScratch(t *testing.T) {
 	must(t, os.Symlink(filepath.Dir(outside), filepath.Join(dir, "link")))
 	must(t, os.Chmod(filepath.Join(dir, "a", "b"), 0o000))
 	must(t, os.Chmod(filepath.Join(dir, "a"), 0o000))
-	must(t, r.h.removeScratch(dir))
+	must(t, r.h.delegations.RemoveScratch(dir))
 	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
 		t.Errorf("scratch left: %v", err)
 	}
@@ -409,7 +409,7 @@ func TestRemoveScratch(t *testing.T) {
 	}
 	// A leftover is swept by the next host.
 	must(t, os.MkdirAll(filepath.Join(dir, "x"), 0o700))
-	r.h.sweepScratch()
+	r.h.delegations.SweepScratch()
 	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
 		t.Errorf("leftover not swept: %v", err)
 	}

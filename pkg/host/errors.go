@@ -3,6 +3,9 @@ package host
 import (
 	"errors"
 	"net/http"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
 // Error categories. Callers of the API see only the category's generic
@@ -15,12 +18,12 @@ var (
 	ErrMethod       = errors.New("method not allowed")
 	ErrModeOff      = errors.New("channel is not in sandbox mode")
 	ErrTooLarge     = errors.New("request body too large")
-	ErrShuttingDown = errors.New("host is shutting down")
+	ErrShuttingDown = sandbox.ErrShuttingDown
 	ErrTurnFailed   = errors.New("turn failed")
 	ErrDeadline     = errors.New("turn deadline exceeded")
 	ErrCancelled    = errors.New("turn cancelled")
-	ErrCleanup      = errors.New("turn cleanup failed")
-	ErrClientGone   = errors.New("client disconnected")
+	ErrCleanup      = sandbox.ErrCleanup
+	ErrClientGone   = sandbox.ErrClientGone
 )
 
 // requestError carries a reason about the caller's own input.
@@ -45,6 +48,11 @@ func statusOf(err error) (int, string) {
 	if status, reason, ok := precheckStatusOf(err); ok {
 		return status, reason
 	}
+	var pr *precheckrun.Refusal
+	if errors.As(err, &pr) {
+		status, _ := statusOf(pr.Kind)
+		return status, pr.Reason
+	}
 	var re *requestError
 	if errors.As(err, &re) {
 		status, _ := statusOf(re.kind)
@@ -55,6 +63,8 @@ func statusOf(err error) (int, string) {
 		status int
 	}{
 		{ErrBadRequest, http.StatusBadRequest},
+		{precheckrun.ErrInvalid, http.StatusBadRequest},
+		{precheckrun.ErrForbidden, http.StatusForbidden},
 		{ErrForbidden, http.StatusForbidden},
 		{ErrNotFound, http.StatusNotFound},
 		{ErrMethod, http.StatusMethodNotAllowed},

@@ -1,18 +1,20 @@
 // Package host is the sandbox-host daemon: the HTTP/JSON API on the host
-// socket, channel state, per-channel queues and turn orchestration.
+// socket, admission (per-channel queues, the global cap, a channel's one
+// running turn, fresh starts), channel state and the wiring of the kinds
+// (pkg/sealedturn, pkg/coderun, pkg/richsession, pkg/precheckrun,
+// pkg/delegationrun), each driving the one lifecycle (pkg/sandbox) and
+// reaching the host only through the narrow interface it declares; every
+// kind's error categories become a status in one place (statusOf).
 // Guarantee: every turn it starts ends with its container removed, its broker
 // units stopped and its turn directory and policy file removed, or with an
 // error and a log line naming exactly what an operator must inspect.
-// Docker and systemd are reached through the narrow interfaces below.
+// Docker and systemd are reached through the lifecycle's narrow interfaces.
 package host
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,91 +24,39 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
+	"github.com/roundtable-sandbox/sandbox/pkg/delegationrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
+	"github.com/roundtable-sandbox/sandbox/pkg/sealedturn"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
-	"github.com/roundtable-sandbox/sandbox/pkg/toolschema"
+	"github.com/roundtable-sandbox/sandbox/pkg/toolset"
 	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
 )
 
-// ContainerSpec mirrors container.Spec (DESIGN.md section 4).
-type ContainerSpec struct {
-	Name, Image           string
-	UID, GID              int
-	WorkspaceDir, TurnDir string
-	MemoryMB              int
-	CPUs                  float64
-	Pids                  int64
-	TmpfsMB               int
-	Runtime               string
-	LogTag                string
-	Labels                map[string]string
-	// Run makes it a code run's container (container.RunOptions).
-	Run *RunContainer
-	// Precheck makes it a precheck's container (container.Spec.Precheck).
-	Precheck bool
-	// Rich makes it a rich channel's long-lived container (container.Spec.Rich).
-	Rich bool
-	// SkillsDir is a rich container's read-only skills tree (container.Spec.SkillsDir).
-	SkillsDir string
-}
+// The lifecycle's driver interfaces (pkg/sandbox), under the names the
+// host's callers and adapters use.
+type (
+	ContainerSpec    = sandbox.ContainerSpec
+	RunContainer     = sandbox.RunContainer
+	RunContainers    = sandbox.RunContainers
+	RunResult        = sandbox.RunResult
+	Containers       = sandbox.Containers
+	Units            = sandbox.Units
+	WarmContainers   = sandbox.WarmContainers
+	StartedContainer = sandbox.StartedContainer
+)
 
-// RunContainer mirrors container.RunOptions.
-type RunContainer struct {
-	Setup    bool
-	GateDir  string // with Setup: the project's gate (container.RunOptions.GateDir)
-	OutputMB int
-	Command  []string
-}
-
-// RunContainers is what a code run needs of the Docker driver beyond
-// Containers: attach, start, write stdin, copy stdout and stderr to the
-// writers as they come (a Write error kills the container), wait; and Ping,
-// to tell a daemon that went away from a container that misbehaved.
-type RunContainers interface {
-	Stream(ctx context.Context, id string, stdin []byte, stdout, stderr io.Writer) (int64, error)
-	Ping(ctx context.Context) error
-}
-
-// RunResult mirrors container.Result.
-type RunResult struct {
-	Stdout    []byte
-	ExitCode  int64
-	Truncated bool
-	// StderrRefused: stderr passed its bound and the worker was killed.
-	StderrRefused bool
-}
-
-// Containers is what a turn needs of the Docker driver.
-type Containers interface {
-	Create(ctx context.Context, spec ContainerSpec) (id string, err error)
-	// Run attaches and starts the container; then, when ready is not nil,
-	// calls it and writes stdin only once it returned nil (an error kills
-	// the container and is returned wrapped). It then closes stdin, reads at
-	// most maxStdout bytes of stdout and waits; on ctx end it kills the
-	// container. It never removes it.
-	// The worker's stderr is copied to stderr; a Write error from it kills
-	// the container and sets StderrRefused.
-	Run(ctx context.Context, id string, stdin []byte, maxStdout int64, ready func(context.Context) error, stderr io.Writer) (RunResult, error)
-	Kill(ctx context.Context, id string) error
-	// Remove force-removes; not found is success.
-	Remove(ctx context.Context, id string) error
-}
-
-// Units is what a turn needs of systemd: the broker socket unit.
-type Units interface {
-	// StartBroker starts sandbox-broker@<turn>.socket and waits for the job.
-	StartBroker(ctx context.Context, turnID string) error
-	// StartBrokerService starts sandbox-broker@<turn>.service and waits for
-	// the job (a standby's broker must run before a turn binds it).
-	StartBrokerService(ctx context.Context, turnID string) error
-	// StopBroker stops the socket and service units of the turn.
-	StopBroker(ctx context.Context, turnID string) error
-}
+// ChownTree hands a directory tree to a uid:gid without following a symlink
+// (sandbox.ChownTree).
+func ChownTree(dir string, uid, gid int) error { return sandbox.ChownTree(dir, uid, gid) }
 
 // Options configure a Host.
 type Options struct {
@@ -162,40 +112,38 @@ type Host struct {
 	mcpSpecs []protocol.MCPServerSpec
 	pol      policy.Policy // the turn-independent part of every policy
 
-	// The warm path (nil standbys: every turn takes the cold path).
+	// Sealed turns and the warm path (nil standbys: every turn takes the
+	// cold path).
+	sealed   *sealedturn.Kind
 	standbys *standby.Pool
-	warm     WarmContainers
-	shape    string // fingerprint of what shapes a standby
 
-	// Code runs (runs.go).
-	runs     *runs.Registry
-	runSlots runSlots
+	// Code runs (runs.go): the kind and its registry.
+	coderun *coderun.Kind
+	runs    *runs.Registry
 
 	// Precheck scripts (prechecks.go).
-	prechecks     precheckSet
-	precheckSlots runSlots
+	prechecks *precheckrun.Kind
 
 	// Rich channel sessions (rich.go).
-	rich        richSessions
-	richControl RichControl
-	replies     *replyBudget // reply packet bytes in flight (replyfiles.go)
+	rich    *richsession.Kind
+	replies *replyBudget // reply packet bytes in flight (replyfiles.go)
 
 	// Delegated jobs (delegations.go).
-	jobs     *delegation.Registry
-	research researchTurn // tools and prompt of every research turn
+	delegations *delegationrun.Kind
+	jobs        *delegation.Registry
+	research    sealedturn.Research // tools and prompt of every research turn
 
-	stopCtx context.Context
-	stopAll context.CancelCauseFunc
-	// cleanupCtx ends container removal retries when a shutdown runs out
-	// of time (ShutdownContext); turn cleanup otherwise never gives up early.
-	cleanupCtx     context.Context
-	abandonCleanup context.CancelCauseFunc
-	mu             sync.Mutex
-	stopping       bool
-	turns          sync.WaitGroup
-	active         map[string]*activeTurn // by channel
-	fresh          map[string]uint64      // pending fresh start: channel -> generation
-	freshGen       uint64
+	// life makes, runs and cleans up every kind's containers.
+	life *sandbox.Lifecycle
+
+	stopCtx  context.Context
+	stopAll  context.CancelCauseFunc
+	mu       sync.Mutex
+	stopping bool
+	turns    sync.WaitGroup
+	active   map[string]*activeTurn // by channel
+	fresh    map[string]uint64      // pending fresh start: channel -> generation
+	freshGen uint64
 }
 
 type activeTurn struct {
@@ -259,90 +207,76 @@ func New(o Options) (*Host, error) {
 		opts: o, cfg: o.Config, log: o.Logger, state: o.State, reg: o.Registry,
 		queue:  newQueue(o.Config.Queue.Depth, o.Config.Queue.GlobalConcurrency),
 		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
-		rich:        richSessions{byChannel: map[string]*richSession{}, removing: map[string]*richSession{}},
-		richControl: o.RichControl,
-		replies:     newReplyBudget(replyBudgetBytes, o.Logger),
+		replies: newReplyBudget(replyBudgetBytes, o.Logger),
 	}
 	h.routes = h.routeTable()
-	if h.richControl == nil {
-		h.richControl = HTTPRichControl{}
-	}
 	h.metrics = newMetrics(o.Registry, h.queue)
-	h.metrics.richSessions(o.Registry, h.richSessionCount)
-	h.runs = newRunRegistry(o.Config.Runs, o.Now)
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
-	h.cleanupCtx, h.abandonCleanup = context.WithCancelCause(context.Background())
+	h.life = sandbox.New(sandbox.Options{
+		Containers: o.Containers, Units: o.Units, Logger: o.Logger, WorkerLogs: o.WorkerLogs,
+		ChownTree: o.ChownTree, BrokerGID: o.BrokerGID,
+		RemoveTimeout: o.RemoveTimeout, SecondRemoval: o.SecondRemoval,
+		RemoveRetryDelay: o.RemoveRetryDelay, RemoveRetryTotal: o.RemoveRetryTotal,
+		ObservePhase: func(name string, took time.Duration) {
+			h.ObservePhase(name, took)
+			if o.ObservePhase != nil {
+				o.ObservePhase(name, took)
+			}
+		},
+		CleanupFailed: func(what string) { h.metrics.cleanupFailures.WithLabelValues(what).Inc() },
+	})
+	h.coderun = coderun.New(coderun.Options{
+		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, Lchown: o.Lchown, Registry: o.Registry,
+	})
+	h.runs = h.coderun.Registry()
 	if err := h.prepareStatic(); err != nil {
 		return nil, err
 	}
-	if err := h.newStandbys(); err != nil {
+	h.rich = richsession.New(richsession.Options{
+		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
+		Tools: h.tools, MCP: h.mcpSpecs, Policy: h.pol, Control: o.RichControl, Idle: o.RichIdle, Registry: o.Registry,
+	})
+	h.prechecks = precheckrun.New(precheckrun.Options{
+		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
+		Policy: h.pol, Registry: o.Registry,
+	})
+	sealed, err := sealedturn.New(sealedturn.Options{
+		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
+		Tools: h.tools, MCP: h.mcpSpecs, Policy: h.pol, StandbyEvent: h.metrics.standbyEvent, Observe: h.ObservePhase,
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.sealed, h.standbys = sealed, sealed.Pool()
+	if err := h.checkSample(); err != nil {
 		return nil, err
 	}
 	if err := h.newDelegation(); err != nil {
 		return nil, err
 	}
-	h.logRichConfig()
+	h.rich.LogConfig()
 	return h, nil
 }
 
-// prepareStatic builds the public tool specs and the policy template and
-// validates both with a sample turn.
+// prepareStatic builds the public tool specs and the policy template
+// (pkg/toolset; checkSample validates both once the sealed turns exist).
 func (h *Host) prepareStatic() error {
-	c := h.cfg
-	for _, t := range c.Tools {
-		h.tools = append(h.tools, protocol.ToolSpec{Name: t.Name, Description: t.Description, Parameters: modelSchema([]byte(t.Parameters))})
-		h.pol.Tools = append(h.pol.Tools, policy.Tool{
-			Name: t.Name, Kind: t.Kind, Builtin: t.Builtin, Argv: t.Argv, URL: t.URL,
-			TimeoutMs: t.TimeoutSeconds * 1000, Credential: t.Credential, AllowHTTP: t.AllowInsecureLoopbackHTTP,
-			MaxBytes: t.MaxBytes, MaxTextBytes: t.MaxTextBytes,
-		})
+	set, err := toolset.New(h.cfg, h.opts.MCPTools)
+	if err != nil {
+		return err
 	}
-	for _, s := range c.MCP {
-		spec := protocol.MCPServerSpec{Server: s.Name}
-		if discovered, ok := h.opts.MCPTools[s.Name]; ok {
-			for _, t := range discovered {
-				t.Parameters = modelSchema(t.Parameters)
-				spec.Tools = append(spec.Tools, t)
-			}
-		} else {
-			for _, t := range s.Tools {
-				spec.Tools = append(spec.Tools, protocol.ToolSpec{Name: t.Name, Description: t.Description, Parameters: modelSchema([]byte(t.Parameters))})
-			}
-		}
-		names := make([]string, 0, len(spec.Tools))
-		for _, t := range spec.Tools {
-			names = append(names, t.Name)
-		}
-		h.mcpSpecs = append(h.mcpSpecs, spec)
-		h.pol.MCP = append(h.pol.MCP, policy.MCPServer{
-			Name: s.Name, URL: s.URL, Credential: s.Credential, Session: s.Session, Tools: names, AllowHTTP: s.AllowInsecureLoopbackHTTP,
-		})
-	}
-	h.pol.Version = policy.Version
-	h.pol.Model = policy.Model{URL: c.Model.URL, Name: c.Model.Name, MaxTokens: c.Model.MaxTokens, AllowHTTP: c.Model.AllowInsecureLoopbackHTTP}
-	h.pol.Limits = c.Broker.PolicyLimits()
-	h.pol.EgressAllow = c.Egress.Allow
+	h.tools, h.mcpSpecs, h.pol = set.Tools, set.MCP, set.Policy
+	return nil
+}
 
-	all := make([]protocol.ToolSpec, 0, len(h.tools))
-	for _, t := range h.tools {
-		t.Name = protocol.HostFunctionName(t.Name)
-		all = append(all, t)
-	}
-	for i, s := range h.mcpSpecs {
-		for _, t := range s.Tools {
-			t.Name = protocol.MCPFunctionName(i, t.Name)
-			all = append(all, t)
-		}
-	}
-	if n := config.ToolBudgetBytes(all); n > config.MaxToolBudget-config.BuiltinToolReserve {
-		return fmt.Errorf("host: tool specs take %d bytes, over the worker's budget of %d", n, config.MaxToolBudget-config.BuiltinToolReserve)
-	}
-	sample := &turn{id: ids.NewTurnID(), channel: ids.PreflightChannel, speaker: protocol.Speaker{ID: "preflight"}}
-	p := h.policyFor(sample, h.opts.Now().Add(c.TurnDeadline()))
+// checkSample validates the policy and worker turn of a sample turn.
+func (h *Host) checkSample() error {
+	sample := &sealedturn.Turn{Handle: sandbox.Handle{ID: ids.NewTurnID(), Channel: ids.PreflightChannel}, Speaker: protocol.Speaker{ID: "preflight"}}
+	p := h.sealed.PolicyFor(sample, h.opts.Now().Add(h.cfg.TurnDeadline()))
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("host: configuration makes an invalid broker policy: %w", err)
 	}
-	if _, err := h.turnJSON(sample, false); err != nil {
+	if _, err := h.sealed.TurnJSON(sample, false); err != nil {
 		return fmt.Errorf("host: configuration makes an invalid worker turn: %w", err)
 	}
 	return nil
@@ -461,16 +395,16 @@ func (h *Host) ShutdownContext(ctx context.Context) {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		h.abandonCleanup(context.Cause(ctx))
+		h.life.Abandon(context.Cause(ctx))
 		<-done
 	}
 	// After the turns: no turn takes a rich session any more.
 	richDone := make(chan struct{})
-	go func() { h.richStopAll("host stop"); close(richDone) }()
+	go func() { h.rich.StopAll("host stop"); close(richDone) }()
 	select {
 	case <-richDone:
 	case <-ctx.Done():
-		h.abandonCleanup(context.Cause(ctx))
+		h.life.Abandon(context.Cause(ctx))
 		<-richDone
 	}
 	// After the turns: no turn binds a standby any more, and none refills.
@@ -480,7 +414,7 @@ func (h *Host) ShutdownContext(ctx context.Context) {
 		select {
 		case <-closed:
 		case <-ctx.Done():
-			h.abandonCleanup(context.Cause(ctx))
+			h.life.Abandon(context.Cause(ctx))
 			<-closed
 		}
 	}
@@ -492,26 +426,6 @@ func (h *Host) accepting() bool {
 	return !h.stopping
 }
 
-// modelSchema is a tool's parameters as the model gets them: without the
-// root $schema, a dialect declaration that nothing loads (toolschema) but
-// that some providers' function-declaration APIs refuse as an unknown field
-// (Gemini: Unknown name "$schema"), so a schema copied from an MCP server
-// works with them too. Everything else is passed on as declared.
-func modelSchema(raw json.RawMessage) json.RawMessage {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if dec.Decode(&v) != nil {
-		return raw // config and discovery refuse it before this
-	}
-	if m, ok := v.(map[string]any); !ok || m["$schema"] == nil {
-		return raw
-	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if enc.Encode(toolschema.WithoutDialect(v)) != nil {
-		return raw
-	}
-	return json.RawMessage(bytes.TrimRight(b.Bytes(), "\n"))
-}
+// HasCapChown reports whether the process may hand workspaces to guests
+// (sandbox.HasCapChown).
+func HasCapChown() (bool, error) { return sandbox.HasCapChown() }

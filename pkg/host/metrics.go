@@ -31,13 +31,6 @@ type metrics struct {
 	standbyTakes    *prometheus.CounterVec
 	standbyDiscards *prometheus.CounterVec
 	standbyPrepares *prometheus.CounterVec
-	runs            *prometheus.CounterVec
-	runDuration     prometheus.Histogram
-	delegations     *prometheus.CounterVec
-	prechecks       *prometheus.CounterVec
-	richTurns       *prometheus.CounterVec
-	richStarts      prometheus.Counter
-	richStops       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
@@ -74,42 +67,10 @@ func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
 		standbyPrepares: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_standby_prepares_total", Help: "Standby preparations by result (ok, failed, capped: skipped at standby.max).",
 		}, []string{"result"}),
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sandbox_runs_total", Help: "Code runs finished, by result (ok, failed, timeout, cancelled, denied, error).",
-		}, []string{"result"}),
-		runDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sandbox_run_duration_seconds", Help: "Code runs from admission (approval wait included) to their result after cleanup.",
-			Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200},
-		}),
 	}
-	m.delegations = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sandbox_delegations_total", Help: "Delegated jobs, by result (ok, failed, timeout, cancelled; refused: not admitted).",
-	}, []string{"result"})
-	reg.MustRegister(m.delegations)
-	m.prechecks = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sandbox_prechecks_total", Help: "Precheck scripts run, by result (wake, no_wake, script_error, timeout, failed: the system's failure).",
-	}, []string{"result"})
-	reg.MustRegister(m.prechecks)
-	m.richTurns = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sandbox_rich_turns_total", Help: "Turns of rich channels, by result and whether the channel's session was already running (warm).",
-	}, []string{"result", "warm"})
-	m.richStarts = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "sandbox_rich_session_starts_total", Help: "Rich channel sessions (container and broker) started.",
-	})
-	m.richStops = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sandbox_rich_session_stops_total", Help: "Rich channel sessions stopped, by reason (idle, channel off, fresh start, turn failed, host stop, ...).",
-	}, []string{"reason"})
-	reg.MustRegister(m.richTurns, m.richStarts, m.richStops)
 	reg.MustRegister(m.turns, m.duration, m.phases, m.queueWaiting, m.running, m.cleanupFailures, m.refused,
-		m.standbyTakes, m.standbyDiscards, m.standbyPrepares, m.runs, m.runDuration)
+		m.standbyTakes, m.standbyDiscards, m.standbyPrepares)
 	return m
-}
-
-// richSessions registers the gauge of live rich sessions.
-func (m *metrics) richSessions(reg prometheus.Registerer, count func() float64) {
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "sandbox_rich_sessions", Help: "Rich channel sessions running now (one container and one broker each).",
-	}, count))
 }
 
 // standbyEvent counts what the standby pool reports.

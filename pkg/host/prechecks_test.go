@@ -13,12 +13,13 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheck/runner"
+	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 )
 
 // precheckExtra gives a precheck the default minute: tests about anything
@@ -108,35 +109,35 @@ func TestPrecheckTable(t *testing.T) {
 		calls  int
 	}{
 		{"wake", precheck.Request{Channel: "room", Script: `export default async () => ({ wake: true, context: "go" })`},
-			precheck.Answer{Wake: &yes, Context: "go"}, precheckWake, 0},
+			precheck.Answer{Wake: &yes, Context: "go"}, precheckrun.ResultWake, 0},
 		{"no wake", precheck.Request{Channel: "room", Script: `export default async () => ({ wake: false })`},
-			precheck.Answer{Wake: &no}, precheckNoWake, 0},
+			precheck.Answer{Wake: &no}, precheckrun.ResultNoWake, 0},
 		{"note", precheck.Request{Channel: "room", Script: `export default async () => ({ wake: false, note: "quiet" })`},
-			precheck.Answer{Wake: &no, Note: "quiet"}, precheckNoWake, 0},
+			precheck.Answer{Wake: &no, Note: "quiet"}, precheckrun.ResultNoWake, 0},
 		{"async MCP call", precheck.Request{Channel: "room", Grants: []precheck.Grant{{Server: "search", Tool: "find"}},
 			Script: `export default async ({ mcp }) => { const r = await mcp.json("search", "find", { q: "x" }); return { wake: r.hits > 3, context: "hits " + r.hits } }`},
-			precheck.Answer{Wake: &yes, Context: "hits 4"}, precheckWake, 1},
+			precheck.Answer{Wake: &yes, Context: "hits 4"}, precheckrun.ResultWake, 1},
 		{"a tool not granted with the script is refused", precheck.Request{Channel: "room",
 			Script: `export default async ({ mcp }) => { await mcp.json("search", "find"); return { wake: false } }`},
-			precheck.Answer{Error: "the script threw: mcp.json: search/find is not granted to this precheck"}, precheckScriptError, 0},
+			precheck.Answer{Error: "the script threw: mcp.json: search/find is not granted to this precheck"}, precheckrun.ResultScriptError, 0},
 		{"throws", precheck.Request{Channel: "room", Script: `export default async () => { throw new Error("feed down") }`},
-			precheck.Answer{Error: "the script threw: feed down"}, precheckScriptError, 0},
+			precheck.Answer{Error: "the script threw: feed down"}, precheckrun.ResultScriptError, 0},
 		{"syntax error", precheck.Request{Channel: "room", Script: "export default async () => {"},
-			precheck.Answer{Error: "the script has a syntax error at line 1, column 29"}, precheckScriptError, 0},
+			precheck.Answer{Error: "the script has a syntax error at line 1, column 29"}, precheckrun.ResultScriptError, 0},
 		{"wrong shape", precheck.Request{Channel: "room", Script: `export default async () => ({ wake: "yes" })`},
-			precheck.Answer{Error: "the script's answer must be {wake: false, note?} or {wake: true, context} with string note and context"}, precheckScriptError, 0},
+			precheck.Answer{Error: "the script's answer must be {wake: false, note?} or {wake: true, context} with string note and context"}, precheckrun.ResultScriptError, 0},
 		{"result over its bound", precheck.Request{Channel: "room", Script: `export default async () => ({ wake: true, context: "x".repeat(16001) })`},
-			precheck.Answer{Error: "the script's answer is over its bound (note 1000, context 16000 characters)"}, precheckScriptError, 0},
+			precheck.Answer{Error: "the script's answer is over its bound (note 1000, context 16000 characters)"}, precheckrun.ResultScriptError, 0},
 		{"endless loop", precheck.Request{Channel: "room", Script: `export default async () => { for (;;) {} }`},
-			precheck.Answer{Error: "the script ran past its time limit and was stopped"}, precheckTimeout, 0},
+			precheck.Answer{Error: "the script ran past its time limit and was stopped"}, precheckrun.ResultTimeout, 0},
 		{"time zone edge: just after midnight east of UTC", precheck.Request{Channel: "room", FiredAt: "2026-11-30T23:05:00Z", TimeZone: "Europe/Berlin",
 			Schedule: "daily 00:05", Script: `export default async ({ today, timeZone, schedule, firedAt }) => ({ wake: true, context: [today, timeZone, schedule, firedAt.toISOString()].join(" ") })`},
-			precheck.Answer{Wake: &yes, Context: "2026-12-01 Europe/Berlin daily 00:05 2026-11-30T23:05:00.000Z"}, precheckWake, 0},
+			precheck.Answer{Wake: &yes, Context: "2026-12-01 Europe/Berlin daily 00:05 2026-11-30T23:05:00.000Z"}, precheckrun.ResultWake, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			extra := precheckExtra
-			if tt.result == precheckTimeout {
+			if tt.result == precheckrun.ResultTimeout {
 				extra = precheckShortExtra
 			}
 			r, m := newPrecheckRig(t, extra)
@@ -331,7 +332,7 @@ func TestPrecheckKilledAtDeadline(t *testing.T) {
 	if len(r.docker.kills) == 0 || len(r.docker.removes) == 0 {
 		t.Errorf("kills %v removes %v", r.docker.kills, r.docker.removes)
 	}
-	if v := precheckCount(r.h, precheckTimeout); v != 1 {
+	if v := precheckCount(r.h, precheckrun.ResultTimeout); v != 1 {
 		t.Errorf("timeout metric %v", v)
 	}
 	r.assertClean(t)
@@ -406,11 +407,28 @@ func TestPrecheckLogQuotesNothingOfTheContainer(t *testing.T) {
 	}
 }
 
-// precheckCount reads sandbox_prechecks_total{result}.
+// precheckCount reads sandbox_prechecks_total{result} (0 when absent).
 func precheckCount(h *Host, result string) float64 {
-	var m dto.Metric
-	if err := h.metrics.prechecks.WithLabelValues(result).Write(&m); err != nil {
+	return gatheredCounter(h.reg, "sandbox_prechecks_total", "result", result)
+}
+
+// gatheredCounter reads one series of a counter from reg (0 when absent).
+func gatheredCounter(reg *prometheus.Registry, name, label, value string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
 		return -1
 	}
-	return m.GetCounter().GetValue()
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

@@ -19,7 +19,7 @@ var replyWriteTimeout = 2 * time.Minute
 
 // replyBudgetBytes bounds the reply packets the host holds at once: two
 // packets at their bound (a var for tests). A packet reserves its length
-// before its body is read (richcontrol.go), keeps its files' bytes until
+// before its body is read (pkg/richsession/control.go), keeps its files' bytes until
 // its answer is written, and waits, within its turn's deadline, while
 // other packets hold the budget.
 var replyBudgetBytes int64 = 2 * richproto.MaxPacketBytes

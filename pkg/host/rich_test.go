@@ -93,8 +93,19 @@ func richRig(t *testing.T, idle time.Duration) (*rig, *fakeRichControl) {
 // richRigWith is richRig with the options changed by mutate (when not nil).
 func richRigWith(t *testing.T, idle time.Duration, mutate func(*Options)) (*rig, *fakeRichControl) {
 	t.Helper()
+	return richRigFull(t, idle, "", mutate)
+}
+
+// richRigExtra is richRig with more configuration.
+func richRigExtra(t *testing.T, idle time.Duration, extra string) (*rig, *fakeRichControl) {
+	t.Helper()
+	return richRigFull(t, idle, extra, nil)
+}
+
+func richRigFull(t *testing.T, idle time.Duration, extra string, mutate func(*Options)) (*rig, *fakeRichControl) {
+	t.Helper()
 	ctl := &fakeRichControl{}
-	r := newRig(t, richExtra, func(o *Options) {
+	r := newRig(t, richExtra+extra, func(o *Options) {
 		o.RichControl = ctl
 		o.RichIdle = idle
 		if mutate != nil {

@@ -15,8 +15,8 @@ import (
 // is refused naming the field; the largest valid request fits the body
 // limit; the session policy carries the operator's egress.allow.
 func TestRichAttachmentsAPI(t *testing.T) {
-	r, ctl := richRig(t, time.Hour)
-	r.h.pol.EgressAllow = []string{"127.0.0.1:8080"} // the operator's egress.allow, before any session
+	// The operator's egress.allow, in the configuration the host starts with.
+	r, ctl := richRigExtra(t, time.Hour, "egress:\n  allow: [\"127.0.0.1:8080\"]\n")
 	must(t, r.h.state.SetRich("room", "helper"))
 	atts := []richproto.Attachment{{URL: "https://example.com/a.png", Name: "a.png", Type: "image/png"}, {URL: "http://10.1.2.3:8080/r.txt", Name: "r.txt"}}
 	body := func(text string, as []richproto.Attachment) string {
@@ -34,7 +34,7 @@ func TestRichAttachmentsAPI(t *testing.T) {
 	pol := r.docker.policies[len(r.docker.policies)-1]
 	r.docker.mu.Unlock()
 	if fmt.Sprint(pol.EgressAllow) != "[127.0.0.1:8080]" {
-		t.Errorf("session policy egressAllow %v, want the host's %v", pol.EgressAllow, r.h.pol.EgressAllow)
+		t.Errorf("session policy egressAllow %v, want the host's %v", pol.EgressAllow, r.cfg.Egress.Allow)
 	}
 
 	// The largest valid request: 100,000 characters escaped to 6 bytes

@@ -486,7 +486,7 @@ func TestRunEmptyWorkspaceEnterable(t *testing.T) {
 	} {
 		dir := filepath.Join(r.cfg.WorkspaceRoot, ".run-empty")
 		tc.pre(dir)
-		got, err := r.h.runWorkspace("")
+		got, err := r.h.coderun.Workspace("")
 		if err != nil || got != dir {
 			t.Fatalf("%s: runWorkspace = %q, %v; want %q", tc.name, got, err, dir)
 		}

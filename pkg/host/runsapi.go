@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
 
@@ -157,6 +158,8 @@ func runStatusOf(err error) (int, string, bool) {
 		return http.StatusConflict, "the run is not in a state that allows this", true
 	case errors.Is(err, runs.ErrBusy):
 		return http.StatusTooManyRequests, err.Error(), true
+	case errors.Is(err, coderun.ErrJobTooLarge):
+		return http.StatusBadRequest, err.Error(), true
 	case errors.Is(err, ErrRunsDisabled):
 		return http.StatusConflict, ErrRunsDisabled.Error(), true
 	}

@@ -19,6 +19,8 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
+	"github.com/roundtable-sandbox/sandbox/pkg/toolset"
 )
 
 func TestTurnHappyPath(t *testing.T) {
@@ -260,7 +262,7 @@ func TestPolicyFileModeAndGroup(t *testing.T) {
 	if st == nil || st.Mode().Perm() != 0o640 {
 		t.Fatalf("policy file at create time: %v", st)
 	}
-	if gid, _ := fileGroup(st); gid != 4343 {
+	if gid, _ := sandbox.FileGroup(st); gid != 4343 {
 		t.Errorf("policy group = %d, want 4343", gid)
 	}
 }
@@ -476,7 +478,7 @@ func TestModelSchemaHasNoDialect(t *testing.T) {
 			t.Errorf("%s: parameters %s, want %s", tt.name, tt.got, tt.want)
 		}
 	}
-	if got, want := string(modelSchema(json.RawMessage(`{"type":"object"}`))), `{"type":"object"}`; got != want {
+	if got, want := string(toolset.ModelSchema(json.RawMessage(`{"type":"object"}`))), `{"type":"object"}`; got != want {
 		t.Errorf("a schema without $schema: %s, want it unchanged", got)
 	}
 }

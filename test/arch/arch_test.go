@@ -27,10 +27,72 @@ var layers = [][]string{
 	// 2: drivers and single-purpose domains.
 	{"client", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich"},
-	// 3: the services.
-	{"broker", "reaper", "host", "credset", "runmcp"},
-	// 4: wiring of the host binary (cobra commands, Docker and D-Bus adapters).
+	// 3: the services, and the one sandbox lifecycle every kind drives.
+	{"broker", "reaper", "credset", "runmcp", "sandbox", "chanstate", "peerauth", "toolset"},
+	// 4: the kinds, each driving the lifecycle; a kind never imports another.
+	kinds,
+	// 5: the host: API, admission, channel state, the kinds' orchestration.
+	{"host"},
+	// 6: wiring of the host binary (cobra commands, Docker and D-Bus adapters).
 	{"host/cli"},
+}
+
+// kinds are the packages of one kind of sandbox each (DESIGN.md section
+// 16): each drives the lifecycle and no kind imports another.
+var kinds = []string{"coderun", "precheckrun", "delegationrun", "richsession", "sealedturn"}
+
+// lifecycle is the package every kind shares; it imports no kind.
+const lifecycle = "sandbox"
+
+// kindViolations reports a kind importing a kind and the lifecycle
+// importing a kind (the layers refuse both too; this names the rule).
+func kindViolations(kinds []string, lifecycle string, graph map[string][]string) []string {
+	var out []string
+	isKind := map[string]bool{}
+	for _, k := range kinds {
+		isKind[k] = true
+	}
+	pkgs := make([]string, 0, len(graph))
+	for p := range graph {
+		pkgs = append(pkgs, p)
+	}
+	slices.Sort(pkgs)
+	for _, p := range pkgs {
+		for _, imp := range graph[p] {
+			switch {
+			case isKind[p] && isKind[imp]:
+				out = append(out, fmt.Sprintf("kind pkg/%s imports kind pkg/%s: a kind never imports another kind", p, imp))
+			case p == lifecycle && isKind[imp]:
+				out = append(out, fmt.Sprintf("the lifecycle pkg/%s imports kind pkg/%s: it must know no kind", p, imp))
+			}
+		}
+	}
+	return out
+}
+
+func TestKindViolationsCatchesBadGraphs(t *testing.T) {
+	tests := []struct {
+		name  string
+		graph map[string][]string
+		want  []string
+	}{
+		{"clean", map[string][]string{"life": nil, "a": {"life"}, "b": {"life"}, "host": {"a", "b", "life"}}, nil},
+		{"kind imports kind", map[string][]string{"life": nil, "a": {"b"}, "b": nil}, []string{"kind pkg/a imports kind pkg/b"}},
+		{"lifecycle imports kind", map[string][]string{"life": {"a"}, "a": nil, "b": nil}, []string{"the lifecycle pkg/life imports kind pkg/a"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := kindViolations([]string{"a", "b"}, "life", tt.graph)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %q, want %q", got, tt.want)
+			}
+			for i := range got {
+				if !strings.Contains(got[i], tt.want[i]) {
+					t.Errorf("violation %d = %q, want it to contain %q", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
 }
 
 // violations checks graph (package -> imports, both as paths relative to
@@ -167,6 +229,9 @@ func TestPkgImportLayers(t *testing.T) {
 	}
 	if len(graph) < 10 {
 		t.Fatalf("found only %d packages under %s: the walk is broken", len(graph), pkgRoot)
+	}
+	for _, v := range kindViolations(kinds, lifecycle, graph) {
+		t.Error(v)
 	}
 	bad, stale := violations(layers, graph, outside)
 	for _, v := range bad {

@@ -1,4 +1,4 @@
-package host
+package richsession
 
 import (
 	"bytes"
@@ -16,16 +16,16 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
 
-// ErrRichBroker: the session's broker could not be reached or closed the
+// ErrBroker: the session's broker could not be reached or closed the
 // control request without an answer (stopped, crashed, its socket gone).
-var ErrRichBroker = errors.New("rich channel broker unreachable")
+var ErrBroker = errors.New("rich channel broker unreachable")
 
-// HTTPRichControl speaks the control routes on a session's broker socket.
+// HTTPControl speaks the control routes on a session's broker socket.
 // It opens a connection per call (the broker checks each connection's
 // peer uid) and never follows anything but the socket path it is given.
-type HTTPRichControl struct{}
+type HTTPControl struct{}
 
-func (HTTPRichControl) client(socket string) *http.Client {
+func (HTTPControl) client(socket string) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "unix", socket)
@@ -37,7 +37,7 @@ func (HTTPRichControl) client(socket string) *http.Client {
 }
 
 // do sends one control request; the caller reads and closes the answer.
-func (c HTTPRichControl) do(ctx context.Context, socket, route string, body []byte) (*http.Response, error) {
+func (c HTTPControl) do(ctx context.Context, socket, route string, body []byte) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://broker"+route, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -48,12 +48,12 @@ func (c HTTPRichControl) do(ctx context.Context, socket, route string, body []by
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		return nil, fmt.Errorf("%w: %v", ErrRichBroker, err)
+		return nil, fmt.Errorf("%w: %v", ErrBroker, err)
 	}
 	return resp, nil
 }
 
-func (c HTTPRichControl) post(ctx context.Context, socket, route string, body []byte, max int64) (int, []byte, error) {
+func (c HTTPControl) post(ctx context.Context, socket, route string, body []byte, max int64) (int, []byte, error) {
 	resp, err := c.do(ctx, socket, route, body)
 	if err != nil {
 		return 0, nil, err
@@ -71,15 +71,15 @@ func (c HTTPRichControl) post(ctx context.Context, socket, route string, body []
 
 // cut names a control answer whose reading failed: the turn's end, or the
 // broker's.
-func (HTTPRichControl) cut(ctx context.Context, err error) error {
+func (HTTPControl) cut(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	return fmt.Errorf("%w: answer cut: %v", ErrRichBroker, err)
+	return fmt.Errorf("%w: answer cut: %v", ErrBroker, err)
 }
 
 // Status asks the broker whether its worker is up.
-func (c HTTPRichControl) Status(ctx context.Context, socket string) (policy.ControlStatus, error) {
+func (c HTTPControl) Status(ctx context.Context, socket string) (policy.ControlStatus, error) {
 	var st policy.ControlStatus
 	code, data, err := c.post(ctx, socket, policy.RouteControlStatus, nil, 4<<10)
 	if err != nil {
@@ -99,7 +99,7 @@ func (c HTTPRichControl) Status(ctx context.Context, socket string) (policy.Cont
 // The packet is decoded as it is read (richproto.DecodeResult), after
 // reserve took its length from the host's reply budget: the caller
 // releases what reserve took once it is done with the files.
-func (c HTTPRichControl) Turn(ctx context.Context, socket string, b policy.Bind, reserve ReserveFunc) (*richproto.Result, error) {
+func (c HTTPControl) Turn(ctx context.Context, socket string, b policy.Bind, reserve ReserveFunc) (*richproto.Result, error) {
 	body, err := json.Marshal(b)
 	if err != nil {
 		return nil, err
@@ -115,7 +115,7 @@ func (c HTTPRichControl) Turn(ctx context.Context, socket string, b policy.Bind,
 		// The broker withheld a private tool result from a worker without
 		// the privateTo and readerRecords capabilities (or the worker
 		// reported private history without them).
-		return nil, ErrRichWorkerIncompatible
+		return nil, ErrWorkerIncompatible
 	default:
 		var e struct {
 			Error string `json:"error"`

@@ -1,4 +1,4 @@
-package host
+package chanstate
 
 import (
 	"errors"
@@ -200,5 +200,12 @@ func TestStateKeepsSlotGuestRecords(t *testing.T) {
 	}
 	if uid, err := s.GuestUID("c", g, -1); err != nil || uid == 100000 || uid == 100001 {
 		t.Errorf("channel c got guest uid %d (%v), a slot's or none", uid, err)
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,4 +1,12 @@
-package host
+// Package chanstate is the host's channel state file
+// (<stateDir>/state.json): each channel's mode (on, off, rich) and rich
+// profile, and the guest uid of every channel and internal slot record,
+// with the lock that keeps a second host off the same directories.
+// Guarantee: a change is written through (temp, fsync, rename) before it
+// is visible, so a crash leaves the old state or the new one whole; a
+// corrupt or oversized file refuses to load and is left as it is; guest
+// uids are unique and within the configured range.
+package chanstate
 
 import (
 	"encoding/json"
@@ -24,7 +32,7 @@ const (
 	ModeOn  = "on"
 	ModeOff = "off"
 	// ModeRich runs the channel's turns on its long-lived rich worker
-	// with the channel's profile (rich.go).
+	// with the channel's profile.
 	ModeRich = "rich"
 )
 

@@ -1,11 +1,12 @@
-package host
+package sandbox
 
 import (
 	"io/fs"
 	"syscall"
 )
 
-func fileOwner(st fs.FileInfo) (int, bool) {
+// FileOwner is the uid of a stat result (false off Linux).
+func FileOwner(st fs.FileInfo) (int, bool) {
 	s, ok := st.Sys().(*syscall.Stat_t)
 	if !ok {
 		return 0, false
@@ -13,7 +14,8 @@ func fileOwner(st fs.FileInfo) (int, bool) {
 	return int(s.Uid), true
 }
 
-func fileGroup(st fs.FileInfo) (int, bool) {
+// FileGroup is the gid of a stat result.
+func FileGroup(st fs.FileInfo) (int, bool) {
 	s, ok := st.Sys().(*syscall.Stat_t)
 	if !ok {
 		return 0, false

@@ -1,0 +1,588 @@
+// Package coderun is the code-run kind (DESIGN.md section 12): admission
+// of a run, its approval wait (network runs), a concurrency slot, the
+// toolbox container driven through the lifecycle (a wire.Job on stdin,
+// wire frames back), artifacts, and the result recorded only after cleanup.
+// It holds only the runs' own rules and state; it reaches the host through
+// the narrow Host interface and never imports another kind.
+// Guarantee: a run's result is recorded only once its container, broker
+// units, turn directory and policy file are gone (or the log names what is
+// left); a run with network starts only after its approval; a run's job
+// fits wire.MaxJobBytes or is refused before anything starts.
+package coderun
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
+)
+
+// Errors the host maps to a status.
+var (
+	// ErrRunsDisabled: runs.enabled is off, or the driver cannot stream.
+	ErrRunsDisabled = errors.New("code execution is disabled on this host (runs.enabled)")
+	// ErrJobTooLarge: each parameter is within its bound, but the job that
+	// carries them all to the container is not.
+	ErrJobTooLarge = fmt.Errorf("the command, arguments, setup and artifacts together are over %d bytes", wire.MaxJobBytes)
+
+	errTimeout   = errors.New("run timeout")
+	errCancelled = errors.New("run cancelled")
+)
+
+// A run's pseudo channel ids.RunName(id), "run-<id>", is its tag (a valid
+// channel tag as it is), its container name, its journal identifier
+// sandbox/run-<id> and its queue entry; its guest uid is its slot's
+// (ids.RunSlot: concurrent runs get distinct uids, RLIMIT_NPROC is per
+// uid). No channel key takes either form (ids.ValidChannel).
+
+// Host is what a run needs of the host that made the kind.
+type Host interface {
+	// Admit runs create under the host's admission lock unless the host
+	// is stopping (then sandbox.ErrShuttingDown), and counts the work
+	// until done is called, so a shutdown waits for it.
+	Admit(create func() error) (done func(), err error)
+	// Slot waits for a place under the global concurrency cap, queued
+	// under key; sandbox.ErrShuttingDown once the host stops.
+	Slot(ctx context.Context, key string) (release func(), err error)
+	// Stopped ends, with cause sandbox.ErrShuttingDown, when the host stops.
+	Stopped() context.Context
+	// GuestUID is the guest uid recorded for key (made on first use).
+	GuestUID(key string) (int, error)
+}
+
+// Options make a Kind.
+type Options struct {
+	Config    *config.Config
+	Lifecycle *sandbox.Lifecycle
+	Host      Host
+	Logger    *slog.Logger
+	Now       func() time.Time
+	// Lchown changes one entry, never through a link (a run's gate).
+	Lchown func(path string, uid, gid int) error
+	// Registry receives sandbox_runs_total and sandbox_run_duration_seconds.
+	Registry prometheus.Registerer
+}
+
+// Kind is the host's code runs.
+type Kind struct {
+	cfg      *config.Config
+	life     *sandbox.Lifecycle
+	host     Host
+	log      *slog.Logger
+	now      func() time.Time
+	lchown   func(path string, uid, gid int) error
+	runs     *runs.Registry
+	slots    sandbox.Slots
+	results  *prometheus.CounterVec
+	duration prometheus.Histogram
+}
+
+// New makes the kind and its registry from runs.*: every bound of the
+// host's memory for runs (config.RunsMemoryBudget) is one of its limits.
+func New(o Options) *Kind {
+	c := o.Config.Runs
+	k := &Kind{
+		cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, lchown: o.Lchown,
+		runs: runs.NewRegistry(runs.RegistryLimits{
+			ApprovalTimeout:    time.Duration(c.ApprovalTimeoutSeconds) * time.Second,
+			Retain:             time.Duration(c.RetainSeconds) * time.Second,
+			MaxRetained:        c.MaxRetained,
+			MaxRetainedBytes:   c.MaxRetainedBytes,
+			MaxActive:          c.MaxInFlight,
+			MaxActivePerOwner:  c.MaxInFlightPerClient,
+			ActiveKeys:         "runs.maxInFlight",
+			ActivePerOwnerKeys: "runs.maxInFlightPerClient",
+			MaxOutputBytes:     c.MaxOutputBytes,
+			MaxHistoryBytes:    config.RunHistoryBytes,
+		}, o.Now),
+		results: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_runs_total", Help: "Code runs finished, by result (ok, failed, timeout, cancelled, denied, error).",
+		}, []string{"result"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sandbox_run_duration_seconds", Help: "Code runs from admission (approval wait included) to their result after cleanup.",
+			Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200},
+		}),
+	}
+	o.Registry.MustRegister(k.results, k.duration)
+	return k
+}
+
+// Registry is the runs' record (the API reads and acts on it).
+func (k *Kind) Registry() *runs.Registry { return k.runs }
+
+// Listed are the unfinished runs for GET /v1/turns: the reaper's contract
+// is that the host lists a turn (a run is one to the reaper) from before it
+// writes anything until after everything of it is gone, and a run finishes
+// only after its cleanup.
+func (k *Kind) Listed() []sandbox.Listed {
+	var out []sandbox.Listed
+	for _, r := range k.runs.Unfinished() {
+		d := k.DeadlineBound(r)
+		out = append(out, sandbox.Listed{ID: r.ID(), ChannelTag: ids.RunName(r.ID()), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
+	}
+	return out
+}
+
+// Workspace is the directory bound read-only at /workspace: the named
+// project's, or an empty one the host keeps.
+func (k *Kind) Workspace(project string) (string, error) {
+	if project != "" {
+		path, ok := k.cfg.Runs.ProjectPath(project)
+		if !ok {
+			return "", fmt.Errorf("project %q is not declared", project)
+		}
+		return path, nil
+	}
+	return sandbox.EmptyWorkspace(k.cfg.WorkspaceRoot)
+}
+
+// Start admits a run for owner (the caller's uid) and drives it in the
+// background; the answer is its status at once.
+func (k *Kind) Start(p runs.Params, owner int) (runs.Status, error) {
+	rc := k.cfg.Runs
+	if !rc.Enabled {
+		return runs.Status{}, ErrRunsDisabled
+	}
+	if _, ok := k.life.Containers().(sandbox.RunContainers); !ok {
+		return runs.Status{}, ErrRunsDisabled
+	}
+	err := p.Validate(runs.ParamLimits{MaxArtifacts: rc.MaxArtifacts, ProjectKnown: func(name string) bool {
+		_, ok := rc.ProjectPath(name)
+		return ok
+	}})
+	if err != nil {
+		return runs.Status{}, err
+	}
+	// Each parameter is within its bound, but the job that carries them
+	// all to the container has one of its own: refuse here, not later.
+	if err := wire.WriteJob(io.Discard, k.job(p, 1)); err != nil {
+		return runs.Status{}, ErrJobTooLarge
+	}
+	var r *runs.Run
+	done, err := k.host.Admit(func() error {
+		var err error
+		r, err = k.runs.Create(p, owner)
+		return err
+	})
+	if err != nil {
+		return runs.Status{}, err
+	}
+	k.log.Info("run admitted", "run", r.ID(), "owner_uid", owner, "mode", p.Mode(), "project", p.Project,
+		"network", p.Network, "setup", len(p.Setup), "timeout_s", p.TimeoutSeconds, "artifacts", len(p.Artifacts))
+	go func() {
+		defer done() // shutdown waits for the run's cleanup
+		k.drive(r)
+	}()
+	return r.Summary(), nil
+}
+
+// drive takes a run from admission to its result: approval (network
+// runs), a concurrency slot, the container, cleanup, then Finish. The
+// result is recorded only after cleanup, so a finished run has left
+// nothing behind (or the log says what).
+func (k *Kind) drive(r *runs.Run) {
+	defer k.runs.Prune() // a finished run counts against the retained bounds at once
+	id := r.ID()
+	log := k.log.With("run", id)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	stopWatch := context.AfterFunc(k.host.Stopped(), func() { cancel(sandbox.ErrShuttingDown) })
+	defer stopWatch()
+	go func() {
+		select {
+		case <-r.CancelRequested():
+			cancel(errCancelled)
+		case <-ctx.Done():
+		}
+	}()
+	start := k.now()
+	finish := func(f runs.Finish) {
+		r.Finish(f)
+		st := r.Summary()
+		k.results.WithLabelValues(st.Result).Inc()
+		k.duration.Observe(time.Since(start).Seconds())
+		attrs := []any{"result", st.Result, "duration_ms", st.DurationMs}
+		if st.ExitCode != nil {
+			attrs = append(attrs, "exit_code", *st.ExitCode)
+		}
+		if st.Error != "" {
+			attrs = append(attrs, "reason", st.Error)
+		}
+		if st.StdoutTruncated {
+			attrs = append(attrs, "stdout_cut_dropped_bytes", st.StdoutDroppedBytes)
+		}
+		if st.StderrTruncated {
+			attrs = append(attrs, "stderr_cut_dropped_bytes", st.StderrDroppedBytes)
+		}
+		log.Info("run done", attrs...)
+	}
+	stopped := func(err error) runs.Finish {
+		if errors.Is(context.Cause(ctx), sandbox.ErrShuttingDown) {
+			return runs.Finish{Result: runs.ResultCancelled, Error: "the host stopped"}
+		}
+		return runs.Finish{Result: runs.ResultCancelled}
+	}
+	p := r.Params()
+	if p.Network {
+		if err := r.WaitApproval(ctx); err != nil {
+			if errors.Is(err, runs.ErrDenied) || errors.Is(err, runs.ErrCancelled) {
+				// The registry finished it (denied, timed out or cancelled).
+				st := r.Summary()
+				k.results.WithLabelValues(st.Result).Inc()
+				log.Info("run done", "result", st.Result, "reason", st.Error)
+				return
+			}
+			finish(stopped(err))
+			return
+		}
+		st := r.Summary()
+		if st.ApprovedBy != nil {
+			log.Info("run network approved", "by_uid", *st.ApprovedBy)
+		}
+	}
+	release, err := k.host.Slot(ctx, ids.RunName(id))
+	if err != nil {
+		if errors.Is(err, sandbox.ErrShuttingDown) {
+			finish(runs.Finish{Result: runs.ResultCancelled, Error: "the host stopped"})
+			return
+		}
+		finish(stopped(err))
+		return
+	}
+	defer release()
+	if err := r.Start(); err != nil { // cancelled while queued: the registry finished it
+		st := r.Summary()
+		k.results.WithLabelValues(st.Result).Inc()
+		log.Info("run done", "result", st.Result, "reason", st.Error)
+		return
+	}
+	finish(k.execute(ctx, r, log))
+}
+
+// execute runs the container and always cleans up before it returns
+// the run's finish.
+func (k *Kind) execute(ctx context.Context, r *runs.Run, log *slog.Logger) (fin runs.Finish) {
+	rc := k.cfg.Runs
+	p := r.Params()
+	id := r.ID()
+	began := time.Now()
+	deadline := k.now().Add(time.Duration(p.TimeoutSeconds) * time.Second)
+	runCtx, cancelDeadline := context.WithDeadlineCause(ctx, deadline, errTimeout)
+	defer cancelDeadline()
+	t := &sandbox.Handle{ID: id, Channel: ids.RunName(id), Tag: ids.RunName(id), Deadline: deadline, Quiet: true}
+	slot := k.slots.Take()
+	defer k.slots.Give(slot)
+	defer func() {
+		if err := k.life.Cleanup(t, log); err != nil {
+			msg := "the run's cleanup failed; the operator was told"
+			if fin.Error == ErrorDockerWentAway {
+				msg = "docker went away during the run and its cleanup failed; the operator was told"
+			}
+			fin = runs.Finish{Result: runs.ResultError, Error: msg}
+		}
+		if fin.Duration == 0 {
+			fin.Duration = time.Since(began)
+		}
+	}()
+	systemErr := func(what string, err error) runs.Finish {
+		switch cause := context.Cause(runCtx); {
+		case errors.Is(cause, errTimeout):
+			return runs.Finish{Result: runs.ResultTimeout, Error: fmt.Sprintf("the run passed its %d s timeout and was killed", p.TimeoutSeconds)}
+		case errors.Is(cause, errCancelled):
+			return runs.Finish{Result: runs.ResultCancelled}
+		case errors.Is(cause, sandbox.ErrShuttingDown):
+			return runs.Finish{Result: runs.ResultCancelled, Error: "the host stopped"}
+		}
+		log.Error("run failed", "step", what, "err", err)
+		return runs.Finish{Result: runs.ResultError, Error: "the run could not be carried out (" + what + "); the host log has details"}
+	}
+
+	var err error
+	if t.Container, err = ids.ContainerName(t.Channel, id); err != nil {
+		return systemErr("name", err)
+	}
+	uid, err := k.host.GuestUID(ids.RunSlot(slot))
+	if err != nil {
+		return systemErr("guest uid", err)
+	}
+	workspace, err := k.Workspace(p.Project)
+	if err != nil {
+		return systemErr("project", err)
+	}
+	gate := ""
+	if len(p.Setup) > 0 {
+		if gate, err = k.gate(slot, uid); err != nil {
+			return systemErr("project gate", err)
+		}
+	}
+	if p.Network {
+		if err := k.prepareBroker(runCtx, t); err != nil {
+			return systemErr("broker", err)
+		}
+	}
+	spec := sandbox.ContainerSpec{
+		Name: t.Container, Image: rc.Image, UID: uid, GID: uid,
+		WorkspaceDir: workspace, TurnDir: t.Dir,
+		MemoryMB: rc.MemoryMB, CPUs: rc.CPUs, Pids: rc.Pids, TmpfsMB: rc.TmpfsMB,
+		Runtime: k.cfg.Runtime, LogTag: "sandbox/" + t.Tag,
+		Labels: sandbox.Labels(k.cfg.Installation, id, t.Tag, deadline),
+		Run:    &sandbox.RunContainer{Setup: len(p.Setup) > 0, GateDir: gate, OutputMB: rc.OutputMB, Command: []string{layout.ToolboxWorker, "run-supervise"}},
+	}
+	job := k.job(p, uid)
+	var stdin bytes.Buffer
+	if err := wire.WriteJob(&stdin, job); err != nil {
+		return systemErr("job", err)
+	}
+	t.CreateTried = true
+	if t.ContainerID, err = k.life.Containers().Create(runCtx, spec); err != nil {
+		return systemErr("container create", err)
+	}
+	sink := k.life.WorkerLogs().Turn(t.Tag, id, t.Container)
+	defer func() { k.life.CloseSink(t, sink) }()
+	pr, pw := io.Pipe()
+	type decoded struct {
+		res       wire.Result
+		artifacts []runs.Artifact
+		err       error
+	}
+	done := make(chan decoded, 1)
+	go func() {
+		res, arts, err := k.decode(r, wire.NewDecoder(pr, wire.LimitsFor(job)), sink)
+		pr.CloseWithError(errors.New("run output refused"))
+		done <- decoded{res, arts, err}
+	}()
+	runsC := k.life.Containers().(sandbox.RunContainers)
+	exit, streamErr := runsC.Stream(runCtx, t.ContainerID, stdin.Bytes(), pw, sink)
+	pw.CloseWithError(io.ErrUnexpectedEOF) // the decoder sees the end
+	d := <-done
+	// A broken attach or wait, a stream cut short, or a supervisor stopped
+	// by a signal the host never sent: when Docker no longer answers, it
+	// is to blame (systemctl restart docker stops every container), not
+	// the run's output or the sandbox.
+	if runCtx.Err() == nil && (streamErr != nil || d.err != nil || d.res.Error == wire.ErrorStopped) {
+		if perr := k.dockerGone(runsC); perr != nil {
+			log.Error("run failed: docker went away", "stream_err", streamErr, "output_err", d.err,
+				"supervisor_error", d.res.Error, "ping_err", perr)
+			return runs.Finish{Result: runs.ResultError, Error: ErrorDockerWentAway}
+		}
+	}
+	if streamErr != nil {
+		if runCtx.Err() != nil {
+			return systemErr("run", streamErr)
+		}
+		if d.err != nil {
+			log.Warn("run output refused; container killed", "err", d.err)
+			return runs.Finish{Result: runs.ResultError, Error: "the run's output broke the protocol and was refused"}
+		}
+		return systemErr("run", streamErr)
+	}
+	if d.err != nil {
+		log.Warn("run output refused", "err", d.err, "exit_code", exit)
+		return runs.Finish{Result: runs.ResultError, Error: "the run's output broke the protocol and was refused"}
+	}
+	cut := runs.Cut{Stdout: d.res.StdoutTruncated, Stderr: d.res.StderrTruncated, StdoutDropped: d.res.StdoutDropped, StderrDropped: d.res.StderrDropped}
+	if d.res.Error != "" {
+		return runs.Finish{Result: runs.ResultError, Error: "the sandbox could not run the command: " + d.res.Error, Cut: cut}
+	}
+	arts, err := runs.CheckArtifacts(p.Artifacts, d.artifacts, rc.MaxArtifactBytes, rc.MaxArtifactTotalBytes)
+	if err != nil {
+		log.Warn("run artifacts refused", "err", err)
+		return runs.Finish{Result: runs.ResultError, Error: "the run's artifacts were refused"}
+	}
+	code := d.res.ExitCode
+	f := runs.Finish{Result: runs.ResultOK, ExitCode: &code, FailedSetup: d.res.FailedSetup, Artifacts: arts, Duration: time.Since(began), Cut: cut}
+	if code != 0 || d.res.FailedSetup != 0 {
+		f.Result = runs.ResultFailed
+	}
+	return f
+}
+
+// ErrorDockerWentAway is a run's error when the Docker daemon stopped
+// answering during the run (restarted, stopped or crashed).
+const ErrorDockerWentAway = "docker went away during the run (the Docker daemon stopped answering); the host log has details"
+
+// dockerProbeTimeout bounds the ping that decides whether Docker went away.
+const dockerProbeTimeout = 5 * time.Second
+
+// dockerGone pings the daemon: nil when it answers.
+func (k *Kind) dockerGone(rc sandbox.RunContainers) error {
+	ctx, cancel := context.WithTimeout(context.Background(), dockerProbeTimeout)
+	defer cancel()
+	return rc.Ping(ctx)
+}
+
+// decode reads the supervisor's frames: output to the run's record and
+// the journal, artifacts collected, until the result.
+func (k *Kind) decode(r *runs.Run, dec *wire.Decoder, journal io.Writer) (wire.Result, []runs.Artifact, error) {
+	var arts []runs.Artifact
+	for {
+		f, err := dec.Next()
+		if err != nil {
+			return wire.Result{}, nil, err
+		}
+		switch f.Type {
+		case wire.FrameStdout, wire.FrameStderr:
+			stream := runs.StreamStdout
+			if f.Type == wire.FrameStderr {
+				stream = runs.StreamStderr
+			}
+			r.Output(stream, f.Phase, f.Data)
+			journal.Write(f.Data)
+		case wire.FrameArtifact:
+			a := runs.Artifact{Path: f.Artifact.Path, Size: f.Artifact.Size, Error: f.Artifact.Error}
+			if a.Error == "" {
+				a.Data = make([]byte, 0, a.Size)
+			}
+			arts = append(arts, a)
+		case wire.FrameArtifactData:
+			last := &arts[len(arts)-1]
+			last.Data = append(last.Data, f.Data...)
+		case wire.FrameResult:
+			return f.Result, arts, nil
+		}
+	}
+}
+
+// runGateDirName holds the run slots' project gates under workspaceRoot.
+const runGateDirName = ".run-gates"
+
+// gate is the project's gate of a run with setup in run slot slot
+// (wire.SetupGatePath, container.RunOptions.GateDir):
+// workspaceRoot/.run-gates/<slot>, given to the slot's guest uid:gid with
+// mode 0700 and holding the empty mount point "workspace". Root in the
+// container is neither its owner nor in its group, so setup cannot pass
+// it, even when the host itself runs as root; the main command passes it
+// as its owner. A slot's runs are one at a time, so its gate is reused:
+// the host takes it back (CAP_CHOWN), checks it and hands it over again
+// each time (the slot's uid may have changed). Only the host writes in
+// .run-gates (0700).
+func (k *Kind) gate(slot, guest int) (string, error) {
+	root := filepath.Join(k.cfg.WorkspaceRoot, runGateDirName)
+	gate := filepath.Join(root, strconv.Itoa(slot))
+	inner := filepath.Join(gate, "workspace")
+	me, myGroup := os.Getuid(), os.Getgid()
+	dir := func(p string, mode fs.FileMode) (fs.FileInfo, error) {
+		if err := os.Mkdir(p, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+		st, err := os.Lstat(p)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() || st.Mode()&fs.ModeSymlink != 0 {
+			return nil, fmt.Errorf("%s is not a directory", p)
+		}
+		return st, nil
+	}
+	st, err := dir(root, 0o700)
+	if err != nil {
+		return "", err
+	}
+	if owner, _ := sandbox.FileOwner(st); owner != me {
+		return "", fmt.Errorf("%s belongs to uid %d, not to this host (uid %d)", root, owner, me)
+	}
+	if st, err = dir(gate, 0o700); err != nil {
+		return "", err
+	}
+	owner, _ := sandbox.FileOwner(st)
+	group, _ := sandbox.FileGroup(st)
+	if owner != me || group != myGroup {
+		if err := k.lchown(gate, me, myGroup); err != nil {
+			return "", fmt.Errorf("take %s back (the host needs CAP_CHOWN, see sandbox-host.service): %w", gate, err)
+		}
+	}
+	// Set, not masked (the unit's UMask); the group and others get nothing.
+	if err := os.Chmod(gate, 0o700); err != nil {
+		return "", err
+	}
+	if _, err := dir(inner, 0o500); err != nil {
+		return "", err
+	}
+	if err := k.lchown(gate, guest, guest); err != nil {
+		return "", fmt.Errorf("give %s to guest uid %d (the host needs CAP_CHOWN, see sandbox-host.service): %w", gate, guest, err)
+	}
+	return gate, nil
+}
+
+// prepareBroker gives an approved network run its broker: a turn
+// directory, an egress-only policy (egress.allow, the default grant, the
+// run's deadline; no model, tool or credential) and the socket unit.
+func (k *Kind) prepareBroker(ctx context.Context, t *sandbox.Handle) error {
+	c := k.cfg
+	var err error
+	if t.Dir, err = layout.TurnDir(c.RunRoot, t.ID); err != nil {
+		return err
+	}
+	if t.Policy, err = layout.PolicyFile(c.PolicyDir, t.ID); err != nil {
+		return err
+	}
+	g := policy.DefaultEgress()
+	pol := policy.Policy{
+		Version: policy.Version, TurnID: t.ID,
+		Identity:       policy.Identity{Channel: t.Channel, ChannelTag: t.Tag},
+		DeadlineUnixMs: t.Deadline.UnixMilli(),
+		Limits:         c.Broker.PolicyLimits(),
+		EgressAllow:    append([]string{}, c.Egress.Allow...),
+		Egress:         &g,
+		EgressOnly:     true,
+	}
+	if pol.Limits.MaxConnections <= g.MaxConnections {
+		pol.Limits.MaxConnections = g.MaxConnections + 1
+	}
+	data, err := pol.Marshal()
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	if err := k.life.MakeTurnDir(t); err != nil {
+		return err
+	}
+	if err := k.life.WritePolicyFile(t, data); err != nil {
+		return err
+	}
+	t.UnitTried = true
+	return k.life.Units().StartBroker(ctx, t.ID)
+}
+
+// DeadlineBound is the latest a run's objects may live: its start plus
+// its timeout, or, before it started, now plus the approval wait and the
+// timeout.
+func (k *Kind) DeadlineBound(r *runs.Run) time.Time {
+	p, st := r.Params(), r.Summary()
+	timeout := time.Duration(p.TimeoutSeconds) * time.Second
+	if st.StartedAt != nil {
+		return st.StartedAt.Add(timeout)
+	}
+	return k.now().Add(time.Duration(k.cfg.Runs.ApprovalTimeoutSeconds)*time.Second + timeout)
+}
+
+// job is what the run's supervisor is asked to do, as uid.
+func (k *Kind) job(p runs.Params, uid int) wire.Job {
+	rc := k.cfg.Runs
+	job := wire.Job{
+		Setup: p.Setup, UID: uid, GID: uid, Proxy: p.Network, Artifacts: p.Artifacts,
+		MaxOutputBytes: rc.MaxOutputBytes, MaxArtifactBytes: rc.MaxArtifactBytes, MaxArtifactTotalBytes: rc.MaxArtifactTotalBytes,
+	}
+	if p.Mode() == runs.ModeShell {
+		job.Command = p.Command
+	} else {
+		job.Argv = append([]string{p.Executable}, p.Args...)
+	}
+	return job
+}

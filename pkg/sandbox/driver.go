@@ -1,0 +1,143 @@
+// Package sandbox is the lifecycle every kind of sealed container shares
+// (sealed turns and their standbys, code runs, rich sessions, prechecks,
+// delegated jobs): the turn directory and policy file, the broker units over
+// the Units interface, the container through the Containers interface, the
+// labels the reaper reads, phase timings, and the bounded cleanup with its
+// removal retries. It knows no kind: a kind fills a Handle and drives it.
+// Guarantee: Cleanup undoes exactly what a Handle records as tried (the
+// container killed and force-removed with bounded retries, the broker units
+// stopped, the turn directory and policy file removed), never through a
+// caller's context that may be over, and when something is left it returns
+// ErrCleanup after one log line naming each object an operator must inspect.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Errors the lifecycle reports and every kind shares.
+var (
+	// ErrCleanup: something a handle made could not be removed.
+	ErrCleanup = errors.New("turn cleanup failed")
+	// ErrShuttingDown is the cause of every context the host ends when it
+	// stops.
+	ErrShuttingDown = errors.New("host is shutting down")
+	// ErrClientGone: the caller that waited for a sandbox left.
+	ErrClientGone = errors.New("client disconnected")
+)
+
+// ContainerSpec mirrors container.Spec (DESIGN.md section 4).
+type ContainerSpec struct {
+	Name, Image           string
+	UID, GID              int
+	WorkspaceDir, TurnDir string
+	MemoryMB              int
+	CPUs                  float64
+	Pids                  int64
+	TmpfsMB               int
+	Runtime               string
+	LogTag                string
+	Labels                map[string]string
+	// Run makes it a code run's container (container.RunOptions).
+	Run *RunContainer
+	// Precheck makes it a precheck's container (container.Spec.Precheck).
+	Precheck bool
+	// Rich makes it a rich channel's long-lived container (container.Spec.Rich).
+	Rich bool
+	// SkillsDir is a rich container's read-only skills tree (container.Spec.SkillsDir).
+	SkillsDir string
+}
+
+// RunContainer mirrors container.RunOptions.
+type RunContainer struct {
+	Setup    bool
+	GateDir  string // with Setup: the project's gate (container.RunOptions.GateDir)
+	OutputMB int
+	Command  []string
+}
+
+// RunContainers is what a code run needs of the Docker driver beyond
+// Containers: attach, start, write stdin, copy stdout and stderr to the
+// writers as they come (a Write error kills the container), wait; and Ping,
+// to tell a daemon that went away from a container that misbehaved.
+type RunContainers interface {
+	Stream(ctx context.Context, id string, stdin []byte, stdout, stderr io.Writer) (int64, error)
+	Ping(ctx context.Context) error
+}
+
+// RunResult mirrors container.Result.
+type RunResult struct {
+	Stdout    []byte
+	ExitCode  int64
+	Truncated bool
+	// StderrRefused: stderr passed its bound and the worker was killed.
+	StderrRefused bool
+}
+
+// Containers is what a turn needs of the Docker driver.
+type Containers interface {
+	Create(ctx context.Context, spec ContainerSpec) (id string, err error)
+	// Run attaches and starts the container; then, when ready is not nil,
+	// calls it and writes stdin only once it returned nil (an error kills
+	// the container and is returned wrapped). It then closes stdin, reads at
+	// most maxStdout bytes of stdout and waits; on ctx end it kills the
+	// container. It never removes it.
+	// The worker's stderr is copied to stderr; a Write error from it kills
+	// the container and sets StderrRefused.
+	Run(ctx context.Context, id string, stdin []byte, maxStdout int64, ready func(context.Context) error, stderr io.Writer) (RunResult, error)
+	Kill(ctx context.Context, id string) error
+	// Remove force-removes; not found is success.
+	Remove(ctx context.Context, id string) error
+}
+
+// WarmContainers is what standbys need of the Docker driver beyond
+// Containers. A Containers without it runs every turn on the cold path.
+type WarmContainers interface {
+	// Start attaches to the container and starts it; its worker then
+	// waits for stdin.
+	Start(ctx context.Context, id string) (StartedContainer, error)
+	// Running reports whether the container is running now.
+	Running(ctx context.Context, id string) (bool, error)
+}
+
+// StartedContainer is a started container whose worker waits for stdin
+// (container.Started).
+type StartedContainer interface {
+	// Finish is the rest of Containers.Run: stdin, stdout, stderr, wait.
+	Finish(ctx context.Context, stdin []byte, maxStdout int64, stderr io.Writer) (RunResult, error)
+	// Close drops the attach connection.
+	Close()
+}
+
+// Units is what a turn needs of systemd: the broker socket unit.
+type Units interface {
+	// StartBroker starts sandbox-broker@<turn>.socket and waits for the job.
+	StartBroker(ctx context.Context, turnID string) error
+	// StartBrokerService starts sandbox-broker@<turn>.service and waits for
+	// the job (a standby's broker must run before a turn binds it).
+	StartBrokerService(ctx context.Context, turnID string) error
+	// StopBroker stops the socket and service units of the turn.
+	StopBroker(ctx context.Context, turnID string) error
+}
+
+// ExitMeaning reads a container's exit status.
+func ExitMeaning(status int64) string {
+	switch {
+	case status == 1:
+		return "turn failed"
+	case status == 2:
+		return "worker crashed"
+	case status == 128+9:
+		return "killed by SIGKILL: memory limit or forced stop"
+	case status == 128+15:
+		return "stopped by SIGTERM"
+	case status > 128 && status <= 128+64:
+		return fmt.Sprintf("killed by signal %d", status-128)
+	case status < 0:
+		return "status unknown"
+	}
+	return "unexpected status"
+}
