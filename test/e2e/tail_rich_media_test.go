@@ -119,7 +119,7 @@ func TestRichMediaAttachmentSkillAndReplyFile(t *testing.T) {
 	if err != nil || string(got) != replyBody {
 		t.Errorf("reply file = %q, %v; want %q", got, err, replyBody)
 	}
-	if !strings.Contains(stdout, "wrote "+filepath.Join(out, "answer.txt")+" ("+strconv.Itoa(len(replyBody))+" bytes)") {
+	if !strings.Contains(stdout, "wrote "+strconv.Quote(filepath.Join(out, "answer.txt"))+" ("+strconv.Itoa(len(replyBody))+" bytes)") {
 		t.Errorf("the CLI did not report the file:\n%s", stdout)
 	}
 

@@ -142,16 +142,18 @@ func runAndFollow(cmd *cobra.Command, g *globals, p runs.Params, out string, det
 			return err
 		}
 	} else {
+		// Paths are the run's choice: quoted, so no escape sequence or
+		// direction override of theirs reaches the terminal raw.
 		for _, a := range final.Artifacts {
 			switch {
 			case a.Error != "":
-				fmt.Fprintf(stderr, "%sartifact %s: %s\n", prefix, a.Path, a.Error)
+				fmt.Fprintf(stderr, "%sartifact %q: %q\n", prefix, a.Path, a.Error)
 			case out == "":
-				fmt.Fprintf(stderr, "%sartifact %s: %d bytes (use --out DIR to write it)\n", prefix, a.Path, a.Size)
+				fmt.Fprintf(stderr, "%sartifact %q: %d bytes (use --out DIR to write it)\n", prefix, a.Path, a.Size)
 			}
 		}
 		for _, w := range written {
-			fmt.Fprintf(stderr, "%swrote %s\n", prefix, w)
+			fmt.Fprintf(stderr, "%swrote %q\n", prefix, w)
 		}
 		// Last, after the output: the printed output is not all of it.
 		if note := final.CutNote(); note != "" {

@@ -195,3 +195,21 @@ func TestRunSaysOutputWasCut(t *testing.T) {
 		t.Errorf("an uncut run: %d stderr %q", code, stderr)
 	}
 }
+
+// TestRunArtifactPathsNeverRawToTheTerminal: an artifact path is the run's
+// choice; an escape sequence or a direction override in it is printed
+// quoted, never raw.
+func TestRunArtifactPathsNeverRawToTheTerminal(t *testing.T) {
+	zero := 0
+	id := strings.Repeat("cd", 16)
+	st := runs.Status{ID: id, State: runs.StateFinished, Result: runs.ResultOK, ExitCode: &zero,
+		Artifacts: []runs.Artifact{{Path: "a\x1b[2Jb.txt", Size: 3}, {Path: "invoice\u202efdp.exe", Error: "missing"}}}
+	sock := fakeRunsAPI(t, st)
+	code, _, stderr := runCLI("--socket", sock, "run", "--", "true")
+	if code != 0 || strings.Contains(stderr, "\x1b") || strings.Contains(stderr, "\u202e") {
+		t.Errorf("run: %d stderr %q, want the paths escaped", code, stderr)
+	}
+	if !strings.Contains(stderr, `"a\x1b[2Jb.txt"`) || !strings.Contains(stderr, `"invoice\u202efdp.exe"`) {
+		t.Errorf("stderr %q lacks the quoted paths", stderr)
+	}
+}
