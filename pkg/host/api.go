@@ -224,6 +224,9 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 			return badRequest(fmt.Sprintf("attachments[%d].url is not fetchable: a credential-free http(s) URL with a DNS name or a canonical IP address", i))
 		}
 	}
+	if h.fleet != nil && mode == ModeOn {
+		return h.askFleet(w, r, channel, req) // fleet.go: the turn runs on its partition's box
+	}
 	// Waiting ends when the client goes away or the host stops.
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)

@@ -28,6 +28,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegationrun"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
@@ -95,6 +96,9 @@ type Options struct {
 	// RichControl reaches rich channel brokers' control routes; HTTP on
 	// the session's broker socket when nil.
 	RichControl RichControl
+	// Fleet, in fleet mode (fleet.enabled), is where sealed turns go
+	// (fleet.go); nil on a box alone: turns run here, as always.
+	Fleet *fleet.Fleet
 }
 
 // Host is one running sandbox-host.
@@ -135,6 +139,9 @@ type Host struct {
 
 	// life makes, runs and cleans up every kind's containers.
 	life *sandbox.Lifecycle
+
+	// fleet is Options.Fleet (nil: not in fleet mode).
+	fleet *fleet.Fleet
 
 	stopCtx  context.Context
 	stopAll  context.CancelCauseFunc
@@ -208,6 +215,7 @@ func New(o Options) (*Host, error) {
 		queue:  newQueue(o.Config.Queue.Depth, o.Config.Queue.GlobalConcurrency),
 		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
 		replies: newReplyBudget(replyBudgetBytes, o.Logger),
+		fleet:   o.Fleet,
 	}
 	h.routes = h.routeTable()
 	h.metrics = newMetrics(o.Registry, h.queue)
