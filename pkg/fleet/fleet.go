@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/pcgroups"
 )
 
 // Fleet is one connection's handles on the family's resources.
@@ -41,6 +42,13 @@ func Bind(ctx context.Context, nc *nats.Conn, partitions int) (*Fleet, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
+	}
+	cfg, err := pcgroups.GetStaticConsumerGroupConfig(ctx, js, TurnsStream, TurnsGroup)
+	if err != nil {
+		return nil, fmt.Errorf("the fleet's turns group (are the boxes in fleet mode?): %w", err)
+	}
+	if int(cfg.MaxMembers) != partitions {
+		return nil, fmt.Errorf("the fleet has %d partitions, this client was given %d (fleet.partitions): %w", cfg.MaxMembers, partitions, ErrMismatch)
 	}
 	return bind(ctx, nc, js, Layout{Partitions: partitions})
 }
