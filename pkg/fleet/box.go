@@ -147,9 +147,18 @@ func (b *Box) Start(ctx context.Context) error {
 			return fmt.Errorf("fleet box %s: join partition %d: %w", b.opts.Name, p, err)
 		}
 		b.consumes = append(b.consumes, cc)
+		go b.watchMember(p, cc)
 	}
 	b.log.Info("fleet box joined its partitions", "partitions", n, "ack_wait_ms", b.opts.AckWait.Milliseconds())
 	return nil
+}
+
+// watchMember logs a partition's membership ending on its own (its group
+// deleted or changed): the box no longer stands by for that partition.
+func (b *Box) watchMember(p int, cc pcgroups.ConsumerGroupConsumeContext) {
+	if err := <-cc.Done(); err != nil {
+		b.log.Error("fleet box left a partition: the turns group changed or failed; restart the host to rejoin", "partition", p, "err", err)
+	}
 }
 
 // Stop leaves the partitions, cancels running turns (they are not
@@ -191,6 +200,16 @@ func (b *Box) Detach() {
 	}
 }
 
+// Kill makes the box look dead to the cluster (as after kill -9): it
+// leaves its partitions and closes its connection; a turn it was running
+// ends without a way to commit. For the fault harness and tests. (The
+// members are stopped before the connection closes: pcgroups v0.2.2's
+// member routine spins on a closed connection's watcher otherwise.)
+func (b *Box) Kill() {
+	b.Detach()
+	b.f.nc.Close()
+}
+
 func (b *Box) work(q chan jetstream.Msg) {
 	defer b.workers.Done()
 	for m := range q {
@@ -224,6 +243,8 @@ func (b *Box) handle(m jetstream.Msg) {
 		return
 	}
 	log := b.log.With("turn", t.ID, "seq", seq, "attempt", meta.NumDelivered)
+	t0 := time.Now()
+	defer func() { log.Debug("fleet turn handled", "took_ms", time.Since(t0).Milliseconds()) }()
 	ctx, cancel := context.WithTimeout(b.ctx, opTimeout)
 	defer cancel()
 	ev := Event{Channel: t.Channel, TurnID: t.ID, Seq: seq, Attempt: meta.NumDelivered}
@@ -268,7 +289,7 @@ func (b *Box) handle(m jetstream.Msg) {
 	ev.Kind = EventTaken
 	b.emit(ev)
 
-	out, runErr := b.execute(m, t, seq, st, meta.NumDelivered)
+	out, runErr := b.execute(m, t, seq, st, claimRev, meta.NumDelivered)
 	if errors.Is(runErr, ErrElsewhere) || b.ctx.Err() != nil {
 		b.giveBack(m, ev)
 		return
@@ -302,8 +323,10 @@ func (b *Box) handle(m jetstream.Msg) {
 	}
 	// The commit point: the state at our claim's revision, or nothing.
 	if _, err := b.putState(ctx, key, next, claimRev); err != nil {
-		if next.Workspace != st.Workspace {
-			_ = b.f.objects.Delete(ctx, next.Workspace) // ours alone: nobody refers to it
+		if fenced(err) && next.Workspace != st.Workspace {
+			// Refused: the upload is ours alone and nobody refers to it. On
+			// any other error the commit may have landed: keep it.
+			_ = b.f.objects.Delete(ctx, next.Workspace)
 		}
 		b.refusedOrReturned(m, ev, err, log, "commit")
 		return
@@ -323,7 +346,7 @@ func (b *Box) handle(m jetstream.Msg) {
 }
 
 // execute runs the turn while heartbeating it, until the executor returns.
-func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, st ChannelState, attempt uint64) (Output, error) {
+func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, st ChannelState, claimRev, attempt uint64) (Output, error) {
 	deadline := time.UnixMilli(t.DeadlineUnixMs)
 	if !b.opts.Now().Before(deadline) {
 		return Output{}, &TurnError{Kind: ErrorDeadline, Err: errors.New("deadline passed before the turn was taken")}
@@ -337,6 +360,7 @@ func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, st ChannelState, atte
 	defer close(done)
 	go b.heartbeat(m, done)
 	in := Input{Turn: t, Seq: seq, Generation: st.Generation, Attempt: attempt,
+		Snapshot: st.Workspace, NextSnapshot: workspaceName(t.Channel, st.Generation+1, claimRev),
 		Restore: func(ctx context.Context) ([]byte, error) { return b.f.Workspace(ctx, st.Workspace) }}
 	return b.opts.Executor.Execute(ctx, in)
 }

@@ -22,8 +22,12 @@ type Input struct {
 	Turn Turn
 	Seq  uint64 // the turn's sequence in TurnsStream
 	// Generation is the channel's committed generation (0: no turn yet).
-	// An executor whose local copy of the workspace is older calls Restore.
 	Generation uint64
+	// Snapshot names the committed workspace snapshot ("" before the
+	// first) and NextSnapshot the name this turn's snapshot is committed
+	// under if its commit lands. Names are unique per commit, so an
+	// executor whose local copy is not Snapshot calls Restore.
+	Snapshot, NextSnapshot string
 	// Restore reads the committed snapshot (nil before the first).
 	Restore func(ctx context.Context) ([]byte, error)
 	// Attempt counts deliveries of this turn (1 on the first).

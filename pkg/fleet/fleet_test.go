@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -26,7 +27,12 @@ const testAckWait = 2 * time.Second
 const pinnedPartition = 6
 
 // quiet drops the boxes' log lines (the events are what tests check).
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = func() *slog.Logger {
+	if os.Getenv("FLEET_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}()
 
 // rig is a cluster and the boxes a test runs on it.
 type rig struct {
@@ -77,6 +83,9 @@ func (r *rig) box(name string, ex Executor) (*Box, *nats.Conn) {
 }
 
 func (r *rig) record(e Event) {
+	if os.Getenv("FLEET_TEST_LOG") != "" {
+		fmt.Fprintf(os.Stderr, "%s event %s box=%s ch=%s seq=%d attempt=%d\n", time.Now().Format("15:04:05.000"), e.Kind, e.Box, e.Channel, e.Seq, e.Attempt)
+	}
 	r.mu.Lock()
 	r.log = append(r.log, e)
 	r.mu.Unlock()
@@ -166,7 +175,7 @@ func (rc *recorder) Execute(ctx context.Context, in Input) (Output, error) {
 	rc.running[in.Turn.Channel] = true
 	rc.order[in.Turn.Channel] = append(rc.order[in.Turn.Channel], in.Turn.ID)
 	rc.mu.Unlock()
-	out, err := StubExecutor{Duration: time.Millisecond}.Execute(ctx, in)
+	out, err := (&StubExecutor{Duration: time.Millisecond}).Execute(ctx, in)
 	rc.mu.Lock()
 	rc.running[in.Turn.Channel] = false
 	rc.mu.Unlock()
@@ -311,18 +320,18 @@ func (bl *blocker) on(box string) Executor {
 			bl.started <- box
 			<-bl.release // deliberately deaf to ctx: a paused process is
 		}
-		return StubExecutor{Duration: time.Millisecond}.Execute(context.WithoutCancel(ctx), in)
+		return (&StubExecutor{Duration: time.Millisecond}).Execute(context.WithoutCancel(ctx), in)
 	})
 }
 
-// TestFailoverWhenOwnerConnectionDies: the pinned box's connection dies
-// while it runs a turn; the other box takes the partition, runs the turn
+// TestFailoverWhenOwnerDies: the pinned box dies (its connection
+// closes) while it runs a turn; the other box takes the partition, runs the turn
 // and commits it once; the dead owner's commit never lands.
-func TestFailoverWhenOwnerConnectionDies(t *testing.T) {
+func TestFailoverWhenOwnerDies(t *testing.T) {
 	r := newRig(t, 3, 2)
 	bl := newBlocker()
-	_, ncA := r.box("a", bl.on("a"))
-	_, ncB := r.box("b", bl.on("b"))
+	boxA, _ := r.box("a", bl.on("a"))
+	boxB, _ := r.box("b", bl.on("b"))
 	client, _ := r.fleet("client")
 	ctx := r.ctx()
 	tn := newTurn("chan-failover", "x")
@@ -330,11 +339,11 @@ func TestFailoverWhenOwnerConnectionDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	owner := <-bl.started
-	other, ownerConn := "b", ncA
+	other, dead := "b", boxA
 	if owner == "b" {
-		other, ownerConn = "a", ncB
+		other, dead = "a", boxB
 	}
-	ownerConn.Close()
+	dead.Kill()
 	rep, err := client.AwaitReply(ctx, tn.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -413,7 +422,7 @@ func TestRepliesExactlyOnceUnderRedelivery(t *testing.T) {
 		if in.Attempt == 1 {
 			return Output{}, ErrElsewhere
 		}
-		return StubExecutor{Duration: time.Millisecond}.Execute(ctx, in)
+		return (&StubExecutor{Duration: time.Millisecond}).Execute(ctx, in)
 	})
 	r.box("a", ex)
 	client, _ := r.fleet("client")
@@ -529,4 +538,65 @@ func TestJobsWorkQueue(t *testing.T) {
 	if err != nil || info.State.Msgs != 0 {
 		t.Fatalf("jobs stream after done: %+v, %v; want empty", info.State, err)
 	}
+}
+
+// TestAuditAfterKillingTheBusiestBox: three boxes share turns of several
+// channels; the box that committed most loses its connection mid-run. Every
+// turn is answered once, in order, with no extra commit, and the channels'
+// workspaces hold their turns in order.
+func TestAuditAfterKillingTheBusiestBox(t *testing.T) {
+	r := newRig(t, 3, 4)
+	boxes := map[string]*Box{}
+	for _, name := range []string{"a", "b", "c"} {
+		boxes[name], _ = r.box(name, &StubExecutor{Duration: 20 * time.Millisecond})
+	}
+	client, _ := r.fleet("client")
+	ctx := r.ctx()
+	var turns []Turn
+	want := map[string][]string{}
+	for i := 0; i < 10; i++ {
+		for c := 0; c < 6; c++ {
+			tn := newTurn(fmt.Sprintf("chan-%d", c), "x")
+			if _, err := client.Submit(ctx, tn); err != nil {
+				t.Fatal(err)
+			}
+			turns = append(turns, tn)
+			want[tn.Channel] = append(want[tn.Channel], tn.ID)
+		}
+	}
+	perBox := map[string]int{}
+	for n := 0; n < 10; {
+		e := r.waitEvent("ten commits", func(e Event) bool { return e.Kind == EventCommitted })
+		perBox[e.Box]++
+		n++
+	}
+	busiest := "a"
+	for b, n := range perBox {
+		if n > perBox[busiest] {
+			busiest = b
+		}
+	}
+	boxes[busiest].Kill()
+	r.waitCommitted(turns)
+	a, err := client.Audit(ctx, turns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Clean() || a.Failed != 0 {
+		t.Fatalf("audit after killing %s: %s (lost %v, reordered %v)", busiest, a, a.Lost, a.Reordered)
+	}
+	for ch, ids := range want {
+		st, _, err := client.Channel(ctx, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws, err := client.Workspace(ctx, st.Workspace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(string(ws)); got != strings.Join(ids, "\n") {
+			t.Errorf("channel %s workspace:\n%s\nwant:\n%s", ch, got, strings.Join(ids, "\n"))
+		}
+	}
+	t.Logf("killed %s after %v commits per box; %s", busiest, perBox, a)
 }

@@ -106,7 +106,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) error {
 		}
 	}
 	kvs := []jetstream.KeyValueConfig{
-		{Bucket: RepliesBucket, History: 1, TTL: l.ReplyTTL, MaxValueSize: MaxReplyTextBytes + 64<<10, Storage: jetstream.FileStorage, Replicas: l.Replicas},
+		// History 4: a reply is written once (create-only); kept history
+		// lets an audit see any overwrite.
+		{Bucket: RepliesBucket, History: 4, TTL: l.ReplyTTL, MaxValueSize: MaxReplyTextBytes + 64<<10, Storage: jetstream.FileStorage, Replicas: l.Replicas},
 		{Bucket: ChannelsBucket, History: 1, MaxValueSize: 2 * (MaxReplyTextBytes + 64<<10), Storage: jetstream.FileStorage, Replicas: l.Replicas},
 	}
 	for _, cfg := range kvs {

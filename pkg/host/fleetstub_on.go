@@ -24,5 +24,5 @@ func stubExecutor() fleet.Executor {
 	if err != nil {
 		d = fleet.StubTurn
 	}
-	return fleet.StubExecutor{Duration: d}
+	return &fleet.StubExecutor{Duration: d}
 }

@@ -14,7 +14,7 @@ func TestStubTurnSelectedInFleetstubBinaries(t *testing.T) {
 		t.Fatalf("stubExecutor() = %T without %s", ex, StubTurnEnv)
 	}
 	t.Setenv(StubTurnEnv, "200ms")
-	if ex, ok := stubExecutor().(fleet.StubExecutor); !ok || ex.Duration != fleet.StubTurn {
+	if ex, ok := stubExecutor().(*fleet.StubExecutor); !ok || ex.Duration != fleet.StubTurn {
 		t.Fatalf("stubExecutor() = %#v, want a 200 ms stub", stubExecutor())
 	}
 }
