@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,6 +68,14 @@ type BoxOptions struct {
 	OnEvent func(Event)
 	// Now is the clock (tests).
 	Now func() time.Time
+	// Peers names every box of the fleet (fleet.server.boxes). A box
+	// joins its share of the partitions (a balanced assignment over the
+	// sorted names) at once and stands by for the others after
+	// StandbyDelay, so boxes started together own a share each. Empty: all
+	// partitions at once, first come first pinned.
+	Peers []string
+	// StandbyDelay defaults to 2 x AckWait.
+	StandbyDelay time.Duration
 }
 
 // DefaultAckWait is BoxOptions.AckWait's default: failover within about
@@ -100,6 +109,9 @@ func NewBox(f *Fleet, o BoxOptions) (*Box, error) {
 	if o.AckWait <= 0 {
 		o.AckWait = DefaultAckWait
 	}
+	if o.StandbyDelay <= 0 {
+		o.StandbyDelay = 2 * o.AckWait
+	}
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = 5
 	}
@@ -117,6 +129,81 @@ func NewBox(f *Fleet, o BoxOptions) (*Box, error) {
 // partition's owner while its instance is pinned, a hot standby otherwise.
 func (b *Box) Start(ctx context.Context) error {
 	n := b.f.layout.Partitions
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var later []int
+	for p := 0; p < n; p++ {
+		q := make(chan jetstream.Msg, 4)
+		b.queues = append(b.queues, q)
+		b.workers.Add(1)
+		go b.work(q)
+		if !b.home(p) {
+			later = append(later, p)
+			continue
+		}
+		if err := b.joinLocked(ctx, p); err != nil {
+			b.stopLocked()
+			return err
+		}
+	}
+	if len(later) > 0 {
+		// Standby for the other boxes' partitions only after they had
+		// time to join theirs: the first puller gets a partition's pin.
+		b.workers.Add(1)
+		go func() {
+			defer b.workers.Done()
+			t := time.NewTimer(b.opts.StandbyDelay)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-b.ctx.Done():
+				return
+			case <-b.detached:
+				return
+			}
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			for _, p := range later {
+				if b.ctx.Err() != nil || b.isDetached() {
+					return
+				}
+				jctx, cancel := context.WithTimeout(b.ctx, opTimeout)
+				err := b.joinLocked(jctx, p)
+				cancel()
+				if err != nil {
+					b.log.Error("fleet box cannot stand by for a partition", "partition", p, "err", err)
+				}
+			}
+			b.log.Info("fleet box stands by for the other boxes' partitions", "partitions", len(later))
+		}()
+	}
+	b.log.Info("fleet box joined its partitions", "home", n-len(later), "partitions", n, "ack_wait_ms", b.opts.AckWait.Milliseconds())
+	return nil
+}
+
+// home: the partition is this box's by the balanced assignment over
+// Peers (every partition when Peers does not name this box).
+func (b *Box) home(p int) bool {
+	peers := slices.Clone(b.opts.Peers)
+	slices.Sort(peers)
+	peers = slices.Compact(peers)
+	if !slices.Contains(peers, b.opts.Name) {
+		return true
+	}
+	return peers[p%len(peers)] == b.opts.Name
+}
+
+func (b *Box) isDetached() bool {
+	select {
+	case <-b.detached:
+		return true
+	default:
+		return false
+	}
+}
+
+// joinLocked joins partition p's member of the turns group (b.mu held).
+func (b *Box) joinLocked(ctx context.Context, p int) error {
 	cfg := jetstream.ConsumerConfig{
 		AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait:   b.opts.AckWait,
@@ -126,30 +213,22 @@ func (b *Box) Start(ctx context.Context) error {
 		MaxDeliver:    -1,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for p := 0; p < n; p++ {
-		q := make(chan jetstream.Msg, 4)
-		b.queues = append(b.queues, q)
-		b.workers.Add(1)
-		go b.work(q)
-		// The handler only queues: the turn runs in the partition's worker,
-		// so the consume loop keeps pulling (and the pin stays) meanwhile.
-		handler := func(m jetstream.Msg) {
-			select {
-			case q <- m:
-			default: // a redelivery while the queue is full: it comes again
-			}
+	q := b.queues[p]
+	// The handler only queues: the turn runs in the partition's worker,
+	// so the consume loop keeps pulling (and the pin stays) meanwhile. It
+	// never blocks, and q is never closed (a late callback is harmless).
+	handler := func(m jetstream.Msg) {
+		select {
+		case q <- m:
+		default: // a redelivery while the queue is full: it comes again
 		}
-		cc, err := pcgroups.StaticConsume(ctx, b.f.js, TurnsStream, TurnsGroup, memberName(p), handler, cfg)
-		if err != nil {
-			b.stopLocked()
-			return fmt.Errorf("fleet box %s: join partition %d: %w", b.opts.Name, p, err)
-		}
-		b.consumes = append(b.consumes, cc)
-		go b.watchMember(p, cc)
 	}
-	b.log.Info("fleet box joined its partitions", "partitions", n, "ack_wait_ms", b.opts.AckWait.Milliseconds())
+	cc, err := pcgroups.StaticConsume(ctx, b.f.js, TurnsStream, TurnsGroup, memberName(p), handler, cfg)
+	if err != nil {
+		return fmt.Errorf("fleet box %s: join partition %d: %w", b.opts.Name, p, err)
+	}
+	b.consumes = append(b.consumes, cc)
+	go b.watchMember(p, cc)
 	return nil
 }
 
@@ -175,11 +254,7 @@ func (b *Box) stopLocked() {
 		cc.Stop()
 	}
 	b.consumes = nil
-	b.cancel()
-	for _, q := range b.queues {
-		close(q)
-	}
-	b.queues = nil
+	b.cancel() // workers end after their current turn
 }
 
 // Detach makes the box look paused to the cluster (as under SIGSTOP): it
@@ -212,8 +287,13 @@ func (b *Box) Kill() {
 
 func (b *Box) work(q chan jetstream.Msg) {
 	defer b.workers.Done()
-	for m := range q {
-		b.handle(m)
+	for {
+		select {
+		case m := <-q:
+			b.handle(m)
+		case <-b.ctx.Done():
+			return
+		}
 	}
 }
 

@@ -70,8 +70,14 @@ func (r *rig) fleet(name string) (*Fleet, *nats.Conn) {
 // box starts a box with its own connection.
 func (r *rig) box(name string, ex Executor) (*Box, *nats.Conn) {
 	r.t.Helper()
-	f, nc := r.fleet(name)
-	b, err := NewBox(f, BoxOptions{Name: name, Executor: ex, AckWait: testAckWait, OnEvent: r.record, Logger: quiet})
+	return r.boxWith(BoxOptions{Name: name, Executor: ex})
+}
+
+func (r *rig) boxWith(o BoxOptions) (*Box, *nats.Conn) {
+	r.t.Helper()
+	f, nc := r.fleet(o.Name)
+	o.AckWait, o.OnEvent, o.Logger = testAckWait, r.record, quiet
+	b, err := NewBox(f, o)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -606,4 +612,37 @@ func TestAuditAfterKillingTheBusiestBox(t *testing.T) {
 		}
 	}
 	t.Logf("killed %s after %v commits per box; %s", busiest, perBox, a)
+}
+
+// TestPeersShareThePartitions: boxes that name each other own a share of
+// the partitions each (the balanced assignment), not first come first
+// pinned; the standby joins are far off, so the owner is each share's box.
+func TestPeersShareThePartitions(t *testing.T) {
+	r := newRig(t, 1, 4)
+	peers := []string{"a", "b"}
+	for _, name := range peers {
+		r.boxWith(BoxOptions{Name: name, Executor: &StubExecutor{Duration: time.Millisecond}, Peers: peers, StandbyDelay: time.Hour})
+	}
+	client, _ := r.fleet("client")
+	ctx := r.ctx()
+	want := map[string]string{}
+	var turns []Turn
+	for i := 0; len(want) < 8; i++ {
+		ch := fmt.Sprintf("chan-%d", i)
+		tn := newTurn(ch, "x")
+		if _, err := client.Submit(ctx, tn); err != nil {
+			t.Fatal(err)
+		}
+		want[tn.ID] = peers[Partition(ch, 4)%2]
+		turns = append(turns, tn)
+	}
+	for _, tn := range turns {
+		rep, err := client.AwaitReply(ctx, tn.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Box != want[tn.ID] {
+			t.Errorf("turn of %s (partition %d) committed by %s, want %s", tn.Channel, Partition(tn.Channel, 4), rep.Box, want[tn.ID])
+		}
+	}
 }

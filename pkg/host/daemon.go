@@ -178,7 +178,11 @@ func (d *Daemon) Serve(ctx context.Context) (err error) {
 	}
 	engine.Observe(h.ObservePhase)
 	if opts.Fleet != nil {
-		box, err := fleet.NewBox(opts.Fleet, fleet.BoxOptions{Name: cfg.Fleet.Box, Executor: h.fleetExecutorFor(), Logger: log})
+		var peers []string
+		for _, b := range cfg.Fleet.Server.Boxes {
+			peers = append(peers, b.Name)
+		}
+		box, err := fleet.NewBox(opts.Fleet, fleet.BoxOptions{Name: cfg.Fleet.Box, Executor: h.fleetExecutorFor(), Logger: log, Peers: peers})
 		if err != nil {
 			return startupErr("fleet", err)
 		}
