@@ -646,3 +646,27 @@ func TestPeersShareThePartitions(t *testing.T) {
 		}
 	}
 }
+
+// TestLateTurnAnsweredDeadlineWithoutRunning: a turn whose deadline passed
+// before a box took it commits a "deadline" reply and never runs.
+func TestLateTurnAnsweredDeadlineWithoutRunning(t *testing.T) {
+	r := newRig(t, 1, 1)
+	ran := make(chan string, 1)
+	r.box("a", ExecutorFunc(func(ctx context.Context, in Input) (Output, error) {
+		ran <- in.Turn.ID
+		return Output{OK: true}, nil
+	}))
+	client, _ := r.fleet("client")
+	ctx := r.ctx()
+	tn := newTurn("chan-late", "x")
+	tn.DeadlineUnixMs = time.Now().Add(-time.Second).UnixMilli()
+	rep, _, err := client.Ask(ctx, tn)
+	if err != nil || rep.Error != ErrorDeadline || rep.OK {
+		t.Fatalf("late turn: reply %+v, %v; want a %q reply", rep, err, ErrorDeadline)
+	}
+	select {
+	case id := <-ran:
+		t.Fatalf("the executor ran the late turn %s", id)
+	default:
+	}
+}
