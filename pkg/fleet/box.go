@@ -329,14 +329,22 @@ func (b *Box) handle(m jetstream.Msg) {
 	defer cancel()
 	ev := Event{Channel: t.Channel, TurnID: t.ID, Seq: seq, Attempt: meta.NumDelivered}
 
-	if _, err := b.f.replies.Get(ctx, t.ID); err == nil {
+	// The reply check and the state read are independent: one round trip.
+	var replyErr error
+	replied := make(chan struct{})
+	go func() {
+		defer close(replied)
+		_, replyErr = b.f.replies.Get(ctx, t.ID)
+	}()
+	key := channelKey(t.Channel)
+	st, rev, err := b.f.Channel(ctx, t.Channel)
+	<-replied
+	if replyErr == nil {
 		b.ack(ctx, m, log)
 		ev.Kind = EventAnswered
 		b.emit(ev)
 		return
 	}
-	key := channelKey(t.Channel)
-	st, rev, err := b.f.Channel(ctx, t.Channel)
 	if err != nil {
 		log.Warn("fleet channel state unreadable: turn returned", "err", err)
 		b.giveBack(m, ev)
@@ -417,10 +425,11 @@ func (b *Box) handle(m jetstream.Msg) {
 		b.giveBack(m, ev)
 		return
 	}
-	if st.Workspace != "" && next.Workspace != st.Workspace {
-		_ = b.f.objects.Delete(ctx, st.Workspace) // superseded
-	}
 	b.ack(ctx, m, log)
+	if st.Workspace != "" && next.Workspace != st.Workspace {
+		// Superseded; after the ack, so the answer does not wait for it.
+		_ = b.f.objects.Delete(ctx, st.Workspace)
+	}
 	ev.Kind, ev.Generation, ev.Took = EventCommitted, next.Generation, b.opts.Now().Sub(meta.Timestamp)
 	b.emit(ev)
 }
