@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
+	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
 )
 
 // TestRichReplyFilesReachTheAPI: the worker's reply files are in the turn's
@@ -60,9 +62,9 @@ func TestRichReplyFilesReachTheAPI(t *testing.T) {
 // answer carrying megabytes of files loses it at the write deadline, and
 // the log blames it; the turn ends and the channel takes its next turn.
 func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
-	old := replyWriteTimeout
-	replyWriteTimeout = 300 * time.Millisecond
-	t.Cleanup(func() { replyWriteTimeout = old })
+	old := api.WriteTimeout
+	api.WriteTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { api.WriteTimeout = old })
 	const cutMsg = "turn answer cut: the client stopped reading"
 	logs := &lockedBuffer{}
 	cut := make(chan struct{}, 1)
@@ -133,10 +135,11 @@ func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
 // waits for the packets holding it (here: until the first turn's answer is
 // written), then goes on; the budget is whole again after both.
 func TestReplyBudgetWaits(t *testing.T) {
-	old := replyBudgetBytes
-	replyBudgetBytes = 100
-	t.Cleanup(func() { replyBudgetBytes = old })
-	r, ctl := richRig(t, time.Hour)
+	waited := make(chan int64, 1)
+	r, ctl := richRigWith(t, time.Hour, func(o *Options) {
+		o.RichReplyBudget = 100
+		o.RichBudgetWait = func(n int64) { waited <- n }
+	})
 	ctl.reserve = 60
 	entered, hold := make(chan string, 2), make(chan struct{})
 	ctl.turnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
@@ -146,8 +149,6 @@ func TestReplyBudgetWaits(t *testing.T) {
 		}
 		return &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: "x", Files: []richproto.File{{Name: "f.txt", Data: []byte("0123456789")}}}, nil
 	}
-	waited := make(chan int64, 1)
-	r.h.replies.waiting = func(n int64) { waited <- n }
 	for _, ch := range []string{"a", "b"} {
 		if code, _ := r.api(t, "PUT", "/v1/channels/"+ch+"/mode", `{"mode":"rich","profile":"helper"}`); code != 200 {
 			t.Fatal(code)
@@ -181,10 +182,7 @@ func TestReplyBudgetWaits(t *testing.T) {
 			t.Errorf("answer %d %s", a.code, a.body)
 		}
 	}
-	r.h.replies.mu.Lock()
-	used := r.h.replies.used
-	r.h.replies.mu.Unlock()
-	if used != 0 {
+	if used := r.h.rich.ReplyBytesHeld(); used != 0 {
 		t.Errorf("%d bytes of the reply budget still held after both turns", used)
 	}
 }
@@ -193,15 +191,15 @@ func TestReplyBudgetWaits(t *testing.T) {
 // waits no longer than its turn, which fails saying why; the budget is
 // whole again after.
 func TestReplyBudgetWaitEndsWithTheTurn(t *testing.T) {
-	old := replyBudgetBytes
-	replyBudgetBytes = 100
-	t.Cleanup(func() { replyBudgetBytes = old })
 	logs := &lockedBuffer{}
 	ctl := &fakeRichControl{reserve: 60}
+	waited := make(chan int64, 1)
 	r := newRig(t, richExtra, func(o *Options) {
 		o.RichControl = ctl
 		o.RichIdle = time.Hour
 		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		o.RichReplyBudget = 100
+		o.RichBudgetWait = func(n int64) { waited <- n }
 	})
 	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
@@ -216,8 +214,6 @@ func TestReplyBudgetWaitEndsWithTheTurn(t *testing.T) {
 		}
 		return &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: "x"}, nil
 	}
-	waited := make(chan int64, 1)
-	r.h.replies.waiting = func(n int64) { waited <- n }
 	for _, ch := range []string{"a", "b"} {
 		if code, _ := r.api(t, "PUT", "/v1/channels/"+ch+"/mode", `{"mode":"rich","profile":"helper"}`); code != 200 {
 			t.Fatal(code)
@@ -248,10 +244,7 @@ func TestReplyBudgetWaitEndsWithTheTurn(t *testing.T) {
 	if err := <-aDone; err != nil {
 		t.Errorf("a: %v", err)
 	}
-	r.h.replies.mu.Lock()
-	used := r.h.replies.used
-	r.h.replies.mu.Unlock()
-	if used != 0 {
+	if used := r.h.rich.ReplyBytesHeld(); used != 0 {
 		t.Errorf("%d bytes of the reply budget still held", used)
 	}
 }
@@ -328,7 +321,7 @@ func TestRichControlTurnReadsThePacketAsAStream(t *testing.T) {
 		{"cut", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Length", "1000")
 			fmt.Fprint(w, good[:20])
-		}, nil, 1000, "answer cut", ErrRichBroker},
+		}, nil, 1000, "answer cut", richsession.ErrBroker},
 		{"budget refused", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, good) }, errors.New("no budget"), int64(len(good)), "no budget", nil},
 		{"refused", func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusBadGateway)

@@ -7,7 +7,6 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -15,41 +14,6 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
 )
-
-// The rich kind's names, as the host's callers use them.
-type (
-	// RichControl is the host's side of a rich channel broker's control
-	// path (richsession.Control).
-	RichControl = richsession.Control
-	// ReserveFunc takes bytes of the host's reply budget for a packet.
-	ReserveFunc = richsession.ReserveFunc
-	// HTTPRichControl speaks it on a session's broker socket.
-	HTTPRichControl = richsession.HTTPControl
-	// RichStatus is a rich channel's session as channel status shows it.
-	RichStatus = richsession.Status
-)
-
-// Session states shown in channel status, and a session's lifetime.
-const (
-	RichStarting        = richsession.StateStarting
-	RichReady           = richsession.StateReady
-	RichBusy            = richsession.StateBusy
-	RichStopping        = richsession.StateStopping
-	RichSessionLifetime = richsession.SessionLifetime
-)
-
-// Rich errors (richsession), as the host's callers name them.
-var (
-	ErrRichBroker             = richsession.ErrBroker
-	ErrRichWorkerIncompatible = richsession.ErrWorkerIncompatible
-)
-
-// ErrRichUnavailable: the channel is in mode rich but rich channels are
-// disabled or its profile is not configured (any more).
-var ErrRichUnavailable = errors.New("rich channel unavailable: rich.enabled is off or the channel's profile is not configured")
-
-func (h *Host) richStatus(channel string) *RichStatus { return h.rich.Status(channel) }
-func (h *Host) richListed() []ActiveTurn              { return h.rich.Listed() }
 
 // RunRichTurn runs one admitted turn of a rich channel (the caller holds
 // the channel's queue slot): it takes the channel's session (starting one
@@ -94,30 +58,11 @@ func (h *Host) RunRichTurn(ctx context.Context, in TurnInput) (*protocol.Reply, 
 	}()
 	log := h.log.With("turn", id, "channel", tag, "profile", prof.Name)
 
-	// held: the reply budget this turn's packet took; its files' bytes are
-	// kept until the answer is written (OnReply, below), the rest given
-	// back as soon as the packet is decoded.
-	var held int64
-	budget := richsession.Budget{
-		Reserve: func(ctx context.Context, n int64) error {
-			if err := h.replies.acquire(ctx, n); err != nil {
-				return err
-			}
-			held += n
-			return nil
-		},
-		Keep: func(keep int64) {
-			if keep < held {
-				h.replies.release(held - keep)
-				held = keep
-			}
-		},
-	}
-	defer func() { h.replies.release(held) }()
 	o := h.rich.Turn(ctx, id, richsession.Input{
 		Channel: in.Channel, SpeakerID: in.SpeakerID, SpeakerName: in.SpeakerName, PrincipalID: in.PrincipalID,
 		Text: in.Text, Attachments: in.Attachments,
-	}, prof, deadline, reset, budget, log)
+	}, prof, deadline, reset, log)
+	defer o.Release() // the files' bytes, once the answer is written
 	reply, files, warm, runErr, cleanupErr := o.Reply, o.Files, o.Warm, o.RunErr, o.CleanupErr
 	result, err := resultOf(ctx, reply, runErr, cleanupErr)
 	if runErr != nil {

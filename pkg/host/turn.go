@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
@@ -50,11 +49,6 @@ type TurnInput struct {
 	// broker and the host validated; never a path) just before OnReply.
 	OnFiles func(files []richproto.File)
 }
-
-var (
-	errCauseDeadline = fmt.Errorf("deadline: %w", ErrDeadline)
-	errCauseCancel   = fmt.Errorf("cancel: %w", ErrCancelled)
-)
 
 // RunTurn runs one admitted turn to the end (the caller holds the channel's
 // queue slot). ctx is the caller's: its end cancels the turn.
@@ -172,26 +166,6 @@ func resultOf(ctx context.Context, reply *protocol.Reply, runErr, cleanupErr err
 
 // TurnDirMode is sandbox.TurnDirMode.
 const TurnDirMode = sandbox.TurnDirMode
-
-// guestFor is the channel's guest uid from the state file. The owner of an
-// existing workspace is offered for adoption, so a lost state file does not
-// hand a channel's files to a new uid.
-func (h *Host) guestFor(channel, workspace string) (int, error) {
-	owner := -1
-	if st, err := os.Lstat(workspace); err == nil && st.IsDir() {
-		if o, ok := sandbox.FileOwner(st); ok {
-			owner = o
-		}
-	}
-	uid, err := h.state.GuestUID(channel, h.cfg.Guests, owner)
-	if err != nil {
-		return 0, err
-	}
-	if uid == h.opts.UID || uid == h.opts.GID || uid <= 0 { // config and state checks make this unreachable
-		return 0, fmt.Errorf("guest uid %d is the host's own or root", uid)
-	}
-	return uid, nil
-}
 
 // RemoveAttempts is sandbox.RemoveAttempts.
 const RemoveAttempts = sandbox.RemoveAttempts
