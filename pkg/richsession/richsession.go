@@ -39,7 +39,6 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
-	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
@@ -526,25 +525,12 @@ func (k *Kind) start(ctx context.Context, channel string, prof config.Profile) (
 		started: now, deadline: now.Add(SessionLifetime), state: StateStarting, busy: true,
 		stopped: make(chan struct{}),
 	}
+	h := sandbox.Handle{ID: s.id, Channel: channel}
 	var err error
-	if s.container, err = ids.ContainerName(channel, s.id); err != nil {
+	if s.socket, err = h.NameChannel(c.RunRoot, c.WorkspaceRoot, c.PolicyDir); err != nil {
 		return nil, err
 	}
-	if s.workspace, err = layout.WorkspaceDir(c.WorkspaceRoot, channel); err != nil {
-		return nil, err
-	}
-	if s.dir, err = layout.TurnDir(c.RunRoot, s.id); err != nil {
-		return nil, err
-	}
-	if s.policyPath, err = layout.PolicyFile(c.PolicyDir, s.id); err != nil {
-		return nil, err
-	}
-	if s.socket, err = layout.BrokerSocket(c.RunRoot, s.id); err != nil {
-		return nil, err
-	}
-	if len(s.socket) > layout.MaxSocketPath {
-		return nil, fmt.Errorf("broker socket path is %d characters, over %d", len(s.socket), layout.MaxSocketPath)
-	}
+	s.container, s.workspace, s.dir, s.policyPath = h.Container, h.Workspace, h.Dir, h.Policy
 	if s.guest, err = k.host.GuestFor(channel, s.workspace); err != nil {
 		return nil, fmt.Errorf("guest uid: %w", err)
 	}
