@@ -7,8 +7,6 @@ package host
 
 import (
 	"context"
-	"fmt"
-	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
@@ -29,55 +27,25 @@ func (h *Host) RunRichTurn(ctx context.Context, in TurnInput) (*protocol.Reply, 
 	id := h.opts.NewTurnID()
 	tag := ids.ChannelTag(in.Channel)
 	deadline := start.Add(h.cfg.RichTurnTimeout())
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	ctx, cancelDeadline := context.WithDeadlineCause(ctx, deadline, errCauseDeadline)
-	defer cancelDeadline()
-
-	h.mu.Lock()
-	if h.stopping {
-		h.mu.Unlock()
-		return nil, "", ErrShuttingDown
+	ctx, adm, end, err := h.admitTurn(ctx, in.Channel, id, deadline)
+	if err != nil {
+		return nil, "", err
 	}
-	if _, busy := h.active[in.Channel]; busy {
-		h.mu.Unlock()
-		return nil, "", fmt.Errorf("channel already has a running turn: %w", ErrTurnFailed)
-	}
-	active := &activeTurn{id: id, channel: in.Channel, deadline: deadline, cancel: cancel}
-	h.active[in.Channel] = active
-	freshGen, reset := h.fresh[in.Channel]
-	h.turns.Add(1)
-	h.mu.Unlock()
-	stopWatch := context.AfterFunc(h.stopCtx, func() { cancel(ErrShuttingDown) })
-	defer func() {
-		stopWatch()
-		h.mu.Lock()
-		delete(h.active, in.Channel)
-		h.mu.Unlock()
-		h.turns.Done()
-	}()
+	defer end()
 	log := h.log.With("turn", id, "channel", tag, "profile", prof.Name)
 
 	o := h.rich.Turn(ctx, id, richsession.Input{
 		Channel: in.Channel, SpeakerID: in.SpeakerID, SpeakerName: in.SpeakerName, PrincipalID: in.PrincipalID,
 		Text: in.Text, Attachments: in.Attachments,
-	}, prof, deadline, reset, log)
+	}, prof, deadline, adm.reset, log)
 	defer o.Release() // the files' bytes, once the answer is written
 	reply, files, warm, runErr, cleanupErr := o.Reply, o.Files, o.Warm, o.RunErr, o.CleanupErr
 	result, err := resultOf(ctx, reply, runErr, cleanupErr)
 	if runErr != nil {
 		log.Warn("rich turn failed", "result", result, "err", runErr)
 	}
-	if err == nil && reply.OK && reset {
-		h.mu.Lock()
-		if h.fresh[in.Channel] == freshGen {
-			delete(h.fresh, in.Channel)
-		}
-		h.mu.Unlock()
-	}
-	took := time.Since(start)
-	h.metrics.turns.WithLabelValues(result).Inc()
-	h.metrics.duration.Observe(took.Seconds())
+	h.settleFresh(in.Channel, adm, err == nil && reply.OK)
+	took := h.countTurn(result, start)
 	h.rich.CountTurn(result, warm)
 	if err != nil {
 		return nil, id, err
