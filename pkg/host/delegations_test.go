@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -388,32 +387,3 @@ func TestDelegationStream(t *testing.T) {
 		}
 	}
 }
-
-// TestRemoveScratch: a scratch tree with unreadable directories, files and
-// a symlink out is removed without following the link.
-func TestRemoveScratch(t *testing.T) {
-	r := delegationRig(t, nil)
-	dir := filepath.Join(r.cfg.WorkspaceRoot, ".delegations", "0123456789abcdef0123456789abcdef")
-	outside := filepath.Join(t.TempDir(), "keep")
-	must(t, os.WriteFile(outside, []byte("x"), 0o600))
-	must(t, os.MkdirAll(filepath.Join(dir, "a", "b"), 0o700))
-	must(t, os.WriteFile(filepath.Join(dir, "a", "b", "f"), []byte("x"), 0o000))
-	must(t, os.Symlink(filepath.Dir(outside), filepath.Join(dir, "link")))
-	must(t, os.Chmod(filepath.Join(dir, "a", "b"), 0o000))
-	must(t, os.Chmod(filepath.Join(dir, "a"), 0o000))
-	must(t, r.h.delegations.RemoveScratch(dir))
-	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
-		t.Errorf("scratch left: %v", err)
-	}
-	if _, err := os.Stat(outside); err != nil {
-		t.Errorf("followed the link: %v", err)
-	}
-	// A leftover is swept by the next host.
-	must(t, os.MkdirAll(filepath.Join(dir, "x"), 0o700))
-	r.h.delegations.SweepScratch()
-	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
-		t.Errorf("leftover not swept: %v", err)
-	}
-}
-
-var _ = io.EOF
