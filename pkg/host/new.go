@@ -18,11 +18,12 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/sealedturn"
 	"github.com/roundtable-sandbox/sandbox/pkg/toolset"
-	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
 )
 
 // New checks the options and prepares the turn-independent parts of every
 // policy and turn, validating them now rather than at the first guest message.
+// The lifecycle fills its own options' defaults (removal bounds, worker
+// logs, ChownTree).
 func New(o Options) (*Host, error) {
 	if o.Config == nil || o.State == nil || o.Containers == nil || o.Units == nil {
 		return nil, errors.New("host: config, state, containers and units are required")
@@ -36,12 +37,6 @@ func New(o Options) (*Host, error) {
 	if o.UID == 0 && o.GID == 0 {
 		o.UID, o.GID = os.Getuid(), os.Getgid()
 	}
-	if o.WorkerLogs == nil {
-		o.WorkerLogs = workerlog.New(workerlog.DefaultLimits(), nil, nil)
-	}
-	if o.ChownTree == nil {
-		o.ChownTree = ChownTree
-	}
 	if o.Lchown == nil {
 		o.Lchown = os.Lchown
 	}
@@ -53,18 +48,6 @@ func New(o Options) (*Host, error) {
 	}
 	if o.NewTurnID == nil {
 		o.NewTurnID = ids.NewTurnID
-	}
-	if o.RemoveTimeout == 0 {
-		o.RemoveTimeout = 5 * time.Second
-	}
-	if o.SecondRemoval == 0 {
-		o.SecondRemoval = 2 * time.Second
-	}
-	if o.RemoveRetryDelay == 0 {
-		o.RemoveRetryDelay = 100 * time.Millisecond
-	}
-	if o.RemoveRetryTotal == 0 {
-		o.RemoveRetryTotal = 15 * time.Second
 	}
 	if o.ShutdownTimeout == 0 {
 		o.ShutdownTimeout = 10 * time.Second
