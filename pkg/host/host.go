@@ -1,10 +1,13 @@
 // Package host is the sandbox-host daemon: the HTTP/JSON API on the host
-// socket, admission (per-channel queues, the global cap, a channel's one
-// running turn, fresh starts), channel state and the wiring of the kinds
-// (pkg/sealedturn, pkg/coderun, pkg/richsession, pkg/precheckrun,
-// pkg/delegationrun), each driving the one lifecycle (pkg/sandbox) and
-// reaching the host only through the narrow interface it declares; every
-// kind's error categories become a status in one place (statusOf).
+// socket (the router, its own routes and each kind's), admission
+// (per-channel queues, the global cap, a channel's one running turn, fresh
+// starts), channel state and the wiring of the kinds (pkg/sealedturn,
+// pkg/coderun, pkg/richsession, pkg/precheckrun, pkg/delegationrun), each
+// driving the one lifecycle (pkg/sandbox). The host drives every kind
+// through one interface (kind: its routes, its listing entries, a channel's
+// new mode, stop); a kind reaches the host only through the narrow
+// interface it declares itself (kinds.go); every kind's error categories
+// become a status in one place (status.go).
 // Guarantee: every turn it starts ends with its container removed, its broker
 // units stopped and its turn directory and policy file removed, or with an
 // error and a log line naming exactly what an operator must inspect.
