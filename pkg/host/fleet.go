@@ -38,8 +38,8 @@ func fleetLayout(f config.Fleet) fleet.Layout {
 }
 
 // askFleet is handleTurn's fleet path for a sealed channel: publish, wait
-// for the committed reply, answer as a local turn would.
-func (h *Host) askFleet(w http.ResponseWriter, r *http.Request, channel string, req TurnRequest) error {
+// for the committed reply; the caller answers as for a local turn.
+func (h *Host) askFleet(r *http.Request, channel string, req TurnRequest) (*protocol.Reply, string, error) {
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	stop := context.AfterFunc(h.stopCtx, func() { cancel(ErrShuttingDown) })
@@ -56,22 +56,19 @@ func (h *Host) askFleet(w http.ResponseWriter, r *http.Request, channel string, 
 	defer cancelDeadline()
 	rep, _, err := h.fleet.Ask(ctx, t)
 	if err != nil {
-		w.Header().Set("X-Sandbox-Turn", t.ID)
 		if cause := context.Cause(ctx); errors.Is(cause, ErrShuttingDown) {
-			return ErrShuttingDown
+			return nil, t.ID, ErrShuttingDown
 		}
 		if ctx.Err() != nil && r.Context().Err() != nil {
-			return ErrClientGone
+			return nil, t.ID, ErrClientGone
 		}
 		h.log.Warn("fleet turn not answered: the fleet (NATS JetStream) failed or did not commit in time", "turn", t.ID, "err", err)
-		return ErrTurnFailed
+		return nil, t.ID, ErrTurnFailed
 	}
 	if rep.Error != "" {
-		w.Header().Set("X-Sandbox-Turn", t.ID)
-		return fleetReplyError(rep.Error)
+		return nil, t.ID, fleetReplyError(rep.Error)
 	}
-	h.writeReply(w, r, &protocol.Reply{OK: rep.OK, Text: rep.Text}, t.ID, nil)
-	return nil
+	return &protocol.Reply{OK: rep.OK, Text: rep.Text}, t.ID, nil
 }
 
 // fleetTurnSlack covers the engine's own time around a turn (publication,
