@@ -101,7 +101,10 @@ func (e fleetExecutor) Execute(ctx context.Context, in fleet.Input) (fleet.Outpu
 	if !h.accepting() {
 		return fleet.Output{}, fleet.ErrElsewhere
 	}
-	if h.state.Mode(in.Turn.Channel) != ModeOn {
+	// The admitting box checked the channel's mode (channel state is still
+	// each box's own): a channel unknown or off here runs. A channel rich
+	// here is refused: its workspace is a rich session's, not a sealed one's.
+	if h.state.Mode(in.Turn.Channel) == ModeRich {
 		return fleet.Output{}, &fleet.TurnError{Kind: fleet.ErrorModeOff, Err: ErrModeOff}
 	}
 	release, err := h.queue.acquire(ctx, in.Turn.Channel)

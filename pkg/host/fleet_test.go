@@ -76,3 +76,29 @@ func TestFleetModeAnswersFromTheFleet(t *testing.T) {
 		t.Errorf("containers created = %d, want 1", len(docker.created))
 	}
 }
+
+// TestFleetTurnRunsWhereTheChannelIsUnknown: the owner box runs a turn the
+// admitting box let in even if the channel is not on in its own state
+// (channel state is each box's until it moves to the fleet), and refuses
+// one whose channel is rich here, with the host API's 409.
+func TestFleetTurnRunsWhereTheChannelIsUnknown(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	ctx := context.Background()
+	r := newRig(t, "", nil)
+	must(t, r.h.state.SetRich("rich:1", "p"))
+	f, err := fleet.Open(ctx, c.Connect("box-b"), fleet.Layout{Partitions: 1, Replicas: 1})
+	must(t, err)
+	box, err := fleet.NewBox(f, fleet.BoxOptions{Name: "box-b", Executor: fleetExecutor{r.h}, Logger: testLogger(t)})
+	must(t, err)
+	must(t, box.Start(ctx))
+	defer box.Stop()
+	fc, err := client.DialFleet(ctx, client.FleetOptions{Conn: c.Connect("frontend"), Partitions: 1})
+	must(t, err)
+	reply, err := fc.RunTurn(ctx, "guild:unknown-here", client.Speaker{ID: "s1"}, "hello")
+	if err != nil || !reply.OK || reply.Text != "hello" {
+		t.Fatalf("turn on a channel unknown to the owner box = %+v, %v", reply, err)
+	}
+	if _, err := fc.RunTurn(ctx, "rich:1", client.Speaker{ID: "s1"}, "hello"); !errors.Is(err, client.ErrModeOff) {
+		t.Fatalf("sealed turn on a channel rich on the owner box = %v, want 409", err)
+	}
+}
