@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/pcgroups"
 )
@@ -177,6 +178,19 @@ func (b *Box) Start(ctx context.Context) error {
 			b.log.Info("fleet box stands by for the other boxes' partitions", "partitions", len(later))
 		}()
 	}
+	// A connection that closes for good (not a reconnect) leaves the
+	// partitions: pcgroups v0.2.2's member routine spins on a closed
+	// connection's watcher, and a box without a connection is dead anyway.
+	closed := b.f.nc.StatusChanged(nats.CLOSED)
+	go func() {
+		defer b.f.nc.RemoveStatusListener(closed)
+		select {
+		case <-closed:
+			b.log.Error("fleet box lost its NATS connection for good: leaving its partitions; restart the host")
+			b.Detach()
+		case <-b.ctx.Done():
+		}
+	}()
 	b.log.Info("fleet box joined its partitions", "home", n-len(later), "partitions", n, "ack_wait_ms", b.opts.AckWait.Milliseconds())
 	return nil
 }
@@ -277,9 +291,7 @@ func (b *Box) Detach() {
 
 // Kill makes the box look dead to the cluster (as after kill -9): it
 // leaves its partitions and closes its connection; a turn it was running
-// ends without a way to commit. For the fault harness and tests. (The
-// members are stopped before the connection closes: pcgroups v0.2.2's
-// member routine spins on a closed connection's watcher otherwise.)
+// ends without a way to commit. For the fault harness and tests.
 func (b *Box) Kill() {
 	b.Detach()
 	b.f.nc.Close()
