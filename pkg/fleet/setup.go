@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/pcgroups"
 )
@@ -101,7 +102,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) error {
 	}
 	l = l.withDefaults()
 	for _, cfg := range []jetstream.StreamConfig{l.turnsConfig(), l.jobsConfig()} {
-		if err := ensureStream(ctx, js, cfg); err != nil {
+		if err := untilElected(ctx, func() error { return ensureStream(ctx, js, cfg) }); err != nil {
 			return err
 		}
 	}
@@ -112,14 +113,40 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) error {
 		{Bucket: ChannelsBucket, History: 1, MaxValueSize: 2 * (MaxReplyTextBytes + 64<<10), Storage: jetstream.FileStorage, Replicas: l.Replicas},
 	}
 	for _, cfg := range kvs {
-		if err := ensureKV(ctx, js, cfg); err != nil {
+		if err := untilElected(ctx, func() error { return ensureKV(ctx, js, cfg) }); err != nil {
 			return err
 		}
 	}
-	if err := ensureObjects(ctx, js, jetstream.ObjectStoreConfig{Bucket: WorkspaceBucket, Storage: jetstream.FileStorage, Replicas: l.Replicas, MaxBytes: -1}); err != nil {
+	objects := jetstream.ObjectStoreConfig{Bucket: WorkspaceBucket, Storage: jetstream.FileStorage, Replicas: l.Replicas, MaxBytes: -1}
+	if err := untilElected(ctx, func() error { return ensureObjects(ctx, js, objects) }); err != nil {
 		return err
 	}
-	return ensureGroup(ctx, js, l.Partitions)
+	return untilElected(ctx, func() error { return ensureGroup(ctx, js, l.Partitions) })
+}
+
+// electionWait bounds how long Ensure waits for a stream it just made to
+// elect its leader: until then the cluster answers "no responders".
+const electionWait = 15 * time.Second
+
+// untilElected retries f while the cluster has no responder for it (a new
+// stream's leader is being elected: a state that ends, not a race).
+func untilElected(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(electionWait)
+	backoff := 50 * time.Millisecond
+	for {
+		err := f()
+		if !(errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)) || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
