@@ -57,7 +57,7 @@ else
   mkdir -p "$work/bin" "$work/out"
   (cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/standin" ./packaging/testdata/standin) ||
     { echo "FAIL: cannot build the stand-in"; exit 1; }
-  for b in sandbox-host sandbox-broker sandbox-reaper sandbox-worker; do cp "$work/standin" "$work/bin/$b"; done
+  for b in sandbox-host sandbox-broker sandbox-reaper sandbox-worker sandbox-nats; do cp "$work/standin" "$work/bin/$b"; done
   image=$root/dist/worker-image.tar
   if [[ ! -f $image ]]; then
     image=$work/worker-image.tar
