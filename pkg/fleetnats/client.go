@@ -22,7 +22,8 @@ const ConnectTimeout = 5 * time.Second
 var ErrClient = errors.New("fleet connection")
 
 // ClientOptions are the nats.go options of a box's connection: TLS 1.2+
-// verifying the server against fleet.tls.ca, the user of
+// verifying the server against fleet.tls.ca and presenting the box's
+// certificate (fleet.tls.cert and .key), the user of
 // fleet.nkeySeedFile (the seed file must be unreadable by others), a
 // bounded connect and the box's name.
 func ClientOptions(f config.Fleet) ([]nats.Option, error) {
@@ -33,6 +34,10 @@ func ClientOptions(f config.Fleet) ([]nats.Option, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("fleet.tls.ca: %s holds no PEM certificate: %w", f.TLS.CA, ErrClient)
+	}
+	pair, err := tls.LoadX509KeyPair(f.TLS.Cert, f.TLS.Key)
+	if err != nil {
+		return nil, fmt.Errorf("fleet.tls.cert and fleet.tls.key: %v: %w", err, ErrClient)
 	}
 	st, err := os.Stat(f.NkeySeedFile)
 	if err != nil {
@@ -47,7 +52,7 @@ func ClientOptions(f config.Fleet) ([]nats.Option, error) {
 		return nil, fmt.Errorf("fleet.nkeySeedFile: %v: %w", err, ErrClient)
 	}
 	return []nats.Option{
-		nats.Secure(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}),
+		nats.Secure(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}),
 		nk,
 		nats.Name("sandbox " + f.Box),
 		nats.Timeout(ConnectTimeout),

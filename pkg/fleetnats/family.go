@@ -10,15 +10,14 @@
 // JetStream's store; anything it cannot honour is an error naming the key.
 package fleetnats
 
-// The family's JetStream names. The engine (pkg/fleet) must use these:
-// a box's permissions name each stream exactly (a NATS wildcard matches
-// whole tokens, never a name prefix such as SANDBOX_*).
+// The family's JetStream names: the engine's (pkg/fleet names.go holds the
+// same; a box's permissions name each stream exactly, since a NATS wildcard
+// matches whole tokens, never a name prefix such as SANDBOX_*).
 const (
 	StreamTurns      = "SANDBOX_TURNS"      // admitted turns, partitioned by channel key
-	StreamWork       = "SANDBOX_WORK"       // runs, prechecks, delegation jobs (work queue)
+	StreamJobs       = "SANDBOX_JOBS"       // runs, prechecks, delegation jobs (work queue)
 	BucketReplies    = "SANDBOX_REPLIES"    // one reply per turn id, create-only
 	BucketChannels   = "SANDBOX_CHANNELS"   // channel state, the commit fence
-	BucketApprovals  = "SANDBOX_APPROVALS"  // run approvals
 	ObjectWorkspaces = "SANDBOX_WORKSPACES" // sealed channels' workspaces by channel and generation
 	// BucketConsumerGroups is where orbit.go/pcgroups keeps its static
 	// consumer groups' membership (its fixed name, not ours).
@@ -31,8 +30,8 @@ const (
 // (streams KV_<bucket>), ObjectStores its object stores (streams
 // OBJ_<store>).
 var (
-	Streams      = []string{StreamTurns, StreamWork}
-	KVBuckets    = []string{BucketReplies, BucketChannels, BucketApprovals, BucketConsumerGroups}
+	Streams      = []string{StreamTurns, StreamJobs}
+	KVBuckets    = []string{BucketReplies, BucketChannels, BucketConsumerGroups}
 	ObjectStores = []string{ObjectWorkspaces}
 )
 

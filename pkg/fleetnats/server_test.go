@@ -3,6 +3,8 @@ package fleetnats
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -214,8 +216,8 @@ func TestBoxDoesFamilyOperations(t *testing.T) {
 	if found == 0 {
 		t.Errorf("no file under the store dir %s", f.Server.StoreDir)
 	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: StreamWork, Subjects: []string{"sandbox.work.>"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
-		t.Errorf("create %s: %v", StreamWork, err)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: StreamJobs, Subjects: []string{"sandbox.jobs.>"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
+		t.Errorf("create %s: %v", StreamJobs, err)
 	}
 }
 
@@ -295,6 +297,36 @@ func TestUnknownNkeyRefused(t *testing.T) {
 	if !errors.Is(err, nats.ErrAuthorization) {
 		t.Errorf("got %v, want an authorization violation", err)
 	}
+}
+
+// TestClientWithoutCertificateRefused: TLS with the right CA and a listed
+// nkey, but no client certificate: the handshake fails before any login.
+func TestClientWithoutCertificateRefused(t *testing.T) {
+	p := newPKI(t)
+	pub, seed := newUser(t, p.dir, "box-a")
+	f := testFleet(t, p, config.FleetBox{Name: "box-a", NKey: pub})
+	f.NkeySeedFile = seed
+	startServer(t, &f, p.files)
+	opts, err := ClientOptions(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	ca, _ := os.ReadFile(p.files.CA)
+	pool.AppendCertsFromPEM(ca)
+	// Later options win: the same connection without the certificate.
+	opts = append(opts, nats.Secure(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+	nc, err := nats.Connect(f.URL, opts...)
+	if err == nil {
+		nc.Close()
+		t.Fatal("connected without a client certificate")
+	}
+	// With it (the same options otherwise), the box gets in.
+	nc, err = Connect(f)
+	if err != nil {
+		t.Fatalf("with the certificate: %v", err)
+	}
+	nc.Close()
 }
 
 // TestClientWithoutTLSRefused: the client port speaks nothing but TLS; its

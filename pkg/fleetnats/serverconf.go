@@ -53,10 +53,11 @@ func CheckServer(f config.Fleet) error {
 // secret: the encryption key is given to sandbox-nats apart
 // (--encryption-key-file), the TLS key by path.
 //
-// Clients must use TLS (no allow_non_tls) and log in with a listed nkey;
-// the server does not ask them for a certificate, so the box key stays
-// with the server (a host holding it could join the cluster as a route,
-// past its permissions). Routes are mutual TLS against the fleet's CA.
+// Clients must use TLS (no allow_non_tls), present a certificate the
+// fleet's CA signed and log in with a listed nkey: a stolen seed alone
+// does not let anyone in. Routes are mutual TLS against the same CA. (A
+// box's key thus also admits a route; the host that reads it already has
+// Docker, which is root on its box: a box is trusted whole, README Fleet.)
 func ServerConfig(f config.Fleet, files TLSFiles) ([]byte, error) {
 	if err := CheckServer(f); err != nil {
 		return nil, err
@@ -84,7 +85,7 @@ func ServerConfig(f config.Fleet, files TLSFiles) ([]byte, error) {
 	conf := map[string]any{
 		"server_name":   f.Box,
 		"listen":        f.Server.Listen,
-		"tls":           tlsBlock(false),
+		"tls":           tlsBlock(true),
 		"authorization": map[string]any{"users": users, "timeout": 5},
 		"jetstream": map[string]any{
 			"store_dir": f.Server.StoreDir,

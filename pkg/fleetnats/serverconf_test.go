@@ -89,6 +89,7 @@ func TestServerConfigShape(t *testing.T) {
 	}{
 		{"server_name", c.ServerName, "a"},
 		{"client tls ca", c.TLS.CA, "/c"},
+		{"client tls verify", c.TLS.Verify, true},
 		{"allow_non_tls", c.AllowNonTLS == nil, true},
 		{"route tls verify", c.Cluster.TLS.Verify, true},
 		{"routes", strings.Join(c.Cluster.Routes, ","), "nats-route://10.0.0.1:6222,nats-route://10.0.0.2:6222"},
