@@ -129,6 +129,28 @@ fi
 if grep -E 'deb-systemd-invoke +(start|restart) .*sandbox-nats' "$pi" | grep -q .; then
   fail "$pi: starts sandbox-nats.service (it may only try-restart a running one)"
 fi
+# The host's fleet drop-in: verified on the host unit, which stays within
+# its exposure bound with it, and opens loopback only.
+fd=$work/fleetunits
+mkdir -p "$fd/sandbox-host.service.d"
+cp units/sandbox-host.service units/sandbox-host.socket "$fd/"
+cp units/sandbox-host-fleet.conf "$fd/sandbox-host.service.d/fleet.conf"
+if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null; then
+  out=$(cd "$fd" && unshare --mount --propagation private env MANPATH="$work/man:" bash -c '
+    mkdir -p "$0/ovl/w2" "$0/ovl/u2"
+    cp -a "$0/bin/." "$0/ovl/u2/"
+    mount -t overlay overlay -o lowerdir=/usr/bin,upperdir="$0/ovl/u2",workdir="$0/ovl/w2" /usr/bin
+    systemd-analyze verify sandbox-host.service' "$work" 2>&1) || out="rc=$? $out"
+  [[ -z $out ]] || fail "sandbox-host.service with the fleet drop-in: $out"
+fi
+s=$( (cd "$fd" && systemd-analyze security --offline=true --no-pager sandbox-host.service 2>&1) |
+  sed -n -E 's/.*Overall exposure level for [^:]+: ([0-9.]+).*/\1/p')
+if [[ -z $s ]] || ! awk -v s="$s" 'BEGIN {exit !(s <= 4.0)}'; then
+  fail "sandbox-host.service with the fleet drop-in: exposure '$s' (max 4.0)"
+fi
+grep -q '^IPAddressDeny=any$' units/sandbox-host-fleet.conf && grep -q '^IPAddressAllow=localhost$' units/sandbox-host-fleet.conf ||
+  fail "units/sandbox-host-fleet.conf must deny every address but loopback"
+((fails > before)) || echo "ok: sandbox-host.service with the fleet drop-in verifies, exposure ${s:-?} (max 4.0), loopback only"
 ((fails > before)) || echo "ok: sandbox-nats.service runs as _sandbox-nats with its StateDirectory, root only for fleet config, off by default"
 
 # 3. sysusers.d + tmpfiles.d on a scratch root.

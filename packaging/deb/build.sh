@@ -58,6 +58,9 @@ for u in sandbox-host.socket sandbox-host.service sandbox-broker@.socket sandbox
   sandbox-reaper.service sandbox-reaper.timer sandbox-nats.service; do
   inst 0644 "units/$u" "lib/systemd/system/$u"
 done
+# The host's drop-in for a fleet (README, Fleet): shipped, never installed
+# as a drop-in by the package (one box keeps PrivateNetwork=yes).
+inst 0644 units/sandbox-host-fleet.conf usr/share/roundtable-sandbox/sandbox-host-fleet.conf
 inst 0644 units/sysusers.d/roundtable-sandbox.conf usr/lib/sysusers.d/roundtable-sandbox.conf
 inst 0644 units/tmpfiles.d/roundtable-sandbox.conf usr/lib/tmpfiles.d/roundtable-sandbox.conf
 inst 0644 units/polkit/60-roundtable-sandbox.rules usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules

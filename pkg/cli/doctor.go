@@ -75,10 +75,12 @@ type doctorDeps struct {
 	fileSHA256  func(path string) (string, error) // the host's sandbox-worker, for the toolbox check
 	readFile    func(path string) ([]byte, error)
 	fleetHealth func(ctx context.Context, f config.Fleet) []fleetnats.Finding // doctorfleet.go
-	resolvConf  string                                                        // the resolver configuration brokers read (doctorresolver.go)
-	credDir     string
-	unitDirs    []string
-	polkitRules []string
+	// unitProperty asks systemd for one property of a unit (doctorfleet.go).
+	unitProperty func(ctx context.Context, unit, prop string) (string, error)
+	resolvConf   string // the resolver configuration brokers read (doctorresolver.go)
+	credDir      string
+	unitDirs     []string
+	polkitRules  []string
 }
 
 func realDoctorDeps() doctorDeps {
@@ -103,15 +105,16 @@ func realDoctorDeps() doctorDeps {
 		listTools: func(ctx context.Context, s policy.MCPServer, cred string) ([]mcp.Tool, error) {
 			return mcp.ListTools(ctx, s, cred, mcp.Options{Timeout: 15 * time.Second})
 		},
-		unitState:   systemctlShow,
-		toolbox:     realToolboxInspector,
-		fileSHA256:  toolbox.FileSHA256,
-		readFile:    os.ReadFile,
-		fleetHealth: realFleetHealth,
-		resolvConf:  "/etc/resolv.conf",
-		credDir:     layout.CredentialsDir,
-		unitDirs:    []string{"/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system"},
-		polkitRules: []string{"/usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules", "/etc/polkit-1/rules.d/60-roundtable-sandbox.rules"},
+		unitState:    systemctlShow,
+		toolbox:      realToolboxInspector,
+		fileSHA256:   toolbox.FileSHA256,
+		readFile:     os.ReadFile,
+		fleetHealth:  realFleetHealth,
+		unitProperty: systemctlProperty,
+		resolvConf:   "/etc/resolv.conf",
+		credDir:      layout.CredentialsDir,
+		unitDirs:     []string{"/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system"},
+		polkitRules:  []string{"/usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules", "/etc/polkit-1/rules.d/60-roundtable-sandbox.rules"},
 	}
 }
 

@@ -2,15 +2,35 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/url"
+	"os/exec"
+	"strings"
+	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleetnats"
 )
 
-// NATSUnit is the fleet engine's unit on a box that runs its own server.
-const NATSUnit = "sandbox-nats.service"
+// NATSUnit is the fleet engine's unit on a box that runs its own server;
+// FleetHostDropIn the host unit's drop-in for a fleet, as the package
+// ships it.
+const (
+	NATSUnit        = "sandbox-nats.service"
+	FleetHostDropIn = "/usr/share/roundtable-sandbox/sandbox-host-fleet.conf"
+)
+
+// systemctlProperty asks systemd for one property's value.
+func systemctlProperty(ctx context.Context, unit, prop string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "systemctl", "show", "--property="+prop, "--value", "--", unit).Output()
+	if err != nil {
+		return "", fmt.Errorf("systemctl: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
 
 // doctorFleet reports the fleet: one line "off" when fleet.enabled is
 // false; otherwise this box's sandbox-nats unit when fleet.url is on this
@@ -36,6 +56,15 @@ func doctorFleet(ctx context.Context, cfg *config.Config, d doctorDeps, add func
 		default:
 			add("fleet-server", StatusOK, NATSUnit+" is active", "")
 		}
+	}
+	switch pn, err := d.unitProperty(ctx, "sandbox-host.service", "PrivateNetwork"); {
+	case err != nil:
+		add("fleet-host-net", StatusSkip, "cannot ask systemd about sandbox-host.service: "+err.Error(), "")
+	case pn == "yes":
+		add("fleet-host-net", StatusFail, "sandbox-host.service has PrivateNetwork=yes: the host cannot reach fleet.url",
+			"install -D -m 0644 "+FleetHostDropIn+" /etc/systemd/system/sandbox-host.service.d/fleet.conf && systemctl daemon-reload && systemctl restart sandbox-host.service (README, Fleet)")
+	default:
+		add("fleet-host-net", StatusOK, "sandbox-host.service may reach the network (PrivateNetwork="+pn+")", "")
 	}
 	for _, c := range d.fleetHealth(ctx, f) {
 		add(c.Name, c.Status, c.Detail, c.Remedy)

@@ -33,19 +33,23 @@ func TestDoctorFleetOff(t *testing.T) {
 func TestDoctorFleetOn(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
+		hostNet  string // the host unit's PrivateNetwork
 		nats     unitState
 		findings []fleetnats.Finding
 		wantOK   bool
 		line     string // the check that must carry want
 		want     string
 	}{
-		{"healthy", unitState{"loaded", "active", "running", "success"},
+		{"healthy", "no", unitState{"loaded", "active", "running", "success"},
 			[]fleetnats.Finding{{Name: "fleet", Status: StatusOK, Detail: "connected"}, {Name: "stream SANDBOX_TURNS", Status: StatusOK, Detail: "3 replicas"}},
 			true, "stream SANDBOX_TURNS", "3 replicas"},
-		{"server stopped", unitState{"loaded", "failed", "failed", "exit-code"},
+		{"host without network", "yes", unitState{"loaded", "active", "running", "success"},
+			[]fleetnats.Finding{{Name: "fleet", Status: StatusOK}},
+			false, "fleet-host-net", "PrivateNetwork=yes: the host cannot reach fleet.url"},
+		{"server stopped", "no", unitState{"loaded", "failed", "failed", "exit-code"},
 			[]fleetnats.Finding{{Name: "fleet", Status: StatusFail, Detail: "cannot connect to fleet.url tls://127.0.0.1:4222"}},
 			false, "fleet-server", "sandbox-nats.service is failed (failed), result exit-code"},
-		{"stream without leader", unitState{"loaded", "active", "running", "success"},
+		{"stream without leader", "no", unitState{"loaded", "active", "running", "success"},
 			[]fleetnats.Finding{{Name: "fleet", Status: StatusOK}, {Name: "stream SANDBOX_TURNS", Status: StatusFail, Detail: "SANDBOX_TURNS has no leader"}},
 			false, "stream SANDBOX_TURNS", "has no leader"},
 	} {
@@ -55,6 +59,12 @@ func TestDoctorFleetOn(t *testing.T) {
 			f.WriteString("fleet:\n  enabled: true\n  box: box-a\n")
 			f.Close()
 			d.unitState = fakeUnitStates(map[string]unitState{NATSUnit: tc.nats})
+			d.unitProperty = func(_ context.Context, unit, prop string) (string, error) {
+				if unit != "sandbox-host.service" || prop != "PrivateNetwork" {
+					t.Errorf("asked %s %s", unit, prop)
+				}
+				return tc.hostNet, nil
+			}
 			called := 0
 			d.fleetHealth = func(_ context.Context, f config.Fleet) []fleetnats.Finding {
 				called++
