@@ -162,7 +162,7 @@ pub=$(nsroot_exec sandbox-host fleet nkey --output "$fd/box.nkey" 2>/dev/null)
 if [[ $pub == U* ]]; then ok "fleet nkey printed a public user key"; else bad "fleet nkey: '$pub'"; fi
 equal "seed file owner and mode" "_sandbox _sandbox 600" stat -c '%U %G %a' "$fd/box.nkey"
 expect "an encryption key" sh -c "openssl rand -hex 32 | install -m 0600 /dev/stdin $fd/jetstream.key"
-expect "fleet.* on in sandbox.yaml" sed -i "s|^  enabled: false\$|  enabled: true\n  box: box-a\n  url: tls://127.0.0.1:14222\n  replicas: 1\n  server:\n    listen: 127.0.0.1:14222\n    boxes:\n      - {name: box-a, nkey: $pub}|" /etc/roundtable-sandbox/sandbox.yaml
+expect "fleet.* on in sandbox.yaml" sed -i "/^fleet:\$/,/^  enabled: false\$/ s|^  enabled: false\$|  enabled: true\n  box: box-a\n  url: tls://127.0.0.1:14222\n  replicas: 1\n  server:\n    listen: 127.0.0.1:14222\n    boxes:\n      - {name: box-a, nkey: $pub}|" /etc/roundtable-sandbox/sandbox.yaml
 if nsroot_exec systemctl start sandbox-nats.service; then ok "sandbox-nats.service starts (READY=1 once it accepts clients)"; else
   bad "sandbox-nats.service did not start"; nsroot_exec journalctl -u sandbox-nats.service -o cat --no-pager | tail -20
 fi
@@ -183,7 +183,7 @@ out=$(nsroot_exec journalctl -u sandbox-nats.service -o cat --no-pager 2>&1)
 grep -q 'fleet.server.encryptionKeyFile: .*readable by every user' <<<"$out" && ok "the journal names fleet.server.encryptionKeyFile" || bad "journal: $(tail -5 <<<"$out")"
 equal "exit 78 stops the restarts" "failed 78" sh -c 'echo "$(systemctl is-active sandbox-nats.service) $(systemctl show -p ExecMainStatus --value sandbox-nats.service)"'
 nsroot_exec systemctl reset-failed sandbox-nats.service >/dev/null 2>&1
-expect "fleet off again in sandbox.yaml" sed -i '/^  enabled: true$/,/^      - {name: box-a, nkey: .*}$/c\  enabled: false' /etc/roundtable-sandbox/sandbox.yaml
+expect "fleet off again in sandbox.yaml" sed -i '/^fleet:$/,/^      - {name: box-a, nkey: .*}$/c\fleet:\n  enabled: false' /etc/roundtable-sandbox/sandbox.yaml
 nsroot_exec sh -c "rm -f $fd/* /root/ca.key /root/box.csr /root/ext /root/ca.srl"
 if ((standin)); then
   nsroot_exec cp /root/sandbox-host.standin /usr/bin/sandbox-host

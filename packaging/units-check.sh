@@ -111,12 +111,12 @@ echo "== sandbox-nats.service"
 nu=units/sandbox-nats.service
 before=$fails
 for want in '^User=_sandbox-nats$' '^Group=_sandbox-nats$' '^StateDirectory=sandbox-nats$' '^RuntimeDirectory=sandbox-nats$' \
-  '^ExecStartPre=\+/usr/bin/sandbox-host fleet config --runtime-dir /run/sandbox-nats --owner _sandbox-nats$' \
+  '^ExecStartPre=-\+/usr/bin/sandbox-host fleet config --runtime-dir /run/sandbox-nats --owner _sandbox-nats$' \
   '^CapabilityBoundingSet=$' '^NoNewPrivileges=yes$' '^RestartPreventExitStatus=78$'; do
   grep -Eq "$want" "$nu" || fail "$nu: no line matching $want"
 done
 # Only the configuration step runs as root: no other Exec line has a prefix.
-if grep -E '^Exec[A-Za-z]*=[-+!@:]' "$nu" | grep -v '^ExecStartPre=+/usr/bin/sandbox-host fleet config ' | grep -q .; then
+if grep -E '^Exec[A-Za-z]*=[-+!@:]' "$nu" | grep -v '^ExecStartPre=-+/usr/bin/sandbox-host fleet config ' | grep -q .; then
   fail "$nu: another Exec line runs with a privilege prefix"
 fi
 # Off by default: postinst never enables or starts it (only keeps an
