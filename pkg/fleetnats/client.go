@@ -29,7 +29,7 @@ var ErrClient = errors.New("fleet connection")
 func ClientOptions(f config.Fleet) ([]nats.Option, error) {
 	pem, err := os.ReadFile(f.TLS.CA)
 	if err != nil {
-		return nil, fmt.Errorf("fleet.tls.ca: %v: %w", err, ErrClient)
+		return nil, fmt.Errorf("fleet.tls.ca: %w: %w", err, ErrClient)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
@@ -37,11 +37,11 @@ func ClientOptions(f config.Fleet) ([]nats.Option, error) {
 	}
 	pair, err := tls.LoadX509KeyPair(f.TLS.Cert, f.TLS.Key)
 	if err != nil {
-		return nil, fmt.Errorf("fleet.tls.cert and fleet.tls.key: %v: %w", err, ErrClient)
+		return nil, fmt.Errorf("fleet.tls.cert and fleet.tls.key: %w: %w", err, ErrClient)
 	}
 	st, err := os.Stat(f.NkeySeedFile)
 	if err != nil {
-		return nil, fmt.Errorf("fleet.nkeySeedFile: %v: %w", err, ErrClient)
+		return nil, fmt.Errorf("fleet.nkeySeedFile: %w: %w", err, ErrClient)
 	}
 	if st.Mode().Perm()&0o007 != 0 {
 		return nil, fmt.Errorf("fleet.nkeySeedFile: %s is readable by others (mode %v): chmod o-rwx it: %w", f.NkeySeedFile, st.Mode().Perm(), ErrClient)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"sort"
 	"strings"
 	"time"
@@ -85,6 +86,8 @@ func connectDetail(f config.Fleet, err error) string {
 func connectRemedy(err error) string {
 	msg := err.Error()
 	switch {
+	case errors.Is(err, fs.ErrPermission):
+		return "run `sudo sandbox-host doctor`: the box's key and seed are readable by root and the host's user only"
 	case errors.Is(err, ErrClient):
 		return "fix the file named (README, Fleet: certificates and nkeys)"
 	case errors.Is(err, nats.ErrAuthorization):

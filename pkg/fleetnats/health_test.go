@@ -2,10 +2,13 @@ package fleetnats
 
 import (
 	"context"
+	"fmt"
+	"io/fs"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
@@ -84,5 +87,24 @@ func TestHealth(t *testing.T) {
 	gone.URL = "tls://127.0.0.1:1"
 	if c := findings(Health(ctx, gone))["fleet"]; c.Status != StatusFail || !strings.Contains(c.Detail, "tls://127.0.0.1:1") || !strings.Contains(c.Remedy, "sandbox-nats.service") {
 		t.Errorf("no server: %+v", c)
+	}
+}
+
+// TestConnectRemedy: each way a connection fails gets the remedy that fixes
+// it (an unreadable key as a user: sudo; a stranger's key: the boxes list).
+func TestConnectRemedy(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("fleet.tls.cert and fleet.tls.key: %w: %w", fs.ErrPermission, ErrClient), "sudo sandbox-host doctor"},
+		{fmt.Errorf("fleet.tls.ca: %w: %w", fs.ErrNotExist, ErrClient), "fix the file named"},
+		{fmt.Errorf("connect: %w", nats.ErrAuthorization), "fleet.server.boxes"},
+		{fmt.Errorf("tls: failed to verify certificate: x509: certificate signed by unknown authority"), "fleet.tls.ca must be the CA"},
+		{nats.ErrNoServers, "systemctl enable --now sandbox-nats.service"},
+	} {
+		if got := connectRemedy(tc.err); !strings.Contains(got, tc.want) {
+			t.Errorf("%v: remedy %q, want %q", tc.err, got, tc.want)
+		}
 	}
 }
