@@ -11,7 +11,7 @@ export VERSION
 # missing and named before it is installed; PREREQUISITES=no skips that.
 PREREQ = $(if $(filter no,$(PREREQUISITES)),,./packaging/prerequisites.sh ensure &&)
 
-.PHONY: all build test unit stress integration packaging-check e2e image image-archive deb units-check demo bench clean fmt vet prerequisites install-prerequisites toolbox
+.PHONY: fleet-test fleet-bench fleet-demo all build test unit stress integration packaging-check e2e image image-archive deb units-check demo bench clean fmt vet prerequisites install-prerequisites toolbox
 
 all: build
 
@@ -40,6 +40,10 @@ stress:
 
 integration:
 	./test/integration.sh
+
+# The fleet's short fault test (root, network namespaces; test/fleet.sh).
+fleet-test:
+	./test/fleet.sh
 
 image:
 	./image/build.sh
@@ -84,3 +88,13 @@ fmt:
 
 clean:
 	rm -rf bin dist
+
+# The fleet on one machine (test/fleet; root, network namespaces): faults
+# and measurements over stub turns, written into docs/BENCHMARKS.md; the
+# demo kills the busiest of three boxes and shows its channels answering
+# from the others.
+fleet-bench:
+	$(GO) run ./test/fleet/fleetbench -report docs/BENCHMARKS.md
+
+fleet-demo:
+	$(GO) run ./test/fleet/fleetbench -demo

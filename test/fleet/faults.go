@@ -1,0 +1,177 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Fault kinds (issue 28).
+const (
+	KillBox    = "kill -9 box"
+	KillServer = "kill -9 nats-server"
+	CutLink    = "cut link"
+	PauseOwner = "paused owner"
+	FullDisk   = "full disk"
+)
+
+// Kinds lists every fault kind, in the order a run cycles through them.
+var Kinds = []string{KillBox, KillServer, CutLink, PauseOwner, FullDisk}
+
+// FaultResult is one fault's outcome.
+type FaultResult struct {
+	Kind string
+	Box  int
+	// Affected channels: the box's (their last reply was its) at the fault.
+	Affected int
+	// Failover per affected channel: fault to its first reply after it
+	// (from another box, but for the full disk, where the box may go on).
+	Failover []time.Duration
+	// Missed: affected channels without a reply within the bound.
+	Missed int
+	// LateCommits: a paused owner's commits seen after SIGCONT.
+	LateCommits int
+}
+
+// boxNum parses "boxN".
+func boxNum(name string) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(name, "box"))
+	return n
+}
+
+// Fault injects one fault of kind on the busiest box (its channels are
+// the affected ones), waits for every affected channel's first reply after
+// it (at most bound), restores the box and waits until the fleet answers
+// again (settle more replies). peers are the running boxes.
+func (f *Fleet) Fault(ctx context.Context, kind string, peers []int, bound time.Duration, settle int) (FaultResult, error) {
+	box := boxNum(f.rec.Busiest())
+	if kind == FullDisk && f.o.DiskBox > 0 {
+		box = f.o.DiskBox
+	}
+	if box == 0 {
+		return FaultResult{}, errors.New("no box has committed a turn yet")
+	}
+	name := BoxName(box)
+	res := FaultResult{Kind: kind, Box: box}
+	affected := f.rec.Owned(name)
+	res.Affected = len(affected)
+	var filler string
+	at := time.Now()
+	switch kind {
+	case KillBox:
+		f.Kill(f.Box(box))
+	case KillServer:
+		f.Kill(f.Server(box))
+	case CutLink:
+		if err := f.Link(box, false); err != nil {
+			return res, err
+		}
+	case PauseOwner:
+		if err := f.Box(box).signal(syscall.SIGSTOP); err != nil {
+			return res, err
+		}
+	case FullDisk:
+		var err error
+		if filler, err = fill(f.StoreDir(box)); err != nil {
+			return res, err
+		}
+	default:
+		return res, fmt.Errorf("unknown fault %q", kind)
+	}
+	f.logf("fault %s on %s at %s: %d channels affected", kind, name, at.Format("15:04:05.000"), len(affected))
+	not := name
+	if kind == FullDisk {
+		not = ""
+	}
+	wctx, cancel := context.WithTimeout(ctx, bound)
+	var first map[string]time.Time
+	_ = f.rec.Wait(wctx, func(r *Recorder) bool {
+		first = r.firstAfter(affected, at, not)
+		return len(first) == len(affected)
+	})
+	cancel()
+	for _, ch := range affected {
+		if t, ok := first[ch]; ok {
+			res.Failover = append(res.Failover, t.Sub(at))
+		} else {
+			res.Missed++
+		}
+	}
+	// Restore.
+	restoredAt := time.Now()
+	var err error
+	switch kind {
+	case KillBox:
+		err = f.StartBox(ctx, box, peers)
+	case KillServer:
+		err = f.restartServer(ctx, box)
+	case CutLink:
+		err = f.Link(box, true)
+	case PauseOwner:
+		err = f.Box(box).signal(syscall.SIGCONT)
+	case FullDisk:
+		_ = os.Remove(filler)
+		// JetStream disables itself on a write error: a restart brings it back.
+		f.Kill(f.Server(box))
+		err = f.restartServer(ctx, box)
+	}
+	if err != nil {
+		return res, fmt.Errorf("restore after %s on %s: %w", kind, name, err)
+	}
+	base := f.rec.Replies()
+	sctx, scancel := context.WithTimeout(ctx, 2*bound)
+	err = f.rec.Wait(sctx, func(r *Recorder) bool { return len(r.replies) >= base+settle })
+	scancel()
+	if err != nil {
+		return res, fmt.Errorf("the fleet did not answer %d turns after %s on %s was restored: %w", settle, kind, name, err)
+	}
+	if kind == PauseOwner {
+		res.LateCommits = f.rec.CommitsAfter(name, restoredAt)
+	}
+	return res, nil
+}
+
+func (f *Fleet) restartServer(ctx context.Context, i int) error {
+	p, err := f.StartServer(i)
+	if err != nil {
+		return err
+	}
+	return f.waitReady(ctx, p)
+}
+
+// fill writes a file into dir until the file system is full.
+func fill(dir string) (string, error) {
+	path := filepath.Join(dir, "filler")
+	fh, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return "", err
+	}
+	defer fh.Close()
+	buf := make([]byte, 1<<20)
+	for {
+		if _, err := fh.Write(buf); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				return path, nil
+			}
+			return path, err
+		}
+	}
+}
+
+// Percentile returns the p-th percentile (0..100) of ds.
+func Percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	k := int(float64(len(s)-1) * p / 100)
+	return s[k]
+}

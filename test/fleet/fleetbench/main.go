@@ -1,0 +1,329 @@
+// Command fleetbench is `make fleet-bench` and `make fleet-demo`: the fleet
+// on one machine (test/fleet) with stub turns. The bench measures
+// throughput on 1, 2 and 4 boxes, the engine's overhead per turn, and
+// failover and correctness through at least 20 faults over at least 10,000
+// turns, and writes its section of docs/BENCHMARKS.md; the demo starts
+// three boxes, kills the busiest and shows its channels answering from the
+// others. Root only (network namespaces).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/test/fleet"
+)
+
+func main() {
+	demo := flag.Bool("demo", false, "run the demo instead of the bench")
+	report := flag.String("report", "docs/BENCHMARKS.md", "file whose fleet section the bench writes")
+	minTurns := flag.Int("turns", 10000, "fault phase: at least this many turns")
+	minFaults := flag.Int("faults", 20, "fault phase: at least this many faults")
+	tpFor := flag.Duration("throughput-for", 30*time.Second, "throughput: measure each box count this long")
+	flag.Parse()
+	if why := fleet.Available(); why != "" {
+		fmt.Fprintln(os.Stderr, "fleetbench: skipped:", why)
+		os.Exit(0)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "sbx-fleet.")
+	if err != nil {
+		fail(err)
+	}
+	defer os.RemoveAll(dir)
+	root, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		fail(err)
+	}
+	bin := filepath.Join(dir, "bin")
+	fmt.Println("fleetbench: building fleetit (-tags fleetstub) and sandbox-nats")
+	if err := fleet.Build(ctx, filepath.Dir(strings.TrimSpace(string(root))), bin); err != nil {
+		fail(err)
+	}
+	if *demo {
+		err = runDemo(ctx, dir, bin)
+	} else {
+		err = runBench(ctx, dir, bin, *report, *minTurns, *minFaults, *tpFor)
+	}
+	if err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "fleetbench:", err)
+	os.Exit(1)
+}
+
+func ms(d time.Duration) string  { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+func sec(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**missed**"
+}
+
+func peersOf(n int) []int {
+	var p []int
+	for i := 1; i <= n; i++ {
+		p = append(p, i)
+	}
+	return p
+}
+
+func runBench(ctx context.Context, dir, bin, report string, minTurns, minFaults int, tpFor time.Duration) error {
+	start := time.Now()
+	f, err := fleet.Start(ctx, fleet.Options{Dir: filepath.Join(dir, "run"), Servers: 4, Partitions: 16, Replicas: 3,
+		AckWait: fleet.DefaultAckWait(), Slots: 2, Stub: 200 * time.Millisecond, DiskBox: 4, DiskMB: 128, Bin: bin, Log: os.Stdout})
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	rec := f.Recorder()
+	var lines []string
+	add := func(format string, a ...any) { lines = append(lines, fmt.Sprintf(format, a...)) }
+
+	// Throughput on 1, 2 and 4 boxes.
+	rates := map[int]float64{}
+	for _, n := range []int{1, 2, 4} {
+		for _, i := range peersOf(n) {
+			if err := f.StartBox(ctx, i, peersOf(n)); err != nil {
+				return err
+			}
+		}
+		d, err := f.StartDriver(ctx, fmt.Sprintf("tp%d", n), 32, 2)
+		if err != nil {
+			return err
+		}
+		base := rec.Replies()
+		if err := rec.Wait(ctx, func(r *fleet.Recorder) bool { return r.Replies() >= base+50 }); err != nil {
+			return err
+		}
+		// A measurement window, not an assertion: count what it holds.
+		c0, t0 := rec.Replies(), time.Now()
+		tm := time.NewTimer(tpFor)
+		select {
+		case <-tm.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		c1, t1 := rec.Replies(), time.Now()
+		rates[n] = float64(c1-c0) / t1.Sub(t0).Seconds()
+		a, err := d.Stop(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("fleetbench: %d box(es): %.1f turns/s; audit %s\n", n, rates[n], a.Audit)
+		for _, i := range peersOf(n) {
+			if err := f.StopBox(ctx, i); err != nil {
+				return err
+			}
+		}
+	}
+
+	// Overhead: one channel, one turn at a time, on four boxes.
+	for _, i := range peersOf(4) {
+		if err := f.StartBox(ctx, i, peersOf(4)); err != nil {
+			return err
+		}
+	}
+	rec.ResetEngineTimes()
+	d, err := f.StartDriver(ctx, "probe", 1, 1)
+	if err != nil {
+		return err
+	}
+	base := rec.Replies()
+	if err := rec.Wait(ctx, func(r *fleet.Recorder) bool { return r.Replies() >= base+200 }); err != nil {
+		return err
+	}
+	if _, err := d.Stop(ctx); err != nil {
+		return err
+	}
+	took, exec := rec.EngineTimes()
+	var over []time.Duration
+	for i := range took {
+		over = append(over, took[i]-exec[i])
+	}
+	fmt.Printf("fleetbench: engine overhead p50 %s p99 %s (publish to commit %s / %s, stub turn %s / %s)\n",
+		ms(fleet.Percentile(over, 50)), ms(fleet.Percentile(over, 99)), ms(fleet.Percentile(took, 50)), ms(fleet.Percentile(took, 99)),
+		ms(fleet.Percentile(exec, 50)), ms(fleet.Percentile(exec, 99)))
+
+	// Faults.
+	d, err = f.StartDriver(ctx, "faults", 48, 2)
+	if err != nil {
+		return err
+	}
+	base = rec.Replies()
+	if err := rec.Wait(ctx, func(r *fleet.Recorder) bool { return r.Replies() >= base+200 }); err != nil {
+		return err
+	}
+	var results []fleet.FaultResult
+	var faultErr error
+	for k := 0; (len(results) < minFaults || rec.Replies()-base < minTurns) && k < 4*minFaults; k++ {
+		kind := fleet.Kinds[k%len(fleet.Kinds)]
+		res, err := f.Fault(ctx, kind, peersOf(4), 60*time.Second, 100)
+		results = append(results, res)
+		if err != nil {
+			faultErr = err
+			fmt.Println("fleetbench: fault error (the run stops here):", err)
+			break
+		}
+		fmt.Printf("fleetbench: fault %d %s on box%d: %d channels, failover p50 %s max %s, %d missed, %d turns so far\n",
+			len(results), kind, res.Box, res.Affected, sec(fleet.Percentile(res.Failover, 50)), sec(fleet.Percentile(res.Failover, 100)), res.Missed, rec.Replies()-base)
+	}
+	a, err := d.Stop(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Println("fleetbench: fault phase audit:", a.Audit)
+
+	// Report.
+	var all []time.Duration
+	byKind := map[string][]time.Duration{}
+	missed, late := 0, 0
+	for _, r := range results {
+		all = append(all, r.Failover...)
+		byKind[r.Kind] = append(byKind[r.Kind], r.Failover...)
+		missed += r.Missed
+		late += r.LateCommits
+	}
+	p50, p99 := fleet.Percentile(all, 50), fleet.Percentile(all, 99)
+	o50, o99 := fleet.Percentile(over, 50), fleet.Percentile(over, 99)
+	add("### Fleet (`make fleet-bench`)")
+	add("")
+	add("Written by `make fleet-bench` (`test/fleet/fleetbench`) on %s (%s); load average at start %s.", start.UTC().Format("2006-01-02 15:04 UTC"), sec(time.Since(start)), loadavg())
+	add("Four boxes as network namespaces on one 2-core machine, each with its own nats-server (sandbox-nats: TLS, nkeys, AES at rest, `sync_interval: always`) and a box process (pkg/fleet Box);")
+	add("16 partitions, R3, AckWait %s, **stub turns** (200 ms, 2 at once per box, standing in for a box's capacity), not containers.", fleet.DefaultAckWait())
+	add("")
+	add("| what | goal | measured | verdict |")
+	add("| --- | --- | --- | --- |")
+	add("| lost / duplicated / reordered committed turns (%d turns, %d faults) | 0 / 0 / 0 | %d / %d / %d (extra commits %d, failed replies %d) | %s |", a.Turns, len(results), a.Lost, a.Dup, a.Reord, a.Extra, a.Failed, verdict(a.Lost+a.Dup+a.Reord+a.Extra == 0))
+	add("| replies per turn id | exactly 1 | %s | %s |", onePerTurn(a), verdict(a.Lost == 0 && a.Dup == 0))
+	add("| failover, fault to first committed turn of each affected channel (%d channel-faults, %d without one in 60 s) | p50 <= 10 s, p99 <= 20 s | p50 %s, p99 %s | %s |", len(all), missed, sec(p50), sec(p99), verdict(p50 <= 10*time.Second && p99 <= 20*time.Second && missed == 0))
+	add("| throughput 2 boxes vs 1 | >= 1.6 x | %.2f x (%.1f vs %.1f turns/s) | %s |", rates[2]/rates[1], rates[2], rates[1], verdict(rates[2] >= 1.6*rates[1]))
+	add("| throughput 4 boxes vs 1 | >= 3.2 x | %.2f x (%.1f vs %.1f turns/s) | %s |", rates[4]/rates[1], rates[4], rates[1], verdict(rates[4] >= 3.2*rates[1]))
+	add("| engine overhead per turn (publish to commit minus the turn itself) | p50 <= 10 ms, p99 <= 100 ms | p50 %s, p99 %s | %s |", ms(o50), ms(o99), verdict(o50 <= 10*time.Millisecond && o99 <= 100*time.Millisecond))
+	add("")
+	add("- Overhead: one channel, one turn at a time, on the four-box fleet: publish to commit p50 %s / p99 %s against the stub turn on its box %s / %s (the one-box turn, same run).",
+		ms(fleet.Percentile(took, 50)), ms(fleet.Percentile(took, 99)), ms(fleet.Percentile(exec, 50)), ms(fleet.Percentile(exec, 99)))
+	kinds := make([]string, 0, len(byKind))
+	for k := range byKind {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		n := 0
+		for _, r := range results {
+			if r.Kind == k {
+				n++
+			}
+		}
+		add("- %s: %d faults, failover p50 %s, max %s.", k, n, sec(fleet.Percentile(byKind[k], 50)), sec(fleet.Percentile(byKind[k], 100)))
+	}
+	add("- Paused owner: commits by the paused box after SIGCONT: %d (new turns it took again count here; what it held when paused is fenced, which the audit's 0 overwritten replies shows).", late)
+	add("- Full disk: the store of box 4's nats-server is a 128 MiB tmpfs filled to ENOSPC; restored by removing the filler and restarting that server (JetStream disables itself on a write error).")
+	if faultErr != nil {
+		add("- The fault phase stopped early: %v", faultErr)
+	}
+	if err := writeSection(report, lines); err != nil {
+		return err
+	}
+	fmt.Printf("fleetbench: wrote the fleet section of %s\n", report)
+	return nil
+}
+
+func onePerTurn(a fleet.Line) string {
+	return fmt.Sprintf("%d turns: %d without, %d with more than one", a.Turns, a.Lost, a.Dup)
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+const (
+	beginMark = "<!-- fleet-bench begin -->"
+	endMark   = "<!-- fleet-bench end -->"
+)
+
+// writeSection replaces the fleet section of report (between its marks,
+// under the hand-run heading that make bench keeps), or appends it.
+func writeSection(report string, lines []string) error {
+	old, err := os.ReadFile(report)
+	if err != nil {
+		return err
+	}
+	section := beginMark + "\n" + strings.Join(lines, "\n") + "\n" + endMark
+	s := string(old)
+	if i, j := strings.Index(s, beginMark), strings.Index(s, endMark); i >= 0 && j > i {
+		s = s[:i] + section + s[j+len(endMark):]
+	} else {
+		if !strings.Contains(s, "## Hand-run measurements") {
+			s = strings.TrimRight(s, "\n") + "\n\n## Hand-run measurements\n"
+		}
+		s = strings.TrimRight(s, "\n") + "\n\n" + section + "\n"
+	}
+	return os.WriteFile(report, []byte(s), 0o644)
+}
+
+func runDemo(ctx context.Context, dir, bin string) error {
+	fmt.Println("fleet-demo: three boxes, each a network namespace with its own nats-server and box process; STUB turns (200 ms, no container)")
+	f, err := fleet.Start(ctx, fleet.Options{Dir: filepath.Join(dir, "run"), Servers: 3, Partitions: 9, Replicas: 3,
+		AckWait: 3 * time.Second, Slots: 4, Stub: 200 * time.Millisecond, Bin: bin, Log: os.Stdout})
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	peers := peersOf(3)
+	for _, i := range peers {
+		if err := f.StartBox(ctx, i, peers); err != nil {
+			return err
+		}
+	}
+	d, err := f.StartDriver(ctx, "demo", 9, 1)
+	if err != nil {
+		return err
+	}
+	rec := f.Recorder()
+	if err := rec.Wait(ctx, func(r *fleet.Recorder) bool { return r.Replies() >= 90 }); err != nil {
+		return err
+	}
+	for _, i := range peers {
+		fmt.Printf("fleet-demo: %s answers channels %v\n", fleet.BoxName(i), sorted(rec.Owned(fleet.BoxName(i))))
+	}
+	res, err := f.Fault(ctx, fleet.KillBox, peers, 60*time.Second, 30)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("fleet-demo: killed (kill -9) the busiest box, box%d: its %d channels answered again from the others after %s (p50) / %s (max)\n",
+		res.Box, res.Affected, sec(fleet.Percentile(res.Failover, 50)), sec(fleet.Percentile(res.Failover, 100)))
+	for _, i := range peers {
+		fmt.Printf("fleet-demo: %s answers channels %v\n", fleet.BoxName(i), sorted(rec.Owned(fleet.BoxName(i))))
+	}
+	a, err := d.Stop(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Println("fleet-demo: audit:", a.Audit)
+	return nil
+}
+
+func sorted(s []string) []string {
+	sort.Strings(s)
+	return s
+}

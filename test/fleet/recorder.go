@@ -1,0 +1,189 @@
+package fleet
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Reply is one committed reply the driver saw.
+type Reply struct {
+	At      time.Time
+	Box     string
+	Channel string
+	Turn    string
+	Latency time.Duration // submit to reply seen
+	Failed  bool
+}
+
+// Recorder holds what the driver and the boxes reported; Wait blocks on a
+// condition over it, woken by every new line (no polling).
+type Recorder struct {
+	mu      sync.Mutex
+	changed chan struct{}
+	replies []Reply
+	// last committing box per channel
+	owner map[string]string
+	// box events by kind, per box
+	events map[string]map[string]int
+	// engine times of committed turns: publish to commit, and the
+	// executor's share
+	took, exec []time.Duration
+	// committed events per box after a mark (the paused owner's check)
+	commitsAt map[string][]time.Time
+}
+
+// NewRecorder returns an empty recorder.
+func NewRecorder() *Recorder {
+	return &Recorder{changed: make(chan struct{}), owner: map[string]string{}, events: map[string]map[string]int{}, commitsAt: map[string][]time.Time{}}
+}
+
+func (r *Recorder) notify() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+func (r *Recorder) driverLine(l Line) {
+	if l.Ev != "reply" {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.replies = append(r.replies, Reply{At: time.Unix(0, l.T), Box: l.Box, Channel: l.Channel, Turn: l.Turn, Latency: time.Duration(l.TookNs), Failed: l.Err != ""})
+	r.owner[l.Channel] = l.Box
+	r.notify()
+}
+
+func (r *Recorder) boxLine(l Line) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.events[l.Box] == nil {
+		r.events[l.Box] = map[string]int{}
+	}
+	r.events[l.Box][l.Ev]++
+	if l.Ev == "committed" {
+		r.took = append(r.took, time.Duration(l.TookNs))
+		r.exec = append(r.exec, time.Duration(l.ExecNs))
+		r.commitsAt[l.Box] = append(r.commitsAt[l.Box], time.Unix(0, l.T))
+	}
+	r.notify()
+}
+
+// Wait blocks until cond (called with the recorder locked) holds or ctx
+// ends.
+func (r *Recorder) Wait(ctx context.Context, cond func(*Recorder) bool) error {
+	for {
+		r.mu.Lock()
+		ok := cond(r)
+		ch := r.changed
+		r.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Replies returns how many replies the driver saw.
+func (r *Recorder) Replies() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.replies)
+}
+
+// snapshot copies the replies (for the report).
+func (r *Recorder) snapshot() []Reply {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Reply(nil), r.replies...)
+}
+
+// Owned returns the channels whose last reply was committed by box.
+func (r *Recorder) Owned(box string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for ch, b := range r.owner {
+		if b == box {
+			out = append(out, ch)
+		}
+	}
+	return out
+}
+
+// Busiest returns the box that owns most channels now (their last
+// reply was its).
+func (r *Recorder) Busiest() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	count := map[string]int{}
+	for _, b := range r.owner {
+		count[b]++
+	}
+	best, bestN := "", 0
+	for b, c := range count {
+		if c > bestN || (c == bestN && b < best) {
+			best, bestN = b, c
+		}
+	}
+	return best
+}
+
+// Events returns box's count of events of kind.
+func (r *Recorder) Events(box, kind string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.events[box][kind]
+}
+
+// CommitsAfter counts box's committed events seen after t.
+func (r *Recorder) CommitsAfter(box string, t time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.commitsAt[box] {
+		if c.After(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// firstAfter is, per channel of chans, the first reply seen after t by a
+// box other than not ("" any); missing channels are absent.
+func (r *Recorder) firstAfter(chans []string, t time.Time, not string) map[string]time.Time {
+	want := map[string]bool{}
+	for _, c := range chans {
+		want[c] = true
+	}
+	out := map[string]time.Time{}
+	for i := len(r.replies) - 1; i >= 0; i-- {
+		rep := r.replies[i]
+		if !rep.At.After(t) {
+			break
+		}
+		if want[rep.Channel] && rep.Box != not {
+			out[rep.Channel] = rep.At
+		}
+	}
+	return out
+}
+
+// EngineTimes returns the committed turns' publish-to-commit and
+// executor times (box reports).
+func (r *Recorder) EngineTimes() (took, exec []time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Duration(nil), r.took...), append([]time.Duration(nil), r.exec...)
+}
+
+// ResetEngineTimes forgets the engine times recorded so far.
+func (r *Recorder) ResetEngineTimes() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.took, r.exec = nil, nil
+}
