@@ -131,6 +131,9 @@ func Start(ctx context.Context, o Options) (f *Fleet, err error) {
 			f.Close()
 		}
 	}()
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return f, err
+	}
 	if f.net, err = newNetwork(); err != nil {
 		return f, err
 	}
