@@ -127,7 +127,7 @@ func (f *Fleet) Fault(ctx context.Context, kind string, peers []int, bound time.
 	}
 	base := f.rec.Replies()
 	sctx, scancel := context.WithTimeout(ctx, 2*bound)
-	err = f.rec.Wait(sctx, func(r *Recorder) bool { return len(r.replies) >= base+settle })
+	err = f.rec.Wait(sctx, func(r *Recorder) bool { return r.Replies() >= base+settle })
 	scancel()
 	if err != nil {
 		return res, fmt.Errorf("the fleet did not answer %d turns after %s on %s was restored: %w", settle, kind, name, err)

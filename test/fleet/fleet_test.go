@@ -53,7 +53,7 @@ func TestFleetFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := f.Recorder()
-	if err := rec.Wait(ctx, func(r *Recorder) bool { return len(r.replies) >= 60 }); err != nil {
+	if err := rec.Wait(ctx, func(r *Recorder) bool { return r.Replies() >= 60 }); err != nil {
 		t.Fatalf("no turns committed: %v", err)
 	}
 	for _, kind := range []string{KillBox, PauseOwner, CutLink} {

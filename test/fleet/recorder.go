@@ -69,15 +69,15 @@ func (r *Recorder) boxLine(l Line) {
 	r.notify()
 }
 
-// Wait blocks until cond (called with the recorder locked) holds or ctx
-// ends.
+// Wait blocks until cond holds or ctx ends. cond uses the recorder's
+// methods (they lock it); the change channel is taken before cond runs,
+// so a change while it runs wakes the next round.
 func (r *Recorder) Wait(ctx context.Context, cond func(*Recorder) bool) error {
 	for {
 		r.mu.Lock()
-		ok := cond(r)
 		ch := r.changed
 		r.mu.Unlock()
-		if ok {
+		if cond(r) {
 			return nil
 		}
 		select {
@@ -156,6 +156,8 @@ func (r *Recorder) CommitsAfter(box string, t time.Time) int {
 // firstAfter is, per channel of chans, the first reply seen after t by a
 // box other than not ("" any); missing channels are absent.
 func (r *Recorder) firstAfter(chans []string, t time.Time, not string) map[string]time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	want := map[string]bool{}
 	for _, c := range chans {
 		want[c] = true
