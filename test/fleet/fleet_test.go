@@ -43,10 +43,8 @@ func TestFleetFaults(t *testing.T) {
 	}
 	t.Cleanup(f.Close)
 	peers := []int{1, 2, 3}
-	for _, i := range peers {
-		if err := f.StartBox(ctx, i, peers); err != nil {
-			t.Fatal(err)
-		}
+	if err := f.StartBoxes(ctx, peers); err != nil {
+		t.Fatal(err)
 	}
 	d, err := f.StartDriver(ctx, "short", 12, 2)
 	if err != nil {

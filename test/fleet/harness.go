@@ -102,6 +102,7 @@ type Fleet struct {
 	users  []config.FleetBox
 	encKey string
 
+	closeMu sync.Mutex // Close, from a signal's goroutine too
 	mu      sync.Mutex
 	servers map[int]*proc
 	boxes   map[int]*proc
@@ -333,9 +334,34 @@ func (f *Fleet) common(host int, name string) []string {
 	}
 }
 
+// StartBoxes starts the box processes of peers together (a box that
+// started alone would take every partition's pin after its standby delay)
+// and waits until each joined its partitions.
+func (f *Fleet) StartBoxes(ctx context.Context, peers []int) error {
+	for _, i := range peers {
+		if _, err := f.spawnBox(i, peers); err != nil {
+			return err
+		}
+	}
+	for _, i := range peers {
+		if err := f.waitReady(ctx, f.Box(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // StartBox starts box i's box process, connected to its own nats-server,
 // standing by for peers' partitions, and waits until it joined them.
 func (f *Fleet) StartBox(ctx context.Context, i int, peers []int) error {
+	p, err := f.spawnBox(i, peers)
+	if err != nil {
+		return err
+	}
+	return f.waitReady(ctx, p)
+}
+
+func (f *Fleet) spawnBox(i int, peers []int) (*proc, error) {
 	var names []string
 	for _, p := range peers {
 		names = append(names, BoxName(p))
@@ -345,12 +371,12 @@ func (f *Fleet) StartBox(ctx context.Context, i int, peers []int) error {
 		"-slots", fmt.Sprint(f.o.Slots), "-stub", f.o.Stub.String())
 	p, err := f.spawn(i, BoxName(i), "", f.rec.boxLine, args...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	f.mu.Lock()
 	f.boxes[i] = p
 	f.mu.Unlock()
-	return f.waitReady(ctx, p)
+	return p, nil
 }
 
 // Box returns box i's process.
@@ -454,6 +480,8 @@ func (f *Fleet) StoreDir(i int) string { return filepath.Join(f.o.Dir, fmt.Sprin
 // Close kills every process, unmounts the stores and deletes the
 // namespaces. Safe to call more than once.
 func (f *Fleet) Close() {
+	f.closeMu.Lock()
+	defer f.closeMu.Unlock()
 	f.mu.Lock()
 	procs := f.procs
 	f.procs = nil

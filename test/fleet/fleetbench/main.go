@@ -60,6 +60,19 @@ func main() {
 	}
 }
 
+// closeOnSignal cleans up after a signal even when the run does not
+// return within 20 s (the namespaces, processes and mounts must go).
+func closeOnSignal(ctx context.Context, f *fleet.Fleet) {
+	go func() {
+		<-ctx.Done()
+		t := time.NewTimer(20 * time.Second)
+		<-t.C
+		fmt.Fprintln(os.Stderr, "fleetbench: interrupted; cleaning up")
+		f.Close()
+		os.Exit(130)
+	}()
+}
+
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "fleetbench:", err)
 	os.Exit(1)
@@ -91,6 +104,7 @@ func runBench(ctx context.Context, dir, bin, report string, minTurns, minFaults 
 		return err
 	}
 	defer f.Close()
+	closeOnSignal(ctx, f)
 	rec := f.Recorder()
 	var lines []string
 	add := func(format string, a ...any) { lines = append(lines, fmt.Sprintf(format, a...)) }
@@ -98,10 +112,8 @@ func runBench(ctx context.Context, dir, bin, report string, minTurns, minFaults 
 	// Throughput on 1, 2 and 4 boxes.
 	rates := map[int]float64{}
 	for _, n := range []int{1, 2, 4} {
-		for _, i := range peersOf(n) {
-			if err := f.StartBox(ctx, i, peersOf(n)); err != nil {
-				return err
-			}
+		if err := f.StartBoxes(ctx, peersOf(n)); err != nil {
+			return err
 		}
 		d, err := f.StartDriver(ctx, fmt.Sprintf("tp%d", n), 32, 2)
 		if err != nil {
@@ -134,10 +146,8 @@ func runBench(ctx context.Context, dir, bin, report string, minTurns, minFaults 
 	}
 
 	// Overhead: one channel, one turn at a time, on four boxes.
-	for _, i := range peersOf(4) {
-		if err := f.StartBox(ctx, i, peersOf(4)); err != nil {
-			return err
-		}
+	if err := f.StartBoxes(ctx, peersOf(4)); err != nil {
+		return err
 	}
 	rec.ResetEngineTimes()
 	d, err := f.StartDriver(ctx, "probe", 1, 1)
@@ -289,11 +299,10 @@ func runDemo(ctx context.Context, dir, bin string) error {
 		return err
 	}
 	defer f.Close()
+	closeOnSignal(ctx, f)
 	peers := peersOf(3)
-	for _, i := range peers {
-		if err := f.StartBox(ctx, i, peers); err != nil {
-			return err
-		}
+	if err := f.StartBoxes(ctx, peers); err != nil {
+		return err
 	}
 	d, err := f.StartDriver(ctx, "demo", 9, 1)
 	if err != nil {
