@@ -133,7 +133,9 @@ cat >"$tmp/ns.sh" <<'EOF'
 set -eu
 tmp="$1"
 # dockerd and its containerd write state under /run (docker/, containerd/)
-# and key.json into /etc/docker: both private here.
+# and key.json into /etc/docker: both private here. libmount's utab (it would
+# make /run/mount on the machine) goes to $tmp.
+export LIBMOUNT_UTAB="$tmp/utab"
 mount -t tmpfs -o mode=0755,size=16m sandbox-it-run /run
 mkdir -p /run/etc-docker /run/systemd/journal
 if [ -d /etc/docker ]; then
