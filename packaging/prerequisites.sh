@@ -29,7 +29,11 @@ names() { entries | awk '{print $1}' | paste -sd' '; }
 # "nodejs : Conflicts: npm". Debian's own nodejs does not.
 nodejs_provides_npm() {
   command -v apt-cache >/dev/null 2>&1 || return 1
-  apt-cache show --no-all-versions nodejs 2>/dev/null | grep -qE '^Provides:(.*[ ,])?npm([ ,(]|$)'
+  local show
+  # Read whole first: with pipefail, "apt-cache | grep -q" fails whenever grep's
+  # early exit breaks apt-cache's pipe.
+  show=$(apt-cache show --no-all-versions nodejs 2>/dev/null) || return 1
+  grep -qE '^Provides:(.*[ ,])?npm([ ,(]|$)' <<<"$show"
 }
 missing() {
   local pkg probe out=() node=0
