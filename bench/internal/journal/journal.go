@@ -35,11 +35,17 @@ const (
 	PhaseBrokerActivation  = "broker_activation (systemd job start to READY)"
 	PhaseBrokerModelCall   = "broker /model call (broker's own latency_ms, 1 ms resolution)"
 	PhaseHostTotal         = "host total (admission to cleanup)"
+	// The credential set of a turn (sandbox-credset@, a oneshot the broker
+	// service requires): its job, and from the socket listening to the
+	// broker service's start job (the credential set runs in between).
+	PhaseCredsetJob       = "systemd: credential-set unit job (Starting to Finished)"
+	PhaseCredsetToService = "credential set finished to the broker service's start"
+	PhaseSocketToReady    = "socket start job to broker READY (the whole chain in systemd)"
 )
 
 var (
 	usAttr     = regexp.MustCompile(`(?:^|[\s{,"])([a-z_]+)_us"?[=:]\s*"?(\d+)`)
-	brokerUnit = regexp.MustCompile(`^sandbox-broker@([0-9a-f]{32})\.(service|socket)$`)
+	brokerUnit = regexp.MustCompile(`^sandbox-(?:broker|(credset))@([0-9a-f]{32})\.(service|socket)$`)
 	latencyMs  = regexp.MustCompile(`latency_ms"?[=:]\s*"?(\d+)`)
 )
 
@@ -81,13 +87,17 @@ func Parse(r io.Reader, since, until int64) (Samples, error) {
 		if m := brokerUnit.FindStringSubmatch(e.str("UNIT")); m != nil && e.str("_PID") == "1" {
 			ev := map[string]string{msgJobStart: "start", msgJobDone: "done", msgJobStopping: "stopping", msgJobStopped: "stopped"}[e.str("MESSAGE_ID")]
 			if ev != "" {
-				if events[m[1]] == nil {
-					events[m[1]] = map[string]float64{}
-					order = append(order, m[1])
+				turn, kind := m[2], m[3]
+				if m[1] != "" {
+					kind = "credset"
 				}
-				k := m[2] + "." + ev
-				if _, seen := events[m[1]][k]; !seen {
-					events[m[1]][k] = ts
+				if events[turn] == nil {
+					events[turn] = map[string]float64{}
+					order = append(order, turn)
+				}
+				k := kind + "." + ev
+				if _, seen := events[turn][k]; !seen {
+					events[turn][k] = ts
 				}
 			}
 			continue
@@ -136,6 +146,9 @@ func Parse(r io.Reader, since, until int64) (Samples, error) {
 			{PhaseBrokerActivation, "service.start", "service.done"},
 			{PhaseBrokerReadyToStop, "service.done", "service.stopping"},
 			{PhaseServiceStopJob, "service.stopping", "service.stopped"},
+			{PhaseCredsetJob, "credset.start", "credset.done"},
+			{PhaseCredsetToService, "credset.done", "service.start"},
+			{PhaseSocketToReady, "socket.start", "service.done"},
 		} {
 			from, ok1 := ev[d.from]
 			to, ok2 := ev[d.to]
