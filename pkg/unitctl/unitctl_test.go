@@ -110,6 +110,9 @@ func managerWith(t *testing.T, conns ...*fakeConn) *Manager {
 
 var errNoSuchUnit = dbus.Error{Name: "org.freedesktop.systemd1.NoSuchUnit", Body: []any{"Unit x not loaded."}}
 
+// StartBroker is one D-Bus call: the service's start, whose transaction
+// pulls in the socket and the credential set, waited for; every result but
+// "done" is an error naming the unit.
 func TestStartBroker(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -120,33 +123,27 @@ func TestStartBroker(t *testing.T) {
 		{"done", "done", nil, nil},
 		{"failed", "failed", nil, ErrJob},
 		{"timeout", "timeout", nil, ErrJob},
-		{"dependency", "dependency", nil, ErrJob},
+		{"dependency (socket or credential set failed)", "dependency", nil, ErrJob},
 		{"canceled", "canceled", nil, ErrJob},
 		{"refused by polkit", "", errors.New("Interactive authentication required."), ErrBus},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake()
-			f.results[sock] = tt.result
+			f.results[svc] = tt.result
 			if tt.callErr != nil {
-				f.callErr[sock] = tt.callErr
+				f.callErr[svc] = tt.callErr
 			}
 			m := managerWith(t, f)
 			err := m.StartBroker(context.Background(), turn)
 			if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
 				t.Fatalf("StartBroker = %v, want %v", err, tt.wantErr)
 			}
-			if err != nil && !strings.Contains(err.Error(), sock) {
-				t.Errorf("error %q does not name the unit %s", err, sock)
+			if err != nil && !strings.Contains(err.Error(), svc) {
+				t.Errorf("error %q does not name the unit %s", err, svc)
 			}
-			// The service start is queued only after the socket job
-			// succeeded, never after a failed one.
-			want := []string{"start " + sock + " fail"}
-			if tt.wantErr == nil {
-				want = append(want, "start "+svc+" fail")
-			}
-			if !slices.Equal(f.calls, want) {
-				t.Errorf("calls = %v, want %v", f.calls, want)
+			if want := []string{"start " + svc + " fail"}; !slices.Equal(f.calls, want) {
+				t.Errorf("calls = %v, want %v (one round trip)", f.calls, want)
 			}
 		})
 	}
@@ -174,49 +171,6 @@ func TestStartBrokerServiceWaits(t *testing.T) {
 				t.Errorf("calls = %v, want %v", f.calls, want)
 			}
 		})
-	}
-}
-
-// The early service start is best effort: a refused or failed queueing call
-// changes nothing (socket activation starts the service on first connect),
-// and its result is never waited for.
-func TestStartBrokerServiceStartBestEffort(t *testing.T) {
-	tests := []struct {
-		name  string
-		setup func(*fakeConn)
-	}{
-		{"queueing refused", func(f *fakeConn) { f.callErr[svc] = errors.New("Interactive authentication required.") }},
-		{"service job fails", func(f *fakeConn) { f.results[svc] = "failed" }},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := newFake()
-			tt.setup(f)
-			m := managerWith(t, f)
-			if err := m.StartBroker(context.Background(), turn); err != nil {
-				t.Fatalf("StartBroker = %v, want nil (the socket started)", err)
-			}
-			if want := []string{"start " + sock + " fail", "start " + svc + " fail"}; !slices.Equal(f.calls, want) {
-				t.Errorf("calls = %v, want %v", f.calls, want)
-			}
-		})
-	}
-}
-
-// Nobody reads the service job's result: its channel must still be
-// buffered so the library's signal loop never blocks on it.
-func TestStartBrokerServiceResultDoesNotBlockSignals(t *testing.T) {
-	f := newFake()
-	m := managerWith(t, f)
-	if err := m.StartBroker(context.Background(), turn); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 2 { // the socket's result and the service's
-		select {
-		case <-f.delivered:
-		case <-time.After(3 * time.Second):
-			t.Fatalf("job result %d was never delivered: channel not buffered", i+1)
-		}
 	}
 }
 
@@ -368,7 +322,7 @@ func TestRedial(t *testing.T) {
 	if err := m.StartBroker(context.Background(), turn); err != nil {
 		t.Fatalf("StartBroker after a drop = %v, want a redial", err)
 	}
-	if !first.closed || len(second.calls) != 2 || second.subscribed != 1 { // socket and service start
+	if !first.closed || len(second.calls) != 1 || second.subscribed != 1 { // the service's start
 		t.Errorf("redial: old closed=%v, new calls=%v subscribed=%d", first.closed, second.calls, second.subscribed)
 	}
 	second.connected = false
