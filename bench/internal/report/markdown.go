@@ -331,6 +331,7 @@ func Markdown(in *Inputs) (string, error) {
 	p("\n")
 
 	writeAnalysis(&b, in)
+	writeUnderLoadAnalysis(&b, in)
 
 	if in.Env != nil {
 		p("## Machine\n\n| | |\n| --- | --- |\n")

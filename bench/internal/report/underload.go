@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/bench/internal/journal"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/stats"
 )
 
@@ -39,6 +40,7 @@ const (
 	UnitsColdBefore    = "cold, before: socket start waited, service start queued"
 	UnitsColdAfter     = "cold, now: service start waited (socket and credential set pulled in)"
 	UnitsStandbyBefore = "standby, before: socket start waited, service start queued, service start waited"
+	UnitsStandbyAfter  = "standby, now: service start waited, then StartBrokerService's check"
 )
 
 // Burst is burst.json: one first turn on each of Channels fresh channels,
@@ -360,4 +362,66 @@ func sortedKeys(m map[string][]float64) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+func unitSeries(u *Units, name string) *UnitSeries {
+	if u == nil {
+		return nil
+	}
+	for i := range u.Series {
+		if u.Series[i].Name == name && u.Series[i].Return.N > 0 {
+			return &u.Series[i]
+		}
+	}
+	return nil
+}
+
+// writeUnderLoadAnalysis states, from this run's numbers, what the series
+// of issue 25 say. Every number in it is computed here.
+func writeUnderLoadAnalysis(b *strings.Builder, in *Inputs) {
+	var lines []string
+	add := func(format string, a ...any) { lines = append(lines, fmt.Sprintf(format, a...)) }
+	if bu := in.Burst; bu != nil && bu.Skipped == "" {
+		if sh, best := bu.variant(BurstShipped), bu.bestCap(); sh != nil && best != nil && sh.Wall.N > 0 {
+			add("A burst of %d first turns on the shipped admission (`%s`): %d of %d failed, wall %s (median of %d); the best fixed cap (%s) took %s with %d failed. Shipped / best cap wall: %.2f.",
+				bu.Channels, bu.ShippedQueue, sh.Failures, bu.Channels*len(sh.Runs), secs(sh.Wall.Median), sh.Wall.N, best.Name, secs(best.Wall.Median), best.Failures, stats.Ratio(sh.Wall.Median, best.Wall.Median))
+		}
+	}
+	if bb := in.BackToBack; bb != nil && bb.ModelDelayMs > 0 {
+		s := fmt.Sprintf("A conversation (%d turns, model %s, each posted as the reply arrives): %.0f on a standby", bb.Turns, secs(float64(bb.ModelDelayMs)), bb.Hits)
+		if pb := in.BackToBackPaused; pb != nil {
+			s += fmt.Sprintf(", against %.0f with a %s pause", pb.Hits, secs(float64(pb.PauseMs)))
+		}
+		add("%s; p50 %s ms (p95 %s).", s, ms(bb.Latency.Median), ms(bb.Latency.P95))
+	}
+	u := in.Units
+	cb, ca := unitSeries(u, UnitsColdBefore), unitSeries(u, UnitsColdAfter)
+	if cb != nil && ca != nil {
+		add("Starting a turn's broker units (section 4e, as the host's user): %d D-Bus call(s) before, %d now. Broker READY at p50 %s ms before and %s ms now (p95 %s and %s); %s ms saved at the median, which is the round trip and polkit check of the call no longer made, on every cold turn, precheck, rich session and network run (and the one the host's user no longer asks polkitd for).",
+			cb.Calls, ca.Calls, ms(cb.Ready.Median), ms(ca.Ready.Median), ms(cb.Ready.P95), ms(ca.Ready.P95), ms(cb.Ready.Median-ca.Ready.Median))
+	}
+	if sb, sa := unitSeries(u, UnitsStandbyBefore), unitSeries(u, UnitsStandbyAfter); sb != nil && sa != nil {
+		add("A standby's preparation: %d calls before, %d now, until the host goes on p50 %s ms before and %s ms now.", sb.Calls, sa.Calls, ms(sb.Return.Median), ms(sa.Return.Median))
+	}
+	if up := in.UnitsPhases; up != nil {
+		cj, ok1 := up.SamplesMs[journal.PhaseCredsetJob]
+		ch, ok2 := up.SamplesMs[journal.PhaseSocketToReady]
+		act, ok3 := up.SamplesMs[journal.PhaseBrokerActivation]
+		if ok1 && ok2 && len(cj) > 0 && len(ch) > 0 {
+			c, w := stats.Quantile(cj, 0.5), stats.Quantile(ch, 0.5)
+			s := fmt.Sprintf("Inside systemd the chain socket start to broker READY takes p50 %s ms, of which the credential set (`sandbox-credset@`, a oneshot with its own sandbox) %s ms (%.0f%%)", ms(w), ms(c), 100*c/w)
+			if ok3 && len(act) > 0 {
+				s += fmt.Sprintf(" and the broker service's start to READY %s ms", ms(stats.Quantile(act, 0.5)))
+			}
+			add("%s.", s)
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "## Under load, and the per-turn cost of the broker units\n\n")
+	for _, l := range lines {
+		fmt.Fprintf(b, "- %s\n", l)
+	}
+	fmt.Fprintf(b, "\n")
 }
