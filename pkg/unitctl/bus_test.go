@@ -263,7 +263,9 @@ func TestRealBus(t *testing.T) {
 	if !slices.Equal(calls, want) {
 		t.Errorf("systemd saw %q, want %q", calls, want)
 	}
-	if subscribed != 1 {
-		t.Errorf("Subscribe called %d times, want 1", subscribed)
+	// Job results come without a subscription (systemd tracks a job's
+	// requester); a subscriber would make PID 1 broadcast every unit change.
+	if subscribed != 0 {
+		t.Errorf("Subscribe called %d times, want 0", subscribed)
 	}
 }

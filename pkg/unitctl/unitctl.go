@@ -39,7 +39,6 @@ type conn interface {
 	ResetFailedUnitContext(ctx context.Context, name string) error
 	ListUnitsByPatternsContext(ctx context.Context, states, patterns []string) ([]sddbus.UnitStatus, error)
 	ListUnitsByNamesContext(ctx context.Context, units []string) ([]sddbus.UnitStatus, error)
-	Subscribe() error
 	Connected() bool
 	Close()
 }
@@ -94,11 +93,12 @@ func (m *Manager) conn() (conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to the system bus: %v: %w", err, ErrBus)
 	}
-	// Once per connection, so job signals reach it whatever else runs.
-	if err := c.Subscribe(); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("subscribe to systemd: %v: %w", err, ErrBus)
-	}
+	// No Manager.Subscribe: systemd sends a job's JobRemoved to the client
+	// that queued it (the job tracks its requester on the bus), and the
+	// library matches JobRemoved on its own. A subscriber makes PID 1 send
+	// every unit's and job's change signals on the system bus for as long
+	// as it is connected, three broker units' worth a turn and every other
+	// unit's besides, which the host never reads (issue 25: cost per turn).
 	m.c = c
 	return c, nil
 }
