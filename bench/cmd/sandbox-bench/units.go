@@ -10,6 +10,7 @@ import (
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/godbus/dbus/v5"
 
 	"github.com/roundtable-sandbox/sandbox/bench/internal/report"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/stats"
@@ -25,7 +26,10 @@ import (
 type unitFlow struct {
 	name  string
 	calls int // D-Bus method calls the host makes (each one polkit check)
-	run   func(ctx context.Context, c *sddbus.Conn, sock, svc string) (ret, ready time.Duration, err error)
+	// subscribed: the host's connection called Manager.Subscribe (before
+	// issue 25), so PID 1 broadcast every unit's change signals to it.
+	subscribed bool
+	run        func(ctx context.Context, c *sddbus.Conn, sock, svc string) (ret, ready time.Duration, err error)
 }
 
 // job queues a start and returns a channel with its result.
@@ -50,7 +54,7 @@ func wait(ctx context.Context, ch <-chan string, unit string) error {
 }
 
 var unitFlows = []unitFlow{
-	{name: report.UnitsColdBefore, calls: 2, run: func(ctx context.Context, c *sddbus.Conn, sock, svc string) (time.Duration, time.Duration, error) {
+	{name: report.UnitsColdBefore, calls: 2, subscribed: true, run: func(ctx context.Context, c *sddbus.Conn, sock, svc string) (time.Duration, time.Duration, error) {
 		start := time.Now()
 		ch, err := job(ctx, c, sock)
 		if err != nil {
@@ -79,7 +83,7 @@ var unitFlows = []unitFlow{
 		d := time.Since(start)
 		return d, d, err
 	}},
-	{name: report.UnitsStandbyBefore, calls: 3, run: func(ctx context.Context, c *sddbus.Conn, sock, svc string) (time.Duration, time.Duration, error) {
+	{name: report.UnitsStandbyBefore, calls: 3, subscribed: true, run: func(ctx context.Context, c *sddbus.Conn, sock, svc string) (time.Duration, time.Duration, error) {
 		start := time.Now()
 		ch, err := job(ctx, c, sock)
 		if err != nil {
@@ -141,9 +145,11 @@ func cmdUnits(args []string) error {
 		return fmt.Errorf("system bus: %w", err)
 	}
 	defer c.Close()
-	if err := c.Subscribe(); err != nil {
-		return fmt.Errorf("subscribe: %w", err)
+	sub, err := newSubscriber()
+	if err != nil {
+		return err
 	}
+	defer sub.close()
 	res := report.Units{Rounds: *rounds, Warmup: *warmup, UID: os.Getuid(), LoadStart: report.LoadAvg(), Start: time.Now().UTC()}
 	ret := map[string]*report.UnitSeries{}
 	for _, f := range unitFlows {
@@ -155,7 +161,17 @@ func cmdUnits(args []string) error {
 		}
 		for _, f := range unitFlows {
 			s := ret[f.name]
+			if f.subscribed {
+				if err := sub.set(true); err != nil {
+					return err
+				}
+			}
 			d, ready, err := oneUnitStart(ctx, c, f, *cred)
+			if f.subscribed {
+				if err := sub.set(false); err != nil {
+					return err
+				}
+			}
 			if r < *warmup {
 				continue
 			}
@@ -233,4 +249,61 @@ func oneUnitStart(ctx context.Context, c *sddbus.Conn, f unitFlow, cred string) 
 		}
 	}
 	return d, ready, runErr
+}
+
+// subscriber stands for the host's connection before issue 25: subscribed
+// to systemd's signals (Manager.Subscribe, so PID 1 broadcasts every
+// unit's and job's changes) with go-systemd's matches (UnitNew,
+// PropertiesChanged), the signals read and dropped. set(false) unsubscribes
+// between the "before" flows, so the "now" flows run with nobody
+// subscribed, as the host has it now.
+type subscriber struct {
+	conn *dbus.Conn
+	obj  dbus.BusObject
+	ch   chan *dbus.Signal
+	on   bool
+}
+
+func newSubscriber() (*subscriber, error) {
+	conn, err := dbus.ConnectSystemBus()
+	if err != nil {
+		return nil, fmt.Errorf("system bus: %w", err)
+	}
+	s := &subscriber{conn: conn, obj: conn.Object("org.freedesktop.systemd1", "/org/freedesktop/systemd1"), ch: make(chan *dbus.Signal, 4096)}
+	for _, rule := range []string{
+		"type='signal',interface='org.freedesktop.systemd1.Manager',member='UnitNew'",
+		"type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged'",
+		"type='signal',interface='org.freedesktop.systemd1.Manager',member='JobRemoved'",
+	} {
+		if err := conn.BusObject().Call("org.freedesktop.DBus.AddMatch", 0, rule).Err; err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("add match: %w", err)
+		}
+	}
+	conn.Signal(s.ch)
+	go func() {
+		for range s.ch { // read and dropped, as go-systemd does without subscribers
+		}
+	}()
+	return s, nil
+}
+
+func (s *subscriber) set(on bool) error {
+	if on == s.on {
+		return nil
+	}
+	method := "org.freedesktop.systemd1.Manager.Unsubscribe"
+	if on {
+		method = "org.freedesktop.systemd1.Manager.Subscribe"
+	}
+	if err := s.obj.Call(method, 0).Err; err != nil {
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	s.on = on
+	return nil
+}
+
+func (s *subscriber) close() {
+	_ = s.set(false)
+	s.conn.Close()
 }

@@ -37,10 +37,10 @@ const RunSeriesHostStandby = "sandbox-host run on a run standby (API: POST /v1/r
 
 // Names of the unit-start flows of units.json.
 const (
-	UnitsColdBefore    = "cold, before: socket start waited, service start queued"
-	UnitsColdAfter     = "cold, now: service start waited (socket and credential set pulled in)"
-	UnitsStandbyBefore = "standby, before: socket start waited, service start queued, service start waited"
-	UnitsStandbyAfter  = "standby, now: service start waited, then StartBrokerService's check"
+	UnitsColdBefore    = "cold, before: subscribed; socket start waited, service start queued"
+	UnitsColdAfter     = "cold, now: not subscribed; service start waited (socket and credential set pulled in)"
+	UnitsStandbyBefore = "standby, before: subscribed; socket start waited, service start queued, service start waited"
+	UnitsStandbyAfter  = "standby, now: not subscribed; service start waited, then StartBrokerService's check"
 )
 
 // Burst is burst.json: one first turn on each of Channels fresh channels,
