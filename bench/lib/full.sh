@@ -411,4 +411,11 @@ bench_units() {
   cp "$d/units.json" "$BENCH_RESULTS/units.json"
   ns_exec "$BIN/sandbox-bench" phases --fixedcost "$BENCH_RESULTS/units.json" --out "$BENCH_RESULTS/units-phases.json" ||
     note "- The journal extraction over the unit-start series failed."
+  # What the units' own sandbox costs: one drop-in at a time (as root,
+  # removed at the end). BENCH_UNIT_VARIANT_ROUNDS (8; 0 skips).
+  if ((${BENCH_UNIT_VARIANT_ROUNDS:-8} > 0)); then
+    bench_log "broker unit starts with one drop-in at a time: ${BENCH_UNIT_VARIANT_ROUNDS:-8} rounds"
+    ns_exec "$BIN/sandbox-bench" unitvariants --out "$BENCH_RESULTS/unit-variants.json" --rounds "${BENCH_UNIT_VARIANT_ROUNDS:-8}" ||
+      note "- The unit drop-in variants failed (see the log of make bench)."
+  fi
 }

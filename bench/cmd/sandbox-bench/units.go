@@ -203,7 +203,18 @@ func cmdUnits(args []string) error {
 // units by f, then stops them (socket first, then service, as the host
 // does) and removes the files.
 func oneUnitStart(ctx context.Context, c *sddbus.Conn, f unitFlow, cred string) (time.Duration, time.Duration, error) {
-	turn := ids.NewTurnID()
+	_, d, ready, err := oneUnitStartTurn(ctx, c, f, cred)
+	return d, ready, err
+}
+
+// oneUnitStartTurn is oneUnitStart, also returning the turn id it used.
+func oneUnitStartTurn(ctx context.Context, c *sddbus.Conn, f unitFlow, cred string) (turn string, ret, ready time.Duration, err error) {
+	turn = ids.NewTurnID()
+	d, ready, err := unitStartOn(ctx, c, f, cred, turn)
+	return turn, d, ready, err
+}
+
+func unitStartOn(ctx context.Context, c *sddbus.Conn, f unitFlow, cred, turn string) (time.Duration, time.Duration, error) {
 	sock, err := ids.BrokerSocketUnit(turn)
 	if err != nil {
 		return 0, 0, err

@@ -137,25 +137,72 @@ func Parse(r io.Reader, since, until int64) (Samples, error) {
 		}
 	}
 	for _, turn := range order {
-		ev := events[turn]
-		for _, d := range []struct {
-			name, from, to string
-		}{
-			{PhaseSocketJob, "socket.start", "socket.done"},
-			{PhaseUntilConnect, "socket.done", "service.start"},
-			{PhaseBrokerActivation, "service.start", "service.done"},
-			{PhaseBrokerReadyToStop, "service.done", "service.stopping"},
-			{PhaseServiceStopJob, "service.stopping", "service.stopped"},
-			{PhaseCredsetJob, "credset.start", "credset.done"},
-			{PhaseCredsetToService, "credset.done", "service.start"},
-			{PhaseSocketToReady, "socket.start", "service.done"},
-		} {
-			from, ok1 := ev[d.from]
-			to, ok2 := ev[d.to]
-			if ok1 && ok2 && to >= from {
-				out[d.name] = append(out[d.name], (to-from)/1000)
-			}
+		for k, v := range unitPhases(events[turn]) {
+			out[k] = append(out[k], v)
 		}
+	}
+	return out, sc.Err()
+}
+
+// unitPhases derives the systemd-side phases of one turn from its units'
+// job messages (event -> time, µs).
+func unitPhases(ev map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for _, d := range []struct {
+		name, from, to string
+	}{
+		{PhaseSocketJob, "socket.start", "socket.done"},
+		{PhaseUntilConnect, "socket.done", "service.start"},
+		{PhaseBrokerActivation, "service.start", "service.done"},
+		{PhaseBrokerReadyToStop, "service.done", "service.stopping"},
+		{PhaseServiceStopJob, "service.stopping", "service.stopped"},
+		{PhaseCredsetJob, "credset.start", "credset.done"},
+		{PhaseCredsetToService, "credset.done", "service.start"},
+		{PhaseSocketToReady, "socket.start", "service.done"},
+	} {
+		from, ok1 := ev[d.from]
+		to, ok2 := ev[d.to]
+		if ok1 && ok2 && to >= from {
+			out[d.name] = (to - from) / 1000
+		}
+	}
+	return out
+}
+
+// ParseUnits reads journalctl -o json lines and returns, per turn id, the
+// systemd-side phases of its broker and credential-set units (ms).
+func ParseUnits(r io.Reader) (map[string]map[string]float64, error) {
+	events := map[string]map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 256<<10), 4<<20)
+	for sc.Scan() {
+		var e entry
+		if json.Unmarshal(sc.Bytes(), &e) != nil {
+			continue
+		}
+		m := brokerUnit.FindStringSubmatch(e.str("UNIT"))
+		if m == nil || e.str("_PID") != "1" {
+			continue
+		}
+		ev := map[string]string{msgJobStart: "start", msgJobDone: "done", msgJobStopping: "stopping", msgJobStopped: "stopped"}[e.str("MESSAGE_ID")]
+		if ev == "" {
+			continue
+		}
+		ts, _ := strconv.ParseFloat(e.str("__REALTIME_TIMESTAMP"), 64)
+		turn, kind := m[2], m[3]
+		if m[1] != "" {
+			kind = "credset"
+		}
+		if events[turn] == nil {
+			events[turn] = map[string]float64{}
+		}
+		if _, seen := events[turn][kind+"."+ev]; !seen {
+			events[turn][kind+"."+ev] = ts
+		}
+	}
+	out := map[string]map[string]float64{}
+	for turn, ev := range events {
+		out[turn] = unitPhases(ev)
 	}
 	return out, sc.Err()
 }

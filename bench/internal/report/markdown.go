@@ -37,6 +37,7 @@ type Inputs struct {
 	RunsStandby      *CodeRuns
 	Units            *Units
 	UnitsPhases      *Phases
+	UnitVariants     *UnitVariants
 	Notes            string
 	// ResultsPath is where the raw files are kept, for the report's pointer.
 	ResultsPath string
@@ -76,6 +77,7 @@ func ReadDir(dir string) (*Inputs, error) {
 		rs          CodeRuns
 		un          Units
 		up          Phases
+		uv          UnitVariants
 	)
 	for _, f := range []struct {
 		name string
@@ -100,6 +102,7 @@ func ReadDir(dir string) (*Inputs, error) {
 		{FileRunsStandby, &rs, func() { in.RunsStandby = &rs }},
 		{FileUnits, &un, func() { in.Units = &un }},
 		{FileUnitsPhases, &up, func() { in.UnitsPhases = &up }},
+		{FileUnitVariants, &uv, func() { in.UnitVariants = &uv }},
 	} {
 		ok, err := load(f.name, f.v)
 		if err != nil {

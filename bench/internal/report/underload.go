@@ -19,7 +19,33 @@ const (
 	FileUnits            = "units.json"
 	// FileUnitsPhases: the journal over units.json's measured window.
 	FileUnitsPhases = "units-phases.json"
+	// FileUnitVariants: the units' start with one drop-in at a time.
+	FileUnitVariants = "unit-variants.json"
 )
+
+// UnitVariants is unit-variants.json.
+type UnitVariants struct {
+	Rounds    int           `json:"rounds"`
+	PerRound  int           `json:"perRound"`
+	Skipped   string        `json:"skipped,omitempty"`
+	Start     time.Time     `json:"start"`
+	End       time.Time     `json:"end"`
+	LoadStart string        `json:"loadStart"`
+	LoadEnd   string        `json:"loadEnd"`
+	Variants  []UnitVariant `json:"variants"`
+	Errors    []string      `json:"errors,omitempty"`
+}
+
+// UnitVariant is one drop-in's starts.
+type UnitVariant struct {
+	Name     string               `json:"name"`
+	Unit     string               `json:"unit,omitempty"`
+	DropIn   string               `json:"dropIn,omitempty"`
+	ReadyMs  []float64            `json:"readyMs"`
+	Ready    stats.Summary        `json:"ready"`
+	JobsMs   map[string][]float64 `json:"jobsMs"`
+	Failures int                  `json:"failures"`
+}
 
 // Goals of issue 25 (measured, never asserted in tests).
 const (
@@ -351,6 +377,19 @@ func writeUnderLoad(b *strings.Builder, in *Inputs) {
 			for _, e := range s.Errors {
 				p("- failure (%s): `%s`\n", s.Name, oneLine(e))
 			}
+		}
+	}
+	if uv := in.UnitVariants; uv != nil && len(uv.Variants) > 0 {
+		p("### What the units' own sandbox costs\n\n")
+		p("The same start (one service start waited for, as root: the variable is systemd's work, not polkit) with the installed units and with one drop-in at a time (`daemon-reload` between, off the clock), interleaved, %d rounds x %d starts per variant; systemd's job times per turn from the journal. Load average %s at start, %s at end.\n\n", uv.Rounds, uv.PerRound, uv.LoadStart, uv.LoadEnd)
+		p("| variant | starts | broker ready p50 / p95 ms | credential-set job p50 / p95 ms | broker activation p50 ms | socket start to READY p50 ms | failures |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+		for _, v := range uv.Variants {
+			cj, act, ch := stats.Summarize(v.JobsMs[journal.PhaseCredsetJob]), stats.Summarize(v.JobsMs[journal.PhaseBrokerActivation]), stats.Summarize(v.JobsMs[journal.PhaseSocketToReady])
+			p("| %s | %d | %s / %s | %s / %s | %s | %s | %d |\n", v.Name, v.Ready.N, ms(v.Ready.Median), ms(v.Ready.P95), ms(cj.Median), ms(cj.P95), ms(act.Median), ms(ch.Median), v.Failures)
+		}
+		p("\n")
+		for _, e := range uv.Errors {
+			p("- failure: `%s`\n", oneLine(e))
 		}
 	}
 }
