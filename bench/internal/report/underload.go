@@ -455,6 +455,15 @@ func writeUnderLoadAnalysis(b *strings.Builder, in *Inputs) {
 			add("%s.", s)
 		}
 	}
+	if uv := in.UnitVariants; uv != nil && len(uv.Variants) > 1 {
+		base := uv.Variants[0]
+		bc := stats.Quantile(base.JobsMs[journal.PhaseCredsetJob], 0.5)
+		for _, v := range uv.Variants[1:] {
+			c := stats.Quantile(v.JobsMs[journal.PhaseCredsetJob], 0.5)
+			add("Units' sandbox (section 4e): with %s the broker is READY at p50 %s ms against %s ms as installed (credential-set job %s against %s ms).",
+				"`"+v.Name+"`", ms(v.Ready.Median), ms(base.Ready.Median), ms(c), ms(bc))
+		}
+	}
 	if len(lines) == 0 {
 		return
 	}
