@@ -275,10 +275,20 @@ func writeUnderLoad(b *strings.Builder, in *Inputs) {
 		}
 		p("\n")
 		for _, v := range bu.Variants {
+			// The same error a few dozen times says no more than once.
+			count := map[string]int{}
+			var order []string
 			for _, r := range v.Runs {
 				for _, e := range r.Errors {
-					p("- %s: `%s`\n", v.Name, oneLine(e))
+					e = oneLine(e)
+					if count[e] == 0 {
+						order = append(order, e)
+					}
+					count[e]++
 				}
+			}
+			for _, e := range order {
+				p("- %s (%d of the errors kept): `%s`\n", v.Name, count[e], e)
 			}
 		}
 		p("\n")
