@@ -69,9 +69,11 @@ if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null; then
     mkdir -p "$0/ovl/w" "$0/ovl/u"
     cp -a "$0/bin/." "$0/ovl/u/"
     mount -t overlay overlay -o lowerdir=/usr/bin,upperdir="$0/ovl/u",workdir="$0/ovl/w" /usr/bin
-    mkdir -p /usr/lib/roundtable-sandbox "$0/ovl/lw" "$0/ovl/lu"
-    cp -a "$0/lib/." "$0/ovl/lu/"
-    mount -t overlay overlay -o lowerdir=/usr/lib/roundtable-sandbox,upperdir="$0/ovl/lu",workdir="$0/ovl/lw" /usr/lib/roundtable-sandbox
+    # An overlay of /usr/lib, not a mkdir: /usr/lib/roundtable-sandbox made
+    # for the mount point would stay on the machine.
+    mkdir -p "$0/ovl/lw" "$0/ovl/lu/roundtable-sandbox"
+    cp -a "$0/lib/." "$0/ovl/lu/roundtable-sandbox/"
+    mount -t overlay overlay -o lowerdir=/usr/lib,upperdir="$0/ovl/lu",workdir="$0/ovl/lw" /usr/lib
     systemd-analyze verify "${@}"' "$work" "${verify[@]}" 2>&1)
   rc=$?
   set -e
