@@ -1,0 +1,73 @@
+package credential
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+const guardSecret = "ghp_GUARDsecretValue0123456789abcdef"
+
+// TestGuard: a clean body passes whole (in any read sizes); a body
+// reflecting the secret in any form fails with ErrReflected, and what was
+// handed out before holds no PieceBytes run of the secret.
+func TestGuard(t *testing.T) {
+	m := NewMatcher(NewSecret(guardSecret), NewSecret("Bearer "+guardSecret))
+	filler := strings.Repeat("git pack data \x00\x01\xff ", 4000)
+	for _, c := range []struct {
+		name    string
+		body    string
+		reflect bool
+	}{
+		{"clean", filler, false},
+		{"empty", "", false},
+		{"raw at the end", filler + guardSecret, true},
+		{"raw in the middle", filler + guardSecret + filler, true},
+		{"base64", filler + base64.StdEncoding.EncodeToString([]byte(guardSecret)) + filler, true},
+		{"upper case, spaced", filler + strings.ToUpper(strings.Join(strings.Split(guardSecret, ""), " ")), true},
+		{"one piece", filler + guardSecret[3:3+PieceBytes] + filler, true},
+		{"header echoed", "{\"headers\":{\"Authorization\":[\"Bearer " + guardSecret + "\"]}}", true},
+	} {
+		for _, one := range []bool{false, true} {
+			var src io.Reader = strings.NewReader(c.body)
+			if one {
+				src = iotest.OneByteReader(src)
+			}
+			got, err := io.ReadAll(m.Guard(src))
+			if c.reflect {
+				if !errors.Is(err, ErrReflected) {
+					t.Errorf("%s (one byte %v): err %v, want ErrReflected", c.name, one, err)
+				}
+				if NewMatcher(NewSecret(guardSecret)).Reflected(string(got)) {
+					t.Errorf("%s (one byte %v): what was handed out reflects the secret", c.name, one)
+				}
+				continue
+			}
+			if err != nil || !bytes.Equal(got, []byte(c.body)) {
+				t.Errorf("%s (one byte %v): %d bytes, %v; want the body whole", c.name, one, len(got), err)
+			}
+		}
+	}
+}
+
+func TestHeaderReflects(t *testing.T) {
+	m := NewMatcher(NewSecret(guardSecret))
+	for _, c := range []struct {
+		h    http.Header
+		want bool
+	}{
+		{http.Header{"Content-Type": {"text/plain"}}, false},
+		{http.Header{"X-Echo": {"Bearer " + guardSecret}}, true},
+		{http.Header{"Location": {"https://elsewhere/?t=" + base64.URLEncoding.EncodeToString([]byte(guardSecret))}}, true},
+		{http.Header{guardSecret: {"x"}}, true},
+	} {
+		if got := m.HeaderReflects(c.h); got != c.want {
+			t.Errorf("%v: %v, want %v", c.h, got, c.want)
+		}
+	}
+}
