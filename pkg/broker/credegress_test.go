@@ -6,12 +6,16 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/cgi"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,7 +26,20 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/supervisor"
+	"github.com/roundtable-sandbox/sandbox/pkg/safefetch"
 )
+
+// fakeResolver answers names from a table (names carry the dialer's
+// trailing dot).
+type fakeResolver map[string][]netip.Addr
+
+func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := f[strings.TrimSuffix(host, ".")]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
 
 // credToken is the credentialed destination's token: distinctive, so a
 // leak anywhere is easy to find.
@@ -41,7 +58,7 @@ type credServer struct {
 func newCredServer(t *testing.T, other string) *credServer {
 	t.Helper()
 	s := &credServer{}
-	s.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.headers = append(s.headers, r.Header.Clone())
 		h := s.handler
@@ -70,6 +87,9 @@ func newCredServer(t *testing.T, other string) *credServer {
 			http.NotFound(w, r)
 		}
 	}))
+	// The untrusted-certificate case makes the server log a handshake error.
+	s.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.srv.StartTLS()
 	t.Cleanup(s.srv.Close)
 	return s
 }
@@ -118,11 +138,12 @@ func newCredRig(t *testing.T, s *credServer, grant bool, extra ...string) *credR
 		if !grant {
 			g.Credentials, g.TestRootCA = nil, ""
 		}
-	}, extra...)
+	}, nil, extra...)
 }
 
-// newCredRigWith is newCredRig with the grant changed by mutate.
-func newCredRigWith(t *testing.T, s *credServer, mutate func(*policy.Egress), extra ...string) *credRig {
+// newCredRigWith is newCredRig with the grant changed by mutate and, if d
+// is not nil, the broker's dialer (its resolver: a test seam).
+func newCredRigWith(t *testing.T, s *credServer, mutate func(*policy.Egress), d *safefetch.Dialer, extra ...string) *credRig {
 	t.Helper()
 	dir := t.TempDir()
 	credDir := filepath.Join(dir, "creds")
@@ -145,7 +166,13 @@ func newCredRigWith(t *testing.T, s *credServer, mutate func(*policy.Egress), ex
 		DeadlineUnixMs: time.Now().Add(time.Hour).UnixMilli(), Limits: policy.DefaultLimits(),
 		EgressAllow: append([]string{s.addr()}, extra...), Egress: &g, EgressOnly: true}
 	logs := &waitBuffer{}
-	b, err := New(Config{Policy: pol, Credentials: creds, LocalAddrs: fakeLocal{}, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	cfg := Config{Policy: pol, Credentials: creds, LocalAddrs: fakeLocal{}, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
+	if d != nil {
+		allow, _ := safefetch.ParseAllow(pol.EgressAllow)
+		d.Allow, d.Local = allow, fakeLocal{}
+		cfg.Fetcher = &safefetch.Fetcher{Dialer: d}
+	}
+	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,12 +347,26 @@ func TestCredentialedEgress(t *testing.T) {
 	t.Run("a certificate the broker does not trust is refused", func(t *testing.T) {
 		// The same destination, granted, but with no test root CA: the
 		// system roots do not know the test server.
-		r2 := newCredRigWith(t, s, func(g *policy.Egress) { g.TestRootCA = "" })
+		r2 := newCredRigWith(t, s, func(g *policy.Egress) { g.TestRootCA = "" }, nil)
 		code, body, _ := r2.get(r2.plain("/private"), nil, false)
 		if code != http.StatusBadGateway || strings.Contains(body, "PRIVATE") {
 			t.Errorf("untrusted certificate: %d %q, want 502", code, body)
 		}
 		r2.waitLog(`"msg":"egress refused"`, "TLS to the credentialed destination failed")
+	})
+	t.Run("the test root CA is trusted for loopback IP literals only", func(t *testing.T) {
+		// example.com (in the test certificate) resolves to the server
+		// here: with testRootCA set, the name still meets the system roots.
+		_, port, _ := net.SplitHostPort(s.addr())
+		p, _ := strconv.Atoi(port)
+		res := fakeResolver{"example.com": {netip.MustParseAddr("127.0.0.1")}}
+		r3 := newCredRigWith(t, s, func(g *policy.Egress) { g.Credentials[0].Host = "example.com"; g.Credentials[0].Port = p },
+			&safefetch.Dialer{Resolver: res})
+		code, body, _ := r3.get("http://example.com:"+port+"/private", nil, false)
+		if code != http.StatusBadGateway || strings.Contains(body, "PRIVATE") {
+			t.Errorf("test CA for a name: %d %q, want 502", code, body)
+		}
+		r3.waitLog(`"msg":"egress refused"`, "TLS to the credentialed destination failed")
 	})
 }
 
@@ -405,4 +446,88 @@ func (w *waitBuffer) has(subs ...string) bool {
 		}
 	}
 	return false
+}
+
+// TestCredentialedGitClone: git clone https://<host>/<repo> of a repository
+// that needs the token works through the injected header, with the
+// environment a run gets (supervisor.CredentialedEnv: insteadOf to the
+// plain-http URL) and the proxy variables pointing at the broker; a clone
+// without the grant fails, and the token is in no log and nowhere in the
+// clone.
+func TestCredentialedGitClone(t *testing.T) {
+	gitBin, err := exec.LookPath("git")
+	if err != nil {
+		t.Skip("git not installed: the clone through the credentialed route needs it")
+	}
+	backend := "/usr/lib/git-core/git-http-backend"
+	if out, err := exec.Command(gitBin, "--exec-path").Output(); err == nil {
+		backend = filepath.Join(strings.TrimSpace(string(out)), "git-http-backend")
+	}
+	if _, err := os.Stat(backend); err != nil {
+		t.Skipf("%s not installed: the smart-HTTP server needs it", backend)
+	}
+	root := t.TempDir()
+	git := func(dir string, env []string, args ...string) (string, error) {
+		cmd := exec.Command(gitBin, args...)
+		cmd.Dir = dir
+		cmd.Env = append([]string{"HOME=" + root, "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0",
+			"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com",
+			"PATH=" + os.Getenv("PATH")}, env...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	must := func(out string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("git: %v: %s", err, out)
+		}
+	}
+	src := filepath.Join(root, "src")
+	os.Mkdir(src, 0o755)
+	must(git(src, nil, "init", "-q", "-b", "main"))
+	writeFile(t, filepath.Join(src, "README"), "PRIVATE-REPO-CONTENT-4e1a\n")
+	must(git(src, nil, "add", "README"))
+	must(git(src, nil, "commit", "-q", "-m", "first"))
+	repos := filepath.Join(root, "repos")
+	os.Mkdir(repos, 0o755)
+	must(git(root, nil, "clone", "-q", "--bare", src, filepath.Join(repos, "private.git")))
+
+	s := newCredServer(t, "http://127.0.0.1:1")
+	s.handler = &cgi.Handler{Path: backend, Root: "/git",
+		Env: []string{"GIT_PROJECT_ROOT=" + repos, "GIT_HTTP_EXPORT_ALL=1"}}
+	url := "https://" + s.addr() + "/git/private.git"
+
+	clone := func(r *credRig, dir string) (string, error) {
+		env := append([]string{"http_proxy=" + r.proxy.String(), "https_proxy=" + r.proxy.String(), "no_proxy=", "NO_PROXY="},
+			supervisor.CredentialedEnv([]string{s.addr()})...)
+		return git(root, env, "clone", "-q", url, dir)
+	}
+	r := newCredRig(t, s, true)
+	dir := filepath.Join(root, "clone")
+	if out, err := clone(r, dir); err != nil {
+		t.Fatalf("granted clone failed: %v\n%s\nbroker log:\n%s", err, out, r.logs)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "README")); err != nil || string(b) != "PRIVATE-REPO-CONTENT-4e1a\n" {
+		t.Errorf("cloned README = %q, %v", b, err)
+	}
+	r.waitLog(`"msg":"egress credentialed"`, `"status":200`)
+	checkNoToken(t, "the broker's log", r.logs.String())
+	// Nowhere in the clone (its config keeps the URL as given).
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if b, _ := os.ReadFile(p); strings.Contains(string(b), credToken) {
+				t.Errorf("%s holds the token", p)
+			}
+		}
+		return nil
+	})
+
+	before := s.requests()
+	un := newCredRig(t, s, false)
+	if out, err := clone(un, filepath.Join(root, "clone-ungranted")); err == nil {
+		t.Errorf("ungranted clone succeeded: %s", out)
+	}
+	if s.sawTokenSince(before) {
+		t.Errorf("the server saw the token without a grant")
+	}
 }
