@@ -55,7 +55,7 @@ type credServer struct {
 	handler http.Handler // the routes behind the token check (git, say); nil: the defaults
 }
 
-func newCredServer(t *testing.T, other string) *credServer {
+func newCredServer(t testing.TB, other string) *credServer {
 	t.Helper()
 	s := &credServer{}
 	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -124,7 +124,7 @@ func (s *credServer) testCA() string {
 // credRig is a code run's broker (egressOnly) served on loopback TCP (the
 // in-container bridge's side of the socket), its logs and a client.
 type credRig struct {
-	t      *testing.T
+	t      testing.TB
 	proxy  *url.URL
 	logs   *waitBuffer
 	server *credServer
@@ -132,7 +132,7 @@ type credRig struct {
 
 // newCredRig starts a run broker whose policy allows the server's address
 // (and extra), and grants the credentialed destination unless grant is false.
-func newCredRig(t *testing.T, s *credServer, grant bool, extra ...string) *credRig {
+func newCredRig(t testing.TB, s *credServer, grant bool, extra ...string) *credRig {
 	t.Helper()
 	return newCredRigWith(t, s, func(g *policy.Egress) {
 		if !grant {
@@ -143,7 +143,7 @@ func newCredRig(t *testing.T, s *credServer, grant bool, extra ...string) *credR
 
 // newCredRigWith is newCredRig with the grant changed by mutate and, if d
 // is not nil, the broker's dialer (its resolver: a test seam).
-func newCredRigWith(t *testing.T, s *credServer, mutate func(*policy.Egress), d *safefetch.Dialer, extra ...string) *credRig {
+func newCredRigWith(t testing.TB, s *credServer, mutate func(*policy.Egress), d *safefetch.Dialer, extra ...string) *credRig {
 	t.Helper()
 	dir := t.TempDir()
 	credDir := filepath.Join(dir, "creds")

@@ -46,21 +46,25 @@ type guard struct {
 	src  io.Reader
 	s    *Stream
 	keep int    // normalised characters held back
-	pend []byte // read, checked, not yet handed out
-	rel  int    // pend[:rel] may be handed out
+	pend []byte // read and checked; pend[off:rel] may be handed out, pend[rel:] is held
+	off  int
+	rel  int
 	buf  []byte
 	err  error
 }
 
 func (g *guard) Read(p []byte) (int, error) {
-	for g.rel == 0 {
+	for g.off == g.rel {
 		if g.err != nil {
 			return 0, g.err
 		}
+		// Drained: move what is held to the front, reusing the buffer.
+		g.pend = g.pend[:copy(g.pend, g.pend[g.off:])]
+		g.off, g.rel = 0, 0
 		n, err := g.src.Read(g.buf)
 		if n > 0 {
-			if g.s.Reflects(string(g.buf[:n])) {
-				g.pend, g.err = nil, ErrReflected
+			if g.s.reflectsBytes(g.buf[:n]) {
+				g.pend, g.off, g.rel, g.err = nil, 0, 0, ErrReflected
 				return 0, g.err
 			}
 			g.pend = append(g.pend, g.buf[:n]...)
@@ -75,12 +79,8 @@ func (g *guard) Read(p []byte) (int, error) {
 		}
 		g.rel = releasable(g.pend, g.keep)
 	}
-	n := copy(p, g.pend[:g.rel])
-	g.pend = g.pend[n:]
-	g.rel -= n
-	if len(g.pend) == 0 {
-		g.pend = nil
-	}
+	n := copy(p, g.pend[g.off:g.rel])
+	g.off += n
 	return n, nil
 }
 
