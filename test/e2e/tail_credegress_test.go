@@ -169,7 +169,7 @@ env | grep -ci token || true
 	logs := journal("--since", since)
 	noToken(t, token, map[string]string{"the run's status": full, "its summary": events, "the journal": logs,
 		"its artifacts": readme + origin})
-	if !strings.Contains(logs, "egress credentialed") || !strings.Contains(logs, `"credential":"e2egit"`) {
+	if !strings.Contains(logs, "egress credentialed") || !strings.Contains(logs, "credential=e2egit") {
 		t.Errorf("the broker's journal lacks the credentialed exchange lines")
 	}
 
