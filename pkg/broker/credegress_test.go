@@ -77,6 +77,10 @@ func newCredServer(t testing.TB, other string) *credServer {
 		case "/echo-headers": // a destination that reflects what it was sent
 			w.Header().Set("X-Seen-Authorization", r.Header.Get("Authorization"))
 			io.WriteString(w, "ok")
+		case "/echo-trailer": // the echo after the body, in a trailer
+			w.Header().Set("Trailer", "X-Echo")
+			io.WriteString(w, "body first\n")
+			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
 		case "/echo-body":
 			fmt.Fprintf(w, "%s{\"authorization\":%q}", strings.Repeat("padding ", 8192), r.Header.Get("Authorization"))
 		default:
@@ -322,6 +326,10 @@ func TestCredentialedEgress(t *testing.T) {
 		code, body, _ = r.get(r.plain("/echo-body"), nil, false)
 		if code == http.StatusOK && !strings.Contains(body, "<cut") || strings.Contains(body, credToken) {
 			t.Errorf("body echo: %d, %d bytes (cut: %v), want the answer cut before the token", code, len(body), strings.Contains(body, "<cut"))
+		}
+		code, body, hdr = r.get(r.plain("/echo-trailer"), nil, false)
+		if !strings.Contains(body, "<cut") || strings.Contains(fmt.Sprint(hdr), credToken) {
+			t.Errorf("trailer echo: %d %q, want the answer cut before its trailers", code, body)
 		}
 		r.waitLog("egress credentialed answer cut")
 		r.waitLog(`"msg":"egress refused"`, "headers reflect the credential")

@@ -191,7 +191,8 @@ func (p *Proxy) forwardCredentialed(w http.ResponseWriter, r *http.Request, u *u
 				return errReflected
 			}
 			status = resp.StatusCode
-			resp.Body = guardedBody{r: inj.Guard(resp.Body), c: resp.Body, n: &bodyBytes, reflected: &reflected}
+			resp.Body = guardedBody{r: inj.Guard(resp.Body), c: resp.Body, n: &bodyBytes, reflected: &reflected,
+				trailer: func() bool { return inj.HeaderReflects(resp.Trailer) }}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { p.refuse(w, r, "https", dest, err) },
@@ -213,17 +214,23 @@ func (p *Proxy) forwardCredentialed(w http.ResponseWriter, r *http.Request, u *u
 	rp.ServeHTTP(w, out)
 }
 
-// guardedBody is an answer's body through the reflection guard, counted.
+// guardedBody is an answer's body through the reflection guard, counted;
+// at its end the trailers (known only then, written after it) are checked
+// too, and a reflecting one cuts the answer before they are sent.
 type guardedBody struct {
 	r         io.Reader
 	c         io.Closer
 	n         *atomic.Int64
 	reflected *atomic.Bool
+	trailer   func() bool
 }
 
 func (g guardedBody) Read(b []byte) (int, error) {
 	n, err := g.r.Read(b)
 	g.n.Add(int64(n))
+	if errors.Is(err, io.EOF) && g.trailer() {
+		err = ErrReflected
+	}
 	if errors.Is(err, ErrReflected) {
 		g.reflected.Store(true)
 	}
