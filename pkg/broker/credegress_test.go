@@ -12,7 +12,9 @@ import (
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/netip"
+	"net/textproto"
 	"net/url"
 	"os"
 	"os/exec"
@@ -81,6 +83,11 @@ func newCredServer(t testing.TB, other string) *credServer {
 			w.Header().Set("Trailer", "X-Echo")
 			io.WriteString(w, "body first\n")
 			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+		case "/echo-early-hints": // the echo in a 103 before the answer
+			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Del("X-Echo")
+			io.WriteString(w, "after hints\n")
 		case "/echo-body":
 			fmt.Fprintf(w, "%s{\"authorization\":%q}", strings.Repeat("padding ", 8192), r.Header.Get("Authorization"))
 		default:
@@ -326,6 +333,19 @@ func TestCredentialedEgress(t *testing.T) {
 		code, body, _ = r.get(r.plain("/echo-body"), nil, false)
 		if code == http.StatusOK && !strings.Contains(body, "<cut") || strings.Contains(body, credToken) {
 			t.Errorf("body echo: %d, %d bytes (cut: %v), want the answer cut before the token", code, len(body), strings.Contains(body, "<cut"))
+		}
+		var interim []string
+		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			interim = append(interim, fmt.Sprint(code, h))
+			return nil
+		}}
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, r.plain("/echo-early-hints"), nil)
+		if resp, err := r.client(false).Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		if strings.Contains(strings.Join(interim, " "), credToken) {
+			t.Errorf("a 103 answer handed the guest the token: %q", interim)
 		}
 		code, body, hdr = r.get(r.plain("/echo-trailer"), nil, false)
 		if !strings.Contains(body, "<cut") || strings.Contains(fmt.Sprint(hdr), credToken) {

@@ -183,7 +183,7 @@ func (p *Proxy) forwardCredentialed(w http.ResponseWriter, r *http.Request, u *u
 			// Added after the hop-by-hop headers are gone, and only here.
 			pr.Out.Header.Set(c.Header, inj.Value())
 		},
-		Transport: p.creds.tr,
+		Transport: noInterim{p.creds.tr},
 		ErrorLog:  log0,
 		ModifyResponse: func(resp *http.Response) error {
 			if inj.HeaderReflects(resp.Header) {
@@ -238,3 +238,30 @@ func (g guardedBody) Read(b []byte) (int, error) {
 }
 
 func (g guardedBody) Close() error { return g.c.Close() }
+
+// noInterim runs the request without the caller's client trace: the
+// reverse proxy's trace hands a 1xx answer's headers (103 Early Hints, say)
+// straight to the guest, past ModifyResponse's reflection check. Without a
+// trace the transport drops 1xx answers itself. Cancellation and deadline
+// still follow the request's context, until the body is closed.
+type noInterim struct{ rt http.RoundTripper }
+
+func (n noInterim) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	stop := context.AfterFunc(req.Context(), func() { cancel(context.Cause(req.Context())) })
+	end := func() { stop(); cancel(nil) }
+	resp, err := n.rt.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		end()
+		return nil, err
+	}
+	resp.Body = endBody{ReadCloser: resp.Body, end: end}
+	return resp, nil
+}
+
+type endBody struct {
+	io.ReadCloser
+	end func()
+}
+
+func (b endBody) Close() error { err := b.ReadCloser.Close(); b.end(); return err }
