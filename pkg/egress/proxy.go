@@ -11,7 +11,10 @@
 // connection's lifetime, and the turn deadline; a refusal is an HTTP status
 // with generic text; a log line names the destination host:port, the vetted
 // address, bytes and duration of each connection, never a path, query,
-// header or payload.
+// header or payload. A grant's credentialed destinations (credentialed.go)
+// are the one case where the proxy adds to a request: the granted header,
+// over verified TLS, to exactly that host:port, with the answer checked for
+// reflection; a CONNECT never carries a credential.
 package egress
 
 import (
