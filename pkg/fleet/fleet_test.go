@@ -673,3 +673,21 @@ func TestLateTurnAnsweredDeadlineWithoutRunning(t *testing.T) {
 	default:
 	}
 }
+
+// TestReadsComeFromTheLeader: the channels bucket and the workspaces'
+// object store have direct get off, so a turn never reads a state or a
+// snapshot older than the last commit from a lagging replica.
+func TestReadsComeFromTheLeader(t *testing.T) {
+	r := newRig(t, 1, 1)
+	f, _ := r.fleet("a")
+	ctx := r.ctx()
+	for _, name := range []string{"KV_" + ChannelsBucket, "OBJ_" + WorkspaceBucket} {
+		s, err := f.js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().Config.AllowDirect {
+			t.Errorf("stream %s allows direct get", name)
+		}
+	}
+}
