@@ -71,7 +71,6 @@ const (
 	DefaultFleetParts     = 16
 	DefaultFleetReplicas  = 3
 	MaxFleetPartitions    = 1024
-	MaxFleetReplicas      = 5 // JetStream's own limit
 	MaxFleetBoxes         = 256
 	MaxFleetRoutes        = 256
 	MaxFleetBoxNameLength = 63
@@ -134,8 +133,10 @@ func (c *Config) validateFleet(bad func(key, format string, a ...any)) {
 	if f.Partitions < 1 || f.Partitions > MaxFleetPartitions {
 		bad("fleet.partitions", "must be 1 to %d, got %d", MaxFleetPartitions, f.Partitions)
 	}
-	if f.Replicas < 1 || f.Replicas > MaxFleetReplicas {
-		bad("fleet.replicas", "must be 1 to %d (JetStream's limit), got %d", MaxFleetReplicas, f.Replicas)
+	// Raft wants a majority: an even count tolerates no more failures than
+	// the odd one below it (the engine refuses it too).
+	if f.Replicas != 1 && f.Replicas != 3 && f.Replicas != 5 {
+		bad("fleet.replicas", "must be 1, 3 or 5 (an even count survives no more failures than the odd one below it), got %d", f.Replicas)
 	}
 	for _, p := range []struct{ key, p string }{
 		{"fleet.tls.ca", f.TLS.CA}, {"fleet.tls.cert", f.TLS.Cert}, {"fleet.tls.key", f.TLS.Key},
