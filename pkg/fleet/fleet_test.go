@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -245,7 +246,9 @@ func TestOrderPerChannel(t *testing.T) {
 		t.Fatalf("turns ran while another turn of their channel ran: %v", rec.overlap)
 	}
 	for _, ch := range channels {
-		if got := strings.Join(rec.order[ch], ","); got != strings.Join(want[ch], ",") {
+		// Execution is at least once: a turn may run again (a redelivery)
+		// but only before the next one starts.
+		if got := strings.Join(slices.Compact(rec.order[ch]), ","); got != strings.Join(want[ch], ",") {
 			t.Errorf("channel %s ran %s, want %s", ch, got, strings.Join(want[ch], ","))
 		}
 		st, _, err := client.Channel(ctx, ch)
