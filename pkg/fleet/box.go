@@ -335,6 +335,12 @@ func (b *Box) handle(m jetstream.Msg) {
 		return
 	}
 	log := b.log.With("turn", t.ID, "seq", seq, "attempt", meta.NumDelivered)
+	// Heartbeat from the take to the ack, the commit's writes included: a
+	// loaded box's commit may outlast the ack wait, and a redelivery then
+	// would run the turn again for nothing.
+	done := make(chan struct{})
+	defer close(done)
+	go b.heartbeat(m, done)
 	t0 := time.Now()
 	defer func() { log.Debug("fleet turn handled", "took_ms", time.Since(t0).Milliseconds()) }()
 	ctx, cancel := context.WithTimeout(b.ctx, opTimeout)
@@ -457,9 +463,6 @@ func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, st ChannelState, clai
 	}
 	ctx, cancel := context.WithDeadline(b.ctx, deadline)
 	defer cancel()
-	done := make(chan struct{})
-	defer close(done)
-	go b.heartbeat(m, done)
 	in := Input{Turn: t, Seq: seq, Generation: st.Generation, Attempt: attempt,
 		Snapshot: st.Workspace, NextSnapshot: workspaceName(t.Channel, st.Generation+1, claimRev),
 		Restore: func(ctx context.Context) ([]byte, error) { return b.f.Workspace(ctx, st.Workspace) }}

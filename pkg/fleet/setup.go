@@ -220,6 +220,19 @@ func ensureObjects(ctx context.Context, js jetstream.JetStream, want jetstream.O
 	if r := st.Replicas(); r != want.Replicas {
 		return fmt.Errorf("object store %s has %d replicas, fleet.replicas is %d: %w", want.Bucket, r, want.Replicas, ErrMismatch)
 	}
+	// As for the channels bucket: a direct get may be answered by a replica
+	// that has not applied the snapshot just committed, and the next turn
+	// would fail to restore it ("not found", seen under the race detector).
+	s, err := js.Stream(ctx, "OBJ_"+want.Bucket)
+	if err != nil {
+		return fmt.Errorf("object store %s: %w", want.Bucket, err)
+	}
+	if scfg := s.CachedInfo().Config; scfg.AllowDirect {
+		scfg.AllowDirect = false
+		if _, err := js.UpdateStream(ctx, scfg); err != nil {
+			return fmt.Errorf("object store %s: turn off direct get: %w", want.Bucket, err)
+		}
+	}
 	return nil
 }
 
