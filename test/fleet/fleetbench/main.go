@@ -56,6 +56,7 @@ func main() {
 		err = runBench(ctx, dir, bin, *report, *minTurns, *minFaults, *tpFor)
 	}
 	if err != nil {
+		os.RemoveAll(dir) // fail exits: the deferred removal would not run
 		fail(err)
 	}
 }
