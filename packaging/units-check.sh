@@ -18,6 +18,23 @@
 # touching the machine's /usr/bin). Uses bin/* when built, else placeholders.
 set -euo pipefail
 
+# systemd-analyze (verify and security --offline) writes
+# /run/systemd/systemd-units-load, and mount makes /run/mount: as root the
+# whole check runs in a private mount namespace whose /run is a tmpfs.
+if [[ $(id -u) == 0 && -z ${RTSB_UNITS_CHECK_NS:-} ]] && command -v unshare >/dev/null; then
+  RTSB_UNITS_CHECK_NS=$(mktemp -d /tmp/rtsb-units-ns.XXXXXX)
+  export RTSB_UNITS_CHECK_NS
+  set +e
+  unshare --mount --propagation private "$0" "$@"
+  rc=$?
+  rm -rf "$RTSB_UNITS_CHECK_NS"
+  exit $rc
+fi
+if [[ -n ${RTSB_UNITS_CHECK_NS:-} ]]; then
+  export LIBMOUNT_UTAB=$RTSB_UNITS_CHECK_NS/utab
+  mount -t tmpfs -o mode=0755 tmpfs /run
+fi
+
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 fails=0
@@ -52,9 +69,11 @@ if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null; then
     mkdir -p "$0/ovl/w" "$0/ovl/u"
     cp -a "$0/bin/." "$0/ovl/u/"
     mount -t overlay overlay -o lowerdir=/usr/bin,upperdir="$0/ovl/u",workdir="$0/ovl/w" /usr/bin
-    mkdir -p /usr/lib/roundtable-sandbox "$0/ovl/lw" "$0/ovl/lu"
-    cp -a "$0/lib/." "$0/ovl/lu/"
-    mount -t overlay overlay -o lowerdir=/usr/lib/roundtable-sandbox,upperdir="$0/ovl/lu",workdir="$0/ovl/lw" /usr/lib/roundtable-sandbox
+    # An overlay of /usr/lib, not a mkdir: /usr/lib/roundtable-sandbox made
+    # for the mount point would stay on the machine.
+    mkdir -p "$0/ovl/lw" "$0/ovl/lu/roundtable-sandbox"
+    cp -a "$0/lib/." "$0/ovl/lu/roundtable-sandbox/"
+    mount -t overlay overlay -o lowerdir=/usr/lib,upperdir="$0/ovl/lu",workdir="$0/ovl/lw" /usr/lib
     systemd-analyze verify "${@}"' "$work" "${verify[@]}" 2>&1)
   rc=$?
   set -e
@@ -199,7 +218,8 @@ elif ! command -v lintian >/dev/null; then
 else
   for d in "${debs[@]}"; do
     set +e
-    lintian --fail-on error,warning --pedantic "$d" >"$work/lintian.out" 2>&1
+    # Its temporary files (/tmp/mldbm-elf-*, which it leaves) go to $work.
+    TMPDIR=$work lintian --fail-on error,warning --pedantic "$d" >"$work/lintian.out" 2>&1
     rc=$?
     set -e
     grep -v 'running with root privileges' "$work/lintian.out" || true
