@@ -229,12 +229,9 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 	defer cancel(nil)
 	stop := context.AfterFunc(h.stopCtx, func() { cancel(ErrShuttingDown) })
 	defer stop()
-	release, err := h.queue.acquire(ctx, channel)
+	release, err := h.admitTurn(ctx, channel)
 	if err != nil {
-		if errors.Is(err, ErrQueueFull) || errors.Is(err, ErrShuttingDown) {
-			return err
-		}
-		return ErrClientGone
+		return err
 	}
 	// The slot is released only when RunTurn returned, that is after the
 	// turn's cleanup, even when the client was answered before it.

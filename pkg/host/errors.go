@@ -71,6 +71,7 @@ func statusOf(err error) (int, string) {
 		{ErrModeOff, http.StatusConflict},
 		{ErrTooLarge, http.StatusRequestEntityTooLarge},
 		{ErrQueueFull, http.StatusTooManyRequests},
+		{ErrBusy, http.StatusTooManyRequests},
 		{ErrShuttingDown, http.StatusServiceUnavailable},
 		{ErrDeadline, http.StatusGatewayTimeout},
 		{ErrCancelled, http.StatusConflict},

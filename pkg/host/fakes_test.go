@@ -359,6 +359,9 @@ func (r *rig) chownCalls() []chownCall {
 	return slices.Clone(r.chowns)
 }
 
+// testMachine derives a global concurrency of 512 (config.SlotsPerCPU x 64).
+var testMachine = config.Machine{CPUs: 64, MemoryMB: 1 << 20}
+
 func newRig(t testing.TB, extra string, mutate func(*Options)) *rig {
 	t.Helper()
 	cfg := testConfig(t, extra)
@@ -369,7 +372,9 @@ func newRig(t testing.TB, extra string, mutate func(*Options)) *rig {
 	r := &rig{cfg: cfg, docker: newFakeDocker(cfg), units: newFakeUnits(), journal: &journalRecorder{}}
 	o := Options{Config: cfg, Logger: testLogger(t), State: st, Containers: r.docker, Units: r.units, RemoveRetryDelay: time.Millisecond,
 		PeerGroups: func(int) []int { return nil }, ChownTree: r.chown, Lchown: r.chown,
-		WorkerLogs: workerlog.New(workerlog.DefaultLimits(), r.journal.send, nil)}
+		WorkerLogs: workerlog.New(workerlog.DefaultLimits(), r.journal.send, nil),
+		// A big machine, so a derived cap never depends on the test box.
+		Machine: &testMachine}
 	if mutate != nil {
 		mutate(&o)
 	}

@@ -89,6 +89,9 @@ type Options struct {
 	ShutdownTimeout  time.Duration                         // bound of the HTTP shutdown, 10 s
 	ObservePhase     func(string, time.Duration)
 	RichIdle         time.Duration // replaces rich.idleSeconds (tests); 0 = the configuration's
+	// Machine is what queue.globalConcurrency 0 is derived from;
+	// config.ReadMachine() when nil.
+	Machine *config.Machine
 	// WorkerLogs forwards each turn's worker stderr to journald, bounded;
 	// workerlog.New(workerlog.DefaultLimits(), nil, nil) when nil.
 	WorkerLogs *workerlog.Forwarder
@@ -107,6 +110,9 @@ type Host struct {
 	queue   *queue
 	metrics *metrics
 	reg     *prometheus.Registry
+
+	// admission is the global concurrency in force (queue.go).
+	admission config.Concurrency
 
 	tools    []protocol.ToolSpec
 	mcpSpecs []protocol.MCPServerSpec
@@ -203,9 +209,14 @@ func New(o Options) (*Host, error) {
 	if o.ShutdownTimeout == 0 {
 		o.ShutdownTimeout = 10 * time.Second
 	}
+	if o.Machine == nil {
+		m := config.ReadMachine()
+		o.Machine = &m
+	}
+	adm := o.Config.GlobalConcurrency(*o.Machine)
 	h := &Host{
 		opts: o, cfg: o.Config, log: o.Logger, state: o.State, reg: o.Registry,
-		queue:  newQueue(o.Config.Queue.Depth, o.Config.Queue.GlobalConcurrency),
+		queue: newQueue(o.Config.Queue.Depth, adm.Cap), admission: adm,
 		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
 		replies: newReplyBudget(replyBudgetBytes, o.Logger),
 	}
