@@ -3,11 +3,15 @@ package host
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/unitctl"
 )
 
 // queuedSignal makes q report each ticket that starts waiting, so a test
@@ -220,5 +224,62 @@ func TestAPIBusy429WhenNoSlotInTime(t *testing.T) {
 	close(release2)
 	if s := <-second; s != http.StatusOK {
 		t.Errorf("the queued turn: %d, want 200", s)
+	}
+}
+
+// A worker whose broker was never started (systemd timed the
+// socket-activated service out) fails with "broker call failed"; the
+// answer and the log line say which unit and which limit instead of a
+// generic turn failure, and systemd is asked before the cleanup stops the
+// units.
+func TestTurnFailedByItsUnitSaysWhichAndWhy(t *testing.T) {
+	tests := []struct {
+		name       string
+		why        *unitctl.UnitError
+		wantStatus int
+		wantReason string
+	}{
+		{"the broker's start timed out", &unitctl.UnitError{Op: "start", Unit: "sandbox-broker@x.service", Failed: "sandbox-broker@x.service",
+			Result: "timeout", Limit: "TimeoutStartSec=10s"},
+			http.StatusServiceUnavailable, "turn failed: broker unit failed to start (timeout, TimeoutStartSec=10s)"},
+		{"the credential copy exited non-zero", &unitctl.UnitError{Op: "start", Unit: "sandbox-credset@x.service", Failed: "sandbox-credset@x.service",
+			Result: "exit-code", Limit: "its process exit code"},
+			http.StatusInternalServerError, "turn failed: credential unit failed to start (exit-code, its process exit code)"},
+		{"systemd knows of no failure", nil, http.StatusInternalServerError, "turn failed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs lockedBuffer
+			r := newRig(t, "standby:\n  enabled: false\n", func(o *Options) {
+				o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			})
+			must(t, r.h.state.SetMode("c", ModeOn))
+			r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+				return RunResult{ExitCode: 1, Stdout: []byte(`{"ok":false,"text":"","cause":"broker call failed"}`)}, nil
+			}
+			if tt.why != nil {
+				r.units.explain = func(string) error { return tt.why }
+			}
+			hc, _ := serve(t, r)
+			status, resp := call(t, hc, "POST", "/v1/channels/c/turns", `{"speaker":{"id":"s"},"text":"x"}`)
+			if reason, _ := resp["error"].(string); status != tt.wantStatus || reason != tt.wantReason {
+				t.Errorf("answer %d %q, want %d %q", status, reason, tt.wantStatus, tt.wantReason)
+			}
+			r.units.mu.Lock()
+			explained := slices.Clone(r.units.explained)
+			r.units.mu.Unlock()
+			if len(explained) != 1 || !explained[0] {
+				t.Errorf("ExplainBroker calls (units still active?) = %v, want one, before the units were stopped", explained)
+			}
+			if tt.why != nil {
+				line := logs.String()
+				for _, w := range []string{"failed_unit=" + tt.why.Failed, "unit_result=" + tt.why.Result, "worker_cause=\"broker call failed\""} {
+					if !strings.Contains(line, w) {
+						t.Errorf("log lacks %s:\n%s", w, line)
+					}
+				}
+			}
+			r.assertClean(t)
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
+	"github.com/roundtable-sandbox/sandbox/pkg/unitctl"
 )
 
 // Error categories. Callers of the API see only the category's generic
@@ -25,6 +26,24 @@ var (
 	ErrCleanup      = sandbox.ErrCleanup
 	ErrClientGone   = sandbox.ErrClientGone
 )
+
+// UnitFailure is a turn failed by one of its systemd units: the answer
+// names which unit and which limit (unitctl.UnitError.Summary: no turn id,
+// nothing a guest sent), so the operator reading an API error sees "broker
+// unit failed to start (timeout, TimeoutStartSec=1min)" rather than "turn
+// failed". A timeout is answered 503 (the box is overloaded: try again),
+// any other failure 500. It matches ErrTurnFailed.
+type UnitFailure struct{ Unit *unitctl.UnitError }
+
+func (e *UnitFailure) Error() string { return ErrTurnFailed.Error() + ": " + e.Unit.Summary() }
+func (e *UnitFailure) Unwrap() error { return ErrTurnFailed }
+
+func (e *UnitFailure) status() int {
+	if e.Unit.Result == "timeout" || e.Unit.JobResult == "timeout" {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
 
 // requestError carries a reason about the caller's own input.
 type requestError struct {
@@ -52,6 +71,10 @@ func statusOf(err error) (int, string) {
 	if errors.As(err, &pr) {
 		status, _ := statusOf(pr.Kind)
 		return status, pr.Reason
+	}
+	var uf *UnitFailure
+	if errors.As(err, &uf) {
+		return uf.status(), uf.Error()
 	}
 	var re *requestError
 	if errors.As(err, &re) {

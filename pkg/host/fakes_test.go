@@ -203,6 +203,22 @@ type fakeUnits struct {
 	// startHook, when set, runs first in StartBroker (without the lock)
 	// and decides the job's result: tests block or fail the unit job.
 	startHook func(ctx context.Context, turn string) error
+	// explain, when set, answers ExplainBroker (systemd's account of
+	// the turn's units); nil = nothing failed.
+	explain func(turn string) error
+	// explained lists ExplainBroker calls, each with whether the units
+	// were still active (not yet stopped) when asked.
+	explained []bool
+}
+
+func (u *fakeUnits) ExplainBroker(_ context.Context, turn string) error {
+	u.mu.Lock()
+	u.explained = append(u.explained, u.active[turn])
+	u.mu.Unlock()
+	if u.explain == nil {
+		return nil
+	}
+	return u.explain(turn)
 }
 
 func newFakeUnits() *fakeUnits { return &fakeUnits{active: map[string]bool{}} }

@@ -311,6 +311,19 @@ func (l *Lifecycle) RemoveContainer(target, name string, log *slog.Logger) error
 	return err
 }
 
+// ExplainUnits asks systemd why sandbox id's broker units failed, when
+// the Units can say (UnitExplainer), within a few seconds: nil when none
+// failed or nobody can tell.
+func (l *Lifecycle) ExplainUnits(id string) error {
+	x, ok := l.o.Units.(UnitExplainer)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.o.RemoveTimeout)
+	defer cancel()
+	return x.ExplainBroker(ctx, id)
+}
+
 // Broker unit stops (StopUnits).
 const (
 	DefaultUnitStopTimeout = 20 * time.Second
