@@ -115,6 +115,20 @@ type Channel struct {
 	// Profile is a rich channel's profile and Rich its session.
 	Profile string       `json:"profile,omitempty"`
 	Rich    *RichSession `json:"rich,omitempty"`
+	// Admission is the host's (one channel's status only).
+	Admission *Admission `json:"admission,omitempty"`
+}
+
+// Admission is what the host admits turns under: the global concurrency
+// (derived from the machine when queue.globalConcurrency is 0, Why says
+// how), the queue wait bound, and what runs and waits now.
+type Admission struct {
+	GlobalConcurrency int    `json:"globalConcurrency"`
+	Derived           bool   `json:"derived"`
+	Why               string `json:"why"`
+	MaxWaitSeconds    int    `json:"maxWaitSeconds"`
+	Running           int    `json:"running"`
+	Waiting           int    `json:"waiting"`
 }
 
 // RichSession is a rich channel's session: its id, container, state (none,

@@ -283,3 +283,31 @@ func TestTurnFailedByItsUnitSaysWhichAndWhy(t *testing.T) {
 		})
 	}
 }
+
+// GET /v1/channels/{channel} shows the admission in force; the list does
+// not repeat it per channel.
+func TestChannelStatusShowsAdmission(t *testing.T) {
+	r := newRig(t, "queue:\n  maxWaitSeconds: 42\n", nil)
+	must(t, r.h.state.SetMode("c", ModeOn))
+	hc, _ := serve(t, r)
+	status, body := call(t, hc, "GET", "/v1/channels/c", "")
+	adm, _ := body["admission"].(map[string]any)
+	if status != http.StatusOK || adm == nil {
+		t.Fatalf("GET channel: %d %v, want 200 with admission", status, body)
+	}
+	want := map[string]any{"globalConcurrency": float64(512), "derived": true, "maxWaitSeconds": float64(42), "running": float64(0), "waiting": float64(0)}
+	for k, v := range want {
+		if adm[k] != v {
+			t.Errorf("admission.%s = %v, want %v", k, adm[k], v)
+		}
+	}
+	if why, _ := adm["why"].(string); !strings.Contains(why, "per CPU") {
+		t.Errorf("admission.why = %q, want how it was derived", why)
+	}
+	_, list := call(t, hc, "GET", "/v1/channels", "")
+	for _, c := range list["channels"].([]any) {
+		if _, ok := c.(map[string]any)["admission"]; ok {
+			t.Errorf("the channel list repeats admission per channel")
+		}
+	}
+}

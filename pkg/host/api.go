@@ -77,6 +77,20 @@ type (
 		// Profile is a rich channel's profile; Rich its session (mode rich).
 		Profile string      `json:"profile,omitempty"`
 		Rich    *RichStatus `json:"rich,omitempty"`
+		// Admission is the host's, shown with one channel's status
+		// (GET /v1/channels/{channel}; not in the list).
+		Admission *AdmissionStatus `json:"admission,omitempty"`
+	}
+	// AdmissionStatus is what every channel's turns are admitted under.
+	AdmissionStatus struct {
+		// GlobalConcurrency is the cap on what runs at once across
+		// channels; Derived when queue.globalConcurrency is 0, Why how.
+		GlobalConcurrency int    `json:"globalConcurrency"`
+		Derived           bool   `json:"derived"`
+		Why               string `json:"why"`
+		MaxWaitSeconds    int    `json:"maxWaitSeconds"`
+		Running           int    `json:"running"`
+		Waiting           int    `json:"waiting"`
 	}
 	// ChannelList is GET /v1/channels.
 	ChannelList struct {
@@ -336,7 +350,11 @@ func (h *Host) status(channel string) ChannelStatus {
 }
 
 func (h *Host) handleChannel(w http.ResponseWriter, r *http.Request, channel string) error {
-	writeJSON(w, http.StatusOK, h.status(channel))
+	st := h.status(channel)
+	waiting, running := h.queue.totals()
+	st.Admission = &AdmissionStatus{GlobalConcurrency: h.admission.Cap, Derived: h.admission.Derived, Why: h.admission.Why,
+		MaxWaitSeconds: h.cfg.Queue.MaxWaitSeconds, Running: running, Waiting: waiting}
+	writeJSON(w, http.StatusOK, st)
 	return nil
 }
 
