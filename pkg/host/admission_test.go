@@ -311,3 +311,46 @@ func TestChannelStatusShowsAdmission(t *testing.T) {
 		}
 	}
 }
+
+// A turn that ends while another waits for a slot prepares no standby: the
+// slot goes to the waiting turn, not to a preparation competing with it.
+func TestNoStandbyPreparedWhileATurnWaits(t *testing.T) {
+	r, _ := newWarmRig(t, "queue:\n  globalConcurrency: 1\n")
+	must(t, r.h.state.SetMode("b", ModeOn))
+	relC, relB := make(chan struct{}), make(chan struct{})
+	running := make(chan string, 2)
+	standbyOfC := make(chan string, 1)
+	var runs atomic.Int32
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		gate := relC
+		if runs.Add(1) == 2 {
+			gate = relB
+			standbyOfC <- r.h.status("c").Standby // c's cleanup and refill are over
+		}
+		running <- spec.Name
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		return okRun(ctx, spec, stdin)
+	}
+	hc, _ := serve(t, r)
+	body := `{"speaker":{"id":"s"},"text":"x"}`
+	results := make(chan int, 2)
+	go func() { results <- post(hc, "/v1/channels/c/turns", body) }()
+	<-running
+	queued := queuedSignal(r.h.queue)
+	go func() { results <- post(hc, "/v1/channels/b/turns", body) }()
+	<-queued
+	close(relC)
+	<-running
+	if got := <-standbyOfC; got != "none" {
+		t.Errorf("c's standby while b waited for the only slot: %q, want none", got)
+	}
+	close(relB)
+	for i := 0; i < 2; i++ {
+		if s := <-results; s != http.StatusOK {
+			t.Errorf("turn: %d, want 200", s)
+		}
+	}
+}
