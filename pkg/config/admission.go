@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -41,25 +42,44 @@ const (
 type Machine struct {
 	CPUs     int
 	MemoryMB int64
+	// MemoryRead is false when MemoryMB is the 1 GiB stand-in.
+	MemoryRead bool
 }
 
 // ReadMachine reads this machine: usable CPUs (runtime.NumCPU honours the
-// affinity mask) and memory, the smaller of MemTotal and the memory.max of
-// the cgroup the host runs in (a box that is itself a container). Memory
-// it cannot read counts as 1 GiB, which errs on queueing.
+// affinity mask) and memory, the smaller of the total RAM and the
+// memory.max of the cgroup the host sees (a box that is itself a
+// container). RAM comes from sysinfo(2): the host's unit sets
+// ProcSubset=pid, which hides /proc/meminfo (read only as a fallback).
+// Memory it cannot read counts as 1 GiB, which errs on queueing, and Why
+// says so.
 func ReadMachine() Machine {
 	m := Machine{CPUs: runtime.NumCPU(), MemoryMB: fallbackMemMB}
-	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+	if mb, ok := sysinfoMemMB(); ok {
+		m.MemoryMB, m.MemoryRead = mb, true
+	} else if data, err := os.ReadFile("/proc/meminfo"); err == nil {
 		if kb, ok := memTotalKB(data); ok {
-			m.MemoryMB = kb / 1024
+			m.MemoryMB, m.MemoryRead = kb/1024, true
 		}
 	}
 	if data, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
 		if b, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err == nil && b > 0 && b < maxPlausibleMem {
-			m.MemoryMB = min(m.MemoryMB, b>>20)
+			m.MemoryMB, m.MemoryRead = min(m.MemoryMB, b>>20), true
 		}
 	}
 	return m
+}
+
+func sysinfoMemMB() (int64, bool) {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil || si.Totalram == 0 {
+		return 0, false
+	}
+	unit := uint64(si.Unit)
+	if unit == 0 {
+		unit = 1
+	}
+	return int64(uint64(si.Totalram) * unit >> 20), true
 }
 
 func memTotalKB(meminfo []byte) (int64, bool) {
@@ -97,8 +117,12 @@ func (c *Config) GlobalConcurrency(m Machine) Concurrency {
 	slotMB := int64(max(c.Limits.MemoryMB, 0)) + BrokerMemoryMB
 	byMem := int(max(m.MemoryMB, 0) * MemoryShareNum / MemoryShareDen / slotMB)
 	n := max(min(byCPU, byMem, MaxGlobalConcurrency), 1)
-	why := fmt.Sprintf("derived (queue.globalConcurrency 0): min(%d per CPU x %d CPUs = %d, %d/%d of %d MiB / (%d MiB limits.memoryMb + %d MiB broker) = %d)",
-		SlotsPerCPU, cpus, byCPU, MemoryShareNum, MemoryShareDen, m.MemoryMB, c.Limits.MemoryMB, BrokerMemoryMB, byMem)
+	mem := fmt.Sprintf("%d MiB", m.MemoryMB)
+	if !m.MemoryRead {
+		mem += " (memory unreadable: a stand-in)"
+	}
+	why := fmt.Sprintf("derived (queue.globalConcurrency 0): min(%d per CPU x %d CPUs = %d, %d/%d of %s / (%d MiB limits.memoryMb + %d MiB broker) = %d)",
+		SlotsPerCPU, cpus, byCPU, MemoryShareNum, MemoryShareDen, mem, c.Limits.MemoryMB, BrokerMemoryMB, byMem)
 	return Concurrency{Cap: n, Derived: true, Why: why}
 }
 
