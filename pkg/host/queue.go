@@ -6,9 +6,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/roundtable-sandbox/sandbox/pkg/config"
-	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 )
 
 // ErrQueueFull: the channel already has depth turns waiting.
@@ -245,29 +242,3 @@ func (q *queue) spareHeld() int {
 	defer q.mu.Unlock()
 	return q.nspare
 }
-
-// admitTurn waits for channel's slot, at most queue.maxWaitSeconds. A turn
-// that cannot be admitted (its channel's queue full, or no slot in time)
-// is refused at once with a 429 (ErrQueueFull, ErrBusy) and never runs:
-// its deadline, which starts when it holds the slot, is never spent
-// waiting.
-func (h *Host) admitTurn(ctx context.Context, channel string) (func(), error) {
-	since := h.opts.Now()
-	release, err := h.queue.acquireWithin(ctx, channel, h.cfg.QueueWait())
-	switch {
-	case err == nil:
-		return release, nil
-	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrBusy):
-		waiting, running := h.queue.totals()
-		h.log.Warn("turn refused: host busy", "channel", ids.ChannelTag(channel), "err", err,
-			"waited_ms", h.opts.Now().Sub(since).Milliseconds(), "global_concurrency", h.admission.Cap,
-			"running", running, "waiting", waiting, "queue_depth", h.cfg.Queue.Depth, "queue_max_wait_s", h.cfg.Queue.MaxWaitSeconds)
-		return nil, err
-	case errors.Is(err, ErrShuttingDown):
-		return nil, err
-	}
-	return nil, ErrClientGone
-}
-
-// Admission is the global concurrency in force (doctor, channel status).
-func (h *Host) Admission() config.Concurrency { return h.admission }
