@@ -61,7 +61,7 @@ func TestDefaults(t *testing.T) {
 		{"prompt", c.Prompt, DefaultPrompt},
 		{"queue.depth", c.Queue.Depth, 8},
 		{"queue.globalConcurrency", c.Queue.GlobalConcurrency, 0},
-		{"queue.maxWaitSeconds", c.Queue.MaxWaitSeconds, 60},
+		{"queue.maxWaitSeconds", c.Queue.MaxWaitSeconds, 120},
 		{"installation", c.Installation, "default"},
 		{"image", c.Image, "roundtable-sandbox-worker:latest"},
 		{"broker.maxCalls", c.Broker.MaxCalls, 48},
