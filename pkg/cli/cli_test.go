@@ -67,7 +67,7 @@ func fakeMachine(t *testing.T) (string, doctorDeps) {
 	}
 	os.WriteFile(filepath.Join(dir, "creds", "model"), []byte("sk-secret-value\n"), 0o600)
 	os.WriteFile(filepath.Join(dir, "creds", "mcp-key"), []byte("mcp-secret-value\n"), 0o600)
-	for _, u := range []string{"sandbox-host.socket", "sandbox-host.service", "sandbox-broker@.socket", "sandbox-broker@.service", "sandbox-credset@.service", "sandbox-reaper.service", "sandbox-reaper.timer"} {
+	for _, u := range []string{"sandbox-host.socket", "sandbox-host.service", "sandbox-broker@.socket", "sandbox-broker@.service", "sandbox-credset@.service", "sandbox-reaper.service", "sandbox-reaper.timer", "sandbox-nats.service"} {
 		os.WriteFile(filepath.Join(dir, "units", u), nil, 0o644)
 	}
 	rule := filepath.Join(dir, "units", "60-roundtable-sandbox.rules")

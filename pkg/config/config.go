@@ -80,6 +80,7 @@ type Config struct {
 	Prechecks           Prechecks  `mapstructure:"prechecks"`
 	Rich                Rich       `mapstructure:"rich"`
 	Profiles            []Profile  `mapstructure:"profiles"`
+	Fleet               Fleet      `mapstructure:"fleet"`
 }
 
 // Runs configures code execution (DESIGN.md section 12, package runs): the
@@ -535,6 +536,7 @@ func (c *Config) Validate() error {
 	c.validateDelegation(bad)
 	c.validatePrechecks(bad)
 	c.validateRich(bad)
+	c.validateFleet(bad)
 
 	for _, a := range []struct {
 		key string

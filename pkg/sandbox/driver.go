@@ -112,9 +112,10 @@ type StartedContainer interface {
 	Close()
 }
 
-// Units is what a turn needs of systemd: the broker socket unit.
+// Units is what a turn needs of systemd: its broker's units.
 type Units interface {
-	// StartBroker starts sandbox-broker@<turn>.socket and waits for the job.
+	// StartBroker starts sandbox-broker@<turn>.service (its socket and
+	// credential set come with it) and waits until the broker is ready.
 	StartBroker(ctx context.Context, turnID string) error
 	// StartBrokerService starts sandbox-broker@<turn>.service and waits for
 	// the job (a standby's broker must run before a turn binds it).
