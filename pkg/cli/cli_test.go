@@ -147,6 +147,10 @@ func TestDoctorFailuresCarryRemedies(t *testing.T) {
 		{"credential missing", "credentials", "install -m 0600", func(_ string, d *doctorDeps) {
 			os.Remove(filepath.Join(d.credDir, "model"))
 		}},
+		{"egress credential missing", "credentials", "install -m 0600", func(path string, d *doctorDeps) {
+			b, _ := os.ReadFile(path)
+			os.WriteFile(path, append(b, []byte("egress:\n  credentials:\n    - {name: git, host: git.example.com, port: 443, credential: git-token, header: Authorization, format: \"Bearer {}\", clients: [1000]}\n")...), 0o600)
+		}},
 		{"polkit missing", "polkit", "reinstall", func(_ string, d *doctorDeps) { d.polkitRules = []string{"/nonexistent"} }},
 		{"unit missing", "units", "daemon-reload", func(_ string, d *doctorDeps) {
 			os.Remove(filepath.Join(d.unitDirs[0], "sandbox-broker@.socket"))

@@ -365,6 +365,9 @@ func credentialNames(cfg *config.Config) []string {
 	for _, s := range cfg.MCP {
 		addName(s.Credential)
 	}
+	for _, e := range cfg.Egress.Credentials {
+		addName(e.Credential)
+	}
 	return out
 }
 

@@ -72,7 +72,9 @@ func defaults() map[string]any {
 		"guests.uidBase":  DefaultGuestUIDBase,
 		"guests.uidCount": DefaultGuestUIDCount,
 
-		"egress.allow": []string{},
+		"egress.allow":          []string{},
+		"egress.credentials":    []any{},
+		"egress.testRootCAFile": "",
 
 		"standby.enabled":       true,
 		"standby.maxAgeSeconds": 300,

@@ -116,6 +116,16 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 			return badRequest(fmt.Sprintf("attachments[%d].url is not fetchable: a credential-free http(s) URL with a DNS name or a canonical IP address", i))
 		}
 	}
+	if h.fleet != nil && mode == ModeOn {
+		// fleet.go: the turn runs on its partition's box.
+		reply, turnID, err := h.askFleet(r, channel, req)
+		if err != nil {
+			w.Header().Set("X-Sandbox-Turn", turnID)
+			return err
+		}
+		h.writeReply(w, r, reply, turnID, nil)
+		return nil
+	}
 	// Waiting ends when the client goes away or the host stops.
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)

@@ -26,6 +26,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegationrun"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
@@ -104,6 +105,9 @@ type Options struct {
 	// RichControl reaches rich channel brokers' control routes; HTTP on
 	// the session's broker socket when nil.
 	RichControl RichControl
+	// Fleet, in fleet mode (fleet.enabled), is where sealed turns go
+	// (fleet.go); nil on a box alone: turns run here, as always.
+	Fleet *fleet.Fleet
 	// RichReplyBudget replaces the rich reply budget (tests; 0 =
 	// richsession.DefaultReplyBudget); RichBudgetWait hears of a packet
 	// that waits for it.
@@ -146,6 +150,9 @@ type Host struct {
 
 	// life makes, runs and cleans up every kind's containers.
 	life *sandbox.Lifecycle
+
+	// fleet is Options.Fleet (nil: not in fleet mode).
+	fleet *fleet.Fleet
 
 	stopCtx  context.Context
 	stopAll  context.CancelCauseFunc

@@ -62,6 +62,7 @@ func New(o Options) (*Host, error) {
 		opts: o, cfg: o.Config, log: o.Logger, state: o.State, reg: o.Registry,
 		queue: newQueue(o.Config.Queue.Depth, adm.Cap), admission: adm,
 		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
+		fleet: o.Fleet,
 	}
 	h.metrics = newMetrics(o.Registry, h.queue)
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
