@@ -176,6 +176,14 @@ func printHuman(cmd *cobra.Command, v any) {
 		if x.Profile != "" {
 			fmt.Fprintf(w, ", profile %s", x.Profile)
 		}
+		if a := x.Admission; a != nil {
+			how := "queue.globalConcurrency"
+			if a.Derived {
+				how = "derived from this machine"
+			}
+			fmt.Fprintf(w, "; host: %d running, %d waiting, global concurrency %d (%s), queue wait at most %d s",
+				a.Running, a.Waiting, a.GlobalConcurrency, how, a.MaxWaitSeconds)
+		}
 		if r := x.Rich; r != nil {
 			fmt.Fprintf(w, ", session %s", r.State)
 			if r.Session != "" {

@@ -96,6 +96,9 @@ type Options struct {
 	ShutdownTimeout  time.Duration                         // bound of the HTTP shutdown, 10 s
 	ObservePhase     func(string, time.Duration)
 	RichIdle         time.Duration // replaces rich.idleSeconds (tests); 0 = the configuration's
+	// Machine is what queue.globalConcurrency 0 is derived from;
+	// config.ReadMachine() when nil.
+	Machine *config.Machine
 	// WorkerLogs forwards each turn's worker stderr to journald, bounded;
 	// workerlog.New(workerlog.DefaultLimits(), nil, nil) when nil.
 	WorkerLogs *workerlog.Forwarder
@@ -123,6 +126,9 @@ type Host struct {
 	queue   *queue
 	metrics *metrics
 	reg     *prometheus.Registry
+
+	// admission is the global concurrency in force (queue.go).
+	admission config.Concurrency
 
 	tools    []protocol.ToolSpec
 	mcpSpecs []protocol.MCPServerSpec
