@@ -283,7 +283,7 @@ func runDrive(args []string, log *slog.Logger) error {
 					mu.Unlock()
 				}
 				for k, t := range batch {
-					await(f, t, sent[k], log)
+					await(f, t, sent[k], stop, log)
 				}
 			}
 		}(i)
@@ -321,9 +321,20 @@ func submit(f *fleet.Fleet, t fleet.Turn, log *slog.Logger) {
 	}
 }
 
-// await waits for the turn's committed reply, re-watching through faults.
-func await(f *fleet.Fleet, t fleet.Turn, sent time.Time, log *slog.Logger) {
+// await waits for the turn's committed reply, re-watching through faults;
+// once the run is stopping it gives up after about two minutes, so that a
+// lost turn is counted by the audit rather than hanging the run.
+func await(f *fleet.Fleet, t fleet.Turn, sent time.Time, stop <-chan struct{}, log *slog.Logger) {
+	stopping := 0
 	for attempt := 0; ; attempt++ {
+		select {
+		case <-stop:
+			if stopping++; stopping > 8 {
+				log.Warn("fleetit: no reply after the run stopped; left to the audit", "turn", t.ID)
+				return
+			}
+		default:
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		r, err := f.AwaitReply(ctx, t.ID)
 		cancel()
