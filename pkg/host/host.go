@@ -299,6 +299,8 @@ func (h *Host) Run(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes: 16 << 10,
 		ErrorLog:       slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
 	}
+	// Run standbys are made once the host serves: after its startup reap.
+	h.coderun.WarmUp()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(&steadyListener{Listener: ln, log: h.log, closed: make(chan struct{})}) }()
 	var serveErr error
@@ -407,10 +409,17 @@ func (h *Host) ShutdownContext(ctx context.Context) {
 		h.life.Abandon(context.Cause(ctx))
 		<-richDone
 	}
-	// After the turns: no turn binds a standby any more, and none refills.
-	if h.standbys != nil {
+	// After the turns and runs: no turn or run binds a standby any more,
+	// and none refills.
+	if h.standbys != nil || h.coderun.StandbyPool() != nil {
 		closed := make(chan struct{})
-		go func() { h.standbys.Close(); close(closed) }()
+		go func() {
+			if h.standbys != nil {
+				h.standbys.Close()
+			}
+			h.coderun.CloseStandbys()
+			close(closed)
+		}()
 		select {
 		case <-closed:
 		case <-ctx.Done():

@@ -87,6 +87,10 @@ type Options struct {
 	Prepare      PrepareFunc
 	NewTurnID    func() string
 	Now          func() time.Time
+	// Renew replaces a standby that reached its maximum age with a fresh
+	// one for the same channel and key (run shapes an operator declared
+	// stay warm); without it the channel goes cold until its next Refill.
+	Renew bool
 	// Event, when set, counts what happens (metrics).
 	Event func(event, reason string)
 	Log   *slog.Logger
@@ -173,6 +177,10 @@ func New(o Options) *Pool {
 func (p *Pool) Refill(channel, key string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.refillLocked(channel, key)
+}
+
+func (p *Pool) refillLocked(channel, key string) {
 	if p.closed || p.o.Max <= 0 || p.entries[channel] != nil {
 		return
 	}
@@ -241,6 +249,9 @@ func (p *Pool) expire(e *entry) {
 	}
 	delete(p.entries, e.channel)
 	p.discardLocked(e.channel, e.turnID, e.expiry, e.warm, ReasonExpired)
+	if p.o.Renew {
+		p.refillLocked(e.channel, e.key)
+	}
 }
 
 // discardLocked discards warm in the background; its turn id stays listed

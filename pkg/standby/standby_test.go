@@ -408,3 +408,24 @@ func TestRefillWhileLeased(t *testing.T) {
 		t.Errorf("third Take(a) = %v, %q; want none (single use)", l, reason)
 	}
 }
+
+// TestExpiryRenews: with Renew an expired standby is discarded and a fresh
+// one (another turn id, the same key) replaces it; without Renew the
+// channel stays cold (TestExpiryDiscards).
+func TestExpiryRenews(t *testing.T) {
+	r := newRig(t, func(o *Options) { o.MaxAge = 150 * time.Millisecond; o.BindMargin = time.Millisecond; o.Renew = true })
+	r.p.Refill("a", "k")
+	first := r.waitState("a", StateReady)
+	w := r.warm(first.TurnID)
+	waitFor(t, "expiry", func() bool { return equal(w.discarded(), []string{ReasonExpired}) })
+	var next Status
+	waitFor(t, "a renewed standby", func() bool {
+		next = r.p.State("a")
+		return next.State == StateReady && next.TurnID != first.TurnID
+	})
+	lease, reason := r.p.Take(context.Background(), "a", "k")
+	if lease == nil || lease.TurnID != next.TurnID {
+		t.Fatalf("Take after renewal = %+v, %q; want the renewed standby %s", lease, reason, next.TurnID)
+	}
+	lease.Release()
+}
