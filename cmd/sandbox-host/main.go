@@ -1,7 +1,7 @@
 // Command sandbox-host is the roundtable-sandbox host daemon and its control
 // commands. It stays thin: signals are taken before anything else (as
 // containerd does), socket activation is read exactly once, and everything
-// else lives in pkg/host and pkg/host/cli.
+// else lives in pkg/host and pkg/cli.
 package main
 
 import (
@@ -12,7 +12,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/activation"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/host/cli"
+	"github.com/roundtable-sandbox/sandbox/pkg/cli"
 )
 
 func main() {

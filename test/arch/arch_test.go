@@ -34,7 +34,7 @@ var layers = [][]string{
 	// 5: the host: API, admission, channel state, the kinds' orchestration.
 	{"host"},
 	// 6: wiring of the host binary (cobra commands, Docker and D-Bus adapters).
-	{"host/cli"},
+	{"cli"},
 }
 
 // kinds are the packages of one kind of sandbox each (DESIGN.md section

@@ -10,14 +10,14 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/cli"
 	"github.com/roundtable-sandbox/sandbox/pkg/host"
-	"github.com/roundtable-sandbox/sandbox/pkg/host/cli"
 )
 
 // README's command summary (the block under *Running turns* that starts
 // with "sandbox-host [--socket") and its endpoint tables are checked
 // against the code, so neither can drift: the cobra command tree of
-// sandbox-host (pkg/host/cli Tree) and the host's route table (pkg/host
+// sandbox-host (pkg/cli Tree) and the host's route table (pkg/host
 // Endpoints, which the router dispatches from).
 
 // runningTurns returns README's *Running turns* section.
