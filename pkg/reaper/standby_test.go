@@ -143,13 +143,21 @@ func TestReapRunStandbys(t *testing.T) {
 		wantLeft bool
 	}{
 		{"ready, listed by the running host", true, true,
-			func(w *world) { w.addRunStandby(sb, t0.Add(-100*time.Second), t0.Add(200*time.Second), false, time.Time{}) }, true},
+			func(w *world) {
+				w.addRunStandby(sb, t0.Add(-100*time.Second), t0.Add(200*time.Second), false, time.Time{})
+			}, true},
 		{"ready, host killed and down", true, false,
-			func(w *world) { w.addRunStandby(sb, t0.Add(-100*time.Second), t0.Add(200*time.Second), false, time.Time{}) }, false},
+			func(w *world) {
+				w.addRunStandby(sb, t0.Add(-100*time.Second), t0.Add(200*time.Second), false, time.Time{})
+			}, false},
 		{"ready, no host knowledge", false, false,
-			func(w *world) { w.addRunStandby(sb, t0.Add(-100*time.Second), t0.Add(200*time.Second), false, time.Time{}) }, true},
+			func(w *world) {
+				w.addRunStandby(sb, t0.Add(-100*time.Second), t0.Add(200*time.Second), false, time.Time{})
+			}, true},
 		{"expired, no host knowledge", false, false,
-			func(w *world) { w.addRunStandby(sb, t0.Add(-500*time.Second), t0.Add(-200*time.Second), false, time.Time{}) }, false},
+			func(w *world) {
+				w.addRunStandby(sb, t0.Add(-500*time.Second), t0.Add(-200*time.Second), false, time.Time{})
+			}, false},
 		{"bound to a long run past its expiry label, no host knowledge", false, false,
 			func(w *world) {
 				w.addRunStandby(sb, t0.Add(-500*time.Second), t0.Add(-200*time.Second), true, t0.Add(3000*time.Second))
