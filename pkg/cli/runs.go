@@ -297,6 +297,9 @@ func printRun(w io.Writer, st runs.Status) {
 	if st.Network {
 		fields = append(fields, "network")
 	}
+	if st.Standby {
+		fields = append(fields, "standby")
+	}
 	if st.Error != "" {
 		fields = append(fields, fmt.Sprintf("reason=%q", st.Error))
 	}
