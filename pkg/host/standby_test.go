@@ -574,3 +574,35 @@ func TestStandbyPreparedAtBindKeepsTheCap(t *testing.T) {
 		t.Errorf("%d ready + %d preparing standbys, over standby.max 1", ready, preparing)
 	}
 }
+
+// TestStandbyFailedPreparationNotRetriedAtCleanup: a turn whose next
+// standby failed to prepare while it ran (under load: its broker did not
+// start) does not retry at its cleanup; the channel's next turn does.
+func TestStandbyFailedPreparationNotRetriedAtCleanup(t *testing.T) {
+	r, _ := newWarmRig(t, "")
+	r.units.mu.Lock()
+	r.units.serviceErr = errors.New("fake: job failed")
+	r.units.mu.Unlock()
+	started, release := holdRuns(r)
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+		done <- err
+	}()
+	<-started
+	waitFor(t, "the failed preparation while the turn runs", func() bool {
+		return counter(t, r, "sandbox_standby_prepares_total", map[string]string{"result": "failed"}) == 1
+	})
+	release()
+	must(t, <-done)
+	if st := r.h.standbys.State("c"); st.State != standby.StateNone {
+		t.Errorf("standby %s after cleanup: a failed preparation was retried at once", st.State)
+	}
+	r.units.mu.Lock()
+	asked := len(r.units.services)
+	r.units.mu.Unlock()
+	if got := counter(t, r, "sandbox_standby_prepares_total", map[string]string{"result": "failed"}); asked != 1 || got != 1 {
+		t.Errorf("broker service starts %d, failed preparations %v; want 1 and 1", asked, got)
+	}
+	r.assertClean(t)
+}

@@ -130,8 +130,9 @@ type Turn struct {
 	warm *warmTurn
 	// next is the key the channel's next standby is prepared under once
 	// this turn runs (set by TakeStandby; "" for research turns and when
-	// standbys are off).
-	next string
+	// standbys are off); asked: prepareNext asked the pool for it.
+	next  string
+	asked bool
 }
 
 // Warm reports whether the turn bound a standby.
@@ -537,19 +538,23 @@ func (k *Kind) prepareNext(t *Turn) {
 	if key == "" || k.standbys == nil || !k.host.Accepting() || k.host.ChannelOn(t.Channel) != nil {
 		return
 	}
+	t.asked = true
 	k.standbys.Refill(t.Channel, key)
 }
 
-// Refill prepares channel's next standby in the background, for a
-// turn that selects the credential the last one did (the same speaker, most
-// often). The host calls it after a turn's cleanup: most often the channel
-// has a standby already (prepareNext made it while the turn ran) and this
-// does nothing; it covers a preparation that was capped or failed. Not while
-// the channel has turns waiting: the next one starts now, before a standby
-// could be ready, and would only share Docker with its preparation (it
-// prepares one itself once it runs).
-func (k *Kind) Refill(channel, credential string) {
-	if k.standbys == nil || !k.host.Accepting() || k.host.ChannelOn(channel) != nil || k.host.Waiting(channel) > 0 {
+// Refill prepares, after t's cleanup, its channel's next standby in the
+// background, for a turn that selects the credential t did (the same
+// speaker, most often), unless t already asked for one while it ran
+// (prepareNext: whatever came of it, a preparation that failed under load
+// is not retried at once). So it covers a turn that never ran (its
+// container or broker failed to start). Not while the channel has turns
+// waiting: the next one starts now, before a standby could be ready, and
+// would only share Docker with its preparation (it prepares one itself
+// once it runs).
+func (k *Kind) Refill(t *Turn) {
+	channel := t.Channel
+	credential := k.cfg.SelectCredential(t.Channel, t.Principal, t.Speaker.ID)
+	if t.asked || k.standbys == nil || !k.host.Accepting() || k.host.ChannelOn(channel) != nil || k.host.Waiting(channel) > 0 {
 		return
 	}
 	key, err := k.standbyKey(channel, credential)
