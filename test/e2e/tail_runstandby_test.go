@@ -114,7 +114,7 @@ func TestRunServedByStandby(t *testing.T) {
 // restarts to read it) discards the ready run standby (the host logs its
 // discard at stop; its container is gone) and the new configuration gets
 // a standby of its own; then the host is SIGKILLed and kept down with that
-// standby waiting, and one reaper run leaves nothing.
+// standby left behind, and one reaper run leaves nothing.
 func TestRunStandbyDiscardedThenReaped(t *testing.T) {
 	diagnose(t)
 	needToolbox(t)
@@ -144,12 +144,14 @@ func TestRunStandbyDiscardedThenReaped(t *testing.T) {
 
 	systemctl(t, "kill", "--kill-who=main", "--signal=SIGKILL", layout.HostService)
 	systemctl(t, "stop", layout.HostService)
-	alive := false
+	// The supervisor exits once the killed host's attach is gone (its
+	// stdin ends: fail closed); the container stays for the reaper.
+	left := false
 	for _, x := range containers(t) {
-		alive = alive || (x.Labels[layout.LabelTurn] == second && x.State == "running")
+		left = left || x.Labels[layout.LabelTurn] == second
 	}
-	if !alive {
-		t.Fatalf("the run standby %s did not outlive the host kill: the scenario proves nothing", second)
+	if !left {
+		t.Fatalf("the killed host left no container of the run standby %s: the scenario proves nothing", second)
 	}
 	// The reaper leaves what was created during its pass (Created has
 	// one-second resolution): start it only once the standby is older.
