@@ -217,7 +217,7 @@ func (p *Pool) prepare(e *entry) {
 		p.mu.Unlock()
 		if !errors.Is(err, ErrClosed) {
 			p.o.Event(EventPrepareFailed, "")
-			p.o.Log.Warn("standby preparation failed; the channel's next turn takes the cold path",
+			p.o.Log.Warn("standby preparation failed; the next turn (or run) it was for takes the cold path",
 				"turn", e.turnID, "err", err)
 		}
 		return
@@ -314,7 +314,7 @@ func (p *Pool) Take(ctx context.Context, channel, key string) (*Lease, string) {
 	err := e.warm.Alive(actx)
 	cancel()
 	if err != nil {
-		p.o.Log.Warn("standby found dead at bind time; the turn takes the cold path", "turn", e.turnID, "err", err)
+		p.o.Log.Warn("standby found dead at bind time; the turn (or run) takes the cold path", "turn", e.turnID, "err", err)
 		p.mu.Lock()
 		p.discardLocked(channel, e.turnID, e.expiry, e.warm, ReasonDead)
 		p.mu.Unlock()
