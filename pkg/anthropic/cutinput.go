@@ -6,7 +6,7 @@ import (
 	"io"
 	"unicode/utf8"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
+	"github.com/roundtable-sandbox/sandbox/pkg/strictjson"
 )
 
 // A tool input that max_tokens cut short is not JSON (the

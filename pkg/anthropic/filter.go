@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
+	"github.com/roundtable-sandbox/sandbox/pkg/strictjson"
 )
 
 // DefaultSilence is the seed's silence limit: no request-body read or
@@ -270,7 +270,7 @@ func checkBlocks(name string, v map[string]any, blocks map[int64]*block, c Check
 	var idx int64
 	if name == EventContentBlockStart || name == EventContentBlockDelta || name == EventContentBlockStop {
 		var ok bool
-		if idx, ok = integer(v["index"]); !ok || idx < 0 || idx > 10_000 {
+		if idx, ok = strictjson.Integer(v["index"]); !ok || idx < 0 || idx > 10_000 {
 			return bad("content block index invalid")
 		}
 	}

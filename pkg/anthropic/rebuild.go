@@ -3,13 +3,12 @@ package anthropic
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"regexp"
 	"strings"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
+	"github.com/roundtable-sandbox/sandbox/pkg/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/toolschema"
 )
 
@@ -172,7 +171,7 @@ func rebuild(body []byte, l Limits, count bool) ([]byte, bool, error) {
 	maxTokens := l.MaxOutputTokens
 	if !count {
 		if v, ok := req["max_tokens"]; ok {
-			n, ok := integer(v)
+			n, ok := strictjson.Integer(v)
 			if !ok || n < 1 {
 				return nil, false, invalid("max_tokens must be a positive integer")
 			}
@@ -241,7 +240,7 @@ func rebuild(body []byte, l Limits, count bool) ([]byte, bool, error) {
 	}
 	for _, k := range []string{"temperature", "top_p"} {
 		if v, ok := req[k]; ok {
-			f, ok := number(v)
+			f, ok := strictjson.Number(v)
 			if !ok || f < 0 || f > 1 {
 				return nil, false, invalid("temperature and top_p must be numbers in [0, 1]")
 			}
@@ -249,7 +248,7 @@ func rebuild(body []byte, l Limits, count bool) ([]byte, bool, error) {
 		}
 	}
 	if v, ok := req["top_k"]; ok {
-		n, ok := integer(v)
+		n, ok := strictjson.Integer(v)
 		if !ok || n < 1 || n > 1000 {
 			return nil, false, invalid("top_k must be an integer in [1, 1000]")
 		}
@@ -312,7 +311,7 @@ func thinking(v any, budget, maxTokens int, count bool) (map[string]any, error) 
 		}
 		return out, nil
 	case ThinkingEnabled:
-		n, ok := integer(th["budget_tokens"])
+		n, ok := strictjson.Integer(th["budget_tokens"])
 		if !ok || n < MinThinkingBudget {
 			return nil, invalid("thinking.budget_tokens must be an integer of at least MinThinkingBudget")
 		}
@@ -689,10 +688,8 @@ func toolChoice(v any, tools map[string]bool) (any, error) {
 
 // only refuses a member of m not in allowed.
 func only(m map[string]any, allowed map[string]bool) error {
-	for k := range m {
-		if !allowed[k] {
-			return invalid("field not allowed")
-		}
+	if !strictjson.Only(m, allowed) {
+		return invalid("field not allowed")
 	}
 	return nil
 }
@@ -705,31 +702,6 @@ func object(v any, what string, allowed map[string]bool) (map[string]any, error)
 	return m, only(m, allowed)
 }
 
-func integer(v any) (int64, bool) {
-	n, ok := v.(json.Number)
-	if !ok {
-		return 0, false
-	}
-	i, err := n.Int64()
-	return i, err == nil
-}
-
-func number(v any) (float64, bool) {
-	n, ok := v.(json.Number)
-	if !ok {
-		return 0, false
-	}
-	f, err := n.Float64()
-	return f, err == nil
-}
-
-// Encode writes v as JSON without HTML escaping and without a newline.
-func Encode(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
-}
+// Encode writes v as JSON without HTML escaping and without a newline
+// (strictjson.Encode).
+func Encode(v any) ([]byte, error) { return strictjson.Encode(v) }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
+	"github.com/roundtable-sandbox/sandbox/pkg/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/toolschema"
 )
 

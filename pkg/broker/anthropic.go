@@ -31,10 +31,10 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/anthropic"
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
 )
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/strictjson"
 )
 
 // benchBody is a realistic small model request.

@@ -35,11 +35,11 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/chat"
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/hosttool"
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/rpc"
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
 	"github.com/roundtable-sandbox/sandbox/pkg/egress"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/safefetch"
+	"github.com/roundtable-sandbox/sandbox/pkg/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
 )
 

@@ -7,8 +7,8 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/chat"
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/hosttool"
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/rpc"
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
+	"github.com/roundtable-sandbox/sandbox/pkg/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/toolschema"
 )
 

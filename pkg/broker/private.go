@@ -5,8 +5,8 @@ import (
 	"errors"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/hosttool"
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
+	"github.com/roundtable-sandbox/sandbox/pkg/strictjson"
 )
 
 // Private tool exchanges (issue 16): an exec or http host tool of a rich

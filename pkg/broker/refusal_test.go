@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/strictjson"
 )
 
 // countingReader records whether the handler read the body at all.

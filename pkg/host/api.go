@@ -1,12 +1,9 @@
 package host
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"sort"
@@ -17,110 +14,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 	"github.com/roundtable-sandbox/sandbox/pkg/safefetch"
-	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
-	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
 )
-
-// MaxBodyBytes bounds every request body: 32,000 characters of text escaped
-// as JSON (up to 6 bytes each) plus the speaker fields fit.
-const MaxBodyBytes = 256 << 10
-
-// MaxRichBodyBytes bounds a rich channel's turn request: 100,000
-// characters of text escaped as JSON plus the speaker fields and ten
-// attachments (URL, name and type, escaped).
-const MaxRichBodyBytes = 800 << 10
-
-// BodyReadTimeout bounds reading one request body (a variable for tests).
-var BodyReadTimeout = 30 * time.Second
-
-// Wire types of the API (pkg/client mirrors them).
-type (
-	// SpeakerJSON is who spoke; principalId never reaches the worker.
-	SpeakerJSON struct {
-		ID          string `json:"id"`
-		Name        string `json:"name"`
-		PrincipalID string `json:"principalId,omitempty"`
-	}
-	// TurnRequest is POST /v1/channels/{channel}/turns.
-	TurnRequest struct {
-		Speaker SpeakerJSON `json:"speaker"`
-		Text    string      `json:"text"`
-		// Attachments: rich channels only (at most 10 URLs the broker
-		// fetches through safefetch; refused on a sealed channel).
-		Attachments []richproto.Attachment `json:"attachments,omitempty"`
-	}
-	// TurnResponse answers a turn; Files are a rich turn's reply files
-	// (data is base64 in JSON).
-	TurnResponse struct {
-		OK     bool             `json:"ok"`
-		Text   string           `json:"text"`
-		TurnID string           `json:"turnId"`
-		Files  []richproto.File `json:"files,omitempty"`
-	}
-	// ChannelStatus is GET /v1/channels/{channel}.
-	ChannelStatus struct {
-		Channel      string `json:"channel"`
-		Tag          string `json:"tag"`
-		Mode         string `json:"mode"`
-		Queued       int    `json:"queued"`
-		RunningTurn  string `json:"runningTurn,omitempty"`
-		PendingFresh bool   `json:"pendingFresh"`
-		// Standby is the channel's standby: none, preparing or ready
-		// ("" when standbys are off); StandbyExpiresUnix its expiry.
-		Standby            string `json:"standby,omitempty"`
-		StandbyExpiresUnix int64  `json:"standbyExpiresUnix,omitempty"`
-		// Profile is a rich channel's profile; Rich its session (mode rich).
-		Profile string      `json:"profile,omitempty"`
-		Rich    *RichStatus `json:"rich,omitempty"`
-	}
-	// ChannelList is GET /v1/channels.
-	ChannelList struct {
-		Channels []ChannelStatus `json:"channels"`
-	}
-	// ModeRequest is PUT /v1/channels/{channel}/mode.
-	ModeRequest struct {
-		Mode string `json:"mode"`
-		// Profile names a configured profile; required for mode "rich",
-		// refused for the others.
-		Profile string `json:"profile,omitempty"`
-	}
-	// CancelResponse answers POST /v1/channels/{channel}/cancel.
-	CancelResponse struct {
-		Channel   string `json:"channel"`
-		Cancelled bool   `json:"cancelled"`
-		TurnID    string `json:"turnId,omitempty"`
-	}
-	// ActiveTurn is one entry of GET /v1/turns (sandbox.Listed).
-	ActiveTurn = sandbox.Listed
-	// TurnList is GET /v1/turns.
-	TurnList struct {
-		Turns []ActiveTurn `json:"turns"`
-	}
-	// Health is GET /v1/health.
-	Health struct {
-		Status    string `json:"status"`
-		Version   string `json:"version"`
-		Accepting bool   `json:"accepting"`
-		Running   int    `json:"running"`
-		Waiting   int    `json:"waiting"`
-		// Role is the caller's own role (none, client or admin), from its
-		// peer credentials: what `sandbox-host mcp` checks before it
-		// serves on a TCP port.
-		Role string `json:"role"`
-	}
-	// ErrorResponse is every 4xx/5xx body.
-	ErrorResponse struct {
-		Error string `json:"error"`
-	}
-)
-
-// handler serves one route; param is the path's parameter (routes.go).
-type handler func(w http.ResponseWriter, r *http.Request, param string) error
 
 func (h *Host) fail(w http.ResponseWriter, err error) {
 	status, reason := statusOf(err)
@@ -128,43 +28,11 @@ func (h *Host) fail(w http.ResponseWriter, err error) {
 	writeJSON(w, status, ErrorResponse{Error: reason})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { api.WriteJSON(w, status, v) }
 
 // decodeBody reads one bounded, strict JSON object.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	return decodeBodyN(w, r, v, MaxBodyBytes)
-}
-
-// decodeBodyN is decodeBody with its own bound.
-func decodeBodyN(w http.ResponseWriter, r *http.Request, v any, max int64) error {
-	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Now().Add(BodyReadTimeout))
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
-	rc.SetReadDeadline(time.Time{}) // the turn may run for minutes
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return ErrTooLarge
-		}
-		return badRequest("could not read the request body")
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		if strings.HasPrefix(err.Error(), "json: unknown field ") {
-			return badRequest("unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field "))
-		}
-		return badRequest("bad JSON: the body must be one JSON object of the documented shape")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return badRequest("bad JSON: trailing data after the object")
-	}
-	return nil
+	return api.DecodeBody(w, r, v, MaxBodyBytes)
 }
 
 func checkField(name, v string, max int) error {
@@ -178,9 +46,6 @@ func checkField(name, v string, max int) error {
 }
 
 func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string) error {
-	if !h.accepting() {
-		return ErrShuttingDown
-	}
 	// A rich channel's turn may carry the seed's 100,000 characters (up to
 	// 6 bytes each escaped); a sealed one 32,000 within MaxBodyBytes.
 	maxBody, maxText := int64(MaxBodyBytes), protocol.MaxTextChars
@@ -188,7 +53,7 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 		maxBody, maxText = MaxRichBodyBytes, richproto.MaxTextChars
 	}
 	var req TurnRequest
-	if err := decodeBodyN(w, r, &req, maxBody); err != nil {
+	if err := api.DecodeBody(w, r, &req, maxBody); err != nil {
 		return err
 	}
 	if req.Speaker.ID == "" {
@@ -281,7 +146,7 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 // it, so the client has the complete body while the handler still runs the
 // turn's cleanup.
 func (h *Host) writeReply(w http.ResponseWriter, r *http.Request, reply *protocol.Reply, turnID string, files []richproto.File) {
-	// Streamed from the files' bytes (replyfiles.go): the answer is never
+	// Streamed from the files' bytes (answer.go): the answer is never
 	// held whole beside them.
 	body, err := newTurnAnswer(TurnResponse{OK: reply.OK, Text: reply.Text, TurnID: turnID, Files: files})
 	if err != nil { // strings, bytes and a bool: cannot happen
@@ -299,13 +164,13 @@ func (h *Host) writeReply(w http.ResponseWriter, r *http.Request, reply *protoco
 	hd.Set("Connection", "close")
 	// A rich answer may carry 67 MiB of reply files: a client that stops
 	// reading must not hold the turn (and the channel) forever.
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(replyWriteTimeout))
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(api.WriteTimeout))
 	w.WriteHeader(http.StatusOK)
 	if _, err := body.WriteTo(w); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			// The client's fault, and the turn's answer is lost: say so.
 			h.log.Warn("turn answer cut: the client stopped reading", "turn", turnID,
-				"peer_uid", peerFrom(r.Context()).UID, "write_timeout_s", replyWriteTimeout.Seconds())
+				"peer_uid", peerFrom(r.Context()).UID, "write_timeout_s", api.WriteTimeout.Seconds())
 			return
 		}
 		h.log.Debug("turn reply not delivered", "turn", turnID, "err", err) // the client left
@@ -326,7 +191,7 @@ func (h *Host) status(channel string) ChannelStatus {
 	h.mu.Unlock()
 	if st.Mode == ModeRich {
 		st.Profile = h.state.Profile(channel)
-		st.Rich = h.richStatus(channel)
+		st.Rich = h.rich.Status(channel)
 	}
 	if h.standbys != nil && st.Mode != ModeRich {
 		sb := h.standbys.State(channel)
@@ -350,7 +215,8 @@ func (h *Host) handleChannels(w http.ResponseWriter, r *http.Request, _ string) 
 		seen[ch] = true
 	}
 	for _, ch := range h.queue.channels() {
-		if !seen[ch] && !h.queueOnly(ch) {
+		// A run's, job's or precheck's own entry is no channel.
+		if !seen[ch] && !ids.Internal(ch) {
 			names = append(names, ch)
 			seen[ch] = true
 		}
@@ -392,16 +258,11 @@ func (h *Host) handleMode(w http.ResponseWriter, r *http.Request, channel string
 		return errors.New("state write failed")
 	}
 	h.log.Info("channel mode changed", "channel", ids.ChannelTag(channel), "mode", req.Mode, "profile", req.Profile)
-	if req.Mode == ModeOff {
-		h.sealed.Drop(channel, standby.ReasonChannelOff)
-		h.delegations.CancelChannel(channel)
+	// Each kind lets go of what it keeps for the channel in its old mode
+	// (a standby, unfinished jobs, a session of another profile).
+	for _, k := range h.kinds {
+		k.ChannelMode(channel, req.Mode, req.Profile)
 	}
-	if req.Mode == ModeRich {
-		h.sealed.Drop(channel, standby.ReasonChannelOff)
-	}
-	// Another mode, or another profile: the session goes now (a running
-	// turn keeps it until it settles, then the next turn starts anew).
-	h.rich.StopIdle(channel, req.Mode, req.Profile, req.Mode == ModeRich)
 	writeJSON(w, http.StatusOK, h.status(channel))
 	return nil
 }
@@ -433,35 +294,28 @@ func (h *Host) handleCancel(w http.ResponseWriter, r *http.Request, channel stri
 	return nil
 }
 
-// ActiveTurns lists running turns and standbys (the reaper keeps what this
-// lists). A standby being bound may be listed twice for a moment: once.
+// ActiveTurns lists running turns and every kind's sandboxes (the reaper
+// keeps what this lists). An id is listed once: a standby being bound is
+// also its turn.
 func (h *Host) ActiveTurns() []ActiveTurn {
-	var warm []standby.Listed
-	if h.standbys != nil {
-		warm = h.standbys.Turns()
-	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]ActiveTurn, 0, len(h.active)+len(warm))
-	seen := map[string]bool{}
+	out := make([]ActiveTurn, 0, len(h.active))
 	for _, a := range h.active {
-		seen[a.id] = true
 		out = append(out, ActiveTurn{ID: a.id, ChannelTag: ids.ChannelTag(a.channel), DeadlineUnix: a.deadline.Unix(), DeadlineUnixMs: a.deadline.UnixMilli()})
 	}
-	for _, w := range warm {
-		if seen[w.TurnID] {
-			continue
-		}
-		out = append(out, ActiveTurn{ID: w.TurnID, ChannelTag: ids.ChannelTag(w.Channel), DeadlineUnix: w.Expiry.Unix(), DeadlineUnixMs: w.Expiry.UnixMilli(), Standby: w.State})
+	h.mu.Unlock()
+	seen := map[string]bool{}
+	for _, a := range out {
+		seen[a.ID] = true
 	}
-	// Unfinished code runs too: the reaper's contract is that the host lists
-	// a turn (a run is one to the reaper) from before it writes anything
-	// until after everything of it is gone, and a run finishes only after
-	// its cleanup.
-	out = append(out, h.coderun.Listed()...)
-	out = append(out, h.richListed()...)
-	out = append(out, h.delegations.Listed()...)
-	out = append(out, h.prechecks.Listed()...)
+	for _, k := range h.kinds {
+		for _, l := range k.Listed() {
+			if !seen[l.ID] {
+				seen[l.ID] = true
+				out = append(out, l)
+			}
+		}
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
@@ -474,7 +328,7 @@ func (h *Host) handleTurns(w http.ResponseWriter, r *http.Request, _ string) err
 func (h *Host) handleHealth(w http.ResponseWriter, r *http.Request, _ string) error {
 	waiting, running := h.queue.totals()
 	hl := Health{Status: "ok", Version: version.Version, Accepting: h.accepting(), Running: running, Waiting: waiting,
-		Role: Authorize(h.opts.Access, h.opts.UID, peerFrom(r.Context())).String()}
+		Role: api.RoleOf(r).String()}
 	status := http.StatusOK
 	if !hl.Accepting {
 		hl.Status, status = "stopping", http.StatusServiceUnavailable

@@ -9,10 +9,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 )
 
@@ -292,9 +294,9 @@ func TestLongTurnKeepsItsRequest(t *testing.T) {
 		}
 	}
 	// The body deadline must be lifted once the body is read.
-	old := BodyReadTimeout
-	BodyReadTimeout = 50 * time.Millisecond
-	defer func() { BodyReadTimeout = old }()
+	old := api.BodyReadTimeout
+	api.BodyReadTimeout = 50 * time.Millisecond
+	defer func() { api.BodyReadTimeout = old }()
 	hc, _ := serve(t, r)
 	if status, body := call(t, hc, "POST", "/v1/channels/c/turns", `{"speaker":{"id":"s"},"text":"x"}`); status != 200 {
 		t.Errorf("long turn: %d %v", status, body)
@@ -358,4 +360,44 @@ func post(hc *http.Client, path, body string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestChannelListLeavesOutInternalEntries: a run's, a job's and a
+// precheck's own queue entry is no channel, whether or not the host still
+// knows it (a precheck's entry was listed as a channel before).
+func TestChannelListLeavesOutInternalEntries(t *testing.T) {
+	const id = "0123456789abcdef0123456789abcdef"
+	tests := []struct {
+		entry string
+		want  []string
+	}{
+		{"precheck-" + id, []string{}},
+		{"run-" + id, []string{}},
+		{"job-" + id, []string{}},
+		{"chan", []string{"chan"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.entry, func(t *testing.T) {
+			r := newRig(t, "", func(o *Options) {
+				o.Access = config.ResolvedAccess{ClientUIDs: []int{clientUID}, Guests: o.Config.Guests}
+			})
+			release, err := r.h.queue.acquire(context.Background(), tt.entry)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer release()
+			_, body := apiAs(t, r.h, clientUID, "GET", "/v1/channels", nil)
+			var list ChannelList
+			if err := json.Unmarshal(body, &list); err != nil {
+				t.Fatal(err)
+			}
+			got := []string{}
+			for _, c := range list.Channels {
+				got = append(got, c.Channel)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("GET /v1/channels with queue entry %s lists %q, want %q", tt.entry, got, tt.want)
+			}
+		})
+	}
 }

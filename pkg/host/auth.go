@@ -37,12 +37,3 @@ func PeerOf(c net.Conn) Peer { return peerauth.PeerOf(c) }
 func SupplementaryGroups(uid int) []int { return peerauth.SupplementaryGroups(uid) }
 
 func peerFrom(ctx context.Context) Peer { return peerauth.From(ctx) }
-
-// connContext attaches the peer to every request of the connection.
-func (h *Host) connContext(ctx context.Context, c net.Conn) context.Context {
-	p := PeerOf(c)
-	if p.Known {
-		p.Groups = h.opts.PeerGroups(p.UID)
-	}
-	return context.WithValue(ctx, peerKey{}, p)
-}

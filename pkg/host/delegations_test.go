@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
+	"github.com/roundtable-sandbox/sandbox/pkg/delegationrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 )
 
@@ -60,7 +60,7 @@ func waitJob(t *testing.T, r *rig, id string) delegation.Status {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		j, err := r.h.jobs.Get(id)
+		j, err := r.h.delegations.Registry().Get(id)
 		must(t, err)
 		if st := j.Status(); st.Finished() && len(r.h.delegations.Listed()) == 0 {
 			return st
@@ -315,7 +315,7 @@ func TestDelegationHostStopCancels(t *testing.T) {
 	id := startJob(t, r, "c", delegate("T", "x"))
 	<-started
 	r.h.Shutdown()
-	j, err := r.h.jobs.Get(id)
+	j, err := r.h.delegations.Registry().Get(id)
 	must(t, err)
 	if st := j.Status(); st.State != delegation.StateCancelled || st.Error != "the job was cancelled: the host stopped" {
 		t.Errorf("status %+v", st)
@@ -330,9 +330,9 @@ func TestDelegationHostStopCancels(t *testing.T) {
 // the call first, then one finishing while connected, keepalives in
 // between; a new stream of the same uid gets neither again.
 func TestDelegationStream(t *testing.T) {
-	old := JobKeepalive
-	JobKeepalive = 50 * time.Millisecond
-	t.Cleanup(func() { JobKeepalive = old })
+	old := delegationrun.JobKeepalive
+	delegationrun.JobKeepalive = 50 * time.Millisecond
+	t.Cleanup(func() { delegationrun.JobKeepalive = old })
 	r := delegationRig(t, nil)
 	r.docker.runFn = replyRun(`{"ok":true,"text":"first report"}`, 0)
 	first := startJob(t, r, "c", delegate("one", "x"))
@@ -372,7 +372,7 @@ func TestDelegationStream(t *testing.T) {
 	}
 	closeStream()
 	// The handler records a delivery right after its flush.
-	for deadline := time.Now().Add(5 * time.Second); len(r.h.jobs.Pending("c", os.Getuid(), true)) > 0; {
+	for deadline := time.Now().Add(5 * time.Second); len(r.h.delegations.Registry().Pending("c", os.Getuid(), true)) > 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("deliveries not recorded")
 		}
@@ -393,32 +393,3 @@ func TestDelegationStream(t *testing.T) {
 		}
 	}
 }
-
-// TestRemoveScratch: a scratch tree with unreadable directories, files and
-// a symlink out is removed without following the link.
-func TestRemoveScratch(t *testing.T) {
-	r := delegationRig(t, nil)
-	dir := filepath.Join(r.cfg.WorkspaceRoot, ".delegations", "0123456789abcdef0123456789abcdef")
-	outside := filepath.Join(t.TempDir(), "keep")
-	must(t, os.WriteFile(outside, []byte("x"), 0o600))
-	must(t, os.MkdirAll(filepath.Join(dir, "a", "b"), 0o700))
-	must(t, os.WriteFile(filepath.Join(dir, "a", "b", "f"), []byte("x"), 0o000))
-	must(t, os.Symlink(filepath.Dir(outside), filepath.Join(dir, "link")))
-	must(t, os.Chmod(filepath.Join(dir, "a", "b"), 0o000))
-	must(t, os.Chmod(filepath.Join(dir, "a"), 0o000))
-	must(t, r.h.delegations.RemoveScratch(dir))
-	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
-		t.Errorf("scratch left: %v", err)
-	}
-	if _, err := os.Stat(outside); err != nil {
-		t.Errorf("followed the link: %v", err)
-	}
-	// A leftover is swept by the next host.
-	must(t, os.MkdirAll(filepath.Join(dir, "x"), 0o700))
-	r.h.delegations.SweepScratch()
-	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
-		t.Errorf("leftover not swept: %v", err)
-	}
-}
-
-var _ = io.EOF

@@ -2,88 +2,39 @@ package host
 
 import (
 	"errors"
-	"net/http"
+	"fmt"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
+	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
 // Error categories. Callers of the API see only the category's generic
 // reason (and, for their own bad input, what was wrong with it); details of
-// a failed turn go to the host log only.
+// a failed turn go to the host log only. statusOf (status.go) maps them,
+// and every kind's, to a status.
 var (
-	ErrBadRequest   = errors.New("bad request")
+	ErrBadRequest   = api.ErrBadRequest
 	ErrForbidden    = errors.New("forbidden")
-	ErrNotFound     = errors.New("not found")
+	ErrNotFound     = api.ErrNotFound
 	ErrMethod       = errors.New("method not allowed")
 	ErrModeOff      = errors.New("channel is not in sandbox mode")
-	ErrTooLarge     = errors.New("request body too large")
+	ErrTooLarge     = api.ErrTooLarge
 	ErrShuttingDown = sandbox.ErrShuttingDown
 	ErrTurnFailed   = errors.New("turn failed")
 	ErrDeadline     = errors.New("turn deadline exceeded")
 	ErrCancelled    = errors.New("turn cancelled")
 	ErrCleanup      = sandbox.ErrCleanup
 	ErrClientGone   = sandbox.ErrClientGone
+	// ErrRichUnavailable: the channel is in mode rich but rich channels
+	// are disabled or its profile is not configured (any more).
+	ErrRichUnavailable = errors.New("rich channel unavailable: rich.enabled is off or the channel's profile is not configured")
 )
 
-// requestError carries a reason about the caller's own input.
-type requestError struct {
-	kind   error
-	reason string
-}
+// Why a turn's context ended (its cause), read back by resultOf.
+var (
+	errCauseDeadline = fmt.Errorf("deadline: %w", ErrDeadline)
+	errCauseCancel   = fmt.Errorf("cancel: %w", ErrCancelled)
+)
 
-func (e *requestError) Error() string { return e.reason }
-func (e *requestError) Unwrap() error { return e.kind }
-
-func badRequest(reason string) error { return &requestError{ErrBadRequest, reason} }
-
-// statusOf is the one place an error becomes an HTTP status and reason.
-func statusOf(err error) (int, string) {
-	if status, reason, ok := runStatusOf(err); ok {
-		return status, reason
-	}
-	if status, reason, ok := jobStatusOf(err); ok {
-		return status, reason
-	}
-	if status, reason, ok := precheckStatusOf(err); ok {
-		return status, reason
-	}
-	var pr *precheckrun.Refusal
-	if errors.As(err, &pr) {
-		status, _ := statusOf(pr.Kind)
-		return status, pr.Reason
-	}
-	var re *requestError
-	if errors.As(err, &re) {
-		status, _ := statusOf(re.kind)
-		return status, re.reason
-	}
-	for _, m := range []struct {
-		err    error
-		status int
-	}{
-		{ErrBadRequest, http.StatusBadRequest},
-		{precheckrun.ErrInvalid, http.StatusBadRequest},
-		{precheckrun.ErrForbidden, http.StatusForbidden},
-		{ErrForbidden, http.StatusForbidden},
-		{ErrNotFound, http.StatusNotFound},
-		{ErrMethod, http.StatusMethodNotAllowed},
-		{ErrModeOff, http.StatusConflict},
-		{ErrTooLarge, http.StatusRequestEntityTooLarge},
-		{ErrQueueFull, http.StatusTooManyRequests},
-		{ErrShuttingDown, http.StatusServiceUnavailable},
-		{ErrDeadline, http.StatusGatewayTimeout},
-		{ErrCancelled, http.StatusConflict},
-		// A cleanup failure is a failed turn to the caller.
-		{ErrCleanup, http.StatusInternalServerError},
-		{ErrTurnFailed, http.StatusInternalServerError},
-	} {
-		if errors.Is(err, m.err) {
-			if m.err == ErrCleanup {
-				return m.status, ErrTurnFailed.Error()
-			}
-			return m.status, m.err.Error()
-		}
-	}
-	return http.StatusInternalServerError, "internal error"
-}
+// badRequest is ErrBadRequest with a reason about the caller's own input.
+func badRequest(reason string) error { return api.BadRequest(reason) }

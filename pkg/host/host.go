@@ -1,10 +1,13 @@
 // Package host is the sandbox-host daemon: the HTTP/JSON API on the host
-// socket, admission (per-channel queues, the global cap, a channel's one
-// running turn, fresh starts), channel state and the wiring of the kinds
-// (pkg/sealedturn, pkg/coderun, pkg/richsession, pkg/precheckrun,
-// pkg/delegationrun), each driving the one lifecycle (pkg/sandbox) and
-// reaching the host only through the narrow interface it declares; every
-// kind's error categories become a status in one place (statusOf).
+// socket (the router, its own routes and each kind's), admission
+// (per-channel queues, the global cap, a channel's one running turn, fresh
+// starts), channel state and the wiring of the kinds (pkg/sealedturn,
+// pkg/coderun, pkg/richsession, pkg/precheckrun, pkg/delegationrun), each
+// driving the one lifecycle (pkg/sandbox). The host drives every kind
+// through one interface (kind: its routes, its listing entries, a channel's
+// new mode, stop); a kind reaches the host only through the narrow
+// interface it declares itself (kinds.go); every kind's error categories
+// become a status in one place (status.go).
 // Guarantee: every turn it starts ends with its container removed, its broker
 // units stopped and its turn directory and policy file removed, or with an
 // error and a log line naming exactly what an operator must inspect.
@@ -13,31 +16,23 @@ package host
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
-	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegationrun"
-	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
-	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/sealedturn"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
-	"github.com/roundtable-sandbox/sandbox/pkg/toolset"
 	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
 )
 
@@ -52,6 +47,17 @@ type (
 	Units            = sandbox.Units
 	WarmContainers   = sandbox.WarmContainers
 	StartedContainer = sandbox.StartedContainer
+)
+
+// The rich kind's names, as the host's callers use them.
+type (
+	// RichControl is the host's side of a rich channel broker's control
+	// path (richsession.Control).
+	RichControl = richsession.Control
+	// ReserveFunc takes bytes of the rich reply budget for a packet.
+	ReserveFunc = richsession.ReserveFunc
+	// HTTPRichControl speaks it on a session's broker socket.
+	HTTPRichControl = richsession.HTTPControl
 )
 
 // ChownTree hands a directory tree to a uid:gid without following a symlink
@@ -95,11 +101,17 @@ type Options struct {
 	// RichControl reaches rich channel brokers' control routes; HTTP on
 	// the session's broker socket when nil.
 	RichControl RichControl
+	// RichReplyBudget replaces the rich reply budget (tests; 0 =
+	// richsession.DefaultReplyBudget); RichBudgetWait hears of a packet
+	// that waits for it.
+	RichReplyBudget int64
+	RichBudgetWait  func(n int64)
 }
 
 // Host is one running sandbox-host.
 type Host struct {
-	routes  []route // the API (routes.go)
+	routes  []route // the API (routes.go): the host's routes and the kinds'
+	kinds   []kind  // kindList, made once
 	opts    Options
 	cfg     *config.Config
 	log     *slog.Logger
@@ -117,20 +129,13 @@ type Host struct {
 	sealed   *sealedturn.Kind
 	standbys *standby.Pool
 
-	// Code runs (runs.go): the kind and its registry.
-	coderun *coderun.Kind
-	runs    *runs.Registry
-
-	// Precheck scripts (prechecks.go).
-	prechecks *precheckrun.Kind
-
-	// Rich channel sessions (rich.go).
-	rich    *richsession.Kind
-	replies *replyBudget // reply packet bytes in flight (replyfiles.go)
-
-	// Delegated jobs (delegations.go).
+	// The other kinds: code runs, precheck scripts, rich channel
+	// sessions (their turns are admitted here, rich.go) and delegated jobs
+	// (their research turns are sealed turns, research.go).
+	coderun     *coderun.Kind
+	prechecks   *precheckrun.Kind
+	rich        *richsession.Kind
 	delegations *delegationrun.Kind
-	jobs        *delegation.Registry
 	research    sealedturn.Research // tools and prompt of every research turn
 
 	// life makes, runs and cleans up every kind's containers.
@@ -155,284 +160,40 @@ type activeTurn struct {
 	replied bool
 }
 
-// New checks the options and prepares the turn-independent parts of every
-// policy and turn, validating them now rather than at the first guest message.
-func New(o Options) (*Host, error) {
-	if o.Config == nil || o.State == nil || o.Containers == nil || o.Units == nil {
-		return nil, errors.New("host: config, state, containers and units are required")
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Registry == nil {
-		o.Registry = prometheus.NewRegistry()
-	}
-	if o.UID == 0 && o.GID == 0 {
-		o.UID, o.GID = os.Getuid(), os.Getgid()
-	}
-	if o.WorkerLogs == nil {
-		o.WorkerLogs = workerlog.New(workerlog.DefaultLimits(), nil, nil)
-	}
-	if o.ChownTree == nil {
-		o.ChownTree = ChownTree
-	}
-	if o.Lchown == nil {
-		o.Lchown = os.Lchown
-	}
-	if o.PeerGroups == nil {
-		o.PeerGroups = SupplementaryGroups
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.NewTurnID == nil {
-		o.NewTurnID = ids.NewTurnID
-	}
-	if o.RemoveTimeout == 0 {
-		o.RemoveTimeout = 5 * time.Second
-	}
-	if o.SecondRemoval == 0 {
-		o.SecondRemoval = 2 * time.Second
-	}
-	if o.RemoveRetryDelay == 0 {
-		o.RemoveRetryDelay = 100 * time.Millisecond
-	}
-	if o.RemoveRetryTotal == 0 {
-		o.RemoveRetryTotal = 15 * time.Second
-	}
-	if o.ShutdownTimeout == 0 {
-		o.ShutdownTimeout = 10 * time.Second
-	}
-	h := &Host{
-		opts: o, cfg: o.Config, log: o.Logger, state: o.State, reg: o.Registry,
-		queue:  newQueue(o.Config.Queue.Depth, o.Config.Queue.GlobalConcurrency),
-		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
-		replies: newReplyBudget(replyBudgetBytes, o.Logger),
-	}
-	h.routes = h.routeTable()
-	h.metrics = newMetrics(o.Registry, h.queue)
-	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
-	h.life = sandbox.New(sandbox.Options{
-		Containers: o.Containers, Units: o.Units, Logger: o.Logger, WorkerLogs: o.WorkerLogs,
-		ChownTree: o.ChownTree, BrokerGID: o.BrokerGID,
-		RemoveTimeout: o.RemoveTimeout, SecondRemoval: o.SecondRemoval,
-		RemoveRetryDelay: o.RemoveRetryDelay, RemoveRetryTotal: o.RemoveRetryTotal,
-		ObservePhase: func(name string, took time.Duration) {
-			h.ObservePhase(name, took)
-			if o.ObservePhase != nil {
-				o.ObservePhase(name, took)
-			}
-		},
-		CleanupFailed: func(what string) { h.metrics.cleanupFailures.WithLabelValues(what).Inc() },
-	})
-	h.coderun = coderun.New(coderun.Options{
-		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, Lchown: o.Lchown, Registry: o.Registry,
-	})
-	h.runs = h.coderun.Registry()
-	if err := h.prepareStatic(); err != nil {
-		return nil, err
-	}
-	h.rich = richsession.New(richsession.Options{
-		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
-		Tools: h.tools, MCP: h.mcpSpecs, Policy: h.pol, Control: o.RichControl, Idle: o.RichIdle, Registry: o.Registry,
-	})
-	h.prechecks = precheckrun.New(precheckrun.Options{
-		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
-		Policy: h.pol, Registry: o.Registry,
-	})
-	sealed, err := sealedturn.New(sealedturn.Options{
-		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
-		Tools: h.tools, MCP: h.mcpSpecs, Policy: h.pol, StandbyEvent: h.metrics.standbyEvent, Observe: h.ObservePhase,
-	})
-	if err != nil {
-		return nil, err
-	}
-	h.sealed, h.standbys = sealed, sealed.Pool()
-	if err := h.checkSample(); err != nil {
-		return nil, err
-	}
-	if err := h.newDelegation(); err != nil {
-		return nil, err
-	}
-	h.rich.LogConfig()
-	return h, nil
+// A kind is one kind of sandbox as the host drives it (DESIGN.md section
+// 16): the host serves its routes (and maps its errors to a status in
+// statusOf), lists its sandboxes in GET /v1/turns, tells it of a channel's
+// new mode, and stops it after the host's own turns. Each kind reaches the
+// host only through the narrow interface it declares itself (kinds.go).
+type kind interface {
+	Routes() []api.Route
+	Listed() []sandbox.Listed
+	ChannelMode(channel, mode, profile string)
+	Stop()
 }
 
-// prepareStatic builds the public tool specs and the policy template
-// (pkg/toolset; checkSample validates both once the sealed turns exist).
-func (h *Host) prepareStatic() error {
-	set, err := toolset.New(h.cfg, h.opts.MCPTools)
-	if err != nil {
-		return err
-	}
-	h.tools, h.mcpSpecs, h.pol = set.Tools, set.MCP, set.Policy
-	return nil
+// kindList is every kind in the order the host stops them: rich sessions
+// before the standbys (no turn takes either any more), then the kinds
+// whose work the host's turn count already waited for. It is callable on
+// a zero Host (Endpoints): each kind's Routes works on a nil kind.
+func (h *Host) kindList() []kind {
+	return []kind{h.rich, h.sealed, h.coderun, h.delegations, h.prechecks}
 }
 
-// checkSample validates the policy and worker turn of a sample turn.
-func (h *Host) checkSample() error {
-	sample := &sealedturn.Turn{Handle: sandbox.Handle{ID: ids.NewTurnID(), Channel: ids.PreflightChannel}, Speaker: protocol.Speaker{ID: "preflight"}}
-	p := h.sealed.PolicyFor(sample, h.opts.Now().Add(h.cfg.TurnDeadline()))
-	if err := p.Validate(); err != nil {
-		return fmt.Errorf("host: configuration makes an invalid broker policy: %w", err)
-	}
-	if _, err := h.sealed.TurnJSON(sample, false); err != nil {
-		return fmt.Errorf("host: configuration makes an invalid worker turn: %w", err)
-	}
-	return nil
-}
-
-// Handler is the API (exported for tests that want httptest).
-func (h *Host) Handler() http.Handler { return http.HandlerFunc(h.route) }
-
-// Run serves the API on ln until ctx ends, then stops admitting (503),
-// cancels running and waiting turns, waits for their cleanup, sends
-// STOPPING=1 and closes the server.
-func (h *Host) Run(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           h.Handler(),
-		ConnContext:       h.connContext,
-		ReadHeaderTimeout: 10 * time.Second,
-		// No ReadTimeout: a turn's request lasts minutes; decodeBody
-		// bounds the body read with its own deadline instead.
-		IdleTimeout:    120 * time.Second,
-		MaxHeaderBytes: 16 << 10,
-		ErrorLog:       slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
-	}
-	// Run standbys are made once the host serves: after its startup reap.
-	h.coderun.WarmUp()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(&steadyListener{Listener: ln, log: h.log, closed: make(chan struct{})}) }()
-	var serveErr error
-	select {
-	case <-ctx.Done():
-	case serveErr = <-served:
-		h.log.Error("API server stopped", "err", serveErr)
-	}
-	// Leave time under the unit's TimeoutStopSec=60s for the HTTP shutdown
-	// and the exit: retries still running after this are left to the reaper.
-	cctx, ccancel := context.WithTimeout(context.Background(), ShutdownCleanupTimeout)
-	h.ShutdownContext(cctx)
-	ccancel()
-	if h.opts.Notify != nil {
-		h.opts.Notify("STOPPING=1")
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), h.opts.ShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close()
-	}
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
-		return serveErr
-	}
-	return nil
-}
-
-// steadyListener never lets an accept error end the server: a process of
-// the host's uid that cannot register one more socket (ENOSPC once the uid's
-// epoll watches are used up, EMFILE, ENFILE, ENOBUFS) is a reason to log,
-// back off (5 ms doubling to 1 s) and try again, not to stop serving and
-// cancel every channel's turn. Only closing the listener ends Accept.
-type steadyListener struct {
-	net.Listener
-	log       *slog.Logger
-	closeOnce sync.Once
-	closed    chan struct{}
-}
-
-// Accept retries until a connection arrives or the listener is closed.
-func (l *steadyListener) Accept() (net.Conn, error) {
-	delay := 5 * time.Millisecond
-	for {
-		c, err := l.Listener.Accept()
-		if err == nil {
-			return c, nil
-		}
-		select {
-		case <-l.closed:
-			return nil, err
-		default:
-		}
-		if errors.Is(err, net.ErrClosed) {
-			return nil, err
-		}
-		l.log.Warn("API accept failed; retrying (the host keeps serving)", "err", err, "retry_in_ms", delay.Milliseconds())
-		t := time.NewTimer(delay)
-		select {
-		case <-l.closed:
-			t.Stop()
-			return nil, net.ErrClosed
-		case <-t.C:
-		}
-		delay = min(2*delay, time.Second)
-	}
-}
-
-// Close ends a pending backoff at once.
-func (l *steadyListener) Close() error {
-	l.closeOnce.Do(func() { close(l.closed) })
-	return l.Listener.Close()
-}
-
-// ShutdownCleanupTimeout bounds how long Run's shutdown lets container
-// removal retries go on.
-const ShutdownCleanupTimeout = 40 * time.Second
-
-// Shutdown stops admitting, cancels every turn and waits until each has
-// finished its cleanup.
-func (h *Host) Shutdown() { h.ShutdownContext(context.Background()) }
-
-// ShutdownContext is Shutdown that, once ctx ends, stops container removal
-// retries (each turn's cleanup then ends within one bounded operation,
-// leaving what it could not remove to sandbox-reaper) and still waits for
-// every turn's cleanup to finish.
-func (h *Host) ShutdownContext(ctx context.Context) {
-	h.mu.Lock()
-	h.stopping = true
-	h.mu.Unlock()
-	h.queue.close()
-	h.stopAll(ErrShuttingDown)
-	done := make(chan struct{})
-	go func() { h.turns.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		h.life.Abandon(context.Cause(ctx))
-		<-done
-	}
-	// After the turns: no turn takes a rich session any more.
-	richDone := make(chan struct{})
-	go func() { h.rich.StopAll("host stop"); close(richDone) }()
-	select {
-	case <-richDone:
-	case <-ctx.Done():
-		h.life.Abandon(context.Cause(ctx))
-		<-richDone
-	}
-	// After the turns and runs: no turn or run binds a standby any more,
-	// and none refills.
-	if h.standbys != nil || h.coderun.StandbyPool() != nil {
-		closed := make(chan struct{})
-		go func() {
-			if h.standbys != nil {
-				h.standbys.Close()
-			}
-			h.coderun.CloseStandbys()
-			close(closed)
-		}()
-		select {
-		case <-closed:
-		case <-ctx.Done():
-			h.life.Abandon(context.Cause(ctx))
-			<-closed
-		}
-	}
-}
+// CodeRuns is the code-run kind (integration tests drive runs without
+// the API).
+func (h *Host) CodeRuns() *coderun.Kind { return h.coderun }
 
 func (h *Host) accepting() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return !h.stopping
+}
+
+// ObservePhase records one phase duration (also used for the container
+// driver's own phases: attach, start, wait).
+func (h *Host) ObservePhase(phase string, took time.Duration) {
+	h.metrics.phases.WithLabelValues(phase).Observe(took.Seconds())
 }
 
 // HasCapChown reports whether the process may hand workspaces to guests

@@ -1,8 +1,6 @@
 package host
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
@@ -89,10 +87,4 @@ func (m *metrics) standbyEvent(event, reason string) {
 	case standby.EventCapped:
 		m.standbyPrepares.WithLabelValues("capped").Inc()
 	}
-}
-
-// ObservePhase records one phase duration (also used for the container
-// driver's own phases: attach, start, wait).
-func (h *Host) ObservePhase(phase string, took time.Duration) {
-	h.metrics.phases.WithLabelValues(phase).Observe(took.Seconds())
 }

@@ -347,12 +347,12 @@ func TestPrecheckHostileContainer(t *testing.T) {
 		code int
 		want string
 	}{
-		{"garbage", RunResult{Stdout: []byte("not json")}, http.StatusInternalServerError, ErrPrecheckFailed.Error()},
-		{"unknown field", RunResult{Stdout: []byte(`{"wake":true,"context":"x","extra":1}`)}, http.StatusInternalServerError, ErrPrecheckFailed.Error()},
-		{"two shapes", RunResult{Stdout: []byte(`{"wake":true,"context":"x","error":"e","kind":"throw"}`)}, http.StatusInternalServerError, ErrPrecheckFailed.Error()},
-		{"over its bound", RunResult{Stdout: []byte(`{"wake":true}`), Truncated: true}, http.StatusInternalServerError, ErrPrecheckFailed.Error()},
-		{"context over its bound", RunResult{Stdout: []byte(`{"wake":true,"context":"` + strings.Repeat("x", 16001) + `"}`)}, http.StatusInternalServerError, ErrPrecheckFailed.Error()},
-		{"crashed", RunResult{ExitCode: 2}, http.StatusInternalServerError, ErrPrecheckFailed.Error()},
+		{"garbage", RunResult{Stdout: []byte("not json")}, http.StatusInternalServerError, precheckrun.ErrFailed.Error()},
+		{"unknown field", RunResult{Stdout: []byte(`{"wake":true,"context":"x","extra":1}`)}, http.StatusInternalServerError, precheckrun.ErrFailed.Error()},
+		{"two shapes", RunResult{Stdout: []byte(`{"wake":true,"context":"x","error":"e","kind":"throw"}`)}, http.StatusInternalServerError, precheckrun.ErrFailed.Error()},
+		{"over its bound", RunResult{Stdout: []byte(`{"wake":true}`), Truncated: true}, http.StatusInternalServerError, precheckrun.ErrFailed.Error()},
+		{"context over its bound", RunResult{Stdout: []byte(`{"wake":true,"context":"` + strings.Repeat("x", 16001) + `"}`)}, http.StatusInternalServerError, precheckrun.ErrFailed.Error()},
+		{"crashed", RunResult{ExitCode: 2}, http.StatusInternalServerError, precheckrun.ErrFailed.Error()},
 		{"memory limit", RunResult{ExitCode: 137}, http.StatusOK, "the precheck was killed: it used more memory than allowed"},
 	}
 	for _, tt := range tests {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
@@ -60,9 +60,9 @@ func TestRichReplyFilesReachTheAPI(t *testing.T) {
 // answer carrying megabytes of files loses it at the write deadline, and
 // the log blames it; the turn ends and the channel takes its next turn.
 func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
-	old := replyWriteTimeout
-	replyWriteTimeout = 300 * time.Millisecond
-	t.Cleanup(func() { replyWriteTimeout = old })
+	old := api.WriteTimeout
+	api.WriteTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { api.WriteTimeout = old })
 	const cutMsg = "turn answer cut: the client stopped reading"
 	logs := &lockedBuffer{}
 	cut := make(chan struct{}, 1)
@@ -133,10 +133,11 @@ func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
 // waits for the packets holding it (here: until the first turn's answer is
 // written), then goes on; the budget is whole again after both.
 func TestReplyBudgetWaits(t *testing.T) {
-	old := replyBudgetBytes
-	replyBudgetBytes = 100
-	t.Cleanup(func() { replyBudgetBytes = old })
-	r, ctl := richRig(t, time.Hour)
+	waited := make(chan int64, 1)
+	r, ctl := richRigWith(t, time.Hour, func(o *Options) {
+		o.RichReplyBudget = 100
+		o.RichBudgetWait = func(n int64) { waited <- n }
+	})
 	ctl.reserve = 60
 	entered, hold := make(chan string, 2), make(chan struct{})
 	ctl.turnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
@@ -146,8 +147,6 @@ func TestReplyBudgetWaits(t *testing.T) {
 		}
 		return &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: "x", Files: []richproto.File{{Name: "f.txt", Data: []byte("0123456789")}}}, nil
 	}
-	waited := make(chan int64, 1)
-	r.h.replies.waiting = func(n int64) { waited <- n }
 	for _, ch := range []string{"a", "b"} {
 		if code, _ := r.api(t, "PUT", "/v1/channels/"+ch+"/mode", `{"mode":"rich","profile":"helper"}`); code != 200 {
 			t.Fatal(code)
@@ -181,10 +180,7 @@ func TestReplyBudgetWaits(t *testing.T) {
 			t.Errorf("answer %d %s", a.code, a.body)
 		}
 	}
-	r.h.replies.mu.Lock()
-	used := r.h.replies.used
-	r.h.replies.mu.Unlock()
-	if used != 0 {
+	if used := r.h.rich.ReplyBytesHeld(); used != 0 {
 		t.Errorf("%d bytes of the reply budget still held after both turns", used)
 	}
 }
@@ -193,15 +189,15 @@ func TestReplyBudgetWaits(t *testing.T) {
 // waits no longer than its turn, which fails saying why; the budget is
 // whole again after.
 func TestReplyBudgetWaitEndsWithTheTurn(t *testing.T) {
-	old := replyBudgetBytes
-	replyBudgetBytes = 100
-	t.Cleanup(func() { replyBudgetBytes = old })
 	logs := &lockedBuffer{}
 	ctl := &fakeRichControl{reserve: 60}
+	waited := make(chan int64, 1)
 	r := newRig(t, richExtra, func(o *Options) {
 		o.RichControl = ctl
 		o.RichIdle = time.Hour
 		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		o.RichReplyBudget = 100
+		o.RichBudgetWait = func(n int64) { waited <- n }
 	})
 	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
@@ -216,8 +212,6 @@ func TestReplyBudgetWaitEndsWithTheTurn(t *testing.T) {
 		}
 		return &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: "x"}, nil
 	}
-	waited := make(chan int64, 1)
-	r.h.replies.waiting = func(n int64) { waited <- n }
 	for _, ch := range []string{"a", "b"} {
 		if code, _ := r.api(t, "PUT", "/v1/channels/"+ch+"/mode", `{"mode":"rich","profile":"helper"}`); code != 200 {
 			t.Fatal(code)
@@ -248,10 +242,7 @@ func TestReplyBudgetWaitEndsWithTheTurn(t *testing.T) {
 	if err := <-aDone; err != nil {
 		t.Errorf("a: %v", err)
 	}
-	r.h.replies.mu.Lock()
-	used := r.h.replies.used
-	r.h.replies.mu.Unlock()
-	if used != 0 {
+	if used := r.h.rich.ReplyBytesHeld(); used != 0 {
 		t.Errorf("%d bytes of the reply budget still held", used)
 	}
 }
@@ -280,84 +271,6 @@ func TestTurnAnswerIsJSONMarshal(t *testing.T) {
 		if err != nil || got.String() != string(want) || n != int64(len(want)) || a.Len() != int64(len(want)) {
 			t.Errorf("answer %q (%d, Len %d, %v), want %q (%d)", got.String(), n, a.Len(), err, want, len(want))
 		}
-	}
-}
-
-// controlAnswering is a broker control socket whose turn route runs h.
-func controlAnswering(t *testing.T, h http.HandlerFunc) string {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "broker.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return sock
-}
-
-// TestRichControlTurnReadsThePacketAsAStream: the control client reserves
-// the packet's length before reading it (the bound when it sends none),
-// refuses a length over the bound unread, and names a malformed or cut
-// packet by category.
-func TestRichControlTurnReadsThePacketAsAStream(t *testing.T) {
-	turnID := strings.Repeat("a", 32)
-	good := `{"turnId":"` + turnID + `","ok":true,"text":"t","files":[{"name":"a.txt","data":"aGk="}]}`
-	for _, tt := range []struct {
-		name       string
-		answer     http.HandlerFunc
-		reserveErr error
-		reserved   int64 // -1: reserve never called
-		want       string
-		wantIs     error
-	}{
-		{"a packet", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, good) }, nil, int64(len(good)), "", nil},
-		{"no length", func(w http.ResponseWriter, r *http.Request) {
-			fmt.Fprint(w, good[:10])
-			w.(http.Flusher).Flush() // chunked
-			fmt.Fprint(w, good[10:])
-		}, nil, richproto.MaxPacketBytes, "", nil},
-		{"over the bound", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Length", fmt.Sprint(richproto.MaxPacketBytes+1))
-		}, nil, -1, "reply packet of 75497473 bytes, over 75497472", nil},
-		{"malformed", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"INJECTED":1}`) }, nil, 14, "reply packet refused", richproto.ErrInvalid},
-		{"hostile name", func(w http.ResponseWriter, r *http.Request) {
-			fmt.Fprint(w, strings.Replace(good, "a.txt", `invoice\u202efdp.exe`, 1))
-		}, nil, int64(len(good)) + 15, "reply packet refused", richproto.ErrInvalid},
-		{"cut", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Length", "1000")
-			fmt.Fprint(w, good[:20])
-		}, nil, 1000, "answer cut", ErrRichBroker},
-		{"budget refused", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, good) }, errors.New("no budget"), int64(len(good)), "no budget", nil},
-		{"refused", func(w http.ResponseWriter, r *http.Request) {
-			w.WriteHeader(http.StatusBadGateway)
-			fmt.Fprint(w, `{"error":"model call failed"}`)
-		}, nil, -1, `rich broker refused or failed the turn: 502 "model call failed"`, nil},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			sock := controlAnswering(t, tt.answer)
-			reserved := int64(-1)
-			res, err := HTTPRichControl{}.Turn(context.Background(), sock, policy.Bind{}, func(_ context.Context, n int64) error {
-				reserved = n
-				return tt.reserveErr
-			})
-			if reserved != tt.reserved {
-				t.Errorf("reserved %d, want %d", reserved, tt.reserved)
-			}
-			if tt.want == "" {
-				if err != nil || len(res.Files) != 1 || string(res.Files[0].Data) != "hi" {
-					t.Fatalf("Turn = %+v, %v", res, err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.want) || (tt.wantIs != nil && !errors.Is(err, tt.wantIs)) {
-				t.Fatalf("err = %v, want %q (%v)", err, tt.want, tt.wantIs)
-			}
-			if strings.Contains(err.Error(), "INJECTED") || strings.Contains(err.Error(), "\u202e") {
-				t.Errorf("the error quotes the packet: %v", err)
-			}
-		})
 	}
 }
 

@@ -7,49 +7,11 @@ package host
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
 )
-
-// The rich kind's names, as the host's callers use them.
-type (
-	// RichControl is the host's side of a rich channel broker's control
-	// path (richsession.Control).
-	RichControl = richsession.Control
-	// ReserveFunc takes bytes of the host's reply budget for a packet.
-	ReserveFunc = richsession.ReserveFunc
-	// HTTPRichControl speaks it on a session's broker socket.
-	HTTPRichControl = richsession.HTTPControl
-	// RichStatus is a rich channel's session as channel status shows it.
-	RichStatus = richsession.Status
-)
-
-// Session states shown in channel status, and a session's lifetime.
-const (
-	RichStarting        = richsession.StateStarting
-	RichReady           = richsession.StateReady
-	RichBusy            = richsession.StateBusy
-	RichStopping        = richsession.StateStopping
-	RichSessionLifetime = richsession.SessionLifetime
-)
-
-// Rich errors (richsession), as the host's callers name them.
-var (
-	ErrRichBroker             = richsession.ErrBroker
-	ErrRichWorkerIncompatible = richsession.ErrWorkerIncompatible
-)
-
-// ErrRichUnavailable: the channel is in mode rich but rich channels are
-// disabled or its profile is not configured (any more).
-var ErrRichUnavailable = errors.New("rich channel unavailable: rich.enabled is off or the channel's profile is not configured")
-
-func (h *Host) richStatus(channel string) *RichStatus { return h.rich.Status(channel) }
-func (h *Host) richListed() []ActiveTurn              { return h.rich.Listed() }
 
 // RunRichTurn runs one admitted turn of a rich channel (the caller holds
 // the channel's queue slot): it takes the channel's session (starting one
@@ -65,74 +27,25 @@ func (h *Host) RunRichTurn(ctx context.Context, in TurnInput) (*protocol.Reply, 
 	id := h.opts.NewTurnID()
 	tag := ids.ChannelTag(in.Channel)
 	deadline := start.Add(h.cfg.RichTurnTimeout())
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	ctx, cancelDeadline := context.WithDeadlineCause(ctx, deadline, errCauseDeadline)
-	defer cancelDeadline()
-
-	h.mu.Lock()
-	if h.stopping {
-		h.mu.Unlock()
-		return nil, "", ErrShuttingDown
+	ctx, adm, end, err := h.admitTurn(ctx, in.Channel, id, deadline)
+	if err != nil {
+		return nil, "", err
 	}
-	if _, busy := h.active[in.Channel]; busy {
-		h.mu.Unlock()
-		return nil, "", fmt.Errorf("channel already has a running turn: %w", ErrTurnFailed)
-	}
-	active := &activeTurn{id: id, channel: in.Channel, deadline: deadline, cancel: cancel}
-	h.active[in.Channel] = active
-	freshGen, reset := h.fresh[in.Channel]
-	h.turns.Add(1)
-	h.mu.Unlock()
-	stopWatch := context.AfterFunc(h.stopCtx, func() { cancel(ErrShuttingDown) })
-	defer func() {
-		stopWatch()
-		h.mu.Lock()
-		delete(h.active, in.Channel)
-		h.mu.Unlock()
-		h.turns.Done()
-	}()
+	defer end()
 	log := h.log.With("turn", id, "channel", tag, "profile", prof.Name)
 
-	// held: the reply budget this turn's packet took; its files' bytes are
-	// kept until the answer is written (OnReply, below), the rest given
-	// back as soon as the packet is decoded.
-	var held int64
-	budget := richsession.Budget{
-		Reserve: func(ctx context.Context, n int64) error {
-			if err := h.replies.acquire(ctx, n); err != nil {
-				return err
-			}
-			held += n
-			return nil
-		},
-		Keep: func(keep int64) {
-			if keep < held {
-				h.replies.release(held - keep)
-				held = keep
-			}
-		},
-	}
-	defer func() { h.replies.release(held) }()
 	o := h.rich.Turn(ctx, id, richsession.Input{
 		Channel: in.Channel, SpeakerID: in.SpeakerID, SpeakerName: in.SpeakerName, PrincipalID: in.PrincipalID,
 		Text: in.Text, Attachments: in.Attachments,
-	}, prof, deadline, reset, budget, log)
+	}, prof, deadline, adm.reset, log)
+	defer o.Release() // the files' bytes, once the answer is written
 	reply, files, warm, runErr, cleanupErr := o.Reply, o.Files, o.Warm, o.RunErr, o.CleanupErr
 	result, err := resultOf(ctx, reply, runErr, cleanupErr)
 	if runErr != nil {
 		log.Warn("rich turn failed", "result", result, "err", runErr)
 	}
-	if err == nil && reply.OK && reset {
-		h.mu.Lock()
-		if h.fresh[in.Channel] == freshGen {
-			delete(h.fresh, in.Channel)
-		}
-		h.mu.Unlock()
-	}
-	took := time.Since(start)
-	h.metrics.turns.WithLabelValues(result).Inc()
-	h.metrics.duration.Observe(took.Seconds())
+	h.settleFresh(in.Channel, adm, err == nil && reply.OK)
+	took := h.countTurn(result, start)
 	h.rich.CountTurn(result, warm)
 	if err != nil {
 		return nil, id, err

@@ -15,6 +15,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
+	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
 )
 
 const richExtra = `rich:
@@ -51,7 +52,7 @@ func (f *fakeRichControl) Status(ctx context.Context, socket string) (policy.Con
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.notReady {
-		return policy.ControlStatus{}, ErrRichBroker
+		return policy.ControlStatus{}, richsession.ErrBroker
 	}
 	return policy.ControlStatus{Ready: true, Polling: true}, nil
 }
@@ -202,7 +203,7 @@ func TestRichSessionServesTurns(t *testing.T) {
 		pol.Identity.SpeakerID != "" || len(pol.Tools) != 1 || len(pol.MCP) != 1 || pol.Limits.MaxCalls != 128 || pol.Model != (policy.Model{}) {
 		t.Errorf("session policy %+v", pol)
 	}
-	if d := time.UnixMilli(pol.DeadlineUnixMs); d.Sub(time.Now()) > RichSessionLifetime || c.Labels[layout.LabelDeadline] == "" {
+	if d := time.UnixMilli(pol.DeadlineUnixMs); d.Sub(time.Now()) > richsession.SessionLifetime || c.Labels[layout.LabelDeadline] == "" {
 		t.Errorf("session deadline %v", d)
 	}
 	if got := len(r.units.started); got != 1 {
@@ -244,7 +245,7 @@ func TestRichIdleStop(t *testing.T) {
 	if _, _, err := richTurn(t, r, "room", "hi"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "idle stop", func() bool { return r.h.richStatus("room").State == "none" })
+	waitFor(t, "idle stop", func() bool { return r.h.rich.Status("room").State == "none" })
 	r.assertClean(t)
 	if _, _, err := richTurn(t, r, "room", "again"); err != nil {
 		t.Fatal(err)
@@ -269,13 +270,13 @@ func TestRichOffFreshAndHostStop(t *testing.T) {
 	if code, _ := r.api(t, "PUT", "/v1/channels/hall/mode", `{"mode":"off"}`); code != 200 {
 		t.Fatalf("off: %d", code)
 	}
-	if st := r.h.richStatus("hall"); st.State != "none" {
+	if st := r.h.rich.Status("hall"); st.State != "none" {
 		t.Errorf("hall after off: %+v", st)
 	}
 	if code, _ := r.api(t, "POST", "/v1/channels/room/fresh", ""); code != 200 {
 		t.Fatalf("fresh: %d", code)
 	}
-	first := r.h.richStatus("room").Session
+	first := r.h.rich.Status("room").Session
 	got, _, err := richTurn(t, r, "room", "new start")
 	if err != nil {
 		t.Fatal(err)
@@ -287,7 +288,7 @@ func TestRichOffFreshAndHostStop(t *testing.T) {
 	if last := binds[len(binds)-1]; !last.Turn.Fresh {
 		t.Error("turn after fresh start does not carry Fresh")
 	}
-	if second := r.h.richStatus("room").Session; second == first || second == "" {
+	if second := r.h.rich.Status("room").Session; second == first || second == "" {
 		t.Errorf("session %q after fresh start, was %q", second, first)
 	}
 	r.h.mu.Lock()
@@ -298,7 +299,7 @@ func TestRichOffFreshAndHostStop(t *testing.T) {
 	}
 	r.h.Shutdown()
 	r.assertClean(t)
-	if n := len(r.h.richListed()); n != 0 {
+	if n := len(r.h.rich.Listed()); n != 0 {
 		t.Errorf("%d sessions listed after host stop", n)
 	}
 }
@@ -312,7 +313,7 @@ func TestRichFailedTurnRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctl.turnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
-		return nil, ErrRichBroker
+		return nil, richsession.ErrBroker
 	}
 	if _, _, err := richTurn(t, r, "room", "two"); !errors.Is(err, ErrTurnFailed) {
 		t.Fatalf("turn with the broker gone: %v, want ErrTurnFailed", err)
@@ -359,7 +360,7 @@ func TestRichStartTimeout(t *testing.T) {
 		t.Errorf("took %v, want about rich.startTimeoutSeconds (1 s)", took)
 	}
 	r.assertClean(t)
-	if n := len(r.h.richListed()); n != 0 {
+	if n := len(r.h.rich.Listed()); n != 0 {
 		t.Errorf("%d sessions listed", n)
 	}
 }
@@ -392,7 +393,7 @@ func TestRichModeAPI(t *testing.T) {
 	if code, _ := r.api(t, "PUT", "/v1/channels/room/mode", `{"mode":"rich","profile":"other"}`); code != 200 {
 		t.Fatal(code)
 	}
-	if st := r.h.richStatus("room"); st.State != "none" {
+	if st := r.h.rich.Status("room"); st.State != "none" {
 		t.Errorf("session after a profile change: %+v", st)
 	}
 	r2, _ := richRig(t, time.Hour)
@@ -420,14 +421,14 @@ func TestRichSessionLifetime(t *testing.T) {
 	if _, _, err := richTurn(t, r, "room", "one"); err != nil {
 		t.Fatal(err)
 	}
-	first := r.h.richStatus("room").Session
+	first := r.h.rich.Status("room").Session
 	mu.Lock()
-	now = now.Add(RichSessionLifetime - r.cfg.RichTurnTimeout()) // a 600 s turn no longer fits
+	now = now.Add(richsession.SessionLifetime - r.cfg.RichTurnTimeout()) // a 600 s turn no longer fits
 	mu.Unlock()
 	if _, _, err := richTurn(t, r, "room", "two"); err != nil {
 		t.Fatal(err)
 	}
-	if second := r.h.richStatus("room").Session; second == first {
+	if second := r.h.rich.Status("room").Session; second == first {
 		t.Error("a turn past the session's lifetime ran on the old session")
 	}
 	if n := len(r.richContainers()); n != 2 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
+	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
 )
 
 type lockedBuffer struct {
@@ -57,7 +58,7 @@ func TestRichIncompatibleWorkerNamesImage(t *testing.T) {
 	t.Cleanup(r.h.Shutdown)
 	must(t, r.h.state.SetRich("room", "helper"))
 	ctl.turnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
-		return nil, ErrRichWorkerIncompatible
+		return nil, richsession.ErrWorkerIncompatible
 	}
 	if _, _, err := richTurn(t, r, "room", "one"); !errors.Is(err, ErrTurnFailed) {
 		t.Fatalf("turn: %v, want ErrTurnFailed", err)
@@ -70,7 +71,7 @@ func TestRichIncompatibleWorkerNamesImage(t *testing.T) {
 }
 
 // The control client maps the broker's 409 (a private result withheld
-// from an incompatible worker) to ErrRichWorkerIncompatible, and only 409.
+// from an incompatible worker) to richsession.ErrWorkerIncompatible, and only 409.
 func TestRichControlIncompatibleStatus(t *testing.T) {
 	for _, c := range []struct {
 		code int
@@ -88,7 +89,7 @@ func TestRichControlIncompatibleStatus(t *testing.T) {
 		go srv.Serve(ln)
 		_, err = HTTPRichControl{}.Turn(context.Background(), sock, policy.Bind{}, nil)
 		srv.Close()
-		if got := errors.Is(err, ErrRichWorkerIncompatible); got != c.want || err == nil {
+		if got := errors.Is(err, richsession.ErrWorkerIncompatible); got != c.want || err == nil {
 			t.Errorf("status %d: err %v, want incompatible %v", c.code, err, c.want)
 		}
 	}

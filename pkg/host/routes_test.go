@@ -38,7 +38,7 @@ func routeRig(t *testing.T) (h *Host, got *[]string) {
 	calls := []string{}
 	for i := range r.h.routes {
 		ep := r.h.routes[i].Endpoint
-		r.h.routes[i].fn = func(w http.ResponseWriter, _ *http.Request, param string) error {
+		r.h.routes[i].Fn = func(w http.ResponseWriter, _ *http.Request, param string) error {
 			calls = append(calls, ep.Method+" "+ep.Pattern+" "+param)
 			w.WriteHeader(http.StatusNoContent)
 			return nil

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/api"
+	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -122,7 +124,7 @@ func apiAs(t *testing.T, h *Host, uid int, method, path string, body any) (int, 
 
 func waitRun(t *testing.T, h *Host, id string) runs.Status {
 	t.Helper()
-	r, err := h.runs.Get(id)
+	r, err := h.coderun.Registry().Get(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +194,7 @@ func TestRunShellAndArtifacts(t *testing.T) {
 		t.Errorf("owner's GET: %d", code)
 	}
 	code, body = apiAs(t, r.h, otherUID, "GET", "/v1/runs", nil)
-	var list RunList
+	var list coderun.RunList
 	json.Unmarshal(body, &list)
 	if code != 200 || len(list.Runs) != 0 {
 		t.Errorf("another client's list: %d %s", code, body)
@@ -201,7 +203,7 @@ func TestRunShellAndArtifacts(t *testing.T) {
 
 func TestRunFailedExitAndSetup(t *testing.T) {
 	r, rd := newRunRig(t, runsExtra, supervise(3))
-	st, err := r.h.StartRun(runs.Params{Executable: "false", Setup: []string{"apt-get install -y jq"}}, clientUID)
+	st, err := r.h.coderun.Start(runs.Params{Executable: "false", Setup: []string{"apt-get install -y jq"}}, clientUID)
 	must(t, err)
 	got := waitRun(t, r.h, st.ID)
 	if got.Result != runs.ResultFailed || got.ExitCode == nil || *got.ExitCode != 3 {
@@ -239,7 +241,7 @@ func TestRunGateRefusesALink(t *testing.T) {
 	root := filepath.Join(r.cfg.WorkspaceRoot, ".run-gates")
 	must(t, os.Mkdir(root, 0o700))
 	must(t, os.Symlink(t.TempDir(), filepath.Join(root, "0")))
-	st, err := r.h.StartRun(runs.Params{Executable: "true", Setup: []string{"true"}}, clientUID)
+	st, err := r.h.coderun.Start(runs.Params{Executable: "true", Setup: []string{"true"}}, clientUID)
 	must(t, err)
 	got := waitRun(t, r.h, st.ID)
 	if got.Result != runs.ResultError || !strings.Contains(got.Error, "project gate") {
@@ -282,7 +284,7 @@ func TestRunRefusals(t *testing.T) {
 
 func TestRunNetworkApproval(t *testing.T) {
 	r, rd := newRunRig(t, runsExtra, supervise(0))
-	st, err := r.h.StartRun(runs.Params{Command: "curl http://127.0.0.1:8080/", Network: true}, clientUID)
+	st, err := r.h.coderun.Start(runs.Params{Command: "curl http://127.0.0.1:8080/", Network: true}, clientUID)
 	must(t, err)
 	if st.State != runs.StateAwaitingApproval {
 		t.Fatalf("state %s, want awaiting_approval", st.State)
@@ -321,7 +323,7 @@ func TestRunNetworkApproval(t *testing.T) {
 
 func TestRunNetworkDeniedAndCancelled(t *testing.T) {
 	r, _ := newRunRig(t, runsExtra, supervise(0))
-	st, err := r.h.StartRun(runs.Params{Command: "x", Network: true}, clientUID)
+	st, err := r.h.coderun.Start(runs.Params{Command: "x", Network: true}, clientUID)
 	must(t, err)
 	if code, _ := apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/deny", nil); code != http.StatusOK {
 		t.Fatalf("deny: %d", code)
@@ -330,7 +332,7 @@ func TestRunNetworkDeniedAndCancelled(t *testing.T) {
 		t.Errorf("denied run: %+v", got)
 	}
 	// Cancel while waiting.
-	st, err = r.h.StartRun(runs.Params{Command: "x", Network: true}, clientUID)
+	st, err = r.h.coderun.Start(runs.Params{Command: "x", Network: true}, clientUID)
 	must(t, err)
 	if code, _ := apiAs(t, r.h, clientUID, "POST", "/v1/runs/"+st.ID+"/cancel", nil); code != http.StatusOK {
 		t.Fatalf("owner cancel: %d", code)
@@ -351,15 +353,15 @@ func TestRunTimeoutAndCancelRemove(t *testing.T) {
 		return -1, ctx.Err()
 	}
 	r, _ := newRunRig(t, runsExtra, block)
-	st, err := r.h.StartRun(runs.Params{Command: "sleep 100", TimeoutSeconds: 1}, clientUID)
+	st, err := r.h.coderun.Start(runs.Params{Command: "sleep 100", TimeoutSeconds: 1}, clientUID)
 	must(t, err)
 	got := waitRun(t, r.h, st.ID)
 	if got.Result != runs.ResultTimeout || !strings.Contains(got.Error, "1 s timeout") || got.Stdout != "started\n" {
 		t.Errorf("timed out run: %+v", got)
 	}
-	st, err = r.h.StartRun(runs.Params{Command: "sleep 100"}, clientUID)
+	st, err = r.h.coderun.Start(runs.Params{Command: "sleep 100"}, clientUID)
 	must(t, err)
-	run, _ := r.h.runs.Get(st.ID)
+	run, _ := r.h.coderun.Registry().Get(st.ID)
 	for run.Status().State != runs.StateRunning {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -410,7 +412,7 @@ func TestRunHostileSupervisor(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			r, _ := newRunRig(t, runsExtra, fn)
-			st, err := r.h.StartRun(runs.Params{Command: "x", Artifacts: []string{"a.txt"}}, clientUID)
+			st, err := r.h.coderun.Start(runs.Params{Command: "x", Artifacts: []string{"a.txt"}}, clientUID)
 			must(t, err)
 			got := waitRun(t, r.h, st.ID)
 			if got.Result != runs.ResultError || got.Error == "" {
@@ -425,7 +427,7 @@ func TestRunHostileSupervisor(t *testing.T) {
 // result event.
 func TestRunEventsStream(t *testing.T) {
 	r, _ := newRunRig(t, runsExtra, supervise(0))
-	st, err := r.h.StartRun(runs.Params{Command: "x"}, clientUID)
+	st, err := r.h.coderun.Start(runs.Params{Command: "x"}, clientUID)
 	must(t, err)
 	waitRun(t, r.h, st.ID)
 	code, body := apiAs(t, r.h, clientUID, "GET", "/v1/runs/"+st.ID+"/events", nil)
@@ -452,7 +454,7 @@ func TestRunEventsStream(t *testing.T) {
 // for approval as cancelled, creating nothing.
 func TestRunShutdownCancelsWaiting(t *testing.T) {
 	r, _ := newRunRig(t, runsExtra, supervise(0))
-	st, err := r.h.StartRun(runs.Params{Command: "x", Network: true}, clientUID)
+	st, err := r.h.coderun.Start(runs.Params{Command: "x", Network: true}, clientUID)
 	must(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -461,7 +463,7 @@ func TestRunShutdownCancelsWaiting(t *testing.T) {
 	if got.Result != runs.ResultCancelled || got.Error != "the host stopped" {
 		t.Errorf("%+v", got)
 	}
-	if _, err := r.h.StartRun(runs.Params{Command: "x"}, clientUID); !errors.Is(err, ErrShuttingDown) {
+	if _, err := r.h.coderun.Start(runs.Params{Command: "x"}, clientUID); !errors.Is(err, ErrShuttingDown) {
 		t.Errorf("a run after shutdown: %v", err)
 	}
 	if len(r.docker.created) != 0 {
@@ -497,15 +499,15 @@ func TestRunEmptyWorkspaceEnterable(t *testing.T) {
 	}
 }
 
-// TestRunBodyBound: a POST /v1/runs body over MaxRunBodyBytes is refused
+// TestRunBodyBound: a POST /v1/runs body over coderun.MaxRunBodyBytes is refused
 // with 413 and creates nothing.
 func TestRunBodyBound(t *testing.T) {
 	r, _ := newRunRig(t, runsExtra, supervise(0))
-	code, body := apiAs(t, r.h, clientUID, "POST", "/v1/runs", runs.Params{Command: strings.Repeat("x", MaxRunBodyBytes)})
+	code, body := apiAs(t, r.h, clientUID, "POST", "/v1/runs", runs.Params{Command: strings.Repeat("x", coderun.MaxRunBodyBytes)})
 	if code != http.StatusRequestEntityTooLarge {
 		t.Errorf("%d %s, want 413", code, body)
 	}
-	if len(r.h.runs.List()) != 0 || len(r.docker.created) != 0 {
+	if len(r.h.coderun.Registry().List()) != 0 || len(r.docker.created) != 0 {
 		t.Errorf("a refused body created a run")
 	}
 }
@@ -532,7 +534,7 @@ func TestRunOutputCutIsReported(t *testing.T) {
 				must(t, enc.Result(tc.res))
 				return 0, nil
 			})
-			st, err := r.h.StartRun(runs.Params{Command: "yes"}, clientUID)
+			st, err := r.h.coderun.Start(runs.Params{Command: "yes"}, clientUID)
 			must(t, err)
 			waitRun(t, r.h, st.ID)
 			code, body := apiAs(t, r.h, clientUID, "GET", "/v1/runs/"+st.ID, nil)
@@ -575,8 +577,8 @@ func TestRunBlamesDockerWhenItWentAway(t *testing.T) {
 		removeFails int
 		want        string
 	}{
-		{"signal, docker gone", stopped, true, 0, ErrorDockerWentAway},
-		{"attach and wait broke, docker gone", attachBroke, true, 0, ErrorDockerWentAway},
+		{"signal, docker gone", stopped, true, 0, coderun.ErrorDockerWentAway},
+		{"attach and wait broke, docker gone", attachBroke, true, 0, coderun.ErrorDockerWentAway},
 		{"docker gone, cleanup failed", stopped, true, -1, "docker went away during the run and its cleanup failed; the operator was told"},
 		{"signal, docker answers", stopped, false, 0, "the sandbox could not run the command: stopped by a signal"},
 		{"attach broke, docker answers", attachBroke, false, 0, "the run's output broke the protocol and was refused"},
@@ -592,7 +594,7 @@ func TestRunBlamesDockerWhenItWentAway(t *testing.T) {
 			rd.mu.Lock()
 			rd.removeFails = tc.removeFails
 			rd.mu.Unlock()
-			st, err := r.h.StartRun(runs.Params{Command: "sleep 600"}, clientUID)
+			st, err := r.h.coderun.Start(runs.Params{Command: "sleep 600"}, clientUID)
 			must(t, err)
 			fin := waitRun(t, r.h, st.ID)
 			if fin.Result != runs.ResultError || fin.Error != tc.want {
@@ -645,7 +647,7 @@ func TestRunsInFlightBounds(t *testing.T) {
 			admitted = append(admitted, st.ID)
 		}
 	}
-	if n := len(r.h.runs.List()); n != 3 {
+	if n := len(r.h.coderun.Registry().List()); n != 3 {
 		t.Errorf("%d runs recorded, want the 3 admitted", n)
 	}
 	close(release)
@@ -673,7 +675,7 @@ func TestRunsRetainedBytesBound(t *testing.T) {
 	})
 	var ids []string
 	for range 3 {
-		st, err := r.h.StartRun(runs.Params{Command: "x", Artifacts: []string{"a"}}, clientUID)
+		st, err := r.h.coderun.Start(runs.Params{Command: "x", Artifacts: []string{"a"}}, clientUID)
 		must(t, err)
 		ids = append(ids, st.ID)
 		waitRun(t, r.h, st.ID)
@@ -711,12 +713,12 @@ func serveWatched(t *testing.T, h *Host, uid int) (sock string, handled <-chan s
 // run's document or events, megabytes of them, and stops reading loses the
 // answer at the write deadline; its handler returns and the log blames it.
 func TestRunAnswersHaveAWriteDeadline(t *testing.T) {
-	old := replyWriteTimeout
-	replyWriteTimeout = 200 * time.Millisecond
-	t.Cleanup(func() { replyWriteTimeout = old })
+	old := api.WriteTimeout
+	api.WriteTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { api.WriteTimeout = old })
 	logs := &lockedBuffer{}
 	r, _ := newRunRigWith(t, runsExtra, bigSupervise(nil, nil), func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(logs, nil)) })
-	st, err := r.h.StartRun(runs.Params{Command: "flood", Artifacts: []string{"a0", "a1", "a2", "a3"}}, clientUID)
+	st, err := r.h.coderun.Start(runs.Params{Command: "flood", Artifacts: []string{"a0", "a1", "a2", "a3"}}, clientUID)
 	must(t, err)
 	waitRun(t, r.h, st.ID)
 	sock, handled := serveWatched(t, r.h, clientUID)

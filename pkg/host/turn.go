@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
@@ -51,11 +50,6 @@ type TurnInput struct {
 	OnFiles func(files []richproto.File)
 }
 
-var (
-	errCauseDeadline = fmt.Errorf("deadline: %w", ErrDeadline)
-	errCauseCancel   = fmt.Errorf("cancel: %w", ErrCancelled)
-)
-
 // RunTurn runs one admitted turn to the end (the caller holds the channel's
 // queue slot). ctx is the caller's: its end cancels the turn.
 func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, string, error) {
@@ -65,38 +59,16 @@ func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, stri
 		Speaker:   protocol.Speaker{ID: in.SpeakerID, Name: in.SpeakerName},
 		Principal: in.PrincipalID, Text: in.Text,
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	ctx, cancelDeadline := context.WithDeadlineCause(ctx, t.Deadline, errCauseDeadline)
-	defer cancelDeadline()
-
-	h.mu.Lock()
-	if h.stopping {
-		h.mu.Unlock()
-		return nil, "", ErrShuttingDown
+	ctx, adm, end, err := h.admitTurn(ctx, t.Channel, t.ID, t.Deadline)
+	if err != nil {
+		return nil, "", err
 	}
-	if _, busy := h.active[t.Channel]; busy { // the queue makes this impossible
-		h.mu.Unlock()
-		return nil, "", fmt.Errorf("channel already has a running turn: %w", ErrTurnFailed)
-	}
-	active := &activeTurn{id: t.ID, channel: t.Channel, deadline: t.Deadline, cancel: cancel}
-	h.active[t.Channel] = active
-	freshGen, reset := h.fresh[t.Channel]
-	t.Reset = reset
-	h.turns.Add(1)
-	h.mu.Unlock()
-	stopWatch := context.AfterFunc(h.stopCtx, func() { cancel(ErrShuttingDown) })
-	defer func() {
-		stopWatch()
-		h.mu.Lock()
-		delete(h.active, t.Channel)
-		h.mu.Unlock()
-		h.turns.Done()
-	}()
+	defer end()
+	t.Reset = adm.reset
 	h.sealed.TakeStandby(ctx, t, func(id string) {
 		h.mu.Lock()
 		t.ID = id
-		active.id = id
+		adm.active.id = id
 		h.mu.Unlock()
 	})
 
@@ -106,7 +78,7 @@ func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, stri
 		// The turn stays listed (its container and units still exist, the
 		// reaper must keep them) but is no longer cancellable.
 		h.mu.Lock()
-		active.replied = true
+		adm.active.replied = true
 		h.mu.Unlock()
 		in.OnReply(reply, t.ID)
 	}
@@ -125,16 +97,8 @@ func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, stri
 		}
 		log.Warn("turn failed", attrs...)
 	}
-	if err == nil && reply.OK && t.Reset {
-		h.mu.Lock()
-		if h.fresh[t.Channel] == freshGen {
-			delete(h.fresh, t.Channel)
-		}
-		h.mu.Unlock()
-	}
-	took := time.Since(start)
-	h.metrics.turns.WithLabelValues(result).Inc()
-	h.metrics.duration.Observe(took.Seconds())
+	h.settleFresh(t.Channel, adm, err == nil && reply.OK)
+	took := h.countTurn(result, start)
 	attrs := append([]slog.Attr{slog.String("result", result), slog.Int64("total_us", took.Microseconds())}, t.Phases()...)
 	log.LogAttrs(context.Background(), slog.LevelDebug, "turn phases", attrs...)
 	if err != nil {
@@ -142,6 +106,73 @@ func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, stri
 	}
 	log.Info("turn done", "result", result, "duration_ms", took.Milliseconds(), "standby", t.Warm())
 	return reply, t.ID, nil
+}
+
+// admitted is a channel's one running turn as admitTurn made it.
+type admitted struct {
+	active   *activeTurn
+	reset    bool   // a fresh start was pending: the turn starts without history
+	freshGen uint64 // that fresh start's generation
+}
+
+// admitTurn makes turn id, ending at deadline, channel's one running
+// turn: listed (GET /v1/turns, the channel's status), cancellable by the
+// API, ended with ErrShuttingDown when the host stops and counted so a
+// shutdown waits for it. The context it returns is the turn's (it ends at
+// the deadline too, with errCauseDeadline); end must be called once the
+// turn's cleanup is done. Refused once the host stops, or while the
+// channel has a running turn (the queue makes that impossible).
+func (h *Host) admitTurn(ctx context.Context, channel, id string, deadline time.Time) (context.Context, *admitted, func(), error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	ctx, cancelDeadline := context.WithDeadlineCause(ctx, deadline, errCauseDeadline)
+	h.mu.Lock()
+	_, busy := h.active[channel]
+	if stopping := h.stopping; stopping || busy {
+		h.mu.Unlock()
+		cancelDeadline()
+		cancel(nil)
+		if stopping {
+			return nil, nil, nil, ErrShuttingDown
+		}
+		return nil, nil, nil, fmt.Errorf("channel already has a running turn: %w", ErrTurnFailed)
+	}
+	adm := &admitted{active: &activeTurn{id: id, channel: channel, deadline: deadline, cancel: cancel}}
+	h.active[channel] = adm.active
+	adm.freshGen, adm.reset = h.fresh[channel]
+	h.turns.Add(1)
+	h.mu.Unlock()
+	stopWatch := context.AfterFunc(h.stopCtx, func() { cancel(ErrShuttingDown) })
+	return ctx, adm, func() {
+		stopWatch()
+		h.mu.Lock()
+		delete(h.active, channel)
+		h.mu.Unlock()
+		h.turns.Done()
+		cancelDeadline()
+		cancel(nil)
+	}, nil
+}
+
+// settleFresh clears channel's pending fresh start once a turn that
+// started fresh succeeded, unless another fresh start was asked meanwhile.
+func (h *Host) settleFresh(channel string, adm *admitted, ok bool) {
+	if !ok || !adm.reset {
+		return
+	}
+	h.mu.Lock()
+	if h.fresh[channel] == adm.freshGen {
+		delete(h.fresh, channel)
+	}
+	h.mu.Unlock()
+}
+
+// countTurn counts a finished turn by its result and its duration since
+// start, and returns that duration.
+func (h *Host) countTurn(result string, start time.Time) time.Duration {
+	took := time.Since(start)
+	h.metrics.turns.WithLabelValues(result).Inc()
+	h.metrics.duration.Observe(took.Seconds())
+	return took
 }
 
 // resultOf classifies a finished turn: a cleanup failure outranks everything,
@@ -172,26 +203,6 @@ func resultOf(ctx context.Context, reply *protocol.Reply, runErr, cleanupErr err
 
 // TurnDirMode is sandbox.TurnDirMode.
 const TurnDirMode = sandbox.TurnDirMode
-
-// guestFor is the channel's guest uid from the state file. The owner of an
-// existing workspace is offered for adoption, so a lost state file does not
-// hand a channel's files to a new uid.
-func (h *Host) guestFor(channel, workspace string) (int, error) {
-	owner := -1
-	if st, err := os.Lstat(workspace); err == nil && st.IsDir() {
-		if o, ok := sandbox.FileOwner(st); ok {
-			owner = o
-		}
-	}
-	uid, err := h.state.GuestUID(channel, h.cfg.Guests, owner)
-	if err != nil {
-		return 0, err
-	}
-	if uid == h.opts.UID || uid == h.opts.GID || uid <= 0 { // config and state checks make this unreachable
-		return 0, fmt.Errorf("guest uid %d is the host's own or root", uid)
-	}
-	return uid, nil
-}
 
 // RemoveAttempts is sandbox.RemoveAttempts.
 const RemoveAttempts = sandbox.RemoveAttempts

@@ -39,7 +39,6 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
-	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
@@ -72,6 +71,11 @@ type Options struct {
 	Idle time.Duration
 	// Registry receives the rich session metrics.
 	Registry prometheus.Registerer
+	// ReplyBudget bounds the reply packet bytes held at once;
+	// DefaultReplyBudget when 0. BudgetWait (tests) hears of a packet of
+	// n bytes that waits for it.
+	ReplyBudget int64
+	BudgetWait  func(n int64)
 }
 
 // Input is a rich turn as admitted: identity from the request only.
@@ -82,12 +86,14 @@ type Input struct {
 
 // Outcome is a finished turn: the reply and its files, whether the
 // session was already running, the turn's error and the error of a
-// session removal after a failed turn.
+// session removal after a failed turn. Release gives back the reply
+// budget the files hold: call it once the answer is written.
 type Outcome struct {
 	Reply              *protocol.Reply
 	Files              []richproto.File
 	Warm               bool
 	RunErr, CleanupErr error
+	Release            func()
 }
 
 // Kind is the host's rich channel sessions.
@@ -103,6 +109,7 @@ type Kind struct {
 	pol          policy.Policy
 	control      Control
 	idleOverride time.Duration
+	replies      *replyBudget
 
 	turns  *prometheus.CounterVec
 	starts prometheus.Counter
@@ -131,6 +138,10 @@ func New(o Options) *Kind {
 	if k.control == nil {
 		k.control = HTTPControl{}
 	}
+	if o.ReplyBudget == 0 {
+		o.ReplyBudget = DefaultReplyBudget
+	}
+	k.replies = newReplyBudget(o.ReplyBudget, o.Logger, o.BudgetWait)
 	o.Registry.MustRegister(k.turns, k.starts, k.stops, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sandbox_rich_sessions", Help: "Rich channel sessions running now (one container and one broker each).",
 	}, k.sessionCount))
@@ -192,14 +203,6 @@ type Control interface {
 // ReserveFunc takes n bytes of the host's reply budget for a packet about
 // to be read, waiting while other packets hold it, until ctx ends.
 type ReserveFunc func(ctx context.Context, n int64) error
-
-// Budget is the host's reply budget as one turn uses it: Reserve before a
-// packet's body is read, Keep once it is decoded with the bytes its files
-// still hold (the rest is given back at once).
-type Budget struct {
-	Reserve ReserveFunc
-	Keep    func(n int64)
-}
 
 // richSession is one channel session.
 type richSession struct {
@@ -320,9 +323,20 @@ func (k *Kind) Listed() []sandbox.Listed {
 // serve), hands the turn over the control route and returns the worker's
 // reply. A failed turn stops the session, so the next turn starts with a
 // new broker and a new container; its removal's error is CleanupErr.
-func (k *Kind) Turn(ctx context.Context, id string, in Input, prof config.Profile, deadline time.Time, reset bool, budget Budget, log *slog.Logger) Outcome {
+func (k *Kind) Turn(ctx context.Context, id string, in Input, prof config.Profile, deadline time.Time, reset bool, log *slog.Logger) Outcome {
 	var reply *protocol.Reply
 	var files []richproto.File
+	// held: the reply budget this turn's packet took; its files' bytes are
+	// kept until the answer is written (Release), the rest given back as
+	// soon as the packet is decoded.
+	var held int64
+	reserve := func(ctx context.Context, n int64) error {
+		if err := k.replies.acquire(ctx, n); err != nil {
+			return err
+		}
+		held += n
+		return nil
+	}
 	s, warm, runErr := k.sessionFor(ctx, in.Channel, prof, deadline, reset)
 	if runErr == nil {
 		bind := k.bind(id, in, prof, deadline, reset)
@@ -337,7 +351,7 @@ func (k *Kind) Turn(ctx context.Context, id string, in Input, prof config.Profil
 			}
 		}()
 		var res *richproto.Result
-		res, runErr = k.control.Turn(callCtx, s.socket, bind, budget.Reserve)
+		res, runErr = k.control.Turn(callCtx, s.socket, bind, reserve)
 		if runErr != nil && errors.Is(context.Cause(callCtx), errWorkerExited) && ctx.Err() == nil {
 			runErr = errWorkerExited
 		}
@@ -362,8 +376,9 @@ func (k *Kind) Turn(ctx context.Context, id string, in Input, prof config.Profil
 				log.Info("reply files", "files", len(res.Files), "bytes", filesBytes(res.Files))
 			}
 		}
-		if budget.Keep != nil {
-			budget.Keep(int64(filesBytes(files)))
+		if keep := int64(filesBytes(files)); keep < held {
+			k.replies.release(held - keep)
+			held = keep
 		}
 		k.release(s, runErr == nil)
 	}
@@ -373,7 +388,8 @@ func (k *Kind) Turn(ctx context.Context, id string, in Input, prof config.Profil
 		// gone): the next turn starts from nothing.
 		cleanupErr = k.stop(s, "turn failed")
 	}
-	return Outcome{Reply: reply, Files: files, Warm: warm, RunErr: runErr, CleanupErr: cleanupErr}
+	return Outcome{Reply: reply, Files: files, Warm: warm, RunErr: runErr, CleanupErr: cleanupErr,
+		Release: func() { k.replies.release(held) }}
 }
 
 // bind is the turn as the broker binds it: identity from the admitted
@@ -509,25 +525,12 @@ func (k *Kind) start(ctx context.Context, channel string, prof config.Profile) (
 		started: now, deadline: now.Add(SessionLifetime), state: StateStarting, busy: true,
 		stopped: make(chan struct{}),
 	}
+	h := sandbox.Handle{ID: s.id, Channel: channel}
 	var err error
-	if s.container, err = ids.ContainerName(channel, s.id); err != nil {
+	if s.socket, err = h.NameChannel(c.RunRoot, c.WorkspaceRoot, c.PolicyDir); err != nil {
 		return nil, err
 	}
-	if s.workspace, err = layout.WorkspaceDir(c.WorkspaceRoot, channel); err != nil {
-		return nil, err
-	}
-	if s.dir, err = layout.TurnDir(c.RunRoot, s.id); err != nil {
-		return nil, err
-	}
-	if s.policyPath, err = layout.PolicyFile(c.PolicyDir, s.id); err != nil {
-		return nil, err
-	}
-	if s.socket, err = layout.BrokerSocket(c.RunRoot, s.id); err != nil {
-		return nil, err
-	}
-	if len(s.socket) > layout.MaxSocketPath {
-		return nil, fmt.Errorf("broker socket path is %d characters, over %d", len(s.socket), layout.MaxSocketPath)
-	}
+	s.container, s.workspace, s.dir, s.policyPath = h.Container, h.Workspace, h.Dir, h.Policy
 	if s.guest, err = k.host.GuestFor(channel, s.workspace); err != nil {
 		return nil, fmt.Errorf("guest uid: %w", err)
 	}

@@ -155,6 +155,33 @@ func (b *Handle) Phases() []slog.Attr {
 	return append([]slog.Attr(nil), b.phases...)
 }
 
+// NameChannel names a channel's sandbox from its ID and Channel: its
+// container, the channel's workspace, its turn directory and policy file
+// (under the configured runRoot, workspaceRoot and policyDir). It returns
+// the broker socket's path, refused when it would not fit a Unix socket
+// address.
+func (b *Handle) NameChannel(runRoot, workspaceRoot, policyDir string) (socket string, err error) {
+	if b.Container, err = ids.ContainerName(b.Channel, b.ID); err != nil {
+		return "", err
+	}
+	if b.Workspace, err = layout.WorkspaceDir(workspaceRoot, b.Channel); err != nil {
+		return "", err
+	}
+	if b.Dir, err = layout.TurnDir(runRoot, b.ID); err != nil {
+		return "", err
+	}
+	if b.Policy, err = layout.PolicyFile(policyDir, b.ID); err != nil {
+		return "", err
+	}
+	if socket, err = layout.BrokerSocket(runRoot, b.ID); err != nil {
+		return "", err
+	}
+	if len(socket) > layout.MaxSocketPath {
+		return "", fmt.Errorf("broker socket path is %d characters, over %d", len(socket), layout.MaxSocketPath)
+	}
+	return socket, nil
+}
+
 // Labels are the labels the reaper reads on a container: its installation,
 // turn, channel tag and deadline (unix seconds).
 func Labels(installation, id, tag string, deadline time.Time) map[string]string {

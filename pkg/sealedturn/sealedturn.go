@@ -314,21 +314,8 @@ func readReply(ctx context.Context, res sandbox.RunResult) (*protocol.Reply, err
 func (k *Kind) turnPaths(t *Turn) error {
 	c := k.cfg
 	var err error
-	if t.Container, err = ids.ContainerName(t.Channel, t.ID); err != nil {
+	if _, err = t.NameChannel(c.RunRoot, c.WorkspaceRoot, c.PolicyDir); err != nil {
 		return err
-	}
-	if t.Workspace, err = layout.WorkspaceDir(c.WorkspaceRoot, t.Channel); err != nil {
-		return err
-	}
-	if t.Dir, err = layout.TurnDir(c.RunRoot, t.ID); err != nil {
-		return err
-	}
-	if t.Policy, err = layout.PolicyFile(c.PolicyDir, t.ID); err != nil {
-		return err
-	}
-	sock, _ := layout.BrokerSocket(c.RunRoot, t.ID)
-	if len(sock) > layout.MaxSocketPath {
-		return fmt.Errorf("broker socket path is %d characters, over %d", len(sock), layout.MaxSocketPath)
 	}
 	if t.Guest, err = k.host.GuestFor(t.Channel, t.Workspace); err != nil {
 		return fmt.Errorf("guest uid: %w", err)

@@ -19,7 +19,7 @@ import (
 // sit above every layer and are not checked.
 var layers = [][]string{
 	// 0: foundations, importing nothing of this module.
-	{"version", "ids", "atomicfile", "protocol", "imagearchive", "broker/strictjson", "toolschema",
+	{"version", "ids", "atomicfile", "protocol", "imagearchive", "strictjson", "toolschema",
 		"egress/bridge", "runs/wire", "richproto", "delegation", "anthropic/anthropictest"},
 	// 1: shared vocabulary (names, the host-broker contract, the memory store)
 	// and the vetted network dialer.
@@ -29,11 +29,13 @@ var layers = [][]string{
 		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich"},
 	// 3: the services, and the one sandbox lifecycle every kind drives.
 	{"broker", "reaper", "credset", "runmcp", "sandbox", "chanstate", "peerauth", "toolset"},
-	// 4: the kinds, each driving the lifecycle; a kind never imports another.
+	// 4: what every route of the host API shares (the host's and the kinds').
+	{"api"},
+	// 5: the kinds, each driving the lifecycle; a kind never imports another.
 	kinds,
-	// 5: the host: API, admission, channel state, the kinds' orchestration.
+	// 6: the host: API, admission, channel state, the kinds' orchestration.
 	{"host"},
-	// 6: wiring of the host binary (cobra commands, Docker and D-Bus adapters).
+	// 7: wiring of the host binary (cobra commands, Docker and D-Bus adapters).
 	{"cli"},
 }
 

@@ -8,13 +8,10 @@
 package chat
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"math"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/strictjson"
 	"github.com/roundtable-sandbox/sandbox/pkg/toolschema"
 )
 
@@ -50,13 +47,11 @@ func Build(body []byte, p Policy) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(out); err != nil {
+	enc, err := strictjson.Encode(out)
+	if err != nil {
 		return nil, refusal("cannot encode")
 	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	return enc, nil
 }
 
 var topLevel = map[string]bool{
@@ -68,10 +63,8 @@ var topLevel = map[string]bool{
 
 // Rebuild validates a decoded request and returns the upstream object.
 func Rebuild(req map[string]any, p Policy) (map[string]any, error) {
-	for k := range req {
-		if !topLevel[k] {
-			return nil, refusal("field not allowed")
-		}
+	if !strictjson.Only(req, topLevel) {
+		return nil, refusal("field not allowed")
 	}
 	out := map[string]any{"model": p.Model, "stream": false}
 	if m, ok := req["model"]; ok {
@@ -88,7 +81,7 @@ func Rebuild(req map[string]any, p Policy) (map[string]any, error) {
 		if !ok {
 			continue
 		}
-		n, ok := integer(v)
+		n, ok := strictjson.Integer(v)
 		if !ok || n < 1 {
 			return nil, refusal("token limit must be a positive integer")
 		}
@@ -145,14 +138,14 @@ func Rebuild(req map[string]any, p Policy) (map[string]any, error) {
 		if !ok {
 			continue
 		}
-		n, ok := number(v)
+		n, ok := strictjson.Number(v)
 		if !ok || n < f.lo || n > f.hi {
 			return nil, refusal("sampling parameter out of range")
 		}
 		out[f.key] = n
 	}
 	if v, ok := req["seed"]; ok {
-		n, ok := integer(v)
+		n, ok := strictjson.Integer(v)
 		if !ok {
 			return nil, refusal("seed must be an integer")
 		}
@@ -203,10 +196,8 @@ func message(v any) (map[string]any, error) {
 	if !ok {
 		return nil, refusal("role not allowed")
 	}
-	for k := range m {
-		if !allowed[k] {
-			return nil, refusal("message field not allowed")
-		}
+	if !strictjson.Only(m, allowed) {
+		return nil, refusal("message field not allowed")
 	}
 	out := map[string]any{"role": role}
 	if n, ok := m["name"]; ok {
@@ -294,10 +285,8 @@ func tool(v any) (map[string]any, error) {
 	if !ok {
 		return nil, refusal("tool function invalid")
 	}
-	for k := range fn {
-		if !functionFields[k] {
-			return nil, refusal("tool function field not allowed")
-		}
+	if !strictjson.Only(fn, functionFields) {
+		return nil, refusal("tool function field not allowed")
 	}
 	name, ok := fn["name"].(string)
 	if !ok || !protocol.ValidFunctionName(name) {
@@ -345,24 +334,6 @@ func toolChoice(v any) (any, error) {
 		}
 	}
 	return nil, refusal("tool_choice invalid")
-}
-
-func integer(v any) (int64, bool) {
-	n, ok := v.(json.Number)
-	if !ok {
-		return 0, false
-	}
-	i, err := n.Int64()
-	return i, err == nil
-}
-
-func number(v any) (float64, bool) {
-	n, ok := v.(json.Number)
-	if !ok {
-		return 0, false
-	}
-	f, err := n.Float64()
-	return f, err == nil && !math.IsNaN(f) && !math.IsInf(f, 0)
 }
 
 // plainName: [A-Za-z0-9_-]{1,max}.

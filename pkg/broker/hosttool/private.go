@@ -7,7 +7,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
+	"github.com/roundtable-sandbox/sandbox/pkg/strictjson"
 )
 
 // MaxPrincipalChars bounds a privateTo value (richproto.MaxIDChars).

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/strictjson"
+	"github.com/roundtable-sandbox/sandbox/pkg/strictjson"
 )
 
 // ErrInvalid is the category of every malformed or refused request.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
@@ -25,15 +24,6 @@ import (
 // prompt, the job's deadline, and the job's scratch workspace, so a job
 // never sees or changes the channel's memory or history and never races
 // the channel's turns. The host hands the kind runResearch.
-
-// ErrDelegationDisabled is delegationrun.ErrDisabled.
-var ErrDelegationDisabled = delegationrun.ErrDisabled
-
-// StartDelegation admits a job for owner (the caller's uid) in channel and
-// drives it in the background; the answer is its status at once.
-func (h *Host) StartDelegation(channel string, owner int, req delegation.Request) (delegation.Status, error) {
-	return h.delegations.Start(channel, owner, req)
-}
 
 // runResearch runs j's research turn (a sealed turn with the research
 // tools, prompt and scratch workspace) and cleans it up.
@@ -66,7 +56,6 @@ func (h *Host) newDelegation() error {
 		Config: h.cfg, Lifecycle: h.life, Host: kindHost{h}, Logger: h.log, Now: h.opts.Now, NewID: h.opts.NewTurnID,
 		UID: h.opts.UID, GID: h.opts.GID, Research: h.runResearch, Registry: h.reg,
 	})
-	h.jobs = h.delegations.Registry()
 	if !d.Enabled {
 		return nil
 	}
@@ -90,21 +79,4 @@ func (h *Host) newDelegation() error {
 	}
 	h.delegations.SweepScratch()
 	return nil
-}
-
-// queueOnly reports whether a queue entry is a delegated job's or a code
-// run's own (job-<id>, run-<id> of a job or run the host knows), not a
-// channel: GET /v1/channels leaves those out.
-func (h *Host) queueOnly(name string) bool {
-	if id, ok := strings.CutPrefix(name, ids.JobPrefix); ok {
-		if _, err := h.jobs.Get(id); err == nil {
-			return true
-		}
-	}
-	if id, ok := strings.CutPrefix(name, ids.RunPrefix); ok {
-		if _, err := h.runs.Get(id); err == nil {
-			return true
-		}
-	}
-	return false
 }

@@ -1,0 +1,68 @@
+package host
+
+import (
+	"regexp"
+	"strings"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/api"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+)
+
+// An Endpoint is one route of the host API: its method, its path pattern
+// (literal segments and at most one parameter, {channel}, {run} or {job})
+// and the least role it needs. The router dispatches from the route table
+// alone (the host's routes and each kind's), so Endpoints is the API;
+// README's endpoint table is checked against it (test/newcomer).
+type Endpoint = api.Endpoint
+
+// route is a route of the table with its pattern split at "/", without
+// the leading one.
+type route struct {
+	api.Route
+	segs []string
+}
+
+// newRoutes splits each route's pattern for match.
+func newRoutes(rs []api.Route) []route {
+	out := make([]route, len(rs))
+	for i, r := range rs {
+		out[i] = route{Route: r, segs: strings.Split(strings.TrimPrefix(r.Pattern, "/"), "/")}
+	}
+	return out
+}
+
+var runIDRe = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// The path parameters and their checks: each is one URL-escaped segment.
+var params = map[string]struct {
+	valid  func(string) bool
+	reason string
+}{
+	"{channel}": {func(s string) bool { return ids.ValidChannel(s) == nil }, "bad channel: must be 1 to 256 printable characters, URL-path-escaped"},
+	"{run}":     {runIDRe.MatchString, "bad run id: 32 lowercase hex characters"},
+	"{job}":     {func(s string) bool { return ids.ValidTurnID(s) == nil }, "bad job id: 32 lowercase hex characters"},
+}
+
+// match returns the table's routes whose pattern has the shape of the
+// escaped path segs (same length, the same literals) and the raw segment
+// at their parameter's place with the parameter's name ("" for none).
+func match(table []route, segs []string) (found []route, raw, param string) {
+	for _, rt := range table {
+		if len(rt.segs) != len(segs) {
+			continue
+		}
+		ok, p, v := true, "", ""
+		for i, s := range rt.segs {
+			if _, isParam := params[s]; isParam {
+				p, v = s, segs[i]
+			} else if s != segs[i] {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			found, raw, param = append(found, rt), v, p
+		}
+	}
+	return found, raw, param
+}
