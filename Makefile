@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VERSION ?= $(shell cat VERSION 2>/dev/null || echo 0.1.0)
 GO ?= go
 GOFLAGS_STATIC := -trimpath -ldflags '-s -w -X github.com/roundtable-sandbox/sandbox/pkg/version.Version=$(VERSION)'
-BINARIES := sandbox-host sandbox-broker sandbox-reaper sandbox-worker
+BINARIES := sandbox-host sandbox-broker sandbox-reaper sandbox-worker sandbox-nats
 export VERSION
 # make test and make demo install what they need first (Debian packages of
 # packaging/prerequisites.txt, Go modules, the npm test peers), each only when

@@ -57,7 +57,11 @@ else
   mkdir -p "$work/bin" "$work/out"
   (cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/standin" ./packaging/testdata/standin) ||
     { echo "FAIL: cannot build the stand-in"; exit 1; }
-  for b in sandbox-host sandbox-broker sandbox-reaper sandbox-worker; do cp "$work/standin" "$work/bin/$b"; done
+  for b in sandbox-host sandbox-broker sandbox-reaper sandbox-worker sandbox-nats; do cp "$work/standin" "$work/bin/$b"; done
+  # The fleet section runs the real engine and its configuration step.
+  mkdir -p "$work/real"
+  (cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$work/real/" ./cmd/sandbox-nats ./cmd/sandbox-host) ||
+    { echo "FAIL: cannot build sandbox-nats and sandbox-host"; exit 1; }
   image=$root/dist/worker-image.tar
   if [[ ! -f $image ]]; then
     image=$work/worker-image.tar
@@ -130,6 +134,60 @@ equal "sandbox-reaper.timer enabled" enabled systemctl is-enabled sandbox-reaper
 equal "sandbox-reaper.timer active" active systemctl is-active sandbox-reaper.timer
 equal "host.sock owner and mode" "_sandbox sandbox-clients 660 socket" stat -c '%U %G %a %F' /run/roundtable-sandbox/host.sock
 equal "sandbox-host.service not started yet" inactive systemctl is-active sandbox-host.service
+
+echo "== the fleet engine: shipped, off by default"
+equal "sandbox-nats.service not enabled" disabled systemctl is-enabled sandbox-nats.service
+equal "sandbox-nats.service not started" inactive systemctl is-active sandbox-nats.service
+expect "user _sandbox-nats exists" getent passwd _sandbox-nats
+equal "_sandbox-nats is in no other group" _sandbox-nats id -nG _sandbox-nats
+equal "fleet dir owner and mode" "root _sandbox 750" stat -c '%U %G %a' /etc/roundtable-sandbox/fleet
+equal "engine binary" "root root 755" stat -c '%U %G %a' /usr/lib/roundtable-sandbox/sandbox-nats
+expect "the host's fleet drop-in is shipped" test -f /usr/share/roundtable-sandbox/sandbox-host-fleet.conf
+
+echo "== the fleet engine under its unit (real sandbox-nats and sandbox-host fleet config)"
+# The stand-in package carries stand-ins: put the real two in place for this
+# section and the stand-ins back after it.
+if ((standin)); then
+  nsroot_exec cp /usr/bin/sandbox-host /root/sandbox-host.standin
+  nsroot_exec sh -c 'cat >/usr/bin/sandbox-host' <"$work/real/sandbox-host"
+  nsroot_exec sh -c 'cat >/usr/lib/roundtable-sandbox/sandbox-nats' <"$work/real/sandbox-nats"
+fi
+fd=/etc/roundtable-sandbox/fleet
+expect "a test CA and box certificate" sh -c "cd /root && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=ca -keyout ca.key -out $fd/ca.pem 2>/dev/null &&
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=box-a -keyout $fd/box.key -out box.csr 2>/dev/null &&
+  printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' >ext &&
+  openssl x509 -req -in box.csr -CA $fd/ca.pem -CAkey ca.key -CAcreateserial -days 2 -out $fd/box.pem -extfile ext 2>/dev/null &&
+  chgrp _sandbox $fd/box.key && chmod 0640 $fd/box.key && chmod 0644 $fd/ca.pem $fd/box.pem"
+pub=$(nsroot_exec sandbox-host fleet nkey --output "$fd/box.nkey" 2>/dev/null)
+if [[ $pub == U* ]]; then ok "fleet nkey printed a public user key"; else bad "fleet nkey: '$pub'"; fi
+equal "seed file owner and mode" "_sandbox _sandbox 600" stat -c '%U %G %a' "$fd/box.nkey"
+expect "an encryption key" sh -c "openssl rand -hex 32 | install -m 0600 /dev/stdin $fd/jetstream.key"
+expect "fleet.* on in sandbox.yaml" sed -i "/^fleet:\$/,/^  enabled: false\$/ s|^  enabled: false\$|  enabled: true\n  box: box-a\n  url: tls://127.0.0.1:14222\n  replicas: 1\n  server:\n    listen: 127.0.0.1:14222\n    boxes:\n      - {name: box-a, nkey: $pub}|" /etc/roundtable-sandbox/sandbox.yaml
+if nsroot_exec systemctl start sandbox-nats.service; then ok "sandbox-nats.service starts (READY=1 once it accepts clients)"; else
+  bad "sandbox-nats.service did not start"; nsroot_exec journalctl -u sandbox-nats.service -o cat --no-pager | tail -20
+fi
+equal "the server runs as _sandbox-nats" _sandbox-nats sh -c 'ps -o user= -p "$(systemctl show -p MainPID --value sandbox-nats.service)"'
+equal "its private key copy" "_sandbox-nats _sandbox-nats 600" stat -c '%U %G %a' /run/sandbox-nats/box.key
+equal "its encryption key copy" "_sandbox-nats _sandbox-nats 600" stat -c '%U %G %a' /run/sandbox-nats/jetstream.key
+equal "its store" "_sandbox-nats _sandbox-nats 700" stat -c '%U %G %a' /var/lib/sandbox-nats
+out=$(nsroot_exec sandbox-host --json doctor 2>&1)
+for c in fleet fleet-jetstream fleet-permissions fleet-server; do
+  got=$(python3 -c 'import json, sys
+d = json.loads(sys.stdin.read())
+print(" ".join(c["status"] + ": " + c["detail"] for c in d["checks"] if c["name"] == sys.argv[1]) or "absent")' "$c" <<<"$out" 2>&1)
+  if [[ $got == ok:* ]]; then ok "doctor: $c ($got)"; else bad "doctor: $c: $got"; fi
+done
+expect "a key readable by all" chmod 0644 "$fd/jetstream.key"
+refuse "sandbox-nats.service refuses to restart with it" systemctl restart sandbox-nats.service
+out=$(nsroot_exec journalctl -u sandbox-nats.service -o cat --no-pager 2>&1)
+grep -q 'fleet.server.encryptionKeyFile: .*readable by every user' <<<"$out" && ok "the journal names fleet.server.encryptionKeyFile" || bad "journal: $(tail -5 <<<"$out")"
+equal "exit 78 stops the restarts" "failed 78" sh -c 'echo "$(systemctl is-active sandbox-nats.service) $(systemctl show -p ExecMainStatus --value sandbox-nats.service)"'
+nsroot_exec systemctl reset-failed sandbox-nats.service >/dev/null 2>&1
+expect "fleet off again in sandbox.yaml" sed -i '/^fleet:$/,/^      - {name: box-a, nkey: .*}$/c\fleet:\n  enabled: false' /etc/roundtable-sandbox/sandbox.yaml
+nsroot_exec sh -c "rm -f $fd/* /root/ca.key /root/box.csr /root/ext /root/ca.srl"
+if ((standin)); then
+  nsroot_exec cp /root/sandbox-host.standin /usr/bin/sandbox-host
+fi
 
 if ((standin)); then
   echo "== socket activation of the host (stand-in)"

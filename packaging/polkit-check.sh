@@ -59,7 +59,11 @@ fi
 
 # ---- inner half: PID 1 of a private PID and mount namespace ----
 work=$WORK
-mount -t tmpfs -o mode=0755 tmpfs /run/dbus 2>/dev/null || { mkdir -p /run/dbus && mount -t tmpfs -o mode=0755 tmpfs /run/dbus; }
+# A /run of its own (dbus-daemon's socket; libmount's utab, which would be
+# /run/mount on the machine, goes to the work directory).
+export LIBMOUNT_UTAB=$work/utab
+mount -t tmpfs -o mode=0755 tmpfs /run
+mkdir -p /run/dbus
 mount --bind "$work/passwd" /etc/passwd
 mount --bind "$work/group" /etc/group
 mount --bind "$work/rules" /usr/share/polkit-1/rules.d

@@ -12,7 +12,9 @@
 #             not root: say what is missing and go on (stages skip, naming it)
 # A package counts as present when its command is on PATH or its file exists,
 # whoever installed it: Node from NodeSource ships npm inside its nodejs
-# package, and installing Debian's npm next to it would replace that Node.
+# package, and installing Debian's npm next to it would replace that Node;
+# where apt's nodejs would be NodeSource's (its repository set up, no Node
+# yet), npm is left out of the list for the same reason.
 set -euo pipefail
 list=$(dirname "$0")/prerequisites.txt
 
@@ -21,10 +23,26 @@ present() {
   if [[ $1 == /* ]]; then [[ -e $1 ]]; else command -v "$1" >/dev/null 2>&1; fi
 }
 names() { entries | awk '{print $1}' | paste -sd' '; }
+# nodejs_provides_npm: the nodejs apt would install here (its candidate)
+# ships npm itself, as NodeSource's does ("Provides: ... npm" and
+# "Conflicts: ... npm"): asking for Debian's npm next to it fails with
+# "nodejs : Conflicts: npm". Debian's own nodejs does not.
+nodejs_provides_npm() {
+  command -v apt-cache >/dev/null 2>&1 || return 1
+  local show
+  # Read whole first: with pipefail, "apt-cache | grep -q" fails whenever grep's
+  # early exit breaks apt-cache's pipe.
+  show=$(apt-cache show --no-all-versions nodejs 2>/dev/null) || return 1
+  grep -qE '^Provides:(.*[ ,])?npm([ ,(]|$)' <<<"$show"
+}
 missing() {
-  local pkg probe out=()
+  local pkg probe out=() node=0
   while read -r pkg probe; do
-    present "${probe:?"$list: $pkg has no command or path"}" || out+=("$pkg")
+    present "${probe:?"$list: $pkg has no command or path"}" && continue
+    [[ $pkg == nodejs ]] && node=1
+    # With NodeSource's repository set up and no Node yet, its nodejs brings npm.
+    if [[ $pkg == npm && $node == 1 ]] && nodejs_provides_npm; then continue; fi
+    out+=("$pkg")
   done < <(entries)
   echo "${out[*]:-}"
 }

@@ -4,7 +4,9 @@
 #     binaries and man pages present at their installed paths: any message at
 #     all fails the check.
 #  2. systemd-analyze security --offline=true: exposure of the broker <= 2.0,
-#     the reaper <= 3.0, the host <= 4.0.
+#     the reaper <= 3.0, the host <= 4.0, sandbox-nats <= 2.0 (it has the
+#     network: clients and routes); sandbox-nats off by default
+#     ([Install] only, enabled by nothing) and run as _sandbox-nats.
 #  2b. the broker's network rules: AF_NETLINK (its own-address watch) and
 #     IPAddressDeny= link-local and multicast, never localhost or any (loopback
 #     upstreams, egress.allow entries and resolvers are legitimate).
@@ -16,6 +18,23 @@
 # touching the machine's /usr/bin). Uses bin/* when built, else placeholders.
 set -euo pipefail
 
+# systemd-analyze (verify and security --offline) writes
+# /run/systemd/systemd-units-load, and mount makes /run/mount: as root the
+# whole check runs in a private mount namespace whose /run is a tmpfs.
+if [[ $(id -u) == 0 && -z ${RTSB_UNITS_CHECK_NS:-} ]] && command -v unshare >/dev/null; then
+  RTSB_UNITS_CHECK_NS=$(mktemp -d /tmp/rtsb-units-ns.XXXXXX)
+  export RTSB_UNITS_CHECK_NS
+  set +e
+  unshare --mount --propagation private "$0" "$@"
+  rc=$?
+  rm -rf "$RTSB_UNITS_CHECK_NS"
+  exit $rc
+fi
+if [[ -n ${RTSB_UNITS_CHECK_NS:-} ]]; then
+  export LIBMOUNT_UTAB=$RTSB_UNITS_CHECK_NS/utab
+  mount -t tmpfs -o mode=0755 tmpfs /run
+fi
+
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 fails=0
@@ -24,16 +43,20 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 work=$(mktemp -d /tmp/rtsb-units-check.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 units=(sandbox-host.socket sandbox-host.service sandbox-broker@.socket sandbox-broker@.service
-  sandbox-credset@.service sandbox-reaper.service sandbox-reaper.timer)
+  sandbox-credset@.service sandbox-reaper.service sandbox-reaper.timer sandbox-nats.service)
 verify=(sandbox-host.socket sandbox-host.service sandbox-broker@0123456789abcdef0123456789abcdef.socket
   sandbox-broker@0123456789abcdef0123456789abcdef.service sandbox-credset@0123456789abcdef0123456789abcdef.service
-  sandbox-reaper.service sandbox-reaper.timer)
+  sandbox-reaper.service sandbox-reaper.timer sandbox-nats.service)
 mkdir -p "$work/units" "$work/bin" "$work/ovl" "$work/man/man8"
 for u in "${units[@]}"; do cp "units/$u" "$work/units/"; done
 for b in sandbox-host sandbox-broker sandbox-reaper; do
   if [[ -x bin/$b ]]; then cp "bin/$b" "$work/bin/"; else printf '#!/bin/sh\nexit 0\n' >"$work/bin/$b"; fi
   chmod 0755 "$work/bin/$b"
 done
+# sandbox-nats lives in /usr/lib/roundtable-sandbox (a daemon, not a command).
+mkdir -p "$work/lib"
+if [[ -x bin/sandbox-nats ]]; then cp bin/sandbox-nats "$work/lib/"; else printf '#!/bin/sh\nexit 0\n' >"$work/lib/sandbox-nats"; fi
+chmod 0755 "$work/lib/sandbox-nats"
 cp packaging/man/*.8 "$work/man/man8/"
 
 # 1. verify, inside a private mount namespace where /usr/bin is an overlay
@@ -46,6 +69,11 @@ if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null; then
     mkdir -p "$0/ovl/w" "$0/ovl/u"
     cp -a "$0/bin/." "$0/ovl/u/"
     mount -t overlay overlay -o lowerdir=/usr/bin,upperdir="$0/ovl/u",workdir="$0/ovl/w" /usr/bin
+    # An overlay of /usr/lib, not a mkdir: /usr/lib/roundtable-sandbox made
+    # for the mount point would stay on the machine.
+    mkdir -p "$0/ovl/lw" "$0/ovl/lu/roundtable-sandbox"
+    cp -a "$0/lib/." "$0/ovl/lu/roundtable-sandbox/"
+    mount -t overlay overlay -o lowerdir=/usr/lib,upperdir="$0/ovl/lu",workdir="$0/ovl/lw" /usr/lib
     systemd-analyze verify "${@}"' "$work" "${verify[@]}" 2>&1)
   rc=$?
   set -e
@@ -66,7 +94,7 @@ score() {
 }
 for pair in sandbox-broker@0123456789abcdef0123456789abcdef.service:2.0 sandbox-reaper.service:3.0 \
   sandbox-credset@0123456789abcdef0123456789abcdef.service:2.5 \
-  sandbox-host.service:4.0; do
+  sandbox-host.service:4.0 sandbox-nats.service:2.0; do
   unit=${pair%:*} max=${pair##*:}
   s=$(score "$unit")
   if [[ -z $s ]]; then
@@ -96,6 +124,54 @@ for w in localhost any 127.0.0.0/8 ::1; do
 done
 ((fails > before)) || echo "ok: broker IPAddressDeny=${deny% }"
 
+# 2c. the fleet engine's unit: its own user, its store, root only for the
+#     configuration step, off by default.
+echo "== sandbox-nats.service"
+nu=units/sandbox-nats.service
+before=$fails
+for want in '^User=_sandbox-nats$' '^Group=_sandbox-nats$' '^StateDirectory=sandbox-nats$' '^RuntimeDirectory=sandbox-nats$' \
+  '^ExecStartPre=-\+/usr/bin/sandbox-host fleet config --runtime-dir /run/sandbox-nats --owner _sandbox-nats$' \
+  '^CapabilityBoundingSet=$' '^NoNewPrivileges=yes$' '^RestartPreventExitStatus=78$'; do
+  grep -Eq "$want" "$nu" || fail "$nu: no line matching $want"
+done
+# Only the configuration step runs as root: no other Exec line has a prefix.
+if grep -E '^Exec[A-Za-z]*=[-+!@:]' "$nu" | grep -v '^ExecStartPre=-+/usr/bin/sandbox-host fleet config ' | grep -q .; then
+  fail "$nu: another Exec line runs with a privilege prefix"
+fi
+# Off by default: postinst never enables or starts it (only keeps an
+# operator's enablement across upgrades and try-restarts a running one).
+pi=packaging/deb/postinst
+if [[ $(grep -c 'enable sandbox-nats.service' "$pi") != 1 ]] ||
+  ! grep -A1 'was-enabled sandbox-nats.service' "$pi" | grep -q 'deb-systemd-helper enable sandbox-nats.service'; then
+  fail "$pi: sandbox-nats.service must be enabled only when it was enabled before (off by default)"
+fi
+if grep -E 'deb-systemd-invoke +(start|restart) .*sandbox-nats' "$pi" | grep -q .; then
+  fail "$pi: starts sandbox-nats.service (it may only try-restart a running one)"
+fi
+# The host's fleet drop-in: verified on the host unit, which stays within
+# its exposure bound with it, and opens loopback only.
+fd=$work/fleetunits
+mkdir -p "$fd/sandbox-host.service.d"
+cp units/sandbox-host.service units/sandbox-host.socket "$fd/"
+cp units/sandbox-host-fleet.conf "$fd/sandbox-host.service.d/fleet.conf"
+if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null; then
+  out=$(cd "$fd" && unshare --mount --propagation private env MANPATH="$work/man:" bash -c '
+    mkdir -p "$0/ovl/w2" "$0/ovl/u2"
+    cp -a "$0/bin/." "$0/ovl/u2/"
+    mount -t overlay overlay -o lowerdir=/usr/bin,upperdir="$0/ovl/u2",workdir="$0/ovl/w2" /usr/bin
+    systemd-analyze verify sandbox-host.service' "$work" 2>&1) || out="rc=$? $out"
+  [[ -z $out ]] || fail "sandbox-host.service with the fleet drop-in: $out"
+fi
+s=$( (cd "$fd" && systemd-analyze security --offline=true --no-pager sandbox-host.service 2>&1) |
+  sed -n -E 's/.*Overall exposure level for [^:]+: ([0-9.]+).*/\1/p')
+if [[ -z $s ]] || ! awk -v s="$s" 'BEGIN {exit !(s <= 4.0)}'; then
+  fail "sandbox-host.service with the fleet drop-in: exposure '$s' (max 4.0)"
+fi
+grep -q '^IPAddressDeny=any$' units/sandbox-host-fleet.conf && grep -q '^IPAddressAllow=localhost$' units/sandbox-host-fleet.conf ||
+  fail "units/sandbox-host-fleet.conf must deny every address but loopback"
+((fails > before)) || echo "ok: sandbox-host.service with the fleet drop-in verifies, exposure ${s:-?} (max 4.0), loopback only"
+((fails > before)) || echo "ok: sandbox-nats.service runs as _sandbox-nats with its StateDirectory, root only for fleet config, off by default"
+
 # 3. sysusers.d + tmpfiles.d on a scratch root.
 echo "== sysusers.d and tmpfiles.d"
 sr=$work/root
@@ -107,7 +183,7 @@ printf 'root:x:0:\n' >"$sr/etc/group"
 if out=$(systemd-sysusers --root="$sr" roundtable-sandbox.conf 2>&1) &&
   out2=$(systemd-tmpfiles --root="$sr" --create roundtable-sandbox.conf 2>&1); then
   [[ -z $out$out2 ]] || { echo "$out"; echo "$out2"; }
-  for u in _sandbox _sandbox-broker; do
+  for u in _sandbox _sandbox-broker _sandbox-nats; do
     grep -q "^$u:x:[0-9]*:[0-9]*:[^:]*:/nonexistent:/usr/sbin/nologin$" "$sr/etc/passwd" ||
       fail "sysusers: user $u missing or not a nologin system user"
   done
@@ -142,7 +218,8 @@ elif ! command -v lintian >/dev/null; then
 else
   for d in "${debs[@]}"; do
     set +e
-    lintian --fail-on error,warning --pedantic "$d" >"$work/lintian.out" 2>&1
+    # Its temporary files (/tmp/mldbm-elf-*, which it leaves) go to $work.
+    TMPDIR=$work lintian --fail-on error,warning --pedantic "$d" >"$work/lintian.out" 2>&1
     rc=$?
     set -e
     grep -v 'running with root privileges' "$work/lintian.out" || true

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Helpers shared by bench/run.sh and its mode files. Sourced, never executed.
 
+BENCH_SLOW_MARK=bench-slow-model
 bench_log() { printf '[bench %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 bench_die() { bench_log "FATAL: $*"; exit 1; }
 # note appends a line to the report's "Notes from this run".
@@ -41,11 +42,15 @@ start_fakemodel() {
   local port_file=$WORK/fakemodel.port
   rm -f "$port_file"
   if [[ -x $BIN/fakemodel ]]; then
-    printf '%s\n' '{"rules":[{"match":"","replies":[{"text":"bench reply"}]}]}' >"$WORK/model-script.json"
+    # A turn whose text carries BENCH_SLOW_MARK is answered after
+    # BENCH_B2B_MODEL_MS (the back-to-back series' 1.5 s model); every
+    # other at once.
+    printf '{"rules":[{"match":"%s","replies":[{"text":"bench reply","delayMs":%d}]},{"match":"","replies":[{"text":"bench reply"}]}]}\n' \
+      "$BENCH_SLOW_MARK" "${BENCH_B2B_MODEL_MS:-1500}" >"$WORK/model-script.json"
     "$BIN/fakemodel" -listen 127.0.0.1:0 -port-file "$port_file" -script "$WORK/model-script.json" \
       >"$WORK/fakemodel.log" 2>&1 &
     PIDS+=($!)
-    FAKEMODEL_KIND="test/e2e/fakemodel (script: one rule, immediate text answer)"
+    FAKEMODEL_KIND="test/e2e/fakemodel (script: an immediate text answer; ${BENCH_B2B_MODEL_MS:-1500} ms for turns marked $BENCH_SLOW_MARK)"
   else
     "$BIN/sandbox-bench" fakemodel --listen 127.0.0.1:0 --addr-file "$port_file" >"$WORK/fakemodel.log" 2>&1 &
     PIDS+=($!)

@@ -16,6 +16,7 @@ CHANNEL_FIXED=bench-fixed
 CHANNEL_STANDBY=bench-standby
 CHANNEL_LOAD_PREFIX=bench-load-
 CHANNEL_B2B=bench-b2b
+CHANNEL_B2B_PAUSED=bench-b2b-paused
 BENCH_PKG=${PKG_NAME:-roundtable-sandbox}
 # Code runs (bench_code_runs): the shipped runs.* defaults
 # (packaging/sandbox.yaml) and the toolbox tag the host uses by default.
@@ -46,8 +47,20 @@ bench_ns_down() {
   ns_teardown || bench_log "WARNING: namespace teardown reported leftovers (see above)"
 }
 
+# shipped_queue KEY: queue.KEY as packaging/sandbox.yaml ships it (empty
+# when the shipped file has no such key: the host's own default applies).
+shipped_queue() {
+  awk -v k="$1" '/^[^ #]/{q=($1=="queue:")} q && $1==k":"{print $2; exit}' "$SRC/packaging/sandbox.yaml"
+}
+
 install_bench_config() {
-  local d=/etc/roundtable-sandbox
+  local d=/etc/roundtable-sandbox gc
+  # The shipped admission (issue 25: the burst series measures it as
+  # shipped): queue.globalConcurrency only when the shipped file sets it.
+  gc=$(shipped_queue globalConcurrency)
+  QUEUE_GC_LINE=""
+  [[ -n $gc ]] && QUEUE_GC_LINE="  globalConcurrency: $gc"
+
   ns_exec install -d -m 0700 -o root -g root "$d/credentials"
   printf 'sk-bench-host-%s\n' "$RANDOM$RANDOM$RANDOM" | ns_exec tee "$d/credentials/model" >/dev/null
   ns_exec chmod 0600 "$d/credentials/model"
@@ -77,7 +90,7 @@ limits:
   tmpfsMb: $LIM_TMPFS
 queue:
   depth: 8
-  globalConcurrency: 0
+$QUEUE_GC_LINE
 timeZone: UTC
 tools: []
 mcp: []
@@ -142,7 +155,7 @@ bench_run_mode() {
   ns_exec systemctl restart sandbox-host.socket sandbox-host.service
   host_wait_active
   local ch
-  for ch in "$CHANNEL_FIXED" "$CHANNEL_STANDBY" "$CHANNEL_B2B" $(seq -f "$CHANNEL_LOAD_PREFIX%02g" 0 $((BENCH_LOAD_CHANNELS - 1))); do
+  for ch in "$CHANNEL_FIXED" "$CHANNEL_STANDBY" "$CHANNEL_B2B" "$CHANNEL_B2B_PAUSED" $(seq -f "$CHANNEL_LOAD_PREFIX%02g" 0 $((BENCH_LOAD_CHANNELS - 1))); do
     ns_exec /usr/bin/sandbox-host channel on "$ch" >/dev/null || bench_die "sandbox-host channel on $ch failed"
   done
 
@@ -178,6 +191,8 @@ bench_run_mode() {
     note "- The journal phase extraction failed; only the host's histograms are shown."
 
   bench_code_runs
+  bench_run_standby
+  bench_units
 
   if [[ ${BENCH_VARIANTS:-1} == 1 ]]; then
     bench_log "docker run flag variants: ${BENCH_VARIANT_ROUNDS:-20} rounds"
@@ -191,10 +206,8 @@ bench_run_mode() {
   ns_exec "$BIN/sandbox-bench" load --out "$BENCH_RESULTS/load.json" --host-socket "$HOST_SOCK" \
     --channels "$BENCH_LOAD_CHANNELS" --turns "$BENCH_LOAD_TURNS" --channel-prefix "$CHANNEL_LOAD_PREFIX"
 
-  bench_log "back to back: ${BENCH_B2B_TURNS:-20} turns on one channel"
-  ns_exec "$BIN/sandbox-bench" backtoback --out "$BENCH_RESULTS/backtoback.json" --host-socket "$HOST_SOCK" \
-    --channel "$CHANNEL_B2B" --turns "${BENCH_B2B_TURNS:-20}" ||
-    note "- The back-to-back series failed (see the log of make bench)."
+  bench_backtoback
+  bench_burst
 
   write_sizes ns_exec docker
 
@@ -231,8 +244,8 @@ bench_standby_mem() {
   local n=${BENCH_IDLE_CHANNELS:-64} ch
   ((n > 0)) || return 0
   bench_log "idle cost of $n channels' standbys (standby.max: $n)"
-  for ch in "$CHANNEL_FIXED" "$CHANNEL_STANDBY" "$CHANNEL_B2B" $(seq -f "$CHANNEL_LOAD_PREFIX%02g" 0 $((BENCH_LOAD_CHANNELS - 1))); do
-    ns_exec /usr/bin/sandbox-host channel off "$ch" >/dev/null || bench_die "sandbox-host channel off $ch failed"
+  for ch in "$CHANNEL_FIXED" "$CHANNEL_STANDBY" "$CHANNEL_B2B" "$CHANNEL_B2B_PAUSED" $(seq -f "$CHANNEL_LOAD_PREFIX%02g" 0 $((BENCH_LOAD_CHANNELS - 1))); do
+    ns_exec /usr/bin/sandbox-host channel off "$ch" >/dev/null || note "- sandbox-host channel off $ch failed before the idle-cost series."
   done
   printf 'standby:\n  max: %d\n' "$n" | ns_exec tee -a /etc/roundtable-sandbox/sandbox.yaml >/dev/null
   ns_exec systemctl restart sandbox-host.service
@@ -292,4 +305,122 @@ bench_code_runs() {
     --memory-mb $RUN_MEM --cpus $RUN_CPUS --pids $RUN_PIDS --tmpfs-mb $RUN_TMPFS --output-mb $RUN_OUTPUT \
     --log-driver journald --log-tag sandbox/bench-run --engine unix:///run/docker.sock ||
     note "- The code-run series failed (see the log of make bench)."
+}
+
+# bench_backtoback: 20 turns on one channel with the 1.5 s model, each posted
+# as the previous reply arrives, beside the same on another channel with a
+# 2 s pause between turns (the baseline: the replacement standby has time).
+# Each channel gets a first turn and its standby first, off the clock.
+bench_backtoback() {
+  local n=${BENCH_B2B_TURNS:-20} ch
+  # The load channels' standbys fill standby.max (16, shipped): switched off
+  # first, so these two channels can hold one each.
+  for ch in $(seq -f "$CHANNEL_LOAD_PREFIX%02g" 0 $((BENCH_LOAD_CHANNELS - 1))); do
+    ns_exec /usr/bin/sandbox-host channel off "$ch" >/dev/null || note "- sandbox-host channel off $ch failed."
+  done
+  for ch in "$CHANNEL_B2B" "$CHANNEL_B2B_PAUSED"; do
+    ns_exec /usr/bin/sandbox-host turn "$ch" --speaker-id bench-user --text "prime the conversation" >/dev/null ||
+      note "- The priming turn on $ch failed."
+  done
+  bench_log "back to back: $n turns on one channel (model answers in ${BENCH_B2B_MODEL_MS:-1500} ms), then with a 2 s pause"
+  ns_exec "$BIN/sandbox-bench" backtoback --out "$BENCH_RESULTS/backtoback.json" --host-socket "$HOST_SOCK" \
+    --channel "$CHANNEL_B2B" --turns "$n" --text "hello from the back-to-back benchmark [$BENCH_SLOW_MARK]" \
+    --model-delay "${BENCH_B2B_MODEL_MS:-1500}ms" ||
+    note "- The back-to-back series failed (see the log of make bench)."
+  ns_exec "$BIN/sandbox-bench" backtoback --out "$BENCH_RESULTS/backtoback-paused.json" --host-socket "$HOST_SOCK" \
+    --channel "$CHANNEL_B2B_PAUSED" --turns "$n" --text "hello from the back-to-back benchmark [$BENCH_SLOW_MARK]" \
+    --model-delay "${BENCH_B2B_MODEL_MS:-1500}ms" --pause 2s ||
+    note "- The paused back-to-back baseline failed (see the log of make bench)."
+}
+
+# bench_burst: 64 first turns at once on fresh channels, on the shipped
+# admission and on fixed globalConcurrency caps 4 and 16, interleaved by
+# rounds (BENCH_BURST_ROUNDS, 2; 0 skips). The host is restarted per
+# variant; sandbox-bench restores the config at the end.
+bench_burst() {
+  local rounds=${BENCH_BURST_ROUNDS:-2} n=${BENCH_BURST_CHANNELS:-64}
+  ((rounds > 0)) || return 0
+  bench_log "burst: $n first turns at once, shipped admission beside globalConcurrency 4 and 16, $rounds rounds"
+  ns_exec "$BIN/sandbox-bench" burst --out "$BENCH_RESULTS/burst.json" --host-socket "$HOST_SOCK" \
+    --channels "$n" --rounds "$rounds" --caps "${BENCH_BURST_CAPS:-4,16}" ||
+    note "- The burst series failed (see the log of make bench)."
+  host_wait_active
+}
+
+# config_refusal FILE: empty when the installed host accepts FILE, else
+# doctor's words on why not.
+config_refusal() {
+  local v
+  v=$(ns_exec /usr/bin/sandbox-host --config "$1" --json doctor 2>/dev/null |
+    jq -r '.checks[]? | select(.name=="config") | .status + " " + .detail' 2>/dev/null || true)
+  case $v in
+  "ok "*) ;;
+  "") echo "sandbox-host doctor gave no verdict on the config" ;;
+  *) echo "${v#* }" ;;
+  esac
+}
+
+# bench_run_standby: the code-run series again with runs.standby declaring
+# the shape echo ready has (no project, no setup), beside docker run --rm;
+# "not measured" in the report when the installed host refuses the key.
+bench_run_standby() {
+  local rounds=${BENCH_RUN_ROUNDS:-20} out=$BENCH_RESULTS/runs-standby.json cfg=/etc/roundtable-sandbox/sandbox.yaml why
+  ((rounds > 0)) || return 0
+  if [[ -z ${TOOLBOX_TAR:-} ]]; then
+    printf '{"skipped":"no toolbox image: %s"}\n' "$(printf '%s' "${TOOLBOX_SKIP:-}" | tr -d '"\\')" >"$out"
+    return 0
+  fi
+  ns_exec cp -a "$cfg" "$WORK/sandbox.yaml.before-run-standby"
+  # The shape (BENCH_RUN_STANDBY_YAML): lines added under runs:.
+  local shape=${BENCH_RUN_STANDBY_YAML:-'  standby:
+    - project: ""
+      setup: false'}
+  awk -v add="$shape" '{print} /^runs:/{print add}' "$WORK/sandbox.yaml.before-run-standby" >"$WORK/sandbox.yaml.run-standby"
+  chmod 0644 "$WORK/sandbox.yaml.run-standby"
+  why=$(config_refusal "$WORK/sandbox.yaml.run-standby")
+  if [[ -n $why ]]; then
+    bench_log "run standby series not measured: the host refuses runs.standby"
+    jq -n --arg s "the installed host refuses runs.standby (doctor: $why)" '{skipped:$s}' >"$out"
+    return 0
+  fi
+  ns_exec install -m 0640 -o root -g _sandbox "$WORK/sandbox.yaml.run-standby" "$cfg"
+  ns_exec systemctl reset-failed sandbox-host.service >/dev/null 2>&1 || true
+  ns_exec systemctl restart sandbox-host.service
+  host_wait_active
+  bench_log "code runs on a run standby: $rounds rounds x (host API run, docker run --rm)"
+  ns_exec "$BIN/sandbox-bench" runs --out "$out" --rounds "$rounds" --warmup "$BENCH_WARMUP" \
+    --host-socket "$HOST_SOCK" --host-label "sandbox-host run on a run standby (API: POST /v1/runs, events)" --settle 2s \
+    --image "$RUN_IMAGE" --uid "$RUN_UID" --workspace "$WORK/run-empty" \
+    --memory-mb $RUN_MEM --cpus $RUN_CPUS --pids $RUN_PIDS --tmpfs-mb $RUN_TMPFS --output-mb $RUN_OUTPUT \
+    --log-driver journald --log-tag sandbox/bench-run ||
+    note "- The run standby series failed (see the log of make bench)."
+  ns_exec install -m 0640 -o root -g _sandbox "$WORK/sandbox.yaml.before-run-standby" "$cfg"
+  ns_exec systemctl restart sandbox-host.service
+  host_wait_active
+}
+
+# bench_units: the broker units' start over D-Bus, the host's flow before
+# issue 25 (socket start waited, service start queued; a standby: and then
+# the service start waited) beside the one it has now (one service start
+# waited), as the host's user, so polkit checks every call; then systemd's
+# job times from the journal over that window. BENCH_UNIT_ROUNDS (30; 0 skips).
+bench_units() {
+  local rounds=${BENCH_UNIT_ROUNDS:-30} uid gid d=$WORK/units
+  ((rounds > 0)) || return 0
+  uid=$(ns_exec id -u _sandbox) gid=$(ns_exec id -g _sandbox)
+  mkdir -p "$d" && chown "$uid:$gid" "$d"
+  bench_log "broker unit starts over D-Bus: $rounds rounds x (before: 2 calls, now: 1 call, standby before: 3 calls)"
+  ns_exec setpriv --reuid "$uid" --regid "$gid" --clear-groups \
+    "$BIN/sandbox-bench" units --out "$d/units.json" --rounds "$rounds" ||
+    { note "- The unit-start series failed (see the log of make bench)."; return 0; }
+  cp "$d/units.json" "$BENCH_RESULTS/units.json"
+  ns_exec "$BIN/sandbox-bench" phases --fixedcost "$BENCH_RESULTS/units.json" --out "$BENCH_RESULTS/units-phases.json" ||
+    note "- The journal extraction over the unit-start series failed."
+  # What the units' own sandbox costs: one drop-in at a time (as root,
+  # removed at the end). BENCH_UNIT_VARIANT_ROUNDS (8; 0 skips).
+  if ((${BENCH_UNIT_VARIANT_ROUNDS:-8} > 0)); then
+    bench_log "broker unit starts with one drop-in at a time: ${BENCH_UNIT_VARIANT_ROUNDS:-8} rounds"
+    ns_exec "$BIN/sandbox-bench" unitvariants --out "$BENCH_RESULTS/unit-variants.json" --rounds "${BENCH_UNIT_VARIANT_ROUNDS:-8}" ||
+      note "- The unit drop-in variants failed (see the log of make bench)."
+  fi
 }

@@ -30,7 +30,7 @@ if [[ ${SANDBOX_DEB_PREBUILT:-} == 1 ]]; then
 else
   make build image-archive
 fi
-for b in sandbox-host sandbox-broker sandbox-reaper sandbox-worker; do
+for b in sandbox-host sandbox-broker sandbox-reaper sandbox-worker sandbox-nats; do
   [[ -x $bin/$b ]] || die "$bin/$b missing: run make build"
 done
 [[ -f $image ]] || die "$image missing: run make image-archive"
@@ -50,11 +50,17 @@ inst 0644 "$image" usr/lib/roundtable-sandbox/worker-image.tar
 # The static worker `sandbox-host toolbox build` puts into the toolbox image
 # (doctor compares the image's copy with this one after an upgrade).
 inst 0755 "$bin/sandbox-worker" usr/lib/roundtable-sandbox/sandbox-worker
+# The fleet's engine (nats-server from its Go module), run only by
+# sandbox-nats.service: a daemon, not a command, so no man page of its own.
+inst 0755 "$bin/sandbox-nats" usr/lib/roundtable-sandbox/sandbox-nats
 
 for u in sandbox-host.socket sandbox-host.service sandbox-broker@.socket sandbox-broker@.service sandbox-credset@.service \
-  sandbox-reaper.service sandbox-reaper.timer; do
+  sandbox-reaper.service sandbox-reaper.timer sandbox-nats.service; do
   inst 0644 "units/$u" "lib/systemd/system/$u"
 done
+# The host's drop-in for a fleet (README, Fleet): shipped, never installed
+# as a drop-in by the package (one box keeps PrivateNetwork=yes).
+inst 0644 units/sandbox-host-fleet.conf usr/share/roundtable-sandbox/sandbox-host-fleet.conf
 inst 0644 units/sysusers.d/roundtable-sandbox.conf usr/lib/sysusers.d/roundtable-sandbox.conf
 inst 0644 units/tmpfiles.d/roundtable-sandbox.conf usr/lib/tmpfiles.d/roundtable-sandbox.conf
 inst 0644 units/polkit/60-roundtable-sandbox.rules usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules
@@ -70,6 +76,10 @@ else
   rm "$stage/placeholder.yaml"
 fi
 install -d -m 0700 "$stage/etc/roundtable-sandbox/credentials"
+# The fleet's files (README, Fleet): CA, this box's certificate and key,
+# its nkey seed, JetStream's encryption key; root's, the host's group may
+# enter (it reads ca.pem and the seed).
+install -d -m 0750 "$stage/etc/roundtable-sandbox/fleet"
 
 # Man pages, compressed reproducibly.
 for m in packaging/man/*.8; do
@@ -90,7 +100,7 @@ chmod 0644 "$comp"
 # Documentation: copyright (with the embedded Go modules) and changelog.
 doc=$stage/usr/share/doc/$pkg
 mkdir -p "$doc"
-modules=$(for b in sandbox-host sandbox-broker sandbox-reaper sandbox-worker; do go version -m "$bin/$b" 2>/dev/null; done |
+modules=$(for b in sandbox-host sandbox-broker sandbox-reaper sandbox-worker sandbox-nats; do go version -m "$bin/$b" 2>/dev/null; done |
   awk '$1 == "dep" {print " " $2 " " $3}' | sort -u)
 [[ -n $modules ]] || modules=" (module list unavailable: binaries carry no build info)"
 awk -v mods="$modules" '$0 == "@MODULES@" {print mods; next} {print}' "$deb/copyright.in" >"$doc/copyright"

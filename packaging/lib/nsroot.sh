@@ -103,6 +103,8 @@ UNIT
 #!/bin/bash
 set -e
 w=$w
+# libmount would make /run/mount on the machine's /run.
+export LIBMOUNT_UTAB=\$w/utab
 mount --make-rprivate /
 mount -t tmpfs -o mode=0755 tmpfs \$w/t
 mkdir -p \$w/t/upper \$w/t/work \$w/t/root

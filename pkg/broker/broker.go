@@ -168,6 +168,10 @@ func New(cfg Config) (*Broker, error) {
 			d = &safefetch.Dialer{Local: cfg.LocalAddrs}
 		}
 		proxy = egress.New(d, *g, cfg.Policy.Deadline(), log.With("turn", cfg.Policy.TurnID, "route", "egress"))
+		var err error
+		if proxy, err = proxy.WithCredentials(egressInjector{cfg.Credentials}); err != nil {
+			return nil, fmt.Errorf("broker: policy egress: %w", err)
+		}
 	}
 	var rich *richState
 	var anth *anthropicState

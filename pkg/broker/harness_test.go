@@ -224,7 +224,7 @@ func newHarnessMCP(t *testing.T, mutate func(*policy.Policy), withMCP bool) *har
 	return h
 }
 
-func writeFile(t *testing.T, path, content string) {
+func writeFile(t testing.TB, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o700); err != nil {
 		t.Fatal(err)

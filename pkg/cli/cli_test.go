@@ -67,7 +67,7 @@ func fakeMachine(t *testing.T) (string, doctorDeps) {
 	}
 	os.WriteFile(filepath.Join(dir, "creds", "model"), []byte("sk-secret-value\n"), 0o600)
 	os.WriteFile(filepath.Join(dir, "creds", "mcp-key"), []byte("mcp-secret-value\n"), 0o600)
-	for _, u := range []string{"sandbox-host.socket", "sandbox-host.service", "sandbox-broker@.socket", "sandbox-broker@.service", "sandbox-credset@.service", "sandbox-reaper.service", "sandbox-reaper.timer"} {
+	for _, u := range []string{"sandbox-host.socket", "sandbox-host.service", "sandbox-broker@.socket", "sandbox-broker@.service", "sandbox-credset@.service", "sandbox-reaper.service", "sandbox-reaper.timer", "sandbox-nats.service"} {
 		os.WriteFile(filepath.Join(dir, "units", u), nil, 0o644)
 	}
 	rule := filepath.Join(dir, "units", "60-roundtable-sandbox.rules")
@@ -146,6 +146,10 @@ func TestDoctorFailuresCarryRemedies(t *testing.T) {
 		}},
 		{"credential missing", "credentials", "install -m 0600", func(_ string, d *doctorDeps) {
 			os.Remove(filepath.Join(d.credDir, "model"))
+		}},
+		{"egress credential missing", "credentials", "install -m 0600", func(path string, d *doctorDeps) {
+			b, _ := os.ReadFile(path)
+			os.WriteFile(path, append(b, []byte("egress:\n  credentials:\n    - {name: git, host: git.example.com, port: 443, credential: git-token, header: Authorization, format: \"Bearer {}\", clients: [1000]}\n")...), 0o600)
 		}},
 		{"polkit missing", "polkit", "reinstall", func(_ string, d *doctorDeps) { d.polkitRules = []string{"/nonexistent"} }},
 		{"unit missing", "units", "daemon-reload", func(_ string, d *doctorDeps) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/container"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetnats"
 	"github.com/roundtable-sandbox/sandbox/pkg/host"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/mcp"
@@ -73,10 +74,13 @@ type doctorDeps struct {
 	toolbox     toolboxInspector                  // toolbox.go
 	fileSHA256  func(path string) (string, error) // the host's sandbox-worker, for the toolbox check
 	readFile    func(path string) ([]byte, error)
-	resolvConf  string // the resolver configuration brokers read (doctorresolver.go)
-	credDir     string
-	unitDirs    []string
-	polkitRules []string
+	fleetHealth func(ctx context.Context, f config.Fleet) []fleetnats.Finding // doctorfleet.go
+	// unitProperty asks systemd for one property of a unit (doctorfleet.go).
+	unitProperty func(ctx context.Context, unit, prop string) (string, error)
+	resolvConf   string // the resolver configuration brokers read (doctorresolver.go)
+	credDir      string
+	unitDirs     []string
+	polkitRules  []string
 }
 
 func realDoctorDeps() doctorDeps {
@@ -101,14 +105,16 @@ func realDoctorDeps() doctorDeps {
 		listTools: func(ctx context.Context, s policy.MCPServer, cred string) ([]mcp.Tool, error) {
 			return mcp.ListTools(ctx, s, cred, mcp.Options{Timeout: 15 * time.Second})
 		},
-		unitState:   systemctlShow,
-		toolbox:     realToolboxInspector,
-		fileSHA256:  toolbox.FileSHA256,
-		readFile:    os.ReadFile,
-		resolvConf:  "/etc/resolv.conf",
-		credDir:     layout.CredentialsDir,
-		unitDirs:    []string{"/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system"},
-		polkitRules: []string{"/usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules", "/etc/polkit-1/rules.d/60-roundtable-sandbox.rules"},
+		unitState:    systemctlShow,
+		toolbox:      realToolboxInspector,
+		fileSHA256:   toolbox.FileSHA256,
+		readFile:     os.ReadFile,
+		fleetHealth:  realFleetHealth,
+		unitProperty: systemctlProperty,
+		resolvConf:   "/etc/resolv.conf",
+		credDir:      layout.CredentialsDir,
+		unitDirs:     []string{"/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system"},
+		polkitRules:  []string{"/usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules", "/etc/polkit-1/rules.d/60-roundtable-sandbox.rules"},
 	}
 }
 
@@ -117,6 +123,7 @@ func doctorCmd(g *globals) *cobra.Command {
 		Use:   "doctor",
 		Short: "Check that this machine can run turns; print each failure with its remedy",
 		Long: "doctor checks the configuration, the service user's directories, Docker and the worker image, the installed units and polkit rule,\n" +
+			"the fleet when fleet.enabled (this box's sandbox-nats, the connection over TLS, JetStream, the family's streams and buckets with their replicas and leaders, this box's permissions; \"fleet: off\" otherwise),\n" +
 			"that the brokers' resolver is not a link-local address their unit denies, " +
 			"that every configured credential NAME has a file (values are never printed; reading them needs root), and that MCP servers answer with the declared tools.\n" +
 			"It exits non-zero when any check fails.",
@@ -203,7 +210,7 @@ func runDoctor(ctx context.Context, path string, d doctorDeps) Report {
 		doctorDocker(ctx, cfg, d, add)
 	}
 
-	for _, u := range []string{"sandbox-host.socket", "sandbox-host.service", "sandbox-broker@.socket", "sandbox-broker@.service", "sandbox-credset@.service", "sandbox-reaper.service", "sandbox-reaper.timer"} {
+	for _, u := range []string{"sandbox-host.socket", "sandbox-host.service", "sandbox-broker@.socket", "sandbox-broker@.service", "sandbox-credset@.service", "sandbox-reaper.service", "sandbox-reaper.timer", NATSUnit} {
 		found := ""
 		for _, dir := range d.unitDirs {
 			if _, err := d.stat(filepath.Join(dir, u)); err == nil {
@@ -237,6 +244,7 @@ func runDoctor(ctx context.Context, path string, d doctorDeps) Report {
 		doctorSkills(cfg, d, add)
 		creds := doctorCredentials(cfg, d, add)
 		doctorMCP(ctx, cfg, d, creds, add)
+		doctorFleet(ctx, cfg, d, add)
 	}
 	rep.OK = true
 	for _, c := range rep.Checks {
@@ -352,6 +360,9 @@ func credentialNames(cfg *config.Config) []string {
 	}
 	for _, s := range cfg.MCP {
 		addName(s.Credential)
+	}
+	for _, e := range cfg.Egress.Credentials {
+		addName(e.Credential)
 	}
 	return out
 }

@@ -118,6 +118,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.AddCommand(delegateCmd(g), jobsCmd(g))
 	root.AddCommand(precheckCmd(g))
 	root.AddCommand(mcpCmd(g))
+	root.AddCommand(fleetCmd(g))
 	return root
 }
 

@@ -43,7 +43,9 @@ Shell mode: sandbox-host run --command 'pytest -q && ls /output'
 The project (--project, as the operator declared it in runs.projects) is read-only at /workspace;
 /output is writable and --artifact PATH exports a file from it (written under --out DIR).
 --network asks for network for this run only: it waits until an admin approves it
-(sandbox-host run approve ID). Exit status: the command's; 124 on timeout; 125 when the run
+(sandbox-host run approve ID). --credential NAME (with --network) also asks for one of the
+operator's credentialed destinations (egress.credentials): the broker adds its credential to
+the run's requests to that host, the run never holds it. Exit status: the command's; 124 on timeout; 125 when the run
 was denied, cancelled or could not be carried out.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if p.Command == "" {
@@ -67,6 +69,7 @@ was denied, cancelled or could not be carried out.`,
 	f.StringVar(&p.Project, "project", "", "project to mount read-only at /workspace (runs.projects)")
 	f.StringVarP(&p.Command, "command", "c", "", "shell command (shell mode) instead of an argv after --")
 	f.BoolVar(&p.Network, "network", false, "ask for network for this run (an admin must approve it)")
+	f.StringArrayVar(&p.Credentials, "credential", nil, "with --network: a credentialed destination (egress.credentials) the broker adds to the run's requests (repeatable; the approval shows it)")
 	f.IntVar(&timeout, "timeout", runs.DefaultTimeoutSeconds, "kill the run after this many seconds (1 to 3600)")
 	f.StringArrayVar(&p.Artifacts, "artifact", nil, "file under /output to export (repeatable)")
 	f.StringArrayVar(&p.Setup, "setup", nil, "shell command run as root before the command, e.g. package installation (repeatable)")
@@ -94,7 +97,11 @@ func runAndFollow(cmd *cobra.Command, g *globals, p runs.Params, out string, det
 	}
 	stderr := cmd.ErrOrStderr()
 	if st.State == runs.StateAwaitingApproval {
-		fmt.Fprintf(stderr, "%srun %s awaits an admin's approval of network: sandbox-host run approve %s (or deny)\n", prefix, st.ID, st.ID)
+		what := "network"
+		if len(st.Credentials) > 0 {
+			what = "network with the credentials " + strings.Join(st.Credentials, ", ")
+		}
+		fmt.Fprintf(stderr, "%srun %s awaits an admin's approval of %s: sandbox-host run approve %s (or deny)\n", prefix, st.ID, what, st.ID)
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
@@ -299,6 +306,9 @@ func printRun(w io.Writer, st runs.Status) {
 	}
 	if st.Standby {
 		fields = append(fields, "standby")
+	}
+	if len(st.Credentials) > 0 {
+		fields = append(fields, "credentials="+strings.Join(st.Credentials, ","))
 	}
 	if st.Error != "" {
 		fields = append(fields, fmt.Sprintf("reason=%q", st.Error))

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -211,5 +212,49 @@ func TestRunArtifactPathsNeverRawToTheTerminal(t *testing.T) {
 	}
 	if !strings.Contains(stderr, `"a\x1b[2Jb.txt"`) || !strings.Contains(stderr, `"invoice\u202efdp.exe"`) {
 		t.Errorf("stderr %q lacks the quoted paths", stderr)
+	}
+}
+
+// TestRunCredentialFlag: --credential (repeatable) asks for credentialed
+// destinations by name; the wait for approval and `run show` name them.
+func TestRunCredentialFlag(t *testing.T) {
+	zero := 0
+	id := strings.Repeat("ef", 16)
+	final := runs.Status{ID: id, State: runs.StateFinished, Result: runs.ResultOK, ExitCode: &zero, Network: true,
+		Credentials: []string{"git", "api"}}
+	sock := filepath.Join(t.TempDir(), "host.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	posted := make(chan runs.Params, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/runs", func(w http.ResponseWriter, r *http.Request) {
+		var p runs.Params
+		json.NewDecoder(r.Body).Decode(&p)
+		posted <- p
+		w.WriteHeader(http.StatusAccepted)
+		json.NewEncoder(w).Encode(runs.Status{ID: id, State: runs.StateAwaitingApproval, Network: true, Credentials: p.Credentials})
+	})
+	mux.HandleFunc("GET /v1/runs/{id}", func(w http.ResponseWriter, r *http.Request) { json.NewEncoder(w).Encode(final) })
+	mux.HandleFunc("GET /v1/runs/{id}/events", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(runs.Event{Seq: 1, Type: runs.EventResult, Status: &final})
+	})
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	code, _, stderr := runCLI("--socket", sock, "run", "--network", "--credential", "git", "--credential", "api", "--", "true")
+	if code != 0 {
+		t.Fatalf("run: %d %q", code, stderr)
+	}
+	if p := <-posted; !slices.Equal(p.Credentials, []string{"git", "api"}) || !p.Network {
+		t.Errorf("posted %+v, want the credentials and network", p)
+	}
+	if !strings.Contains(stderr, "approval of network with the credentials git, api") {
+		t.Errorf("stderr %q does not name the credentials awaiting approval", stderr)
+	}
+	if code, stdout, _ := runCLI("--socket", sock, "run", "show", id); code != 0 || !strings.Contains(stdout, "credentials=git,api") {
+		t.Errorf("run show: %d %q", code, stdout)
 	}
 }

@@ -184,6 +184,9 @@ func (k *Kind) Start(p runs.Params, owner int) (runs.Status, error) {
 	err := p.Validate(runs.ParamLimits{MaxArtifacts: rc.MaxArtifacts, ProjectKnown: func(name string) bool {
 		_, ok := rc.ProjectPath(name)
 		return ok
+	}, CredentialAvailable: func(name string) bool {
+		e, ok := k.cfg.EgressCredential(name)
+		return ok && e.MayAsk(p.Project, owner)
 	}})
 	if err != nil {
 		return runs.Status{}, err
@@ -203,7 +206,7 @@ func (k *Kind) Start(p runs.Params, owner int) (runs.Status, error) {
 		return runs.Status{}, err
 	}
 	k.log.Info("run admitted", "run", r.ID(), "owner_uid", owner, "mode", p.Mode(), "project", p.Project,
-		"network", p.Network, "setup", len(p.Setup), "timeout_s", p.TimeoutSeconds, "artifacts", len(p.Artifacts))
+		"network", p.Network, "credentials", p.Credentials, "setup", len(p.Setup), "timeout_s", p.TimeoutSeconds, "artifacts", len(p.Artifacts))
 	go func() {
 		defer done() // shutdown waits for the run's cleanup
 		k.drive(r)
@@ -275,7 +278,7 @@ func (k *Kind) drive(r *runs.Run) {
 		}
 		st := r.Summary()
 		if st.ApprovedBy != nil {
-			log.Info("run network approved", "by_uid", *st.ApprovedBy)
+			log.Info("run network approved", "by_uid", *st.ApprovedBy, "credentials", st.Credentials)
 		}
 	}
 	release, err := k.host.Slot(ctx, ids.RunName(id))
@@ -381,7 +384,7 @@ func (k *Kind) execute(ctx context.Context, r *runs.Run, log *slog.Logger) (fin 
 			}
 		}
 		if p.Network {
-			if err := k.prepareBroker(runCtx, t); err != nil {
+			if err := k.prepareBroker(runCtx, t, p.Credentials); err != nil {
 				return systemErr("broker", err)
 			}
 		}
@@ -581,9 +584,11 @@ func (k *Kind) gate(slot, guest int) (string, error) {
 }
 
 // prepareBroker gives an approved network run its broker: a turn
-// directory, an egress-only policy (egress.allow, the default grant, the
-// run's deadline; no model, tool or credential) and the socket unit.
-func (k *Kind) prepareBroker(ctx context.Context, t *sandbox.Handle) error {
+// directory, an egress-only policy (egress.allow, the default grant with
+// exactly the approved credentialed destinations, the run's deadline; no
+// model or tool) and the socket unit. credset copies only the
+// credentials those destinations name.
+func (k *Kind) prepareBroker(ctx context.Context, t *sandbox.Handle, creds []string) error {
 	c := k.cfg
 	var err error
 	if t.Dir, err = layout.TurnDir(c.RunRoot, t.ID); err != nil {
@@ -593,6 +598,9 @@ func (k *Kind) prepareBroker(ctx context.Context, t *sandbox.Handle) error {
 		return err
 	}
 	g := policy.DefaultEgress()
+	if g.Credentials, g.TestRootCA, err = k.egressCredentials(creds); err != nil {
+		return err
+	}
 	pol := policy.Policy{
 		Version: policy.Version, TurnID: t.ID,
 		Identity:       policy.Identity{Channel: t.Channel, ChannelTag: t.Tag},
@@ -619,6 +627,40 @@ func (k *Kind) prepareBroker(ctx context.Context, t *sandbox.Handle) error {
 	return k.life.Units().StartBroker(ctx, t.ID)
 }
 
+// egressCredentials are the policy entries of a run's approved
+// credentialed destinations (validated at admission; the configuration
+// does not change under a running host) and the test root CA, if the
+// operator's test configuration sets one.
+func (k *Kind) egressCredentials(names []string) ([]policy.EgressCredential, string, error) {
+	if len(names) == 0 {
+		return nil, "", nil
+	}
+	out := make([]policy.EgressCredential, 0, len(names))
+	for _, n := range names {
+		e, ok := k.cfg.EgressCredential(n)
+		if !ok {
+			return nil, "", fmt.Errorf("credential destination %q is no longer declared (egress.credentials)", n)
+		}
+		out = append(out, e.Policy())
+	}
+	ca, err := k.cfg.TestRootCA()
+	if err != nil {
+		return nil, "", err
+	}
+	return out, ca, nil
+}
+
+// credentialedHosts are the job's host:port destinations of names.
+func (k *Kind) credentialedHosts(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if e, ok := k.cfg.EgressCredential(n); ok {
+			out = append(out, e.Policy().Dest())
+		}
+	}
+	return out
+}
+
 // DeadlineBound is the latest a run's objects may live: its start plus
 // its timeout, or, before it started, now plus the approval wait and the
 // timeout.
@@ -636,7 +678,8 @@ func (k *Kind) job(p runs.Params, uid int) wire.Job {
 	rc := k.cfg.Runs
 	job := wire.Job{
 		Setup: p.Setup, UID: uid, GID: uid, Proxy: p.Network, Artifacts: p.Artifacts,
-		MaxOutputBytes: rc.MaxOutputBytes, MaxArtifactBytes: rc.MaxArtifactBytes, MaxArtifactTotalBytes: rc.MaxArtifactTotalBytes,
+		CredentialedHosts: k.credentialedHosts(p.Credentials),
+		MaxOutputBytes:    rc.MaxOutputBytes, MaxArtifactBytes: rc.MaxArtifactBytes, MaxArtifactTotalBytes: rc.MaxArtifactTotalBytes,
 	}
 	if p.Mode() == runs.ModeShell {
 		job.Command = p.Command

@@ -80,6 +80,7 @@ type Config struct {
 	Prechecks           Prechecks  `mapstructure:"prechecks"`
 	Rich                Rich       `mapstructure:"rich"`
 	Profiles            []Profile  `mapstructure:"profiles"`
+	Fleet               Fleet      `mapstructure:"fleet"`
 }
 
 // Runs configures code execution (DESIGN.md section 12, package runs): the
@@ -203,6 +204,12 @@ func (c *Config) StandbyMaxAge() time.Duration {
 // "address:port" destinations (a LAN mirror, say). Nothing else widens it.
 type Egress struct {
 	Allow []string `mapstructure:"allow"`
+	// Credentials are the credentialed destinations runs may ask for
+	// (egresscredentials.go).
+	Credentials []EgressCredential `mapstructure:"credentials"`
+	// TestRootCAFile is a test-only root CA for loopback IP literal
+	// credentialed destinations ("" in every real configuration).
+	TestRootCAFile string `mapstructure:"testRootCAFile"`
 }
 
 // Guests is the reserved id range the containers run in: each channel's
@@ -528,10 +535,12 @@ func (c *Config) Validate() error {
 	c.validateCredentials(bad)
 	c.validateTools(bad)
 	c.validateEgress(bad)
+	c.validateEgressCredentials(bad)
 	c.validateRuns(bad)
 	c.validateDelegation(bad)
 	c.validatePrechecks(bad)
 	c.validateRich(bad)
+	c.validateFleet(bad)
 
 	for _, a := range []struct {
 		key string

@@ -12,7 +12,7 @@ const DefaultPrompt = "You assist the guests in this channel. Use only the tools
 // what makes a SANDBOX_* environment override visible to viper.
 func defaults() map[string]any {
 	l := policy.DefaultLimits()
-	return map[string]any{
+	d := map[string]any{
 		"installation":        "default",
 		"image":               layout.DefaultImage,
 		"imageArchive":        layout.ImageArchive,
@@ -71,7 +71,9 @@ func defaults() map[string]any {
 		"guests.uidBase":  DefaultGuestUIDBase,
 		"guests.uidCount": DefaultGuestUIDCount,
 
-		"egress.allow": []string{},
+		"egress.allow":          []string{},
+		"egress.credentials":    []any{},
+		"egress.testRootCAFile": "",
 
 		"standby.enabled":       true,
 		"standby.maxAgeSeconds": 300,
@@ -143,6 +145,10 @@ func defaults() map[string]any {
 		"rich.skillsDir":                            "",
 		"profiles":                                  []any{},
 	}
+	for k, v := range fleetDefaults() {
+		d[k] = v
+	}
+	return d
 }
 
 // The default guest range, 2147000000..2147065535, lies in the block

@@ -96,7 +96,7 @@ func Reflected(v any, secrets ...Secret) bool {
 // normalize lower-cases ASCII letters and drops ASCII whitespace. It maps
 // each byte on its own, so a form inside a text stays inside the
 // normalised text.
-func normalize(dst []byte, s string) []byte {
+func normalize[T string | []byte](dst []byte, s T) []byte {
 	dst = slices.Grow(dst, len(s))
 	n := len(dst)
 	dst = dst[:n+len(s)]

@@ -32,7 +32,12 @@ func newStream(m *matcher) *Stream {
 
 // Reflects appends piece to the text and reports whether the text, so far,
 // reflects a secret.
-func (s *Stream) Reflects(piece string) bool {
+func (s *Stream) Reflects(piece string) bool { return reflectsPiece(s, piece) }
+
+// reflectsBytes is Reflects without copying piece into a string.
+func (s *Stream) reflectsBytes(piece []byte) bool { return reflectsPiece(s, piece) }
+
+func reflectsPiece[T string | []byte](s *Stream, piece T) bool {
 	if s.m.empty() {
 		return false
 	}

@@ -11,7 +11,10 @@
 // connection's lifetime, and the turn deadline; a refusal is an HTTP status
 // with generic text; a log line names the destination host:port, the vetted
 // address, bytes and duration of each connection, never a path, query,
-// header or payload.
+// header or payload. A grant's credentialed destinations (credentialed.go)
+// are the one case where the proxy adds to a request: the granted header,
+// over verified TLS, to exactly that host:port, with the answer checked for
+// reflection; a CONNECT never carries a credential.
 package egress
 
 import (
@@ -78,6 +81,7 @@ type Proxy struct {
 	log      *slog.Logger
 	now      func() time.Time
 	rp       *httputil.ReverseProxy
+	creds    *credRoutes // credentialed destinations (credentialed.go), or nil
 
 	open     atomic.Int64 // destination connections open
 	out, in  budget       // bytes to and from destinations, the whole turn
@@ -232,6 +236,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, r, "http", "", err)
 		return
 	}
+	if c, ok := p.credentialed(u); ok {
+		p.forwardCredentialed(w, r, u, c)
+		return
+	}
 	// The broker server's deadlines are for its own calls; a proxied
 	// exchange gets the connection lifetime.
 	rc := http.NewResponseController(w)
@@ -283,7 +291,9 @@ func reason(err error) string {
 	var se *safefetch.Error
 	switch {
 	case errors.As(err, &se), errors.Is(err, errMalformed), errors.Is(err, errScheme), errors.Is(err, errTurnOver),
-		errors.Is(err, ErrConnections), errors.Is(err, ErrBytes), errors.Is(err, ErrLifetime):
+		errors.Is(err, ErrConnections), errors.Is(err, ErrBytes), errors.Is(err, ErrLifetime),
+		errors.Is(err, errCredentialHeader), errors.Is(err, errUpgrade), errors.Is(err, errCredential),
+		errors.Is(err, errReflected), errors.As(err, new(errTLS)):
 		return err.Error()
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return "egress: " + err.Error()
@@ -301,7 +311,7 @@ func reason(err error) string {
 // 503 once the turn is over.
 func Status(err error) int {
 	switch {
-	case errors.Is(err, errMalformed), errors.Is(err, errScheme):
+	case errors.Is(err, errMalformed), errors.Is(err, errScheme), errors.Is(err, errCredentialHeader), errors.Is(err, errUpgrade):
 		return http.StatusBadRequest
 	case errors.Is(err, ErrConnections), errors.Is(err, ErrBytes):
 		return http.StatusTooManyRequests

@@ -90,6 +90,11 @@ func (p *Policy) CredentialNames() []string {
 	for _, s := range p.MCP {
 		add(s.Credential)
 	}
+	if p.Egress != nil {
+		for _, c := range p.Egress.Credentials {
+			add(c.Credential)
+		}
+	}
 	out := make([]string, 0, len(set))
 	for n := range set {
 		out = append(out, n)

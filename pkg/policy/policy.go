@@ -171,6 +171,13 @@ type Egress struct {
 	MaxBytesIn  int64 `json:"maxBytesIn"`
 	// ConnectionTimeoutMs bounds each destination connection's lifetime.
 	ConnectionTimeoutMs int `json:"connectionTimeoutMs"`
+	// Credentials are the credentialed destinations this run was approved
+	// to carry (credegress.go); none by default.
+	Credentials []EgressCredential `json:"credentials,omitempty"`
+	// TestRootCA is PEM text of a root CA the broker trusts besides the
+	// system's, only for credentialed destinations that are loopback IP
+	// literals (tests: egress.testRootCAFile); "" in every real policy.
+	TestRootCA string `json:"testRootCA,omitempty"`
 }
 
 // Bounds of an egress grant.
@@ -201,7 +208,7 @@ func (e Egress) Validate(l Limits) error {
 	case e.ConnectionTimeoutMs < MinEgressTimeoutMs || e.ConnectionTimeoutMs > MaxEgressTimeoutMs:
 		return bad("egress.connectionTimeoutMs must be %d to %d", MinEgressTimeoutMs, MaxEgressTimeoutMs)
 	}
-	return nil
+	return e.validateCredentials()
 }
 
 // Deadline is the turn deadline as a time.
@@ -453,6 +460,9 @@ func (p *Policy) validateLimitsAndEgress() error {
 		return bad("limits.requestTimeoutMs must be 100 to 600000")
 	}
 	if p.Egress != nil {
+		if (len(p.Egress.Credentials) > 0 || p.Egress.TestRootCA != "") && !p.EgressOnly {
+			return bad("egress.credentials and egress.testRootCA are for a code run's (egressOnly) policy only")
+		}
 		return p.Egress.Validate(l)
 	}
 	return nil

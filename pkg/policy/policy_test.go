@@ -3,6 +3,7 @@ package policy
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -150,7 +151,7 @@ func TestEgressGrantBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := Load(path)
-	if err != nil || got.Egress == nil || *got.Egress != *p.Egress {
+	if err != nil || got.Egress == nil || !reflect.DeepEqual(*got.Egress, *p.Egress) {
 		t.Errorf("Load = %+v, %v; want the grant %+v", got, err, p.Egress)
 	}
 	if data, _ := sample().Marshal(); strings.Contains(string(data), `"egress":`) {

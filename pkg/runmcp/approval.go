@@ -45,7 +45,7 @@ var approvalSchema = map[string]any{
 		"allow": map[string]any{
 			"type":        "boolean",
 			"title":       "Allow network for this run",
-			"description": "Allow once: this run only, through the host's egress proxy and its allow list.",
+			"description": "Allow once: this run only, through the host's egress proxy and its allow list, with exactly the credentials named above.",
 			"default":     false,
 		},
 	},
@@ -90,7 +90,17 @@ func approvalMessage(p runs.Params, project string) string {
 		t = runs.DefaultTimeoutSeconds
 	}
 	fmt.Fprintf(&b, "Timeout: %d s\n", t)
-	b.WriteString("Allow network for this one run?")
+	if len(p.Credentials) == 0 {
+		b.WriteString("Credentials: none\n")
+		b.WriteString("Allow network for this one run?")
+		return b.String()
+	}
+	q := make([]string, len(p.Credentials))
+	for i, c := range p.Credentials {
+		q[i] = truncate(strconv.Quote(c), 80)
+	}
+	fmt.Fprintf(&b, "Credentials the host adds to this run's requests to their hosts (the run never sees them): %s\n", strings.Join(q, ", "))
+	b.WriteString("Allow network with these credentials for this one run?")
 	return b.String()
 }
 

@@ -14,7 +14,9 @@ import (
 )
 
 // inputSchema is the seed's parameter table (pi-sandbox-docker's
-// sandbox_run), names, types and descriptions as written there. No property
+// sandbox_run), names, types and descriptions as written there, plus one
+// property beyond the seed: credentials (README "Credentialed egress"),
+// optional, so a seed client never needs it. No property
 // is required: exactly one of command or executable is, which the host
 // checks (a top-level oneOf is something many clients cannot show).
 const inputSchema = `{
@@ -54,6 +56,11 @@ const inputSchema = `{
       "type": "array",
       "items": {"type": "string"},
       "description": "Relative paths under /output to export to the host"
+    },
+    "credentials": {
+      "type": "array",
+      "items": {"type": "string"},
+      "description": "Names of the operator's credentialed destinations (e.g. a private git host) for THIS run: the host's proxy adds the credential to the run's requests to that host, the run never sees it. Needs network: true; the human's approval names them."
     }
   },
   "additionalProperties": false
@@ -76,7 +83,9 @@ func tool(project string) *mcp.Tool {
 			"/tmp is writable and ephemeral. Absolute paths, `..`, /workspace and /tmp are refused as artifacts.\n" +
 			"The main command runs as an unprivileged user; `setup` commands run first, as root (e.g. package installation).\n" +
 			"Network policy: off by default. `network: true` asks the human to approve network for this one run (no standing grant); " +
-			"if the human declines, or this client cannot ask, nothing runs.\n" +
+			"if the human declines, or this client cannot ask, nothing runs. `credentials` (beyond the seed) names credentialed destinations the operator declared " +
+			"(a private git host, an API): with the human's approval the host's proxy adds the credential to this run's requests to that host; " +
+			"`git clone https://<host>/...` and `curl https://<host>/...` just work, and the run never holds the credential.\n" +
 			"The result holds the exit code, the duration, stdout and stderr (bounded) and the artifacts as embedded resources; " +
 			"a non-zero exit, a timeout or a refusal is reported as a tool error.",
 		InputSchema: json.RawMessage(inputSchema),
@@ -129,6 +138,8 @@ func params(raw json.RawMessage, project string) (runs.Params, error) {
 			err = strs(v, &p.Setup)
 		case "artifacts":
 			err = strs(v, &p.Artifacts)
+		case "credentials":
+			err = strs(v, &p.Credentials)
 		case "network":
 			if json.Unmarshal(v, &p.Network) != nil {
 				err = errors.New("must be a boolean")
@@ -136,7 +147,7 @@ func params(raw json.RawMessage, project string) (runs.Params, error) {
 		case "timeout_seconds":
 			p.TimeoutSeconds, err = seconds(v)
 		default:
-			return p, refuse("unknown property %q (sandbox_run takes command, executable, args, setup, network, timeout_seconds, artifacts)", truncate(name, 64))
+			return p, refuse("unknown property %q (sandbox_run takes command, executable, args, setup, network, timeout_seconds, artifacts, credentials)", truncate(name, 64))
 		}
 		if err != nil {
 			return p, refuse("%s: %v", name, err)

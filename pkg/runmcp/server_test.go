@@ -31,6 +31,16 @@ var seedProperties = map[string]string{
 	"artifacts":       "array",
 }
 
+// beyondSeed are sandbox_run's properties past the seed's (README says so).
+var beyondSeed = map[string]string{"credentials": "array"}
+
+// allProperties is the seed's table and beyondSeed.
+func allProperties() map[string]string {
+	m := maps.Clone(seedProperties)
+	maps.Copy(m, beyondSeed)
+	return m
+}
+
 func TestToolsListShowsTheSeedSchema(t *testing.T) {
 	cs := connect(t, newFake(), Options{Project: "demo"}, nil)
 	res, err := cs.ListTools(context.Background(), nil)
@@ -65,11 +75,11 @@ func TestToolsListShowsTheSeedSchema(t *testing.T) {
 		t.Errorf("additionalProperties: want false (unknown properties are refused)")
 	}
 	got := slices.Sorted(maps.Keys(schema.Properties))
-	want := slices.Sorted(maps.Keys(seedProperties))
+	want := slices.Sorted(maps.Keys(allProperties()))
 	if !slices.Equal(got, want) {
 		t.Fatalf("properties: got %v, want %v", got, want)
 	}
-	for name, typ := range seedProperties {
+	for name, typ := range allProperties() {
 		p := schema.Properties[name]
 		eq(t, name+" type", p.Type, typ)
 		if p.Description == "" {
@@ -214,6 +224,8 @@ func TestParamsMapping(t *testing.T) {
 		{"both modes map (the host refuses)", `{"command":"ls","executable":"ls"}`, runs.Params{Project: "p", Command: "ls", Executable: "ls"}},
 		{"all", `{"executable":"e","args":["a"],"setup":["s"],"network":true,"timeout_seconds":7,"artifacts":["x/y"]}`,
 			runs.Params{Project: "p", Executable: "e", Args: []string{"a"}, Setup: []string{"s"}, Network: true, TimeoutSeconds: 7, Artifacts: []string{"x/y"}}},
+		{"credentials (beyond the seed)", `{"command":"git clone https://git.example.com/r","network":true,"credentials":["git"]}`,
+			runs.Params{Project: "p", Command: "git clone https://git.example.com/r", Network: true, Credentials: []string{"git"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -248,11 +260,11 @@ func FuzzParams(f *testing.F) {
 		if p.TimeoutSeconds < 0 {
 			t.Fatalf("negative timeout %d accepted", p.TimeoutSeconds)
 		}
-		// Whatever was accepted names only the seed's properties.
+		// Whatever was accepted names only sandbox_run's properties.
 		var m map[string]json.RawMessage
 		if json.Unmarshal(raw, &m) == nil {
 			for k := range m {
-				if _, ok := seedProperties[k]; !ok {
+				if _, ok := allProperties()[k]; !ok {
 					t.Fatalf("unknown property %q accepted", k)
 				}
 			}
@@ -334,6 +346,35 @@ func TestNetworkApproved(t *testing.T) {
 		if !strings.Contains(q.Messages()[0], w) {
 			t.Errorf("approval message lacks %q:\n%s", w, q.Messages()[0])
 		}
+	}
+}
+
+// TestNetworkApprovalNamesCredentials: the human is shown exactly the
+// credentials the run asks for (quoted), and the host gets exactly those.
+func TestNetworkApprovalNamesCredentials(t *testing.T) {
+	f := newFake()
+	f.Final.Network = true
+	var q asked
+	cs := connect(t, f, Options{}, elicitWith(&mcp.ElicitResult{Action: "accept", Content: map[string]any{"allow": true}}, nil, &q))
+	res := call(t, cs, map[string]any{"command": "git clone https://git.example.com/r", "network": true, "credentials": []string{"git", "npm\nX"}})
+	if res.IsError {
+		t.Fatalf("approved run: %s", text(t, res))
+	}
+	if got := f.Params()[0].Credentials; !slices.Equal(got, []string{"git", "npm\nX"}) {
+		t.Errorf("credentials sent to the host: %q", got)
+	}
+	msg := q.Messages()[0]
+	if !strings.Contains(msg, `(the run never sees them): "git", "npm\nX"`) || !strings.Contains(msg, "with these credentials") {
+		t.Errorf("approval message does not name the credentials, quoted:\n%s", msg)
+	}
+	// Without credentials it says so.
+	f2 := newFake()
+	f2.Final.Network = true
+	var q2 asked
+	cs2 := connect(t, f2, Options{}, elicitWith(&mcp.ElicitResult{Action: "accept", Content: map[string]any{"allow": true}}, nil, &q2))
+	call(t, cs2, map[string]any{"command": "true", "network": true})
+	if !strings.Contains(q2.Messages()[0], "Credentials: none") {
+		t.Errorf("approval message without credentials:\n%s", q2.Messages()[0])
 	}
 }
 

@@ -27,7 +27,17 @@ type ParamLimits struct {
 	// ProjectKnown reports whether a project of that name is declared. Nil
 	// knows no project: every non-empty project is refused.
 	ProjectKnown func(name string) bool
+	// CredentialAvailable reports whether this run may ask for the
+	// credentialed destination name (declared, and granted to its project
+	// or client). Nil makes none available.
+	CredentialAvailable func(name string) bool
 }
+
+// MaxCredentials bounds Params.Credentials (policy.MaxEgressCredentials).
+const MaxCredentials = 16
+
+// maxCredentialNameBytes bounds one credential name.
+const maxCredentialNameBytes = 64
 
 // Mode returns ModeShell when Command is set, ModeArgv when Executable is
 // set, and "" when neither is (Validate refuses both and neither).
@@ -153,6 +163,32 @@ func (p *Params) Validate(l ParamLimits) error {
 			}
 			seen[c] = i
 			clean[i] = c
+		}
+	}
+
+	if len(p.Credentials) > 0 && !p.Network {
+		return invalidf("credentials need network: true (they are added to the run's approved egress)")
+	}
+	if len(p.Credentials) > MaxCredentials {
+		return invalidf("credentials must have at most %d entries, got %d", MaxCredentials, len(p.Credentials))
+	}
+	seenCred := make(map[string]int, len(p.Credentials))
+	for i, c := range p.Credentials {
+		name := indexed("credentials", i)
+		if c == "" || len(c) > maxCredentialNameBytes {
+			return invalidf("%s must be 1 to %d bytes", name, maxCredentialNameBytes)
+		}
+		if err := plainText(name, c); err != nil {
+			return err
+		}
+		if j, dup := seenCred[c]; dup {
+			return invalidf("%s names the same credential as %s", name, indexed("credentials", j))
+		}
+		seenCred[c] = i
+		// One answer for unknown and not granted: a client learns nothing
+		// of credentials it may not use.
+		if l.CredentialAvailable == nil || !l.CredentialAvailable(c) {
+			return invalidf("%s: no credential of that name is available to this run", name)
 		}
 	}
 

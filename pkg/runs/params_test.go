@@ -11,8 +11,9 @@ import (
 )
 
 var testLimits = ParamLimits{
-	MaxArtifacts: 16,
-	ProjectKnown: func(name string) bool { return name == "demo" },
+	MaxArtifacts:        16,
+	ProjectKnown:        func(name string) bool { return name == "demo" },
+	CredentialAvailable: func(name string) bool { return name == "git" || name == "api" },
 }
 
 func manyStrings(n int, f func(i int) string) []string {
@@ -36,6 +37,17 @@ func TestValidate(t *testing.T) {
 			want: Params{Executable: "python3", Args: []string{"/workspace/check.py", ""}, TimeoutSeconds: 5}},
 		{name: "argv without args", p: Params{Executable: "true"},
 			want: Params{Executable: "true", TimeoutSeconds: 120}},
+		{name: "credentials", p: Params{Command: "git clone https://git.example.com/r", Network: true, Credentials: []string{"git", "api"}},
+			want: Params{Command: "git clone https://git.example.com/r", Network: true, Credentials: []string{"git", "api"}, TimeoutSeconds: 120}},
+		{name: "credentials without network", p: Params{Command: "x", Credentials: []string{"git"}}, wantErr: "credentials need network: true"},
+		{name: "credential not available", p: Params{Command: "x", Network: true, Credentials: []string{"git", "other"}},
+			wantErr: "credentials[1]: no credential of that name is available to this run"},
+		{name: "credential twice", p: Params{Command: "x", Network: true, Credentials: []string{"git", "git"}},
+			wantErr: "credentials[1] names the same credential as credentials[0]"},
+		{name: "credential empty", p: Params{Command: "x", Network: true, Credentials: []string{""}}, wantErr: "credentials[0] must be 1 to 64 bytes"},
+		{name: "credential NUL", p: Params{Command: "x", Network: true, Credentials: []string{"g\x00"}}, wantErr: "credentials[0] must not contain NUL"},
+		{name: "too many credentials", p: Params{Command: "x", Network: true, Credentials: manyStrings(17, func(i int) string { return "git" })},
+			wantErr: "credentials must have at most 16 entries"},
 		{name: "everything", p: Params{Project: "demo", Command: "make", Setup: []string{"apt-get install -y jq"}, Network: true,
 			TimeoutSeconds: 3600, Artifacts: []string{"./report.json", "coverage//index.html", "workspace/x"}},
 			want: Params{Project: "demo", Command: "make", Setup: []string{"apt-get install -y jq"}, Network: true,

@@ -228,6 +228,7 @@ func cloneParams(p Params) Params {
 	p.Args = slices.Clone(p.Args)
 	p.Setup = slices.Clone(p.Setup)
 	p.Artifacts = slices.Clone(p.Artifacts)
+	p.Credentials = slices.Clone(p.Credentials)
 	return p
 }
 

@@ -91,12 +91,13 @@ func newRun(id string, p Params, owner int, lim RegistryLimits, now func() time.
 	}
 	created := now()
 	r.st = Status{
-		ID:        id,
-		Mode:      p.Mode(),
-		Project:   p.Project,
-		Network:   p.Network,
-		OwnerUID:  owner,
-		CreatedAt: created,
+		ID:          id,
+		Mode:        p.Mode(),
+		Project:     p.Project,
+		Network:     p.Network,
+		Credentials: slices.Clone(p.Credentials),
+		OwnerUID:    owner,
+		CreatedAt:   created,
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -174,6 +175,7 @@ func cloneStatus(s Status, withData bool) Status {
 	s.ApprovalDeadline = clonePtr(s.ApprovalDeadline)
 	s.ApprovedBy = clonePtr(s.ApprovedBy)
 	s.ExitCode = clonePtr(s.ExitCode)
+	s.Credentials = slices.Clone(s.Credentials)
 	if s.Artifacts != nil {
 		s.Artifacts = slices.Clone(s.Artifacts)
 		for i := range s.Artifacts {

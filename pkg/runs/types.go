@@ -48,6 +48,10 @@ type Params struct {
 	Network        bool     `json:"network,omitempty"`
 	TimeoutSeconds int      `json:"timeoutSeconds,omitempty"` // 0: DefaultTimeoutSeconds
 	Artifacts      []string `json:"artifacts,omitempty"`
+	// Credentials names the operator's credentialed destinations
+	// (egress.credentials) the run asks to carry; only with Network, and
+	// shown in the approval (README "Credentialed egress").
+	Credentials []string `json:"credentials,omitempty"`
 }
 
 // Status is a run as the API shows it. Stdout and Stderr are text: bytes that
@@ -60,6 +64,9 @@ type Status struct {
 	Project  string `json:"project,omitempty"`
 	Network  bool   `json:"network,omitempty"`
 	OwnerUID int    `json:"ownerUid"`
+	// Credentials are the credentialed destinations the run asked for:
+	// what an approval grants besides the network.
+	Credentials []string `json:"credentials,omitempty"`
 
 	CreatedAt  time.Time  `json:"createdAt"`
 	StartedAt  *time.Time `json:"startedAt,omitempty"`

@@ -122,9 +122,10 @@ type StreamStarted interface {
 	Stream(ctx context.Context, stdin []byte, stdout, stderr io.Writer) (int64, error)
 }
 
-// Units is what a turn needs of systemd: the broker socket unit.
+// Units is what a turn needs of systemd: its broker's units.
 type Units interface {
-	// StartBroker starts sandbox-broker@<turn>.socket and waits for the job.
+	// StartBroker starts sandbox-broker@<turn>.service (its socket and
+	// credential set come with it) and waits until the broker is ready.
 	StartBroker(ctx context.Context, turnID string) error
 	// StartBrokerService starts sandbox-broker@<turn>.service and waits for
 	// the job (a standby's broker must run before a turn binds it).

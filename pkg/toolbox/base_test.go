@@ -80,7 +80,7 @@ func TestPlanArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := p.Args("/var/tmp/x/base.tar")
-	for _, want := range []string{"--mode=unshare", "--variant=apt", "--format=tar", "--include=bash,coreutils,python3"} {
+	for _, want := range []string{"--mode=unshare", "--variant=apt", "--format=tar", "--include=bash,coreutils,python3,git,curl,ca-certificates"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
 		}

@@ -55,8 +55,9 @@ var Packages = []string{
 }
 
 // SmallPackages is the test toolbox: what the runs' tests need (a shell,
-// id, python3 for file and timing tricks), built the same way in ~30 s.
-var SmallPackages = []string{"bash", "coreutils", "python3"}
+// id, python3 for file and timing tricks, git and curl for credentialed
+// egress), built the same way in about a minute.
+var SmallPackages = []string{"bash", "coreutils", "python3", "git", "curl", "ca-certificates"}
 
 // Debian package names (Policy 5.6.7).
 var packageRe = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]{1,99}$`)

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 
@@ -40,7 +39,6 @@ type conn interface {
 	ResetFailedUnitContext(ctx context.Context, name string) error
 	ListUnitsByPatternsContext(ctx context.Context, states, patterns []string) ([]sddbus.UnitStatus, error)
 	ListUnitsByNamesContext(ctx context.Context, units []string) ([]sddbus.UnitStatus, error)
-	Subscribe() error
 	Connected() bool
 	Close()
 }
@@ -95,11 +93,12 @@ func (m *Manager) conn() (conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to the system bus: %v: %w", err, ErrBus)
 	}
-	// Once per connection, so job signals reach it whatever else runs.
-	if err := c.Subscribe(); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("subscribe to systemd: %v: %w", err, ErrBus)
-	}
+	// No Manager.Subscribe: systemd sends a job's JobRemoved to the client
+	// that queued it (the job tracks its requester on the bus), and the
+	// library matches JobRemoved on its own. A subscriber makes PID 1 send
+	// every unit's and job's change signals on the system bus for as long
+	// as it is connected, three broker units' worth a turn and every other
+	// unit's besides, which the host never reads (issue 25: cost per turn).
 	m.c = c
 	return c, nil
 }
@@ -167,37 +166,36 @@ func (m *Manager) brokerUnits(turnID string) (sock, svc string, c conn, err erro
 	return sock, svc, c, nil
 }
 
-// StartBroker starts sandbox-broker@<turn>.socket (mode "fail") and waits for
-// the job's result. Once the socket listens it also queues the start of
-// sandbox-broker@<turn>.service without waiting for that job: the broker's
-// activation (fork, sandbox set-up, policy load) then overlaps the container's
-// start instead of following the worker's first connect. The service's
-// listening fd still comes from the socket unit, so this changes when the
-// broker starts, not what it is given. A failure to queue is only logged:
-// socket activation starts the service on the first connect anyway, and a
-// service that fails to start fails the worker's call as it always did.
+// StartBroker starts the turn's broker and waits until it is ready: one
+// StartUnit of sandbox-broker@<turn>.service (mode "fail"). The unit's
+// Requires= and After= pull sandbox-broker@<turn>.socket and
+// sandbox-credset@<turn>.service into the same transaction, so the job ends
+// "done" once the socket listens, the credential set is copied and the
+// broker reported READY; any of the three failing ends it otherwise
+// ("dependency" for the socket or the credential set), and the error names
+// the service.
+//
+// It used to be two calls: the socket's start, waited for, then the
+// service's, queued. Each call is a D-Bus round trip and, for the host's
+// user, a polkit check inside systemd; measured (make bench, "starting a
+// turn's broker units") one call instead of two on the cold path and of
+// three for a standby. The listening fd still comes from the socket unit,
+// so the broker is given what it was given before; only the host's wait
+// ends at READY instead of at the socket listening, which on the cold path
+// overlaps the container's start.
 func (m *Manager) StartBroker(ctx context.Context, turnID string) error {
-	unit, svc, c, err := m.brokerUnits(turnID)
+	_, svc, c, err := m.brokerUnits(turnID)
 	if err != nil {
 		return err
 	}
-	if err := runJob(ctx, "start", c.StartUnitContext, unit, "fail"); err != nil {
-		return err
-	}
-	// Buffered: nobody reads the result, and the library's signal loop
-	// must never block on it.
-	if _, err := c.StartUnitContext(ctx, svc, "fail", make(chan string, 1)); err != nil {
-		slog.DebugContext(ctx, "early broker service start not queued; socket activation will start it",
-			"unit", svc, "err", err)
-	}
-	return nil
+	return runJob(ctx, "start", c.StartUnitContext, svc, "fail")
 }
 
 // StartBrokerService starts sandbox-broker@<turn>.service and waits for the
-// job's result (a start already queued by StartBroker merges into it). A
-// standby uses it: its broker must be known to run before a turn binds it,
-// because the unit allows one start a turn, so a broker that failed to start
-// while the standby waited could not be activated by the bound turn.
+// job's result. Since StartBroker waits for the same job it is a second
+// check (one round trip; a service already running answers "done" at once):
+// a standby's broker must be known to run before a turn binds it, because
+// the unit allows one start a turn.
 func (m *Manager) StartBrokerService(ctx context.Context, turnID string) error {
 	_, svc, c, err := m.brokerUnits(turnID)
 	if err != nil {

@@ -24,17 +24,16 @@ var (
 // arrives on the caller's channel from another goroutine (the library's
 // signal loop), which must never block.
 type fakeConn struct {
-	mu         sync.Mutex
-	calls      []string
-	results    map[string]string // unit -> job result (default "done")
-	callErr    map[string]error  // unit -> error of the queueing call
-	resetErr   map[string]error
-	units      []sddbus.UnitStatus
-	listErr    error
-	connected  bool
-	subscribed int
-	closed     bool
-	delivered  chan struct{}
+	mu        sync.Mutex
+	calls     []string
+	results   map[string]string // unit -> job result (default "done")
+	callErr   map[string]error  // unit -> error of the queueing call
+	resetErr  map[string]error
+	units     []sddbus.UnitStatus
+	listErr   error
+	connected bool
+	closed    bool
+	delivered chan struct{}
 }
 
 func newFake() *fakeConn {
@@ -87,9 +86,8 @@ func (f *fakeConn) ListUnitsByNamesContext(_ context.Context, names []string) ([
 	f.record("list-names " + strings.Join(names, ","))
 	return f.units, f.listErr
 }
-func (f *fakeConn) Subscribe() error { f.subscribed++; return nil }
-func (f *fakeConn) Connected() bool  { return f.connected }
-func (f *fakeConn) Close()           { f.closed = true; f.connected = false }
+func (f *fakeConn) Connected() bool { return f.connected }
+func (f *fakeConn) Close()          { f.closed = true; f.connected = false }
 
 func managerWith(t *testing.T, conns ...*fakeConn) *Manager {
 	t.Helper()
@@ -110,6 +108,9 @@ func managerWith(t *testing.T, conns ...*fakeConn) *Manager {
 
 var errNoSuchUnit = dbus.Error{Name: "org.freedesktop.systemd1.NoSuchUnit", Body: []any{"Unit x not loaded."}}
 
+// StartBroker is one D-Bus call: the service's start, whose transaction
+// pulls in the socket and the credential set, waited for; every result but
+// "done" is an error naming the unit.
 func TestStartBroker(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -120,33 +121,27 @@ func TestStartBroker(t *testing.T) {
 		{"done", "done", nil, nil},
 		{"failed", "failed", nil, ErrJob},
 		{"timeout", "timeout", nil, ErrJob},
-		{"dependency", "dependency", nil, ErrJob},
+		{"dependency (socket or credential set failed)", "dependency", nil, ErrJob},
 		{"canceled", "canceled", nil, ErrJob},
 		{"refused by polkit", "", errors.New("Interactive authentication required."), ErrBus},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake()
-			f.results[sock] = tt.result
+			f.results[svc] = tt.result
 			if tt.callErr != nil {
-				f.callErr[sock] = tt.callErr
+				f.callErr[svc] = tt.callErr
 			}
 			m := managerWith(t, f)
 			err := m.StartBroker(context.Background(), turn)
 			if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
 				t.Fatalf("StartBroker = %v, want %v", err, tt.wantErr)
 			}
-			if err != nil && !strings.Contains(err.Error(), sock) {
-				t.Errorf("error %q does not name the unit %s", err, sock)
+			if err != nil && !strings.Contains(err.Error(), svc) {
+				t.Errorf("error %q does not name the unit %s", err, svc)
 			}
-			// The service start is queued only after the socket job
-			// succeeded, never after a failed one.
-			want := []string{"start " + sock + " fail"}
-			if tt.wantErr == nil {
-				want = append(want, "start "+svc+" fail")
-			}
-			if !slices.Equal(f.calls, want) {
-				t.Errorf("calls = %v, want %v", f.calls, want)
+			if want := []string{"start " + svc + " fail"}; !slices.Equal(f.calls, want) {
+				t.Errorf("calls = %v, want %v (one round trip)", f.calls, want)
 			}
 		})
 	}
@@ -174,49 +169,6 @@ func TestStartBrokerServiceWaits(t *testing.T) {
 				t.Errorf("calls = %v, want %v", f.calls, want)
 			}
 		})
-	}
-}
-
-// The early service start is best effort: a refused or failed queueing call
-// changes nothing (socket activation starts the service on first connect),
-// and its result is never waited for.
-func TestStartBrokerServiceStartBestEffort(t *testing.T) {
-	tests := []struct {
-		name  string
-		setup func(*fakeConn)
-	}{
-		{"queueing refused", func(f *fakeConn) { f.callErr[svc] = errors.New("Interactive authentication required.") }},
-		{"service job fails", func(f *fakeConn) { f.results[svc] = "failed" }},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := newFake()
-			tt.setup(f)
-			m := managerWith(t, f)
-			if err := m.StartBroker(context.Background(), turn); err != nil {
-				t.Fatalf("StartBroker = %v, want nil (the socket started)", err)
-			}
-			if want := []string{"start " + sock + " fail", "start " + svc + " fail"}; !slices.Equal(f.calls, want) {
-				t.Errorf("calls = %v, want %v", f.calls, want)
-			}
-		})
-	}
-}
-
-// Nobody reads the service job's result: its channel must still be
-// buffered so the library's signal loop never blocks on it.
-func TestStartBrokerServiceResultDoesNotBlockSignals(t *testing.T) {
-	f := newFake()
-	m := managerWith(t, f)
-	if err := m.StartBroker(context.Background(), turn); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 2 { // the socket's result and the service's
-		select {
-		case <-f.delivered:
-		case <-time.After(3 * time.Second):
-			t.Fatalf("job result %d was never delivered: channel not buffered", i+1)
-		}
 	}
 }
 
@@ -358,9 +310,6 @@ func TestHostActive(t *testing.T) {
 func TestRedial(t *testing.T) {
 	first, second := newFake(), newFake()
 	m := managerWith(t, first, second)
-	if first.subscribed != 1 {
-		t.Errorf("first connection subscribed %d times, want 1", first.subscribed)
-	}
 	if err := m.StartBroker(context.Background(), turn); err != nil {
 		t.Fatal(err)
 	}
@@ -368,8 +317,8 @@ func TestRedial(t *testing.T) {
 	if err := m.StartBroker(context.Background(), turn); err != nil {
 		t.Fatalf("StartBroker after a drop = %v, want a redial", err)
 	}
-	if !first.closed || len(second.calls) != 2 || second.subscribed != 1 { // socket and service start
-		t.Errorf("redial: old closed=%v, new calls=%v subscribed=%d", first.closed, second.calls, second.subscribed)
+	if !first.closed || len(second.calls) != 1 { // the service's start
+		t.Errorf("redial: old closed=%v, new calls=%v", first.closed, second.calls)
 	}
 	second.connected = false
 	if err := m.StartBroker(context.Background(), turn); !errors.Is(err, ErrBus) {

@@ -20,7 +20,7 @@ import (
 var layers = [][]string{
 	// 0: foundations, importing nothing of this module.
 	{"version", "ids", "atomicfile", "protocol", "imagearchive", "strictjson", "toolschema",
-		"egress/bridge", "runs/wire", "richproto", "delegation", "anthropic/anthropictest"},
+		"egress/bridge", "runs/wire", "richproto", "delegation", "anthropic/anthropictest", "fleetnats/serve"},
 	// 1: shared vocabulary (names, the host-broker contract, the memory store)
 	// and the vetted network dialer.
 	{"layout", "policy", "memory", "sessions", "safefetch", "runs", "runs/supervisor", "precheck", "anthropic"},
@@ -28,7 +28,7 @@ var layers = [][]string{
 	{"client", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich"},
 	// 3: the services, and the one sandbox lifecycle every kind drives.
-	{"broker", "reaper", "credset", "runmcp", "sandbox", "chanstate", "peerauth", "toolset"},
+	{"broker", "reaper", "credset", "runmcp", "sandbox", "chanstate", "peerauth", "toolset", "fleetnats"},
 	// 4: what every route of the host API shares (the host's and the kinds').
 	{"api"},
 	// 5: the kinds, each driving the lifecycle; a kind never imports another.

@@ -316,7 +316,7 @@ toolbox() {
     return 1
   fi
   if [[ $MODE == namespace ]] && ! ns_visible "$tar"; then
-    cp "$tar" "$E2E_WORK/toolbox-small.tar" && tar=$E2E_WORK/toolbox-small.tar
+    { ln -f "$tar" "$E2E_WORK/toolbox-small.tar" 2>/dev/null || cp "$tar" "$E2E_WORK/toolbox-small.tar"; } && tar=$E2E_WORK/toolbox-small.tar
   fi
   echo "\$ sandbox-host toolbox build --small --base-tar $tar"
   X /usr/bin/sandbox-host toolbox build --small --base-tar "$tar" >"$E2E_WORK/toolbox-import.log" 2>&1 || {

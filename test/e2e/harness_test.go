@@ -240,6 +240,10 @@ type cfg struct {
 	RichIdle int
 	// RichSkills, when set, is rich.skillsDir (tail_rich_media_test.go).
 	RichSkills string
+	// EgressCredentials, when set, is egress.credentials (YAML flow list)
+	// and TestRootCAFile egress.testRootCAFile (tail_credegress_test.go).
+	EgressCredentials string
+	TestRootCAFile    string
 }
 
 func baseConfig() cfg {
@@ -292,6 +296,12 @@ tools:
     timeoutSeconds: 10
 egress:
   allow: [{{if .FetchAllow}}"{{.FetchAllow}}"{{end}}]
+{{- if .EgressCredentials}}
+  credentials: {{.EgressCredentials}}
+{{- end}}
+{{- if .TestRootCAFile}}
+  testRootCAFile: {{.TestRootCAFile}}
+{{- end}}
 mcp:
   - name: search
     url: http://127.0.0.1:{{.MCPPort}}/mcp

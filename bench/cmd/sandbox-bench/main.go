@@ -11,27 +11,30 @@ import (
 )
 
 var commands = map[string]func(args []string) error{
-	"bundle":     cmdBundle,
-	"fixedcost":  cmdFixedCost,
-	"broker":     cmdBroker,
-	"load":       cmdLoad,
-	"backtoback": cmdBackToBack,
-	"fakemodel":  cmdFakeModel,
-	"env":        cmdEnv,
-	"report":     cmdReport,
-	"ready":      cmdReady,
-	"policy":     cmdPolicy,
-	"phases":     cmdPhases,
-	"variants":   cmdVariants,
-	"standbymem": cmdStandbyMem,
-	"runtimes":   cmdRuntimes,
-	"runs":       cmdRuns,
+	"bundle":       cmdBundle,
+	"fixedcost":    cmdFixedCost,
+	"broker":       cmdBroker,
+	"load":         cmdLoad,
+	"backtoback":   cmdBackToBack,
+	"fakemodel":    cmdFakeModel,
+	"env":          cmdEnv,
+	"report":       cmdReport,
+	"ready":        cmdReady,
+	"policy":       cmdPolicy,
+	"phases":       cmdPhases,
+	"variants":     cmdVariants,
+	"standbymem":   cmdStandbyMem,
+	"runtimes":     cmdRuntimes,
+	"runs":         cmdRuns,
+	"burst":        cmdBurst,
+	"units":        cmdUnits,
+	"unitvariants": cmdUnitVariants,
 }
 
 func main() {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	if len(os.Args) < 2 || commands[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: sandbox-bench bundle|fixedcost|broker|load|backtoback|fakemodel|env|ready|policy|phases|variants|standbymem|runtimes|runs|report [flags]")
+		fmt.Fprintln(os.Stderr, "usage: sandbox-bench bundle|fixedcost|broker|load|backtoback|fakemodel|env|ready|policy|phases|variants|standbymem|runtimes|runs|burst|units|unitvariants|report [flags]")
 		os.Exit(2)
 	}
 	if err := commands[os.Args[1]](os.Args[2:]); err != nil {

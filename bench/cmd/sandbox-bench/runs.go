@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/bench/internal/coderuns"
@@ -40,6 +44,8 @@ func cmdRuns(args []string) error {
 	logDriver := fs.String("log-driver", "journald", "docker run's log driver (the host's is journald)")
 	logTag := fs.String("log-tag", "sandbox/bench-run", "journald tag of docker run")
 	engineHost := fs.String("engine", "", "Docker host URL for the Engine API series (empty: skip)")
+	hostLabel := fs.String("host-label", report.RunSeriesHost, "name of the host series (the run standby series names itself)")
+	settle := fs.Duration("settle", 0, "pause off the clock before each host run (time for the host to prepare a run standby)")
 	_ = fs.Parse(args)
 	if *out == "" {
 		return errors.New("--out is required")
@@ -57,9 +63,24 @@ func cmdRuns(args []string) error {
 
 	var runners []coderuns.Runner
 	if *hostSock != "" {
-		runners = append(runners, &coderuns.HostRunner{Label: report.RunSeriesHost,
+		hr := &coderuns.HostRunner{Label: *hostLabel,
 			Client: turns.UnixClient(*hostSock, 3*time.Minute, true),
-			Params: runs.Params{Executable: argv[0], Args: argv[1:]}})
+			Params: runs.Params{Executable: argv[0], Args: argv[1:]}}
+		if *settle > 0 {
+			hr.Before = func(ctx context.Context) error {
+				select {
+				case <-time.After(*settle):
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+		runners = append(runners, hr)
+	}
+	var metricsClient *http.Client
+	if *hostSock != "" {
+		metricsClient = turns.UnixClient(*hostSock, time.Minute, true)
 	}
 	spec := coderuns.DockerSpec{Docker: *docker, Image: *image, UID: *uid, GID: *uid, Workspace: *ws, Limits: lim,
 		LogDriver: *logDriver, LogTag: *logTag, Argv: argv}
@@ -80,8 +101,16 @@ func cmdRuns(args []string) error {
 	}
 	res := report.CodeRuns{Rounds: *rounds, Warmup: *warmup, Image: *image, ImageText: *imageText, Argv: argv,
 		Start: time.Now().UTC(), LoadStart: report.LoadAvg()}
+	var before string
+	if metricsClient != nil {
+		before = fetchMetrics(ctx, metricsClient)
+	}
 	res.Series = coderuns.Interleave(ctx, runners, *warmup, *rounds)
 	res.End = time.Now().UTC()
+	if metricsClient != nil {
+		res.StandbyMetrics = standbyRunDeltas(before, fetchMetrics(ctx, metricsClient))
+	}
+	res.SettleMs = settle.Milliseconds()
 	res.LoadEnd = report.LoadAvg()
 	for _, s := range res.Series {
 		slog.Info("run series", "name", s.Name, "n", s.First.N, "first_median_ms", s.First.Median, "result_median_ms", s.Result.Median, "failures", s.Failures)
@@ -90,4 +119,38 @@ func cmdRuns(args []string) error {
 		return ctx.Err()
 	}
 	return writeJSON(*out, res)
+}
+
+// standbyRunDeltas is how much each sample line of a metric family naming
+// both runs and standbys grew between two /metrics texts (whatever the
+// warm path calls them: the report shows the names as the host wrote them).
+func standbyRunDeltas(before, after string) map[string]float64 {
+	parse := func(text string) map[string]float64 {
+		m := map[string]float64{}
+		for _, line := range strings.Split(text, "\n") {
+			if line == "" || line[0] == '#' {
+				continue
+			}
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			name := strings.SplitN(f[0], "{", 2)[0]
+			if !strings.Contains(name, "run") || !strings.Contains(name, "standby") || strings.HasSuffix(name, "_bucket") {
+				continue
+			}
+			if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+				m[f[0]] = v
+			}
+		}
+		return m
+	}
+	b, a := parse(before), parse(after)
+	out := map[string]float64{}
+	for k, v := range a {
+		if d := v - b[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
 }

@@ -247,7 +247,7 @@ func cmdPolicy(args []string) error {
 // cmdPhases reads the journal over the measured window of a fixed-cost run.
 func cmdPhases(args []string) error {
 	fs := flag.NewFlagSet("phases", flag.ExitOnError)
-	fcPath := fs.String("fixedcost", "", "fixedcost.json of the run")
+	fcPath := fs.String("fixedcost", "", "fixedcost.json of the run (or units.json: any results file with measuredStart and end)")
 	out := fs.String("out", "", "results file")
 	_ = fs.Parse(args)
 	if *fcPath == "" || *out == "" {
@@ -269,7 +269,7 @@ func cmdPhases(args []string) error {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "journalctl", "-o", "json", "--no-pager",
 		"--since", "@"+strconv.FormatInt(since.Unix()-1, 10), "--until", "@"+strconv.FormatInt(until.Unix()+2, 10),
-		"-u", "sandbox-host.service", "-u", "sandbox-broker@*")
+		"-u", "sandbox-host.service", "-u", "sandbox-broker@*", "-u", "sandbox-credset@*")
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -282,7 +282,7 @@ func cmdPhases(args []string) error {
 	if err := errors.Join(perr, werr); err != nil {
 		return fmt.Errorf("journalctl: %w", err)
 	}
-	res := report.Phases{Source: "journalctl -o json -u sandbox-host.service -u sandbox-broker@*", Since: since, Until: until, SamplesMs: samples}
+	res := report.Phases{Source: "journalctl -o json -u sandbox-host.service -u sandbox-broker@* -u sandbox-credset@*", Since: since, Until: until, SamplesMs: samples}
 	for k, v := range samples {
 		slog.Info("phase", "name", k, "n", len(v), "medianMs", stats.Quantile(v, 0.5))
 	}
@@ -355,6 +355,10 @@ func cmdBackToBack(args []string) error {
 	hostSock := fs.String("host-socket", "", "host API socket")
 	channel := fs.String("channel", "bench-b2b", "channel (in sandbox mode)")
 	n := fs.Int("turns", 20, "turns")
+	text := fs.String("text", "hello from the back-to-back benchmark", "turn text (the fake model's script may match it)")
+	pause := fs.Duration("pause", 0, "wait between a reply and the next turn (0: back to back)")
+	modelDelay := fs.Duration("model-delay", 0, "how long the fake model takes to answer this text (for the report)")
+	waitReady := fs.Bool("wait-ready", true, "wait, off the clock, for the channel's standby before the first turn")
 	_ = fs.Parse(args)
 	if *out == "" || *hostSock == "" {
 		return errors.New("--out and --host-socket are required")
@@ -363,11 +367,22 @@ func cmdBackToBack(args []string) error {
 	defer cancel()
 	client := turns.UnixClient(*hostSock, 5*time.Minute, true)
 	runner := &turns.HostRunner{Label: "back-to-back", Client: client, Channel: func(int) string { return *channel },
-		Text: "hello from the back-to-back benchmark"}
+		Text: *text}
+	if *waitReady {
+		if err := turns.StandbyReady(client, *channel)(ctx, 0); err != nil {
+			slog.Warn("the channel's standby was not ready before the first turn", "channel", *channel, "err", err)
+		}
+	}
 	before := fetchMetrics(ctx, client)
-	res := report.BackToBack{Channel: *channel, Turns: *n}
+	res := report.BackToBack{Channel: *channel, Turns: *n, PauseMs: pause.Milliseconds(), ModelDelayMs: modelDelay.Milliseconds()}
 	var lat []float64
 	for i := 0; i < *n && ctx.Err() == nil; i++ {
+		if i > 0 && *pause > 0 {
+			select {
+			case <-time.After(*pause):
+			case <-ctx.Done():
+			}
+		}
 		d, err := runner.Run(ctx, i)
 		if err != nil {
 			res.Failures++

@@ -37,3 +37,36 @@ func TestSetRuntime(t *testing.T) {
 		}
 	}
 }
+
+func TestSetGlobalConcurrency(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"replaced in place", "queue:\n  depth: 8\n  globalConcurrency: 0\ntimeZone: UTC\n", "queue:\n  depth: 8\n  globalConcurrency: 4\ntimeZone: UTC\n"},
+		{"added to the queue block", "queue:\n  depth: 8\ntimeZone: UTC\n", "queue:\n  depth: 8\n  globalConcurrency: 4\ntimeZone: UTC\n"},
+		{"added to a last queue block", "a: 1\nqueue:\n  depth: 8\n", "a: 1\nqueue:\n  depth: 8\n  globalConcurrency: 4\n"},
+		{"a block added", "a: 1\n", "a: 1\nqueue:\n  globalConcurrency: 4\n"},
+		{"another block's key untouched", "x:\n  globalConcurrency: 9\nqueue:\n  depth: 8\n", "x:\n  globalConcurrency: 9\nqueue:\n  depth: 8\n  globalConcurrency: 4\n"},
+	}
+	for _, tt := range tests {
+		if got := setGlobalConcurrency(tt.in, 4); got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	if got, want := queueBlock("queue:\n  depth: 8\n  globalConcurrency: 0   # none\nb: 1\n"), "depth: 8, globalConcurrency: 0   # none"; got != want {
+		t.Errorf("queueBlock = %q, want %q", got, want)
+	}
+}
+
+func TestStandbyRunDeltas(t *testing.T) {
+	before := "sandbox_run_standby_total{result=\"hit\"} 1\nsandbox_standby_turns_total{result=\"hit\"} 5\n"
+	after := "# HELP x\nsandbox_run_standby_total{result=\"hit\"} 4\nsandbox_run_standby_total{result=\"miss\"} 1\nsandbox_standby_turns_total{result=\"hit\"} 9\n"
+	got := standbyRunDeltas(before, after)
+	want := map[string]float64{`sandbox_run_standby_total{result="hit"}`: 3, `sandbox_run_standby_total{result="miss"}`: 1}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+}

@@ -67,6 +67,9 @@ type HostRunner struct {
 	Client *http.Client // dials host.sock
 	// Params is the run; Marker must appear on its stdout.
 	Params runs.Params
+	// Before, when set, runs off the clock before each run (a run
+	// standby given time to be prepared).
+	Before func(ctx context.Context) error
 }
 
 // Name is the series name.
@@ -77,6 +80,11 @@ func (r *HostRunner) Run(ctx context.Context, _ int) (Timing, error) {
 	body, err := json.Marshal(r.Params)
 	if err != nil {
 		return Timing{}, err
+	}
+	if r.Before != nil {
+		if err := r.Before(ctx); err != nil {
+			return Timing{}, fmt.Errorf("%s: before the run: %v", r.Label, err)
+		}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://host/v1/runs", bytes.NewReader(body))
 	if err != nil {

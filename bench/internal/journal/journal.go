@@ -35,11 +35,17 @@ const (
 	PhaseBrokerActivation  = "broker_activation (systemd job start to READY)"
 	PhaseBrokerModelCall   = "broker /model call (broker's own latency_ms, 1 ms resolution)"
 	PhaseHostTotal         = "host total (admission to cleanup)"
+	// The credential set of a turn (sandbox-credset@, a oneshot the broker
+	// service requires): its job, and from the socket listening to the
+	// broker service's start job (the credential set runs in between).
+	PhaseCredsetJob       = "systemd: credential-set unit job (Starting to Finished)"
+	PhaseCredsetToService = "credential set finished to the broker service's start"
+	PhaseSocketToReady    = "socket start job to broker READY (the whole chain in systemd)"
 )
 
 var (
 	usAttr     = regexp.MustCompile(`(?:^|[\s{,"])([a-z_]+)_us"?[=:]\s*"?(\d+)`)
-	brokerUnit = regexp.MustCompile(`^sandbox-broker@([0-9a-f]{32})\.(service|socket)$`)
+	brokerUnit = regexp.MustCompile(`^sandbox-(?:broker|(credset))@([0-9a-f]{32})\.(service|socket)$`)
 	latencyMs  = regexp.MustCompile(`latency_ms"?[=:]\s*"?(\d+)`)
 )
 
@@ -81,13 +87,17 @@ func Parse(r io.Reader, since, until int64) (Samples, error) {
 		if m := brokerUnit.FindStringSubmatch(e.str("UNIT")); m != nil && e.str("_PID") == "1" {
 			ev := map[string]string{msgJobStart: "start", msgJobDone: "done", msgJobStopping: "stopping", msgJobStopped: "stopped"}[e.str("MESSAGE_ID")]
 			if ev != "" {
-				if events[m[1]] == nil {
-					events[m[1]] = map[string]float64{}
-					order = append(order, m[1])
+				turn, kind := m[2], m[3]
+				if m[1] != "" {
+					kind = "credset"
 				}
-				k := m[2] + "." + ev
-				if _, seen := events[m[1]][k]; !seen {
-					events[m[1]][k] = ts
+				if events[turn] == nil {
+					events[turn] = map[string]float64{}
+					order = append(order, turn)
+				}
+				k := kind + "." + ev
+				if _, seen := events[turn][k]; !seen {
+					events[turn][k] = ts
 				}
 			}
 			continue
@@ -127,22 +137,72 @@ func Parse(r io.Reader, since, until int64) (Samples, error) {
 		}
 	}
 	for _, turn := range order {
-		ev := events[turn]
-		for _, d := range []struct {
-			name, from, to string
-		}{
-			{PhaseSocketJob, "socket.start", "socket.done"},
-			{PhaseUntilConnect, "socket.done", "service.start"},
-			{PhaseBrokerActivation, "service.start", "service.done"},
-			{PhaseBrokerReadyToStop, "service.done", "service.stopping"},
-			{PhaseServiceStopJob, "service.stopping", "service.stopped"},
-		} {
-			from, ok1 := ev[d.from]
-			to, ok2 := ev[d.to]
-			if ok1 && ok2 && to >= from {
-				out[d.name] = append(out[d.name], (to-from)/1000)
-			}
+		for k, v := range unitPhases(events[turn]) {
+			out[k] = append(out[k], v)
 		}
+	}
+	return out, sc.Err()
+}
+
+// unitPhases derives the systemd-side phases of one turn from its units'
+// job messages (event -> time, µs).
+func unitPhases(ev map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for _, d := range []struct {
+		name, from, to string
+	}{
+		{PhaseSocketJob, "socket.start", "socket.done"},
+		{PhaseUntilConnect, "socket.done", "service.start"},
+		{PhaseBrokerActivation, "service.start", "service.done"},
+		{PhaseBrokerReadyToStop, "service.done", "service.stopping"},
+		{PhaseServiceStopJob, "service.stopping", "service.stopped"},
+		{PhaseCredsetJob, "credset.start", "credset.done"},
+		{PhaseCredsetToService, "credset.done", "service.start"},
+		{PhaseSocketToReady, "socket.start", "service.done"},
+	} {
+		from, ok1 := ev[d.from]
+		to, ok2 := ev[d.to]
+		if ok1 && ok2 && to >= from {
+			out[d.name] = (to - from) / 1000
+		}
+	}
+	return out
+}
+
+// ParseUnits reads journalctl -o json lines and returns, per turn id, the
+// systemd-side phases of its broker and credential-set units (ms).
+func ParseUnits(r io.Reader) (map[string]map[string]float64, error) {
+	events := map[string]map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 256<<10), 4<<20)
+	for sc.Scan() {
+		var e entry
+		if json.Unmarshal(sc.Bytes(), &e) != nil {
+			continue
+		}
+		m := brokerUnit.FindStringSubmatch(e.str("UNIT"))
+		if m == nil || e.str("_PID") != "1" {
+			continue
+		}
+		ev := map[string]string{msgJobStart: "start", msgJobDone: "done", msgJobStopping: "stopping", msgJobStopped: "stopped"}[e.str("MESSAGE_ID")]
+		if ev == "" {
+			continue
+		}
+		ts, _ := strconv.ParseFloat(e.str("__REALTIME_TIMESTAMP"), 64)
+		turn, kind := m[2], m[3]
+		if m[1] != "" {
+			kind = "credset"
+		}
+		if events[turn] == nil {
+			events[turn] = map[string]float64{}
+		}
+		if _, seen := events[turn][kind+"."+ev]; !seen {
+			events[turn][kind+"."+ev] = ts
+		}
+	}
+	out := map[string]map[string]float64{}
+	for turn, ev := range events {
+		out[turn] = unitPhases(ev)
 	}
 	return out, sc.Err()
 }

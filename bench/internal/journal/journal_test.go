@@ -10,6 +10,8 @@ const fixture = `{"MESSAGE":"level=DEBUG msg=\"turn phases\" turn=ab result=ok t
 {"MESSAGE":"level=DEBUG msg=\"turn phases\" result=failed total_us=5000 prepare_us=1","_SYSTEMD_UNIT":"sandbox-host.service","__REALTIME_TIMESTAMP":"1002"}
 {"MESSAGE":"Starting socket...","UNIT":"sandbox-broker@0123456789abcdef0123456789abcdef.socket","_PID":"1","MESSAGE_ID":"7d4958e842da4a758f6c1cdc7b36dcc5","__REALTIME_TIMESTAMP":"1900000"}
 {"MESSAGE":"Listening on socket.","UNIT":"sandbox-broker@0123456789abcdef0123456789abcdef.socket","_PID":"1","MESSAGE_ID":"39f53479d3a045ac8e11786248231fbf","__REALTIME_TIMESTAMP":"1907000"}
+{"MESSAGE":"Starting credentials...","UNIT":"sandbox-credset@0123456789abcdef0123456789abcdef.service","_PID":"1","MESSAGE_ID":"7d4958e842da4a758f6c1cdc7b36dcc5","__REALTIME_TIMESTAMP":"1950000"}
+{"MESSAGE":"Finished credentials.","UNIT":"sandbox-credset@0123456789abcdef0123456789abcdef.service","_PID":"1","MESSAGE_ID":"39f53479d3a045ac8e11786248231fbf","__REALTIME_TIMESTAMP":"1962000"}
 {"MESSAGE":"Starting broker...","UNIT":"sandbox-broker@0123456789abcdef0123456789abcdef.service","_PID":"1","MESSAGE_ID":"7d4958e842da4a758f6c1cdc7b36dcc5","JOB_TYPE":"start","__REALTIME_TIMESTAMP":"2000000"}
 {"MESSAGE":"Started broker.","UNIT":"sandbox-broker@0123456789abcdef0123456789abcdef.service","_PID":"1","MESSAGE_ID":"39f53479d3a045ac8e11786248231fbf","JOB_TYPE":"start","JOB_RESULT":"done","__REALTIME_TIMESTAMP":"2031500"}
 {"MESSAGE":"Stopping broker...","UNIT":"sandbox-broker@0123456789abcdef0123456789abcdef.service","_PID":"1","MESSAGE_ID":"de5b426a63be47a7b6ac3eaac82e2f6f","__REALTIME_TIMESTAMP":"2075500"}
@@ -37,6 +39,9 @@ func TestParse(t *testing.T) {
 		{PhaseBrokerReadyToStop, []float64{44}},
 		{PhaseServiceStopJob, []float64{4}},
 		{PhaseBrokerModelCall, []float64{2}},
+		{PhaseCredsetJob, []float64{12}},
+		{PhaseCredsetToService, []float64{38}},
+		{PhaseSocketToReady, []float64{131.5}},
 	}
 	for _, tt := range tests {
 		got := s[tt.phase]

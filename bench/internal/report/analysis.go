@@ -77,8 +77,8 @@ func writeAnalysis(b *strings.Builder, in *Inputs) {
 		us, okU := jmed(in, "unit_start")
 		cr, _ := jmed(in, "create")
 		if gate, ok := jmed(in, "stdin_gate"); ok {
-			p("  - broker socket-unit start over D-Bus: %s ms (systemd's own share %s ms, the rest is D-Bus and polkit), run while the container is created, attached and started; the started container then waited %s ms (median) for it before stdin;\n",
-				msOr(us, okU), msOr(jmed(in, journal.PhaseSocketJob)), ms(gate))
+			p("  - broker units' start over D-Bus (the service's start, socket and credential set pulled in, waited for until READY): %s ms (in systemd, socket start to READY %s ms, of which the credential set %s ms; the rest is D-Bus and polkit), run while the container is created, attached and started; the started container then waited %s ms (median) for it before stdin;\n",
+				msOr(us, okU), msOr(jmed(in, journal.PhaseSocketToReady)), msOr(jmed(in, journal.PhaseCredsetJob)), ms(gate))
 		} else if okU {
 			p("  - broker socket-unit start over D-Bus: %s ms, of which %s ms is on the critical path (it runs concurrently with a %s ms create only; systemd's own share is %s ms, the rest is D-Bus and polkit);\n",
 				ms(us), ms(max(us-cr, 0)), ms(cr), msOr(jmed(in, journal.PhaseSocketJob)))

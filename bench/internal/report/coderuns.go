@@ -32,6 +32,11 @@ type CodeRuns struct {
 	LoadStart string            `json:"loadStart"`
 	LoadEnd   string            `json:"loadEnd"`
 	Series    []coderuns.Series `json:"series"`
+	// StandbyMetrics: how much the host's run-standby metric samples grew
+	// over the series (names as the host exports them).
+	StandbyMetrics map[string]float64 `json:"standbyMetrics,omitempty"`
+	// SettleMs: the pause off the clock before each host run.
+	SettleMs int64 `json:"settleMs,omitempty"`
 }
 
 func runSeries(cr *CodeRuns, name string) *coderuns.Series {

@@ -31,7 +31,14 @@ type Inputs struct {
 	StandbyMem *StandbyMem
 	Runtimes   *Runtimes
 	CodeRuns   *CodeRuns
-	Notes      string
+	// Issue 25's series.
+	Burst            *Burst
+	BackToBackPaused *BackToBack
+	RunsStandby      *CodeRuns
+	Units            *Units
+	UnitsPhases      *Phases
+	UnitVariants     *UnitVariants
+	Notes            string
 	// ResultsPath is where the raw files are kept, for the report's pointer.
 	ResultsPath string
 }
@@ -65,6 +72,12 @@ func ReadDir(dir string) (*Inputs, error) {
 		sm          StandbyMem
 		rt          Runtimes
 		cr          CodeRuns
+		bu          Burst
+		bp          BackToBack
+		rs          CodeRuns
+		un          Units
+		up          Phases
+		uv          UnitVariants
 	)
 	for _, f := range []struct {
 		name string
@@ -84,6 +97,12 @@ func ReadDir(dir string) (*Inputs, error) {
 		{FileStandbyMem, &sm, func() { in.StandbyMem = &sm }},
 		{FileRuntimes, &rt, func() { in.Runtimes = &rt }},
 		{FileRuns, &cr, func() { in.CodeRuns = &cr }},
+		{FileBurst, &bu, func() { in.Burst = &bu }},
+		{FileBackToBackPaused, &bp, func() { in.BackToBackPaused = &bp }},
+		{FileRunsStandby, &rs, func() { in.RunsStandby = &rs }},
+		{FileUnits, &un, func() { in.Units = &un }},
+		{FileUnitsPhases, &up, func() { in.UnitsPhases = &up }},
+		{FileUnitVariants, &uv, func() { in.UnitVariants = &uv }},
 	} {
 		ok, err := load(f.name, f.v)
 		if err != nil {
@@ -147,18 +166,6 @@ func Targets(in *Inputs) []Target {
 		r := stats.Ratio(host.Summary.Median, dock.Summary.Median)
 		t.Measured = fmt.Sprintf("%.2f (%s / %s ms)", r, ms(host.Summary.Median), ms(dock.Summary.Median))
 		t.Verdict = verdict(true, r <= TargetRatio)
-	} else {
-		t.Measured, t.Verdict = "-", verdict(false, false)
-	}
-	out = append(out, t)
-
-	sb := series(in.FixedCost, SeriesHostStandby)
-	t = Target{What: "turn on a standby vs docker run --rm -i (ratio of medians; of p95s)", Target: fmt.Sprintf("<= %.1f; <= %.1f", TargetStandbyRatio, TargetStandbyP95Ratio)}
-	if sb != nil && dock != nil {
-		r := stats.Ratio(sb.Summary.Median, dock.Summary.Median)
-		r95 := stats.Ratio(sb.Summary.P95, dock.Summary.P95)
-		t.Measured = fmt.Sprintf("%.2f (%s / %s ms); %.2f (%s / %s ms)", r, ms(sb.Summary.Median), ms(dock.Summary.Median), r95, ms(sb.Summary.P95), ms(dock.Summary.P95))
-		t.Verdict = verdict(true, r <= TargetStandbyRatio && r95 <= TargetStandbyP95Ratio)
 	} else {
 		t.Measured, t.Verdict = "-", verdict(false, false)
 	}
@@ -234,7 +241,8 @@ func Targets(in *Inputs) []Target {
 	} else {
 		t.Measured, t.Verdict = "-", verdict(false, false)
 	}
-	return append(out, t)
+	out = append(out, t)
+	return append(out, targetsUnderLoad(in)...)
 }
 
 // Phase is one row of the per-phase breakdown.
@@ -326,6 +334,7 @@ func Markdown(in *Inputs) (string, error) {
 	p("\n")
 
 	writeAnalysis(&b, in)
+	writeUnderLoadAnalysis(&b, in)
 
 	if in.Env != nil {
 		p("## Machine\n\n| | |\n| --- | --- |\n")
@@ -425,13 +434,7 @@ func Markdown(in *Inputs) (string, error) {
 		p("Not measured in this run.\n\n")
 	}
 
-	if bb := in.BackToBack; bb != nil {
-		p("Back to back on one channel (`%s`): %d turns, each posted as soon as the previous reply arrived. %.0f found a ready standby, %.0f did not (the host prepares a channel's standby only after the previous turn's cleanup, and not while turns wait); latency median %s ms, p95 %s ms; %d failed.\n\n",
-			bb.Channel, bb.Turns, bb.Hits, bb.Misses, ms(bb.Latency.Median), ms(bb.Latency.P95), bb.Failures)
-		for _, e := range bb.Errors {
-			p("- `%s`\n", oneLine(e))
-		}
-	}
+	writeUnderLoad(&b, in)
 
 	p("## 5. Memory, size, start-up\n\n| what | value |\n| --- | --- |\n")
 	if ld := in.Load; ld != nil {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/roundtable-sandbox/sandbox/bench/internal/coderuns"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/journal"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/procmem"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/stats"
@@ -28,6 +29,27 @@ func fixed(host, docker float64) *FixedCost {
 	}}
 }
 
+func burst(failures int, shipped, cap16, cap4 float64) *Burst {
+	v := func(name string, c, f int, wall float64) BurstVariant {
+		return BurstVariant{Name: name, Cap: c, Failures: f, Runs: []BurstRun{{WallMs: wall}}, Wall: stats.Summary{N: 1, Median: wall}}
+	}
+	return &Burst{Channels: 64, Variants: []BurstVariant{v(BurstShipped, -1, failures, shipped), v("4", 4, 0, cap4), v("16", 16, 0, cap16)}}
+}
+
+func withStandby(standby, docker float64) *FixedCost {
+	return &FixedCost{Series: []turns.Series{
+		{Name: SeriesHostStandby, Summary: stats.Summary{N: 30, Median: standby}},
+		{Name: SeriesDocker, Summary: stats.Summary{N: 30, Median: docker}},
+	}}
+}
+
+func runsStandby(host, docker float64) *CodeRuns {
+	return &CodeRuns{Series: []coderuns.Series{
+		{Name: RunSeriesHostStandby, First: stats.Summary{N: 20, Median: host}},
+		{Name: RunSeriesDocker, First: stats.Summary{N: 20, Median: docker}},
+	}}
+}
+
 func TestTargets(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -45,6 +67,21 @@ func TestTargets(t *testing.T) {
 		{"host idle over", &Inputs{Load: &Load{HostRSSIdleKiB: 41 * 1024}}, "host idle RSS", "**missed**"},
 		{"image small", &Inputs{Sizes: &Sizes{ImageBytes: 7 << 20}}, "worker image", "met"},
 		{"ready slow", &Inputs{Ready: &Ready{Summary: stats.Summary{N: 3, Median: 301}}}, "sandbox-host start", "**missed**"},
+		{"burst absent", &Inputs{}, "64 simultaneous", "not measured"},
+		{"burst skipped", &Inputs{Burst: &Burst{Skipped: "no"}}, "64 simultaneous", "not measured"},
+		{"burst clean and no slower than the best cap", &Inputs{Burst: burst(0, 20000, 21000, 25000)}, "64 simultaneous", "met"},
+		{"burst slower than the best cap", &Inputs{Burst: burst(0, 22000, 21000, 25000)}, "64 simultaneous", "**missed**"},
+		{"burst failures", &Inputs{Burst: burst(3, 20000, 21000, 25000)}, "64 simultaneous", "**missed**"},
+		{"b2b 18 of 20", &Inputs{BackToBack: &BackToBack{Turns: 20, Hits: 18, ModelDelayMs: 1500}}, "20 back-to-back", "met"},
+		{"b2b 17 of 20", &Inputs{BackToBack: &BackToBack{Turns: 20, Hits: 17, ModelDelayMs: 1500}}, "20 back-to-back", "**missed**"},
+		{"b2b without the slow model", &Inputs{BackToBack: &BackToBack{Turns: 20, Hits: 20}}, "20 back-to-back", "not measured"},
+		{"standby 0.1", &Inputs{FixedCost: withStandby(50, 500)}, "turn on a standby", "met"},
+		{"standby 0.15", &Inputs{FixedCost: withStandby(75, 500)}, "turn on a standby", "**missed**"},
+		{"run standby refused", &Inputs{RunsStandby: &CodeRuns{Skipped: "the installed host refuses runs.standby"}}, "code run's first output", "not measured"},
+		{"run standby 0.3", &Inputs{RunsStandby: runsStandby(72, 240)}, "code run's first output", "met"},
+		{"run standby 0.5", &Inputs{RunsStandby: runsStandby(120, 240)}, "code run's first output", "**missed**"},
+		{"throughput 4", &Inputs{Load: &Load{TurnsPerSecond: 4.1}}, "16 channels x 4", "met"},
+		{"throughput 2", &Inputs{Load: &Load{TurnsPerSecond: 2}}, "16 channels x 4", "**missed**"},
 	}
 	for _, tt := range tests {
 		if got := verdictOf(t, tt.in, tt.prefix); got != tt.want {

@@ -70,8 +70,12 @@ type Options struct {
 	BrokerSocket string
 	// BridgeAddr is where the egress bridge listens (default
 	// 127.0.0.1:bridge.Port); the proxy variables name its actual address.
-	BridgeAddr   string
-	User         string
+	BridgeAddr string
+	User       string
+	// ShimDir is where the curl shim goes (DefaultShimDir), Self the
+	// binary it links to (default: this executable).
+	ShimDir      string
+	Self         string
 	DrainTimeout time.Duration
 	// Log receives the supervisor's own log lines (never output or
 	// payloads); nil logs JSON to the stderr Main is given.
@@ -96,6 +100,10 @@ func (o Options) withDefaults(stderr io.Writer) Options {
 	def(&o.BrokerSocket, DefaultBrokerSocket)
 	def(&o.BridgeAddr, net.JoinHostPort("127.0.0.1", fmt.Sprint(bridge.Port)))
 	def(&o.User, DefaultUser)
+	def(&o.ShimDir, DefaultShimDir)
+	if o.Self == "" {
+		o.Self, _ = os.Executable() // "" leaves the shim out (a warning)
+	}
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = DefaultDrainTimeout
 	}
@@ -168,6 +176,15 @@ func Main(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, o Opti
 			return s.fail(errBridge)
 		}
 		defer stop()
+		if len(job.CredentialedHosts) > 0 {
+			if err := installCurlShim(s.o.ShimDir, s.o.Self); err != nil {
+				// git still works (its environment); curl then goes
+				// through CONNECT and carries no credential.
+				s.log.Warn("curl shim not installed", "reason", err.Error())
+			} else {
+				s.shimDir = s.o.ShimDir
+			}
+		}
 	}
 	res, err := s.execute(ctx)
 	if err != nil {
@@ -195,6 +212,8 @@ type supervisor struct {
 	out  [2]*streamOut
 	// proxyURL is set when the bridge listens.
 	proxyURL string
+	// shimDir holds the curl shim when the job has credentialed hosts.
+	shimDir string
 
 	errMu  sync.Mutex
 	encErr error

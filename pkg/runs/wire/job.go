@@ -15,7 +15,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"path"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -63,6 +65,10 @@ type Job struct {
 	GID int `json:"gid"`
 	// Proxy starts the egress bridge and points the proxy variables at it.
 	Proxy bool `json:"proxy,omitempty"`
+	// CredentialedHosts are the run's granted credentialed destinations
+	// (host:port, the broker adds their credential): git and curl are
+	// pointed at their plain-http URLs. Only with Proxy.
+	CredentialedHosts []string `json:"credentialedHosts,omitempty"`
 	// Artifacts are cleaned relative paths under the output directory.
 	Artifacts []string `json:"artifacts,omitempty"`
 	// MaxOutputBytes bounds stdout and stderr each (setup and main
@@ -108,12 +114,43 @@ func (j Job) Validate() error {
 	if j.MaxOutputBytes <= 0 || j.MaxArtifactBytes <= 0 || j.MaxArtifactTotalBytes <= 0 {
 		return invalidJob("maxOutputBytes, maxArtifactBytes and maxArtifactTotalBytes must be > 0")
 	}
+	if len(j.CredentialedHosts) > 0 && !j.Proxy {
+		return invalidJob("credentialedHosts need proxy")
+	}
+	if len(j.CredentialedHosts) > MaxCredentialedHosts {
+		return invalidJob(fmt.Sprintf("at most %d credentialedHosts", MaxCredentialedHosts))
+	}
+	for i, d := range j.CredentialedHosts {
+		if !validDest(d) {
+			return invalidJob(fmt.Sprintf("credentialedHosts[%d] is not host:port", i))
+		}
+	}
 	for i, a := range j.Artifacts {
 		if err := ValidArtifactPath(a); err != nil {
 			return invalidJob(fmt.Sprintf("artifacts[%d]: %v", i, err))
 		}
 	}
 	return nil
+}
+
+// MaxCredentialedHosts bounds Job.CredentialedHosts (policy's bound).
+const MaxCredentialedHosts = 16
+
+// validDest accepts host:port with a host of DNS or IP literal characters
+// (they reach git's configuration and the curl shim's URL prefixes) and a
+// port of 1 to 65535.
+func validDest(d string) bool {
+	host, port, err := net.SplitHostPort(d)
+	if err != nil || host == "" || len(host) > 253 || net.JoinHostPort(host, port) != d {
+		return false
+	}
+	for _, c := range host {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == ':') {
+			return false
+		}
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 1 && n <= 65535 && strconv.Itoa(n) == port
 }
 
 func invalidJob(msg string) error { return fmt.Errorf("%w: %s", ErrInvalidJob, msg) }

@@ -43,9 +43,11 @@ e2e_skip_reason() {
   [[ $(stat -f -c %T /sys/fs/cgroup 2>/dev/null) == tmpfs ]] || { echo "/sys/fs/cgroup is not the hybrid tmpfs layout the harness supports"; return; }
 }
 
-# e2e_lock serialises namespaced runs on one machine: they install the package
-# onto the shared root filesystem and dpkg database, so two at once would
-# purge each other's installation. Held until the calling shell exits.
+# e2e_lock serialises namespaced runs on one machine: each namespace's root is
+# its own overlay, but they share the machine's cgroup hierarchies (a
+# teardown would find the other run's cgroups new and in use), its network
+# (loopback ports, the integration dockerd) and its cores. Held until the
+# calling shell exits; the empty lock file stays (README names it).
 e2e_lock() {
   [[ -n ${E2E_LOCK_FD:-} ]] && return 0
   mkdir -p /run/lock

@@ -2,27 +2,33 @@
 # Boot, enter and tear down a real systemd 252 as PID 1 of a private PID,
 # mount, UTS and IPC namespace, with its own dockerd (DESIGN.md section 8).
 #
-# Guarantee: ns_teardown leaves the machine as ns_boot found it: the
-# namespace's PID 1 is SIGKILLed (so every process inside ends with it),
-# Docker's and containerd's data live on tmpfs inside the namespace, the
-# cgroups systemd and dockerd created are removed, users the package created
-# are removed, and the checks at the end fail loudly when anything of the
-# namespace remains: processes, cgroups, mounts, and any new path in a
-# listing of the places a booted system writes to (ns_watch_list), taken
-# before boot and compared after teardown.
+# The namespace's root is private: an overlay of the machine's root
+# filesystem whose upper layer is a tmpfs inside the namespace, with /etc
+# and /var/lib/dpkg copied at boot (so a package operation on the machine
+# meanwhile cannot leak in half-done). The package's install and purge, its
+# users in /etc/passwd and their "-" backups, dpkg's and apt's logs and
+# backups, /var/lib/systemd, /etc/docker: all land in that tmpfs and vanish
+# with the namespace. PID 1 pivots into the overlay before it becomes
+# systemd, so ns_exec (nsenter) lands there too. /tmp, /run, /var/tmp and
+# Docker's and containerd's data roots are tmpfs of their own in it (Docker's
+# overlay2 storage cannot sit on an overlayfs); /dev, /sys and the cgroup
+# hierarchies are the machine's, bound in.
 #
-# What the namespace's services would write to the shared root filesystem
-# is kept inside it: /var/tmp (PrivateTmp= directories) and /etc/docker
-# (dockerd's key.json) are tmpfs there, containerd runs without its CRI
-# plugin (which makes /etc/cni/net.d), tmpfiles' provision.conf (which makes
-# /root/.ssh) and PackageKit (apt's hook starts it) are masked. Only
-# systemd-logind's empty /var/lib/systemd/linger is made on the machine;
-# teardown removes it when it was not there before.
+# Guarantee: ns_teardown leaves the machine as ns_boot found it: the
+# namespace's PID 1 is SIGKILLed (so every process inside ends with it and
+# its mounts go), the cgroups systemd and dockerd created are removed, and
+# the checks at the end fail loudly when anything of the namespace remains:
+# processes, cgroups, mounts, users or groups, a changed dpkg database,
+# passwd/group file (or backup) or apt/dpkg log, and any new path in a
+# listing of the places a booted system writes to (ns_watch_list), taken
+# before boot and compared after teardown. On the machine itself a run
+# makes only the e2e lock file (e2e_lock) and its work directory under
+# /var/tmp, which teardown removes.
 #
 # Every path a command inside the namespace is given must be visible there:
-# the namespace has its own /tmp, /run and /var/tmp. Only the work directory
-# (its top directory under /var/tmp, see ns_share_dir) is bound through;
-# ns_visible tells whether another path is.
+# only the work directory (its top directory under /var/tmp, see
+# ns_share_dir) is bound through from the machine; ns_visible tells whether
+# another path is (callers copy what is not).
 #
 # The network namespace is shared on purpose (the fake model listens on
 # loopback); the namespaced dockerd therefore runs with --bridge=none
@@ -116,42 +122,56 @@ ns_share_dir() {
   if [[ $rest != "$E2E_WORK" ]]; then echo "/var/tmp/${rest%%/*}"; else echo "$E2E_WORK"; fi
 }
 
-# ns_visible PATH: true when PATH means the same file inside the namespace
-# (not under one of the namespace's own /tmp, /run, /var/tmp, docker dirs),
-# or lies under the shared work directory.
+# ns_visible PATH: true when PATH lies under the shared work directory, the
+# only place the namespace sees the machine's files as they are now (the
+# rest of its root is an overlay whose lower layer a later change on the
+# machine reaches only in undefined ways, and /etc and /var/lib/dpkg are
+# copies taken at boot).
 ns_visible() {
   local p share
   p=$(realpath -m "$1") share=$(ns_share_dir)
-  [[ $p == "$share" || $p == "$share"/* ]] && return 0
-  case $p/ in
-  /tmp/* | /run/* | /var/run/* | /var/tmp/* | /var/lib/docker/* | /var/lib/containerd/* | /etc/docker/* | /dev/shm/*) return 1 ;;
-  esac
-  return 0
+  [[ $p == "$share" || $p == "$share"/* ]]
 }
 
 # ns_watch_list prints the paths (sorted) of the places a booted system and
-# the package write to on the shared root filesystem, without dpkg's, apt's
-# and man-db's own bookkeeping and without the harnesses' work directories.
+# the package write to on the machine's root filesystem (dpkg's, apt's and
+# man-db's bookkeeping included: the namespace's own lives in its overlay),
+# without the harnesses' work directories under /var/tmp. /tmp is left out:
+# the namespace has its own, and every process on this machine uses it.
 ns_watch_list() {
   {
     find /etc /var/lib /var/cache /usr/local /opt /srv /lib/systemd/system /usr/lib/systemd /usr/share/polkit-1 \
       -xdev -maxdepth 3 2>/dev/null
     find /root /home /var/tmp /var/log /var/spool /var/mail /usr/share/man /usr/share/bash-completion/completions \
-      -xdev -maxdepth 1 2>/dev/null
-  } | grep -Ev '^(/var/lib/(dpkg|apt|ucf)|/var/cache/(apt|debconf|man|ldconfig)|/var/log/(apt|journal))(/|$)|^/etc/(\.pwd\.lock|(passwd|group|shadow|gshadow|subuid|subgid)-|ld\.so\.cache)$|^/var/tmp/(roundtable-|rtsb-|sbx-)' |
-    sort
+      /run /run/lock /run/systemd -xdev -maxdepth 1 2>/dev/null
+  } | grep -Ev '^/var/tmp/(roundtable-|rtsb-|sbx-)' | sort -u
 }
 
+# Files a package install, a purge or a booted system change in place (so a
+# listing of names misses them): their checksums are compared too.
+NS_WATCH_FILES=(
+  /etc/passwd /etc/passwd- /etc/group /etc/group- /etc/shadow /etc/shadow- /etc/gshadow /etc/gshadow-
+  /etc/subuid /etc/subgid /var/lib/dpkg/status /var/lib/dpkg/status-old /var/lib/dpkg/statoverride
+  /var/lib/dpkg/statoverride-old /var/lib/dpkg/diversions /var/log/dpkg.log /var/log/apt/history.log
+  /var/log/apt/term.log /var/log/alternatives.log
+)
+
+# ns_watch_sums prints "<sha256> <path>" (or "absent <path>") for NS_WATCH_FILES.
+ns_watch_sums() {
+  local f
+  for f in "${NS_WATCH_FILES[@]}"; do
+    if [[ -e $f ]]; then echo "$(sha256sum <"$f" | cut -d' ' -f1) $f"; else echo "absent $f"; fi
+  done
+}
 
 # ns_snapshot records what the machine looks like before boot.
 ns_snapshot() {
-  local d=$E2E_WORK/before x
+  local d=$E2E_WORK/before
   mkdir -p "$d"
   find /sys/fs/cgroup -mindepth 1 -type d 2>/dev/null | sort >"$d/cgroups"
   awk '{print $5}' /proc/self/mountinfo | sort >"$d/mounts"
-  : >"$d/dirs"
-  for x in /var/lib/docker /var/lib/containerd /etc/docker /var/lib/systemd/linger; do if [[ -e $x ]]; then echo "$x" >>"$d/dirs"; fi; done
   ns_watch_list >"$d/paths"
+  ns_watch_sums >"$d/sums"
   getent passwd | cut -d: -f1 | sort >"$d/users"
   getent group | cut -d: -f1 | sort >"$d/groups"
 }
@@ -168,67 +188,80 @@ ns_boot() {
   : >"$E2E_WORK/console"
   printf '#!/bin/sh\nexit 0\n' >"$E2E_WORK/policy-rc.d"
   chmod 0755 "$E2E_WORK/policy-rc.d"
-  local d share
+  mkdir -p "$E2E_WORK/root"
+  local share
   share=$(ns_share_dir)
   case $share in
   /tmp | /tmp/* | /run | /run/* | /var/tmp) e2e_die "E2E_WORK=$E2E_WORK: the namespace has its own /tmp and /run; use a directory under /var/tmp" ;;
   esac
-  # Mount points (removed by teardown when ns_snapshot did not see them).
-  for d in /var/lib/docker /var/lib/containerd /etc/docker; do mkdir -p "$d"; done
   # The inner script runs as PID 1 of the new namespaces, then becomes systemd.
   cat >"$E2E_WORK/init.sh" <<INIT
 #!/bin/bash
 set -e
-mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp
-mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
-cp -a "$E2E_WORK/run/." /run/
+# libmount would make /run/mount on the machine's /run (mount runs before
+# the namespace has a /run of its own).
+export LIBMOUNT_UTAB="$E2E_WORK/mount-utab/utab"
+w="$E2E_WORK/root"
+mount -t tmpfs -o mode=0755 tmpfs "\$w"
+mkdir -p "\$w/upper" "\$w/work" "\$w/merged"
+mount -t overlay overlay -o "lowerdir=/,upperdir=\$w/upper,workdir=\$w/work" "\$w/merged"
+r=\$w/merged
+# /etc and the dpkg database as they are now: an install or a purge on the
+# machine while the namespace runs cannot reach it half-done through the
+# overlay's lower layer.
+for d in etc var/lib/dpkg; do
+  mkdir -p "\$w/snap/\$d"
+  cp -a "/\$d/." "\$w/snap/\$d/"
+  mount --bind "\$w/snap/\$d" "\$r/\$d"
+done
+mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "\$r/tmp"
+mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs "\$r/run"
+cp -a "$E2E_WORK/run/." "\$r/run/"
+mount --rbind /dev "\$r/dev"
+# systemd's console output goes to a file, not the machine's console.
+mount --bind "$E2E_WORK/console" "\$r/dev/console"
+mount --rbind /sys "\$r/sys"
 # systemd remounts the cgroup tmpfs read-only and adds directories to it: give
 # it a private tmpfs holding binds of the machine's hierarchies, so the
 # machine's own /sys/fs/cgroup superblock is never touched.
-mkdir /run/.e2e-cg
-mount --rbind /sys/fs/cgroup /run/.e2e-cg
-mount -t tmpfs -o mode=0755,nosuid,nodev,noexec tmpfs /sys/fs/cgroup
-for cg in /run/.e2e-cg/*; do
+mount -t tmpfs -o mode=0755,nosuid,nodev,noexec tmpfs "\$r/sys/fs/cgroup"
+for cg in /sys/fs/cgroup/*; do
   name=\${cg##*/}
-  if [[ -L \$cg ]]; then cp -a "\$cg" /sys/fs/cgroup/; continue; fi
+  if [[ -L \$cg ]]; then cp -a "\$cg" "\$r/sys/fs/cgroup/"; continue; fi
   mountpoint -q "\$cg" || continue
-  mkdir -p "/sys/fs/cgroup/\$name"
-  mount --bind "\$cg" "/sys/fs/cgroup/\$name"
+  mkdir -p "\$r/sys/fs/cgroup/\$name"
+  mount --bind "\$cg" "\$r/sys/fs/cgroup/\$name"
 done
-umount -R /run/.e2e-cg
-rmdir /run/.e2e-cg
-mount -t tmpfs -o mode=0711 tmpfs /var/lib/docker
-mount -t tmpfs -o mode=0711 tmpfs /var/lib/containerd
-# dockerd writes /etc/docker/key.json: a tmpfs holding a copy of the
-# machine's /etc/docker (daemon.json, if any, still applies).
-mkdir /run/.e2e-etc-docker
-cp -a /etc/docker/. /run/.e2e-etc-docker/
-mount -t tmpfs -o mode=0755 tmpfs /etc/docker
-cp -a /run/.e2e-etc-docker/. /etc/docker/
-rm -rf /run/.e2e-etc-docker
+# Docker's overlay2 storage cannot sit on an overlayfs: its data roots are
+# tmpfs of their own.
+for d in var/lib/docker var/lib/containerd; do
+  mkdir -p "\$r/\$d"
+  mount -t tmpfs -o mode=0711 tmpfs "\$r/\$d"
+done
 # runsc, when installed, is registered as doctor asks (DESIGN.md section 15)
 # for the runsc scenarios; a machine's own daemon.json is left as it is.
 if [[ -x /usr/bin/runsc && ! -e /etc/docker/daemon.json ]]; then
-  echo '{"runtimes":{"runsc":{"path":"/usr/bin/runsc","runtimeArgs":["--network=none","--host-uds=open"]}}}' >/etc/docker/daemon.json
+  mkdir -p "\$r/etc/docker"
+  echo '{"runtimes":{"runsc":{"path":"/usr/bin/runsc","runtimeArgs":["--network=none","--host-uds=open"]}}}' >"\$r/etc/docker/daemon.json"
 fi
 # PrivateTmp= units make /var/tmp/systemd-private-*: /var/tmp is a tmpfs,
 # with only the shared work directory bound through from the machine.
-if [[ "$share" == /var/tmp/* ]]; then
-  mkdir /run/.e2e-share
-  mount --bind "$share" /run/.e2e-share
-  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /var/tmp
-  mkdir -p "$share"
-  mount --move /run/.e2e-share "$share"
-  rmdir /run/.e2e-share
-else
-  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /var/tmp
-fi
-# systemd's console output goes to a file, not the machine's console.
-mount --bind "$E2E_WORK/console" /dev/console
+mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "\$r/var/tmp"
+mkdir -p "\$r$share"
+mount --bind "$share" "\$r$share"
 # A Docker-built machine ships /usr/sbin/policy-rc.d "exit 101" (never start
 # services from maintainer scripts); inside the namespace the package must
 # behave as on a real host, so that policy allows everything here.
-if [[ -e /usr/sbin/policy-rc.d ]]; then mount --bind "$E2E_WORK/policy-rc.d" /usr/sbin/policy-rc.d; fi
+if [[ -e /usr/sbin/policy-rc.d ]]; then cp "$E2E_WORK/policy-rc.d" "\$r/usr/sbin/policy-rc.d"; fi
+# Into the overlay: the old root is detached, so nothing inside reaches the
+# machine's root filesystem except through the shared work directory.
+cd "\$r"
+mkdir .e2e-oldroot
+pivot_root . .e2e-oldroot
+cd /
+mount -t proc proc /proc
+umount -l /.e2e-oldroot
+rmdir /.e2e-oldroot
 mount --make-rshared /
 exec env -i container=other PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \\
   /lib/systemd/systemd --system --unit=rt-e2e.target --show-status=no --log-target=console
@@ -247,7 +280,7 @@ INIT
   [[ -n $NS_PID ]] || { cat "$E2E_WORK/init.out" >&2; e2e_die "namespace PID 1 did not appear"; }
   echo "$NS_PID" >"$E2E_WORK/ns.pid"
   export NS_PID NS_UNSHARE_PID
-  e2e_log "namespace PID 1 is $NS_PID (work $E2E_WORK)"
+  e2e_log "namespace PID 1 is $NS_PID (work $E2E_WORK; root: an overlay of / on a tmpfs)"
   local state=""
   for i in $(seq 1 240); do
     sleep 0.25
@@ -348,11 +381,11 @@ ns_foreign_cgroups_re() {
   }' /proc/self/cgroup | sort -u | paste -sd'|'
 }
 
-# ns_cleanup_machine removes what the namespace left on the shared machine
-# (cgroup directories, mount point directories, users the package made) and
-# checks mounts and containers.
+# ns_cleanup_machine removes what the namespace left on the machine (cgroup
+# directories: the cgroup hierarchies are the machine's) and checks that
+# nothing else remains: mounts, containers, users, changed files, new paths.
 ns_cleanup_machine() {
-  local rc=0 d u g before=$E2E_WORK/before
+  local rc=0 d before=$E2E_WORK/before
   [[ -d $before ]] || return 0
   # cgroups: remove new, empty directories deepest first. Siblings of this
   # shell's own cgroups belong to whatever starts processes next to us (a
@@ -376,13 +409,6 @@ ns_cleanup_machine() {
     comm -13 "$before/mounts" "$E2E_WORK/mounts.after" >&2
     rc=1
   fi
-  # Mount points made by ns_boot, and logind's linger directory (empty
-  # unless someone enabled lingering in the namespace).
-  for d in /var/lib/docker /var/lib/containerd /etc/docker /var/lib/systemd/linger; do
-    if [[ -e $d ]] && ! grep -qxF "$d" "$before/dirs"; then
-      rmdir "$d" 2>/dev/null || { e2e_log "LEFT: $d is not empty"; rc=1; }
-    fi
-  done
   # Containers: the namespace's dockerd kept its state on tmpfs and every
   # shim of it was a process of the namespace (checked above); a container
   # cgroup left under our parent would mean a container outlived it.
@@ -390,13 +416,31 @@ ns_cleanup_machine() {
     e2e_log "LEFT: container cgroups under /roundtable-e2e-docker"
     rc=1
   fi
-  # Users and groups the package created (Debian packages keep them on purge).
+  # Users and groups: the package's live in the namespace's /etc only; a
+  # new one on the machine is a leak (or another process's doing), never
+  # removed here.
   getent passwd | cut -d: -f1 | sort >"$E2E_WORK/users.after"
-  for u in $(comm -13 "$before/users" "$E2E_WORK/users.after"); do
-    userdel "$u" 2>/dev/null || { e2e_log "could not remove user $u"; rc=1; }
-  done
   getent group | cut -d: -f1 | sort >"$E2E_WORK/groups.after"
-  for g in $(comm -13 "$before/groups" "$E2E_WORK/groups.after"); do groupdel "$g" 2>/dev/null || true; done
+  local newug
+  newug=$(comm -13 "$before/users" "$E2E_WORK/users.after" | sed 's/^/user /'; comm -13 "$before/groups" "$E2E_WORK/groups.after" | sed 's/^/group /')
+  if [[ -n $newug ]]; then
+    e2e_log "LEFT: new users or groups on the machine since the namespace booted:"
+    echo "$newug" >&2
+    rc=1
+  fi
+  # Files changed in place: the dpkg database, passwd/group and their
+  # backups, apt's and dpkg's logs.
+  if [[ -f $before/sums ]]; then
+    ns_watch_sums >"$E2E_WORK/sums.after"
+    local changed
+    changed=$(diff "$before/sums" "$E2E_WORK/sums.after" | sed -n 's/^> [^ ]* //p')
+    if [[ -n $changed ]]; then
+      e2e_log "LEFT: files changed on the machine since the namespace booted (by the namespace, or by another process on this machine meanwhile):"
+      echo "$changed" >&2
+      rc=1
+      [[ -z ${TEST_SUMMARY_FILE:-} ]] || echo "e2e: FAILED: the leftover check found $(wc -l <<<"$changed") changed files on the machine (first: $(head -1 <<<"$changed"))" >>"$TEST_SUMMARY_FILE"
+    fi
+  fi
   # Files and directories: what the listing did not hold before boot.
   if [[ -f $before/paths ]]; then
     ns_watch_list >"$E2E_WORK/paths.after"

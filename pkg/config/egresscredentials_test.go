@@ -1,0 +1,168 @@
+package config
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEgressCredentialsLoad: the keys as written in YAML reach the struct,
+// a header in any case is canonical in the policy form, and the shipped
+// configuration has no credentials and no test root CA.
+func TestEgressCredentialsLoad(t *testing.T) {
+	y := base + `runs:
+  projects:
+    - {name: demo, path: /srv/demo}
+egress:
+  credentials:
+    - name: gitlab
+      host: gitlab.example.com
+      port: 443
+      credential: gitlab-token
+      header: PRIVATE-TOKEN
+      format: "{}"
+      projects: [demo]
+    - name: gh
+      host: github.com
+      port: 443
+      credential: gh-token
+      header: Authorization
+      format: basic
+      user: x-access-token
+      clients: [1000]
+`
+	c, err := Load(write(t, y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, ok := c.EgressCredential("gitlab")
+	if !ok || gl.Policy().Header != "Private-Token" || gl.Policy().Dest() != "gitlab.example.com:443" {
+		t.Fatalf("gitlab = %+v %v", gl.Policy(), ok)
+	}
+	gh, _ := c.EgressCredential("gh")
+	for _, m := range []struct {
+		e       EgressCredential
+		project string
+		uid     int
+		want    bool
+	}{
+		{gl, "demo", 5, true}, {gl, "", 5, false}, {gl, "other", 1000, false},
+		{gh, "", 1000, true}, {gh, "demo", 1001, false},
+	} {
+		if got := m.e.MayAsk(m.project, m.uid); got != m.want {
+			t.Errorf("%s MayAsk(%q, %d) = %v, want %v", m.e.Name, m.project, m.uid, got, m.want)
+		}
+	}
+	if _, err := Load(write(t, base+"egress:\n  credentials:\n    - {name: x, hots: a.example.com}\n")); err == nil ||
+		!strings.Contains(err.Error(), "egress.credentials[0].hots: unknown key") {
+		t.Errorf("misspelt key: %v, want it named as written", err)
+	}
+	shipped, err := Load("../../packaging/sandbox.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(shipped.Egress.Credentials) != 0 || shipped.Egress.TestRootCAFile != "" {
+		t.Errorf("the shipped configuration has credentials or a test root CA: %+v", shipped.Egress)
+	}
+}
+
+// TestEgressCredentialsValidate: each rule refuses with the key as written.
+func TestEgressCredentialsValidate(t *testing.T) {
+	ok := EgressCredential{Name: "git", Host: "git.example.com", Port: 443, Credential: "git-token",
+		Header: "Authorization", Format: "Bearer {}", Projects: []string{"demo"}}
+	basec := func() *Config {
+		c := validBase(t)
+		c.Runs.Projects = []Project{{Name: "demo", Path: "/srv/demo"}}
+		c.Egress.Credentials = []EgressCredential{ok}
+		return c
+	}
+	if err := basec().Validate(); err != nil {
+		t.Fatalf("valid config refused: %v", err)
+	}
+	cases := []struct {
+		name    string
+		mutate  func(*Config)
+		wantKey string
+	}{
+		{"bad name", func(c *Config) { c.Egress.Credentials[0].Name = "a b" }, "egress.credentials[0].name"},
+		{"twice", func(c *Config) {
+			d := ok
+			d.Host = "other.example.com"
+			c.Egress.Credentials = append(c.Egress.Credentials, d)
+		}, "egress.credentials[1].name"},
+		{"same destination", func(c *Config) {
+			d := ok
+			d.Name = "git2"
+			c.Egress.Credentials = append(c.Egress.Credentials, d)
+		}, "egress.credentials[1].host"},
+		{"URL as host", func(c *Config) { c.Egress.Credentials[0].Host = "https://git.example.com" }, "egress.credentials[0].host"},
+		{"upper-case host", func(c *Config) { c.Egress.Credentials[0].Host = "Git.example.com" }, "egress.credentials[0].host"},
+		{"private address not allowed", func(c *Config) { c.Egress.Credentials[0].Host = "10.0.0.5" }, "egress.credentials[0].host: 10.0.0.5 is not a public address"},
+		{"port", func(c *Config) { c.Egress.Credentials[0].Port = 0 }, "egress.credentials[0].port"},
+		{"credential name", func(c *Config) { c.Egress.Credentials[0].Credential = "../model" }, "egress.credentials[0].credential"},
+		{"header", func(c *Config) { c.Egress.Credentials[0].Header = "Cookie" }, "egress.credentials[0].header"},
+		{"format", func(c *Config) { c.Egress.Credentials[0].Format = "Bearer" }, "egress.credentials[0].format"},
+		{"basic without user", func(c *Config) { c.Egress.Credentials[0].Format = "basic" }, "egress.credentials[0].user"},
+		{"basic elsewhere", func(c *Config) {
+			c.Egress.Credentials[0].Format, c.Egress.Credentials[0].User, c.Egress.Credentials[0].Header = "basic", "u", "X-Api-Key"
+		}, "egress.credentials[0].format"},
+		{"user without basic", func(c *Config) { c.Egress.Credentials[0].User = "u" }, "egress.credentials[0].user"},
+		{"nobody may ask", func(c *Config) { c.Egress.Credentials[0].Projects = nil }, "egress.credentials[0]: names no projects and no clients"},
+		{"unknown project", func(c *Config) { c.Egress.Credentials[0].Projects = []string{"nope"} }, "egress.credentials[0].projects[0]"},
+		{"negative client", func(c *Config) { c.Egress.Credentials[0].Clients = []int{-1} }, "egress.credentials[0].clients[0]"},
+		{"relative CA", func(c *Config) { c.Egress.TestRootCAFile = "ca.pem" }, "egress.testRootCAFile"},
+	}
+	for _, tc := range cases {
+		c := basec()
+		tc.mutate(c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.wantKey) {
+			t.Errorf("%s: %v, want a refusal naming %s", tc.name, err, tc.wantKey)
+		}
+	}
+	c := basec()
+	c.Egress.Credentials[0].Host = "127.0.0.1"
+	c.Egress.Credentials[0].Port = 8443
+	c.Egress.Allow = []string{"127.0.0.1:8443"}
+	if err := c.Validate(); err != nil {
+		t.Errorf("loopback destination in egress.allow refused: %v", err)
+	}
+}
+
+func TestTestRootCA(t *testing.T) {
+	dir := t.TempDir()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	good := filepath.Join(dir, "ca.pem")
+	os.WriteFile(good, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	bad := filepath.Join(dir, "bad.pem")
+	os.WriteFile(bad, []byte("not a certificate"), 0o644)
+	for _, c := range []struct {
+		path, wantErr string
+	}{
+		{"", ""}, {good, ""},
+		{bad, "egress.testRootCAFile"}, {filepath.Join(dir, "missing.pem"), "egress.testRootCAFile"},
+	} {
+		cfg := &Config{Egress: Egress{TestRootCAFile: c.path}}
+		got, err := cfg.TestRootCA()
+		switch {
+		case c.wantErr == "" && err != nil:
+			t.Errorf("%q: %v", c.path, err)
+		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("%q: %v, want an error naming %s", c.path, err, c.wantErr)
+		case c.path == good && !strings.Contains(got, "BEGIN CERTIFICATE"):
+			t.Errorf("%q: %q", c.path, got)
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package credential
+
+import (
+	"errors"
+	"io"
+	"net/http"
+)
+
+// ErrReflected: an answer reflects a secret; it was cut where found.
+var ErrReflected = errors.New("credential: the answer reflects a credential")
+
+// HeaderReflects reports whether a header block (names and values, in any
+// order) reflects a secret, by Reflected's rules.
+func (m *Matcher) HeaderReflects(h http.Header) bool {
+	if m.m.empty() {
+		return false
+	}
+	vals := make([]any, 0, 2*len(h))
+	for k, vs := range h {
+		vals = append(vals, k)
+		for _, v := range vs {
+			vals = append(vals, v)
+		}
+	}
+	// Each field on its own as well: map order must not split a value.
+	for _, v := range vals {
+		if m.Reflected(v) {
+			return true
+		}
+	}
+	return m.Reflected(vals)
+}
+
+// Guard returns a reader of src that fails with ErrReflected, and hands
+// out nothing more, as soon as the text read so far reflects a secret
+// (Stream's matching: any form, reversed, any PieceBytes run, split across
+// reads). It holds back the last bytes read until enough text follows
+// them that no reflection can start in what it hands out, so no run of a
+// secret that counts ever leaves; at the end of src it hands out the rest.
+func (m *Matcher) Guard(src io.Reader) io.Reader {
+	s := m.Stream()
+	return &guard{src: src, s: s, keep: s.keep, buf: make([]byte, 32<<10)}
+}
+
+type guard struct {
+	src  io.Reader
+	s    *Stream
+	keep int    // normalised characters held back
+	pend []byte // read and checked; pend[off:rel] may be handed out, pend[rel:] is held
+	off  int
+	rel  int
+	buf  []byte
+	err  error
+}
+
+func (g *guard) Read(p []byte) (int, error) {
+	for g.off == g.rel {
+		if g.err != nil {
+			return 0, g.err
+		}
+		// Drained: move what is held to the front, reusing the buffer.
+		g.pend = g.pend[:copy(g.pend, g.pend[g.off:])]
+		g.off, g.rel = 0, 0
+		n, err := g.src.Read(g.buf)
+		if n > 0 {
+			if g.s.reflectsBytes(g.buf[:n]) {
+				g.pend, g.off, g.rel, g.err = nil, 0, 0, ErrReflected
+				return 0, g.err
+			}
+			g.pend = append(g.pend, g.buf[:n]...)
+		}
+		if err != nil {
+			g.err = err
+			g.rel = len(g.pend) // the text is whole and clean
+			if g.rel == 0 {
+				return 0, err
+			}
+			break
+		}
+		g.rel = releasable(g.pend, g.keep)
+	}
+	n := copy(p, g.pend[g.off:g.rel])
+	g.off += n
+	return n, nil
+}
+
+// releasable is the largest r such that pend[r:] holds at least keep
+// normalised (non-whitespace) bytes: pend[:r] can hold no start of a
+// reflection found later.
+func releasable(pend []byte, keep int) int {
+	if keep == 0 {
+		return len(pend)
+	}
+	seen := 0
+	for i := len(pend) - 1; i >= 0; i-- {
+		if c := pend[i]; !(c == ' ' || ('\t' <= c && c <= '\r')) {
+			seen++
+		}
+		if seen >= keep {
+			return i
+		}
+	}
+	return 0
+}

@@ -1,0 +1,89 @@
+//go:build fleetengine
+
+// The engine (pkg/fleet, branch fleet-engine) run under the permissions
+// sandbox-nats gives a box: every call Open, a box, a turn, the reply, the
+// channel state, a workspace read and a job make must be allowed. Behind a
+// build tag until pkg/fleet is on main; then drop the tag so that a stream
+// or call the engine adds without a permission fails here.
+// Run: go test -tags fleetengine -run EngineUnderBoxPermissions ./pkg/fleetnats/
+
+package fleetnats
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+)
+
+func TestEngineUnderBoxPermissions(t *testing.T) {
+	p := newPKI(t)
+	pubA, seedA := newUser(t, p.dir, "box-a")
+	pubB, seedB := newUser(t, p.dir, "box-b")
+	f := testFleet(t, p, config.FleetBox{Name: "box-a", NKey: pubA}, config.FleetBox{Name: "box-b", NKey: pubB})
+	startServer(t, &f, p.files)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	violations := asyncErrs(make(chan error, 64))
+	open := func(seed string) *fleet.Fleet {
+		g := f
+		g.NkeySeedFile = seed
+		nc, err := Connect(g, violations.option())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		fl, err := fleet.Open(ctx, nc, fleet.Layout{Partitions: 4, Replicas: 1})
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		return fl
+	}
+	fa := open(seedA)
+	b, err := fleet.NewBox(fa, fleet.BoxOptions{Name: "box-a", Executor: &fleet.StubExecutor{Duration: 10 * time.Millisecond}, AckWait: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ctx); err != nil {
+		t.Fatalf("box start: %v", err)
+	}
+	defer b.Stop()
+	fb := open(seedB)
+	for i := 0; i < 3; i++ {
+		tn := fleet.Turn{ID: ids.NewTurnID(), Channel: "chan-1", Speaker: fleet.Speaker{ID: "u1"}, Text: "hello", DeadlineUnixMs: time.Now().Add(time.Minute).UnixMilli()}
+		if _, err := fb.Submit(ctx, tn); err != nil {
+			t.Fatalf("submit: %v", err)
+		}
+		if rep, err := fb.AwaitReply(ctx, tn.ID); err != nil || !rep.OK {
+			t.Fatalf("reply %+v %v", rep, err)
+		}
+	}
+	if _, _, err := fb.Channel(ctx, "chan-1"); err != nil {
+		t.Fatalf("channel: %v", err)
+	}
+	if _, err := fb.SubmitJob(ctx, fleet.JobRun, "run-1", []byte(`{}`)); err != nil {
+		t.Fatalf("job: %v", err)
+	}
+	j, err := fa.NextJob(ctx, 5*time.Second)
+	if err != nil {
+		t.Fatalf("next job: %v", err)
+	}
+	if err := j.Done(ctx); err != nil {
+		t.Fatalf("job done: %v", err)
+	}
+	for n := len(violations); n > 0; n-- {
+		if err := <-violations; errorIsViolation(err) {
+			t.Errorf("the engine was refused: %v", err)
+		}
+	}
+}
+
+func errorIsViolation(err error) bool {
+	return err != nil && errors.Is(err, nats.ErrPermissionViolation)
+}

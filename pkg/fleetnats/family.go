@@ -1,0 +1,100 @@
+// Package fleetnats is the NATS side of the fleet (DESIGN.md section 17)
+// that is not the turn engine: the family's stream and bucket names, a
+// box's permissions, the nats-server configuration sandbox-nats runs from
+// (generated from fleet.* in sandbox.yaml), a box's connection (TLS, nkey)
+// and the fleet checks of `sandbox-host doctor`.
+//
+// Guarantee: a generated configuration requires TLS on the client and the
+// route ports, admits only the listed boxes' nkeys, limits each to the
+// family's subjects, streams and buckets, fsyncs every write and encrypts
+// JetStream's store; anything it cannot honour is an error naming the key.
+package fleetnats
+
+// The family's JetStream names: the engine's (pkg/fleet names.go holds the
+// same; a box's permissions name each stream exactly, since a NATS wildcard
+// matches whole tokens, never a name prefix such as SANDBOX_*).
+const (
+	StreamTurns      = "SANDBOX_TURNS"      // admitted turns, partitioned by channel key
+	StreamJobs       = "SANDBOX_JOBS"       // runs, prechecks, delegation jobs (work queue)
+	BucketReplies    = "SANDBOX_REPLIES"    // one reply per turn id, create-only
+	BucketChannels   = "SANDBOX_CHANNELS"   // channel state, the commit fence
+	ObjectWorkspaces = "SANDBOX_WORKSPACES" // sealed channels' workspaces by channel and generation
+	// BucketConsumerGroups is where orbit.go/pcgroups keeps its static
+	// consumer groups' membership (its fixed name, not ours).
+	BucketConsumerGroups = "static-consumer-groups"
+	// Subjects is every subject of the family's own messages.
+	Subjects = "sandbox.>"
+)
+
+// Streams are the family's plain streams, KVBuckets its key-value buckets
+// (streams KV_<bucket>), ObjectStores its object stores (streams
+// OBJ_<store>).
+var (
+	Streams      = []string{StreamTurns, StreamJobs}
+	KVBuckets    = []string{BucketReplies, BucketChannels, BucketConsumerGroups}
+	ObjectStores = []string{ObjectWorkspaces}
+)
+
+// StreamNames is the JetStream stream behind every family stream, bucket
+// and object store.
+func StreamNames() []string {
+	out := append([]string{}, Streams...)
+	for _, b := range KVBuckets {
+		out = append(out, "KV_"+b)
+	}
+	for _, o := range ObjectStores {
+		out = append(out, "OBJ_"+o)
+	}
+	return out
+}
+
+// Permissions is what one box's user may publish and subscribe to.
+type Permissions struct {
+	Publish   []string
+	Subscribe []string
+}
+
+// BoxPermissions is the least a box needs: its family subjects; on each
+// family stream the JetStream API calls of streams, KV, object stores and
+// pinned consumer groups (create, update, info, purge, message get and
+// delete, direct get, consumers and their pulls, pauses and unpins) but
+// never STREAM.DELETE, STREAM.NAMES or STREAM.LIST, and nothing of another
+// stream; acks and flow-control replies of family streams; the KV and
+// object-store subjects of family buckets; replies on _INBOX.
+// Subscriptions: family subjects and _INBOX (API answers, KV watches,
+// ordered consumers all deliver there).
+func BoxPermissions() Permissions {
+	pub := []string{Subjects, "$JS.API.INFO"}
+	for _, s := range StreamNames() {
+		pub = append(pub,
+			"$JS.API.STREAM.CREATE."+s,
+			"$JS.API.STREAM.UPDATE."+s,
+			"$JS.API.STREAM.INFO."+s,
+			"$JS.API.STREAM.PURGE."+s,
+			"$JS.API.STREAM.MSG.GET."+s,
+			"$JS.API.STREAM.MSG.DELETE."+s,
+			"$JS.API.DIRECT.GET."+s,
+			"$JS.API.DIRECT.GET."+s+".>",
+			"$JS.API.CONSUMER.CREATE."+s,
+			"$JS.API.CONSUMER.CREATE."+s+".>",
+			"$JS.API.CONSUMER.DURABLE.CREATE."+s+".*",
+			"$JS.API.CONSUMER.INFO."+s+".*",
+			"$JS.API.CONSUMER.DELETE."+s+".*",
+			"$JS.API.CONSUMER.MSG.NEXT."+s+".*",
+			"$JS.API.CONSUMER.PAUSE."+s+".*",
+			"$JS.API.CONSUMER.UNPIN."+s+".*",
+			"$JS.API.CONSUMER.RESET."+s+".*",
+			"$JS.API.CONSUMER.LIST."+s,
+			"$JS.API.CONSUMER.NAMES."+s,
+			"$JS.ACK."+s+".>",
+			"$JS.FC."+s+".>",
+		)
+	}
+	for _, b := range KVBuckets {
+		pub = append(pub, "$KV."+b+".>")
+	}
+	for _, o := range ObjectStores {
+		pub = append(pub, "$O."+o+".>")
+	}
+	return Permissions{Publish: pub, Subscribe: []string{Subjects, "_INBOX.>"}}
+}

@@ -1,0 +1,104 @@
+package host
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
+)
+
+const runsCredExtra = `
+egress:
+  allow: ["127.0.0.1:8443"]
+  credentials:
+    - {name: git, host: 127.0.0.1, port: 8443, credential: git-token, header: Authorization, format: "Bearer {}", projects: [demo]}
+    - {name: api, host: api.example.com, port: 443, credential: api-key, header: X-Api-Key, format: "{}", clients: [4343]}
+runs:
+  projects:
+    - name: demo
+      path: /srv/demo
+`
+
+// TestRunCredentials: a run asks for credentialed destinations by name;
+// the approval shows exactly those; only after it does the run's policy
+// carry them (and nothing else of egress.credentials), and the job points
+// git and curl at their hosts. A name the run's project or client may not
+// use is refused like an unknown one, and nothing starts.
+func TestRunCredentials(t *testing.T) {
+	r, rd := newRunRig(t, runsCredExtra, supervise(0))
+	p := runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}
+	code, body := apiAs(t, r.h, clientUID, "POST", "/v1/runs", p)
+	if code != http.StatusAccepted {
+		t.Fatalf("start: %d %s", code, body)
+	}
+	var st runs.Status
+	must(t, json.Unmarshal(body, &st))
+	if st.State != runs.StateAwaitingApproval || !slices.Equal(st.Credentials, []string{"git"}) {
+		t.Fatalf("awaiting approval: %+v, want the credential shown", st)
+	}
+	// What the admin sees before approving.
+	code, body = apiAs(t, r.h, os.Getuid(), "GET", "/v1/runs/"+st.ID, nil)
+	if code != http.StatusOK || !strings.Contains(string(body), `"credentials":["git"]`) {
+		t.Errorf("admin view: %d %s", code, body)
+	}
+	if n := len(r.docker.policies); n != 0 {
+		t.Fatalf("a policy was written before approval")
+	}
+	if code, body := apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/approve", nil); code != http.StatusOK {
+		t.Fatalf("approve: %d %s", code, body)
+	}
+	got := waitRun(t, r.h, st.ID)
+	if got.Result != runs.ResultOK {
+		t.Fatalf("run %+v", got)
+	}
+	pol := r.docker.policies[0]
+	want := []policy.EgressCredential{{Name: "git", Host: "127.0.0.1", Port: 8443, Credential: "git-token", Header: "Authorization", Format: policy.FormatBearer}}
+	if pol == nil || pol.Egress == nil || !slices.Equal(pol.Egress.Credentials, want) || pol.Egress.TestRootCA != "" {
+		t.Errorf("policy egress: %+v, want exactly %+v", pol.Egress, want)
+	}
+	if names := pol.CredentialNames(); !slices.Equal(names, []string{"git-token"}) {
+		t.Errorf("credset would copy %v, want only git-token", names)
+	}
+	if job := rd.jobs[0]; !slices.Equal(job.CredentialedHosts, []string{"127.0.0.1:8443"}) {
+		t.Errorf("job credentialed hosts %v", job.CredentialedHosts)
+	}
+
+	// A network run without credentials carries none.
+	st2, err := r.h.coderun.Start(runs.Params{Command: "true", Network: true}, clientUID)
+	must(t, err)
+	apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+st2.ID+"/approve", nil)
+	waitRun(t, r.h, st2.ID)
+	if pol := r.docker.policies[1]; pol == nil || len(pol.Egress.Credentials) != 0 || len(pol.CredentialNames()) != 0 {
+		t.Errorf("a run without credentials got %+v", pol.Egress)
+	}
+
+	for _, c := range []struct {
+		name string
+		uid  int
+		p    runs.Params
+	}{
+		{"another project's", otherUID, runs.Params{Command: "x", Network: true, Credentials: []string{"git"}}},
+		{"another client's", clientUID, runs.Params{Project: "demo", Command: "x", Network: true, Credentials: []string{"api"}}},
+		{"unknown", clientUID, runs.Params{Command: "x", Network: true, Credentials: []string{"nope"}}},
+		{"without network", clientUID, runs.Params{Project: "demo", Command: "x", Credentials: []string{"git"}}},
+	} {
+		before := len(r.h.coderun.Registry().List())
+		code, body := apiAs(t, r.h, c.uid, "POST", "/v1/runs", c.p)
+		if code != http.StatusBadRequest || !strings.Contains(string(body), "credentials") {
+			t.Errorf("%s: %d %s, want 400 naming credentials", c.name, code, body)
+		}
+		if n := len(r.h.coderun.Registry().List()); n != before {
+			t.Errorf("%s: a run was created", c.name)
+		}
+	}
+	// The other client may use its own.
+	if _, err := r.h.coderun.Start(runs.Params{Command: "x", Network: true, Credentials: []string{"api"}}, otherUID); err != nil {
+		t.Errorf("client's own credential refused: %v", err)
+	}
+	r.assertClean(t)
+}
