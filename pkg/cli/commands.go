@@ -19,6 +19,7 @@ func turnCmd(g *globals) *cobra.Command {
 	var text string
 	var attach []string
 	var filesDir string
+	var viaFleet bool
 	cmd := &cobra.Command{
 		Use:   "turn <channel>",
 		Short: "Run one guest message in a channel (text from --text or stdin)",
@@ -35,7 +36,15 @@ func turnCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			reply, err := g.client().RunTurnAttachments(cmd.Context(), args[0], sp, text, atts)
+			var reply client.Reply
+			if viaFleet {
+				if len(atts) > 0 || filesDir != "" {
+					return errors.New("--fleet runs sealed turns only: --attach and --files-dir need a rich channel, which runs on its box (use host.sock)")
+				}
+				reply, err = fleetTurn(cmd, g, args[0], sp, text)
+			} else {
+				reply, err = g.client().RunTurnAttachments(cmd.Context(), args[0], sp, text, atts)
+			}
 			if err != nil {
 				return err
 			}
@@ -64,6 +73,7 @@ func turnCmd(g *globals) *cobra.Command {
 	f.StringVar(&sp.PrincipalID, "principal", "", "principal id the speaker was admitted as (never reaches the worker)")
 	f.StringVar(&text, "text", "", "message text (default: read stdin)")
 	f.StringArrayVar(&attach, "attach", nil, "attach URL[,name[,type]] (rich channels; repeat for up to 10)")
+	f.BoolVar(&viaFleet, "fleet", false, "send the turn through the fleet (fleet.* of --config) instead of this box's host.sock, as a frontend on no box does")
 	f.StringVar(&filesDir, "files-dir", "", "write the reply's files into this existing directory (new files only; never over a file or through a link)")
 	cmd.MarkFlagRequired("speaker-id")
 	return cmd
@@ -165,6 +175,14 @@ func printHuman(cmd *cobra.Command, v any) {
 		}
 		if x.Profile != "" {
 			fmt.Fprintf(w, ", profile %s", x.Profile)
+		}
+		if a := x.Admission; a != nil {
+			how := "queue.globalConcurrency"
+			if a.Derived {
+				how = "derived from this machine"
+			}
+			fmt.Fprintf(w, "; host: %d running, %d waiting, global concurrency %d (%s), queue wait at most %d s",
+				a.Running, a.Waiting, a.GlobalConcurrency, how, a.MaxWaitSeconds)
 		}
 		if r := x.Rich; r != nil {
 			fmt.Fprintf(w, ", session %s", r.State)

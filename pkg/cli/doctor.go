@@ -81,6 +81,8 @@ type doctorDeps struct {
 	credDir      string
 	unitDirs     []string
 	polkitRules  []string
+	// machine is what a derived queue.globalConcurrency comes from.
+	machine func() config.Machine
 }
 
 func realDoctorDeps() doctorDeps {
@@ -115,6 +117,7 @@ func realDoctorDeps() doctorDeps {
 		credDir:      layout.CredentialsDir,
 		unitDirs:     []string{"/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system"},
 		polkitRules:  []string{"/usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules", "/etc/polkit-1/rules.d/60-roundtable-sandbox.rules"},
+		machine:      config.ReadMachine,
 	}
 }
 
@@ -208,6 +211,7 @@ func runDoctor(ctx context.Context, path string, d doctorDeps) Report {
 			add("socket-path", StatusOK, fmt.Sprintf("broker socket path is %d characters (limit %d)", n, layout.MaxSocketPath), "")
 		}
 		doctorDocker(ctx, cfg, d, add)
+		doctorAdmission(cfg, d, add)
 	}
 
 	for _, u := range []string{"sandbox-host.socket", "sandbox-host.service", "sandbox-broker@.socket", "sandbox-broker@.service", "sandbox-credset@.service", "sandbox-reaper.service", "sandbox-reaper.timer", NATSUnit} {

@@ -28,14 +28,15 @@ const DefaultSocket = "/run/roundtable-sandbox/host.sock"
 // maxResponseBytes bounds what the client reads of one answer.
 const maxResponseBytes = 1 << 20
 
-// Default bounds. A turn lasts at most 600 s (turnDeadlineSeconds' upper
-// bound) plus the host's cleanup, so DefaultTurnTimeout waits a little longer;
-// a turn still queued behind others when it passes gives up its place.
+// Default bounds. A turn waits at most 600 s for its slot
+// (queue.maxWaitSeconds' upper bound; the host then answers 429) and runs at
+// most 600 s (turnDeadlineSeconds' upper bound) plus the host's cleanup, so
+// DefaultTurnTimeout waits a little longer than both together.
 // Every other call is answered at once by a running host.
 const (
 	DefaultConnectTimeout = 5 * time.Second
 	DefaultTimeout        = 10 * time.Second
-	DefaultTurnTimeout    = 11 * time.Minute
+	DefaultTurnTimeout    = 21 * time.Minute
 	// DefaultRunTimeout bounds following one code run: at most an hour
 	// awaiting approval (runs.approvalTimeoutSeconds) plus an hour running
 	// (timeoutSeconds) plus cleanup.
@@ -114,6 +115,20 @@ type Channel struct {
 	// Profile is a rich channel's profile and Rich its session.
 	Profile string       `json:"profile,omitempty"`
 	Rich    *RichSession `json:"rich,omitempty"`
+	// Admission is the host's (one channel's status only).
+	Admission *Admission `json:"admission,omitempty"`
+}
+
+// Admission is what the host admits turns under: the global concurrency
+// (derived from the machine when queue.globalConcurrency is 0, Why says
+// how), the queue wait bound, and what runs and waits now.
+type Admission struct {
+	GlobalConcurrency int    `json:"globalConcurrency"`
+	Derived           bool   `json:"derived"`
+	Why               string `json:"why"`
+	MaxWaitSeconds    int    `json:"maxWaitSeconds"`
+	Running           int    `json:"running"`
+	Waiting           int    `json:"waiting"`
 }
 
 // RichSession is a rich channel's session: its id, container, state (none,

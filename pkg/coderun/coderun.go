@@ -66,6 +66,9 @@ type Host interface {
 	Stopped() context.Context
 	// GuestUID is the guest uid recorded for key (made on first use).
 	GuestUID(key string) (int, error)
+	// SpareSlot waits for a slot of the global concurrency granted only
+	// when nothing waits for one (a run standby's preparation).
+	SpareSlot(ctx context.Context) (release func(), err error)
 }
 
 // Options make a Kind.

@@ -168,6 +168,13 @@ func (k *Kind) prepareStandby(ctx context.Context, name, _, id string, expiry ti
 	if !ok {
 		return nil, fmt.Errorf("run shape %s is not declared", name)
 	}
+	// A global slot for the preparation's work (Docker), granted only when
+	// nothing waits for one; the ready standby holds none.
+	release, err := k.host.SpareSlot(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for a spare slot: %w", err)
+	}
+	defer release()
 	h := &sandbox.Handle{ID: id, Channel: ids.RunName(id), Tag: ids.RunName(id), Deadline: expiry, Quiet: true}
 	log := k.log.With("run_standby", id, "shape", name)
 	slot := k.slots.Take()

@@ -314,10 +314,15 @@ type Access struct {
 	Groups []string `mapstructure:"groups"`
 }
 
-// Queue bounds the per-channel queues.
+// Queue bounds the per-channel queues and admission across them.
 type Queue struct {
-	Depth             int `mapstructure:"depth"`
+	Depth int `mapstructure:"depth"`
+	// GlobalConcurrency caps what runs at once across channels; 0 = derived
+	// from the machine (Concurrency).
 	GlobalConcurrency int `mapstructure:"globalConcurrency"`
+	// MaxWaitSeconds bounds a turn's wait for its slot; past it the turn
+	// is refused as busy (429) without running.
+	MaxWaitSeconds int `mapstructure:"maxWaitSeconds"`
 }
 
 // Broker carries the broker bounds written into every policy.
@@ -560,8 +565,11 @@ func (c *Config) Validate() error {
 	if c.Queue.Depth < 1 || c.Queue.Depth > 1024 {
 		bad("queue.depth", "must be 1 to 1024, got %d", c.Queue.Depth)
 	}
-	if c.Queue.GlobalConcurrency < 0 || c.Queue.GlobalConcurrency > 1024 {
-		bad("queue.globalConcurrency", "must be 0 (no cap) to 1024, got %d", c.Queue.GlobalConcurrency)
+	if c.Queue.GlobalConcurrency < 0 || c.Queue.GlobalConcurrency > MaxGlobalConcurrency {
+		bad("queue.globalConcurrency", "must be 0 (derived from the machine) to %d, got %d", MaxGlobalConcurrency, c.Queue.GlobalConcurrency)
+	}
+	if c.Queue.MaxWaitSeconds < MinQueueWaitSeconds || c.Queue.MaxWaitSeconds > MaxQueueWaitSeconds {
+		bad("queue.maxWaitSeconds", "must be %d to %d, got %d", MinQueueWaitSeconds, MaxQueueWaitSeconds, c.Queue.MaxWaitSeconds)
 	}
 	if s := c.Standby; s.MaxAgeSeconds < MinStandbyAgeSeconds || s.MaxAgeSeconds > MaxStandbyAgeSeconds {
 		bad("standby.maxAgeSeconds", "must be %d to %d, got %d", MinStandbyAgeSeconds, MaxStandbyAgeSeconds, s.MaxAgeSeconds)

@@ -1,11 +1,7 @@
-//go:build fleetengine
-
-// The engine (pkg/fleet, branch fleet-engine) run under the permissions
+// The engine (pkg/fleet) run under the permissions
 // sandbox-nats gives a box: every call Open, a box, a turn, the reply, the
-// channel state, a workspace read and a job make must be allowed. Behind a
-// build tag until pkg/fleet is on main; then drop the tag so that a stream
+// channel state, a workspace read and a job make must be allowed, so a stream
 // or call the engine adds without a permission fails here.
-// Run: go test -tags fleetengine -run EngineUnderBoxPermissions ./pkg/fleetnats/
 
 package fleetnats
 

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
@@ -44,6 +45,32 @@ func checkField(name, v string, max int) error {
 	}
 	return nil
 }
+
+// waitForSlot waits for channel's slot, at most queue.maxWaitSeconds. A turn
+// that cannot be admitted (its channel's queue full, or no slot in time)
+// is refused at once with a 429 (ErrQueueFull, ErrBusy) and never runs:
+// its deadline, which starts when it holds the slot, is never spent
+// waiting.
+func (h *Host) waitForSlot(ctx context.Context, channel string) (func(), error) {
+	since := h.opts.Now()
+	release, err := h.queue.acquireWithin(ctx, channel, h.cfg.QueueWait())
+	switch {
+	case err == nil:
+		return release, nil
+	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrBusy):
+		waiting, running := h.queue.totals()
+		h.log.Warn("turn refused: host busy", "channel", ids.ChannelTag(channel), "err", err,
+			"waited_ms", h.opts.Now().Sub(since).Milliseconds(), "global_concurrency", h.admission.Cap,
+			"running", running, "waiting", waiting, "queue_depth", h.cfg.Queue.Depth, "queue_max_wait_s", h.cfg.Queue.MaxWaitSeconds)
+		return nil, err
+	case errors.Is(err, ErrShuttingDown):
+		return nil, err
+	}
+	return nil, ErrClientGone
+}
+
+// Admission is the global concurrency in force (doctor, channel status).
+func (h *Host) Admission() config.Concurrency { return h.admission }
 
 func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string) error {
 	// A rich channel's turn may carry the seed's 100,000 characters (up to
@@ -89,17 +116,24 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 			return badRequest(fmt.Sprintf("attachments[%d].url is not fetchable: a credential-free http(s) URL with a DNS name or a canonical IP address", i))
 		}
 	}
+	if h.fleet != nil && mode == ModeOn {
+		// fleet.go: the turn runs on its partition's box.
+		reply, turnID, err := h.askFleet(r, channel, req)
+		if err != nil {
+			w.Header().Set("X-Sandbox-Turn", turnID)
+			return err
+		}
+		h.writeReply(w, r, reply, turnID, nil)
+		return nil
+	}
 	// Waiting ends when the client goes away or the host stops.
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	stop := context.AfterFunc(h.stopCtx, func() { cancel(ErrShuttingDown) })
 	defer stop()
-	release, err := h.queue.acquire(ctx, channel)
+	release, err := h.waitForSlot(ctx, channel)
 	if err != nil {
-		if errors.Is(err, ErrQueueFull) || errors.Is(err, ErrShuttingDown) {
-			return err
-		}
-		return ErrClientGone
+		return err
 	}
 	// The slot is released only when RunTurn returned, that is after the
 	// turn's cleanup, even when the client was answered before it.
@@ -204,7 +238,11 @@ func (h *Host) status(channel string) ChannelStatus {
 }
 
 func (h *Host) handleChannel(w http.ResponseWriter, r *http.Request, channel string) error {
-	writeJSON(w, http.StatusOK, h.status(channel))
+	st := h.status(channel)
+	waiting, running := h.queue.totals()
+	st.Admission = &AdmissionStatus{GlobalConcurrency: h.admission.Cap, Derived: h.admission.Derived, Why: h.admission.Why,
+		MaxWaitSeconds: h.cfg.Queue.MaxWaitSeconds, Running: running, Waiting: waiting}
+	writeJSON(w, http.StatusOK, st)
 	return nil
 }
 

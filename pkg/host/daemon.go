@@ -9,9 +9,11 @@ import (
 	"os"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
@@ -59,6 +61,9 @@ type Daemon struct {
 	StartupTimeout time.Duration
 	// Options are passed to New (tests set timings and fakes' ids there).
 	Options Options
+	// ConnectFleet dials the fleet when fleet.enabled (ConnectFleet by
+	// default); never called otherwise.
+	ConnectFleet func(ctx context.Context, f config.Fleet, log *slog.Logger) (*nats.Conn, error)
 }
 
 func startupErr(step string, err error) error {
@@ -154,6 +159,15 @@ func (d *Daemon) Serve(ctx context.Context) (err error) {
 	}
 
 	opts := d.Options
+	if cfg.Fleet.Enabled {
+		notify("STATUS=joining the fleet")
+		nc, f, err := d.joinFleet(sctx, cfg.Fleet, log)
+		if err != nil {
+			return startupErr("fleet", err)
+		}
+		defer nc.Close()
+		opts.Fleet = f
+	}
 	opts.Config, opts.Access, opts.State = cfg, access, state
 	opts.Containers, opts.Units, opts.Logger = engine, units, log
 	opts.Registry, opts.BrokerGID, opts.MCPTools = d.Registry, d.BrokerGID, discovered
@@ -163,15 +177,52 @@ func (d *Daemon) Serve(ctx context.Context) (err error) {
 		return startupErr("host", err)
 	}
 	engine.Observe(h.ObservePhase)
+	if opts.Fleet != nil {
+		var peers []string
+		for _, b := range cfg.Fleet.Server.Boxes {
+			peers = append(peers, b.Name)
+		}
+		box, err := fleet.NewBox(opts.Fleet, fleet.BoxOptions{Name: cfg.Fleet.Box, Executor: h.fleetExecutorFor(), Logger: log, Peers: peers})
+		if err != nil {
+			return startupErr("fleet", err)
+		}
+		if err := box.Start(sctx); err != nil {
+			return startupErr("fleet", err)
+		}
+		// The box leaves its partitions as soon as the host stops, so its
+		// turns go to the other boxes rather than bounce off this one.
+		defer box.Stop()
+		defer context.AfterFunc(ctx, box.Stop)()
+	}
 
 	notify("READY=1")
 	notify("STATUS=serving")
 	log.Info("sandbox-host ready", "installation", cfg.Installation, "image", cfg.Image, "pid", os.Getpid(),
-		"guest_uids", fmt.Sprintf("%d..%d", cfg.Guests.UIDBase, cfg.Guests.UIDBase+cfg.Guests.UIDCount-1))
+		"guest_uids", fmt.Sprintf("%d..%d", cfg.Guests.UIDBase, cfg.Guests.UIDBase+cfg.Guests.UIDCount-1),
+		"global_concurrency", h.admission.Cap, "global_concurrency_from", h.admission.Why, "queue_max_wait_s", cfg.Queue.MaxWaitSeconds)
 	if ok, err := HasCapChown(); err == nil && !ok {
 		log.Warn("sandbox-host lacks CAP_CHOWN: a new channel's workspace cannot be handed to its guest uid, so its turns fail; the shipped unit grants it (AmbientCapabilities=CAP_CHOWN)")
 	}
 	return h.Run(ctx, d.Listener)
+}
+
+// joinFleet connects and ensures the fleet's resources (fleet.Open).
+func (d *Daemon) joinFleet(ctx context.Context, fc config.Fleet, log *slog.Logger) (*nats.Conn, *fleet.Fleet, error) {
+	connect := d.ConnectFleet
+	if connect == nil {
+		connect = ConnectFleet
+	}
+	nc, err := connect(ctx, fc, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := fleet.Open(ctx, nc, fleetLayout(fc))
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("fleet resources at %s: %w", nc.ConnectedUrlRedacted(), err)
+	}
+	log.Info("fleet mode: joined", "box", fc.Box, "server", nc.ConnectedUrlRedacted(), "partitions", fc.Partitions, "replicas", fc.Replicas)
+	return nc, f, nil
 }
 
 // ensureImage never pulls: the image must exist, or be loaded from the

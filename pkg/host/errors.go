@@ -3,9 +3,11 @@ package host
 import (
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
+	"github.com/roundtable-sandbox/sandbox/pkg/unitctl"
 )
 
 // Error categories. Callers of the API see only the category's generic
@@ -35,6 +37,24 @@ var (
 	errCauseDeadline = fmt.Errorf("deadline: %w", ErrDeadline)
 	errCauseCancel   = fmt.Errorf("cancel: %w", ErrCancelled)
 )
+
+// UnitFailure is a turn failed by one of its systemd units: the answer
+// names which unit and which limit (unitctl.UnitError.Summary: no turn id,
+// nothing a guest sent), so the operator reading an API error sees "broker
+// unit failed to start (timeout, TimeoutStartSec=1min)" rather than "turn
+// failed". A timeout is answered 503 (the box is overloaded: try again),
+// any other failure 500. It matches ErrTurnFailed.
+type UnitFailure struct{ Unit *unitctl.UnitError }
+
+func (e *UnitFailure) Error() string { return ErrTurnFailed.Error() + ": " + e.Unit.Summary() }
+func (e *UnitFailure) Unwrap() error { return ErrTurnFailed }
+
+func (e *UnitFailure) status() int {
+	if e.Unit.Result == "timeout" || e.Unit.JobResult == "timeout" {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
 
 // badRequest is ErrBadRequest with a reason about the caller's own input.
 func badRequest(reason string) error { return api.BadRequest(reason) }

@@ -203,6 +203,22 @@ type fakeUnits struct {
 	// startHook, when set, runs first in StartBroker (without the lock)
 	// and decides the job's result: tests block or fail the unit job.
 	startHook func(ctx context.Context, turn string) error
+	// explain, when set, answers ExplainBroker (systemd's account of
+	// the turn's units); nil = nothing failed.
+	explain func(turn string) error
+	// explained lists ExplainBroker calls, each with whether the units
+	// were still active (not yet stopped) when asked.
+	explained []bool
+}
+
+func (u *fakeUnits) ExplainBroker(_ context.Context, turn string) error {
+	u.mu.Lock()
+	u.explained = append(u.explained, u.active[turn])
+	u.mu.Unlock()
+	if u.explain == nil {
+		return nil
+	}
+	return u.explain(turn)
 }
 
 func newFakeUnits() *fakeUnits { return &fakeUnits{active: map[string]bool{}} }
@@ -359,6 +375,9 @@ func (r *rig) chownCalls() []chownCall {
 	return slices.Clone(r.chowns)
 }
 
+// testMachine derives a global concurrency of 512 (config.SlotsPerCPU x 64).
+var testMachine = config.Machine{CPUs: 64, MemoryMB: 1 << 20}
+
 func newRig(t testing.TB, extra string, mutate func(*Options)) *rig {
 	t.Helper()
 	cfg := testConfig(t, extra)
@@ -369,7 +388,9 @@ func newRig(t testing.TB, extra string, mutate func(*Options)) *rig {
 	r := &rig{cfg: cfg, docker: newFakeDocker(cfg), units: newFakeUnits(), journal: &journalRecorder{}}
 	o := Options{Config: cfg, Logger: testLogger(t), State: st, Containers: r.docker, Units: r.units, RemoveRetryDelay: time.Millisecond,
 		PeerGroups: func(int) []int { return nil }, ChownTree: r.chown, Lchown: r.chown,
-		WorkerLogs: workerlog.New(workerlog.DefaultLimits(), r.journal.send, nil)}
+		WorkerLogs: workerlog.New(workerlog.DefaultLimits(), r.journal.send, nil),
+		// A big machine, so a derived cap never depends on the test box.
+		Machine: &testMachine}
 	if mutate != nil {
 		mutate(&o)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegationrun"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
@@ -95,12 +96,18 @@ type Options struct {
 	ShutdownTimeout  time.Duration                         // bound of the HTTP shutdown, 10 s
 	ObservePhase     func(string, time.Duration)
 	RichIdle         time.Duration // replaces rich.idleSeconds (tests); 0 = the configuration's
+	// Machine is what queue.globalConcurrency 0 is derived from;
+	// config.ReadMachine() when nil.
+	Machine *config.Machine
 	// WorkerLogs forwards each turn's worker stderr to journald, bounded;
 	// workerlog.New(workerlog.DefaultLimits(), nil, nil) when nil.
 	WorkerLogs *workerlog.Forwarder
 	// RichControl reaches rich channel brokers' control routes; HTTP on
 	// the session's broker socket when nil.
 	RichControl RichControl
+	// Fleet, in fleet mode (fleet.enabled), is where sealed turns go
+	// (fleet.go); nil on a box alone: turns run here, as always.
+	Fleet *fleet.Fleet
 	// RichReplyBudget replaces the rich reply budget (tests; 0 =
 	// richsession.DefaultReplyBudget); RichBudgetWait hears of a packet
 	// that waits for it.
@@ -119,6 +126,9 @@ type Host struct {
 	queue   *queue
 	metrics *metrics
 	reg     *prometheus.Registry
+
+	// admission is the global concurrency in force (queue.go).
+	admission config.Concurrency
 
 	tools    []protocol.ToolSpec
 	mcpSpecs []protocol.MCPServerSpec
@@ -140,6 +150,9 @@ type Host struct {
 
 	// life makes, runs and cleans up every kind's containers.
 	life *sandbox.Lifecycle
+
+	// fleet is Options.Fleet (nil: not in fleet mode).
+	fleet *fleet.Fleet
 
 	stopCtx  context.Context
 	stopAll  context.CancelCauseFunc

@@ -47,6 +47,10 @@ func (k kindHost) Accepting() bool { return k.h.accepting() }
 
 func (k kindHost) Waiting(channel string) int { return k.h.queue.waitingFor(channel) }
 
+func (k kindHost) Queued() int { w, _ := k.h.queue.totals(); return w }
+
+func (k kindHost) SpareSlot(ctx context.Context) (func(), error) { return k.h.queue.spare(ctx) }
+
 func (k kindHost) GuestUID(key string) (int, error) {
 	return k.h.state.GuestUID(key, k.h.cfg.Guests, -1)
 }

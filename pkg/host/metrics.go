@@ -8,14 +8,16 @@ import (
 
 // Turn results (label "result" of sandbox_turns_total).
 const (
-	resultOK        = "ok"
-	resultNotOK     = "reply_not_ok"
-	resultFailed    = "failed"
-	resultDeadline  = "deadline"
-	resultCancelled = "cancelled"
-	resultCleanup   = "cleanup_failed"
-	resultShutdown  = "shutdown"
-	resultGone      = "client_gone"
+	resultOK     = "ok"
+	resultNotOK  = "reply_not_ok"
+	resultFailed = "failed"
+	// resultUnitFailed: a broker or credential unit failed (UnitFailure).
+	resultUnitFailed = "unit_failed"
+	resultDeadline   = "deadline"
+	resultCancelled  = "cancelled"
+	resultCleanup    = "cleanup_failed"
+	resultShutdown   = "shutdown"
+	resultGone       = "client_gone"
 )
 
 type metrics struct {

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
@@ -52,10 +53,16 @@ func New(o Options) (*Host, error) {
 	if o.ShutdownTimeout == 0 {
 		o.ShutdownTimeout = 10 * time.Second
 	}
+	if o.Machine == nil {
+		m := config.ReadMachine()
+		o.Machine = &m
+	}
+	adm := o.Config.GlobalConcurrency(*o.Machine)
 	h := &Host{
 		opts: o, cfg: o.Config, log: o.Logger, state: o.State, reg: o.Registry,
-		queue:  newQueue(o.Config.Queue.Depth, o.Config.Queue.GlobalConcurrency),
+		queue: newQueue(o.Config.Queue.Depth, adm.Cap), admission: adm,
 		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
+		fleet: o.Fleet,
 	}
 	h.metrics = newMetrics(o.Registry, h.queue)
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())

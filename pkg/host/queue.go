@@ -3,14 +3,22 @@ package host
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
+	"time"
 )
 
 // ErrQueueFull: the channel already has depth turns waiting.
 var ErrQueueFull = errors.New("queue full")
 
+// ErrBusy: a turn found no slot within queue.maxWaitSeconds and was not
+// run. Like ErrQueueFull it is a 429: try again later.
+var ErrBusy = errors.New("busy: no turn slot free within queue.maxWaitSeconds; try again later")
+
 // queue admits turns: FIFO per channel, never two at once in one channel,
-// channels independent, optionally at most cap turns running in total.
+// channels independent, at most cap running in total (0 = no cap; the host
+// always passes a cap, config.GlobalConcurrency). Standby preparation takes
+// a slot only through spare: when one is free and nobody waits.
 type queue struct {
 	mu      sync.Mutex
 	depth   int
@@ -18,8 +26,13 @@ type queue struct {
 	waiting []*ticket // arrival order, all channels
 	count   map[string]int
 	running map[string]bool
-	nrun    int
+	nrun    int            // running tickets
+	nspare  int            // slots held through spare (standby preparations)
+	spares  []*spareWaiter // waiting for a spare slot, arrival order
 	closed  bool
+	// queued, when set (tests), is told each time a ticket starts waiting
+	// (its channel), or a spare waiter (spareQueued).
+	queued func(channel string)
 }
 
 type ticket struct {
@@ -48,7 +61,11 @@ func (q *queue) acquire(ctx context.Context, channel string) (func(), error) {
 	q.waiting = append(q.waiting, t)
 	q.count[channel]++
 	q.promoteLocked()
+	hook, waits := q.queued, !t.granted
 	q.mu.Unlock()
+	if hook != nil && waits {
+		hook(channel)
+	}
 
 	release := func() {
 		q.mu.Lock()
@@ -73,6 +90,69 @@ func (q *queue) acquire(ctx context.Context, channel string) (func(), error) {
 	}
 }
 
+// acquireWithin is acquire with the wait bounded by maxWait: a turn not
+// granted by then leaves the queue with ErrBusy, so its caller answers at
+// once instead of running it late. The bound covers only the wait; the
+// turn's own deadline starts once it holds the slot.
+func (q *queue) acquireWithin(ctx context.Context, channel string, maxWait time.Duration) (func(), error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, maxWait, ErrBusy)
+	defer cancel()
+	return q.acquire(ctx, channel)
+}
+
+// spare waits for a slot of the global cap, bound to no channel, granted
+// only when one is free and no ticket waits: a standby's preparation, which
+// must never take the slot a waiting turn needs nor delay one in the queue.
+// Tickets are always promoted first; a spare waiter gets what is left. A
+// caller whose ctx ends while waiting leaves. release must be called
+// exactly once.
+func (q *queue) spare(ctx context.Context) (func(), error) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil, ErrShuttingDown
+	}
+	w := &spareWaiter{ready: make(chan struct{})}
+	q.spares = append(q.spares, w)
+	q.promoteLocked()
+	hook, waits := q.queued, !w.granted
+	q.mu.Unlock()
+	if hook != nil && waits {
+		hook(spareQueued)
+	}
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			q.mu.Lock()
+			q.nspare--
+			q.promoteLocked()
+			q.mu.Unlock()
+		})
+	}
+	select {
+	case <-w.ready:
+		return release, nil
+	case <-ctx.Done():
+		q.mu.Lock()
+		if w.granted {
+			q.mu.Unlock()
+			release()
+		} else {
+			q.spares = slices.DeleteFunc(q.spares, func(x *spareWaiter) bool { return x == w })
+			q.mu.Unlock()
+		}
+		return nil, context.Cause(ctx)
+	}
+}
+
+// spareQueued is what queue.queued is told for a spare waiter.
+const spareQueued = "(spare)"
+
+type spareWaiter struct {
+	ready   chan struct{}
+	granted bool
+}
+
 func (q *queue) removeLocked(t *ticket) {
 	for i, w := range q.waiting {
 		if w == t {
@@ -87,11 +167,13 @@ func (q *queue) removeLocked(t *ticket) {
 }
 
 // promoteLocked grants the oldest waiting ticket of every idle channel, in
-// arrival order, while the global cap allows.
+// arrival order, while the global cap allows; then, only when no ticket
+// waits at all, spare waiters.
 func (q *queue) promoteLocked() {
+	full := func() bool { return q.cap > 0 && q.nrun+q.nspare >= q.cap }
 	for i := 0; i < len(q.waiting); {
 		t := q.waiting[i]
-		if q.cap > 0 && q.nrun >= q.cap {
+		if full() {
 			return
 		}
 		if q.running[t.channel] {
@@ -104,6 +186,13 @@ func (q *queue) promoteLocked() {
 		q.removeLocked(t)
 		close(t.ready)
 	}
+	for len(q.waiting) == 0 && len(q.spares) > 0 && !full() {
+		w := q.spares[0]
+		q.spares = q.spares[1:]
+		q.nspare++
+		w.granted = true
+		close(w.ready)
+	}
 }
 
 // waitingFor is the number of turns waiting (not running) in a channel.
@@ -113,7 +202,11 @@ func (q *queue) waitingFor(channel string) int {
 	return q.count[channel]
 }
 
-// totals returns waiting and running turn counts.
+// limit is the global cap (0 = none).
+func (q *queue) limit() int { return q.cap }
+
+// totals returns waiting and running turn counts (standby preparations
+// holding a slot are not turns: see spare).
 func (q *queue) totals() (waiting, running int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -141,4 +234,11 @@ func (q *queue) close() {
 	q.mu.Lock()
 	q.closed = true
 	q.mu.Unlock()
+}
+
+// spareHeld is the number of slots standby preparations hold.
+func (q *queue) spareHeld() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.nspare
 }

@@ -502,8 +502,10 @@ func TestStandbyPreparedWhenBound(t *testing.T) {
 }
 
 // TestStandbyPreparedWhileColdTurnRuns: a cold turn prepares its
-// channel's next standby once its own container and broker are up, even
-// with another turn of the channel waiting (which then binds it).
+// channel's next standby once its own container and broker are up, while
+// it still runs; the next turn binds it. (With a turn of the channel
+// queued behind it, queue.spare grants the preparation only once nothing
+// waits: see the report of issue 25's warm part.)
 func TestStandbyPreparedWhileColdTurnRuns(t *testing.T) {
 	r, _ := newWarmRig(t, "")
 	started, release := holdRuns(r)
@@ -511,31 +513,23 @@ func TestStandbyPreparedWhileColdTurnRuns(t *testing.T) {
 		id  string
 		err error
 	}
-	done := make(chan result, 2)
-	runTurn := func() {
-		rel, err := r.h.queue.acquire(context.Background(), "c")
-		if err != nil {
-			done <- result{"", err}
-			return
-		}
-		defer rel()
+	done := make(chan result, 1)
+	go func() {
 		_, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
 		done <- result{id, err}
-	}
-	go runTurn()
+	}()
 	cold := <-started
-	go runTurn()
-	waitFor(t, "a waiting turn", func() bool { return r.h.queue.waitingFor("c") == 1 })
 	sb := readyStandby(t, r, "c")
 	if sb == "" || sb == cold {
 		t.Fatalf("standby %q beside the cold turn %q", sb, cold)
 	}
 	release()
-	a, b := <-done, <-done
+	a := <-done
 	must(t, a.err)
-	must(t, b.err)
-	if a.id != cold || b.id != sb {
-		t.Errorf("turns ran as %s, %s; want the cold %s, then the standby %s", a.id, b.id, cold, sb)
+	_, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, err)
+	if a.id != cold || id != sb {
+		t.Errorf("turns ran as %s, %s; want the cold %s, then the standby %s", a.id, id, cold, sb)
 	}
 }
 

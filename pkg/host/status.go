@@ -50,6 +50,10 @@ func statusOf(err error) (int, string) {
 		status, _ := statusOf(pr.Kind)
 		return status, pr.Reason
 	}
+	var uf *UnitFailure
+	if errors.As(err, &uf) {
+		return uf.status(), uf.Error()
+	}
 	var re *api.RequestError
 	if errors.As(err, &re) {
 		status, _ := statusOf(re.Kind)
@@ -68,6 +72,7 @@ func statusOf(err error) (int, string) {
 		{ErrModeOff, http.StatusConflict},
 		{ErrTooLarge, http.StatusRequestEntityTooLarge},
 		{ErrQueueFull, http.StatusTooManyRequests},
+		{ErrBusy, http.StatusTooManyRequests},
 		{ErrShuttingDown, http.StatusServiceUnavailable},
 		{ErrDeadline, http.StatusGatewayTimeout},
 		{ErrCancelled, http.StatusConflict},

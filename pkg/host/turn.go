@@ -12,6 +12,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/sealedturn"
+	"github.com/roundtable-sandbox/sandbox/pkg/unitctl"
 )
 
 // Turn phases (sandbox.Phase*), under the names the host's callers use.
@@ -74,6 +75,16 @@ func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, stri
 
 	log := h.log.With("turn", t.ID, "channel", t.Tag)
 	reply, runErr := h.sealed.Execute(ctx, t)
+	if runErr != nil && t.UnitTried {
+		// A worker whose socket-activated broker never started sees only
+		// a reset connection; systemd knows which unit failed and why.
+		// Asked now: cleanup stops the units, and systemd forgets them.
+		if _, ok := unitctl.AsUnitError(runErr); !ok {
+			if why := h.life.ExplainUnits(t.ID); why != nil {
+				runErr = fmt.Errorf("%w (worker: %w)", why, runErr)
+			}
+		}
+	}
 	if runErr == nil && in.OnReply != nil {
 		// The turn stays listed (its container and units still exist, the
 		// reaper must keep them) but is no longer cancellable.
@@ -94,6 +105,9 @@ func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, stri
 		var exit *sealedturn.ExitError
 		if errors.As(runErr, &exit) {
 			attrs = append(attrs, "exit_code", exit.Status, "worker_cause", exit.Cause)
+		}
+		if ue, ok := unitctl.AsUnitError(runErr); ok {
+			attrs = append(attrs, "failed_unit", ue.Failed, "unit_result", ue.Result, "job_result", ue.JobResult, "unit_limit", ue.Limit)
 		}
 		log.Warn("turn failed", attrs...)
 	}
@@ -197,6 +211,9 @@ func resultOf(ctx context.Context, reply *protocol.Reply, runErr, cleanupErr err
 		return resultShutdown, ErrShuttingDown
 	case cause != nil:
 		return resultGone, ErrClientGone
+	}
+	if ue, ok := unitctl.AsUnitError(runErr); ok {
+		return resultUnitFailed, &UnitFailure{Unit: ue}
 	}
 	return resultFailed, ErrTurnFailed
 }

@@ -55,6 +55,20 @@ type (
 		// Profile is a rich channel's profile; Rich its session (mode rich).
 		Profile string              `json:"profile,omitempty"`
 		Rich    *richsession.Status `json:"rich,omitempty"`
+		// Admission is the host's, shown with one channel's status
+		// (GET /v1/channels/{channel}; not in the list).
+		Admission *AdmissionStatus `json:"admission,omitempty"`
+	}
+	// AdmissionStatus is what every channel's turns are admitted under.
+	AdmissionStatus struct {
+		// GlobalConcurrency is the cap on what runs at once across
+		// channels; Derived when queue.globalConcurrency is 0, Why how.
+		GlobalConcurrency int    `json:"globalConcurrency"`
+		Derived           bool   `json:"derived"`
+		Why               string `json:"why"`
+		MaxWaitSeconds    int    `json:"maxWaitSeconds"`
+		Running           int    `json:"running"`
+		Waiting           int    `json:"waiting"`
 	}
 	// ChannelList is GET /v1/channels.
 	ChannelList struct {

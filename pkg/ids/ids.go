@@ -193,6 +193,15 @@ func BrokerServiceUnit(turnID string) (string, error) {
 	return brokerUnitPrefix + turnID + ".service", nil
 }
 
+// CredsetUnit is the unit that copies one turn's broker credentials
+// (sandbox-credset@<turn>.service, pulled in by the broker service).
+func CredsetUnit(turnID string) (string, error) {
+	if err := ValidTurnID(turnID); err != nil {
+		return "", err
+	}
+	return "sandbox-credset@" + turnID + ".service", nil
+}
+
 // ParseBrokerUnit returns the turn id of a broker unit name, or false when the
 // name is not exactly sandbox-broker@<turn id>.socket|service.
 func ParseBrokerUnit(name string) (string, bool) {

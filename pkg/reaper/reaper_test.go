@@ -513,3 +513,59 @@ func TestReapConfig(t *testing.T) {
 		t.Errorf("Reap with missing dirs = %+v, %v; want no failure", sum, err)
 	}
 }
+
+// A turn whose unit stop failed in the host's cleanup (sandbox.StopUnits
+// hands it over: "left to sandbox-reaper") leaves its broker units, and
+// maybe a file the cleanup could not remove, behind a turn the host no
+// longer lists. The reaper stops those units at its next pass, whether the
+// host runs or not; while the host still lists the turn (its cleanup is
+// still retrying) they stay.
+func TestReapTakesOverAFailedUnitStop(t *testing.T) {
+	turn := turnID(60)
+	before := t0.Add(-30 * time.Second)  // the turn ran just now
+	deadline := t0.Add(90 * time.Second) // and its deadline is still ahead
+	policy := fmt.Sprintf(`{"deadlineUnixMs":%d}`, deadline.UnixMilli())
+	tests := []struct {
+		name     string
+		known    bool
+		listed   bool
+		dir, pol bool // left behind by the cleanup as well
+		wantStop bool
+	}{
+		{"host running, only the units left", true, false, false, false, true},
+		{"host not running, only the units left", false, false, false, false, true},
+		{"host running, the turn directory left too", true, false, true, false, true},
+		{"host running, the policy file left too", true, false, false, true, true},
+		{"host still lists the turn: its cleanup goes on", true, true, false, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.units.turns = []string{turn}
+			if tt.dir {
+				w.addDir(turn, before)
+			}
+			if tt.pol {
+				w.addPolicy(turn, before, policy)
+			}
+			w.known = tt.known
+			w.active = map[string]bool{}
+			if tt.listed {
+				w.active[turn] = true
+			}
+			sum, err := w.reaper().Reap(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := slices.Contains(w.units.stopped, turn); got != tt.wantStop {
+				t.Errorf("units stopped: %v, want %v (summary %+v)", got, tt.wantStop, sum)
+			}
+			if tt.wantStop && tt.dir && w.exists(filepath.Join(w.runRoot, turn)) {
+				t.Errorf("the turn directory was left")
+			}
+			if tt.wantStop && tt.pol && w.exists(filepath.Join(w.policyDir, turn+".json")) {
+				t.Errorf("the policy file was left")
+			}
+		})
+	}
+}

@@ -134,6 +134,13 @@ type Units interface {
 	StopBroker(ctx context.Context, turnID string) error
 }
 
+// UnitExplainer is what Units may also do: say why a sandbox's broker units
+// failed (systemd's Result properties; nil when none failed). A kind asks
+// after a failed run, before Cleanup stops and so unloads the units.
+type UnitExplainer interface {
+	ExplainBroker(ctx context.Context, turnID string) error
+}
+
 // ExitMeaning reads a container's exit status.
 func ExitMeaning(status int64) string {
 	switch {

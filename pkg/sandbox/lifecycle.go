@@ -55,6 +55,10 @@ type Options struct {
 	SecondRemoval    time.Duration // bound of each retried removal, 2 s
 	RemoveRetryDelay time.Duration // first pause between removals (doubling to 2 s), 100 ms
 	RemoveRetryTotal time.Duration // bound of a container's removal retries, 15 s
+	// UnitStopTimeout bounds each attempt to stop a turn's broker units,
+	// 20 s: above the broker service's TimeoutStopSec=10s, which systemd
+	// may spend, plus the job's wait in a busy systemd's queue.
+	UnitStopTimeout time.Duration
 	// ObservePhase records a phase's duration (metrics); nil = none.
 	ObservePhase func(phase string, took time.Duration)
 	// CleanupFailed counts one failed cleanup step (container, units,
@@ -93,6 +97,9 @@ func New(o Options) *Lifecycle {
 	}
 	if o.RemoveRetryTotal == 0 {
 		o.RemoveRetryTotal = 15 * time.Second
+	}
+	if o.UnitStopTimeout == 0 {
+		o.UnitStopTimeout = DefaultUnitStopTimeout
 	}
 	l := &Lifecycle{o: o}
 	l.cleanupCtx, l.abandon = context.WithCancelCause(context.Background())
@@ -331,6 +338,77 @@ func (l *Lifecycle) RemoveContainer(target, name string, log *slog.Logger) error
 	return err
 }
 
+// ExplainUnits asks systemd why sandbox id's broker units failed, when
+// the Units can say (UnitExplainer), within a few seconds: nil when none
+// failed or nobody can tell.
+func (l *Lifecycle) ExplainUnits(id string) error {
+	x, ok := l.o.Units.(UnitExplainer)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.o.RemoveTimeout)
+	defer cancel()
+	return x.ExplainBroker(ctx, id)
+}
+
+// Broker unit stops (StopUnits).
+const (
+	DefaultUnitStopTimeout = 20 * time.Second
+	UnitStopAttempts       = 3
+)
+
+// StopUnits stops the broker units of sandbox id, each attempt bounded by
+// UnitStopTimeout, up to UnitStopAttempts times: under load a stop can run
+// out of time (the D-Bus call or the job waiting in systemd's queue), and
+// a socket unit left listening would outlive its turn. A stop that still
+// fails is left to sandbox-reaper, which stops the units of any turn the
+// host no longer lists, and the log line says so. After Abandon (a shutdown
+// out of time) it makes one attempt bounded by RemoveTimeout.
+func (l *Lifecycle) StopUnits(id string, log *slog.Logger) error {
+	o := l.o
+	sockUnit, _ := ids.BrokerSocketUnit(id)
+	svcUnit, _ := ids.BrokerServiceUnit(id)
+	units := []string{sockUnit, svcUnit}
+	start := time.Now()
+	delay := o.RemoveRetryDelay
+	var err error
+	attempt := 0
+	for attempt < UnitStopAttempts {
+		attempt++
+		bound := o.UnitStopTimeout
+		abandoned := l.cleanupCtx.Err() != nil
+		if abandoned {
+			bound = min(bound, o.RemoveTimeout)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
+		err = o.Units.StopBroker(ctx, id)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				log.Info("broker units stopped after retries", "units", units, "attempts", attempt,
+					"took_ms", time.Since(start).Milliseconds())
+			}
+			return nil
+		}
+		if abandoned || attempt == UnitStopAttempts {
+			break
+		}
+		log.Warn("broker unit stop failed; retrying", "units", units, "attempt", attempt,
+			"attempts", UnitStopAttempts, "timeout_ms", bound.Milliseconds(), "err", err)
+		pause := time.NewTimer(delay)
+		select {
+		case <-l.cleanupCtx.Done():
+			pause.Stop()
+		case <-pause.C:
+		}
+		delay = min(2*delay, maxRemoveRetryDelay)
+	}
+	log.Error("broker unit stop failed; left to sandbox-reaper, whose next pass stops the units of a turn the host no longer lists",
+		"units", units, "attempts", attempt, "timeout_ms", o.UnitStopTimeout.Milliseconds(),
+		"took_ms", time.Since(start).Milliseconds(), "err", err)
+	return err
+}
+
 // Cleanup undoes whatever the handle tried: kill and force-remove the
 // container (retried, see RemoveContainer), stop the broker units, remove
 // the turn directory and the policy file. It never uses the sandbox's
@@ -359,9 +437,8 @@ func (l *Lifecycle) Cleanup(b *Handle, log *slog.Logger) error {
 	}
 	if b.UnitTried {
 		since := time.Now()
-		if err := bounded(o.RemoveTimeout, func(ctx context.Context) error { return o.Units.StopBroker(ctx, b.ID) }); err != nil {
+		if err := l.StopUnits(b.ID, log); err != nil {
 			failed = append(failed, "units")
-			log.Error("broker unit stop failed", "err", err)
 		}
 		b.Phase(l, PhaseUnitStop, since)
 	}

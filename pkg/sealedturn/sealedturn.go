@@ -51,6 +51,13 @@ type Host interface {
 	ChannelOn(channel string) error
 	// Waiting counts the channel's turns waiting in its queue.
 	Waiting(channel string) int
+	// Queued counts the turns (and runs, prechecks, jobs) waiting for a
+	// slot in every channel.
+	Queued() int
+	// SpareSlot waits for a slot of the global concurrency, granted only
+	// when one is free and no turn waits: a standby's preparation never
+	// takes the slot a waiting turn needs.
+	SpareSlot(ctx context.Context) (release func(), err error)
 }
 
 // Options make a Kind.
@@ -544,6 +551,9 @@ func (k *Kind) Refill(t *Turn) {
 	if t.asked || k.standbys == nil || !k.host.Accepting() || k.host.ChannelOn(channel) != nil || k.host.Waiting(channel) > 0 {
 		return
 	}
+	if k.host.Queued() > 0 { // a burst: the slots go to the waiting turns
+		return
+	}
 	key, err := k.standbyKey(channel, credential)
 	if err != nil {
 		return
@@ -562,6 +572,13 @@ func (k *Kind) Drop(channel, reason string) {
 // a started container, with a placeholder policy (policy.Pending) in place
 // of the turn's. Whatever fails is removed as a turn's cleanup removes it.
 func (k *Kind) prepareStandby(ctx context.Context, channel, key, turnID string, expiry time.Time) (standby.Warm, error) {
+	// A global slot for the preparation's work (units, Docker), granted
+	// only when no turn waits for one; the ready standby holds none.
+	release, err := k.host.SpareSlot(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for a spare slot: %w", err)
+	}
+	defer release()
 	start := time.Now()
 	t := &Turn{Handle: sandbox.Handle{ID: turnID, Channel: channel, Tag: ids.ChannelTag(channel), Deadline: expiry, Quiet: true}}
 	log := k.log.With("turn", turnID, "channel", t.Tag, "standby", true)

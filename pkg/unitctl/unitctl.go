@@ -1,8 +1,10 @@
 // Package unitctl starts, stops and lists the per-turn broker units over the
 // system D-Bus. Guarantee: it only ever addresses unit names built by package
-// ids (sandbox-broker@<turn>.socket|service) plus a read of the host
-// service's state, every job's result is checked (anything but "done" is an
-// error naming the unit), and a dropped bus connection is redialled.
+// ids (sandbox-broker@<turn>.socket|service) plus reads of the host
+// service's state and of a turn's sandbox-credset@ unit's properties, every
+// job's result is checked (anything but "done" is a *UnitError naming the
+// unit that failed and the limit it hit), and a dropped bus connection is
+// redialled.
 package unitctl
 
 import (
@@ -39,6 +41,7 @@ type conn interface {
 	ResetFailedUnitContext(ctx context.Context, name string) error
 	ListUnitsByPatternsContext(ctx context.Context, states, patterns []string) ([]sddbus.UnitStatus, error)
 	ListUnitsByNamesContext(ctx context.Context, units []string) ([]sddbus.UnitStatus, error)
+	GetUnitTypePropertyContext(ctx context.Context, unit, unitType, propertyName string) (*sddbus.Property, error)
 	Connected() bool
 	Close()
 }
@@ -116,8 +119,10 @@ func (m *Manager) Close() {
 type jobFunc func(ctx context.Context, name, mode string, ch chan<- string) (int, error)
 
 // runJob queues a job and waits for its result. The channel is buffered: the
-// library delivers results from its signal loop, which must never block.
-func runJob(ctx context.Context, verb string, job jobFunc, unit, mode string) error {
+// library delivers results from its signal loop, which must never block. A
+// job that did not end "done" is a *UnitError naming the unit that failed
+// and the limit it hit (explainJob).
+func (m *Manager) runJob(ctx context.Context, c conn, verb string, job jobFunc, unit, mode string) error {
 	ch := make(chan string, 1)
 	if _, err := job(ctx, unit, mode, ch); err != nil {
 		return fmt.Errorf("%s %s: %w", verb, unit, busErr(err))
@@ -125,7 +130,7 @@ func runJob(ctx context.Context, verb string, job jobFunc, unit, mode string) er
 	select {
 	case result := <-ch:
 		if result != jobDone {
-			return fmt.Errorf("%s %s: job result %q: %w", verb, unit, result, ErrJob)
+			return m.explainJob(ctx, c, verb, unit, result)
 		}
 		return nil
 	case <-ctx.Done():
@@ -188,7 +193,7 @@ func (m *Manager) StartBroker(ctx context.Context, turnID string) error {
 	if err != nil {
 		return err
 	}
-	return runJob(ctx, "start", c.StartUnitContext, svc, "fail")
+	return m.runJob(ctx, c, "start", c.StartUnitContext, svc, "fail")
 }
 
 // StartBrokerService starts sandbox-broker@<turn>.service and waits for the
@@ -201,7 +206,7 @@ func (m *Manager) StartBrokerService(ctx context.Context, turnID string) error {
 	if err != nil {
 		return err
 	}
-	return runJob(ctx, "start", c.StartUnitContext, svc, "fail")
+	return m.runJob(ctx, c, "start", c.StartUnitContext, svc, "fail")
 }
 
 // StopBroker stops the turn's socket (first, so nothing re-activates the
@@ -218,7 +223,7 @@ func (m *Manager) StopBroker(ctx context.Context, turnID string) error {
 	}
 	var errs []error
 	for _, unit := range []string{sock, svc} {
-		if err := runJob(ctx, "stop", c.StopUnitContext, unit, "replace"); err != nil && !notLoaded(err) {
+		if err := m.runJob(ctx, c, "stop", c.StopUnitContext, unit, "replace"); err != nil && !notLoaded(err) {
 			errs = append(errs, err)
 		}
 	}

@@ -34,6 +34,10 @@ type fakeConn struct {
 	connected bool
 	closed    bool
 	delivered chan struct{}
+	// props answers property reads: unit -> property -> value; a unit
+	// absent here is not loaded.
+	props map[string]map[string]any
+	gets  []string // property reads, apart from calls
 }
 
 func newFake() *fakeConn {
@@ -85,6 +89,20 @@ func (f *fakeConn) ListUnitsByPatternsContext(_ context.Context, states, pattern
 func (f *fakeConn) ListUnitsByNamesContext(_ context.Context, names []string) ([]sddbus.UnitStatus, error) {
 	f.record("list-names " + strings.Join(names, ","))
 	return f.units, f.listErr
+}
+func (f *fakeConn) GetUnitTypePropertyContext(_ context.Context, unit, typ, prop string) (*sddbus.Property, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gets = append(f.gets, unit+" "+typ+"."+prop)
+	p, ok := f.props[unit]
+	if !ok {
+		return nil, errNoSuchUnit
+	}
+	v, ok := p[prop]
+	if !ok {
+		return nil, errors.New("no such property")
+	}
+	return &sddbus.Property{Name: prop, Value: dbus.MakeVariant(v)}, nil
 }
 func (f *fakeConn) Connected() bool { return f.connected }
 func (f *fakeConn) Close()          { f.closed = true; f.connected = false }

@@ -23,7 +23,8 @@ var layers = [][]string{
 		"egress/bridge", "runs/wire", "richproto", "delegation", "anthropic/anthropictest", "fleetnats/serve"},
 	// 1: shared vocabulary (names, the host-broker contract, the memory store)
 	// and the vetted network dialer.
-	{"layout", "policy", "memory", "sessions", "safefetch", "runs", "runs/supervisor", "precheck", "anthropic"},
+	{"layout", "policy", "memory", "sessions", "safefetch", "runs", "runs/supervisor", "precheck", "anthropic",
+		"fleet", "fleet/fleettest"},
 	// 2: drivers and single-purpose domains.
 	{"client", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich"},

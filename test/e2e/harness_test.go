@@ -734,7 +734,7 @@ func hostCleanupFailures() string {
 	out, _ := run("journalctl", "-u", layout.HostService, "--since", "-15min", "--no-pager", "-o", "cat")
 	var lines []string
 	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, "stop failed") || strings.Contains(l, "cleanup failed") || strings.Contains(l, "left to the reaper") {
+		if strings.Contains(l, "stop failed") || strings.Contains(l, "cleanup failed") || strings.Contains(l, "left to the reaper") || strings.Contains(l, "left to sandbox-reaper") {
 			lines = append(lines, l)
 		}
 	}

@@ -1,0 +1,543 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/pcgroups"
+)
+
+// EventKind names what happened to a delivered turn (Event).
+type EventKind string
+
+const (
+	// EventTaken: the box claimed the turn and starts executing it.
+	EventTaken EventKind = "taken"
+	// EventCommitted: the box committed the turn (reply, workspace, state)
+	// and acknowledged it.
+	EventCommitted EventKind = "committed"
+	// EventRefused: the fence refused the box's claim or commit (another
+	// box claimed the channel since): its work is dropped, not acknowledged.
+	EventRefused EventKind = "refused"
+	// EventAnswered: the turn was already committed (a redelivery, a
+	// resubmission): acknowledged without running.
+	EventAnswered EventKind = "answered"
+	// EventReturned: the executor handed the turn back (ErrElsewhere) or
+	// the commit failed on the cluster: not acknowledged, redelivered.
+	EventReturned EventKind = "returned"
+)
+
+// Event is one step of a turn on a box, for tests, benchmarks and metrics.
+type Event struct {
+	Kind       EventKind
+	Box        string
+	Channel    string
+	TurnID     string
+	Seq        uint64
+	Generation uint64 // after a commit: the generation it made
+	Attempt    uint64
+	// Took is, after a commit, the time from the turn's publication (the
+	// stream's timestamp) to its commit.
+	Took time.Duration
+}
+
+// BoxOptions configure a box.
+type BoxOptions struct {
+	// Name is the box's name (fleet.box); it is recorded as the owner of
+	// the turns it claims.
+	Name     string
+	Executor Executor
+	// AckWait bounds how long a taken turn stays with a box that stopped
+	// answering (dead, cut off, paused) before it is redelivered; the pin
+	// of the partition moves after the same time. A box heartbeats its
+	// running turns every AckWait/3. Default DefaultAckWait.
+	AckWait time.Duration
+	// MaxAttempts: a turn delivered more often is committed as failed
+	// without running (a turn that kills every box it lands on). Default 5.
+	MaxAttempts uint64
+	Logger      *slog.Logger
+	// OnEvent, when set, receives every Event (called from the partition's
+	// goroutine: keep it short).
+	OnEvent func(Event)
+	// Now is the clock (tests).
+	Now func() time.Time
+	// Peers names every box of the fleet (fleet.server.boxes). A box
+	// joins its share of the partitions (a balanced assignment over the
+	// sorted names) at once and stands by for the others after
+	// StandbyDelay, so boxes started together own a share each. Empty: all
+	// partitions at once, first come first pinned.
+	Peers []string
+	// StandbyDelay defaults to 2 x AckWait.
+	StandbyDelay time.Duration
+}
+
+// DefaultAckWait is BoxOptions.AckWait's default: failover within about
+// twice this.
+const DefaultAckWait = 5 * time.Second
+
+// Box takes the turns of the partitions it is pinned on.
+type Box struct {
+	f    *Fleet
+	opts BoxOptions
+	log  *slog.Logger
+
+	ctx    context.Context // cancelled by Stop: running turns end
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	consumes []pcgroups.ConsumerGroupConsumeContext
+	detached chan struct{} // closed by Detach: heartbeats stop
+	workers  sync.WaitGroup
+	queues   []chan jetstream.Msg
+}
+
+// NewBox returns a box on f; Start joins the partitions.
+func NewBox(f *Fleet, o BoxOptions) (*Box, error) {
+	if o.Name == "" {
+		return nil, fmt.Errorf("fleet.box is required in fleet mode: %w", ErrInvalid)
+	}
+	if o.Executor == nil {
+		return nil, fmt.Errorf("fleet box %s: no executor: %w", o.Name, ErrInvalid)
+	}
+	if o.AckWait <= 0 {
+		o.AckWait = DefaultAckWait
+	}
+	if o.StandbyDelay <= 0 {
+		o.StandbyDelay = 2 * o.AckWait
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = 5
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Box{f: f, opts: o, log: o.Logger.With("box", o.Name), ctx: ctx, cancel: cancel, detached: make(chan struct{})}, nil
+}
+
+// Start joins every partition's member of the turns group: the box is the
+// partition's owner while its instance is pinned, a hot standby otherwise.
+func (b *Box) Start(ctx context.Context) error {
+	n := b.f.layout.Partitions
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var later []int
+	for p := 0; p < n; p++ {
+		q := make(chan jetstream.Msg, 4)
+		b.queues = append(b.queues, q)
+		b.workers.Add(1)
+		go b.work(q)
+		if !b.home(p) {
+			later = append(later, p)
+			continue
+		}
+		if err := b.joinLocked(ctx, p); err != nil {
+			b.stopLocked()
+			return err
+		}
+	}
+	if len(later) > 0 {
+		// Standby for the other boxes' partitions only after they had
+		// time to join theirs: the first puller gets a partition's pin.
+		b.workers.Add(1)
+		go func() {
+			defer b.workers.Done()
+			t := time.NewTimer(b.opts.StandbyDelay)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-b.ctx.Done():
+				return
+			case <-b.detached:
+				return
+			}
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			for _, p := range later {
+				if b.ctx.Err() != nil || b.isDetached() {
+					return
+				}
+				jctx, cancel := context.WithTimeout(b.ctx, opTimeout)
+				err := b.joinLocked(jctx, p)
+				cancel()
+				if err != nil {
+					b.log.Error("fleet box cannot stand by for a partition", "partition", p, "err", err)
+				}
+			}
+			b.log.Info("fleet box stands by for the other boxes' partitions", "partitions", len(later))
+		}()
+	}
+	// A connection that closes for good (not a reconnect) leaves the
+	// partitions: pcgroups v0.2.2's member routine spins on a closed
+	// connection's watcher, and a box without a connection is dead anyway.
+	closed := b.f.nc.StatusChanged(nats.CLOSED)
+	go func() {
+		defer b.f.nc.RemoveStatusListener(closed)
+		select {
+		case <-closed:
+			b.log.Error("fleet box lost its NATS connection for good: leaving its partitions; restart the host")
+			b.Detach()
+		case <-b.ctx.Done():
+		}
+	}()
+	b.log.Info("fleet box joined its partitions", "home", n-len(later), "partitions", n, "ack_wait_ms", b.opts.AckWait.Milliseconds())
+	return nil
+}
+
+// home: the partition is this box's by the balanced assignment over
+// Peers (every partition when Peers does not name this box).
+func (b *Box) home(p int) bool {
+	peers := slices.Clone(b.opts.Peers)
+	slices.Sort(peers)
+	peers = slices.Compact(peers)
+	if !slices.Contains(peers, b.opts.Name) {
+		return true
+	}
+	return peers[p%len(peers)] == b.opts.Name
+}
+
+func (b *Box) isDetached() bool {
+	select {
+	case <-b.detached:
+		return true
+	default:
+		return false
+	}
+}
+
+// joinLocked joins partition p's member of the turns group (b.mu held).
+func (b *Box) joinLocked(ctx context.Context, p int) error {
+	cfg := jetstream.ConsumerConfig{
+		AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait:   b.opts.AckWait,
+		// One unacknowledged turn per partition: a channel's turns one at
+		// a time, in order, whichever box holds the pin.
+		MaxAckPending: 1,
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	q := b.queues[p]
+	// The handler only queues: the turn runs in the partition's worker,
+	// so the consume loop keeps pulling (and the pin stays) meanwhile. It
+	// never blocks, and q is never closed (a late callback is harmless).
+	handler := func(m jetstream.Msg) {
+		select {
+		case q <- m:
+		default: // a redelivery while the queue is full: it comes again
+		}
+	}
+	cc, err := pcgroups.StaticConsume(ctx, b.f.js, TurnsStream, TurnsGroup, memberName(p), handler, cfg)
+	if err != nil {
+		return fmt.Errorf("fleet box %s: join partition %d: %w", b.opts.Name, p, err)
+	}
+	b.consumes = append(b.consumes, cc)
+	go b.watchMember(p, cc)
+	return nil
+}
+
+// watchMember logs a partition's membership ending on its own (its group
+// deleted or changed): the box no longer stands by for that partition.
+func (b *Box) watchMember(p int, cc pcgroups.ConsumerGroupConsumeContext) {
+	if err := <-cc.Done(); err != nil {
+		b.log.Error("fleet box left a partition: the turns group changed or failed; restart the host to rejoin", "partition", p, "err", err)
+	}
+}
+
+// Stop leaves the partitions, cancels running turns (they are not
+// committed: another box runs them) and waits for the workers.
+func (b *Box) Stop() {
+	b.mu.Lock()
+	b.stopLocked()
+	b.mu.Unlock()
+	b.workers.Wait()
+}
+
+func (b *Box) stopLocked() {
+	for _, cc := range b.consumes {
+		cc.Stop()
+	}
+	b.consumes = nil
+	b.cancel() // workers end after their current turn
+}
+
+// Detach makes the box look paused to the cluster (as under SIGSTOP): it
+// stops pulling and heartbeating, so its pins and its taken turns move to
+// another box after AckWait, while its running turns go on and try to
+// commit when they end. For the fault harness and tests; Stop still ends it.
+func (b *Box) Detach() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, cc := range b.consumes {
+		cc.Stop()
+	}
+	b.consumes = nil
+	select {
+	case <-b.detached:
+	default:
+		close(b.detached)
+	}
+}
+
+// Kill makes the box look dead to the cluster (as after kill -9): it
+// leaves its partitions and closes its connection; a turn it was running
+// ends without a way to commit. For the fault harness and tests.
+func (b *Box) Kill() {
+	b.Detach()
+	b.f.nc.Close()
+}
+
+func (b *Box) work(q chan jetstream.Msg) {
+	defer b.workers.Done()
+	for {
+		select {
+		case m := <-q:
+			b.handle(m)
+		case <-b.ctx.Done():
+			return
+		}
+	}
+}
+
+func (b *Box) emit(e Event) {
+	e.Box = b.opts.Name
+	if b.opts.OnEvent != nil {
+		b.opts.OnEvent(e)
+	}
+}
+
+// handle takes one delivered turn: already committed turns are
+// acknowledged; otherwise claim, execute, commit, acknowledge.
+func (b *Box) handle(m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		b.log.Error("fleet turn without metadata: dropped", "err", err)
+		_ = m.Term()
+		return
+	}
+	seq := meta.Sequence.Stream
+	var t Turn
+	if len(m.Data()) > MaxTurnBytes || json.Unmarshal(m.Data(), &t) != nil || t.Validate() != nil {
+		// Only a box or a fleet client with publish rights wrote this: the
+		// content is not logged.
+		b.log.Error("fleet turn malformed: terminated without a reply", "seq", seq, "bytes", len(m.Data()))
+		_ = m.TermWithReason("malformed turn")
+		return
+	}
+	log := b.log.With("turn", t.ID, "seq", seq, "attempt", meta.NumDelivered)
+	// Heartbeat from the take to the ack, the commit's writes included: a
+	// loaded box's commit may outlast the ack wait, and a redelivery then
+	// would run the turn again for nothing.
+	done := make(chan struct{})
+	defer close(done)
+	go b.heartbeat(m, done)
+	t0 := time.Now()
+	defer func() { log.Debug("fleet turn handled", "took_ms", time.Since(t0).Milliseconds()) }()
+	ctx, cancel := context.WithTimeout(b.ctx, opTimeout)
+	defer cancel()
+	ev := Event{Channel: t.Channel, TurnID: t.ID, Seq: seq, Attempt: meta.NumDelivered}
+
+	// The reply check and the state read are independent: one round trip.
+	var replyErr error
+	replied := make(chan struct{})
+	go func() {
+		defer close(replied)
+		_, replyErr = b.f.replies.Get(ctx, t.ID)
+	}()
+	key := channelKey(t.Channel)
+	st, rev, err := b.f.Channel(ctx, t.Channel)
+	<-replied
+	if replyErr == nil {
+		b.ack(ctx, m, log)
+		ev.Kind = EventAnswered
+		b.emit(ev)
+		return
+	}
+	if err != nil {
+		log.Warn("fleet channel state unreadable: turn returned", "err", err)
+		b.giveBack(m, ev)
+		return
+	}
+	if st.LastTurn == t.ID || st.LastSeq >= seq {
+		// Committed already (its reply maybe not yet published: the
+		// committing box died in between) or overtaken by a later turn.
+		if st.LastTurn == t.ID && st.LastReply != nil {
+			if err := b.publishReply(ctx, *st.LastReply); err != nil {
+				log.Warn("fleet reply not published: turn returned", "err", err)
+				b.giveBack(m, ev)
+				return
+			}
+		}
+		b.ack(ctx, m, log)
+		ev.Kind = EventAnswered
+		b.emit(ev)
+		return
+	}
+	// The claim: every take writes the channel, so a box that took the
+	// turn before us (and may still be running it) can no longer commit.
+	claim := st
+	claim.Channel, claim.Owner, claim.ClaimTurn, claim.ClaimSeq = t.Channel, b.opts.Name, t.ID, seq
+	claimRev, err := b.putState(ctx, key, claim, rev)
+	if err != nil {
+		b.refusedOrReturned(m, ev, err, log, "claim")
+		return
+	}
+	ev.Kind = EventTaken
+	b.emit(ev)
+
+	out, runErr := b.execute(m, t, seq, st, claimRev, meta.NumDelivered)
+	if errors.Is(runErr, ErrElsewhere) || b.ctx.Err() != nil {
+		b.giveBack(m, ev)
+		return
+	}
+	ctx, cancel = context.WithTimeout(b.ctx, opTimeout)
+	defer cancel()
+	reply := Reply{TurnID: t.ID, OK: out.OK, Text: out.Text, Box: b.opts.Name, Generation: st.Generation + 1, Seq: seq}
+	if runErr != nil {
+		log.Warn("fleet turn failed: committed as failed", "err", runErr)
+		reply = Reply{TurnID: t.ID, Error: errorKind(runErr), Box: b.opts.Name, Generation: st.Generation + 1, Seq: seq}
+		out.Workspace = nil
+	}
+	if err := reply.validate(); err != nil {
+		log.Warn("fleet reply over its bounds: committed as failed", "bytes", len(reply.Text))
+		reply = Reply{TurnID: t.ID, Error: ErrorFailed, Box: b.opts.Name, Generation: st.Generation + 1, Seq: seq}
+		out.Workspace = nil
+	}
+	next := ChannelState{Channel: t.Channel, Generation: st.Generation + 1, Workspace: st.Workspace, LastTurn: t.ID, LastSeq: seq, LastReply: &reply}
+	if out.Workspace != nil {
+		if len(out.Workspace) > MaxWorkspaceBytes {
+			log.Warn("fleet workspace over its bound: turn returned", "bytes", len(out.Workspace), "limit", MaxWorkspaceBytes)
+			b.giveBack(m, ev)
+			return
+		}
+		next.Workspace = workspaceName(t.Channel, next.Generation, claimRev)
+		if _, err := b.f.objects.PutBytes(ctx, next.Workspace, out.Workspace); err != nil {
+			log.Warn("fleet workspace not stored: turn returned", "err", err)
+			b.giveBack(m, ev)
+			return
+		}
+	}
+	// The commit point: the state at our claim's revision, or nothing.
+	if _, err := b.putState(ctx, key, next, claimRev); err != nil {
+		if fenced(err) && next.Workspace != st.Workspace {
+			// Refused: the upload is ours alone and nobody refers to it. On
+			// any other error the commit may have landed: keep it.
+			_ = b.f.objects.Delete(ctx, next.Workspace)
+		}
+		b.refusedOrReturned(m, ev, err, log, "commit")
+		return
+	}
+	if err := b.publishReply(ctx, reply); err != nil {
+		// Committed: whoever takes the redelivery publishes it from the state.
+		log.Warn("fleet reply not published after commit: turn returned", "err", err)
+		b.giveBack(m, ev)
+		return
+	}
+	b.ack(ctx, m, log)
+	if st.Workspace != "" && next.Workspace != st.Workspace {
+		// Superseded; after the ack, so the answer does not wait for it.
+		_ = b.f.objects.Delete(ctx, st.Workspace)
+	}
+	ev.Kind, ev.Generation, ev.Took = EventCommitted, next.Generation, b.opts.Now().Sub(meta.Timestamp)
+	b.emit(ev)
+}
+
+// execute runs the turn while heartbeating it, until the executor returns.
+func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, st ChannelState, claimRev, attempt uint64) (Output, error) {
+	deadline := time.UnixMilli(t.DeadlineUnixMs)
+	if !b.opts.Now().Before(deadline) {
+		return Output{}, &TurnError{Kind: ErrorDeadline, Err: errors.New("deadline passed before the turn was taken")}
+	}
+	if attempt > b.opts.MaxAttempts {
+		return Output{}, fmt.Errorf("delivered %d times, the limit is %d", attempt, b.opts.MaxAttempts)
+	}
+	ctx, cancel := context.WithDeadline(b.ctx, deadline)
+	defer cancel()
+	in := Input{Turn: t, Seq: seq, Generation: st.Generation, Attempt: attempt,
+		Snapshot: st.Workspace, NextSnapshot: workspaceName(t.Channel, st.Generation+1, claimRev),
+		Restore: func(ctx context.Context) ([]byte, error) { return b.f.Workspace(ctx, st.Workspace) }}
+	return b.opts.Executor.Execute(ctx, in)
+}
+
+// heartbeat tells the server the turn is being worked on, so it is not
+// redelivered while this box is alive and attached.
+func (b *Box) heartbeat(m jetstream.Msg, done chan struct{}) {
+	t := time.NewTicker(b.opts.AckWait / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			_ = m.InProgress()
+		case <-done:
+			return
+		case <-b.detached:
+			return
+		}
+	}
+}
+
+func (b *Box) putState(ctx context.Context, key string, st ChannelState, rev uint64) (uint64, error) {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return 0, err
+	}
+	if rev == 0 {
+		return b.f.channels.Create(ctx, key, data)
+	}
+	return b.f.channels.Update(ctx, key, data, rev)
+}
+
+// fenced: the write was refused because the channel changed since the
+// revision it expected.
+func fenced(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+}
+
+func (b *Box) refusedOrReturned(m jetstream.Msg, ev Event, err error, log *slog.Logger, step string) {
+	if fenced(err) {
+		// Another box took the channel's turn since: it runs it. No ack,
+		// no nak (the delivery is no longer ours to settle).
+		log.Info("fleet "+step+" refused by the fence: another box took the turn; work dropped", "channel_owner_changed", true)
+		ev.Kind = EventRefused
+		b.emit(ev)
+		return
+	}
+	log.Warn("fleet "+step+" failed on the cluster: turn returned", "err", err)
+	b.giveBack(m, ev)
+}
+
+// giveBack leaves the turn uncommitted and asks for its redelivery (to
+// this box's successor when it stops).
+func (b *Box) giveBack(m jetstream.Msg, ev Event) {
+	_ = m.Nak()
+	ev.Kind = EventReturned
+	b.emit(ev)
+}
+
+func (b *Box) publishReply(ctx context.Context, r Reply) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if _, err := b.f.replies.Create(ctx, r.TurnID, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return err
+	}
+	return nil
+}
+
+func (b *Box) ack(ctx context.Context, m jetstream.Msg, log *slog.Logger) {
+	// A lost ack only means a redelivery, answered from the reply.
+	if err := m.DoubleAck(ctx); err != nil {
+		log.Debug("fleet ack not confirmed", "err", err)
+	}
+}

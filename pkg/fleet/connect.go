@@ -1,0 +1,103 @@
+package fleet
+
+import (
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ConnectOptions are a box's or a fleet client's way to the cluster
+// (fleet.url, fleet.tls.*, fleet.nkeySeedFile).
+type ConnectOptions struct {
+	URL  string // one or more comma-separated tls:// URLs
+	Name string // the connection's name on the server (the box)
+	// CAFile verifies the servers; CertFile and KeyFile are this box's
+	// client certificate (both or neither).
+	CAFile, CertFile, KeyFile string
+	// NkeySeedFile holds this box's nkey seed (its NATS user).
+	NkeySeedFile string
+	// Insecure permits nats:// URLs without TLS: in-process tests only,
+	// no config key sets it.
+	Insecure bool
+	// ConnectTimeout bounds each connection attempt (default 5 s).
+	ConnectTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// Connect dials the cluster. Every URL must be tls:// (guest text travels
+// on this connection) unless Insecure; a lost connection is retried
+// forever, each attempt bounded, and logged naming the server.
+func Connect(o ConnectOptions) (*nats.Conn, error) {
+	if o.URL == "" {
+		return nil, fmt.Errorf("fleet.url is empty: %w", ErrInvalid)
+	}
+	for _, raw := range strings.Split(o.URL, ",") {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("fleet.url %q is not a URL: %w", raw, ErrInvalid)
+		}
+		if u.User != nil {
+			return nil, fmt.Errorf("fleet.url must not carry credentials (use fleet.nkeySeedFile): %w", ErrInvalid)
+		}
+		if u.Scheme != "tls" && !o.Insecure {
+			return nil, fmt.Errorf("fleet.url %s: the scheme must be tls:// (guest text travels on it): %w", u.Redacted(), ErrInvalid)
+		}
+	}
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		return nil, fmt.Errorf("fleet.tls.cert and fleet.tls.key go together: %w", ErrInvalid)
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = 5 * time.Second
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	opts := []nats.Option{
+		nats.Name(o.Name),
+		nats.Timeout(o.ConnectTimeout),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			log.Warn("fleet: connection to the NATS server lost; reconnecting", "server", nc.ConnectedUrlRedacted(), "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("fleet: reconnected to the NATS server", "server", nc.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			log.Warn("fleet: NATS server reported an error", "err", err)
+		}),
+	}
+	if o.CAFile != "" {
+		opts = append(opts, nats.RootCAs(o.CAFile))
+	}
+	if o.CertFile != "" {
+		opts = append(opts, nats.ClientCert(o.CertFile, o.KeyFile))
+	}
+	if o.NkeySeedFile != "" {
+		opt, err := nats.NkeyOptionFromSeed(o.NkeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("fleet.nkeySeedFile: %w", err)
+		}
+		opts = append(opts, opt)
+	}
+	nc, err := nats.Connect(o.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: connect to %s: %w", redactedURLs(o.URL), err)
+	}
+	return nc, nil
+}
+
+func redactedURLs(s string) string {
+	var out []string
+	for _, raw := range strings.Split(s, ",") {
+		if u, err := url.Parse(strings.TrimSpace(raw)); err == nil {
+			out = append(out, u.Redacted())
+		}
+	}
+	return strings.Join(out, ",")
+}

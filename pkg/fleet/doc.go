@@ -1,0 +1,20 @@
+// Package fleet runs a family's turns across boxes on NATS JetStream
+// (DESIGN.md section 17): a box publishes each admitted turn to stream
+// SANDBOX_TURNS on subject sandbox.turns.<partition> (the partition a stable
+// hash of the channel key, Nats-Msg-Id the turn id), one box per partition
+// takes it through a pinned partitioned consumer group (pcgroups), executes
+// it and commits; the box the frontend talked to watches the turn's key in
+// KV SANDBOX_REPLIES and answers.
+//
+// Guarantee: a channel's turns are taken one at a time, in stream order
+// (one consumer per partition, at most one unacknowledged turn); execution
+// is at least once, the committed effect exactly once: a turn commits only
+// by a compare-and-swap on KV SANDBOX_CHANNELS at the revision of the claim
+// the box wrote when it took the turn, so once another box has claimed the
+// turn (its pin moved: a cut link, a paused process) the old owner's commit
+// is refused and its work dropped. Each turn id gets exactly one reply, the
+// committed one, written create-only; the turn is acknowledged only after
+// its commit. A channel's workspace snapshot is committed with its turn into
+// Object Store SANDBOX_WORKSPACES, keyed by channel and generation.
+// Credentials and policies never pass through this package.
+package fleet

@@ -1,0 +1,696 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet/fleettest"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+)
+
+// testAckWait keeps failover short; pcgroups advises at least 2 s.
+const testAckWait = 2 * time.Second
+
+// pinnedPartition is Partition("discord:1234", 16), computed once by hand.
+const pinnedPartition = 6
+
+// quiet drops the boxes' log lines (the events are what tests check).
+var quiet = func() *slog.Logger {
+	if os.Getenv("FLEET_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}()
+
+// rig is a cluster and the boxes a test runs on it.
+type rig struct {
+	t      *testing.T
+	c      *fleettest.Cluster
+	layout Layout
+	events chan Event
+	mu     sync.Mutex
+	log    []Event
+}
+
+func newRig(t *testing.T, servers, partitions int) *rig {
+	t.Helper()
+	r := &rig{t: t, c: fleettest.Start(t, servers), layout: Layout{Partitions: partitions, Replicas: min(servers, 3)}, events: make(chan Event, 4096)}
+	return r
+}
+
+func (r *rig) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	r.t.Cleanup(cancel)
+	return ctx
+}
+
+// fleet opens a connection of its own and the fleet on it.
+func (r *rig) fleet(name string) (*Fleet, *nats.Conn) {
+	r.t.Helper()
+	nc := r.c.Connect(name)
+	f, err := Open(r.ctx(), nc, r.layout)
+	if err != nil {
+		r.t.Fatalf("open fleet for %s: %v", name, err)
+	}
+	return f, nc
+}
+
+// box starts a box with its own connection.
+func (r *rig) box(name string, ex Executor) (*Box, *nats.Conn) {
+	r.t.Helper()
+	return r.boxWith(BoxOptions{Name: name, Executor: ex})
+}
+
+func (r *rig) boxWith(o BoxOptions) (*Box, *nats.Conn) {
+	r.t.Helper()
+	f, nc := r.fleet(o.Name)
+	o.AckWait, o.OnEvent, o.Logger = testAckWait, r.record, quiet
+	b, err := NewBox(f, o)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := b.Start(r.ctx()); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(b.Stop)
+	return b, nc
+}
+
+func (r *rig) record(e Event) {
+	if os.Getenv("FLEET_TEST_LOG") != "" {
+		fmt.Fprintf(os.Stderr, "%s event %s box=%s ch=%s seq=%d attempt=%d\n", time.Now().Format("15:04:05.000"), e.Kind, e.Box, e.Channel, e.Seq, e.Attempt)
+	}
+	r.mu.Lock()
+	r.log = append(r.log, e)
+	r.mu.Unlock()
+	r.events <- e
+}
+
+// waitEvent waits for an event matching pred (the test's deadline bounds it).
+func (r *rig) waitEvent(what string, pred func(Event) bool) Event {
+	r.t.Helper()
+	timeout := time.NewTimer(45 * time.Second)
+	defer timeout.Stop()
+	for {
+		select {
+		case e := <-r.events:
+			if pred(e) {
+				return e
+			}
+		case <-timeout.C:
+			r.t.Fatalf("no event %s within 45 s; events: %+v", what, r.snapshot())
+		}
+	}
+}
+
+// waitCommitted waits until each turn has a commit event (the reply is
+// published just before the box acknowledges and reports).
+func (r *rig) waitCommitted(turns []Turn) {
+	r.t.Helper()
+	for _, tn := range turns {
+		if r.count(EventCommitted, tn.ID) > 0 {
+			continue
+		}
+		r.waitEvent("commit of "+tn.ID, func(e Event) bool { return e.Kind == EventCommitted && e.TurnID == tn.ID })
+	}
+}
+
+func (r *rig) snapshot() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Event(nil), r.log...)
+}
+
+func (r *rig) count(kind EventKind, turn string) int {
+	n := 0
+	for _, e := range r.snapshot() {
+		if e.Kind == kind && (turn == "" || e.TurnID == turn) {
+			n++
+		}
+	}
+	return n
+}
+
+func newTurn(channel, text string) Turn {
+	return Turn{ID: ids.NewTurnID(), Channel: channel, Speaker: Speaker{ID: "u1"}, Text: text, DeadlineUnixMs: time.Now().Add(time.Minute).UnixMilli()}
+}
+
+// replyCount is how many values the turn's key ever had (history included).
+func replyCount(t *testing.T, f *Fleet, turnID string) int {
+	t.Helper()
+	hist, err := f.replies.History(context.Background(), turnID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0
+	}
+	if err != nil {
+		t.Fatalf("reply history of %s: %v", turnID, err)
+	}
+	return len(hist)
+}
+
+// recorder executes instantly, records each channel's turns in execution
+// order and fails the test when two turns of one channel overlap.
+type recorder struct {
+	mu      sync.Mutex
+	running map[string]bool
+	order   map[string][]string
+	overlap []string
+}
+
+func newRecorder() *recorder {
+	return &recorder{running: map[string]bool{}, order: map[string][]string{}}
+}
+
+func (rc *recorder) Execute(ctx context.Context, in Input) (Output, error) {
+	rc.mu.Lock()
+	if rc.running[in.Turn.Channel] {
+		rc.overlap = append(rc.overlap, in.Turn.ID)
+	}
+	rc.running[in.Turn.Channel] = true
+	rc.order[in.Turn.Channel] = append(rc.order[in.Turn.Channel], in.Turn.ID)
+	rc.mu.Unlock()
+	out, err := (&StubExecutor{Duration: time.Millisecond}).Execute(ctx, in)
+	rc.mu.Lock()
+	rc.running[in.Turn.Channel] = false
+	rc.mu.Unlock()
+	return out, err
+}
+
+func TestPartitionIsStable(t *testing.T) {
+	tests := []struct {
+		channel string
+		n       int
+		want    int
+	}{
+		{"discord:1234", 16, Partition("discord:1234", 16)},
+		{"a", 1, 0},
+	}
+	for _, tt := range tests {
+		for i := 0; i < 3; i++ {
+			if got := Partition(tt.channel, tt.n); got != tt.want || got < 0 || got >= tt.n {
+				t.Fatalf("Partition(%q, %d) = %d, want %d", tt.channel, tt.n, got, tt.want)
+			}
+		}
+	}
+	// Pinned values: a change of the hash would move every channel.
+	if got := Partition("discord:1234", 16); got != pinnedPartition {
+		t.Fatalf("Partition(discord:1234, 16) = %d, want %d (the hash changed: every channel would move)", got, pinnedPartition)
+	}
+}
+
+// TestOrderPerChannel: two boxes, turns of several channels submitted in
+// order; each channel's turns run one at a time in submission order and
+// its workspace holds them in that order.
+func TestOrderPerChannel(t *testing.T) {
+	r := newRig(t, 3, 4)
+	rec := newRecorder()
+	r.box("a", rec)
+	r.box("b", rec)
+	client, _ := r.fleet("client")
+	ctx := r.ctx()
+	channels := []string{"chan-1", "chan-2", "chan-3"}
+	want := map[string][]string{}
+	var all []Turn
+	for i := 0; i < 6; i++ {
+		for _, ch := range channels {
+			tn := newTurn(ch, fmt.Sprint(i))
+			if _, err := client.Submit(ctx, tn); err != nil {
+				t.Fatal(err)
+			}
+			want[ch] = append(want[ch], tn.ID)
+			all = append(all, tn)
+		}
+	}
+	for _, tn := range all {
+		rep, err := client.AwaitReply(ctx, tn.ID)
+		if err != nil || !rep.OK {
+			t.Fatalf("turn %s: reply %+v, %v", tn.ID, rep, err)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.overlap) > 0 {
+		t.Fatalf("turns ran while another turn of their channel ran: %v", rec.overlap)
+	}
+	for _, ch := range channels {
+		// Execution is at least once: a turn may run again (a redelivery)
+		// but only before the next one starts.
+		if got := strings.Join(slices.Compact(rec.order[ch]), ","); got != strings.Join(want[ch], ",") {
+			t.Errorf("channel %s ran %s, want %s", ch, got, strings.Join(want[ch], ","))
+		}
+		st, _, err := client.Channel(ctx, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws, err := client.Workspace(ctx, st.Workspace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, w := strings.TrimSpace(string(ws)), strings.Join(want[ch], "\n"); got != w {
+			t.Errorf("channel %s workspace %q, want %q", ch, got, w)
+		}
+		if st.Generation != uint64(len(want[ch])) {
+			t.Errorf("channel %s generation %d, want %d", ch, st.Generation, len(want[ch]))
+		}
+	}
+}
+
+// TestResubmissionIsDeduplicated: the same turn id published twice is one
+// stream message, one execution and one reply; a resubmission past the
+// stream's window (another message id) is answered from the reply without
+// running.
+func TestResubmissionIsDeduplicated(t *testing.T) {
+	r := newRig(t, 1, 2)
+	rec := newRecorder()
+	r.box("a", rec)
+	client, nc := r.fleet("client")
+	ctx := r.ctx()
+	tn := newTurn("chan-dup", "hello")
+	first, err := client.Submit(ctx, tn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := client.Submit(ctx, tn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !second.Duplicate || second.Seq != first.Seq || first.Duplicate {
+		t.Fatalf("submissions %+v then %+v: want the second a duplicate of the first", first, second)
+	}
+	if _, err := client.AwaitReply(ctx, tn.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Past the window: same turn, another message id.
+	data, _ := json.Marshal(tn)
+	js, _ := jetstream.New(nc)
+	late, err := js.PublishMsg(ctx, &nats.Msg{Subject: TurnSubject(Partition(tn.Channel, 2)), Data: data}, jetstream.WithMsgID("late-"+tn.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.waitEvent("late resubmission answered", func(e Event) bool { return e.Seq == late.Sequence && e.Kind == EventAnswered })
+	if n := r.count(EventTaken, tn.ID); n != 1 {
+		t.Errorf("turn taken %d times, want 1", n)
+	}
+	if n := replyCount(t, client, tn.ID); n != 1 {
+		t.Errorf("turn has %d replies, want 1", n)
+	}
+}
+
+// blocker blocks the first turn it runs (on whichever box) until released.
+type blocker struct {
+	once    sync.Once
+	started chan string // the box that runs the blocked turn
+	release chan struct{}
+	box     string
+}
+
+func newBlocker() *blocker {
+	return &blocker{started: make(chan string, 1), release: make(chan struct{})}
+}
+
+func (bl *blocker) on(box string) Executor {
+	return ExecutorFunc(func(ctx context.Context, in Input) (Output, error) {
+		first := false
+		bl.once.Do(func() { first = true })
+		if first {
+			bl.started <- box
+			<-bl.release // deliberately deaf to ctx: a paused process is
+		}
+		return (&StubExecutor{Duration: time.Millisecond}).Execute(context.WithoutCancel(ctx), in)
+	})
+}
+
+// TestFailoverWhenOwnerDies: the pinned box dies (its connection
+// closes) while it runs a turn; the other box takes the partition, runs the turn
+// and commits it once; the dead owner's commit never lands.
+func TestFailoverWhenOwnerDies(t *testing.T) {
+	r := newRig(t, 3, 2)
+	bl := newBlocker()
+	boxA, _ := r.box("a", bl.on("a"))
+	boxB, _ := r.box("b", bl.on("b"))
+	client, _ := r.fleet("client")
+	ctx := r.ctx()
+	tn := newTurn("chan-failover", "x")
+	if _, err := client.Submit(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	owner := <-bl.started
+	other, dead := "b", boxA
+	if owner == "b" {
+		other, dead = "a", boxB
+	}
+	dead.Kill()
+	rep, err := client.AwaitReply(ctx, tn.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Box != other || !rep.OK {
+		t.Fatalf("reply %+v, want an OK reply committed by %s", rep, other)
+	}
+	r.waitCommitted([]Turn{tn})
+	close(bl.release) // the dead owner finishes: its commit cannot land
+	r.waitEvent("the dead owner's turn ends", func(e Event) bool {
+		return e.Box == owner && (e.Kind == EventReturned || e.Kind == EventRefused)
+	})
+	if n := r.count(EventCommitted, tn.ID); n != 1 {
+		t.Errorf("turn committed %d times, want 1", n)
+	}
+	if n := replyCount(t, client, tn.ID); n != 1 {
+		t.Errorf("turn has %d replies, want 1", n)
+	}
+	st, _, err := client.Channel(ctx, tn.Channel)
+	if err != nil || st.Generation != 1 || st.LastTurn != tn.ID {
+		t.Fatalf("channel state %+v, %v: want generation 1 at the turn", st, err)
+	}
+}
+
+// TestZombieOwnerCannotCommit: the owner stops answering the cluster (as
+// under SIGSTOP) while it runs a turn; the turn moves to the other box,
+// which commits; when the zombie resumes, its commit is refused by the
+// fence and the turn keeps exactly one reply.
+func TestZombieOwnerCannotCommit(t *testing.T) {
+	r := newRig(t, 3, 2)
+	bl := newBlocker()
+	boxA, _ := r.box("a", bl.on("a"))
+	boxB, _ := r.box("b", bl.on("b"))
+	client, _ := r.fleet("client")
+	ctx := r.ctx()
+	tn := newTurn("chan-zombie", "x")
+	if _, err := client.Submit(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	owner := <-bl.started
+	zombie, other := boxA, "b"
+	if owner == "b" {
+		zombie, other = boxB, "a"
+	}
+	zombie.Detach()
+	committed := r.waitEvent("the other box commits", func(e Event) bool { return e.Kind == EventCommitted && e.TurnID == tn.ID })
+	if committed.Box != other {
+		t.Fatalf("committed by %s, want %s", committed.Box, other)
+	}
+	close(bl.release)
+	r.waitEvent("the zombie's commit refused", func(e Event) bool { return e.Box == owner && e.Kind == EventRefused && e.TurnID == tn.ID })
+	if n := r.count(EventCommitted, tn.ID); n != 1 {
+		t.Errorf("turn committed %d times, want 1", n)
+	}
+	if n := replyCount(t, client, tn.ID); n != 1 {
+		t.Errorf("turn has %d replies, want 1", n)
+	}
+	rep, err := client.Reply(ctx, tn.ID)
+	if err != nil || rep.Box != other {
+		t.Fatalf("reply %+v, %v: want %s's", rep, err, other)
+	}
+}
+
+// TestRepliesExactlyOnceUnderRedelivery: every turn's first delivery is
+// handed back (as by a stopping box), and a committed turn whose reply was
+// never published (its box died in between) is published from the state
+// without running again: one reply per turn id, one commit per turn.
+func TestRepliesExactlyOnceUnderRedelivery(t *testing.T) {
+	r := newRig(t, 1, 2)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	ex := ExecutorFunc(func(ctx context.Context, in Input) (Output, error) {
+		mu.Lock()
+		runs[in.Turn.ID]++
+		mu.Unlock()
+		if in.Attempt == 1 {
+			return Output{}, ErrElsewhere
+		}
+		return (&StubExecutor{Duration: time.Millisecond}).Execute(ctx, in)
+	})
+	r.box("a", ex)
+	client, _ := r.fleet("client")
+	ctx := r.ctx()
+	var turns []Turn
+	for i := 0; i < 8; i++ {
+		tn := newTurn(fmt.Sprintf("chan-%d", i%3), "x")
+		if _, err := client.Submit(ctx, tn); err != nil {
+			t.Fatal(err)
+		}
+		turns = append(turns, tn)
+	}
+	for _, tn := range turns {
+		if _, err := client.AwaitReply(ctx, tn.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.waitCommitted(turns)
+	for _, tn := range turns {
+		if n := replyCount(t, client, tn.ID); n != 1 {
+			t.Errorf("turn %s has %d replies, want 1", tn.ID, n)
+		}
+		if n := r.count(EventCommitted, tn.ID); n != 1 {
+			t.Errorf("turn %s committed %d times, want 1", tn.ID, n)
+		}
+	}
+
+	// A commit whose reply was lost: the state holds it, the key does not.
+	tn := newTurn("chan-lost-reply", "x")
+	st := ChannelState{Channel: tn.Channel, Generation: 1, LastTurn: tn.ID, LastSeq: 0,
+		LastReply: &Reply{TurnID: tn.ID, OK: true, Text: "from the state", Box: "gone", Generation: 1}}
+	data, _ := json.Marshal(st)
+	if _, err := client.channels.Create(ctx, channelKey(tn.Channel), data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Submit(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := client.AwaitReply(ctx, tn.ID)
+	if err != nil || rep.Text != "from the state" || rep.Box != "gone" {
+		t.Fatalf("reply %+v, %v: want the committed one from the state", rep, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if runs[tn.ID] != 0 {
+		t.Errorf("a committed turn ran %d times on redelivery, want 0", runs[tn.ID])
+	}
+}
+
+// TestEnsureRefusesAnotherLayout: a box configured with other partitions
+// or replicas than the fleet's resources is refused, naming the key.
+func TestEnsureRefusesAnotherLayout(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	nc := c.Connect("x")
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	if err := Ensure(ctx, js, Layout{Partitions: 4, Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Ensure(ctx, js, Layout{Partitions: 4, Replicas: 1}); err != nil {
+		t.Fatalf("second Ensure with the same layout: %v", err)
+	}
+	tests := []struct {
+		name string
+		l    Layout
+		key  string
+		want error
+	}{
+		{"partitions", Layout{Partitions: 8, Replicas: 1}, "fleet.partitions", ErrMismatch},
+		{"replicas", Layout{Partitions: 4, Replicas: 3}, "fleet.replicas", ErrMismatch},
+		{"bad partitions", Layout{Partitions: 0, Replicas: 1}, "fleet.partitions", ErrInvalid},
+		{"bad replicas", Layout{Partitions: 4, Replicas: 2}, "fleet.replicas", ErrInvalid},
+	}
+	for _, tt := range tests {
+		err := Ensure(ctx, js, tt.l)
+		if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.key) {
+			t.Errorf("%s: Ensure = %v, want %v naming %s", tt.name, err, tt.want, tt.key)
+		}
+	}
+}
+
+// TestJobsWorkQueue: a job submitted twice is queued once, taken by one
+// of two boxes, and gone once done.
+func TestJobsWorkQueue(t *testing.T) {
+	r := newRig(t, 1, 1)
+	a, _ := r.fleet("a")
+	b, _ := r.fleet("b")
+	ctx := r.ctx()
+	if _, err := a.SubmitJob(ctx, JobRun, "run-1", []byte(`{"x":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := a.SubmitJob(ctx, JobRun, "run-1", []byte(`{"x":1}`)); err != nil || !s.Duplicate {
+		t.Fatalf("resubmitted job: %+v, %v; want a duplicate", s, err)
+	}
+	if _, err := a.SubmitJob(ctx, "shell", "x", nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("unknown kind: %v, want ErrInvalid", err)
+	}
+	j, err := b.NextJob(ctx, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Kind != JobRun || j.ID != "run-1" || string(j.Payload) != `{"x":1}` {
+		t.Fatalf("job %+v", j)
+	}
+	if err := j.Done(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := a.js.Stream(ctx, JobsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil || info.State.Msgs != 0 {
+		t.Fatalf("jobs stream after done: %+v, %v; want empty", info.State, err)
+	}
+}
+
+// TestAuditAfterKillingTheBusiestBox: three boxes share turns of several
+// channels; the box that committed most loses its connection mid-run. Every
+// turn is answered once, in order, with no extra commit, and the channels'
+// workspaces hold their turns in order.
+func TestAuditAfterKillingTheBusiestBox(t *testing.T) {
+	r := newRig(t, 3, 4)
+	conns := map[string]*nats.Conn{}
+	for _, name := range []string{"a", "b", "c"} {
+		_, conns[name] = r.box(name, &StubExecutor{Duration: 20 * time.Millisecond})
+	}
+	client, _ := r.fleet("client")
+	ctx := r.ctx()
+	var turns []Turn
+	want := map[string][]string{}
+	for i := 0; i < 10; i++ {
+		for c := 0; c < 6; c++ {
+			tn := newTurn(fmt.Sprintf("chan-%d", c), "x")
+			if _, err := client.Submit(ctx, tn); err != nil {
+				t.Fatal(err)
+			}
+			turns = append(turns, tn)
+			want[tn.Channel] = append(want[tn.Channel], tn.ID)
+		}
+	}
+	perBox := map[string]int{}
+	for n := 0; n < 10; {
+		e := r.waitEvent("ten commits", func(e Event) bool { return e.Kind == EventCommitted })
+		perBox[e.Box]++
+		n++
+	}
+	busiest := "a"
+	for b, n := range perBox {
+		if n > perBox[busiest] {
+			busiest = b
+		}
+	}
+	// Its connection closes under it (not Kill): the box must leave its
+	// partitions by itself (pcgroups would spin on the closed watcher and
+	// starve the process).
+	conns[busiest].Close()
+	// Replies, not commit events: the killed box may have committed a turn
+	// whose answer it never saw (its event never comes; the next box then
+	// answers the redelivery from the committed state).
+	for _, tn := range turns {
+		if _, err := client.AwaitReply(ctx, tn.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := client.Audit(ctx, turns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Clean() || a.Failed != 0 {
+		t.Fatalf("audit after killing %s: %s (lost %v, reordered %v)", busiest, a, a.Lost, a.Reordered)
+	}
+	for ch, ids := range want {
+		st, _, err := client.Channel(ctx, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws, err := client.Workspace(ctx, st.Workspace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(string(ws)); got != strings.Join(ids, "\n") {
+			t.Errorf("channel %s workspace:\n%s\nwant:\n%s", ch, got, strings.Join(ids, "\n"))
+		}
+	}
+	t.Logf("killed %s after %v commits per box; %s", busiest, perBox, a)
+}
+
+// TestPeersShareThePartitions: boxes that name each other own a share of
+// the partitions each (the balanced assignment), not first come first
+// pinned; the standby joins are far off, so the owner is each share's box.
+func TestPeersShareThePartitions(t *testing.T) {
+	r := newRig(t, 1, 4)
+	peers := []string{"a", "b"}
+	for _, name := range peers {
+		r.boxWith(BoxOptions{Name: name, Executor: &StubExecutor{Duration: time.Millisecond}, Peers: peers, StandbyDelay: time.Hour})
+	}
+	client, _ := r.fleet("client")
+	ctx := r.ctx()
+	want := map[string]string{}
+	var turns []Turn
+	for i := 0; len(want) < 8; i++ {
+		ch := fmt.Sprintf("chan-%d", i)
+		tn := newTurn(ch, "x")
+		if _, err := client.Submit(ctx, tn); err != nil {
+			t.Fatal(err)
+		}
+		want[tn.ID] = peers[Partition(ch, 4)%2]
+		turns = append(turns, tn)
+	}
+	for _, tn := range turns {
+		rep, err := client.AwaitReply(ctx, tn.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Box != want[tn.ID] {
+			t.Errorf("turn of %s (partition %d) committed by %s, want %s", tn.Channel, Partition(tn.Channel, 4), rep.Box, want[tn.ID])
+		}
+	}
+}
+
+// TestLateTurnAnsweredDeadlineWithoutRunning: a turn whose deadline passed
+// before a box took it commits a "deadline" reply and never runs.
+func TestLateTurnAnsweredDeadlineWithoutRunning(t *testing.T) {
+	r := newRig(t, 1, 1)
+	ran := make(chan string, 1)
+	r.box("a", ExecutorFunc(func(ctx context.Context, in Input) (Output, error) {
+		ran <- in.Turn.ID
+		return Output{OK: true}, nil
+	}))
+	client, _ := r.fleet("client")
+	ctx := r.ctx()
+	tn := newTurn("chan-late", "x")
+	tn.DeadlineUnixMs = time.Now().Add(-time.Second).UnixMilli()
+	rep, _, err := client.Ask(ctx, tn)
+	if err != nil || rep.Error != ErrorDeadline || rep.OK {
+		t.Fatalf("late turn: reply %+v, %v; want a %q reply", rep, err, ErrorDeadline)
+	}
+	select {
+	case id := <-ran:
+		t.Fatalf("the executor ran the late turn %s", id)
+	default:
+	}
+}
+
+// TestReadsComeFromTheLeader: the channels bucket and the workspaces'
+// object store have direct get off, so a turn never reads a state or a
+// snapshot older than the last commit from a lagging replica.
+func TestReadsComeFromTheLeader(t *testing.T) {
+	r := newRig(t, 1, 1)
+	f, _ := r.fleet("a")
+	ctx := r.ctx()
+	for _, name := range []string{"KV_" + ChannelsBucket, "OBJ_" + WorkspaceBucket} {
+		s, err := f.js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().Config.AllowDirect {
+			t.Errorf("stream %s allows direct get", name)
+		}
+	}
+}

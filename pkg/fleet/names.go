@@ -1,0 +1,55 @@
+package fleet
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+)
+
+// The family's JetStream resources (DESIGN.md section 17). A box's NATS user
+// needs exactly these, plus pcgroups' static-consumer-groups bucket.
+const (
+	TurnsStream     = "SANDBOX_TURNS"
+	RepliesBucket   = "SANDBOX_REPLIES"
+	ChannelsBucket  = "SANDBOX_CHANNELS"
+	WorkspaceBucket = "SANDBOX_WORKSPACES"
+	JobsStream      = "SANDBOX_JOBS"
+	// TurnsGroup is the static partitioned consumer group on TurnsStream;
+	// its members are the partitions ("p0", "p1", ...), each box joins every
+	// member, and the pinned instance of a member is the partition's owner.
+	TurnsGroup = "turns"
+
+	turnsSubjectPrefix = "sandbox.turns."
+	jobsSubjectPrefix  = "sandbox.jobs."
+)
+
+// Partition is the channel's partition among n: a stable hash of the
+// channel key (the first 8 bytes of its SHA-256), the same on every box and
+// every version. n must be the same on every box for the life of the stream.
+func Partition(channel string, n int) int {
+	sum := sha256.Sum256([]byte(channel))
+	return int(binary.BigEndian.Uint64(sum[:8]) % uint64(n))
+}
+
+// TurnSubject is the subject a turn of partition p is published on.
+func TurnSubject(p int) string { return turnsSubjectPrefix + strconv.Itoa(p) }
+
+// channelKey is the channel's key in ChannelsBucket: channel keys may hold
+// characters KV keys refuse, so the key is a hash and the value names the
+// channel.
+func channelKey(channel string) string {
+	sum := sha256.Sum256([]byte(channel))
+	return "c." + hex.EncodeToString(sum[:16])
+}
+
+// workspaceName is a committed snapshot's object: channel and generation,
+// and the claim's revision so that a refused commit's upload (a zombie's)
+// can never overwrite the snapshot another box committed for the same
+// generation.
+func workspaceName(channel string, gen, claimRev uint64) string {
+	return fmt.Sprintf("%s.%d.%d", channelKey(channel), gen, claimRev)
+}
+
+func memberName(p int) string { return "p" + strconv.Itoa(p) }

@@ -1,0 +1,136 @@
+package fleet
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+)
+
+// Bounds of what travels. A turn's text is bounded by the host's API before
+// it gets here; these bound what a box accepts from the stream, which
+// another box (or a fleet client) wrote.
+const (
+	MaxTurnBytes      = 768 << 10 // one turn message
+	MaxReplyTextBytes = 512 << 10 // one reply's text
+	MaxWorkspaceBytes = 64 << 20  // one channel's workspace snapshot
+	maxIDBytes        = 256
+)
+
+// ErrInvalid marks a turn, reply or state that fails its bounds.
+var ErrInvalid = errors.New("invalid")
+
+// Speaker is who spoke (as the host API's speaker).
+type Speaker struct {
+	ID          string `json:"id"`
+	Name        string `json:"name,omitempty"`
+	PrincipalID string `json:"principalId,omitempty"`
+}
+
+// Turn is one admitted turn as it travels on the stream.
+type Turn struct {
+	ID      string  `json:"id"`
+	Channel string  `json:"channel"`
+	Speaker Speaker `json:"speaker"`
+	Text    string  `json:"text"`
+	// From is the box that admitted it ("" for a fleet client).
+	From string `json:"from,omitempty"`
+	// DeadlineUnixMs: a turn not taken by then is answered "deadline"
+	// without running.
+	DeadlineUnixMs int64 `json:"deadlineUnixMs"`
+}
+
+// Validate checks a turn against its bounds.
+func (t Turn) Validate() error {
+	if err := ids.ValidTurnID(t.ID); err != nil {
+		return fmt.Errorf("turn id: %w", err)
+	}
+	if err := ids.ValidChannel(t.Channel); err != nil {
+		return fmt.Errorf("turn channel: %w", err)
+	}
+	for name, v := range map[string]string{"speaker.id": t.Speaker.ID, "speaker.name": t.Speaker.Name, "speaker.principalId": t.Speaker.PrincipalID, "from": t.From} {
+		if len(v) > maxIDBytes || !utf8.ValidString(v) {
+			return fmt.Errorf("turn %s: at most %d bytes of UTF-8: %w", name, maxIDBytes, ErrInvalid)
+		}
+	}
+	if t.Speaker.ID == "" {
+		return fmt.Errorf("turn speaker.id is required: %w", ErrInvalid)
+	}
+	if !utf8.ValidString(t.Text) {
+		return fmt.Errorf("turn text must be UTF-8: %w", ErrInvalid)
+	}
+	if t.DeadlineUnixMs <= 0 {
+		return fmt.Errorf("turn deadlineUnixMs is required: %w", ErrInvalid)
+	}
+	return nil
+}
+
+// Error kinds a reply carries instead of a text; generic by design (the
+// details stay in the owner box's log).
+const (
+	ErrorFailed   = "failed"
+	ErrorDeadline = "deadline"
+	ErrorModeOff  = "mode off"
+)
+
+// Reply is a turn's committed answer, the value under the turn id in
+// RepliesBucket.
+type Reply struct {
+	TurnID string `json:"turnId"`
+	OK     bool   `json:"ok"`
+	Text   string `json:"text"`
+	// Error is set (an Error* kind) when the turn did not produce a reply.
+	Error string `json:"error,omitempty"`
+	// Box committed it; Generation is the channel's generation it made and
+	// Seq the turn's sequence in TurnsStream.
+	Box        string `json:"box"`
+	Generation uint64 `json:"generation"`
+	Seq        uint64 `json:"seq"`
+}
+
+func (r Reply) validate() error {
+	if len(r.Text) > MaxReplyTextBytes || !utf8.ValidString(r.Text) {
+		return fmt.Errorf("reply text: at most %d bytes of UTF-8: %w", MaxReplyTextBytes, ErrInvalid)
+	}
+	if len(r.Error) > maxIDBytes || len(r.Box) > maxIDBytes {
+		return fmt.Errorf("reply fields too long: %w", ErrInvalid)
+	}
+	return nil
+}
+
+// ChannelState is a channel's value in ChannelsBucket: its committed
+// generation and last turn (with that turn's reply, so that any box can
+// finish publishing it after the committing box died), and the claim of the
+// turn being worked on. Every take writes a claim, so the revision a box's
+// commit expects is its own claim's.
+type ChannelState struct {
+	Channel    string `json:"channel"`
+	Generation uint64 `json:"generation"`
+	// Workspace is the committed snapshot's object ("" before the first).
+	Workspace string `json:"workspace,omitempty"`
+	LastTurn  string `json:"lastTurn,omitempty"`
+	LastSeq   uint64 `json:"lastSeq,omitempty"`
+	LastReply *Reply `json:"lastReply,omitempty"`
+	// Owner claimed ClaimTurn (sequence ClaimSeq); both cleared by commit.
+	Owner     string `json:"owner,omitempty"`
+	ClaimTurn string `json:"claimTurn,omitempty"`
+	ClaimSeq  uint64 `json:"claimSeq,omitempty"`
+}
+
+func decodeState(data []byte) (ChannelState, error) {
+	var st ChannelState
+	if err := json.Unmarshal(data, &st); err != nil {
+		return st, fmt.Errorf("channel state: %w", ErrInvalid)
+	}
+	return st, nil
+}
+
+func decodeReply(data []byte) (Reply, error) {
+	var r Reply
+	if err := json.Unmarshal(data, &r); err != nil {
+		return r, fmt.Errorf("reply: %w", ErrInvalid)
+	}
+	return r, r.validate()
+}

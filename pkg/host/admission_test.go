@@ -1,0 +1,358 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/unitctl"
+)
+
+// queuedSignal makes q report each ticket that starts waiting, so a test
+// waits on that instead of polling.
+func queuedSignal(q *queue) <-chan string {
+	ch := make(chan string, 64)
+	q.mu.Lock()
+	q.queued = func(channel string) { ch <- channel }
+	q.mu.Unlock()
+	return ch
+}
+
+func TestQueueWaitBoundRefusesBusy(t *testing.T) {
+	q := newQueue(8, 1)
+	rel, err := q.acquire(context.Background(), "a")
+	must(t, err)
+	defer rel()
+	_, err = q.acquireWithin(context.Background(), "b", 20*time.Millisecond)
+	if !errors.Is(err, ErrBusy) {
+		t.Fatalf("err = %v, want ErrBusy", err)
+	}
+	if w, _ := q.totals(); w != 0 {
+		t.Errorf("%d tickets still waiting after the refusal, want 0", w)
+	}
+	if status, reason := statusOf(err); status != http.StatusTooManyRequests || !strings.Contains(reason, "busy") {
+		t.Errorf("statusOf(ErrBusy) = %d %q, want 429 saying busy", status, reason)
+	}
+}
+
+func TestQueueWaitBoundCoversOnlyTheWait(t *testing.T) {
+	q := newQueue(8, 1)
+	// Granted at once: the bound ending later changes nothing.
+	rel, err := q.acquireWithin(context.Background(), "a", time.Millisecond)
+	must(t, err)
+	queued := queuedSignal(q)
+	got := make(chan error, 1)
+	go func() {
+		r, err := q.acquireWithin(context.Background(), "b", time.Minute)
+		if err == nil {
+			r()
+		}
+		got <- err
+	}()
+	<-queued
+	rel() // b is granted well within its bound
+	if err := <-got; err != nil {
+		t.Errorf("b: %v, want granted", err)
+	}
+}
+
+func TestQueueSpareNeverJumpsWaitingTurns(t *testing.T) {
+	q := newQueue(8, 2)
+	queued := queuedSignal(q)
+	a, err := q.acquire(context.Background(), "a")
+	must(t, err)
+	// One slot free, nobody waits: a standby preparation gets it.
+	s1, err := q.spare(context.Background())
+	must(t, err)
+	// The cap is full: b waits.
+	granted := make(chan string, 4)
+	go func() {
+		r, err := q.acquire(context.Background(), "b")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		granted <- "b"
+		r()
+	}()
+	<-queued
+	// A second spare waiter arrives after b: b is served first.
+	go func() {
+		r, err := q.spare(context.Background())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		granted <- "spare"
+		r()
+	}()
+	if got := <-queued; got != spareQueued {
+		t.Fatalf("queued %q, want the spare waiter", got)
+	}
+	s1() // frees one slot: b's, never the spare's
+	if got := <-granted; got != "b" {
+		t.Fatalf("first granted after the spare's release: %s, want b", got)
+	}
+	a()
+	if got := <-granted; got != "spare" {
+		t.Fatalf("then: %s, want the spare", got)
+	}
+	if n := q.spareHeld(); n != 0 {
+		t.Errorf("spare slots held at the end: %d, want 0", n)
+	}
+}
+
+func TestQueueSpareWaitsWhileATicketWaits(t *testing.T) {
+	// A slot is free but a ticket waits (its channel is busy): a spare is
+	// not granted until nothing waits.
+	q := newQueue(8, 4)
+	queued := queuedSignal(q)
+	a, err := q.acquire(context.Background(), "a")
+	must(t, err)
+	next := make(chan func(), 1)
+	go func() {
+		r, err := q.acquire(context.Background(), "a")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		next <- r
+	}()
+	<-queued
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := q.spare(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("spare with a ticket waiting: %v, want to wait until its ctx ended", err)
+	}
+	q.mu.Lock()
+	left := len(q.spares)
+	q.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d spare waiters left after their ctx ended", left)
+	}
+	a()
+	(<-next)()
+	s, err := q.spare(context.Background())
+	must(t, err)
+	s()
+	s() // idempotent
+	if n := q.spareHeld(); n != 0 {
+		t.Errorf("spare slots held: %d, want 0", n)
+	}
+}
+
+func TestQueueSpareRefusedAfterClose(t *testing.T) {
+	q := newQueue(8, 1)
+	q.close()
+	if _, err := q.spare(context.Background()); !errors.Is(err, ErrShuttingDown) {
+		t.Errorf("err = %v, want ErrShuttingDown", err)
+	}
+}
+
+// A turn that finds no slot within queue.maxWaitSeconds is answered 429
+// "busy" when the bound ends, never run; the turn holding the slot is not
+// disturbed, and the next turn's deadline counts from when it runs.
+func TestAPIBusy429WhenNoSlotInTime(t *testing.T) {
+	var offset atomic.Int64 // the test's clock runs ahead of the real one
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	r := newRig(t, "queue:\n  globalConcurrency: 1\n  maxWaitSeconds: 1\nstandby:\n  enabled: false\n", func(o *Options) { o.Now = now })
+	must(t, r.h.state.SetMode("a", ModeOn))
+	must(t, r.h.state.SetMode("b", ModeOn))
+	release := make(chan struct{})
+	release2 := make(chan struct{})
+	running := make(chan string, 4)
+	var runs atomic.Int32
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		gate := release
+		if runs.Add(1) > 1 {
+			gate = release2
+		}
+		running <- spec.Name
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		return okRun(ctx, spec, stdin)
+	}
+	hc, _ := serve(t, r)
+	body := `{"speaker":{"id":"s"},"text":"x"}`
+	first := make(chan int, 1)
+	go func() { first <- post(hc, "/v1/channels/a/turns", body) }()
+	<-running
+	created := len(r.docker.created)
+	start := time.Now()
+	status, resp := call(t, hc, "POST", "/v1/channels/b/turns", body)
+	if reason, _ := resp["error"].(string); status != http.StatusTooManyRequests || !strings.Contains(reason, "busy") {
+		t.Errorf("turn with no slot in time: %d %v, want 429 saying busy", status, resp)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the refusal took %v, want about queue.maxWaitSeconds (1 s)", took)
+	}
+	if n := len(r.docker.created); n != created {
+		t.Errorf("the refused turn created %d containers", n-created)
+	}
+	if w, _ := r.h.queue.totals(); w != 0 {
+		t.Errorf("%d tickets waiting after the refusal", w)
+	}
+
+	// The next turn queues behind a; 100 s pass on the host's clock before
+	// it runs: its deadline starts then, not when it arrived.
+	queued := queuedSignal(r.h.queue)
+	second := make(chan int, 1)
+	go func() { second <- post(hc, "/v1/channels/b/turns", body) }()
+	<-queued
+	offset.Store(int64(100 * time.Second))
+	admitted := now()
+	close(release)
+	if s := <-first; s != http.StatusOK {
+		t.Errorf("the running turn: %d, want 200", s)
+	}
+	<-running
+	var deadline int64
+	for _, a := range r.h.ActiveTurns() {
+		deadline = a.DeadlineUnixMs
+	}
+	if want := admitted.Add(r.cfg.TurnDeadline()).UnixMilli(); deadline < want {
+		t.Errorf("deadline %d ms, want at least %d (turnDeadlineSeconds from when it ran)", deadline, want)
+	}
+	close(release2)
+	if s := <-second; s != http.StatusOK {
+		t.Errorf("the queued turn: %d, want 200", s)
+	}
+}
+
+// A worker whose broker was never started (systemd timed the
+// socket-activated service out) fails with "broker call failed"; the
+// answer and the log line say which unit and which limit instead of a
+// generic turn failure, and systemd is asked before the cleanup stops the
+// units.
+func TestTurnFailedByItsUnitSaysWhichAndWhy(t *testing.T) {
+	tests := []struct {
+		name       string
+		why        *unitctl.UnitError
+		wantStatus int
+		wantReason string
+	}{
+		{"the broker's start timed out", &unitctl.UnitError{Op: "start", Unit: "sandbox-broker@x.service", Failed: "sandbox-broker@x.service",
+			Result: "timeout", Limit: "TimeoutStartSec=10s"},
+			http.StatusServiceUnavailable, "turn failed: broker unit failed to start (timeout, TimeoutStartSec=10s)"},
+		{"the credential copy exited non-zero", &unitctl.UnitError{Op: "start", Unit: "sandbox-credset@x.service", Failed: "sandbox-credset@x.service",
+			Result: "exit-code", Limit: "its process exit code"},
+			http.StatusInternalServerError, "turn failed: credential unit failed to start (exit-code, its process exit code)"},
+		{"systemd knows of no failure", nil, http.StatusInternalServerError, "turn failed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs lockedBuffer
+			r := newRig(t, "standby:\n  enabled: false\n", func(o *Options) {
+				o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			})
+			must(t, r.h.state.SetMode("c", ModeOn))
+			r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+				return RunResult{ExitCode: 1, Stdout: []byte(`{"ok":false,"text":"","cause":"broker call failed"}`)}, nil
+			}
+			if tt.why != nil {
+				r.units.explain = func(string) error { return tt.why }
+			}
+			hc, _ := serve(t, r)
+			status, resp := call(t, hc, "POST", "/v1/channels/c/turns", `{"speaker":{"id":"s"},"text":"x"}`)
+			if reason, _ := resp["error"].(string); status != tt.wantStatus || reason != tt.wantReason {
+				t.Errorf("answer %d %q, want %d %q", status, reason, tt.wantStatus, tt.wantReason)
+			}
+			r.units.mu.Lock()
+			explained := slices.Clone(r.units.explained)
+			r.units.mu.Unlock()
+			if len(explained) != 1 || !explained[0] {
+				t.Errorf("ExplainBroker calls (units still active?) = %v, want one, before the units were stopped", explained)
+			}
+			if tt.why != nil {
+				line := logs.String()
+				for _, w := range []string{"failed_unit=" + tt.why.Failed, "unit_result=" + tt.why.Result, "worker_cause=\"broker call failed\""} {
+					if !strings.Contains(line, w) {
+						t.Errorf("log lacks %s:\n%s", w, line)
+					}
+				}
+			}
+			r.assertClean(t)
+		})
+	}
+}
+
+// GET /v1/channels/{channel} shows the admission in force; the list does
+// not repeat it per channel.
+func TestChannelStatusShowsAdmission(t *testing.T) {
+	r := newRig(t, "queue:\n  maxWaitSeconds: 42\n", nil)
+	must(t, r.h.state.SetMode("c", ModeOn))
+	hc, _ := serve(t, r)
+	status, body := call(t, hc, "GET", "/v1/channels/c", "")
+	adm, _ := body["admission"].(map[string]any)
+	if status != http.StatusOK || adm == nil {
+		t.Fatalf("GET channel: %d %v, want 200 with admission", status, body)
+	}
+	want := map[string]any{"globalConcurrency": float64(512), "derived": true, "maxWaitSeconds": float64(42), "running": float64(0), "waiting": float64(0)}
+	for k, v := range want {
+		if adm[k] != v {
+			t.Errorf("admission.%s = %v, want %v", k, adm[k], v)
+		}
+	}
+	if why, _ := adm["why"].(string); !strings.Contains(why, "per CPU") {
+		t.Errorf("admission.why = %q, want how it was derived", why)
+	}
+	_, list := call(t, hc, "GET", "/v1/channels", "")
+	for _, c := range list["channels"].([]any) {
+		if _, ok := c.(map[string]any)["admission"]; ok {
+			t.Errorf("the channel list repeats admission per channel")
+		}
+	}
+}
+
+// A turn that ends while another waits for a slot has no standby made: the
+// slot goes to the waiting turn, not to a preparation competing with it.
+func TestNoStandbyPreparedWhileATurnWaits(t *testing.T) {
+	r, _ := newWarmRig(t, "queue:\n  globalConcurrency: 1\n")
+	must(t, r.h.state.SetMode("b", ModeOn))
+	relC, relB := make(chan struct{}), make(chan struct{})
+	running := make(chan string, 2)
+	standbyOfC := make(chan string, 1)
+	var runs atomic.Int32
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		gate := relC
+		if runs.Add(1) == 2 {
+			gate = relB
+			standbyOfC <- r.h.status("c").Standby // c's cleanup and refill are over
+		}
+		running <- spec.Name
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		return okRun(ctx, spec, stdin)
+	}
+	hc, _ := serve(t, r)
+	body := `{"speaker":{"id":"s"},"text":"x"}`
+	results := make(chan int, 2)
+	go func() { results <- post(hc, "/v1/channels/c/turns", body) }()
+	<-running
+	queued := queuedSignal(r.h.queue)
+	go func() { results <- post(hc, "/v1/channels/b/turns", body) }()
+	<-queued
+	close(relC)
+	<-running
+	// c's standby was asked for while c ran (prepared as a turn runs), but
+	// its preparation waits for a spare slot: b got the only one.
+	if got := <-standbyOfC; got == "ready" {
+		t.Errorf("c's standby while b waited for the only slot: %q, want none or preparing (no slot)", got)
+	}
+	close(relB)
+	for i := 0; i < 2; i++ {
+		if s := <-results; s != http.StatusOK {
+			t.Errorf("turn: %d, want 200", s)
+		}
+	}
+}

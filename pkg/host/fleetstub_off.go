@@ -1,0 +1,10 @@
+//go:build !fleetstub
+
+package host
+
+import "github.com/roundtable-sandbox/sandbox/pkg/fleet"
+
+// stubExecutor is nil in every shipped binary: the stub turn exists only in
+// a binary built with -tags fleetstub (fleetstub_on.go), so no config key
+// or environment variable can make an installed host answer guests with it.
+func stubExecutor() fleet.Executor { return nil }
