@@ -304,6 +304,9 @@ func printRun(w io.Writer, st runs.Status) {
 	if st.Network {
 		fields = append(fields, "network")
 	}
+	if st.Standby {
+		fields = append(fields, "standby")
+	}
 	if len(st.Credentials) > 0 {
 		fields = append(fields, "credentials="+strings.Join(st.Credentials, ","))
 	}

@@ -137,6 +137,11 @@ func (c startedContainer) Finish(ctx context.Context, stdin []byte, max int64, s
 }
 func (c startedContainer) Close() { c.s.Close() }
 
+// Stream makes a started toolbox container a host.StreamStarted (run standbys).
+func (c startedContainer) Stream(ctx context.Context, stdin []byte, stdout, stderr io.Writer) (int64, error) {
+	return c.s.Stream(ctx, stdin, stdout, stderr)
+}
+
 func (e dockerEngine) Kill(ctx context.Context, id string) error   { return e.d.Kill(ctx, id) }
 func (e dockerEngine) Remove(ctx context.Context, id string) error { return e.d.Remove(ctx, id) }
 func (e dockerEngine) Ping(ctx context.Context) error              { return e.d.Ping(ctx) }

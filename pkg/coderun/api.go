@@ -41,9 +41,10 @@ func (k *Kind) Routes() []api.Route {
 // ChannelMode: runs belong to no channel.
 func (k *Kind) ChannelMode(channel, mode, profile string) {}
 
-// Stop: a run is counted by the host's Admit, so a stopping host waits
-// for it; nothing of the kind outlives its runs.
-func (k *Kind) Stop() {}
+// Stop discards every run standby and waits for it. A run is counted by
+// the host's Admit, so a stopping host has waited for its runs: none binds
+// a standby or refills one any more.
+func (k *Kind) Stop() { k.CloseStandbys() }
 
 func (k *Kind) handleStart(w http.ResponseWriter, r *http.Request, _ string) error {
 	var p runs.Params

@@ -32,6 +32,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
+	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 )
 
 // Errors the host maps to a status.
@@ -65,6 +66,9 @@ type Host interface {
 	Stopped() context.Context
 	// GuestUID is the guest uid recorded for key (made on first use).
 	GuestUID(key string) (int, error)
+	// SpareSlot waits for a slot of the global concurrency granted only
+	// when nothing waits for one (a run standby's preparation).
+	SpareSlot(ctx context.Context) (release func(), err error)
 }
 
 // Options make a Kind.
@@ -92,6 +96,11 @@ type Kind struct {
 	slots    sandbox.Slots
 	results  *prometheus.CounterVec
 	duration prometheus.Histogram
+
+	// Run standbys (standby.go; nil standbys: every run is cold).
+	standbys   *standby.Pool
+	warm       sandbox.WarmContainers
+	standbyKey string
 }
 
 // New makes the kind and its registry from runs.*: every bound of the
@@ -121,6 +130,7 @@ func New(o Options) *Kind {
 		}),
 	}
 	o.Registry.MustRegister(k.results, k.duration)
+	k.newStandbys(o.Registry)
 	return k
 }
 
@@ -136,6 +146,17 @@ func (k *Kind) Listed() []sandbox.Listed {
 	for _, r := range k.runs.Unfinished() {
 		d := k.DeadlineBound(r)
 		out = append(out, sandbox.Listed{ID: r.ID(), ChannelTag: ids.RunName(r.ID()), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
+	}
+	if k.standbys != nil {
+		// Run standbys from before their preparation until the run that
+		// bound one has been cleaned up (the lease's "binding" state).
+		for _, w := range k.standbys.Turns() {
+			st := w.State
+			if st == "binding" {
+				st = "" // a run now, no longer waiting
+			}
+			out = append(out, sandbox.Listed{ID: w.TurnID, ChannelTag: ids.RunName(w.TurnID), DeadlineUnix: w.Expiry.Unix(), DeadlineUnixMs: w.Expiry.UnixMilli(), Run: true, Standby: st})
+		}
 	}
 	return out
 }
@@ -222,6 +243,9 @@ func (k *Kind) drive(r *runs.Run) {
 		k.results.WithLabelValues(st.Result).Inc()
 		k.duration.Observe(time.Since(start).Seconds())
 		attrs := []any{"result", st.Result, "duration_ms", st.DurationMs}
+		if st.Standby {
+			attrs = append(attrs, "standby", true)
+		}
 		if st.ExitCode != nil {
 			attrs = append(attrs, "exit_code", *st.ExitCode)
 		}
@@ -280,7 +304,9 @@ func (k *Kind) drive(r *runs.Run) {
 }
 
 // execute runs the container and always cleans up before it returns
-// the run's finish.
+// the run's finish. A run of a declared shape binds its ready standby (its
+// job on the started supervisor's stdin); any other, and one that finds
+// none, takes the cold path.
 func (k *Kind) execute(ctx context.Context, r *runs.Run, log *slog.Logger) (fin runs.Finish) {
 	rc := k.cfg.Runs
 	p := r.Params()
@@ -289,10 +315,26 @@ func (k *Kind) execute(ctx context.Context, r *runs.Run, log *slog.Logger) (fin 
 	deadline := k.now().Add(time.Duration(p.TimeoutSeconds) * time.Second)
 	runCtx, cancelDeadline := context.WithDeadlineCause(ctx, deadline, errTimeout)
 	defer cancelDeadline()
-	t := &sandbox.Handle{ID: id, Channel: ids.RunName(id), Tag: ids.RunName(id), Deadline: deadline, Quiet: true}
-	slot := k.slots.Take()
+	// Deferred in this order, run in reverse: the container and files go
+	// first, then the slot is freed, then the standby's id is no longer
+	// listed.
+	warm, lease := k.takeStandby(runCtx, p.Project, len(p.Setup) > 0, p.Network)
+	var t *sandbox.Handle
+	var slot int
+	if warm != nil {
+		defer lease.Release()
+		t, slot = warm.h, warm.slot
+		r.ServedByStandby()
+		log = log.With("run_standby", t.ID)
+	} else {
+		t = &sandbox.Handle{ID: id, Channel: ids.RunName(id), Tag: ids.RunName(id), Deadline: deadline, Quiet: true}
+		slot = k.slots.Take()
+	}
 	defer k.slots.Give(slot)
 	defer func() {
+		if warm != nil {
+			warm.started.Close()
+		}
 		if err := k.life.Cleanup(t, log); err != nil {
 			msg := "the run's cleanup failed; the operator was told"
 			if fin.Error == ErrorDockerWentAway {
@@ -317,47 +359,54 @@ func (k *Kind) execute(ctx context.Context, r *runs.Run, log *slog.Logger) (fin 
 		return runs.Finish{Result: runs.ResultError, Error: "the run could not be carried out (" + what + "); the host log has details"}
 	}
 
-	var err error
-	if t.Container, err = ids.ContainerName(t.Channel, id); err != nil {
-		return systemErr("name", err)
-	}
-	uid, err := k.host.GuestUID(ids.RunSlot(slot))
-	if err != nil {
-		return systemErr("guest uid", err)
-	}
-	workspace, err := k.Workspace(p.Project)
-	if err != nil {
-		return systemErr("project", err)
-	}
-	gate := ""
-	if len(p.Setup) > 0 {
-		if gate, err = k.gate(slot, uid); err != nil {
-			return systemErr("project gate", err)
+	runsC := k.life.Containers().(sandbox.RunContainers)
+	var uid int
+	var stream streamFunc
+	if warm != nil {
+		uid, stream = warm.uid, warm.started.Stream
+		// The run's deadline replaces the standby's expiry for the reaper.
+		if err := k.writeDeadline(t, deadline); err != nil {
+			return systemErr("deadline record", err)
 		}
-	}
-	if p.Network {
-		if err := k.prepareBroker(runCtx, t, p.Credentials); err != nil {
-			return systemErr("broker", err)
+	} else {
+		var err error
+		if t.Container, err = ids.ContainerName(t.Channel, id); err != nil {
+			return systemErr("name", err)
 		}
-	}
-	spec := sandbox.ContainerSpec{
-		Name: t.Container, Image: rc.Image, UID: uid, GID: uid,
-		WorkspaceDir: workspace, TurnDir: t.Dir,
-		MemoryMB: rc.MemoryMB, CPUs: rc.CPUs, Pids: rc.Pids, TmpfsMB: rc.TmpfsMB,
-		Runtime: k.cfg.Runtime, LogTag: "sandbox/" + t.Tag,
-		Labels: sandbox.Labels(k.cfg.Installation, id, t.Tag, deadline),
-		Run:    &sandbox.RunContainer{Setup: len(p.Setup) > 0, GateDir: gate, OutputMB: rc.OutputMB, Command: []string{layout.ToolboxWorker, "run-supervise"}},
+		if uid, err = k.host.GuestUID(ids.RunSlot(slot)); err != nil {
+			return systemErr("guest uid", err)
+		}
+		workspace, err := k.Workspace(p.Project)
+		if err != nil {
+			return systemErr("project", err)
+		}
+		gate := ""
+		if len(p.Setup) > 0 {
+			if gate, err = k.gate(slot, uid); err != nil {
+				return systemErr("project gate", err)
+			}
+		}
+		if p.Network {
+			if err := k.prepareBroker(runCtx, t, p.Credentials); err != nil {
+				return systemErr("broker", err)
+			}
+		}
+		spec := k.runSpec(t, uid, workspace, gate, len(p.Setup) > 0, sandbox.Labels(k.cfg.Installation, id, t.Tag, deadline))
+		t.CreateTried = true
+		if t.ContainerID, err = k.life.Containers().Create(runCtx, spec); err != nil {
+			return systemErr("container create", err)
+		}
+		stream = func(ctx context.Context, stdin []byte, stdout, stderr io.Writer) (int64, error) {
+			return runsC.Stream(ctx, t.ContainerID, stdin, stdout, stderr)
+		}
 	}
 	job := k.job(p, uid)
 	var stdin bytes.Buffer
 	if err := wire.WriteJob(&stdin, job); err != nil {
 		return systemErr("job", err)
 	}
-	t.CreateTried = true
-	if t.ContainerID, err = k.life.Containers().Create(runCtx, spec); err != nil {
-		return systemErr("container create", err)
-	}
-	sink := k.life.WorkerLogs().Turn(t.Tag, id, t.Container)
+	// The run's own journal identifier and id, whichever container serves it.
+	sink := k.life.WorkerLogs().Turn(ids.RunName(id), id, t.Container)
 	defer func() { k.life.CloseSink(t, sink) }()
 	pr, pw := io.Pipe()
 	type decoded struct {
@@ -371,8 +420,7 @@ func (k *Kind) execute(ctx context.Context, r *runs.Run, log *slog.Logger) (fin 
 		pr.CloseWithError(errors.New("run output refused"))
 		done <- decoded{res, arts, err}
 	}()
-	runsC := k.life.Containers().(sandbox.RunContainers)
-	exit, streamErr := runsC.Stream(runCtx, t.ContainerID, stdin.Bytes(), pw, sink)
+	exit, streamErr := stream(runCtx, stdin.Bytes(), pw, sink)
 	pw.CloseWithError(io.ErrUnexpectedEOF) // the decoder sees the end
 	d := <-done
 	// A broken attach or wait, a stream cut short, or a supervisor stopped
@@ -415,6 +463,20 @@ func (k *Kind) execute(ctx context.Context, r *runs.Run, log *slog.Logger) (fin 
 		f.Result = runs.ResultFailed
 	}
 	return f
+}
+
+// runSpec is a run's toolbox container under handle t: as uid, the
+// workspace bound read-only, setup's capabilities and gate when setup.
+func (k *Kind) runSpec(t *sandbox.Handle, uid int, workspace, gate string, setup bool, labels map[string]string) sandbox.ContainerSpec {
+	rc := k.cfg.Runs
+	return sandbox.ContainerSpec{
+		Name: t.Container, Image: rc.Image, UID: uid, GID: uid,
+		WorkspaceDir: workspace, TurnDir: t.Dir,
+		MemoryMB: rc.MemoryMB, CPUs: rc.CPUs, Pids: rc.Pids, TmpfsMB: rc.TmpfsMB,
+		Runtime: k.cfg.Runtime, LogTag: "sandbox/" + t.Tag,
+		Labels: labels,
+		Run:    &sandbox.RunContainer{Setup: setup, GateDir: gate, OutputMB: rc.OutputMB, Command: []string{layout.ToolboxWorker, "run-supervise"}},
+	}
 }
 
 // ErrorDockerWentAway is a run's error when the Docker daemon stopped

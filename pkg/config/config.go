@@ -113,6 +113,8 @@ type Runs struct {
 	// them POST /v1/runs answers 429 at once.
 	MaxInFlight          int `mapstructure:"maxInFlight"`
 	MaxInFlightPerClient int `mapstructure:"maxInFlightPerClient"`
+	// Standby keeps run standbys for declared shapes (runstandby.go).
+	Standby RunStandby `mapstructure:"standby"`
 }
 
 // The host's memory for code runs: every allowed combination of the runs
@@ -905,6 +907,7 @@ func (c *Config) validateRuns(bad func(key, format string, a ...any)) {
 	if r.MaxRetained < 1 || r.MaxRetained > 4096 {
 		bad("runs.maxRetained", "must be 1 to 4096, got %d", r.MaxRetained)
 	}
+	c.validateRunStandby(bad)
 	c.validateRunsMemory(bad)
 }
 

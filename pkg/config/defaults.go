@@ -98,6 +98,9 @@ func defaults() map[string]any {
 		"runs.maxRetainedBytes":       128 << 20,
 		"runs.maxInFlight":            8,
 		"runs.maxInFlightPerClient":   4,
+		"runs.standby.shapes":         []any{},
+		"runs.standby.max":            2,
+		"runs.standby.maxAgeSeconds":  300,
 
 		"delegation.enabled":         false,
 		"delegation.maxRunning":      2,

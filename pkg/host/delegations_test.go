@@ -148,10 +148,12 @@ func TestDelegationRefusals(t *testing.T) {
 func TestDelegationResearchTurn(t *testing.T) {
 	r := delegationRig(t, nil)
 	release := make(chan struct{})
+	entered := make(chan struct{})
 	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		if !strings.Contains(string(stdin), "Research task:") {
 			return okRun(ctx, spec, stdin) // the channel's own turn
 		}
+		close(entered)
 		select {
 		case <-release:
 		case <-ctx.Done():
@@ -160,10 +162,14 @@ func TestDelegationResearchTurn(t *testing.T) {
 		return RunResult{Stdout: []byte(`{"ok":true,"text":"the report"}` + "\n")}, nil
 	}
 	id := startJob(t, r, "c", delegate("Prices", "Find the prices"))
-	// While the job runs, the channel's turn runs too.
-	deadline := time.Now().Add(5 * time.Second)
-	for r.docker.liveCount() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	// While the job runs, the channel's turn runs too. Wait for the research
+	// turn's worker to have its stdin (a container merely created could
+	// still wait for its broker, and the channel's turn would get the first
+	// stdin: the checks below read the first ones).
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the research turn never ran")
 	}
 	listed := r.h.ActiveTurns()
 	if len(listed) != 1 || listed[0].ID != id || !listed[0].Job || listed[0].ChannelTag != "c" {

@@ -27,6 +27,8 @@ func (h *Host) Run(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes: 16 << 10,
 		ErrorLog:       slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
 	}
+	// Run standbys are made once the host serves: after its startup reap.
+	h.coderun.WarmUp()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(&steadyListener{Listener: ln, log: h.log, closed: make(chan struct{})}) }()
 	var serveErr error

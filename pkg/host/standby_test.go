@@ -414,32 +414,189 @@ func inode(path string) uint64 {
 	return 0
 }
 
-// TestStandbyNotPreparedWhileTurnsWait: a turn that ends with more turns of
-// its channel queued prepares no standby (the next one starts at once and
-// could not use it); the last one does.
-func TestStandbyNotPreparedWhileTurnsWait(t *testing.T) {
-	r, _ := newWarmRig(t, "")
-	release, err := r.h.queue.acquire(context.Background(), "c")
-	must(t, err)
-	waiting := make(chan func(), 1)
-	go func() {
-		rel, err := r.h.queue.acquire(context.Background(), "c")
-		if err != nil {
-			t.Error(err)
+// readyStandby waits for channel's ready standby and returns its turn id.
+func readyStandby(t *testing.T, r *rig, channel string) string {
+	t.Helper()
+	var id string
+	waitFor(t, "a ready standby of "+channel, func() bool {
+		st := r.h.standbys.State(channel)
+		id = st.TurnID
+		return st.State == standby.StateReady
+	})
+	return id
+}
+
+// holdRuns makes every container run wait for a release of its own: a
+// test holds a turn running while it looks at the channel's standbys.
+// started receives each held container's turn id.
+func holdRuns(r *rig) (started chan string, release func()) {
+	started = make(chan string, 16)
+	gate := make(chan struct{})
+	r.docker.mu.Lock()
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		started <- spec.Labels[layout.LabelTurn]
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return RunResult{ExitCode: -1}, ctx.Err()
 		}
-		waiting <- rel
-	}()
-	waitFor(t, "a waiting turn", func() bool { return r.h.queue.waitingFor("c") == 1 })
-	_, _, err = r.h.RunTurn(context.Background(), turnIn("c"))
+		return okRun(ctx, spec, stdin)
+	}
+	r.docker.mu.Unlock()
+	var once sync.Once
+	return started, func() { once.Do(func() { close(gate) }) }
+}
+
+// TestStandbyPreparedWhenBound: a conversation stays warm. While a turn
+// bound to the channel's standby still runs, the channel's next standby is
+// prepared (two containers of the channel for a moment), so the next turn,
+// sent as soon as the reply came back, binds it. Each standby serves one
+// turn: three turns, three turn ids, the last two on standbys.
+func TestStandbyPreparedWhenBound(t *testing.T) {
+	r, _ := newWarmRig(t, "")
+	_, cold, err := r.h.RunTurn(context.Background(), turnIn("c"))
 	must(t, err)
-	time.Sleep(30 * time.Millisecond)
-	if st := r.h.status("c").Standby; st != standby.StateNone {
-		t.Fatalf("standby %s prepared while a turn of the channel waits", st)
+	first := readyStandby(t, r, "c")
+	if first == "" || first == cold {
+		t.Fatalf("first standby %q after cold turn %q", first, cold)
+	}
+	started, release := holdRuns(r)
+	type result struct {
+		id  string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
+		done <- result{id, err}
+	}()
+	if got := <-started; got != first {
+		t.Fatalf("the held turn runs as %s, want the standby's turn %s", got, first)
+	}
+	// The bound turn is still running: its next standby is made meanwhile.
+	var next string
+	waitFor(t, "the next standby while the bound turn runs", func() bool {
+		st := r.h.standbys.State("c")
+		next = st.TurnID
+		return st.State == standby.StateReady && next != first
+	})
+	if n := r.docker.liveCount(); n != 2 {
+		t.Errorf("%d containers live while the bound turn runs beside its successor, want 2", n)
 	}
 	release()
-	rel := <-waiting
-	_, _, err = r.h.RunTurn(context.Background(), turnIn("c"))
+	res := <-done
+	must(t, res.err)
+	if res.id != first {
+		t.Fatalf("second turn ran as %s, want %s", res.id, first)
+	}
+	reply, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
 	must(t, err)
-	rel()
-	waitStandby(t, r, "c", standby.StateReady)
+	if !reply.OK || id != next {
+		t.Fatalf("third turn ran as %s, want the standby prepared at bind %s", id, next)
+	}
+	if got := counter(t, r, "sandbox_standby_turns_total", map[string]string{"result": "hit"}); got != 2 {
+		t.Errorf("standby hits %v, want 2", got)
+	}
+	r.h.Shutdown()
+	r.assertClean(t)
+}
+
+// TestStandbyPreparedWhileColdTurnRuns: a cold turn prepares its
+// channel's next standby once its own container and broker are up, while
+// it still runs; the next turn binds it. (With a turn of the channel
+// queued behind it, queue.spare grants the preparation only once nothing
+// waits: see the report of issue 25's warm part.)
+func TestStandbyPreparedWhileColdTurnRuns(t *testing.T) {
+	r, _ := newWarmRig(t, "")
+	started, release := holdRuns(r)
+	type result struct {
+		id  string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
+		done <- result{id, err}
+	}()
+	cold := <-started
+	sb := readyStandby(t, r, "c")
+	if sb == "" || sb == cold {
+		t.Fatalf("standby %q beside the cold turn %q", sb, cold)
+	}
+	release()
+	a := <-done
+	must(t, a.err)
+	_, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, err)
+	if a.id != cold || id != sb {
+		t.Errorf("turns ran as %s, %s; want the cold %s, then the standby %s", a.id, id, cold, sb)
+	}
+}
+
+// TestStandbyPreparedAtBindKeepsTheCap: standby.max counts every standby,
+// those prepared while a turn runs included; a channel beyond it takes the
+// cold path and never another channel's standby.
+func TestStandbyPreparedAtBindKeepsTheCap(t *testing.T) {
+	r, _ := newWarmRig(t, "standby:\n  max: 1\n")
+	must(t, r.h.state.SetMode("d", ModeOn))
+	_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, err)
+	sbC := readyStandby(t, r, "c")
+	// d's cold turn cannot prepare one: c's fills the cap.
+	_, idD, err := r.h.RunTurn(context.Background(), turnIn("d"))
+	must(t, err)
+	if idD == sbC {
+		t.Fatal("channel d used channel c's standby")
+	}
+	if st := r.h.status("d").Standby; st != standby.StateNone {
+		t.Errorf("channel d has a standby (%s) beyond standby.max 1", st)
+	}
+	if got := counter(t, r, "sandbox_standby_prepares_total", map[string]string{"result": "capped"}); got < 1 {
+		t.Errorf("capped preparations %v, want at least 1", got)
+	}
+	// c binds its standby: the place it held is free for c's next one.
+	_, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, err)
+	if id != sbC {
+		t.Fatalf("c's turn ran as %s, want its standby %s", id, sbC)
+	}
+	nextC := readyStandby(t, r, "c")
+	if nextC == sbC {
+		t.Error("the bound standby is offered again")
+	}
+	if ready, preparing := r.h.standbys.Counts(); ready+preparing > 1 {
+		t.Errorf("%d ready + %d preparing standbys, over standby.max 1", ready, preparing)
+	}
+}
+
+// TestStandbyFailedPreparationNotRetriedAtCleanup: a turn whose next
+// standby failed to prepare while it ran (under load: its broker did not
+// start) does not retry at its cleanup; the channel's next turn does.
+func TestStandbyFailedPreparationNotRetriedAtCleanup(t *testing.T) {
+	r, _ := newWarmRig(t, "")
+	r.units.mu.Lock()
+	r.units.serviceErr = errors.New("fake: job failed")
+	r.units.mu.Unlock()
+	started, release := holdRuns(r)
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+		done <- err
+	}()
+	<-started
+	waitFor(t, "the failed preparation while the turn runs", func() bool {
+		return counter(t, r, "sandbox_standby_prepares_total", map[string]string{"result": "failed"}) == 1
+	})
+	release()
+	must(t, <-done)
+	if st := r.h.standbys.State("c"); st.State != standby.StateNone {
+		t.Errorf("standby %s after cleanup: a failed preparation was retried at once", st.State)
+	}
+	r.units.mu.Lock()
+	asked := len(r.units.services)
+	r.units.mu.Unlock()
+	if got := counter(t, r, "sandbox_standby_prepares_total", map[string]string{"result": "failed"}); asked != 1 || got != 1 {
+		t.Errorf("broker service starts %d, failed preparations %v; want 1 and 1", asked, got)
+	}
+	r.assertClean(t)
 }

@@ -94,9 +94,9 @@ func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, stri
 		in.OnReply(reply, t.ID)
 	}
 	cleanupErr := h.sealed.Cleanup(t, log)
-	// The channel's next turn should find a standby: prepared now, in the
-	// background, after this turn's container is gone.
-	h.sealed.Refill(t.Channel, h.cfg.SelectCredential(t.Channel, t.Principal, t.Speaker.ID))
+	// The channel's next turn should find a standby: prepared while this
+	// one ran, or now, in the background, if it never ran.
+	h.sealed.Refill(t)
 
 	result, err := resultOf(ctx, reply, runErr, cleanupErr)
 	if runErr != nil {

@@ -17,7 +17,11 @@
 // turns, their deadline label and placeholder policy carry their expiry (a
 // binding turn's policy then carries its deadline, which outranks the
 // label), so a running host's standbys are kept, a host that is not running
-// leaves none, and an expired one goes.
+// leaves none, and an expired one goes. Run standbys (a code run's toolbox
+// container started ahead of its run) follow the same rules with no broker
+// or turn directory: their deadline record in policyDir (a placeholder
+// policy no broker reads) carries the expiry, and the bound run's deadline
+// once one binds it.
 //
 // Rich channel sessions (a long-lived container and broker under a 32-hex
 // session id) need none either: the host lists a session like a turn while

@@ -164,7 +164,9 @@ func TestTSClientIntegration(t *testing.T) {
 			names = append(names, n)
 		}
 		slices.Sort(names)
-		eq(t, "schema properties", strings.Join(names, ","), "args,artifacts,command,executable,network,setup,timeout_seconds")
+		// The seed's properties plus credentials (optional, beyond the seed:
+		// credentialed egress, README).
+		eq(t, "schema properties", strings.Join(names, ","), "args,artifacts,command,credentials,executable,network,setup,timeout_seconds")
 		eq(t, "required", len(out.Tools[0].InputSchema.Required), 0)
 		if out.Result.IsError {
 			t.Fatalf("run: tool error %q", resultText(t, out))

@@ -331,6 +331,13 @@ func (r *Run) Start() error {
 	return nil
 }
 
+// ServedByStandby records that a run standby serves the run.
+func (r *Run) ServedByStandby() {
+	r.mu.Lock()
+	r.st.Standby = true
+	r.mu.Unlock()
+}
+
 // Output records data the run wrote on stream (StreamStdout or
 // StreamStderr) in phase (PhaseSetup or PhaseMain): an output event, and
 // Status.Stdout or Status.Stderr up to MaxOutputBytes (beyond it the

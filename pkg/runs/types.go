@@ -76,6 +76,10 @@ type Status struct {
 	// ApprovedBy is the uid that approved network for this run.
 	ApprovedBy *int `json:"approvedBy,omitempty"`
 
+	// Standby: a run standby served the run (its container was made and
+	// started before the run was admitted).
+	Standby bool `json:"standby,omitempty"`
+
 	ExitCode   *int  `json:"exitCode,omitempty"`
 	DurationMs int64 `json:"durationMs,omitempty"`
 	// FailedSetup is the 1-based index of the setup command that failed.

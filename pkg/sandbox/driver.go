@@ -112,6 +112,16 @@ type StartedContainer interface {
 	Close()
 }
 
+// StreamStarted is a started code-run container (container.Started) whose
+// supervisor waits for its job on stdin: a run standby. Stream is the rest
+// of RunContainers.Stream (stdin written and closed, stdout and stderr to
+// the caller's writers as they arrive, the exit status); it may be called
+// once.
+type StreamStarted interface {
+	StartedContainer
+	Stream(ctx context.Context, stdin []byte, stdout, stderr io.Writer) (int64, error)
+}
+
 // Units is what a turn needs of systemd: its broker's units.
 type Units interface {
 	// StartBroker starts sandbox-broker@<turn>.service (its socket and

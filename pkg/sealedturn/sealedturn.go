@@ -5,7 +5,8 @@
 // from the configured rules), the cold path (directory, policy, broker
 // units started while the container is created, stdin only after the unit
 // job) and the warm path: per channel at most one standby prepared ahead of
-// its turn (pkg/standby), bound by writing the turn's policy in place. A
+// its turn (pkg/standby), bound by writing the turn's policy in place, the
+// next one prepared as soon as a turn runs (so a conversation stays warm). A
 // delegated job's research turn is a sealed turn with a Research of its
 // own. It drives the lifecycle, reaches the host only through its narrow
 // Host interface and imports no other kind.
@@ -134,6 +135,11 @@ type Turn struct {
 
 	// warm is the standby this turn bound (nil: the cold path).
 	warm *warmTurn
+	// next is the key the channel's next standby is prepared under once
+	// this turn runs (set by TakeStandby; "" for research turns and when
+	// standbys are off); asked: prepareNext asked the pool for it.
+	next  string
+	asked bool
 }
 
 // Warm reports whether the turn bound a standby.
@@ -257,7 +263,13 @@ func (k *Kind) Execute(ctx context.Context, t *Turn) (*protocol.Reply, error) {
 			return ctx.Err()
 		}
 		t.Phase(k.life, sandbox.PhaseStdinGate, s)
-		return unitResult()
+		if err := unitResult(); err != nil {
+			return err
+		}
+		// The turn's own Docker and systemd work is done: the next
+		// standby is prepared while the model answers.
+		k.prepareNext(t)
+		return nil
 	}
 	since = time.Now()
 	sink := k.life.WorkerLogs().Turn(t.Tag, t.ID, t.Container)
@@ -495,6 +507,7 @@ func (k *Kind) TakeStandby(ctx context.Context, t *Turn, rebind func(id string))
 	if err != nil {
 		return // the cold path reports it
 	}
+	t.next = key
 	lease, _ := k.standbys.Take(ctx, t.Channel, key)
 	if lease == nil {
 		return
@@ -504,13 +517,38 @@ func (k *Kind) TakeStandby(ctx context.Context, t *Turn, rebind func(id string))
 	t.warm = lease.Warm.(*warmTurn)
 }
 
-// Refill prepares channel's next standby in the background, for a
-// turn that selects the credential the last one did (the same speaker, most
-// often). Not while the channel has turns waiting: the next one starts now,
-// before a standby could be ready, and would only share Docker with its
-// preparation (the last of them refills).
-func (k *Kind) Refill(channel, credential string) {
-	if k.standbys == nil || !k.host.Accepting() || k.host.ChannelOn(channel) != nil || k.host.Waiting(channel) > 0 {
+// prepareNext starts preparing the channel's next standby once t runs (a
+// standby bound, or the cold path's container started and its broker up):
+// a conversation sends its next message as soon as this reply comes back,
+// before a standby prepared after cleanup could be ready. For a moment the
+// channel has two containers; the pool's cap (standby.max) counts every
+// standby, preparing ones included, and a standby is still single-use and
+// its channel's only. Unlike Refill it ignores turns waiting in the channel:
+// the next of them starts only after this turn ends, and the model's answer
+// is time enough to prepare. Once per turn.
+func (k *Kind) prepareNext(t *Turn) {
+	key := t.next
+	t.next = ""
+	if key == "" || k.standbys == nil || !k.host.Accepting() || k.host.ChannelOn(t.Channel) != nil {
+		return
+	}
+	t.asked = true
+	k.standbys.Refill(t.Channel, key)
+}
+
+// Refill prepares, after t's cleanup, its channel's next standby in the
+// background, for a turn that selects the credential t did (the same
+// speaker, most often), unless t already asked for one while it ran
+// (prepareNext: whatever came of it, a preparation that failed under load
+// is not retried at once). So it covers a turn that never ran (its
+// container or broker failed to start). Not while the channel has turns
+// waiting: the next one starts now, before a standby could be ready, and
+// would only share Docker with its preparation (it prepares one itself
+// once it runs).
+func (k *Kind) Refill(t *Turn) {
+	channel := t.Channel
+	credential := k.cfg.SelectCredential(t.Channel, t.Principal, t.Speaker.ID)
+	if t.asked || k.standbys == nil || !k.host.Accepting() || k.host.ChannelOn(channel) != nil || k.host.Waiting(channel) > 0 {
 		return
 	}
 	if k.host.Queued() > 0 { // a burst: the slots go to the waiting turns
@@ -628,6 +666,7 @@ func (k *Kind) bindStandby(ctx context.Context, t *Turn) (*protocol.Reply, error
 		return nil, fmt.Errorf("policy file: %w", err)
 	}
 	t.Phase(k.life, PhaseStandbyBind, since)
+	k.prepareNext(t)
 	since = time.Now()
 	sink := k.life.WorkerLogs().Turn(t.Tag, t.ID, t.Container)
 	res, err := w.started.Finish(ctx, stdin, protocol.MaxReplyBytes, sink)

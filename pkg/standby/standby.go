@@ -87,6 +87,10 @@ type Options struct {
 	Prepare      PrepareFunc
 	NewTurnID    func() string
 	Now          func() time.Time
+	// Renew replaces a standby that reached its maximum age with a fresh
+	// one for the same channel and key (run shapes an operator declared
+	// stay warm); without it the channel goes cold until its next Refill.
+	Renew bool
 	// Event, when set, counts what happens (metrics).
 	Event func(event, reason string)
 	Log   *slog.Logger
@@ -173,6 +177,10 @@ func New(o Options) *Pool {
 func (p *Pool) Refill(channel, key string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.refillLocked(channel, key)
+}
+
+func (p *Pool) refillLocked(channel, key string) {
 	if p.closed || p.o.Max <= 0 || p.entries[channel] != nil {
 		return
 	}
@@ -209,7 +217,7 @@ func (p *Pool) prepare(e *entry) {
 		p.mu.Unlock()
 		if !errors.Is(err, ErrClosed) {
 			p.o.Event(EventPrepareFailed, "")
-			p.o.Log.Warn("standby preparation failed; the channel's next turn takes the cold path",
+			p.o.Log.Warn("standby preparation failed; the next turn (or run) it was for takes the cold path",
 				"turn", e.turnID, "err", err)
 		}
 		return
@@ -241,6 +249,9 @@ func (p *Pool) expire(e *entry) {
 	}
 	delete(p.entries, e.channel)
 	p.discardLocked(e.channel, e.turnID, e.expiry, e.warm, ReasonExpired)
+	if p.o.Renew {
+		p.refillLocked(e.channel, e.key)
+	}
 }
 
 // discardLocked discards warm in the background; its turn id stays listed
@@ -303,7 +314,7 @@ func (p *Pool) Take(ctx context.Context, channel, key string) (*Lease, string) {
 	err := e.warm.Alive(actx)
 	cancel()
 	if err != nil {
-		p.o.Log.Warn("standby found dead at bind time; the turn takes the cold path", "turn", e.turnID, "err", err)
+		p.o.Log.Warn("standby found dead at bind time; the turn (or run) takes the cold path", "turn", e.turnID, "err", err)
 		p.mu.Lock()
 		p.discardLocked(channel, e.turnID, e.expiry, e.warm, ReasonDead)
 		p.mu.Unlock()

@@ -359,3 +359,73 @@ func TestTurnsListing(t *testing.T) {
 		t.Fatalf("released: %+v", ts)
 	}
 }
+
+// TestRefillWhileLeased: the warm conversation's contract. A channel's next
+// standby can be prepared while its last one is handed out and not yet
+// released (its turn still runs): the lease's turn id and the new
+// standby's differ, both are listed, the new one counts against Max (the
+// lease does not: it is a turn now) and it is handed out once, to its own
+// channel only.
+func TestRefillWhileLeased(t *testing.T) {
+	r := newRig(t, func(o *Options) { o.Max = 2 })
+	r.p.Refill("a", "k")
+	r.waitState("a", StateReady)
+	lease, _ := r.p.Take(context.Background(), "a", "k")
+	if lease == nil {
+		t.Fatal("no lease")
+	}
+	defer lease.Release()
+	r.p.Refill("a", "k")
+	next := r.waitState("a", StateReady)
+	if next.TurnID == lease.TurnID {
+		t.Fatal("the standby prepared at bind reuses the bound turn id")
+	}
+	listed := map[string]string{}
+	for _, l := range r.p.Turns() {
+		listed[l.TurnID] = l.State
+	}
+	if listed[lease.TurnID] != "binding" || listed[next.TurnID] != StateReady {
+		t.Errorf("Turns = %v, want the lease (binding) and the next standby (ready)", listed)
+	}
+	r.p.Refill("b", "k")
+	r.waitState("b", StateReady)
+	r.p.Refill("c", "k")
+	if st := r.p.State("c"); st.State != StateNone || r.event(EventCapped+"/") != 1 {
+		t.Errorf("channel c: %s, capped events %d; want none and 1 (a's next and b's fill Max 2)", st.State, r.event(EventCapped+"/"))
+	}
+	if l, reason := r.p.Take(context.Background(), "b", "other"); l != nil || reason != ReasonChanged {
+		t.Errorf("Take(b, other key) = %v, %q", l, reason)
+	}
+	if l, _ := r.p.Take(context.Background(), "c", "k"); l != nil {
+		t.Errorf("channel c got %s's standby", l.TurnID)
+	}
+	second, _ := r.p.Take(context.Background(), "a", "k")
+	if second == nil || second.TurnID != next.TurnID {
+		t.Fatalf("second Take(a) = %+v, want %s", second, next.TurnID)
+	}
+	second.Release()
+	if l, reason := r.p.Take(context.Background(), "a", "k"); l != nil || reason != ReasonNone {
+		t.Errorf("third Take(a) = %v, %q; want none (single use)", l, reason)
+	}
+}
+
+// TestExpiryRenews: with Renew an expired standby is discarded and a fresh
+// one (another turn id, the same key) replaces it; without Renew the
+// channel stays cold (TestExpiryDiscards).
+func TestExpiryRenews(t *testing.T) {
+	r := newRig(t, func(o *Options) { o.MaxAge = 150 * time.Millisecond; o.BindMargin = time.Millisecond; o.Renew = true })
+	r.p.Refill("a", "k")
+	first := r.waitState("a", StateReady)
+	w := r.warm(first.TurnID)
+	waitFor(t, "expiry", func() bool { return equal(w.discarded(), []string{ReasonExpired}) })
+	var next Status
+	waitFor(t, "a renewed standby", func() bool {
+		next = r.p.State("a")
+		return next.State == StateReady && next.TurnID != first.TurnID
+	})
+	lease, reason := r.p.Take(context.Background(), "a", "k")
+	if lease == nil || lease.TurnID != next.TurnID {
+		t.Fatalf("Take after renewal = %+v, %q; want the renewed standby %s", lease, reason, next.TurnID)
+	}
+	lease.Release()
+}

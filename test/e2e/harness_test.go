@@ -228,6 +228,11 @@ type cfg struct {
 	Runtime string
 	// RunsProject, when set, declares the runs project "demo" at this path.
 	RunsProject string
+	// RunStandby declares the run shape "no project, no setup" under
+	// runs.standby (tail_runstandby_test.go); RunStandbyAge, when set, is
+	// runs.standby.maxAgeSeconds.
+	RunStandby    bool
+	RunStandbyAge int
 	// RichPort, when set, enables rich channels with the fake Anthropic
 	// upstream on this loopback port, profile "e2e" and rich.idleSeconds
 	// RichIdle (tail_rich_test.go).
@@ -348,6 +353,14 @@ runs:
   projects:
     - name: demo
       path: {{.RunsProject}}
+{{- end}}
+{{- if .RunStandby}}
+  standby:
+{{- if .RunStandbyAge}}
+    maxAgeSeconds: {{.RunStandbyAge}}
+{{- end}}
+    shapes:
+      - setup: false
 {{- end}}
 {{- if .RichPort}}
 rich:
