@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make fleet-test: the fleet on one machine (test/fleet): three boxes as
 # network namespaces, each with its own nats-server and box process, a few
-# hundred stub turns through a killed box, a paused owner and a cut link,
+# hundred stub turns through a killed box and a paused owner (not yet a cut link: open),
 # asserting nothing lost, duplicated or reordered and one reply per turn id
 # (timings are reported, never asserted). Skips (exit 0, saying why) when
 # not root or without network namespaces.
