@@ -950,7 +950,8 @@ func TestBrokerHoldsOnlyItsOwnCredentialsAndPolicy(t *testing.T) {
 	waitContainer(t, ch, 20*time.Second)
 	var turnID string
 	for _, tt := range activeTurns(t) {
-		if tt.ChannelTag == ids.ChannelTag(ch) {
+		// Not the channel's next standby, prepared while this turn runs.
+		if tt.ChannelTag == ids.ChannelTag(ch) && tt.Standby == "" {
 			turnID = tt.ID
 		}
 	}
@@ -1025,6 +1026,8 @@ func TestBrokerHoldsOnlyItsOwnCredentialsAndPolicy(t *testing.T) {
 type listedTurn struct {
 	ID         string `json:"id"`
 	ChannelTag string `json:"channelTag"`
+	// Standby is set for a standby not bound to a turn (its state).
+	Standby string `json:"standby"`
 }
 
 func activeTurns(t *testing.T) []listedTurn {

@@ -44,7 +44,8 @@ func TestBrokerNotStartedTwice(t *testing.T) {
 	}
 	var turnID string
 	for _, tt := range activeTurns(t) {
-		if tt.ChannelTag == ids.ChannelTag(ch) {
+		// Not the channel's next standby, prepared while this turn runs.
+		if tt.ChannelTag == ids.ChannelTag(ch) && tt.Standby == "" {
 			turnID = tt.ID
 		}
 	}
