@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -11,153 +10,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/admission"
 	"github.com/roundtable-sandbox/sandbox/pkg/unitctl"
 )
 
 // queuedSignal makes q report each ticket that starts waiting, so a test
 // waits on that instead of polling.
-func queuedSignal(q *queue) <-chan string {
+func queuedSignal(q *admission.Queue) <-chan string {
 	ch := make(chan string, 64)
-	q.mu.Lock()
-	q.queued = func(channel string) { ch <- channel }
-	q.mu.Unlock()
+	q.OnQueued(func(channel string) { ch <- channel })
 	return ch
 }
 
-func TestQueueWaitBoundRefusesBusy(t *testing.T) {
-	q := newQueue(8, 1)
-	rel, err := q.acquire(context.Background(), "a")
-	must(t, err)
-	defer rel()
-	_, err = q.acquireWithin(context.Background(), "b", 20*time.Millisecond)
-	if !errors.Is(err, ErrBusy) {
-		t.Fatalf("err = %v, want ErrBusy", err)
-	}
-	if w, _ := q.totals(); w != 0 {
-		t.Errorf("%d tickets still waiting after the refusal, want 0", w)
-	}
-	if status, reason := statusOf(err); status != http.StatusTooManyRequests || !strings.Contains(reason, "busy") {
+func TestStatusOfBusy(t *testing.T) {
+	if status, reason := statusOf(ErrBusy); status != http.StatusTooManyRequests || !strings.Contains(reason, "busy") {
 		t.Errorf("statusOf(ErrBusy) = %d %q, want 429 saying busy", status, reason)
 	}
 }
 
-func TestQueueWaitBoundCoversOnlyTheWait(t *testing.T) {
-	q := newQueue(8, 1)
-	// Granted at once: the bound ending later changes nothing.
-	rel, err := q.acquireWithin(context.Background(), "a", time.Millisecond)
-	must(t, err)
-	queued := queuedSignal(q)
-	got := make(chan error, 1)
-	go func() {
-		r, err := q.acquireWithin(context.Background(), "b", time.Minute)
-		if err == nil {
-			r()
-		}
-		got <- err
-	}()
-	<-queued
-	rel() // b is granted well within its bound
-	if err := <-got; err != nil {
-		t.Errorf("b: %v, want granted", err)
-	}
-}
-
-func TestQueueSpareNeverJumpsWaitingTurns(t *testing.T) {
-	q := newQueue(8, 2)
-	queued := queuedSignal(q)
-	a, err := q.acquire(context.Background(), "a")
-	must(t, err)
-	// One slot free, nobody waits: a standby preparation gets it.
-	s1, err := q.spare(context.Background())
-	must(t, err)
-	// The cap is full: b waits.
-	granted := make(chan string, 4)
-	go func() {
-		r, err := q.acquire(context.Background(), "b")
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		granted <- "b"
-		r()
-	}()
-	<-queued
-	// A second spare waiter arrives after b: b is served first.
-	go func() {
-		r, err := q.spare(context.Background())
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		granted <- "spare"
-		r()
-	}()
-	if got := <-queued; got != spareQueued {
-		t.Fatalf("queued %q, want the spare waiter", got)
-	}
-	s1() // frees one slot: b's, never the spare's
-	if got := <-granted; got != "b" {
-		t.Fatalf("first granted after the spare's release: %s, want b", got)
-	}
-	a()
-	if got := <-granted; got != "spare" {
-		t.Fatalf("then: %s, want the spare", got)
-	}
-	if n := q.spareHeld(); n != 0 {
-		t.Errorf("spare slots held at the end: %d, want 0", n)
-	}
-}
-
-func TestQueueSpareWaitsWhileATicketWaits(t *testing.T) {
-	// A slot is free but a ticket waits (its channel is busy): a spare is
-	// not granted until nothing waits.
-	q := newQueue(8, 4)
-	queued := queuedSignal(q)
-	a, err := q.acquire(context.Background(), "a")
-	must(t, err)
-	next := make(chan func(), 1)
-	go func() {
-		r, err := q.acquire(context.Background(), "a")
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		next <- r
-	}()
-	<-queued
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if _, err := q.spare(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("spare with a ticket waiting: %v, want to wait until its ctx ended", err)
-	}
-	q.mu.Lock()
-	left := len(q.spares)
-	q.mu.Unlock()
-	if left != 0 {
-		t.Errorf("%d spare waiters left after their ctx ended", left)
-	}
-	a()
-	(<-next)()
-	s, err := q.spare(context.Background())
-	must(t, err)
-	s()
-	s() // idempotent
-	if n := q.spareHeld(); n != 0 {
-		t.Errorf("spare slots held: %d, want 0", n)
-	}
-}
-
-func TestQueueSpareRefusedAfterClose(t *testing.T) {
-	q := newQueue(8, 1)
-	q.close()
-	if _, err := q.spare(context.Background()); !errors.Is(err, ErrShuttingDown) {
-		t.Errorf("err = %v, want ErrShuttingDown", err)
-	}
-}
-
-// A turn that finds no slot within queue.maxWaitSeconds is answered 429
-// "busy" when the bound ends, never run; the turn holding the slot is not
-// disturbed, and the next turn's deadline counts from when it runs.
 func TestAPIBusy429WhenNoSlotInTime(t *testing.T) {
 	var offset atomic.Int64 // the test's clock runs ahead of the real one
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
@@ -197,7 +67,7 @@ func TestAPIBusy429WhenNoSlotInTime(t *testing.T) {
 	if n := len(r.docker.created); n != created {
 		t.Errorf("the refused turn created %d containers", n-created)
 	}
-	if w, _ := r.h.queue.totals(); w != 0 {
+	if w, _ := r.h.queue.Totals(); w != 0 {
 		t.Errorf("%d tickets waiting after the refusal", w)
 	}
 
@@ -341,7 +211,14 @@ func TestNoStandbyPreparedWhileATurnWaits(t *testing.T) {
 	<-running
 	queued := queuedSignal(r.h.queue)
 	go func() { results <- post(hc, "/v1/channels/b/turns", body) }()
-	<-queued
+	// Wait for b's ticket itself: c's standby preparation may queue for a
+	// spare slot just before or after the hook is set, and taking its signal
+	// for b's let c finish before b waited (the spare then got the slot).
+	for ch := range queued {
+		if ch == "b" {
+			break
+		}
+	}
 	close(relC)
 	<-running
 	// c's standby was asked for while c ran (prepared as a turn runs), but
