@@ -53,12 +53,12 @@ func checkField(name, v string, max int) error {
 // waiting.
 func (h *Host) waitForSlot(ctx context.Context, channel string) (func(), error) {
 	since := h.opts.Now()
-	release, err := h.queue.acquireWithin(ctx, channel, h.cfg.QueueWait())
+	release, err := h.queue.AcquireWithin(ctx, channel, h.cfg.QueueWait())
 	switch {
 	case err == nil:
 		return release, nil
 	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrBusy):
-		waiting, running := h.queue.totals()
+		waiting, running := h.queue.Totals()
 		h.log.Warn("turn refused: host busy", "channel", ids.ChannelTag(channel), "err", err,
 			"waited_ms", h.opts.Now().Sub(since).Milliseconds(), "global_concurrency", h.admission.Cap,
 			"running", running, "waiting", waiting, "queue_depth", h.cfg.Queue.Depth, "queue_max_wait_s", h.cfg.Queue.MaxWaitSeconds)
@@ -216,7 +216,7 @@ func (h *Host) writeReply(w http.ResponseWriter, r *http.Request, reply *protoco
 }
 
 func (h *Host) status(channel string) ChannelStatus {
-	st := ChannelStatus{Channel: channel, Tag: ids.ChannelTag(channel), Mode: h.state.Mode(channel), Queued: h.queue.waitingFor(channel)}
+	st := ChannelStatus{Channel: channel, Tag: ids.ChannelTag(channel), Mode: h.state.Mode(channel), Queued: h.queue.WaitingFor(channel)}
 	h.mu.Lock()
 	if a, ok := h.active[channel]; ok {
 		st.RunningTurn = a.id
@@ -239,7 +239,7 @@ func (h *Host) status(channel string) ChannelStatus {
 
 func (h *Host) handleChannel(w http.ResponseWriter, r *http.Request, channel string) error {
 	st := h.status(channel)
-	waiting, running := h.queue.totals()
+	waiting, running := h.queue.Totals()
 	st.Admission = &AdmissionStatus{GlobalConcurrency: h.admission.Cap, Derived: h.admission.Derived, Why: h.admission.Why,
 		MaxWaitSeconds: h.cfg.Queue.MaxWaitSeconds, Running: running, Waiting: waiting}
 	writeJSON(w, http.StatusOK, st)
@@ -252,7 +252,7 @@ func (h *Host) handleChannels(w http.ResponseWriter, r *http.Request, _ string) 
 	for _, ch := range names {
 		seen[ch] = true
 	}
-	for _, ch := range h.queue.channels() {
+	for _, ch := range h.queue.Channels() {
 		// A run's, job's or precheck's own entry is no channel.
 		if !seen[ch] && !ids.Internal(ch) {
 			names = append(names, ch)
@@ -364,7 +364,7 @@ func (h *Host) handleTurns(w http.ResponseWriter, r *http.Request, _ string) err
 }
 
 func (h *Host) handleHealth(w http.ResponseWriter, r *http.Request, _ string) error {
-	waiting, running := h.queue.totals()
+	waiting, running := h.queue.Totals()
 	hl := Health{Status: "ok", Version: version.Version, Accepting: h.accepting(), Running: running, Waiting: waiting,
 		Role: api.RoleOf(r).String()}
 	status := http.StatusOK

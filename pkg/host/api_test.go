@@ -154,7 +154,7 @@ func TestAPIQueueFull429(t *testing.T) {
 		if i == 0 {
 			waitFor(t, "first running", func() bool { return r.h.status("c").RunningTurn != "" })
 		} else {
-			waitFor(t, "second waiting", func() bool { return r.h.queue.waitingFor("c") == 1 })
+			waitFor(t, "second waiting", func() bool { return r.h.queue.WaitingFor("c") == 1 })
 		}
 	}
 	status, resp := call(t, hc, "POST", "/v1/channels/c/turns", body)
@@ -332,14 +332,14 @@ func TestAPIWaitingClientThatLeavesFreesItsPlace(t *testing.T) {
 		_, err := hc.Do(req)
 		gone <- err
 	}()
-	waitFor(t, "second waiting", func() bool { return r.h.queue.waitingFor("c") == 1 })
+	waitFor(t, "second waiting", func() bool { return r.h.queue.WaitingFor("c") == 1 })
 	cancel()
 	<-gone
-	waitFor(t, "the waiter to leave", func() bool { return r.h.queue.waitingFor("c") == 0 })
+	waitFor(t, "the waiter to leave", func() bool { return r.h.queue.WaitingFor("c") == 0 })
 	// Its place is free again: a new waiter is admitted, not refused with 429.
 	third := make(chan int, 1)
 	go func() { third <- post(hc, "/v1/channels/c/turns", body) }()
-	waitFor(t, "third waiting", func() bool { return r.h.queue.waitingFor("c") == 1 })
+	waitFor(t, "third waiting", func() bool { return r.h.queue.WaitingFor("c") == 1 })
 	close(release)
 	if s := <-first; s != 200 {
 		t.Errorf("first: %d", s)
@@ -381,7 +381,7 @@ func TestChannelListLeavesOutInternalEntries(t *testing.T) {
 			r := newRig(t, "", func(o *Options) {
 				o.Access = config.ResolvedAccess{ClientUIDs: []int{clientUID}, Guests: o.Config.Guests}
 			})
-			release, err := r.h.queue.acquire(context.Background(), tt.entry)
+			release, err := r.h.queue.Acquire(context.Background(), tt.entry)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/admission"
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/unitctl"
@@ -27,6 +28,9 @@ var (
 	ErrCancelled    = errors.New("turn cancelled")
 	ErrCleanup      = sandbox.ErrCleanup
 	ErrClientGone   = sandbox.ErrClientGone
+	// ErrQueueFull and ErrBusy are admission's 429s (pkg/admission).
+	ErrQueueFull = admission.ErrQueueFull
+	ErrBusy      = admission.ErrBusy
 	// ErrRichUnavailable: the channel is in mode rich but rich channels
 	// are disabled or its profile is not configured (any more).
 	ErrRichUnavailable = errors.New("rich channel unavailable: rich.enabled is off or the channel's profile is not configured")

@@ -225,7 +225,7 @@ func TestReplyBeforeCleanupKeepsTheSlot(t *testing.T) {
 	}
 
 	second := postTurn(hc, "c")
-	waitFor(t, "the second turn to queue", func() bool { return r.h.queue.waitingFor("c") == 1 })
+	waitFor(t, "the second turn to queue", func() bool { return r.h.queue.WaitingFor("c") == 1 })
 	noAnswer(t, "second turn", second)
 	if n := len(r.docker.eventList()); index(r.docker.eventList(), "create", 1) >= 0 {
 		t.Fatalf("second container created before the first cleanup ended (%d events)", n)

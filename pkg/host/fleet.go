@@ -107,7 +107,7 @@ func (e fleetExecutor) Execute(ctx context.Context, in fleet.Input) (fleet.Outpu
 	if h.state.Mode(in.Turn.Channel) == ModeRich {
 		return fleet.Output{}, &fleet.TurnError{Kind: fleet.ErrorModeOff, Err: ErrModeOff}
 	}
-	release, err := h.queue.acquire(ctx, in.Turn.Channel)
+	release, err := h.queue.Acquire(ctx, in.Turn.Channel)
 	if err != nil {
 		if errors.Is(err, ErrShuttingDown) {
 			return fleet.Output{}, fleet.ErrElsewhere

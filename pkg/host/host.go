@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/admission"
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
@@ -123,7 +124,7 @@ type Host struct {
 	cfg     *config.Config
 	log     *slog.Logger
 	state   *State
-	queue   *queue
+	queue   *admission.Queue
 	metrics *metrics
 	reg     *prometheus.Registry
 

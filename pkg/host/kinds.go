@@ -27,7 +27,7 @@ func (k kindHost) Admit(create func() error) (func(), error) {
 }
 
 func (k kindHost) Slot(ctx context.Context, key string) (func(), error) {
-	return k.h.queue.acquire(ctx, key)
+	return k.h.queue.Acquire(ctx, key)
 }
 
 func (k kindHost) Stopped() context.Context { return k.h.stopCtx }
@@ -45,11 +45,11 @@ func (k kindHost) GuestFor(channel, workspace string) (int, error) {
 
 func (k kindHost) Accepting() bool { return k.h.accepting() }
 
-func (k kindHost) Waiting(channel string) int { return k.h.queue.waitingFor(channel) }
+func (k kindHost) Waiting(channel string) int { return k.h.queue.WaitingFor(channel) }
 
-func (k kindHost) Queued() int { w, _ := k.h.queue.totals(); return w }
+func (k kindHost) Queued() int { w, _ := k.h.queue.Totals(); return w }
 
-func (k kindHost) SpareSlot(ctx context.Context) (func(), error) { return k.h.queue.spare(ctx) }
+func (k kindHost) SpareSlot(ctx context.Context) (func(), error) { return k.h.queue.Spare(ctx) }
 
 func (k kindHost) GuestUID(key string) (int, error) {
 	return k.h.state.GuestUID(key, k.h.cfg.Guests, -1)

@@ -3,6 +3,7 @@ package host
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/admission"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 )
 
@@ -33,7 +34,7 @@ type metrics struct {
 	standbyPrepares *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
+func newMetrics(reg prometheus.Registerer, q *admission.Queue) *metrics {
 	// Sub-millisecond buckets too: prepare, attach, files and removal take well under 5 ms.
 	buckets := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 	m := &metrics{
@@ -48,10 +49,10 @@ func newMetrics(reg prometheus.Registerer, q *queue) *metrics {
 		}, []string{"phase"}),
 		queueWaiting: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sandbox_queue_waiting", Help: "Turns waiting in all channel queues.",
-		}, func() float64 { w, _ := q.totals(); return float64(w) }),
+		}, func() float64 { w, _ := q.Totals(); return float64(w) }),
 		running: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sandbox_turns_running", Help: "Turns running now.",
-		}, func() float64 { _, r := q.totals(); return float64(r) }),
+		}, func() float64 { _, r := q.Totals(); return float64(r) }),
 		cleanupFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_cleanup_failures_total", Help: "Turn cleanup steps that failed and need operator inspection.",
 		}, []string{"what"}),

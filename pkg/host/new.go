@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/admission"
 	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
@@ -60,7 +61,7 @@ func New(o Options) (*Host, error) {
 	adm := o.Config.GlobalConcurrency(*o.Machine)
 	h := &Host{
 		opts: o, cfg: o.Config, log: o.Logger, state: o.State, reg: o.Registry,
-		queue: newQueue(o.Config.Queue.Depth, adm.Cap), admission: adm,
+		queue: admission.New(o.Config.Queue.Depth, adm.Cap, ErrShuttingDown), admission: adm,
 		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
 		fleet: o.Fleet,
 	}

@@ -118,7 +118,7 @@ func (h *Host) ShutdownContext(ctx context.Context) {
 	h.mu.Lock()
 	h.stopping = true
 	h.mu.Unlock()
-	h.queue.close()
+	h.queue.Close()
 	h.stopAll(ErrShuttingDown)
 	h.await(ctx, h.turns.Wait)
 	// After the turns, each kind lets go of what outlives a turn (rich

@@ -19,7 +19,7 @@ import (
 // sit above every layer and are not checked.
 var layers = [][]string{
 	// 0: foundations, importing nothing of this module.
-	{"version", "ids", "atomicfile", "protocol", "imagearchive", "strictjson", "toolschema",
+	{"admission", "version", "ids", "atomicfile", "protocol", "imagearchive", "strictjson", "toolschema",
 		"egress/bridge", "runs/wire", "richproto", "delegation", "anthropic/anthropictest", "fleetnats/serve"},
 	// 1: shared vocabulary (names, the host-broker contract, the memory store)
 	// and the vetted network dialer.

@@ -1,4 +1,8 @@
-package host
+// Package admission admits turns: FIFO per channel, never two at once in one
+// channel, channels independent, at most a global cap running in total, a
+// wait bounded on its own, and spare slots (standby preparations) granted
+// only when no waiting turn needs them. It knows no kind and no container.
+package admission
 
 import (
 	"context"
@@ -15,11 +19,11 @@ var ErrQueueFull = errors.New("queue full")
 // run. Like ErrQueueFull it is a 429: try again later.
 var ErrBusy = errors.New("busy: no turn slot free within queue.maxWaitSeconds; try again later")
 
-// queue admits turns: FIFO per channel, never two at once in one channel,
-// channels independent, at most cap running in total (0 = no cap; the host
+// Queue admits turns: FIFO per channel, never two at once in one channel,
+// Channels independent, at most cap running in total (0 = no cap; the host
 // always passes a cap, config.GlobalConcurrency). Standby preparation takes
 // a slot only through spare: when one is free and nobody waits.
-type queue struct {
+type Queue struct {
 	mu      sync.Mutex
 	depth   int
 	cap     int
@@ -30,8 +34,11 @@ type queue struct {
 	nspare  int            // slots held through spare (standby preparations)
 	spares  []*spareWaiter // waiting for a spare slot, arrival order
 	closed  bool
+	// closedErr is what Acquire and Spare return once closed (the host's
+	// shutting-down error).
+	closedErr error
 	// queued, when set (tests), is told each time a ticket starts waiting
-	// (its channel), or a spare waiter (spareQueued).
+	// (its channel), or a spare waiter (SpareQueued).
 	queued func(channel string)
 }
 
@@ -41,17 +48,17 @@ type ticket struct {
 	granted bool
 }
 
-func newQueue(depth, globalCap int) *queue {
-	return &queue{depth: depth, cap: globalCap, count: map[string]int{}, running: map[string]bool{}}
+func New(depth, globalCap int, closed error) *Queue {
+	return &Queue{depth: depth, cap: globalCap, closedErr: closed, count: map[string]int{}, running: map[string]bool{}}
 }
 
-// acquire waits for the channel's turn. A caller whose ctx ends while waiting
+// Acquire waits for the channel's turn. A caller whose ctx ends while waiting
 // leaves the queue. The returned release must be called exactly once.
-func (q *queue) acquire(ctx context.Context, channel string) (func(), error) {
+func (q *Queue) Acquire(ctx context.Context, channel string) (func(), error) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return nil, ErrShuttingDown
+		return nil, q.closedErr
 	}
 	if q.count[channel] >= q.depth {
 		q.mu.Unlock()
@@ -90,27 +97,27 @@ func (q *queue) acquire(ctx context.Context, channel string) (func(), error) {
 	}
 }
 
-// acquireWithin is acquire with the wait bounded by maxWait: a turn not
+// AcquireWithin is acquire with the wait bounded by maxWait: a turn not
 // granted by then leaves the queue with ErrBusy, so its caller answers at
 // once instead of running it late. The bound covers only the wait; the
 // turn's own deadline starts once it holds the slot.
-func (q *queue) acquireWithin(ctx context.Context, channel string, maxWait time.Duration) (func(), error) {
+func (q *Queue) AcquireWithin(ctx context.Context, channel string, maxWait time.Duration) (func(), error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, maxWait, ErrBusy)
 	defer cancel()
-	return q.acquire(ctx, channel)
+	return q.Acquire(ctx, channel)
 }
 
-// spare waits for a slot of the global cap, bound to no channel, granted
+// Spare waits for a slot of the global cap, bound to no channel, granted
 // only when one is free and no ticket waits: a standby's preparation, which
 // must never take the slot a waiting turn needs nor delay one in the queue.
 // Tickets are always promoted first; a spare waiter gets what is left. A
 // caller whose ctx ends while waiting leaves. release must be called
 // exactly once.
-func (q *queue) spare(ctx context.Context) (func(), error) {
+func (q *Queue) Spare(ctx context.Context) (func(), error) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return nil, ErrShuttingDown
+		return nil, q.closedErr
 	}
 	w := &spareWaiter{ready: make(chan struct{})}
 	q.spares = append(q.spares, w)
@@ -118,7 +125,7 @@ func (q *queue) spare(ctx context.Context) (func(), error) {
 	hook, waits := q.queued, !w.granted
 	q.mu.Unlock()
 	if hook != nil && waits {
-		hook(spareQueued)
+		hook(SpareQueued)
 	}
 	var once sync.Once
 	release := func() {
@@ -145,15 +152,15 @@ func (q *queue) spare(ctx context.Context) (func(), error) {
 	}
 }
 
-// spareQueued is what queue.queued is told for a spare waiter.
-const spareQueued = "(spare)"
+// SpareQueued is what queue.queued is told for a spare waiter.
+const SpareQueued = "(spare)"
 
 type spareWaiter struct {
 	ready   chan struct{}
 	granted bool
 }
 
-func (q *queue) removeLocked(t *ticket) {
+func (q *Queue) removeLocked(t *ticket) {
 	for i, w := range q.waiting {
 		if w == t {
 			q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
@@ -169,7 +176,7 @@ func (q *queue) removeLocked(t *ticket) {
 // promoteLocked grants the oldest waiting ticket of every idle channel, in
 // arrival order, while the global cap allows; then, only when no ticket
 // waits at all, spare waiters.
-func (q *queue) promoteLocked() {
+func (q *Queue) promoteLocked() {
 	full := func() bool { return q.cap > 0 && q.nrun+q.nspare >= q.cap }
 	for i := 0; i < len(q.waiting); {
 		t := q.waiting[i]
@@ -195,26 +202,26 @@ func (q *queue) promoteLocked() {
 	}
 }
 
-// waitingFor is the number of turns waiting (not running) in a channel.
-func (q *queue) waitingFor(channel string) int {
+// WaitingFor is the number of turns waiting (not running) in a channel.
+func (q *Queue) WaitingFor(channel string) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.count[channel]
 }
 
-// limit is the global cap (0 = none).
-func (q *queue) limit() int { return q.cap }
+// Limit is the global cap (0 = none).
+func (q *Queue) Limit() int { return q.cap }
 
-// totals returns waiting and running turn counts (standby preparations
+// Totals returns waiting and running turn counts (standby preparations
 // holding a slot are not turns: see spare).
-func (q *queue) totals() (waiting, running int) {
+func (q *Queue) Totals() (waiting, running int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.waiting), q.nrun
 }
 
-// channels lists channels with waiting or running turns.
-func (q *queue) channels() []string {
+// Channels lists channels with waiting or running turns.
+func (q *Queue) Channels() []string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var out []string
@@ -229,16 +236,24 @@ func (q *queue) channels() []string {
 	return out
 }
 
-// close refuses new tickets; waiting callers are ended by their contexts.
-func (q *queue) close() {
+// Close refuses new tickets; waiting callers are ended by their contexts.
+func (q *Queue) Close() {
 	q.mu.Lock()
 	q.closed = true
 	q.mu.Unlock()
 }
 
-// spareHeld is the number of slots standby preparations hold.
-func (q *queue) spareHeld() int {
+// SpareHeld is the number of slots standby preparations hold.
+func (q *Queue) SpareHeld() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.nspare
+}
+
+// OnQueued makes f hear each ticket that starts waiting (its channel) and
+// each spare waiter (SpareQueued): a synchronisation point for tests.
+func (q *Queue) OnQueued(f func(channel string)) {
+	q.mu.Lock()
+	q.queued = f
+	q.mu.Unlock()
 }
