@@ -134,9 +134,9 @@ func (e fleetExecutor) Execute(ctx context.Context, in fleet.Input) (fleet.Outpu
 
 // fleetExecutorFor is the executor this binary's boxes use: the stub turn
 // in a binary built with the fleetstub tag when SANDBOX_FLEET_STUB_TURN is
-// set (stubExecutor), the host's sealed turns otherwise.
+// set (fleet.StubFromEnv), the host's sealed turns otherwise.
 func (h *Host) fleetExecutorFor() fleet.Executor {
-	if ex := stubExecutor(); ex != nil {
+	if ex := fleet.StubFromEnv(); ex != nil {
 		h.log.Warn("fleet: stub turns in place of containers (a fleetstub test binary)")
 		return ex
 	}

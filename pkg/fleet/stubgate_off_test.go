@@ -1,6 +1,6 @@
 //go:build !fleetstub
 
-package host
+package fleet
 
 import "testing"
 
@@ -8,7 +8,7 @@ import "testing"
 // environment can select the stub turn.
 func TestStubTurnAbsentFromShippedBinaries(t *testing.T) {
 	t.Setenv("SANDBOX_FLEET_STUB_TURN", "200ms")
-	if ex := stubExecutor(); ex != nil {
-		t.Fatalf("stubExecutor() = %T in a build without the fleetstub tag", ex)
+	if ex := StubFromEnv(); ex != nil {
+		t.Fatalf("StubFromEnv() = %T in a build without the fleetstub tag", ex)
 	}
 }

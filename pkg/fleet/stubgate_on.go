@@ -1,28 +1,26 @@
 //go:build fleetstub
 
-package host
+package fleet
 
 import (
 	"os"
 	"time"
-
-	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 )
 
 // StubTurnEnv selects the stub turn in a fleetstub test binary: a duration
-// ("200ms"), or "1" for fleet.StubTurn.
+// ("200ms"), or "1" for StubTurn.
 const StubTurnEnv = "SANDBOX_FLEET_STUB_TURN"
 
-// stubExecutor: the fleet harness's binary (go build -tags fleetstub) runs
+// StubFromEnv: the fleet harness's binary (go build -tags fleetstub) runs
 // stub turns when StubTurnEnv is set.
-func stubExecutor() fleet.Executor {
+func StubFromEnv() Executor {
 	v := os.Getenv(StubTurnEnv)
 	if v == "" {
 		return nil
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		d = fleet.StubTurn
+		d = StubTurn
 	}
-	return &fleet.StubExecutor{Duration: d}
+	return &StubExecutor{Duration: d}
 }
