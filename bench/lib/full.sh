@@ -160,7 +160,7 @@ bench_run_mode() {
   done
 
   local uid gid
-  uid=$(id -u _sandbox) gid=$(id -g _sandbox)
+  uid=$(ns_exec id -u _sandbox) gid=$(ns_exec id -g _sandbox) # the package's user exists only in the namespace's root
   start_baseline_broker "$uid" "$gid"
   note "- Baseline broker (docker run and runc worker series): the real \`sandbox-broker serve --listen\`, one long-lived process as _sandbox ($uid:$gid) outside the unit sandbox, policy with maxCalls 1000, its own credential dir, forwarding to the same $FAKEMODEL_KIND as the host; its socket directory is bind-mounted read-only at /run/broker."
   note "- Every series used the namespace's dockerd ($(ns_exec docker version --format '{{.Server.Version}}, API {{.Server.APIVersion}}')) and its journald; docker run used \`--log-driver journald --log-opt tag=sandbox/bench\` like the host."
