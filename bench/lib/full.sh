@@ -373,8 +373,9 @@ bench_run_standby() {
   ns_exec cp -a "$cfg" "$WORK/sandbox.yaml.before-run-standby"
   # The shape (BENCH_RUN_STANDBY_YAML): lines added under runs:.
   local shape=${BENCH_RUN_STANDBY_YAML:-'  standby:
-    - project: ""
-      setup: false'}
+    shapes:
+      - project: ""
+        setup: false'}
   awk -v add="$shape" '{print} /^runs:/{print add}' "$WORK/sandbox.yaml.before-run-standby" >"$WORK/sandbox.yaml.run-standby"
   chmod 0644 "$WORK/sandbox.yaml.run-standby"
   why=$(config_refusal "$WORK/sandbox.yaml.run-standby")
