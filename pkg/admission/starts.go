@@ -169,3 +169,21 @@ func (s *Starts) OnQueued(f func(kind string)) {
 	s.queued = f
 	s.mu.Unlock()
 }
+
+// SpareStart is what a standby's preparation holds: a slot of q's global
+// cap no waiting turn needs (Queue.Spare), then a start slot no turn's
+// start waits for (Starts.Spare). In that order: nothing waits for a global
+// slot while holding a start slot, so neither wait can block the other.
+// release frees both; it is idempotent.
+func SpareStart(ctx context.Context, q *Queue, s *Starts) (func(), error) {
+	global, err := q.Spare(ctx)
+	if err != nil {
+		return nil, err
+	}
+	start, err := s.Spare(ctx)
+	if err != nil {
+		global()
+		return nil, err
+	}
+	return func() { start(); global() }, nil
+}

@@ -261,3 +261,33 @@ func TestStartsRefusedAfterClose(t *testing.T) {
 		t.Error("a limit of 0 must mean 1 (a start must always be possible)")
 	}
 }
+
+func TestSpareStartHoldsBothAndFreesTheGlobalSlotOnFailure(t *testing.T) {
+	q, s := newQueue(8, 2), NewStarts(2, errClosed)
+	rel, err := SpareStart(context.Background(), q, s)
+	must(t, err)
+	if q.SpareHeld() != 1 || s.SpareHeld() != 1 {
+		t.Errorf("held: global %d, start %d; want 1, 1", q.SpareHeld(), s.SpareHeld())
+	}
+	rel()
+	rel() // idempotent
+	if q.SpareHeld() != 0 || s.SpareHeld() != 0 {
+		t.Errorf("after release: global %d, start %d; want 0, 0", q.SpareHeld(), s.SpareHeld())
+	}
+	// The start slots are taken: the spare waits for one holding its
+	// global slot, and gives that back when its ctx ends.
+	a, err := s.Start(context.Background())
+	must(t, err)
+	b, err := s.Start(context.Background())
+	must(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := SpareStart(ctx, q, s); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("SpareStart with no start slot: %v, want DeadlineExceeded", err)
+	}
+	if q.SpareHeld() != 0 {
+		t.Errorf("global spare slots held after the failed start wait: %d, want 0", q.SpareHeld())
+	}
+	a()
+	b()
+}
