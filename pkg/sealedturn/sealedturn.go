@@ -395,6 +395,7 @@ func (e *ExitError) Error() string {
 const (
 	PhaseStandbyPrepare = "standby_prepare" // a standby made ready, in the background
 	PhaseStandbyBind    = "standby_bind"    // the turn's policy and stdin prepared for a standby
+	PhaseStandbyTake    = "standby_take"    // the ready standby taken from the pool (its liveness check included)
 	PhaseStartWait      = "start_wait"      // a cold turn waited for a start slot (queue.startConcurrency)
 )
 
@@ -525,10 +526,12 @@ func (k *Kind) TakeStandby(ctx context.Context, t *Turn, rebind func(id string))
 		return // the cold path reports it
 	}
 	t.next = key
+	since := time.Now()
 	lease, _ := k.standbys.Take(ctx, t.Channel, key)
 	if lease == nil {
 		return
 	}
+	t.Phase(k.life, PhaseStandbyTake, since)
 	rebind(lease.TurnID)
 	lease.Release()
 	t.warm = lease.Warm.(*warmTurn)
