@@ -72,7 +72,9 @@ func (k *Kind) handleList(w http.ResponseWriter, r *http.Request, _ string) erro
 }
 
 // withRun looks up the run named by the path for its handler: another
-// client's run does not exist for the caller (404); an admin sees all.
+// client's run does not exist for the caller, with the very error of a run
+// that does not exist (the same answer byte for byte, so no client learns
+// which ids are live); an admin sees all.
 func (k *Kind) withRun(fn func(http.ResponseWriter, *http.Request, *Run) error) api.Handler {
 	return func(w http.ResponseWriter, r *http.Request, id string) error {
 		run, err := k.runs.Get(id)
@@ -80,7 +82,7 @@ func (k *Kind) withRun(fn func(http.ResponseWriter, *http.Request, *Run) error) 
 			return err
 		}
 		if !api.IsAdmin(r) && run.Owner() != api.CallerUID(r) {
-			return api.ErrNotFound
+			return runs.ErrNotFound
 		}
 		return fn(w, r, run)
 	}
