@@ -196,8 +196,9 @@ type RunOptions struct {
 // and waits for the first connection, which the worker opens only for its
 // first request, and the worker makes none before its stdin, which the host
 // writes only after the full policy. At that connection Run loads the policy
-// (a placeholder still there is refused: the connection is closed and Run
-// fails) and serves as for any turn, that connection first. No connection
+// (a placeholder still there is refused: the connection is closed, a line
+// logged and Run fails with policy.ErrNotBound) and serves as for any turn,
+// that connection first. No connection
 // before the expiry: Run returns nil, having served nothing.
 func Run(ctx context.Context, o RunOptions) error {
 	if err := ids.ValidTurnID(o.TurnID); err != nil {
@@ -268,7 +269,15 @@ func Run(ctx context.Context, o RunOptions) error {
 			notify("STOPPING=1")
 			return nil
 		}
-		if pol, err = policy.Load(path); err == nil {
+		// Read, not Load: a placeholder still there is a connection
+		// before the bind (refused as such), not a malformed policy.
+		var still *policy.Pending
+		if pol, still, err = policy.Read(path); err == nil && still != nil {
+			first.Close()
+			log.Warn("standby broker refused a connection: its turn is not bound yet (the policy file is still the placeholder)", "turn", o.TurnID)
+			return fmt.Errorf("broker: first connection while the standby is not bound yet (refused, connection closed): %w", policy.ErrNotBound)
+		}
+		if err == nil {
 			err = checkPolicy(pol, o.TurnID)
 		}
 		if err != nil {
