@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/envelope"
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/hosttool"
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
@@ -95,6 +96,32 @@ func (b *Broker) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
+// connPeer records the peer uid of a Unix socket connection (SO_PEERCRED:
+// the kernel's word, not the client's).
+func connPeer(ctx context.Context, c net.Conn) context.Context {
+	for {
+		switch cc := c.(type) {
+		case *limitConn:
+			c = cc.Conn
+			continue
+		case *net.UnixConn:
+			raw, err := cc.SyscallConn()
+			if err != nil {
+				return ctx
+			}
+			var cred *syscall.Ucred
+			var cerr error
+			if err := raw.Control(func(fd uintptr) {
+				cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+			}); err != nil || cerr != nil || cred == nil {
+				return ctx
+			}
+			return envelope.WithPeerUID(ctx, int(cred.Uid))
+		}
+		return ctx
+	}
+}
+
 // serveKey holds Serve's context in each request's context.
 type serveKey struct{}
 
@@ -103,18 +130,18 @@ type serveKey struct{}
 // blaming an upstream that was only cancelled. Any other failure is err.
 func (b *Broker) interrupted(r *http.Request, err error) error {
 	if r.Context().Err() == nil {
-		if !b.now().Before(b.pol.Deadline()) && (errors.Is(err, ErrUpstreamTime) || errors.Is(err, hosttool.ErrTimeout)) {
-			return refused("turn deadline reached mid-call", ErrTurnOver)
+		if !b.now().Before(b.pol.Deadline()) && (errors.Is(err, envelope.ErrUpstreamTime) || errors.Is(err, hosttool.ErrTimeout)) {
+			return refused("turn deadline reached mid-call", envelope.ErrTurnOver)
 		}
 		return err
 	}
 	if sc, ok := r.Context().Value(serveKey{}).(context.Context); ok && sc.Err() != nil {
 		if errors.Is(sc.Err(), context.DeadlineExceeded) {
-			return refused("turn deadline reached mid-call", ErrTurnOver)
+			return refused("turn deadline reached mid-call", envelope.ErrTurnOver)
 		}
-		return refused("broker stopping mid-call", ErrTurnOver)
+		return refused("broker stopping mid-call", envelope.ErrTurnOver)
 	}
-	return refused("client went away mid-call", ErrClientGone)
+	return refused("client went away mid-call", envelope.ErrClientGone)
 }
 
 func (b *Broker) closeMCP() {
@@ -232,7 +259,7 @@ func Run(ctx context.Context, o RunOptions) error {
 			return fmt.Errorf("broker: policy names another turn: %w", policy.ErrInvalid)
 		}
 		if !time.Now().Before(pending.Expiry()) {
-			return fmt.Errorf("broker: standby already expired: %w", ErrTurnOver)
+			return fmt.Errorf("broker: standby already expired: %w", envelope.ErrTurnOver)
 		}
 	} else if err := checkPolicy(pol, o.TurnID); err != nil {
 		return err
@@ -326,7 +353,7 @@ func checkPolicy(pol *policy.Policy, turnID string) error {
 		return fmt.Errorf("broker: policy names another turn: %w", policy.ErrInvalid)
 	}
 	if !time.Now().Before(pol.Deadline()) {
-		return fmt.Errorf("broker: turn deadline already passed: %w", ErrTurnOver)
+		return fmt.Errorf("broker: turn deadline already passed: %w", envelope.ErrTurnOver)
 	}
 	return nil
 }
