@@ -600,3 +600,43 @@ func TestStandbyFailedPreparationNotRetriedAtCleanup(t *testing.T) {
 	}
 	r.assertClean(t)
 }
+
+// TestQuickTurnPreparesItsSuccessorAsItEnds: a turn prepares its channel's
+// next standby only once it has run for NextAfter (then it waits on its
+// model) or as it ends, so a quick reply shares no CPU with a preparation.
+// NextAfter is an hour here: while the turn runs nothing is prepared; once
+// it returned, the next standby is (at least) preparing. Both paths.
+func TestQuickTurnPreparesItsSuccessorAsItEnds(t *testing.T) {
+	var w *warmDocker
+	r := newRig(t, "", func(o *Options) {
+		w = newWarmDocker(o.Containers.(*fakeDocker))
+		o.Containers = w
+		o.NextAfter = time.Hour
+	})
+	must(t, r.h.state.SetMode("c", ModeOn))
+	t.Cleanup(r.h.Shutdown)
+	for _, path := range []string{"cold", "bound"} {
+		started, release := holdRuns(r)
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+			done <- err
+		}()
+		<-started // in its run: past the gate (cold) or the bind
+		if st := r.h.standbys.State("c"); st.State != standby.StateNone {
+			t.Errorf("%s: standby %s while the turn runs within NextAfter, want none", path, st.State)
+		}
+		release()
+		must(t, <-done)
+		if st := r.h.standbys.State("c"); st.State == standby.StateNone {
+			t.Errorf("%s: no standby asked for once the turn ended", path)
+		}
+		readyStandby(t, r, "c")
+		r.docker.mu.Lock()
+		r.docker.runFn = nil
+		r.docker.mu.Unlock()
+	}
+	if got := counter(t, r, "sandbox_standby_turns_total", map[string]string{"result": "hit"}); got != 1 {
+		t.Errorf("standby hits %v, want 1 (the second turn bound the first's successor)", got)
+	}
+}
