@@ -83,6 +83,9 @@ func (q *Queue) Acquire(ctx context.Context, channel string) (func(), error) {
 		q.promoteLocked()
 		q.mu.Unlock()
 	}
+	if !waits { // granted at once: a ctx that ends now must not undo it
+		return release, nil
+	}
 	select {
 	case <-t.ready:
 		return release, nil
@@ -140,6 +143,9 @@ func (q *Queue) Spare(ctx context.Context) (func(), error) {
 			q.promoteLocked()
 			q.mu.Unlock()
 		})
+	}
+	if !waits { // granted at once: a ctx that ends now must not undo it
+		return release, nil
 	}
 	select {
 	case <-w.ready:
