@@ -97,7 +97,6 @@ type Options struct {
 	ShutdownTimeout  time.Duration                         // bound of the HTTP shutdown, 10 s
 	ObservePhase     func(string, time.Duration)
 	RichIdle         time.Duration // replaces rich.idleSeconds (tests); 0 = the configuration's
-	NextAfter        time.Duration // sealedturn.Options.NextAfter (tests); 0 = its default
 	// Machine is what queue.globalConcurrency 0 is derived from;
 	// config.ReadMachine() when nil.
 	Machine *config.Machine

@@ -99,7 +99,6 @@ func New(o Options) (*Host, error) {
 	sealed, err := sealedturn.New(sealedturn.Options{
 		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
 		Tools: h.tools, MCP: h.mcpSpecs, Policy: h.pol, StandbyEvent: h.metrics.standbyEvent, Observe: h.ObservePhase,
-		NextAfter: o.NextAfter,
 	})
 	if err != nil {
 		return nil, err

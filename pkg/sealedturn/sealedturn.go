@@ -6,8 +6,7 @@
 // units started while the container is created, stdin only after the unit
 // job) and the warm path: per channel at most one standby prepared ahead of
 // its turn (pkg/standby), bound by writing the turn's policy in place, the
-// next one prepared once a turn has run for a moment, or as it ends (so a
-// conversation stays warm and a quick reply shares no CPU with it). A
+// next one prepared as soon as a turn runs (so a conversation stays warm). A
 // delegated job's research turn is a sealed turn with a Research of its
 // own. It drives the lifecycle, reaches the host only through its narrow
 // Host interface and imports no other kind.
@@ -29,7 +28,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -84,33 +82,21 @@ type Options struct {
 	// standby's preparation time (metrics only).
 	StandbyEvent func(event, reason string)
 	Observe      func(phase string, took time.Duration)
-	// NextAfter is how long a turn runs before its channel's next standby
-	// is prepared, unless it ends sooner (0 = DefaultNextAfter; tests).
-	NextAfter time.Duration
 }
-
-// DefaultNextAfter: a turn's worker without its model's wait runs for
-// about 45-95 ms (median to p95, measured on 2 cores); one still running
-// after this is waiting on its model, and the next standby's CPU-bound
-// preparation (units, container start) then takes nothing from its reply.
-// A turn that ends sooner prepares it as it ends. A conversation's model
-// takes seconds, so the standby is still ready for its next message.
-const DefaultNextAfter = 150 * time.Millisecond
 
 // Kind is the host's sealed turns and their standbys.
 type Kind struct {
-	cfg       *config.Config
-	life      *sandbox.Lifecycle
-	host      Host
-	log       *slog.Logger
-	now       func() time.Time
-	newID     func() string
-	tools     []protocol.ToolSpec
-	mcpSpecs  []protocol.MCPServerSpec
-	pol       policy.Policy
-	event     func(event, reason string)
-	observe   func(phase string, took time.Duration)
-	nextAfter time.Duration
+	cfg      *config.Config
+	life     *sandbox.Lifecycle
+	host     Host
+	log      *slog.Logger
+	now      func() time.Time
+	newID    func() string
+	tools    []protocol.ToolSpec
+	mcpSpecs []protocol.MCPServerSpec
+	pol      policy.Policy
+	event    func(event, reason string)
+	observe  func(phase string, took time.Duration)
 
 	// The warm path (nil standbys: every turn takes the cold path).
 	standbys *standby.Pool
@@ -122,10 +108,7 @@ type Kind struct {
 // start a container apart from running it, its standby pool.
 func New(o Options) (*Kind, error) {
 	k := &Kind{cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, newID: o.NewID,
-		tools: o.Tools, mcpSpecs: o.MCP, pol: o.Policy, event: o.StandbyEvent, observe: o.Observe, nextAfter: o.NextAfter}
-	if k.nextAfter <= 0 {
-		k.nextAfter = DefaultNextAfter
-	}
+		tools: o.Tools, mcpSpecs: o.MCP, pol: o.Policy, event: o.StandbyEvent, observe: o.Observe}
 	if err := k.newStandbys(); err != nil {
 		return nil, err
 	}
@@ -286,8 +269,6 @@ func (k *Kind) Execute(ctx context.Context, t *Turn) (*protocol.Reply, error) {
 	}
 
 	gated := false
-	nextDone := func() {}
-	defer func() { nextDone() }()
 	ready := func(ctx context.Context) error {
 		gated = true // called in Run's goroutine, before Run returns
 		s := time.Now()
@@ -303,14 +284,13 @@ func (k *Kind) Execute(ctx context.Context, t *Turn) (*protocol.Reply, error) {
 		releaseStart() // started: the next turn's start may begin
 		// The turn's own Docker and systemd work is done: the next
 		// standby is prepared while the model answers.
-		nextDone = k.prepareNextSoon(t)
+		k.prepareNext(t)
 		return nil
 	}
 	since = time.Now()
 	sink := k.life.WorkerLogs().Turn(t.Tag, t.ID, t.Container)
 	res, err := k.life.Containers().Run(ctx, t.ContainerID, stdin, protocol.MaxReplyBytes, ready, sink)
 	t.Phase(k.life, sandbox.PhaseRun, since)
-	nextDone() // ready ran in Run's goroutine, before Run returned
 	k.life.CloseSink(&t.Handle, sink)
 	if err != nil {
 		if !gated {
@@ -565,7 +545,7 @@ func (k *Kind) TakeStandby(ctx context.Context, t *Turn, rebind func(id string))
 // standby, preparing ones included, and a standby is still single-use and
 // its channel's only. Unlike Refill it ignores turns waiting in the channel:
 // the next of them starts only after this turn ends, and the model's answer
-// is time enough to prepare. Once per turn (prepareNextSoon calls it).
+// is time enough to prepare. Once per turn.
 func (k *Kind) prepareNext(t *Turn) {
 	key := t.next
 	t.next = ""
@@ -574,25 +554,6 @@ func (k *Kind) prepareNext(t *Turn) {
 	}
 	t.asked = true
 	k.standbys.Refill(t.Channel, key)
-}
-
-// prepareNextSoon runs prepareNext once t has run for nextAfter, or when
-// the returned done is called, whichever comes first; done returns only
-// once prepareNext has run (t is then the caller's alone again) and may be
-// called more than once.
-func (k *Kind) prepareNextSoon(t *Turn) (done func()) {
-	ran := make(chan struct{})
-	timer := time.AfterFunc(k.nextAfter, func() { k.prepareNext(t); close(ran) })
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			if timer.Stop() {
-				k.prepareNext(t)
-				return
-			}
-			<-ran
-		})
-	}
 }
 
 // Refill prepares, after t's cleanup, its channel's next standby in the
@@ -725,13 +686,11 @@ func (k *Kind) bindStandby(ctx context.Context, t *Turn) (*protocol.Reply, error
 		return nil, fmt.Errorf("policy file: %w", err)
 	}
 	t.Phase(k.life, PhaseStandbyBind, since)
-	nextDone := k.prepareNextSoon(t)
-	defer nextDone()
+	k.prepareNext(t)
 	since = time.Now()
 	sink := k.life.WorkerLogs().Turn(t.Tag, t.ID, t.Container)
 	res, err := w.started.Finish(ctx, stdin, protocol.MaxReplyBytes, sink)
 	t.Phase(k.life, sandbox.PhaseRun, since)
-	nextDone()
 	k.life.CloseSink(&t.Handle, sink)
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
