@@ -82,6 +82,7 @@ func New(o Options) (*Host, error) {
 	})
 	h.coderun = coderun.New(coderun.Options{
 		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, Lchown: o.Lchown, Registry: o.Registry,
+		Fleet: o.Fleet, Box: o.Config.Fleet.Box, FleetAckWait: o.FleetJobAckWait,
 	})
 	if err := h.prepareStatic(); err != nil {
 		return nil, err

@@ -1,0 +1,226 @@
+package host
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet/fleettest"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
+)
+
+// fleetRunRig is a host with runs on one in-process cluster, as box name;
+// takes says whether it takes the fleet's run jobs.
+func fleetRunRig(t *testing.T, c *fleettest.Cluster, name, extra string, takes bool, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)) (*rig, *runDocker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f, err := fleet.Open(ctx, c.Connect(name), fleet.Layout{Partitions: 1, Replicas: 1})
+	must(t, err)
+	r, rd := newRunRigWith(t, extra, fn, func(o *Options) {
+		o.Fleet, o.Config.Fleet.Box, o.FleetJobAckWait = f, name, 2*time.Second
+	})
+	if takes {
+		stop, err := r.h.startFleetJobs(ctx)
+		must(t, err)
+		t.Cleanup(stop)
+	}
+	return r, rd
+}
+
+// never is the supervisor of a box that must not run anything.
+func never(t *testing.T, box string) func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+	return func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		t.Errorf("box %s ran a job it should not have: %+v", box, job)
+		return -1, io.EOF
+	}
+}
+
+// events reads a run's NDJSON event stream as the host API answers it.
+func events(t *testing.T, body []byte) []runs.Event {
+	t.Helper()
+	var out []runs.Event
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(nil, 8<<20)
+	for sc.Scan() {
+		var ev runs.Event
+		must(t, json.Unmarshal(sc.Bytes(), &ev))
+		out = append(out, ev)
+	}
+	return out
+}
+
+// TestFleetRunAdmittedHereRunsThere: a run admitted on box A, which takes
+// no jobs, runs on box B; A's client sees what a local run gives: its
+// status, stdout and stderr, its events (states, output, the result with
+// the artifacts) and its artifacts. B's container is gone, A made none.
+func TestFleetRunAdmittedHereRunsThere(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	a, _ := fleetRunRig(t, c, "box-a", runsExtra, false, never(t, "box-a"))
+	b, rdB := fleetRunRig(t, c, "box-b", runsExtra, true, supervise(3))
+	code, body := apiAs(t, a.h, clientUID, "POST", "/v1/runs", runs.Params{Command: "echo hello", Project: "demo", Artifacts: []string{"out/report.txt"}})
+	if code != http.StatusAccepted {
+		t.Fatalf("POST /v1/runs on A: %d %s", code, body)
+	}
+	var st runs.Status
+	must(t, json.Unmarshal(body, &st))
+	got := waitRun(t, a.h, st.ID)
+	if got.Result != runs.ResultFailed || got.ExitCode == nil || *got.ExitCode != 3 || got.Stdout != "hello\n" || got.Stderr != "warn\n" || got.StartedAt == nil || got.OwnerUID != clientUID {
+		t.Fatalf("run on A: %+v", got)
+	}
+	if len(got.Artifacts) != 1 || string(got.Artifacts[0].Data) != "data:out/report.txt" {
+		t.Errorf("artifacts on A: %+v", got.Artifacts)
+	}
+	code, body = apiAs(t, a.h, clientUID, "GET", "/v1/runs/"+st.ID+"/events", nil)
+	if code != http.StatusOK {
+		t.Fatalf("events on A: %d", code)
+	}
+	evs := events(t, body)
+	var kinds []string
+	for _, ev := range evs {
+		switch ev.Type {
+		case runs.EventState:
+			kinds = append(kinds, ev.State)
+		case runs.EventOutput:
+			kinds = append(kinds, ev.Stream+":"+string(ev.Data))
+		case runs.EventResult:
+			kinds = append(kinds, "result")
+			if ev.Status == nil || ev.Status.Result != runs.ResultFailed || len(ev.Status.Artifacts) != 1 || string(ev.Status.Artifacts[0].Data) != "data:out/report.txt" {
+				t.Errorf("result event: %+v", ev.Status)
+			}
+		}
+	}
+	want := []string{runs.StateQueued, runs.StateRunning, "stdout:hello\n", "stderr:warn\n", runs.StateFinished, "result"}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("events on A = %q, want %q", kinds, want)
+	}
+	if len(rdB.jobs) != 1 || rdB.jobs[0].Command != "echo hello" || len(b.docker.created) != 1 || b.docker.created[0].WorkspaceDir != "/srv/demo" {
+		t.Errorf("B ran %+v, created %d containers", rdB.jobs, len(b.docker.created))
+	}
+	if len(a.docker.created) != 0 {
+		t.Errorf("A created %d containers", len(a.docker.created))
+	}
+	b.assertClean(t)
+	a.assertClean(t)
+	// B's API does not show A's run: it is A's client's.
+	if code, _ := apiAs(t, b.h, clientUID, "GET", "/v1/runs/"+st.ID, nil); code != http.StatusNotFound {
+		t.Errorf("A's run on B's API: %d, want 404", code)
+	}
+}
+
+// TestFleetRunCancelReachesItsBox: a cancel on the admitting box stops the
+// run on the box running it (its container removed there), and the
+// admitting box's record ends cancelled.
+func TestFleetRunCancelReachesItsBox(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	started := make(chan struct{})
+	stopped := make(chan struct{})
+	a, _ := fleetRunRig(t, c, "box-a", runsExtra, false, never(t, "box-a"))
+	b, _ := fleetRunRig(t, c, "box-b", runsExtra, true, func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		enc := wire.NewEncoder(stdout)
+		_ = enc.Output(wire.FrameStdout, wire.PhaseMain, []byte("started\n"))
+		close(started)
+		<-ctx.Done() // until the cancel reaches this box
+		close(stopped)
+		return -1, ctx.Err()
+	})
+	st, err := a.h.coderun.Start(runs.Params{Command: "sleep 1000"}, clientUID)
+	must(t, err)
+	<-started
+	run, err := a.h.coderun.Registry().Get(st.ID)
+	must(t, err)
+	// The output reaching A says the run is running there.
+	seen := make(chan struct{})
+	go func() {
+		_ = run.Subscribe(context.Background(), func(ev runs.Event) error {
+			if ev.Type == runs.EventOutput && string(ev.Data) == "started\n" {
+				close(seen)
+				return io.EOF
+			}
+			return nil
+		})
+	}()
+	<-seen
+	if code, body := apiAs(t, a.h, clientUID, "POST", "/v1/runs/"+st.ID+"/cancel", nil); code != http.StatusOK {
+		t.Fatalf("cancel on A: %d %s", code, body)
+	}
+	<-stopped
+	got := waitRun(t, a.h, st.ID)
+	if got.Result != runs.ResultCancelled || got.Stdout != "started\n" {
+		t.Fatalf("run on A after cancel: %+v", got)
+	}
+	b.assertClean(t)
+}
+
+// TestFleetRunApprovedOnAnotherBox: a network run admitted on A awaits
+// its approval; an admin on B approves it (B does not hold the run); A
+// sees the approval, the run runs on B with B's broker and policy, and a
+// second decision anywhere is refused.
+func TestFleetRunApprovedOnAnotherBox(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	a, _ := fleetRunRig(t, c, "box-a", runsExtra, false, never(t, "box-a"))
+	b, _ := fleetRunRig(t, c, "box-b", runsExtra, true, supervise(0))
+	st, err := a.h.coderun.Start(runs.Params{Command: "curl x", Network: true}, clientUID)
+	must(t, err)
+	if st.State != runs.StateAwaitingApproval {
+		t.Fatalf("state %s", st.State)
+	}
+	// The approval is in the fleet once A's run waits for it.
+	waitFor(t, "the approval in the fleet", func() bool {
+		_, _, err := a.h.fleet.PendingApproval(context.Background(), fleet.JobRun, st.ID)
+		return err == nil
+	})
+	code, body := apiAs(t, b.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/approve", nil)
+	if code != http.StatusOK {
+		t.Fatalf("approve on B: %d %s", code, body)
+	}
+	var shown runs.Status
+	must(t, json.Unmarshal(body, &shown))
+	if shown.ID != st.ID || shown.ApprovedBy == nil || *shown.ApprovedBy != os.Getuid() {
+		t.Errorf("B's answer: %+v", shown)
+	}
+	got := waitRun(t, a.h, st.ID)
+	if got.Result != runs.ResultOK || got.ApprovedBy == nil || *got.ApprovedBy != os.Getuid() {
+		t.Fatalf("run on A: %+v", got)
+	}
+	if len(b.units.started) != 1 || len(b.docker.policies) != 1 || len(a.docker.policies) != 0 {
+		t.Errorf("broker units on B %d, policies on B %d, on A %d; want B's own", len(b.units.started), len(b.docker.policies), len(a.docker.policies))
+	}
+	if code, _ := apiAs(t, a.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/deny", nil); code != http.StatusConflict {
+		t.Errorf("deny after the approval on A: %d, want 409", code)
+	}
+	if code, _ := apiAs(t, b.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/deny", nil); code != http.StatusNotFound {
+		t.Errorf("deny after the approval on B: %d, want 404", code)
+	}
+	b.assertClean(t)
+}
+
+// TestFleetRunWithCredentialStaysHere: a run asking for a credential
+// never travels (another box's credential of that name is not the one
+// approved): it runs on its admitting box although only B takes jobs.
+func TestFleetRunWithCredentialStaysHere(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	a, rdA := fleetRunRig(t, c, "box-a", runsCredExtra, false, supervise(0))
+	fleetRunRig(t, c, "box-b", runsCredExtra, true, never(t, "box-b"))
+	st, err := a.h.coderun.Start(runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}, clientUID)
+	must(t, err)
+	if code, body := apiAs(t, a.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/approve", nil); code != http.StatusOK {
+		t.Fatalf("approve: %d %s", code, body)
+	}
+	if got := waitRun(t, a.h, st.ID); got.Result != runs.ResultOK {
+		t.Fatalf("run %+v", got)
+	}
+	if len(rdA.jobs) != 1 || len(a.docker.policies) != 1 {
+		t.Errorf("A ran %d jobs, wrote %d policies; want the run here", len(rdA.jobs), len(a.docker.policies))
+	}
+	a.assertClean(t)
+}
