@@ -87,11 +87,9 @@ type Options struct {
 	// Registry receives sandbox_runs_total and sandbox_run_duration_seconds.
 	Registry prometheus.Registerer
 	// Fleet, in fleet mode, is where runs go once they may start (fleet.go);
-	// Box is this box's name (fleet.box), FleetAckWait the jobs' ack wait
-	// (0: the default).
-	Fleet        *fleet.Fleet
-	Box          string
-	FleetAckWait time.Duration
+	// Box is this box's name (fleet.box).
+	Fleet *fleet.Fleet
+	Box   string
 }
 
 // Kind is the host's code runs.
@@ -113,10 +111,9 @@ type Kind struct {
 	standbyKey string
 
 	// Fleet mode (fleet.go; nil fleet: every run runs here).
-	fleet        *fleet.Fleet
-	box          string
-	fleetAckWait time.Duration
-	shadows      shadowRuns
+	fleet   *fleet.Fleet
+	box     string
+	shadows shadowRuns
 }
 
 // New makes the kind and its registry from runs.*: every bound of the
@@ -147,7 +144,7 @@ func New(o Options) *Kind {
 	}
 	o.Registry.MustRegister(k.results, k.duration)
 	k.newStandbys(o.Registry)
-	k.fleet, k.box, k.fleetAckWait = o.Fleet, o.Box, o.FleetAckWait
+	k.fleet, k.box = o.Fleet, o.Box
 	k.shadows = shadowRuns{NewRegistry(k.runs.lim, o.Now)}
 	return k
 }

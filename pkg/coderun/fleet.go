@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -535,15 +536,22 @@ func (k *Kind) publishArtifact(ctx context.Context, j *fleet.Job, a runs.Artifac
 }
 
 // StartFleet starts taking the fleet's run jobs while this box has a free
-// slot (slot: the host's spare slot that yields to local work); nil when
-// this box is not in fleet mode. Stop the worker before the host stops.
-func (k *Kind) StartFleet(ctx context.Context, slot func(context.Context) (func(), <-chan struct{}, error)) (*fleet.JobWorker, error) {
+// slot (slot: the host's spare slot that yields to local work), until stop
+// or the host stops; stop waits for the jobs running. Nothing without a
+// fleet.
+func (k *Kind) StartFleet(ctx context.Context, slot fleet.SlotFunc) (stop func(), err error) {
 	if k.fleet == nil {
-		return nil, nil
+		return func() {}, nil
 	}
-	return k.fleet.StartJobWorker(ctx, fleet.JobWorkerOptions{
-		Kind: fleet.JobRun, Box: k.box, Slot: slot, Handle: k.fleetHandle, Logger: k.log, AckWait: k.fleetAckWait,
+	w, err := k.fleet.StartJobWorker(ctx, fleet.JobWorkerOptions{
+		Kind: fleet.JobRun, Box: k.box, Slot: slot, Handle: k.fleetHandle, Logger: k.log,
 	})
+	if err != nil {
+		return nil, err
+	}
+	once := sync.OnceFunc(w.Stop)
+	unhook := context.AfterFunc(k.host.Stopped(), once)
+	return func() { unhook(); once() }, nil
 }
 
 // shadowRuns are the runs this box executes for the fleet: not in the

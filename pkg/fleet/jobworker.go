@@ -17,7 +17,7 @@ type JobWorkerOptions struct {
 	// only while one is held, so a busy box takes no work it cannot start.
 	// wanted is closed when local work starts waiting for a slot; a worker
 	// still waiting for a job then gives its slot back.
-	Slot func(ctx context.Context) (release func(), wanted <-chan struct{}, err error)
+	Slot SlotFunc
 	// Handle runs a taken job on this box, holding the slot, and settles
 	// it (Finish or Retry); a job it leaves unsettled is handed back. The
 	// job's ctx ends when the worker stops.
@@ -30,6 +30,33 @@ type JobWorkerOptions struct {
 	// with GaveUp) without running. Default 5.
 	MaxAttempts uint64
 	Logger      *slog.Logger
+}
+
+// SlotFunc waits for a free admission slot of this box (see
+// JobWorkerOptions.Slot).
+type SlotFunc func(ctx context.Context) (release func(), wanted <-chan struct{}, err error)
+
+// Starter starts one kind's taking of jobs (a kind's StartFleet).
+type Starter func(ctx context.Context, slot SlotFunc) (stop func(), err error)
+
+// StartAll starts every kind's taking of jobs on slot; stop stops them
+// all. If one fails to start, those started are stopped.
+func StartAll(ctx context.Context, slot SlotFunc, starters ...Starter) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	for _, start := range starters {
+		s, err := start(ctx, slot)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		stops = append(stops, s)
+	}
+	return stop, nil
 }
 
 // DefaultJobAckWait is JobWorkerOptions.AckWait's default.

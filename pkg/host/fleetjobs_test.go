@@ -14,6 +14,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet/fleettest"
+	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
 )
@@ -27,7 +28,7 @@ func fleetRunRig(t *testing.T, c *fleettest.Cluster, name, extra string, takes b
 	f, err := fleet.Open(ctx, c.Connect(name), fleet.Layout{Partitions: 1, Replicas: 1})
 	must(t, err)
 	r, rd := newRunRigWith(t, extra, fn, func(o *Options) {
-		o.Fleet, o.Config.Fleet.Box, o.FleetJobAckWait = f, name, 2*time.Second
+		o.Fleet, o.Config.Fleet.Box = f, name
 	})
 	if takes {
 		stop, err := r.h.startFleetJobs(ctx)
@@ -223,4 +224,47 @@ func TestFleetRunWithCredentialStaysHere(t *testing.T) {
 		t.Errorf("A ran %d jobs, wrote %d policies; want the run here", len(rdA.jobs), len(a.docker.policies))
 	}
 	a.assertClean(t)
+}
+
+// TestFleetPrecheckRunsOnAnotherBox: a precheck admitted on A (which takes
+// no jobs) runs on B with B's broker and policy; A's caller gets its
+// answer as from a local precheck, A made no container.
+func TestFleetPrecheckRunsOnAnotherBox(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	rigOn := func(name string, takes bool) *rig {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		f, err := fleet.Open(ctx, c.Connect(name), fleet.Layout{Partitions: 1, Replicas: 1})
+		must(t, err)
+		r := newRig(t, precheckExtra, func(o *Options) {
+			o.Access.ClientUIDs = []int{clientUID}
+			o.Fleet, o.Config.Fleet.Box = f, name
+		})
+		t.Cleanup(r.h.Shutdown)
+		if takes {
+			stop, err := r.h.startFleetJobs(ctx)
+			must(t, err)
+			t.Cleanup(stop)
+		}
+		return r
+	}
+	a, b := rigOn("box-a", false), rigOn("box-b", true)
+	a.docker.runFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
+		t.Error("box A ran the precheck")
+		return RunResult{ExitCode: 2}, nil
+	}
+	m := &mcpFake{}
+	b.docker.runFn = runnerRun(m)
+	code, ans, body := postPrecheck(t, a.h, precheck.Request{Channel: "room", Script: `export default async ({ mcp }) => { const r = await mcp.json("search", "find", { q: "x" }); return { wake: true, context: "hits " + r.hits } }`,
+		Grants: []precheck.Grant{{Server: "search", Tool: "find"}}})
+	if code != http.StatusOK || ans.Wake == nil || !*ans.Wake || ans.Context != "hits 4" {
+		t.Fatalf("precheck on A: %d %s", code, body)
+	}
+	if len(b.docker.created) != 1 || !b.docker.created[0].Precheck || len(b.docker.policies) != 1 || len(a.docker.created) != 0 {
+		t.Errorf("containers on B %d (policies %d), on A %d; want one on B with B's policy", len(b.docker.created), len(b.docker.policies), len(a.docker.created))
+	}
+	if len(m.calls) != 1 {
+		t.Errorf("MCP calls through B's broker: %v", m.calls)
+	}
+	b.assertClean(t)
 }

@@ -109,8 +109,6 @@ type Options struct {
 	// Fleet, in fleet mode (fleet.enabled), is where sealed turns go
 	// (fleet.go); nil on a box alone: turns run here, as always.
 	Fleet *fleet.Fleet
-	// FleetJobAckWait is the fleet jobs' ack wait (0: the default; tests).
-	FleetJobAckWait time.Duration
 	// RichReplyBudget replaces the rich reply budget (tests; 0 =
 	// richsession.DefaultReplyBudget); RichBudgetWait hears of a packet
 	// that waits for it.
