@@ -9,9 +9,12 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet/fleettest"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
@@ -266,5 +269,73 @@ func TestFleetPrecheckRunsOnAnotherBox(t *testing.T) {
 	if len(m.calls) != 1 {
 		t.Errorf("MCP calls through B's broker: %v", m.calls)
 	}
+	b.assertClean(t)
+}
+
+// TestFleetDelegationRunsOnAnotherBox: a delegated job admitted on A (its
+// record and finished-jobs stream there) runs its research turn on B; its
+// report, larger than one frame, comes back whole; turning A's channel
+// off cancels a job running on B.
+func TestFleetDelegationRunsOnAnotherBox(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	rigOn := func(name string, takes bool) *rig {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		f, err := fleet.Open(ctx, c.Connect(name), fleet.Layout{Partitions: 1, Replicas: 1})
+		must(t, err)
+		r2 := newRig(t, "", func(o *Options) {
+			o.Config.Tools = append(o.Config.Tools, config.Tool{Name: "fetch", Description: "Fetch a public page", Kind: "fetch",
+				Parameters: `{"type":"object","properties":{"url":{"type":"string"}},"required":["url"]}`})
+			o.Config.Delegation = config.Delegation{Enabled: true, MaxRunning: 2, TimeoutSeconds: 600, MaxTitleChars: 200,
+				MaxTaskChars: 4000, MaxReportChars: 100000, DiagnosticChars: 600, FetchTool: "fetch", SearchTool: "lookup", Prompt: "Research."}
+			o.Access = config.ResolvedAccess{ClientUIDs: []int{clientUID, otherUID}, Guests: o.Config.Guests}
+			o.Fleet, o.Config.Fleet.Box = f, name
+		})
+		t.Cleanup(r2.h.Shutdown)
+		must(t, r2.h.state.SetMode("c", ModeOn))
+		if takes {
+			stop, err := r2.h.startFleetJobs(ctx)
+			must(t, err)
+			t.Cleanup(stop)
+		}
+		return r2
+	}
+	a, b := rigOn("box-a", false), rigOn("box-b", true)
+	a.docker.runFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
+		t.Error("box A ran the research turn")
+		return RunResult{ExitCode: 2}, nil
+	}
+	// 360,001 bytes: two frames, cut inside a character's bytes unless
+	// the cut moves to a character's start.
+	report := "x" + strings.Repeat("\U0001F600", 90000)
+	b.docker.runFn = replyRun(`{"ok":true,"text":"`+report+`"}`, 0)
+	id := startJob(t, a, "c", delegate("T", "find"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	done, err := a.h.delegations.Registry().Wait(ctx, "c", clientUID, false)
+	must(t, err)
+	if len(done) != 1 || done[0].ID != id || done[0].Result != delegation.ResultOK || done[0].Report != report {
+		t.Fatalf("job on A: %+v", done)
+	}
+	a.h.delegations.Registry().Collected(id, clientUID)
+	if len(b.docker.created) != 1 || len(a.docker.created) != 0 {
+		t.Errorf("containers on B %d, on A %d; want the research turn on B", len(b.docker.created), len(a.docker.created))
+	}
+	b.assertClean(t)
+
+	started := make(chan string, 1)
+	b.docker.runFn = blockJob(started)
+	id2 := startJob(t, a, "c", delegate("T2", "find"))
+	<-started
+	code, body := apiAs(t, a.h, os.Getuid(), "PUT", "/v1/channels/c/mode", map[string]string{"mode": "off"})
+	if code != http.StatusOK {
+		t.Fatalf("mode off on A: %d %s", code, body)
+	}
+	done, err = a.h.delegations.Registry().Wait(ctx, "c", clientUID, false)
+	must(t, err)
+	if len(done) != 1 || done[0].ID != id2 || done[0].Result != delegation.ResultCancelled {
+		t.Fatalf("job on A after its channel was turned off: %+v", done)
+	}
+	waitFor(t, "B's research turn cleaned up", func() bool { return b.docker.liveCount() == 0 })
 	b.assertClean(t)
 }
