@@ -305,6 +305,9 @@ func (m *mirror) apply(fr fleet.JobFrame) error {
 				_ = m.r.Start() // already running after a move
 			}
 		case runs.EventOutput:
+			if ev.Phase != runs.PhaseSetup && ev.Phase != runs.PhaseMain {
+				return fmt.Errorf("run frame phase: %w", fleet.ErrInvalid)
+			}
 			m.r.Output(ev.Stream, ev.Phase, ev.Data) // bounded by the record, as local output
 		}
 	case f.Artifact != nil:
@@ -348,6 +351,9 @@ func (m *mirror) finish(res fleet.JobResult, log *slog.Logger) Finish {
 	f := Finish{Result: st.Result, ExitCode: st.ExitCode, FailedSetup: st.FailedSetup,
 		Duration: time.Duration(max(st.DurationMs, 0)) * time.Millisecond, Error: st.Error,
 		Cut: Cut{Stdout: st.StdoutTruncated, Stderr: st.StderrTruncated, StdoutDropped: st.StdoutDroppedBytes, StderrDropped: st.StderrDroppedBytes}}
+	if f.FailedSetup < 0 || f.FailedSetup > len(m.p.Setup) {
+		f.FailedSetup, f.Result = 0, runs.ResultError
+	}
 	if len(f.Error) > maxRemoteErrorBytes || !utf8.ValidString(f.Error) {
 		f.Error = "the run failed on another box; its log has details"
 	}
