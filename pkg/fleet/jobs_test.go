@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet/fleettest"
 )
 
 // freeSlot is a box with slots to spare: every Slot call is granted.
@@ -413,5 +415,47 @@ func TestApprovalDecidedOnce(t *testing.T) {
 	}
 	if err := a.AskApproval(ctx, JobRun, "big", []byte(`"`+strings.Repeat("x", maxControlBytes)+`"`)); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("approval over the bound: %v", err)
+	}
+}
+
+// TestEnsureJobResources: Ensure makes the jobs' stream and buckets, reads
+// the result and control buckets from the leader, and refuses an existing
+// events stream of another shape, naming it, without changing it.
+func TestEnsureJobResources(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	js, _ := jetstream.New(c.Connect("x"))
+	ctx := context.Background()
+	if err := Ensure(ctx, js, Layout{Partitions: 1, Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{JobResultsBucket, JobControlBucket} {
+		s, err := js.Stream(ctx, "KV_"+b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().Config.AllowDirect {
+			t.Errorf("%s answers direct gets (a lagging replica could answer)", b)
+		}
+	}
+	ev, err := js.Stream(ctx, JobEventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := ev.CachedInfo().Config; cfg.MaxMsgSize != MaxJobFrameBytes || cfg.MaxBytes != jobEventsMaxBytes || cfg.MaxAge != jobEventsMaxAge {
+		t.Errorf("events stream bounds: %d per frame, %d bytes, %s", cfg.MaxMsgSize, cfg.MaxBytes, cfg.MaxAge)
+	}
+
+	c2 := fleettest.Start(t, 1)
+	js2, _ := jetstream.New(c2.Connect("y"))
+	other := jetstream.StreamConfig{Name: JobEventsStream, Subjects: []string{"sandbox.jobevents.>"}, Retention: jetstream.WorkQueuePolicy}
+	if _, err := js2.CreateStream(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if err := Ensure(ctx, js2, Layout{Partitions: 1, Replicas: 1}); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), JobEventsStream) {
+		t.Fatalf("Ensure over another events stream: %v, want ErrMismatch naming it", err)
+	}
+	s, err := js2.Stream(ctx, JobEventsStream)
+	if err != nil || s.CachedInfo().Config.Retention != jetstream.WorkQueuePolicy {
+		t.Fatalf("the existing stream was changed: %v", err)
 	}
 }
