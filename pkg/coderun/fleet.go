@@ -546,8 +546,8 @@ func (k *Kind) publishArtifact(ctx context.Context, j *fleet.Job, a runs.Artifac
 // or the host stops; stop waits for the jobs running. Nothing without a
 // fleet.
 func (k *Kind) StartFleet(ctx context.Context, slot fleet.SlotFunc) (stop func(), err error) {
-	if k.fleet == nil {
-		return func() {}, nil
+	if _, ok := k.life.Containers().(sandbox.RunContainers); k.fleet == nil || !k.cfg.Runs.Enabled || !ok {
+		return func() {}, nil // a box that cannot run one takes none
 	}
 	w, err := k.fleet.StartJobWorker(ctx, fleet.JobWorkerOptions{
 		Kind: fleet.JobRun, Box: k.box, Slot: slot, Handle: k.fleetHandle, Logger: k.log,

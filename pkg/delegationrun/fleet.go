@@ -205,8 +205,8 @@ func (k *Kind) fleetFinish(ctx context.Context, fj *fleet.Job, report string, ou
 // StartFleet starts taking the fleet's delegated jobs while this box has a
 // free slot, until stop or the host stops; nothing without a fleet.
 func (k *Kind) StartFleet(ctx context.Context, slot fleet.SlotFunc) (stop func(), err error) {
-	if k.fleet == nil {
-		return func() {}, nil
+	if k.fleet == nil || !k.cfg.Delegation.Enabled {
+		return func() {}, nil // a box that cannot run one takes none
 	}
 	w, err := k.fleet.StartJobWorker(ctx, fleet.JobWorkerOptions{
 		Kind: fleet.JobDelegation, Box: k.box, Slot: slot, Handle: k.fleetHandle, Logger: k.log,

@@ -336,6 +336,7 @@ func TestFleetDelegationRunsOnAnotherBox(t *testing.T) {
 	if len(done) != 1 || done[0].ID != id2 || done[0].Result != delegation.ResultCancelled {
 		t.Fatalf("job on A after its channel was turned off: %+v", done)
 	}
-	waitFor(t, "B's research turn cleaned up", func() bool { return b.docker.liveCount() == 0 })
+	// B's record of the job ends only after its cleanup.
+	waitFor(t, "B's research turn cleaned up", func() bool { return len(b.h.delegations.Listed()) == 0 })
 	b.assertClean(t)
 }

@@ -171,8 +171,8 @@ func (k *Kind) fleetFinish(ctx context.Context, j *fleet.Job, out precheckOutcom
 // StartFleet starts taking the fleet's precheck jobs while this box has a
 // free slot, until stop or the host stops; nothing without a fleet.
 func (k *Kind) StartFleet(ctx context.Context, slot fleet.SlotFunc) (stop func(), err error) {
-	if k.fleet == nil {
-		return func() {}, nil
+	if k.fleet == nil || !k.cfg.Prechecks.Enabled {
+		return func() {}, nil // a box that cannot run one takes none
 	}
 	w, err := k.fleet.StartJobWorker(ctx, fleet.JobWorkerOptions{
 		Kind: fleet.JobPrecheck, Box: k.box, Slot: slot, Handle: k.fleetHandle, Logger: k.log,
