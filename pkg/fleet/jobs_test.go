@@ -460,3 +460,53 @@ func TestEnsureJobResources(t *testing.T) {
 		t.Fatalf("the existing stream was changed: %v", err)
 	}
 }
+
+// TestJobHeartbeatKeepsItsBox: a job running longer than the ack wait
+// stays with its box (heartbeats) while that box lives: the other box
+// pulling the same kind never gets it.
+func TestJobHeartbeatKeepsItsBox(t *testing.T) {
+	r := newRig(t, 1, 1)
+	admit, _ := r.fleet("admit")
+	a, _ := r.fleet("a")
+	r.worker(a, JobWorkerOptions{Box: "a", Handle: func(ctx context.Context, j *Job) {
+		time.Sleep(3 * testAckWait) // the work itself: longer than the ack wait
+		_ = j.Finish(context.WithoutCancel(ctx), []byte(`"a"`))
+	}})
+	ctx := r.ctx()
+	if _, err := admit.SubmitJob(ctx, JobRun, "long", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	// b starts once a holds the job: its first frame-less sign is the
+	// consumer's ack pending count.
+	waitAckPending(t, admit, JobRun, 1)
+	b, _ := r.fleet("b")
+	r.worker(b, JobWorkerOptions{Box: "b", Handle: func(ctx context.Context, j *Job) {
+		t.Errorf("box b took job %s (attempt %d) while box a ran it", j.ID, j.Attempt)
+		_ = j.Finish(context.WithoutCancel(ctx), []byte(`"b"`))
+	}})
+	res, err := admit.FollowJob(ctx, JobRun, "long", func(JobFrame) error { return nil })
+	if err != nil || res.Box != "a" || res.Attempt != 1 {
+		t.Fatalf("result = %+v, %v; want box a's first attempt", res, err)
+	}
+}
+
+// waitAckPending waits until kind's consumer has n jobs taken and not yet
+// settled (a steady state while the job runs).
+func waitAckPending(t *testing.T, f *Fleet, kind string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		c, err := f.js.Consumer(ctx, JobsStream, jobsConsumer(kind))
+		if err == nil {
+			if info, err := c.Info(ctx); err == nil && info.NumAckPending == n {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("consumer %s never had %d jobs pending", jobsConsumer(kind), n)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

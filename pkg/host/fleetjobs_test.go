@@ -340,3 +340,32 @@ func TestFleetDelegationRunsOnAnotherBox(t *testing.T) {
 	waitFor(t, "B's research turn cleaned up", func() bool { return len(b.h.delegations.Listed()) == 0 })
 	b.assertClean(t)
 }
+
+// TestFleetRunOnItsOwnBox: the only box of the fleet takes its own run's
+// job: the run's record and its shadow (same id) live side by side, the
+// reaper sees the run once, and the run ends as a local one.
+func TestFleetRunOnItsOwnBox(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	listed := make(chan int, 1)
+	var a *rig
+	a, _ = fleetRunRig(t, c, "box-a", runsExtra, true, func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		n := 0
+		for _, l := range a.h.coderun.Listed() {
+			if l.Run {
+				n++
+			}
+		}
+		listed <- n
+		return supervise(0)(ctx, job, stdout)
+	})
+	st, err := a.h.coderun.Start(runs.Params{Command: "echo hello"}, clientUID)
+	must(t, err)
+	got := waitRun(t, a.h, st.ID)
+	if got.Result != runs.ResultOK || got.Stdout != "hello\n" {
+		t.Fatalf("run: %+v", got)
+	}
+	if n := <-listed; n != 1 {
+		t.Errorf("the reaper saw the running run %d times, want once", n)
+	}
+	a.assertClean(t)
+}
