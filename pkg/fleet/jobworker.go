@@ -100,7 +100,11 @@ func (f *Fleet) StartJobWorker(ctx context.Context, o JobWorkerOptions) (*JobWor
 		defer w.wg.Done()
 		for w.ctx.Err() == nil {
 			if err := w.once(func(ctx context.Context) (*Job, error) { return f.nextJob(ctx, c, o.Kind, o.Box) }); err != nil && w.ctx.Err() == nil {
-				w.log.Warn("fleet jobs: pulling failed (NATS JetStream); retrying", "err", err)
+				if errors.Is(err, errNoSlot) {
+					w.log.Debug("fleet jobs: no slot of this box's admission (it is stopping)", "err", err)
+				} else {
+					w.log.Warn("fleet jobs: pulling failed (NATS JetStream); retrying", "err", err)
+				}
 				t := time.NewTimer(time.Second)
 				select {
 				case <-t.C:
@@ -119,12 +123,14 @@ func (w *JobWorker) Stop() {
 	w.wg.Wait()
 }
 
+var errNoSlot = errors.New("no slot")
+
 // once takes a slot, waits for a job while nothing local wants the slot,
 // and hands the job with the slot to a goroutine of its own.
 func (w *JobWorker) once(next func(context.Context) (*Job, error)) error {
 	release, wanted, err := w.o.Slot(w.ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errNoSlot, err)
 	}
 	pctx, cancel := context.WithCancel(w.ctx)
 	stop := make(chan struct{})
