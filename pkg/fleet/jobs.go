@@ -260,10 +260,21 @@ func (f *Fleet) FollowJob(ctx context.Context, kind, id string, onFrame func(Job
 	}
 	c, err := f.js.OrderedConsumer(ctx, JobEventsStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{jobEventsSubject(kind, id)}, DeliverPolicy: jetstream.DeliverAllPolicy,
+		// The server drops it if this box dies; a live follower pulls.
+		InactiveThreshold: followInactive,
 	})
 	if err != nil {
 		return JobResult{}, fmt.Errorf("follow job: %w", err)
 	}
+	// Each consumer costs the stream at every frame any box publishes:
+	// the follower's goes as soon as it is done, not after its threshold.
+	defer func() {
+		if info := c.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+			_ = f.js.DeleteConsumer(dctx, JobEventsStream, info.Name)
+			cancel()
+		}
+	}()
 	for {
 		msg, err := c.Next(jetstream.FetchContext(ctx))
 		if err != nil {
@@ -293,6 +304,10 @@ func (f *Fleet) FollowJob(ctx context.Context, kind, id string, onFrame func(Job
 		}
 	}
 }
+
+// followInactive is how long the server keeps a follower's consumer that
+// no longer pulls (its box died).
+const followInactive = 30 * time.Second
 
 // ForgetJob drops a followed job's frames and its cancellation (its
 // result stays until its TTL, so a late redelivery still finds it).

@@ -20,7 +20,7 @@ type JobWorkerOptions struct {
 	Slot SlotFunc
 	// Handle runs a taken job on this box, holding the slot, and settles
 	// it (Finish or Retry); a job it leaves unsettled is handed back. The
-	// job's ctx ends when the worker stops.
+	// job's ctx ends when the worker stops, and once Handle returns.
 	Handle func(ctx context.Context, j *Job)
 	// AckWait: a job whose box stops answering (dead, cut off) goes to
 	// another box after it; the worker heartbeats every AckWait/3 while a
@@ -192,7 +192,11 @@ func (w *JobWorker) run(j *Job) {
 			}
 		}
 	}()
-	w.o.Handle(ctx, j)
+	// The job's own context: what the handler watches for the job (its
+	// cancellation's watch) ends with it.
+	jctx, cancel := context.WithCancel(ctx)
+	w.o.Handle(jctx, j)
+	cancel()
 	close(done)
 	if !j.settled.Load() {
 		if err := j.Retry(0); err != nil {

@@ -369,3 +369,54 @@ func TestFleetRunOnItsOwnBox(t *testing.T) {
 	}
 	a.assertClean(t)
 }
+
+// BenchmarkFleetRun: a trivial run (the fake engine's) from admission to
+// its result, here without a fleet, through the fleet on its own box, and
+// admitted on A run on B: the engine's cost per run (go test -bench
+// FleetRun -benchtime 100x ./pkg/host).
+func BenchmarkFleetRun(b *testing.B) {
+	rigOn := func(f *fleet.Fleet, name string, takes bool) *rig {
+		rd := &runDocker{streamFn: supervise(0)}
+		r := newRig(b, runsExtra, func(o *Options) {
+			rd.fakeDocker = o.Containers.(*fakeDocker)
+			o.Containers = rd
+			o.Access = config.ResolvedAccess{ClientUIDs: []int{clientUID}, Guests: o.Config.Guests}
+			o.Fleet, o.Config.Fleet.Box = f, name
+		})
+		b.Cleanup(r.h.Shutdown)
+		if takes {
+			stop, err := r.h.startFleetJobs(context.Background())
+			must(b, err)
+			b.Cleanup(stop)
+		}
+		return r
+	}
+	open := func(c *fleettest.Cluster, name string) *fleet.Fleet {
+		f, err := fleet.Open(context.Background(), c.Connect(name), fleet.Layout{Partitions: 1, Replicas: 1})
+		must(b, err)
+		return f
+	}
+	run := func(b *testing.B, a *rig) {
+		for b.Loop() {
+			st, err := a.h.coderun.Start(runs.Params{Command: "true"}, clientUID)
+			must(b, err)
+			r, err := a.h.coderun.Registry().Get(st.ID)
+			must(b, err)
+			<-r.Done()
+			if s := r.Summary(); s.Result != runs.ResultOK {
+				b.Fatalf("run %+v", s)
+			}
+		}
+	}
+	b.Run("local", func(b *testing.B) { run(b, rigOn(nil, "", false)) })
+	b.Run("fleet-own-box", func(b *testing.B) {
+		c := fleettest.Start(b, 1)
+		run(b, rigOn(open(c, "box-a"), "box-a", true))
+	})
+	b.Run("fleet-other-box", func(b *testing.B) {
+		c := fleettest.Start(b, 1)
+		a := rigOn(open(c, "box-a"), "box-a", false)
+		rigOn(open(c, "box-b"), "box-b", true)
+		run(b, a)
+	})
+}
