@@ -468,6 +468,25 @@ func (d *Driver) Stop(ctx context.Context) (Line, error) {
 	}
 }
 
+// Inspect returns, one line per partition, the turns group's consumers as
+// the cluster sees them from the driver's namespace (leader, pin, waiting
+// pulls, pending turns): diagnostics for a fault that did not heal.
+func (f *Fleet) Inspect(ctx context.Context) string {
+	var urls []string
+	for i := 1; i <= f.o.Servers; i++ {
+		urls = append(urls, fmt.Sprintf("tls://%s:4222", addr(i)))
+	}
+	args := append([]string{"netns", "exec", f.net.ns(driverHost), filepath.Join(f.o.Bin, "fleetit"), "inspect"}, f.common(driverHost, "driver")...)
+	args[6] = strings.Join(urls, ",") // -url value
+	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, "ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("inspect: %v: %s", err, out)
+	}
+	return string(out)
+}
+
 // Recorder returns what the boxes and the driver reported.
 func (f *Fleet) Recorder() *Recorder { return f.rec }
 
