@@ -99,17 +99,15 @@ type Box struct {
 	inc   string   // this box process's incarnation (its announcements)
 	view  *presence
 
-	mu           sync.Mutex
-	group        *pcgroups.StaticConsumerGroupConfig
-	members      []*member
-	started      time.Time
-	backOffUntil time.Time
-	detached     chan struct{} // closed by Detach: heartbeats stop
-	workers      sync.WaitGroup
-	queues       []chan item
+	mu       sync.Mutex
+	group    *pcgroups.StaticConsumerGroupConfig
+	members  []*member // by partition; the slice is fixed at Start
+	started  time.Time
+	detached chan struct{} // closed by Detach: heartbeats stop
+	workers  sync.WaitGroup
+	queues   []chan item
 
-	probeOK  atomic.Int64 // unix ns of the cluster's last answer (probe)
-	failures atomic.Int32 // consecutive turns the cluster failed
+	probeOK atomic.Int64 // unix ns of the cluster's last answer (probe)
 }
 
 // item is one entry of a partition's worker queue: a delivered turn, or
@@ -172,15 +170,17 @@ func (b *Box) Start(ctx context.Context) error {
 	defer b.mu.Unlock()
 	b.group = group
 	b.started = b.opts.Now()
-	homes := 0
 	for p := 0; p < n; p++ {
-		q := make(chan item, 4)
-		b.queues = append(b.queues, q)
+		b.queues = append(b.queues, make(chan item, 4))
+		b.members = append(b.members, &member{p: p, name: TurnsGroup + "-" + memberName(p)})
+	}
+	for _, q := range b.queues {
 		b.workers.Add(1)
 		go b.work(q)
-		m := &member{p: p, name: TurnsGroup + "-" + memberName(p)}
-		b.members = append(b.members, m)
-		if !b.home(p) {
+	}
+	homes := 0
+	for _, m := range b.members {
+		if !b.home(m.p) {
 			continue
 		}
 		homes++
@@ -498,11 +498,13 @@ func (b *Box) refusedOrReturned(m jetstream.Msg, ev Event, err error, log *slog.
 }
 
 // clusterFailed returns a turn the cluster failed this box on; after
-// maxClusterFailures in a row the box steps back from its partitions for a
-// while (membership), so that a box pinned where it cannot work does not
-// hold them.
+// maxClusterFailures in a row on its partition the box steps back from it
+// for a while (membership), so that a box pinned where it cannot work does
+// not hold it.
 func (b *Box) clusterFailed(m jetstream.Msg, ev Event) {
-	b.failures.Add(1)
+	if mb := b.memberOf(m); mb != nil {
+		mb.failures.Add(1)
+	}
 	b.giveBack(m, ev)
 }
 
@@ -531,5 +533,7 @@ func (b *Box) ack(ctx context.Context, m jetstream.Msg, log *slog.Logger) {
 		log.Debug("fleet ack not confirmed", "err", err)
 		return
 	}
-	b.failures.Store(0)
+	if mb := b.memberOf(m); mb != nil {
+		mb.failures.Store(0)
+	}
 }

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -135,6 +138,11 @@ type member struct {
 	// again, its consumer made again.
 	cc  jetstream.ConsumeContext
 	pin pinRef
+	// failures counts the partition's turns in a row the cluster failed
+	// this box on; at maxClusterFailures the box steps back from the
+	// partition until backOffUntil (b.mu).
+	failures     atomic.Int32
+	backOffUntil time.Time
 }
 
 // pinRef is the last pin id the server delivered this box a turn under.
@@ -268,7 +276,7 @@ func (b *Box) handOver(m *member, pin string) {
 	again := m.cc != nil
 	cons := m.cons
 	b.mu.Unlock()
-	if again || cons == nil || b.ctx.Err() != nil {
+	if again || cons == nil || b.ctx.Err() != nil || b.isDetached() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, opTimeout)
@@ -308,10 +316,11 @@ func (b *Box) homeOf(p int) string {
 func (b *Box) presenceInterval() time.Duration { return max(b.opts.AckWait/3, 100*time.Millisecond) }
 func (b *Box) presenceTimeout() time.Duration  { return 3 * b.presenceInterval() }
 
-// maxClusterFailures: consecutive turns handed back because the cluster
-// failed this box (state unreadable, claim or commit failing on the
-// cluster) before it stops pulling for StandbyDelay, so that a box pinned
-// where it cannot work lets another box take its partitions.
+// maxClusterFailures: a partition's turns handed back in a row because
+// the cluster failed this box (state unreadable, claim or commit failing
+// on the cluster) before the box stops pulling it for StandbyDelay, so
+// that a box pinned where it cannot work lets another box take it. Per
+// partition: a leader election fails one turn on each.
 const maxClusterFailures = 3
 
 // membership runs the box's pulls until it stops or detaches: every
@@ -387,24 +396,23 @@ func (b *Box) reconcile() {
 	if b.ctx.Err() != nil || b.isDetached() {
 		return
 	}
-	// A box the cluster keeps failing steps back for a while.
-	if b.failures.Load() >= maxClusterFailures {
-		b.failures.Store(0)
-		b.backOffUntil = now.Add(b.opts.StandbyDelay)
-		b.log.Warn("fleet box stepping back from its partitions: its turns keep failing on the cluster", "for_ms", b.opts.StandbyDelay.Milliseconds())
-	}
-	backOff := now.Before(b.backOffUntil)
 	standby := now.Sub(b.started) >= b.opts.StandbyDelay
 	var announce []int
 	// One failed creation per round: the cluster is likely away, and
 	// each attempt holds the round for up to its timeout.
 	createFailed := false
 	for _, m := range b.members {
+		// A partition the cluster keeps failing this box on: step back.
+		if m.failures.Load() >= maxClusterFailures {
+			m.failures.Store(0)
+			m.backOffUntil = now.Add(b.opts.StandbyDelay)
+			b.log.Warn("fleet box stepping back from a partition: its turns keep failing on the cluster", "partition", m.p, "for_ms", b.opts.StandbyDelay.Milliseconds())
+		}
 		home := b.home(m.p)
-		want := !backOff && (home || (standby && b.standBy(m, now)))
+		want := !now.Before(m.backOffUntil) && (home || (standby && b.standBy(m, now)))
 		if !want {
-			// Handing over: only a partition whose home box stands by, or
-			// every pin of a box stepping back.
+			// Handing over: a partition whose home box stands by, or one
+			// this box steps back from.
 			b.stopPull(m, true)
 			if standby && m.cons == nil && !createFailed {
 				// Ready to stand by at once when the home box goes away,
@@ -450,4 +458,15 @@ func (b *Box) reconcile() {
 		data, _ := json.Marshal(announcement{Box: b.opts.Name, Inc: b.inc, Parts: announce})
 		_ = b.f.nc.Publish(presenceSubject, data)
 	}
+}
+
+// memberOf is the member a delivered turn came from (by its subject, the
+// stream's "<p>.sandbox.turns.<p>"), nil when it cannot tell.
+func (b *Box) memberOf(msg jetstream.Msg) *member {
+	subj := msg.Subject()
+	p, err := strconv.Atoi(subj[strings.LastIndexByte(subj, '.')+1:])
+	if err != nil || p < 0 || p >= len(b.members) {
+		return nil
+	}
+	return b.members[p]
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	harness "github.com/roundtable-sandbox/sandbox/test/fleet"
 )
 
 // Line is one event on stdout (test/fleet parses the same struct).
@@ -216,7 +217,8 @@ func runBox(args []string, log *slog.Logger) error {
 }
 
 // runDrive keeps -window turns in flight on each of -channels channels
-// (each window published in order, then its replies awaited) until stdin
+// (harness.ChannelNames: spread over the partitions; each window
+// published in order, then its replies awaited) until stdin
 // says "stop" or closes, then audits every turn it submitted.
 func runDrive(args []string, log *slog.Logger) error {
 	fs := flag.NewFlagSet("drive", flag.ContinueOnError)
@@ -263,12 +265,13 @@ func runDrive(args []string, log *slog.Logger) error {
 	}()
 	var mu sync.Mutex
 	perChannel := make([][]fleet.Turn, *channels)
+	names := harness.ChannelNames(*prefix, *channels, c.partitions)
 	var wg sync.WaitGroup
 	for i := 0; i < *channels; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			ch := fmt.Sprintf("%s-%03d", *prefix, i)
+			ch := names[i]
 			for {
 				select {
 				case <-stop:
