@@ -33,17 +33,16 @@ import (
 //
 // The pin returns home: a box announces, on presenceSubject, the home
 // partitions it is pulling while its cluster answers it (a JetStream
-// request to the meta leader). Another box pulls a partition that is not
-// its home only while the home box does not announce it, or has announced
-// it for less than StandbyDelay; once the home box has stood by that long
-// the others stop pulling it, finish the turn they hold (one unacknowledged
-// turn per partition: the home box gets nothing before its ack), hand the
-// pin over and the home box is the only puller left. A home box that
-// disappears (its announcements stop for presenceTimeout) has its
-// partitions pulled by every other box again, so failover costs the
-// presence timeout on top of the pin's TTL. A channel's turns never run on
-// two boxes at once by this handover, and the fence refuses any commit of
-// a box whose claim was overtaken whatever the pins did.
+// request to the meta leader). Another box starts pulling a partition that
+// is not its home once the home box does not announce it (unheard for
+// presenceTimeout: dead, cut off, paused, or its cluster not answering),
+// and stops once the home box has announced it for StandbyDelay: it
+// finishes the turn it holds (one unacknowledged turn per partition: the
+// home box gets nothing before its ack), hands the pin over, and the home
+// box is the only puller left. Failover therefore costs the presence
+// timeout on top of the pin's TTL; a channel's turns never run on two
+// boxes at once by the handover, and the fence refuses any commit of a box
+// whose claim was overtaken whatever the pins did.
 
 // presenceSubject carries the boxes' announcements (under sandbox.>,
 // within a box's permissions).
