@@ -793,3 +793,33 @@ func TestPartitionsReturnHome(t *testing.T) {
 		}
 	}
 }
+
+// TestDeletedConsumerIsMadeAgain: a partition's consumer deleted under
+// the boxes (an operator, a reset replica) ends every box's pull on it for
+// good (the server answers the waiting pulls 409 Consumer Deleted, a
+// terminal error for the client): the box notices, makes the consumer
+// again and pulls; the next turn is answered and the audit stays clean.
+func TestDeletedConsumerIsMadeAgain(t *testing.T) {
+	r := newRig(t, 1, 1)
+	r.box("a", &StubExecutor{Duration: time.Millisecond})
+	client, _ := r.fleet("client")
+	ctx := r.ctx()
+	first := newTurn("chan-deleted", "x")
+	if _, _, err := client.Ask(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.js.DeleteConsumer(ctx, TurnsStream, TurnsGroup+"-"+memberName(0)); err != nil {
+		t.Fatal(err)
+	}
+	second := newTurn("chan-deleted", "y")
+	if _, _, err := client.Ask(ctx, second); err != nil {
+		t.Fatalf("turn after the consumer was deleted: %v", err)
+	}
+	a, err := client.Audit(ctx, []Turn{first, second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Clean() || a.Failed != 0 {
+		t.Fatalf("audit: %s", a)
+	}
+}
