@@ -64,7 +64,9 @@ type BoxOptions struct {
 	// running turns every AckWait/3. Default DefaultAckWait.
 	AckWait time.Duration
 	// MaxAttempts: a turn delivered more often is committed as failed
-	// without running (a turn that kills every box it lands on). Default 5.
+	// without running (a turn that kills every box it lands on). Default
+	// 10: deliveries the cluster failed count too (their redelivery waits
+	// longer each time, giveBack).
 	MaxAttempts uint64
 	Logger      *slog.Logger
 	// OnEvent, when set, receives every Event (called from the partition's
@@ -132,7 +134,7 @@ func NewBox(f *Fleet, o BoxOptions) (*Box, error) {
 		o.StandbyDelay = 2 * o.AckWait
 	}
 	if o.MaxAttempts == 0 {
-		o.MaxAttempts = 5
+		o.MaxAttempts = 10
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -189,6 +191,9 @@ func (b *Box) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	// Start's own calls reached the cluster: healthy until a probe says
+	// otherwise.
+	b.probeOK.Store(b.opts.Now().UnixNano())
 	b.workers.Add(1)
 	go b.membership()
 	// A connection that closes for good (not a reconnect) leaves the
@@ -377,6 +382,12 @@ func (b *Box) handle(m jetstream.Msg) {
 	b.emit(ev)
 
 	out, runErr := b.execute(m, t, seq, st, claimRev, meta.NumDelivered)
+	if errors.Is(runErr, errWorkspaceUnread) {
+		// The cluster's failure, not the turn's: returned, not failed.
+		log.Warn("fleet committed workspace unreadable: turn returned", "err", runErr)
+		b.clusterFailed(m, ev)
+		return
+	}
 	if errors.Is(runErr, ErrElsewhere) || b.ctx.Err() != nil {
 		b.giveBack(m, ev)
 		return
@@ -444,11 +455,36 @@ func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, st ChannelState, clai
 	}
 	ctx, cancel := context.WithDeadline(b.ctx, deadline)
 	defer cancel()
+	var unread error
 	in := Input{Turn: t, Seq: seq, Generation: st.Generation, Attempt: attempt,
 		Snapshot: st.Workspace, NextSnapshot: workspaceName(t.Channel, st.Generation+1, claimRev),
-		Restore: func(ctx context.Context) ([]byte, error) { return b.f.Workspace(ctx, st.Workspace) }}
-	return b.opts.Executor.Execute(ctx, in)
+		Restore: func(ctx context.Context) ([]byte, error) {
+			// Bounded apart from the turn's deadline: an object read whose
+			// chunks stop coming (its server killed mid-read) otherwise
+			// waits for the deadline, the turn heartbeated and its
+			// partition held all that time.
+			rctx, cancel := context.WithTimeout(ctx, restoreTimeout)
+			defer cancel()
+			ws, err := b.f.Workspace(rctx, st.Workspace)
+			if err != nil {
+				unread = err
+			}
+			return ws, err
+		}}
+	out, err := b.opts.Executor.Execute(ctx, in)
+	if err != nil && unread != nil {
+		return out, fmt.Errorf("%w: %w", errWorkspaceUnread, unread)
+	}
+	return out, err
 }
+
+// restoreTimeout bounds reading a committed workspace (at most
+// MaxWorkspaceBytes).
+const restoreTimeout = 30 * time.Second
+
+// errWorkspaceUnread: the executor failed because the committed workspace
+// could not be read from the cluster; the turn is returned, not failed.
+var errWorkspaceUnread = errors.New("the committed workspace could not be read")
 
 // heartbeat tells the server the turn is being worked on, so it is not
 // redelivered while this box is alive and attached.
@@ -509,11 +545,22 @@ func (b *Box) clusterFailed(m jetstream.Msg, ev Event) {
 }
 
 // giveBack leaves the turn uncommitted and asks for its redelivery (to
-// this box's successor when it stops).
+// this box's successor when it stops), after a delay that doubles with
+// each delivery (AckWait/4 up to 2 x AckWait): a cluster that fails every
+// take for a while (an election, a lost quorum) is not hammered, nor the
+// turn's attempts spent in a second.
 func (b *Box) giveBack(m jetstream.Msg, ev Event) {
-	_ = m.Nak()
+	_ = m.NakWithDelay(nakDelay(b.opts.AckWait, ev.Attempt))
 	ev.Kind = EventReturned
 	b.emit(ev)
+}
+
+func nakDelay(ackWait time.Duration, attempt uint64) time.Duration {
+	d := max(ackWait/4, 50*time.Millisecond)
+	for i := uint64(1); i < attempt && d < 2*ackWait; i++ {
+		d *= 2
+	}
+	return min(d, 2*ackWait)
 }
 
 func (b *Box) publishReply(ctx context.Context, r Reply) error {
