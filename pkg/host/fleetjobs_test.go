@@ -34,11 +34,16 @@ func fleetRunRig(t *testing.T, c *fleettest.Cluster, name, extra string, takes b
 		o.Fleet, o.Config.Fleet.Box = f, name
 	})
 	if takes {
-		stop, err := r.h.startFleetJobs(ctx)
+		stop, err := startFleetJobs(ctx, r.h)
 		must(t, err)
 		t.Cleanup(stop)
 	}
 	return r, rd
+}
+
+// startFleetJobs starts h's taking of the fleet's jobs as the daemon does.
+func startFleetJobs(ctx context.Context, h *Host) (func(), error) {
+	return fleet.StartAll(ctx, h.queue.SpareYielding, h.coderun.StartFleet, h.prechecks.StartFleet, h.delegations.StartFleet)
 }
 
 // never is the supervisor of a box that must not run anything.
@@ -245,7 +250,7 @@ func TestFleetPrecheckRunsOnAnotherBox(t *testing.T) {
 		})
 		t.Cleanup(r.h.Shutdown)
 		if takes {
-			stop, err := r.h.startFleetJobs(ctx)
+			stop, err := startFleetJobs(ctx, r.h)
 			must(t, err)
 			t.Cleanup(stop)
 		}
@@ -294,7 +299,7 @@ func TestFleetDelegationRunsOnAnotherBox(t *testing.T) {
 		t.Cleanup(r2.h.Shutdown)
 		must(t, r2.h.state.SetMode("c", ModeOn))
 		if takes {
-			stop, err := r2.h.startFleetJobs(ctx)
+			stop, err := startFleetJobs(ctx, r2.h)
 			must(t, err)
 			t.Cleanup(stop)
 		}
@@ -385,7 +390,7 @@ func BenchmarkFleetRun(b *testing.B) {
 		})
 		b.Cleanup(r.h.Shutdown)
 		if takes {
-			stop, err := r.h.startFleetJobs(context.Background())
+			stop, err := startFleetJobs(context.Background(), r.h)
 			must(b, err)
 			b.Cleanup(stop)
 		}

@@ -82,8 +82,7 @@ func New(o Options) (*Host, error) {
 		CleanupFailed: func(what string) { h.metrics.cleanupFailures.WithLabelValues(what).Inc() },
 	})
 	h.coderun = coderun.New(coderun.Options{
-		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, Lchown: o.Lchown, Registry: o.Registry,
-		Fleet: o.Fleet, Box: o.Config.Fleet.Box,
+		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, Lchown: o.Lchown, Registry: o.Registry, Fleet: o.Fleet, Box: o.Config.Fleet.Box,
 	})
 	if err := h.prepareStatic(); err != nil {
 		return nil, err
