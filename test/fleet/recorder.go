@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -118,27 +119,30 @@ func (r *Recorder) snapshot() []Reply {
 	return append([]Reply(nil), r.replies...)
 }
 
-// Owned returns the channels whose last reply was committed by box.
-func (r *Recorder) Owned(box string) []string {
+// Owned returns the channels whose last reply was committed by box, of
+// chans (all channels ever answered when chans is nil).
+func (r *Recorder) Owned(box string, chans []string) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string
 	for ch, b := range r.owner {
-		if b == box {
+		if b == box && (chans == nil || slices.Contains(chans, ch)) {
 			out = append(out, ch)
 		}
 	}
 	return out
 }
 
-// Busiest returns the box that owns most channels now (their last
-// reply was its).
-func (r *Recorder) Busiest() string {
+// Busiest returns the box that owns most of chans now (their last reply
+// was its; all channels ever answered when chans is nil).
+func (r *Recorder) Busiest(chans []string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	count := map[string]int{}
-	for _, b := range r.owner {
-		count[b]++
+	for ch, b := range r.owner {
+		if chans == nil || slices.Contains(chans, ch) {
+			count[b]++
+		}
 	}
 	best, bestN := "", 0
 	for b, c := range count {

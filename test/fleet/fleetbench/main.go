@@ -373,7 +373,7 @@ func runDemo(ctx context.Context, dir, bin string) error {
 		return err
 	}
 	for _, i := range peers {
-		fmt.Printf("fleet-demo: %s answers channels %v\n", fleet.BoxName(i), sorted(rec.Owned(fleet.BoxName(i))))
+		fmt.Printf("fleet-demo: %s answers channels %v\n", fleet.BoxName(i), sorted(rec.Owned(fleet.BoxName(i), nil)))
 	}
 	res, err := f.Fault(ctx, fleet.KillBox, peers, 60*time.Second, 30)
 	if err != nil {
@@ -382,7 +382,7 @@ func runDemo(ctx context.Context, dir, bin string) error {
 	fmt.Printf("fleet-demo: killed (kill -9) the busiest box, box%d: its %d channels answered again from the others after %s (p50) / %s (max)\n",
 		res.Box, res.Affected, sec(fleet.Percentile(res.Failover, 50)), sec(fleet.Percentile(res.Failover, 100)))
 	for _, i := range peers {
-		fmt.Printf("fleet-demo: %s answers channels %v\n", fleet.BoxName(i), sorted(rec.Owned(fleet.BoxName(i))))
+		fmt.Printf("fleet-demo: %s answers channels %v\n", fleet.BoxName(i), sorted(rec.Owned(fleet.BoxName(i), nil)))
 	}
 	a, err := d.Stop(ctx)
 	if err != nil {
