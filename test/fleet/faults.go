@@ -41,8 +41,8 @@ type FaultResult struct {
 	// stopped answering for twice the bound: a partition left to no box.
 	Unanswered []string
 	// LateCommits: commits by a paused owner, after SIGCONT, of turns it
-	// took before SIGSTOP (its channels had moved: the fence must refuse
-	// them).
+	// took before SIGSTOP and another box took since (the fence must
+	// refuse them).
 	LateCommits int
 	// At is the fault's time, Restored the restore's.
 	At, Restored time.Time
