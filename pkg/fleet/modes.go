@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -188,4 +189,49 @@ func (f *Fleet) WatchModes(ctx context.Context, apply func(ChannelMode), bad fun
 			return nil
 		}
 	}
+}
+
+// LocalModes is a box's own channel state, which FollowModes keeps equal
+// to the fleet's.
+type LocalModes interface {
+	// Channels lists the channels the box knows.
+	Channels() []string
+	Mode(channel string) string
+	Profile(channel string) string
+	// Apply makes the local state the fleet's value (and lets go of what
+	// the box kept for the channel's old mode).
+	Apply(m ChannelMode) error
+}
+
+// SeedModes brings the box's channels into the fleet (SeedMode: a value
+// the fleet holds already wins); a box calls it as it joins, before
+// FollowModes.
+func (f *Fleet) SeedModes(ctx context.Context, local LocalModes, box string) error {
+	for _, ch := range local.Channels() {
+		sctx, cancel := context.WithTimeout(ctx, opTimeout)
+		_, err := f.SeedMode(sctx, ch, local.Mode(ch), local.Profile(ch), box)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("bring channel modes into the fleet: %w", err)
+		}
+	}
+	return nil
+}
+
+// FollowModes applies every mode the fleet holds, then each change, to
+// local until ctx ends (nil) or the watch fails: the box admits and lists
+// channels as the fleet knows them.
+func (f *Fleet) FollowModes(ctx context.Context, local LocalModes, log *slog.Logger) error {
+	return f.WatchModes(ctx, func(m ChannelMode) {
+		if local.Mode(m.Channel) == m.Mode && local.Profile(m.Channel) == m.Profile {
+			return
+		}
+		if err := local.Apply(m); err != nil {
+			log.Error("fleet channel mode not applied on this box: its state refused it", "channel", ids.ChannelTag(m.Channel), "mode", m.Mode, "by", m.By, "err", err)
+			return
+		}
+		log.Info("channel mode changed by the fleet", "channel", ids.ChannelTag(m.Channel), "mode", m.Mode, "profile", m.Profile, "by", m.By, "version", m.Version)
+	}, func(err error) {
+		log.Warn("fleet channel mode ignored: a box wrote an invalid value", "err", err)
+	})
 }

@@ -30,8 +30,9 @@ var layers = [][]string{
 		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich"},
 	// 3: the services, and the one sandbox lifecycle every kind drives.
 	{"broker", "reaper", "credset", "runmcp", "sandbox", "chanstate", "peerauth", "toolset", "fleetnats"},
-	// 4: what every route of the host API shares (the host's and the kinds').
-	{"api"},
+	// 4: what every route of the host API shares (the host's and the kinds'),
+	// and the host's side of the fleet.
+	{"api", "fleetside"},
 	// 5: the kinds, each driving the lifecycle; a kind never imports another.
 	kinds,
 	// 6: the host: API, admission, channel state, the kinds' orchestration.
