@@ -20,10 +20,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/admission"
 	"github.com/roundtable-sandbox/sandbox/pkg/chanstate"
@@ -201,6 +205,9 @@ func (s *Side) SetMode(ctx context.Context, channel, mode, profile string) error
 // Follow brings this box's channels into the fleet (start bounds that),
 // then keeps this box's state the fleet's until ctx ends.
 func (s *Side) Follow(start, ctx context.Context) error {
+	if !hasCap(unix.CAP_DAC_READ_SEARCH) {
+		s.o.Logger.Warn("sandbox-host lacks CAP_DAC_READ_SEARCH: in fleet mode it cannot read a guest's workspace after a turn, so sealed turns fail; the fleet drop-in grants it (README, Fleet)")
+	}
 	local := localModes{s}
 	if err := s.o.Fleet.SeedModes(start, local, s.o.Box); err != nil {
 		return err
@@ -241,3 +248,19 @@ func (l localModes) Apply(m fleet.ChannelMode) error {
 // OnQueued makes f hear each turn that starts waiting for its channel's
 // slot before publishing (admission.Queue.OnQueued): for tests.
 func (s *Side) OnQueued(f func(channel string)) { s.queue.OnQueued(f) }
+
+// hasCap reports whether capability c is in this process's effective set
+// (/proc/self/status CapEff); unknown counts as present (no false alarm).
+func hasCap(c int) bool {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return true
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err != nil || mask&(1<<uint(c)) != 0
+		}
+	}
+	return true
+}
