@@ -364,6 +364,13 @@ func (b *Box) handle(m jetstream.Msg) {
 	st, rev, err := b.f.Channel(ctx, t.Channel)
 	<-replied
 	<-replied
+	if errors.Is(modeErr, ErrInvalid) {
+		// Only a box could have written it: the channel counts as never
+		// set (its turns are answered "mode off") until a box sets it
+		// again, rather than returned for ever.
+		log.Warn("fleet channel mode invalid: taken as not set", "err", modeErr)
+		mode, modeErr = ChannelMode{Channel: t.Channel}, nil
+	}
 	if err == nil && modeErr != nil {
 		err = fmt.Errorf("channel mode: %w", modeErr)
 	}

@@ -160,3 +160,33 @@ func TestTurnRunsUnderTheFleetsMode(t *testing.T) {
 		t.Errorf("mode after the commit = %+v: the commit lost the change", m)
 	}
 }
+
+// TestInvalidModeIsNotSet: a mode value that fails its checks (only a box
+// could write it) makes the channel's turns run as if no mode were set,
+// once each, instead of being returned for ever.
+func TestInvalidModeIsNotSet(t *testing.T) {
+	r := newRig(t, 1, 1)
+	got := make(chan ChannelMode, 4)
+	r.box("a", ExecutorFunc(func(ctx context.Context, in Input) (Output, error) {
+		got <- in.Mode
+		return Output{OK: true}, nil
+	}))
+	client, _ := r.fleet("client")
+	ctx := r.ctx()
+	if _, err := client.channels.Put(ctx, modeKey("ch"), []byte(`{"channel":"ch","mode":"root"}`)); err != nil {
+		t.Fatal(err)
+	}
+	tn := newTurn("ch", "x")
+	if _, err := client.Submit(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.AwaitReply(ctx, tn.ID); err != nil {
+		t.Fatal(err)
+	}
+	if m := <-got; m.Mode != "" || m.Channel != "ch" {
+		t.Errorf("mode the executor got = %+v, want none set", m)
+	}
+	if n := r.count(EventReturned, tn.ID); n != 0 {
+		t.Errorf("turn returned %d times", n)
+	}
+}

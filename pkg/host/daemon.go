@@ -187,7 +187,9 @@ func (d *Daemon) Serve(ctx context.Context) (err error) {
 		if err != nil {
 			return startupErr("fleet", err)
 		}
-		if err := h.fl.Follow(sctx, ctx); err != nil {
+		follow, stopFollow := context.WithCancel(ctx)
+		defer stopFollow()
+		if err := h.fl.Follow(sctx, follow); err != nil {
 			return startupErr("fleet", err)
 		}
 		if err := box.Start(sctx); err != nil {
