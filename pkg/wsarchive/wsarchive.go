@@ -170,16 +170,17 @@ func (p *packer) entry(parent int, name, path string, depth int) error {
 		p.stats.Dirs++
 		return p.dir(child, path, depth+1)
 	}
-	// The header's bytes and the content must fit what is left.
-	if int64(p.buf.Len())+int64(len(path))+16+st.Size > p.lim.MaxBytes {
-		return fmt.Errorf("archive is over %d bytes: %w", p.lim.MaxBytes, ErrTooLarge)
-	}
 	f, err := openChecked(parent, name, unix.O_NONBLOCK|unix.O_NOCTTY, &st)
 	if err != nil {
 		return fmt.Errorf("open %q: %w", path, err)
 	}
 	file := os.NewFile(uintptr(f), path)
 	defer file.Close()
+	// The header's bytes and the content (its size as opened) must fit
+	// what is left.
+	if int64(p.buf.Len())+int64(len(path))+16+st.Size > p.lim.MaxBytes {
+		return fmt.Errorf("archive is over %d bytes: %w", p.lim.MaxBytes, ErrTooLarge)
+	}
 	data := make([]byte, st.Size)
 	if _, err := io.ReadFull(file, data); err != nil {
 		return fmt.Errorf("read %q: %w", path, err)
