@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func write(t *testing.T, path, data string, mode os.FileMode) {
+func write(t testing.TB, path, data string, mode os.FileMode) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)
@@ -264,7 +264,7 @@ func TestUnpackDoesNotFollowPlantedLinks(t *testing.T) {
 	}
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
