@@ -70,26 +70,27 @@ var Limits = wsarchive.Limits{MaxBytes: fleet.MaxWorkspaceBytes, MaxEntries: wsa
 // Options make a Side.
 type Options struct {
 	Fleet *fleet.Fleet
-	Box   string // fleet.box
 	Host  Host
-	// Depth and MaxWait bound the turns this box publishes per channel
-	// (queue.depth, queue.maxWaitSeconds); Closed is what a wait ends with
-	// when the host stops.
-	Depth   int
-	MaxWait time.Duration
-	Closed  error
+	// Config gives the box (fleet.box, fleet.partitions), the bound of
+	// the turns it publishes per channel (queue.depth,
+	// queue.maxWaitSeconds) and a turn's deadline; Closed is what a wait
+	// ends with when the host stops.
+	Config *config.Config
+	Closed error
 	// State is this box's channel state; ChannelMode tells the host's
 	// kinds of a channel's new mode (as a change made here does).
 	State       *chanstate.State
 	ChannelMode func(channel, mode, profile string)
-	Partitions  int
 	Registry    prometheus.Registerer
 	Logger      *slog.Logger
+	Now         func() time.Time
+	NewTurnID   func() string
 }
 
 // Side is a host's fleet side.
 type Side struct {
 	o       Options
+	box     string
 	queue   *admission.Queue
 	copies  fleet.LocalCopies
 	metrics *fleet.Metrics
@@ -97,28 +98,40 @@ type Side struct {
 
 // New makes the side and registers the fleet metrics.
 func New(o Options) *Side {
-	return &Side{o: o, queue: admission.New(o.Depth, 0, o.Closed), metrics: fleet.NewMetrics(o.Registry, o.Partitions)}
+	return &Side{o: o, box: o.Config.Fleet.Box, queue: admission.New(o.Config.Queue.Depth, 0, o.Closed),
+		metrics: fleet.NewMetrics(o.Registry, o.Config.Fleet.Partitions)}
 }
+
+// TurnSlack covers the engine's own time around a turn (publication,
+// failover to another box, commit).
+const TurnSlack = time.Minute
 
 // Ask publishes a turn this box admitted and waits for its committed
 // reply, once the channel's queue on this box lets it: its turns are
-// published one at a time, at most Depth waiting (admission.ErrQueueFull)
-// and none longer than MaxWait (admission.ErrBusy), so they wait here, as
-// local turns do, not in the stream.
-func (s *Side) Ask(ctx context.Context, t fleet.Turn) (fleet.Reply, error) {
-	release, err := s.queue.AcquireWithin(ctx, t.Channel, s.o.MaxWait)
+// published one at a time, at most queue.depth waiting
+// (admission.ErrQueueFull) and none longer than queue.maxWaitSeconds
+// (admission.ErrBusy), so they wait here, as local turns do, not in the
+// stream. It returns the turn's id once it was published.
+func (s *Side) Ask(ctx context.Context, channel string, speaker fleet.Speaker, text string) (fleet.Reply, string, error) {
+	// The turn may wait behind the channel's earlier turns on its owner
+	// box; the client's own deadline bounds that wait.
+	deadline := s.o.Now().Add(s.o.Config.TurnDeadline() + TurnSlack)
+	t := fleet.Turn{ID: s.o.NewTurnID(), Channel: channel, Speaker: speaker, Text: text, From: s.box, DeadlineUnixMs: deadline.UnixMilli()}
+	release, err := s.queue.AcquireWithin(ctx, channel, s.o.Config.QueueWait())
 	if err != nil {
 		if errors.Is(err, admission.ErrQueueFull) || errors.Is(err, admission.ErrBusy) {
-			s.o.Logger.Warn("fleet turn refused before publishing: the channel's queue on this box is full", "channel", ids.ChannelTag(t.Channel), "err", err, "queue_depth", s.o.Depth)
+			s.o.Logger.Warn("fleet turn refused before publishing: the channel's queue on this box is full", "channel", ids.ChannelTag(channel), "err", err, "queue_depth", s.o.Config.Queue.Depth)
 		}
-		return fleet.Reply{}, err
+		return fleet.Reply{}, "", err // never published: no turn id, as a local 429
 	}
 	defer release()
+	ctx, cancel := context.WithDeadline(ctx, deadline.Add(TurnSlack))
+	defer cancel()
 	rep, sub, err := s.o.Fleet.Ask(ctx, t)
 	if sub.Seq != 0 {
 		s.metrics.Published()
 	}
-	return rep, err
+	return rep, t.ID, err
 }
 
 // Event is the box's OnEvent: the metrics.
@@ -136,8 +149,10 @@ func (s *Side) Execute(ctx context.Context, in fleet.Input) (fleet.Output, error
 		return fleet.Output{}, &fleet.TurnError{Kind: fleet.ErrorModeOff, Err: errors.New("the channel is not on in the fleet")}
 	}
 	release, err := h.Slot(ctx, ch)
-	if err != nil {
+	if errors.Is(err, fleet.ErrElsewhere) {
 		return fleet.Output{}, err
+	} else if err != nil {
+		return fleet.Output{}, fmt.Errorf("admission: %w", err)
 	}
 	defer release()
 	if err := s.restore(ctx, in); err != nil {
@@ -191,11 +206,15 @@ const opTimeout = 10 * time.Second
 
 // SetMode writes a mode change to the fleet (the host writes its own
 // state after it): the fleet's value is the channel's and every box's
-// state follows it (Follow), this one's too.
+// state follows it (Follow), this one's too. A nil Side (a box alone)
+// writes nothing.
 func (s *Side) SetMode(ctx context.Context, channel, mode, profile string) error {
+	if s == nil { // not in fleet mode
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	if _, err := s.o.Fleet.SetMode(ctx, channel, mode, profile, s.o.Box); err != nil {
+	if _, err := s.o.Fleet.SetMode(ctx, channel, mode, profile, s.box); err != nil {
 		s.o.Logger.Error("channel mode not changed: the fleet (NATS JetStream) failed", "channel", ids.ChannelTag(channel), "err", err)
 		return ErrModeWrite
 	}
@@ -209,7 +228,7 @@ func (s *Side) Follow(start, ctx context.Context) error {
 		s.o.Logger.Warn("sandbox-host lacks CAP_DAC_READ_SEARCH: in fleet mode it cannot read a guest's workspace after a turn, so sealed turns fail; the fleet drop-in grants it (README, Fleet)")
 	}
 	local := localModes{s}
-	if err := s.o.Fleet.SeedModes(start, local, s.o.Box); err != nil {
+	if err := s.o.Fleet.SeedModes(start, local, s.box); err != nil {
 		return err
 	}
 	go func() {

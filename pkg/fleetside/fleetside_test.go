@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/wsarchive"
 )
@@ -44,7 +45,9 @@ func (f *fakeHost) RestoreWorkspace(_ string, data []byte) error {
 // turn for another delivery, a refused snapshot fails it.
 func TestExecuteRestoresOnlyWhatIsNotCurrent(t *testing.T) {
 	h := &fakeHost{}
-	s := New(Options{Host: h, Depth: 1, Partitions: 1, Registry: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := &config.Config{}
+	cfg.Queue.Depth, cfg.Fleet.Partitions = 1, 1
+	s := New(Options{Host: h, Config: cfg, Registry: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	var storeErr error
 	in := func(mode, snapshot, next string) fleet.Input {
 		return fleet.Input{Turn: fleet.Turn{Channel: "ch"}, Mode: fleet.ChannelMode{Channel: "ch", Mode: mode},

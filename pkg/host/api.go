@@ -290,10 +290,8 @@ func (h *Host) handleMode(w http.ResponseWriter, r *http.Request, channel string
 	default:
 		return badRequest(`mode must be "on", "off" or "rich"`)
 	}
-	if h.fl != nil { // the fleet's value is the channel's: written first
-		if err := h.fl.SetMode(r.Context(), channel, req.Mode, req.Profile); err != nil {
-			return err
-		}
+	if err := h.fl.SetMode(r.Context(), channel, req.Mode, req.Profile); err != nil { // fleet mode: written first
+		return err
 	}
 	var err error
 	if req.Mode == ModeRich {

@@ -3,9 +3,7 @@ package host
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleetside"
@@ -32,39 +30,22 @@ func (h *Host) askFleet(r *http.Request, channel string, req TurnRequest) (*prot
 	defer cancel(nil)
 	stop := context.AfterFunc(h.stopCtx, func() { cancel(ErrShuttingDown) })
 	defer stop()
-	// The turn may wait behind the channel's earlier turns on its owner
-	// box; the client's own deadline bounds that wait.
-	deadline := h.opts.Now().Add(h.cfg.TurnDeadline() + fleetTurnSlack)
-	t := fleet.Turn{
-		ID: h.opts.NewTurnID(), Channel: channel, Text: req.Text, From: h.cfg.Fleet.Box,
-		Speaker:        fleet.Speaker{ID: req.Speaker.ID, Name: req.Speaker.Name, PrincipalID: req.Speaker.PrincipalID},
-		DeadlineUnixMs: deadline.UnixMilli(),
+	rep, id, err := h.fl.Ask(ctx, channel, fleet.Speaker{ID: req.Speaker.ID, Name: req.Speaker.Name, PrincipalID: req.Speaker.PrincipalID}, req.Text)
+	switch {
+	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrBusy):
+		return nil, id, err // this box's queue for the channel (the 429s)
+	case err != nil && errors.Is(context.Cause(ctx), ErrShuttingDown):
+		return nil, id, ErrShuttingDown
+	case err != nil && r.Context().Err() != nil:
+		return nil, id, ErrClientGone
+	case err != nil:
+		h.log.Warn("fleet turn not answered: the fleet (NATS JetStream) failed or did not commit in time", "turn", id, "err", err)
+		return nil, id, ErrTurnFailed
+	case rep.Error != "":
+		return nil, id, fleetReplyError(rep.Error)
 	}
-	ctx, cancelDeadline := context.WithDeadline(ctx, deadline.Add(fleetTurnSlack))
-	defer cancelDeadline()
-	rep, err := h.fl.Ask(ctx, t)
-	if err != nil {
-		if errors.Is(err, ErrQueueFull) || errors.Is(err, ErrBusy) {
-			return nil, t.ID, err // this box's queue for the channel (the 429s)
-		}
-		if cause := context.Cause(ctx); errors.Is(cause, ErrShuttingDown) {
-			return nil, t.ID, ErrShuttingDown
-		}
-		if ctx.Err() != nil && r.Context().Err() != nil {
-			return nil, t.ID, ErrClientGone
-		}
-		h.log.Warn("fleet turn not answered: the fleet (NATS JetStream) failed or did not commit in time", "turn", t.ID, "err", err)
-		return nil, t.ID, ErrTurnFailed
-	}
-	if rep.Error != "" {
-		return nil, t.ID, fleetReplyError(rep.Error)
-	}
-	return &protocol.Reply{OK: rep.OK, Text: rep.Text}, t.ID, nil
+	return &protocol.Reply{OK: rep.OK, Text: rep.Text}, id, nil
 }
-
-// fleetTurnSlack covers the engine's own time around a turn (publication,
-// failover to another box, commit).
-const fleetTurnSlack = time.Minute
 
 func fleetReplyError(kind string) error {
 	switch kind {
@@ -87,10 +68,8 @@ func (f fleetHost) Slot(ctx context.Context, channel string) (func(), error) {
 	release, err := f.h.queue.Acquire(ctx, channel)
 	if errors.Is(err, ErrShuttingDown) {
 		return nil, fleet.ErrElsewhere
-	} else if err != nil {
-		return nil, fmt.Errorf("admission: %w", err)
 	}
-	return release, nil
+	return release, err
 }
 
 func (f fleetHost) Run(ctx context.Context, t fleet.Turn) (bool, string, error) {

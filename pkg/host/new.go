@@ -69,9 +69,8 @@ func New(o Options) (*Host, error) {
 	}
 	h.metrics = newMetrics(o.Registry, h.queue)
 	if o.Fleet != nil {
-		h.fl = fleetside.New(fleetside.Options{Fleet: o.Fleet, Box: o.Config.Fleet.Box, Host: fleetHost{h}, Depth: o.Config.Queue.Depth,
-			MaxWait: o.Config.QueueWait(), Closed: ErrShuttingDown, State: o.State, ChannelMode: h.channelMode,
-			Partitions: o.Config.Fleet.Partitions, Registry: o.Registry, Logger: o.Logger})
+		h.fl = fleetside.New(fleetside.Options{Fleet: o.Fleet, Host: fleetHost{h}, Config: o.Config, Closed: ErrShuttingDown, State: o.State,
+			ChannelMode: h.channelMode, Registry: o.Registry, Logger: o.Logger, Now: o.Now, NewTurnID: o.NewTurnID})
 	}
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
 	h.life = sandbox.New(sandbox.Options{
