@@ -19,5 +19,13 @@
 // channel's mode lives in SANDBOX_CHANNELS under a key of its own, written
 // by compare-and-swap and read when a turn is taken: a mode change never
 // fences a turn's commit, and no commit overwrites one.
-// Credentials and policies never pass through this package.
+//
+// Runs, prechecks and delegated jobs go through the work queue
+// SANDBOX_JOBS (jobs.go, jobworker.go, approvals.go): a box pulls a job only
+// while it holds a free admission slot, one job per slot; its frames go back
+// on SANDBOX_JOBEVENTS in order, its result is written create-only to KV
+// SANDBOX_JOBRESULTS (one result per job, however often it was delivered),
+// a cancel and a run's approval (decided once, by compare-and-swap, from
+// any box) live in KV SANDBOX_JOBCONTROL; a job delivered past the bound is
+// given up. Credentials and policies never pass through this package.
 package fleet
