@@ -1,7 +1,9 @@
 // Package admission admits turns: FIFO per channel, never two at once in one
 // channel, channels independent, at most a global cap running in total, a
 // wait bounded on its own, and spare slots (standby preparations) granted
-// only when no waiting turn needs them. It knows no kind and no container.
+// only when no waiting turn needs them; and it bounds starts (Starts): of
+// the turns running, only a few start at once, a waiting turn's start
+// before any standby preparation's. It knows no kind and no container.
 package admission
 
 import (
@@ -40,6 +42,10 @@ type Queue struct {
 	// queued, when set (tests), is told each time a ticket starts waiting
 	// (its channel), or a spare waiter (SpareQueued).
 	queued func(channel string)
+	// wanted is closed (and forgotten) when a ticket or a spare waiter
+	// starts waiting: the signal SpareYielding's holders give their slot
+	// back on.
+	wanted chan struct{}
 }
 
 type ticket struct {
@@ -108,18 +114,55 @@ func (q *Queue) AcquireWithin(ctx context.Context, channel string, maxWait time.
 }
 
 // Spare waits for a slot of the global cap, bound to no channel, granted
-// only when one is free and no ticket waits: a standby's preparation, which
-// must never take the slot a waiting turn needs nor delay one in the queue.
-// Tickets are always promoted first; a spare waiter gets what is left. A
-// caller whose ctx ends while waiting leaves. release must be called
-// exactly once.
+// only when one is free and no ticket waits for the cap: a standby's
+// preparation, which must never take the slot a waiting turn needs nor
+// delay one in the queue. Tickets are always promoted first; a spare
+// waiter gets what is left. A ticket waiting only behind its own channel's
+// running turn does not hold spares back: it needs no free slot (it takes
+// the one its channel's turn releases), and that channel's next standby is
+// exactly what a spare prepares. A caller whose ctx ends while waiting
+// leaves. release must be called exactly once.
 func (q *Queue) Spare(ctx context.Context) (func(), error) {
+	release, _, err := q.spare(ctx, false)
+	return release, err
+}
+
+// SpareYielding is Spare for a holder that may give the slot back while it
+// has not used it yet (a fleet box waiting for a job): wanted is closed as
+// soon as a turn or a spare waiter that does not yield (a standby's
+// preparation) waits for a slot. Yielding holders never yield to each
+// other, so two of them cannot hand one slot back and forth.
+func (q *Queue) SpareYielding(ctx context.Context) (release func(), wanted <-chan struct{}, err error) {
+	return q.spare(ctx, true)
+}
+
+// wantedLocked: a turn or a spare waiter that does not yield waits.
+func (q *Queue) wantedLocked() bool {
+	if len(q.waiting) > 0 {
+		return true
+	}
+	for _, w := range q.spares {
+		if !w.yields {
+			return true
+		}
+	}
+	return false
+}
+
+func (q *Queue) signalWantedLocked() {
+	if q.wanted != nil {
+		close(q.wanted)
+		q.wanted = nil
+	}
+}
+
+func (q *Queue) spare(ctx context.Context, yields bool) (func(), <-chan struct{}, error) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return nil, q.closedErr
+		return nil, nil, q.closedErr
 	}
-	w := &spareWaiter{ready: make(chan struct{})}
+	w := &spareWaiter{ready: make(chan struct{}), yields: yields}
 	q.spares = append(q.spares, w)
 	q.promoteLocked()
 	hook, waits := q.queued, !w.granted
@@ -138,7 +181,7 @@ func (q *Queue) Spare(ctx context.Context) (func(), error) {
 	}
 	select {
 	case <-w.ready:
-		return release, nil
+		return release, w.wanted, nil
 	case <-ctx.Done():
 		q.mu.Lock()
 		if w.granted {
@@ -148,7 +191,7 @@ func (q *Queue) Spare(ctx context.Context) (func(), error) {
 			q.spares = slices.DeleteFunc(q.spares, func(x *spareWaiter) bool { return x == w })
 			q.mu.Unlock()
 		}
-		return nil, context.Cause(ctx)
+		return nil, nil, context.Cause(ctx)
 	}
 }
 
@@ -158,6 +201,9 @@ const SpareQueued = "(spare)"
 type spareWaiter struct {
 	ready   chan struct{}
 	granted bool
+	yields  bool // SpareYielding
+	// wanted is the queue's signal current when the slot was granted.
+	wanted chan struct{}
 }
 
 func (q *Queue) removeLocked(t *ticket) {
@@ -175,8 +221,14 @@ func (q *Queue) removeLocked(t *ticket) {
 
 // promoteLocked grants the oldest waiting ticket of every idle channel, in
 // arrival order, while the global cap allows; then, only when no ticket
-// waits at all, spare waiters.
+// waits for the cap (every one left waits behind its channel's running
+// turn), spare waiters.
 func (q *Queue) promoteLocked() {
+	defer func() {
+		if q.wantedLocked() {
+			q.signalWantedLocked()
+		}
+	}()
 	full := func() bool { return q.cap > 0 && q.nrun+q.nspare >= q.cap }
 	for i := 0; i < len(q.waiting); {
 		t := q.waiting[i]
@@ -193,11 +245,16 @@ func (q *Queue) promoteLocked() {
 		q.removeLocked(t)
 		close(t.ready)
 	}
-	for len(q.waiting) == 0 && len(q.spares) > 0 && !full() {
+	// Here the cap is not full: every ticket left waits for its channel.
+	for len(q.spares) > 0 && !full() {
 		w := q.spares[0]
 		q.spares = q.spares[1:]
 		q.nspare++
 		w.granted = true
+		if q.wanted == nil {
+			q.wanted = make(chan struct{})
+		}
+		w.wanted = q.wanted
 		close(w.ready)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetside"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
@@ -182,8 +183,13 @@ func (d *Daemon) Serve(ctx context.Context) (err error) {
 		for _, b := range cfg.Fleet.Server.Boxes {
 			peers = append(peers, b.Name)
 		}
-		box, err := fleet.NewBox(opts.Fleet, fleet.BoxOptions{Name: cfg.Fleet.Box, Executor: h.fleetExecutorFor(), Logger: log, Peers: peers})
+		box, err := fleet.NewBox(opts.Fleet, fleet.BoxOptions{Name: cfg.Fleet.Box, Executor: h.fleetExecutorFor(), Logger: log, Peers: peers, OnEvent: h.fl.Event})
 		if err != nil {
+			return startupErr("fleet", err)
+		}
+		follow, stopFollow := context.WithCancel(ctx)
+		defer stopFollow()
+		if err := h.fl.Follow(sctx, follow); err != nil {
 			return startupErr("fleet", err)
 		}
 		if err := box.Start(sctx); err != nil {
@@ -193,13 +199,19 @@ func (d *Daemon) Serve(ctx context.Context) (err error) {
 		// turns go to the other boxes rather than bounce off this one.
 		defer box.Stop()
 		defer context.AfterFunc(ctx, box.Stop)()
+		stopJobs, err := fleet.StartAll(sctx, h.queue.SpareYielding, h.coderun.StartFleet, h.prechecks.StartFleet, h.delegations.StartFleet)
+		if err != nil {
+			return startupErr("fleet", err)
+		}
+		defer stopJobs()
 	}
 
 	notify("READY=1")
 	notify("STATUS=serving")
 	log.Info("sandbox-host ready", "installation", cfg.Installation, "image", cfg.Image, "pid", os.Getpid(),
 		"guest_uids", fmt.Sprintf("%d..%d", cfg.Guests.UIDBase, cfg.Guests.UIDBase+cfg.Guests.UIDCount-1),
-		"global_concurrency", h.admission.Cap, "global_concurrency_from", h.admission.Why, "queue_max_wait_s", cfg.Queue.MaxWaitSeconds)
+		"global_concurrency", h.admission.Cap, "global_concurrency_from", h.admission.Why,
+		"start_concurrency", h.startAdm.Cap, "start_concurrency_from", h.startAdm.Why, "queue_max_wait_s", cfg.Queue.MaxWaitSeconds)
 	if ok, err := HasCapChown(); err == nil && !ok {
 		log.Warn("sandbox-host lacks CAP_CHOWN: a new channel's workspace cannot be handed to its guest uid, so its turns fail; the shipped unit grants it (AmbientCapabilities=CAP_CHOWN)")
 	}
@@ -216,7 +228,7 @@ func (d *Daemon) joinFleet(ctx context.Context, fc config.Fleet, log *slog.Logge
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := fleet.Open(ctx, nc, fleetLayout(fc))
+	f, err := fleet.Open(ctx, nc, fleetside.Layout(fc))
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("fleet resources at %s: %w", nc.ConnectedUrlRedacted(), err)

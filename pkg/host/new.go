@@ -13,6 +13,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/admission"
 	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetside"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
@@ -58,14 +59,19 @@ func New(o Options) (*Host, error) {
 		m := config.ReadMachine()
 		o.Machine = &m
 	}
-	adm := o.Config.GlobalConcurrency(*o.Machine)
+	adm, starts := o.Config.GlobalConcurrency(*o.Machine), o.Config.StartConcurrency(*o.Machine)
 	h := &Host{
 		opts: o, cfg: o.Config, log: o.Logger, state: o.State, reg: o.Registry,
 		queue: admission.New(o.Config.Queue.Depth, adm.Cap, ErrShuttingDown), admission: adm,
+		starts: admission.NewStarts(starts.Cap, ErrShuttingDown), startAdm: starts,
 		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
 		fleet: o.Fleet,
 	}
 	h.metrics = newMetrics(o.Registry, h.queue)
+	if o.Fleet != nil {
+		h.fl = fleetside.New(fleetside.Options{Fleet: o.Fleet, Host: fleetHost{h}, Config: o.Config, Closed: ErrShuttingDown, State: o.State,
+			ChannelMode: h.channelMode, Registry: o.Registry, Logger: o.Logger, Now: o.Now, NewTurnID: o.NewTurnID})
+	}
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
 	h.life = sandbox.New(sandbox.Options{
 		Containers: o.Containers, Units: o.Units, Logger: o.Logger, WorkerLogs: o.WorkerLogs,
@@ -81,7 +87,7 @@ func New(o Options) (*Host, error) {
 		CleanupFailed: func(what string) { h.metrics.cleanupFailures.WithLabelValues(what).Inc() },
 	})
 	h.coderun = coderun.New(coderun.Options{
-		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, Lchown: o.Lchown, Registry: o.Registry,
+		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, Lchown: o.Lchown, Registry: o.Registry, Fleet: o.Fleet, Box: o.Config.Fleet.Box,
 	})
 	if err := h.prepareStatic(); err != nil {
 		return nil, err
@@ -93,7 +99,7 @@ func New(o Options) (*Host, error) {
 	})
 	h.prechecks = precheckrun.New(precheckrun.Options{
 		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
-		Policy: h.pol, Registry: o.Registry,
+		Policy: h.pol, Registry: o.Registry, Fleet: o.Fleet, Box: o.Config.Fleet.Box,
 	})
 	sealed, err := sealedturn.New(sealedturn.Options{
 		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
