@@ -387,8 +387,16 @@ func (k *Kind) fleetHandle(ctx context.Context, j *fleet.Job) {
 		return
 	}
 	p, rc := job.Params, k.cfg.Runs
+	if len(p.Credentials) > 0 {
+		// No honest box hands out a run naming a credential (it stays on
+		// the box whose credential was approved): refused for good, not
+		// bounced through the fleet to its bound.
+		log.Warn("fleet run job refused: it names a credential (a run with one stays on its box)", "credentials", len(p.Credentials))
+		k.fleetFail(ctx, j, log)
+		return
+	}
 	// The job came from another box: this box's own rules apply, and no
-	// credential ever travels.
+	// credential ever travels (Validate below has no credential known).
 	err := p.Validate(runs.ParamLimits{MaxArtifacts: rc.MaxArtifacts, ProjectKnown: func(name string) bool {
 		_, ok := rc.ProjectPath(name)
 		return ok

@@ -425,3 +425,35 @@ func BenchmarkFleetRun(b *testing.B) {
 		run(b, a)
 	})
 }
+
+// TestFleetRunJobWithCredentialRefused: a run job naming a credential
+// never comes from an honest box (such a run stays on the box that has
+// it): a box that takes one refuses it with a result, runs nothing and
+// writes no policy, whatever approval the payload claims.
+func TestFleetRunJobWithCredentialRefused(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	b, rdB := fleetRunRig(t, c, "box-b", runsCredExtra, true, never(t, "box-b"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	evil, err := fleet.Open(ctx, c.Connect("box-evil"), fleet.Layout{Partitions: 1, Replicas: 1})
+	must(t, err)
+	uid := 0
+	payload, err := json.Marshal(map[string]any{"params": runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}, "approvedBy": &uid})
+	must(t, err)
+	id := "0123456789abcdef0123456789abcdef"
+	_, err = evil.SubmitJob(ctx, fleet.JobRun, id, payload)
+	must(t, err)
+	res, err := evil.FollowJob(ctx, fleet.JobRun, id, func(fleet.JobFrame) error { return nil })
+	must(t, err)
+	var st runs.Status
+	if err := json.Unmarshal(res.Data, &st); err != nil {
+		t.Fatalf("result %+v: %v", res, err)
+	}
+	if st.Result != runs.ResultError || res.Box != "box-b" {
+		t.Errorf("result %+v from %s, want an error from box-b", st, res.Box)
+	}
+	if len(rdB.jobs) != 0 || len(b.docker.policies) != 0 || len(b.docker.created) != 0 {
+		t.Errorf("B ran %d jobs, wrote %d policies, created %d containers; want none", len(rdB.jobs), len(b.docker.policies), len(b.docker.created))
+	}
+	b.assertClean(t)
+}
