@@ -49,6 +49,13 @@ func validJobKind(kind string) bool {
 
 var jobIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
+// boxNameRe is fleet.box's rule (a DNS label, pkg/config): a box name
+// another box wrote into a frame, a result or an approval is checked
+// against it before it is used or logged.
+var boxNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+func validBox(name string) bool { return boxNameRe.MatchString(name) }
+
 func checkJob(kind, id string) error {
 	if !validJobKind(kind) {
 		return fmt.Errorf("job kind %q: %w", kind, ErrInvalid)
@@ -243,7 +250,7 @@ func decodeJobResult(b []byte) (JobResult, error) {
 	if len(b) > MaxJobResultBytes {
 		return r, fmt.Errorf("job result over %d bytes: %w", MaxJobResultBytes, ErrInvalid)
 	}
-	if err := json.Unmarshal(b, &r); err != nil || len(r.Box) > maxIDBytes {
+	if err := json.Unmarshal(b, &r); err != nil || !validBox(r.Box) {
 		return JobResult{}, fmt.Errorf("job result: %w", ErrInvalid)
 	}
 	return r, nil
@@ -287,7 +294,7 @@ func (f *Fleet) FollowJob(ctx context.Context, kind, id string, onFrame func(Job
 			return JobResult{}, fmt.Errorf("follow job: %w", err)
 		}
 		var fr JobFrame
-		if len(msg.Data()) > MaxJobFrameBytes || json.Unmarshal(msg.Data(), &fr) != nil || len(fr.Box) > maxIDBytes {
+		if len(msg.Data()) > MaxJobFrameBytes || json.Unmarshal(msg.Data(), &fr) != nil || !validBox(fr.Box) {
 			return JobResult{}, fmt.Errorf("job %s frame: %w", id, ErrInvalid)
 		}
 		if fr.Done {
