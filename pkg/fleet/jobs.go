@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -375,9 +376,11 @@ func (f *Fleet) nextJob(ctx context.Context, c jetstream.Consumer, kind, box str
 			}
 			return nil, fmt.Errorf("next job: %w", err)
 		}
-		id := msg.Headers().Get(jetstream.MsgIDHeader)
-		if len(id) > len(kind)+1 {
-			id = id[len(kind)+1:]
+		// SubmitJob's Msg-Id is <kind>-<id>: another prefix is no job of
+		// this kind (refused below as an empty id).
+		id, _ := strings.CutPrefix(msg.Headers().Get(jetstream.MsgIDHeader), kind+"-")
+		if id == msg.Headers().Get(jetstream.MsgIDHeader) {
+			id = ""
 		}
 		j := &Job{Kind: kind, ID: id, Payload: msg.Data(), box: box, f: f, msg: msg, Attempt: 1}
 		if md, err := msg.Metadata(); err == nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet/fleettest"
@@ -565,5 +566,30 @@ func TestJobRecordsFromAHostileBoxRefused(t *testing.T) {
 	}
 	if res, err := a.JobResultOf(ctx, JobRun, "fine"); err != nil || res.Box != "box-b" {
 		t.Errorf("a well-formed result: %+v, %v", res, err)
+	}
+}
+
+// TestJobWithAnotherKindsIDDropped: a job on a kind's subject whose
+// Msg-Id is not <kind>-<id> (no box's SubmitJob wrote it) is dropped, not
+// handed out under an id cut from it.
+func TestJobWithAnotherKindsIDDropped(t *testing.T) {
+	r := newRig(t, 1, 1)
+	a, _ := r.fleet("a")
+	ctx := r.ctx()
+	msg := nats.NewMsg(jobsSubjectPrefix + JobRun)
+	msg.Header.Set(jetstream.MsgIDHeader, "xyz-forged")
+	msg.Data = []byte(`{}`)
+	if _, err := a.js.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.SubmitJob(ctx, JobRun, "good", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	j, err := a.NextJob(ctx, JobRun, "a", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.ID != "good" {
+		t.Errorf("NextJob handed out job %q, want good (the forged one dropped)", j.ID)
 	}
 }
