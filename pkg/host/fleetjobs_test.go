@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
@@ -456,4 +458,48 @@ func TestFleetRunJobWithCredentialRefused(t *testing.T) {
 		t.Errorf("B ran %d jobs, wrote %d policies, created %d containers; want none", len(rdB.jobs), len(b.docker.policies), len(b.docker.created))
 	}
 	b.assertClean(t)
+}
+
+// TestFleetRunWithCredentialApprovedHereOnly: a run asking for a
+// credential never puts its approval in the fleet (it grants this box's
+// credential: no other box, nor one writing the control bucket, may give
+// it); it is approved here and runs here. The watch of its approval key,
+// from before the approval to a marker written after the run ended, sees
+// no record but the marker.
+func TestFleetRunWithCredentialApprovedHereOnly(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	a, rdA := fleetRunRig(t, c, "box-a", runsCredExtra, false, supervise(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	js, err := jetstream.New(c.Connect("watcher"))
+	must(t, err)
+	kv, err := js.KeyValue(ctx, fleet.JobControlBucket)
+	must(t, err)
+	st, err := a.h.coderun.Start(runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}, clientUID)
+	must(t, err)
+	key := "approval." + fleet.JobRun + "." + st.ID
+	w, err := kv.Watch(ctx, key)
+	must(t, err)
+	defer w.Stop()
+	if code, body := apiAs(t, a.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/approve", nil); code != http.StatusOK {
+		t.Fatalf("approve: %d %s", code, body)
+	}
+	if got := waitRun(t, a.h, st.ID); got.Result != runs.ResultOK {
+		t.Fatalf("run %+v", got)
+	}
+	_, err = kv.Put(ctx, key, []byte(`"marker"`))
+	must(t, err)
+	for e := range w.Updates() {
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		if string(e.Value()) == `"marker"` {
+			break
+		}
+		t.Errorf("the credential run's approval was in the fleet: %s", e.Value())
+	}
+	if len(rdA.jobs) != 1 {
+		t.Errorf("A ran %d jobs, want 1", len(rdA.jobs))
+	}
+	a.assertClean(t)
 }
