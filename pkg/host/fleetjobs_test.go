@@ -503,3 +503,57 @@ func TestFleetRunWithCredentialApprovedHereOnly(t *testing.T) {
 	}
 	a.assertClean(t)
 }
+
+// TestFleetRunFromAHostileBoxRefused: what the box that took a run sends
+// back is checked by the admitting box against its own bounds: an output
+// frame of no phase fails the run; a result naming a setup command the run
+// does not have ends in an error; an error text over the bound is replaced
+// by a generic one. A takes no jobs; the taker is a bare fleet connection.
+func TestFleetRunFromAHostileBoxRefused(t *testing.T) {
+	exit := 1
+	for _, c := range []struct {
+		name    string
+		frame   any // published before the result, or nil
+		result  runs.Status
+		want    string // the run's result on A
+		wantErr string // its error text ("" as sent)
+	}{
+		{"output frame of no phase", map[string]any{"event": runs.Event{Type: runs.EventOutput, Stream: "stdout", Phase: "bogus", Data: []byte("x")}},
+			runs.Status{Result: runs.ResultOK}, runs.ResultError, "the run's events from the fleet were lost or refused; the host log has details"},
+		{"setup index out of range", nil,
+			runs.Status{Result: runs.ResultFailed, ExitCode: &exit, FailedSetup: 9, Error: "x"}, runs.ResultError, "x"},
+		{"error text over the bound", nil,
+			runs.Status{Result: runs.ResultFailed, ExitCode: &exit, Error: strings.Repeat("e", 2048)}, runs.ResultFailed, "the run failed on another box; its log has details"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := fleettest.Start(t, 1)
+			a, _ := fleetRunRig(t, cl, "box-a", runsExtra, false, never(t, "box-a"))
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			evil, err := fleet.Open(ctx, cl.Connect("box-evil"), fleet.Layout{Partitions: 1, Replicas: 1})
+			must(t, err)
+			st, err := a.h.coderun.Start(runs.Params{Command: "true", Project: "demo"}, clientUID)
+			must(t, err)
+			j, err := evil.NextJob(ctx, fleet.JobRun, "box-evil", 30*time.Second)
+			must(t, err)
+			if j.ID != st.ID {
+				t.Fatalf("took job %s, want %s", j.ID, st.ID)
+			}
+			if c.frame != nil {
+				b, err := json.Marshal(c.frame)
+				must(t, err)
+				must(t, j.Publish(ctx, b))
+			}
+			res := c.result
+			res.ID, res.State = st.ID, runs.StateFinished
+			b, err := json.Marshal(res)
+			must(t, err)
+			must(t, j.Finish(ctx, b))
+			got := waitRun(t, a.h, st.ID)
+			if got.Result != c.want || got.Error != c.wantErr || got.FailedSetup != 0 {
+				t.Errorf("run on A: result %s, error %q, failedSetup %d; want %s, error %q, no setup index", got.Result, got.Error, got.FailedSetup, c.want, c.wantErr)
+			}
+			a.assertClean(t)
+		})
+	}
+}
