@@ -7,6 +7,12 @@
 // sealed turns (containers, broker units, each box's own fake model and
 // credential) submitted to box 1 through its CLI and host.sock.
 //
+// The cluster is the two boxes' servers with fleet.replicas 1: the fault
+// here is a host, not a server, and a two-server cluster's meta group needs
+// both servers up either way (R3 would need a third, nats-only node: one
+// more namespace on a small machine, for what test/fleet and
+// pkg/fleetnats already test with three servers).
+//
 // The scenario runs on the machine's side and acts on each box through
 // nsenter (its mount, PID, UTS, IPC and network namespaces): that box's
 // CLI, systemctl, journalctl and docker. It never opens a network
