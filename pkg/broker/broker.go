@@ -1,7 +1,9 @@
 // Package broker is one turn's only exit from its sealed container: an HTTP
 // handler and server on the turn's Unix socket that forwards a fixed model
 // call with the real credential swapped in, runs allow-listed host tools and
-// calls declared MCP tools, and refuses everything else.
+// calls declared MCP tools, and refuses everything else. A rich channel's
+// broker (policy.Rich) also serves pkg/broker/richroute's routes, lending
+// them its budgets and credentials (rich.go); a sealed turn's has none.
 //
 // Guarantees (DESIGN.md section 5): only POST /model, /tools/<configured>
 // and /mcp/<configured>; no query, encoding, extra segment, unknown header,
@@ -26,14 +28,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/chat"
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/envelope"
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/hosttool"
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/richroute"
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/rpc"
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
 	"github.com/roundtable-sandbox/sandbox/pkg/egress"
@@ -98,11 +101,9 @@ type Broker struct {
 	identity hosttool.Identity
 	// egress is the proxy route when the policy grants it, else nil.
 	egress *egress.Proxy
-	// rich is a rich channel broker's pull and bind state (channel.go),
-	// else nil.
-	rich *richState
-	// anth is a rich broker's model route (anthropic.go), else nil.
-	anth *anthropicState
+	// rich is a rich channel broker's own routes (pkg/broker/richroute:
+	// pull, control, model, compactor, attachments), else nil.
+	rich *richroute.Routes
 
 	mu       sync.Mutex
 	calls    int
@@ -173,49 +174,24 @@ func New(cfg Config) (*Broker, error) {
 			return nil, fmt.Errorf("broker: policy egress: %w", err)
 		}
 	}
-	var rich *richState
-	var anth *anthropicState
-	if cfg.Policy.Rich != nil {
-		rich = newRichState(now(), cfg.ControlUID, cfg.PollWait)
-		anth = newAnthropicState(cfg.AnthropicSilence)
-	}
-	return &Broker{
-		rich:     rich,
-		anth:     anth,
+	b := &Broker{
 		egress:   proxy,
 		pol:      cfg.Policy,
 		creds:    cfg.Credentials,
 		mcp:      cfg.MCP,
 		log:      log.With("turn", cfg.Policy.TurnID),
 		now:      now,
-		model:    newUpstreamClient(upstreamTimeout),
-		tools:    newUpstreamClient(upstreamTimeout),
+		model:    envelope.NewUpstreamClient(upstreamTimeout),
+		tools:    envelope.NewUpstreamClient(upstreamTimeout),
 		fetcher:  fetcher,
 		identity: hosttool.Identity{TurnID: cfg.Policy.TurnID, Identity: cfg.Policy.Identity},
-	}, nil
-}
-
-var errRedirect = errors.New("redirect refused")
-
-// newUpstreamClient: no redirects, no cookie jar, no proxy from the
-// environment, no transparent compression, bounded headers and time.
-func newUpstreamClient(timeout time.Duration) *http.Client {
-	t := &http.Transport{
-		Proxy:                  nil,
-		DialContext:            (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:      true,
-		TLSHandshakeTimeout:    10 * time.Second,
-		ResponseHeaderTimeout:  timeout,
-		MaxResponseHeaderBytes: 64 << 10,
-		DisableCompression:     true,
-		MaxIdleConns:           4,
-		IdleConnTimeout:        30 * time.Second,
 	}
-	return &http.Client{
-		Transport:     t,
-		Timeout:       timeout,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return errRedirect },
+	if cfg.Policy.Rich != nil {
+		b.rich = richroute.New(richroute.Config{Policy: cfg.Policy, Credentials: cfg.Credentials, Logger: b.log, Now: now,
+			Fetcher: fetcher, ControlUID: cfg.ControlUID, MaxLogged: MaxRefusals, PollWait: cfg.PollWait,
+			Silence: cfg.AnthropicSilence}, richHost{b})
 	}
+	return b, nil
 }
 
 // ServeHTTP handles one guest call and logs one line about it.
@@ -236,12 +212,9 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.egress.ServeHTTP(w, r)
 		return
 	}
-	// A rich channel broker's pull and control routes (channel.go).
-	if b.rich != nil && b.serveRich(w, r) {
-		return
-	}
-	// A rich channel broker's model route (anthropic.go).
-	if b.anth != nil && b.serveAnthropic(w, r) {
+	// A rich channel broker's own routes: pull, control, compactor,
+	// attachments, the model route (pkg/broker/richroute).
+	if b.rich != nil && b.rich.Serve(w, r) {
 		return
 	}
 	start := time.Now()
@@ -252,7 +225,7 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	)
 	if b.pol.EgressOnly {
 		// A code run's broker: the proxy route is all there is.
-		err = refused("unknown route", ErrNotFound)
+		err = refused("unknown route", envelope.ErrNotFound)
 	} else {
 		rt, answer, err = b.handle(r)
 	}
@@ -260,7 +233,7 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var public string
 		code, public = status(err)
-		if code >= 400 && code < 500 && !errors.Is(err, ErrRefusalLimit) && !errors.Is(err, ErrClientGone) {
+		if code >= 400 && code < 500 && !errors.Is(err, envelope.ErrRefusalLimit) && !errors.Is(err, envelope.ErrClientGone) {
 			b.refusal()
 		}
 		answer, _ = json.Marshal(map[string]string{"error": public})
@@ -277,13 +250,13 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(answer)
 	attrs := []any{"route", rt.label(), "status", code, "latency_ms", time.Since(start).Milliseconds()}
 	switch {
-	case errors.Is(err, ErrRefusalLimit):
+	case errors.Is(err, envelope.ErrRefusalLimit):
 		// No line per request: a guest past its budget could otherwise
 		// loop cheap requests into the journal (journald's work is not the
 		// broker's to spend). Serve logs the count once.
 		b.unread.Add(1)
 		return
-	case errors.Is(err, ErrClientGone):
+	case errors.Is(err, envelope.ErrClientGone):
 		b.log.Warn("call abandoned by the client", append(attrs, "reason", err.Error())...)
 		return
 	case err != nil:
@@ -321,39 +294,39 @@ func (b *Broker) refusal() {
 
 func (b *Broker) handle(r *http.Request) (route, []byte, error) {
 	if b.refusals.Load() >= MaxRefusals {
-		return route{}, nil, refused("refusal budget spent", ErrRefusalLimit)
+		return route{}, nil, refused("refusal budget spent", envelope.ErrRefusalLimit)
 	}
 	if !b.now().Before(b.pol.Deadline()) {
-		return route{}, nil, refused("turn deadline passed", ErrTurnOver)
+		return route{}, nil, refused("turn deadline passed", envelope.ErrTurnOver)
 	}
 	if r.Method != http.MethodPost {
-		return route{}, nil, refused("method not allowed", ErrMethod)
+		return route{}, nil, refused("method not allowed", envelope.ErrMethod)
 	}
 	rt, err := b.parseRoute(r)
 	if err != nil {
 		return rt, nil, err
 	}
-	if err := checkHeaders(r); err != nil {
+	if err := envelope.CheckHeaders(r); err != nil {
 		return rt, nil, err
 	}
 	if b.rich != nil {
 		// Tools and MCP tools/call bear credentials: a bound turn only.
-		if err := b.richAllow(false); err != nil {
+		if err := b.rich.Allow(false); err != nil {
 			return rt, nil, err
 		}
 	}
 	max := b.pol.Limits.MaxRequestBytes
 	if r.ContentLength > max {
-		return rt, nil, refused("body over the limit", ErrTooLarge)
+		return rt, nil, refused("body over the limit", envelope.ErrTooLarge)
 	}
 	// Cheap refusals before the body is read or decoded: the call budget,
 	// then the one in-flight slot, held from here to the end of the call, so
 	// at most one body of a turn is ever being decoded.
 	if b.callsLeft() <= 0 {
-		return rt, nil, refused("call limit reached", ErrCallLimit)
+		return rt, nil, refused("call limit reached", envelope.ErrCallLimit)
 	}
 	if !b.inFlight.CompareAndSwap(false, true) {
-		return rt, nil, refused("another call is in flight", ErrBusy)
+		return rt, nil, refused("another call is in flight", envelope.ErrBusy)
 	}
 	defer b.inFlight.Store(false)
 	// checkHeaders requires Content-Length, checked against max above: one
@@ -361,7 +334,7 @@ func (b *Broker) handle(r *http.Request) (route, []byte, error) {
 	// never read (the server answers and closes).
 	body := make([]byte, r.ContentLength)
 	if _, err := io.ReadFull(r.Body, body); err != nil {
-		return rt, nil, refused("body unreadable", ErrRefused)
+		return rt, nil, refused("body unreadable", envelope.ErrRefused)
 	}
 	if err := strictjson.CountTokens(body, MaxRequestTokens(max)); err != nil {
 		return rt, nil, err
@@ -396,7 +369,7 @@ func (b *Broker) handle(r *http.Request) (route, []byte, error) {
 	b.mu.Lock()
 	if b.calls >= b.pol.Limits.MaxCalls {
 		b.mu.Unlock()
-		return rt, nil, refused("call limit reached", ErrCallLimit)
+		return rt, nil, refused("call limit reached", envelope.ErrCallLimit)
 	}
 	b.calls++
 	b.mu.Unlock()
@@ -420,18 +393,18 @@ func (b *Broker) handle(r *http.Request) (route, []byte, error) {
 func (b *Broker) checkAnswer(answer []byte, secrets []credential.Secret) ([]byte, error) {
 	max := b.pol.Limits.MaxResponseBytes
 	if int64(len(answer)) > max {
-		return nil, refused("answer over the limit", ErrUpstream)
+		return nil, refused("answer over the limit", envelope.ErrUpstream)
 	}
 	v, err := strictjson.DecodeObject(answer)
 	if err != nil {
-		return nil, refused("answer is not one JSON object", ErrUpstream)
+		return nil, refused("answer is not one JSON object", envelope.ErrUpstream)
 	}
 	if credential.Reflected(v, b.allSecrets(secrets)...) {
-		return nil, refused("answer reflects a credential", ErrUpstream)
+		return nil, refused("answer reflects a credential", envelope.ErrUpstream)
 	}
 	out, err := encode(v)
 	if err != nil || int64(len(out)) > max {
-		return nil, refused("answer over the limit", ErrUpstream)
+		return nil, refused("answer over the limit", envelope.ErrUpstream)
 	}
 	return out, nil
 }
@@ -488,7 +461,7 @@ func (b *Broker) callModel(ctx context.Context, body []byte) ([]byte, []credenti
 func post(ctx context.Context, c *http.Client, url string, body []byte, bearer credential.Secret, extra func(http.Header), max int64) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return nil, refused("upstream request not built", ErrUpstream)
+		return nil, refused("upstream request not built", envelope.ErrUpstream)
 	}
 	req.Header = http.Header{}
 	req.Header.Set("Content-Type", "application/json")
@@ -504,36 +477,31 @@ func post(ctx context.Context, c *http.Client, url string, body []byte, bearer c
 	resp, err := c.Do(req)
 	if err != nil {
 		switch {
-		case errors.Is(err, errRedirect):
-			return nil, refused("upstream redirect refused", ErrUpstream)
-		case ctx.Err() != nil || isTimeout(err):
-			return nil, refused("upstream deadline", ErrUpstreamTime)
+		case errors.Is(err, envelope.ErrRedirect):
+			return nil, refused("upstream redirect refused", envelope.ErrUpstream)
+		case ctx.Err() != nil || envelope.IsTimeout(err):
+			return nil, refused("upstream deadline", envelope.ErrUpstreamTime)
 		}
-		return nil, refused("upstream unreachable", ErrUpstream)
+		return nil, refused("upstream unreachable", envelope.ErrUpstream)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, fmt.Errorf("broker: upstream status %d: %w", resp.StatusCode, ErrUpstream)
+		return nil, fmt.Errorf("broker: upstream status %d: %w", resp.StatusCode, envelope.ErrUpstream)
 	}
 	if resp.ContentLength > max {
-		return nil, refused("upstream answer over the limit", ErrUpstream)
+		return nil, refused("upstream answer over the limit", envelope.ErrUpstream)
 	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
 	if err != nil {
-		if ctx.Err() != nil || isTimeout(err) {
-			return nil, refused("upstream deadline", ErrUpstreamTime)
+		if ctx.Err() != nil || envelope.IsTimeout(err) {
+			return nil, refused("upstream deadline", envelope.ErrUpstreamTime)
 		}
-		return nil, refused("upstream answer unreadable", ErrUpstream)
+		return nil, refused("upstream answer unreadable", envelope.ErrUpstream)
 	}
 	if int64(len(data)) > max {
-		return nil, refused("upstream answer over the limit", ErrUpstream)
+		return nil, refused("upstream answer over the limit", envelope.ErrUpstream)
 	}
 	return data, nil
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // callTool runs one host tool with the policy's identity.
@@ -580,21 +548,21 @@ func (b *Broker) callTool(ctx context.Context, t policy.Tool, input []byte) ([]b
 			return nil, nil, err
 		}
 		if result, err = encode(text); err != nil {
-			return nil, nil, refused("tool result not encodable", ErrToolFailed)
+			return nil, nil, refused("tool result not encodable", envelope.ErrToolFailed)
 		}
 	default:
-		return nil, nil, refused("unknown tool kind", ErrToolFailed)
+		return nil, nil, refused("unknown tool kind", envelope.ErrToolFailed)
 	}
 	members := map[string]json.RawMessage{"result": result}
 	if privateTo != "" {
-		if err := b.admitPrivate(); err != nil {
+		if err := b.rich.AdmitPrivate(); err != nil {
 			return nil, nil, err
 		}
 		members["privateTo"], _ = json.Marshal(privateTo)
 	}
 	answer, err := json.Marshal(members)
 	if err != nil {
-		return nil, nil, refused("tool result not encodable", ErrToolFailed)
+		return nil, nil, refused("tool result not encodable", envelope.ErrToolFailed)
 	}
 	return answer, secrets, nil
 }
@@ -625,7 +593,7 @@ func (b *Broker) fetch(ctx context.Context, t policy.Tool, input []byte) (string
 // callMCP performs one declared tools/call through the MCP upstream.
 func (b *Broker) callMCP(ctx context.Context, s policy.MCPServer, c *rpc.Call) ([]byte, []credential.Secret, error) {
 	if b.mcp == nil {
-		return nil, nil, refused("no MCP client in this build", ErrUnavailable)
+		return nil, nil, refused("no MCP client in this build", envelope.ErrUnavailable)
 	}
 	var secrets []credential.Secret
 	var bearer string
@@ -642,21 +610,21 @@ func (b *Broker) callMCP(ctx context.Context, s policy.MCPServer, c *rpc.Call) (
 	result, err := b.mcp.CallTool(ctx, s, bearer, c.Tool, c.Arguments)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, nil, refused("mcp deadline", ErrUpstreamTime)
+			return nil, nil, refused("mcp deadline", envelope.ErrUpstreamTime)
 		}
-		return nil, nil, fmt.Errorf("broker: mcp call failed: %w", ErrUpstream)
+		return nil, nil, fmt.Errorf("broker: mcp call failed: %w", envelope.ErrUpstream)
 	}
 	if int64(len(result)) > b.pol.Limits.MaxResponseBytes {
-		return nil, nil, refused("mcp result over the limit", ErrUpstream)
+		return nil, nil, refused("mcp result over the limit", envelope.ErrUpstream)
 	}
 	if t := bytes.TrimLeft(result, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return nil, nil, refused("mcp result is not an object", ErrUpstream)
+		return nil, nil, refused("mcp result is not an object", envelope.ErrUpstream)
 	}
 	answer, err := json.Marshal(map[string]json.RawMessage{
 		"jsonrpc": json.RawMessage(`"2.0"`), "id": c.ID, "result": result,
 	})
 	if err != nil {
-		return nil, nil, refused("mcp result not encodable", ErrUpstream)
+		return nil, nil, refused("mcp result not encodable", envelope.ErrUpstream)
 	}
 	return answer, secrets, nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/envelope"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 )
 
@@ -109,7 +110,7 @@ func TestClientGoneIsNotBlamedOnUpstream(t *testing.T) {
 				t.Errorf("the broker noticed after %v", d)
 			}
 			reason, _ := m["reason"].(string)
-			if m["msg"] != "call abandoned by the client" || m["status"] != float64(StatusClientClosed) ||
+			if m["msg"] != "call abandoned by the client" || m["status"] != float64(envelope.StatusClientClosed) ||
 				!strings.Contains(reason, "client went away mid-call") || strings.Contains(reason, "upstream") {
 				t.Errorf("log line %v, want the call abandoned by the client with status 499", m)
 			}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/envelope"
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/hosttool"
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
@@ -95,6 +96,32 @@ func (b *Broker) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
+// connPeer records the peer uid of a Unix socket connection (SO_PEERCRED:
+// the kernel's word, not the client's).
+func connPeer(ctx context.Context, c net.Conn) context.Context {
+	for {
+		switch cc := c.(type) {
+		case *limitConn:
+			c = cc.Conn
+			continue
+		case *net.UnixConn:
+			raw, err := cc.SyscallConn()
+			if err != nil {
+				return ctx
+			}
+			var cred *syscall.Ucred
+			var cerr error
+			if err := raw.Control(func(fd uintptr) {
+				cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+			}); err != nil || cerr != nil || cred == nil {
+				return ctx
+			}
+			return envelope.WithPeerUID(ctx, int(cred.Uid))
+		}
+		return ctx
+	}
+}
+
 // serveKey holds Serve's context in each request's context.
 type serveKey struct{}
 
@@ -103,18 +130,18 @@ type serveKey struct{}
 // blaming an upstream that was only cancelled. Any other failure is err.
 func (b *Broker) interrupted(r *http.Request, err error) error {
 	if r.Context().Err() == nil {
-		if !b.now().Before(b.pol.Deadline()) && (errors.Is(err, ErrUpstreamTime) || errors.Is(err, hosttool.ErrTimeout)) {
-			return refused("turn deadline reached mid-call", ErrTurnOver)
+		if !b.now().Before(b.pol.Deadline()) && (errors.Is(err, envelope.ErrUpstreamTime) || errors.Is(err, hosttool.ErrTimeout)) {
+			return refused("turn deadline reached mid-call", envelope.ErrTurnOver)
 		}
 		return err
 	}
 	if sc, ok := r.Context().Value(serveKey{}).(context.Context); ok && sc.Err() != nil {
 		if errors.Is(sc.Err(), context.DeadlineExceeded) {
-			return refused("turn deadline reached mid-call", ErrTurnOver)
+			return refused("turn deadline reached mid-call", envelope.ErrTurnOver)
 		}
-		return refused("broker stopping mid-call", ErrTurnOver)
+		return refused("broker stopping mid-call", envelope.ErrTurnOver)
 	}
-	return refused("client went away mid-call", ErrClientGone)
+	return refused("client went away mid-call", envelope.ErrClientGone)
 }
 
 func (b *Broker) closeMCP() {
@@ -196,8 +223,9 @@ type RunOptions struct {
 // and waits for the first connection, which the worker opens only for its
 // first request, and the worker makes none before its stdin, which the host
 // writes only after the full policy. At that connection Run loads the policy
-// (a placeholder still there is refused: the connection is closed and Run
-// fails) and serves as for any turn, that connection first. No connection
+// (a placeholder still there is refused: the connection is closed, a line
+// logged and Run fails with policy.ErrNotBound) and serves as for any turn,
+// that connection first. No connection
 // before the expiry: Run returns nil, having served nothing.
 func Run(ctx context.Context, o RunOptions) error {
 	if err := ids.ValidTurnID(o.TurnID); err != nil {
@@ -231,7 +259,7 @@ func Run(ctx context.Context, o RunOptions) error {
 			return fmt.Errorf("broker: policy names another turn: %w", policy.ErrInvalid)
 		}
 		if !time.Now().Before(pending.Expiry()) {
-			return fmt.Errorf("broker: standby already expired: %w", ErrTurnOver)
+			return fmt.Errorf("broker: standby already expired: %w", envelope.ErrTurnOver)
 		}
 	} else if err := checkPolicy(pol, o.TurnID); err != nil {
 		return err
@@ -268,7 +296,15 @@ func Run(ctx context.Context, o RunOptions) error {
 			notify("STOPPING=1")
 			return nil
 		}
-		if pol, err = policy.Load(path); err == nil {
+		// Read, not Load: a placeholder still there is a connection
+		// before the bind (refused as such), not a malformed policy.
+		var still *policy.Pending
+		if pol, still, err = policy.Read(path); err == nil && still != nil {
+			first.Close()
+			log.Warn("standby broker refused a connection: its turn is not bound yet (the policy file is still the placeholder)", "turn", o.TurnID)
+			return fmt.Errorf("broker: first connection while the standby is not bound yet (refused, connection closed): %w", policy.ErrNotBound)
+		}
+		if err == nil {
 			err = checkPolicy(pol, o.TurnID)
 		}
 		if err != nil {
@@ -317,7 +353,7 @@ func checkPolicy(pol *policy.Policy, turnID string) error {
 		return fmt.Errorf("broker: policy names another turn: %w", policy.ErrInvalid)
 	}
 	if !time.Now().Before(pol.Deadline()) {
-		return fmt.Errorf("broker: turn deadline already passed: %w", ErrTurnOver)
+		return fmt.Errorf("broker: turn deadline already passed: %w", envelope.ErrTurnOver)
 	}
 	return nil
 }

@@ -28,11 +28,12 @@ type standbyRun struct {
 	mu                    sync.Mutex
 	states                []string
 	started               time.Time
+	logs                  *syncBuffer
 }
 
 func startStandby(t *testing.T, expiry time.Duration, mutate func(*policy.Pending)) *standbyRun {
 	t.Helper()
-	s := &standbyRun{dir: t.TempDir(), done: make(chan error, 1)}
+	s := &standbyRun{dir: t.TempDir(), done: make(chan error, 1), logs: &syncBuffer{}}
 	s.up = newFakeUpstream(t, okAnswer)
 	if err := os.WriteFile(filepath.Join(s.dir, "model-key"), []byte(realModelKey), 0o600); err != nil {
 		t.Fatal(err)
@@ -56,7 +57,7 @@ func startStandby(t *testing.T, expiry time.Duration, mutate func(*policy.Pendin
 	go func() {
 		s.done <- Run(context.Background(), RunOptions{
 			TurnID: s.pol.TurnID, PolicyDir: s.dir, CredentialsDir: s.dir, ListenPath: s.sock,
-			Logger: slog.New(slog.DiscardHandler),
+			Logger: slog.New(slog.NewJSONHandler(s.logs, nil)),
 			Notify: func(st string) { s.mu.Lock(); s.states = append(s.states, st); s.mu.Unlock() },
 		})
 	}()
@@ -159,7 +160,8 @@ func TestStandbyExpires(t *testing.T) {
 }
 
 // TestStandbyRefusesUnboundConnection: a connection while the placeholder
-// is still there gets nothing; Run fails closed and calls no upstream.
+// is still there gets nothing; Run fails closed, saying the standby is not
+// bound yet (not a decode error of the placeholder), and calls no upstream.
 func TestStandbyRefusesUnboundConnection(t *testing.T) {
 	s := startStandby(t, time.Minute, nil)
 	waitUntil(t, "standby ready", s.ready)
@@ -167,8 +169,15 @@ func TestStandbyRefusesUnboundConnection(t *testing.T) {
 	if err == nil {
 		t.Errorf("request before binding answered %d", code)
 	}
-	if err := s.wait(t); err == nil || !errors.Is(err, policy.ErrInvalid) && !strings.Contains(err.Error(), "before a valid policy") {
-		t.Errorf("Run: %v, want a refusal", err)
+	err = s.wait(t)
+	if err == nil || !errors.Is(err, policy.ErrNotBound) || !strings.Contains(err.Error(), "not bound yet") {
+		t.Errorf("Run: %v, want the not-bound-yet refusal (policy.ErrNotBound)", err)
+	}
+	if err != nil && (errors.Is(err, policy.ErrInvalid) || strings.Contains(err.Error(), "json") || strings.Contains(err.Error(), "pending")) {
+		t.Errorf("Run: %v: the placeholder was decoded as a policy", err)
+	}
+	if logs := s.logs.String(); !strings.Contains(logs, "not bound yet") || !strings.Contains(logs, `"turn":"`+s.pol.TurnID+`"`) {
+		t.Errorf("no log line says the standby is not bound yet:\n%s", logs)
 	}
 	if s.up.hits.Load() != 0 {
 		t.Error("upstream called for an unbound standby")

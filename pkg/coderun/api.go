@@ -72,21 +72,23 @@ func (k *Kind) handleList(w http.ResponseWriter, r *http.Request, _ string) erro
 }
 
 // withRun looks up the run named by the path for its handler: another
-// client's run does not exist for the caller (404); an admin sees all.
-func (k *Kind) withRun(fn func(http.ResponseWriter, *http.Request, *runs.Run) error) api.Handler {
+// client's run does not exist for the caller, with the very error of a run
+// that does not exist (the same answer byte for byte, so no client learns
+// which ids are live); an admin sees all.
+func (k *Kind) withRun(fn func(http.ResponseWriter, *http.Request, *Run) error) api.Handler {
 	return func(w http.ResponseWriter, r *http.Request, id string) error {
 		run, err := k.runs.Get(id)
 		if err != nil {
 			return err
 		}
 		if !api.IsAdmin(r) && run.Owner() != api.CallerUID(r) {
-			return api.ErrNotFound
+			return runs.ErrNotFound
 		}
 		return fn(w, r, run)
 	}
 }
 
-func (k *Kind) handleGet(w http.ResponseWriter, r *http.Request, run *runs.Run) error {
+func (k *Kind) handleGet(w http.ResponseWriter, r *http.Request, run *Run) error {
 	// A finished run's answer carries its artifacts: a client that stops
 	// reading must not hold it (and the connection) forever.
 	k.writeRun(w, r, run, "status")
@@ -94,9 +96,9 @@ func (k *Kind) handleGet(w http.ResponseWriter, r *http.Request, run *runs.Run) 
 }
 
 // writeRun answers 200 with the run's document, streamed from the run
-// (runs.Run.WriteStatusJSON): a client that stops reading holds one chunk
+// (Run.WriteStatusJSON): a client that stops reading holds one chunk
 // of it, never a copy, and only until the write deadline.
-func (k *Kind) writeRun(w http.ResponseWriter, r *http.Request, run *runs.Run, what string) {
+func (k *Kind) writeRun(w http.ResponseWriter, r *http.Request, run *Run, what string) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Now().Add(api.WriteTimeout))
 	w.Header().Set("Content-Type", "application/json")
@@ -111,7 +113,7 @@ func (k *Kind) writeRun(w http.ResponseWriter, r *http.Request, run *runs.Run, w
 	}
 }
 
-func (k *Kind) handleCancel(w http.ResponseWriter, r *http.Request, run *runs.Run) error {
+func (k *Kind) handleCancel(w http.ResponseWriter, r *http.Request, run *Run) error {
 	if err := run.Cancel(); err != nil {
 		return err
 	}
@@ -120,7 +122,7 @@ func (k *Kind) handleCancel(w http.ResponseWriter, r *http.Request, run *runs.Ru
 	return nil
 }
 
-func (k *Kind) handleApprove(w http.ResponseWriter, r *http.Request, run *runs.Run) error {
+func (k *Kind) handleApprove(w http.ResponseWriter, r *http.Request, run *Run) error {
 	if err := run.Approve(api.CallerUID(r)); err != nil {
 		return err
 	}
@@ -128,7 +130,7 @@ func (k *Kind) handleApprove(w http.ResponseWriter, r *http.Request, run *runs.R
 	return nil
 }
 
-func (k *Kind) handleDeny(w http.ResponseWriter, r *http.Request, run *runs.Run) error {
+func (k *Kind) handleDeny(w http.ResponseWriter, r *http.Request, run *Run) error {
 	if err := run.Deny(api.CallerUID(r)); err != nil {
 		return err
 	}
@@ -140,7 +142,7 @@ func (k *Kind) handleDeny(w http.ResponseWriter, r *http.Request, run *runs.Run)
 // handleEvents streams the run's events as NDJSON, history first, until
 // its result or the client leaves. A stopping host ends the stream (the
 // run's own result event comes first when the run finishes in time).
-func (k *Kind) handleEvents(w http.ResponseWriter, r *http.Request, run *runs.Run) error {
+func (k *Kind) handleEvents(w http.ResponseWriter, r *http.Request, run *Run) error {
 	rc := api.StartStream(w)
 	err := run.Subscribe(r.Context(), func(ev runs.Event) error {
 		// Each event (the result carries the artifacts, streamed from the
@@ -160,7 +162,7 @@ func (k *Kind) handleEvents(w http.ResponseWriter, r *http.Request, run *runs.Ru
 
 // logAnswerCut logs a run answer that could not be written: a client that
 // stopped reading past the write deadline is named as such.
-func (k *Kind) logAnswerCut(r *http.Request, run *runs.Run, what string, err error) {
+func (k *Kind) logAnswerCut(r *http.Request, run *Run, what string, err error) {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		k.log.Warn("run answer cut: the client stopped reading", "run", run.ID(), "answer", what,
 			"peer_uid", api.CallerUID(r), "write_timeout_s", api.WriteTimeout.Seconds())

@@ -1,13 +1,16 @@
-// Package coderun is the code-run kind (DESIGN.md section 12): admission
-// of a run, its approval wait (network runs), a concurrency slot, the
+// Package coderun is the code-run kind (DESIGN.md section 12): the record
+// of every run the host keeps (Run: its approval state machine and bounded
+// event history; Registry: creation, lookup, retention), admission of a
+// run, its approval wait (network runs), a concurrency slot, the
 // toolbox container driven through the lifecycle (a wire.Job on stdin,
 // wire frames back), artifacts, and the result recorded only after cleanup.
 // It holds only the runs' own rules and state; it reaches the host through
 // the narrow Host interface and never imports another kind.
 // Guarantee: a run's result is recorded only once its container, broker
 // units, turn directory and policy file are gone (or the log names what is
-// left); a run with network starts only after its approval; a run's job
-// fits wire.MaxJobBytes or is refused before anything starts.
+// left); a run with network starts only after one human approval of that
+// run; a run's job fits wire.MaxJobBytes or is refused before anything
+// starts.
 package coderun
 
 import (
@@ -92,7 +95,7 @@ type Kind struct {
 	log      *slog.Logger
 	now      func() time.Time
 	lchown   func(path string, uid, gid int) error
-	runs     *runs.Registry
+	runs     *Registry
 	slots    sandbox.Slots
 	results  *prometheus.CounterVec
 	duration prometheus.Histogram
@@ -109,7 +112,7 @@ func New(o Options) *Kind {
 	c := o.Config.Runs
 	k := &Kind{
 		cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, lchown: o.Lchown,
-		runs: runs.NewRegistry(runs.RegistryLimits{
+		runs: NewRegistry(RegistryLimits{
 			ApprovalTimeout:    time.Duration(c.ApprovalTimeoutSeconds) * time.Second,
 			Retain:             time.Duration(c.RetainSeconds) * time.Second,
 			MaxRetained:        c.MaxRetained,
@@ -135,7 +138,7 @@ func New(o Options) *Kind {
 }
 
 // Registry is the runs' record (the API reads and acts on it).
-func (k *Kind) Registry() *runs.Registry { return k.runs }
+func (k *Kind) Registry() *Registry { return k.runs }
 
 // Listed are the unfinished runs for GET /v1/turns: the reaper's contract
 // is that the host lists a turn (a run is one to the reaper) from before it
@@ -199,7 +202,7 @@ func (k *Kind) Start(p runs.Params, owner int) (runs.Status, error) {
 	if err := wire.WriteJob(io.Discard, k.job(p, 1)); err != nil {
 		return runs.Status{}, ErrJobTooLarge
 	}
-	var r *runs.Run
+	var r *Run
 	done, err := k.host.Admit(func() error {
 		var err error
 		r, err = k.runs.Create(p, owner)
@@ -221,7 +224,7 @@ func (k *Kind) Start(p runs.Params, owner int) (runs.Status, error) {
 // runs), a concurrency slot, the container, cleanup, then Finish. The
 // result is recorded only after cleanup, so a finished run has left
 // nothing behind (or the log says what).
-func (k *Kind) drive(r *runs.Run) {
+func (k *Kind) drive(r *Run) {
 	defer k.runs.Prune() // a finished run counts against the retained bounds at once
 	id := r.ID()
 	log := k.log.With("run", id)
@@ -237,7 +240,7 @@ func (k *Kind) drive(r *runs.Run) {
 		}
 	}()
 	start := k.now()
-	finish := func(f runs.Finish) {
+	finish := func(f Finish) {
 		r.Finish(f)
 		st := r.Summary()
 		k.results.WithLabelValues(st.Result).Inc()
@@ -260,11 +263,11 @@ func (k *Kind) drive(r *runs.Run) {
 		}
 		log.Info("run done", attrs...)
 	}
-	stopped := func(err error) runs.Finish {
+	stopped := func(err error) Finish {
 		if errors.Is(context.Cause(ctx), sandbox.ErrShuttingDown) {
-			return runs.Finish{Result: runs.ResultCancelled, Error: "the host stopped"}
+			return Finish{Result: runs.ResultCancelled, Error: "the host stopped"}
 		}
-		return runs.Finish{Result: runs.ResultCancelled}
+		return Finish{Result: runs.ResultCancelled}
 	}
 	p := r.Params()
 	if p.Network {
@@ -287,7 +290,7 @@ func (k *Kind) drive(r *runs.Run) {
 	release, err := k.host.Slot(ctx, ids.RunName(id))
 	if err != nil {
 		if errors.Is(err, sandbox.ErrShuttingDown) {
-			finish(runs.Finish{Result: runs.ResultCancelled, Error: "the host stopped"})
+			finish(Finish{Result: runs.ResultCancelled, Error: "the host stopped"})
 			return
 		}
 		finish(stopped(err))
@@ -307,7 +310,7 @@ func (k *Kind) drive(r *runs.Run) {
 // the run's finish. A run of a declared shape binds its ready standby (its
 // job on the started supervisor's stdin); any other, and one that finds
 // none, takes the cold path.
-func (k *Kind) execute(ctx context.Context, r *runs.Run, log *slog.Logger) (fin runs.Finish) {
+func (k *Kind) execute(ctx context.Context, r *Run, log *slog.Logger) (fin Finish) {
 	rc := k.cfg.Runs
 	p := r.Params()
 	id := r.ID()
@@ -340,23 +343,23 @@ func (k *Kind) execute(ctx context.Context, r *runs.Run, log *slog.Logger) (fin 
 			if fin.Error == ErrorDockerWentAway {
 				msg = "docker went away during the run and its cleanup failed; the operator was told"
 			}
-			fin = runs.Finish{Result: runs.ResultError, Error: msg}
+			fin = Finish{Result: runs.ResultError, Error: msg}
 		}
 		if fin.Duration == 0 {
 			fin.Duration = time.Since(began)
 		}
 	}()
-	systemErr := func(what string, err error) runs.Finish {
+	systemErr := func(what string, err error) Finish {
 		switch cause := context.Cause(runCtx); {
 		case errors.Is(cause, errTimeout):
-			return runs.Finish{Result: runs.ResultTimeout, Error: fmt.Sprintf("the run passed its %d s timeout and was killed", p.TimeoutSeconds)}
+			return Finish{Result: runs.ResultTimeout, Error: fmt.Sprintf("the run passed its %d s timeout and was killed", p.TimeoutSeconds)}
 		case errors.Is(cause, errCancelled):
-			return runs.Finish{Result: runs.ResultCancelled}
+			return Finish{Result: runs.ResultCancelled}
 		case errors.Is(cause, sandbox.ErrShuttingDown):
-			return runs.Finish{Result: runs.ResultCancelled, Error: "the host stopped"}
+			return Finish{Result: runs.ResultCancelled, Error: "the host stopped"}
 		}
 		log.Error("run failed", "step", what, "err", err)
-		return runs.Finish{Result: runs.ResultError, Error: "the run could not be carried out (" + what + "); the host log has details"}
+		return Finish{Result: runs.ResultError, Error: "the run could not be carried out (" + what + "); the host log has details"}
 	}
 
 	runsC := k.life.Containers().(sandbox.RunContainers)
@@ -431,7 +434,7 @@ func (k *Kind) execute(ctx context.Context, r *runs.Run, log *slog.Logger) (fin 
 		if perr := k.dockerGone(runsC); perr != nil {
 			log.Error("run failed: docker went away", "stream_err", streamErr, "output_err", d.err,
 				"supervisor_error", d.res.Error, "ping_err", perr)
-			return runs.Finish{Result: runs.ResultError, Error: ErrorDockerWentAway}
+			return Finish{Result: runs.ResultError, Error: ErrorDockerWentAway}
 		}
 	}
 	if streamErr != nil {
@@ -440,25 +443,25 @@ func (k *Kind) execute(ctx context.Context, r *runs.Run, log *slog.Logger) (fin 
 		}
 		if d.err != nil {
 			log.Warn("run output refused; container killed", "err", d.err)
-			return runs.Finish{Result: runs.ResultError, Error: "the run's output broke the protocol and was refused"}
+			return Finish{Result: runs.ResultError, Error: "the run's output broke the protocol and was refused"}
 		}
 		return systemErr("run", streamErr)
 	}
 	if d.err != nil {
 		log.Warn("run output refused", "err", d.err, "exit_code", exit)
-		return runs.Finish{Result: runs.ResultError, Error: "the run's output broke the protocol and was refused"}
+		return Finish{Result: runs.ResultError, Error: "the run's output broke the protocol and was refused"}
 	}
-	cut := runs.Cut{Stdout: d.res.StdoutTruncated, Stderr: d.res.StderrTruncated, StdoutDropped: d.res.StdoutDropped, StderrDropped: d.res.StderrDropped}
+	cut := Cut{Stdout: d.res.StdoutTruncated, Stderr: d.res.StderrTruncated, StdoutDropped: d.res.StdoutDropped, StderrDropped: d.res.StderrDropped}
 	if d.res.Error != "" {
-		return runs.Finish{Result: runs.ResultError, Error: "the sandbox could not run the command: " + d.res.Error, Cut: cut}
+		return Finish{Result: runs.ResultError, Error: "the sandbox could not run the command: " + d.res.Error, Cut: cut}
 	}
 	arts, err := runs.CheckArtifacts(p.Artifacts, d.artifacts, rc.MaxArtifactBytes, rc.MaxArtifactTotalBytes)
 	if err != nil {
 		log.Warn("run artifacts refused", "err", err)
-		return runs.Finish{Result: runs.ResultError, Error: "the run's artifacts were refused"}
+		return Finish{Result: runs.ResultError, Error: "the run's artifacts were refused"}
 	}
 	code := d.res.ExitCode
-	f := runs.Finish{Result: runs.ResultOK, ExitCode: &code, FailedSetup: d.res.FailedSetup, Artifacts: arts, Duration: time.Since(began), Cut: cut}
+	f := Finish{Result: runs.ResultOK, ExitCode: &code, FailedSetup: d.res.FailedSetup, Artifacts: arts, Duration: time.Since(began), Cut: cut}
 	if code != 0 || d.res.FailedSetup != 0 {
 		f.Result = runs.ResultFailed
 	}
@@ -495,7 +498,7 @@ func (k *Kind) dockerGone(rc sandbox.RunContainers) error {
 
 // decode reads the supervisor's frames: output to the run's record and
 // the journal, artifacts collected, until the result.
-func (k *Kind) decode(r *runs.Run, dec *wire.Decoder, journal io.Writer) (wire.Result, []runs.Artifact, error) {
+func (k *Kind) decode(r *Run, dec *wire.Decoder, journal io.Writer) (wire.Result, []runs.Artifact, error) {
 	var arts []runs.Artifact
 	for {
 		f, err := dec.Next()
@@ -667,7 +670,7 @@ func (k *Kind) credentialedHosts(names []string) []string {
 // DeadlineBound is the latest a run's objects may live: its start plus
 // its timeout, or, before it started, now plus the approval wait and the
 // timeout.
-func (k *Kind) DeadlineBound(r *runs.Run) time.Time {
+func (k *Kind) DeadlineBound(r *Run) time.Time {
 	p, st := r.Params(), r.Summary()
 	timeout := time.Duration(p.TimeoutSeconds) * time.Second
 	if st.StartedAt != nil {

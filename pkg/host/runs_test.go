@@ -2,6 +2,7 @@ package host
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -198,6 +199,28 @@ func TestRunShellAndArtifacts(t *testing.T) {
 	json.Unmarshal(body, &list)
 	if code != 200 || len(list.Runs) != 0 {
 		t.Errorf("another client's list: %d %s", code, body)
+	}
+}
+
+// Another client's run answers exactly as a run that does not exist: a
+// client must not learn which ids are live (issue 24 follow-up).
+func TestAnotherClientsRunAnswersAsNoSuchRun(t *testing.T) {
+	r, _ := newRunRig(t, runsExtra, supervise(0))
+	st, err := r.h.coderun.Start(runs.Params{Command: "true"}, clientUID)
+	must(t, err)
+	waitRun(t, r.h, st.ID)
+	const missing = "0123456789abcdef0123456789abcdef" // well-formed, never created
+	for _, rt := range []struct{ method, path string }{
+		{"GET", "/v1/runs/%s"},
+		{"GET", "/v1/runs/%s/events"},
+		{"POST", "/v1/runs/%s/cancel"},
+	} {
+		theirs, theirBody := apiAs(t, r.h, otherUID, rt.method, fmt.Sprintf(rt.path, st.ID), nil)
+		none, noneBody := apiAs(t, r.h, otherUID, rt.method, fmt.Sprintf(rt.path, missing), nil)
+		if theirs != http.StatusNotFound || theirs != none || !bytes.Equal(theirBody, noneBody) {
+			t.Errorf("%s %s: another client's run answers %d %q, a missing run %d %q: want the same 404 byte for byte",
+				rt.method, rt.path, theirs, theirBody, none, noneBody)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
 )
@@ -248,7 +249,7 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 		p := bigParams(runsBounds{r.cfg.Runs.MaxArtifactBytes, r.cfg.Runs.MaxArtifactTotalBytes})
 		base := liveHeap()
 		var admitted atomic.Int32
-		var inFlight []*runs.Run
+		var inFlight []*coderun.Run
 		for i := range 16 {
 			st, err := r.h.coderun.Start(p, []int{clientUID, otherUID}[i%2])
 			if err != nil {

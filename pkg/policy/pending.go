@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -28,6 +29,10 @@ type Pending struct {
 	DeadlineUnixMs int64    `json:"deadlineUnixMs"`
 	Credentials    []string `json:"credentials,omitempty"`
 }
+
+// ErrNotBound: a policy file is still a standby's placeholder, no turn is
+// bound to it yet (what a standby broker refuses a connection with).
+var ErrNotBound = errors.New("standby not bound yet")
 
 // MaxPendingCredentials bounds Pending.Credentials.
 const MaxPendingCredentials = 64

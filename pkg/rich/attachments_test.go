@@ -150,7 +150,7 @@ func TestAttachmentsHostile(t *testing.T) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
 	defer c.CloseIdleConnections()
-	resp, err := c.Post("http://broker"+broker.RouteControlTurn, "application/json", bytes.NewReader(data))
+	resp, err := c.Post("http://broker"+policy.RouteControlTurn, "application/json", bytes.NewReader(data))
 	if err != nil {
 		t.Fatal(err)
 	}

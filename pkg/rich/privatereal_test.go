@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/anthropic/anthropictest"
-	"github.com/roundtable-sandbox/sandbox/pkg/broker"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
@@ -36,7 +35,7 @@ func (p *realPeers) controlAs(text, principal string) (int, string) {
 	defer c.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://broker"+broker.RouteControlTurn, bytes.NewReader(data))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://broker"+policy.RouteControlTurn, bytes.NewReader(data))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.Do(req)
 	if err != nil {

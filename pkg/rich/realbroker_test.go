@@ -155,7 +155,7 @@ func (p *realPeers) control(text, thinking string) (int, string) {
 	defer c.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://broker"+broker.RouteControlTurn, bytes.NewReader(data))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://broker"+policy.RouteControlTurn, bytes.NewReader(data))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.Do(req)
 	if err != nil {

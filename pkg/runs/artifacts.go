@@ -30,34 +30,34 @@ const ArtifactMissing = "missing"
 func CleanArtifactPath(s string) (string, error) {
 	switch {
 	case s == "":
-		return "", invalidf("artifact path must not be empty")
+		return "", Invalidf("artifact path must not be empty")
 	case len(s) > MaxArtifactPathBytes:
-		return "", invalidf("artifact path must be at most %d bytes, got %d", MaxArtifactPathBytes, len(s))
+		return "", Invalidf("artifact path must be at most %d bytes, got %d", MaxArtifactPathBytes, len(s))
 	case !utf8.ValidString(s):
-		return "", invalidf("artifact path must be valid UTF-8")
+		return "", Invalidf("artifact path must be valid UTF-8")
 	case strings.IndexByte(s, 0) >= 0:
-		return "", invalidf("artifact path must not contain NUL bytes")
+		return "", Invalidf("artifact path must not contain NUL bytes")
 	case strings.IndexFunc(s, unicode.IsControl) >= 0:
-		return "", invalidf("artifact path must not contain control characters")
+		return "", Invalidf("artifact path must not contain control characters")
 	case strings.IndexByte(s, '\\') >= 0:
-		return "", invalidf("artifact path must not contain backslashes (use /)")
+		return "", Invalidf("artifact path must not contain backslashes (use /)")
 	case s[0] == '/':
-		return "", invalidf(`artifact path must be relative to /output ("report.json" for /output/report.json), not absolute`)
+		return "", Invalidf(`artifact path must be relative to /output ("report.json" for /output/report.json), not absolute`)
 	}
 	for _, c := range strings.Split(s, "/") {
 		if c == ".." {
-			return "", invalidf("artifact path must not contain .. (only files under /output are exported; /workspace and /tmp are not)")
+			return "", Invalidf("artifact path must not contain .. (only files under /output are exported; /workspace and /tmp are not)")
 		}
 		if len(c) > MaxArtifactComponentBytes {
-			return "", invalidf("artifact path components must be at most %d bytes", MaxArtifactComponentBytes)
+			return "", Invalidf("artifact path components must be at most %d bytes", MaxArtifactComponentBytes)
 		}
 	}
 	clean := path.Clean(s)
 	if clean == "." {
-		return "", invalidf("artifact path must name a file under /output, not /output itself")
+		return "", Invalidf("artifact path must name a file under /output, not /output itself")
 	}
 	if strings.HasSuffix(s, "/") || strings.HasSuffix(s, "/.") {
-		return "", invalidf("artifact path must name a file, not a directory (no trailing /)")
+		return "", Invalidf("artifact path must name a file, not a directory (no trailing /)")
 	}
 	return clean, nil
 }
@@ -83,35 +83,35 @@ func CheckArtifacts(requested []string, got []Artifact, maxEach, maxTotal int64)
 	for k, a := range got {
 		i, ok := index[a.Path]
 		if !ok {
-			return nil, invalidf("supervisor returned artifact %d that was not requested", k)
+			return nil, Invalidf("supervisor returned artifact %d that was not requested", k)
 		}
 		if seen[i] {
-			return nil, invalidf("supervisor returned %s twice", indexed("artifacts", i))
+			return nil, Invalidf("supervisor returned %s twice", indexed("artifacts", i))
 		}
 		seen[i] = true
 		if a.Size < 0 {
-			return nil, invalidf("supervisor returned a negative size for %s", indexed("artifacts", i))
+			return nil, Invalidf("supervisor returned a negative size for %s", indexed("artifacts", i))
 		}
 		if a.Error != "" {
 			if len(a.Error) > MaxArtifactErrorBytes || !utf8.ValidString(a.Error) ||
 				strings.IndexFunc(a.Error, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
-				return nil, invalidf("supervisor returned an unreadable error for %s", indexed("artifacts", i))
+				return nil, Invalidf("supervisor returned an unreadable error for %s", indexed("artifacts", i))
 			}
 			if len(a.Data) > 0 {
-				return nil, invalidf("supervisor returned data with an error for %s", indexed("artifacts", i))
+				return nil, Invalidf("supervisor returned data with an error for %s", indexed("artifacts", i))
 			}
 			out[i] = Artifact{Path: requested[i], Size: a.Size, Error: a.Error}
 			continue
 		}
 		if a.Size != int64(len(a.Data)) {
-			return nil, invalidf("supervisor returned size %d with %d bytes for %s", a.Size, len(a.Data), indexed("artifacts", i))
+			return nil, Invalidf("supervisor returned size %d with %d bytes for %s", a.Size, len(a.Data), indexed("artifacts", i))
 		}
 		if a.Size > maxEach {
-			return nil, invalidf("supervisor returned %s over the bound of %d bytes", indexed("artifacts", i), maxEach)
+			return nil, Invalidf("supervisor returned %s over the bound of %d bytes", indexed("artifacts", i), maxEach)
 		}
 		total += a.Size
 		if total > maxTotal {
-			return nil, invalidf("supervisor returned artifacts over the total bound of %d bytes", maxTotal)
+			return nil, Invalidf("supervisor returned artifacts over the total bound of %d bytes", maxTotal)
 		}
 		out[i] = Artifact{Path: requested[i], Size: a.Size, Data: a.Data}
 	}

@@ -5,8 +5,9 @@ import (
 	"fmt"
 )
 
-// Sentinel errors of the package. Every error it returns wraps exactly one of
-// them, so the host maps them to HTTP statuses in one place.
+// Sentinel errors of the run API. Every error this package (and the run
+// registry, pkg/coderun) returns wraps exactly one of them, so the host maps
+// them to HTTP statuses in one place.
 var (
 	// ErrInvalid: the client's input (or the supervisor's answer, in
 	// CheckArtifacts) was refused. The message names the parameter and is
@@ -33,7 +34,9 @@ type refusal struct{ msg string }
 func (e *refusal) Error() string { return e.msg }
 func (e *refusal) Unwrap() error { return ErrInvalid }
 
-func invalidf(format string, a ...any) error {
+// Invalidf returns an ErrInvalid whose text is only the formatted message
+// (for the client; it must not echo the refused value).
+func Invalidf(format string, a ...any) error {
 	return &refusal{msg: fmt.Sprintf(format, a...)}
 }
 
@@ -43,6 +46,7 @@ type busy struct{ msg string }
 func (e *busy) Error() string { return e.msg }
 func (e *busy) Unwrap() error { return ErrBusy }
 
-func busyf(format string, a ...any) error {
+// Busyf returns an ErrBusy whose text is only the formatted message.
+func Busyf(format string, a ...any) error {
 	return &busy{msg: fmt.Sprintf(format, a...)}
 }

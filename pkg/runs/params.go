@@ -1,6 +1,7 @@
 package runs
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -39,6 +40,15 @@ const MaxCredentials = 16
 // maxCredentialNameBytes bounds one credential name.
 const maxCredentialNameBytes = 64
 
+// Clone returns a deep copy of p: its slices share nothing with p's.
+func (p Params) Clone() Params {
+	p.Args = slices.Clone(p.Args)
+	p.Setup = slices.Clone(p.Setup)
+	p.Artifacts = slices.Clone(p.Artifacts)
+	p.Credentials = slices.Clone(p.Credentials)
+	return p
+}
+
 // Mode returns ModeShell when Command is set, ModeArgv when Executable is
 // set, and "" when neither is (Validate refuses both and neither).
 func (p Params) Mode() string {
@@ -62,45 +72,45 @@ func (p *Params) Validate(l ParamLimits) error {
 	hasExe := strings.TrimSpace(p.Executable) != ""
 	switch {
 	case hasCmd && hasExe:
-		return invalidf("give either command (shell) or executable with args (argv), not both")
+		return Invalidf("give either command (shell) or executable with args (argv), not both")
 	case !hasCmd && !hasExe:
 		if p.Command != "" {
-			return invalidf("command must not be empty or only whitespace")
+			return Invalidf("command must not be empty or only whitespace")
 		}
 		if p.Executable != "" {
-			return invalidf("executable must not be empty or only whitespace")
+			return Invalidf("executable must not be empty or only whitespace")
 		}
-		return invalidf("give either command (shell) or executable with args (argv)")
+		return Invalidf("give either command (shell) or executable with args (argv)")
 	case hasCmd && p.Executable != "":
-		return invalidf("give either command (shell) or executable with args (argv), not both")
+		return Invalidf("give either command (shell) or executable with args (argv), not both")
 	case hasExe && p.Command != "":
-		return invalidf("give either command (shell) or executable with args (argv), not both")
+		return Invalidf("give either command (shell) or executable with args (argv), not both")
 	case hasCmd && len(p.Args) > 0:
-		return invalidf("args is only for argv mode (with executable), not with command")
+		return Invalidf("args is only for argv mode (with executable), not with command")
 	}
 
 	if hasCmd {
 		if len(p.Command) > MaxCommandBytes {
-			return invalidf("command must be at most %d bytes, got %d", MaxCommandBytes, len(p.Command))
+			return Invalidf("command must be at most %d bytes, got %d", MaxCommandBytes, len(p.Command))
 		}
 		if err := plainText("command", p.Command); err != nil {
 			return err
 		}
 	} else {
 		if len(p.Executable) > MaxExecutableBytes {
-			return invalidf("executable must be at most %d bytes, got %d", MaxExecutableBytes, len(p.Executable))
+			return Invalidf("executable must be at most %d bytes, got %d", MaxExecutableBytes, len(p.Executable))
 		}
 		if err := plainText("executable", p.Executable); err != nil {
 			return err
 		}
 		if len(p.Args) > MaxArgs {
-			return invalidf("args must have at most %d entries, got %d", MaxArgs, len(p.Args))
+			return Invalidf("args must have at most %d entries, got %d", MaxArgs, len(p.Args))
 		}
 		total := 0
 		for i, a := range p.Args {
 			total += len(a)
 			if total > MaxArgsBytes {
-				return invalidf("args must be at most %d bytes together", MaxArgsBytes)
+				return Invalidf("args must be at most %d bytes together", MaxArgsBytes)
 			}
 			if err := plainText(indexed("args", i), a); err != nil {
 				return err
@@ -109,15 +119,15 @@ func (p *Params) Validate(l ParamLimits) error {
 	}
 
 	if len(p.Setup) > MaxSetupCommands {
-		return invalidf("setup must have at most %d commands, got %d", MaxSetupCommands, len(p.Setup))
+		return Invalidf("setup must have at most %d commands, got %d", MaxSetupCommands, len(p.Setup))
 	}
 	for i, s := range p.Setup {
 		name := indexed("setup", i)
 		if strings.TrimSpace(s) == "" {
-			return invalidf("%s must not be empty or only whitespace", name)
+			return Invalidf("%s must not be empty or only whitespace", name)
 		}
 		if len(s) > MaxCommandBytes {
-			return invalidf("%s must be at most %d bytes, got %d", name, MaxCommandBytes, len(s))
+			return Invalidf("%s must be at most %d bytes, got %d", name, MaxCommandBytes, len(s))
 		}
 		if err := plainText(name, s); err != nil {
 			return err
@@ -129,25 +139,25 @@ func (p *Params) Validate(l ParamLimits) error {
 	case timeout == 0:
 		timeout = DefaultTimeoutSeconds
 	case timeout < 1 || timeout > MaxTimeoutSeconds:
-		return invalidf("timeoutSeconds must be 1 to %d (absent or 0 means %d), got %d",
+		return Invalidf("timeoutSeconds must be 1 to %d (absent or 0 means %d), got %d",
 			MaxTimeoutSeconds, DefaultTimeoutSeconds, timeout)
 	}
 
 	if p.Project != "" {
 		if len(p.Project) > MaxProjectBytes {
-			return invalidf("project must be at most %d bytes", MaxProjectBytes)
+			return Invalidf("project must be at most %d bytes", MaxProjectBytes)
 		}
 		if err := plainText("project", p.Project); err != nil {
 			return err
 		}
 		if l.ProjectKnown == nil || !l.ProjectKnown(p.Project) {
-			return invalidf("project is not a project declared on this host")
+			return Invalidf("project is not a project declared on this host")
 		}
 	}
 
 	max := max(l.MaxArtifacts, 0)
 	if len(p.Artifacts) > max {
-		return invalidf("artifacts must have at most %d entries, got %d", max, len(p.Artifacts))
+		return Invalidf("artifacts must have at most %d entries, got %d", max, len(p.Artifacts))
 	}
 	var clean []string
 	if len(p.Artifacts) > 0 {
@@ -156,10 +166,10 @@ func (p *Params) Validate(l ParamLimits) error {
 		for i, a := range p.Artifacts {
 			c, err := CleanArtifactPath(a)
 			if err != nil {
-				return invalidf("%s: %s", indexed("artifacts", i), err.Error())
+				return Invalidf("%s: %s", indexed("artifacts", i), err.Error())
 			}
 			if j, dup := seen[c]; dup {
-				return invalidf("%s names the same file as %s", indexed("artifacts", i), indexed("artifacts", j))
+				return Invalidf("%s names the same file as %s", indexed("artifacts", i), indexed("artifacts", j))
 			}
 			seen[c] = i
 			clean[i] = c
@@ -167,28 +177,28 @@ func (p *Params) Validate(l ParamLimits) error {
 	}
 
 	if len(p.Credentials) > 0 && !p.Network {
-		return invalidf("credentials need network: true (they are added to the run's approved egress)")
+		return Invalidf("credentials need network: true (they are added to the run's approved egress)")
 	}
 	if len(p.Credentials) > MaxCredentials {
-		return invalidf("credentials must have at most %d entries, got %d", MaxCredentials, len(p.Credentials))
+		return Invalidf("credentials must have at most %d entries, got %d", MaxCredentials, len(p.Credentials))
 	}
 	seenCred := make(map[string]int, len(p.Credentials))
 	for i, c := range p.Credentials {
 		name := indexed("credentials", i)
 		if c == "" || len(c) > maxCredentialNameBytes {
-			return invalidf("%s must be 1 to %d bytes", name, maxCredentialNameBytes)
+			return Invalidf("%s must be 1 to %d bytes", name, maxCredentialNameBytes)
 		}
 		if err := plainText(name, c); err != nil {
 			return err
 		}
 		if j, dup := seenCred[c]; dup {
-			return invalidf("%s names the same credential as %s", name, indexed("credentials", j))
+			return Invalidf("%s names the same credential as %s", name, indexed("credentials", j))
 		}
 		seenCred[c] = i
 		// One answer for unknown and not granted: a client learns nothing
 		// of credentials it may not use.
 		if l.CredentialAvailable == nil || !l.CredentialAvailable(c) {
-			return invalidf("%s: no credential of that name is available to this run", name)
+			return Invalidf("%s: no credential of that name is available to this run", name)
 		}
 	}
 
@@ -203,10 +213,10 @@ func (p *Params) Validate(l ParamLimits) error {
 // a shell unchanged, and both are how a smuggled second meaning starts.
 func plainText(name, s string) error {
 	if !utf8.ValidString(s) {
-		return invalidf("%s must be valid UTF-8", name)
+		return Invalidf("%s must be valid UTF-8", name)
 	}
 	if strings.IndexByte(s, 0) >= 0 {
-		return invalidf("%s must not contain NUL bytes", name)
+		return Invalidf("%s must not contain NUL bytes", name)
 	}
 	return nil
 }

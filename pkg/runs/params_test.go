@@ -116,7 +116,7 @@ func TestValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := cloneParams(tc.p)
+			p := tc.p.Clone()
 			err := p.Validate(testLimits)
 			if tc.wantErr != "" {
 				if err == nil {
@@ -299,7 +299,7 @@ func FuzzValidate(f *testing.F) {
 		}
 		p := Params{Project: project, Command: command, Executable: executable, Args: split(args), Setup: split(setup),
 			Network: network, TimeoutSeconds: timeout, Artifacts: split(artifacts)}
-		orig := cloneParams(p)
+		orig := p.Clone()
 		err := p.Validate(testLimits)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
@@ -341,7 +341,7 @@ func FuzzValidate(f *testing.F) {
 			}
 			seen[a] = true
 		}
-		again := cloneParams(p)
+		again := p.Clone()
 		if err := again.Validate(testLimits); err != nil || !reflect.DeepEqual(again, p) {
 			t.Fatalf("Validate not idempotent: %v, %+v -> %+v", err, p, again)
 		}

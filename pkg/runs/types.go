@@ -1,9 +1,11 @@
-// Package runs is the domain of code execution (DESIGN.md section 12): a
-// run's parameters and their refusals, artifact path rules, the approval
-// state machine of network runs, and the record of every run the host keeps.
+// Package runs is the run API's contract (DESIGN.md section 12), shared by
+// the host, the CLI, the MCP server and the Go client: a run's parameters
+// and their refusals, artifact path rules, the status and event documents,
+// and the sentinel errors. The run record, its approval state machine and
+// the registry are the code-run kind's own state (pkg/coderun).
 // Guarantee: a Params that passed Validate names exactly one mode, only
-// relative artifact paths under /output, and a timeout within bounds; a run
-// with network never starts without one human approval of that run.
+// relative artifact paths under /output, and a timeout within bounds; every
+// refusal wraps exactly one sentinel and never echoes the refused value.
 package runs
 
 import (

@@ -24,14 +24,15 @@ var layers = [][]string{
 	// 1: shared vocabulary (names, the host-broker contract, the memory store)
 	// and the vetted network dialer.
 	{"layout", "policy", "memory", "sessions", "safefetch", "runs", "runs/supervisor", "precheck", "anthropic",
-		"fleet", "fleet/fleettest"},
+		"fleet", "fleet/fleettest", "broker/envelope"},
 	// 2: drivers and single-purpose domains.
 	{"client", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich"},
 	// 3: the services, and the one sandbox lifecycle every kind drives.
-	{"broker", "reaper", "credset", "runmcp", "sandbox", "chanstate", "peerauth", "toolset", "fleetnats"},
-	// 4: what every route of the host API shares (the host's and the kinds').
-	{"api"},
+	{"broker/richroute", "reaper", "credset", "runmcp", "sandbox", "chanstate", "peerauth", "toolset", "fleetnats"},
+	// 4: what every route of the host API shares (the host's and the kinds'),
+	// and a turn's broker over its route packages.
+	{"api", "broker"},
 	// 5: the kinds, each driving the lifecycle; a kind never imports another.
 	kinds,
 	// 6: the host: API, admission, channel state, the kinds' orchestration.

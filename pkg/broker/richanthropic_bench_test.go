@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/anthropic/anthropictest"
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/richroute"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 )
 
@@ -57,7 +58,7 @@ func BenchmarkAnthropicFirstByte(b *testing.B) {
 		url  string
 	}{
 		{"direct", direct, h.up.URL + "/v1/messages"},
-		{"broker", viaBroker, "http://broker" + RouteAnthropicMessages},
+		{"broker", viaBroker, "http://broker" + richroute.RouteAnthropicMessages},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			var total time.Duration

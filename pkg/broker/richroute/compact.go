@@ -1,4 +1,4 @@
-package broker
+package richroute
 
 // The host compactor of a rich channel broker (DESIGN.md section 13, the
 // seed's "Compaction"):
@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/compactor"
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/envelope"
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/hosttool"
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -99,7 +100,7 @@ func compactRunner(cfg *policy.Compactor, creds Credentials) compactor.Runner {
 			return mapErr(hosttool.Exec(ctx, argv, env, input, sessions.MaxAnswerBytes))
 		}
 	case policy.CompactorHTTP:
-		client := newUpstreamClient(policy.MaxCompactorTimeoutSeconds * time.Second)
+		client := envelope.NewUpstreamClient(policy.MaxCompactorTimeoutSeconds * time.Second)
 		return func(ctx context.Context, input []byte, t compactor.Turn) ([]byte, error) {
 			bearer := ""
 			if cfg.Credential != "" {
@@ -120,9 +121,9 @@ func compactRunner(cfg *policy.Compactor, creds Credentials) compactor.Runner {
 // request or the turn's revoke. Refusals that need no body come first.
 func (c *compactorRoutes) compact(ctx context.Context, r *http.Request, t CompactTurn) (int, []byte, error) {
 	if !c.core.Configured() {
-		return 0, nil, refused("no compactor configured", ErrNotFound)
+		return 0, nil, refused("no compactor configured", envelope.ErrNotFound)
 	}
-	if err := checkHeaders(r); err != nil {
+	if err := envelope.CheckHeaders(r); err != nil {
 		return 0, nil, err
 	}
 	call := c.core.Begin(t)
@@ -139,11 +140,11 @@ func (c *compactorRoutes) compact(ctx context.Context, r *http.Request, t Compac
 	}
 	req, err := sessions.ParseCompactRequest(body)
 	if err != nil {
-		return 0, nil, refused("compact request out of shape", ErrRefused)
+		return 0, nil, refused("compact request out of shape", envelope.ErrRefused)
 	}
 	out, err := call.Compact(ctx, req, t)
 	if err != nil {
-		return 0, nil, refused("compact request not encodable", ErrRefused)
+		return 0, nil, refused("compact request not encodable", envelope.ErrRefused)
 	}
 	return http.StatusOK, out, nil
 }
@@ -151,11 +152,11 @@ func (c *compactorRoutes) compact(ctx context.Context, r *http.Request, t Compac
 // readExact reads a body of exactly its Content-Length, at most max bytes.
 func readExact(r *http.Request, max int64) ([]byte, error) {
 	if r.ContentLength > max {
-		return nil, refused("body over the limit", ErrTooLarge)
+		return nil, refused("body over the limit", envelope.ErrTooLarge)
 	}
 	body := make([]byte, r.ContentLength)
 	if _, err := io.ReadFull(r.Body, body); err != nil {
-		return nil, refused("body unreadable", ErrRefused)
+		return nil, refused("body unreadable", envelope.ErrRefused)
 	}
 	return body, nil
 }
@@ -163,7 +164,7 @@ func readExact(r *http.Request, max int64) ([]byte, error) {
 // report serves POST /compact/report: one log line per report, at most
 // sessions.MaxReports a turn.
 func (c *compactorRoutes) report(r *http.Request, t CompactTurn) (int, []byte, error) {
-	if err := checkHeaders(r); err != nil {
+	if err := envelope.CheckHeaders(r); err != nil {
 		return 0, nil, err
 	}
 	body, err := readExact(r, MaxReportBytes)
@@ -172,16 +173,16 @@ func (c *compactorRoutes) report(r *http.Request, t CompactTurn) (int, []byte, e
 	}
 	rep, err := sessions.ParseReport(body)
 	if err != nil {
-		return 0, nil, refused("compaction report out of shape", ErrRefused)
+		return 0, nil, refused("compaction report out of shape", envelope.ErrRefused)
 	}
 	if !c.core.Report(rep, t) {
-		return 0, nil, refused(fmt.Sprintf("more than %d compaction reports this turn", sessions.MaxReports), ErrCallLimit)
+		return 0, nil, refused(fmt.Sprintf("more than %d compaction reports this turn", sessions.MaxReports), envelope.ErrCallLimit)
 	}
 	return http.StatusOK, []byte(`{}`), nil
 }
 
 // compactState is the rich broker's compactor state, made on first use.
-func (b *Broker) compactState() *compactorRoutes {
+func (b *Routes) compactState() *compactorRoutes {
 	s := b.rich
 	s.compactOnce.Do(func() {
 		var cfg *policy.Compactor
@@ -189,7 +190,7 @@ func (b *Broker) compactState() *compactorRoutes {
 			cfg = b.pol.Rich.Compactor
 		}
 		secrets := func() []credential.Secret {
-			out := b.allSecrets(nil)
+			out := b.host.Secrets(nil)
 			for _, n := range []string{b.pol.Rich.Credential, compactorCredential(cfg)} {
 				if n == "" {
 					continue
@@ -213,20 +214,20 @@ func compactorCredential(c *policy.Compactor) string {
 }
 
 // compactTurn is the bound turn of a compactor route, refused outside one.
-func (b *Broker) compactTurn() (CompactTurn, context.Context, error) {
-	bd, ok := b.richBound()
+func (b *Routes) compactTurn() (CompactTurn, context.Context, error) {
+	bd, ok := b.Bound()
 	if !ok {
-		return CompactTurn{}, nil, refused("compaction outside a bound turn", ErrUnauthorized)
+		return CompactTurn{}, nil, refused("compaction outside a bound turn", envelope.ErrUnauthorized)
 	}
 	deadline := time.UnixMilli(bd.Bind.Turn.DeadlineUnixMs)
 	return CompactTurn{ID: bd.Bind.Turn.ID, Identity: bd.Bind.Identity, Deadline: deadline, Length: deadline.Sub(bd.At)}, bd.Ctx, nil
 }
 
 // serveCompact is POST /compact of a rich broker (serveRich).
-func (b *Broker) serveCompact(_ http.ResponseWriter, r *http.Request) (int, []byte, error) {
+func (b *Routes) serveCompact(_ http.ResponseWriter, r *http.Request) (int, []byte, error) {
 	c := b.compactState()
 	if c.cfg == nil {
-		return 0, nil, refused("no compactor configured", ErrNotFound)
+		return 0, nil, refused("no compactor configured", envelope.ErrNotFound)
 	}
 	t, turnCtx, err := b.compactTurn()
 	if err != nil {
@@ -240,7 +241,7 @@ func (b *Broker) serveCompact(_ http.ResponseWriter, r *http.Request) (int, []by
 }
 
 // serveCompactReport is POST /compact/report of a rich broker (serveRich).
-func (b *Broker) serveCompactReport(_ http.ResponseWriter, r *http.Request) (int, []byte, error) {
+func (b *Routes) serveCompactReport(_ http.ResponseWriter, r *http.Request) (int, []byte, error) {
 	t, _, err := b.compactTurn()
 	if err != nil {
 		return 0, nil, err

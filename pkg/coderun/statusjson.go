@@ -1,4 +1,4 @@
-package runs
+package coderun
 
 import (
 	"encoding/base64"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"unicode/utf8"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
 
 // jsonChunk is how many bytes of output or artifact data an answer copies
@@ -22,7 +24,7 @@ func (r *Run) WriteStatusJSON(w io.Writer) error {
 	r.mu.Lock()
 	if r.released {
 		r.mu.Unlock()
-		return fmt.Errorf("%w (pruned)", ErrNotFound)
+		return fmt.Errorf("%w (pruned)", runs.ErrNotFound)
 	}
 	head := cloneStatus(r.st, false)
 	n := [2]int{len(r.out[0]), len(r.out[1])}
@@ -46,7 +48,7 @@ func (r *Run) WriteStatusJSON(w io.Writer) error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.released {
-			return nil, fmt.Errorf("%w (pruned while being written)", ErrNotFound)
+			return nil, fmt.Errorf("%w (pruned while being written)", runs.ErrNotFound)
 		}
 		return buf[:copy(buf, get()[off:end])], nil
 	}
@@ -101,8 +103,8 @@ func (r *Run) WriteStatusJSON(w io.Writer) error {
 // WriteEventJSON writes ev (from Subscribe) as one JSON line, as
 // json.Encoder.Encode would; a result event carries the whole finished run
 // (WriteStatusJSON), not the Summary Subscribe handed out.
-func (r *Run) WriteEventJSON(w io.Writer, ev Event) error {
-	if ev.Type != EventResult {
+func (r *Run) WriteEventJSON(w io.Writer, ev runs.Event) error {
+	if ev.Type != runs.EventResult {
 		return json.NewEncoder(w).Encode(ev)
 	}
 	ev.Status = nil

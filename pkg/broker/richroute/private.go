@@ -1,10 +1,8 @@
-package broker
+package richroute
 
 import (
-	"encoding/json"
 	"errors"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/hosttool"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 	"github.com/roundtable-sandbox/sandbox/pkg/strictjson"
 )
@@ -41,20 +39,10 @@ func capable(r *richproto.Ready) bool {
 	return r != nil && r.Capabilities.PrivateTo && r.Capabilities.ReaderRecords
 }
 
-// toolResult splits an exec or http tool's output. Only a rich broker
-// knows private exchanges: a sealed turn has one reader and no history, so
-// its output stays as it always was.
-func (b *Broker) toolResult(out []byte) (json.RawMessage, string, error) {
-	if b.rich == nil {
-		return hosttool.Result(out), "", nil
-	}
-	return hosttool.SplitPrivate(out, b.callIdentity().PrincipalID)
-}
-
-// admitPrivate lets a private result through to a capable worker; for any
+// AdmitPrivate lets a private result through to a capable worker; for any
 // other it poisons the bound turn (no later call of it is admitted) and
 // settles it failed.
-func (b *Broker) admitPrivate() error {
+func (b *Routes) AdmitPrivate() error {
 	s := b.rich
 	s.mu.Lock()
 	bd, ok := s.bound, capable(s.ready)

@@ -1,4 +1,4 @@
-package broker
+package richroute
 
 // A rich channel's broker (DESIGN.md section 13, policy.Rich) lives as long
 // as its channel session and serves many turns. Besides the credential
@@ -37,14 +37,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/broker/hosttool"
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/envelope"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
@@ -79,7 +77,8 @@ type richState struct {
 	started  time.Time
 	pollWait time.Duration
 	// refused counts refused pull and control requests over the broker's
-	// life; past MaxRefusals they are no longer logged one by one.
+	// life; past the broker's MaxRefusals they are no longer logged one by
+	// one.
 	refused atomic.Int64
 	// controlUID is the only peer uid /control/* accepts (the host's).
 	controlUID int
@@ -126,34 +125,34 @@ func newRichState(now time.Time, controlUID int, pollWait time.Duration) *richSt
 	return &richState{started: now, controlUID: controlUID, pollWait: pollWait, wake: make(chan struct{})}
 }
 
-// RichBinding is what a credential-bearing rich route needs of the bound
+// Binding is what a credential-bearing rich route needs of the bound
 // turn: the identity and turn (thinking ceiling, deadline) the host bound,
 // and a context that ends when the host revokes it.
-type RichBinding struct {
+type Binding struct {
 	Bind policy.Bind
 	At   time.Time
 	Ctx  context.Context
 }
 
-// richBound returns the bound turn, or ok false outside one (the caller
+// Bound returns the bound turn, or ok false outside one (the caller
 // refuses the credential-bearing call: ErrUnauthorized).
-func (b *Broker) richBound() (RichBinding, bool) {
+func (b *Routes) Bound() (Binding, bool) {
 	if b.rich == nil {
-		return RichBinding{}, false
+		return Binding{}, false
 	}
 	b.rich.mu.Lock()
 	defer b.rich.mu.Unlock()
 	bd := b.rich.bound
 	if bd == nil || bd.ctx.Err() != nil || bd.poisoned {
-		return RichBinding{}, false
+		return Binding{}, false
 	}
-	return RichBinding{Bind: bd.bind, At: bd.at, Ctx: bd.ctx}, true
+	return Binding{Bind: bd.bind, At: bd.at, Ctx: bd.ctx}, true
 }
 
-// richAllow admits one call of a rich broker's credential routes: inside a
+// Allow admits one call of a rich broker's credential routes: inside a
 // bound turn any; before the first bind, metadata-only calls within the
 // startup scope; nothing else.
-func (b *Broker) richAllow(metadataOnly bool) error {
+func (b *Routes) Allow(metadataOnly bool) error {
 	s := b.rich
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -164,27 +163,18 @@ func (b *Broker) richAllow(metadataOnly bool) error {
 		return refused("turn failed: private result for an incompatible worker", ErrIncompatibleWorker)
 	}
 	if !metadataOnly || s.everBound {
-		return refused("credential-bearing call outside a bound turn", ErrUnauthorized)
+		return refused("credential-bearing call outside a bound turn", envelope.ErrUnauthorized)
 	}
 	if b.now().Sub(s.started) >= policy.StartupScopeDuration || s.startupCalls >= policy.StartupScopeCalls {
-		return refused("startup scope over", ErrUnauthorized)
+		return refused("startup scope over", envelope.ErrUnauthorized)
 	}
 	s.startupCalls++
 	return nil
 }
 
-// callIdentity is the identity host tools get: a rich broker's bound turn,
-// else the policy's.
-func (b *Broker) callIdentity() hosttool.Identity {
-	if bd, ok := b.richBound(); ok {
-		return hosttool.Identity{TurnID: bd.Bind.Turn.ID, Identity: bd.Bind.Identity}
-	}
-	return b.identity
-}
-
-// richCallContext ties a rich call to its bound turn: it ends at revoke.
-func (b *Broker) richCallContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	bd, ok := b.richBound()
+// CallContext ties a rich call to its bound turn: it ends at revoke.
+func (b *Routes) CallContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	bd, ok := b.Bound()
 	if !ok {
 		return ctx, func() {}
 	}
@@ -195,7 +185,7 @@ func (b *Broker) richCallContext(ctx context.Context) (context.Context, context.
 
 // serveRich answers the pull and control routes; false for any other
 // request (the ordinary route checks then apply).
-func (b *Broker) serveRich(w http.ResponseWriter, r *http.Request) bool {
+func (b *Routes) serveRich(w http.ResponseWriter, r *http.Request) bool {
 	var h func(http.ResponseWriter, *http.Request) (int, []byte, error)
 	switch r.RequestURI {
 	case richproto.RouteReady:
@@ -220,15 +210,15 @@ func (b *Broker) serveRich(w http.ResponseWriter, r *http.Request) bool {
 	start := time.Now()
 	code, answer, err := 0, []byte(nil), error(nil)
 	if r.Method != http.MethodPost {
-		err = refused("method not allowed", ErrMethod)
+		err = refused("method not allowed", envelope.ErrMethod)
 	} else if !b.now().Before(b.pol.Deadline()) {
-		err = refused("session over", ErrTurnOver)
+		err = refused("session over", envelope.ErrTurnOver)
 	} else {
 		code, answer, err = h(w, r)
 	}
 	if err != nil {
 		var public string
-		code, public = status(err)
+		code, public = b.host.Status(err)
 		answer, _ = json.Marshal(map[string]string{"error": public})
 	}
 	hd := w.Header()
@@ -246,11 +236,11 @@ func (b *Broker) serveRich(w http.ResponseWriter, r *http.Request) bool {
 	}
 	attrs := []any{"route", r.RequestURI, "status", code, "latency_ms", time.Since(start).Milliseconds()}
 	switch {
-	case err != nil && !errors.Is(err, ErrClientGone) && b.rich.refused.Add(1) > MaxRefusals:
+	case err != nil && !errors.Is(err, envelope.ErrClientGone) && b.rich.refused.Add(1) > int64(b.maxLogged):
 		// A worker looping refused pull requests must not flood the
 		// journal: counted, logged once when the broker stops.
-		b.unread.Add(1)
-	case err != nil && !errors.Is(err, ErrClientGone):
+		b.host.Unread()
+	case err != nil && !errors.Is(err, envelope.ErrClientGone):
 		b.log.Warn("call refused", append(attrs, "reason", err.Error())...)
 	case r.RequestURI == richproto.RouteNext && code == http.StatusNoContent, r.RequestURI == RouteControlStatus:
 		// an idle poll: no line, the worker repeats it every PollWait
@@ -270,22 +260,22 @@ func pullHeaders(r *http.Request) error {
 		r = r.Clone(r.Context())
 		r.Header = h
 	}
-	return checkHeaders(r)
+	return envelope.CheckHeaders(r)
 }
 
 // readBody reads a body of exactly its Content-Length, at most max bytes.
 func readBody(r *http.Request, max int64) ([]byte, error) {
 	if r.ContentLength > max {
-		return nil, refused("body over the limit", ErrTooLarge)
+		return nil, refused("body over the limit", envelope.ErrTooLarge)
 	}
 	body := make([]byte, r.ContentLength)
 	if _, err := io.ReadFull(r.Body, body); err != nil {
-		return nil, refused("body unreadable", ErrRefused)
+		return nil, refused("body unreadable", envelope.ErrRefused)
 	}
 	return body, nil
 }
 
-func (b *Broker) workerReady(_ http.ResponseWriter, r *http.Request) (int, []byte, error) {
+func (b *Routes) workerReady(_ http.ResponseWriter, r *http.Request) (int, []byte, error) {
 	if err := pullHeaders(r); err != nil {
 		return 0, nil, err
 	}
@@ -296,7 +286,7 @@ func (b *Broker) workerReady(_ http.ResponseWriter, r *http.Request) (int, []byt
 	var ready richproto.Ready
 	if len(body) > 0 {
 		if err := protocol.DecodeStrict(body, &ready); err != nil || !wellFormedReady(body) {
-			return 0, nil, refused("ready body malformed", ErrRefused)
+			return 0, nil, refused("ready body malformed", envelope.ErrRefused)
 		}
 	}
 	s := b.rich
@@ -323,12 +313,12 @@ func (bd *richBinding) settle(o settleOutcome) {
 	}
 }
 
-func (b *Broker) workerNext(w http.ResponseWriter, r *http.Request) (int, []byte, error) {
+func (b *Routes) workerNext(w http.ResponseWriter, r *http.Request) (int, []byte, error) {
 	if err := pullHeaders(r); err != nil {
 		return 0, nil, err
 	}
 	if r.ContentLength != 0 {
-		return 0, nil, refused("next takes no body", ErrRefused)
+		return 0, nil, refused("next takes no body", envelope.ErrRefused)
 	}
 	s := b.rich
 	s.mu.Lock()
@@ -339,11 +329,11 @@ func (b *Broker) workerNext(w http.ResponseWriter, r *http.Request) (int, []byte
 		// must announce again rather than be taken for one without
 		// capabilities.
 		s.mu.Unlock()
-		return 0, nil, refused("poll before the worker announced itself", ErrRefused)
+		return 0, nil, refused("poll before the worker announced itself", envelope.ErrRefused)
 	}
 	if s.polling {
 		s.mu.Unlock()
-		return 0, nil, refused("a long poll is already waiting", ErrBusy)
+		return 0, nil, refused("a long poll is already waiting", envelope.ErrBusy)
 	}
 	s.polling = true
 	s.mu.Unlock()
@@ -376,7 +366,7 @@ func (b *Broker) workerNext(w http.ResponseWriter, r *http.Request) (int, []byte
 			out, err := json.Marshal(turn)
 			if err != nil {
 				bd.settle(settleOutcome{err: err})
-				return 0, nil, refused("turn not encodable", ErrUnavailable)
+				return 0, nil, refused("turn not encodable", envelope.ErrUnavailable)
 			}
 			// The worker has the turn from here; a failed write loses it
 			// and the host's deadline settles it.
@@ -388,12 +378,12 @@ func (b *Broker) workerNext(w http.ResponseWriter, r *http.Request) (int, []byte
 		case <-timer.C:
 			return http.StatusNoContent, nil, nil
 		case <-r.Context().Done():
-			return 0, nil, b.interrupted(r, refused("poll ended", ErrClientGone))
+			return 0, nil, b.host.Interrupted(r, refused("poll ended", envelope.ErrClientGone))
 		}
 	}
 }
 
-func (b *Broker) workerResult(w http.ResponseWriter, r *http.Request) (int, []byte, error) {
+func (b *Routes) workerResult(w http.ResponseWriter, r *http.Request) (int, []byte, error) {
 	s := b.rich
 	// Refused before the body is read: outside the handed turn, or once
 	// its packet came; then the headers and the size.
@@ -401,7 +391,7 @@ func (b *Broker) workerResult(w http.ResponseWriter, r *http.Request) (int, []by
 	bd := s.bound
 	if bd == nil || !bd.handed || bd.packet || bd.ctx.Err() != nil {
 		s.mu.Unlock()
-		return 0, nil, refused("reply packet outside the admitted turn", ErrRefused)
+		return 0, nil, refused("reply packet outside the admitted turn", envelope.ErrRefused)
 	}
 	if err := pullHeaders(r); err != nil {
 		s.mu.Unlock()
@@ -409,7 +399,7 @@ func (b *Broker) workerResult(w http.ResponseWriter, r *http.Request) (int, []by
 	}
 	if r.ContentLength > richproto.MaxPacketBytes {
 		s.mu.Unlock()
-		return 0, nil, refused("reply packet over the limit", ErrTooLarge)
+		return 0, nil, refused("reply packet over the limit", envelope.ErrTooLarge)
 	}
 	bd.packet = true
 	s.mu.Unlock()
@@ -427,7 +417,7 @@ func (b *Broker) workerResult(w http.ResponseWriter, r *http.Request) (int, []by
 	res, err := richproto.DecodeResult(bytes.NewReader(body))
 	if err != nil || res.TurnID != bd.bind.Turn.ID {
 		bd.settle(settleOutcome{err: errBadPacket})
-		return 0, nil, refused("reply packet invalid or of another turn", ErrRefused)
+		return 0, nil, refused("reply packet invalid or of another turn", envelope.ErrRefused)
 	}
 	bd.settle(settleOutcome{body: body})
 	return http.StatusOK, []byte(`{}`), nil
@@ -435,13 +425,13 @@ func (b *Broker) workerResult(w http.ResponseWriter, r *http.Request) (int, []by
 
 // controlTurn binds one turn, hands it to the long poll and answers the
 // worker's reply packet; the bind is revoked when it returns.
-func (b *Broker) controlTurn(w http.ResponseWriter, r *http.Request) (int, []byte, error) {
+func (b *Routes) controlTurn(w http.ResponseWriter, r *http.Request) (int, []byte, error) {
 	s := b.rich
-	if uid, ok := peerUID(r.Context()); !ok || uid != s.controlUID {
-		return 0, nil, refused("control route from a peer other than the host", ErrNotFound)
+	if uid, ok := envelope.PeerUID(r.Context()); !ok || uid != s.controlUID {
+		return 0, nil, refused("control route from a peer other than the host", envelope.ErrNotFound)
 	}
 	if r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.ContentLength < 0 || len(r.TransferEncoding) > 0 {
-		return 0, nil, refused("control request malformed", ErrLengthRequired)
+		return 0, nil, refused("control request malformed", envelope.ErrLengthRequired)
 	}
 	body, err := readBody(r, MaxBindBytes)
 	if err != nil {
@@ -449,14 +439,14 @@ func (b *Broker) controlTurn(w http.ResponseWriter, r *http.Request) (int, []byt
 	}
 	var bind policy.Bind
 	if err := protocol.DecodeStrict(body, &bind); err != nil {
-		return 0, nil, refused("bind malformed", ErrRefused)
+		return 0, nil, refused("bind malformed", envelope.ErrRefused)
 	}
 	if err := bind.Validate(b.pol); err != nil {
-		return 0, nil, refused("bind invalid", ErrRefused)
+		return 0, nil, refused("bind invalid", envelope.ErrRefused)
 	}
 	deadline := time.UnixMilli(bind.Turn.DeadlineUnixMs)
 	if !b.now().Before(deadline) {
-		return 0, nil, refused("turn deadline passed", ErrTurnOver)
+		return 0, nil, refused("turn deadline passed", envelope.ErrTurnOver)
 	}
 	ctx, cancel := context.WithDeadline(r.Context(), deadline)
 	defer cancel()
@@ -464,7 +454,7 @@ func (b *Broker) controlTurn(w http.ResponseWriter, r *http.Request) (int, []byt
 	s.mu.Lock()
 	if s.bound != nil {
 		s.mu.Unlock()
-		return 0, nil, refused("a turn is already bound", ErrBusy)
+		return 0, nil, refused("a turn is already bound", envelope.ErrBusy)
 	}
 	if !historyAllowed(s.ready) {
 		// Refused at once when already known; the long poll checks again
@@ -477,10 +467,7 @@ func (b *Broker) controlTurn(w http.ResponseWriter, r *http.Request) (int, []byt
 	s.wake = make(chan struct{})
 	s.mu.Unlock()
 	// The turn's own budgets.
-	b.mu.Lock()
-	b.calls = 0
-	b.mu.Unlock()
-	b.refusals.Store(0)
+	b.host.NewTurn()
 	defer func() {
 		cancel()
 		s.mu.Lock()
@@ -500,63 +487,29 @@ func (b *Broker) controlTurn(w http.ResponseWriter, r *http.Request) (int, []byt
 			return 0, nil, refused(o.err.Error(), ErrIncompatibleWorker)
 		}
 		if o.err != nil {
-			return 0, nil, refused(o.err.Error(), ErrUnavailable)
+			return 0, nil, refused(o.err.Error(), envelope.ErrUnavailable)
 		}
 		return http.StatusOK, o.body, nil
 	case <-ctx.Done():
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return 0, nil, refused("turn deadline reached", ErrTurnOver)
+			return 0, nil, refused("turn deadline reached", envelope.ErrTurnOver)
 		}
-		return 0, nil, b.interrupted(r, refused("host went away", ErrClientGone))
+		return 0, nil, b.host.Interrupted(r, refused("host went away", envelope.ErrClientGone))
 	}
 }
 
 // controlStatus tells the host whether the worker is up (the start gate).
-func (b *Broker) controlStatus(_ http.ResponseWriter, r *http.Request) (int, []byte, error) {
+func (b *Routes) controlStatus(_ http.ResponseWriter, r *http.Request) (int, []byte, error) {
 	s := b.rich
-	if uid, ok := peerUID(r.Context()); !ok || uid != s.controlUID {
-		return 0, nil, refused("control route from a peer other than the host", ErrNotFound)
+	if uid, ok := envelope.PeerUID(r.Context()); !ok || uid != s.controlUID {
+		return 0, nil, refused("control route from a peer other than the host", envelope.ErrNotFound)
 	}
 	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
-		return 0, nil, refused("status takes no body", ErrRefused)
+		return 0, nil, refused("status takes no body", envelope.ErrRefused)
 	}
 	s.mu.Lock()
 	st := ControlStatus{Ready: s.ready != nil, Polling: s.polling, Bound: s.bound != nil}
 	s.mu.Unlock()
 	out, _ := json.Marshal(st)
 	return http.StatusOK, out, nil
-}
-
-// peerKey holds a connection's peer uid in its requests' contexts.
-type peerKey struct{}
-
-// connPeer records the peer uid of a Unix socket connection (SO_PEERCRED:
-// the kernel's word, not the client's).
-func connPeer(ctx context.Context, c net.Conn) context.Context {
-	for {
-		switch cc := c.(type) {
-		case *limitConn:
-			c = cc.Conn
-			continue
-		case *net.UnixConn:
-			raw, err := cc.SyscallConn()
-			if err != nil {
-				return ctx
-			}
-			var cred *syscall.Ucred
-			var cerr error
-			if err := raw.Control(func(fd uintptr) {
-				cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-			}); err != nil || cerr != nil || cred == nil {
-				return ctx
-			}
-			return context.WithValue(ctx, peerKey{}, int(cred.Uid))
-		}
-		return ctx
-	}
-}
-
-func peerUID(ctx context.Context) (int, bool) {
-	uid, ok := ctx.Value(peerKey{}).(int)
-	return uid, ok
 }

@@ -1,4 +1,4 @@
-package runs
+package coderun
 
 import (
 	"cmp"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
 
 // Defaults of RegistryLimits fields left at zero.
@@ -104,9 +105,9 @@ func NewRegistry(l RegistryLimits, now func() time.Time) *Registry {
 // timer running, any other in StateQueued. It returns ErrBusy when
 // MaxActive runs, or MaxActivePerOwner runs of owner, are unfinished (its
 // message is for the client), ErrInvalid when p names no mode.
-func (g *Registry) Create(p Params, owner int) (*Run, error) {
+func (g *Registry) Create(p runs.Params, owner int) (*Run, error) {
 	if p.Mode() == "" {
-		return nil, invalidf("give either command (shell) or executable with args (argv)")
+		return nil, runs.Invalidf("give either command (shell) or executable with args (argv)")
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -121,17 +122,17 @@ func (g *Registry) Create(p Params, owner int) (*Run, error) {
 		}
 	}
 	if active >= g.lim.MaxActive {
-		return nil, busyf("too many unfinished runs on this host (at most %d%s); try again when one has finished", g.lim.MaxActive, keys(g.lim.ActiveKeys))
+		return nil, runs.Busyf("too many unfinished runs on this host (at most %d%s); try again when one has finished", g.lim.MaxActive, keys(g.lim.ActiveKeys))
 	}
 	if mine >= g.lim.MaxActivePerOwner {
-		return nil, busyf("too many unfinished runs of yours (at most %d%s); try again when one has finished", g.lim.MaxActivePerOwner, keys(g.lim.ActivePerOwnerKeys))
+		return nil, runs.Busyf("too many unfinished runs of yours (at most %d%s); try again when one has finished", g.lim.MaxActivePerOwner, keys(g.lim.ActivePerOwnerKeys))
 	}
 	id := ids.NewTurnID()
 	for g.runs[id] != nil { // 128 random bits; the loop is for form
 		id = ids.NewTurnID()
 	}
 	g.created++
-	r := newRun(id, cloneParams(p), owner, g.lim, g.now, g.created)
+	r := newRun(id, p.Clone(), owner, g.lim, g.now, g.created)
 	g.runs[id] = r
 	return r, nil
 }
@@ -143,14 +144,14 @@ func (g *Registry) Get(id string) (*Run, error) {
 	g.pruneLocked()
 	r := g.runs[id]
 	if r == nil {
-		return nil, ErrNotFound
+		return nil, runs.ErrNotFound
 	}
 	return r, nil
 }
 
 // List returns every run's Status, newest first, without Stdout, Stderr and
 // artifact Data (artifact paths, sizes and errors stay).
-func (g *Registry) List() []Status {
+func (g *Registry) List() []runs.Status {
 	g.mu.Lock()
 	g.pruneLocked()
 	rs := make([]*Run, 0, len(g.runs))
@@ -159,7 +160,7 @@ func (g *Registry) List() []Status {
 	}
 	g.mu.Unlock()
 	slices.SortFunc(rs, func(a, b *Run) int { return cmp.Compare(b.order, a.order) })
-	out := make([]Status, len(rs))
+	out := make([]runs.Status, len(rs))
 	for i, r := range rs {
 		out[i] = r.summary()
 	}
@@ -222,14 +223,6 @@ func (g *Registry) pruneLocked() {
 		delete(g.runs, f.id)
 		total -= f.size
 	}
-}
-
-func cloneParams(p Params) Params {
-	p.Args = slices.Clone(p.Args)
-	p.Setup = slices.Clone(p.Setup)
-	p.Artifacts = slices.Clone(p.Artifacts)
-	p.Credentials = slices.Clone(p.Credentials)
-	return p
 }
 
 // Unfinished returns the runs not yet finished, oldest first: what the host

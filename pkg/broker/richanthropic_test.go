@@ -17,6 +17,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/anthropic"
 	"github.com/roundtable-sandbox/sandbox/pkg/anthropic/anthropictest"
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/richroute"
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 )
@@ -87,7 +88,7 @@ func startAnthropicHarness(tb testing.TB, kind string, silence time.Duration, un
 		tb.Cleanup(bcancel)
 		h.control(bctx, h.bind("medium"))
 		for i := 0; ; i++ {
-			if _, ok := h.broker.richBound(); ok {
+			if _, ok := h.broker.rich.Bound(); ok {
 				break
 			}
 			if i == 400 {
@@ -135,7 +136,7 @@ const streamReq = `{"model":"claude-test","max_tokens":100000,"stream":true,"thi
 func TestAnthropicStreamThroughBroker(t *testing.T) {
 	h := newAnthropicHarness(t, policy.CredentialAPIKey, 0, false,
 		anthropictest.Reply{Events: anthropictest.ThinkingToolStream("claude-test", "clock", `{"tz":`, `"UTC"}`)})
-	resp := h.post(RouteAnthropicMessages+"?beta=true", streamReq, "Anthropic-Beta", "interleaved-thinking-2025-05-14")
+	resp := h.post(richroute.RouteAnthropicMessages+"?beta=true", streamReq, "Anthropic-Beta", "interleaved-thinking-2025-05-14")
 	body := readAll(t, resp)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("status %d type %q body %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
@@ -186,12 +187,12 @@ func TestAnthropicStreamThroughBroker(t *testing.T) {
 
 func TestAnthropicOAuthAndCountTokens(t *testing.T) {
 	h := newAnthropicHarness(t, policy.CredentialOAuth, 0, false, anthropictest.Reply{JSON: `{"input_tokens":12}`})
-	resp := h.post(RouteAnthropicCount, `{"messages":[{"role":"user","content":"hi"}]}`)
+	resp := h.post(richroute.RouteAnthropicCount, `{"messages":[{"role":"user","content":"hi"}]}`)
 	if body := readAll(t, resp); resp.StatusCode != 200 || body != `{"input_tokens":12}` {
 		t.Fatalf("count_tokens: %d %s", resp.StatusCode, body)
 	}
 	r := h.up.Requests()[0]
-	if r.Header.Get("Authorization") != "Bearer "+realAnthropicKey || r.Header.Get("X-Api-Key") != "" || r.Header.Get("Anthropic-Beta") != oauthBeta || r.Path != "/v1/messages/count_tokens" {
+	if r.Header.Get("Authorization") != "Bearer "+realAnthropicKey || r.Header.Get("X-Api-Key") != "" || r.Header.Get("Anthropic-Beta") != richroute.OAuthBeta || r.Path != "/v1/messages/count_tokens" {
 		t.Errorf("upstream headers %v path %s", r.Header, r.Path)
 	}
 }
@@ -218,7 +219,7 @@ func TestAnthropicStreamRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newAnthropicHarness(t, policy.CredentialAPIKey, 0, false, tt.reply)
-			resp := h.post(RouteAnthropicMessages, streamReq)
+			resp := h.post(richroute.RouteAnthropicMessages, streamReq)
 			body := readAll(t, resp)
 			if resp.StatusCode != tt.code {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.code, body)
@@ -253,7 +254,7 @@ func TestAnthropicCutToolInputPasses(t *testing.T) {
 		anthropictest.BlockStop(0)}
 	evs = append(evs, anthropictest.End("max_tokens")...)
 	h := newAnthropicHarness(t, policy.CredentialAPIKey, 0, false, anthropictest.Reply{Events: evs})
-	resp := h.post(RouteAnthropicMessages+"?beta=true", streamReq, "Anthropic-Beta", "fine-grained-tool-streaming-2025-05-14")
+	resp := h.post(richroute.RouteAnthropicMessages+"?beta=true", streamReq, "Anthropic-Beta", "fine-grained-tool-streaming-2025-05-14")
 	body := readAll(t, resp)
 	if resp.StatusCode != 200 || strings.Contains(body, "event: error") {
 		t.Fatalf("status %d, body:\n%s", resp.StatusCode, body)
@@ -296,7 +297,7 @@ func TestAnthropicServerToolAndCitationsEndTheStream(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			evs := append(tt.evs, anthropictest.End("end_turn")...)
 			h := newAnthropicHarness(t, policy.CredentialAPIKey, 0, false, anthropictest.Reply{Events: evs})
-			resp := h.post(RouteAnthropicMessages, streamReq)
+			resp := h.post(richroute.RouteAnthropicMessages, streamReq)
 			body := readAll(t, resp)
 			if resp.StatusCode != 200 || !strings.Contains(body, "event: message_start\n") {
 				t.Fatalf("status %d, body:\n%s", resp.StatusCode, body)
@@ -321,7 +322,7 @@ func TestAnthropicSilence(t *testing.T) {
 	h := newAnthropicHarness(t, policy.CredentialAPIKey, 200*time.Millisecond, false,
 		anthropictest.Reply{Events: []anthropictest.Event{anthropictest.Start("claude-test")}, Hang: true})
 	began := time.Now()
-	resp := h.post(RouteAnthropicMessages, streamReq)
+	resp := h.post(richroute.RouteAnthropicMessages, streamReq)
 	body := readAll(t, resp)
 	if d := time.Since(began); d > 3*time.Second {
 		t.Fatalf("silent stream took %v", d)
@@ -345,7 +346,7 @@ func TestAnthropicBackpressure(t *testing.T) {
 	if uc, ok := c.(*net.UnixConn); ok {
 		uc.SetReadBuffer(4 << 10)
 	}
-	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: b\r\nX-Api-Key: sandbox-dummy-key\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", RouteAnthropicMessages, len(streamReq), streamReq)
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: b\r\nX-Api-Key: sandbox-dummy-key\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", richroute.RouteAnthropicMessages, len(streamReq), streamReq)
 	br := bufio.NewReaderSize(c, 4<<10)
 	if _, err := br.Peek(100); err != nil {
 		t.Fatal(err)
@@ -372,19 +373,19 @@ func TestAnthropicBackpressure(t *testing.T) {
 
 func TestAnthropicSlotsAndBudget(t *testing.T) {
 	var replies []anthropictest.Reply
-	for range AnthropicSlots {
+	for range richroute.AnthropicSlots {
 		replies = append(replies, anthropictest.Reply{Events: []anthropictest.Event{anthropictest.Start("claude-test")}, Hang: true})
 	}
 	h := newAnthropicHarness(t, policy.CredentialAPIKey, 3*time.Second, false, replies...)
 	var open []*http.Response
-	for range AnthropicSlots {
-		resp := h.post(RouteAnthropicMessages, streamReq)
+	for range richroute.AnthropicSlots {
+		resp := h.post(richroute.RouteAnthropicMessages, streamReq)
 		if resp.StatusCode != 200 {
 			t.Fatalf("call in a free slot: %d", resp.StatusCode)
 		}
 		open = append(open, resp)
 	}
-	resp := h.post(RouteAnthropicMessages, streamReq)
+	resp := h.post(richroute.RouteAnthropicMessages, streamReq)
 	if body := readAll(t, resp); resp.StatusCode != 429 || !strings.Contains(body, "rate_limit_error") {
 		t.Fatalf("fifth call: %d %s, want 429", resp.StatusCode, body)
 	}
@@ -397,7 +398,7 @@ func TestAnthropicSlotsAndBudget(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	codes := []int{}
 	for range 5 {
-		resp := h.post(RouteAnthropicCount, `{"messages":[{"role":"user","content":"hi"}]}`)
+		resp := h.post(richroute.RouteAnthropicCount, `{"messages":[{"role":"user","content":"hi"}]}`)
 		readAll(t, resp)
 		codes = append(codes, resp.StatusCode)
 	}
@@ -408,7 +409,7 @@ func TestAnthropicSlotsAndBudget(t *testing.T) {
 
 func TestAnthropicRefusedOutsideABoundTurn(t *testing.T) {
 	h := newAnthropicHarness(t, policy.CredentialAPIKey, 0, true, anthropictest.Reply{JSON: `{"input_tokens":1}`})
-	resp := h.post(RouteAnthropicCount, `{"messages":[{"role":"user","content":"hi"}]}`)
+	resp := h.post(richroute.RouteAnthropicCount, `{"messages":[{"role":"user","content":"hi"}]}`)
 	if body := readAll(t, resp); resp.StatusCode != 401 {
 		t.Fatalf("unbound call: %d %s, want 401", resp.StatusCode, body)
 	}
@@ -446,7 +447,7 @@ func TestAnthropicHostile(t *testing.T) {
 	var cs []tc
 	add := func(name string, want int, raw string) { cs = append(cs, tc{name, "POST", raw, want}) }
 	for _, m := range []string{"GET", "PUT", "DELETE", "PATCH", "HEAD"} {
-		cs = append(cs, tc{"method " + m, m, strings.Replace(post(RouteAnthropicMessages, good, nil), "POST", m, 1), 405})
+		cs = append(cs, tc{"method " + m, m, strings.Replace(post(richroute.RouteAnthropicMessages, good, nil), "POST", m, 1), 405})
 	}
 	for _, target := range []string{
 		"/anthropic/v1/messages/", "/anthropic/v1/messages/batches", "/anthropic/v1/models", "/anthropic/v1/files",
@@ -458,7 +459,7 @@ func TestAnthropicHostile(t *testing.T) {
 		add("route "+target, 404, post(target, good, nil))
 	}
 	for _, q := range []string{"?beta=false", "?beta=true&x=1", "?x=1", "?", "?beta=TRUE", "?beta", "?beta=true#f", "?%62eta=true", "?beta=true&beta=true"} {
-		add("query "+q, 404, post(RouteAnthropicMessages+q, good, nil))
+		add("query "+q, 404, post(richroute.RouteAnthropicMessages+q, good, nil))
 	}
 	for name, hdr := range map[string][]string{
 		"cookie":              {"Cookie: a=b"},
@@ -482,17 +483,17 @@ func TestAnthropicHostile(t *testing.T) {
 		"version other":       {"Anthropic-Version: 2024-01-01"},
 		"two credentials":     {"Authorization: Bearer sandbox-dummy-key"},
 	} {
-		add("header "+name, map[string]int{"two credentials": 401}[name]|400, post(RouteAnthropicMessages, good, hdr))
+		add("header "+name, map[string]int{"two credentials": 401}[name]|400, post(richroute.RouteAnthropicMessages, good, hdr))
 	}
-	add("real-looking key", 401, post(RouteAnthropicMessages, good, []string{"X-Api-Key: " + realAnthropicKey}, "X-Api-Key"))
-	add("no key", 401, post(RouteAnthropicMessages, good, nil, "X-Api-Key"))
-	add("bearer other", 401, post(RouteAnthropicMessages, good, []string{"Authorization: Bearer x"}, "X-Api-Key"))
-	add("no content type", 415, post(RouteAnthropicMessages, good, nil, "Content-Type"))
-	add("text/plain", 415, post(RouteAnthropicMessages, good, []string{"Content-Type: text/plain"}, "Content-Type"))
-	add("charset latin1", 415, post(RouteAnthropicMessages, good, []string{"Content-Type: application/json; charset=latin1"}, "Content-Type"))
-	add("chunked", 411, post(RouteAnthropicMessages, "", []string{"Transfer-Encoding: chunked"}, "Content-Length")+fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(good), good))
-	add("over 96 MiB declared", 413, post(RouteAnthropicMessages, "", []string{fmt.Sprintf("Content-Length: %d", anthropic.MaxRequestBytes+1)}, "Content-Length"))
-	add("HTTP/1.0", 400, strings.Replace(post(RouteAnthropicMessages, good, nil), "HTTP/1.1", "HTTP/1.0", 1))
+	add("real-looking key", 401, post(richroute.RouteAnthropicMessages, good, []string{"X-Api-Key: " + realAnthropicKey}, "X-Api-Key"))
+	add("no key", 401, post(richroute.RouteAnthropicMessages, good, nil, "X-Api-Key"))
+	add("bearer other", 401, post(richroute.RouteAnthropicMessages, good, []string{"Authorization: Bearer x"}, "X-Api-Key"))
+	add("no content type", 415, post(richroute.RouteAnthropicMessages, good, nil, "Content-Type"))
+	add("text/plain", 415, post(richroute.RouteAnthropicMessages, good, []string{"Content-Type: text/plain"}, "Content-Type"))
+	add("charset latin1", 415, post(richroute.RouteAnthropicMessages, good, []string{"Content-Type: application/json; charset=latin1"}, "Content-Type"))
+	add("chunked", 411, post(richroute.RouteAnthropicMessages, "", []string{"Transfer-Encoding: chunked"}, "Content-Length")+fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(good), good))
+	add("over 96 MiB declared", 413, post(richroute.RouteAnthropicMessages, "", []string{fmt.Sprintf("Content-Length: %d", anthropic.MaxRequestBytes+1)}, "Content-Length"))
+	add("HTTP/1.0", 400, strings.Replace(post(richroute.RouteAnthropicMessages, good, nil), "HTTP/1.1", "HTTP/1.0", 1))
 	for name, body := range map[string]string{
 		"wrong model":         `{"model":"claude-opus-other","messages":[{"role":"user","content":"hi"}]}`,
 		"web_search tool":     `{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"web_search_20250305","name":"web_search"}]}`,
@@ -519,11 +520,11 @@ func TestAnthropicHostile(t *testing.T) {
 		"cache_control bad":   `{"messages":[{"role":"user","content":[{"type":"text","text":"x","cache_control":{"type":"forever"}}]}]}`,
 		"server_tool_use":     `{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"server_tool_use","id":"s","name":"web_search","input":{}}]}]}`,
 	} {
-		add("body "+name, 400, post(RouteAnthropicMessages, body, nil))
-		add("count body "+name, 400, post(RouteAnthropicCount, body, nil))
+		add("body "+name, 400, post(richroute.RouteAnthropicMessages, body, nil))
+		add("count body "+name, 400, post(richroute.RouteAnthropicCount, body, nil))
 	}
-	add("count with max_tokens", 400, post(RouteAnthropicCount, `{"max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, nil))
-	add("count with stream", 400, post(RouteAnthropicCount, `{"stream":true,"messages":[{"role":"user","content":"hi"}]}`, nil))
+	add("count with max_tokens", 400, post(richroute.RouteAnthropicCount, `{"max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, nil))
+	add("count with stream", 400, post(richroute.RouteAnthropicCount, `{"stream":true,"messages":[{"role":"user","content":"hi"}]}`, nil))
 	if len(cs) < 100 {
 		t.Fatalf("only %d hostile cases", len(cs))
 	}
@@ -557,7 +558,7 @@ func TestAnthropicRequestBodySilence(t *testing.T) {
 	defer c.Close()
 	// Declares the whole body, sends half, then goes quiet.
 	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: b\r\nX-Api-Key: sandbox-dummy-key\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-		RouteAnthropicMessages, len(streamReq), streamReq[:len(streamReq)/2])
+		richroute.RouteAnthropicMessages, len(streamReq), streamReq[:len(streamReq)/2])
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	began := time.Now()
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -579,7 +580,7 @@ func TestAnthropicRevocationEndsTheStream(t *testing.T) {
 	defer revoke()
 	h.control(ctx, h.bind("high"))
 	h.waitBound(t)
-	resp := h.post(RouteAnthropicMessages, streamReq)
+	resp := h.post(richroute.RouteAnthropicMessages, streamReq)
 	done := make(chan string, 1)
 	go func() { done <- readAll(t, resp) }()
 	time.Sleep(100 * time.Millisecond)
@@ -609,7 +610,7 @@ func TestAnthropicJSONAnswers(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newAnthropicHarness(t, policy.CredentialAPIKey, 0, false, anthropictest.Reply{JSON: tt.json})
-			resp := h.post(RouteAnthropicMessages, `{"messages":[{"role":"user","content":"hi"}]}`)
+			resp := h.post(richroute.RouteAnthropicMessages, `{"messages":[{"role":"user","content":"hi"}]}`)
 			body := readAll(t, resp)
 			if resp.StatusCode != tt.code {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.code, body)
@@ -636,7 +637,7 @@ func TestAnthropicStreamOutlivesSilenceLimit(t *testing.T) {
 	h := newAnthropicHarness(t, policy.CredentialAPIKey, time.Second, false,
 		anthropictest.Reply{Events: evs, Delay: 50 * time.Millisecond})
 	began := time.Now()
-	resp := h.post(RouteAnthropicMessages, streamReq)
+	resp := h.post(richroute.RouteAnthropicMessages, streamReq)
 	body := readAll(t, resp)
 	if d := time.Since(began); d < 2*time.Second {
 		t.Fatalf("stream took %v, want over 2 s, twice the limit (the test is wrong)", d)

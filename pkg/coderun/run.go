@@ -1,4 +1,4 @@
-package runs
+package coderun
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
 
 // Generic Status.Error texts this package sets.
@@ -32,8 +34,8 @@ type Finish struct {
 	FailedSetup int    // 1-based index of the setup command that failed
 	// Duration of the run's commands; 0: from StartedAt to now (0 if never started).
 	Duration  time.Duration
-	Artifacts []Artifact // as CheckArtifacts returned them
-	Error     string     // generic reason; empty for cancelled becomes "cancelled"
+	Artifacts []runs.Artifact // as CheckArtifacts returned them
+	Error     string          // generic reason; empty for cancelled becomes "cancelled"
 	// Cut says which streams the supervisor cut at the output bound and
 	// how many bytes it dropped of each (its result).
 	Cut Cut
@@ -58,7 +60,7 @@ type Cut struct {
 // concurrent use.
 type Run struct {
 	id     string
-	params Params
+	params runs.Params
 	owner  int
 	lim    RegistryLimits
 	now    func() time.Time
@@ -70,7 +72,7 @@ type Run struct {
 	mu sync.Mutex
 	// st is the run's record; its artifacts keep their Data (Finish).
 	// Stdout and Stderr live in out, raw, and are made text when shown.
-	st        Status
+	st        runs.Status
 	out       [2][]byte // stdout, stderr, bounded by MaxOutputBytes each (their capacity too)
 	size      int64     // once finished: the bytes it holds (RegistryLimits.MaxRetainedBytes)
 	released  bool      // pruned: its output, events and artifact data are gone
@@ -78,11 +80,11 @@ type Run struct {
 	timer     *time.Timer
 	changed   chan struct{} // closed and replaced at every event: wakes waiters
 	seq       int64
-	hist      []Event // ordered by Seq; holes where output events were dropped
+	hist      []runs.Event // ordered by Seq; holes where output events were dropped
 	histBytes int
 }
 
-func newRun(id string, p Params, owner int, lim RegistryLimits, now func() time.Time, order uint64) *Run {
+func newRun(id string, p runs.Params, owner int, lim RegistryLimits, now func() time.Time, order uint64) *Run {
 	r := &Run{
 		id: id, params: p, owner: owner, lim: lim, now: now, order: order,
 		done:      make(chan struct{}),
@@ -90,7 +92,7 @@ func newRun(id string, p Params, owner int, lim RegistryLimits, now func() time.
 		changed:   make(chan struct{}),
 	}
 	created := now()
-	r.st = Status{
+	r.st = runs.Status{
 		ID:          id,
 		Mode:        p.Mode(),
 		Project:     p.Project,
@@ -105,9 +107,9 @@ func newRun(id string, p Params, owner int, lim RegistryLimits, now func() time.
 		deadline := created.Add(lim.ApprovalTimeout)
 		r.st.ApprovalDeadline = &deadline
 		r.timer = time.AfterFunc(lim.ApprovalTimeout, r.expireApproval)
-		r.setStateLocked(StateAwaitingApproval)
+		r.setStateLocked(runs.StateAwaitingApproval)
 	} else {
-		r.setStateLocked(StateQueued)
+		r.setStateLocked(runs.StateQueued)
 	}
 	return r
 }
@@ -119,7 +121,7 @@ func (r *Run) ID() string { return r.id }
 func (r *Run) Owner() int { return r.owner }
 
 // Params returns a copy of the run's (validated) parameters.
-func (r *Run) Params() Params { return cloneParams(r.params) }
+func (r *Run) Params() runs.Params { return r.params.Clone() }
 
 // Done is closed when the run is finished.
 func (r *Run) Done() <-chan struct{} { return r.done }
@@ -132,7 +134,7 @@ func (r *Run) CancelRequested() <-chan struct{} { return r.cancelReq }
 // Status returns a deep copy of the run as the API shows it. It copies
 // every byte the run holds: to answer a client, WriteStatusJSON streams the
 // same document without the copy.
-func (r *Run) Status() Status {
+func (r *Run) Status() runs.Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := cloneStatus(r.st, true)
@@ -143,13 +145,13 @@ func (r *Run) Status() Status {
 
 // Summary is Status without Stdout, Stderr and artifact Data (artifact
 // paths, sizes and errors stay): what List shows, cheap at any size.
-func (r *Run) Summary() Status {
+func (r *Run) Summary() runs.Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return cloneStatus(r.st, false) // r.st never holds Stdout or Stderr
 }
 
-func (r *Run) summary() Status { return r.Summary() }
+func (r *Run) summary() runs.Status { return r.Summary() }
 
 // release forgets what a pruned run holds, so that nothing still holding
 // the *Run (an answer being written to a client that stopped reading)
@@ -169,7 +171,7 @@ func (r *Run) release() {
 }
 
 // cloneStatus deep-copies s; withData false leaves artifact Data out.
-func cloneStatus(s Status, withData bool) Status {
+func cloneStatus(s runs.Status, withData bool) runs.Status {
 	s.StartedAt = clonePtr(s.StartedAt)
 	s.FinishedAt = clonePtr(s.FinishedAt)
 	s.ApprovalDeadline = clonePtr(s.ApprovalDeadline)
@@ -200,7 +202,7 @@ func clonePtr[T any](p *T) *T {
 func (r *Run) finished() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.st.State == StateFinished
+	return r.st.State == runs.StateFinished
 }
 
 // finishedAt reports when the run finished and the bytes it holds.
@@ -219,17 +221,17 @@ func (r *Run) finishedAt() (at time.Time, size int64, ok bool) {
 func (r *Run) Approve(uid int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.st.State != StateAwaitingApproval {
+	if r.st.State != runs.StateAwaitingApproval {
 		return r.stateErrLocked("approve")
 	}
 	if d := r.st.ApprovalDeadline; d != nil && !r.now().Before(*d) {
-		r.finishLocked(Finish{Result: ResultDenied, Error: ErrorApprovalTimeout})
-		return fmt.Errorf("cannot approve: %s: %w", ErrorApprovalTimeout, ErrState)
+		r.finishLocked(Finish{Result: runs.ResultDenied, Error: ErrorApprovalTimeout})
+		return fmt.Errorf("cannot approve: %s: %w", ErrorApprovalTimeout, runs.ErrState)
 	}
 	r.stopTimerLocked()
 	r.st.ApprovedBy = &uid
 	r.st.ApprovalDeadline = nil
-	r.setStateLocked(StateQueued)
+	r.setStateLocked(runs.StateQueued)
 	return nil
 }
 
@@ -238,10 +240,10 @@ func (r *Run) Approve(uid int) error {
 func (r *Run) Deny(uid int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.st.State != StateAwaitingApproval {
+	if r.st.State != runs.StateAwaitingApproval {
 		return r.stateErrLocked("deny")
 	}
-	r.finishLocked(Finish{Result: ResultDenied, Error: ErrorDenied})
+	r.finishLocked(Finish{Result: runs.ResultDenied, Error: ErrorDenied})
 	return nil
 }
 
@@ -254,14 +256,14 @@ func (r *Run) Cancel() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch r.st.State {
-	case StateFinished:
+	case runs.StateFinished:
 		return r.stateErrLocked("cancel")
-	case StateRunning:
+	case runs.StateRunning:
 		r.requestCancelLocked()
 		return nil
 	}
 	r.requestCancelLocked()
-	r.finishLocked(Finish{Result: ResultCancelled, Error: ErrorCancelled})
+	r.finishLocked(Finish{Result: runs.ResultCancelled, Error: ErrorCancelled})
 	return nil
 }
 
@@ -283,18 +285,18 @@ func (r *Run) WaitApproval(ctx context.Context) error {
 		state, result, msg, ch := r.st.State, r.st.Result, r.st.Error, r.changed
 		r.mu.Unlock()
 		switch state {
-		case StateQueued, StateRunning:
+		case runs.StateQueued, runs.StateRunning:
 			return nil
-		case StateFinished:
+		case runs.StateFinished:
 			switch {
-			case result == ResultDenied && msg == ErrorApprovalTimeout:
-				return fmt.Errorf("%s: %w", ErrorApprovalTimeout, ErrDenied)
-			case result == ResultDenied:
-				return ErrDenied
-			case result == ResultCancelled:
-				return ErrCancelled
+			case result == runs.ResultDenied && msg == ErrorApprovalTimeout:
+				return fmt.Errorf("%s: %w", ErrorApprovalTimeout, runs.ErrDenied)
+			case result == runs.ResultDenied:
+				return runs.ErrDenied
+			case result == runs.ResultCancelled:
+				return runs.ErrCancelled
 			}
-			return fmt.Errorf("run finished (%s) while awaiting approval: %w", result, ErrState)
+			return fmt.Errorf("run finished (%s) while awaiting approval: %w", result, runs.ErrState)
 		}
 		select {
 		case <-ch:
@@ -307,8 +309,8 @@ func (r *Run) WaitApproval(ctx context.Context) error {
 func (r *Run) expireApproval() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.st.State == StateAwaitingApproval {
-		r.finishLocked(Finish{Result: ResultDenied, Error: ErrorApprovalTimeout})
+	if r.st.State == runs.StateAwaitingApproval {
+		r.finishLocked(Finish{Result: runs.ResultDenied, Error: ErrorApprovalTimeout})
 	}
 }
 
@@ -319,15 +321,15 @@ func (r *Run) expireApproval() {
 func (r *Run) Start() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.st.State != StateQueued {
-		if r.st.Result == ResultCancelled {
-			return fmt.Errorf("cannot start: %w (%w)", ErrCancelled, ErrState)
+	if r.st.State != runs.StateQueued {
+		if r.st.Result == runs.ResultCancelled {
+			return fmt.Errorf("cannot start: %w (%w)", runs.ErrCancelled, runs.ErrState)
 		}
 		return r.stateErrLocked("start")
 	}
 	t := r.now()
 	r.st.StartedAt = &t
-	r.setStateLocked(StateRunning)
+	r.setStateLocked(runs.StateRunning)
 	return nil
 }
 
@@ -346,9 +348,9 @@ func (r *Run) ServedByStandby() {
 func (r *Run) Output(stream, phase string, data []byte) {
 	var i int
 	switch stream {
-	case StreamStdout:
+	case runs.StreamStdout:
 		i = 0
-	case StreamStderr:
+	case runs.StreamStderr:
 		i = 1
 	default:
 		return
@@ -358,7 +360,7 @@ func (r *Run) Output(stream, phase string, data []byte) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.st.State != StateRunning {
+	if r.st.State != runs.StateRunning {
 		return
 	}
 	if room := r.lim.MaxOutputBytes - len(r.out[i]); room < len(data) {
@@ -371,7 +373,7 @@ func (r *Run) Output(stream, phase string, data []byte) {
 	} else {
 		r.out[i] = appendCapped(r.out[i], data, r.lim.MaxOutputBytes)
 	}
-	r.appendLocked(Event{Type: EventOutput, Stream: stream, Phase: phase, Data: bytes.Clone(data)})
+	r.appendLocked(runs.Event{Type: runs.EventOutput, Stream: stream, Phase: phase, Data: bytes.Clone(data)})
 }
 
 // appendCapped appends data (len(b)+len(data) <= limit) doubling the
@@ -399,19 +401,19 @@ func (r *Run) Finish(f Finish) {
 }
 
 func (r *Run) finishLocked(f Finish) {
-	if r.st.State == StateFinished {
+	if r.st.State == runs.StateFinished {
 		return
 	}
 	r.stopTimerLocked()
 	switch f.Result {
-	case ResultOK, ResultFailed, ResultTimeout, ResultCancelled, ResultDenied, ResultError:
+	case runs.ResultOK, runs.ResultFailed, runs.ResultTimeout, runs.ResultCancelled, runs.ResultDenied, runs.ResultError:
 	default:
-		f.Result = ResultError
+		f.Result = runs.ResultError
 		if f.Error == "" {
 			f.Error = ErrorInternal
 		}
 	}
-	if f.Result == ResultCancelled && f.Error == "" {
+	if f.Result == runs.ResultCancelled && f.Error == "" {
 		f.Error = ErrorCancelled
 	}
 	t := r.now()
@@ -431,11 +433,11 @@ func (r *Run) finishLocked(f Finish) {
 	r.st.StdoutDroppedBytes, r.st.StderrDroppedBytes = max(f.Cut.StdoutDropped, 0), max(f.Cut.StderrDropped, 0)
 	r.st.FinishedAt = &t
 	r.st.ApprovalDeadline = nil
-	r.setStateLocked(StateFinished)
+	r.setStateLocked(runs.StateFinished)
 	// Nothing changes a finished run: the result event shares no byte of
 	// it, and every reader copies or streams from r.
 	sum := cloneStatus(r.st, false)
-	r.appendLocked(Event{Type: EventResult, Status: &sum})
+	r.appendLocked(runs.Event{Type: runs.EventResult, Status: &sum})
 	r.size = int64(r.histBytes + cap(r.out[0]) + cap(r.out[1]))
 	for _, a := range r.st.Artifacts {
 		r.size += int64(cap(a.Data))
@@ -452,21 +454,21 @@ func (r *Run) stopTimerLocked() {
 
 func (r *Run) stateErrLocked(op string) error {
 	s := r.st.State
-	if s == StateFinished {
+	if s == runs.StateFinished {
 		s += " (" + r.st.Result + ")"
 	}
-	return fmt.Errorf("cannot %s a run that is %s: %w", op, s, ErrState)
+	return fmt.Errorf("cannot %s a run that is %s: %w", op, s, runs.ErrState)
 }
 
 func (r *Run) setStateLocked(s string) {
 	r.st.State = s
-	r.appendLocked(Event{Type: EventState, State: s})
+	r.appendLocked(runs.Event{Type: runs.EventState, State: s})
 }
 
 // appendLocked numbers ev, appends it to the history, drops the oldest
 // output events while the history is over MaxHistoryBytes, and wakes every
 // waiter.
-func (r *Run) appendLocked(ev Event) {
+func (r *Run) appendLocked(ev runs.Event) {
 	r.seq++
 	ev.Seq = r.seq
 	r.hist = append(r.hist, ev)
@@ -474,13 +476,13 @@ func (r *Run) appendLocked(ev Event) {
 	for r.histBytes > r.lim.MaxHistoryBytes {
 		// State events precede output events except for the last few, so
 		// the first output event is near the front: k is small.
-		k := slices.IndexFunc(r.hist, func(e Event) bool { return e.Type == EventOutput })
+		k := slices.IndexFunc(r.hist, func(e runs.Event) bool { return e.Type == runs.EventOutput })
 		if k < 0 {
 			break
 		}
 		r.histBytes -= eventCost + len(r.hist[k].Data)
 		copy(r.hist[1:k+1], r.hist[:k])
-		r.hist[0] = Event{} // release the dropped Data
+		r.hist[0] = runs.Event{} // release the dropped Data
 		r.hist = r.hist[1:]
 	}
 	close(r.changed)
@@ -498,7 +500,7 @@ func (r *Run) appendLocked(ev Event) {
 // Output events dropped from the history before a subscriber read them are
 // skipped, and the next event it receives says how many in Dropped. State
 // and result events are never dropped.
-func (r *Run) Subscribe(ctx context.Context, fn func(Event) error) error {
+func (r *Run) Subscribe(ctx context.Context, fn func(runs.Event) error) error {
 	var last int64
 	for {
 		if err := ctx.Err(); err != nil {
@@ -507,7 +509,7 @@ func (r *Run) Subscribe(ctx context.Context, fn func(Event) error) error {
 		r.mu.Lock()
 		if r.released {
 			r.mu.Unlock()
-			return fmt.Errorf("%w (pruned while being read)", ErrNotFound)
+			return fmt.Errorf("%w (pruned while being read)", runs.ErrNotFound)
 		}
 		i := sort.Search(len(r.hist), func(i int) bool { return r.hist[i].Seq > last })
 		if i == len(r.hist) {
@@ -527,7 +529,7 @@ func (r *Run) Subscribe(ctx context.Context, fn func(Event) error) error {
 		if err := fn(ev); err != nil {
 			return err
 		}
-		if ev.Type == EventResult {
+		if ev.Type == runs.EventResult {
 			return nil
 		}
 	}

@@ -1,4 +1,4 @@
-package broker
+package richroute
 
 // The rich channel's model route (DESIGN.md section 13): POST
 // /anthropic/v1/messages and /anthropic/v1/messages/count_tokens, each
@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/anthropic"
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/envelope"
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
@@ -59,8 +60,8 @@ var AnthropicBetas = map[string]bool{
 	"fine-grained-tool-streaming-2025-05-14": true,
 }
 
-// oauthBeta is the beta the provider requires with an OAuth bearer.
-const oauthBeta = "oauth-2025-04-20"
+// OAuthBeta is the beta the provider requires with an OAuth bearer.
+const OAuthBeta = "oauth-2025-04-20"
 
 // anthropicHeaders may appear at most once each on the model route.
 var anthropicHeaders = map[string]bool{
@@ -98,7 +99,7 @@ func newAnthropicState(silence time.Duration) *anthropicState {
 	// deadline, not by a total time.
 	return &anthropicState{silence: silence, client: &http.Client{
 		Transport:     t,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return errRedirect },
+		CheckRedirect: func(*http.Request, []*http.Request) error { return envelope.ErrRedirect },
 	}}
 }
 
@@ -106,11 +107,11 @@ func newAnthropicState(silence time.Duration) *anthropicState {
 type upstreamStatus struct{ code int }
 
 func (u *upstreamStatus) Error() string { return "broker: upstream answered an error status" }
-func (u *upstreamStatus) Unwrap() error { return ErrUpstream }
+func (u *upstreamStatus) Unwrap() error { return envelope.ErrUpstream }
 
 // anthropicAnswer maps an error to the status, error type and message the
 // worker sees.
-func anthropicAnswer(err error) (int, string, string) {
+func (b *Routes) anthropicAnswer(err error) (int, string, string) {
 	var us *upstreamStatus
 	switch {
 	case errors.As(err, &us):
@@ -136,7 +137,7 @@ func anthropicAnswer(err error) (int, string, string) {
 	case errors.Is(err, anthropic.ErrReflected), errors.Is(err, anthropic.ErrStream), errors.Is(err, anthropic.ErrUpstreamError):
 		return 502, "api_error", "upstream failed"
 	}
-	code, public := status(err)
+	code, public := b.host.Status(err)
 	typ := map[int]string{400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
 		405: "invalid_request_error", 411: "invalid_request_error", 413: "request_too_large", 415: "invalid_request_error",
 		429: "rate_limit_error", 504: "timeout_error"}[code]
@@ -160,7 +161,7 @@ type anthropicCall struct {
 }
 
 // serveAnthropic answers /anthropic/...; false for any other request.
-func (b *Broker) serveAnthropic(w http.ResponseWriter, r *http.Request) bool {
+func (b *Routes) serveAnthropic(w http.ResponseWriter, r *http.Request) bool {
 	if !strings.HasPrefix(r.RequestURI, "/anthropic/") && r.RequestURI != "/anthropic" {
 		return false
 	}
@@ -170,10 +171,10 @@ func (b *Broker) serveAnthropic(w http.ResponseWriter, r *http.Request) bool {
 	code := http.StatusOK
 	if err != nil && !c.streamedStarted {
 		var typ, msg string
-		code, typ, msg = anthropicAnswer(err)
+		code, typ, msg = b.anthropicAnswer(err)
 		var us *upstreamStatus
-		if code >= 400 && code < 500 && !errors.Is(err, ErrRefusalLimit) && !errors.Is(err, ErrClientGone) && !errors.As(err, &us) {
-			b.refusal() // the guest's refusals, not the upstream's
+		if code >= 400 && code < 500 && !errors.Is(err, envelope.ErrRefusalLimit) && !errors.Is(err, envelope.ErrClientGone) && !errors.As(err, &us) {
+			b.host.Refusal() // the guest's refusals, not the upstream's
 		}
 		body, _ := anthropic.Encode(anthropic.ErrorBody{Type: "error", Error: anthropic.APIError{Type: typ, Message: msg}})
 		h := w.Header()
@@ -185,7 +186,7 @@ func (b *Broker) serveAnthropic(w http.ResponseWriter, r *http.Request) bool {
 		n, _ := w.Write(body)
 		c.bytesOut = int64(n)
 	} else if err != nil {
-		code, _, _ = anthropicAnswer(err)
+		code, _, _ = b.anthropicAnswer(err)
 	}
 	attrs := []any{"route", c.route, "status", code, "latency_ms", time.Since(start).Milliseconds(),
 		"stream", c.stream, "bytes_in", c.bytesIn, "bytes_out", c.bytesOut, "upstream_bytes", c.upstreamBytes, "events", c.events}
@@ -196,8 +197,8 @@ func (b *Broker) serveAnthropic(w http.ResponseWriter, r *http.Request) bool {
 		attrs = append(attrs, "upstream_request_id", c.requestID)
 	}
 	switch {
-	case errors.Is(err, ErrRefusalLimit):
-		b.unread.Add(1)
+	case errors.Is(err, envelope.ErrRefusalLimit):
+		b.host.Unread()
 	case err != nil:
 		b.log.Warn("model call failed", append(attrs, "reason", err.Error())...)
 	default:
@@ -208,15 +209,15 @@ func (b *Broker) serveAnthropic(w http.ResponseWriter, r *http.Request) bool {
 
 // anthropicCall runs one model call; an error before the answer started
 // is answered by serveAnthropic, one after it ended the stream already.
-func (b *Broker) anthropicCall(w http.ResponseWriter, r *http.Request, c *anthropicCall) error {
-	if b.refusals.Load() >= MaxRefusals {
-		return refused("refusal budget spent", ErrRefusalLimit)
+func (b *Routes) anthropicCall(w http.ResponseWriter, r *http.Request, c *anthropicCall) error {
+	if b.host.RefusalsSpent() {
+		return refused("refusal budget spent", envelope.ErrRefusalLimit)
 	}
 	if !b.now().Before(b.pol.Deadline()) {
-		return refused("session over", ErrTurnOver)
+		return refused("session over", envelope.ErrTurnOver)
 	}
 	if r.Method != http.MethodPost {
-		return refused("method not allowed", ErrMethod)
+		return refused("method not allowed", envelope.ErrMethod)
 	}
 	count := false
 	switch r.RequestURI {
@@ -225,40 +226,40 @@ func (b *Broker) anthropicCall(w http.ResponseWriter, r *http.Request, c *anthro
 	case RouteAnthropicCount, RouteAnthropicCount + anthropicBetaQuery:
 		c.route, count = RouteAnthropicCount, true
 	default:
-		return refused("unknown route", ErrNotFound)
+		return refused("unknown route", envelope.ErrNotFound)
 	}
 	beta := strings.HasSuffix(r.RequestURI, anthropicBetaQuery)
 	if r.URL == nil || r.URL.RawPath != "" || r.URL.Path != c.route || (beta && r.URL.RawQuery != "beta=true") || (!beta && (r.URL.RawQuery != "" || r.URL.ForceQuery)) {
-		return refused("request target does not match its parsed form", ErrRefused)
+		return refused("request target does not match its parsed form", envelope.ErrRefused)
 	}
 	betas, err := checkAnthropicHeaders(r)
 	if err != nil {
 		return err
 	}
-	if err := b.richAllow(false); err != nil {
+	if err := b.Allow(false); err != nil {
 		return err
 	}
-	bd, ok := b.richBound()
+	bd, ok := b.Bound()
 	if !ok {
-		return refused("model call outside a bound turn", ErrUnauthorized)
+		return refused("model call outside a bound turn", envelope.ErrUnauthorized)
 	}
 	if r.ContentLength > anthropic.MaxRequestBytes {
-		return refused("body over the limit", ErrTooLarge)
+		return refused("body over the limit", envelope.ErrTooLarge)
 	}
-	if b.callsLeftRich() <= 0 {
-		return refused("call limit reached", ErrCallLimit)
+	if b.host.CallsLeft(b.pol.Rich.MaxCalls) <= 0 {
+		return refused("call limit reached", envelope.ErrCallLimit)
 	}
 	st := b.anth
 	if st.slots.Add(1) > AnthropicSlots {
 		st.slots.Add(-1)
-		return refused("four model calls in flight", ErrBusy)
+		return refused("four model calls in flight", envelope.ErrBusy)
 	}
 	defer st.slots.Add(-1)
 
 	rc := http.NewResponseController(w)
 	body := make([]byte, r.ContentLength)
 	if _, err := io.ReadFull(&silentReader{r: r.Body, rc: rc, silence: st.silence}, body); err != nil {
-		return refused("body unreadable or silent", ErrRefused)
+		return refused("body unreadable or silent", envelope.ErrRefused)
 	}
 	// The body is read: no read deadline from here (net/http's background
 	// read would cancel the call at it); silence is now the upstream's and
@@ -279,30 +280,26 @@ func (b *Broker) anthropicCall(w http.ResponseWriter, r *http.Request, c *anthro
 		return err
 	}
 	body = nil
-	b.mu.Lock()
-	if b.calls >= rich.MaxCalls {
-		b.mu.Unlock()
-		return refused("call limit reached", ErrCallLimit)
+	if !b.host.TakeCall(rich.MaxCalls) {
+		return refused("call limit reached", envelope.ErrCallLimit)
 	}
-	b.calls++
-	b.mu.Unlock()
 
 	ctx, cancel := context.WithDeadline(r.Context(), b.pol.Deadline())
 	defer cancel()
 	ctx, cancelTurn := context.WithDeadline(ctx, time.UnixMilli(bd.Bind.Turn.DeadlineUnixMs))
 	defer cancelTurn()
-	ctx, cancelRevoked := b.richCallContext(ctx)
+	ctx, cancelRevoked := b.CallContext(ctx)
 	defer cancelRevoked()
 
-	secret, err := b.loadCredential(rich.Credential)
+	secret, err := b.host.LoadCredential(rich.Credential)
 	if err != nil {
 		return err
 	}
-	secrets := b.allSecrets([]credential.Secret{secret, b.richCompactorSecret()})
+	secrets := b.host.Secrets([]credential.Secret{secret, b.richCompactorSecret()})
 	url := strings.TrimSuffix(rich.URL, "/") + strings.TrimPrefix(r.RequestURI, "/anthropic")
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(up))
 	if err != nil {
-		return refused("upstream request not built", ErrUpstream)
+		return refused("upstream request not built", envelope.ErrUpstream)
 	}
 	req.Header = http.Header{}
 	req.Header.Set("Content-Type", "application/json")
@@ -315,7 +312,7 @@ func (b *Broker) anthropicCall(w http.ResponseWriter, r *http.Request, c *anthro
 	req.Header.Set("User-Agent", "roundtable-sandbox-broker/"+version.Version)
 	req.Header.Set("Anthropic-Version", anthropic.Version)
 	if rich.CredentialKind == policy.CredentialOAuth {
-		betas = append(betas, oauthBeta)
+		betas = append(betas, OAuthBeta)
 		req.Header.Set("Authorization", "Bearer "+secret.Reveal())
 	} else {
 		req.Header.Set("X-Api-Key", secret.Reveal())
@@ -326,12 +323,12 @@ func (b *Broker) anthropicCall(w http.ResponseWriter, r *http.Request, c *anthro
 	resp, err := st.client.Do(req)
 	if err != nil {
 		switch {
-		case errors.Is(err, errRedirect):
-			return refused("upstream redirect refused", ErrUpstream)
-		case ctx.Err() != nil || isTimeout(err):
-			return b.interrupted(r, refused("upstream deadline", ErrUpstreamTime))
+		case errors.Is(err, envelope.ErrRedirect):
+			return refused("upstream redirect refused", envelope.ErrUpstream)
+		case ctx.Err() != nil || envelope.IsTimeout(err):
+			return b.host.Interrupted(r, refused("upstream deadline", envelope.ErrUpstreamTime))
 		}
-		return refused("upstream unreachable", ErrUpstream)
+		return refused("upstream unreachable", envelope.ErrUpstream)
 	}
 	defer resp.Body.Close()
 	c.upstreamStatus = resp.StatusCode
@@ -344,31 +341,31 @@ func (b *Broker) anthropicCall(w http.ResponseWriter, r *http.Request, c *anthro
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if c.stream {
 		if mt != "text/event-stream" {
-			return refused("upstream answer is not an event stream", ErrUpstream)
+			return refused("upstream answer is not an event stream", envelope.ErrUpstream)
 		}
 		return b.streamAnswer(ctx, w, rc, resp.Body, secrets, c)
 	}
 	if mt != "application/json" {
-		return refused("upstream answer is not JSON", ErrUpstream)
+		return refused("upstream answer is not JSON", envelope.ErrUpstream)
 	}
 	data, err := io.ReadAll(&silentUpstream{r: io.LimitReader(resp.Body, anthropic.MaxResponseBytes+1), body: resp.Body, silence: st.silence})
 	c.upstreamBytes = int64(len(data))
 	if err != nil {
-		return b.interrupted(r, refused("upstream answer unreadable or silent", ErrUpstreamTime))
+		return b.host.Interrupted(r, refused("upstream answer unreadable or silent", envelope.ErrUpstreamTime))
 	}
 	if len(data) > anthropic.MaxResponseBytes {
-		return refused("upstream answer over the limit", ErrUpstream)
+		return refused("upstream answer over the limit", envelope.ErrUpstream)
 	}
 	v, err := strictjson.DecodeObject(data)
 	if err != nil {
-		return refused("upstream answer is not one JSON object", ErrUpstream)
+		return refused("upstream answer is not one JSON object", envelope.ErrUpstream)
 	}
 	if st.matcher(secrets).Reflected(v) {
-		return refused("answer reflects a credential", ErrUpstream)
+		return refused("answer reflects a credential", envelope.ErrUpstream)
 	}
 	out, err := anthropic.Encode(v)
 	if err != nil {
-		return refused("answer not encodable", ErrUpstream)
+		return refused("answer not encodable", envelope.ErrUpstream)
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -382,7 +379,7 @@ func (b *Broker) anthropicCall(w http.ResponseWriter, r *http.Request, c *anthro
 }
 
 // streamAnswer passes the upstream's events through the filter.
-func (b *Broker) streamAnswer(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController, src io.ReadCloser, secrets []credential.Secret, c *anthropicCall) error {
+func (b *Routes) streamAnswer(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController, src io.ReadCloser, secrets []credential.Secret, c *anthropicCall) error {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
@@ -395,7 +392,7 @@ func (b *Broker) streamAnswer(ctx context.Context, w http.ResponseWriter, rc *ht
 	c.upstreamBytes, c.events = res.Bytes, res.Events
 	c.streamedStarted = ew.started
 	if err != nil && errors.Is(err, anthropic.ErrClient) {
-		return refused("client stopped reading or went away mid-stream", ErrClientGone)
+		return refused("client stopped reading or went away mid-stream", envelope.ErrClientGone)
 	}
 	return err
 }
@@ -479,50 +476,50 @@ func (s *silentUpstream) Read(p []byte) (int, error) {
 // anthropic-beta values from AnthropicBetas only (returned).
 func checkAnthropicHeaders(r *http.Request) ([]string, error) {
 	if r.ProtoMajor != 1 || r.ProtoMinor != 1 {
-		return nil, refused("only HTTP/1.1", ErrRefused)
+		return nil, refused("only HTTP/1.1", envelope.ErrRefused)
 	}
 	for name, values := range r.Header {
 		if !anthropicHeaders[name] {
-			return nil, refused("header not allowed", ErrRefused)
+			return nil, refused("header not allowed", envelope.ErrRefused)
 		}
 		if len(values) != 1 {
-			return nil, refused("repeated header", ErrRefused)
+			return nil, refused("repeated header", envelope.ErrRefused)
 		}
 	}
 	if len(r.Trailer) != 0 || len(r.TransferEncoding) != 0 {
-		return nil, refused("transfer encoding not allowed", ErrLengthRequired)
+		return nil, refused("transfer encoding not allowed", envelope.ErrLengthRequired)
 	}
 	auth, key := r.Header.Get("Authorization"), r.Header.Get("X-Api-Key")
 	switch {
 	case auth != "" && key != "":
-		return nil, refused("two caller credentials", ErrUnauthorized)
-	case auth != "" && auth != dummyAuthorization, key != "" && key != protocol.DummyAPIKey, auth == "" && key == "":
-		return nil, refused("caller credential is not the dummy key", ErrUnauthorized)
+		return nil, refused("two caller credentials", envelope.ErrUnauthorized)
+	case auth != "" && auth != envelope.DummyAuthorization, key != "" && key != protocol.DummyAPIKey, auth == "" && key == "":
+		return nil, refused("caller credential is not the dummy key", envelope.ErrUnauthorized)
 	}
 	if v, ok := r.Header["Anthropic-Version"]; ok && v[0] != anthropic.Version {
-		return nil, refused("anthropic-version not the broker's", ErrRefused)
+		return nil, refused("anthropic-version not the broker's", envelope.ErrRefused)
 	}
 	var betas []string
 	if v, ok := r.Header["Anthropic-Beta"]; ok {
 		for _, b := range strings.Split(v[0], ",") {
 			b = strings.TrimSpace(b)
 			if !AnthropicBetas[b] {
-				return nil, refused("anthropic-beta not allowed", ErrRefused)
+				return nil, refused("anthropic-beta not allowed", envelope.ErrRefused)
 			}
 			betas = append(betas, b)
 		}
 	}
 	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
-		return nil, refused("content type must be application/json", ErrMediaType)
+		return nil, refused("content type must be application/json", envelope.ErrMediaType)
 	}
 	for k, v := range params {
 		if k != "charset" || !strings.EqualFold(v, "utf-8") {
-			return nil, refused("content type parameter not allowed", ErrMediaType)
+			return nil, refused("content type parameter not allowed", envelope.ErrMediaType)
 		}
 	}
 	if r.ContentLength < 0 {
-		return nil, refused("Content-Length required", ErrLengthRequired)
+		return nil, refused("Content-Length required", envelope.ErrLengthRequired)
 	}
 	return betas, nil
 }
@@ -537,16 +534,9 @@ func validID(s string) bool {
 	return s != ""
 }
 
-// callsLeftRich is the bound turn's remaining credential-bearing calls.
-func (b *Broker) callsLeftRich() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.pol.Rich.MaxCalls - b.calls
-}
-
 // richCompactorSecret is the compactor's credential when it has one (read
 // now, errors ignored), so no answer echoes it either.
-func (b *Broker) richCompactorSecret() credential.Secret {
+func (b *Routes) richCompactorSecret() credential.Secret {
 	if cp := b.pol.Rich.Compactor; cp != nil && cp.Credential != "" {
 		if s, err := b.creds.Load(cp.Credential); err == nil {
 			return s

@@ -1,4 +1,4 @@
-package runs
+package coderun
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
 
 // fakeClock is the registry's injected clock; it moves only when told.
@@ -37,8 +39,8 @@ func (c *fakeClock) Advance(d time.Duration) {
 }
 
 var (
-	shell   = Params{Command: "echo ready", TimeoutSeconds: 120}
-	network = Params{Command: "curl example.org", Network: true, TimeoutSeconds: 120}
+	shell   = runs.Params{Command: "echo ready", TimeoutSeconds: 120}
+	network = runs.Params{Command: "curl example.org", Network: true, TimeoutSeconds: 120}
 )
 
 func newTestRegistry(t *testing.T, l RegistryLimits) (*Registry, *fakeClock) {
@@ -50,7 +52,7 @@ func newTestRegistry(t *testing.T, l RegistryLimits) (*Registry, *fakeClock) {
 	return NewRegistry(l, c.Now), c
 }
 
-func mustCreate(t *testing.T, g *Registry, p Params) *Run {
+func mustCreate(t *testing.T, g *Registry, p runs.Params) *Run {
 	t.Helper()
 	r, err := g.Create(p, 1000)
 	if err != nil {
@@ -98,13 +100,13 @@ func TestCreateStates(t *testing.T) {
 	g, c := newTestRegistry(t, RegistryLimits{ApprovalTimeout: 5 * time.Minute})
 	tests := []struct {
 		name         string
-		p            Params
+		p            runs.Params
 		wantState    string
 		wantDeadline bool
 	}{
-		{"shell", shell, StateQueued, false},
-		{"argv", Params{Executable: "true", TimeoutSeconds: 1}, StateQueued, false},
-		{"network", network, StateAwaitingApproval, true},
+		{"shell", shell, runs.StateQueued, false},
+		{"argv", runs.Params{Executable: "true", TimeoutSeconds: 1}, runs.StateQueued, false},
+		{"network", network, runs.StateAwaitingApproval, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -133,7 +135,7 @@ func TestCreateStates(t *testing.T) {
 
 func TestCreateRefusesParamsWithoutMode(t *testing.T) {
 	g, _ := newTestRegistry(t, RegistryLimits{})
-	if _, err := g.Create(Params{}, 1); !errors.Is(err, ErrInvalid) {
+	if _, err := g.Create(runs.Params{}, 1); !errors.Is(err, runs.ErrInvalid) {
 		t.Errorf("Create(no mode) = %v, want ErrInvalid", err)
 	}
 }
@@ -142,10 +144,10 @@ func TestCreateBusy(t *testing.T) {
 	g, _ := newTestRegistry(t, RegistryLimits{MaxActive: 2})
 	a := mustCreate(t, g, shell)
 	mustCreate(t, g, network)
-	if _, err := g.Create(shell, 1); !errors.Is(err, ErrBusy) {
+	if _, err := g.Create(shell, 1); !errors.Is(err, runs.ErrBusy) {
 		t.Fatalf("third Create = %v, want ErrBusy", err)
 	}
-	a.Finish(Finish{Result: ResultOK})
+	a.Finish(Finish{Result: runs.ResultOK})
 	if _, err := g.Create(shell, 1); err != nil {
 		t.Fatalf("Create after a run finished = %v, want nil", err)
 	}
@@ -159,19 +161,19 @@ func TestCreateBusyPerOwner(t *testing.T) {
 	mine := mustCreateAs(t, g, shell, 1)
 	mustCreateAs(t, g, network, 1)
 	_, err := g.Create(shell, 1)
-	if want := "too many unfinished runs of yours (at most 2, runs.maxInFlightPerClient); try again when one has finished"; !errors.Is(err, ErrBusy) || err.Error() != want {
+	if want := "too many unfinished runs of yours (at most 2, runs.maxInFlightPerClient); try again when one has finished"; !errors.Is(err, runs.ErrBusy) || err.Error() != want {
 		t.Fatalf("third Create of one owner = %v, want ErrBusy %q", err, want)
 	}
 	mustCreateAs(t, g, shell, 2)
 	_, err = g.Create(shell, 3)
-	if want := "too many unfinished runs on this host (at most 3, runs.maxInFlight); try again when one has finished"; !errors.Is(err, ErrBusy) || err.Error() != want {
+	if want := "too many unfinished runs on this host (at most 3, runs.maxInFlight); try again when one has finished"; !errors.Is(err, runs.ErrBusy) || err.Error() != want {
 		t.Fatalf("fourth Create = %v, want ErrBusy %q", err, want)
 	}
 	mine.Cancel()
 	mustCreateAs(t, g, shell, 1)
 }
 
-func mustCreateAs(t *testing.T, g *Registry, p Params, owner int) *Run {
+func mustCreateAs(t *testing.T, g *Registry, p runs.Params, owner int) *Run {
 	t.Helper()
 	r, err := g.Create(p, owner)
 	if err != nil {
@@ -182,7 +184,7 @@ func mustCreateAs(t *testing.T, g *Registry, p Params, owner int) *Run {
 
 func TestParamsIsACopy(t *testing.T) {
 	g, _ := newTestRegistry(t, RegistryLimits{})
-	p := Params{Executable: "echo", Args: []string{"a"}}
+	p := runs.Params{Executable: "echo", Args: []string{"a"}}
 	r := mustCreate(t, g, p)
 	p.Args[0] = "changed"
 	got := r.Params()
@@ -201,18 +203,18 @@ func TestApprovalStateMachine(t *testing.T) {
 		want     string                           // state/result/error afterwards
 	}{
 		{name: "approve", act: func(r *Run, _ *fakeClock) error { return r.Approve(0) },
-			wantWait: nil, want: StateQueued},
+			wantWait: nil, want: runs.StateQueued},
 		{name: "deny", act: func(r *Run, _ *fakeClock) error { return r.Deny(0) },
-			wantWait: ErrDenied, want: "finished/denied/network was denied"},
+			wantWait: runs.ErrDenied, want: "finished/denied/network was denied"},
 		{name: "cancel while waiting", act: func(r *Run, _ *fakeClock) error { return r.Cancel() },
-			wantWait: ErrCancelled, want: "finished/cancelled/cancelled"},
+			wantWait: runs.ErrCancelled, want: "finished/cancelled/cancelled"},
 		{name: "approve after the deadline (clock)", act: func(r *Run, c *fakeClock) error { c.Advance(time.Hour); return r.Approve(0) },
-			wantAct: ErrState, wantWait: ErrDenied, want: "finished/denied/approval timed out"},
+			wantAct: runs.ErrState, wantWait: runs.ErrDenied, want: "finished/denied/approval timed out"},
 		{name: "host finishes it (shutdown)", act: func(r *Run, _ *fakeClock) error {
-			r.Finish(Finish{Result: ResultError, Error: "host stopped"})
+			r.Finish(Finish{Result: runs.ResultError, Error: "host stopped"})
 			return nil
 		},
-			wantWait: ErrState, want: "finished/error/host stopped"},
+			wantWait: runs.ErrState, want: "finished/error/host stopped"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -253,7 +255,7 @@ func TestApprovalRealTimeout(t *testing.T) {
 	r := mustCreate(t, g, network)
 	start := time.Now()
 	err := recv(t, waitApproval(r))
-	if !errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), "approval timed out") {
+	if !errors.Is(err, runs.ErrDenied) || !strings.Contains(err.Error(), "approval timed out") {
 		t.Fatalf("WaitApproval = %v, want ErrDenied (approval timed out)", err)
 	}
 	if el := time.Since(start); el < 25*time.Millisecond {
@@ -266,10 +268,10 @@ func TestApprovalRealTimeout(t *testing.T) {
 		t.Error("Done not closed after the approval timed out")
 	}
 	// Nothing revives it.
-	if err := r.Approve(0); !errors.Is(err, ErrState) {
+	if err := r.Approve(0); !errors.Is(err, runs.ErrState) {
 		t.Errorf("Approve after timeout = %v, want ErrState", err)
 	}
-	if err := r.Start(); !errors.Is(err, ErrState) {
+	if err := r.Start(); !errors.Is(err, runs.ErrState) {
 		t.Errorf("Start after timeout = %v, want ErrState", err)
 	}
 }
@@ -281,7 +283,7 @@ func TestTimeoutDoesNotFireAfterApproval(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(40 * time.Millisecond)
-	if got := stateResult(r); got != StateQueued {
+	if got := stateResult(r); got != runs.StateQueued {
 		t.Errorf("approved run became %q after the approval timeout", got)
 	}
 }
@@ -293,15 +295,15 @@ func TestRefusedTransitions(t *testing.T) {
 		op    func(r *Run) error
 		want  error
 	}{
-		{"approve after deny", func(r *Run) { r.Deny(0) }, func(r *Run) error { return r.Approve(0) }, ErrState},
-		{"deny after approve", func(r *Run) { r.Approve(0) }, func(r *Run) error { return r.Deny(0) }, ErrState},
-		{"approve twice", func(r *Run) { r.Approve(0) }, func(r *Run) error { return r.Approve(0) }, ErrState},
-		{"approve after cancel", func(r *Run) { r.Cancel() }, func(r *Run) error { return r.Approve(0) }, ErrState},
-		{"start while awaiting", func(*Run) {}, func(r *Run) error { return r.Start() }, ErrState},
-		{"start after cancel", func(r *Run) { r.Cancel() }, func(r *Run) error { return r.Start() }, ErrCancelled},
-		{"start twice", func(r *Run) { r.Approve(0); r.Start() }, func(r *Run) error { return r.Start() }, ErrState},
-		{"cancel after finish", func(r *Run) { r.Finish(Finish{Result: ResultOK}) }, func(r *Run) error { return r.Cancel() }, ErrState},
-		{"deny a running run", func(r *Run) { r.Approve(0); r.Start() }, func(r *Run) error { return r.Deny(0) }, ErrState},
+		{"approve after deny", func(r *Run) { r.Deny(0) }, func(r *Run) error { return r.Approve(0) }, runs.ErrState},
+		{"deny after approve", func(r *Run) { r.Approve(0) }, func(r *Run) error { return r.Deny(0) }, runs.ErrState},
+		{"approve twice", func(r *Run) { r.Approve(0) }, func(r *Run) error { return r.Approve(0) }, runs.ErrState},
+		{"approve after cancel", func(r *Run) { r.Cancel() }, func(r *Run) error { return r.Approve(0) }, runs.ErrState},
+		{"start while awaiting", func(*Run) {}, func(r *Run) error { return r.Start() }, runs.ErrState},
+		{"start after cancel", func(r *Run) { r.Cancel() }, func(r *Run) error { return r.Start() }, runs.ErrCancelled},
+		{"start twice", func(r *Run) { r.Approve(0); r.Start() }, func(r *Run) error { return r.Start() }, runs.ErrState},
+		{"cancel after finish", func(r *Run) { r.Finish(Finish{Result: runs.ResultOK}) }, func(r *Run) error { return r.Cancel() }, runs.ErrState},
+		{"deny a running run", func(r *Run) { r.Approve(0); r.Start() }, func(r *Run) error { return r.Deny(0) }, runs.ErrState},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -325,7 +327,7 @@ func TestWaitApprovalWithoutNetwork(t *testing.T) {
 	if err := r.WaitApproval(context.Background()); err != nil {
 		t.Errorf("WaitApproval(no network) = %v, want nil", err)
 	}
-	if err := r.Approve(0); !errors.Is(err, ErrState) {
+	if err := r.Approve(0); !errors.Is(err, runs.ErrState) {
 		t.Errorf("Approve(no network) = %v, want ErrState", err)
 	}
 }
@@ -338,7 +340,7 @@ func TestWaitApprovalContext(t *testing.T) {
 	if err := r.WaitApproval(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("WaitApproval = %v, want context.DeadlineExceeded", err)
 	}
-	if got := stateResult(r); got != StateAwaitingApproval {
+	if got := stateResult(r); got != runs.StateAwaitingApproval {
 		t.Errorf("a waiter leaving changed the run to %q", got)
 	}
 }
@@ -349,7 +351,7 @@ func TestHostRestartWhileWaiting(t *testing.T) {
 	// The host restarts: the new process has a new, empty registry. The
 	// run's id means nothing to it (approve/deny over the API get 404).
 	restarted, _ := newTestRegistry(t, RegistryLimits{})
-	if _, err := restarted.Get(r.ID()); !errors.Is(err, ErrNotFound) {
+	if _, err := restarted.Get(r.ID()); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("Get(old id) after restart = %v, want ErrNotFound", err)
 	}
 	if l := restarted.List(); len(l) != 0 {
@@ -388,11 +390,11 @@ func TestCancel(t *testing.T) {
 		if !closed(r.CancelRequested()) {
 			t.Error("CancelRequested not closed")
 		}
-		if closed(r.Done()) || r.Status().State != StateRunning {
+		if closed(r.Done()) || r.Status().State != runs.StateRunning {
 			t.Error("a running run must stay running until the host calls Finish")
 		}
 		// The host removed the container:
-		r.Finish(Finish{Result: ResultCancelled})
+		r.Finish(Finish{Result: runs.ResultCancelled})
 		if !closed(r.Done()) {
 			t.Error("Done not closed after Finish")
 		}
@@ -408,19 +410,19 @@ func TestCancel(t *testing.T) {
 
 func TestFinish(t *testing.T) {
 	g, c := newTestRegistry(t, RegistryLimits{})
-	r := mustCreate(t, g, Params{Command: "x", Artifacts: []string{"a", "b"}})
+	r := mustCreate(t, g, runs.Params{Command: "x", Artifacts: []string{"a", "b"}})
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}
 	c.Advance(time.Second)
 	code := 3
-	arts := []Artifact{{Path: "a", Size: 1, Data: []byte("x")}, {Path: "b", Error: "missing"}}
-	r.Finish(Finish{Result: ResultFailed, ExitCode: &code, FailedSetup: 0, Duration: 750 * time.Millisecond, Artifacts: arts})
+	arts := []runs.Artifact{{Path: "a", Size: 1, Data: []byte("x")}, {Path: "b", Error: "missing"}}
+	r.Finish(Finish{Result: runs.ResultFailed, ExitCode: &code, FailedSetup: 0, Duration: 750 * time.Millisecond, Artifacts: arts})
 	code = 99
 	arts[0].Data[0] = 'y'
-	r.Finish(Finish{Result: ResultOK}) // ignored: the first Finish wins
+	r.Finish(Finish{Result: runs.ResultOK}) // ignored: the first Finish wins
 	s := r.Status()
-	if s.State != StateFinished || s.Result != ResultFailed || s.ExitCode == nil || *s.ExitCode != 3 || s.DurationMs != 750 {
+	if s.State != runs.StateFinished || s.Result != runs.ResultFailed || s.ExitCode == nil || *s.ExitCode != 3 || s.DurationMs != 750 {
 		t.Errorf("status = %+v, want finished/failed exit 3 in 750ms", s)
 	}
 	if s.FinishedAt == nil || !s.FinishedAt.Equal(c.Now()) {
@@ -445,7 +447,7 @@ func TestStatusIsADeepCopy(t *testing.T) {
 	r.Approve(7)
 	r.Start()
 	code := 0
-	r.Finish(Finish{Result: ResultOK, ExitCode: &code, Artifacts: []Artifact{{Path: "a", Size: 1, Data: []byte("x")}}})
+	r.Finish(Finish{Result: runs.ResultOK, ExitCode: &code, Artifacts: []runs.Artifact{{Path: "a", Size: 1, Data: []byte("x")}}})
 	s := r.Status()
 	*s.ExitCode = 5
 	*s.ApprovedBy = 5
@@ -462,13 +464,13 @@ func TestStatusIsADeepCopy(t *testing.T) {
 func TestOutput(t *testing.T) {
 	g, _ := newTestRegistry(t, RegistryLimits{MaxOutputBytes: 10})
 	r := mustCreate(t, g, shell)
-	r.Output(StreamStdout, PhaseMain, []byte("queued ")) // ignored: not running
+	r.Output(runs.StreamStdout, runs.PhaseMain, []byte("queued ")) // ignored: not running
 	r.Start()
-	r.Output(StreamStdout, PhaseSetup, []byte("hello "))
-	r.Output(StreamStdout, PhaseMain, []byte("world!"))
-	r.Output(StreamStderr, PhaseMain, []byte("bad \xff"))
-	r.Output("stdin", PhaseMain, []byte("nope"))   // unknown stream: ignored
-	r.Output(StreamStderr, PhaseMain, []byte(nil)) // empty: ignored
+	r.Output(runs.StreamStdout, runs.PhaseSetup, []byte("hello "))
+	r.Output(runs.StreamStdout, runs.PhaseMain, []byte("world!"))
+	r.Output(runs.StreamStderr, runs.PhaseMain, []byte("bad \xff"))
+	r.Output("stdin", runs.PhaseMain, []byte("nope"))        // unknown stream: ignored
+	r.Output(runs.StreamStderr, runs.PhaseMain, []byte(nil)) // empty: ignored
 	s := r.Status()
 	tests := []struct {
 		name      string
@@ -484,15 +486,15 @@ func TestOutput(t *testing.T) {
 			t.Errorf("%s = %#v, want %#v", tc.name, tc.got, tc.want)
 		}
 	}
-	r.Finish(Finish{Result: ResultOK})
-	r.Output(StreamStderr, PhaseMain, []byte("late")) // ignored: finished
+	r.Finish(Finish{Result: runs.ResultOK})
+	r.Output(runs.StreamStderr, runs.PhaseMain, []byte("late")) // ignored: finished
 	if got := r.Status().Stderr; got != "bad \uFFFD" {
 		t.Errorf("output after Finish recorded: %q", got)
 	}
 
 	// The event stream carries every byte, raw, in order.
 	var evs []string
-	r.Subscribe(context.Background(), func(e Event) error {
+	r.Subscribe(context.Background(), func(e runs.Event) error {
 		evs = append(evs, describe(e))
 		return nil
 	})
@@ -503,14 +505,14 @@ func TestOutput(t *testing.T) {
 	}
 }
 
-func describe(e Event) string {
+func describe(e runs.Event) string {
 	s := fmt.Sprintf("%d %s", e.Seq, e.Type)
 	switch e.Type {
-	case EventState:
+	case runs.EventState:
 		s += " " + e.State
-	case EventOutput:
+	case runs.EventOutput:
 		s += fmt.Sprintf(" %s %s %q", e.Stream, e.Phase, e.Data)
-	case EventResult:
+	case runs.EventResult:
 		s += " " + e.Status.Result
 	}
 	if e.Dropped > 0 {
@@ -524,12 +526,12 @@ func TestSubscribeReplayThenLive(t *testing.T) {
 	r := mustCreate(t, g, network)
 	r.Approve(0)
 	r.Start()
-	r.Output(StreamStdout, PhaseMain, []byte("early"))
+	r.Output(runs.StreamStdout, runs.PhaseMain, []byte("early"))
 
 	got := make(chan string, 100)
 	done := make(chan error, 1)
 	go func() {
-		done <- r.Subscribe(context.Background(), func(e Event) error {
+		done <- r.Subscribe(context.Background(), func(e runs.Event) error {
 			got <- describe(e)
 			return nil
 		})
@@ -541,12 +543,12 @@ func TestSubscribeReplayThenLive(t *testing.T) {
 		}
 	}
 	// Then live events, as they happen.
-	r.Output(StreamStderr, PhaseMain, []byte("live"))
+	r.Output(runs.StreamStderr, runs.PhaseMain, []byte("live"))
 	if e := <-got; e != "5 output stderr main \"live\"" {
 		t.Fatalf("live %q", e)
 	}
 	code := 0
-	r.Finish(Finish{Result: ResultOK, ExitCode: &code})
+	r.Finish(Finish{Result: runs.ResultOK, ExitCode: &code})
 	for _, want := range []string{"6 state finished", "7 result ok"} {
 		if e := <-got; e != want {
 			t.Fatalf("live %q, want %q", e, want)
@@ -562,16 +564,16 @@ func TestSubscribeReplayThenLive(t *testing.T) {
 	}
 
 	// The result event carries the run's summary; written, the whole run.
-	var last Event
-	r.Subscribe(context.Background(), func(e Event) error { last = e; return nil })
-	if last.Status == nil || last.Status.Stdout != "" || *last.Status.ExitCode != 0 || last.Status.State != StateFinished {
+	var last runs.Event
+	r.Subscribe(context.Background(), func(e runs.Event) error { last = e; return nil })
+	if last.Status == nil || last.Status.Stdout != "" || *last.Status.ExitCode != 0 || last.Status.State != runs.StateFinished {
 		t.Errorf("result status = %+v", last.Status)
 	}
 	var line bytes.Buffer
 	if err := r.WriteEventJSON(&line, last); err != nil {
 		t.Fatal(err)
 	}
-	var written Event
+	var written runs.Event
 	if err := json.Unmarshal(line.Bytes(), &written); err != nil || written.Status.Stdout != "early" || written.Status.Stderr != "live" {
 		t.Errorf("written result event %s (%v)", line.Bytes(), err)
 	}
@@ -583,11 +585,11 @@ func TestSubscribeEnds(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	if err := r.Subscribe(ctx, func(Event) error { return nil }); !errors.Is(err, context.DeadlineExceeded) {
+	if err := r.Subscribe(ctx, func(runs.Event) error { return nil }); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Subscribe(ctx ends) = %v, want DeadlineExceeded", err)
 	}
 	boom := errors.New("client went away")
-	if err := r.Subscribe(context.Background(), func(Event) error { return boom }); !errors.Is(err, boom) {
+	if err := r.Subscribe(context.Background(), func(runs.Event) error { return boom }); !errors.Is(err, boom) {
 		t.Errorf("Subscribe(fn fails) = %v, want %v", err, boom)
 	}
 }
@@ -599,13 +601,13 @@ func TestHistoryDropsOldestOutputOnly(t *testing.T) {
 	r := mustCreate(t, g, shell)
 	r.Start() // 2 state events: 128 bytes
 	for i := range 10 {
-		r.Output(StreamStdout, PhaseMain, []byte(fmt.Sprintf("%036d", i)))
+		r.Output(runs.StreamStdout, runs.PhaseMain, []byte(fmt.Sprintf("%036d", i)))
 	}
-	r.Finish(Finish{Result: ResultOK}) // 2 more events: never dropped
+	r.Finish(Finish{Result: runs.ResultOK}) // 2 more events: never dropped
 
 	var evs []string
 	var dropped int64
-	if err := r.Subscribe(context.Background(), func(e Event) error {
+	if err := r.Subscribe(context.Background(), func(e runs.Event) error {
 		dropped += e.Dropped
 		evs = append(evs, fmt.Sprintf("%d %s%s", e.Seq, e.Type, e.State))
 		return nil
@@ -636,7 +638,7 @@ func TestSlowSubscriberNeverBlocksTheRun(t *testing.T) {
 	var dropped int64
 	done := make(chan error, 1)
 	go func() {
-		done <- r.Subscribe(context.Background(), func(e Event) error {
+		done <- r.Subscribe(context.Background(), func(e runs.Event) error {
 			mu.Lock()
 			seqs = append(seqs, e.Seq)
 			dropped += e.Dropped
@@ -658,9 +660,9 @@ func TestSlowSubscriberNeverBlocksTheRun(t *testing.T) {
 	wrote := make(chan struct{})
 	go func() {
 		for range n {
-			r.Output(StreamStdout, PhaseMain, chunk)
+			r.Output(runs.StreamStdout, runs.PhaseMain, chunk)
 		}
-		r.Finish(Finish{Result: ResultOK})
+		r.Finish(Finish{Result: runs.ResultOK})
 		close(wrote)
 	}()
 	select {
@@ -703,7 +705,7 @@ func TestRetention(t *testing.T) {
 	var finished []*Run
 	for range 3 {
 		r := mustCreate(t, g, shell)
-		r.Finish(Finish{Result: ResultOK})
+		r.Finish(Finish{Result: runs.ResultOK})
 		finished = append(finished, r)
 		c.Advance(time.Minute)
 	}
@@ -720,12 +722,12 @@ func TestRetention(t *testing.T) {
 	if got, want := ids(), []string{active.ID(), finished[2].ID(), finished[1].ID()}; !reflect.DeepEqual(got, want) {
 		t.Errorf("List ids = %v, want %v (newest first)", got, want)
 	}
-	if _, err := g.Get(finished[0].ID()); !errors.Is(err, ErrNotFound) {
+	if _, err := g.Get(finished[0].ID()); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("Get(pruned) = %v, want ErrNotFound", err)
 	}
 	// Retain 10m: finished[1] finished at +1m, finished[2] at +2m; now +3m.
 	c.Advance(8*time.Minute + time.Second) // +11m01s: finished[1] is 10m01s old
-	if _, err := g.Get(finished[1].ID()); !errors.Is(err, ErrNotFound) {
+	if _, err := g.Get(finished[1].ID()); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("Get(older than Retain) = %v, want ErrNotFound", err)
 	}
 	if _, err := g.Get(finished[2].ID()); err != nil {
@@ -739,11 +741,11 @@ func TestRetention(t *testing.T) {
 
 func TestListHasNoData(t *testing.T) {
 	g, _ := newTestRegistry(t, RegistryLimits{})
-	r := mustCreate(t, g, Params{Command: "x", Artifacts: []string{"a"}})
+	r := mustCreate(t, g, runs.Params{Command: "x", Artifacts: []string{"a"}})
 	r.Start()
-	r.Output(StreamStdout, PhaseMain, []byte("secret output"))
-	r.Output(StreamStderr, PhaseMain, []byte("secret error"))
-	r.Finish(Finish{Result: ResultOK, Artifacts: []Artifact{{Path: "a", Size: 4, Data: []byte("data")}}})
+	r.Output(runs.StreamStdout, runs.PhaseMain, []byte("secret output"))
+	r.Output(runs.StreamStderr, runs.PhaseMain, []byte("secret error"))
+	r.Finish(Finish{Result: runs.ResultOK, Artifacts: []runs.Artifact{{Path: "a", Size: 4, Data: []byte("data")}}})
 	l := g.List()
 	if len(l) != 1 {
 		t.Fatalf("List = %d runs, want 1", len(l))
@@ -752,7 +754,7 @@ func TestListHasNoData(t *testing.T) {
 	if s.Stdout != "" || s.Stderr != "" || s.Artifacts[0].Data != nil {
 		t.Errorf("List carries data: %+v", s)
 	}
-	if s.Artifacts[0].Path != "a" || s.Artifacts[0].Size != 4 || s.Result != ResultOK {
+	if s.Artifacts[0].Path != "a" || s.Artifacts[0].Size != 4 || s.Result != runs.ResultOK {
 		t.Errorf("List lost the summary: %+v", s)
 	}
 	if full := r.Status(); full.Stdout != "secret output" || string(full.Artifacts[0].Data) != "data" {
@@ -781,7 +783,7 @@ func TestConcurrentUse(t *testing.T) {
 				sub.Add(1)
 				go func() {
 					defer sub.Done()
-					if err := r.Subscribe(context.Background(), func(Event) error { return nil }); err != nil {
+					if err := r.Subscribe(context.Background(), func(runs.Event) error { return nil }); err != nil {
 						t.Error(err)
 					}
 				}()
@@ -790,12 +792,12 @@ func TestConcurrentUse(t *testing.T) {
 			r.WaitApproval(context.Background())
 			r.Start()
 			for range 100 {
-				r.Output(StreamStdout, PhaseMain, []byte("abc"))
+				r.Output(runs.StreamStdout, runs.PhaseMain, []byte("abc"))
 				_ = r.Status()
 				_ = g.List()
 			}
 			go r.Cancel()
-			r.Finish(Finish{Result: ResultOK})
+			r.Finish(Finish{Result: runs.ResultOK})
 			sub.Wait()
 		}()
 	}
@@ -837,9 +839,9 @@ func TestRetentionBytes(t *testing.T) {
 			g, c := newTestRegistry(t, RegistryLimits{MaxRetainedBytes: tc.bound})
 			var rs []*Run
 			for _, n := range tc.sizes {
-				r := mustCreate(t, g, Params{Command: "x", Artifacts: []string{"a"}})
+				r := mustCreate(t, g, runs.Params{Command: "x", Artifacts: []string{"a"}})
 				r.Start()
-				r.Finish(Finish{Result: ResultOK, Artifacts: []Artifact{{Path: "a", Size: int64(n), Data: make([]byte, n)}}})
+				r.Finish(Finish{Result: runs.ResultOK, Artifacts: []runs.Artifact{{Path: "a", Size: int64(n), Data: make([]byte, n)}}})
 				rs = append(rs, r)
 				c.Advance(time.Second)
 			}
@@ -859,13 +861,13 @@ func TestRetentionBytes(t *testing.T) {
 
 func TestFinishedRunHoldsOneCopy(t *testing.T) {
 	g, _ := newTestRegistry(t, RegistryLimits{})
-	r := mustCreate(t, g, Params{Command: "x", Artifacts: []string{"a"}})
+	r := mustCreate(t, g, runs.Params{Command: "x", Artifacts: []string{"a"}})
 	r.Start()
-	r.Output(StreamStdout, PhaseMain, []byte("out"))
+	r.Output(runs.StreamStdout, runs.PhaseMain, []byte("out"))
 	data := []byte("artifact")
-	r.Finish(Finish{Result: ResultOK, Artifacts: []Artifact{{Path: "a", Size: 8, Data: data}}})
-	var res *Status
-	r.Subscribe(context.Background(), func(e Event) error { res = e.Status; return nil })
+	r.Finish(Finish{Result: runs.ResultOK, Artifacts: []runs.Artifact{{Path: "a", Size: 8, Data: data}}})
+	var res *runs.Status
+	r.Subscribe(context.Background(), func(e runs.Event) error { res = e.Status; return nil })
 	if res == nil || res.Artifacts[0].Data != nil || res.Artifacts[0].Size != 8 {
 		t.Errorf("the result event must carry the summary, sharing no byte: %+v", res)
 	}
@@ -886,15 +888,15 @@ func TestFinishRecordsTheSupervisorsCut(t *testing.T) {
 	g, _ := newTestRegistry(t, RegistryLimits{})
 	r := mustCreate(t, g, shell)
 	r.Start()
-	r.Output(StreamStdout, PhaseMain, []byte("kept"))
-	r.Finish(Finish{Result: ResultOK, Cut: Cut{Stdout: true, StdoutDropped: 314572800}})
+	r.Output(runs.StreamStdout, runs.PhaseMain, []byte("kept"))
+	r.Finish(Finish{Result: runs.ResultOK, Cut: Cut{Stdout: true, StdoutDropped: 314572800}})
 	s := r.Status()
 	if !s.StdoutTruncated || s.StdoutDroppedBytes != 314572800 || s.StderrTruncated || s.StderrDroppedBytes != 0 {
 		t.Errorf("status %+v, want stdout cut, 314572800 bytes dropped", s)
 	}
-	var res *Status
-	r.Subscribe(context.Background(), func(e Event) error {
-		if e.Type == EventResult {
+	var res *runs.Status
+	r.Subscribe(context.Background(), func(e runs.Event) error {
+		if e.Type == runs.EventResult {
 			res = e.Status
 		}
 		return nil
@@ -906,13 +908,13 @@ func TestFinishRecordsTheSupervisorsCut(t *testing.T) {
 
 func TestCutNote(t *testing.T) {
 	for _, tc := range []struct {
-		st   Status
+		st   runs.Status
 		want string
 	}{
-		{Status{}, ""},
-		{Status{StdoutTruncated: true, StdoutDroppedBytes: 314572800}, "stdout cut at the host's output bound, 314572800 bytes dropped"},
-		{Status{StderrTruncated: true}, "stderr cut at the host's output bound"},
-		{Status{StdoutTruncated: true, StdoutDroppedBytes: 1, StderrTruncated: true, StderrDroppedBytes: 2},
+		{runs.Status{}, ""},
+		{runs.Status{StdoutTruncated: true, StdoutDroppedBytes: 314572800}, "stdout cut at the host's output bound, 314572800 bytes dropped"},
+		{runs.Status{StderrTruncated: true}, "stderr cut at the host's output bound"},
+		{runs.Status{StdoutTruncated: true, StdoutDroppedBytes: 1, StderrTruncated: true, StderrDroppedBytes: 2},
 			"stdout cut at the host's output bound, 1 bytes dropped; stderr cut at the host's output bound, 2 bytes dropped"},
 	} {
 		if got := tc.st.CutNote(); got != tc.want {

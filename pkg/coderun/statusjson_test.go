@@ -1,4 +1,4 @@
-package runs
+package coderun
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
 
 // The text writer, fed any split of any bytes, writes what encoding/json
@@ -57,26 +59,26 @@ func TestTextWriterMatchesEncodingJSON(t *testing.T) {
 func statusRuns(t *testing.T) map[string]*Run {
 	g, _ := newTestRegistry(t, RegistryLimits{MaxOutputBytes: 3*jsonChunk + 7})
 	out := map[string]*Run{}
-	out["queued"] = mustCreate(t, g, Params{Command: "x", Project: "p<&>"})
+	out["queued"] = mustCreate(t, g, runs.Params{Command: "x", Project: "p<&>"})
 	out["awaiting approval"] = mustCreate(t, g, network)
 	running := mustCreate(t, g, shell)
 	running.Start()
 	big := bytes.Repeat([]byte("€\xffa<\u2028"), jsonChunk) // runes and invalid bytes across chunk edges
-	running.Output(StreamStdout, PhaseMain, big[:2*jsonChunk+1])
-	running.Output(StreamStderr, PhaseMain, []byte("warn \x00\n"))
+	running.Output(runs.StreamStdout, runs.PhaseMain, big[:2*jsonChunk+1])
+	running.Output(runs.StreamStderr, runs.PhaseMain, []byte("warn \x00\n"))
 	out["running"] = running
-	done := mustCreate(t, g, Params{Command: "x", Artifacts: []string{"e", "one", "two", "three", "big", "gone"}})
+	done := mustCreate(t, g, runs.Params{Command: "x", Artifacts: []string{"e", "one", "two", "three", "big", "gone"}})
 	done.Start()
-	done.Output(StreamStdout, PhaseMain, big) // cut at the bound
+	done.Output(runs.StreamStdout, runs.PhaseMain, big) // cut at the bound
 	code := 3
-	arts := []Artifact{{Path: "e", Size: 0}, {Path: "one", Size: 1, Data: []byte{0xff}}, {Path: "two", Size: 2, Data: []byte("ab")},
+	arts := []runs.Artifact{{Path: "e", Size: 0}, {Path: "one", Size: 1, Data: []byte{0xff}}, {Path: "two", Size: 2, Data: []byte("ab")},
 		{Path: "three", Size: 3, Data: []byte("abc")}, {Path: "big", Size: 3*jsonChunk + 2, Data: bytes.Repeat([]byte{1, 2, 250}, jsonChunk+1)[:3*jsonChunk+2]},
-		{Path: "gone", Error: ArtifactMissing}}
-	done.Finish(Finish{Result: ResultFailed, ExitCode: &code, Artifacts: arts, Error: "x \"y\"", Cut: Cut{Stdout: true, StdoutDropped: 5}})
+		{Path: "gone", Error: runs.ArtifactMissing}}
+	done.Finish(Finish{Result: runs.ResultFailed, ExitCode: &code, Artifacts: arts, Error: "x \"y\"", Cut: Cut{Stdout: true, StdoutDropped: 5}})
 	out["finished"] = done
 	empty := mustCreate(t, g, shell)
 	empty.Start()
-	empty.Finish(Finish{Result: ResultOK})
+	empty.Finish(Finish{Result: runs.ResultOK})
 	out["finished empty"] = empty
 	return out
 }
@@ -112,12 +114,12 @@ func TestWriteEventJSON(t *testing.T) {
 	r := statusRuns(t)["finished"]
 	full := r.Status()
 	var lines []string
-	err := r.Subscribe(context.Background(), func(ev Event) error {
+	err := r.Subscribe(context.Background(), func(ev runs.Event) error {
 		var got, want bytes.Buffer
 		if err := r.WriteEventJSON(&got, ev); err != nil {
 			return err
 		}
-		if ev.Type == EventResult {
+		if ev.Type == runs.EventResult {
 			if ev.Status.Stdout != "" || ev.Status.Artifacts[1].Data != nil {
 				t.Errorf("Subscribe's result event carries data: the run's bytes would be shared")
 			}
@@ -133,7 +135,7 @@ func TestWriteEventJSON(t *testing.T) {
 		lines = append(lines, ev.Type)
 		return nil
 	})
-	if err != nil || lines[len(lines)-1] != EventResult {
+	if err != nil || lines[len(lines)-1] != runs.EventResult {
 		t.Fatalf("events %v, err %v", lines, err)
 	}
 }
@@ -156,10 +158,10 @@ func (b *blockingWriter) Write(p []byte) (int, error) {
 // hold.
 func TestPrunedRunReleasesItsBytesUnderAReader(t *testing.T) {
 	g, c := newTestRegistry(t, RegistryLimits{MaxRetained: 1})
-	r := mustCreate(t, g, Params{Command: "x", Artifacts: []string{"a"}})
+	r := mustCreate(t, g, runs.Params{Command: "x", Artifacts: []string{"a"}})
 	r.Start()
-	r.Output(StreamStdout, PhaseMain, bytes.Repeat([]byte("o"), 3*jsonChunk))
-	r.Finish(Finish{Result: ResultOK, Artifacts: []Artifact{{Path: "a", Size: 1 << 20, Data: make([]byte, 1<<20)}}})
+	r.Output(runs.StreamStdout, runs.PhaseMain, bytes.Repeat([]byte("o"), 3*jsonChunk))
+	r.Finish(Finish{Result: runs.ResultOK, Artifacts: []runs.Artifact{{Path: "a", Size: 1 << 20, Data: make([]byte, 1<<20)}}})
 	bw := &blockingWriter{wrote: make(chan int), next: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() { done <- r.WriteStatusJSON(bw) }()
@@ -167,7 +169,7 @@ func TestPrunedRunReleasesItsBytesUnderAReader(t *testing.T) {
 	c.Advance(1)
 	newer := mustCreate(t, g, shell)
 	newer.Start()
-	newer.Finish(Finish{Result: ResultOK})
+	newer.Finish(Finish{Result: runs.ResultOK})
 	g.Prune() // MaxRetained 1: r goes
 	r.mu.Lock()
 	left := len(r.out[0]) + len(r.st.Artifacts[0].Data) + len(r.hist)
@@ -180,10 +182,10 @@ func TestPrunedRunReleasesItsBytesUnderAReader(t *testing.T) {
 		for range bw.wrote {
 		}
 	}()
-	if err := <-done; !errors.Is(err, ErrNotFound) {
+	if err := <-done; !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("answer of a pruned run: %v, want ErrNotFound", err)
 	}
-	if err := r.Subscribe(context.Background(), func(Event) error { return nil }); !errors.Is(err, ErrNotFound) {
+	if err := r.Subscribe(context.Background(), func(runs.Event) error { return nil }); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("Subscribe to a pruned run: %v, want ErrNotFound", err)
 	}
 	close(bw.wrote)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/richroute"
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
@@ -100,7 +101,7 @@ func (h *harness) control(ctx context.Context, b policy.Bind) <-chan controlAnsw
 			return (&net.Dialer{}).DialContext(ctx, "unix", h.sock)
 		}}}
 		defer c.CloseIdleConnections()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://broker"+RouteControlTurn, bytes.NewReader(data))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://broker"+richroute.RouteControlTurn, bytes.NewReader(data))
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := c.Do(req)
 		if err != nil {
@@ -126,7 +127,7 @@ func (h *harness) announce(t *testing.T) {
 func (h *harness) waitBound(t *testing.T) {
 	t.Helper()
 	for i := 0; i < 200; i++ {
-		if _, ok := h.broker.richBound(); ok {
+		if _, ok := h.broker.rich.Bound(); ok {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -137,7 +138,7 @@ func (h *harness) waitBound(t *testing.T) {
 func (h *harness) waitUnbound(t *testing.T) {
 	t.Helper()
 	for i := 0; i < 200; i++ {
-		if _, ok := h.broker.richBound(); !ok {
+		if _, ok := h.broker.rich.Bound(); !ok {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -257,7 +258,7 @@ func TestRichRefusals(t *testing.T) {
 		if a := <-other.control(context.Background(), other.bind("low")); a.code != http.StatusNotFound {
 			t.Errorf("control from a non-host peer: %d %s, want 404", a.code, a.body)
 		}
-		if _, ok := other.broker.richBound(); ok {
+		if _, ok := other.broker.rich.Bound(); ok {
 			t.Error("bound by a non-host peer")
 		}
 	})
@@ -353,50 +354,21 @@ func TestRichRevoke(t *testing.T) {
 	}
 }
 
-// TestRichStartupScope: before the first bind, metadata-only calls within
-// 90 s and 32 calls; never a credential-bearing one; none after the first
-// bind outside a bound turn.
-func TestRichStartupScope(t *testing.T) {
-	now := time.Now()
-	b := &Broker{pol: &policy.Policy{}, now: func() time.Time { return now }, rich: newRichState(now, 0, 0)}
-	if err := b.richAllow(false); err == nil {
-		t.Error("credential call admitted in the startup scope")
-	}
-	for i := 0; i < policy.StartupScopeCalls; i++ {
-		if err := b.richAllow(true); err != nil {
-			t.Fatalf("metadata call %d refused: %v", i+1, err)
-		}
-	}
-	if err := b.richAllow(true); err == nil {
-		t.Error("metadata call past the startup budget admitted")
-	}
-	b.rich = newRichState(now, 0, 0)
-	now = now.Add(policy.StartupScopeDuration)
-	if err := b.richAllow(true); err == nil {
-		t.Error("metadata call after 90 s admitted")
-	}
-	now = now.Add(-policy.StartupScopeDuration)
-	b.rich.everBound = true
-	if err := b.richAllow(true); err == nil {
-		t.Error("metadata call after the first bind, outside a turn, admitted")
-	}
-}
-
 // TestRichControlStatus: the host sees the worker's announce and poll; no
 // other peer gets an answer.
 func TestRichControlStatus(t *testing.T) {
 	h := newRichHarness(t, os.Getuid())
-	status := func(hh *harness) (int, ControlStatus) {
+	status := func(hh *harness) (int, richroute.ControlStatus) {
 		c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", hh.sock)
 		}}}
 		defer c.CloseIdleConnections()
-		resp, err := c.Post("http://broker"+RouteControlStatus, "application/json", nil)
+		resp, err := c.Post("http://broker"+richroute.RouteControlStatus, "application/json", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var st ControlStatus
+		var st richroute.ControlStatus
 		json.NewDecoder(resp.Body).Decode(&st)
 		return resp.StatusCode, st
 	}

@@ -1,4 +1,4 @@
-package broker
+package richroute
 
 // POST /worker/attachment (richproto.RouteAttachment): the worker asks for
 // one of the admitted turn's attachments by index and the broker fetches
@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/broker/envelope"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 	"github.com/roundtable-sandbox/sandbox/pkg/safefetch"
@@ -32,7 +33,7 @@ type attachState struct {
 	busy    bool
 }
 
-func (b *Broker) workerAttachment(w http.ResponseWriter, r *http.Request) (int, []byte, error) {
+func (b *Routes) workerAttachment(w http.ResponseWriter, r *http.Request) (int, []byte, error) {
 	if err := pullHeaders(r); err != nil {
 		return 0, nil, err
 	}
@@ -42,19 +43,19 @@ func (b *Broker) workerAttachment(w http.ResponseWriter, r *http.Request) (int, 
 	}
 	var req richproto.AttachmentRequest
 	if err := protocol.DecodeStrict(body, &req); err != nil {
-		return 0, nil, refused("attachment request malformed", ErrRefused)
+		return 0, nil, refused("attachment request malformed", envelope.ErrRefused)
 	}
 	s := b.rich
 	s.mu.Lock()
 	bd := s.bound
 	if bd == nil || !bd.handed || bd.packet || bd.ctx.Err() != nil {
 		s.mu.Unlock()
-		return 0, nil, refused("attachment request outside the admitted turn", ErrRefused)
+		return 0, nil, refused("attachment request outside the admitted turn", envelope.ErrRefused)
 	}
 	s.mu.Unlock()
 	turn := bd.bind.Turn
 	if req.Index < 0 || req.Index >= len(turn.Attachments) {
-		return 0, nil, refused("no such attachment", ErrNotFound)
+		return 0, nil, refused("no such attachment", envelope.ErrNotFound)
 	}
 	st := &s.attach
 	st.mu.Lock()
@@ -64,10 +65,10 @@ func (b *Broker) workerAttachment(w http.ResponseWriter, r *http.Request) (int, 
 	switch {
 	case st.busy:
 		st.mu.Unlock()
-		return 0, nil, refused("an attachment fetch is in flight", ErrBusy)
+		return 0, nil, refused("an attachment fetch is in flight", envelope.ErrBusy)
 	case st.fetched[req.Index]:
 		st.mu.Unlock()
-		return 0, nil, refused("attachment already fetched this turn", ErrRefused)
+		return 0, nil, refused("attachment already fetched this turn", envelope.ErrRefused)
 	}
 	st.fetched[req.Index] = true
 	remaining := int64(richproto.MaxAttachmentsSum) - st.sum
@@ -79,17 +80,17 @@ func (b *Broker) workerAttachment(w http.ResponseWriter, r *http.Request) (int, 
 		st.mu.Unlock()
 	}()
 	if remaining <= 0 {
-		return 0, nil, refused("attachments over the turn's total", ErrTooLarge)
+		return 0, nil, refused("attachments over the turn's total", envelope.ErrTooLarge)
 	}
 
-	ctx, cancel := b.richCallContext(r.Context())
+	ctx, cancel := b.CallContext(r.Context())
 	defer cancel()
 	deadline := time.UnixMilli(turn.DeadlineUnixMs)
 	o := safefetch.DefaultOptions()
 	o.MaxBytes = min(int64(richproto.MaxAttachmentBytes), remaining)
 	o.Timeout = min(AttachmentTimeout, time.Until(deadline))
 	if o.Timeout < safefetch.MinTimeout {
-		return 0, nil, refused("turn deadline reached", ErrTurnOver)
+		return 0, nil, refused("turn deadline reached", envelope.ErrTurnOver)
 	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(deadline.Add(5 * time.Second))
@@ -103,13 +104,13 @@ func (b *Broker) workerAttachment(w http.ResponseWriter, r *http.Request) (int, 
 		b.log.Warn("attachment fetch failed", "index", req.Index, "kind", fetchKind(err), "latency_ms", time.Since(start).Milliseconds())
 		switch {
 		case errors.Is(err, safefetch.ErrTooLarge):
-			return 0, nil, refused("attachment over its bound", ErrTooLarge)
+			return 0, nil, refused("attachment over its bound", envelope.ErrTooLarge)
 		case errors.Is(err, safefetch.ErrDeadline):
-			return 0, nil, b.interrupted(r, refused("attachment fetch timed out", ErrUpstreamTime))
+			return 0, nil, b.host.Interrupted(r, refused("attachment fetch timed out", envelope.ErrUpstreamTime))
 		case ctx.Err() != nil:
-			return 0, nil, b.interrupted(r, refused("attachment fetch ended with the turn", ErrClientGone))
+			return 0, nil, b.host.Interrupted(r, refused("attachment fetch ended with the turn", envelope.ErrClientGone))
 		}
-		return 0, nil, refused("attachment fetch refused or failed", ErrUpstream)
+		return 0, nil, refused("attachment fetch refused or failed", envelope.ErrUpstream)
 	}
 	st.mu.Lock()
 	st.sum += int64(len(res.Body))
