@@ -597,8 +597,17 @@ func TestFleetTurnsAndFailover(t *testing.T) {
 			t.Errorf("box1's credential reached box2's model")
 		}
 	}
-	if out, _ := b2.sh("journalctl --no-pager -o cat -u 'sandbox-broker@*' | grep -c 'Started sandbox-broker@' || true"); strings.TrimSpace(out) == "0" {
-		t.Errorf("box2 answered turns, but its journal shows no broker unit started")
+	// ... through a broker unit of its own (the broker's journal line
+	// names the channel).
+	brokers, _, _ := b2.exec("", "journalctl", "--no-pager", "-o", "cat", "-u", "sandbox-broker@*")
+	for _, ch := range onBox2 {
+		found := false
+		for _, l := range strings.Split(brokers, "\n") {
+			found = found || strings.Contains(l, `msg="broker ready"`) && strings.Contains(l, " channel="+ids.ChannelTag(ch)+" ")
+		}
+		if !found {
+			t.Errorf("box2 answered %s's turn, but no broker unit on box2 says it was ready for that channel", ch)
+		}
 	}
 	if t.Failed() {
 		t.FailNow()
