@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # make fleet-test: the fleet on one machine (test/fleet): three boxes as
 # network namespaces, each with its own nats-server and box process, a few
-# hundred stub turns through a killed box and a paused owner (not yet a cut link: open),
-# asserting nothing lost, duplicated or reordered and one reply per turn id
-# (timings are reported, never asserted). Skips (exit 0, saying why) when
-# not root or without network namespaces.
+# hundred stub turns through one fault of each kind (kill -9 of a box and
+# of a nats-server, a cut link, a paused owner, a full disk), asserting
+# nothing lost, duplicated or reordered, one reply per turn id and every
+# channel answered again after each fault (timings are reported, never
+# asserted). Skips (exit 0, saying why) when not root or without network
+# namespaces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skip() {

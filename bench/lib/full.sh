@@ -338,11 +338,15 @@ bench_backtoback() {
 # rounds (BENCH_BURST_ROUNDS, 2; 0 skips). The host is restarted per
 # variant; sandbox-bench restores the config at the end.
 bench_burst() {
-  local rounds=${BENCH_BURST_ROUNDS:-2} n=${BENCH_BURST_CHANNELS:-64}
+  local rounds=${BENCH_BURST_ROUNDS:-2} n=${BENCH_BURST_CHANNELS:-64} fixed=()
   ((rounds > 0)) || return 0
+  # A host whose starts have a bound of their own (queue.startConcurrency
+  # shipped): the fixed caps set it to the cap, so they stay the baseline
+  # they were before (no start bound below the cap).
+  [[ -n $(shipped_queue startConcurrency) ]] && fixed=(--fixed-starts)
   bench_log "burst: $n first turns at once, shipped admission beside globalConcurrency 4 and 16, $rounds rounds"
   ns_exec "$BIN/sandbox-bench" burst --out "$BENCH_RESULTS/burst.json" --host-socket "$HOST_SOCK" \
-    --channels "$n" --rounds "$rounds" --caps "${BENCH_BURST_CAPS:-4,16}" ||
+    --channels "$n" --rounds "$rounds" --caps "${BENCH_BURST_CAPS:-4,16}" "${fixed[@]}" ||
     note "- The burst series failed (see the log of make bench)."
   host_wait_active
 }

@@ -1,7 +1,9 @@
 // Package admission admits turns: FIFO per channel, never two at once in one
 // channel, channels independent, at most a global cap running in total, a
 // wait bounded on its own, and spare slots (standby preparations) granted
-// only when no waiting turn needs them. It knows no kind and no container.
+// only when no waiting turn needs them; and it bounds starts (Starts): of
+// the turns running, only a few start at once, a waiting turn's start
+// before any standby preparation's. It knows no kind and no container.
 package admission
 
 import (
@@ -108,11 +110,14 @@ func (q *Queue) AcquireWithin(ctx context.Context, channel string, maxWait time.
 }
 
 // Spare waits for a slot of the global cap, bound to no channel, granted
-// only when one is free and no ticket waits: a standby's preparation, which
-// must never take the slot a waiting turn needs nor delay one in the queue.
-// Tickets are always promoted first; a spare waiter gets what is left. A
-// caller whose ctx ends while waiting leaves. release must be called
-// exactly once.
+// only when one is free and no ticket waits for the cap: a standby's
+// preparation, which must never take the slot a waiting turn needs nor
+// delay one in the queue. Tickets are always promoted first; a spare
+// waiter gets what is left. A ticket waiting only behind its own channel's
+// running turn does not hold spares back: it needs no free slot (it takes
+// the one its channel's turn releases), and that channel's next standby is
+// exactly what a spare prepares. A caller whose ctx ends while waiting
+// leaves. release must be called exactly once.
 func (q *Queue) Spare(ctx context.Context) (func(), error) {
 	q.mu.Lock()
 	if q.closed {
@@ -175,7 +180,8 @@ func (q *Queue) removeLocked(t *ticket) {
 
 // promoteLocked grants the oldest waiting ticket of every idle channel, in
 // arrival order, while the global cap allows; then, only when no ticket
-// waits at all, spare waiters.
+// waits for the cap (every one left waits behind its channel's running
+// turn), spare waiters.
 func (q *Queue) promoteLocked() {
 	full := func() bool { return q.cap > 0 && q.nrun+q.nspare >= q.cap }
 	for i := 0; i < len(q.waiting); {
@@ -193,7 +199,8 @@ func (q *Queue) promoteLocked() {
 		q.removeLocked(t)
 		close(t.ready)
 	}
-	for len(q.waiting) == 0 && len(q.spares) > 0 && !full() {
+	// Here the cap is not full: every ticket left waits for its channel.
+	for len(q.spares) > 0 && !full() {
 		w := q.spares[0]
 		q.spares = q.spares[1:]
 		q.nspare++

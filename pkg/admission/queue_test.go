@@ -122,10 +122,56 @@ func TestQueueSpareNeverJumpsWaitingTurns(t *testing.T) {
 	}
 }
 
-func TestQueueSpareWaitsWhileATicketWaits(t *testing.T) {
-	// A slot is free but a ticket waits (its channel is busy): a spare is
-	// not granted until nothing waits.
-	q := newQueue(8, 4)
+func TestQueueSpareWaitsWhileATicketWaitsForTheCap(t *testing.T) {
+	// The cap is full and b's ticket waits for a slot: a spare is not
+	// granted until b has one, even once a slot came free.
+	q := newQueue(8, 1)
+	queued := queuedSignal(q)
+	a, err := q.Acquire(context.Background(), "a")
+	must(t, err)
+	next := make(chan func(), 1)
+	go func() {
+		r, err := q.Acquire(context.Background(), "b")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		next <- r
+	}()
+	if got := <-queued; got != "b" {
+		t.Fatalf("queued %q, want b", got)
+	}
+	spare := make(chan func(), 1)
+	go func() {
+		s, err := q.Spare(context.Background())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		spare <- s
+	}()
+	if got := <-queued; got != SpareQueued {
+		t.Fatalf("queued %q, want the spare", got)
+	}
+	a() // the slot goes to b, not to the spare that came later
+	b := <-next
+	if n := q.SpareHeld(); n != 0 {
+		t.Fatalf("spare slots held while b runs at the cap: %d, want 0", n)
+	}
+	b()
+	s := <-spare
+	s()
+	s() // idempotent
+	if n := q.SpareHeld(); n != 0 {
+		t.Errorf("spare slots held: %d, want 0", n)
+	}
+}
+
+func TestQueueSpareGrantedWhileATicketWaitsOnlyForItsChannel(t *testing.T) {
+	// Slots are free; a's second ticket waits behind a's running turn, not
+	// for the cap: a spare (a's next standby, say) is granted, and a's
+	// second ticket still gets a's slot when a's turn ends.
+	q := newQueue(8, 2)
 	queued := queuedSignal(q)
 	a, err := q.Acquire(context.Background(), "a")
 	must(t, err)
@@ -139,25 +185,20 @@ func TestQueueSpareWaitsWhileATicketWaits(t *testing.T) {
 		next <- r
 	}()
 	<-queued
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := q.Spare(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("spare with a ticket waiting: %v, want to wait until its ctx ended", err)
+	s, err := q.Spare(ctx)
+	if err != nil {
+		t.Fatalf("spare with slots free and a ticket waiting only for its channel: %v, want granted", err)
 	}
-	q.mu.Lock()
-	left := len(q.spares)
-	q.mu.Unlock()
-	if left != 0 {
-		t.Errorf("%d spare waiters left after their ctx ended", left)
+	if n := q.SpareHeld(); n != 1 {
+		t.Errorf("spare slots held: %d, want 1", n)
 	}
 	a()
-	(<-next)()
-	s, err := q.Spare(context.Background())
-	must(t, err)
+	(<-next)() // granted with the spare still held: the cap is 2
 	s()
-	s() // idempotent
-	if n := q.SpareHeld(); n != 0 {
-		t.Errorf("spare slots held: %d, want 0", n)
+	if w, r := q.Totals(); w != 0 || r != 0 || q.SpareHeld() != 0 {
+		t.Errorf("at the end: waiting %d, running %d, spares %d; want 0, 0, 0", w, r, q.SpareHeld())
 	}
 }
 

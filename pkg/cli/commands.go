@@ -183,6 +183,13 @@ func printHuman(cmd *cobra.Command, v any) {
 			}
 			fmt.Fprintf(w, "; host: %d running, %d waiting, global concurrency %d (%s), queue wait at most %d s",
 				a.Running, a.Waiting, a.GlobalConcurrency, how, a.MaxWaitSeconds)
+			if a.StartConcurrency > 0 {
+				how = "queue.startConcurrency"
+				if a.StartDerived {
+					how = "derived from this machine"
+				}
+				fmt.Fprintf(w, "; %d starting, %d waiting to start, at most %d at once (%s)", a.Starting, a.StartWaiting, a.StartConcurrency, how)
+			}
 		}
 		if r := x.Rich; r != nil {
 			fmt.Fprintf(w, ", session %s", r.State)

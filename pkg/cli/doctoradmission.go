@@ -16,8 +16,9 @@ func doctorAdmission(cfg *config.Config, d doctorDeps, add func(name, status, de
 	}
 	m := d.machine()
 	c := cfg.GlobalConcurrency(m)
-	detail := fmt.Sprintf("global concurrency %d (%s); a turn waits at most %d s for a slot (queue.maxWaitSeconds), then is answered 429 busy; at most %d wait per channel (queue.depth)",
-		c.Cap, c.Why, cfg.Queue.MaxWaitSeconds, cfg.Queue.Depth)
+	s := cfg.StartConcurrency(m)
+	detail := fmt.Sprintf("global concurrency %d (%s); of those at most %d start at once (%s); a turn waits at most %d s for a slot (queue.maxWaitSeconds), then is answered 429 busy; at most %d wait per channel (queue.depth)",
+		c.Cap, c.Why, s.Cap, s.Why, cfg.Queue.MaxWaitSeconds, cfg.Queue.Depth)
 	if !c.Derived {
 		derived := *cfg
 		derived.Queue.GlobalConcurrency = 0

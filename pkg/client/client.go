@@ -129,6 +129,13 @@ type Admission struct {
 	MaxWaitSeconds    int    `json:"maxWaitSeconds"`
 	Running           int    `json:"running"`
 	Waiting           int    `json:"waiting"`
+	// StartConcurrency bounds how many of those start at once (derived
+	// when queue.startConcurrency is 0, StartWhy says how).
+	StartConcurrency int    `json:"startConcurrency"`
+	StartDerived     bool   `json:"startDerived"`
+	StartWhy         string `json:"startWhy"`
+	Starting         int    `json:"starting"`
+	StartWaiting     int    `json:"startWaiting"`
 }
 
 // RichSession is a rich channel's session: its id, container, state (none,

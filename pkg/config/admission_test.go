@@ -38,6 +38,34 @@ func TestGlobalConcurrency(t *testing.T) {
 	}
 }
 
+func TestStartConcurrency(t *testing.T) {
+	plenty := Machine{CPUs: 2, MemoryMB: 24105, MemoryRead: true}
+	tests := []struct {
+		name           string
+		global, starts int
+		m              Machine
+		want           int
+		derived        bool
+		why            string
+	}{
+		{"2 cores: 2 per CPU", 0, 0, plenty, 4, true, "2 per CPU x 2 CPUs = 4"},
+		{"never above the global concurrency", 3, 0, plenty, 3, true, "global concurrency 3"},
+		{"no CPU count read counts as one", 0, 0, Machine{CPUs: 0, MemoryMB: 24105}, 2, true, "x 1 CPUs"},
+		{"a derived global cap of 1 starts one", 0, 0, Machine{CPUs: 4, MemoryMB: 512}, 1, true, "global concurrency 1"},
+		{"configured wins", 0, 7, plenty, 7, false, "queue.startConcurrency"},
+		{"configured above the global concurrency is cut to it", 4, 9, plenty, 4, false, "queue.startConcurrency 9, at most the global concurrency 4"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Config{Queue: Queue{GlobalConcurrency: tc.global, StartConcurrency: tc.starts}, Limits: Limits{MemoryMB: 512}}
+			got := c.StartConcurrency(tc.m)
+			if got.Cap != tc.want || got.Derived != tc.derived || !strings.Contains(got.Why, tc.why) {
+				t.Errorf("StartConcurrency(%+v) = %+v, want cap %d derived %v, why containing %q", tc.m, got, tc.want, tc.derived, tc.why)
+			}
+		})
+	}
+}
+
 func TestMemTotal(t *testing.T) {
 	tests := []struct {
 		in   string

@@ -320,6 +320,10 @@ type Queue struct {
 	// GlobalConcurrency caps what runs at once across channels; 0 = derived
 	// from the machine (Concurrency).
 	GlobalConcurrency int `mapstructure:"globalConcurrency"`
+	// StartConcurrency bounds how many of those start at once (a cold
+	// turn's broker units and container, a standby's preparation); 0 =
+	// derived from the machine (Starts).
+	StartConcurrency int `mapstructure:"startConcurrency"`
 	// MaxWaitSeconds bounds a turn's wait for its slot; past it the turn
 	// is refused as busy (429) without running.
 	MaxWaitSeconds int `mapstructure:"maxWaitSeconds"`
@@ -567,6 +571,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Queue.GlobalConcurrency < 0 || c.Queue.GlobalConcurrency > MaxGlobalConcurrency {
 		bad("queue.globalConcurrency", "must be 0 (derived from the machine) to %d, got %d", MaxGlobalConcurrency, c.Queue.GlobalConcurrency)
+	}
+	if c.Queue.StartConcurrency < 0 || c.Queue.StartConcurrency > MaxGlobalConcurrency {
+		bad("queue.startConcurrency", "must be 0 (derived from the machine) to %d, got %d", MaxGlobalConcurrency, c.Queue.StartConcurrency)
 	}
 	if c.Queue.MaxWaitSeconds < MinQueueWaitSeconds || c.Queue.MaxWaitSeconds > MaxQueueWaitSeconds {
 		bad("queue.maxWaitSeconds", "must be %d to %d, got %d", MinQueueWaitSeconds, MaxQueueWaitSeconds, c.Queue.MaxWaitSeconds)

@@ -55,6 +55,7 @@ func defaults() map[string]any {
 
 		"queue.depth":             8,
 		"queue.globalConcurrency": 0,
+		"queue.startConcurrency":  0,
 		"queue.maxWaitSeconds":    DefaultQueueWaitSeconds,
 
 		"initialChannels": []string{},

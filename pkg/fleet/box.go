@@ -2,12 +2,15 @@ package fleet
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -61,7 +64,9 @@ type BoxOptions struct {
 	// running turns every AckWait/3. Default DefaultAckWait.
 	AckWait time.Duration
 	// MaxAttempts: a turn delivered more often is committed as failed
-	// without running (a turn that kills every box it lands on). Default 5.
+	// without running (a turn that kills every box it lands on). Default
+	// 10: deliveries the cluster failed count too (their redelivery waits
+	// longer each time, giveBack).
 	MaxAttempts uint64
 	Logger      *slog.Logger
 	// OnEvent, when set, receives every Event (called from the partition's
@@ -92,11 +97,26 @@ type Box struct {
 	ctx    context.Context // cancelled by Stop: running turns end
 	cancel context.CancelFunc
 
+	peers []string // Peers, sorted, without repeats
+	inc   string   // this box process's incarnation (its announcements)
+	view  *presence
+
 	mu       sync.Mutex
-	consumes []pcgroups.ConsumerGroupConsumeContext
+	group    *pcgroups.StaticConsumerGroupConfig
+	members  []*member // by partition; the slice is fixed at Start
+	started  time.Time
 	detached chan struct{} // closed by Detach: heartbeats stop
 	workers  sync.WaitGroup
-	queues   []chan jetstream.Msg
+	queues   []chan item
+
+	probeOK atomic.Int64 // unix ns of the cluster's last answer (probe)
+}
+
+// item is one entry of a partition's worker queue: a delivered turn, or
+// a step the worker takes after what was queued before it.
+type item struct {
+	msg jetstream.Msg
+	fn  func()
 }
 
 // NewBox returns a box on f; Start joins the partitions.
@@ -114,7 +134,7 @@ func NewBox(f *Fleet, o BoxOptions) (*Box, error) {
 		o.StandbyDelay = 2 * o.AckWait
 	}
 	if o.MaxAttempts == 0 {
-		o.MaxAttempts = 5
+		o.MaxAttempts = 10
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -122,65 +142,62 @@ func NewBox(f *Fleet, o BoxOptions) (*Box, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	peers := slices.Clone(o.Peers)
+	slices.Sort(peers)
+	peers = slices.Compact(peers)
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Box{f: f, opts: o, log: o.Logger.With("box", o.Name), ctx: ctx, cancel: cancel, detached: make(chan struct{})}, nil
+	b := &Box{f: f, opts: o, log: o.Logger.With("box", o.Name), ctx: ctx, cancel: cancel, detached: make(chan struct{}),
+		peers: peers, inc: incarnation()}
+	b.view = &presence{peers: map[string]*peerState{}, timeout: b.presenceTimeout()}
+	return b, nil
 }
 
-// Start joins every partition's member of the turns group: the box is the
-// partition's owner while its instance is pinned, a hot standby otherwise.
+// incarnation names this box process in its announcements.
+func incarnation() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Start pulls the box's home partitions at once (an error here fails the
+// start), then supervises its pulls (membership.go): after StandbyDelay it
+// also stands by for every partition whose home box is away.
 func (b *Box) Start(ctx context.Context) error {
+	group, err := pcgroups.GetStaticConsumerGroupConfig(ctx, b.f.js, TurnsStream, TurnsGroup)
+	if err != nil {
+		return fmt.Errorf("fleet box %s: the turns group: %w", b.opts.Name, err)
+	}
 	n := b.f.layout.Partitions
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var later []int
+	b.group = group
+	b.started = b.opts.Now()
 	for p := 0; p < n; p++ {
-		q := make(chan jetstream.Msg, 4)
-		b.queues = append(b.queues, q)
+		b.queues = append(b.queues, make(chan item, 4))
+		b.members = append(b.members, &member{p: p, name: TurnsGroup + "-" + memberName(p)})
+	}
+	for _, q := range b.queues {
 		b.workers.Add(1)
 		go b.work(q)
-		if !b.home(p) {
-			later = append(later, p)
+	}
+	homes := 0
+	for _, m := range b.members {
+		if !b.home(m.p) {
 			continue
 		}
-		if err := b.joinLocked(ctx, p); err != nil {
+		homes++
+		if err := b.startPull(ctx, m); err != nil {
 			b.stopLocked()
 			return err
 		}
 	}
-	if len(later) > 0 {
-		// Standby for the other boxes' partitions only after they had
-		// time to join theirs: the first puller gets a partition's pin.
-		b.workers.Add(1)
-		go func() {
-			defer b.workers.Done()
-			t := time.NewTimer(b.opts.StandbyDelay)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-b.ctx.Done():
-				return
-			case <-b.detached:
-				return
-			}
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			for _, p := range later {
-				if b.ctx.Err() != nil || b.isDetached() {
-					return
-				}
-				jctx, cancel := context.WithTimeout(b.ctx, opTimeout)
-				err := b.joinLocked(jctx, p)
-				cancel()
-				if err != nil {
-					b.log.Error("fleet box cannot stand by for a partition", "partition", p, "err", err)
-				}
-			}
-			b.log.Info("fleet box stands by for the other boxes' partitions", "partitions", len(later))
-		}()
-	}
+	// Start's own calls reached the cluster: healthy until a probe says
+	// otherwise.
+	b.probeOK.Store(b.opts.Now().UnixNano())
+	b.workers.Add(1)
+	go b.membership()
 	// A connection that closes for good (not a reconnect) leaves the
-	// partitions: pcgroups v0.2.2's member routine spins on a closed
-	// connection's watcher, and a box without a connection is dead anyway.
+	// partitions: a box without a connection is dead anyway.
 	closed := b.f.nc.StatusChanged(nats.CLOSED)
 	go func() {
 		defer b.f.nc.RemoveStatusListener(closed)
@@ -191,20 +208,17 @@ func (b *Box) Start(ctx context.Context) error {
 		case <-b.ctx.Done():
 		}
 	}()
-	b.log.Info("fleet box joined its partitions", "home", n-len(later), "partitions", n, "ack_wait_ms", b.opts.AckWait.Milliseconds())
+	b.log.Info("fleet box joined its partitions", "home", homes, "partitions", n, "ack_wait_ms", b.opts.AckWait.Milliseconds())
 	return nil
 }
 
 // home: the partition is this box's by the balanced assignment over
 // Peers (every partition when Peers does not name this box).
 func (b *Box) home(p int) bool {
-	peers := slices.Clone(b.opts.Peers)
-	slices.Sort(peers)
-	peers = slices.Compact(peers)
-	if !slices.Contains(peers, b.opts.Name) {
+	if !slices.Contains(b.peers, b.opts.Name) {
 		return true
 	}
-	return peers[p%len(peers)] == b.opts.Name
+	return b.homeOf(p) == b.opts.Name
 }
 
 func (b *Box) isDetached() bool {
@@ -216,47 +230,10 @@ func (b *Box) isDetached() bool {
 	}
 }
 
-// joinLocked joins partition p's member of the turns group (b.mu held).
-func (b *Box) joinLocked(ctx context.Context, p int) error {
-	cfg := jetstream.ConsumerConfig{
-		AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait:   b.opts.AckWait,
-		// One unacknowledged turn per partition: a channel's turns one at
-		// a time, in order, whichever box holds the pin.
-		MaxAckPending: 1,
-		MaxDeliver:    -1,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	}
-	q := b.queues[p]
-	// The handler only queues: the turn runs in the partition's worker,
-	// so the consume loop keeps pulling (and the pin stays) meanwhile. It
-	// never blocks, and q is never closed (a late callback is harmless).
-	handler := func(m jetstream.Msg) {
-		select {
-		case q <- m:
-		default: // a redelivery while the queue is full: it comes again
-		}
-	}
-	cc, err := pcgroups.StaticConsume(ctx, b.f.js, TurnsStream, TurnsGroup, memberName(p), handler, cfg)
-	if err != nil {
-		return fmt.Errorf("fleet box %s: join partition %d: %w", b.opts.Name, p, err)
-	}
-	b.consumes = append(b.consumes, cc)
-	go b.watchMember(p, cc)
-	return nil
-}
-
-// watchMember logs a partition's membership ending on its own (its group
-// deleted or changed): the box no longer stands by for that partition.
-func (b *Box) watchMember(p int, cc pcgroups.ConsumerGroupConsumeContext) {
-	if err := <-cc.Done(); err != nil {
-		b.log.Error("fleet box left a partition: the turns group changed or failed; restart the host to rejoin", "partition", p, "err", err)
-	}
-}
-
 // Stop leaves the partitions, cancels running turns (they are not
 // committed: another box runs them) and waits for the workers.
 func (b *Box) Stop() {
+	b.cancel() // first: a membership round holding b.mu ends at once
 	b.mu.Lock()
 	b.stopLocked()
 	b.mu.Unlock()
@@ -264,24 +241,29 @@ func (b *Box) Stop() {
 }
 
 func (b *Box) stopLocked() {
-	for _, cc := range b.consumes {
-		cc.Stop()
+	for _, m := range b.members {
+		if m.cc != nil {
+			m.cc.Stop()
+			m.cc = nil
+		}
 	}
-	b.consumes = nil
 	b.cancel() // workers end after their current turn
 }
 
 // Detach makes the box look paused to the cluster (as under SIGSTOP): it
-// stops pulling and heartbeating, so its pins and its taken turns move to
-// another box after AckWait, while its running turns go on and try to
-// commit when they end. For the fault harness and tests; Stop still ends it.
+// stops pulling, heartbeating and announcing itself, so its pins and its
+// taken turns move to another box after AckWait, while its running turns
+// go on and try to commit when they end. For the fault harness and tests;
+// Stop still ends it.
 func (b *Box) Detach() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, cc := range b.consumes {
-		cc.Stop()
+	for _, m := range b.members {
+		if m.cc != nil {
+			m.cc.Stop()
+			m.cc = nil
+		}
 	}
-	b.consumes = nil
 	select {
 	case <-b.detached:
 	default:
@@ -297,12 +279,16 @@ func (b *Box) Kill() {
 	b.f.nc.Close()
 }
 
-func (b *Box) work(q chan jetstream.Msg) {
+func (b *Box) work(q chan item) {
 	defer b.workers.Done()
 	for {
 		select {
-		case m := <-q:
-			b.handle(m)
+		case it := <-q:
+			if it.fn != nil {
+				it.fn()
+			} else {
+				b.handle(it.msg)
+			}
 		case <-b.ctx.Done():
 			return
 		}
@@ -365,7 +351,7 @@ func (b *Box) handle(m jetstream.Msg) {
 	}
 	if err != nil {
 		log.Warn("fleet channel state unreadable: turn returned", "err", err)
-		b.giveBack(m, ev)
+		b.clusterFailed(m, ev)
 		return
 	}
 	if st.LastTurn == t.ID || st.LastSeq >= seq {
@@ -396,6 +382,12 @@ func (b *Box) handle(m jetstream.Msg) {
 	b.emit(ev)
 
 	out, runErr := b.execute(m, t, seq, st, claimRev, meta.NumDelivered)
+	if errors.Is(runErr, errWorkspaceUnread) {
+		// The cluster's failure, not the turn's: returned, not failed.
+		log.Warn("fleet committed workspace unreadable: turn returned", "err", runErr)
+		b.clusterFailed(m, ev)
+		return
+	}
 	if errors.Is(runErr, ErrElsewhere) || b.ctx.Err() != nil {
 		b.giveBack(m, ev)
 		return
@@ -463,11 +455,36 @@ func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, st ChannelState, clai
 	}
 	ctx, cancel := context.WithDeadline(b.ctx, deadline)
 	defer cancel()
+	var unread error
 	in := Input{Turn: t, Seq: seq, Generation: st.Generation, Attempt: attempt,
 		Snapshot: st.Workspace, NextSnapshot: workspaceName(t.Channel, st.Generation+1, claimRev),
-		Restore: func(ctx context.Context) ([]byte, error) { return b.f.Workspace(ctx, st.Workspace) }}
-	return b.opts.Executor.Execute(ctx, in)
+		Restore: func(ctx context.Context) ([]byte, error) {
+			// Bounded apart from the turn's deadline: an object read whose
+			// chunks stop coming (its server killed mid-read) otherwise
+			// waits for the deadline, the turn heartbeated and its
+			// partition held all that time.
+			rctx, cancel := context.WithTimeout(ctx, restoreTimeout)
+			defer cancel()
+			ws, err := b.f.Workspace(rctx, st.Workspace)
+			if err != nil {
+				unread = err
+			}
+			return ws, err
+		}}
+	out, err := b.opts.Executor.Execute(ctx, in)
+	if err != nil && unread != nil {
+		return out, fmt.Errorf("%w: %w", errWorkspaceUnread, unread)
+	}
+	return out, err
 }
+
+// restoreTimeout bounds reading a committed workspace (at most
+// MaxWorkspaceBytes).
+const restoreTimeout = 30 * time.Second
+
+// errWorkspaceUnread: the executor failed because the committed workspace
+// could not be read from the cluster; the turn is returned, not failed.
+var errWorkspaceUnread = errors.New("the committed workspace could not be read")
 
 // heartbeat tells the server the turn is being worked on, so it is not
 // redelivered while this box is alive and attached.
@@ -513,15 +530,37 @@ func (b *Box) refusedOrReturned(m jetstream.Msg, ev Event, err error, log *slog.
 		return
 	}
 	log.Warn("fleet "+step+" failed on the cluster: turn returned", "err", err)
+	b.clusterFailed(m, ev)
+}
+
+// clusterFailed returns a turn the cluster failed this box on; after
+// maxClusterFailures in a row on its partition the box steps back from it
+// for a while (membership), so that a box pinned where it cannot work does
+// not hold it.
+func (b *Box) clusterFailed(m jetstream.Msg, ev Event) {
+	if mb := b.memberOf(m); mb != nil {
+		mb.failures.Add(1)
+	}
 	b.giveBack(m, ev)
 }
 
 // giveBack leaves the turn uncommitted and asks for its redelivery (to
-// this box's successor when it stops).
+// this box's successor when it stops), after a delay that doubles with
+// each delivery (AckWait/4 up to 2 x AckWait): a cluster that fails every
+// take for a while (an election, a lost quorum) is not hammered, nor the
+// turn's attempts spent in a second.
 func (b *Box) giveBack(m jetstream.Msg, ev Event) {
-	_ = m.Nak()
+	_ = m.NakWithDelay(nakDelay(b.opts.AckWait, ev.Attempt))
 	ev.Kind = EventReturned
 	b.emit(ev)
+}
+
+func nakDelay(ackWait time.Duration, attempt uint64) time.Duration {
+	d := max(ackWait/4, 50*time.Millisecond)
+	for i := uint64(1); i < attempt && d < 2*ackWait; i++ {
+		d *= 2
+	}
+	return min(d, 2*ackWait)
 }
 
 func (b *Box) publishReply(ctx context.Context, r Reply) error {
@@ -539,5 +578,9 @@ func (b *Box) ack(ctx context.Context, m jetstream.Msg, log *slog.Logger) {
 	// A lost ack only means a redelivery, answered from the reply.
 	if err := m.DoubleAck(ctx); err != nil {
 		log.Debug("fleet ack not confirmed", "err", err)
+		return
+	}
+	if mb := b.memberOf(m); mb != nil {
+		mb.failures.Store(0)
 	}
 }

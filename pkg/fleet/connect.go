@@ -62,6 +62,12 @@ func Connect(o ConnectOptions) (*nats.Conn, error) {
 		nats.Timeout(o.ConnectTimeout),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
+		// A server behind a cut link answers nothing and closes nothing:
+		// without pings the connection would be believed for minutes
+		// (nats.go's default is 2 minutes x 2), and a frontend or box on
+		// it would hear no reply meanwhile.
+		nats.PingInterval(PingInterval),
+		nats.MaxPingsOutstanding(MaxPingsOut),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			log.Warn("fleet: connection to the NATS server lost; reconnecting", "server", nc.ConnectedUrlRedacted(), "err", err)
 		}),
@@ -91,6 +97,14 @@ func Connect(o ConnectOptions) (*nats.Conn, error) {
 	}
 	return nc, nil
 }
+
+// PingInterval and MaxPingsOut bound how long a dead connection (a cut
+// link, a paused server) is believed: about PingInterval x (MaxPingsOut+1)
+// (pkg/fleetnats sets the same on the servers' routes and clients).
+const (
+	PingInterval = 3 * time.Second
+	MaxPingsOut  = 3
+)
 
 func redactedURLs(s string) string {
 	var out []string

@@ -164,6 +164,7 @@ func replyCount(t *testing.T, f *Fleet, turnID string) int {
 // recorder executes instantly, records each channel's turns in execution
 // order and fails the test when two turns of one channel overlap.
 type recorder struct {
+	d       time.Duration // each turn's run (default 1 ms)
 	mu      sync.Mutex
 	running map[string]bool
 	order   map[string][]string
@@ -182,7 +183,7 @@ func (rc *recorder) Execute(ctx context.Context, in Input) (Output, error) {
 	rc.running[in.Turn.Channel] = true
 	rc.order[in.Turn.Channel] = append(rc.order[in.Turn.Channel], in.Turn.ID)
 	rc.mu.Unlock()
-	out, err := (&StubExecutor{Duration: time.Millisecond}).Execute(ctx, in)
+	out, err := (&StubExecutor{Duration: max(rc.d, time.Millisecond)}).Execute(ctx, in)
 	rc.mu.Lock()
 	rc.running[in.Turn.Channel] = false
 	rc.mu.Unlock()
@@ -692,5 +693,133 @@ func TestReadsComeFromTheLeader(t *testing.T) {
 		if s.CachedInfo().Config.AllowDirect {
 			t.Errorf("stream %s allows direct get", name)
 		}
+	}
+}
+
+// TestPartitionsReturnHome: three boxes naming each other own a share of
+// the partitions each; the third dies and the others take its share; a
+// new process of the third box comes back, stands by, and its share
+// returns to it, while every channel's turns run one at a time and in
+// order across both moves and the audit stays clean. Each wait runs
+// rounds of turns until its condition holds (the test's deadline bounds
+// it: nothing is timed).
+func TestPartitionsReturnHome(t *testing.T) {
+	r := newRig(t, 3, 6)
+	peers := []string{"a", "b", "c"}
+	rec := newRecorder()
+	rec.d = 20 * time.Millisecond
+	boxes := map[string]*Box{}
+	for _, name := range peers {
+		boxes[name], _ = r.boxWith(BoxOptions{Name: name, Executor: rec, Peers: peers})
+	}
+	client, _ := r.fleet("client")
+	ctx := r.ctx()
+	// One channel per partition; c's share is partitions 2 and 5.
+	chans := make([]string, 6)
+	for i, found := 0, 0; found < 6; i++ {
+		ch := fmt.Sprintf("chan-%d", i)
+		if p := Partition(ch, 6); chans[p] == "" {
+			chans[p], found = ch, found+1
+		}
+	}
+	var turns []Turn
+	// round submits a turn on every channel and returns who committed each.
+	round := func() []string {
+		t.Helper()
+		var batch []Turn
+		for _, ch := range chans {
+			tn := newTurn(ch, "x")
+			if _, err := client.Submit(ctx, tn); err != nil {
+				t.Fatal(err)
+			}
+			batch = append(batch, tn)
+		}
+		turns = append(turns, batch...)
+		by := make([]string, len(batch))
+		for p, tn := range batch {
+			rep, err := client.AwaitReply(ctx, tn.ID)
+			if err != nil {
+				t.Fatalf("turn on partition %d: %v", p, err)
+			}
+			by[p] = rep.Box
+		}
+		return by
+	}
+	until := func(what string, ok func(by []string) bool) {
+		t.Helper()
+		for {
+			if by := round(); ok(by) {
+				t.Logf("%s: %v", what, by)
+				return
+			}
+		}
+	}
+	atHome := func(by []string) bool {
+		for p, box := range by {
+			if box != peers[p%3] {
+				return false
+			}
+		}
+		return true
+	}
+	until("every partition at home", atHome)
+	boxes["c"].Kill()
+	until("c's share with the others", func(by []string) bool { return by[2] != "c" && by[5] != "c" })
+	r.boxWith(BoxOptions{Name: "c", Executor: rec, Peers: peers})
+	until("c's share back home", atHome)
+
+	a, err := client.Audit(ctx, turns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Clean() || a.Failed != 0 {
+		t.Fatalf("audit: %s (lost %v, reordered %v)", a, a.Lost, a.Reordered)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.overlap) > 0 {
+		t.Errorf("turns that ran while another turn of their channel ran: %v", rec.overlap)
+	}
+	for _, ch := range chans {
+		var want []string
+		for _, tn := range turns {
+			if tn.Channel == ch {
+				want = append(want, tn.ID)
+			}
+		}
+		// A turn the killed box was running runs again on its successor.
+		if got := slices.Compact(slices.Clone(rec.order[ch])); !slices.Equal(got, want) {
+			t.Errorf("channel %s ran %v, want %v in order", ch, got, want)
+		}
+	}
+}
+
+// TestDeletedConsumerIsMadeAgain: a partition's consumer deleted under
+// the boxes (an operator, a reset replica) ends every box's pull on it for
+// good (the server answers the waiting pulls 409 Consumer Deleted, a
+// terminal error for the client): the box notices, makes the consumer
+// again and pulls; the next turn is answered and the audit stays clean.
+func TestDeletedConsumerIsMadeAgain(t *testing.T) {
+	r := newRig(t, 1, 1)
+	r.box("a", &StubExecutor{Duration: time.Millisecond})
+	client, _ := r.fleet("client")
+	ctx := r.ctx()
+	first := newTurn("chan-deleted", "x")
+	if _, _, err := client.Ask(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.js.DeleteConsumer(ctx, TurnsStream, TurnsGroup+"-"+memberName(0)); err != nil {
+		t.Fatal(err)
+	}
+	second := newTurn("chan-deleted", "y")
+	if _, _, err := client.Ask(ctx, second); err != nil {
+		t.Fatalf("turn after the consumer was deleted: %v", err)
+	}
+	a, err := client.Audit(ctx, []Turn{first, second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Clean() || a.Failed != 0 {
+		t.Fatalf("audit: %s", a)
 	}
 }

@@ -97,6 +97,12 @@ func ServerConfig(f config.Fleet, files TLSFiles) ([]byte, error) {
 			"cipher":           "aes",
 			"max_memory_store": 256 << 20,
 		},
+		// A peer or client behind a cut link answers nothing and closes
+		// nothing: pings every 3 s, 3 unanswered close it (the default is
+		// every 2 minutes, 2 unanswered). pkg/fleet's clients ping the
+		// same way.
+		"ping_interval": "3s",
+		"ping_max":      3,
 		// The journal stamps each line.
 		"logtime": false,
 		// Nothing of a guest's text is traced or logged.
@@ -119,6 +125,16 @@ func ServerConfig(f config.Fleet, files TLSFiles) ([]byte, error) {
 			// Clients keep to the fleet.url they were given: the other
 			// boxes' client ports listen on their own loopback.
 			"no_advertise": true,
+			// A route to a server behind a cut link stays open and its
+			// writes block: with the defaults (pings every 30 s, 2
+			// unanswered; a blocked write retried, the route kept) the
+			// majority's own replication stalled on it for most of a minute
+			// and no channel committed. Pings every 3 s (3 unanswered, see
+			// ping_max), and a write blocked for 5 s closes the route (it is
+			// dialled again at once).
+			"ping_interval":  "3s",
+			"write_deadline": "5s",
+			"write_timeout":  "close",
 		}
 	}
 	// The nats-server parser knows no \u escapes: '>' must stay itself.

@@ -55,7 +55,9 @@ func TestServerConfigShape(t *testing.T) {
 			CA     string `json:"ca_file"`
 			Verify bool   `json:"verify"`
 		} `json:"tls"`
-		AllowNonTLS *bool `json:"allow_non_tls"`
+		AllowNonTLS *bool  `json:"allow_non_tls"`
+		Ping        string `json:"ping_interval"`
+		PingMax     int    `json:"ping_max"`
 		Auth        struct {
 			Users []struct {
 				NKey  string `json:"nkey"`
@@ -72,6 +74,9 @@ func TestServerConfigShape(t *testing.T) {
 		} `json:"jetstream"`
 		Cluster struct {
 			Routes []string `json:"routes"`
+			Ping   string   `json:"ping_interval"`
+			WDL    string   `json:"write_deadline"`
+			WTO    string   `json:"write_timeout"`
 			TLS    struct {
 				Verify bool `json:"verify"`
 			} `json:"tls"`
@@ -94,6 +99,12 @@ func TestServerConfigShape(t *testing.T) {
 		{"route tls verify", c.Cluster.TLS.Verify, true},
 		{"routes", strings.Join(c.Cluster.Routes, ","), "nats-route://10.0.0.1:6222,nats-route://10.0.0.2:6222"},
 		{"sync_interval", c.JS.Sync, "always"},
+		// A dead peer behind a cut link is dropped within about 12 s.
+		{"ping_interval", c.Ping, "3s"},
+		{"ping_max", c.PingMax, 3},
+		{"route ping_interval", c.Cluster.Ping, "3s"},
+		{"route write_deadline", c.Cluster.WDL, "5s"},
+		{"route write_timeout", c.Cluster.WTO, "close"},
 		{"cipher", c.JS.Cipher, "aes"},
 		{"store_dir", c.JS.Store, "/var/lib/sandbox-nats"},
 		{"users", len(c.Auth.Users), 2},

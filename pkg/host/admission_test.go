@@ -233,3 +233,63 @@ func TestNoStandbyPreparedWhileATurnWaits(t *testing.T) {
 		}
 	}
 }
+
+// Of the turns the global cap admits, only queue.startConcurrency start at
+// once: b runs (it holds a global slot) but its broker units and container
+// wait until a's start is over.
+func TestColdStartsWaitForAStartSlot(t *testing.T) {
+	r := newRig(t, "queue:\n  globalConcurrency: 4\n  startConcurrency: 1\nstandby:\n  enabled: false\n", nil)
+	must(t, r.h.state.SetMode("a", ModeOn))
+	must(t, r.h.state.SetMode("b", ModeOn))
+	hold := make(chan struct{})
+	starting := make(chan string, 4)
+	var starts atomic.Int32
+	r.units.startHook = func(ctx context.Context, turn string) error {
+		starting <- turn
+		if starts.Add(1) == 1 {
+			select { // a's start: held until the test has seen b wait
+			case <-hold:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	}
+	queued := make(chan string, 4)
+	r.h.starts.OnQueued(func(kind string) { queued <- kind })
+	hc, _ := serve(t, r)
+	body := `{"speaker":{"id":"s"},"text":"x"}`
+	results := make(chan int, 2)
+	go func() { results <- post(hc, "/v1/channels/a/turns", body) }()
+	<-starting
+	go func() { results <- post(hc, "/v1/channels/b/turns", body) }()
+	select { // one of them happens: b's start waits, or it begins beside a's
+	case kind := <-queued:
+		if kind != admission.StartQueued {
+			t.Fatalf("queued %q, want a turn's start", kind)
+		}
+	case <-starting:
+		t.Fatal("b's broker units started while a's start held the only start slot")
+	}
+	if _, running := r.h.queue.Totals(); running != 2 {
+		t.Errorf("%d turns running, want 2: the global cap admits b, only its start waits", running)
+	}
+	if w, s := r.h.starts.Totals(); w != 1 || s != 1 {
+		t.Errorf("starts: %d waiting, %d starting; want 1, 1", w, s)
+	}
+	_, st := call(t, hc, "GET", "/v1/channels/b", "")
+	adm, _ := st["admission"].(map[string]any)
+	for k, v := range map[string]any{"startConcurrency": float64(1), "startDerived": false, "starting": float64(1), "startWaiting": float64(1)} {
+		if adm[k] != v {
+			t.Errorf("admission.%s = %v, want %v", k, adm[k], v)
+		}
+	}
+	close(hold)
+	for range 2 {
+		if s := <-results; s != http.StatusOK {
+			t.Errorf("turn: %d, want 200", s)
+		}
+	}
+	if w, s := r.h.starts.Totals(); w != 0 || s != 0 {
+		t.Errorf("starts at the end: %d waiting, %d starting; want 0, 0", w, s)
+	}
+}

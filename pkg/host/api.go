@@ -240,8 +240,10 @@ func (h *Host) status(channel string) ChannelStatus {
 func (h *Host) handleChannel(w http.ResponseWriter, r *http.Request, channel string) error {
 	st := h.status(channel)
 	waiting, running := h.queue.Totals()
+	startWaiting, starting := h.starts.Totals()
 	st.Admission = &AdmissionStatus{GlobalConcurrency: h.admission.Cap, Derived: h.admission.Derived, Why: h.admission.Why,
-		MaxWaitSeconds: h.cfg.Queue.MaxWaitSeconds, Running: running, Waiting: waiting}
+		MaxWaitSeconds: h.cfg.Queue.MaxWaitSeconds, Running: running, Waiting: waiting,
+		StartConcurrency: h.startAdm.Cap, StartDerived: h.startAdm.Derived, StartWhy: h.startAdm.Why, Starting: starting, StartWaiting: startWaiting}
 	writeJSON(w, http.StatusOK, st)
 	return nil
 }

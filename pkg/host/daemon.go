@@ -199,7 +199,8 @@ func (d *Daemon) Serve(ctx context.Context) (err error) {
 	notify("STATUS=serving")
 	log.Info("sandbox-host ready", "installation", cfg.Installation, "image", cfg.Image, "pid", os.Getpid(),
 		"guest_uids", fmt.Sprintf("%d..%d", cfg.Guests.UIDBase, cfg.Guests.UIDBase+cfg.Guests.UIDCount-1),
-		"global_concurrency", h.admission.Cap, "global_concurrency_from", h.admission.Why, "queue_max_wait_s", cfg.Queue.MaxWaitSeconds)
+		"global_concurrency", h.admission.Cap, "global_concurrency_from", h.admission.Why,
+		"start_concurrency", h.startAdm.Cap, "start_concurrency_from", h.startAdm.Why, "queue_max_wait_s", cfg.Queue.MaxWaitSeconds)
 	if ok, err := HasCapChown(); err == nil && !ok {
 		log.Warn("sandbox-host lacks CAP_CHOWN: a new channel's workspace cannot be handed to its guest uid, so its turns fail; the shipped unit grants it (AmbientCapabilities=CAP_CHOWN)")
 	}

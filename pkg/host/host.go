@@ -125,11 +125,13 @@ type Host struct {
 	log     *slog.Logger
 	state   *State
 	queue   *admission.Queue
+	starts  *admission.Starts // cold turns' and standbys' starts at once
 	metrics *metrics
 	reg     *prometheus.Registry
 
-	// admission is the global concurrency in force (queue.go).
-	admission config.Concurrency
+	// admission is the global concurrency in force (queue.go), startAdm
+	// the bound on starts at once.
+	admission, startAdm config.Concurrency
 
 	tools    []protocol.ToolSpec
 	mcpSpecs []protocol.MCPServerSpec

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/admission"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
@@ -49,7 +50,11 @@ func (k kindHost) Waiting(channel string) int { return k.h.queue.WaitingFor(chan
 
 func (k kindHost) Queued() int { w, _ := k.h.queue.Totals(); return w }
 
-func (k kindHost) SpareSlot(ctx context.Context) (func(), error) { return k.h.queue.Spare(ctx) }
+func (k kindHost) SpareSlot(ctx context.Context) (func(), error) {
+	return admission.SpareStart(ctx, k.h.queue, k.h.starts)
+}
+
+func (k kindHost) StartSlot(ctx context.Context) (func(), error) { return k.h.starts.Start(ctx) }
 
 func (k kindHost) GuestUID(key string) (int, error) {
 	return k.h.state.GuestUID(key, k.h.cfg.Guests, -1)

@@ -58,10 +58,11 @@ func New(o Options) (*Host, error) {
 		m := config.ReadMachine()
 		o.Machine = &m
 	}
-	adm := o.Config.GlobalConcurrency(*o.Machine)
+	adm, starts := o.Config.GlobalConcurrency(*o.Machine), o.Config.StartConcurrency(*o.Machine)
 	h := &Host{
 		opts: o, cfg: o.Config, log: o.Logger, state: o.State, reg: o.Registry,
 		queue: admission.New(o.Config.Queue.Depth, adm.Cap, ErrShuttingDown), admission: adm,
+		starts: admission.NewStarts(starts.Cap, ErrShuttingDown), startAdm: starts,
 		active: map[string]*activeTurn{}, fresh: map[string]uint64{},
 		fleet: o.Fleet,
 	}

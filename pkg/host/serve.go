@@ -119,6 +119,7 @@ func (h *Host) ShutdownContext(ctx context.Context) {
 	h.stopping = true
 	h.mu.Unlock()
 	h.queue.Close()
+	h.starts.Close()
 	h.stopAll(ErrShuttingDown)
 	h.await(ctx, h.turns.Wait)
 	// After the turns, each kind lets go of what outlives a turn (rich

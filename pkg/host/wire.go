@@ -69,6 +69,12 @@ type (
 		MaxWaitSeconds    int    `json:"maxWaitSeconds"`
 		Running           int    `json:"running"`
 		Waiting           int    `json:"waiting"`
+		// StartConcurrency bounds starts at once (queue.startConcurrency).
+		StartConcurrency int    `json:"startConcurrency"`
+		StartDerived     bool   `json:"startDerived"`
+		StartWhy         string `json:"startWhy"`
+		Starting         int    `json:"starting"`
+		StartWaiting     int    `json:"startWaiting"`
 	}
 	// ChannelList is GET /v1/channels.
 	ChannelList struct {

@@ -55,9 +55,14 @@ type Host interface {
 	// slot in every channel.
 	Queued() int
 	// SpareSlot waits for a slot of the global concurrency, granted only
-	// when one is free and no turn waits: a standby's preparation never
-	// takes the slot a waiting turn needs.
+	// when one is free and no turn waits for it, and then for a start
+	// slot granted only when no turn's start waits: a standby's
+	// preparation never takes the slot a waiting turn needs.
 	SpareSlot(ctx context.Context) (release func(), err error)
+	// StartSlot waits for a start slot (queue.startConcurrency): a cold
+	// turn holds one from its broker units' and container's start until
+	// its worker may have its stdin.
+	StartSlot(ctx context.Context) (release func(), err error)
 }
 
 // Options make a Kind.
@@ -199,7 +204,17 @@ func (k *Kind) Execute(ctx context.Context, t *Turn) (*protocol.Reply, error) {
 	if t.warm != nil {
 		return k.bindStandby(ctx, t)
 	}
+	// Starts are CPU-bound and thrash when many run at once: the turn
+	// waits for a start slot, held until its worker may have its stdin
+	// (the ready gate below) or until Execute fails before that.
 	since := time.Now()
+	releaseStart, err := k.host.StartSlot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseStart() // idempotent; the gate releases it first
+	t.Phase(k.life, PhaseStartWait, since)
+	since = time.Now()
 	if err := k.turnPaths(t); err != nil {
 		return nil, err
 	}
@@ -266,6 +281,7 @@ func (k *Kind) Execute(ctx context.Context, t *Turn) (*protocol.Reply, error) {
 		if err := unitResult(); err != nil {
 			return err
 		}
+		releaseStart() // started: the next turn's start may begin
 		// The turn's own Docker and systemd work is done: the next
 		// standby is prepared while the model answers.
 		k.prepareNext(t)
@@ -379,6 +395,8 @@ func (e *ExitError) Error() string {
 const (
 	PhaseStandbyPrepare = "standby_prepare" // a standby made ready, in the background
 	PhaseStandbyBind    = "standby_bind"    // the turn's policy and stdin prepared for a standby
+	PhaseStandbyTake    = "standby_take"    // the ready standby taken from the pool (its liveness check included)
+	PhaseStartWait      = "start_wait"      // a cold turn waited for a start slot (queue.startConcurrency)
 )
 
 // standbyBrokerSlack is how long a standby's broker waits for its policy
@@ -508,10 +526,12 @@ func (k *Kind) TakeStandby(ctx context.Context, t *Turn, rebind func(id string))
 		return // the cold path reports it
 	}
 	t.next = key
+	since := time.Now()
 	lease, _ := k.standbys.Take(ctx, t.Channel, key)
 	if lease == nil {
 		return
 	}
+	t.Phase(k.life, PhaseStandbyTake, since)
 	rebind(lease.TurnID)
 	lease.Release()
 	t.warm = lease.Warm.(*warmTurn)

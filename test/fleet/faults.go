@@ -36,8 +36,16 @@ type FaultResult struct {
 	Failover []time.Duration
 	// Missed: affected channels without a reply within the bound.
 	Missed int
-	// LateCommits: a paused owner's commits seen after SIGCONT.
+	// Unanswered: the running drivers' channels (every partition has
+	// some) without a reply after the box was restored, when the fleet
+	// stopped answering for twice the bound: a partition left to no box.
+	Unanswered []string
+	// LateCommits: commits by a paused owner, after SIGCONT, of turns it
+	// took before SIGSTOP (its channels had moved: the fence must refuse
+	// them).
 	LateCommits int
+	// At is the fault's time, Restored the restore's.
+	At, Restored time.Time
 }
 
 // boxNum parses "boxN".
@@ -104,8 +112,13 @@ func (f *Fleet) Fault(ctx context.Context, kind string, peers []int, bound time.
 			res.Missed++
 		}
 	}
+	if res.Missed > 0 && ctx.Err() == nil {
+		f.logf("%s on %s: %d of %d affected channels not answered by another box within %s; the partitions:\n%s",
+			kind, name, res.Missed, len(affected), bound, f.Inspect(ctx))
+	}
 	// Restore.
 	restoredAt := time.Now()
+	res.At, res.Restored = at, restoredAt
 	var err error
 	switch kind {
 	case KillBox:
@@ -125,15 +138,25 @@ func (f *Fleet) Fault(ctx context.Context, kind string, peers []int, bound time.
 	if err != nil {
 		return res, fmt.Errorf("restore after %s on %s: %w", kind, name, err)
 	}
+	// Every channel answers again (so every partition has an owner) and
+	// the fleet goes on: settle more replies.
 	base := f.rec.Replies()
+	chans := f.driverChannels()
 	sctx, scancel := context.WithTimeout(ctx, 2*bound)
-	err = f.rec.Wait(sctx, func(r *Recorder) bool { return r.Replies() >= base+settle })
+	err = f.rec.Wait(sctx, func(r *Recorder) bool {
+		return r.Replies() >= base+settle && len(r.Silent(chans, restoredAt)) == 0
+	})
 	scancel()
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
 	if err != nil {
-		return res, fmt.Errorf("the fleet did not answer %d turns after %s on %s was restored: %w", settle, kind, name, err)
+		res.Unanswered = f.rec.Silent(chans, restoredAt)
+		f.logf("after %s on %s was restored: %d channels unanswered, %d of %d replies; the partitions:\n%s",
+			kind, name, len(res.Unanswered), f.rec.Replies()-base, settle, f.Inspect(ctx))
 	}
 	if kind == PauseOwner {
-		res.LateCommits = f.rec.CommitsAfter(name, restoredAt)
+		res.LateCommits = f.rec.StaleCommits(name, at, restoredAt)
 	}
 	return res, nil
 }

@@ -11,10 +11,14 @@ import (
 	"time"
 )
 
-// TestFleetFaults runs a few hundred stub turns on three namespaced boxes
-// through a killed box and a paused owner, and asserts what
-// was committed: nothing lost, duplicated or reordered, one reply per turn
-// id. Timings are reported, never asserted.
+// TestFleetFaults runs stub turns on three namespaced boxes through one
+// fault of each kind (kill -9 of a box and of a nats-server, a cut link, a
+// paused owner, a full disk) and asserts counts only: nothing lost,
+// duplicated or reordered, no extra commit, every affected channel
+// answered by another box after its fault, every channel (every partition
+// has some) answered again after the restore, and no commit by the paused
+// owner of a turn it held when paused. The waits are bounded only to end a
+// broken run; timings are reported, never asserted.
 func TestFleetFaults(t *testing.T) {
 	if os.Getenv(Switch) != "1" {
 		t.Skipf("fleet tests skipped: set %s=1 (root, network namespaces; test/integration.sh sets it)", Switch)
@@ -22,7 +26,7 @@ func TestFleetFaults(t *testing.T) {
 	if why := Available(); why != "" {
 		t.Skipf("fleet tests skipped: %s", why)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
 	root, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
@@ -37,7 +41,7 @@ func TestFleetFaults(t *testing.T) {
 		dir = keep // kept after the test, for its logs
 	}
 	f, err := Start(ctx, Options{Dir: dir, Servers: 3, Partitions: 6, Replicas: 3, AckWait: 2 * time.Second,
-		Slots: 4, Stub: 50 * time.Millisecond, Bin: bin, Log: testLog{t}})
+		Slots: 4, Stub: 50 * time.Millisecond, DiskBox: 3, DiskMB: 64, Bin: bin, Log: testLog{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,28 +58,40 @@ func TestFleetFaults(t *testing.T) {
 	if err := rec.Wait(ctx, func(r *Recorder) bool { return r.Replies() >= 60 }); err != nil {
 		t.Fatalf("no turns committed: %v", err)
 	}
-	// Not CutLink: after a cut link some partitions are taken by no box and
-	// their turns stay unanswered (found by this harness, open in issue 28;
-	// make fleet-bench still injects it and reports it).
-	for _, kind := range []string{KillBox, PauseOwner} {
-		res, err := f.Fault(ctx, kind, peers, 60*time.Second, 30)
+	var results []FaultResult
+	for _, kind := range Kinds {
+		res, err := f.Fault(ctx, kind, peers, 2*time.Minute, 30)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s on box%d: %d channels affected, failover p50 %v max %v, %d without a reply in the bound",
-			kind, res.Box, res.Affected, Percentile(res.Failover, 50), Percentile(res.Failover, 100), res.Missed)
+		results = append(results, res)
+		t.Logf("%s on box%d: %d channels affected, failover p50 %v max %v, %d not answered by another box, %d unanswered after the restore",
+			kind, res.Box, res.Affected, Percentile(res.Failover, 50), Percentile(res.Failover, 100), res.Missed, len(res.Unanswered))
 	}
 	a, err := d.Stop(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("audit: %s", a.Audit)
-	fmt.Printf("fleet faults: %d turns, %d lost, %d duplicated, %d reordered, %d extra commits (2 faults)\n", a.Turns, a.Lost, a.Dup, a.Reord, a.Extra)
+	fmt.Printf("fleet faults: %d turns, %d lost, %d duplicated, %d reordered, %d extra commits (%d faults)\n", a.Turns, a.Lost, a.Dup, a.Reord, a.Extra, len(results))
 	if a.Turns < 200 {
 		t.Errorf("only %d turns ran, want at least 200", a.Turns)
 	}
 	if got := [4]int{a.Lost, a.Dup, a.Reord, a.Extra}; got != [4]int{} {
 		t.Errorf("lost, duplicated (reply overwritten), reordered, extra commits = %v, want all 0: %s", got, a.Audit)
+	}
+	for _, res := range results {
+		if res.Missed != 0 || len(res.Unanswered) != 0 {
+			t.Errorf("%s on box%d: %d of %d affected channels never answered by another box, channels unanswered after the restore %v: want none",
+				res.Kind, res.Box, res.Missed, res.Affected, res.Unanswered)
+		}
+		if res.Kind == PauseOwner {
+			// Counted at the end: the paused box's last commits come after
+			// its fault returned.
+			if n := rec.StaleCommits(BoxName(res.Box), res.At, res.Restored); n != 0 {
+				t.Errorf("the paused owner box%d committed %d turns it held when paused, want 0", res.Box, n)
+			}
+		}
 	}
 }
 

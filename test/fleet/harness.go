@@ -109,6 +109,7 @@ type Fleet struct {
 	procs   []*proc
 	mounts  []string
 	rec     *Recorder
+	drivers map[*Driver][]string // running drivers' channels
 }
 
 // BoxName is box i's name.
@@ -126,7 +127,7 @@ func (f *Fleet) logf(format string, a ...any) {
 // Start makes the network, the PKI and the users, and starts every box's
 // nats-server, waiting until each logs that it is ready.
 func Start(ctx context.Context, o Options) (f *Fleet, err error) {
-	f = &Fleet{o: o, seeds: map[string]string{}, servers: map[int]*proc{}, boxes: map[int]*proc{}, rec: NewRecorder()}
+	f = &Fleet{o: o, seeds: map[string]string{}, servers: map[int]*proc{}, boxes: map[int]*proc{}, rec: NewRecorder(), drivers: map[*Driver][]string{}}
 	defer func() {
 		if err != nil {
 			f.Close()
@@ -419,8 +420,20 @@ func (f *Fleet) Kill(p *proc) {
 
 // Driver is the running driver process.
 type Driver struct {
+	f     *Fleet
 	p     *proc
 	audit chan Line
+}
+
+// driverChannels are the running drivers' channels.
+func (f *Fleet) driverChannels() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, cs := range f.drivers {
+		out = append(out, cs...)
+	}
+	return out
 }
 
 // StartDriver submits turns on channels prefix-000.. (window in flight
@@ -433,7 +446,7 @@ func (f *Fleet) StartDriver(ctx context.Context, prefix string, channels, window
 	args := append([]string{filepath.Join(f.o.Bin, "fleetit"), "drive"}, f.common(driverHost, "driver")...)
 	args[3] = strings.Join(urls, ",") // -url value
 	args = append(args, "-prefix", prefix, "-channels", fmt.Sprint(channels), "-window", fmt.Sprint(window))
-	d := &Driver{audit: make(chan Line, 1)}
+	d := &Driver{f: f, audit: make(chan Line, 1)}
 	p, err := f.spawn(driverHost, "driver-"+prefix, "", func(l Line) {
 		if l.Ev == "audit" {
 			d.audit <- l
@@ -445,12 +458,18 @@ func (f *Fleet) StartDriver(ctx context.Context, prefix string, channels, window
 		return nil, err
 	}
 	d.p = p
+	f.mu.Lock()
+	f.drivers[d] = ChannelNames(prefix, channels, f.o.Partitions)
+	f.mu.Unlock()
 	return d, f.waitReady(ctx, p)
 }
 
 // Stop asks the driver to stop submitting, waits for its outstanding
 // replies and returns its audit.
 func (d *Driver) Stop(ctx context.Context) (Line, error) {
+	d.f.mu.Lock()
+	delete(d.f.drivers, d)
+	d.f.mu.Unlock()
 	fmt.Fprintln(d.p.stdin, "stop")
 	select {
 	case l := <-d.audit:
@@ -466,6 +485,25 @@ func (d *Driver) Stop(ctx context.Context) (Line, error) {
 	case <-ctx.Done():
 		return Line{}, fmt.Errorf("driver stop: %w", ctx.Err())
 	}
+}
+
+// Inspect returns, one line per partition, the turns group's consumers as
+// the cluster sees them from the driver's namespace (leader, pin, waiting
+// pulls, pending turns): diagnostics for a fault that did not heal.
+func (f *Fleet) Inspect(ctx context.Context) string {
+	var urls []string
+	for i := 1; i <= f.o.Servers; i++ {
+		urls = append(urls, fmt.Sprintf("tls://%s:4222", addr(i)))
+	}
+	args := append([]string{"netns", "exec", f.net.ns(driverHost), filepath.Join(f.o.Bin, "fleetit"), "inspect"}, f.common(driverHost, "driver")...)
+	args[6] = strings.Join(urls, ",") // -url value
+	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, "ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("inspect: %v: %s", err, out)
+	}
+	return string(out)
 }
 
 // Recorder returns what the boxes and the driver reported.

@@ -29,13 +29,21 @@ type Recorder struct {
 	// engine times of committed turns: publish to commit, and the
 	// executor's share
 	took, exec []time.Duration
-	// committed events per box after a mark (the paused owner's check)
-	commitsAt map[string][]time.Time
+	// turns each box took (when), and each box's commits in order: the
+	// paused owner's check
+	taken   map[string]map[string]time.Time
+	commits map[string][]commit
+}
+
+type commit struct {
+	turn string
+	at   time.Time
 }
 
 // NewRecorder returns an empty recorder.
 func NewRecorder() *Recorder {
-	return &Recorder{changed: make(chan struct{}), owner: map[string]string{}, events: map[string]map[string]int{}, commitsAt: map[string][]time.Time{}}
+	return &Recorder{changed: make(chan struct{}), owner: map[string]string{}, events: map[string]map[string]int{},
+		taken: map[string]map[string]time.Time{}, commits: map[string][]commit{}}
 }
 
 func (r *Recorder) notify() {
@@ -61,10 +69,18 @@ func (r *Recorder) boxLine(l Line) {
 		r.events[l.Box] = map[string]int{}
 	}
 	r.events[l.Box][l.Ev]++
-	if l.Ev == "committed" {
+	switch l.Ev {
+	case "taken":
+		if r.taken[l.Box] == nil {
+			r.taken[l.Box] = map[string]time.Time{}
+		}
+		if _, ok := r.taken[l.Box][l.Turn]; !ok {
+			r.taken[l.Box][l.Turn] = time.Unix(0, l.T)
+		}
+	case "committed":
 		r.took = append(r.took, time.Duration(l.TookNs))
 		r.exec = append(r.exec, time.Duration(l.ExecNs))
-		r.commitsAt[l.Box] = append(r.commitsAt[l.Box], time.Unix(0, l.T))
+		r.commits[l.Box] = append(r.commits[l.Box], commit{turn: l.Turn, at: time.Unix(0, l.T)})
 	}
 	r.notify()
 }
@@ -140,17 +156,31 @@ func (r *Recorder) Events(box, kind string) int {
 	return r.events[box][kind]
 }
 
-// CommitsAfter counts box's committed events seen after t.
-func (r *Recorder) CommitsAfter(box string, t time.Time) int {
+// StaleCommits counts box's commits, seen after after, of turns it took
+// before before: a paused owner's work from before its pause, which the
+// fence must refuse once its channels moved.
+func (r *Recorder) StaleCommits(box string, before, after time.Time) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
-	for _, c := range r.commitsAt[box] {
-		if c.After(t) {
+	for _, c := range r.commits[box] {
+		if t, ok := r.taken[box][c.turn]; ok && t.Before(before) && c.at.After(after) {
 			n++
 		}
 	}
 	return n
+}
+
+// Silent returns the channels of chans without a reply seen after t.
+func (r *Recorder) Silent(chans []string, t time.Time) []string {
+	answered := r.firstAfter(chans, t, "")
+	var out []string
+	for _, c := range chans {
+		if _, ok := answered[c]; !ok {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // firstAfter is, per channel of chans, the first reply seen after t by a

@@ -21,7 +21,11 @@ import (
 // cmdBurst posts one first turn on each of --channels fresh channels, all
 // at once, once per admission variant and round: the config as installed
 // (the shipped queue.* values) and each fixed queue.globalConcurrency cap,
-// interleaved by rounds (shipped, 4, 16, shipped, 4, 16 ...). Before each
+// interleaved by rounds (shipped, 4, 16, shipped, 4, 16 ...). With
+// --fixed-starts (a host with queue.startConcurrency) a fixed cap N also
+// sets startConcurrency N, so the caps stay the baseline they were before
+// starts had a bound of their own; a cap written N:S sets startConcurrency
+// S (a tuning variant, not a baseline). Before each
 // variant it rewrites the config and restarts the host (off the clock); the
 // channels of a burst are new, so every turn takes the cold path, and are
 // switched off after it. It leaves the config as it found it.
@@ -32,7 +36,8 @@ func cmdBurst(args []string) error {
 	cfg := fs.String("config", "/etc/roundtable-sandbox/sandbox.yaml", "host config (its queue.globalConcurrency is rewritten)")
 	unit := fs.String("unit", "sandbox-host.service", "host unit")
 	channels := fs.Int("channels", 64, "channels, one first turn each, all posted at once")
-	caps := fs.String("caps", "4,16", "comma-separated fixed queue.globalConcurrency caps (the baseline)")
+	caps := fs.String("caps", "4,16", "comma-separated fixed queue.globalConcurrency caps (the baseline); N:S also sets queue.startConcurrency S")
+	fixedStarts := fs.Bool("fixed-starts", false, "a fixed cap N also sets queue.startConcurrency N (the host has that key)")
 	rounds := fs.Int("rounds", 2, "rounds (each runs every variant once)")
 	prefix := fs.String("channel-prefix", "bench-burst-", "channel name prefix")
 	_ = fs.Parse(args)
@@ -51,11 +56,11 @@ func cmdBurst(args []string) error {
 	}
 	variants := []report.BurstVariant{{Name: report.BurstShipped, Cap: -1}}
 	for _, c := range strings.Split(*caps, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(c))
-		if err != nil || n <= 0 {
-			return fmt.Errorf("--caps %q: want positive integers", *caps)
+		v, err := burstVariant(strings.TrimSpace(c), *fixedStarts)
+		if err != nil {
+			return fmt.Errorf("--caps %q: %w", *caps, err)
 		}
-		variants = append(variants, report.BurstVariant{Name: fmt.Sprintf("globalConcurrency: %d", n), Cap: n})
+		variants = append(variants, v)
 	}
 	res := report.Burst{Channels: *channels, Rounds: *rounds, LoadStart: report.LoadAvg(), Start: time.Now().UTC()}
 	res.ShippedQueue = queueBlock(string(orig))
@@ -82,7 +87,10 @@ func cmdBurst(args []string) error {
 			v := &variants[i]
 			text := string(orig)
 			if v.Cap > 0 {
-				text = setGlobalConcurrency(text, v.Cap)
+				text = setQueueKey(text, "globalConcurrency", v.Cap)
+			}
+			if v.Starts > 0 {
+				text = setQueueKey(text, "startConcurrency", v.Starts)
 			}
 			if err := write(text); err != nil {
 				return err
@@ -137,25 +145,49 @@ func restartUnit(ctx context.Context, unit string) error {
 	return nil
 }
 
-// setGlobalConcurrency returns the YAML text with queue.globalConcurrency
-// set to n: the line under the top-level queue: block is replaced, or added
-// to it (a queue: block is added when there is none).
-func setGlobalConcurrency(text string, n int) string {
+// burstVariant parses one --caps entry: N (queue.globalConcurrency N; with
+// fixedStarts startConcurrency N too) or N:S (startConcurrency S).
+func burstVariant(spec string, fixedStarts bool) (report.BurstVariant, error) {
+	capText, startText, tuned := strings.Cut(spec, ":")
+	n, err := strconv.Atoi(capText)
+	if err != nil || n <= 0 {
+		return report.BurstVariant{}, fmt.Errorf("%q: want a positive integer, or two joined by a colon", spec)
+	}
+	v := report.BurstVariant{Name: fmt.Sprintf("globalConcurrency: %d", n), Cap: n}
+	switch {
+	case tuned:
+		s, err := strconv.Atoi(startText)
+		if err != nil || s <= 0 {
+			return report.BurstVariant{}, fmt.Errorf("%q: want a positive startConcurrency after the colon", spec)
+		}
+		v.Starts, v.Tuning = s, true
+		v.Name += fmt.Sprintf(", startConcurrency: %d", s)
+	case fixedStarts:
+		v.Starts = n
+		v.Name += fmt.Sprintf(", startConcurrency: %d", n)
+	}
+	return v, nil
+}
+
+// setQueueKey returns the YAML text with queue.<key> set to n: the line
+// under the top-level queue: block is replaced, or added to it (a queue:
+// block is added when there is none).
+func setQueueKey(text, key string, n int) string {
 	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
 	var out []string
 	inQueue, done := false, false
 	for _, l := range lines {
 		top := l != "" && l[0] != ' ' && l[0] != '#'
 		if top && inQueue && !done {
-			out = append(out, fmt.Sprintf("  globalConcurrency: %d", n))
+			out = append(out, fmt.Sprintf("  %s: %d", key, n))
 			done = true
 		}
 		if top {
 			inQueue = strings.HasPrefix(l, "queue:")
 		}
-		if inQueue && strings.HasPrefix(strings.TrimSpace(l), "globalConcurrency:") {
+		if inQueue && strings.HasPrefix(strings.TrimSpace(l), key+":") {
 			if !done {
-				out = append(out, fmt.Sprintf("  globalConcurrency: %d", n))
+				out = append(out, fmt.Sprintf("  %s: %d", key, n))
 				done = true
 			}
 			continue
@@ -166,7 +198,7 @@ func setGlobalConcurrency(text string, n int) string {
 		if !inQueue {
 			out = append(out, "queue:")
 		}
-		out = append(out, fmt.Sprintf("  globalConcurrency: %d", n))
+		out = append(out, fmt.Sprintf("  %s: %d", key, n))
 	}
 	return strings.Join(out, "\n") + "\n"
 }

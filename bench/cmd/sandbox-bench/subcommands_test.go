@@ -47,12 +47,46 @@ func TestSetGlobalConcurrency(t *testing.T) {
 		{"another block's key untouched", "x:\n  globalConcurrency: 9\nqueue:\n  depth: 8\n", "x:\n  globalConcurrency: 9\nqueue:\n  depth: 8\n  globalConcurrency: 4\n"},
 	}
 	for _, tt := range tests {
-		if got := setGlobalConcurrency(tt.in, 4); got != tt.want {
+		if got := setQueueKey(tt.in, "globalConcurrency", 4); got != tt.want {
 			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
 		}
 	}
+	if got, want := setQueueKey("queue:\n  globalConcurrency: 4\n  startConcurrency: 0\n", "startConcurrency", 2), "queue:\n  globalConcurrency: 4\n  startConcurrency: 2\n"; got != want {
+		t.Errorf("setQueueKey startConcurrency = %q, want %q", got, want)
+	}
 	if got, want := queueBlock("queue:\n  depth: 8\n  globalConcurrency: 0   # none\nb: 1\n"), "depth: 8, globalConcurrency: 0   # none"; got != want {
 		t.Errorf("queueBlock = %q, want %q", got, want)
+	}
+}
+
+func TestBurstVariant(t *testing.T) {
+	tests := []struct {
+		spec         string
+		fixed        bool
+		name         string
+		cap, starts  int
+		tuning, fail bool
+	}{
+		{spec: "4", name: "globalConcurrency: 4", cap: 4},
+		{spec: "16", fixed: true, name: "globalConcurrency: 16, startConcurrency: 16", cap: 16, starts: 16},
+		{spec: "16:2", name: "globalConcurrency: 16, startConcurrency: 2", cap: 16, starts: 2, tuning: true},
+		{spec: "16:2", fixed: true, name: "globalConcurrency: 16, startConcurrency: 2", cap: 16, starts: 2, tuning: true},
+		{spec: "0", fail: true},
+		{spec: "x", fail: true},
+		{spec: "16:", fail: true},
+		{spec: "16:-1", fail: true},
+	}
+	for _, tt := range tests {
+		v, err := burstVariant(tt.spec, tt.fixed)
+		if tt.fail {
+			if err == nil {
+				t.Errorf("%q: no error, want one", tt.spec)
+			}
+			continue
+		}
+		if err != nil || v.Name != tt.name || v.Cap != tt.cap || v.Starts != tt.starts || v.Tuning != tt.tuning {
+			t.Errorf("%q (fixed %v) = %+v, %v; want %q cap %d starts %d tuning %v", tt.spec, tt.fixed, v, err, tt.name, tt.cap, tt.starts, tt.tuning)
+		}
 	}
 }
 

@@ -16,6 +16,9 @@ import (
 )
 
 // systemd message ids (sd-messages.h).
+// StandbyPrefix starts the names of a standby turn's phases.
+const StandbyPrefix = "turn on a standby: "
+
 const (
 	msgJobStart    = "7d4958e842da4a758f6c1cdc7b36dcc5" // "Starting ..."
 	msgJobDone     = "39f53479d3a045ac8e11786248231fbf" // "Started ..." / "Listening on ..."
@@ -128,9 +131,15 @@ func Parse(r io.Reader, since, until int64) (Samples, error) {
 			if !strings.Contains(msg, "result=ok") && !strings.Contains(msg, `"result":"ok"`) && e.str("RESULT") != "ok" {
 				continue // only successful turns describe the normal path
 			}
+			// A turn on a standby (it has a bind phase) is its own path:
+			// its run, cleanup and total under names of their own.
+			_, warm := fields["standby_bind"]
 			for k, v := range fields {
 				if k == "total" {
 					k = PhaseHostTotal
+				}
+				if warm {
+					k = StandbyPrefix + k
 				}
 				out[k] = append(out[k], v)
 			}

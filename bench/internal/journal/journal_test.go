@@ -8,6 +8,7 @@ import (
 const fixture = `{"MESSAGE":"level=DEBUG msg=\"turn phases\" turn=ab result=ok total_us=120000 prepare_us=800 unit_start_us=21000 create_us=9000 run_us=70000","_SYSTEMD_UNIT":"sandbox-host.service","__REALTIME_TIMESTAMP":"1000"}
 {"MESSAGE":"{\"level\":\"DEBUG\",\"msg\":\"turn phases\",\"result\":\"ok\",\"total_us\":100000,\"prepare_us\":600}","_SYSTEMD_UNIT":"sandbox-host.service","__REALTIME_TIMESTAMP":"1001"}
 {"MESSAGE":"level=DEBUG msg=\"turn phases\" result=failed total_us=5000 prepare_us=1","_SYSTEMD_UNIT":"sandbox-host.service","__REALTIME_TIMESTAMP":"1002"}
+{"MESSAGE":"level=DEBUG msg=\"turn phases\" turn=cd result=ok total_us=60000 standby_take_us=3000 standby_bind_us=100 run_us=40000","_SYSTEMD_UNIT":"sandbox-host.service","__REALTIME_TIMESTAMP":"1003"}
 {"MESSAGE":"Starting socket...","UNIT":"sandbox-broker@0123456789abcdef0123456789abcdef.socket","_PID":"1","MESSAGE_ID":"7d4958e842da4a758f6c1cdc7b36dcc5","__REALTIME_TIMESTAMP":"1900000"}
 {"MESSAGE":"Listening on socket.","UNIT":"sandbox-broker@0123456789abcdef0123456789abcdef.socket","_PID":"1","MESSAGE_ID":"39f53479d3a045ac8e11786248231fbf","__REALTIME_TIMESTAMP":"1907000"}
 {"MESSAGE":"Starting credentials...","UNIT":"sandbox-credset@0123456789abcdef0123456789abcdef.service","_PID":"1","MESSAGE_ID":"7d4958e842da4a758f6c1cdc7b36dcc5","__REALTIME_TIMESTAMP":"1950000"}
@@ -33,6 +34,10 @@ func TestParse(t *testing.T) {
 		{"prepare", []float64{0.8, 0.6}},
 		{"unit_start", []float64{21}},
 		{PhaseHostTotal, []float64{120, 100}},
+		{"run", []float64{70}}, // the cold turn's only: the standby turn's is its own
+		{StandbyPrefix + "run", []float64{40}},
+		{StandbyPrefix + "standby_take", []float64{3}},
+		{StandbyPrefix + PhaseHostTotal, []float64{60}},
 		{PhaseBrokerActivation, []float64{31.5}},
 		{PhaseSocketJob, []float64{7}},
 		{PhaseUntilConnect, []float64{93}},

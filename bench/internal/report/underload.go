@@ -84,10 +84,13 @@ type Burst struct {
 }
 
 // BurstVariant is one admission setting: the shipped config (Cap -1) or a
-// fixed queue.globalConcurrency.
+// fixed queue.globalConcurrency (and, when Starts > 0, startConcurrency;
+// Tuning marks one whose startConcurrency is not its cap: no baseline).
 type BurstVariant struct {
 	Name     string        `json:"name"`
 	Cap      int           `json:"cap"`
+	Starts   int           `json:"starts,omitempty"`
+	Tuning   bool          `json:"tuning,omitempty"`
 	Runs     []BurstRun    `json:"runs"`
 	Failures int           `json:"failures"`
 	Latency  stats.Summary `json:"latencyMs"` // every answered turn of every round
@@ -140,12 +143,13 @@ func (b *Burst) variant(name string) *BurstVariant {
 	return nil
 }
 
-// bestCap is the fixed cap with the lowest median wall time.
+// bestCap is the fixed cap with the lowest median wall time (tuning
+// variants are no baseline).
 func (b *Burst) bestCap() *BurstVariant {
 	var best *BurstVariant
 	for i := range b.Variants {
 		v := &b.Variants[i]
-		if v.Cap <= 0 || v.Wall.N == 0 {
+		if v.Cap <= 0 || v.Tuning || v.Wall.N == 0 {
 			continue
 		}
 		if best == nil || v.Wall.Median < best.Wall.Median {
@@ -260,7 +264,7 @@ func writeUnderLoad(b *strings.Builder, in *Inputs) {
 	case bu.Skipped != "":
 		p("Not measured: %s\n\n", bu.Skipped)
 	default:
-		p("%d fresh channels, one first (cold) turn each, all posted at once; per variant the config's `queue.globalConcurrency` rewritten and the host restarted (off the clock), the variants interleaved by rounds (%d rounds), each burst on new channels switched off after it. Shipped `queue:` block: `%s`. Load average %s at start, %s at end (%s to %s UTC).\n\n",
+		p("%d fresh channels, one first (cold) turn each, all posted at once; per variant the config's `queue.globalConcurrency` (and `queue.startConcurrency`, when the variant names it) rewritten and the host restarted (off the clock), the variants interleaved by rounds (%d rounds), each burst on new channels switched off after it. Shipped `queue:` block: `%s`. Load average %s at start, %s at end (%s to %s UTC).\n\n",
 			bu.Channels, bu.Rounds, bu.ShippedQueue, bu.LoadStart, bu.LoadEnd, bu.Start.Format("15:04:05"), bu.End.Format("15:04:05"))
 		p("| variant | bursts | wall median s | wall max s | failed | turn p50 ms | turn p95 ms | turn max ms | failures by kind |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 		for _, v := range bu.Variants {

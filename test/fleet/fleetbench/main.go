@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -109,6 +110,7 @@ func runBench(ctx context.Context, dir, bin, report string, minTurns, minFaults 
 	rec := f.Recorder()
 	var lines []string
 	add := func(format string, a ...any) { lines = append(lines, fmt.Sprintf(format, a...)) }
+	load := sampleLoad(ctx)
 
 	// Throughput on 1, 2 and 4 boxes.
 	rates := map[int]float64{}
@@ -197,8 +199,8 @@ func runBench(ctx context.Context, dir, bin, report string, minTurns, minFaults 
 			fmt.Println("fleetbench: fault error (the run stops here):", err)
 			break
 		}
-		fmt.Printf("fleetbench: fault %d %s on box%d: %d channels, failover p50 %s max %s, %d missed, %d turns so far\n",
-			len(results), kind, res.Box, res.Affected, sec(fleet.Percentile(res.Failover, 50)), sec(fleet.Percentile(res.Failover, 100)), res.Missed, rec.Replies()-base)
+		fmt.Printf("fleetbench: fault %d %s on box%d: %d channels, failover p50 %s max %s, %d missed, %d unanswered after the restore, %d turns so far\n",
+			len(results), kind, res.Box, res.Affected, sec(fleet.Percentile(res.Failover, 50)), sec(fleet.Percentile(res.Failover, 100)), res.Missed, len(res.Unanswered), rec.Replies()-base)
 	}
 	a, err := d.Stop(ctx)
 	if err != nil {
@@ -209,18 +211,25 @@ func runBench(ctx context.Context, dir, bin, report string, minTurns, minFaults 
 	// Report.
 	var all []time.Duration
 	byKind := map[string][]time.Duration{}
-	missed, late := 0, 0
+	missed, late, unanswered, pauses := 0, 0, 0, 0
 	for _, r := range results {
 		all = append(all, r.Failover...)
 		byKind[r.Kind] = append(byKind[r.Kind], r.Failover...)
 		missed += r.Missed
-		late += r.LateCommits
+		unanswered += len(r.Unanswered)
+		if r.Kind == fleet.PauseOwner {
+			// At the end: the paused box's last commit attempts come after
+			// its fault returned.
+			late += rec.StaleCommits(fleet.BoxName(r.Box), r.At, r.Restored)
+			pauses++
+		}
 	}
+	lmin, lavg, lmax := load()
 	p50, p99 := fleet.Percentile(all, 50), fleet.Percentile(all, 99)
 	o50, o99 := fleet.Percentile(over, 50), fleet.Percentile(over, 99)
 	add("### Fleet (`make fleet-bench`)")
 	add("")
-	add("Written by `make fleet-bench` (`test/fleet/fleetbench`) on %s (%s); load average at start %s.", start.UTC().Format("2006-01-02 15:04 UTC"), sec(time.Since(start)), loadavg())
+	add("Written by `make fleet-bench` (`test/fleet/fleetbench`) on %s (%s); the machine's 1-minute load average during the run: min %.1f, mean %.1f, max %.1f (other work shared its 2 cores).", start.UTC().Format("2006-01-02 15:04 UTC"), sec(time.Since(start)), lmin, lavg, lmax)
 	add("Four boxes as network namespaces on one 2-core machine, each with its own nats-server (sandbox-nats: TLS, nkeys, AES at rest, `sync_interval: always`) and a box process (pkg/fleet Box);")
 	add("16 partitions, R3, AckWait %s, **stub turns** (200 ms, 2 at once per box, standing in for a box's capacity), not containers.", fleet.DefaultAckWait())
 	add("")
@@ -229,6 +238,8 @@ func runBench(ctx context.Context, dir, bin, report string, minTurns, minFaults 
 	add("| lost / duplicated / reordered committed turns (%d turns, %d faults) | 0 / 0 / 0 | %d / %d / %d (extra commits %d, failed replies %d) | %s |", a.Turns, len(results), a.Lost, a.Dup, a.Reord, a.Extra, a.Failed, verdict(a.Lost+a.Dup+a.Reord+a.Extra == 0))
 	add("| replies per turn id | exactly 1 | %s | %s |", onePerTurn(a), verdict(a.Lost == 0 && a.Dup == 0))
 	add("| failover, fault to first committed turn of each affected channel (%d channel-faults, %d without one in 60 s) | p50 <= 10 s, p99 <= 20 s | p50 %s, p99 %s | %s |", len(all), missed, sec(p50), sec(p99), verdict(p50 <= 10*time.Second && p99 <= 20*time.Second && missed == 0))
+	add("| channels unanswered after a fault's restore (a partition left to no box) | 0 | %d | %s |", unanswered, verdict(unanswered == 0))
+	add("| commits by a paused owner of the turns it held (%d pauses) | 0 | %d | %s |", pauses, late, verdict(late == 0))
 	add("| throughput 2 boxes vs 1 | >= 1.6 x | %.2f x (%.1f vs %.1f turns/s) | %s |", rates[2]/rates[1], rates[2], rates[1], verdict(rates[2] >= 1.6*rates[1]))
 	add("| throughput 4 boxes vs 1 | >= 3.2 x | %.2f x (%.1f vs %.1f turns/s) | %s |", rates[4]/rates[1], rates[4], rates[1], verdict(rates[4] >= 3.2*rates[1]))
 	add("| engine overhead per turn (publish to commit minus the turn itself) | p50 <= 10 ms, p99 <= 100 ms | p50 %s, p99 %s | %s |", ms(o50), ms(o99), verdict(o50 <= 10*time.Millisecond && o99 <= 100*time.Millisecond))
@@ -240,16 +251,22 @@ func runBench(ctx context.Context, dir, bin, report string, minTurns, minFaults 
 		kinds = append(kinds, k)
 	}
 	sort.Strings(kinds)
+	add("")
+	add("| fault | faults | affected channels | failover p50 | p99 | max | without one in 60 s |")
+	add("| --- | --- | --- | --- | --- | --- | --- |")
 	for _, k := range kinds {
-		n := 0
+		n, ch, miss := 0, 0, 0
 		for _, r := range results {
 			if r.Kind == k {
-				n++
+				n, ch, miss = n+1, ch+r.Affected, miss+r.Missed
 			}
 		}
-		add("- %s: %d faults, failover p50 %s, max %s.", k, n, sec(fleet.Percentile(byKind[k], 50)), sec(fleet.Percentile(byKind[k], 100)))
+		ds := byKind[k]
+		add("| %s | %d | %d | %s | %s | %s | %d |", k, n, ch, sec(fleet.Percentile(ds, 50)), sec(fleet.Percentile(ds, 99)), sec(fleet.Percentile(ds, 100)), miss)
 	}
-	add("- Paused owner: commits by the paused box after SIGCONT: %d (new turns it took again count here; what it held when paused is fenced, which the audit's 0 overwritten replies shows).", late)
+	add("")
+	add("- Paused owner: SIGSTOP, SIGCONT once every affected channel answered from another box; a commit by the paused box of a turn it had taken before SIGSTOP counts above (the fence refuses them; its home partitions come back to it afterwards, and its later commits are new turns).")
+	add("- A box's home partitions return to it after a fault once it has announced them for StandbyDelay (2 x AckWait); failover includes the presence timeout (AckWait) after which the other boxes stand by for an unheard box's partitions.")
 	add("- Full disk: the store of box 4's nats-server is a 128 MiB tmpfs filled to ENOSPC; restored by removing the filler and restarting that server (JetStream disables itself on a write error).")
 	if faultErr != nil {
 		add("- The fault phase stopped early: %v", faultErr)
@@ -265,12 +282,48 @@ func onePerTurn(a fleet.Line) string {
 	return fmt.Sprintf("%d turns: %d without, %d with more than one", a.Turns, a.Lost, a.Dup)
 }
 
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
+// sampleLoad reads the 1-minute load average every 10 s until ctx ends;
+// the returned func gives min, mean and max so far.
+func sampleLoad(ctx context.Context) func() (float64, float64, float64) {
+	var mu sync.Mutex
+	var samples []float64
+	read := func() {
+		b, err := os.ReadFile("/proc/loadavg")
+		if err != nil {
+			return
+		}
+		var v float64
+		if _, err := fmt.Sscan(string(b), &v); err == nil {
+			mu.Lock()
+			samples = append(samples, v)
+			mu.Unlock()
+		}
 	}
-	return strings.Join(strings.Fields(string(b))[:3], " ")
+	read()
+	go func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				read()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() (float64, float64, float64) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(samples) == 0 {
+			return 0, 0, 0
+		}
+		lo, hi, sum := samples[0], samples[0], 0.0
+		for _, v := range samples {
+			lo, hi, sum = min(lo, v), max(hi, v), sum+v
+		}
+		return lo, sum / float64(len(samples)), hi
+	}
 }
 
 const (

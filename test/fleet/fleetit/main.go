@@ -17,15 +17,18 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	harness "github.com/roundtable-sandbox/sandbox/test/fleet"
 )
 
 // Line is one event on stdout (test/fleet parses the same struct).
@@ -101,6 +104,8 @@ func main() {
 		err = runBox(os.Args[2:], log)
 	case "drive":
 		err = runDrive(os.Args[2:], log)
+	case "inspect":
+		err = runInspect(os.Args[2:], log)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -212,7 +217,8 @@ func runBox(args []string, log *slog.Logger) error {
 }
 
 // runDrive keeps -window turns in flight on each of -channels channels
-// (each window published in order, then its replies awaited) until stdin
+// (harness.ChannelNames: spread over the partitions; each window
+// published in order, then its replies awaited) until stdin
 // says "stop" or closes, then audits every turn it submitted.
 func runDrive(args []string, log *slog.Logger) error {
 	fs := flag.NewFlagSet("drive", flag.ContinueOnError)
@@ -259,12 +265,13 @@ func runDrive(args []string, log *slog.Logger) error {
 	}()
 	var mu sync.Mutex
 	perChannel := make([][]fleet.Turn, *channels)
+	names := harness.ChannelNames(*prefix, *channels, c.partitions)
 	var wg sync.WaitGroup
 	for i := 0; i < *channels; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			ch := fmt.Sprintf("%s-%03d", *prefix, i)
+			ch := names[i]
 			for {
 				select {
 				case <-stop:
@@ -354,4 +361,62 @@ func await(f *fleet.Fleet, t fleet.Turn, sent time.Time, stop <-chan struct{}, l
 			<-tm.C
 		}
 	}
+}
+
+// runInspect prints, per partition, the turns group member's consumer as
+// the cluster sees it (leader, pin, waiting pulls, pending turns): one
+// JSON line each, for the harness's fault diagnostics.
+func runInspect(args []string, log *slog.Logger) error {
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	var c common
+	c.flags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	fc, err := c.connect(log)
+	if err != nil {
+		return err
+	}
+	defer fc.nc.Close()
+	js, err := jetstream.New(fc.nc)
+	if err != nil {
+		return err
+	}
+	for p := 0; p < c.partitions; p++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ci, err := js.Consumer(ctx, fleet.TurnsStream, fleet.TurnsGroup+"-p"+strconv.Itoa(p))
+		var info *jetstream.ConsumerInfo
+		if err == nil {
+			info, err = ci.Info(ctx)
+		}
+		cancel()
+		l := inspectLine{Partition: p}
+		if err != nil {
+			l.Err = err.Error()
+		} else {
+			if info.Cluster != nil {
+				l.Leader = info.Cluster.Leader
+			}
+			for _, g := range info.PriorityGroups {
+				l.Pin, l.PinnedAt = g.PinnedClientID, g.PinnedTS.Format("15:04:05.000")
+			}
+			l.Waiting, l.AckPending, l.Pending, l.Redelivered = info.NumWaiting, info.NumAckPending, info.NumPending, info.NumRedelivered
+		}
+		outMu.Lock()
+		_ = out.Encode(l)
+		outMu.Unlock()
+	}
+	return nil
+}
+
+type inspectLine struct {
+	Partition   int    `json:"p"`
+	Leader      string `json:"leader,omitempty"`
+	Pin         string `json:"pin,omitempty"`
+	PinnedAt    string `json:"pinned_at,omitempty"`
+	Waiting     int    `json:"waiting"`
+	AckPending  int    `json:"ack_pending"`
+	Pending     uint64 `json:"pending"`
+	Redelivered int    `json:"redelivered"`
+	Err         string `json:"err,omitempty"`
 }
