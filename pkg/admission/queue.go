@@ -42,6 +42,10 @@ type Queue struct {
 	// queued, when set (tests), is told each time a ticket starts waiting
 	// (its channel), or a spare waiter (SpareQueued).
 	queued func(channel string)
+	// wanted is closed (and forgotten) when a ticket or a spare waiter
+	// starts waiting: the signal SpareYielding's holders give their slot
+	// back on.
+	wanted chan struct{}
 }
 
 type ticket struct {
@@ -119,12 +123,46 @@ func (q *Queue) AcquireWithin(ctx context.Context, channel string, maxWait time.
 // exactly what a spare prepares. A caller whose ctx ends while waiting
 // leaves. release must be called exactly once.
 func (q *Queue) Spare(ctx context.Context) (func(), error) {
+	release, _, err := q.spare(ctx, false)
+	return release, err
+}
+
+// SpareYielding is Spare for a holder that may give the slot back while it
+// has not used it yet (a fleet box waiting for a job): wanted is closed as
+// soon as a turn or a spare waiter that does not yield (a standby's
+// preparation) waits for a slot. Yielding holders never yield to each
+// other, so two of them cannot hand one slot back and forth.
+func (q *Queue) SpareYielding(ctx context.Context) (release func(), wanted <-chan struct{}, err error) {
+	return q.spare(ctx, true)
+}
+
+// wantedLocked: a turn or a spare waiter that does not yield waits.
+func (q *Queue) wantedLocked() bool {
+	if len(q.waiting) > 0 {
+		return true
+	}
+	for _, w := range q.spares {
+		if !w.yields {
+			return true
+		}
+	}
+	return false
+}
+
+func (q *Queue) signalWantedLocked() {
+	if q.wanted != nil {
+		close(q.wanted)
+		q.wanted = nil
+	}
+}
+
+func (q *Queue) spare(ctx context.Context, yields bool) (func(), <-chan struct{}, error) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return nil, q.closedErr
+		return nil, nil, q.closedErr
 	}
-	w := &spareWaiter{ready: make(chan struct{})}
+	w := &spareWaiter{ready: make(chan struct{}), yields: yields}
 	q.spares = append(q.spares, w)
 	q.promoteLocked()
 	hook, waits := q.queued, !w.granted
@@ -143,7 +181,7 @@ func (q *Queue) Spare(ctx context.Context) (func(), error) {
 	}
 	select {
 	case <-w.ready:
-		return release, nil
+		return release, w.wanted, nil
 	case <-ctx.Done():
 		q.mu.Lock()
 		if w.granted {
@@ -153,7 +191,7 @@ func (q *Queue) Spare(ctx context.Context) (func(), error) {
 			q.spares = slices.DeleteFunc(q.spares, func(x *spareWaiter) bool { return x == w })
 			q.mu.Unlock()
 		}
-		return nil, context.Cause(ctx)
+		return nil, nil, context.Cause(ctx)
 	}
 }
 
@@ -163,6 +201,9 @@ const SpareQueued = "(spare)"
 type spareWaiter struct {
 	ready   chan struct{}
 	granted bool
+	yields  bool // SpareYielding
+	// wanted is the queue's signal current when the slot was granted.
+	wanted chan struct{}
 }
 
 func (q *Queue) removeLocked(t *ticket) {
@@ -183,6 +224,11 @@ func (q *Queue) removeLocked(t *ticket) {
 // waits for the cap (every one left waits behind its channel's running
 // turn), spare waiters.
 func (q *Queue) promoteLocked() {
+	defer func() {
+		if q.wantedLocked() {
+			q.signalWantedLocked()
+		}
+	}()
 	full := func() bool { return q.cap > 0 && q.nrun+q.nspare >= q.cap }
 	for i := 0; i < len(q.waiting); {
 		t := q.waiting[i]
@@ -205,6 +251,10 @@ func (q *Queue) promoteLocked() {
 		q.spares = q.spares[1:]
 		q.nspare++
 		w.granted = true
+		if q.wanted == nil {
+			q.wanted = make(chan struct{})
+		}
+		w.wanted = q.wanted
 		close(w.ready)
 	}
 }

@@ -301,3 +301,55 @@ func TestQueueGlobalCap(t *testing.T) {
 	rel()
 	<-got
 }
+
+// TestQueueSpareYieldingGivesWay: a yielding spare holder is told when a
+// turn waits for the slot it holds (and gives it back: the turn runs), and
+// when a standby's preparation waits; never when another yielding holder
+// waits, so two of them cannot hand a slot back and forth.
+func TestQueueSpareYieldingGivesWay(t *testing.T) {
+	q := newQueue(8, 2)
+	queued := queuedSignal(q)
+	a, err := q.Acquire(context.Background(), "a")
+	must(t, err)
+	y, wanted, err := q.SpareYielding(context.Background())
+	must(t, err)
+	// Another yielding holder waits: no signal.
+	gotY2 := make(chan func(), 1)
+	go func() {
+		r, _, err := q.SpareYielding(context.Background())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		gotY2 <- r
+	}()
+	if got := <-queued; got != SpareQueued {
+		t.Fatalf("queued %q, want the second yielding waiter", got)
+	}
+	select {
+	case <-wanted:
+		t.Fatal("a yielding holder was told to give way to another yielding holder")
+	default:
+	}
+	// A turn waits: the holder is told, gives the slot back, the turn runs.
+	granted := make(chan struct{})
+	go func() {
+		r, err := q.Acquire(context.Background(), "b")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		close(granted)
+		r()
+	}()
+	<-queued
+	<-wanted
+	y()
+	<-granted
+	a()
+	y2 := <-gotY2 // the second holder gets a slot once the turns are done
+	y2()
+	if n := q.SpareHeld(); n != 0 {
+		t.Errorf("spare slots held at the end: %d, want 0", n)
+	}
+}

@@ -199,29 +199,36 @@ func newHarnessMCP(t *testing.T, mutate func(*policy.Policy), withMCP bool) *har
 	if withMCP {
 		up = h.mcp
 	}
-	h.broker, err = New(Config{Policy: h.pol, Credentials: creds, MCP: up,
+	h.serve(t, Config{Policy: h.pol, Credentials: creds, MCP: up,
 		Logger: slog.New(slog.NewJSONHandler(h.logs, nil))})
-	if err != nil {
-		t.Fatal(err)
+	return h
+}
+
+// serve starts h's broker of cfg on a Unix socket in h.dir (h.sock); it
+// stops when the test ends.
+func (h *harness) serve(tb testing.TB, cfg Config) {
+	tb.Helper()
+	var err error
+	if h.broker, err = New(cfg); err != nil {
+		tb.Fatal(err)
 	}
-	h.sock = filepath.Join(dir, "broker.sock")
+	h.sock = filepath.Join(h.dir, "broker.sock")
 	ln, err := net.Listen("unix", h.sock)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	h.done = make(chan error, 1)
 	go func() { h.done <- h.broker.Serve(ctx, ln) }()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		cancel()
 		select {
 		case <-h.done:
 		case <-time.After(5 * time.Second):
-			t.Error("broker did not stop")
+			tb.Error("broker did not stop")
 		}
 	})
-	return h
 }
 
 func writeFile(t testing.TB, path, content string) {

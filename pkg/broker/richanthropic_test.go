@@ -61,28 +61,8 @@ func startAnthropicHarness(tb testing.TB, kind string, silence time.Duration, un
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h.broker, err = New(Config{Policy: h.pol, Credentials: creds, MCP: h.mcp, ControlUID: os.Getuid(),
+	h.serve(tb, Config{Policy: h.pol, Credentials: creds, MCP: h.mcp, ControlUID: os.Getuid(),
 		AnthropicSilence: silence, Logger: slog.New(slog.NewJSONHandler(h.logs, nil))})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	h.sock = filepath.Join(dir, "broker.sock")
-	ln, err := net.Listen("unix", h.sock)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
-	h.done = make(chan error, 1)
-	go func() { h.done <- h.broker.Serve(ctx, ln) }()
-	tb.Cleanup(func() {
-		cancel()
-		select {
-		case <-h.done:
-		case <-time.After(5 * time.Second):
-			tb.Error("broker did not stop")
-		}
-	})
 	if !unbound {
 		bctx, bcancel := context.WithCancel(context.Background())
 		tb.Cleanup(bcancel)

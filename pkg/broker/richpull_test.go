@@ -54,28 +54,8 @@ func newRichHarnessWith(t *testing.T, controlUID int, mutate func(*policy.Policy
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.broker, err = New(Config{Policy: h.pol, Credentials: creds, MCP: h.mcp, ControlUID: controlUID,
+	h.serve(t, Config{Policy: h.pol, Credentials: creds, MCP: h.mcp, ControlUID: controlUID,
 		PollWait: 300 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(h.logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.sock = filepath.Join(dir, "broker.sock")
-	ln, err := net.Listen("unix", h.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
-	h.done = make(chan error, 1)
-	go func() { h.done <- h.broker.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-h.done:
-		case <-time.After(5 * time.Second):
-			t.Error("broker did not stop")
-		}
-	})
 	return h
 }
 

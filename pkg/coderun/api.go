@@ -33,8 +33,8 @@ func (k *Kind) Routes() []api.Route {
 		{Endpoint: api.Endpoint{Method: http.MethodGet, Pattern: "/v1/runs/{run}", Role: peerauth.RoleClient}, Fn: k.withRun(k.handleGet)},
 		{Endpoint: api.Endpoint{Method: http.MethodGet, Pattern: "/v1/runs/{run}/events", Role: peerauth.RoleClient}, Fn: k.withRun(k.handleEvents)},
 		{Endpoint: api.Endpoint{Method: http.MethodPost, Pattern: "/v1/runs/{run}/cancel", Role: peerauth.RoleClient}, Fn: k.withRun(k.handleCancel)},
-		{Endpoint: api.Endpoint{Method: http.MethodPost, Pattern: "/v1/runs/{run}/approve", Role: peerauth.RoleAdmin}, Fn: k.withRun(k.handleApprove)},
-		{Endpoint: api.Endpoint{Method: http.MethodPost, Pattern: "/v1/runs/{run}/deny", Role: peerauth.RoleAdmin}, Fn: k.withRun(k.handleDeny)},
+		{Endpoint: api.Endpoint{Method: http.MethodPost, Pattern: "/v1/runs/{run}/approve", Role: peerauth.RoleAdmin}, Fn: k.withRunOrFleet(k.handleApprove, true)},
+		{Endpoint: api.Endpoint{Method: http.MethodPost, Pattern: "/v1/runs/{run}/deny", Role: peerauth.RoleAdmin}, Fn: k.withRunOrFleet(k.handleDeny, false)},
 	}
 }
 
@@ -88,6 +88,21 @@ func (k *Kind) withRun(fn func(http.ResponseWriter, *http.Request, *Run) error) 
 	}
 }
 
+// withRunOrFleet is withRun for the approval routes: a run this box does
+// not hold may be another box's awaiting its approval (fleet.go).
+func (k *Kind) withRunOrFleet(fn func(http.ResponseWriter, *http.Request, *Run) error, approve bool) api.Handler {
+	local := k.withRun(fn)
+	return func(w http.ResponseWriter, r *http.Request, id string) error {
+		err := local(w, r, id)
+		if errors.Is(err, runs.ErrNotFound) && k.fleet != nil {
+			if _, gerr := k.runs.Get(id); gerr != nil {
+				return k.handleRemoteDecision(w, r, id, approve)
+			}
+		}
+		return err
+	}
+}
+
 func (k *Kind) handleGet(w http.ResponseWriter, r *http.Request, run *Run) error {
 	// A finished run's answer carries its artifacts: a client that stops
 	// reading must not hold it (and the connection) forever.
@@ -123,7 +138,7 @@ func (k *Kind) handleCancel(w http.ResponseWriter, r *http.Request, run *Run) er
 }
 
 func (k *Kind) handleApprove(w http.ResponseWriter, r *http.Request, run *Run) error {
-	if err := run.Approve(api.CallerUID(r)); err != nil {
+	if err := k.decide(run, true, api.CallerUID(r)); err != nil {
 		return err
 	}
 	k.writeRun(w, r, run, "approve")
@@ -131,7 +146,7 @@ func (k *Kind) handleApprove(w http.ResponseWriter, r *http.Request, run *Run) e
 }
 
 func (k *Kind) handleDeny(w http.ResponseWriter, r *http.Request, run *Run) error {
-	if err := run.Deny(api.CallerUID(r)); err != nil {
+	if err := k.decide(run, false, api.CallerUID(r)); err != nil {
 		return err
 	}
 	k.log.Info("run network denied", "run", run.ID(), "by_uid", api.CallerUID(r))

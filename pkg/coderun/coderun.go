@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -85,6 +86,10 @@ type Options struct {
 	Lchown func(path string, uid, gid int) error
 	// Registry receives sandbox_runs_total and sandbox_run_duration_seconds.
 	Registry prometheus.Registerer
+	// Fleet, in fleet mode, is where runs go once they may start (fleet.go);
+	// Box is this box's name (fleet.box).
+	Fleet *fleet.Fleet
+	Box   string
 }
 
 // Kind is the host's code runs.
@@ -104,6 +109,11 @@ type Kind struct {
 	standbys   *standby.Pool
 	warm       sandbox.WarmContainers
 	standbyKey string
+
+	// Fleet mode (fleet.go; nil fleet: every run runs here).
+	fleet   *fleet.Fleet
+	box     string
+	shadows shadowRuns
 }
 
 // New makes the kind and its registry from runs.*: every bound of the
@@ -134,6 +144,8 @@ func New(o Options) *Kind {
 	}
 	o.Registry.MustRegister(k.results, k.duration)
 	k.newStandbys(o.Registry)
+	k.fleet, k.box = o.Fleet, o.Box
+	k.shadows = shadowRuns{NewRegistry(k.runs.lim, o.Now)}
 	return k
 }
 
@@ -146,7 +158,12 @@ func (k *Kind) Registry() *Registry { return k.runs }
 // only after its cleanup.
 func (k *Kind) Listed() []sandbox.Listed {
 	var out []sandbox.Listed
-	for _, r := range k.runs.Unfinished() {
+	seen := map[string]bool{}
+	for _, r := range append(k.shadows.reg.Unfinished(), k.runs.Unfinished()...) {
+		if seen[r.ID()] { // this box runs its own run's job
+			continue
+		}
+		seen[r.ID()] = true
 		d := k.DeadlineBound(r)
 		out = append(out, sandbox.Listed{ID: r.ID(), ChannelTag: ids.RunName(r.ID()), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
 	}
@@ -271,7 +288,10 @@ func (k *Kind) drive(r *Run) {
 	}
 	p := r.Params()
 	if p.Network {
-		if err := r.WaitApproval(ctx); err != nil {
+		stopApproval := k.fleetApproval(ctx, r, log)
+		err := r.WaitApproval(ctx)
+		stopApproval()
+		if err != nil {
 			if errors.Is(err, runs.ErrDenied) || errors.Is(err, runs.ErrCancelled) {
 				// The registry finished it (denied, timed out or cancelled).
 				st := r.Summary()
@@ -286,6 +306,10 @@ func (k *Kind) drive(r *Run) {
 		if st.ApprovedBy != nil {
 			log.Info("run network approved", "by_uid", *st.ApprovedBy, "credentials", st.Credentials)
 		}
+	}
+	if k.travels(p) {
+		k.driveRemote(ctx, r, log, finish)
+		return
 	}
 	release, err := k.host.Slot(ctx, ids.RunName(id))
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
@@ -76,6 +77,10 @@ type Options struct {
 	Research func(ctx context.Context, j *delegation.Job, scratch string, log *slog.Logger) Research
 	// Registry receives sandbox_delegations_total.
 	Registry prometheus.Registerer
+	// Fleet, in fleet mode, is where admitted jobs run (fleet.go); Box is
+	// this box's name (fleet.box).
+	Fleet *fleet.Fleet
+	Box   string
 }
 
 // Kind is the host's delegated jobs.
@@ -90,18 +95,25 @@ type Kind struct {
 	research func(ctx context.Context, j *delegation.Job, scratch string, log *slog.Logger) Research
 	jobs     *delegation.Registry
 	results  *prometheus.CounterVec
+	fleet    *fleet.Fleet
+	box      string
+	// shadows are the jobs this box runs for the fleet (fleet.go): not in
+	// the API's registry, listed for the reaper.
+	shadows *delegation.Registry
 }
 
 // New makes the kind and its job registry from delegation.*.
 func New(o Options) *Kind {
 	d := o.Config.Delegation
+	lim := delegation.Limits{
+		MaxRunning: d.MaxRunning, Timeout: time.Duration(d.TimeoutSeconds) * time.Second,
+		MaxTitleChars: d.MaxTitleChars, MaxTaskChars: d.MaxTaskChars,
+		MaxReportChars: d.MaxReportChars, DiagnosticChars: d.DiagnosticChars,
+	}
 	k := &Kind{cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, newID: o.NewID,
-		uid: o.UID, gid: o.GID, research: o.Research,
-		jobs: delegation.NewRegistry(delegation.Limits{
-			MaxRunning: d.MaxRunning, Timeout: time.Duration(d.TimeoutSeconds) * time.Second,
-			MaxTitleChars: d.MaxTitleChars, MaxTaskChars: d.MaxTaskChars,
-			MaxReportChars: d.MaxReportChars, DiagnosticChars: d.DiagnosticChars,
-		}, delegation.DefaultRetention(), o.Now),
+		uid: o.UID, gid: o.GID, research: o.Research, fleet: o.Fleet, box: o.Box,
+		jobs:    delegation.NewRegistry(lim, delegation.DefaultRetention(), o.Now),
+		shadows: delegation.NewRegistry(lim, delegation.Retention{Retain: time.Nanosecond, MaxRetained: 1, MaxRetainedBytes: 1}, o.Now),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_delegations_total", Help: "Delegated jobs, by result (ok, failed, timeout, cancelled; refused: not admitted).",
 		}, []string{"result"}),
@@ -195,8 +207,11 @@ func (k *Kind) drive(j *delegation.Job) {
 	start := k.now()
 
 	var fin delegation.Finish
-	release, err := k.host.Slot(ctx, ids.JobName(j.ID()))
-	if err != nil {
+	if k.fleet != nil {
+		if j.Start() == nil {
+			fin = k.runRemote(ctx, j, log) // fleet.go
+		}
+	} else if release, err := k.host.Slot(ctx, ids.JobName(j.ID())); err != nil {
 		fin = jobEnded(ctx, delegation.Finish{Result: delegation.ResultCancelled, Reason: reasonHostStop})
 	} else {
 		if j.Start() == nil {
@@ -281,7 +296,7 @@ func (k *Kind) CancelChannel(channel string) {
 // their containers and units, from admission until after their cleanup.
 func (k *Kind) Listed() []sandbox.Listed {
 	var out []sandbox.Listed
-	for _, j := range k.jobs.Unfinished() {
+	for _, j := range append(k.shadows.Unfinished(), k.jobs.Unfinished()...) {
 		d := j.Deadline()
 		out = append(out, sandbox.Listed{ID: j.ID(), ChannelTag: ids.ChannelTag(j.Channel()), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Job: true})
 	}

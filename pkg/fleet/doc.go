@@ -16,5 +16,13 @@
 // committed one, written create-only; the turn is acknowledged only after
 // its commit. A channel's workspace snapshot is committed with its turn into
 // Object Store SANDBOX_WORKSPACES, keyed by channel and generation.
-// Credentials and policies never pass through this package.
+//
+// Runs, prechecks and delegated jobs go through the work queue
+// SANDBOX_JOBS (jobs.go, jobworker.go, approvals.go): a box pulls a job only
+// while it holds a free admission slot, one job per slot; its frames go back
+// on SANDBOX_JOBEVENTS in order, its result is written create-only to KV
+// SANDBOX_JOBRESULTS (one result per job, however often it was delivered),
+// a cancel and a run's approval (decided once, by compare-and-swap, from
+// any box) live in KV SANDBOX_JOBCONTROL; a job delivered past the bound is
+// given up. Credentials and policies never pass through this package.
 package fleet

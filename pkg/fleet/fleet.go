@@ -21,6 +21,8 @@ type Fleet struct {
 	replies  jetstream.KeyValue
 	channels jetstream.KeyValue
 	objects  jetstream.ObjectStore
+	// jobResults and jobControl are the jobs' buckets (jobs.go).
+	jobResults, jobControl jetstream.KeyValue
 }
 
 // Open ensures the family's resources (Ensure) and binds them; a box calls
@@ -64,6 +66,12 @@ func bind(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, l Layout) 
 	}
 	if f.objects, err = js.ObjectStore(ctx, WorkspaceBucket); err != nil {
 		return nil, fmt.Errorf("object store %s: %w", WorkspaceBucket, err)
+	}
+	if f.jobResults, err = js.KeyValue(ctx, JobResultsBucket); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", JobResultsBucket, err)
+	}
+	if f.jobControl, err = js.KeyValue(ctx, JobControlBucket); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", JobControlBucket, err)
 	}
 	return f, nil
 }

@@ -514,42 +514,6 @@ func TestEnsureRefusesAnotherLayout(t *testing.T) {
 	}
 }
 
-// TestJobsWorkQueue: a job submitted twice is queued once, taken by one
-// of two boxes, and gone once done.
-func TestJobsWorkQueue(t *testing.T) {
-	r := newRig(t, 1, 1)
-	a, _ := r.fleet("a")
-	b, _ := r.fleet("b")
-	ctx := r.ctx()
-	if _, err := a.SubmitJob(ctx, JobRun, "run-1", []byte(`{"x":1}`)); err != nil {
-		t.Fatal(err)
-	}
-	if s, err := a.SubmitJob(ctx, JobRun, "run-1", []byte(`{"x":1}`)); err != nil || !s.Duplicate {
-		t.Fatalf("resubmitted job: %+v, %v; want a duplicate", s, err)
-	}
-	if _, err := a.SubmitJob(ctx, "shell", "x", nil); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("unknown kind: %v, want ErrInvalid", err)
-	}
-	j, err := b.NextJob(ctx, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if j.Kind != JobRun || j.ID != "run-1" || string(j.Payload) != `{"x":1}` {
-		t.Fatalf("job %+v", j)
-	}
-	if err := j.Done(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s, err := a.js.Stream(ctx, JobsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil || info.State.Msgs != 0 {
-		t.Fatalf("jobs stream after done: %+v, %v; want empty", info.State, err)
-	}
-}
-
 // TestAuditAfterKillingTheBusiestBox: three boxes share turns of several
 // channels; the box that committed most loses its connection mid-run. Every
 // turn is answered once, in order, with no extra commit, and the channels'

@@ -2,35 +2,78 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Job kinds on the jobs work queue (JobsStream): any box takes a job, once.
+// Job kinds on the jobs work queue (JobsStream): any box takes a job, once
+// at a time; each kind has its own durable consumer, so a box pulls only
+// the kinds it runs.
 const (
 	JobRun        = "run"
 	JobPrecheck   = "precheck"
 	JobDelegation = "delegation"
 )
 
+// Bounds of what a job carries. A job, a frame and a result come from
+// another box: the receiving side refuses anything over them.
+const (
+	// MaxJobBytes bounds a job's payload (the kind's own parameters).
+	MaxJobBytes = MaxTurnBytes
+	// MaxJobFrameBytes bounds one frame of a job's event stream (an event
+	// of the kind, or a chunk of an artifact).
+	MaxJobFrameBytes = 512 << 10
+	// MaxJobResultBytes bounds a job's result (its summary; the bulk, such
+	// as a run's artifacts, travels as frames before it).
+	MaxJobResultBytes = 256 << 10
+	// jobEventsMaxBytes bounds the whole events stream: what every box's
+	// unread frames may hold in the cluster (frames of a finished job are
+	// purged by the admitting box, the rest age out after jobEventsMaxAge).
+	jobEventsMaxBytes = 2 << 30
+	jobEventsMaxAge   = 6 * time.Hour
+	jobKVTTL          = 24 * time.Hour
+	// maxControlBytes bounds a value in JobControlBucket.
+	maxControlBytes = 16 << 10
+)
+
+func validJobKind(kind string) bool {
+	return kind == JobRun || kind == JobPrecheck || kind == JobDelegation
+}
+
 var jobIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// SubmitJob publishes a job of kind (Job*) with id (de-duplicated like
-// turns) and its payload (the kind's own JSON, at most MaxTurnBytes).
-func (f *Fleet) SubmitJob(ctx context.Context, kind, id string, payload []byte) (Submitted, error) {
-	if kind != JobRun && kind != JobPrecheck && kind != JobDelegation {
-		return Submitted{}, fmt.Errorf("job kind %q: %w", kind, ErrInvalid)
+func checkJob(kind, id string) error {
+	if !validJobKind(kind) {
+		return fmt.Errorf("job kind %q: %w", kind, ErrInvalid)
 	}
 	if !jobIDRe.MatchString(id) {
-		return Submitted{}, fmt.Errorf("job id must match %s: %w", jobIDRe, ErrInvalid)
+		return fmt.Errorf("job id must match %s: %w", jobIDRe, ErrInvalid)
 	}
-	if len(payload) > MaxTurnBytes {
-		return Submitted{}, fmt.Errorf("job is %d bytes, the limit is %d: %w", len(payload), MaxTurnBytes, ErrInvalid)
+	return nil
+}
+
+// jobKey is a job's key in JobResultsBucket, and the suffix of its keys in
+// JobControlBucket and of its events subject.
+func jobKey(kind, id string) string { return kind + "." + id }
+
+func jobEventsSubject(kind, id string) string { return jobEventsPrefix + kind + "." + id }
+func jobCancelKey(kind, id string) string     { return "cancel." + jobKey(kind, id) }
+
+// SubmitJob publishes a job of kind (Job*) with id (de-duplicated like
+// turns) and its payload (the kind's own JSON, at most MaxJobBytes).
+func (f *Fleet) SubmitJob(ctx context.Context, kind, id string, payload []byte) (Submitted, error) {
+	if err := checkJob(kind, id); err != nil {
+		return Submitted{}, err
+	}
+	if len(payload) > MaxJobBytes {
+		return Submitted{}, fmt.Errorf("job is %d bytes, the limit is %d: %w", len(payload), MaxJobBytes, ErrInvalid)
 	}
 	ack, err := f.js.PublishMsg(ctx, &nats.Msg{Subject: jobsSubjectPrefix + kind, Data: payload}, jetstream.WithMsgID(kind+"-"+id), jetstream.WithExpectStream(JobsStream))
 	if err != nil {
@@ -39,37 +82,281 @@ func (f *Fleet) SubmitJob(ctx context.Context, kind, id string, payload []byte) 
 	return Submitted{Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
 
-// Job is one taken job; the box acknowledges it when done (Done) or hands
-// it back (Retry).
+// Job is one taken job. The box that took it publishes its events
+// (Publish), then its result (Finish: create-only, so a job delivered
+// twice has one result), or hands it back (Retry).
 type Job struct {
 	Kind    string
 	ID      string
 	Payload []byte
+	// Attempt counts deliveries of this job (1 on the first).
+	Attempt uint64
+	box     string
+	f       *Fleet
 	msg     jetstream.Msg
+	settled atomic.Bool // Finish acknowledged it or Retry handed it back
 }
 
-// Done removes the job from the queue (work-queue retention).
-func (j *Job) Done(ctx context.Context) error { return j.msg.DoubleAck(ctx) }
+// JobFrame is one message of a job's event stream: an event of the kind
+// (Data, the kind's JSON), or the end (Done: the result is in
+// JobResultsBucket). Attempt and Box say which delivery published it, so
+// the admitting box can tell a dead attempt's frames from its successor's.
+type JobFrame struct {
+	Attempt uint64          `json:"attempt"`
+	Box     string          `json:"box"`
+	Done    bool            `json:"done,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
 
-// Retry hands the job back for any box.
-func (j *Job) Retry() error { return j.msg.Nak() }
+// JobResult is a job's one result, under its key in JobResultsBucket.
+type JobResult struct {
+	Attempt uint64 `json:"attempt"`
+	Box     string `json:"box"`
+	// GaveUp: the job was delivered more than the bound (it killed every
+	// box it landed on, or none could run it); Data is then empty.
+	GaveUp bool            `json:"gaveUp,omitempty"`
+	Data   json.RawMessage `json:"data,omitempty"`
+}
+
+// Publish sends one event frame for the admitting box, in order after the
+// job's earlier frames (each publish waits for the stream's ack).
+func (j *Job) Publish(ctx context.Context, data []byte) error {
+	return j.f.publishFrame(ctx, j.Kind, j.ID, JobFrame{Attempt: j.Attempt, Box: j.box, Data: data})
+}
+
+func (f *Fleet) publishFrame(ctx context.Context, kind, id string, fr JobFrame) error {
+	b, err := json.Marshal(fr)
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxJobFrameBytes {
+		return fmt.Errorf("job frame is %d bytes, the limit is %d: %w", len(b), MaxJobFrameBytes, ErrInvalid)
+	}
+	if _, err := f.js.PublishMsg(ctx, &nats.Msg{Subject: jobEventsSubject(kind, id), Data: b}, jetstream.WithExpectStream(JobEventsStream)); err != nil {
+		return fmt.Errorf("publish job frame to %s: %w", JobEventsStream, err)
+	}
+	return nil
+}
+
+// ErrResultTaken: another delivery of the job wrote its result first;
+// this one's is dropped (the job is acknowledged all the same).
+var ErrResultTaken = errors.New("the job already has a result")
+
+// Finish writes the job's result create-only, publishes the done frame
+// and acknowledges the job. If another delivery's result is already there
+// it is left as it is: ErrResultTaken, the job acknowledged and its done
+// frame published again (the other box may have died before it).
+func (j *Job) Finish(ctx context.Context, data []byte) error {
+	return j.f.finishJob(ctx, j, JobResult{Attempt: j.Attempt, Box: j.box, Data: data})
+}
+
+func (f *Fleet) finishJob(ctx context.Context, j *Job, res JobResult) error {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxJobResultBytes {
+		return fmt.Errorf("job result is %d bytes, the limit is %d: %w", len(b), MaxJobResultBytes, ErrInvalid)
+	}
+	_, err = f.jobResults.Create(ctx, jobKey(j.Kind, j.ID), b)
+	taken := errors.Is(err, jetstream.ErrKeyExists)
+	if err != nil && !taken {
+		return fmt.Errorf("job result into %s: %w", JobResultsBucket, err)
+	}
+	if err := f.publishFrame(ctx, j.Kind, j.ID, JobFrame{Attempt: j.Attempt, Box: j.box, Done: true}); err != nil {
+		return err
+	}
+	j.settled.Store(true)
+	if err := j.msg.DoubleAck(ctx); err != nil {
+		return fmt.Errorf("ack job: %w", err)
+	}
+	if taken {
+		return ErrResultTaken
+	}
+	return nil
+}
+
+// Retry hands the job back for any box after delay (this box cannot run
+// it: it is stopping, or lacks what the job needs). It counts as a
+// delivery towards the bound.
+func (j *Job) Retry(delay time.Duration) error {
+	j.settled.Store(true)
+	return j.msg.NakWithDelay(delay)
+}
 
 // Progress keeps the job with this box past the ack wait.
 func (j *Job) Progress() error { return j.msg.InProgress() }
 
-// jobsConsumer is the one durable consumer every box pulls from: a work
-// queue admits one consumer per subject, and all boxes share it.
-const jobsConsumer = "boxes"
+// CancelRequested is closed once the job's cancellation is in
+// JobControlBucket (CancelJob, from any box), or when ctx ends; the box
+// running the job stops it and finishes it cancelled. It is already closed
+// for a job cancelled before it was taken.
+func (j *Job) CancelRequested(ctx context.Context) (<-chan struct{}, error) {
+	w, err := j.f.jobControl.Watch(ctx, jobCancelKey(j.Kind, j.ID))
+	if err != nil {
+		return nil, fmt.Errorf("watch job cancellation: %w", err)
+	}
+	ch := make(chan struct{})
+	go func() {
+		defer w.Stop()
+		defer close(ch)
+		for {
+			select {
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e != nil && e.Operation() == jetstream.KeyValuePut {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch, nil
+}
 
-// NextJob waits for the next job until ctx ends; a job not settled
-// within ackWait goes to another box.
-func (f *Fleet) NextJob(ctx context.Context, ackWait time.Duration) (*Job, error) {
-	c, err := f.js.CreateOrUpdateConsumer(ctx, JobsStream, jetstream.ConsumerConfig{
-		Durable: jobsConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: -1,
+// CancelJob records the job's cancellation for whichever box runs it (or
+// takes it later). Cancelling twice is not an error.
+func (f *Fleet) CancelJob(ctx context.Context, kind, id string) error {
+	if err := checkJob(kind, id); err != nil {
+		return err
+	}
+	if _, err := f.jobControl.Create(ctx, jobCancelKey(kind, id), []byte("{}")); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("job cancellation into %s: %w", JobControlBucket, err)
+	}
+	return nil
+}
+
+// JobResultOf returns the job's result, or jetstream.ErrKeyNotFound.
+func (f *Fleet) JobResultOf(ctx context.Context, kind, id string) (JobResult, error) {
+	e, err := f.jobResults.Get(ctx, jobKey(kind, id))
+	if err != nil {
+		return JobResult{}, err
+	}
+	return decodeJobResult(e.Value())
+}
+
+func decodeJobResult(b []byte) (JobResult, error) {
+	var r JobResult
+	if len(b) > MaxJobResultBytes {
+		return r, fmt.Errorf("job result over %d bytes: %w", MaxJobResultBytes, ErrInvalid)
+	}
+	if err := json.Unmarshal(b, &r); err != nil || len(r.Box) > maxIDBytes {
+		return JobResult{}, fmt.Errorf("job result: %w", ErrInvalid)
+	}
+	return r, nil
+}
+
+// FollowJob calls onFrame with each event frame of the job, in the order
+// they were published (from the first, whenever it is called), until the
+// done frame; then it returns the job's result. It ends early with ctx
+// (context.Cause) or with onFrame's error. A frame that breaks its bounds
+// ends it with ErrInvalid: it came from another box.
+func (f *Fleet) FollowJob(ctx context.Context, kind, id string, onFrame func(JobFrame) error) (JobResult, error) {
+	if err := checkJob(kind, id); err != nil {
+		return JobResult{}, err
+	}
+	c, err := f.js.OrderedConsumer(ctx, JobEventsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{jobEventsSubject(kind, id)}, DeliverPolicy: jetstream.DeliverAllPolicy,
+		// The server drops it if this box dies; a live follower pulls.
+		InactiveThreshold: followInactive,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("jobs consumer: %w", err)
+		return JobResult{}, fmt.Errorf("follow job: %w", err)
 	}
+	// Each consumer costs the stream at every frame any box publishes:
+	// the follower's goes as soon as it is done, not after its threshold.
+	defer func() {
+		if info := c.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+			_ = f.js.DeleteConsumer(dctx, JobEventsStream, info.Name)
+			cancel()
+		}
+	}()
+	for {
+		msg, err := c.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return JobResult{}, context.Cause(ctx)
+			}
+			if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) {
+				continue
+			}
+			return JobResult{}, fmt.Errorf("follow job: %w", err)
+		}
+		var fr JobFrame
+		if len(msg.Data()) > MaxJobFrameBytes || json.Unmarshal(msg.Data(), &fr) != nil || len(fr.Box) > maxIDBytes {
+			return JobResult{}, fmt.Errorf("job %s frame: %w", id, ErrInvalid)
+		}
+		if fr.Done {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+			res, err := f.JobResultOf(rctx, kind, id)
+			cancel()
+			if err != nil {
+				return JobResult{}, fmt.Errorf("job %s result: %w", id, err)
+			}
+			return res, nil
+		}
+		if err := onFrame(fr); err != nil {
+			return JobResult{}, err
+		}
+	}
+}
+
+// followInactive is how long the server keeps a follower's consumer that
+// no longer pulls (its box died).
+const followInactive = 30 * time.Second
+
+// ForgetJob drops a followed job's frames and its cancellation (its
+// result stays until its TTL, so a late redelivery still finds it).
+func (f *Fleet) ForgetJob(ctx context.Context, kind, id string) error {
+	if err := checkJob(kind, id); err != nil {
+		return err
+	}
+	s, err := f.js.Stream(ctx, JobEventsStream)
+	if err == nil {
+		err = s.Purge(ctx, jetstream.WithPurgeSubject(jobEventsSubject(kind, id)))
+	}
+	if derr := f.jobControl.Delete(ctx, jobCancelKey(kind, id)); derr != nil && !errors.Is(derr, jetstream.ErrKeyNotFound) && err == nil {
+		err = derr
+	}
+	if err != nil {
+		return fmt.Errorf("forget job %s: %w", id, err)
+	}
+	return nil
+}
+
+// jobsConsumer is the durable consumer of a kind, shared by every box: a
+// work queue gives each job to one of them.
+func jobsConsumer(kind string) string { return "jobs-" + kind }
+
+func (f *Fleet) jobConsumer(ctx context.Context, kind string, ackWait time.Duration) (jetstream.Consumer, error) {
+	c, err := f.js.CreateOrUpdateConsumer(ctx, JobsStream, jetstream.ConsumerConfig{
+		Durable: jobsConsumer(kind), FilterSubject: jobsSubjectPrefix + kind,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: -1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jobs consumer %s: %w", jobsConsumer(kind), err)
+	}
+	return c, nil
+}
+
+// NextJob waits for the next job of kind until ctx ends, for box; a job
+// not settled within ackWait (nor kept by Progress) goes to another box.
+func (f *Fleet) NextJob(ctx context.Context, kind, box string, ackWait time.Duration) (*Job, error) {
+	if !validJobKind(kind) {
+		return nil, fmt.Errorf("job kind %q: %w", kind, ErrInvalid)
+	}
+	c, err := f.jobConsumer(ctx, kind, ackWait)
+	if err != nil {
+		return nil, err
+	}
+	return f.nextJob(ctx, c, kind, box)
+}
+
+func (f *Fleet) nextJob(ctx context.Context, c jetstream.Consumer, kind, box string) (*Job, error) {
 	for {
 		msg, err := c.Next(jetstream.FetchContext(ctx))
 		if err != nil {
@@ -81,12 +368,20 @@ func (f *Fleet) NextJob(ctx context.Context, ackWait time.Duration) (*Job, error
 			}
 			return nil, fmt.Errorf("next job: %w", err)
 		}
-		sub := msg.Subject()
-		kind := sub[len(jobsSubjectPrefix):]
 		id := msg.Headers().Get(jetstream.MsgIDHeader)
 		if len(id) > len(kind)+1 {
 			id = id[len(kind)+1:]
 		}
-		return &Job{Kind: kind, ID: id, Payload: msg.Data(), msg: msg}, nil
+		j := &Job{Kind: kind, ID: id, Payload: msg.Data(), box: box, f: f, msg: msg, Attempt: 1}
+		if md, err := msg.Metadata(); err == nil {
+			j.Attempt = md.NumDelivered
+		}
+		if err := checkJob(kind, id); err != nil || len(j.Payload) > MaxJobBytes {
+			// Not a job a box published (it would have been refused):
+			// dropped, not retried forever.
+			_ = msg.Term()
+			continue
+		}
+		return j, nil
 	}
 }

@@ -16,6 +16,14 @@ const (
 	ChannelsBucket  = "SANDBOX_CHANNELS"
 	WorkspaceBucket = "SANDBOX_WORKSPACES"
 	JobsStream      = "SANDBOX_JOBS"
+	// JobEventsStream carries each job's frames (sandbox.jobevents.<kind>.<id>)
+	// from the box running it to the box that admitted it.
+	JobEventsStream = "SANDBOX_JOBEVENTS"
+	// JobResultsBucket holds each job's one result, create-only.
+	JobResultsBucket = "SANDBOX_JOBRESULTS"
+	// JobControlBucket holds what reaches a job from any box: its
+	// cancellation, and a run's approval.
+	JobControlBucket = "SANDBOX_JOBCONTROL"
 	// TurnsGroup is the static partitioned consumer group on TurnsStream;
 	// its members are the partitions ("p0", "p1", ...), each box joins every
 	// member, and the pinned instance of a member is the partition's owner.
@@ -23,6 +31,7 @@ const (
 
 	turnsSubjectPrefix = "sandbox.turns."
 	jobsSubjectPrefix  = "sandbox.jobs."
+	jobEventsPrefix    = "sandbox.jobevents."
 )
 
 // Partition is the channel's partition among n: a stable hash of the

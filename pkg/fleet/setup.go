@@ -92,6 +92,22 @@ func (l Layout) jobsConfig() jetstream.StreamConfig {
 	}
 }
 
+// jobEventsConfig: frames of running jobs, bounded in bytes and age, each
+// frame at most MaxJobFrameBytes.
+func (l Layout) jobEventsConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:       JobEventsStream,
+		Subjects:   []string{jobEventsPrefix + ">"},
+		Retention:  jetstream.LimitsPolicy,
+		Storage:    jetstream.FileStorage,
+		Replicas:   l.Replicas,
+		MaxMsgSize: MaxJobFrameBytes,
+		MaxBytes:   jobEventsMaxBytes,
+		MaxAge:     jobEventsMaxAge,
+		Discard:    jetstream.DiscardOld,
+	}
+}
+
 // Ensure creates the family's streams, buckets, object store and turns
 // consumer group, or checks the existing ones against l (replicas,
 // partitions, subjects); a mismatch is ErrMismatch naming the key, and
@@ -101,7 +117,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) error {
 		return err
 	}
 	l = l.withDefaults()
-	for _, cfg := range []jetstream.StreamConfig{l.turnsConfig(), l.jobsConfig()} {
+	for _, cfg := range []jetstream.StreamConfig{l.turnsConfig(), l.jobsConfig(), l.jobEventsConfig()} {
 		if err := untilElected(ctx, func() error { return ensureStream(ctx, js, cfg) }); err != nil {
 			return err
 		}
@@ -111,6 +127,10 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) error {
 		// lets an audit see any overwrite.
 		{Bucket: RepliesBucket, History: 4, TTL: l.ReplyTTL, MaxValueSize: MaxReplyTextBytes + 64<<10, Storage: jetstream.FileStorage, Replicas: l.Replicas},
 		{Bucket: ChannelsBucket, History: 1, MaxValueSize: 2 * (MaxReplyTextBytes + 64<<10), Storage: jetstream.FileStorage, Replicas: l.Replicas},
+		// A job's result is written once, like a reply; its control keys
+		// (cancellation, approval) are small.
+		{Bucket: JobResultsBucket, History: 1, TTL: jobKVTTL, MaxValueSize: MaxJobResultBytes, Storage: jetstream.FileStorage, Replicas: l.Replicas},
+		{Bucket: JobControlBucket, History: 1, TTL: jobKVTTL, MaxValueSize: maxControlBytes, Storage: jetstream.FileStorage, Replicas: l.Replicas},
 	}
 	for _, cfg := range kvs {
 		if err := untilElected(ctx, func() error { return ensureKV(ctx, js, cfg) }); err != nil {
@@ -171,6 +191,12 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	return nil
 }
 
+// leaderReads: buckets whose reads must see the latest write (a fence, a
+// result just written, an approval's revision), never a lagging replica.
+func leaderReads(bucket string) bool {
+	return bucket == ChannelsBucket || bucket == JobResultsBucket || bucket == JobControlBucket
+}
+
 func ensureKV(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) error {
 	kv, err := js.KeyValue(ctx, want.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -190,7 +216,7 @@ func ensureKV(ctx context.Context, js jetstream.JetStream, want jetstream.KeyVal
 	if scfg.Replicas != want.Replicas {
 		return fmt.Errorf("bucket %s has %d replicas, fleet.replicas is %d: %w", want.Bucket, scfg.Replicas, want.Replicas, ErrMismatch)
 	}
-	if want.Bucket == ChannelsBucket && scfg.AllowDirect {
+	if leaderReads(want.Bucket) && scfg.AllowDirect {
 		// A direct get may be answered by any replica, a stale one too: a
 		// claim read from it would be refused by the leader and the turn
 		// wait out its ack wait. The channels bucket reads from the leader.

@@ -63,16 +63,58 @@ func TestEngineUnderBoxPermissions(t *testing.T) {
 	if _, _, err := fb.Channel(ctx, "chan-1"); err != nil {
 		t.Fatalf("channel: %v", err)
 	}
+	// A job: submitted on b, taken on a, its frame, cancellation, result
+	// and approval, followed and forgotten on b.
+	if err := fb.AskApproval(ctx, fleet.JobRun, "run-1", []byte(`{}`)); err != nil {
+		t.Fatalf("ask approval: %v", err)
+	}
+	if _, err := fa.Decide(ctx, fleet.JobRun, "run-1", true, 1000, "box-a"); err != nil {
+		t.Fatalf("decide: %v", err)
+	}
+	if _, err := fb.AwaitDecision(ctx, fleet.JobRun, "run-1"); err != nil {
+		t.Fatalf("await decision: %v", err)
+	}
 	if _, err := fb.SubmitJob(ctx, fleet.JobRun, "run-1", []byte(`{}`)); err != nil {
 		t.Fatalf("job: %v", err)
 	}
-	j, err := fa.NextJob(ctx, 5*time.Second)
+	j, err := fa.NextJob(ctx, fleet.JobRun, "box-a", 5*time.Second)
 	if err != nil {
 		t.Fatalf("next job: %v", err)
 	}
-	if err := j.Done(ctx); err != nil {
+	if _, err := j.CancelRequested(ctx); err != nil {
+		t.Fatalf("watch cancel: %v", err)
+	}
+	if err := fb.CancelJob(ctx, fleet.JobRun, "run-1"); err != nil {
+		t.Fatalf("cancel job: %v", err)
+	}
+	if err := j.Publish(ctx, []byte(`1`)); err != nil {
+		t.Fatalf("job frame: %v", err)
+	}
+	if err := j.Finish(ctx, []byte(`2`)); err != nil {
 		t.Fatalf("job done: %v", err)
 	}
+	if _, err := fb.FollowJob(ctx, fleet.JobRun, "run-1", func(fleet.JobFrame) error { return nil }); err != nil {
+		t.Fatalf("follow job: %v", err)
+	}
+	if err := fb.ForgetJob(ctx, fleet.JobRun, "run-1"); err != nil {
+		t.Fatalf("forget job: %v", err)
+	}
+	if err := fb.ForgetApproval(ctx, fleet.JobRun, "run-1"); err != nil {
+		t.Fatalf("forget approval: %v", err)
+	}
+	w, err := fa.StartJobWorker(ctx, fleet.JobWorkerOptions{Kind: fleet.JobPrecheck, Box: "box-a",
+		Slot:   func(context.Context) (func(), <-chan struct{}, error) { return func() {}, nil, nil },
+		Handle: func(ctx context.Context, j *fleet.Job) { _ = j.Finish(ctx, []byte(`3`)) }})
+	if err != nil {
+		t.Fatalf("job worker: %v", err)
+	}
+	if _, err := fb.SubmitJob(ctx, fleet.JobPrecheck, "pc-1", []byte(`{}`)); err != nil {
+		t.Fatalf("precheck job: %v", err)
+	}
+	if _, err := fb.FollowJob(ctx, fleet.JobPrecheck, "pc-1", func(fleet.JobFrame) error { return nil }); err != nil {
+		t.Fatalf("follow precheck job: %v", err)
+	}
+	w.Stop()
 	for n := len(violations); n > 0; n-- {
 		if err := <-violations; errorIsViolation(err) {
 			t.Errorf("the engine was refused: %v", err)

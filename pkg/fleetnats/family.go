@@ -16,6 +16,9 @@ package fleetnats
 const (
 	StreamTurns      = "SANDBOX_TURNS"      // admitted turns, partitioned by channel key
 	StreamJobs       = "SANDBOX_JOBS"       // runs, prechecks, delegation jobs (work queue)
+	StreamJobEvents  = "SANDBOX_JOBEVENTS"  // a job's frames, from the box running it to the admitting box
+	BucketJobResults = "SANDBOX_JOBRESULTS" // one result per job, create-only
+	BucketJobControl = "SANDBOX_JOBCONTROL" // a job's cancellation and a run's approval, from any box
 	BucketReplies    = "SANDBOX_REPLIES"    // one reply per turn id, create-only
 	BucketChannels   = "SANDBOX_CHANNELS"   // channel state, the commit fence
 	ObjectWorkspaces = "SANDBOX_WORKSPACES" // sealed channels' workspaces by channel and generation
@@ -30,8 +33,8 @@ const (
 // (streams KV_<bucket>), ObjectStores its object stores (streams
 // OBJ_<store>).
 var (
-	Streams      = []string{StreamTurns, StreamJobs}
-	KVBuckets    = []string{BucketReplies, BucketChannels, BucketConsumerGroups}
+	Streams      = []string{StreamTurns, StreamJobs, StreamJobEvents}
+	KVBuckets    = []string{BucketReplies, BucketChannels, BucketJobResults, BucketJobControl, BucketConsumerGroups}
 	ObjectStores = []string{ObjectWorkspaces}
 )
 

@@ -193,6 +193,11 @@ func (d *Daemon) Serve(ctx context.Context) (err error) {
 		// turns go to the other boxes rather than bounce off this one.
 		defer box.Stop()
 		defer context.AfterFunc(ctx, box.Stop)()
+		stopJobs, err := fleet.StartAll(sctx, h.queue.SpareYielding, h.coderun.StartFleet, h.prechecks.StartFleet, h.delegations.StartFleet)
+		if err != nil {
+			return startupErr("fleet", err)
+		}
+		defer stopJobs()
 	}
 
 	notify("READY=1")

@@ -82,7 +82,7 @@ func New(o Options) (*Host, error) {
 		CleanupFailed: func(what string) { h.metrics.cleanupFailures.WithLabelValues(what).Inc() },
 	})
 	h.coderun = coderun.New(coderun.Options{
-		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, Lchown: o.Lchown, Registry: o.Registry,
+		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, Lchown: o.Lchown, Registry: o.Registry, Fleet: o.Fleet, Box: o.Config.Fleet.Box,
 	})
 	if err := h.prepareStatic(); err != nil {
 		return nil, err
@@ -94,7 +94,7 @@ func New(o Options) (*Host, error) {
 	})
 	h.prechecks = precheckrun.New(precheckrun.Options{
 		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
-		Policy: h.pol, Registry: o.Registry,
+		Policy: h.pol, Registry: o.Registry, Fleet: o.Fleet, Box: o.Config.Fleet.Box,
 	})
 	sealed, err := sealedturn.New(sealedturn.Options{
 		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,

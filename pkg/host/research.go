@@ -54,7 +54,7 @@ func (h *Host) newDelegation() error {
 	d := h.cfg.Delegation
 	h.delegations = delegationrun.New(delegationrun.Options{
 		Config: h.cfg, Lifecycle: h.life, Host: kindHost{h}, Logger: h.log, Now: h.opts.Now, NewID: h.opts.NewTurnID,
-		UID: h.opts.UID, GID: h.opts.GID, Research: h.runResearch, Registry: h.reg,
+		UID: h.opts.UID, GID: h.opts.GID, Research: h.runResearch, Registry: h.reg, Fleet: h.fleet, Box: h.cfg.Fleet.Box,
 	})
 	if !d.Enabled {
 		return nil

@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -63,6 +64,10 @@ type Options struct {
 	Policy policy.Policy
 	// Registry receives sandbox_prechecks_total.
 	Registry prometheus.Registerer
+	// Fleet, in fleet mode, is where admitted prechecks run (fleet.go);
+	// Box is this box's name (fleet.box).
+	Fleet *fleet.Fleet
+	Box   string
 }
 
 // Kind is the host's prechecks.
@@ -77,11 +82,13 @@ type Kind struct {
 	active  precheckSet
 	slots   sandbox.Slots
 	results *prometheus.CounterVec
+	fleet   *fleet.Fleet
+	box     string
 }
 
 // New makes the kind.
 func New(o Options) *Kind {
-	k := &Kind{cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, newID: o.NewID, pol: o.Policy,
+	k := &Kind{cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, newID: o.NewID, pol: o.Policy, fleet: o.Fleet, box: o.Box,
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_prechecks_total", Help: "Precheck scripts run, by result (wake, no_wake, script_error, timeout, failed: the system's failure).",
 		}, []string{"result"}),
@@ -334,6 +341,9 @@ func (k *Kind) Run(ctx context.Context, req precheck.Request) (precheck.Answer, 
 	defer cancel(nil)
 	stopWatch := context.AfterFunc(k.host.Stopped(), func() { cancel(sandbox.ErrShuttingDown) })
 	defer stopWatch()
+	if k.fleet != nil {
+		return k.runRemote(ctx, id, req, plan, log) // fleet.go
+	}
 
 	release, err := k.host.Slot(ctx, ids.PrecheckName(id))
 	if err != nil {
@@ -348,6 +358,12 @@ func (k *Kind) Run(ctx context.Context, req precheck.Request) (precheck.Answer, 
 		return precheck.Answer{}, sandbox.ErrClientGone
 	}
 	defer release()
+	return k.answer(ctx, id, plan, start, log)
+}
+
+// answer runs an admitted precheck holding its slot: the answer after its
+// cleanup, its result counted and logged.
+func (k *Kind) answer(ctx context.Context, id string, plan precheckPlan, start time.Time, log *slog.Logger) (precheck.Answer, error) {
 	res, label, err := k.execute(ctx, id, plan, log)
 	k.results.WithLabelValues(label).Inc()
 	attrs := []any{"result", label, "duration_ms", k.now().Sub(start).Milliseconds()}

@@ -8,10 +8,9 @@
 // through Host.
 //
 // Guarantees: a credential-bearing call (the model route, host tools, MCP,
-// the compactor, attachments) is admitted only inside a turn the host
-// bound, checked against the peer's SO_PEERCRED uid, or, before the first
-// bind, metadata-only within the startup scope; every call of a turn ends
-// when the host revokes it; the worker gets a turn only after announcing
+// the compactor, attachments) is admitted only inside a turn the host bound
+// (the control routes take only the host's SO_PEERCRED uid), and every call
+// of a turn ends when the host revokes it; the worker gets a turn only after announcing
 // itself, one reply packet a turn within richproto's bounds; a private
 // result reaches only a worker that declared both capabilities, else the
 // turn fails; answers reflect no credential; errors are generic and log

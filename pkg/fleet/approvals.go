@@ -1,0 +1,157 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Approval states in JobControlBucket.
+const (
+	ApprovalPending  = "pending"
+	ApprovalApproved = "approved"
+	ApprovalDenied   = "denied"
+)
+
+// ErrNotPending: the approval was already decided (on this box or
+// another), or was never asked for.
+var ErrNotPending = errors.New("no approval pending")
+
+// Approval is a job's approval record, key approval.<kind>.<id> in
+// JobControlBucket: asked by the admitting box, decided once (a
+// compare-and-swap on the pending record) by an operator on any box.
+type Approval struct {
+	State string `json:"state"`
+	// By is the uid that decided, on box Box.
+	By  int    `json:"by,omitempty"`
+	Box string `json:"box,omitempty"`
+	// What is the admitting box's view of the job for the approver (the
+	// kind's JSON, e.g. a run's status).
+	What json.RawMessage `json:"what,omitempty"`
+}
+
+func approvalKey(kind, id string) string { return "approval." + jobKey(kind, id) }
+
+// AskApproval records the job as awaiting an approval, with what the
+// approver is shown.
+func (f *Fleet) AskApproval(ctx context.Context, kind, id string, what []byte) error {
+	if err := checkJob(kind, id); err != nil {
+		return err
+	}
+	b, err := json.Marshal(Approval{State: ApprovalPending, What: what})
+	if err != nil {
+		return err
+	}
+	if len(b) > maxControlBytes {
+		return fmt.Errorf("approval record is %d bytes, the limit is %d: %w", len(b), maxControlBytes, ErrInvalid)
+	}
+	if _, err := f.jobControl.Create(ctx, approvalKey(kind, id), b); err != nil {
+		return fmt.Errorf("approval into %s: %w", JobControlBucket, err)
+	}
+	return nil
+}
+
+// PendingApproval returns the job's approval record and its revision;
+// jetstream.ErrKeyNotFound when none was asked for (or it expired).
+func (f *Fleet) PendingApproval(ctx context.Context, kind, id string) (Approval, uint64, error) {
+	if err := checkJob(kind, id); err != nil {
+		return Approval{}, 0, err
+	}
+	e, err := f.jobControl.Get(ctx, approvalKey(kind, id))
+	if err != nil {
+		return Approval{}, 0, err
+	}
+	a, err := decodeApproval(e.Value())
+	return a, e.Revision(), err
+}
+
+func decodeApproval(b []byte) (Approval, error) {
+	var a Approval
+	if len(b) > maxControlBytes || json.Unmarshal(b, &a) != nil || len(a.Box) > maxIDBytes {
+		return Approval{}, fmt.Errorf("approval record: %w", ErrInvalid)
+	}
+	switch a.State {
+	case ApprovalPending, ApprovalApproved, ApprovalDenied:
+	default:
+		return Approval{}, fmt.Errorf("approval state %q: %w", a.State, ErrInvalid)
+	}
+	return a, nil
+}
+
+// Decide approves or denies a pending job as uid on box: exactly one
+// decision lands (compare-and-swap on the pending record); any later one,
+// from any box, is ErrNotPending. It returns the decided record.
+func (f *Fleet) Decide(ctx context.Context, kind, id string, approve bool, uid int, box string) (Approval, error) {
+	a, rev, err := f.PendingApproval(ctx, kind, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Approval{}, ErrNotPending
+	}
+	if err != nil {
+		return Approval{}, err
+	}
+	if a.State != ApprovalPending {
+		return Approval{}, ErrNotPending
+	}
+	a.State, a.By, a.Box = ApprovalDenied, uid, box
+	if approve {
+		a.State = ApprovalApproved
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return Approval{}, err
+	}
+	if _, err := f.jobControl.Update(ctx, approvalKey(kind, id), b, rev); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return Approval{}, ErrNotPending // decided meanwhile
+		}
+		return Approval{}, fmt.Errorf("approval into %s: %w", JobControlBucket, err)
+	}
+	return a, nil
+}
+
+// AwaitDecision waits until the job's approval is decided (on any box)
+// and returns the decision; ctx ends the wait (context.Cause).
+func (f *Fleet) AwaitDecision(ctx context.Context, kind, id string) (Approval, error) {
+	if err := checkJob(kind, id); err != nil {
+		return Approval{}, err
+	}
+	w, err := f.jobControl.Watch(ctx, approvalKey(kind, id))
+	if err != nil {
+		return Approval{}, fmt.Errorf("watch approval: %w", err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return Approval{}, fmt.Errorf("approval watch closed: %w", ErrNotPending)
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			a, err := decodeApproval(e.Value())
+			if err != nil {
+				return Approval{}, err
+			}
+			if a.State != ApprovalPending {
+				return a, nil
+			}
+		case <-ctx.Done():
+			return Approval{}, context.Cause(ctx)
+		}
+	}
+}
+
+// ForgetApproval drops the job's approval record (the run moved on).
+func (f *Fleet) ForgetApproval(ctx context.Context, kind, id string) error {
+	if err := checkJob(kind, id); err != nil {
+		return err
+	}
+	if err := f.jobControl.Delete(ctx, approvalKey(kind, id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("forget approval: %w", err)
+	}
+	return nil
+}

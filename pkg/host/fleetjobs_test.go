@@ -1,0 +1,427 @@
+package host
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet/fleettest"
+	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
+)
+
+// fleetRunRig is a host with runs on one in-process cluster, as box name;
+// takes says whether it takes the fleet's run jobs.
+func fleetRunRig(t *testing.T, c *fleettest.Cluster, name, extra string, takes bool, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)) (*rig, *runDocker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f, err := fleet.Open(ctx, c.Connect(name), fleet.Layout{Partitions: 1, Replicas: 1})
+	must(t, err)
+	r, rd := newRunRigWith(t, extra, fn, func(o *Options) {
+		o.Fleet, o.Config.Fleet.Box = f, name
+	})
+	if takes {
+		stop, err := startFleetJobs(ctx, r.h)
+		must(t, err)
+		t.Cleanup(stop)
+	}
+	return r, rd
+}
+
+// startFleetJobs starts h's taking of the fleet's jobs as the daemon does.
+func startFleetJobs(ctx context.Context, h *Host) (func(), error) {
+	return fleet.StartAll(ctx, h.queue.SpareYielding, h.coderun.StartFleet, h.prechecks.StartFleet, h.delegations.StartFleet)
+}
+
+// never is the supervisor of a box that must not run anything.
+func never(t *testing.T, box string) func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+	return func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		t.Errorf("box %s ran a job it should not have: %+v", box, job)
+		return -1, io.EOF
+	}
+}
+
+// events reads a run's NDJSON event stream as the host API answers it.
+func events(t *testing.T, body []byte) []runs.Event {
+	t.Helper()
+	var out []runs.Event
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(nil, 8<<20)
+	for sc.Scan() {
+		var ev runs.Event
+		must(t, json.Unmarshal(sc.Bytes(), &ev))
+		out = append(out, ev)
+	}
+	return out
+}
+
+// TestFleetRunAdmittedHereRunsThere: a run admitted on box A, which takes
+// no jobs, runs on box B; A's client sees what a local run gives: its
+// status, stdout and stderr, its events (states, output, the result with
+// the artifacts) and its artifacts. B's container is gone, A made none.
+func TestFleetRunAdmittedHereRunsThere(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	a, _ := fleetRunRig(t, c, "box-a", runsExtra, false, never(t, "box-a"))
+	b, rdB := fleetRunRig(t, c, "box-b", runsExtra, true, supervise(3))
+	code, body := apiAs(t, a.h, clientUID, "POST", "/v1/runs", runs.Params{Command: "echo hello", Project: "demo", Artifacts: []string{"out/report.txt"}})
+	if code != http.StatusAccepted {
+		t.Fatalf("POST /v1/runs on A: %d %s", code, body)
+	}
+	var st runs.Status
+	must(t, json.Unmarshal(body, &st))
+	got := waitRun(t, a.h, st.ID)
+	if got.Result != runs.ResultFailed || got.ExitCode == nil || *got.ExitCode != 3 || got.Stdout != "hello\n" || got.Stderr != "warn\n" || got.StartedAt == nil || got.OwnerUID != clientUID {
+		t.Fatalf("run on A: %+v", got)
+	}
+	if len(got.Artifacts) != 1 || string(got.Artifacts[0].Data) != "data:out/report.txt" {
+		t.Errorf("artifacts on A: %+v", got.Artifacts)
+	}
+	code, body = apiAs(t, a.h, clientUID, "GET", "/v1/runs/"+st.ID+"/events", nil)
+	if code != http.StatusOK {
+		t.Fatalf("events on A: %d", code)
+	}
+	evs := events(t, body)
+	var kinds []string
+	for _, ev := range evs {
+		switch ev.Type {
+		case runs.EventState:
+			kinds = append(kinds, ev.State)
+		case runs.EventOutput:
+			kinds = append(kinds, ev.Stream+":"+string(ev.Data))
+		case runs.EventResult:
+			kinds = append(kinds, "result")
+			if ev.Status == nil || ev.Status.Result != runs.ResultFailed || len(ev.Status.Artifacts) != 1 || string(ev.Status.Artifacts[0].Data) != "data:out/report.txt" {
+				t.Errorf("result event: %+v", ev.Status)
+			}
+		}
+	}
+	want := []string{runs.StateQueued, runs.StateRunning, "stdout:hello\n", "stderr:warn\n", runs.StateFinished, "result"}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("events on A = %q, want %q", kinds, want)
+	}
+	if len(rdB.jobs) != 1 || rdB.jobs[0].Command != "echo hello" || len(b.docker.created) != 1 || b.docker.created[0].WorkspaceDir != "/srv/demo" {
+		t.Errorf("B ran %+v, created %d containers", rdB.jobs, len(b.docker.created))
+	}
+	if len(a.docker.created) != 0 {
+		t.Errorf("A created %d containers", len(a.docker.created))
+	}
+	b.assertClean(t)
+	a.assertClean(t)
+	// B's API does not show A's run: it is A's client's.
+	if code, _ := apiAs(t, b.h, clientUID, "GET", "/v1/runs/"+st.ID, nil); code != http.StatusNotFound {
+		t.Errorf("A's run on B's API: %d, want 404", code)
+	}
+}
+
+// TestFleetRunCancelReachesItsBox: a cancel on the admitting box stops the
+// run on the box running it (its container removed there), and the
+// admitting box's record ends cancelled.
+func TestFleetRunCancelReachesItsBox(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	started := make(chan struct{})
+	stopped := make(chan struct{})
+	a, _ := fleetRunRig(t, c, "box-a", runsExtra, false, never(t, "box-a"))
+	b, _ := fleetRunRig(t, c, "box-b", runsExtra, true, func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		enc := wire.NewEncoder(stdout)
+		_ = enc.Output(wire.FrameStdout, wire.PhaseMain, []byte("started\n"))
+		close(started)
+		<-ctx.Done() // until the cancel reaches this box
+		close(stopped)
+		return -1, ctx.Err()
+	})
+	st, err := a.h.coderun.Start(runs.Params{Command: "sleep 1000"}, clientUID)
+	must(t, err)
+	<-started
+	run, err := a.h.coderun.Registry().Get(st.ID)
+	must(t, err)
+	// The output reaching A says the run is running there.
+	seen := make(chan struct{})
+	go func() {
+		_ = run.Subscribe(context.Background(), func(ev runs.Event) error {
+			if ev.Type == runs.EventOutput && string(ev.Data) == "started\n" {
+				close(seen)
+				return io.EOF
+			}
+			return nil
+		})
+	}()
+	<-seen
+	if code, body := apiAs(t, a.h, clientUID, "POST", "/v1/runs/"+st.ID+"/cancel", nil); code != http.StatusOK {
+		t.Fatalf("cancel on A: %d %s", code, body)
+	}
+	<-stopped
+	got := waitRun(t, a.h, st.ID)
+	if got.Result != runs.ResultCancelled || got.Stdout != "started\n" {
+		t.Fatalf("run on A after cancel: %+v", got)
+	}
+	b.assertClean(t)
+}
+
+// TestFleetRunApprovedOnAnotherBox: a network run admitted on A awaits
+// its approval; an admin on B approves it (B does not hold the run); A
+// sees the approval, the run runs on B with B's broker and policy, and a
+// second decision anywhere is refused.
+func TestFleetRunApprovedOnAnotherBox(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	a, _ := fleetRunRig(t, c, "box-a", runsExtra, false, never(t, "box-a"))
+	b, _ := fleetRunRig(t, c, "box-b", runsExtra, true, supervise(0))
+	st, err := a.h.coderun.Start(runs.Params{Command: "curl x", Network: true}, clientUID)
+	must(t, err)
+	if st.State != runs.StateAwaitingApproval {
+		t.Fatalf("state %s", st.State)
+	}
+	// The approval is in the fleet once A's run waits for it.
+	waitFor(t, "the approval in the fleet", func() bool {
+		_, _, err := a.h.fleet.PendingApproval(context.Background(), fleet.JobRun, st.ID)
+		return err == nil
+	})
+	code, body := apiAs(t, b.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/approve", nil)
+	if code != http.StatusOK {
+		t.Fatalf("approve on B: %d %s", code, body)
+	}
+	var shown runs.Status
+	must(t, json.Unmarshal(body, &shown))
+	if shown.ID != st.ID || shown.ApprovedBy == nil || *shown.ApprovedBy != os.Getuid() {
+		t.Errorf("B's answer: %+v", shown)
+	}
+	got := waitRun(t, a.h, st.ID)
+	if got.Result != runs.ResultOK || got.ApprovedBy == nil || *got.ApprovedBy != os.Getuid() {
+		t.Fatalf("run on A: %+v", got)
+	}
+	if len(b.units.started) != 1 || len(b.docker.policies) != 1 || len(a.docker.policies) != 0 {
+		t.Errorf("broker units on B %d, policies on B %d, on A %d; want B's own", len(b.units.started), len(b.docker.policies), len(a.docker.policies))
+	}
+	if code, _ := apiAs(t, a.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/deny", nil); code != http.StatusConflict {
+		t.Errorf("deny after the approval on A: %d, want 409", code)
+	}
+	if code, _ := apiAs(t, b.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/deny", nil); code != http.StatusNotFound {
+		t.Errorf("deny after the approval on B: %d, want 404", code)
+	}
+	b.assertClean(t)
+}
+
+// TestFleetRunWithCredentialStaysHere: a run asking for a credential
+// never travels (another box's credential of that name is not the one
+// approved): it runs on its admitting box although only B takes jobs.
+func TestFleetRunWithCredentialStaysHere(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	a, rdA := fleetRunRig(t, c, "box-a", runsCredExtra, false, supervise(0))
+	fleetRunRig(t, c, "box-b", runsCredExtra, true, never(t, "box-b"))
+	st, err := a.h.coderun.Start(runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}, clientUID)
+	must(t, err)
+	if code, body := apiAs(t, a.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/approve", nil); code != http.StatusOK {
+		t.Fatalf("approve: %d %s", code, body)
+	}
+	if got := waitRun(t, a.h, st.ID); got.Result != runs.ResultOK {
+		t.Fatalf("run %+v", got)
+	}
+	if len(rdA.jobs) != 1 || len(a.docker.policies) != 1 {
+		t.Errorf("A ran %d jobs, wrote %d policies; want the run here", len(rdA.jobs), len(a.docker.policies))
+	}
+	a.assertClean(t)
+}
+
+// TestFleetPrecheckRunsOnAnotherBox: a precheck admitted on A (which takes
+// no jobs) runs on B with B's broker and policy; A's caller gets its
+// answer as from a local precheck, A made no container.
+func TestFleetPrecheckRunsOnAnotherBox(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	rigOn := func(name string, takes bool) *rig {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		f, err := fleet.Open(ctx, c.Connect(name), fleet.Layout{Partitions: 1, Replicas: 1})
+		must(t, err)
+		r := newRig(t, precheckExtra, func(o *Options) {
+			o.Access.ClientUIDs = []int{clientUID}
+			o.Fleet, o.Config.Fleet.Box = f, name
+		})
+		t.Cleanup(r.h.Shutdown)
+		if takes {
+			stop, err := startFleetJobs(ctx, r.h)
+			must(t, err)
+			t.Cleanup(stop)
+		}
+		return r
+	}
+	a, b := rigOn("box-a", false), rigOn("box-b", true)
+	a.docker.runFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
+		t.Error("box A ran the precheck")
+		return RunResult{ExitCode: 2}, nil
+	}
+	m := &mcpFake{}
+	b.docker.runFn = runnerRun(m)
+	code, ans, body := postPrecheck(t, a.h, precheck.Request{Channel: "room", Script: `export default async ({ mcp }) => { const r = await mcp.json("search", "find", { q: "x" }); return { wake: true, context: "hits " + r.hits } }`,
+		Grants: []precheck.Grant{{Server: "search", Tool: "find"}}})
+	if code != http.StatusOK || ans.Wake == nil || !*ans.Wake || ans.Context != "hits 4" {
+		t.Fatalf("precheck on A: %d %s", code, body)
+	}
+	if len(b.docker.created) != 1 || !b.docker.created[0].Precheck || len(b.docker.policies) != 1 || len(a.docker.created) != 0 {
+		t.Errorf("containers on B %d (policies %d), on A %d; want one on B with B's policy", len(b.docker.created), len(b.docker.policies), len(a.docker.created))
+	}
+	if len(m.calls) != 1 {
+		t.Errorf("MCP calls through B's broker: %v", m.calls)
+	}
+	b.assertClean(t)
+}
+
+// TestFleetDelegationRunsOnAnotherBox: a delegated job admitted on A (its
+// record and finished-jobs stream there) runs its research turn on B; its
+// report, larger than one frame, comes back whole; turning A's channel
+// off cancels a job running on B.
+func TestFleetDelegationRunsOnAnotherBox(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	rigOn := func(name string, takes bool) *rig {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		f, err := fleet.Open(ctx, c.Connect(name), fleet.Layout{Partitions: 1, Replicas: 1})
+		must(t, err)
+		r2 := newRig(t, "", func(o *Options) {
+			o.Config.Tools = append(o.Config.Tools, config.Tool{Name: "fetch", Description: "Fetch a public page", Kind: "fetch",
+				Parameters: `{"type":"object","properties":{"url":{"type":"string"}},"required":["url"]}`})
+			o.Config.Delegation = config.Delegation{Enabled: true, MaxRunning: 2, TimeoutSeconds: 600, MaxTitleChars: 200,
+				MaxTaskChars: 4000, MaxReportChars: 100000, DiagnosticChars: 600, FetchTool: "fetch", SearchTool: "lookup", Prompt: "Research."}
+			o.Access = config.ResolvedAccess{ClientUIDs: []int{clientUID, otherUID}, Guests: o.Config.Guests}
+			o.Fleet, o.Config.Fleet.Box = f, name
+		})
+		t.Cleanup(r2.h.Shutdown)
+		must(t, r2.h.state.SetMode("c", ModeOn))
+		if takes {
+			stop, err := startFleetJobs(ctx, r2.h)
+			must(t, err)
+			t.Cleanup(stop)
+		}
+		return r2
+	}
+	a, b := rigOn("box-a", false), rigOn("box-b", true)
+	a.docker.runFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
+		t.Error("box A ran the research turn")
+		return RunResult{ExitCode: 2}, nil
+	}
+	// 360,001 bytes: two frames, cut inside a character's bytes unless
+	// the cut moves to a character's start.
+	report := "x" + strings.Repeat("\U0001F600", 90000)
+	b.docker.runFn = replyRun(`{"ok":true,"text":"`+report+`"}`, 0)
+	id := startJob(t, a, "c", delegate("T", "find"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	done, err := a.h.delegations.Registry().Wait(ctx, "c", clientUID, false)
+	must(t, err)
+	if len(done) != 1 || done[0].ID != id || done[0].Result != delegation.ResultOK || done[0].Report != report {
+		t.Fatalf("job on A: %+v", done)
+	}
+	a.h.delegations.Registry().Collected(id, clientUID)
+	if len(b.docker.created) != 1 || len(a.docker.created) != 0 {
+		t.Errorf("containers on B %d, on A %d; want the research turn on B", len(b.docker.created), len(a.docker.created))
+	}
+	b.assertClean(t)
+
+	started := make(chan string, 1)
+	b.docker.runFn = blockJob(started)
+	id2 := startJob(t, a, "c", delegate("T2", "find"))
+	<-started
+	code, body := apiAs(t, a.h, os.Getuid(), "PUT", "/v1/channels/c/mode", map[string]string{"mode": "off"})
+	if code != http.StatusOK {
+		t.Fatalf("mode off on A: %d %s", code, body)
+	}
+	done, err = a.h.delegations.Registry().Wait(ctx, "c", clientUID, false)
+	must(t, err)
+	if len(done) != 1 || done[0].ID != id2 || done[0].Result != delegation.ResultCancelled {
+		t.Fatalf("job on A after its channel was turned off: %+v", done)
+	}
+	// B's record of the job ends only after its cleanup.
+	waitFor(t, "B's research turn cleaned up", func() bool { return len(b.h.delegations.Listed()) == 0 })
+	b.assertClean(t)
+}
+
+// TestFleetRunOnItsOwnBox: the only box of the fleet takes its own run's
+// job: the run's record and its shadow (same id) live side by side, the
+// reaper sees the run once, and the run ends as a local one.
+func TestFleetRunOnItsOwnBox(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	listed := make(chan int, 1)
+	var a *rig
+	a, _ = fleetRunRig(t, c, "box-a", runsExtra, true, func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		n := 0
+		for _, l := range a.h.coderun.Listed() {
+			if l.Run {
+				n++
+			}
+		}
+		listed <- n
+		return supervise(0)(ctx, job, stdout)
+	})
+	st, err := a.h.coderun.Start(runs.Params{Command: "echo hello"}, clientUID)
+	must(t, err)
+	got := waitRun(t, a.h, st.ID)
+	if got.Result != runs.ResultOK || got.Stdout != "hello\n" {
+		t.Fatalf("run: %+v", got)
+	}
+	if n := <-listed; n != 1 {
+		t.Errorf("the reaper saw the running run %d times, want once", n)
+	}
+	a.assertClean(t)
+}
+
+// BenchmarkFleetRun: a trivial run (the fake engine's) from admission to
+// its result, here without a fleet, through the fleet on its own box, and
+// admitted on A run on B: the engine's cost per run (go test -bench
+// FleetRun -benchtime 100x ./pkg/host).
+func BenchmarkFleetRun(b *testing.B) {
+	rigOn := func(f *fleet.Fleet, name string, takes bool) *rig {
+		rd := &runDocker{streamFn: supervise(0)}
+		r := newRig(b, runsExtra, func(o *Options) {
+			rd.fakeDocker = o.Containers.(*fakeDocker)
+			o.Containers = rd
+			o.Access = config.ResolvedAccess{ClientUIDs: []int{clientUID}, Guests: o.Config.Guests}
+			o.Fleet, o.Config.Fleet.Box = f, name
+		})
+		b.Cleanup(r.h.Shutdown)
+		if takes {
+			stop, err := startFleetJobs(context.Background(), r.h)
+			must(b, err)
+			b.Cleanup(stop)
+		}
+		return r
+	}
+	open := func(c *fleettest.Cluster, name string) *fleet.Fleet {
+		f, err := fleet.Open(context.Background(), c.Connect(name), fleet.Layout{Partitions: 1, Replicas: 1})
+		must(b, err)
+		return f
+	}
+	run := func(b *testing.B, a *rig) {
+		for b.Loop() {
+			st, err := a.h.coderun.Start(runs.Params{Command: "true"}, clientUID)
+			must(b, err)
+			r, err := a.h.coderun.Registry().Get(st.ID)
+			must(b, err)
+			<-r.Done()
+			if s := r.Summary(); s.Result != runs.ResultOK {
+				b.Fatalf("run %+v", s)
+			}
+		}
+	}
+	b.Run("local", func(b *testing.B) { run(b, rigOn(nil, "", false)) })
+	b.Run("fleet-own-box", func(b *testing.B) {
+		c := fleettest.Start(b, 1)
+		run(b, rigOn(open(c, "box-a"), "box-a", true))
+	})
+	b.Run("fleet-other-box", func(b *testing.B) {
+		c := fleettest.Start(b, 1)
+		a := rigOn(open(c, "box-a"), "box-a", false)
+		rigOn(open(c, "box-b"), "box-b", true)
+		run(b, a)
+	})
+}
