@@ -150,19 +150,27 @@ func setup() error {
 		boxes = append(boxes, &box{n: n, name: fmt.Sprintf("box%d", n), pid: pid, addr: fmt.Sprintf("%s.%d", subnet, n),
 			work: filepath.Join(top, fmt.Sprintf("box%d", n)), cred: fmt.Sprintf("sk-fleet-box%d-%s", n, randHex(12))})
 	}
+	step := time.Now()
+	took := func(what string) {
+		fmt.Printf("fleet e2e setup: %s took %.1f s\n", what, time.Since(step).Seconds())
+		step = time.Now()
+	}
 	if err := makePKI(); err != nil {
 		return err
 	}
+	took("the CA and certificates (openssl)")
 	for _, b := range boxes {
 		if err := b.prepare(); err != nil {
 			return err
 		}
 	}
+	took("the boxes' files, nkeys, credentials and fake models")
 	for _, b := range boxes {
 		if err := b.configure(); err != nil {
 			return err
 		}
 	}
+	took("sandbox.yaml, the host drop-in and fleet config on each box")
 	// Both servers at once: a cluster's JetStream answers once its servers
 	// have routed and elected a meta leader.
 	if err := onEach(func(b *box) error {
@@ -171,9 +179,11 @@ func setup() error {
 	}); err != nil {
 		return err
 	}
+	took("systemctl enable --now sandbox-nats on both")
 	if err := boxes[1].waitJetStream(2 * time.Minute); err != nil {
 		return err
 	}
+	took("JetStream answering (doctor)")
 	// box2's host first: it pulls its home partitions (the odd ones)
 	// before box1's host is in the fleet, so they are surely box2's. box1
 	// then pulls the even ones (had it come later than box2's presence
@@ -184,6 +194,7 @@ func setup() error {
 		if _, _, err := b.exec("", "systemctl", "restart", layout.HostService); err != nil {
 			return fmt.Errorf("start the host in fleet mode: %w", err)
 		}
+		took(b.name + "'s host started in fleet mode")
 	}
 	return nil
 }
