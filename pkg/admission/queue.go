@@ -183,7 +183,7 @@ func (q *Queue) spare(ctx context.Context, yields bool) (func(), <-chan struct{}
 		})
 	}
 	if !waits { // granted at once: a ctx that ends now must not undo it
-		return release, nil
+		return release, w.wanted, nil
 	}
 	select {
 	case <-w.ready:
