@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"unicode/utf8"
+	"regexp"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -57,15 +57,20 @@ func (m ChannelMode) validate(channel string) error {
 	}
 	switch {
 	case (m.Mode == ModeOn || m.Mode == ModeOff) && m.Profile == "":
-	case m.Mode == ModeRich && m.Profile != "" && len(m.Profile) <= maxIDBytes && utf8.ValidString(m.Profile):
+	case m.Mode == ModeRich && profileNameRe.MatchString(m.Profile):
 	default:
 		return fmt.Errorf("channel mode %q (profile %d bytes): %w", m.Mode, len(m.Profile), ErrInvalid)
 	}
-	if len(m.By) > maxIDBytes || !utf8.ValidString(m.By) {
+	if m.By != "" && !validBox(m.By) { // it reaches log lines: a box name only
 		return fmt.Errorf("channel mode writer: %w", ErrInvalid)
 	}
 	return nil
 }
+
+// profileNameRe is a rich profile's name as pkg/config allows it
+// (ValidProfileName): what another box wrote is checked before it is
+// applied or logged.
+var profileNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // modeKey is the channel's mode key in ChannelsBucket (as channelKey).
 func modeKey(channel string) string {

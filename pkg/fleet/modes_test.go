@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -36,9 +37,20 @@ func TestModeWritesAndSeeds(t *testing.T) {
 	if _, again, _ := f.Mode(ctx, "ch"); again != rev {
 		t.Errorf("an unchanged mode was written (revision %d -> %d)", rev, again)
 	}
-	for _, bad := range []struct{ mode, profile string }{{"sideways", ""}, {ModeOn, "coder"}, {ModeRich, ""}} {
-		if _, err := f.SetMode(ctx, "ch", bad.mode, bad.profile, "b"); !errors.Is(err, ErrInvalid) {
-			t.Errorf("SetMode(%q, %q) = %v, want ErrInvalid", bad.mode, bad.profile, err)
+	for _, bad := range []struct{ mode, profile, by string }{{"sideways", "", "b"}, {ModeOn, "coder", "b"}, {ModeRich, "", "b"},
+		{ModeRich, "co\nder", "b"}, {ModeRich, "coder", "Box\nINFO forged=1"}, {ModeOn, "", "-b"}} {
+		if _, err := f.SetMode(ctx, "ch", bad.mode, bad.profile, bad.by); !errors.Is(err, ErrInvalid) {
+			t.Errorf("SetMode(%q, %q, by %q) = %v, want ErrInvalid", bad.mode, bad.profile, bad.by, err)
+		}
+	}
+	// The same values written past SetMode (a hostile box) are refused as read.
+	for i, bad := range []ChannelMode{{Channel: "raw", Mode: ModeRich, Profile: "co\nder", Version: 1}, {Channel: "raw", Mode: ModeOn, By: "Box\nforged", Version: 2}} {
+		b, _ := json.Marshal(bad)
+		if _, err := f.channels.Put(ctx, modeKey("raw"), b); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := f.Mode(ctx, "raw"); !errors.Is(err, ErrInvalid) {
+			t.Errorf("raw value %d %+v: Mode = %v, want ErrInvalid", i, bad, err)
 		}
 	}
 	if _, again, _ := f.Mode(ctx, "ch"); again != rev {

@@ -17,7 +17,8 @@
 // descriptors opened without following links; modes are sanitised (owner
 // read and write always, no setuid, setgid, sticky or world write).
 // Ownership is the caller's to give: Unpack leaves the tree to the calling
-// process's uid.
+// process's uid. No error names a path (a guest or another box chose it,
+// and errors reach the host's log).
 package wsarchive
 
 import (
@@ -144,7 +145,7 @@ func (p *packer) entry(parent int, name, path string, depth int) error {
 		if errors.Is(err, unix.ENOENT) {
 			return nil // gone since it was listed
 		}
-		return fmt.Errorf("stat %q: %w", path, err)
+		return fmt.Errorf("stat an entry: %w", err)
 	}
 	typ := st.Mode & unix.S_IFMT
 	if (typ != unix.S_IFDIR && typ != unix.S_IFREG) || st.Dev != p.dev || (typ == unix.S_IFREG && st.Nlink != 1) {
@@ -163,7 +164,7 @@ func (p *packer) entry(parent int, name, path string, depth int) error {
 		}
 		child, err := openChecked(parent, name, unix.O_DIRECTORY, &st)
 		if err != nil {
-			return fmt.Errorf("open %q: %w", path, err)
+			return fmt.Errorf("open an entry: %w", err)
 		}
 		defer unix.Close(child)
 		p.header(kindDir, st.Mode, path)
@@ -172,9 +173,9 @@ func (p *packer) entry(parent int, name, path string, depth int) error {
 	}
 	f, err := openChecked(parent, name, unix.O_NONBLOCK|unix.O_NOCTTY, &st)
 	if err != nil {
-		return fmt.Errorf("open %q: %w", path, err)
+		return fmt.Errorf("open an entry: %w", err)
 	}
-	file := os.NewFile(uintptr(f), path)
+	file := os.NewFile(uintptr(f), "workspace entry")
 	defer file.Close()
 	// The header's bytes and the content (its size as opened) must fit
 	// what is left.
@@ -183,10 +184,10 @@ func (p *packer) entry(parent int, name, path string, depth int) error {
 	}
 	data := make([]byte, st.Size)
 	if _, err := io.ReadFull(file, data); err != nil {
-		return fmt.Errorf("read %q: %w", path, err)
+		return fmt.Errorf("read a file: %w", err)
 	}
 	if n, _ := file.Read(make([]byte, 1)); n != 0 {
-		return fmt.Errorf("%q grew while it was read", path)
+		return errors.New("a file grew while it was read")
 	}
 	p.header(kindFile, st.Mode, path)
 	var size [8]byte
@@ -367,9 +368,9 @@ func Unpack(dir string, data []byte, lim Limits) error {
 	if err := empty(root, uid, gid, 0, &seen, lim); err != nil {
 		return fmt.Errorf("empty workspace: %w", err)
 	}
-	for _, e := range entries {
+	for i, e := range entries {
 		if err := create(root, e); err != nil {
-			return fmt.Errorf("restore %q: %w", e.Path, err)
+			return fmt.Errorf("restore entry %d: %w", i, err)
 		}
 	}
 	// Directory modes last, deepest first: they stay writable while filled.
@@ -377,12 +378,12 @@ func Unpack(dir string, data []byte, lim Limits) error {
 		if e := entries[i]; e.Dir {
 			fd, err := openBelow(root, e.Path)
 			if err != nil {
-				return fmt.Errorf("restore %q: %w", e.Path, err)
+				return fmt.Errorf("restore entry %d: %w", i, err)
 			}
 			err = unix.Fchmod(fd, e.Mode)
 			unix.Close(fd)
 			if err != nil {
-				return fmt.Errorf("restore %q: %w", e.Path, err)
+				return fmt.Errorf("restore entry %d: %w", i, err)
 			}
 		}
 	}
@@ -399,11 +400,11 @@ func empty(fd, uid, gid, depth int, seen *int, lim Limits) error {
 	for _, name := range names {
 		var st unix.Stat_t
 		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return fmt.Errorf("stat %q: %w", name, err)
+			return fmt.Errorf("stat an entry: %w", err)
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			if err := unix.Unlinkat(fd, name, 0); err != nil {
-				return fmt.Errorf("remove %q: %w", name, err)
+				return fmt.Errorf("remove an entry: %w", err)
 			}
 			continue
 		}
@@ -412,15 +413,15 @@ func empty(fd, uid, gid, depth int, seen *int, lim Limits) error {
 		}
 		child, err := takeDir(fd, name, uid, gid)
 		if err != nil {
-			return fmt.Errorf("take %q: %w", name, err)
+			return fmt.Errorf("take a directory: %w", err)
 		}
 		err = empty(child, uid, gid, depth+1, seen, lim)
 		unix.Close(child)
 		if err != nil {
-			return fmt.Errorf("%s/%w", name, err)
+			return err
 		}
 		if err := unix.Unlinkat(fd, name, unix.AT_REMOVEDIR); err != nil {
-			return fmt.Errorf("remove %q: %w", name, err)
+			return fmt.Errorf("remove an entry: %w", err)
 		}
 	}
 	return nil
@@ -467,7 +468,7 @@ func create(root int, e Entry) error {
 	if err != nil {
 		return err
 	}
-	f := os.NewFile(uintptr(fd), base)
+	f := os.NewFile(uintptr(fd), "workspace entry")
 	defer f.Close()
 	if _, err := f.Write(e.Data); err != nil {
 		return err
