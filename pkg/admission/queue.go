@@ -87,6 +87,9 @@ func (q *Queue) Acquire(ctx context.Context, channel string) (func(), error) {
 		q.promoteLocked()
 		q.mu.Unlock()
 	}
+	if !waits { // granted at once: a ctx that ends now must not undo it
+		return release, nil
+	}
 	select {
 	case <-t.ready:
 		return release, nil
@@ -178,6 +181,9 @@ func (q *Queue) spare(ctx context.Context, yields bool) (func(), <-chan struct{}
 			q.promoteLocked()
 			q.mu.Unlock()
 		})
+	}
+	if !waits { // granted at once: a ctx that ends now must not undo it
+		return release, w.wanted, nil
 	}
 	select {
 	case <-w.ready:

@@ -88,6 +88,9 @@ func (s *Starts) acquire(ctx context.Context, spare bool) (func(), error) {
 			s.mu.Unlock()
 		})
 	}
+	if !waits { // granted at once: a ctx that ends now must not undo it
+		return release, nil
+	}
 	select {
 	case <-w.ready:
 		return release, nil
