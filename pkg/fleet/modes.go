@@ -179,6 +179,9 @@ func (f *Fleet) WatchModes(ctx context.Context, apply func(ChannelMode), bad fun
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
+				if ctx.Err() != nil { // the watch closes with ctx too
+					return nil
+				}
 				return fmt.Errorf("channel mode watch closed")
 			}
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
