@@ -11,7 +11,7 @@ export VERSION
 # missing and named before it is installed; PREREQUISITES=no skips that.
 PREREQ = $(if $(filter no,$(PREREQUISITES)),,./packaging/prerequisites.sh ensure &&)
 
-.PHONY: fleet-test fleet-bench fleet-demo all build test unit stress integration packaging-check e2e image image-archive deb units-check demo bench clean fmt vet prerequisites install-prerequisites toolbox
+.PHONY: fleet-test fleet-bench fleet-demo e2e-fleet all build test unit stress integration packaging-check e2e image image-archive deb units-check demo bench clean fmt vet prerequisites install-prerequisites toolbox
 
 all: build
 
@@ -67,6 +67,11 @@ packaging-check:
 
 e2e:
 	./test/e2e/run.sh
+
+# The fleet's end-to-end scenario: two namespaced systemd boxes with the
+# installed .deb, real turns, box 2's host killed (test/e2e/fleet/run.sh).
+e2e-fleet:
+	./test/e2e/fleet/run.sh
 
 demo:
 	@$(PREREQ) ./test/e2e/demo.sh

@@ -77,8 +77,12 @@ func (k *Kind) travels(p runs.Params) bool {
 // fleetApproval records a network run's pending approval in the fleet, so
 // an operator on any box may decide it, and applies the decision to r.
 // The returned stop ends the wait and forgets the record.
+//
+// A run asking for a credential keeps its approval here: it grants this
+// box's credential, which is this box's admins' to give, not any box's
+// that may write the fleet's control bucket.
 func (k *Kind) fleetApproval(ctx context.Context, r *Run, log *slog.Logger) (stop func()) {
-	if k.fleet == nil {
+	if k.fleet == nil || len(r.Params().Credentials) > 0 {
 		return func() {}
 	}
 	what, err := json.Marshal(r.Summary())
@@ -387,8 +391,16 @@ func (k *Kind) fleetHandle(ctx context.Context, j *fleet.Job) {
 		return
 	}
 	p, rc := job.Params, k.cfg.Runs
+	if len(p.Credentials) > 0 {
+		// No honest box hands out a run naming a credential (it stays on
+		// the box whose credential was approved): refused for good, not
+		// bounced through the fleet to its bound.
+		log.Warn("fleet run job refused: it names a credential (a run with one stays on its box)", "credentials", len(p.Credentials))
+		k.fleetFail(ctx, j, log)
+		return
+	}
 	// The job came from another box: this box's own rules apply, and no
-	// credential ever travels.
+	// credential ever travels (Validate below has no credential known).
 	err := p.Validate(runs.ParamLimits{MaxArtifacts: rc.MaxArtifacts, ProjectKnown: func(name string) bool {
 		_, ok := rc.ProjectPath(name)
 		return ok

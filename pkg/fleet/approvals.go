@@ -70,7 +70,7 @@ func (f *Fleet) PendingApproval(ctx context.Context, kind, id string) (Approval,
 
 func decodeApproval(b []byte) (Approval, error) {
 	var a Approval
-	if len(b) > maxControlBytes || json.Unmarshal(b, &a) != nil || len(a.Box) > maxIDBytes {
+	if len(b) > maxControlBytes || json.Unmarshal(b, &a) != nil || (a.Box != "" && !validBox(a.Box)) || (a.Box == "" && a.State != ApprovalPending) {
 		return Approval{}, fmt.Errorf("approval record: %w", ErrInvalid)
 	}
 	switch a.State {

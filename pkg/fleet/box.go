@@ -333,16 +333,33 @@ func (b *Box) handle(m jetstream.Msg) {
 	defer cancel()
 	ev := Event{Channel: t.Channel, TurnID: t.ID, Seq: seq, Attempt: meta.NumDelivered}
 
-	// The reply check and the state read are independent: one round trip.
-	var replyErr error
-	replied := make(chan struct{})
+	// The reply check, the state read and the mode read are independent:
+	// one round trip.
+	var replyErr, modeErr error
+	var mode ChannelMode
+	replied := make(chan struct{}, 2)
 	go func() {
-		defer close(replied)
 		_, replyErr = b.f.replies.Get(ctx, t.ID)
+		replied <- struct{}{}
+	}()
+	go func() {
+		mode, _, modeErr = b.f.Mode(ctx, t.Channel)
+		replied <- struct{}{}
 	}()
 	key := channelKey(t.Channel)
 	st, rev, err := b.f.Channel(ctx, t.Channel)
 	<-replied
+	<-replied
+	if errors.Is(modeErr, ErrInvalid) {
+		// Only a box could have written it: the channel counts as never
+		// set (its turns are answered "mode off") until a box sets it
+		// again, rather than returned for ever.
+		log.Warn("fleet channel mode invalid: taken as not set", "err", modeErr)
+		mode, modeErr = ChannelMode{Channel: t.Channel}, nil
+	}
+	if err == nil && modeErr != nil {
+		err = fmt.Errorf("channel mode: %w", modeErr)
+	}
 	if replyErr == nil {
 		b.ack(ctx, m, log)
 		ev.Kind = EventAnswered
@@ -381,7 +398,7 @@ func (b *Box) handle(m jetstream.Msg) {
 	ev.Kind = EventTaken
 	b.emit(ev)
 
-	out, runErr := b.execute(m, t, seq, st, claimRev, meta.NumDelivered)
+	out, runErr := b.execute(m, t, seq, st, mode, claimRev, meta.NumDelivered)
 	if errors.Is(runErr, errWorkspaceUnread) {
 		// The cluster's failure, not the turn's: returned, not failed.
 		log.Warn("fleet committed workspace unreadable: turn returned", "err", runErr)
@@ -445,7 +462,7 @@ func (b *Box) handle(m jetstream.Msg) {
 }
 
 // execute runs the turn while heartbeating it, until the executor returns.
-func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, st ChannelState, claimRev, attempt uint64) (Output, error) {
+func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, st ChannelState, mode ChannelMode, claimRev, attempt uint64) (Output, error) {
 	deadline := time.UnixMilli(t.DeadlineUnixMs)
 	if !b.opts.Now().Before(deadline) {
 		return Output{}, &TurnError{Kind: ErrorDeadline, Err: errors.New("deadline passed before the turn was taken")}
@@ -456,7 +473,7 @@ func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, st ChannelState, clai
 	ctx, cancel := context.WithDeadline(b.ctx, deadline)
 	defer cancel()
 	var unread error
-	in := Input{Turn: t, Seq: seq, Generation: st.Generation, Attempt: attempt,
+	in := Input{Turn: t, Seq: seq, Generation: st.Generation, Attempt: attempt, Mode: mode,
 		Snapshot: st.Workspace, NextSnapshot: workspaceName(t.Channel, st.Generation+1, claimRev),
 		Restore: func(ctx context.Context) ([]byte, error) {
 			// Bounded apart from the turn's deadline: an object read whose

@@ -15,7 +15,10 @@
 // is refused and its work dropped. Each turn id gets exactly one reply, the
 // committed one, written create-only; the turn is acknowledged only after
 // its commit. A channel's workspace snapshot is committed with its turn into
-// Object Store SANDBOX_WORKSPACES, keyed by channel and generation.
+// Object Store SANDBOX_WORKSPACES, keyed by channel and generation. A
+// channel's mode lives in SANDBOX_CHANNELS under a key of its own, written
+// by compare-and-swap and read when a turn is taken: a mode change never
+// fences a turn's commit, and no commit overwrites one.
 //
 // Runs, prechecks and delegated jobs go through the work queue
 // SANDBOX_JOBS (jobs.go, jobworker.go, approvals.go): a box pulls a job only

@@ -32,6 +32,10 @@ type Input struct {
 	Restore func(ctx context.Context) ([]byte, error)
 	// Attempt counts deliveries of this turn (1 on the first).
 	Attempt uint64
+	// Mode is the channel's mode as the fleet knew it when the turn was
+	// taken (Mode "" when no box ever set one): the executor runs the
+	// turn under it, not under its own box's idea of the channel.
+	Mode ChannelMode
 }
 
 // Output is what a turn commits: its reply and, unless nil, the channel's

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -48,6 +49,13 @@ func validJobKind(kind string) bool {
 }
 
 var jobIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// boxNameRe is fleet.box's rule (a DNS label, pkg/config): a box name
+// another box wrote into a frame, a result or an approval is checked
+// against it before it is used or logged.
+var boxNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+func validBox(name string) bool { return boxNameRe.MatchString(name) }
 
 func checkJob(kind, id string) error {
 	if !validJobKind(kind) {
@@ -243,7 +251,7 @@ func decodeJobResult(b []byte) (JobResult, error) {
 	if len(b) > MaxJobResultBytes {
 		return r, fmt.Errorf("job result over %d bytes: %w", MaxJobResultBytes, ErrInvalid)
 	}
-	if err := json.Unmarshal(b, &r); err != nil || len(r.Box) > maxIDBytes {
+	if err := json.Unmarshal(b, &r); err != nil || !validBox(r.Box) {
 		return JobResult{}, fmt.Errorf("job result: %w", ErrInvalid)
 	}
 	return r, nil
@@ -287,7 +295,7 @@ func (f *Fleet) FollowJob(ctx context.Context, kind, id string, onFrame func(Job
 			return JobResult{}, fmt.Errorf("follow job: %w", err)
 		}
 		var fr JobFrame
-		if len(msg.Data()) > MaxJobFrameBytes || json.Unmarshal(msg.Data(), &fr) != nil || len(fr.Box) > maxIDBytes {
+		if len(msg.Data()) > MaxJobFrameBytes || json.Unmarshal(msg.Data(), &fr) != nil || !validBox(fr.Box) {
 			return JobResult{}, fmt.Errorf("job %s frame: %w", id, ErrInvalid)
 		}
 		if fr.Done {
@@ -368,9 +376,11 @@ func (f *Fleet) nextJob(ctx context.Context, c jetstream.Consumer, kind, box str
 			}
 			return nil, fmt.Errorf("next job: %w", err)
 		}
-		id := msg.Headers().Get(jetstream.MsgIDHeader)
-		if len(id) > len(kind)+1 {
-			id = id[len(kind)+1:]
+		// SubmitJob's Msg-Id is <kind>-<id>: another prefix is no job of
+		// this kind (refused below as an empty id).
+		id, _ := strings.CutPrefix(msg.Headers().Get(jetstream.MsgIDHeader), kind+"-")
+		if id == msg.Headers().Get(jetstream.MsgIDHeader) {
+			id = ""
 		}
 		j := &Job{Kind: kind, ID: id, Payload: msg.Data(), box: box, f: f, msg: msg, Attempt: 1}
 		if md, err := msg.Metadata(); err == nil {

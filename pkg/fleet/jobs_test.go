@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet/fleettest"
@@ -508,5 +509,87 @@ func waitAckPending(t *testing.T, f *Fleet, kind string, n int) {
 			t.Fatalf("consumer %s never had %d jobs pending", jobsConsumer(kind), n)
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// TestJobRecordsFromAHostileBoxRefused: what a box wrote past this
+// package's encoders (it has publish rights on sandbox.>) is refused as
+// read: a frame, a result or an approval that is not JSON, or names a box
+// that is no box name (it would reach the admitting box's log), ends the
+// follow or the read with ErrInvalid.
+func TestJobRecordsFromAHostileBoxRefused(t *testing.T) {
+	r := newRig(t, 1, 1)
+	a, _ := r.fleet("a")
+	ctx := r.ctx()
+	badBoxes := []string{"", "Box\nINFO forged=1", strings.Repeat("b", 64), "-lead"}
+	for i, box := range append(badBoxes, "not json") {
+		id := fmt.Sprintf("hostile-frame-%d", i)
+		frame, _ := json.Marshal(JobFrame{Attempt: 1, Box: box})
+		if box == "not json" {
+			frame = []byte(`{"attempt":`)
+		}
+		if _, err := a.js.Publish(ctx, jobEventsSubject(JobRun, id), frame); err != nil {
+			t.Fatal(err)
+		}
+		accepted := errors.New("the frame was accepted")
+		if _, err := a.FollowJob(ctx, JobRun, id, func(JobFrame) error { return accepted }); !errors.Is(err, ErrInvalid) {
+			t.Errorf("frame from box %q: FollowJob = %v, want ErrInvalid", box, err)
+		}
+	}
+	for i, box := range append(badBoxes, "not json") {
+		id := fmt.Sprintf("hostile-result-%d", i)
+		res, _ := json.Marshal(JobResult{Attempt: 1, Box: box})
+		if box == "not json" {
+			res = []byte(`[`)
+		}
+		if _, err := a.jobResults.Create(ctx, jobKey(JobRun, id), res); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.JobResultOf(ctx, JobRun, id); !errors.Is(err, ErrInvalid) {
+			t.Errorf("result from box %q: JobResultOf = %v, want ErrInvalid", box, err)
+		}
+	}
+	for i, ap := range []Approval{{State: ApprovalApproved}, {State: ApprovalApproved, Box: "Box\nforged"}, {State: "maybe", Box: "b"}} {
+		id := fmt.Sprintf("hostile-approval-%d", i)
+		b, _ := json.Marshal(ap)
+		if _, err := a.jobControl.Create(ctx, approvalKey(JobRun, id), b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.AwaitDecision(ctx, JobRun, id); !errors.Is(err, ErrInvalid) {
+			t.Errorf("approval %+v: AwaitDecision = %v, want ErrInvalid", ap, err)
+		}
+	}
+	// A well-formed record of each is read.
+	ok, _ := json.Marshal(JobResult{Attempt: 1, Box: "box-b"})
+	if _, err := a.jobResults.Create(ctx, jobKey(JobRun, "fine"), ok); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := a.JobResultOf(ctx, JobRun, "fine"); err != nil || res.Box != "box-b" {
+		t.Errorf("a well-formed result: %+v, %v", res, err)
+	}
+}
+
+// TestJobWithAnotherKindsIDDropped: a job on a kind's subject whose
+// Msg-Id is not <kind>-<id> (no box's SubmitJob wrote it) is dropped, not
+// handed out under an id cut from it.
+func TestJobWithAnotherKindsIDDropped(t *testing.T) {
+	r := newRig(t, 1, 1)
+	a, _ := r.fleet("a")
+	ctx := r.ctx()
+	msg := nats.NewMsg(jobsSubjectPrefix + JobRun)
+	msg.Header.Set(jetstream.MsgIDHeader, "xyz-forged")
+	msg.Data = []byte(`{}`)
+	if _, err := a.js.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.SubmitJob(ctx, JobRun, "good", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	j, err := a.NextJob(ctx, JobRun, "a", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.ID != "good" {
+		t.Errorf("NextJob handed out job %q, want good (the forged one dropped)", j.ID)
 	}
 }

@@ -73,6 +73,8 @@ const (
 	ErrorFailed   = "failed"
 	ErrorDeadline = "deadline"
 	ErrorModeOff  = "mode off"
+	// ErrorCancelled: cancelled on the owner box (the host API's cancel).
+	ErrorCancelled = "cancelled"
 )
 
 // Reply is a turn's committed answer, the value under the turn id in

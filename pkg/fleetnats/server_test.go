@@ -262,6 +262,16 @@ func TestBoxRefusedOutsideItsPermissions(t *testing.T) {
 			return l.Err()
 		}},
 		{"delete a family stream", "$JS.API.STREAM.DELETE." + StreamTurns, func(ctx context.Context) error { return js.DeleteStream(ctx, StreamTurns) }},
+		// The jobs' stream and buckets (this session's) are no exception.
+		{"delete the job events stream", "$JS.API.STREAM.DELETE." + StreamJobEvents, func(ctx context.Context) error { return js.DeleteStream(ctx, StreamJobEvents) }},
+		{"delete the job results bucket", "$JS.API.STREAM.DELETE.KV_" + BucketJobResults, func(ctx context.Context) error { return js.DeleteKeyValue(ctx, BucketJobResults) }},
+		{"delete the job control bucket", "$JS.API.STREAM.DELETE.KV_" + BucketJobControl, func(ctx context.Context) error { return js.DeleteKeyValue(ctx, BucketJobControl) }},
+		{"list every stream's info", "$JS.API.STREAM.LIST", func(ctx context.Context) error {
+			l := js.ListStreams(ctx)
+			for range l.Info() {
+			}
+			return l.Err()
+		}},
 		{"a non-family KV subject", "$KV.OTHER.k", func(context.Context) error { return nc.Publish("$KV.OTHER.k", []byte("x")) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -275,13 +275,11 @@ func (h *Host) handleMode(w http.ResponseWriter, r *http.Request, channel string
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	var err error
 	switch req.Mode {
 	case ModeOn, ModeOff:
 		if req.Profile != "" {
 			return badRequest(`profile is for mode "rich" only`)
 		}
-		err = h.state.SetMode(channel, req.Mode)
 	case ModeRich:
 		if !h.cfg.Rich.Enabled {
 			return badRequest("rich channels are disabled (rich.enabled)")
@@ -289,22 +287,34 @@ func (h *Host) handleMode(w http.ResponseWriter, r *http.Request, channel string
 		if _, ok := h.cfg.Profile(req.Profile); !ok {
 			return badRequest("profile must name a configured profile")
 		}
-		err = h.state.SetRich(channel, req.Profile)
 	default:
 		return badRequest(`mode must be "on", "off" or "rich"`)
+	}
+	if err := h.fl.SetMode(r.Context(), channel, req.Mode, req.Profile); err != nil { // fleet mode: written first
+		return err
+	}
+	var err error
+	if req.Mode == ModeRich {
+		err = h.state.SetRich(channel, req.Profile)
+	} else {
+		err = h.state.SetMode(channel, req.Mode)
 	}
 	if err != nil {
 		h.log.Error("state write failed", "channel", ids.ChannelTag(channel), "err", err)
 		return errors.New("state write failed")
 	}
 	h.log.Info("channel mode changed", "channel", ids.ChannelTag(channel), "mode", req.Mode, "profile", req.Profile)
-	// Each kind lets go of what it keeps for the channel in its old mode
-	// (a standby, unfinished jobs, a session of another profile).
-	for _, k := range h.kinds {
-		k.ChannelMode(channel, req.Mode, req.Profile)
-	}
+	h.channelMode(channel, req.Mode, req.Profile)
 	writeJSON(w, http.StatusOK, h.status(channel))
 	return nil
+}
+
+// channelMode lets each kind go of what it keeps for the channel in its
+// old mode (a standby, unfinished jobs, a session of another profile).
+func (h *Host) channelMode(channel, mode, profile string) {
+	for _, k := range h.kinds {
+		k.ChannelMode(channel, mode, profile)
+	}
 }
 
 // handleFresh marks the channel's next turn to start without history

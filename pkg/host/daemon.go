@@ -14,6 +14,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetside"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
@@ -182,8 +183,13 @@ func (d *Daemon) Serve(ctx context.Context) (err error) {
 		for _, b := range cfg.Fleet.Server.Boxes {
 			peers = append(peers, b.Name)
 		}
-		box, err := fleet.NewBox(opts.Fleet, fleet.BoxOptions{Name: cfg.Fleet.Box, Executor: h.fleetExecutorFor(), Logger: log, Peers: peers})
+		box, err := fleet.NewBox(opts.Fleet, fleet.BoxOptions{Name: cfg.Fleet.Box, Executor: h.fleetExecutorFor(), Logger: log, Peers: peers, OnEvent: h.fl.Event})
 		if err != nil {
+			return startupErr("fleet", err)
+		}
+		follow, stopFollow := context.WithCancel(ctx)
+		defer stopFollow()
+		if err := h.fl.Follow(sctx, follow); err != nil {
 			return startupErr("fleet", err)
 		}
 		if err := box.Start(sctx); err != nil {
@@ -222,7 +228,7 @@ func (d *Daemon) joinFleet(ctx context.Context, fc config.Fleet, log *slog.Logge
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := fleet.Open(ctx, nc, fleetLayout(fc))
+	f, err := fleet.Open(ctx, nc, fleetside.Layout(fc))
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("fleet resources at %s: %w", nc.ConnectedUrlRedacted(), err)

@@ -2,17 +2,24 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/client"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet/fleettest"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 )
 
 // serveDaemon runs d until the test ends and waits for READY=1.
@@ -77,28 +84,253 @@ func TestFleetModeAnswersFromTheFleet(t *testing.T) {
 	}
 }
 
-// TestFleetTurnRunsWhereTheChannelIsUnknown: the owner box runs a turn the
-// admitting box let in even if the channel is not on in its own state
-// (channel state is each box's until it moves to the fleet), and refuses
-// one whose channel is rich here, with the host API's 409.
-func TestFleetTurnRunsWhereTheChannelIsUnknown(t *testing.T) {
+// fleetRig is a host in fleet mode on cluster c as box name (one
+// partition), its box not started yet (startBox).
+func fleetRig(t *testing.T, c *fleettest.Cluster, name, extra string) (*rig, *fleet.Fleet) {
+	t.Helper()
+	f, err := fleet.Open(context.Background(), c.Connect(name), fleet.Layout{Partitions: 1, Replicas: 1})
+	must(t, err)
+	r := newRig(t, "standby:\n  enabled: false\nfleet:\n  enabled: true\n  box: "+name+"\n  partitions: 1\n  replicas: 1\n"+extra,
+		func(o *Options) { o.Fleet = f })
+	return r, f
+}
+
+// startBox starts r's box on f: r's host runs the turns it takes.
+func startBox(t *testing.T, r *rig, f *fleet.Fleet) *fleet.Box {
+	t.Helper()
+	box, err := fleet.NewBox(f, fleet.BoxOptions{Name: r.cfg.Fleet.Box, Executor: r.h.fl, Logger: testLogger(t), AckWait: 2 * time.Second, OnEvent: r.h.fl.Event})
+	must(t, err)
+	must(t, box.Start(context.Background()))
+	t.Cleanup(box.Stop)
+	return box
+}
+
+func fleetClient(t *testing.T, c *fleettest.Cluster) *client.FleetClient {
+	t.Helper()
+	fc, err := client.DialFleet(context.Background(), client.FleetOptions{Conn: c.Connect("frontend"), Partitions: 1})
+	must(t, err)
+	return fc
+}
+
+// TestFleetOwnerRunsUnderTheFleetsMode: the owner box runs a turn under
+// the channel's mode as the fleet knows it, not its own state: on in the
+// fleet runs though unknown or rich here; off in the fleet, or never set
+// there, is refused with the host API's 409 though on here.
+func TestFleetOwnerRunsUnderTheFleetsMode(t *testing.T) {
 	c := fleettest.Start(t, 1)
 	ctx := context.Background()
-	r := newRig(t, "", nil)
-	must(t, r.h.state.SetRich("rich:1", "p"))
-	f, err := fleet.Open(ctx, c.Connect("box-b"), fleet.Layout{Partitions: 1, Replicas: 1})
-	must(t, err)
-	box, err := fleet.NewBox(f, fleet.BoxOptions{Name: "box-b", Executor: fleetExecutor{r.h}, Logger: testLogger(t)})
-	must(t, err)
-	must(t, box.Start(ctx))
-	defer box.Stop()
-	fc, err := client.DialFleet(ctx, client.FleetOptions{Conn: c.Connect("frontend"), Partitions: 1})
-	must(t, err)
-	reply, err := fc.RunTurn(ctx, "guild:unknown-here", client.Speaker{ID: "s1"}, "hello")
-	if err != nil || !reply.OK || reply.Text != "hello" {
-		t.Fatalf("turn on a channel unknown to the owner box = %+v, %v", reply, err)
+	r, f := fleetRig(t, c, "box-b", "")
+	startBox(t, r, f)
+	must(t, r.h.state.SetRich("rich-here", "p"))
+	must(t, r.h.state.SetMode("off-there", ModeOn))
+	must(t, r.h.state.SetMode("never-there", ModeOn))
+	for ch, mode := range map[string]string{"unknown-here": fleet.ModeOn, "rich-here": fleet.ModeOn, "off-there": fleet.ModeOff} {
+		_, err := f.SetMode(ctx, ch, mode, "", "admin")
+		must(t, err)
 	}
-	if _, err := fc.RunTurn(ctx, "rich:1", client.Speaker{ID: "s1"}, "hello"); !errors.Is(err, client.ErrModeOff) {
-		t.Fatalf("sealed turn on a channel rich on the owner box = %v, want 409", err)
+	fc := fleetClient(t, c)
+	for _, tc := range []struct {
+		channel string
+		want    error
+	}{{"unknown-here", nil}, {"rich-here", nil}, {"off-there", client.ErrModeOff}, {"never-there", client.ErrModeOff}} {
+		reply, err := fc.RunTurn(ctx, tc.channel, client.Speaker{ID: "s1"}, "hello")
+		if tc.want == nil && (err != nil || !reply.OK || reply.Text != "hello") || tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("turn on %s = %+v, %v; want %v", tc.channel, reply, err, tc.want)
+		}
+	}
+	if n := len(r.docker.created); n != 2 {
+		t.Errorf("containers = %d, want 2 (the two channels on in the fleet)", n)
+	}
+}
+
+// TestFleetModeChangeOnOneBoxIsWhatTheOwnerApplies: a mode changed
+// through box a's API is written to the fleet; owner box b (whose state
+// never heard of the channel) runs and then refuses turns by it; b's
+// state follows the fleet, and the channels b knew are brought in.
+func TestFleetModeChangeOnOneBoxIsWhatTheOwnerApplies(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	ctx := context.Background()
+	owner, f := fleetRig(t, c, "box-b", "")
+	must(t, owner.h.state.SetMode("known-to-b", ModeOn))
+	startBox(t, owner, f)
+	follow, stop := context.WithCancel(ctx)
+	defer stop()
+	must(t, owner.h.fl.Follow(ctx, follow))
+	if m, _, err := f.Mode(ctx, "known-to-b"); err != nil || m.Mode != fleet.ModeOn || m.By != "box-b" {
+		t.Errorf("a channel box b knew, in the fleet = %+v, %v", m, err)
+	}
+	admitting, _ := fleetRig(t, c, "box-a", "")
+	hc, _ := serve(t, admitting)
+	if status, body := call(t, hc, "PUT", "/v1/channels/ch/mode", `{"mode":"on"}`); status != 200 {
+		t.Fatalf("mode on through box a = %d %v", status, body)
+	}
+	if status, body := call(t, hc, "POST", "/v1/channels/ch/turns", `{"speaker":{"id":"s"},"text":"x"}`); status != 200 || body["text"] != "hello" {
+		t.Fatalf("turn through box a = %d %v", status, body)
+	}
+	if n := len(owner.docker.created); n != 1 || len(admitting.docker.created) != 0 {
+		t.Fatalf("containers on the owner %d, on the admitting box %d; want 1 and 0", n, len(admitting.docker.created))
+	}
+	waitFor(t, "box b's state follows the fleet (on)", func() bool { return owner.h.state.Mode("ch") == ModeOn })
+	if status, _ := call(t, hc, "PUT", "/v1/channels/ch/mode", `{"mode":"off"}`); status != 200 {
+		t.Fatalf("mode off through box a = %d", status)
+	}
+	// Past box a's admission (a frontend on no box): the owner refuses.
+	if _, err := fleetClient(t, c).RunTurn(ctx, "ch", client.Speaker{ID: "s1"}, "hello"); !errors.Is(err, client.ErrModeOff) {
+		t.Fatalf("turn after box a turned the channel off = %v, want 409", err)
+	}
+	if n := len(owner.docker.created); n != 1 {
+		t.Errorf("the owner ran %d turns, want 1", n)
+	}
+	waitFor(t, "box b's state follows the fleet (off)", func() bool { return owner.h.state.Mode("ch") == ModeOff })
+	if status, body := call(t, hc, "POST", "/v1/channels/ch/turns", `{"speaker":{"id":"s"},"text":"x"}`); status != 409 {
+		t.Errorf("turn through box a once off = %d %v, want 409", status, body)
+	}
+}
+
+// workspaceRun is a worker that appends the turn's text to history.txt
+// in its workspace and answers with the whole history.
+func workspaceRun(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	var turn protocol.Turn
+	if err := json.Unmarshal(stdin, &turn); err != nil {
+		return RunResult{}, err
+	}
+	p := filepath.Join(spec.WorkspaceDir, "history.txt")
+	old, _ := os.ReadFile(p)
+	hist := string(old) + turn.Text + "\n"
+	if err := os.WriteFile(p, []byte(hist), 0o600); err != nil {
+		return RunResult{}, err
+	}
+	out, _ := json.Marshal(protocol.Reply{OK: true, Text: hist})
+	return RunResult{Stdout: append(out, '\n')}, nil
+}
+
+// TestFleetWorkspaceMovesToAnotherBox: a channel's workspace written by
+// its turn on box a is restored on box b once a is gone (b's stale copy
+// replaced), b's next turn needs no restore, and a hostile snapshot is
+// refused on box c leaving its copy as it was.
+func TestFleetWorkspaceMovesToAnotherBox(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	ctx := context.Background()
+	a, fa := fleetRig(t, c, "box-a", "")
+	b, fb := fleetRig(t, c, "box-b", "")
+	for _, r := range []*rig{a, b} {
+		r.docker.runFn = workspaceRun
+	}
+	_, err := fa.SetMode(ctx, "ch", fleet.ModeOn, "", "admin")
+	must(t, err)
+	wsB, err := layout.WorkspaceDir(b.cfg.WorkspaceRoot, "ch")
+	must(t, err)
+	must(t, os.MkdirAll(wsB, 0o700))
+	must(t, os.WriteFile(filepath.Join(wsB, "stale.txt"), []byte("b's own old copy"), 0o600))
+	boxA := startBox(t, a, fa)
+	fc := fleetClient(t, c)
+	if reply, err := fc.RunTurn(ctx, "ch", client.Speaker{ID: "s1"}, "one"); err != nil || reply.Text != "one\n" {
+		t.Fatalf("turn on box a = %+v, %v", reply, err)
+	}
+	boxA.Kill()
+	boxB := startBox(t, b, fb)
+	for _, tc := range []struct{ text, want string }{{"two", "one\ntwo\n"}, {"three", "one\ntwo\nthree\n"}} {
+		if reply, err := fc.RunTurn(ctx, "ch", client.Speaker{ID: "s1"}, tc.text); err != nil || reply.Text != tc.want {
+			t.Fatalf("turn %s on box b = %+v, %v; want %q", tc.text, reply, err, tc.want)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(wsB, "history.txt")); err != nil || string(got) != "one\ntwo\nthree\n" {
+		t.Errorf("box b's workspace history = %q, %v", got, err)
+	}
+	if _, err := os.Lstat(filepath.Join(wsB, "stale.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("box b's stale copy survived the restore: %v", err)
+	}
+	if n := counter(t, b, "sandbox_fleet_workspace_restores_total", map[string]string{"result": "ok"}); n != 1 {
+		t.Errorf("box b restored %v times, want 1 (its second turn ran on its own copy)", n)
+	}
+
+	// A box with write rights replaces the committed snapshot with one
+	// whose path climbs out of the workspace.
+	st, _, err := fb.Channel(ctx, "ch")
+	must(t, err)
+	js, err := jetstream.New(c.Connect("hostile"))
+	must(t, err)
+	objects, err := js.ObjectStore(ctx, fleet.WorkspaceBucket)
+	must(t, err)
+	hostile := append([]byte("RTSBWS1\nf\x01\x80\x00\x09../escape"), 0, 0, 0, 0, 0, 0, 0, 1, 'x', 'e')
+	_, err = objects.PutBytes(ctx, st.Workspace, hostile)
+	must(t, err)
+	cr, fcr := fleetRig(t, c, "box-c", "")
+	cr.docker.runFn = workspaceRun
+	wsC, err := layout.WorkspaceDir(cr.cfg.WorkspaceRoot, "ch")
+	must(t, err)
+	must(t, os.MkdirAll(wsC, 0o700))
+	must(t, os.WriteFile(filepath.Join(wsC, "history.txt"), []byte("c's copy\n"), 0o600))
+	boxB.Kill()
+	startBox(t, cr, fcr)
+	if _, err := fc.RunTurn(ctx, "ch", client.Speaker{ID: "s1"}, "four"); err == nil {
+		t.Fatal("a turn on a hostile snapshot succeeded")
+	}
+	if got, _ := os.ReadFile(filepath.Join(wsC, "history.txt")); string(got) != "c's copy\n" {
+		t.Errorf("box c's workspace after a refused snapshot = %q, want it unchanged", got)
+	}
+	if _, err := os.Lstat(filepath.Join(cr.cfg.WorkspaceRoot, "escape")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the hostile snapshot wrote outside the workspace: %v", err)
+	}
+	if len(cr.docker.created) != 0 {
+		t.Errorf("box c ran the turn on a refused snapshot")
+	}
+}
+
+// TestFleetQueueFull429: in fleet mode the box a frontend talks to bounds
+// the channel's turns before publishing, as for a local turn: with
+// queue.depth 1 a second turn waits behind the published one, a third is
+// a 429 and never published.
+func TestFleetQueueFull429(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	r, f := fleetRig(t, c, "box-a", "queue:\n  depth: 1\n")
+	startBox(t, r, f)
+	must(t, r.h.state.SetMode("ch", ModeOn))
+	_, err := f.SetMode(context.Background(), "ch", fleet.ModeOn, "", "admin")
+	must(t, err)
+	release, running := make(chan struct{}), make(chan struct{}, 4)
+	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+		running <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return okRun(ctx, spec, stdin)
+	}
+	queued := make(chan string, 8)
+	r.h.fl.OnQueued(func(ch string) { queued <- ch })
+	// Every turn published, as the stream's subject sees it.
+	published := make(chan *nats.Msg, 8)
+	sub, err := c.Connect("watcher").ChanSubscribe(fleet.TurnSubject(0), published)
+	must(t, err)
+	defer sub.Unsubscribe()
+	hc, _ := serve(t, r)
+	body := `{"speaker":{"id":"s"},"text":"x"}`
+	first, second := make(chan int, 1), make(chan int, 1)
+	go func() { first <- post(hc, "/v1/channels/ch/turns", body) }()
+	<-running
+	<-published
+	go func() { second <- post(hc, "/v1/channels/ch/turns", body) }()
+	select {
+	case <-queued:
+	case <-published:
+		t.Fatal("a second turn was published while the first ran: this box did not queue it")
+	}
+	third := make(chan int, 1)
+	go func() { third <- post(hc, "/v1/channels/ch/turns", body) }()
+	select {
+	case status := <-third:
+		if status != 429 {
+			t.Errorf("third turn = %d, want 429", status)
+		}
+	case <-published:
+		t.Error("a turn beyond the channel's queue was published")
+	}
+	close(release)
+	if s1, s2 := <-first, <-second; s1 != 200 || s2 != 200 {
+		t.Errorf("first and second turns = %d, %d; want 200 both", s1, s2)
+	}
+	if n := counter(t, r, "sandbox_fleet_turns_published_total", nil); n != 2 {
+		t.Errorf("turns published = %v, want 2", n)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
@@ -424,4 +426,134 @@ func BenchmarkFleetRun(b *testing.B) {
 		rigOn(open(c, "box-b"), "box-b", true)
 		run(b, a)
 	})
+}
+
+// TestFleetRunJobWithCredentialRefused: a run job naming a credential
+// never comes from an honest box (such a run stays on the box that has
+// it): a box that takes one refuses it with a result, runs nothing and
+// writes no policy, whatever approval the payload claims.
+func TestFleetRunJobWithCredentialRefused(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	b, rdB := fleetRunRig(t, c, "box-b", runsCredExtra, true, never(t, "box-b"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	evil, err := fleet.Open(ctx, c.Connect("box-evil"), fleet.Layout{Partitions: 1, Replicas: 1})
+	must(t, err)
+	uid := 0
+	payload, err := json.Marshal(map[string]any{"params": runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}, "approvedBy": &uid})
+	must(t, err)
+	id := "0123456789abcdef0123456789abcdef"
+	_, err = evil.SubmitJob(ctx, fleet.JobRun, id, payload)
+	must(t, err)
+	res, err := evil.FollowJob(ctx, fleet.JobRun, id, func(fleet.JobFrame) error { return nil })
+	must(t, err)
+	var st runs.Status
+	if err := json.Unmarshal(res.Data, &st); err != nil {
+		t.Fatalf("result %+v: %v", res, err)
+	}
+	if st.Result != runs.ResultError || res.Box != "box-b" {
+		t.Errorf("result %+v from %s, want an error from box-b", st, res.Box)
+	}
+	if len(rdB.jobs) != 0 || len(b.docker.policies) != 0 || len(b.docker.created) != 0 {
+		t.Errorf("B ran %d jobs, wrote %d policies, created %d containers; want none", len(rdB.jobs), len(b.docker.policies), len(b.docker.created))
+	}
+	b.assertClean(t)
+}
+
+// TestFleetRunWithCredentialApprovedHereOnly: a run asking for a
+// credential never puts its approval in the fleet (it grants this box's
+// credential: no other box, nor one writing the control bucket, may give
+// it); it is approved here and runs here. The watch of its approval key,
+// from before the approval to a marker written after the run ended, sees
+// no record but the marker.
+func TestFleetRunWithCredentialApprovedHereOnly(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	a, rdA := fleetRunRig(t, c, "box-a", runsCredExtra, false, supervise(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	js, err := jetstream.New(c.Connect("watcher"))
+	must(t, err)
+	kv, err := js.KeyValue(ctx, fleet.JobControlBucket)
+	must(t, err)
+	st, err := a.h.coderun.Start(runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}, clientUID)
+	must(t, err)
+	key := "approval." + fleet.JobRun + "." + st.ID
+	w, err := kv.Watch(ctx, key)
+	must(t, err)
+	defer w.Stop()
+	if code, body := apiAs(t, a.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/approve", nil); code != http.StatusOK {
+		t.Fatalf("approve: %d %s", code, body)
+	}
+	if got := waitRun(t, a.h, st.ID); got.Result != runs.ResultOK {
+		t.Fatalf("run %+v", got)
+	}
+	_, err = kv.Put(ctx, key, []byte(`"marker"`))
+	must(t, err)
+	for e := range w.Updates() {
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		if string(e.Value()) == `"marker"` {
+			break
+		}
+		t.Errorf("the credential run's approval was in the fleet: %s", e.Value())
+	}
+	if len(rdA.jobs) != 1 {
+		t.Errorf("A ran %d jobs, want 1", len(rdA.jobs))
+	}
+	a.assertClean(t)
+}
+
+// TestFleetRunFromAHostileBoxRefused: what the box that took a run sends
+// back is checked by the admitting box against its own bounds: an output
+// frame of no phase fails the run; a result naming a setup command the run
+// does not have ends in an error; an error text over the bound is replaced
+// by a generic one. A takes no jobs; the taker is a bare fleet connection.
+func TestFleetRunFromAHostileBoxRefused(t *testing.T) {
+	exit := 1
+	for _, c := range []struct {
+		name    string
+		frame   any // published before the result, or nil
+		result  runs.Status
+		want    string // the run's result on A
+		wantErr string // its error text ("" as sent)
+	}{
+		{"output frame of no phase", map[string]any{"event": runs.Event{Type: runs.EventOutput, Stream: "stdout", Phase: "bogus", Data: []byte("x")}},
+			runs.Status{Result: runs.ResultOK}, runs.ResultError, "the run's events from the fleet were lost or refused; the host log has details"},
+		{"setup index out of range", nil,
+			runs.Status{Result: runs.ResultFailed, ExitCode: &exit, FailedSetup: 9, Error: "x"}, runs.ResultError, "x"},
+		{"error text over the bound", nil,
+			runs.Status{Result: runs.ResultFailed, ExitCode: &exit, Error: strings.Repeat("e", 2048)}, runs.ResultFailed, "the run failed on another box; its log has details"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := fleettest.Start(t, 1)
+			a, _ := fleetRunRig(t, cl, "box-a", runsExtra, false, never(t, "box-a"))
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			evil, err := fleet.Open(ctx, cl.Connect("box-evil"), fleet.Layout{Partitions: 1, Replicas: 1})
+			must(t, err)
+			st, err := a.h.coderun.Start(runs.Params{Command: "true", Project: "demo"}, clientUID)
+			must(t, err)
+			j, err := evil.NextJob(ctx, fleet.JobRun, "box-evil", 30*time.Second)
+			must(t, err)
+			if j.ID != st.ID {
+				t.Fatalf("took job %s, want %s", j.ID, st.ID)
+			}
+			if c.frame != nil {
+				b, err := json.Marshal(c.frame)
+				must(t, err)
+				must(t, j.Publish(ctx, b))
+			}
+			res := c.result
+			res.ID, res.State = st.ID, runs.StateFinished
+			b, err := json.Marshal(res)
+			must(t, err)
+			must(t, j.Finish(ctx, b))
+			got := waitRun(t, a.h, st.ID)
+			if got.Result != c.want || got.Error != c.wantErr || got.FailedSetup != 0 {
+				t.Errorf("run on A: result %s, error %q, failedSetup %d; want %s, error %q, no setup index", got.Result, got.Error, got.FailedSetup, c.want, c.wantErr)
+			}
+			a.assertClean(t)
+		})
+	}
 }

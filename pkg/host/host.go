@@ -28,6 +28,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegationrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetside"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
@@ -154,8 +155,10 @@ type Host struct {
 	// life makes, runs and cleans up every kind's containers.
 	life *sandbox.Lifecycle
 
-	// fleet is Options.Fleet (nil: not in fleet mode).
+	// fleet is Options.Fleet (nil: not in fleet mode), fl this host's
+	// side of it (fleet.go).
 	fleet *fleet.Fleet
+	fl    *fleetside.Side
 
 	stopCtx  context.Context
 	stopAll  context.CancelCauseFunc

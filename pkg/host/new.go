@@ -13,6 +13,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/admission"
 	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetside"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
@@ -67,6 +68,10 @@ func New(o Options) (*Host, error) {
 		fleet: o.Fleet,
 	}
 	h.metrics = newMetrics(o.Registry, h.queue)
+	if o.Fleet != nil {
+		h.fl = fleetside.New(fleetside.Options{Fleet: o.Fleet, Host: fleetHost{h}, Config: o.Config, Closed: ErrShuttingDown, State: o.State,
+			ChannelMode: h.channelMode, Registry: o.Registry, Logger: o.Logger, Now: o.Now, NewTurnID: o.NewTurnID})
+	}
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
 	h.life = sandbox.New(sandbox.Options{
 		Containers: o.Containers, Units: o.Units, Logger: o.Logger, WorkerLogs: o.WorkerLogs,

@@ -20,7 +20,7 @@ import (
 var layers = [][]string{
 	// 0: foundations, importing nothing of this module.
 	{"admission", "version", "ids", "atomicfile", "protocol", "imagearchive", "strictjson", "toolschema",
-		"egress/bridge", "runs/wire", "richproto", "delegation", "anthropic/anthropictest", "fleetnats/serve"},
+		"egress/bridge", "runs/wire", "richproto", "delegation", "anthropic/anthropictest", "fleetnats/serve", "wsarchive"},
 	// 1: shared vocabulary (names, the host-broker contract, the memory store)
 	// and the vetted network dialer.
 	{"layout", "policy", "memory", "sessions", "safefetch", "runs", "runs/supervisor", "precheck", "anthropic",
@@ -31,8 +31,9 @@ var layers = [][]string{
 	// 3: the services, and the one sandbox lifecycle every kind drives.
 	{"broker/richroute", "reaper", "credset", "runmcp", "sandbox", "chanstate", "peerauth", "toolset", "fleetnats"},
 	// 4: what every route of the host API shares (the host's and the kinds'),
-	// and a turn's broker over its route packages.
-	{"api", "broker"},
+	// a turn's broker over its route packages, and the host's side of the
+	// fleet.
+	{"api", "broker", "fleetside"},
 	// 5: the kinds, each driving the lifecycle; a kind never imports another.
 	kinds,
 	// 6: the host: API, admission, channel state, the kinds' orchestration.

@@ -41,8 +41,8 @@ type FaultResult struct {
 	// stopped answering for twice the bound: a partition left to no box.
 	Unanswered []string
 	// LateCommits: commits by a paused owner, after SIGCONT, of turns it
-	// took before SIGSTOP (its channels had moved: the fence must refuse
-	// them).
+	// took before SIGSTOP and another box took since (the fence must
+	// refuse them).
 	LateCommits int
 	// At is the fault's time, Restored the restore's.
 	At, Restored time.Time
@@ -59,7 +59,10 @@ func boxNum(name string) int {
 // it (at most bound), restores the box and waits until the fleet answers
 // again (settle more replies). peers are the running boxes.
 func (f *Fleet) Fault(ctx context.Context, kind string, peers []int, bound time.Duration, settle int) (FaultResult, error) {
-	box := boxNum(f.rec.Busiest())
+	// Only the running drivers' channels: a stopped driver's never answer
+	// again.
+	chans := f.driverChannels()
+	box := boxNum(f.rec.Busiest(chans))
 	if kind == FullDisk && f.o.DiskBox > 0 {
 		box = f.o.DiskBox
 	}
@@ -68,7 +71,7 @@ func (f *Fleet) Fault(ctx context.Context, kind string, peers []int, bound time.
 	}
 	name := BoxName(box)
 	res := FaultResult{Kind: kind, Box: box}
-	affected := f.rec.Owned(name)
+	affected := f.rec.Owned(name, chans)
 	res.Affected = len(affected)
 	var filler string
 	at := time.Now()
@@ -141,7 +144,6 @@ func (f *Fleet) Fault(ctx context.Context, kind string, peers []int, bound time.
 	// Every channel answers again (so every partition has an owner) and
 	// the fleet goes on: settle more replies.
 	base := f.rec.Replies()
-	chans := f.driverChannels()
 	sctx, scancel := context.WithTimeout(ctx, 2*bound)
 	err = f.rec.Wait(sctx, func(r *Recorder) bool {
 		return r.Replies() >= base+settle && len(r.Silent(chans, restoredAt)) == 0

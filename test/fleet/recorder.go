@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -31,7 +32,7 @@ type Recorder struct {
 	took, exec []time.Duration
 	// turns each box took (when), and each box's commits in order: the
 	// paused owner's check
-	taken   map[string]map[string]time.Time
+	taken   map[string]map[string][]time.Time // box -> turn -> each take
 	commits map[string][]commit
 }
 
@@ -43,7 +44,7 @@ type commit struct {
 // NewRecorder returns an empty recorder.
 func NewRecorder() *Recorder {
 	return &Recorder{changed: make(chan struct{}), owner: map[string]string{}, events: map[string]map[string]int{},
-		taken: map[string]map[string]time.Time{}, commits: map[string][]commit{}}
+		taken: map[string]map[string][]time.Time{}, commits: map[string][]commit{}}
 }
 
 func (r *Recorder) notify() {
@@ -72,11 +73,9 @@ func (r *Recorder) boxLine(l Line) {
 	switch l.Ev {
 	case "taken":
 		if r.taken[l.Box] == nil {
-			r.taken[l.Box] = map[string]time.Time{}
+			r.taken[l.Box] = map[string][]time.Time{}
 		}
-		if _, ok := r.taken[l.Box][l.Turn]; !ok {
-			r.taken[l.Box][l.Turn] = time.Unix(0, l.T)
-		}
+		r.taken[l.Box][l.Turn] = append(r.taken[l.Box][l.Turn], time.Unix(0, l.T))
 	case "committed":
 		r.took = append(r.took, time.Duration(l.TookNs))
 		r.exec = append(r.exec, time.Duration(l.ExecNs))
@@ -118,27 +117,30 @@ func (r *Recorder) snapshot() []Reply {
 	return append([]Reply(nil), r.replies...)
 }
 
-// Owned returns the channels whose last reply was committed by box.
-func (r *Recorder) Owned(box string) []string {
+// Owned returns the channels whose last reply was committed by box, of
+// chans (all channels ever answered when chans is nil).
+func (r *Recorder) Owned(box string, chans []string) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string
 	for ch, b := range r.owner {
-		if b == box {
+		if b == box && (chans == nil || slices.Contains(chans, ch)) {
 			out = append(out, ch)
 		}
 	}
 	return out
 }
 
-// Busiest returns the box that owns most channels now (their last
-// reply was its).
-func (r *Recorder) Busiest() string {
+// Busiest returns the box that owns most of chans now (their last reply
+// was its; all channels ever answered when chans is nil).
+func (r *Recorder) Busiest(chans []string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	count := map[string]int{}
-	for _, b := range r.owner {
-		count[b]++
+	for ch, b := range r.owner {
+		if chans == nil || slices.Contains(chans, ch) {
+			count[b]++
+		}
 	}
 	best, bestN := "", 0
 	for b, c := range count {
@@ -157,15 +159,41 @@ func (r *Recorder) Events(box, kind string) int {
 }
 
 // StaleCommits counts box's commits, seen after after, of turns it took
-// before before: a paused owner's work from before its pause, which the
-// fence must refuse once its channels moved.
+// before before (and not again since) that another box took after before:
+// a paused owner's work from before its pause whose claim was overtaken,
+// which the fence must refuse. (A turn of the paused box that nobody took
+// meanwhile is still its own claim: committing it is right.)
 func (r *Recorder) StaleCommits(box string, before, after time.Time) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
 	for _, c := range r.commits[box] {
-		if t, ok := r.taken[box][c.turn]; ok && t.Before(before) && c.at.After(after) {
-			n++
+		if !c.at.After(after) {
+			continue
+		}
+		var own time.Time // the box's last take before the commit
+		for _, t := range r.taken[box][c.turn] {
+			if t.Before(c.at) && t.After(own) {
+				own = t
+			}
+		}
+		if own.IsZero() || !own.Before(before) {
+			continue
+		}
+		for other, turns := range r.taken {
+			if other == box {
+				continue
+			}
+			overtaken := false
+			for _, t := range turns[c.turn] {
+				if t.After(own) {
+					overtaken = true
+				}
+			}
+			if overtaken {
+				n++
+				break
+			}
 		}
 	}
 	return n

@@ -43,6 +43,15 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 NS_PID=${NS_PID:-}
 NS_UNSHARE_PID=${NS_UNSHARE_PID:-}
 E2E_WORK=${E2E_WORK:-}
+# Options of a namespace booted next to others (test/e2e/lib/fleet.sh),
+# both off by default (one box: the machine's network, the caller's cgroup):
+# NS_NET=1 gives the namespace a network namespace of its own (only
+# loopback until the caller links it; ns_exec then enters it too), and
+# NS_CGROUP=<name> boots its systemd in /<name> of the name=systemd and
+# unified hierarchies, so that two namespaced systemds never manage the same
+# cgroups (each takes the cgroup it starts in as its root).
+NS_NET=${NS_NET:-0}
+NS_CGROUP=${NS_CGROUP:-}
 
 # Units that make no sense (or would change the real machine) in a namespace
 # sharing the machine's root filesystem, kernel and network.
@@ -267,8 +276,24 @@ exec env -i container=other PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/b
   /lib/systemd/systemd --system --unit=rt-e2e.target --show-status=no --log-target=console
 INIT
   chmod 0755 "$E2E_WORK/init.sh"
-  setsid unshare --pid --mount --uts --ipc --fork --mount-proc --propagation private \
-    "$E2E_WORK/init.sh" </dev/null >"$E2E_WORK/init.out" 2>&1 &
+  local unshare_args=(--pid --mount --uts --ipc --fork --mount-proc --propagation private)
+  [[ $NS_NET == 1 ]] && unshare_args+=(--net)
+  if [[ -n $NS_CGROUP ]]; then
+    # The subshell moves itself into the cgroup, then becomes setsid and
+    # unshare (same pid): PID 1 and everything it starts begin there.
+    local cg
+    for cg in /sys/fs/cgroup/systemd /sys/fs/cgroup/unified; do
+      [[ -d $cg ]] || e2e_die "NS_CGROUP: $cg not found (the hybrid layout is needed)"
+      mkdir -p "$cg/$NS_CGROUP"
+    done
+    (
+      for cg in /sys/fs/cgroup/systemd /sys/fs/cgroup/unified; do echo "$BASHPID" >"$cg/$NS_CGROUP/cgroup.procs"; done
+      exec setsid unshare "${unshare_args[@]}" "$E2E_WORK/init.sh"
+    ) </dev/null >"$E2E_WORK/init.out" 2>&1 &
+  else
+    setsid unshare "${unshare_args[@]}" \
+      "$E2E_WORK/init.sh" </dev/null >"$E2E_WORK/init.out" 2>&1 &
+  fi
   NS_UNSHARE_PID=$!
   echo "$NS_UNSHARE_PID" >"$E2E_WORK/unshare.pid"
   local i
@@ -303,7 +328,9 @@ INIT
 # ns_exec runs a command inside the namespace (never with the caller's DOCKER_HOST).
 ns_exec() {
   [[ -n $NS_PID ]] || e2e_die "ns_exec: namespace not booted"
-  nsenter -t "$NS_PID" -m -p -u -i -- env -u DOCKER_HOST -u NOTIFY_SOCKET -u LISTEN_FDS -u LISTEN_PID "$@"
+  local net=()
+  [[ $NS_NET == 1 ]] && net=(-n)
+  nsenter -t "$NS_PID" -m -p -u -i "${net[@]}" -- env -u DOCKER_HOST -u NOTIFY_SOCKET -u LISTEN_FDS -u LISTEN_PID "$@"
 }
 
 ns_wait_docker() {
@@ -322,6 +349,25 @@ ns_wait_docker() {
 # ns_teardown stops everything and verifies the machine is as it was. Safe to
 # call more than once and after a partial boot.
 ns_teardown() {
+  local rc=0
+  [[ -n ${E2E_WORK:-} && -d ${E2E_WORK:-/nonexistent} ]] || return 0
+  ns_stop || rc=1
+  ns_cleanup_machine || rc=1
+  if ((rc == 0)); then
+    rm -rf "$E2E_WORK"
+    e2e_log "teardown complete: nothing of the namespace remains"
+  else
+    e2e_log "teardown found leftovers; work directory kept at $E2E_WORK"
+  fi
+  NS_PID=""
+  return $rc
+}
+
+# ns_stop is ns_teardown's first half: the package purged, the namespace's
+# PID 1 killed, every process of it gone (checked), a partial boot's
+# unshare ended. It leaves the machine-wide checks (ns_cleanup_machine) to
+# the caller: a fleet stops all its namespaces first, then checks once.
+ns_stop() {
   local rc=0 pid nsid i left=()
   [[ -n ${E2E_WORK:-} && -d ${E2E_WORK:-/nonexistent} ]] || return 0
   [[ -z $NS_PID && -s $E2E_WORK/ns.pid ]] && NS_PID=$(cat "$E2E_WORK/ns.pid")
@@ -360,14 +406,6 @@ ns_teardown() {
     kill -KILL "$NS_UNSHARE_PID" 2>/dev/null || true
   fi
   if [[ -n $NS_UNSHARE_PID ]]; then wait "$NS_UNSHARE_PID" 2>/dev/null || true; fi
-  ns_cleanup_machine || rc=1
-  if ((rc == 0)); then
-    rm -rf "$E2E_WORK"
-    e2e_log "teardown complete: nothing of the namespace remains"
-  else
-    e2e_log "teardown found leftovers; work directory kept at $E2E_WORK"
-  fi
-  NS_PID=""
   return $rc
 }
 

@@ -1,0 +1,70 @@
+package fleet
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are a box's fleet metrics (the host's /metrics in fleet mode),
+// fed by its Events (OnEvent) and by the turns it publishes.
+type Metrics struct {
+	partitions int
+	published  prometheus.Counter
+	events     *prometheus.CounterVec
+	commit     prometheus.Histogram
+	restores   *prometheus.CounterVec
+
+	mu    sync.Mutex
+	owned map[int]bool
+}
+
+// NewMetrics registers a box's fleet metrics on reg.
+func NewMetrics(reg prometheus.Registerer, partitions int) *Metrics {
+	m := &Metrics{partitions: partitions, owned: map[int]bool{},
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbox_fleet_turns_published_total", Help: "Turns this box admitted and published to the fleet.",
+		}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_fleet_turn_events_total", Help: "Turns this box took, by what came of them: taken, committed, refused (by the fence: another box claimed the channel since), returned (handed back uncommitted), answered (already committed: answered from the state without running).",
+		}, []string{"event"}),
+		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sandbox_fleet_commit_seconds", Help: "From a turn's publication to this box's commit of it (the turn's run included).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+		}),
+		restores: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_fleet_workspace_restores_total", Help: "Channel workspaces restored from the fleet's snapshot before a turn (another box committed since this one), by result.",
+		}, []string{"result"}),
+	}
+	owned := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sandbox_fleet_partitions_owned", Help: "Partitions whose latest turn on this box was taken, committed or answered here and not refused by the fence since (a partition whose pin moved while idle counts until its next turn).",
+	}, func() float64 { m.mu.Lock(); defer m.mu.Unlock(); return float64(len(m.owned)) })
+	for _, k := range []EventKind{EventTaken, EventCommitted, EventRefused, EventReturned, EventAnswered} {
+		m.events.WithLabelValues(string(k))
+	}
+	reg.MustRegister(m.published, m.events, m.commit, m.restores, owned)
+	return m
+}
+
+// Event counts one Event of this box (BoxOptions.OnEvent).
+func (m *Metrics) Event(e Event) {
+	m.events.WithLabelValues(string(e.Kind)).Inc()
+	p := Partition(e.Channel, m.partitions)
+	m.mu.Lock()
+	switch e.Kind {
+	case EventTaken, EventCommitted, EventAnswered:
+		m.owned[p] = true
+	case EventRefused:
+		delete(m.owned, p)
+	}
+	m.mu.Unlock()
+	if e.Kind == EventCommitted {
+		m.commit.Observe(e.Took.Seconds())
+	}
+}
+
+// Published counts a turn this box published.
+func (m *Metrics) Published() { m.published.Inc() }
+
+// Restored counts a workspace restore (result ok or failed).
+func (m *Metrics) Restored(result string) { m.restores.WithLabelValues(result).Inc() }
