@@ -34,12 +34,16 @@ const (
 	// MaxJobResultBytes bounds a job's result (its summary; the bulk, such
 	// as a run's artifacts, travels as frames before it).
 	MaxJobResultBytes = 256 << 10
-	// jobEventsMaxBytes bounds the whole events stream: what every box's
-	// unread frames may hold in the cluster (frames of a finished job are
-	// purged by the admitting box, the rest age out after jobEventsMaxAge).
-	jobEventsMaxBytes = 2 << 30
-	jobEventsMaxAge   = 6 * time.Hour
-	jobKVTTL          = 24 * time.Hour
+	// jobEventsMaxMsgs bounds the whole events stream: what every box's
+	// unread frames may hold in the cluster, at most 2 GiB of frames of
+	// MaxJobFrameBytes (frames of a finished job are purged by the admitting
+	// box, the rest age out after jobEventsMaxAge). A count, not MaxBytes:
+	// JetStream reserves a stream's MaxBytes on every replica's disk when it
+	// places the stream, so 2 GiB would refuse every box whose store has
+	// less free (no suitable peers for placement, insufficient storage).
+	jobEventsMaxMsgs = (2 << 30) / MaxJobFrameBytes
+	jobEventsMaxAge  = 6 * time.Hour
+	jobKVTTL         = 24 * time.Hour
 	// maxControlBytes bounds a value in JobControlBucket.
 	maxControlBytes = 16 << 10
 )

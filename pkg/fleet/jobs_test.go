@@ -443,8 +443,8 @@ func TestEnsureJobResources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg := ev.CachedInfo().Config; cfg.MaxMsgSize != MaxJobFrameBytes || cfg.MaxBytes != jobEventsMaxBytes || cfg.MaxAge != jobEventsMaxAge {
-		t.Errorf("events stream bounds: %d per frame, %d bytes, %s", cfg.MaxMsgSize, cfg.MaxBytes, cfg.MaxAge)
+	if cfg := ev.CachedInfo().Config; cfg.MaxMsgSize != MaxJobFrameBytes || cfg.MaxMsgs != jobEventsMaxMsgs || cfg.MaxBytes > 0 || cfg.MaxAge != jobEventsMaxAge {
+		t.Errorf("events stream bounds: %d per frame, %d frames, %d bytes reserved, %s", cfg.MaxMsgSize, cfg.MaxMsgs, cfg.MaxBytes, cfg.MaxAge)
 	}
 
 	c2 := fleettest.Start(t, 1)

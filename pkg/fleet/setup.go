@@ -92,7 +92,7 @@ func (l Layout) jobsConfig() jetstream.StreamConfig {
 	}
 }
 
-// jobEventsConfig: frames of running jobs, bounded in bytes and age, each
+// jobEventsConfig: frames of running jobs, bounded in count and age, each
 // frame at most MaxJobFrameBytes.
 func (l Layout) jobEventsConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
@@ -102,7 +102,7 @@ func (l Layout) jobEventsConfig() jetstream.StreamConfig {
 		Storage:    jetstream.FileStorage,
 		Replicas:   l.Replicas,
 		MaxMsgSize: MaxJobFrameBytes,
-		MaxBytes:   jobEventsMaxBytes,
+		MaxMsgs:    jobEventsMaxMsgs,
 		MaxAge:     jobEventsMaxAge,
 		Discard:    jetstream.DiscardOld,
 	}
