@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -93,12 +92,13 @@ func (f *Fleet) Submit(ctx context.Context, t Turn) (Submitted, error) {
 	if err := t.Validate(); err != nil {
 		return Submitted{}, err
 	}
-	data, err := json.Marshal(t)
+	data, err := encodeJSON(t)
 	if err != nil {
 		return Submitted{}, err
 	}
-	if len(data) > MaxTurnBytes {
-		return Submitted{}, fmt.Errorf("turn is %d bytes, the limit is %d: %w", len(data), MaxTurnBytes, ErrInvalid)
+	// The stream's MaxMsgSize counts the headers too.
+	if limit := valueLimit(MaxTurnBytes, f.nc.MaxPayload()); len(data) > limit {
+		return Submitted{}, fmt.Errorf("turn is %d bytes as stored, the limit is %d: %w", len(data), limit, ErrInvalid)
 	}
 	msg := &nats.Msg{Subject: TurnSubject(Partition(t.Channel, f.layout.Partitions)), Data: data}
 	ack, err := f.js.PublishMsg(ctx, msg, jetstream.WithMsgID(t.ID), jetstream.WithExpectStream(TurnsStream))
@@ -156,6 +156,73 @@ func (f *Fleet) Ask(ctx context.Context, t Turn) (Reply, Submitted, error) {
 	}
 	r, err := awaitReply(ctx, w, t.ID)
 	return r, sub, err
+}
+
+// encodeReply encodes r as RepliesBucket stores it, or refuses it
+// (ErrInvalid) when the bucket would.
+func (f *Fleet) encodeReply(r Reply) ([]byte, error) {
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	data, err := encodeJSON(r)
+	if err != nil {
+		return nil, err
+	}
+	if limit := valueLimit(MaxReplyBytes, f.nc.MaxPayload()); len(data) > limit {
+		return nil, fmt.Errorf("reply is %d bytes as stored, the limit is %d: %w", len(data), limit, ErrInvalid)
+	}
+	return data, nil
+}
+
+// putReply stores a turn's reply, create-only: a reply already there (a
+// redelivery's, another box's) stays and counts as stored. A reply the
+// bucket would refuse is refused here (ErrInvalid), before the cluster.
+func (f *Fleet) putReply(ctx context.Context, r Reply) error {
+	data, err := f.encodeReply(r)
+	if err != nil {
+		return err
+	}
+	if _, err := f.replies.Create(ctx, r.TurnID, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return err
+	}
+	return nil
+}
+
+// encodeState encodes st as ChannelsBucket stores it, or refuses it
+// (ErrInvalid) when the bucket would.
+func (f *Fleet) encodeState(st ChannelState) ([]byte, error) {
+	data, err := encodeJSON(st)
+	if err != nil {
+		return nil, err
+	}
+	if limit := valueLimit(MaxStateBytes, f.nc.MaxPayload()); len(data) > limit {
+		return nil, fmt.Errorf("channel state is %d bytes as stored, the limit is %d: %w", len(data), limit, ErrInvalid)
+	}
+	return data, nil
+}
+
+// storable: a commit's state and its reply fit their buckets as stored.
+func (f *Fleet) storable(st ChannelState) error {
+	if st.LastReply != nil {
+		if _, err := f.encodeReply(*st.LastReply); err != nil {
+			return err
+		}
+	}
+	_, err := f.encodeState(st)
+	return err
+}
+
+// putState writes a channel's state at revision rev (0: create), or
+// refuses it (ErrInvalid) when ChannelsBucket would.
+func (f *Fleet) putState(ctx context.Context, key string, st ChannelState, rev uint64) (uint64, error) {
+	data, err := f.encodeState(st)
+	if err != nil {
+		return 0, err
+	}
+	if rev == 0 {
+		return f.channels.Create(ctx, key, data)
+	}
+	return f.channels.Update(ctx, key, data, rev)
 }
 
 // Reply returns the committed reply of a turn, or jetstream.ErrKeyNotFound.
