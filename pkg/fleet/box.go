@@ -40,7 +40,7 @@ const (
 	// the cluster still refused its way through (a state no box can read,
 	// a reply the bucket refuses): answered as failed where a reply can be
 	// stored, and terminated, so that its partition goes on.
-	EventGivenUp EventKind = "given up"
+	EventGivenUp EventKind = "given_up"
 )
 
 // Event is one step of a turn on a box, for tests, benchmarks and metrics.

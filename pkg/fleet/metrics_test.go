@@ -31,7 +31,7 @@ func TestMetricsFromEvents(t *testing.T) {
 		"sandbox_fleet_turn_events_total/refused":   1,
 		"sandbox_fleet_turn_events_total/answered":  1,
 		"sandbox_fleet_turn_events_total/returned":  1,
-		"sandbox_fleet_turn_events_total/given up":  1,
+		"sandbox_fleet_turn_events_total/given_up":  1,
 		"sandbox_fleet_commit_seconds":              1, // sample count
 		"sandbox_fleet_partitions_owned":            1, // a's; b's was refused
 	}
