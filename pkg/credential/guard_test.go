@@ -95,3 +95,18 @@ func BenchmarkGuard(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGuardPercent is BenchmarkGuard on a body dense with %XX escapes
+// (a URL-encoded form or log of query strings): the worst case of the
+// percent-decoded view, which every read holding a '%' adds.
+func BenchmarkGuardPercent(b *testing.B) {
+	m := NewMatcher(NewSecret(guardSecret), NewSecret("Bearer "+guardSecret))
+	line := "q=caf%C3%A9%20au%20lait&path=%2Fsrv%2Fgit%2Frepo.git&n=%31%32%33 "
+	body := []byte(strings.Repeat(line, 1<<20/len(line)))
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := io.Copy(io.Discard, m.Guard(bytes.NewReader(body))); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -21,10 +21,13 @@ import (
 const PieceBytes = 16
 
 // Forms returns the encodings of a secret that Reflected looks for: raw,
-// URL query and path escaped, base64 standard and URL alphabets with and
-// without padding, hex in lower and upper case, and the base64 runs of the
-// secret at the two other byte alignments (a secret embedded in a longer
-// base64 text). Duplicates are removed.
+// URL query and path escaped, every byte percent-escaped, base64 standard
+// and URL alphabets with and without padding, hex in lower and upper case,
+// and the base64 runs of the secret at the two other byte alignments (a
+// secret embedded in a longer base64 text). Duplicates are removed. (The
+// matcher also reads a text percent-decoded, so any other mix of escaped
+// and plain bytes is found too; the every-byte form sets how much text a
+// stream keeps for it.)
 func Forms(s Secret) []string {
 	v := s.v
 	if v == "" {
@@ -35,6 +38,7 @@ func Forms(s Secret) []string {
 		v,
 		url.QueryEscape(v),
 		url.PathEscape(v),
+		percentAll(v),
 		base64.StdEncoding.EncodeToString(b),
 		base64.RawStdEncoding.EncodeToString(b),
 		base64.URLEncoding.EncodeToString(b),
@@ -71,17 +75,30 @@ func Forms(s Secret) []string {
 	return out
 }
 
+// percentAll escapes every byte of s as %XX (upper-case hex; the matcher
+// folds case).
+func percentAll(s string) string {
+	const digits = "0123456789ABCDEF"
+	b := make([]byte, 0, 3*len(s))
+	for i := 0; i < len(s); i++ {
+		b = append(b, '%', digits[s[i]>>4], digits[s[i]&15])
+	}
+	return string(b)
+}
+
 // Reflected reports whether the decoded JSON value v (what json.Unmarshal
 // produces into an any, with or without UseNumber) reflects any of the
 // secrets. It joins every object key, string and number literal in the
 // order json.Marshal writes them (object keys sorted) into one text,
 // lower-cases its ASCII letters and deletes its ASCII whitespace; the
 // Forms of each secret and of the secret reversed are normalised the same
-// way. The answer reflects a secret when the text holds a whole form or,
-// for a secret of at least PieceBytes bytes, any run of a form that encodes
-// PieceBytes bytes of it. So a secret is found upper-cased, reversed, split
-// across adjacent strings or with one piece of PieceBytes anywhere, and in
-// base64 or hex wrapped or spaced by whitespace. Detection is defence in
+// way. The answer reflects a secret when the text, as it is or
+// percent-decoded once, holds a whole form or, for a secret of at least
+// PieceBytes bytes, any run of a form that encodes PieceBytes bytes of it.
+// So a secret is found upper-cased, reversed, split across adjacent
+// strings or with one piece of PieceBytes anywhere, with any of its bytes
+// %XX-escaped (in any hex case), and in base64 or hex wrapped or spaced by
+// whitespace. Detection is defence in
 // depth for trusted upstreams, not a guarantee against every encoding (see
 // README's threat model for what is not detected).
 func Reflected(v any, secrets ...Secret) bool {
@@ -90,7 +107,11 @@ func Reflected(v any, secrets ...Secret) bool {
 		return false
 	}
 	text, tooDeep := appendText(nil, v, 0)
-	return tooDeep || m.match(text)
+	if tooDeep {
+		return true
+	}
+	found, _ := m.reflects(text, nil)
+	return found
 }
 
 // normalize lower-cases ASCII letters and drops ASCII whitespace. It maps
@@ -226,6 +247,57 @@ func (m *matcher) add(p pattern) {
 }
 
 func (m *matcher) empty() bool { return len(m.short) == 0 && len(m.pats) == 0 }
+
+// reflects reports whether the normalised text holds a counted run of a
+// form, as it is or percent-decoded once (every byte escaped, or only
+// those an escaper chose: JavaScript's, Python's and PHP's escapers keep
+// different bytes plain). scratch is reused for the decoded view and
+// returned; a text without '%' costs one byte scan more.
+func (m *matcher) reflects(text, scratch []byte) (bool, []byte) {
+	if m.match(text) {
+		return true, scratch
+	}
+	if bytes.IndexByte(text, '%') < 0 {
+		return false, scratch
+	}
+	scratch = percentDecode(scratch[:0], text)
+	return m.match(scratch), scratch
+}
+
+// percentDecode appends text with each %XX replaced by its byte,
+// normalised as normalize does; a '%' without two hex digits stays. text is
+// normalised, so its hex digits are lower case.
+func percentDecode(dst, text []byte) []byte {
+	dst = slices.Grow(dst, len(text))
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		if c == '%' && i+2 < len(text) {
+			if hi, lo := unhex(text[i+1]), unhex(text[i+2]); hi < 16 && lo < 16 {
+				c = hi<<4 | lo
+				i += 2
+				switch {
+				case c == ' ' || ('\t' <= c && c <= '\r'):
+					continue
+				case 'A' <= c && c <= 'Z':
+					c += 'a' - 'A'
+				}
+			}
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+// unhex is a lower-case hex digit's value, or 16.
+func unhex(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	}
+	return 16
+}
 
 func (m *matcher) match(text []byte) bool {
 	for _, p := range m.short {

@@ -7,10 +7,11 @@ package credential
 // secret, less one character), never the whole text. Matching is Reflected's
 // (normalised text, every Form, reversed, any PieceBytes run).
 type Stream struct {
-	m    *matcher
-	tail []byte
-	keep int
-	buf  []byte
+	m       *matcher
+	tail    []byte
+	keep    int
+	buf     []byte
+	decoded []byte // the percent-decoded view of buf, reused
 }
 
 // NewStream returns a Stream for secrets (none: it never reports).
@@ -42,7 +43,8 @@ func reflectsPiece[T string | []byte](s *Stream, piece T) bool {
 		return false
 	}
 	s.buf = normalize(append(s.buf[:0], s.tail...), piece)
-	if s.m.match(s.buf) {
+	var found bool
+	if found, s.decoded = s.m.reflects(s.buf, s.decoded); found {
 		return true
 	}
 	if len(s.buf) > s.keep {
@@ -66,5 +68,9 @@ func (m *Matcher) Reflected(v any) bool {
 		return false
 	}
 	text, tooDeep := appendText(nil, v, 0)
-	return tooDeep || m.m.match(text)
+	if tooDeep {
+		return true
+	}
+	found, _ := m.m.reflects(text, nil)
+	return found
 }

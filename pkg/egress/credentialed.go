@@ -6,10 +6,12 @@ package egress
 // here, so the container never holds the value. The guest's own header of
 // that name is refused; TLS verifies the declared host (the system roots,
 // or a policy's test root CA for a loopback IP literal only); redirects are
-// handed back, never followed, so no other host ever sees the header; an
-// answer whose headers or body reflect the credential is refused or cut
-// (the model route's reflection rules); a CONNECT is a tunnel the proxy
-// cannot see into and never carries a credential.
+// handed back, never followed, so no other host ever sees the header; the
+// destination is asked for identity (whatever the guest asked for) and an
+// answer still encoded is refused, so the reflection check reads the bytes
+// the guest gets; an answer whose headers or body reflect the credential
+// is refused or cut (the model route's reflection rules); a CONNECT is a
+// tunnel the proxy cannot see into and never carries a credential.
 
 import (
 	"context"
@@ -52,6 +54,7 @@ var (
 	errUpgrade          = errors.New("egress: no protocol upgrade to a credentialed destination")
 	errCredential       = errors.New("egress: the destination's credential could not be loaded")
 	errReflected        = errors.New("egress: the answer's headers reflect the credential")
+	errEncoded          = errors.New("egress: the answer is still encoded (Content-Encoding), the reflection check cannot read it")
 	// ErrReflected is what an Injection's guarded body fails with.
 	ErrReflected = errors.New("egress: the answer reflects the credential")
 )
@@ -145,18 +148,17 @@ func (e errTLS) Unwrap() error { return e.err }
 // destination c: refusals first, then HTTPS with the header added.
 func (p *Proxy) forwardCredentialed(w http.ResponseWriter, r *http.Request, u *url.URL, c policy.EgressCredential) {
 	dest := c.Dest()
-	if len(r.Header.Values(c.Header)) > 0 {
-		p.refuse(w, r, "https", dest, errCredentialHeader)
-		return
+	refuse := func(w http.ResponseWriter, r *http.Request, err error) {
+		p.refuse(w, r, "https", dest, err, "credential", c.Name)
 	}
-	if r.Header.Get("Upgrade") != "" {
-		p.refuse(w, r, "https", dest, errUpgrade)
+	if err := checkCredentialedRequest(r, c); err != nil {
+		refuse(w, r, err)
 		return
 	}
 	inj, err := p.creds.inj.Open(c)
 	if err != nil {
 		p.log.Error("egress credential unavailable", "dest", dest, "credential", c.Name, "err", err)
-		p.refuse(w, r, "https", dest, errCredential)
+		refuse(w, r, errCredential)
 		return
 	}
 	start := p.now()
@@ -180,22 +182,27 @@ func (p *Proxy) forwardCredentialed(w http.ResponseWriter, r *http.Request, u *u
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.Host = ""
+			// Identity only: the reflection guard reads the bytes as sent, so
+			// it must get them as the guest will read them.
+			pr.Out.Header.Set("Accept-Encoding", "identity")
 			// Added after the hop-by-hop headers are gone, and only here.
 			pr.Out.Header.Set(c.Header, inj.Value())
 		},
 		Transport: noInterim{p.creds.tr},
 		ErrorLog:  log0,
 		ModifyResponse: func(resp *http.Response) error {
-			if inj.HeaderReflects(resp.Header) {
-				reflected.Store(true)
-				return errReflected
+			if err := checkCredentialedAnswer(resp.Header, inj); err != nil {
+				if errors.Is(err, errReflected) {
+					reflected.Store(true)
+				}
+				return err
 			}
 			status = resp.StatusCode
 			resp.Body = guardedBody{r: inj.Guard(resp.Body), c: resp.Body, n: &bodyBytes, reflected: &reflected,
 				trailer: func() bool { return inj.HeaderReflects(resp.Trailer) }}
 			return nil
 		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { p.refuse(w, r, "https", dest, err) },
+		ErrorHandler: refuse,
 	}
 	// Logged also when a cut answer aborts the handler (net/http's
 	// ErrAbortHandler panic): host, status, bytes, never the value.
@@ -212,6 +219,67 @@ func (p *Proxy) forwardCredentialed(w http.ResponseWriter, r *http.Request, u *u
 		p.log.Info("egress credentialed", attrs...)
 	}()
 	rp.ServeHTTP(w, out)
+}
+
+// checkCredentialedRequest refuses what a guest may not send to a
+// credentialed destination: a header (or declared trailer) that a server
+// may read as the credential header, and a protocol upgrade.
+func checkCredentialedRequest(r *http.Request, c policy.EgressCredential) error {
+	for _, h := range []http.Header{r.Header, r.Trailer} {
+		for name := range h {
+			if sameFieldName(name, c.Header) {
+				return errCredentialHeader
+			}
+		}
+	}
+	if r.Header.Get("Upgrade") != "" {
+		return errUpgrade
+	}
+	return nil
+}
+
+// sameFieldName reports whether a server may read header names a and b as
+// one: ASCII case folded, and every byte that is not a letter or a digit
+// read as '-' (CGI, PHP and Rack read Private_Token and Private-Token both
+// as HTTP_PRIVATE_TOKEN; older Apache maps any other byte to '_' too).
+func sameFieldName(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range len(a) {
+		if foldFieldByte(a[i]) != foldFieldByte(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func foldFieldByte(c byte) byte {
+	switch {
+	case 'A' <= c && c <= 'Z':
+		return c + 'a' - 'A'
+	case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		return c
+	}
+	return '-'
+}
+
+// checkCredentialedAnswer refuses an answer's header block that the guest
+// may not get: still encoded (asked for identity, the destination answered
+// otherwise; the guard cannot read compressed bytes), or reflecting the
+// credential.
+func checkCredentialedAnswer(h http.Header, inj Injection) error {
+	for _, v := range h.Values("Content-Encoding") {
+		for e := range strings.SplitSeq(v, ",") {
+			if e = strings.TrimSpace(e); e != "" && !strings.EqualFold(e, "identity") {
+				return errEncoded
+			}
+		}
+	}
+	if inj.HeaderReflects(h) {
+		return errReflected
+	}
+	return nil
 }
 
 // guardedBody is an answer's body through the reflection guard, counted;

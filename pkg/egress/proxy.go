@@ -264,8 +264,9 @@ func hostPort(u interface {
 }
 
 // refuse answers err as a status with generic text and logs it in the
-// broker's words; a 4xx counts against MaxRefusals.
-func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, kind, dest string, err error) {
+// broker's words, with attrs (a credential's name, say); a 4xx counts
+// against MaxRefusals.
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, kind, dest string, err error, attrs ...any) {
 	code := Status(err)
 	if r.Context().Err() != nil && code >= 500 {
 		code = http.StatusServiceUnavailable
@@ -274,14 +275,14 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, kind, dest string
 		p.log.Warn("egress refusal budget spent: every later proxy request is refused unread", "refusals", MaxRefusals)
 	}
 	answer(w, code)
-	attrs := []any{"status", code, "reason", reason(err)}
+	all := []any{"status", code, "reason", reason(err)}
 	if kind != "" {
-		attrs = append(attrs, "kind", kind)
+		all = append(all, "kind", kind)
 	}
 	if dest != "" {
-		attrs = append(attrs, "dest", dest)
+		all = append(all, "dest", dest)
 	}
-	p.log.Warn("egress refused", attrs...)
+	p.log.Warn("egress refused", append(all, attrs...)...)
 }
 
 // reason is a refusal's log text: the proxy's and safefetch's own words
@@ -293,7 +294,7 @@ func reason(err error) string {
 	case errors.As(err, &se), errors.Is(err, errMalformed), errors.Is(err, errScheme), errors.Is(err, errTurnOver),
 		errors.Is(err, ErrConnections), errors.Is(err, ErrBytes), errors.Is(err, ErrLifetime),
 		errors.Is(err, errCredentialHeader), errors.Is(err, errUpgrade), errors.Is(err, errCredential),
-		errors.Is(err, errReflected), errors.As(err, new(errTLS)):
+		errors.Is(err, errReflected), errors.Is(err, errEncoded), errors.As(err, new(errTLS)):
 		return err.Error()
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return "egress: " + err.Error()
