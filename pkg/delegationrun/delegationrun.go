@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
@@ -294,11 +295,11 @@ func (k *Kind) CancelChannel(channel string) {
 
 // Listed lists unfinished jobs for GET /v1/turns: the reaper keeps
 // their containers and units, from admission until after their cleanup.
-func (k *Kind) Listed() []sandbox.Listed {
-	var out []sandbox.Listed
+func (k *Kind) Listed() []apiwire.Turn {
+	var out []apiwire.Turn
 	for _, j := range append(k.shadows.Unfinished(), k.jobs.Unfinished()...) {
 		d := j.Deadline()
-		out = append(out, sandbox.Listed{ID: j.ID(), ChannelTag: ids.ChannelTag(j.Channel()), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Job: true})
+		out = append(out, apiwire.Turn{ID: j.ID(), ChannelTag: ids.ChannelTag(j.Channel()), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Job: true})
 	}
 	return out
 }

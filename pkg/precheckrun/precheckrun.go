@@ -26,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
@@ -99,7 +100,7 @@ func New(o Options) *Kind {
 
 // Listed are the prechecks for GET /v1/turns: each from before anything of
 // it exists until after its cleanup.
-func (k *Kind) Listed() []sandbox.Listed { return k.active.list() }
+func (k *Kind) Listed() []apiwire.Turn { return k.active.list() }
 
 // Refusal is a request refused for the caller's own input: its kind
 // (ErrInvalid or ErrForbidden) and a reason that names what was wrong.
@@ -192,12 +193,12 @@ func (s *precheckSet) remove(id string) {
 
 // list is the reaper's view: a precheck is listed from before anything of
 // it exists until after its cleanup.
-func (s *precheckSet) list() []sandbox.Listed {
+func (s *precheckSet) list() []apiwire.Turn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]sandbox.Listed, 0, len(s.m))
+	out := make([]apiwire.Turn, 0, len(s.m))
 	for id, a := range s.m {
-		out = append(out, sandbox.Listed{ID: id, ChannelTag: a.tag, DeadlineUnix: a.deadline.Unix(), DeadlineUnixMs: a.deadline.UnixMilli(), Precheck: true})
+		out = append(out, apiwire.Turn{ID: id, ChannelTag: a.tag, DeadlineUnix: a.deadline.Unix(), DeadlineUnixMs: a.deadline.UnixMilli(), Precheck: true})
 	}
 	return out
 }
