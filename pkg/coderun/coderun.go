@@ -31,6 +31,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetjobs"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -112,7 +113,7 @@ type Kind struct {
 	standbyKey string
 
 	// Fleet mode (fleet.go; nil fleet: every run runs here).
-	fleet   *fleet.Fleet
+	queue   *fleetjobs.Queue
 	box     string
 	shadows shadowRuns
 }
@@ -145,7 +146,7 @@ func New(o Options) *Kind {
 	}
 	o.Registry.MustRegister(k.results, k.duration)
 	k.newStandbys(o.Registry)
-	k.fleet, k.box = o.Fleet, o.Box
+	k.queue, k.box = fleetjobs.New(o.Fleet), o.Box
 	k.shadows = shadowRuns{NewRegistry(k.runs.lim, o.Now)}
 	return k
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetjobs"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -83,13 +84,13 @@ type Kind struct {
 	active  precheckSet
 	slots   sandbox.Slots
 	results *prometheus.CounterVec
-	fleet   *fleet.Fleet
+	queue   *fleetjobs.Queue
 	box     string
 }
 
 // New makes the kind.
 func New(o Options) *Kind {
-	k := &Kind{cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, newID: o.NewID, pol: o.Policy, fleet: o.Fleet, box: o.Box,
+	k := &Kind{cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, newID: o.NewID, pol: o.Policy, queue: fleetjobs.New(o.Fleet), box: o.Box,
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_prechecks_total", Help: "Precheck scripts run, by result (wake, no_wake, script_error, timeout, failed: the system's failure).",
 		}, []string{"result"}),
@@ -342,7 +343,7 @@ func (k *Kind) Run(ctx context.Context, req precheck.Request) (precheck.Answer, 
 	defer cancel(nil)
 	stopWatch := context.AfterFunc(k.host.Stopped(), func() { cancel(sandbox.ErrShuttingDown) })
 	defer stopWatch()
-	if k.fleet != nil {
+	if k.queue != nil {
 		return k.runRemote(ctx, id, req, plan, log) // fleet.go
 	}
 

@@ -25,8 +25,9 @@ var layers = [][]string{
 	// bodies, the memory store) and the vetted network dialer.
 	{"layout", "policy", "memory", "sessions", "safefetch", "runs", "runs/supervisor", "precheck", "anthropic", "apiwire",
 		"fleet", "fleet/fleettest", "broker/envelope"},
-	// 2: drivers and single-purpose domains.
-	{"client", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
+	// 2: drivers and single-purpose domains (the fleet's jobs queue over
+	// the fleet's handle).
+	{"client", "fleetjobs", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich"},
 	// 3: the services, and the one sandbox lifecycle every kind drives.
 	{"broker/richroute", "reaper", "credset", "runmcp", "sandbox", "chanstate", "peerauth", "toolset", "fleetnats"},
