@@ -4,18 +4,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/client"
+	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
 
 func TestParseAttach(t *testing.T) {
 	for _, c := range []struct {
 		in   string
-		want client.Attachment
+		want richproto.Attachment
 	}{
-		{"https://e.com/a/cat.png", client.Attachment{URL: "https://e.com/a/cat.png", Name: "cat.png"}},
-		{"https://e.com/a/my%20cat.png", client.Attachment{URL: "https://e.com/a/my%20cat.png", Name: "my cat.png"}},
-		{"https://e.com/x,pic.png", client.Attachment{URL: "https://e.com/x", Name: "pic.png"}},
-		{"http://127.0.0.1:8080/x,pic,image/png", client.Attachment{URL: "http://127.0.0.1:8080/x", Name: "pic", Type: "image/png"}},
+		{"https://e.com/a/cat.png", richproto.Attachment{URL: "https://e.com/a/cat.png", Name: "cat.png"}},
+		{"https://e.com/a/my%20cat.png", richproto.Attachment{URL: "https://e.com/a/my%20cat.png", Name: "my cat.png"}},
+		{"https://e.com/x,pic.png", richproto.Attachment{URL: "https://e.com/x", Name: "pic.png"}},
+		{"http://127.0.0.1:8080/x,pic,image/png", richproto.Attachment{URL: "http://127.0.0.1:8080/x", Name: "pic", Type: "image/png"}},
 	} {
 		got, err := parseAttach(c.in)
 		if err != nil || got != c.want {

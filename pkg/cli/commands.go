@@ -10,12 +10,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/client"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
 
 func turnCmd(g *globals) *cobra.Command {
-	var sp client.Speaker
+	var sp apiwire.Speaker
 	var text string
 	var attach []string
 	var filesDir string
@@ -36,7 +38,7 @@ func turnCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var reply client.Reply
+			var reply apiwire.Reply
 			if viaFleet {
 				if len(atts) > 0 || filesDir != "" {
 					return errors.New("--fleet runs sealed turns only: --attach and --files-dir need a rich channel, which runs on its box (use host.sock)")
@@ -165,7 +167,7 @@ func dash(s string) string {
 func printHuman(cmd *cobra.Command, v any) {
 	w := cmd.OutOrStdout()
 	switch x := v.(type) {
-	case client.Channel:
+	case apiwire.Channel:
 		fmt.Fprintf(w, "channel %q (tag %s): mode %s, %d queued, running %s, fresh start pending: %v", x.Channel, x.Tag, x.Mode, x.Queued, dash(x.RunningTurn), x.PendingFresh)
 		if x.Standby != "" {
 			fmt.Fprintf(w, ", standby %s", x.Standby)
@@ -202,7 +204,7 @@ func printHuman(cmd *cobra.Command, v any) {
 			}
 		}
 		fmt.Fprintln(w)
-	case client.Cancel:
+	case apiwire.Cancel:
 		if x.Cancelled {
 			fmt.Fprintf(w, "cancelled turn %s in channel %q\n", x.TurnID, x.Channel)
 		} else {
@@ -215,7 +217,7 @@ func printHuman(cmd *cobra.Command, v any) {
 
 // saveReplyFiles writes a rich reply's files under dir, or says on stderr
 // that they were not written.
-func saveReplyFiles(cmd *cobra.Command, dir string, files []client.File) error {
+func saveReplyFiles(cmd *cobra.Command, dir string, files []richproto.File) error {
 	if len(files) == 0 {
 		return nil
 	}

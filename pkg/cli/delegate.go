@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/client"
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 )
 
@@ -21,7 +21,7 @@ const maxTaskFileBytes = 4 * 30000
 func delegateCmd(g *globals) *cobra.Command {
 	var (
 		title, task, taskFile string
-		author                client.Speaker
+		author                apiwire.Speaker
 		wait                  bool
 	)
 	cmd := &cobra.Command{

@@ -20,6 +20,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 )
 
 // DefaultSocket is the installed API socket.
@@ -81,108 +83,6 @@ func (e *timeoutError) Error() string {
 	return fmt.Sprintf("sandbox-host: %s: no answer within %s (is the host running? systemctl status sandbox-host)", e.op, e.after)
 }
 func (e *timeoutError) Unwrap() error { return ErrTimeout }
-
-// Speaker is who spoke. PrincipalID is what the frontend's identity service
-// resolved the author to; it selects credentials and reaches host tools but
-// never the worker.
-type Speaker struct {
-	ID          string `json:"id"`
-	Name        string `json:"name"`
-	PrincipalID string `json:"principalId,omitempty"`
-}
-
-// Reply is a finished turn; Files are a rich turn's reply files (names and
-// bounds checked on receipt; WriteReplyFiles stores them).
-type Reply struct {
-	OK     bool   `json:"ok"`
-	Text   string `json:"text"`
-	TurnID string `json:"turnId"`
-	Files  []File `json:"files,omitempty"`
-}
-
-// Channel is a channel's status.
-type Channel struct {
-	Channel      string `json:"channel"`
-	Tag          string `json:"tag"`
-	Mode         string `json:"mode"`
-	Queued       int    `json:"queued"`
-	RunningTurn  string `json:"runningTurn,omitempty"`
-	PendingFresh bool   `json:"pendingFresh"`
-	// Standby is the channel's standby (none, preparing, ready; "" when
-	// standbys are off) and StandbyExpiresUnix its expiry.
-	Standby            string `json:"standby,omitempty"`
-	StandbyExpiresUnix int64  `json:"standbyExpiresUnix,omitempty"`
-	// Profile is a rich channel's profile and Rich its session.
-	Profile string       `json:"profile,omitempty"`
-	Rich    *RichSession `json:"rich,omitempty"`
-	// Admission is the host's (one channel's status only).
-	Admission *Admission `json:"admission,omitempty"`
-}
-
-// Admission is what the host admits turns under: the global concurrency
-// (derived from the machine when queue.globalConcurrency is 0, Why says
-// how), the queue wait bound, and what runs and waits now.
-type Admission struct {
-	GlobalConcurrency int    `json:"globalConcurrency"`
-	Derived           bool   `json:"derived"`
-	Why               string `json:"why"`
-	MaxWaitSeconds    int    `json:"maxWaitSeconds"`
-	Running           int    `json:"running"`
-	Waiting           int    `json:"waiting"`
-	// StartConcurrency bounds how many of those start at once (derived
-	// when queue.startConcurrency is 0, StartWhy says how).
-	StartConcurrency int    `json:"startConcurrency"`
-	StartDerived     bool   `json:"startDerived"`
-	StartWhy         string `json:"startWhy"`
-	Starting         int    `json:"starting"`
-	StartWaiting     int    `json:"startWaiting"`
-}
-
-// RichSession is a rich channel's session: its id, container, state (none,
-// starting, ready, busy, stopping), start, idle stop and turns served.
-type RichSession struct {
-	Session      string `json:"session,omitempty"`
-	Container    string `json:"container,omitempty"`
-	State        string `json:"state"`
-	StartedUnix  int64  `json:"startedUnix,omitempty"`
-	IdleStopUnix int64  `json:"idleStopUnix,omitempty"`
-	Turns        int    `json:"turns,omitempty"`
-}
-
-// Cancel is the answer to a cancel request.
-type Cancel struct {
-	Channel   string `json:"channel"`
-	Cancelled bool   `json:"cancelled"`
-	TurnID    string `json:"turnId,omitempty"`
-}
-
-// Turn is one running turn.
-type Turn struct {
-	ID             string `json:"id"`
-	ChannelTag     string `json:"channelTag"`
-	DeadlineUnix   int64  `json:"deadlineUnix"`
-	DeadlineUnixMs int64  `json:"deadlineUnixMs"`
-	// Standby is set for a standby not bound to a turn (its state); the
-	// deadline is then its expiry.
-	Standby string `json:"standby,omitempty"`
-	// Run marks a code run, Job a delegated job's research turn.
-	Run bool `json:"run,omitempty"`
-	Job bool `json:"job,omitempty"`
-	// Rich marks a rich channel's session (deadline: its lifetime).
-	Rich bool `json:"rich,omitempty"`
-}
-
-// Health is the host's health.
-type Health struct {
-	Status    string `json:"status"`
-	Version   string `json:"version"`
-	Accepting bool   `json:"accepting"`
-	Running   int    `json:"running"`
-	Waiting   int    `json:"waiting"`
-	// Role is the caller's role on the host: "none", "client" or "admin"
-	// ("" from a host older than the field).
-	Role string `json:"role"`
-}
 
 // Error is a refused or failed request.
 type Error struct {
@@ -354,66 +254,62 @@ func channelPath(channel string, rest ...string) []string {
 }
 
 // RunTurn runs one guest message in channel and waits for the reply.
-func (c *Client) RunTurn(ctx context.Context, channel string, speaker Speaker, text string) (Reply, error) {
+func (c *Client) RunTurn(ctx context.Context, channel string, speaker apiwire.Speaker, text string) (apiwire.Reply, error) {
 	return c.RunTurnAttachments(ctx, channel, speaker, text, nil)
 }
 
 // Channel returns one channel's status.
-func (c *Client) Channel(ctx context.Context, channel string) (Channel, error) {
-	var ch Channel
+func (c *Client) Channel(ctx context.Context, channel string) (apiwire.Channel, error) {
+	var ch apiwire.Channel
 	err := c.do(ctx, c.opts.Timeout, http.MethodGet, channelPath(channel), nil, &ch)
 	return ch, err
 }
 
 // Channels lists the known channels.
-func (c *Client) Channels(ctx context.Context) ([]Channel, error) {
-	var out struct {
-		Channels []Channel `json:"channels"`
-	}
+func (c *Client) Channels(ctx context.Context) ([]apiwire.Channel, error) {
+	var out apiwire.ChannelList
 	err := c.do(ctx, c.opts.Timeout, http.MethodGet, []string{"v1", "channels"}, nil, &out)
 	return out.Channels, err
 }
 
 // SetMode switches a channel's sandbox mode ("on" or "off"). Admins only.
-func (c *Client) SetMode(ctx context.Context, channel, mode string) (Channel, error) {
-	var ch Channel
-	err := c.do(ctx, c.opts.Timeout, http.MethodPut, channelPath(channel, "mode"), map[string]string{"mode": mode}, &ch)
+func (c *Client) SetMode(ctx context.Context, channel, mode string) (apiwire.Channel, error) {
+	var ch apiwire.Channel
+	err := c.do(ctx, c.opts.Timeout, http.MethodPut, channelPath(channel, "mode"), apiwire.ModeRequest{Mode: mode}, &ch)
 	return ch, err
 }
 
 // SetRich puts a channel in mode rich with a configured profile. Admins only.
-func (c *Client) SetRich(ctx context.Context, channel, profile string) (Channel, error) {
-	var ch Channel
-	err := c.do(ctx, c.opts.Timeout, http.MethodPut, channelPath(channel, "mode"), map[string]string{"mode": "rich", "profile": profile}, &ch)
+func (c *Client) SetRich(ctx context.Context, channel, profile string) (apiwire.Channel, error) {
+	var ch apiwire.Channel
+	err := c.do(ctx, c.opts.Timeout, http.MethodPut, channelPath(channel, "mode"), apiwire.ModeRequest{Mode: "rich", Profile: profile}, &ch)
 	return ch, err
 }
 
 // Fresh makes the channel's next turn start without history. Admins only.
-func (c *Client) Fresh(ctx context.Context, channel string) (Channel, error) {
-	var ch Channel
+func (c *Client) Fresh(ctx context.Context, channel string) (apiwire.Channel, error) {
+	var ch apiwire.Channel
 	err := c.do(ctx, c.opts.Timeout, http.MethodPost, channelPath(channel, "fresh"), nil, &ch)
 	return ch, err
 }
 
 // Cancel cancels the channel's running turn. Admins only.
-func (c *Client) Cancel(ctx context.Context, channel string) (Cancel, error) {
-	var r Cancel
+func (c *Client) Cancel(ctx context.Context, channel string) (apiwire.Cancel, error) {
+	var r apiwire.Cancel
 	err := c.do(ctx, c.opts.Timeout, http.MethodPost, channelPath(channel, "cancel"), nil, &r)
 	return r, err
 }
 
 // Turns lists running turns.
-func (c *Client) Turns(ctx context.Context) ([]Turn, error) {
-	var out struct {
-		Turns []Turn `json:"turns"`
-	}
+func (c *Client) Turns(ctx context.Context) ([]apiwire.Turn, error) {
+	var out apiwire.TurnList
 	err := c.do(ctx, c.opts.Timeout, http.MethodGet, []string{"v1", "turns"}, nil, &out)
 	return out.Turns, err
 }
 
 // Health returns the host's health; a stopping host answers 503 (an *Error).
-func (c *Client) Health(ctx context.Context) (Health, error) {
-	var h Health
+func (c *Client) Health(ctx context.Context) (apiwire.Health, error) {
+	var h apiwire.Health
 	err := c.do(ctx, c.opts.Timeout, http.MethodGet, []string{"v1", "health"}, nil, &h)
 	return h, err
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 )
 
 // server answers every request with handler on a Unix socket.
@@ -36,7 +38,7 @@ func TestChannelIsOneEscapedSegment(t *testing.T) {
 		got = r.RequestURI
 		w.Write([]byte(`{"ok":true,"text":"t","turnId":"x"}`))
 	})
-	if _, err := c.RunTurn(context.Background(), "a/../b c?#%", Speaker{ID: "s"}, "hi"); err != nil {
+	if _, err := c.RunTurn(context.Background(), "a/../b c?#%", apiwire.Speaker{ID: "s"}, "hi"); err != nil {
 		t.Fatal(err)
 	}
 	if want := "/v1/channels/a%2F%2E%2E%2Fb%20c%3F%23%25/turns"; got != want {
@@ -50,7 +52,7 @@ func TestErrorsCarryStatusAndReason(t *testing.T) {
 		w.WriteHeader(http.StatusTooManyRequests)
 		w.Write([]byte(`{"error":"queue full"}`))
 	})
-	_, err := c.RunTurn(context.Background(), "c", Speaker{ID: "s"}, "hi")
+	_, err := c.RunTurn(context.Background(), "c", apiwire.Speaker{ID: "s"}, "hi")
 	var e *Error
 	if !errors.As(err, &e) || e.Status != 429 || e.Reason != "queue full" {
 		t.Fatalf("err = %v", err)
@@ -89,7 +91,10 @@ func TestSilentSocketTimesOut(t *testing.T) {
 	}{
 		{"health", func() error { _, err := c.Health(context.Background()); return err }, 200 * time.Millisecond},
 		{"channel", func() error { _, err := c.Channel(context.Background(), "c"); return err }, 200 * time.Millisecond},
-		{"turn", func() error { _, err := c.RunTurn(context.Background(), "c", Speaker{ID: "s"}, "hi"); return err }, 400 * time.Millisecond},
+		{"turn", func() error {
+			_, err := c.RunTurn(context.Background(), "c", apiwire.Speaker{ID: "s"}, "hi")
+			return err
+		}, 400 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -120,7 +125,7 @@ func TestTurnsGetTheLongerBound(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		w.Write([]byte(`{"ok":true,"text":"t","turnId":"x","status":"ok"}`))
 	})
-	if _, err := c.RunTurn(context.Background(), "c", Speaker{ID: "s"}, "hi"); err != nil {
+	if _, err := c.RunTurn(context.Background(), "c", apiwire.Speaker{ID: "s"}, "hi"); err != nil {
 		t.Errorf("slow turn within TurnTimeout: %v", err)
 	}
 	if _, err := c.Health(context.Background()); !errors.Is(err, ErrTimeout) {
@@ -129,7 +134,7 @@ func TestTurnsGetTheLongerBound(t *testing.T) {
 	// A caller's earlier deadline wins and is not reported as the client's own.
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := c.RunTurn(ctx, "c", Speaker{ID: "s"}, "hi"); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrTimeout) {
+	if _, err := c.RunTurn(ctx, "c", apiwire.Speaker{ID: "s"}, "hi"); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrTimeout) {
 		t.Errorf("caller deadline: err = %v", err)
 	}
 }
@@ -176,7 +181,7 @@ func TestClosedWithoutAnswer(t *testing.T) {
 			c.Close()
 		}
 	}()
-	_, err = New(sock).RunTurn(context.Background(), "c", Speaker{ID: "s"}, "hi")
+	_, err = New(sock).RunTurn(context.Background(), "c", apiwire.Speaker{ID: "s"}, "hi")
 	if err == nil || !strings.Contains(err.Error(), "systemctl status sandbox-host") || errors.Is(err, ErrTimeout) {
 		t.Errorf("err = %v", err)
 	}

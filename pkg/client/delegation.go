@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 )
 
@@ -24,7 +25,7 @@ const DefaultJobIdleTimeout = time.Minute
 // Delegate asks for a delegated research task in channel; the answer comes
 // at once with the job's id (state queued). author is the host-bound
 // author, as a turn's speaker.
-func (c *Client) Delegate(ctx context.Context, channel, title, task string, author Speaker) (delegation.Status, error) {
+func (c *Client) Delegate(ctx context.Context, channel, title, task string, author apiwire.Speaker) (delegation.Status, error) {
 	var st delegation.Status
 	req := delegation.Request{Title: title, Task: task, Author: delegation.Author{ID: author.ID, Name: author.Name, PrincipalID: author.PrincipalID}}
 	err := c.do(ctx, c.opts.Timeout, http.MethodPost, channelPath(channel, "delegations"), req, &st)

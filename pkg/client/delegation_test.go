@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 )
 
@@ -22,7 +23,7 @@ func TestDelegateRefusalText(t *testing.T) {
 		w.WriteHeader(http.StatusTooManyRequests)
 		w.Write([]byte(`{"error":"this channel already has 2 delegated tasks running; wait for one to report back"}`))
 	})
-	_, err := c.Delegate(context.Background(), "c", "T", "task", Speaker{ID: "a", Name: "Ann", PrincipalID: "p"})
+	_, err := c.Delegate(context.Background(), "c", "T", "task", apiwire.Speaker{ID: "a", Name: "Ann", PrincipalID: "p"})
 	var e *Error
 	if !errors.As(err, &e) || e.Status != 429 || e.Reason != "this channel already has 2 delegated tasks running; wait for one to report back" {
 		t.Errorf("err = %v", err)

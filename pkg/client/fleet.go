@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 )
@@ -84,12 +85,12 @@ func (c *FleetClient) Close() {
 // for its committed reply, failing as Client.RunTurn does (*Error with
 // the status a box's host would answer, ErrTimeout when the deadline
 // passed).
-func (c *FleetClient) RunTurn(ctx context.Context, channel string, speaker Speaker, text string) (Reply, error) {
+func (c *FleetClient) RunTurn(ctx context.Context, channel string, speaker apiwire.Speaker, text string) (apiwire.Reply, error) {
 	if speaker.ID == "" {
-		return Reply{}, &Error{Status: http.StatusBadRequest, Reason: "speaker.id is required"}
+		return apiwire.Reply{}, &Error{Status: http.StatusBadRequest, Reason: "speaker.id is required"}
 	}
 	if err := ids.ValidChannel(channel); err != nil {
-		return Reply{}, &Error{Status: http.StatusBadRequest, Reason: "invalid channel"}
+		return apiwire.Reply{}, &Error{Status: http.StatusBadRequest, Reason: "invalid channel"}
 	}
 	terr := &timeoutError{op: "fleet turn", after: c.opts.TurnTimeout}
 	ctx, cancel := context.WithTimeoutCause(ctx, c.opts.TurnTimeout, terr)
@@ -100,21 +101,21 @@ func (c *FleetClient) RunTurn(ctx context.Context, channel string, speaker Speak
 	rep, _, err := c.f.Ask(ctx, t)
 	if err != nil {
 		if errors.Is(context.Cause(ctx), ErrTimeout) {
-			return Reply{}, terr
+			return apiwire.Reply{}, terr
 		}
 		if errors.Is(err, fleet.ErrInvalid) {
-			return Reply{}, &Error{Status: http.StatusBadRequest, Reason: "invalid turn"}
+			return apiwire.Reply{}, &Error{Status: http.StatusBadRequest, Reason: "invalid turn"}
 		}
-		return Reply{}, fmt.Errorf("sandbox fleet: turn %s: %w", t.ID, err)
+		return apiwire.Reply{}, fmt.Errorf("sandbox fleet: turn %s: %w", t.ID, err)
 	}
 	switch rep.Error {
 	case "":
-		return Reply{OK: rep.OK, Text: rep.Text, TurnID: t.ID}, nil
+		return apiwire.Reply{OK: rep.OK, Text: rep.Text, TurnID: t.ID}, nil
 	case fleet.ErrorDeadline:
-		return Reply{}, &Error{Status: http.StatusGatewayTimeout, Reason: "turn deadline exceeded"}
+		return apiwire.Reply{}, &Error{Status: http.StatusGatewayTimeout, Reason: "turn deadline exceeded"}
 	case fleet.ErrorModeOff:
-		return Reply{}, &Error{Status: http.StatusConflict, Reason: "channel is not in sandbox mode"}
+		return apiwire.Reply{}, &Error{Status: http.StatusConflict, Reason: "channel is not in sandbox mode"}
 	default:
-		return Reply{}, &Error{Status: http.StatusInternalServerError, Reason: "turn failed"}
+		return apiwire.Reply{}, &Error{Status: http.StatusInternalServerError, Reason: "turn failed"}
 	}
 }

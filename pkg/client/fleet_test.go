@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet/fleettest"
 )
@@ -52,7 +53,7 @@ func TestFleetClientRunsTurnOnABox(t *testing.T) {
 		{"boom", "", ErrTurnFailed},
 	}
 	for _, tt := range tests {
-		rep, err := fc.RunTurn(ctx, "discord:1", Speaker{ID: "u1"}, tt.text)
+		rep, err := fc.RunTurn(ctx, "discord:1", apiwire.Speaker{ID: "u1"}, tt.text)
 		if tt.wantErr != nil {
 			var ce *Error
 			if !errors.Is(err, tt.wantErr) || !errors.As(err, &ce) || ce.Reason == "secret detail" {
@@ -64,7 +65,7 @@ func TestFleetClientRunsTurnOnABox(t *testing.T) {
 			t.Errorf("RunTurn(%q) = %+v, %v; want %q", tt.text, rep, err, tt.want)
 		}
 	}
-	if _, err := fc.RunTurn(ctx, "discord:1", Speaker{}, "x"); !errors.Is(err, ErrBadRequest) {
+	if _, err := fc.RunTurn(ctx, "discord:1", apiwire.Speaker{}, "x"); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("no speaker: %v, want 400", err)
 	}
 }
@@ -81,7 +82,7 @@ func TestFleetClientTimesOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fc.RunTurn(ctx, "discord:1", Speaker{ID: "u1"}, "x"); !errors.Is(err, ErrTimeout) {
+	if _, err := fc.RunTurn(ctx, "discord:1", apiwire.Speaker{ID: "u1"}, "x"); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("RunTurn with no box = %v, want ErrTimeout", err)
 	}
 }

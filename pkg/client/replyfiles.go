@@ -11,14 +11,6 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
 
-// File is one reply file of a rich turn: bytes (base64 in the host's JSON),
-// a plain name and a type, both chosen by the worker: untrusted.
-type File struct {
-	Name string `json:"name"`
-	Type string `json:"type,omitempty"`
-	Data []byte `json:"data"`
-}
-
 // maxTurnAnswerBytes bounds a turn's answer: reply files of up to 50 MiB
 // in base64, the text, and room for the JSON around them.
 const maxTurnAnswerBytes = richproto.MaxPacketBytes + 1<<20
@@ -40,7 +32,7 @@ func CheckReplyFileName(name string) error {
 }
 
 // checkReplyFiles applies the reply-file bounds to what the host sent.
-func checkReplyFiles(files []File) error {
+func checkReplyFiles(files []richproto.File) error {
 	if len(files) > richproto.MaxReplyFiles {
 		return fmt.Errorf("%d reply files; at most %d", len(files), richproto.MaxReplyFiles)
 	}
@@ -70,7 +62,7 @@ func checkReplyFiles(files []File) error {
 // planted at its name), written to a temporary name, synced and renamed
 // into place without replacing anything. A file that cannot be placed
 // stops the writing; those already written stay.
-func WriteReplyFiles(dir string, files []File) ([]string, error) {
+func WriteReplyFiles(dir string, files []richproto.File) ([]string, error) {
 	if err := checkReplyFiles(files); err != nil {
 		return nil, err
 	}
@@ -101,4 +93,6 @@ func WriteReplyFiles(dir string, files []File) ([]string, error) {
 	return written, nil
 }
 
-func writeOne(dfd int, f File) error { return atomicfile.CreateAt(dfd, f.Name, f.Data, 0o600) }
+func writeOne(dfd int, f richproto.File) error {
+	return atomicfile.CreateAt(dfd, f.Name, f.Data, 0o600)
+}

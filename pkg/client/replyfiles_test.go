@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
 
@@ -25,7 +26,7 @@ func TestRunTurnReadsReplyFiles(t *testing.T) {
 		}
 		fmt.Fprintf(w, `{"ok":true,"text":"t","turnId":"x","files":[%s]}`, strings.Join(files, ","))
 	})
-	reply, err := c.RunTurn(context.Background(), "room", Speaker{ID: "u"}, "hi")
+	reply, err := c.RunTurn(context.Background(), "room", apiwire.Speaker{ID: "u"}, "hi")
 	if err != nil || len(reply.Files) != 5 || len(reply.Files[4].Data) != richproto.MaxReplyFileBytes || reply.Files[4].Name != "f4.bin" {
 		t.Fatalf("reply = %d files, %v", len(reply.Files), err)
 	}
@@ -42,7 +43,7 @@ func TestRunTurnRefusesHostileReplyFiles(t *testing.T) {
 		c := server(t, func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, `{"ok":true,"text":"t","turnId":"x","files":%s}`, files)
 		})
-		if _, err := c.RunTurn(context.Background(), "room", Speaker{ID: "u"}, "hi"); err == nil || !strings.Contains(err.Error(), "bad answer") {
+		if _, err := c.RunTurn(context.Background(), "room", apiwire.Speaker{ID: "u"}, "hi"); err == nil || !strings.Contains(err.Error(), "bad answer") {
 			t.Errorf("%s: err = %v, want a bad answer", name, err)
 		}
 	}
@@ -50,7 +51,7 @@ func TestRunTurnRefusesHostileReplyFiles(t *testing.T) {
 
 func TestWriteReplyFiles(t *testing.T) {
 	dir := t.TempDir()
-	files := []File{{Name: "a.txt", Data: []byte("alpha")}, {Name: "b c.png", Type: "image/png", Data: []byte{0x89, 'P'}}}
+	files := []richproto.File{{Name: "a.txt", Data: []byte("alpha")}, {Name: "b c.png", Type: "image/png", Data: []byte{0x89, 'P'}}}
 	written, err := WriteReplyFiles(dir, files)
 	if err != nil || len(written) != 2 || written[1] != filepath.Join(dir, "b c.png") {
 		t.Fatalf("written %v, %v", written, err)
@@ -76,7 +77,7 @@ func TestWriteReplyFilesNeverOverAFileNorThroughALink(t *testing.T) {
 	os.Symlink(outside, filepath.Join(dir, "link.txt"))
 	os.Symlink(filepath.Join(t.TempDir(), "nowhere"), filepath.Join(dir, "dangling.txt"))
 	for _, name := range []string{"exists.txt", "link.txt", "dangling.txt"} {
-		_, err := WriteReplyFiles(dir, []File{{Name: name, Data: []byte("evil")}})
+		_, err := WriteReplyFiles(dir, []richproto.File{{Name: name, Data: []byte("evil")}})
 		if !errors.Is(err, os.ErrExist) {
 			t.Errorf("%s: err = %v, want exists", name, err)
 		}
@@ -98,11 +99,11 @@ func TestWriteReplyFilesNeverOverAFileNorThroughALink(t *testing.T) {
 
 func TestWriteReplyFilesRefusals(t *testing.T) {
 	big := make([]byte, richproto.MaxReplyFileBytes)
-	many := make([]File, richproto.MaxReplyFiles+1)
+	many := make([]richproto.File, richproto.MaxReplyFiles+1)
 	for i := range many {
-		many[i] = File{Name: fmt.Sprintf("f%d", i)}
+		many[i] = richproto.File{Name: fmt.Sprintf("f%d", i)}
 	}
-	cases := map[string][]File{
+	cases := map[string][]richproto.File{
 		"slash":        {{Name: "a/b"}},
 		"parent":       {{Name: ".."}},
 		"dot":          {{Name: "."}},
@@ -132,7 +133,7 @@ func TestWriteReplyFilesRefusals(t *testing.T) {
 			t.Errorf("%s: %d files written before the refusal", name, len(entries))
 		}
 	}
-	if _, err := WriteReplyFiles(filepath.Join(t.TempDir(), "missing"), []File{{Name: "a"}}); err == nil {
+	if _, err := WriteReplyFiles(filepath.Join(t.TempDir(), "missing"), []richproto.File{{Name: "a"}}); err == nil {
 		t.Errorf("a missing directory was accepted")
 	}
 }

@@ -94,7 +94,7 @@ func (k *Kind) withRunOrFleet(fn func(http.ResponseWriter, *http.Request, *Run) 
 	local := k.withRun(fn)
 	return func(w http.ResponseWriter, r *http.Request, id string) error {
 		err := local(w, r, id)
-		if errors.Is(err, runs.ErrNotFound) && k.fleet != nil {
+		if errors.Is(err, runs.ErrNotFound) && k.queue != nil {
 			if _, gerr := k.runs.Get(id); gerr != nil {
 				return k.handleRemoteDecision(w, r, id, approve)
 			}

@@ -28,8 +28,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetjobs"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -111,7 +113,7 @@ type Kind struct {
 	standbyKey string
 
 	// Fleet mode (fleet.go; nil fleet: every run runs here).
-	fleet   *fleet.Fleet
+	queue   *fleetjobs.Queue
 	box     string
 	shadows shadowRuns
 }
@@ -144,7 +146,7 @@ func New(o Options) *Kind {
 	}
 	o.Registry.MustRegister(k.results, k.duration)
 	k.newStandbys(o.Registry)
-	k.fleet, k.box = o.Fleet, o.Box
+	k.queue, k.box = fleetjobs.New(o.Fleet), o.Box
 	k.shadows = shadowRuns{NewRegistry(k.runs.lim, o.Now)}
 	return k
 }
@@ -156,8 +158,8 @@ func (k *Kind) Registry() *Registry { return k.runs }
 // is that the host lists a turn (a run is one to the reaper) from before it
 // writes anything until after everything of it is gone, and a run finishes
 // only after its cleanup.
-func (k *Kind) Listed() []sandbox.Listed {
-	var out []sandbox.Listed
+func (k *Kind) Listed() []apiwire.Turn {
+	var out []apiwire.Turn
 	seen := map[string]bool{}
 	for _, r := range append(k.shadows.reg.Unfinished(), k.runs.Unfinished()...) {
 		if seen[r.ID()] { // this box runs its own run's job
@@ -165,7 +167,7 @@ func (k *Kind) Listed() []sandbox.Listed {
 		}
 		seen[r.ID()] = true
 		d := k.DeadlineBound(r)
-		out = append(out, sandbox.Listed{ID: r.ID(), ChannelTag: ids.RunName(r.ID()), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
+		out = append(out, apiwire.Turn{ID: r.ID(), ChannelTag: ids.RunName(r.ID()), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Run: true})
 	}
 	if k.standbys != nil {
 		// Run standbys from before their preparation until the run that
@@ -175,7 +177,7 @@ func (k *Kind) Listed() []sandbox.Listed {
 			if st == "binding" {
 				st = "" // a run now, no longer waiting
 			}
-			out = append(out, sandbox.Listed{ID: w.TurnID, ChannelTag: ids.RunName(w.TurnID), DeadlineUnix: w.Expiry.Unix(), DeadlineUnixMs: w.Expiry.UnixMilli(), Run: true, Standby: st})
+			out = append(out, apiwire.Turn{ID: w.TurnID, ChannelTag: ids.RunName(w.TurnID), DeadlineUnix: w.Expiry.Unix(), DeadlineUnixMs: w.Expiry.UnixMilli(), Run: true, Standby: st})
 		}
 	}
 	return out

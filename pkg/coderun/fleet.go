@@ -13,6 +13,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetjobs"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
@@ -67,7 +68,7 @@ type runFrame struct {
 // travels: the run goes to the fleet (a fleet, and nothing that must stay
 // on this box).
 func (k *Kind) travels(p runs.Params) bool {
-	if k.fleet == nil || len(p.Credentials) > 0 {
+	if k.queue == nil || len(p.Credentials) > 0 {
 		return false
 	}
 	b, err := json.Marshal(runJob{Params: p})
@@ -82,13 +83,13 @@ func (k *Kind) travels(p runs.Params) bool {
 // box's credential, which is this box's admins' to give, not any box's
 // that may write the fleet's control bucket.
 func (k *Kind) fleetApproval(ctx context.Context, r *Run, log *slog.Logger) (stop func()) {
-	if k.fleet == nil || len(r.Params().Credentials) > 0 {
+	if k.queue == nil || len(r.Params().Credentials) > 0 {
 		return func() {}
 	}
 	what, err := json.Marshal(r.Summary())
 	if err == nil {
 		actx, cancel := context.WithTimeout(ctx, fleetOpTimeout)
-		err = k.fleet.AskApproval(actx, fleet.JobRun, r.ID(), what)
+		err = k.queue.AskApproval(actx, fleetjobs.JobRun, r.ID(), what)
 		cancel()
 	}
 	if err != nil {
@@ -100,7 +101,7 @@ func (k *Kind) fleetApproval(ctx context.Context, r *Run, log *slog.Logger) (sto
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		a, err := k.fleet.AwaitDecision(wctx, fleet.JobRun, r.ID())
+		a, err := k.queue.AwaitDecision(wctx, fleetjobs.JobRun, r.ID())
 		if err != nil {
 			return
 		}
@@ -111,7 +112,7 @@ func (k *Kind) fleetApproval(ctx context.Context, r *Run, log *slog.Logger) (sto
 		<-done
 		fctx, c := context.WithTimeout(context.WithoutCancel(ctx), fleetOpTimeout)
 		defer c()
-		if err := k.fleet.ForgetApproval(fctx, fleet.JobRun, r.ID()); err != nil {
+		if err := k.queue.ForgetApproval(fctx, fleetjobs.JobRun, r.ID()); err != nil {
 			log.Warn("run approval record not removed from the fleet (NATS JetStream); it expires", "err", err)
 		}
 	}
@@ -119,9 +120,9 @@ func (k *Kind) fleetApproval(ctx context.Context, r *Run, log *slog.Logger) (sto
 
 // applyDecision applies a decision taken in the fleet to the run here (it
 // may already be applied: the box that decided is this one).
-func (k *Kind) applyDecision(r *Run, a fleet.Approval, log *slog.Logger) {
+func (k *Kind) applyDecision(r *Run, a fleetjobs.Approval, log *slog.Logger) {
 	var err error
-	if a.State == fleet.ApprovalApproved {
+	if a.State == fleetjobs.ApprovalApproved {
 		err = r.Approve(a.By)
 	} else {
 		err = r.Deny(a.By)
@@ -135,7 +136,7 @@ func (k *Kind) applyDecision(r *Run, a fleet.Approval, log *slog.Logger) {
 // box: the decision lands in the fleet first (one decision, whichever box
 // gives it), then here.
 func (k *Kind) decide(r *Run, approve bool, uid int) error {
-	if k.fleet == nil {
+	if k.queue == nil {
 		if approve {
 			return r.Approve(uid)
 		}
@@ -143,8 +144,8 @@ func (k *Kind) decide(r *Run, approve bool, uid int) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), fleetOpTimeout)
 	defer cancel()
-	a, err := k.fleet.Decide(ctx, fleet.JobRun, r.ID(), approve, uid, k.box)
-	if errors.Is(err, fleet.ErrNotPending) {
+	a, err := k.queue.Decide(ctx, fleetjobs.JobRun, r.ID(), approve, uid, k.box)
+	if errors.Is(err, fleetjobs.ErrNotPending) {
 		// Decided already, or not shared with the fleet: this box's
 		// record says which.
 		if approve {
@@ -164,14 +165,14 @@ func (k *Kind) decide(r *Run, approve bool, uid int) error {
 // the box that admitted it applies it. The answer is the run as the
 // admitting box showed it to approvers, with the decision.
 func (k *Kind) handleRemoteDecision(w http.ResponseWriter, r *http.Request, id string, approve bool) error {
-	if k.fleet == nil || ids.ValidTurnID(id) != nil {
+	if k.queue == nil || ids.ValidTurnID(id) != nil {
 		return runs.ErrNotFound
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), fleetOpTimeout)
 	defer cancel()
 	uid := api.CallerUID(r)
-	a, err := k.fleet.Decide(ctx, fleet.JobRun, id, approve, uid, k.box)
-	if errors.Is(err, fleet.ErrNotPending) {
+	a, err := k.queue.Decide(ctx, fleetjobs.JobRun, id, approve, uid, k.box)
+	if errors.Is(err, fleetjobs.ErrNotPending) {
 		return runs.ErrNotFound
 	}
 	if err != nil {
@@ -212,7 +213,7 @@ func (k *Kind) driveRemote(ctx context.Context, r *Run, log *slog.Logger, finish
 		return
 	}
 	sctx, cancel := context.WithTimeout(ctx, fleetOpTimeout)
-	_, err = k.fleet.SubmitJob(sctx, fleet.JobRun, id, payload)
+	_, err = k.queue.SubmitJob(sctx, fleetjobs.JobRun, id, payload)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -238,7 +239,7 @@ func (k *Kind) driveRemote(ctx context.Context, r *Run, log *slog.Logger, finish
 			return
 		}
 		cctx, c := context.WithTimeout(context.WithoutCancel(ctx), fleetOpTimeout)
-		if err := k.fleet.CancelJob(cctx, fleet.JobRun, id); err != nil {
+		if err := k.queue.CancelJob(cctx, fleetjobs.JobRun, id); err != nil {
 			log.Warn("run cancel not handed to the fleet (NATS JetStream); the run goes on where it runs", "err", err)
 		}
 		c()
@@ -249,14 +250,14 @@ func (k *Kind) driveRemote(ctx context.Context, r *Run, log *slog.Logger, finish
 		}
 	}()
 	m := &mirror{k: k, r: r, p: p}
-	res, err := k.fleet.FollowJob(fctx, fleet.JobRun, id, m.apply)
+	res, err := k.queue.FollowJob(fctx, fleetjobs.JobRun, id, m.apply)
 	if err != nil {
 		switch cause := context.Cause(fctx); {
 		case errors.Is(cause, errFinishedHere):
 			return // r is finished (cancelled); the box that takes the job sees the cancel
 		case errors.Is(cause, sandbox.ErrShuttingDown):
 			cctx, c := context.WithTimeout(context.WithoutCancel(ctx), fleetOpTimeout)
-			if err := k.fleet.CancelJob(cctx, fleet.JobRun, id); err != nil {
+			if err := k.queue.CancelJob(cctx, fleetjobs.JobRun, id); err != nil {
 				log.Warn("run cancel not handed to the fleet (NATS JetStream); the run goes on where it runs", "err", err)
 			}
 			c()
@@ -270,7 +271,7 @@ func (k *Kind) driveRemote(ctx context.Context, r *Run, log *slog.Logger, finish
 	finish(m.finish(res, log))
 	fgctx, c := context.WithTimeout(context.WithoutCancel(ctx), fleetOpTimeout)
 	defer c()
-	if err := k.fleet.ForgetJob(fgctx, fleet.JobRun, id); err != nil {
+	if err := k.queue.ForgetJob(fgctx, fleetjobs.JobRun, id); err != nil {
 		log.Warn("run's frames not purged from the fleet (NATS JetStream); they age out", "err", err)
 	}
 }
@@ -287,7 +288,7 @@ type mirror struct {
 	refused bool // an artifact broke this box's bounds
 }
 
-func (m *mirror) apply(fr fleet.JobFrame) error {
+func (m *mirror) apply(fr fleetjobs.JobFrame) error {
 	if fr.Attempt < m.attempt {
 		return nil // a dead (or stalled) attempt's late frame
 	}
@@ -339,7 +340,7 @@ func (m *mirror) apply(fr fleet.JobFrame) error {
 // finish is the run's Finish from the job's result: the result's fields,
 // checked, and the artifacts of the attempt that wrote it, checked against
 // this box's bounds as a local run's are.
-func (m *mirror) finish(res fleet.JobResult, log *slog.Logger) Finish {
+func (m *mirror) finish(res fleetjobs.JobResult, log *slog.Logger) Finish {
 	if res.GaveUp {
 		log.Error("run given up by the fleet: no box could carry it out", "attempts", res.Attempt)
 		return Finish{Result: runs.ResultError, Error: ErrorNoBox}
@@ -382,7 +383,7 @@ func (m *mirror) finish(res fleet.JobResult, log *slog.Logger) Finish {
 // holding the slot the job worker took: a shadow record, driven as a local
 // run's from the slot on, its events published as they come, its artifacts
 // after, then its result.
-func (k *Kind) fleetHandle(ctx context.Context, j *fleet.Job) {
+func (k *Kind) fleetHandle(ctx context.Context, j *fleetjobs.Job) {
 	log := k.log.With("run", j.ID, "fleet_attempt", j.Attempt)
 	var job runJob
 	if err := json.Unmarshal(j.Payload, &job); err != nil || ids.ValidTurnID(j.ID) != nil {
@@ -464,7 +465,7 @@ func (k *Kind) fleetHandle(ctx context.Context, j *fleet.Job) {
 		err = j.Finish(context.WithoutCancel(ctx), data)
 	}
 	switch {
-	case errors.Is(err, fleet.ErrResultTaken):
+	case errors.Is(err, fleetjobs.ErrResultTaken):
 		log.Warn("fleet run carried out twice: another box's result was first (at least once); this one is dropped")
 	case err != nil:
 		log.Error("fleet run's result not recorded (NATS JetStream): the job moves to another box", "err", err)
@@ -474,9 +475,9 @@ func (k *Kind) fleetHandle(ctx context.Context, j *fleet.Job) {
 }
 
 // fleetFail records a job's failure as its result.
-func (k *Kind) fleetFail(ctx context.Context, j *fleet.Job, log *slog.Logger) {
+func (k *Kind) fleetFail(ctx context.Context, j *fleetjobs.Job, log *slog.Logger) {
 	data, _ := json.Marshal(runs.Status{ID: j.ID, State: runs.StateFinished, Result: runs.ResultError, Error: "the run was refused by the box that took it"})
-	if err := j.Finish(ctx, data); err != nil && !errors.Is(err, fleet.ErrResultTaken) {
+	if err := j.Finish(ctx, data); err != nil && !errors.Is(err, fleetjobs.ErrResultTaken) {
 		log.Warn("fleet run's result not recorded (NATS JetStream)", "err", err)
 	}
 }
@@ -516,7 +517,7 @@ func (k *Kind) driveShadow(ctx context.Context, r *Run, cancelReq <-chan struct{
 	r.Finish(fin)
 }
 
-func (k *Kind) publishEvent(ctx context.Context, j *fleet.Job, ev runs.Event) error {
+func (k *Kind) publishEvent(ctx context.Context, j *fleetjobs.Job, ev runs.Event) error {
 	for {
 		part := ev
 		if len(ev.Data) > fleetChunk {
@@ -537,7 +538,7 @@ func (k *Kind) publishEvent(ctx context.Context, j *fleet.Job, ev runs.Event) er
 	}
 }
 
-func (k *Kind) publishArtifact(ctx context.Context, j *fleet.Job, a runs.Artifact) error {
+func (k *Kind) publishArtifact(ctx context.Context, j *fleetjobs.Job, a runs.Artifact) error {
 	for first := true; first || len(a.Data) > 0; first = false {
 		part := a
 		part.Data = a.Data[:min(len(a.Data), fleetChunk)]
@@ -557,12 +558,12 @@ func (k *Kind) publishArtifact(ctx context.Context, j *fleet.Job, a runs.Artifac
 // slot (slot: the host's spare slot that yields to local work), until stop
 // or the host stops; stop waits for the jobs running. Nothing without a
 // fleet.
-func (k *Kind) StartFleet(ctx context.Context, slot fleet.SlotFunc) (stop func(), err error) {
-	if _, ok := k.life.Containers().(sandbox.RunContainers); k.fleet == nil || !k.cfg.Runs.Enabled || !ok {
+func (k *Kind) StartFleet(ctx context.Context, slot fleetjobs.SlotFunc) (stop func(), err error) {
+	if _, ok := k.life.Containers().(sandbox.RunContainers); k.queue == nil || !k.cfg.Runs.Enabled || !ok {
 		return func() {}, nil // a box that cannot run one takes none
 	}
-	w, err := k.fleet.StartJobWorker(ctx, fleet.JobWorkerOptions{
-		Kind: fleet.JobRun, Box: k.box, Slot: slot, Handle: k.fleetHandle, Logger: k.log,
+	w, err := k.queue.StartJobWorker(ctx, fleetjobs.JobWorkerOptions{
+		Kind: fleetjobs.JobRun, Box: k.box, Slot: slot, Handle: k.fleetHandle, Logger: k.log,
 	})
 	if err != nil {
 		return nil, err

@@ -26,9 +26,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetjobs"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
@@ -95,7 +97,7 @@ type Kind struct {
 	research func(ctx context.Context, j *delegation.Job, scratch string, log *slog.Logger) Research
 	jobs     *delegation.Registry
 	results  *prometheus.CounterVec
-	fleet    *fleet.Fleet
+	queue    *fleetjobs.Queue
 	box      string
 	// shadows are the jobs this box runs for the fleet (fleet.go): not in
 	// the API's registry, listed for the reaper.
@@ -111,7 +113,7 @@ func New(o Options) *Kind {
 		MaxReportChars: d.MaxReportChars, DiagnosticChars: d.DiagnosticChars,
 	}
 	k := &Kind{cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, newID: o.NewID,
-		uid: o.UID, gid: o.GID, research: o.Research, fleet: o.Fleet, box: o.Box,
+		uid: o.UID, gid: o.GID, research: o.Research, queue: fleetjobs.New(o.Fleet), box: o.Box,
 		jobs:    delegation.NewRegistry(lim, delegation.DefaultRetention(), o.Now),
 		shadows: delegation.NewRegistry(lim, delegation.Retention{Retain: time.Nanosecond, MaxRetained: 1, MaxRetainedBytes: 1}, o.Now),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -207,7 +209,7 @@ func (k *Kind) drive(j *delegation.Job) {
 	start := k.now()
 
 	var fin delegation.Finish
-	if k.fleet != nil {
+	if k.queue != nil {
 		if j.Start() == nil {
 			fin = k.runRemote(ctx, j, log) // fleet.go
 		}
@@ -294,11 +296,11 @@ func (k *Kind) CancelChannel(channel string) {
 
 // Listed lists unfinished jobs for GET /v1/turns: the reaper keeps
 // their containers and units, from admission until after their cleanup.
-func (k *Kind) Listed() []sandbox.Listed {
-	var out []sandbox.Listed
+func (k *Kind) Listed() []apiwire.Turn {
+	var out []apiwire.Turn
 	for _, j := range append(k.shadows.Unfinished(), k.jobs.Unfinished()...) {
 		d := j.Deadline()
-		out = append(out, sandbox.Listed{ID: j.ID(), ChannelTag: ids.ChannelTag(j.Channel()), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Job: true})
+		out = append(out, apiwire.Turn{ID: j.ID(), ChannelTag: ids.ChannelTag(j.Channel()), DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli(), Job: true})
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetjobs"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
@@ -55,7 +56,7 @@ func (k *Kind) runRemote(ctx context.Context, j *delegation.Job, log *slog.Logge
 		return delegation.Finish{Result: delegation.ResultFailed, Reason: reasonFailed}
 	}
 	sctx, cancel := context.WithTimeout(ctx, fleetOpTimeout)
-	_, err = k.fleet.SubmitJob(sctx, fleet.JobDelegation, j.ID(), payload)
+	_, err = k.queue.SubmitJob(sctx, fleetjobs.JobDelegation, j.ID(), payload)
 	cancel()
 	if err != nil {
 		log.Error("delegated job not handed to the fleet: NATS JetStream failed", "err", err)
@@ -67,7 +68,7 @@ func (k *Kind) runRemote(ctx context.Context, j *delegation.Job, log *slog.Logge
 	var attempt uint64
 	limit := 4 * k.cfg.Delegation.MaxReportChars
 	over := false
-	res, err := k.fleet.FollowJob(ctx, fleet.JobDelegation, j.ID(), func(fr fleet.JobFrame) error {
+	res, err := k.queue.FollowJob(ctx, fleetjobs.JobDelegation, j.ID(), func(fr fleetjobs.JobFrame) error {
 		if fr.Attempt != attempt {
 			attempt, over = fr.Attempt, false
 			report.Reset()
@@ -85,7 +86,7 @@ func (k *Kind) runRemote(ctx context.Context, j *delegation.Job, log *slog.Logge
 	})
 	if err != nil {
 		cctx, c := context.WithTimeout(context.WithoutCancel(ctx), fleetOpTimeout)
-		if cerr := k.fleet.CancelJob(cctx, fleet.JobDelegation, j.ID()); cerr != nil {
+		if cerr := k.queue.CancelJob(cctx, fleetjobs.JobDelegation, j.ID()); cerr != nil {
 			log.Warn("delegated job's cancel not handed to the fleet (NATS JetStream)", "err", cerr)
 		}
 		c()
@@ -95,7 +96,7 @@ func (k *Kind) runRemote(ctx context.Context, j *delegation.Job, log *slog.Logge
 		return jobEnded(ctx, delegation.Finish{Result: delegation.ResultFailed, Reason: reasonFailed})
 	}
 	fctx, c := context.WithTimeout(context.WithoutCancel(ctx), fleetOpTimeout)
-	_ = k.fleet.ForgetJob(fctx, fleet.JobDelegation, j.ID())
+	_ = k.queue.ForgetJob(fctx, fleetjobs.JobDelegation, j.ID())
 	c()
 	var out jobOutcome
 	if res.GaveUp || json.Unmarshal(res.Data, &out) != nil {
@@ -116,7 +117,7 @@ func (k *Kind) runRemote(ctx context.Context, j *delegation.Job, log *slog.Logge
 
 // fleetHandle runs a delegated job of the fleet on this box, holding the
 // slot the job worker took.
-func (k *Kind) fleetHandle(ctx context.Context, fj *fleet.Job) {
+func (k *Kind) fleetHandle(ctx context.Context, fj *fleetjobs.Job) {
 	log := k.log.With("job", fj.ID, "fleet_attempt", fj.Attempt)
 	var p jobPayload
 	if err := json.Unmarshal(fj.Payload, &p); err != nil || ids.ValidTurnID(fj.ID) != nil || ids.ValidChannel(p.Channel) != nil {
@@ -180,7 +181,7 @@ func (k *Kind) fleetHandle(ctx context.Context, fj *fleet.Job) {
 var errCancelledThere = errors.New("cancelled by the admitting box")
 
 // fleetFinish publishes the report in chunks, then the result.
-func (k *Kind) fleetFinish(ctx context.Context, fj *fleet.Job, report string, out jobOutcome, log *slog.Logger) {
+func (k *Kind) fleetFinish(ctx context.Context, fj *fleetjobs.Job, report string, out jobOutcome, log *slog.Logger) {
 	for len(report) > 0 {
 		n := min(len(report), fleetChunk)
 		for n < len(report) && !utf8.RuneStart(report[n]) {
@@ -197,19 +198,19 @@ func (k *Kind) fleetFinish(ctx context.Context, fj *fleet.Job, report string, ou
 	if err == nil {
 		err = fj.Finish(ctx, data)
 	}
-	if err != nil && !errors.Is(err, fleet.ErrResultTaken) {
+	if err != nil && !errors.Is(err, fleetjobs.ErrResultTaken) {
 		log.Error("fleet delegated job's result not recorded (NATS JetStream): the job moves to another box", "err", err)
 	}
 }
 
 // StartFleet starts taking the fleet's delegated jobs while this box has a
 // free slot, until stop or the host stops; nothing without a fleet.
-func (k *Kind) StartFleet(ctx context.Context, slot fleet.SlotFunc) (stop func(), err error) {
-	if k.fleet == nil || !k.cfg.Delegation.Enabled {
+func (k *Kind) StartFleet(ctx context.Context, slot fleetjobs.SlotFunc) (stop func(), err error) {
+	if k.queue == nil || !k.cfg.Delegation.Enabled {
 		return func() {}, nil // a box that cannot run one takes none
 	}
-	w, err := k.fleet.StartJobWorker(ctx, fleet.JobWorkerOptions{
-		Kind: fleet.JobDelegation, Box: k.box, Slot: slot, Handle: k.fleetHandle, Logger: k.log,
+	w, err := k.queue.StartJobWorker(ctx, fleetjobs.JobWorkerOptions{
+		Kind: fleetjobs.JobDelegation, Box: k.box, Slot: slot, Handle: k.fleetHandle, Logger: k.log,
 	})
 	if err != nil {
 		return nil, err

@@ -25,12 +25,9 @@
 // partition for ever. Ask retries a publish whose outcome is unknown under
 // the same turn id and answers a committed turn with its reply.
 //
-// Runs, prechecks and delegated jobs go through the work queue
-// SANDBOX_JOBS (jobs.go, jobworker.go, approvals.go): a box pulls a job only
-// while it holds a free admission slot, one job per slot; its frames go back
-// on SANDBOX_JOBEVENTS in order, its result is written create-only to KV
-// SANDBOX_JOBRESULTS (one result per job, however often it was delivered),
-// a cancel and a run's approval (decided once, by compare-and-swap, from
-// any box) live in KV SANDBOX_JOBCONTROL; a job delivered past the bound is
-// given up. Credentials and policies never pass through this package.
+// Runs, prechecks and delegated jobs go through the jobs work queue
+// (pkg/fleetjobs, over JobsHandle): this package makes and checks its
+// streams and buckets with the family's others (SANDBOX_JOBS,
+// SANDBOX_JOBEVENTS, SANDBOX_JOBRESULTS, SANDBOX_JOBCONTROL) and holds
+// their bounds. Credentials and policies never pass through this package.
 package fleet

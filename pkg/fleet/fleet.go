@@ -22,7 +22,7 @@ type Fleet struct {
 	replies  jetstream.KeyValue
 	channels jetstream.KeyValue
 	objects  jetstream.ObjectStore
-	// jobResults and jobControl are the jobs' buckets (jobs.go).
+	// jobResults and jobControl are the jobs' buckets (Jobs, pkg/fleetjobs).
 	jobResults, jobControl jetstream.KeyValue
 }
 

@@ -61,7 +61,7 @@ func (m ChannelMode) validate(channel string) error {
 	default:
 		return fmt.Errorf("channel mode %q (profile %d bytes): %w", m.Mode, len(m.Profile), ErrInvalid)
 	}
-	if m.By != "" && !validBox(m.By) { // it reaches log lines: a box name only
+	if m.By != "" && !ValidBox(m.By) { // it reaches log lines: a box name only
 		return fmt.Errorf("channel mode writer: %w", ErrInvalid)
 	}
 	return nil

@@ -30,8 +30,6 @@ const (
 	TurnsGroup = "turns"
 
 	turnsSubjectPrefix = "sandbox.turns."
-	jobsSubjectPrefix  = "sandbox.jobs."
-	jobEventsPrefix    = "sandbox.jobevents."
 )
 
 // Partition is the channel's partition among n: a stable hash of the

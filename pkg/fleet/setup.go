@@ -82,7 +82,7 @@ func (l Layout) turnsConfig() jetstream.StreamConfig {
 func (l Layout) jobsConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:       JobsStream,
-		Subjects:   []string{jobsSubjectPrefix + ">"},
+		Subjects:   []string{JobsSubjectPrefix + ">"},
 		Retention:  jetstream.WorkQueuePolicy,
 		Storage:    jetstream.FileStorage,
 		Replicas:   l.Replicas,
@@ -97,7 +97,7 @@ func (l Layout) jobsConfig() jetstream.StreamConfig {
 func (l Layout) jobEventsConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:       JobEventsStream,
-		Subjects:   []string{jobEventsPrefix + ">"},
+		Subjects:   []string{JobEventsSubjectPrefix + ">"},
 		Retention:  jetstream.LimitsPolicy,
 		Storage:    jetstream.FileStorage,
 		Replicas:   l.Replicas,
@@ -130,7 +130,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) error {
 		// A job's result is written once, like a reply; its control keys
 		// (cancellation, approval) are small.
 		{Bucket: JobResultsBucket, History: 1, TTL: jobKVTTL, MaxValueSize: MaxJobResultBytes, Storage: jetstream.FileStorage, Replicas: l.Replicas},
-		{Bucket: JobControlBucket, History: 1, TTL: jobKVTTL, MaxValueSize: maxControlBytes, Storage: jetstream.FileStorage, Replicas: l.Replicas},
+		{Bucket: JobControlBucket, History: 1, TTL: jobKVTTL, MaxValueSize: MaxJobControlBytes, Storage: jetstream.FileStorage, Replicas: l.Replicas},
 	}
 	for _, cfg := range kvs {
 		if err := untilElected(ctx, func() error { return ensureKV(ctx, js, cfg) }); err != nil {

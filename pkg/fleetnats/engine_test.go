@@ -15,6 +15,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetjobs"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 )
 
@@ -65,26 +66,27 @@ func TestEngineUnderBoxPermissions(t *testing.T) {
 	}
 	// A job: submitted on b, taken on a, its frame, cancellation, result
 	// and approval, followed and forgotten on b.
-	if err := fb.AskApproval(ctx, fleet.JobRun, "run-1", []byte(`{}`)); err != nil {
+	qa, qb := fleetjobs.New(fa), fleetjobs.New(fb)
+	if err := qb.AskApproval(ctx, fleetjobs.JobRun, "run-1", []byte(`{}`)); err != nil {
 		t.Fatalf("ask approval: %v", err)
 	}
-	if _, err := fa.Decide(ctx, fleet.JobRun, "run-1", true, 1000, "box-a"); err != nil {
+	if _, err := qa.Decide(ctx, fleetjobs.JobRun, "run-1", true, 1000, "box-a"); err != nil {
 		t.Fatalf("decide: %v", err)
 	}
-	if _, err := fb.AwaitDecision(ctx, fleet.JobRun, "run-1"); err != nil {
+	if _, err := qb.AwaitDecision(ctx, fleetjobs.JobRun, "run-1"); err != nil {
 		t.Fatalf("await decision: %v", err)
 	}
-	if _, err := fb.SubmitJob(ctx, fleet.JobRun, "run-1", []byte(`{}`)); err != nil {
+	if _, err := qb.SubmitJob(ctx, fleetjobs.JobRun, "run-1", []byte(`{}`)); err != nil {
 		t.Fatalf("job: %v", err)
 	}
-	j, err := fa.NextJob(ctx, fleet.JobRun, "box-a", 5*time.Second)
+	j, err := qa.NextJob(ctx, fleetjobs.JobRun, "box-a", 5*time.Second)
 	if err != nil {
 		t.Fatalf("next job: %v", err)
 	}
 	if _, err := j.CancelRequested(ctx); err != nil {
 		t.Fatalf("watch cancel: %v", err)
 	}
-	if err := fb.CancelJob(ctx, fleet.JobRun, "run-1"); err != nil {
+	if err := qb.CancelJob(ctx, fleetjobs.JobRun, "run-1"); err != nil {
 		t.Fatalf("cancel job: %v", err)
 	}
 	if err := j.Publish(ctx, []byte(`1`)); err != nil {
@@ -93,25 +95,25 @@ func TestEngineUnderBoxPermissions(t *testing.T) {
 	if err := j.Finish(ctx, []byte(`2`)); err != nil {
 		t.Fatalf("job done: %v", err)
 	}
-	if _, err := fb.FollowJob(ctx, fleet.JobRun, "run-1", func(fleet.JobFrame) error { return nil }); err != nil {
+	if _, err := qb.FollowJob(ctx, fleetjobs.JobRun, "run-1", func(fleetjobs.JobFrame) error { return nil }); err != nil {
 		t.Fatalf("follow job: %v", err)
 	}
-	if err := fb.ForgetJob(ctx, fleet.JobRun, "run-1"); err != nil {
+	if err := qb.ForgetJob(ctx, fleetjobs.JobRun, "run-1"); err != nil {
 		t.Fatalf("forget job: %v", err)
 	}
-	if err := fb.ForgetApproval(ctx, fleet.JobRun, "run-1"); err != nil {
+	if err := qb.ForgetApproval(ctx, fleetjobs.JobRun, "run-1"); err != nil {
 		t.Fatalf("forget approval: %v", err)
 	}
-	w, err := fa.StartJobWorker(ctx, fleet.JobWorkerOptions{Kind: fleet.JobPrecheck, Box: "box-a",
+	w, err := qa.StartJobWorker(ctx, fleetjobs.JobWorkerOptions{Kind: fleetjobs.JobPrecheck, Box: "box-a",
 		Slot:   func(context.Context) (func(), <-chan struct{}, error) { return func() {}, nil, nil },
-		Handle: func(ctx context.Context, j *fleet.Job) { _ = j.Finish(ctx, []byte(`3`)) }})
+		Handle: func(ctx context.Context, j *fleetjobs.Job) { _ = j.Finish(ctx, []byte(`3`)) }})
 	if err != nil {
 		t.Fatalf("job worker: %v", err)
 	}
-	if _, err := fb.SubmitJob(ctx, fleet.JobPrecheck, "pc-1", []byte(`{}`)); err != nil {
+	if _, err := qb.SubmitJob(ctx, fleetjobs.JobPrecheck, "pc-1", []byte(`{}`)); err != nil {
 		t.Fatalf("precheck job: %v", err)
 	}
-	if _, err := fb.FollowJob(ctx, fleet.JobPrecheck, "pc-1", func(fleet.JobFrame) error { return nil }); err != nil {
+	if _, err := qb.FollowJob(ctx, fleetjobs.JobPrecheck, "pc-1", func(fleetjobs.JobFrame) error { return nil }); err != nil {
 		t.Fatalf("follow precheck job: %v", err)
 	}
 	w.Stop()

@@ -6,10 +6,11 @@ import (
 	"encoding/json"
 	"io"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
 
-// turnAnswer is a turn's 200 answer: TurnResponse exactly as json.Marshal
+// turnAnswer is a turn's 200 answer: apiwire.Reply exactly as json.Marshal
 // writes it, and a newline, written piece by piece so that reply files go
 // out base64 straight from their bytes, never as a second copy of the
 // whole answer in memory.
@@ -20,7 +21,7 @@ type turnAnswer struct {
 	n     int64
 }
 
-func newTurnAnswer(r TurnResponse) (*turnAnswer, error) {
+func newTurnAnswer(r apiwire.Reply) (*turnAnswer, error) {
 	files := r.Files
 	r.Files = nil
 	head, err := json.Marshal(r)

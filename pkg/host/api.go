@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
@@ -26,14 +27,14 @@ import (
 func (h *Host) fail(w http.ResponseWriter, err error) {
 	status, reason := statusOf(err)
 	h.metrics.refused.WithLabelValues(fmt.Sprint(status)).Inc()
-	writeJSON(w, status, ErrorResponse{Error: reason})
+	writeJSON(w, status, apiwire.ErrorResponse{Error: reason})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) { api.WriteJSON(w, status, v) }
 
 // decodeBody reads one bounded, strict JSON object.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	return api.DecodeBody(w, r, v, MaxBodyBytes)
+	return api.DecodeBody(w, r, v, api.MaxBodyBytes)
 }
 
 func checkField(name, v string, max int) error {
@@ -75,11 +76,11 @@ func (h *Host) Admission() config.Concurrency { return h.admission }
 func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string) error {
 	// A rich channel's turn may carry the seed's 100,000 characters (up to
 	// 6 bytes each escaped); a sealed one 32,000 within MaxBodyBytes.
-	maxBody, maxText := int64(MaxBodyBytes), protocol.MaxTextChars
+	maxBody, maxText := int64(api.MaxBodyBytes), protocol.MaxTextChars
 	if h.state.Mode(channel) == ModeRich {
 		maxBody, maxText = MaxRichBodyBytes, richproto.MaxTextChars
 	}
-	var req TurnRequest
+	var req apiwire.TurnRequest
 	if err := api.DecodeBody(w, r, &req, maxBody); err != nil {
 		return err
 	}
@@ -184,7 +185,7 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 func (h *Host) writeReply(w http.ResponseWriter, r *http.Request, reply *protocol.Reply, turnID string, files []richproto.File) {
 	// Streamed from the files' bytes (answer.go): the answer is never
 	// held whole beside them.
-	body, err := newTurnAnswer(TurnResponse{OK: reply.OK, Text: reply.Text, TurnID: turnID, Files: files})
+	body, err := newTurnAnswer(apiwire.Reply{OK: reply.OK, Text: reply.Text, TurnID: turnID, Files: files})
 	if err != nil { // strings, bytes and a bool: cannot happen
 		h.fail(w, fmt.Errorf("encode reply: %w", err))
 		return
@@ -217,8 +218,8 @@ func (h *Host) writeReply(w http.ResponseWriter, r *http.Request, reply *protoco
 	}
 }
 
-func (h *Host) status(channel string) ChannelStatus {
-	st := ChannelStatus{Channel: channel, Tag: ids.ChannelTag(channel), Mode: h.state.Mode(channel), Queued: h.queue.WaitingFor(channel)}
+func (h *Host) status(channel string) apiwire.Channel {
+	st := apiwire.Channel{Channel: channel, Tag: ids.ChannelTag(channel), Mode: h.state.Mode(channel), Queued: h.queue.WaitingFor(channel)}
 	h.mu.Lock()
 	if a, ok := h.active[channel]; ok {
 		st.RunningTurn = a.id
@@ -243,7 +244,7 @@ func (h *Host) handleChannel(w http.ResponseWriter, r *http.Request, channel str
 	st := h.status(channel)
 	waiting, running := h.queue.Totals()
 	startWaiting, starting := h.starts.Totals()
-	st.Admission = &AdmissionStatus{GlobalConcurrency: h.admission.Cap, Derived: h.admission.Derived, Why: h.admission.Why,
+	st.Admission = &apiwire.Admission{GlobalConcurrency: h.admission.Cap, Derived: h.admission.Derived, Why: h.admission.Why,
 		MaxWaitSeconds: h.cfg.Queue.MaxWaitSeconds, Running: running, Waiting: waiting,
 		StartConcurrency: h.startAdm.Cap, StartDerived: h.startAdm.Derived, StartWhy: h.startAdm.Why, Starting: starting, StartWaiting: startWaiting}
 	writeJSON(w, http.StatusOK, st)
@@ -264,7 +265,7 @@ func (h *Host) handleChannels(w http.ResponseWriter, r *http.Request, _ string) 
 		}
 	}
 	sort.Strings(names)
-	out := ChannelList{Channels: make([]ChannelStatus, 0, len(names))}
+	out := apiwire.ChannelList{Channels: make([]apiwire.Channel, 0, len(names))}
 	for _, ch := range names {
 		out.Channels = append(out.Channels, h.status(ch))
 	}
@@ -273,7 +274,7 @@ func (h *Host) handleChannels(w http.ResponseWriter, r *http.Request, _ string) 
 }
 
 func (h *Host) handleMode(w http.ResponseWriter, r *http.Request, channel string) error {
-	var req ModeRequest
+	var req apiwire.ModeRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
@@ -335,7 +336,7 @@ func (h *Host) handleCancel(w http.ResponseWriter, r *http.Request, channel stri
 	a, ok := h.active[channel]
 	replied := ok && a.replied
 	h.mu.Unlock()
-	resp := CancelResponse{Channel: channel}
+	resp := apiwire.Cancel{Channel: channel}
 	// A turn already answered is only cleaning up: nothing to cancel.
 	if ok && !replied {
 		a.cancel(errCauseCancel)
@@ -349,11 +350,11 @@ func (h *Host) handleCancel(w http.ResponseWriter, r *http.Request, channel stri
 // ActiveTurns lists running turns and every kind's sandboxes (the reaper
 // keeps what this lists). An id is listed once: a standby being bound is
 // also its turn.
-func (h *Host) ActiveTurns() []ActiveTurn {
+func (h *Host) ActiveTurns() []apiwire.Turn {
 	h.mu.Lock()
-	out := make([]ActiveTurn, 0, len(h.active))
+	out := make([]apiwire.Turn, 0, len(h.active))
 	for _, a := range h.active {
-		out = append(out, ActiveTurn{ID: a.id, ChannelTag: ids.ChannelTag(a.channel), DeadlineUnix: a.deadline.Unix(), DeadlineUnixMs: a.deadline.UnixMilli()})
+		out = append(out, apiwire.Turn{ID: a.id, ChannelTag: ids.ChannelTag(a.channel), DeadlineUnix: a.deadline.Unix(), DeadlineUnixMs: a.deadline.UnixMilli()})
 	}
 	h.mu.Unlock()
 	seen := map[string]bool{}
@@ -373,13 +374,13 @@ func (h *Host) ActiveTurns() []ActiveTurn {
 }
 
 func (h *Host) handleTurns(w http.ResponseWriter, r *http.Request, _ string) error {
-	writeJSON(w, http.StatusOK, TurnList{Turns: h.ActiveTurns()})
+	writeJSON(w, http.StatusOK, apiwire.TurnList{Turns: h.ActiveTurns()})
 	return nil
 }
 
 func (h *Host) handleHealth(w http.ResponseWriter, r *http.Request, _ string) error {
 	waiting, running := h.queue.Totals()
-	hl := Health{Status: "ok", Version: version.Version, Accepting: h.accepting(), Running: running, Waiting: waiting,
+	hl := apiwire.Health{Status: "ok", Version: version.Version, Accepting: h.accepting(), Running: running, Waiting: waiting,
 		Role: api.RoleOf(r).String()}
 	status := http.StatusOK
 	if !hl.Accepting {

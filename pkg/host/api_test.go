@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 )
 
@@ -106,7 +107,7 @@ func TestAPIBadInputs(t *testing.T) {
 		{"name too long", "POST", "/v1/channels/c/turns", `{"speaker":{"id":"s","name":"` + strings.Repeat("n", 257) + `"},"text":"x"}`, 400, "speaker.name is 257"},
 		{"principal too long", "POST", "/v1/channels/c/turns", `{"speaker":{"id":"s","principalId":"` + strings.Repeat("p", 257) + `"},"text":"x"}`, 400, "speaker.principalId is 257"},
 		{"no speaker id", "POST", "/v1/channels/c/turns", `{"speaker":{"name":"x"},"text":"x"}`, 400, "speaker.id is required"},
-		{"body too large", "POST", "/v1/channels/c/turns", `{"speaker":{"id":"s"},"text":"` + strings.Repeat("a", MaxBodyBytes) + `"}`, 413, "request body too large"},
+		{"body too large", "POST", "/v1/channels/c/turns", `{"speaker":{"id":"s"},"text":"` + strings.Repeat("a", api.MaxBodyBytes) + `"}`, 413, "request body too large"},
 		{"bad channel control char", "GET", "/v1/channels/a%0Ab", "", 400, "bad channel"},
 		{"bad channel too long", "GET", "/v1/channels/" + strings.Repeat("c", 257), "", 400, "bad channel"},
 		// Internal names are no channel keys: a slot's guest uid, a run's
@@ -387,7 +388,7 @@ func TestChannelListLeavesOutInternalEntries(t *testing.T) {
 			}
 			defer release()
 			_, body := apiAs(t, r.h, clientUID, "GET", "/v1/channels", nil)
-			var list ChannelList
+			var list apiwire.ChannelList
 			if err := json.Unmarshal(body, &list); err != nil {
 				t.Fatal(err)
 			}

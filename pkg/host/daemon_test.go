@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/client"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/reaper"
@@ -81,7 +82,7 @@ func TestDaemonInProcessThroughClient(t *testing.T) {
 		t.Fatalf("Health = %+v, %v", hl, err)
 	}
 	for _, ch := range []string{"guild:1", "a/../b c"} {
-		reply, err := c.RunTurn(bg, ch, client.Speaker{ID: "s1", Name: "Ann", PrincipalID: "p1"}, "hello")
+		reply, err := c.RunTurn(bg, ch, apiwire.Speaker{ID: "s1", Name: "Ann", PrincipalID: "p1"}, "hello")
 		if err != nil || !reply.OK || reply.Text != "hello" || len(reply.TurnID) != 32 {
 			t.Errorf("RunTurn(%q) = %+v, %v", ch, reply, err)
 		}
@@ -93,7 +94,7 @@ func TestDaemonInProcessThroughClient(t *testing.T) {
 	if _, err := c.SetMode(bg, "guild:1", "off"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.RunTurn(bg, "guild:1", client.Speaker{ID: "s1"}, "hello")
+	_, err = c.RunTurn(bg, "guild:1", apiwire.Speaker{ID: "s1"}, "hello")
 	var ce *client.Error
 	if !errors.As(err, &ce) || ce.Status != 409 || !errors.Is(err, client.ErrModeOff) || ce.Reason != "channel is not in sandbox mode" {
 		t.Errorf("turn in an off channel: %v", err)
@@ -108,7 +109,7 @@ func TestDaemonInProcessThroughClient(t *testing.T) {
 	if r, err := c.Cancel(bg, "a/../b c"); err != nil || r.Cancelled {
 		t.Errorf("Cancel of an idle channel = %+v, %v", r, err)
 	}
-	if _, err := c.RunTurn(bg, "a/../b c", client.Speaker{ID: "s1"}, strings.Repeat("x", 32_001)); !errors.Is(err, client.ErrBadRequest) {
+	if _, err := c.RunTurn(bg, "a/../b c", apiwire.Speaker{ID: "s1"}, strings.Repeat("x", 32_001)); !errors.Is(err, client.ErrBadRequest) {
 		t.Errorf("oversized text: %v", err)
 	}
 
@@ -123,7 +124,7 @@ func TestDaemonInProcessThroughClient(t *testing.T) {
 	docker.mu.Unlock()
 	turnErr := make(chan error, 1)
 	go func() {
-		_, err := c.RunTurn(bg, "a/../b c", client.Speaker{ID: "s1"}, "hang")
+		_, err := c.RunTurn(bg, "a/../b c", apiwire.Speaker{ID: "s1"}, "hang")
 		turnErr <- err
 	}()
 	<-started

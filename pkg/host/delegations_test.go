@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegationrun"
@@ -110,7 +111,7 @@ func TestDelegationRefusals(t *testing.T) {
 	}
 	for _, tc := range cases {
 		code, body := apiAs(t, r.h, clientUID, "POST", "/v1/channels/"+tc.channel+"/delegations", tc.body)
-		var e ErrorResponse
+		var e apiwire.ErrorResponse
 		json.Unmarshal(body, &e)
 		if code != tc.code || e.Error != tc.want {
 			t.Errorf("%s: got %d %q, want %d %q", tc.name, code, e.Error, tc.code, tc.want)
@@ -119,7 +120,7 @@ func TestDelegationRefusals(t *testing.T) {
 	startJob(t, r, "c", delegate("one", "x"))
 	startJob(t, r, "c", delegate("two", "x"))
 	code, body := apiAs(t, r.h, clientUID, "POST", "/v1/channels/c/delegations", delegate("three", "x"))
-	var e ErrorResponse
+	var e apiwire.ErrorResponse
 	json.Unmarshal(body, &e)
 	if code != http.StatusTooManyRequests || e.Error != "this channel already has 2 delegated tasks running; wait for one to report back" {
 		t.Errorf("third job: %d %q", code, e.Error)
@@ -177,7 +178,7 @@ func TestDelegationResearchTurn(t *testing.T) {
 	}
 	// GET /v1/channels lists the channel, not the job's own queue entry.
 	_, body := apiAs(t, r.h, clientUID, "GET", "/v1/channels", nil)
-	var list ChannelList
+	var list apiwire.ChannelList
 	json.Unmarshal(body, &list)
 	if len(list.Channels) != 1 || list.Channels[0].Channel != "c" {
 		t.Errorf("GET /v1/channels during a job: %s", body)
@@ -296,7 +297,7 @@ func TestDelegationChannelOffCancels(t *testing.T) {
 	r.docker.runFn = blockJob(started)
 	id := startJob(t, r, "c", delegate("T", "x"))
 	<-started
-	if code, body := apiAs(t, r.h, os.Getuid(), "PUT", "/v1/channels/c/mode", ModeRequest{Mode: ModeOff}); code != 200 {
+	if code, body := apiAs(t, r.h, os.Getuid(), "PUT", "/v1/channels/c/mode", apiwire.ModeRequest{Mode: ModeOff}); code != 200 {
 		t.Fatalf("mode off: %d %s", code, body)
 	}
 	st := waitJob(t, r, id)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 )
 
 // index is the position of the n-th (0-based) e in events, or -1.
@@ -209,7 +211,7 @@ func TestReplyBeforeCleanupKeepsTheSlot(t *testing.T) {
 	hc, _ := serve(t, r)
 
 	first := wait(t, "first turn while its removal is blocked", postTurn(hc, "c"))
-	var resp TurnResponse
+	var resp apiwire.Reply
 	if first.err != nil || first.status != 200 || json.Unmarshal([]byte(first.body), &resp) != nil || !resp.OK || resp.Text != "hello" {
 		t.Fatalf("first = %d %q %v; want 200 with the reply", first.status, first.body, first.err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleetside"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
@@ -25,7 +26,7 @@ var ConnectFleet = fleetside.Connect
 
 // askFleet is handleTurn's fleet path for a sealed channel: publish, wait
 // for the committed reply; the caller answers as for a local turn.
-func (h *Host) askFleet(r *http.Request, channel string, req TurnRequest) (*protocol.Reply, string, error) {
+func (h *Host) askFleet(r *http.Request, channel string, req apiwire.TurnRequest) (*protocol.Reply, string, error) {
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	stop := context.AfterFunc(h.stopCtx, func() { cancel(ErrShuttingDown) })

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/client"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
@@ -49,7 +50,7 @@ func TestFleetDisabledStartsNothing(t *testing.T) {
 		return nil, errors.New("must not be called")
 	}
 	serveDaemon(t, d, n)
-	reply, err := client.New(sock).RunTurn(context.Background(), "guild:1", client.Speaker{ID: "s1"}, "hello")
+	reply, err := client.New(sock).RunTurn(context.Background(), "guild:1", apiwire.Speaker{ID: "s1"}, "hello")
 	if err != nil || !reply.OK || reply.Text != "hello" {
 		t.Fatalf("RunTurn = %+v, %v", reply, err)
 	}
@@ -69,7 +70,7 @@ func TestFleetModeAnswersFromTheFleet(t *testing.T) {
 	d, docker, _, n, sock := daemonRig(t, "initialChannels: [\"guild:1\"]\nfleet:\n  enabled: true\n  box: box-a\n  partitions: 2\n  replicas: 1\n")
 	d.ConnectFleet = func(context.Context, config.Fleet, *slog.Logger) (*nats.Conn, error) { return c.Connect("box-a"), nil }
 	serveDaemon(t, d, n)
-	reply, err := client.New(sock).RunTurn(context.Background(), "guild:1", client.Speaker{ID: "s1"}, "hello")
+	reply, err := client.New(sock).RunTurn(context.Background(), "guild:1", apiwire.Speaker{ID: "s1"}, "hello")
 	if err != nil || !reply.OK || reply.Text != "hello" {
 		t.Fatalf("RunTurn = %+v, %v", reply, err)
 	}
@@ -135,7 +136,7 @@ func TestFleetOwnerRunsUnderTheFleetsMode(t *testing.T) {
 		channel string
 		want    error
 	}{{"unknown-here", nil}, {"rich-here", nil}, {"off-there", client.ErrModeOff}, {"never-there", client.ErrModeOff}} {
-		reply, err := fc.RunTurn(ctx, tc.channel, client.Speaker{ID: "s1"}, "hello")
+		reply, err := fc.RunTurn(ctx, tc.channel, apiwire.Speaker{ID: "s1"}, "hello")
 		if tc.want == nil && (err != nil || !reply.OK || reply.Text != "hello") || tc.want != nil && !errors.Is(err, tc.want) {
 			t.Errorf("turn on %s = %+v, %v; want %v", tc.channel, reply, err, tc.want)
 		}
@@ -177,7 +178,7 @@ func TestFleetModeChangeOnOneBoxIsWhatTheOwnerApplies(t *testing.T) {
 		t.Fatalf("mode off through box a = %d", status)
 	}
 	// Past box a's admission (a frontend on no box): the owner refuses.
-	if _, err := fleetClient(t, c).RunTurn(ctx, "ch", client.Speaker{ID: "s1"}, "hello"); !errors.Is(err, client.ErrModeOff) {
+	if _, err := fleetClient(t, c).RunTurn(ctx, "ch", apiwire.Speaker{ID: "s1"}, "hello"); !errors.Is(err, client.ErrModeOff) {
 		t.Fatalf("turn after box a turned the channel off = %v, want 409", err)
 	}
 	if n := len(owner.docker.created); n != 1 {
@@ -226,13 +227,13 @@ func TestFleetWorkspaceMovesToAnotherBox(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(wsB, "stale.txt"), []byte("b's own old copy"), 0o600))
 	boxA := startBox(t, a, fa)
 	fc := fleetClient(t, c)
-	if reply, err := fc.RunTurn(ctx, "ch", client.Speaker{ID: "s1"}, "one"); err != nil || reply.Text != "one\n" {
+	if reply, err := fc.RunTurn(ctx, "ch", apiwire.Speaker{ID: "s1"}, "one"); err != nil || reply.Text != "one\n" {
 		t.Fatalf("turn on box a = %+v, %v", reply, err)
 	}
 	boxA.Kill()
 	boxB := startBox(t, b, fb)
 	for _, tc := range []struct{ text, want string }{{"two", "one\ntwo\n"}, {"three", "one\ntwo\nthree\n"}} {
-		if reply, err := fc.RunTurn(ctx, "ch", client.Speaker{ID: "s1"}, tc.text); err != nil || reply.Text != tc.want {
+		if reply, err := fc.RunTurn(ctx, "ch", apiwire.Speaker{ID: "s1"}, tc.text); err != nil || reply.Text != tc.want {
 			t.Fatalf("turn %s on box b = %+v, %v; want %q", tc.text, reply, err, tc.want)
 		}
 	}
@@ -265,7 +266,7 @@ func TestFleetWorkspaceMovesToAnotherBox(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(wsC, "history.txt"), []byte("c's copy\n"), 0o600))
 	boxB.Kill()
 	startBox(t, cr, fcr)
-	if _, err := fc.RunTurn(ctx, "ch", client.Speaker{ID: "s1"}, "four"); err == nil {
+	if _, err := fc.RunTurn(ctx, "ch", apiwire.Speaker{ID: "s1"}, "four"); err == nil {
 		t.Fatal("a turn on a hostile snapshot succeeded")
 	}
 	if got, _ := os.ReadFile(filepath.Join(wsC, "history.txt")); string(got) != "c's copy\n" {

@@ -19,6 +19,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet/fleettest"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetjobs"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
@@ -45,7 +46,7 @@ func fleetRunRig(t *testing.T, c *fleettest.Cluster, name, extra string, takes b
 
 // startFleetJobs starts h's taking of the fleet's jobs as the daemon does.
 func startFleetJobs(ctx context.Context, h *Host) (func(), error) {
-	return fleet.StartAll(ctx, h.queue.SpareYielding, h.coderun.StartFleet, h.prechecks.StartFleet, h.delegations.StartFleet)
+	return fleetjobs.StartAll(ctx, h.queue.SpareYielding, h.coderun.StartFleet, h.prechecks.StartFleet, h.delegations.StartFleet)
 }
 
 // never is the supervisor of a box that must not run anything.
@@ -187,7 +188,7 @@ func TestFleetRunApprovedOnAnotherBox(t *testing.T) {
 	}
 	// The approval is in the fleet once A's run waits for it.
 	waitFor(t, "the approval in the fleet", func() bool {
-		_, _, err := a.h.fleet.PendingApproval(context.Background(), fleet.JobRun, st.ID)
+		_, _, err := fleetjobs.New(a.h.fleet).PendingApproval(context.Background(), fleetjobs.JobRun, st.ID)
 		return err == nil
 	})
 	code, body := apiAs(t, b.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/approve", nil)
@@ -443,9 +444,9 @@ func TestFleetRunJobWithCredentialRefused(t *testing.T) {
 	payload, err := json.Marshal(map[string]any{"params": runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}, "approvedBy": &uid})
 	must(t, err)
 	id := "0123456789abcdef0123456789abcdef"
-	_, err = evil.SubmitJob(ctx, fleet.JobRun, id, payload)
+	_, err = fleetjobs.New(evil).SubmitJob(ctx, fleetjobs.JobRun, id, payload)
 	must(t, err)
-	res, err := evil.FollowJob(ctx, fleet.JobRun, id, func(fleet.JobFrame) error { return nil })
+	res, err := fleetjobs.New(evil).FollowJob(ctx, fleetjobs.JobRun, id, func(fleetjobs.JobFrame) error { return nil })
 	must(t, err)
 	var st runs.Status
 	if err := json.Unmarshal(res.Data, &st); err != nil {
@@ -477,7 +478,7 @@ func TestFleetRunWithCredentialApprovedHereOnly(t *testing.T) {
 	must(t, err)
 	st, err := a.h.coderun.Start(runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}, clientUID)
 	must(t, err)
-	key := "approval." + fleet.JobRun + "." + st.ID
+	key := "approval." + fleetjobs.JobRun + "." + st.ID
 	w, err := kv.Watch(ctx, key)
 	must(t, err)
 	defer w.Stop()
@@ -534,7 +535,7 @@ func TestFleetRunFromAHostileBoxRefused(t *testing.T) {
 			must(t, err)
 			st, err := a.h.coderun.Start(runs.Params{Command: "true", Project: "demo"}, clientUID)
 			must(t, err)
-			j, err := evil.NextJob(ctx, fleet.JobRun, "box-evil", 30*time.Second)
+			j, err := fleetjobs.New(evil).NextJob(ctx, fleetjobs.JobRun, "box-evil", 30*time.Second)
 			must(t, err)
 			if j.ID != st.ID {
 				t.Fatalf("took job %s, want %s", j.ID, st.ID)

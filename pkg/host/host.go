@@ -24,6 +24,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/admission"
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegationrun"
@@ -186,7 +187,7 @@ type activeTurn struct {
 // host only through the narrow interface it declares itself (kinds.go).
 type kind interface {
 	Routes() []api.Route
-	Listed() []sandbox.Listed
+	Listed() []apiwire.Turn
 	ChannelMode(channel, mode, profile string)
 	Stop()
 }

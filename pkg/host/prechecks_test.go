@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
@@ -169,7 +170,7 @@ func TestPrecheckTable(t *testing.T) {
 // journal tag; a policy with exactly the granted tools and no model.
 func TestPrecheckContainerAndPolicy(t *testing.T) {
 	r, m := newPrecheckRig(t, precheckExtra)
-	var listed []ActiveTurn
+	var listed []apiwire.Turn
 	inner := runnerRun(m)
 	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		listed = r.h.ActiveTurns()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
@@ -38,7 +39,7 @@ func TestRichReplyFilesReachTheAPI(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `"files":[{"name":"a.png","type":"image/png","data":"iVBORwA="},{"name":"b.txt","data":"aGk="}]`) {
 		t.Fatalf("turn answer: %d %s", code, body)
 	}
-	var resp TurnResponse
+	var resp apiwire.Reply
 	if err := json.Unmarshal([]byte(body), &resp); err != nil || len(resp.Files) != 2 || string(resp.Files[1].Data) != "hi" {
 		t.Fatalf("decoded %+v, %v", resp, err)
 	}
@@ -250,7 +251,7 @@ func TestReplyBudgetWaitEndsWithTheTurn(t *testing.T) {
 // TestTurnAnswerIsJSONMarshal: the streamed answer is byte for byte what
 // json.Marshal writes, with a newline, and its length.
 func TestTurnAnswerIsJSONMarshal(t *testing.T) {
-	for _, r := range []TurnResponse{
+	for _, r := range []apiwire.Reply{
 		{OK: true, Text: "hi", TurnID: "t"},
 		{OK: false, Text: "", TurnID: "t"},
 		{OK: true, Text: "<b>&é\u2028🐈\"\\", TurnID: "t", Files: []richproto.File{

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -383,7 +384,7 @@ func TestRichModeAPI(t *testing.T) {
 		t.Fatal(code)
 	}
 	code, body := r.api(t, "POST", "/v1/channels/room/turns", `{"speaker":{"id":"u"},"text":"hello"}`)
-	var resp TurnResponse
+	var resp apiwire.Reply
 	if code != 200 || json.Unmarshal([]byte(body), &resp) != nil || resp.Text != "hello" {
 		t.Fatalf("turn on a rich channel: %d %s", code, body)
 	}
@@ -468,7 +469,7 @@ func TestRichTextLimit(t *testing.T) {
 	r, _ := richRig(t, time.Hour)
 	must(t, r.h.state.SetRich("room", "helper"))
 	body := func(n int) string {
-		b, _ := json.Marshal(TurnRequest{Speaker: SpeakerJSON{ID: "u"}, Text: strings.Repeat("\u00e9", n)})
+		b, _ := json.Marshal(apiwire.TurnRequest{Speaker: apiwire.Speaker{ID: "u"}, Text: strings.Repeat("\u00e9", n)})
 		return string(b)
 	}
 	if code, out := r.api(t, "POST", "/v1/channels/room/turns", body(richproto.MaxTextChars)); code != 200 {

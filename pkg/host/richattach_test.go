@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
 
@@ -20,7 +21,7 @@ func TestRichAttachmentsAPI(t *testing.T) {
 	must(t, r.h.state.SetRich("room", "helper"))
 	atts := []richproto.Attachment{{URL: "https://example.com/a.png", Name: "a.png", Type: "image/png"}, {URL: "http://10.1.2.3:8080/r.txt", Name: "r.txt"}}
 	body := func(text string, as []richproto.Attachment) string {
-		b, _ := json.Marshal(TurnRequest{Speaker: SpeakerJSON{ID: "u"}, Text: text, Attachments: as})
+		b, _ := json.Marshal(apiwire.TurnRequest{Speaker: apiwire.Speaker{ID: "u"}, Text: text, Attachments: as})
 		return string(b)
 	}
 	if code, out := r.api(t, "POST", "/v1/channels/room/turns", body("look", atts)); code != 200 {

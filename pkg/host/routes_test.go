@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 )
 
@@ -120,7 +121,7 @@ func TestRouterRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		code, body := apiAs(t, h, h.opts.UID, tt.method, tt.path, nil)
-		var e ErrorResponse
+		var e apiwire.ErrorResponse
 		_ = json.Unmarshal(body, &e)
 		if code != tt.status || !strings.Contains(e.Error, tt.reason) {
 			t.Errorf("%s %s: %d %q, want %d with %q", tt.method, tt.path, code, e.Error, tt.status, tt.reason)

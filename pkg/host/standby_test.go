@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
@@ -103,9 +104,9 @@ func newWarmRig(t *testing.T, extra string) (*rig, *warmDocker) {
 	return r, w
 }
 
-func waitStandby(t *testing.T, r *rig, channel, want string) ChannelStatus {
+func waitStandby(t *testing.T, r *rig, channel, want string) apiwire.Channel {
 	t.Helper()
-	var st ChannelStatus
+	var st apiwire.Channel
 	waitFor(t, "standby "+want, func() bool { st = r.h.status(channel); return st.Standby == want })
 	return st
 }

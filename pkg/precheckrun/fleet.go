@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetjobs"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
@@ -46,7 +46,7 @@ func (k *Kind) runRemote(ctx context.Context, id string, req precheck.Request, p
 		return precheck.Answer{}, ErrFailed
 	}
 	sctx, cancel := context.WithTimeout(ctx, fleetOpTimeout)
-	_, err = k.fleet.SubmitJob(sctx, fleet.JobPrecheck, id, payload)
+	_, err = k.queue.SubmitJob(sctx, fleetjobs.JobPrecheck, id, payload)
 	cancel()
 	if err != nil {
 		log.Error("precheck not handed to the fleet: NATS JetStream failed", "err", err)
@@ -57,10 +57,10 @@ func (k *Kind) runRemote(ctx context.Context, id string, req precheck.Request, p
 	wait := time.Duration(k.cfg.TurnDeadlineSeconds+k.cfg.Prechecks.TimeoutSeconds)*time.Second + time.Minute
 	wctx, cancelWait := context.WithTimeout(ctx, wait)
 	defer cancelWait()
-	res, err := k.fleet.FollowJob(wctx, fleet.JobPrecheck, id, func(fleet.JobFrame) error { return nil })
+	res, err := k.queue.FollowJob(wctx, fleetjobs.JobPrecheck, id, func(fleetjobs.JobFrame) error { return nil })
 	if err != nil {
 		cctx, c := context.WithTimeout(context.WithoutCancel(ctx), fleetOpTimeout)
-		if cerr := k.fleet.CancelJob(cctx, fleet.JobPrecheck, id); cerr != nil {
+		if cerr := k.queue.CancelJob(cctx, fleetjobs.JobPrecheck, id); cerr != nil {
 			log.Warn("precheck cancel not handed to the fleet (NATS JetStream)", "err", cerr)
 		}
 		c()
@@ -70,7 +70,7 @@ func (k *Kind) runRemote(ctx context.Context, id string, req precheck.Request, p
 		return precheck.Answer{}, k.gone(ctx, ErrFailed)
 	}
 	fctx, c := context.WithTimeout(context.WithoutCancel(ctx), fleetOpTimeout)
-	_ = k.fleet.ForgetJob(fctx, fleet.JobPrecheck, id)
+	_ = k.queue.ForgetJob(fctx, fleetjobs.JobPrecheck, id)
 	c()
 	var out precheckOutcome
 	if res.GaveUp || json.Unmarshal(res.Data, &out) != nil || out.Answer == nil || !k.answerFits(*out.Answer) {
@@ -101,7 +101,7 @@ func (k *Kind) answerFits(a precheck.Answer) bool {
 
 // fleetHandle runs a precheck job on this box, holding the slot the job
 // worker took.
-func (k *Kind) fleetHandle(ctx context.Context, j *fleet.Job) {
+func (k *Kind) fleetHandle(ctx context.Context, j *fleetjobs.Job) {
 	log := k.log.With("precheck", j.ID, "fleet_attempt", j.Attempt)
 	var req precheck.Request
 	if err := json.Unmarshal(j.Payload, &req); err != nil || ids.ValidTurnID(j.ID) != nil {
@@ -158,24 +158,24 @@ func (k *Kind) fleetHandle(ctx context.Context, j *fleet.Job) {
 	k.fleetFinish(context.WithoutCancel(ctx), j, out, log)
 }
 
-func (k *Kind) fleetFinish(ctx context.Context, j *fleet.Job, out precheckOutcome, log *slog.Logger) {
+func (k *Kind) fleetFinish(ctx context.Context, j *fleetjobs.Job, out precheckOutcome, log *slog.Logger) {
 	data, err := json.Marshal(out)
 	if err == nil {
 		err = j.Finish(ctx, data)
 	}
-	if err != nil && !errors.Is(err, fleet.ErrResultTaken) {
+	if err != nil && !errors.Is(err, fleetjobs.ErrResultTaken) {
 		log.Error("fleet precheck's result not recorded (NATS JetStream): the job moves to another box", "err", err)
 	}
 }
 
 // StartFleet starts taking the fleet's precheck jobs while this box has a
 // free slot, until stop or the host stops; nothing without a fleet.
-func (k *Kind) StartFleet(ctx context.Context, slot fleet.SlotFunc) (stop func(), err error) {
-	if k.fleet == nil || !k.cfg.Prechecks.Enabled {
+func (k *Kind) StartFleet(ctx context.Context, slot fleetjobs.SlotFunc) (stop func(), err error) {
+	if k.queue == nil || !k.cfg.Prechecks.Enabled {
 		return func() {}, nil // a box that cannot run one takes none
 	}
-	w, err := k.fleet.StartJobWorker(ctx, fleet.JobWorkerOptions{
-		Kind: fleet.JobPrecheck, Box: k.box, Slot: slot, Handle: k.fleetHandle, Logger: k.log,
+	w, err := k.queue.StartJobWorker(ctx, fleetjobs.JobWorkerOptions{
+		Kind: fleetjobs.JobPrecheck, Box: k.box, Slot: slot, Handle: k.fleetHandle, Logger: k.log,
 	})
 	if err != nil {
 		return nil, err

@@ -26,8 +26,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetjobs"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -82,13 +84,13 @@ type Kind struct {
 	active  precheckSet
 	slots   sandbox.Slots
 	results *prometheus.CounterVec
-	fleet   *fleet.Fleet
+	queue   *fleetjobs.Queue
 	box     string
 }
 
 // New makes the kind.
 func New(o Options) *Kind {
-	k := &Kind{cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, newID: o.NewID, pol: o.Policy, fleet: o.Fleet, box: o.Box,
+	k := &Kind{cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, newID: o.NewID, pol: o.Policy, queue: fleetjobs.New(o.Fleet), box: o.Box,
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_prechecks_total", Help: "Precheck scripts run, by result (wake, no_wake, script_error, timeout, failed: the system's failure).",
 		}, []string{"result"}),
@@ -99,7 +101,7 @@ func New(o Options) *Kind {
 
 // Listed are the prechecks for GET /v1/turns: each from before anything of
 // it exists until after its cleanup.
-func (k *Kind) Listed() []sandbox.Listed { return k.active.list() }
+func (k *Kind) Listed() []apiwire.Turn { return k.active.list() }
 
 // Refusal is a request refused for the caller's own input: its kind
 // (ErrInvalid or ErrForbidden) and a reason that names what was wrong.
@@ -192,12 +194,12 @@ func (s *precheckSet) remove(id string) {
 
 // list is the reaper's view: a precheck is listed from before anything of
 // it exists until after its cleanup.
-func (s *precheckSet) list() []sandbox.Listed {
+func (s *precheckSet) list() []apiwire.Turn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]sandbox.Listed, 0, len(s.m))
+	out := make([]apiwire.Turn, 0, len(s.m))
 	for id, a := range s.m {
-		out = append(out, sandbox.Listed{ID: id, ChannelTag: a.tag, DeadlineUnix: a.deadline.Unix(), DeadlineUnixMs: a.deadline.UnixMilli(), Precheck: true})
+		out = append(out, apiwire.Turn{ID: id, ChannelTag: a.tag, DeadlineUnix: a.deadline.Unix(), DeadlineUnixMs: a.deadline.UnixMilli(), Precheck: true})
 	}
 	return out
 }
@@ -341,7 +343,7 @@ func (k *Kind) Run(ctx context.Context, req precheck.Request) (precheck.Answer, 
 	defer cancel(nil)
 	stopWatch := context.AfterFunc(k.host.Stopped(), func() { cancel(sandbox.ErrShuttingDown) })
 	defer stopWatch()
-	if k.fleet != nil {
+	if k.queue != nil {
 		return k.runRemote(ctx, id, req, plan, log) // fleet.go
 	}
 

@@ -37,6 +37,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -252,28 +253,19 @@ type richSessions struct {
 }
 
 // Status is a rich channel's session as channel status shows it.
-type Status struct {
-	Session      string `json:"session,omitempty"`
-	Container    string `json:"container,omitempty"`
-	State        string `json:"state"` // none, starting, ready, busy, stopping
-	StartedUnix  int64  `json:"startedUnix,omitempty"`
-	IdleStopUnix int64  `json:"idleStopUnix,omitempty"`
-	Turns        int    `json:"turns,omitempty"`
-}
-
-func (k *Kind) Status(channel string) *Status {
+func (k *Kind) Status(channel string) *apiwire.RichSession {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	s := k.byChannel[channel]
 	if s == nil {
 		for _, r := range k.removing {
 			if r.channel == channel {
-				return &Status{Session: r.id, Container: r.container, State: StateStopping}
+				return &apiwire.RichSession{Session: r.id, Container: r.container, State: StateStopping}
 			}
 		}
-		return &Status{State: "none"}
+		return &apiwire.RichSession{State: "none"}
 	}
-	st := &Status{Session: s.id, Container: s.container, State: s.state, StartedUnix: s.started.Unix(), Turns: s.turns}
+	st := &apiwire.RichSession{Session: s.id, Container: s.container, State: s.state, StartedUnix: s.started.Unix(), Turns: s.turns}
 	if s.state == StateReady && !s.busy {
 		st.IdleStopUnix = k.idleStopAt(s).Unix()
 	}
@@ -302,12 +294,12 @@ func minTime(a, b time.Time) time.Time {
 }
 
 // Listed are the sessions for GET /v1/turns.
-func (k *Kind) Listed() []sandbox.Listed {
+func (k *Kind) Listed() []apiwire.Turn {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	out := make([]sandbox.Listed, 0, len(k.byChannel)+len(k.removing))
+	out := make([]apiwire.Turn, 0, len(k.byChannel)+len(k.removing))
 	add := func(s *richSession) {
-		out = append(out, sandbox.Listed{ID: s.id, ChannelTag: s.tag, DeadlineUnix: s.deadline.Unix(), DeadlineUnixMs: s.deadline.UnixMilli(), Rich: true})
+		out = append(out, apiwire.Turn{ID: s.id, ChannelTag: s.tag, DeadlineUnix: s.deadline.Unix(), DeadlineUnixMs: s.deadline.UnixMilli(), Rich: true})
 	}
 	for _, s := range k.byChannel {
 		add(s)

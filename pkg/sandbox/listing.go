@@ -9,29 +9,6 @@ import (
 	"sync"
 )
 
-// Listed is one entry of GET /v1/turns: every sandbox of any kind from
-// before it writes anything until after everything of it is gone (the
-// reaper keeps what is listed).
-type Listed struct {
-	ID             string `json:"id"`
-	ChannelTag     string `json:"channelTag"`
-	DeadlineUnix   int64  `json:"deadlineUnix"`
-	DeadlineUnixMs int64  `json:"deadlineUnixMs"`
-	// Standby is set for a standby not (yet) bound to a turn: its state
-	// (preparing, ready, binding, discarding); the deadline is then its
-	// expiry.
-	Standby string `json:"standby,omitempty"`
-	// Run marks a code run (its channel tag is "run-<id>").
-	Run bool `json:"run,omitempty"`
-	// Job marks a delegated job's research turn (its channel's tag).
-	Job bool `json:"job,omitempty"`
-	// Precheck marks a precheck script's run (its channel's tag).
-	Precheck bool `json:"precheck,omitempty"`
-	// Rich marks a rich channel's session (container and broker); the
-	// deadline is the session's lifetime.
-	Rich bool `json:"rich,omitempty"`
-}
-
 // Slots hands out the lowest free slot: concurrent sandboxes of one kind
 // get distinct guest uids (RLIMIT_NPROC is per uid).
 type Slots struct {

@@ -2,9 +2,9 @@ package sealedturn
 
 import (
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/chanstate"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
-	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 )
 
@@ -13,13 +13,13 @@ func (k *Kind) Routes() []api.Route { return nil }
 
 // Listed are the standbys for GET /v1/turns (a standby being bound is
 // listed by its turn too: the host lists an id once).
-func (k *Kind) Listed() []sandbox.Listed {
+func (k *Kind) Listed() []apiwire.Turn {
 	if k.standbys == nil {
 		return nil
 	}
-	var out []sandbox.Listed
+	var out []apiwire.Turn
 	for _, w := range k.standbys.Turns() {
-		out = append(out, sandbox.Listed{ID: w.TurnID, ChannelTag: ids.ChannelTag(w.Channel), DeadlineUnix: w.Expiry.Unix(), DeadlineUnixMs: w.Expiry.UnixMilli(), Standby: w.State})
+		out = append(out, apiwire.Turn{ID: w.TurnID, ChannelTag: ids.ChannelTag(w.Channel), DeadlineUnix: w.Expiry.Unix(), DeadlineUnixMs: w.Expiry.UnixMilli(), Standby: w.State})
 	}
 	return out
 }

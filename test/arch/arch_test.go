@@ -21,12 +21,13 @@ var layers = [][]string{
 	// 0: foundations, importing nothing of this module.
 	{"admission", "version", "ids", "atomicfile", "protocol", "imagearchive", "strictjson", "toolschema",
 		"egress/bridge", "runs/wire", "richproto", "delegation", "anthropic/anthropictest", "fleetnats/serve", "wsarchive"},
-	// 1: shared vocabulary (names, the host-broker contract, the memory store)
-	// and the vetted network dialer.
-	{"layout", "policy", "memory", "sessions", "safefetch", "runs", "runs/supervisor", "precheck", "anthropic",
+	// 1: shared vocabulary (names, the host-broker contract, the host API's
+	// bodies, the memory store) and the vetted network dialer.
+	{"layout", "policy", "memory", "sessions", "safefetch", "runs", "runs/supervisor", "precheck", "anthropic", "apiwire",
 		"fleet", "fleet/fleettest", "broker/envelope"},
-	// 2: drivers and single-purpose domains.
-	{"client", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
+	// 2: drivers and single-purpose domains (the fleet's jobs queue over
+	// the fleet's handle).
+	{"client", "fleetjobs", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich"},
 	// 3: the services, and the one sandbox lifecycle every kind drives.
 	{"broker/richroute", "reaper", "credset", "runmcp", "sandbox", "chanstate", "peerauth", "toolset", "fleetnats"},

@@ -1,4 +1,4 @@
-package fleet
+package fleetjobs
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/fleet/fleettest"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 )
 
 // freeSlot is a box with slots to spare: every Slot call is granted.
@@ -21,7 +21,7 @@ func freeSlot(ctx context.Context) (func(), <-chan struct{}, error) {
 	return func() {}, make(chan struct{}), nil
 }
 
-func (r *rig) worker(f *Fleet, o JobWorkerOptions) *JobWorker {
+func (r *rig) worker(f *Queue, o JobWorkerOptions) *JobWorker {
 	r.t.Helper()
 	if o.Kind == "" {
 		o.Kind = JobRun
@@ -61,7 +61,7 @@ func TestJobsWorkQueue(t *testing.T) {
 	if err := j.Finish(ctx, []byte(`"ok"`)); err != nil {
 		t.Fatal(err)
 	}
-	s, err := a.js.Stream(ctx, JobsStream)
+	s, err := a.js.Stream(ctx, fleet.JobsStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +84,10 @@ func TestJobBoundsRefused(t *testing.T) {
 		{"unknown kind", "shell", "x", 1},
 		{"bad id", JobRun, "a.b", 1},
 		{"empty id", JobRun, "", 1},
-		{"payload over the bound", JobRun, "big", MaxJobBytes + 1},
+		{"payload over the bound", JobRun, "big", fleet.MaxJobBytes + 1},
 	} {
-		if _, err := a.SubmitJob(ctx, c.kind, c.id, make([]byte, c.payload)); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: SubmitJob = %v, want ErrInvalid", c.name, err)
+		if _, err := a.SubmitJob(ctx, c.kind, c.id, make([]byte, c.payload)); !errors.Is(err, fleet.ErrInvalid) {
+			t.Errorf("%s: SubmitJob = %v, want fleet.ErrInvalid", c.name, err)
 		}
 	}
 	if _, err := a.SubmitJob(ctx, JobRun, "ok-1", []byte(`{}`)); err != nil {
@@ -97,11 +97,11 @@ func TestJobBoundsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := j.Publish(ctx, json.RawMessage(`"`+strings.Repeat("x", MaxJobFrameBytes)+`"`)); !errors.Is(err, ErrInvalid) {
-		t.Errorf("frame over the bound: %v, want ErrInvalid", err)
+	if err := j.Publish(ctx, json.RawMessage(`"`+strings.Repeat("x", fleet.MaxJobFrameBytes)+`"`)); !errors.Is(err, fleet.ErrInvalid) {
+		t.Errorf("frame over the bound: %v, want fleet.ErrInvalid", err)
 	}
-	if err := j.Finish(ctx, json.RawMessage(`"`+strings.Repeat("x", MaxJobResultBytes)+`"`)); !errors.Is(err, ErrInvalid) {
-		t.Errorf("result over the bound: %v, want ErrInvalid", err)
+	if err := j.Finish(ctx, json.RawMessage(`"`+strings.Repeat("x", fleet.MaxJobResultBytes)+`"`)); !errors.Is(err, fleet.ErrInvalid) {
+		t.Errorf("result over the bound: %v, want fleet.ErrInvalid", err)
 	}
 	if _, err := a.JobResultOf(ctx, JobRun, "ok-1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("a refused result was written: %v", err)
@@ -415,50 +415,8 @@ func TestApprovalDecidedOnce(t *testing.T) {
 	if _, err := a.Decide(ctx, JobRun, "ap1", false, 0, "a"); !errors.Is(err, ErrNotPending) {
 		t.Fatalf("second decision: %v, want ErrNotPending", err)
 	}
-	if err := a.AskApproval(ctx, JobRun, "big", []byte(`"`+strings.Repeat("x", maxControlBytes)+`"`)); !errors.Is(err, ErrInvalid) {
+	if err := a.AskApproval(ctx, JobRun, "big", []byte(`"`+strings.Repeat("x", fleet.MaxJobControlBytes)+`"`)); !errors.Is(err, fleet.ErrInvalid) {
 		t.Fatalf("approval over the bound: %v", err)
-	}
-}
-
-// TestEnsureJobResources: Ensure makes the jobs' stream and buckets, reads
-// the result and control buckets from the leader, and refuses an existing
-// events stream of another shape, naming it, without changing it.
-func TestEnsureJobResources(t *testing.T) {
-	c := fleettest.Start(t, 1)
-	js, _ := jetstream.New(c.Connect("x"))
-	ctx := context.Background()
-	if err := Ensure(ctx, js, Layout{Partitions: 1, Replicas: 1}); err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range []string{JobResultsBucket, JobControlBucket} {
-		s, err := js.Stream(ctx, "KV_"+b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.CachedInfo().Config.AllowDirect {
-			t.Errorf("%s answers direct gets (a lagging replica could answer)", b)
-		}
-	}
-	ev, err := js.Stream(ctx, JobEventsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg := ev.CachedInfo().Config; cfg.MaxMsgSize != MaxJobFrameBytes || cfg.MaxMsgs != jobEventsMaxMsgs || cfg.MaxBytes > 0 || cfg.MaxAge != jobEventsMaxAge {
-		t.Errorf("events stream bounds: %d per frame, %d frames, %d bytes reserved, %s", cfg.MaxMsgSize, cfg.MaxMsgs, cfg.MaxBytes, cfg.MaxAge)
-	}
-
-	c2 := fleettest.Start(t, 1)
-	js2, _ := jetstream.New(c2.Connect("y"))
-	other := jetstream.StreamConfig{Name: JobEventsStream, Subjects: []string{"sandbox.jobevents.>"}, Retention: jetstream.WorkQueuePolicy}
-	if _, err := js2.CreateStream(ctx, other); err != nil {
-		t.Fatal(err)
-	}
-	if err := Ensure(ctx, js2, Layout{Partitions: 1, Replicas: 1}); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), JobEventsStream) {
-		t.Fatalf("Ensure over another events stream: %v, want ErrMismatch naming it", err)
-	}
-	s, err := js2.Stream(ctx, JobEventsStream)
-	if err != nil || s.CachedInfo().Config.Retention != jetstream.WorkQueuePolicy {
-		t.Fatalf("the existing stream was changed: %v", err)
 	}
 }
 
@@ -493,12 +451,12 @@ func TestJobHeartbeatKeepsItsBox(t *testing.T) {
 
 // waitAckPending waits until kind's consumer has n jobs taken and not yet
 // settled (a steady state while the job runs).
-func waitAckPending(t *testing.T, f *Fleet, kind string, n int) {
+func waitAckPending(t *testing.T, f *Queue, kind string, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
-		c, err := f.js.Consumer(ctx, JobsStream, jobsConsumer(kind))
+		c, err := f.js.Consumer(ctx, fleet.JobsStream, jobsConsumer(kind))
 		if err == nil {
 			if info, err := c.Info(ctx); err == nil && info.NumAckPending == n {
 				return
@@ -516,7 +474,7 @@ func waitAckPending(t *testing.T, f *Fleet, kind string, n int) {
 // package's encoders (it has publish rights on sandbox.>) is refused as
 // read: a frame, a result or an approval that is not JSON, or names a box
 // that is no box name (it would reach the admitting box's log), ends the
-// follow or the read with ErrInvalid.
+// follow or the read with fleet.ErrInvalid.
 func TestJobRecordsFromAHostileBoxRefused(t *testing.T) {
 	r := newRig(t, 1, 1)
 	a, _ := r.fleet("a")
@@ -532,8 +490,8 @@ func TestJobRecordsFromAHostileBoxRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		accepted := errors.New("the frame was accepted")
-		if _, err := a.FollowJob(ctx, JobRun, id, func(JobFrame) error { return accepted }); !errors.Is(err, ErrInvalid) {
-			t.Errorf("frame from box %q: FollowJob = %v, want ErrInvalid", box, err)
+		if _, err := a.FollowJob(ctx, JobRun, id, func(JobFrame) error { return accepted }); !errors.Is(err, fleet.ErrInvalid) {
+			t.Errorf("frame from box %q: FollowJob = %v, want fleet.ErrInvalid", box, err)
 		}
 	}
 	for i, box := range append(badBoxes, "not json") {
@@ -542,26 +500,26 @@ func TestJobRecordsFromAHostileBoxRefused(t *testing.T) {
 		if box == "not json" {
 			res = []byte(`[`)
 		}
-		if _, err := a.jobResults.Create(ctx, jobKey(JobRun, id), res); err != nil {
+		if _, err := a.results.Create(ctx, jobKey(JobRun, id), res); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.JobResultOf(ctx, JobRun, id); !errors.Is(err, ErrInvalid) {
-			t.Errorf("result from box %q: JobResultOf = %v, want ErrInvalid", box, err)
+		if _, err := a.JobResultOf(ctx, JobRun, id); !errors.Is(err, fleet.ErrInvalid) {
+			t.Errorf("result from box %q: JobResultOf = %v, want fleet.ErrInvalid", box, err)
 		}
 	}
 	for i, ap := range []Approval{{State: ApprovalApproved}, {State: ApprovalApproved, Box: "Box\nforged"}, {State: "maybe", Box: "b"}} {
 		id := fmt.Sprintf("hostile-approval-%d", i)
 		b, _ := json.Marshal(ap)
-		if _, err := a.jobControl.Create(ctx, approvalKey(JobRun, id), b); err != nil {
+		if _, err := a.control.Create(ctx, approvalKey(JobRun, id), b); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.AwaitDecision(ctx, JobRun, id); !errors.Is(err, ErrInvalid) {
-			t.Errorf("approval %+v: AwaitDecision = %v, want ErrInvalid", ap, err)
+		if _, err := a.AwaitDecision(ctx, JobRun, id); !errors.Is(err, fleet.ErrInvalid) {
+			t.Errorf("approval %+v: AwaitDecision = %v, want fleet.ErrInvalid", ap, err)
 		}
 	}
 	// A well-formed record of each is read.
 	ok, _ := json.Marshal(JobResult{Attempt: 1, Box: "box-b"})
-	if _, err := a.jobResults.Create(ctx, jobKey(JobRun, "fine"), ok); err != nil {
+	if _, err := a.results.Create(ctx, jobKey(JobRun, "fine"), ok); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := a.JobResultOf(ctx, JobRun, "fine"); err != nil || res.Box != "box-b" {
@@ -576,7 +534,7 @@ func TestJobWithAnotherKindsIDDropped(t *testing.T) {
 	r := newRig(t, 1, 1)
 	a, _ := r.fleet("a")
 	ctx := r.ctx()
-	msg := nats.NewMsg(jobsSubjectPrefix + JobRun)
+	msg := nats.NewMsg(fleet.JobsSubjectPrefix + JobRun)
 	msg.Header.Set(jetstream.MsgIDHeader, "xyz-forged")
 	msg.Data = []byte(`{}`)
 	if _, err := a.js.PublishMsg(ctx, msg); err != nil {

@@ -1,4 +1,4 @@
-package fleet
+package fleetjobs
 
 import (
 	"context"
@@ -12,9 +12,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 )
 
-// Job kinds on the jobs work queue (JobsStream): any box takes a job, once
+// Job kinds on the jobs work queue (fleet.JobsStream): any box takes a job, once
 // at a time; each kind has its own durable consumer, so a box pulls only
 // the kinds it runs.
 const (
@@ -23,75 +25,43 @@ const (
 	JobDelegation = "delegation"
 )
 
-// Bounds of what a job carries. A job, a frame and a result come from
-// another box: the receiving side refuses anything over them.
-const (
-	// MaxJobBytes bounds a job's payload (the kind's own parameters).
-	MaxJobBytes = MaxTurnBytes
-	// MaxJobFrameBytes bounds one frame of a job's event stream (an event
-	// of the kind, or a chunk of an artifact).
-	MaxJobFrameBytes = 512 << 10
-	// MaxJobResultBytes bounds a job's result (its summary; the bulk, such
-	// as a run's artifacts, travels as frames before it).
-	MaxJobResultBytes = 256 << 10
-	// jobEventsMaxMsgs bounds the whole events stream: what every box's
-	// unread frames may hold in the cluster, at most 2 GiB of frames of
-	// MaxJobFrameBytes (frames of a finished job are purged by the admitting
-	// box, the rest age out after jobEventsMaxAge). A count, not MaxBytes:
-	// JetStream reserves a stream's MaxBytes on every replica's disk when it
-	// places the stream, so 2 GiB would refuse every box whose store has
-	// less free (no suitable peers for placement, insufficient storage).
-	jobEventsMaxMsgs = (2 << 30) / MaxJobFrameBytes
-	jobEventsMaxAge  = 6 * time.Hour
-	jobKVTTL         = 24 * time.Hour
-	// maxControlBytes bounds a value in JobControlBucket.
-	maxControlBytes = 16 << 10
-)
-
 func validJobKind(kind string) bool {
 	return kind == JobRun || kind == JobPrecheck || kind == JobDelegation
 }
 
 var jobIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// boxNameRe is fleet.box's rule (a DNS label, pkg/config): a box name
-// another box wrote into a frame, a result or an approval is checked
-// against it before it is used or logged.
-var boxNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-
-func validBox(name string) bool { return boxNameRe.MatchString(name) }
-
 func checkJob(kind, id string) error {
 	if !validJobKind(kind) {
-		return fmt.Errorf("job kind %q: %w", kind, ErrInvalid)
+		return fmt.Errorf("job kind %q: %w", kind, fleet.ErrInvalid)
 	}
 	if !jobIDRe.MatchString(id) {
-		return fmt.Errorf("job id must match %s: %w", jobIDRe, ErrInvalid)
+		return fmt.Errorf("job id must match %s: %w", jobIDRe, fleet.ErrInvalid)
 	}
 	return nil
 }
 
-// jobKey is a job's key in JobResultsBucket, and the suffix of its keys in
-// JobControlBucket and of its events subject.
+// jobKey is a job's key in fleet.JobResultsBucket, and the suffix of its keys in
+// fleet.JobControlBucket and of its events subject.
 func jobKey(kind, id string) string { return kind + "." + id }
 
-func jobEventsSubject(kind, id string) string { return jobEventsPrefix + kind + "." + id }
+func jobEventsSubject(kind, id string) string { return fleet.JobEventsSubjectPrefix + kind + "." + id }
 func jobCancelKey(kind, id string) string     { return "cancel." + jobKey(kind, id) }
 
 // SubmitJob publishes a job of kind (Job*) with id (de-duplicated like
-// turns) and its payload (the kind's own JSON, at most MaxJobBytes).
-func (f *Fleet) SubmitJob(ctx context.Context, kind, id string, payload []byte) (Submitted, error) {
+// turns) and its payload (the kind's own JSON, at most fleet.MaxJobBytes).
+func (q *Queue) SubmitJob(ctx context.Context, kind, id string, payload []byte) (fleet.Submitted, error) {
 	if err := checkJob(kind, id); err != nil {
-		return Submitted{}, err
+		return fleet.Submitted{}, err
 	}
-	if len(payload) > MaxJobBytes {
-		return Submitted{}, fmt.Errorf("job is %d bytes, the limit is %d: %w", len(payload), MaxJobBytes, ErrInvalid)
+	if len(payload) > fleet.MaxJobBytes {
+		return fleet.Submitted{}, fmt.Errorf("job is %d bytes, the limit is %d: %w", len(payload), fleet.MaxJobBytes, fleet.ErrInvalid)
 	}
-	ack, err := f.js.PublishMsg(ctx, &nats.Msg{Subject: jobsSubjectPrefix + kind, Data: payload}, jetstream.WithMsgID(kind+"-"+id), jetstream.WithExpectStream(JobsStream))
+	ack, err := q.js.PublishMsg(ctx, &nats.Msg{Subject: fleet.JobsSubjectPrefix + kind, Data: payload}, jetstream.WithMsgID(kind+"-"+id), jetstream.WithExpectStream(fleet.JobsStream))
 	if err != nil {
-		return Submitted{}, fmt.Errorf("publish job to %s: %w", JobsStream, err)
+		return fleet.Submitted{}, fmt.Errorf("publish job to %s: %w", fleet.JobsStream, err)
 	}
-	return Submitted{Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
+	return fleet.Submitted{Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
 
 // Job is one taken job. The box that took it publishes its events
@@ -104,14 +74,14 @@ type Job struct {
 	// Attempt counts deliveries of this job (1 on the first).
 	Attempt uint64
 	box     string
-	f       *Fleet
+	q       *Queue
 	msg     jetstream.Msg
 	settled atomic.Bool // Finish acknowledged it or Retry handed it back
 }
 
 // JobFrame is one message of a job's event stream: an event of the kind
 // (Data, the kind's JSON), or the end (Done: the result is in
-// JobResultsBucket). Attempt and Box say which delivery published it, so
+// fleet.JobResultsBucket). Attempt and Box say which delivery published it, so
 // the admitting box can tell a dead attempt's frames from its successor's.
 type JobFrame struct {
 	Attempt uint64          `json:"attempt"`
@@ -120,7 +90,7 @@ type JobFrame struct {
 	Data    json.RawMessage `json:"data,omitempty"`
 }
 
-// JobResult is a job's one result, under its key in JobResultsBucket.
+// JobResult is a job's one result, under its key in fleet.JobResultsBucket.
 type JobResult struct {
 	Attempt uint64 `json:"attempt"`
 	Box     string `json:"box"`
@@ -133,19 +103,19 @@ type JobResult struct {
 // Publish sends one event frame for the admitting box, in order after the
 // job's earlier frames (each publish waits for the stream's ack).
 func (j *Job) Publish(ctx context.Context, data []byte) error {
-	return j.f.publishFrame(ctx, j.Kind, j.ID, JobFrame{Attempt: j.Attempt, Box: j.box, Data: data})
+	return j.q.publishFrame(ctx, j.Kind, j.ID, JobFrame{Attempt: j.Attempt, Box: j.box, Data: data})
 }
 
-func (f *Fleet) publishFrame(ctx context.Context, kind, id string, fr JobFrame) error {
+func (q *Queue) publishFrame(ctx context.Context, kind, id string, fr JobFrame) error {
 	b, err := json.Marshal(fr)
 	if err != nil {
 		return err
 	}
-	if len(b) > MaxJobFrameBytes {
-		return fmt.Errorf("job frame is %d bytes, the limit is %d: %w", len(b), MaxJobFrameBytes, ErrInvalid)
+	if len(b) > fleet.MaxJobFrameBytes {
+		return fmt.Errorf("job frame is %d bytes, the limit is %d: %w", len(b), fleet.MaxJobFrameBytes, fleet.ErrInvalid)
 	}
-	if _, err := f.js.PublishMsg(ctx, &nats.Msg{Subject: jobEventsSubject(kind, id), Data: b}, jetstream.WithExpectStream(JobEventsStream)); err != nil {
-		return fmt.Errorf("publish job frame to %s: %w", JobEventsStream, err)
+	if _, err := q.js.PublishMsg(ctx, &nats.Msg{Subject: jobEventsSubject(kind, id), Data: b}, jetstream.WithExpectStream(fleet.JobEventsStream)); err != nil {
+		return fmt.Errorf("publish job frame to %s: %w", fleet.JobEventsStream, err)
 	}
 	return nil
 }
@@ -159,23 +129,23 @@ var ErrResultTaken = errors.New("the job already has a result")
 // it is left as it is: ErrResultTaken, the job acknowledged and its done
 // frame published again (the other box may have died before it).
 func (j *Job) Finish(ctx context.Context, data []byte) error {
-	return j.f.finishJob(ctx, j, JobResult{Attempt: j.Attempt, Box: j.box, Data: data})
+	return j.q.finishJob(ctx, j, JobResult{Attempt: j.Attempt, Box: j.box, Data: data})
 }
 
-func (f *Fleet) finishJob(ctx context.Context, j *Job, res JobResult) error {
+func (q *Queue) finishJob(ctx context.Context, j *Job, res JobResult) error {
 	b, err := json.Marshal(res)
 	if err != nil {
 		return err
 	}
-	if len(b) > MaxJobResultBytes {
-		return fmt.Errorf("job result is %d bytes, the limit is %d: %w", len(b), MaxJobResultBytes, ErrInvalid)
+	if len(b) > fleet.MaxJobResultBytes {
+		return fmt.Errorf("job result is %d bytes, the limit is %d: %w", len(b), fleet.MaxJobResultBytes, fleet.ErrInvalid)
 	}
-	_, err = f.jobResults.Create(ctx, jobKey(j.Kind, j.ID), b)
+	_, err = q.results.Create(ctx, jobKey(j.Kind, j.ID), b)
 	taken := errors.Is(err, jetstream.ErrKeyExists)
 	if err != nil && !taken {
-		return fmt.Errorf("job result into %s: %w", JobResultsBucket, err)
+		return fmt.Errorf("job result into %s: %w", fleet.JobResultsBucket, err)
 	}
-	if err := f.publishFrame(ctx, j.Kind, j.ID, JobFrame{Attempt: j.Attempt, Box: j.box, Done: true}); err != nil {
+	if err := q.publishFrame(ctx, j.Kind, j.ID, JobFrame{Attempt: j.Attempt, Box: j.box, Done: true}); err != nil {
 		return err
 	}
 	j.settled.Store(true)
@@ -200,11 +170,11 @@ func (j *Job) Retry(delay time.Duration) error {
 func (j *Job) Progress() error { return j.msg.InProgress() }
 
 // CancelRequested is closed once the job's cancellation is in
-// JobControlBucket (CancelJob, from any box), or when ctx ends; the box
+// fleet.JobControlBucket (CancelJob, from any box), or when ctx ends; the box
 // running the job stops it and finishes it cancelled. It is already closed
 // for a job cancelled before it was taken.
 func (j *Job) CancelRequested(ctx context.Context) (<-chan struct{}, error) {
-	w, err := j.f.jobControl.Watch(ctx, jobCancelKey(j.Kind, j.ID))
+	w, err := j.q.control.Watch(ctx, jobCancelKey(j.Kind, j.ID))
 	if err != nil {
 		return nil, fmt.Errorf("watch job cancellation: %w", err)
 	}
@@ -231,19 +201,19 @@ func (j *Job) CancelRequested(ctx context.Context) (<-chan struct{}, error) {
 
 // CancelJob records the job's cancellation for whichever box runs it (or
 // takes it later). Cancelling twice is not an error.
-func (f *Fleet) CancelJob(ctx context.Context, kind, id string) error {
+func (q *Queue) CancelJob(ctx context.Context, kind, id string) error {
 	if err := checkJob(kind, id); err != nil {
 		return err
 	}
-	if _, err := f.jobControl.Create(ctx, jobCancelKey(kind, id), []byte("{}")); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("job cancellation into %s: %w", JobControlBucket, err)
+	if _, err := q.control.Create(ctx, jobCancelKey(kind, id), []byte("{}")); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("job cancellation into %s: %w", fleet.JobControlBucket, err)
 	}
 	return nil
 }
 
 // JobResultOf returns the job's result, or jetstream.ErrKeyNotFound.
-func (f *Fleet) JobResultOf(ctx context.Context, kind, id string) (JobResult, error) {
-	e, err := f.jobResults.Get(ctx, jobKey(kind, id))
+func (q *Queue) JobResultOf(ctx context.Context, kind, id string) (JobResult, error) {
+	e, err := q.results.Get(ctx, jobKey(kind, id))
 	if err != nil {
 		return JobResult{}, err
 	}
@@ -252,11 +222,11 @@ func (f *Fleet) JobResultOf(ctx context.Context, kind, id string) (JobResult, er
 
 func decodeJobResult(b []byte) (JobResult, error) {
 	var r JobResult
-	if len(b) > MaxJobResultBytes {
-		return r, fmt.Errorf("job result over %d bytes: %w", MaxJobResultBytes, ErrInvalid)
+	if len(b) > fleet.MaxJobResultBytes {
+		return r, fmt.Errorf("job result over %d bytes: %w", fleet.MaxJobResultBytes, fleet.ErrInvalid)
 	}
-	if err := json.Unmarshal(b, &r); err != nil || !validBox(r.Box) {
-		return JobResult{}, fmt.Errorf("job result: %w", ErrInvalid)
+	if err := json.Unmarshal(b, &r); err != nil || !fleet.ValidBox(r.Box) {
+		return JobResult{}, fmt.Errorf("job result: %w", fleet.ErrInvalid)
 	}
 	return r, nil
 }
@@ -265,12 +235,12 @@ func decodeJobResult(b []byte) (JobResult, error) {
 // they were published (from the first, whenever it is called), until the
 // done frame; then it returns the job's result. It ends early with ctx
 // (context.Cause) or with onFrame's error. A frame that breaks its bounds
-// ends it with ErrInvalid: it came from another box.
-func (f *Fleet) FollowJob(ctx context.Context, kind, id string, onFrame func(JobFrame) error) (JobResult, error) {
+// ends it with fleet.ErrInvalid: it came from another box.
+func (q *Queue) FollowJob(ctx context.Context, kind, id string, onFrame func(JobFrame) error) (JobResult, error) {
 	if err := checkJob(kind, id); err != nil {
 		return JobResult{}, err
 	}
-	c, err := f.js.OrderedConsumer(ctx, JobEventsStream, jetstream.OrderedConsumerConfig{
+	c, err := q.js.OrderedConsumer(ctx, fleet.JobEventsStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{jobEventsSubject(kind, id)}, DeliverPolicy: jetstream.DeliverAllPolicy,
 		// The server drops it if this box dies; a live follower pulls.
 		InactiveThreshold: followInactive,
@@ -283,7 +253,7 @@ func (f *Fleet) FollowJob(ctx context.Context, kind, id string, onFrame func(Job
 	defer func() {
 		if info := c.CachedInfo(); info != nil {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-			_ = f.js.DeleteConsumer(dctx, JobEventsStream, info.Name)
+			_ = q.js.DeleteConsumer(dctx, fleet.JobEventsStream, info.Name)
 			cancel()
 		}
 	}()
@@ -299,12 +269,12 @@ func (f *Fleet) FollowJob(ctx context.Context, kind, id string, onFrame func(Job
 			return JobResult{}, fmt.Errorf("follow job: %w", err)
 		}
 		var fr JobFrame
-		if len(msg.Data()) > MaxJobFrameBytes || json.Unmarshal(msg.Data(), &fr) != nil || !validBox(fr.Box) {
-			return JobResult{}, fmt.Errorf("job %s frame: %w", id, ErrInvalid)
+		if len(msg.Data()) > fleet.MaxJobFrameBytes || json.Unmarshal(msg.Data(), &fr) != nil || !fleet.ValidBox(fr.Box) {
+			return JobResult{}, fmt.Errorf("job %s frame: %w", id, fleet.ErrInvalid)
 		}
 		if fr.Done {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-			res, err := f.JobResultOf(rctx, kind, id)
+			res, err := q.JobResultOf(rctx, kind, id)
 			cancel()
 			if err != nil {
 				return JobResult{}, fmt.Errorf("job %s result: %w", id, err)
@@ -323,15 +293,15 @@ const followInactive = 30 * time.Second
 
 // ForgetJob drops a followed job's frames and its cancellation (its
 // result stays until its TTL, so a late redelivery still finds it).
-func (f *Fleet) ForgetJob(ctx context.Context, kind, id string) error {
+func (q *Queue) ForgetJob(ctx context.Context, kind, id string) error {
 	if err := checkJob(kind, id); err != nil {
 		return err
 	}
-	s, err := f.js.Stream(ctx, JobEventsStream)
+	s, err := q.js.Stream(ctx, fleet.JobEventsStream)
 	if err == nil {
 		err = s.Purge(ctx, jetstream.WithPurgeSubject(jobEventsSubject(kind, id)))
 	}
-	if derr := f.jobControl.Delete(ctx, jobCancelKey(kind, id)); derr != nil && !errors.Is(derr, jetstream.ErrKeyNotFound) && err == nil {
+	if derr := q.control.Delete(ctx, jobCancelKey(kind, id)); derr != nil && !errors.Is(derr, jetstream.ErrKeyNotFound) && err == nil {
 		err = derr
 	}
 	if err != nil {
@@ -344,9 +314,9 @@ func (f *Fleet) ForgetJob(ctx context.Context, kind, id string) error {
 // work queue gives each job to one of them.
 func jobsConsumer(kind string) string { return "jobs-" + kind }
 
-func (f *Fleet) jobConsumer(ctx context.Context, kind string, ackWait time.Duration) (jetstream.Consumer, error) {
-	c, err := f.js.CreateOrUpdateConsumer(ctx, JobsStream, jetstream.ConsumerConfig{
-		Durable: jobsConsumer(kind), FilterSubject: jobsSubjectPrefix + kind,
+func (q *Queue) jobConsumer(ctx context.Context, kind string, ackWait time.Duration) (jetstream.Consumer, error) {
+	c, err := q.js.CreateOrUpdateConsumer(ctx, fleet.JobsStream, jetstream.ConsumerConfig{
+		Durable: jobsConsumer(kind), FilterSubject: fleet.JobsSubjectPrefix + kind,
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: -1,
 	})
 	if err != nil {
@@ -357,18 +327,18 @@ func (f *Fleet) jobConsumer(ctx context.Context, kind string, ackWait time.Durat
 
 // NextJob waits for the next job of kind until ctx ends, for box; a job
 // not settled within ackWait (nor kept by Progress) goes to another box.
-func (f *Fleet) NextJob(ctx context.Context, kind, box string, ackWait time.Duration) (*Job, error) {
+func (q *Queue) NextJob(ctx context.Context, kind, box string, ackWait time.Duration) (*Job, error) {
 	if !validJobKind(kind) {
-		return nil, fmt.Errorf("job kind %q: %w", kind, ErrInvalid)
+		return nil, fmt.Errorf("job kind %q: %w", kind, fleet.ErrInvalid)
 	}
-	c, err := f.jobConsumer(ctx, kind, ackWait)
+	c, err := q.jobConsumer(ctx, kind, ackWait)
 	if err != nil {
 		return nil, err
 	}
-	return f.nextJob(ctx, c, kind, box)
+	return q.nextJob(ctx, c, kind, box)
 }
 
-func (f *Fleet) nextJob(ctx context.Context, c jetstream.Consumer, kind, box string) (*Job, error) {
+func (q *Queue) nextJob(ctx context.Context, c jetstream.Consumer, kind, box string) (*Job, error) {
 	for {
 		msg, err := c.Next(jetstream.FetchContext(ctx))
 		if err != nil {
@@ -386,11 +356,11 @@ func (f *Fleet) nextJob(ctx context.Context, c jetstream.Consumer, kind, box str
 		if id == msg.Headers().Get(jetstream.MsgIDHeader) {
 			id = ""
 		}
-		j := &Job{Kind: kind, ID: id, Payload: msg.Data(), box: box, f: f, msg: msg, Attempt: 1}
+		j := &Job{Kind: kind, ID: id, Payload: msg.Data(), box: box, q: q, msg: msg, Attempt: 1}
 		if md, err := msg.Metadata(); err == nil {
 			j.Attempt = md.NumDelivered
 		}
-		if err := checkJob(kind, id); err != nil || len(j.Payload) > MaxJobBytes {
+		if err := checkJob(kind, id); err != nil || len(j.Payload) > fleet.MaxJobBytes {
 			// Not a job a box published (it would have been refused):
 			// dropped, not retried forever.
 			_ = msg.Term()

@@ -1,4 +1,4 @@
-package fleet
+package fleetjobs
 
 import (
 	"context"
@@ -7,9 +7,11 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 )
 
-// Approval states in JobControlBucket.
+// Approval states in fleet.JobControlBucket.
 const (
 	ApprovalPending  = "pending"
 	ApprovalApproved = "approved"
@@ -21,7 +23,7 @@ const (
 var ErrNotPending = errors.New("no approval pending")
 
 // Approval is a job's approval record, key approval.<kind>.<id> in
-// JobControlBucket: asked by the admitting box, decided once (a
+// fleet.JobControlBucket: asked by the admitting box, decided once (a
 // compare-and-swap on the pending record) by an operator on any box.
 type Approval struct {
 	State string `json:"state"`
@@ -37,7 +39,7 @@ func approvalKey(kind, id string) string { return "approval." + jobKey(kind, id)
 
 // AskApproval records the job as awaiting an approval, with what the
 // approver is shown.
-func (f *Fleet) AskApproval(ctx context.Context, kind, id string, what []byte) error {
+func (q *Queue) AskApproval(ctx context.Context, kind, id string, what []byte) error {
 	if err := checkJob(kind, id); err != nil {
 		return err
 	}
@@ -45,22 +47,22 @@ func (f *Fleet) AskApproval(ctx context.Context, kind, id string, what []byte) e
 	if err != nil {
 		return err
 	}
-	if len(b) > maxControlBytes {
-		return fmt.Errorf("approval record is %d bytes, the limit is %d: %w", len(b), maxControlBytes, ErrInvalid)
+	if len(b) > fleet.MaxJobControlBytes {
+		return fmt.Errorf("approval record is %d bytes, the limit is %d: %w", len(b), fleet.MaxJobControlBytes, fleet.ErrInvalid)
 	}
-	if _, err := f.jobControl.Create(ctx, approvalKey(kind, id), b); err != nil {
-		return fmt.Errorf("approval into %s: %w", JobControlBucket, err)
+	if _, err := q.control.Create(ctx, approvalKey(kind, id), b); err != nil {
+		return fmt.Errorf("approval into %s: %w", fleet.JobControlBucket, err)
 	}
 	return nil
 }
 
 // PendingApproval returns the job's approval record and its revision;
 // jetstream.ErrKeyNotFound when none was asked for (or it expired).
-func (f *Fleet) PendingApproval(ctx context.Context, kind, id string) (Approval, uint64, error) {
+func (q *Queue) PendingApproval(ctx context.Context, kind, id string) (Approval, uint64, error) {
 	if err := checkJob(kind, id); err != nil {
 		return Approval{}, 0, err
 	}
-	e, err := f.jobControl.Get(ctx, approvalKey(kind, id))
+	e, err := q.control.Get(ctx, approvalKey(kind, id))
 	if err != nil {
 		return Approval{}, 0, err
 	}
@@ -70,13 +72,13 @@ func (f *Fleet) PendingApproval(ctx context.Context, kind, id string) (Approval,
 
 func decodeApproval(b []byte) (Approval, error) {
 	var a Approval
-	if len(b) > maxControlBytes || json.Unmarshal(b, &a) != nil || (a.Box != "" && !validBox(a.Box)) || (a.Box == "" && a.State != ApprovalPending) {
-		return Approval{}, fmt.Errorf("approval record: %w", ErrInvalid)
+	if len(b) > fleet.MaxJobControlBytes || json.Unmarshal(b, &a) != nil || (a.Box != "" && !fleet.ValidBox(a.Box)) || (a.Box == "" && a.State != ApprovalPending) {
+		return Approval{}, fmt.Errorf("approval record: %w", fleet.ErrInvalid)
 	}
 	switch a.State {
 	case ApprovalPending, ApprovalApproved, ApprovalDenied:
 	default:
-		return Approval{}, fmt.Errorf("approval state %q: %w", a.State, ErrInvalid)
+		return Approval{}, fmt.Errorf("approval state %q: %w", a.State, fleet.ErrInvalid)
 	}
 	return a, nil
 }
@@ -84,8 +86,8 @@ func decodeApproval(b []byte) (Approval, error) {
 // Decide approves or denies a pending job as uid on box: exactly one
 // decision lands (compare-and-swap on the pending record); any later one,
 // from any box, is ErrNotPending. It returns the decided record.
-func (f *Fleet) Decide(ctx context.Context, kind, id string, approve bool, uid int, box string) (Approval, error) {
-	a, rev, err := f.PendingApproval(ctx, kind, id)
+func (q *Queue) Decide(ctx context.Context, kind, id string, approve bool, uid int, box string) (Approval, error) {
+	a, rev, err := q.PendingApproval(ctx, kind, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Approval{}, ErrNotPending
 	}
@@ -103,22 +105,22 @@ func (f *Fleet) Decide(ctx context.Context, kind, id string, approve bool, uid i
 	if err != nil {
 		return Approval{}, err
 	}
-	if _, err := f.jobControl.Update(ctx, approvalKey(kind, id), b, rev); err != nil {
+	if _, err := q.control.Update(ctx, approvalKey(kind, id), b, rev); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return Approval{}, ErrNotPending // decided meanwhile
 		}
-		return Approval{}, fmt.Errorf("approval into %s: %w", JobControlBucket, err)
+		return Approval{}, fmt.Errorf("approval into %s: %w", fleet.JobControlBucket, err)
 	}
 	return a, nil
 }
 
 // AwaitDecision waits until the job's approval is decided (on any box)
 // and returns the decision; ctx ends the wait (context.Cause).
-func (f *Fleet) AwaitDecision(ctx context.Context, kind, id string) (Approval, error) {
+func (q *Queue) AwaitDecision(ctx context.Context, kind, id string) (Approval, error) {
 	if err := checkJob(kind, id); err != nil {
 		return Approval{}, err
 	}
-	w, err := f.jobControl.Watch(ctx, approvalKey(kind, id))
+	w, err := q.control.Watch(ctx, approvalKey(kind, id))
 	if err != nil {
 		return Approval{}, fmt.Errorf("watch approval: %w", err)
 	}
@@ -146,11 +148,11 @@ func (f *Fleet) AwaitDecision(ctx context.Context, kind, id string) (Approval, e
 }
 
 // ForgetApproval drops the job's approval record (the run moved on).
-func (f *Fleet) ForgetApproval(ctx context.Context, kind, id string) error {
+func (q *Queue) ForgetApproval(ctx context.Context, kind, id string) error {
 	if err := checkJob(kind, id); err != nil {
 		return err
 	}
-	if err := f.jobControl.Delete(ctx, approvalKey(kind, id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err := q.control.Delete(ctx, approvalKey(kind, id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("forget approval: %w", err)
 	}
 	return nil

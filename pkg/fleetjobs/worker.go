@@ -1,4 +1,4 @@
-package fleet
+package fleetjobs
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 )
 
 // JobWorkerOptions configure a box's taking of one kind's jobs.
@@ -64,7 +66,7 @@ const DefaultJobAckWait = 10 * time.Second
 
 // JobWorker pulls one kind's jobs while this box has free slots.
 type JobWorker struct {
-	f      *Fleet
+	q      *Queue
 	o      JobWorkerOptions
 	log    *slog.Logger
 	ctx    context.Context
@@ -73,12 +75,12 @@ type JobWorker struct {
 }
 
 // StartJobWorker creates the kind's consumer and starts pulling.
-func (f *Fleet) StartJobWorker(ctx context.Context, o JobWorkerOptions) (*JobWorker, error) {
+func (q *Queue) StartJobWorker(ctx context.Context, o JobWorkerOptions) (*JobWorker, error) {
 	if !validJobKind(o.Kind) {
-		return nil, fmt.Errorf("job kind %q: %w", o.Kind, ErrInvalid)
+		return nil, fmt.Errorf("job kind %q: %w", o.Kind, fleet.ErrInvalid)
 	}
 	if o.Box == "" || o.Slot == nil || o.Handle == nil {
-		return nil, fmt.Errorf("job worker needs a box name, a slot and a handler: %w", ErrInvalid)
+		return nil, fmt.Errorf("job worker needs a box name, a slot and a handler: %w", fleet.ErrInvalid)
 	}
 	if o.AckWait <= 0 {
 		o.AckWait = DefaultJobAckWait
@@ -89,17 +91,17 @@ func (f *Fleet) StartJobWorker(ctx context.Context, o JobWorkerOptions) (*JobWor
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	c, err := f.jobConsumer(ctx, o.Kind, o.AckWait)
+	c, err := q.jobConsumer(ctx, o.Kind, o.AckWait)
 	if err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(context.Background())
-	w := &JobWorker{f: f, o: o, log: o.Logger.With("box", o.Box, "job_kind", o.Kind), ctx: wctx, cancel: cancel}
+	w := &JobWorker{q: q, o: o, log: o.Logger.With("box", o.Box, "job_kind", o.Kind), ctx: wctx, cancel: cancel}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
 		for w.ctx.Err() == nil {
-			if err := w.once(func(ctx context.Context) (*Job, error) { return f.nextJob(ctx, c, o.Kind, o.Box) }); err != nil && w.ctx.Err() == nil {
+			if err := w.once(func(ctx context.Context) (*Job, error) { return q.nextJob(ctx, c, o.Kind, o.Box) }); err != nil && w.ctx.Err() == nil {
 				if errors.Is(err, errNoSlot) {
 					w.log.Debug("fleet jobs: no slot of this box's admission (it is stopping)", "err", err)
 				} else {
@@ -165,16 +167,16 @@ func (w *JobWorker) run(j *Job) {
 	ctx := w.ctx
 	if j.Attempt > w.o.MaxAttempts {
 		log.Error("fleet job given up: delivered more often than the bound (it failed every box it landed on, or none could run it)", "max_attempts", w.o.MaxAttempts)
-		if err := w.f.finishJob(ctx, j, JobResult{Attempt: j.Attempt, Box: j.box, GaveUp: true}); err != nil && !errors.Is(err, ErrResultTaken) {
+		if err := w.q.finishJob(ctx, j, JobResult{Attempt: j.Attempt, Box: j.box, GaveUp: true}); err != nil && !errors.Is(err, ErrResultTaken) {
 			log.Warn("fleet job: recording its end failed (NATS JetStream)", "err", err)
 		}
 		return
 	}
 	// A delivery after a result was written (its box died before the ack):
 	// only the done frame and the ack are left to do.
-	if res, err := w.f.JobResultOf(ctx, j.Kind, j.ID); err == nil {
+	if res, err := w.q.JobResultOf(ctx, j.Kind, j.ID); err == nil {
 		log.Info("fleet job already has a result; acknowledging it", "result_box", res.Box)
-		if err := w.f.finishJob(ctx, j, res); err != nil && !errors.Is(err, ErrResultTaken) {
+		if err := w.q.finishJob(ctx, j, res); err != nil && !errors.Is(err, ErrResultTaken) {
 			log.Warn("fleet job: acknowledging failed (NATS JetStream)", "err", err)
 		}
 		return
