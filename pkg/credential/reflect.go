@@ -83,7 +83,7 @@ func Forms(s Secret) []string {
 // across adjacent strings or with one piece of PieceBytes anywhere, and in
 // base64 or hex wrapped or spaced by whitespace. Detection is defence in
 // depth for trusted upstreams, not a guarantee against every encoding (see
-// README's threat model for what is not detected).
+// docs/threat-model.md, Credential reflection, for what is not detected).
 func Reflected(v any, secrets ...Secret) bool {
 	m := newMatcher(secrets)
 	if m.empty() {
