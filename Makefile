@@ -55,7 +55,7 @@ deb:
 	./packaging/deb/build.sh
 
 # The code-execution image from this machine's Debian packages, with this
-# tree's worker (root; README, Toolbox). TOOLBOX_FLAGS=--small: the test one.
+# tree's worker (root; docs/code-runs.md, Toolbox). TOOLBOX_FLAGS=--small: the test one.
 toolbox: bin/sandbox-host bin/sandbox-worker
 	bin/sandbox-host toolbox build --worker bin/sandbox-worker $(TOOLBOX_FLAGS)
 

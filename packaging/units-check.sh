@@ -106,7 +106,7 @@ for pair in sandbox-broker@0123456789abcdef0123456789abcdef.service:2.0 sandbox-
   fi
 done
 
-# 2b. the broker's network rules (README threat model, "Egress").
+# 2b. the broker's network rules (docs/threat-model.md, "Egress").
 echo "== broker network rules"
 bu=units/sandbox-broker@.service
 if grep -Eq '^RestrictAddressFamilies=.*\bAF_NETLINK\b' "$bu"; then

@@ -4,7 +4,7 @@
 #                                       -xdev) with its size and mtime
 #   test/rootfs-diff.sh compare FILE    print what is new (+), gone (-) or
 #                                       changed (~, size or mtime) since then
-# How README's closing note on leftovers was measured: snapshot, make demo
+# How docs/development.md's note on leftovers was measured: snapshot, make demo
 # (or a make test stage), compare. Everything else on the machine writes
 # too (build caches, other jobs' temporary files): read the list, do not
 # expect it empty on a busy box. Root for a complete listing.

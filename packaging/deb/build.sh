@@ -58,7 +58,7 @@ for u in sandbox-host.socket sandbox-host.service sandbox-broker@.socket sandbox
   sandbox-reaper.service sandbox-reaper.timer sandbox-nats.service; do
   inst 0644 "units/$u" "lib/systemd/system/$u"
 done
-# The host's drop-in for a fleet (README, Fleet): shipped, never installed
+# The host's drop-in for a fleet (docs/fleet.md): shipped, never installed
 # as a drop-in by the package (one box keeps PrivateNetwork=yes).
 inst 0644 units/sandbox-host-fleet.conf usr/share/roundtable-sandbox/sandbox-host-fleet.conf
 inst 0644 units/sysusers.d/roundtable-sandbox.conf usr/lib/sysusers.d/roundtable-sandbox.conf
@@ -76,7 +76,7 @@ else
   rm "$stage/placeholder.yaml"
 fi
 install -d -m 0700 "$stage/etc/roundtable-sandbox/credentials"
-# The fleet's files (README, Fleet): CA, this box's certificate and key,
+# The fleet's files (docs/fleet.md): CA, this box's certificate and key,
 # its nkey seed, JetStream's encryption key; root's, the host's group may
 # enter (it reads ca.pem and the seed).
 install -d -m 0750 "$stage/etc/roundtable-sandbox/fleet"

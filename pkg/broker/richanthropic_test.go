@@ -252,7 +252,7 @@ func TestAnthropicCutToolInputPasses(t *testing.T) {
 	}
 }
 
-// TestAnthropicServerToolAndCitationsEndTheStream pins what README says of
+// TestAnthropicServerToolAndCitationsEndTheStream pins what docs/rich-channels.md says of
 // answers the broker never asks for (requests carry no documents and no
 // server tools): a server_tool_use block or a citations_delta ends the
 // stream mid-way with a generic api_error event, after what passed before

@@ -62,7 +62,7 @@ func doctorFleet(ctx context.Context, cfg *config.Config, d doctorDeps, add func
 		add("fleet-host-net", StatusSkip, "cannot ask systemd about sandbox-host.service: "+err.Error(), "")
 	case pn == "yes":
 		add("fleet-host-net", StatusFail, "sandbox-host.service has PrivateNetwork=yes: the host cannot reach fleet.url",
-			"install -D -m 0644 "+FleetHostDropIn+" /etc/systemd/system/sandbox-host.service.d/fleet.conf && systemctl daemon-reload && systemctl restart sandbox-host.service (README, Fleet)")
+			"install -D -m 0644 "+FleetHostDropIn+" /etc/systemd/system/sandbox-host.service.d/fleet.conf && systemctl daemon-reload && systemctl restart sandbox-host.service (docs/fleet.md)")
 	default:
 		add("fleet-host-net", StatusOK, "sandbox-host.service may reach the network (PrivateNetwork="+pn+")", "")
 	}

@@ -23,7 +23,7 @@ const NATSUser = "_sandbox-nats"
 func fleetCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "fleet",
-		Short: "The fleet's engine on this box: sandbox-nats's configuration, a box's nkey (README, Fleet)",
+		Short: "The fleet's engine on this box: sandbox-nats's configuration, a box's nkey (docs/fleet.md)",
 	}
 	c.AddCommand(fleetConfigCmd(g), fleetNkeyCmd(g))
 	return c

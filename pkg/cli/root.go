@@ -144,6 +144,6 @@ func printJSON(cmd *cobra.Command, v any) error {
 }
 
 // Tree is the command tree as `sandbox-host --help` shows it (cobra adds
-// help and completion when it runs), for documentation checks: README's
+// help and completion when it runs), for documentation checks: docs/api.md's
 // command summary is compared with it (test/newcomer).
 func Tree() *cobra.Command { return newRoot(&globals{}) }

@@ -15,7 +15,7 @@ import (
 )
 
 // FleetOptions connect a frontend that lives on no box straight to the
-// fleet (DESIGN.md section 17): the fleet.* keys of the boxes' sandbox.yaml
+// fleet (docs/fleet.md): the fleet.* keys of the boxes' sandbox.yaml
 // name the same things.
 type FleetOptions struct {
 	URL                       string // fleet.url: tls:// URLs, comma-separated

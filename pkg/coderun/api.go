@@ -13,7 +13,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
 
-// The runs' routes of the host API (README, Code runs): the host routes
+// The runs' routes of the host API (docs/code-runs.md): the host routes
 // to them, checks the caller's role and maps their errors to a status.
 
 // MaxRunBodyBytes bounds POST /v1/runs: a 64 KiB command or 256 KiB of

@@ -19,7 +19,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
-// Runs in fleet mode (DESIGN.md section 17): a run admitted here keeps its
+// Runs in fleet mode (docs/fleet.md): a run admitted here keeps its
 // record here (status, events, cancel and approval answer from it, as for
 // a local run), waits for its approval here (the decision in the fleet's
 // control bucket, so an operator on any box can give it), then travels as

@@ -14,8 +14,8 @@ import (
 )
 
 // EgressCredential is one entry of egress.credentials: a destination an
-// approved run may reach with a credential the broker adds (README
-// "Credentialed egress"). A run asks for it by Name; it may when its
+// approved run may reach with a credential the broker adds
+// (docs/credentialed-egress.md). A run asks for it by Name; it may when its
 // project is in Projects or its owner's uid in Clients.
 type EgressCredential struct {
 	Name       string `mapstructure:"name"`

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 )
 
-// Fleet configures the fleet (DESIGN.md section 17): boxes sharing turns
+// Fleet configures the fleet (docs/fleet.md): boxes sharing turns
 // through NATS JetStream. Off, nothing of it is used and one box is what it
 // always was. The client keys (box, url, tls, nkeySeedFile, partitions,
 // replicas) are the host's; the server keys are sandbox-nats.service's,
@@ -61,7 +61,8 @@ type FleetBox struct {
 }
 
 // Defaults and bounds of the fleet keys. The files default to
-// FleetDir, where README *Fleet* has the operator put them.
+// FleetDir, where docs/fleet.md (Install on each box) has the operator
+// put them.
 const (
 	FleetDir              = "/etc/roundtable-sandbox/fleet"
 	DefaultFleetURL       = "tls://127.0.0.1:4222"

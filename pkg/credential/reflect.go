@@ -100,7 +100,7 @@ func percentAll(s string) string {
 // %XX-escaped (in any hex case), and in base64 or hex wrapped or spaced by
 // whitespace. Detection is defence in
 // depth for trusted upstreams, not a guarantee against every encoding (see
-// README's threat model for what is not detected).
+// docs/threat-model.md, Credential reflection, for what is not detected).
 func Reflected(v any, secrets ...Secret) bool {
 	m := newMatcher(secrets)
 	if m.empty() {

@@ -92,7 +92,7 @@ func TestReflectedNotDetected(t *testing.T) {
 		"escaped line break as text": {`{"a":` + mustJSON(wrap(secretValue, 8, `\n`)) + `}`, s},
 	} {
 		if Reflected(decodeDoc(t, c.doc), c.secret) {
-			t.Errorf("%s: refused %s, want it passed (the documented limit moved: update README)", name, c.doc)
+			t.Errorf("%s: refused %s, want it passed (the documented limit moved: update docs/threat-model.md)", name, c.doc)
 		}
 	}
 	// The short secret is still found whole, in any case, reversed, split

@@ -12,7 +12,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/peerauth"
 )
 
-// The jobs' routes of the host API (README, Scoped delegation): the host
+// The jobs' routes of the host API (docs/delegation.md): the host
 // routes to them, checks the caller's role and maps their errors to a
 // status.
 

@@ -17,7 +17,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
-// Delegated jobs in fleet mode (DESIGN.md section 17): a job admitted here
+// Delegated jobs in fleet mode (docs/fleet.md): a job admitted here
 // (its channel's bound, its record and the finished-jobs stream stay here)
 // travels as a job of SANDBOX_JOBS with its deadline; the box that takes it
 // with a free slot runs the research turn under a record of its own (its

@@ -1,6 +1,6 @@
 package egress
 
-// The credentialed route (README "Credentialed egress"): a plain-http
+// The credentialed route (docs/credentialed-egress.md): a plain-http
 // absolute-form request for exactly a granted destination's host:port is
 // sent on as HTTPS to that destination, with the credential's header added
 // here, so the container never holds the value. The guest's own header of

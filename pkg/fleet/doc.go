@@ -1,5 +1,5 @@
 // Package fleet runs a family's turns across boxes on NATS JetStream
-// (DESIGN.md section 17): a box publishes each admitted turn to stream
+// (docs/fleet.md): a box publishes each admitted turn to stream
 // SANDBOX_TURNS on subject sandbox.turns.<partition> (the partition a stable
 // hash of the channel key, Nats-Msg-Id the turn id), one box per partition
 // takes it through a pinned partitioned consumer group (pcgroups), executes

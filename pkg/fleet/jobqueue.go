@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The jobs work queue's resources (DESIGN.md section 17): Ensure makes
+// The jobs work queue's resources (docs/fleet.md): Ensure makes
 // them with the family's others, so one place says what a box's NATS user
 // needs; pkg/fleetjobs holds what is done with them, over JobsHandle.
 

@@ -8,7 +8,7 @@ import (
 	"strconv"
 )
 
-// The family's JetStream resources (DESIGN.md section 17). A box's NATS user
+// The family's JetStream resources (docs/fleet.md). A box's NATS user
 // needs exactly these, plus pcgroups' static-consumer-groups bucket.
 const (
 	TurnsStream     = "SANDBOX_TURNS"

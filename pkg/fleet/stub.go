@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// StubTurn is the stub turn's fixed duration (DESIGN.md section 17).
+// StubTurn is the stub turn's fixed duration (docs/fleet.md).
 const StubTurn = 200 * time.Millisecond
 
 // StubExecutor stands in for a container so that a benchmark measures the

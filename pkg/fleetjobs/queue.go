@@ -1,4 +1,4 @@
-// Package fleetjobs is the fleet's jobs work queue (DESIGN.md section 17):
+// Package fleetjobs is the fleet's jobs work queue (docs/fleet.md):
 // runs, prechecks and delegated jobs go through stream SANDBOX_JOBS, taken
 // by any box of the fleet; it works over a small handle on the fleet's
 // connection (fleet.JobsHandle), and pkg/fleet makes the resources with the

@@ -1,4 +1,4 @@
-// Package fleetnats is the NATS side of the fleet (DESIGN.md section 17)
+// Package fleetnats is the NATS side of the fleet (docs/fleet.md)
 // that is not the turn engine: the family's stream and bucket names, a
 // box's permissions, the nats-server configuration sandbox-nats runs from
 // (generated from fleet.* in sandbox.yaml), a box's connection (TLS, nkey)

@@ -89,7 +89,7 @@ func connectRemedy(err error) string {
 	case errors.Is(err, fs.ErrPermission):
 		return "run `sudo sandbox-host doctor`: the box's key and seed are readable by root and the host's user only"
 	case errors.Is(err, ErrClient):
-		return "fix the file named (README, Fleet: certificates and nkeys)"
+		return "fix the file named (docs/fleet.md, Install on each box: certificates and nkeys)"
 	case errors.Is(err, nats.ErrAuthorization):
 		return "list this box's public key in fleet.server.boxes on every server (`sandbox-host fleet nkey` printed it) and restart sandbox-nats there"
 	case strings.Contains(msg, "x509") || strings.Contains(msg, "certificate") || strings.Contains(msg, "tls:"):
@@ -109,7 +109,7 @@ func streamFinding(ctx context.Context, js jetstream.JetStream, name string, rep
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return check, StatusFail, name + " is missing", "sandbox-host creates the family's streams and buckets when it starts in fleet mode: start it on one box (systemctl start sandbox-host.service)"
 	case err != nil:
-		return check, StatusFail, name + ": " + err.Error(), "journalctl -u sandbox-nats.service; a permissions violation means this box's user lacks the family's permissions (an operator's own cluster: grant them, README Fleet)"
+		return check, StatusFail, name + ": " + err.Error(), "journalctl -u sandbox-nats.service; a permissions violation means this box's user lacks the family's permissions (an operator's own cluster: grant them, docs/fleet.md)"
 	}
 	info := s.CachedInfo()
 	if info.Config.Replicas != replicas {
@@ -158,7 +158,7 @@ func permissionFinding(nc *nats.Conn) (string, string, string, string) {
 	}
 	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) {
 		return name, StatusFail, "this box may not publish to the family's subjects (sandbox.>): " + err.Error(),
-			"grant this box's user the family's permissions (sandbox-nats does; an operator's own cluster: README Fleet)"
+			"grant this box's user the family's permissions (sandbox-nats does; an operator's own cluster: docs/fleet.md)"
 	}
 	if err := nc.Publish(probeOutside, nil); err != nil {
 		return name, StatusFail, "publish: " + err.Error(), ""
@@ -168,7 +168,7 @@ func permissionFinding(nc *nats.Conn) (string, string, string, string) {
 	}
 	if err := nc.LastError(); !errors.Is(err, nats.ErrPermissionViolation) {
 		return name, StatusWarn, "this box's user may publish outside sandbox.>: the server grants it more than the family needs",
-			"limit each box's user to the family's permissions (sandbox-nats does; README Fleet lists them)"
+			"limit each box's user to the family's permissions (sandbox-nats does; docs/fleet.md lists them)"
 	}
 	return name, StatusOK, "family subjects allowed, others refused", ""
 }

@@ -57,7 +57,7 @@ func CheckServer(f config.Fleet) error {
 // fleet's CA signed and log in with a listed nkey: a stolen seed alone
 // does not let anyone in. Routes are mutual TLS against the same CA. (A
 // box's key thus also admits a route; the host that reads it already has
-// Docker, which is root on its box: a box is trusted whole, README Fleet.)
+// Docker, which is root on its box: a box is trusted whole, docs/fleet.md.)
 func ServerConfig(f config.Fleet, files TLSFiles) ([]byte, error) {
 	if err := CheckServer(f); err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-// Package fleetside is a host's side of the fleet (DESIGN.md section 17)
+// Package fleetside is a host's side of the fleet (docs/fleet.md)
 // apart from the host itself: the executor that runs a turn this box took,
 // under the channel's mode as the fleet knows it, with the channel's
 // committed workspace restored first when this box's copy is another and
@@ -225,7 +225,7 @@ func (s *Side) SetMode(ctx context.Context, channel, mode, profile string) error
 // then keeps this box's state the fleet's until ctx ends.
 func (s *Side) Follow(start, ctx context.Context) error {
 	if !hasCap(unix.CAP_DAC_READ_SEARCH) {
-		s.o.Logger.Warn("sandbox-host lacks CAP_DAC_READ_SEARCH: in fleet mode it cannot read a guest's workspace after a turn, so sealed turns fail; the fleet drop-in grants it (README, Fleet)")
+		s.o.Logger.Warn("sandbox-host lacks CAP_DAC_READ_SEARCH: in fleet mode it cannot read a guest's workspace after a turn, so sealed turns fail; the fleet drop-in grants it (docs/fleet.md)")
 	}
 	local := localModes{s}
 	if err := s.o.Fleet.SeedModes(start, local, s.box); err != nil {

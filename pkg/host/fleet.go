@@ -11,7 +11,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 )
 
-// Fleet mode (DESIGN.md section 17, fleet.enabled): a sealed channel's
+// Fleet mode (docs/fleet.md, fleet.enabled): a sealed channel's
 // admitted turn is published to the fleet instead of run here, the box
 // pinned on its partition runs it (this one or another), and this host
 // answers its frontend from the committed reply, so a frontend on

@@ -12,7 +12,7 @@ import (
 // (literal segments and at most one parameter, {channel}, {run} or {job})
 // and the least role it needs. The router dispatches from the route table
 // alone (the host's routes and each kind's), so Endpoints is the API;
-// README's endpoint table is checked against it (test/newcomer).
+// docs/api.md's endpoint table is checked against it (test/newcomer).
 type Endpoint = api.Endpoint
 
 // route is a route of the table with its pattern split at "/", without

@@ -13,7 +13,7 @@ import (
 )
 
 // EgressCredential is one credentialed destination of an approved run
-// (README "Credentialed egress"): the run's broker answers a plain-http
+// (docs/credentialed-egress.md): the run's broker answers a plain-http
 // absolute-form request for exactly Host:Port by opening HTTPS to it and
 // adding Header, built from the credential file Credential in Format. It
 // never holds the value; the broker loads it (credset copies only the

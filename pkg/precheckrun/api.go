@@ -8,7 +8,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
 )
 
-// Routes are the prechecks' endpoint (README, Prechecks): the host routes
+// Routes are the prechecks' endpoint (docs/prechecks.md): the host routes
 // to it, checks the caller's role and maps its errors to a status.
 func (k *Kind) Routes() []api.Route {
 	return []api.Route{

@@ -15,7 +15,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
-// Prechecks in fleet mode (DESIGN.md section 17): a precheck admitted here
+// Prechecks in fleet mode (docs/fleet.md): a precheck admitted here
 // (checked against this box's grants, counted in its bound) travels as a
 // job of SANDBOX_JOBS with its firing time and zone fixed here; the box
 // that takes it with a free slot checks it again against its own grants,

@@ -52,7 +52,7 @@ func TestMCPFunctionName(t *testing.T) {
 		// '.' is not allowed in function names: sanitized and hashed.
 		{0, "a.b", "mcp_0_a_b_" + hash8("a.b")},
 		{0, "files.read", "mcp_0_files_read_" + hash8("files.read")},
-		{0, "files.read", "mcp_0_files_read_601e4eb6"}, // as README shows it
+		{0, "files.read", "mcp_0_files_read_601e4eb6"}, // as docs/operating.md (MCP servers) shows it
 		// A plain name that ends like a hashed one is hashed too.
 		{0, "a_b_" + hash8("a.b"), "mcp_0_a_b_" + hash8("a.b") + "_" + hash8("a_b_"+hash8("a.b"))},
 		{0, "x_0123abcd", "mcp_0_x_0123abcd_" + hash8("x_0123abcd")},

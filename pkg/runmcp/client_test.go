@@ -18,7 +18,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
 
-// fakeHost answers the run endpoints of the host API as README documents
+// fakeHost answers the run endpoints of the host API as docs/api.md documents
 // them, on a Unix socket, so that the real pkg/client is the Runner.
 type fakeHost struct {
 	mu       sync.Mutex

@@ -15,7 +15,7 @@ import (
 
 // inputSchema is the seed's parameter table (pi-sandbox-docker's
 // sandbox_run), names, types and descriptions as written there, plus one
-// property beyond the seed: credentials (README "Credentialed egress"),
+// property beyond the seed: credentials (docs/credentialed-egress.md),
 // optional, so a seed client never needs it. No property
 // is required: exactly one of command or executable is, which the host
 // checks (a top-level oneOf is something many clients cannot show).

@@ -31,7 +31,7 @@ var seedProperties = map[string]string{
 	"artifacts":       "array",
 }
 
-// beyondSeed are sandbox_run's properties past the seed's (README says so).
+// beyondSeed are sandbox_run's properties past the seed's (docs/code-runs.md says so).
 var beyondSeed = map[string]string{"credentials": "array"}
 
 // allProperties is the seed's table and beyondSeed.

@@ -165,7 +165,7 @@ func TestTSClientIntegration(t *testing.T) {
 		}
 		slices.Sort(names)
 		// The seed's properties plus credentials (optional, beyond the seed:
-		// credentialed egress, README).
+		// docs/credentialed-egress.md).
 		eq(t, "schema properties", strings.Join(names, ","), "args,artifacts,command,credentials,executable,network,setup,timeout_seconds")
 		eq(t, "required", len(out.Tools[0].InputSchema.Required), 0)
 		if out.Result.IsError {

@@ -52,7 +52,7 @@ type Params struct {
 	Artifacts      []string `json:"artifacts,omitempty"`
 	// Credentials names the operator's credentialed destinations
 	// (egress.credentials) the run asks to carry; only with Network, and
-	// shown in the approval (README "Credentialed egress").
+	// shown in the approval (docs/credentialed-egress.md).
 	Credentials []string `json:"credentials,omitempty"`
 }
 

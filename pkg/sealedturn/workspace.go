@@ -8,7 +8,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/wsarchive"
 )
 
-// A sealed channel's workspace as a fleet snapshot (DESIGN.md section 17,
+// A sealed channel's workspace as a fleet snapshot (docs/fleet.md,
 // Workspaces): packed after a turn on the box that ran it, restored before
 // a turn on a box whose copy is older.
 

@@ -17,7 +17,7 @@ import (
 
 // DefaultTimeout bounds a build (BuildBase and Import together) when the
 // caller's context has no deadline: a full toolbox took 2 min 14 s here
-// on 2 loaded cores (README, Toolbox).
+// on 2 loaded cores (docs/code-runs.md, Toolbox).
 const DefaultTimeout = 20 * time.Minute
 
 // DefaultWorkDir holds the private directory of a build: /var/tmp, not

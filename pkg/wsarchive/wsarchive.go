@@ -1,6 +1,6 @@
 // Package wsarchive packs a channel's workspace into a bounded archive and
 // unpacks one in place of a workspace, so that a sealed channel's memory and
-// history move between the boxes of a fleet (DESIGN.md section 17,
+// history move between the boxes of a fleet (docs/fleet.md,
 // Workspaces). A workspace is written by a hostile container and an archive
 // by another box: both are read as hostile.
 //

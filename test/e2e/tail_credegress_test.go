@@ -1,6 +1,6 @@
 package e2e
 
-// Credentialed egress (README "Credentialed egress", issue 27) end to end:
+// Credentialed egress (docs/credentialed-egress.md, issue 27) end to end:
 // the installed host, the toolbox image, the real CLI. This file sorts
 // after scenarios_test.go (see tail_egress_test.go).
 

@@ -1,4 +1,4 @@
-// Package fleet is the fleet on one machine (DESIGN.md section 17): boxes
+// Package fleet is the fleet on one machine (docs/fleet.md): boxes
 // as network namespaces joined by veth pairs to a bridge that lives in a
 // namespace of its own, each box with its own nats-server (cmd/sandbox-nats
 // from pkg/fleetnats's generated configuration: TLS, nkeys, encryption at

@@ -14,21 +14,35 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/host"
 )
 
-// README's command summary (the block under *Running turns* that starts
-// with "sandbox-host [--socket") and its endpoint tables are checked
-// against the code, so neither can drift: the cobra command tree of
-// sandbox-host (pkg/cli Tree) and the host's route table (pkg/host
+// The API reference's command summary (docs/api.md, the block that starts
+// with "sandbox-host [--socket") and the endpoint tables of every document
+// are checked against the code, so neither can drift: the cobra command
+// tree of sandbox-host (pkg/cli Tree) and the host's route table (pkg/host
 // Endpoints, which the router dispatches from).
 
-// runningTurns returns README's *Running turns* section.
-func runningTurns(t *testing.T) string {
+// apiReference is the API and CLI reference, where the command summary
+// and the whole endpoint table live.
+const apiReference = "docs/api.md"
+
+// reference returns docs/api.md.
+func reference(t *testing.T) string {
 	t.Helper()
-	_, section, ok := strings.Cut(read(t, "README.md"), "\n## Running turns\n")
-	if !ok {
-		t.Fatal("README.md has no \"## Running turns\" section")
+	doc := read(t, apiReference)
+	if !strings.HasPrefix(doc, "# API and CLI reference\n") {
+		t.Fatalf("%s does not start with its title \"# API and CLI reference\"", apiReference)
 	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	return section
+	return doc
+}
+
+// allDocs is every document joined: an endpoint row anywhere is checked.
+func allDocs(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	for _, doc := range readDocs(t) {
+		b.WriteString(doc)
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // summaryBlock is the command summary: the code block whose first line is
@@ -193,16 +207,16 @@ func roleOf(who string) (host.Role, bool) {
 	return 0, false
 }
 
-// endpointMismatches compares README's endpoint rows with the route table:
-// every row is a real endpoint with its role; the first table of the
-// section (the whole API) lists every endpoint, the mode row every mode.
-func endpointMismatches(eps []host.Endpoint, modes []string, readme, section string) []string {
+// endpointMismatches compares the documents' endpoint rows with the route
+// table: every row is a real endpoint with its role; the first table of the
+// reference (the whole API) lists every endpoint, the mode row every mode.
+func endpointMismatches(eps []host.Endpoint, modes []string, docs, section string) []string {
 	var out []string
 	real := map[string]host.Role{}
 	for _, e := range eps {
 		real[e.Method+" "+e.Pattern] = e.Role
 	}
-	for _, m := range endpointRowRe.FindAllStringSubmatch(readme, -1) {
+	for _, m := range endpointRowRe.FindAllStringSubmatch(docs, -1) {
 		key, who := m[1]+" "+m[2], strings.TrimSpace(m[3])
 		role, ok := real[key]
 		if !ok {
@@ -222,7 +236,7 @@ func endpointMismatches(eps []host.Endpoint, modes []string, readme, section str
 	}
 	_, table, ok := strings.Cut(section, "\n| endpoint | who |")
 	if !ok {
-		return append(out, "the section has no endpoint table")
+		return append(out, "the reference has no endpoint table")
 	}
 	table, _, _ = strings.Cut(table, "\n\n")
 	listed := map[string]bool{}
@@ -238,19 +252,19 @@ func endpointMismatches(eps []host.Endpoint, modes []string, readme, section str
 	return out
 }
 
-func TestReadmeCommandSummaryMatchesTheCLI(t *testing.T) {
-	block, ok := summaryBlock(runningTurns(t))
+func TestCommandSummaryMatchesTheCLI(t *testing.T) {
+	block, ok := summaryBlock(reference(t))
 	if !ok {
-		t.Fatal("README's Running turns has no command summary block starting \"sandbox-host [\"")
+		t.Fatalf("%s has no command summary block starting \"sandbox-host [\"", apiReference)
 	}
 	for _, m := range summaryMismatches(cli.Tree(), block) {
-		t.Errorf("README command summary: %s", m)
+		t.Errorf("%s command summary: %s", apiReference, m)
 	}
 }
 
-func TestReadmeEndpointTableMatchesTheRoutes(t *testing.T) {
-	for _, m := range endpointMismatches(host.Endpoints(), host.Modes, read(t, "README.md"), runningTurns(t)) {
-		t.Errorf("README endpoint table: %s", m)
+func TestEndpointTableMatchesTheRoutes(t *testing.T) {
+	for _, m := range endpointMismatches(host.Endpoints(), host.Modes, allDocs(t), reference(t)) {
+		t.Errorf("endpoint table (%s and every document's rows): %s", apiReference, m)
 	}
 }
 

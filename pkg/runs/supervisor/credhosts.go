@@ -1,6 +1,6 @@
 package supervisor
 
-// Credentialed hosts inside a run (README "Credentialed egress"): the broker
+// Credentialed hosts inside a run (docs/credentialed-egress.md): the broker
 // adds a granted destination's credential only to a plain-http
 // absolute-form request for exactly its host:port (an https URL is a
 // CONNECT tunnel the broker cannot see into, and carries none). So the

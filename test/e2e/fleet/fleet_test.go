@@ -1,6 +1,6 @@
 // Package fleet holds the fleet's end-to-end scenario: two boxes, each a
 // namespaced systemd 252 with its own dockerd and its own dpkg install of
-// the same .deb (test/e2e/lib/fleet.sh boots them), set up as README *Fleet*
+// the same .deb (test/e2e/lib/fleet.sh boots them), set up as docs/fleet.md
 // tells an operator (a CA and a certificate per box made with openssl, each
 // box's nkey from `sandbox-host fleet nkey`, sandbox.yaml's fleet.*, the
 // shipped drop-in for the host's network, sandbox-nats enabled), then real
@@ -51,7 +51,7 @@ const envSwitch = "SANDBOX_E2E_FLEET"
 // even partitions to box1 and odd ones to box2 (sorted names).
 const partitions = 4
 
-// fleetDir is where README *Fleet* has the operator put the fleet's files.
+// fleetDir is where docs/fleet.md has the operator put the fleet's files.
 const fleetDir = "/etc/roundtable-sandbox/fleet"
 
 // box is one namespaced box.
@@ -213,7 +213,7 @@ func onEach(f func(*box) error) error {
 	return errors.Join(errs...)
 }
 
-// makePKI makes the fleet's CA and each box's certificate with README's
+// makePKI makes the fleet's CA and each box's certificate with docs/fleet.md's
 // openssl commands, in FLEET_TOP/pki (ca.key never enters a box).
 func makePKI() error {
 	dir := filepath.Join(top, "pki")
@@ -229,12 +229,12 @@ func makePKI() error {
 	cmd := exec.Command("bash", "-c", script)
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("openssl (README's commands): %v\n%s", err, out)
+		return fmt.Errorf("openssl (docs/fleet.md's commands): %v\n%s", err, out)
 	}
 	return nil
 }
 
-// prepare installs the box's files as README *Fleet* says, makes its
+// prepare installs the box's files as docs/fleet.md says, makes its
 // nkey, its model credential and starts its fake model.
 func (b *box) prepare() error {
 	pki := filepath.Join(top, "pki")

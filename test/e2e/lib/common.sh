@@ -47,7 +47,7 @@ e2e_skip_reason() {
 # its own overlay, but they share the machine's cgroup hierarchies (a
 # teardown would find the other run's cgroups new and in use), its network
 # (loopback ports, the integration dockerd) and its cores. Held until the
-# calling shell exits; the empty lock file stays (README names it).
+# calling shell exits; the empty lock file stays (docs/development.md names it).
 e2e_lock() {
   [[ -n ${E2E_LOCK_FD:-} ]] && return 0
   mkdir -p /run/lock
