@@ -9,19 +9,28 @@ import (
 	"testing"
 )
 
-// TestTypeScriptClient runs the TypeScript client's integration tests
-// (clients/typescript/test/integration.test.ts, built by its npm test)
-// against this router on a real Unix socket, with its peer credentials:
-// node runs as this process's uid, the host's own, so it is an admin. Runs
-// finish through the fake supervisor (supervise). Skipped without node or
-// the built client.
+// TestTypeScriptClient runs the integration tests of the TypeScript client
+// and of the Pi extension on it (clients/*/test/integration.test.ts, built
+// by their npm test) against this router on a real Unix socket, with its
+// peer credentials: node runs as this process's uid, the host's own, so it
+// is an admin. Runs finish through the fake supervisor (supervise).
+// Skipped without node or the built client; the extension's part is
+// skipped when it is not built.
 func TestTypeScriptClient(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Skip("node is not installed")
 	}
-	script, _ := filepath.Abs(filepath.Join("..", "..", "clients", "typescript", "dist", "test", "integration.test.js"))
-	if _, err := os.Stat(script); err != nil {
+	var scripts []string
+	for _, pkg := range []string{"typescript", "pi-extension"} {
+		script, _ := filepath.Abs(filepath.Join("..", "..", "clients", pkg, "dist", "test", "integration.test.js"))
+		if _, err := os.Stat(script); err != nil {
+			t.Logf("clients/%s is not built (make clients-test): its integration tests are skipped", pkg)
+			continue
+		}
+		scripts = append(scripts, script)
+	}
+	if len(scripts) == 0 {
 		t.Skip("the TypeScript client is not built: npm ci && npm test in clients/typescript (make clients-test)")
 	}
 	r, _ := newRunRig(t, "", supervise(0))
@@ -40,11 +49,14 @@ func TestTypeScriptClient(t *testing.T) {
 			t.Errorf("host: %v", err)
 		}
 	}()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=tap", script)
-	cmd.Env = append(os.Environ(), "SANDBOX_HOST_SOCKET="+sock)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node --test %s: %v\n%s", script, err, out)
+	for _, script := range scripts {
+		cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=tap", script)
+		cmd.Env = append(os.Environ(), "SANDBOX_HOST_SOCKET="+sock)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("node --test %s: %v\n%s", script, err, out)
+			continue
+		}
+		t.Logf("%s", out)
 	}
-	t.Logf("%s", out)
 }
