@@ -34,11 +34,16 @@ unit:
 	./test/gotest.sh unit -race ./...
 
 # The TypeScript client and the Pi extension (clients/; Node 18+ and npm):
-# pinned dev dependencies, their generated types checked against
-# pkg/api/openapi.json, unit tests against fake hosts (node --test).
+# pinned dev dependencies, the generated types checked against
+# pkg/api/openapi.json, unit tests against fake hosts (node --test), then
+# both against the real router (fake Docker) and the real Pi agent from
+# test/peers in print mode (pkg/host TestTypeScriptClient,
+# TestPiAgentScenarios). About 90 s, most of it npm ci and Pi start-ups.
 clients-test:
 	cd clients/typescript && npm ci --no-audit --no-fund && npm test
-	if [[ -d clients/pi-extension ]]; then cd clients/pi-extension && npm ci --no-audit --no-fund && npm test; fi
+	cd clients/pi-extension && npm ci --no-audit --no-fund && npm test
+	npm ci --prefix test/peers --no-audit --no-fund --loglevel=error
+	SANDBOX_PI=1 $(GO) test -count=1 -run 'TestTypeScriptClient|TestPiAgentScenarios' ./pkg/host/
 
 # Flaky-test hunt: unit (-race) and integration tests repeated while CPU hogs
 # keep the machine busy; per test, how often it failed (test/stress.sh).

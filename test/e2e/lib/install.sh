@@ -98,6 +98,21 @@ peers_path() {
   export E2E_PEERS
 }
 
+# pi_extension_path sets E2E_PI_EXTENSION to clients/pi-extension as the
+# namespace sees it (a copy when the checkout is not visible there), or
+# empty when it is not built (make clients-test).
+pi_extension_path() {
+  E2E_PI_EXTENSION=""
+  local src=$REPO_ROOT/clients/pi-extension
+  [[ -f $src/dist/src/index.js && -d $src/node_modules ]] || { e2e_log "clients/pi-extension not built: the Pi scenario will skip"; return 0; }
+  if ns_visible "$src"; then
+    E2E_PI_EXTENSION=$src
+  else
+    cp -a "$src" "$E2E_WORK/pi-extension" && E2E_PI_EXTENSION=$E2E_WORK/pi-extension
+  fi
+  export E2E_PI_EXTENSION
+}
+
 # install_toolbox imports it inside the namespace with the installed
 # package's own command and worker binary (what an operator runs).
 install_toolbox() {
