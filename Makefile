@@ -38,7 +38,8 @@ unit:
 # pkg/api/openapi.json, unit tests against fake hosts (node --test), then
 # both against the real router (fake Docker) and the real Pi agent from
 # test/peers in print mode (pkg/host TestTypeScriptClient,
-# TestPiAgentScenarios). About 90 s, most of it npm ci and Pi start-ups.
+# TestPiAgentScenarios). About 2.5 min here, most of it npm ci and Pi
+# start-ups.
 clients-test:
 	cd clients/typescript && npm ci --no-audit --no-fund && npm test
 	cd clients/pi-extension && npm ci --no-audit --no-fund && npm test
