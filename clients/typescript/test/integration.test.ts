@@ -1,7 +1,8 @@
 // Integration tests against the real host's router (pkg/host's
 // TestTypeScriptClient serves it, with fake Docker and systemd, on a Unix
 // socket with peer credentials, and runs this file with SANDBOX_HOST_SOCKET
-// set). Skipped without it.
+// set; test/e2e's TestTypeScriptClientOnTheHost runs it against the
+// installed host). Skipped without it.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -11,7 +12,8 @@ import { fileURLToPath } from "node:url";
 import { SandboxClient, SandboxError, type RunEvent } from "../src/index.js";
 
 const socketPath = process.env.SANDBOX_HOST_SOCKET;
-const docPath = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "..", "pkg", "api", "openapi.json");
+// The document the host must serve: the package's copy on an installed host.
+const docPath = process.env.SANDBOX_OPENAPI || join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "..", "pkg", "api", "openapi.json");
 
 describe("against the host", { skip: socketPath ? false : "SANDBOX_HOST_SOCKET is not set (pkg/host's TestTypeScriptClient sets it)" }, () => {
   const c = new SandboxClient({ socketPath, timeoutMs: 30_000 });
@@ -27,7 +29,7 @@ describe("against the host", { skip: socketPath ? false : "SANDBOX_HOST_SOCKET i
 
   it("runs a command: its events stream to the result, with output and artifacts", async () => {
     const seen: RunEvent[] = [];
-    const st = await c.runToEnd({ command: "echo hello", artifacts: ["a.txt"] }, { onEvent: (ev) => seen.push(ev) });
+    const st = await c.runToEnd({ command: "echo hello; printf data:a.txt > /output/a.txt", artifacts: ["a.txt"] }, { onEvent: (ev) => seen.push(ev) });
     assert.equal(st.result, "ok");
     assert.equal(st.exitCode, 0);
     assert.equal(st.stdout, "hello\n");
