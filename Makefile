@@ -11,7 +11,7 @@ export VERSION
 # missing and named before it is installed; PREREQUISITES=no skips that.
 PREREQ = $(if $(filter no,$(PREREQUISITES)),,./packaging/prerequisites.sh ensure &&)
 
-.PHONY: fleet-test fleet-bench fleet-demo e2e-fleet all build test unit stress integration packaging-check e2e image image-archive deb units-check demo bench clean fmt vet prerequisites install-prerequisites toolbox
+.PHONY: clients-test fleet-test fleet-bench fleet-demo e2e-fleet all build test unit stress integration packaging-check e2e image image-archive deb units-check demo bench clean fmt vet prerequisites install-prerequisites toolbox
 
 all: build
 
@@ -32,6 +32,19 @@ test:
 unit:
 	$(GO) vet ./...
 	./test/gotest.sh unit -race ./...
+
+# The TypeScript client and the Pi extension (clients/; Node 18+ and npm):
+# pinned dev dependencies, the generated types checked against
+# pkg/api/openapi.json, unit tests against fake hosts (node --test), then
+# both against the real router (fake Docker) and the real Pi agent from
+# test/peers in print mode (pkg/host TestTypeScriptClient,
+# TestPiAgentScenarios). About 2.5 min here, most of it npm ci and Pi
+# start-ups.
+clients-test:
+	cd clients/typescript && npm ci --no-audit --no-fund && npm test
+	cd clients/pi-extension && npm ci --no-audit --no-fund && npm test
+	npm ci --prefix test/peers --no-audit --no-fund --loglevel=error
+	SANDBOX_PI=1 $(GO) test -count=1 -run 'TestTypeScriptClient|TestPiAgentScenarios' ./pkg/host/
 
 # Flaky-test hunt: unit (-race) and integration tests repeated while CPU hogs
 # keep the machine busy; per test, how often it failed (test/stress.sh).

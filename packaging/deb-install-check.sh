@@ -143,6 +143,7 @@ equal "_sandbox-nats is in no other group" _sandbox-nats id -nG _sandbox-nats
 equal "fleet dir owner and mode" "root _sandbox 750" stat -c '%U %G %a' /etc/roundtable-sandbox/fleet
 equal "engine binary" "root root 755" stat -c '%U %G %a' /usr/lib/roundtable-sandbox/sandbox-nats
 expect "the host's fleet drop-in is shipped" test -f /usr/share/roundtable-sandbox/sandbox-host-fleet.conf
+expect "the host API's OpenAPI document is shipped" test -f /usr/share/roundtable-sandbox/openapi.json
 
 echo "== the fleet engine under its unit (real sandbox-nats and sandbox-host fleet config)"
 # The stand-in package carries stand-ins: put the real two in place for this

@@ -61,6 +61,9 @@ done
 # The host's drop-in for a fleet (docs/fleet.md): shipped, never installed
 # as a drop-in by the package (one box keeps PrivateNetwork=yes).
 inst 0644 units/sandbox-host-fleet.conf usr/share/roundtable-sandbox/sandbox-host-fleet.conf
+# The host API's OpenAPI document, the bytes the host serves at
+# GET /v1/openapi.json (pkg/api embeds it): for clients generated offline.
+inst 0644 pkg/api/openapi.json usr/share/roundtable-sandbox/openapi.json
 inst 0644 units/sysusers.d/roundtable-sandbox.conf usr/lib/sysusers.d/roundtable-sandbox.conf
 inst 0644 units/tmpfiles.d/roundtable-sandbox.conf usr/lib/tmpfiles.d/roundtable-sandbox.conf
 inst 0644 units/polkit/60-roundtable-sandbox.rules usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules

@@ -1,8 +1,8 @@
 // Package api is what every route of the host API shares, the host's own
 // and each kind's (DESIGN.md section 16): an endpoint (method, path
 // pattern, least role), its handler, bounded strict JSON bodies, JSON and
-// NDJSON answers, the caller and its role, and the error categories a
-// route answers with. The router and the one mapping of errors to status
+// NDJSON answers, the caller and its role, the error categories a
+// route answers with, and the API's OpenAPI document (openapi.json). The router and the one mapping of errors to status
 // are pkg/host's; a kind hands its routes to the host and never sees it.
 // Guarantee: a decoded body is one JSON object of the documented shape
 // within its bound, read within BodyReadTimeout; a route's caller is the

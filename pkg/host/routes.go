@@ -14,6 +14,7 @@ func (h *Host) routeTable() []route {
 	rs := []api.Route{
 		{Endpoint: Endpoint{Method: http.MethodGet, Pattern: "/metrics", Role: RoleClient}, Fn: h.handleMetrics},
 		{Endpoint: Endpoint{Method: http.MethodGet, Pattern: "/v1/health", Role: RoleNone}, Fn: h.handleHealth},
+		{Endpoint: Endpoint{Method: http.MethodGet, Pattern: "/v1/openapi.json", Role: RoleNone}, Fn: api.ServeOpenAPI},
 		{Endpoint: Endpoint{Method: http.MethodGet, Pattern: "/v1/turns", Role: RoleClient}, Fn: h.handleTurns},
 		{Endpoint: Endpoint{Method: http.MethodGet, Pattern: "/v1/channels", Role: RoleClient}, Fn: h.handleChannels},
 		{Endpoint: Endpoint{Method: http.MethodGet, Pattern: "/v1/channels/{channel}", Role: RoleClient}, Fn: h.handleChannel},

@@ -41,6 +41,7 @@ trap 'exit 130' INT TERM
 build_all
 toolbox_base
 peers_path
+clients_path
 ns_boot
 install_images
 install_package
@@ -52,7 +53,7 @@ e2e_log "running the scenarios"
 args=(-test.v=test2json -test.timeout 20m -test.count 1)
 [[ -n ${E2E_RUN:-} ]] && args+=(-test.run "$E2E_RUN")
 set +e
-ns_exec env SANDBOX_E2E=1 E2E_WORK="$E2E_WORK" E2E_BIN="$E2E_WORK/bin" E2E_PEERS="${E2E_PEERS:-}" E2E_RUNSC_ROUNDS="${E2E_RUNSC_ROUNDS:-0}" \
+ns_exec env SANDBOX_E2E=1 E2E_WORK="$E2E_WORK" E2E_BIN="$E2E_WORK/bin" E2E_PEERS="${E2E_PEERS:-}" E2E_CLIENTS="${E2E_CLIENTS:-}" E2E_RUNSC_ROUNDS="${E2E_RUNSC_ROUNDS:-0}" \
   "$E2E_WORK/bin/e2e.test" "${args[@]}" 2>&1 | tee "$E2E_WORK/scenarios.log" |
   go tool test2json -t -p e2e | "$E2E_WORK/bin/testsummary" -v -stage e2e ${TEST_SUMMARY_FILE:+-line "$TEST_SUMMARY_FILE"}
 rcs=("${PIPESTATUS[@]}")

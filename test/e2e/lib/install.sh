@@ -101,6 +101,22 @@ peers_path() {
   export E2E_PEERS
 }
 
+# clients_path sets E2E_CLIENTS to clients/ (the TypeScript client and the
+# Pi extension) as the namespace sees it (a copy when the checkout is not
+# visible there), or empty when they are not built (make clients-test).
+clients_path() {
+  E2E_CLIENTS=""
+  local src=$REPO_ROOT/clients
+  [[ -f $src/typescript/dist/test/integration.test.js && -f $src/pi-extension/dist/src/index.js && -d $src/pi-extension/node_modules ]] ||
+    { e2e_log "clients/ not built (make clients-test): the TypeScript client and Pi scenarios will skip"; return 0; }
+  if ns_visible "$src"; then
+    E2E_CLIENTS=$src
+  else
+    cp -a "$src" "$E2E_WORK/clients" && E2E_CLIENTS=$E2E_WORK/clients
+  fi
+  export E2E_CLIENTS
+}
+
 # install_toolbox imports it inside the namespace with the installed
 # package's own command and worker binary (what an operator runs).
 install_toolbox() {

@@ -1,0 +1,351 @@
+// The host API's client over its Unix socket. Every operation of the
+// OpenAPI document is one method (operationTable is checked against the
+// generated operations at compile time); the NDJSON streams are async
+// iterators; each call takes an AbortSignal and a deadline; an error
+// answer is a SandboxError carrying the status and the host's generic
+// reason. Only node:http: no dependency, and Bun runs it too.
+import * as http from "node:http";
+
+import type { components, operations } from "./schema.js";
+
+type Schemas = components["schemas"];
+export type Health = Schemas["Health"];
+export type TurnRequest = Schemas["TurnRequest"];
+export type TurnResponse = Schemas["TurnResponse"];
+export type ChannelStatus = Schemas["ChannelStatus"];
+export type ChannelList = Schemas["ChannelList"];
+export type ModeRequest = Schemas["ModeRequest"];
+export type CancelResponse = Schemas["CancelResponse"];
+export type TurnList = Schemas["TurnList"];
+export type RunParams = Schemas["RunParams"];
+export type RunStatus = Schemas["RunStatus"];
+export type RunArtifact = Schemas["RunArtifact"];
+export type RunList = Schemas["RunList"];
+export type RunEvent = Schemas["RunEvent"];
+export type DelegationRequest = Schemas["DelegationRequest"];
+export type JobStatus = Schemas["JobStatus"];
+export type JobEvent = Schemas["JobEvent"];
+export type PrecheckRequest = Schemas["PrecheckRequest"];
+export type PrecheckAnswer = Schemas["PrecheckAnswer"];
+export type ErrorResponse = Schemas["ErrorResponse"];
+
+/** The packaged host's socket. */
+export const DEFAULT_SOCKET = "/run/roundtable-sandbox/host.sock";
+
+/** Every operation of the document: its method and path pattern. */
+export const operationTable = {
+  getMetrics: ["GET", "/metrics"],
+  getHealth: ["GET", "/v1/health"],
+  getOpenAPI: ["GET", "/v1/openapi.json"],
+  listTurns: ["GET", "/v1/turns"],
+  listChannels: ["GET", "/v1/channels"],
+  getChannel: ["GET", "/v1/channels/{channel}"],
+  postTurn: ["POST", "/v1/channels/{channel}/turns"],
+  putMode: ["PUT", "/v1/channels/{channel}/mode"],
+  postFresh: ["POST", "/v1/channels/{channel}/fresh"],
+  postCancel: ["POST", "/v1/channels/{channel}/cancel"],
+  listRuns: ["GET", "/v1/runs"],
+  postRun: ["POST", "/v1/runs"],
+  getRun: ["GET", "/v1/runs/{run}"],
+  runEvents: ["GET", "/v1/runs/{run}/events"],
+  cancelRun: ["POST", "/v1/runs/{run}/cancel"],
+  approveRun: ["POST", "/v1/runs/{run}/approve"],
+  denyRun: ["POST", "/v1/runs/{run}/deny"],
+  postDelegation: ["POST", "/v1/channels/{channel}/delegations"],
+  jobEvents: ["GET", "/v1/channels/{channel}/jobs/events"],
+  getJob: ["GET", "/v1/jobs/{job}"],
+  postPrecheck: ["POST", "/v1/prechecks"],
+} as const satisfies Record<keyof operations, readonly [string, string]>;
+
+export type OperationId = keyof typeof operationTable;
+
+/** An answer other than 2xx, or a host that could not be reached. */
+export class SandboxError extends Error {
+  /** The HTTP status; 0 when the host was not reached (see code). */
+  readonly status: number;
+  /** The host's generic reason (ErrorResponse.error), or why it was not reached. */
+  readonly reason: string;
+  /** The socket error's code when the host was not reached (ENOENT, ECONNREFUSED, EACCES, ...). */
+  readonly code?: string;
+  /** A failed turn's id (the X-Sandbox-Turn header). */
+  readonly turnId?: string;
+  constructor(status: number, reason: string, opts: { code?: string; turnId?: string; cause?: unknown } = {}) {
+    super(status ? `sandbox host: ${status}: ${reason}` : `sandbox host unreachable: ${reason}`, { cause: opts.cause });
+    this.name = "SandboxError";
+    this.status = status;
+    this.reason = reason;
+    this.code = opts.code;
+    this.turnId = opts.turnId;
+  }
+}
+
+export interface ClientOptions {
+  /** The host's socket; DEFAULT_SOCKET when absent. */
+  socketPath?: string;
+  /** A deadline for every call without its own (ms); none when absent. */
+  timeoutMs?: number;
+}
+
+export interface CallOptions {
+  /** Cancels the call (and ends a stream): it rejects with the signal's reason. */
+  signal?: AbortSignal;
+  /** The call's deadline in ms (a stream's whole life): it rejects with a TimeoutError. */
+  timeoutMs?: number;
+}
+
+/** A signal that aborts when any of signals does, and a release of its listeners. */
+function anySignal(signals: (AbortSignal | undefined)[]): { signal?: AbortSignal; release: () => void } {
+  const live = signals.filter((s): s is AbortSignal => s !== undefined);
+  if (live.length === 0) return { release: () => {} };
+  if (live.length === 1) return { signal: live[0], release: () => {} };
+  const ctl = new AbortController();
+  const offs: (() => void)[] = [];
+  const release = () => offs.forEach((f) => f());
+  for (const s of live) {
+    if (s.aborted) {
+      ctl.abort(s.reason);
+      break;
+    }
+    const on = () => ctl.abort(s.reason);
+    s.addEventListener("abort", on, { once: true });
+    offs.push(() => s.removeEventListener("abort", on));
+  }
+  return { signal: ctl.signal, release };
+}
+
+function timeoutSignal(ms: number | undefined): { signal?: AbortSignal; clear: () => void } {
+  if (ms === undefined) return { clear: () => {} };
+  // AbortSignal.timeout would do, but its timer cannot be cleared: a
+  // process waiting on nothing else would stay up until it fires.
+  const ctl = new AbortController();
+  const t = setTimeout(() => ctl.abort(new DOMException("sandbox host call timed out", "TimeoutError")), ms);
+  return { signal: ctl.signal, clear: () => clearTimeout(t) };
+}
+
+interface Sent {
+  res: http.IncomingMessage;
+  done: () => void;
+  signal?: AbortSignal;
+}
+
+export class SandboxClient {
+  readonly socketPath: string;
+  private readonly timeoutMs?: number;
+
+  constructor(opts: ClientOptions = {}) {
+    this.socketPath = opts.socketPath ?? DEFAULT_SOCKET;
+    this.timeoutMs = opts.timeoutMs;
+  }
+
+  /** The path of an operation with its parameter escaped ("/" in a channel is %2F). */
+  static path(op: OperationId, param?: string): string {
+    const pattern: string = operationTable[op][1];
+    const i = pattern.indexOf("{");
+    if (i < 0) return pattern;
+    if (param === undefined || param === "") throw new TypeError(`${op} needs its path parameter`);
+    return pattern.slice(0, i) + encodeURIComponent(param) + pattern.slice(pattern.indexOf("}") + 1);
+  }
+
+  // send makes one request and resolves with a 2xx response; an error
+  // answer rejects with its SandboxError. done releases the deadline and
+  // the abort listeners (the caller calls it once the body is read).
+  private send(op: OperationId, param: string | undefined, body: unknown, opts: CallOptions = {}, accept: number[] = []): Promise<Sent> {
+    const path = SandboxClient.path(op, param);
+    const method = operationTable[op][0];
+    const deadline = timeoutSignal(opts.timeoutMs ?? this.timeoutMs);
+    const combined = anySignal([opts.signal, deadline.signal]);
+    const done = () => {
+      deadline.clear();
+      combined.release();
+    };
+    const signal = combined.signal;
+    return new Promise<Sent>((resolve, reject) => {
+      const fail = (err: unknown) => {
+        done();
+        reject(err);
+      };
+      if (signal?.aborted) return fail(signal.reason);
+      const data = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+      const headers: Record<string, string | number> = { Accept: "application/json, application/x-ndjson" };
+      if (data) {
+        headers["Content-Type"] = "application/json";
+        headers["Content-Length"] = data.length;
+      }
+      const req = http.request({ socketPath: this.socketPath, method, path, headers, agent: false });
+      const onAbort = () => req.destroy(signal?.reason);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      const finish = () => {
+        signal?.removeEventListener("abort", onAbort);
+        done();
+      };
+      req.on("error", (err: NodeJS.ErrnoException) => {
+        signal?.removeEventListener("abort", onAbort);
+        if (signal?.aborted) return fail(signal.reason);
+        if (err.code && !("status" in err)) {
+          return fail(new SandboxError(0, `${err.code} on ${this.socketPath}`, { code: err.code, cause: err }));
+        }
+        fail(err);
+      });
+      req.on("response", (res) => {
+        const status = res.statusCode ?? 0;
+        if ((status >= 200 && status < 300) || accept.includes(status)) {
+          // Errors of the body from here on surface through the reader.
+          req.removeAllListeners("error");
+          req.on("error", () => {});
+          resolve({ res, done: finish, signal });
+          return;
+        }
+        readAll(res).then(
+          (buf) => {
+            finish();
+            let reason = res.statusMessage ?? "error";
+            try {
+              const e = JSON.parse(buf.toString("utf8")) as ErrorResponse;
+              if (typeof e.error === "string") reason = e.error;
+            } catch {
+              // not the documented shape: keep the status line's text
+            }
+            const turn = res.headers["x-sandbox-turn"];
+            reject(new SandboxError(status, reason, { turnId: typeof turn === "string" ? turn : undefined }));
+          },
+          (err) => fail(signal?.aborted ? signal.reason : err),
+        );
+      });
+      req.end(data);
+    });
+  }
+
+  private async json<T>(op: OperationId, param?: string, body?: unknown, opts?: CallOptions, accept?: number[]): Promise<T> {
+    const { res, done, signal } = await this.send(op, param, body, opts, accept);
+    try {
+      return JSON.parse((await readAll(res, signal)).toString("utf8")) as T;
+    } finally {
+      done();
+    }
+  }
+
+  private async *stream<T>(op: OperationId, param: string, opts?: CallOptions): AsyncGenerator<T, void, undefined> {
+    const { res, done, signal } = await this.send(op, param, undefined, opts);
+    try {
+      let pending = "";
+      for await (const chunk of chunks(res, signal)) {
+        pending += chunk.toString("utf8");
+        let nl: number;
+        while ((nl = pending.indexOf("\n")) >= 0) {
+          const line = pending.slice(0, nl);
+          pending = pending.slice(nl + 1);
+          if (line.trim() !== "") yield JSON.parse(line) as T;
+        }
+      }
+      if (pending.trim() !== "") yield JSON.parse(pending) as T;
+    } finally {
+      // A consumer that stops early (break, return, throw) closes the
+      // connection: the host ends the stream when its client leaves.
+      res.destroy();
+      done();
+    }
+  }
+
+  /** GET /v1/health (any peer): liveness and the caller's own role. A stopping host's 503 carries a Health body (status stopping): returned, not thrown. */
+  health(opts?: CallOptions): Promise<Health> {
+    return this.json<Health>("getHealth", undefined, undefined, opts, [503]);
+  }
+  /** GET /v1/openapi.json (any peer). */
+  openapi(opts?: CallOptions): Promise<Record<string, unknown>> {
+    return this.json("getOpenAPI", undefined, undefined, opts);
+  }
+  /** GET /metrics (client): Prometheus' text format. */
+  async metrics(opts?: CallOptions): Promise<string> {
+    const { res, done, signal } = await this.send("getMetrics", undefined, undefined, opts);
+    try {
+      return (await readAll(res, signal)).toString("utf8");
+    } finally {
+      done();
+    }
+  }
+  listTurns(opts?: CallOptions): Promise<TurnList> {
+    return this.json("listTurns", undefined, undefined, opts);
+  }
+  listChannels(opts?: CallOptions): Promise<ChannelList> {
+    return this.json("listChannels", undefined, undefined, opts);
+  }
+  channel(channel: string, opts?: CallOptions): Promise<ChannelStatus> {
+    return this.json("getChannel", channel, undefined, opts);
+  }
+  turn(channel: string, req: TurnRequest, opts?: CallOptions): Promise<TurnResponse> {
+    return this.json("postTurn", channel, req, opts);
+  }
+  setMode(channel: string, req: ModeRequest, opts?: CallOptions): Promise<ChannelStatus> {
+    return this.json("putMode", channel, req, opts);
+  }
+  fresh(channel: string, opts?: CallOptions): Promise<ChannelStatus> {
+    return this.json("postFresh", channel, undefined, opts);
+  }
+  cancelTurn(channel: string, opts?: CallOptions): Promise<CancelResponse> {
+    return this.json("postCancel", channel, undefined, opts);
+  }
+  listRuns(opts?: CallOptions): Promise<RunList> {
+    return this.json("listRuns", undefined, undefined, opts);
+  }
+  /** POST /v1/runs: the run, admitted (202); follow it with runEvents or run. */
+  startRun(params: RunParams, opts?: CallOptions): Promise<RunStatus> {
+    return this.json("postRun", undefined, params, opts);
+  }
+  run(id: string, opts?: CallOptions): Promise<RunStatus> {
+    return this.json("getRun", id, undefined, opts);
+  }
+  /** GET /v1/runs/{run}/events: history first, until the result event (its status is the finished run). */
+  runEvents(id: string, opts?: CallOptions): AsyncGenerator<RunEvent, void, undefined> {
+    return this.stream<RunEvent>("runEvents", id, opts);
+  }
+  cancelRun(id: string, opts?: CallOptions): Promise<RunStatus> {
+    return this.json("cancelRun", id, undefined, opts);
+  }
+  approveRun(id: string, opts?: CallOptions): Promise<RunStatus> {
+    return this.json("approveRun", id, undefined, opts);
+  }
+  denyRun(id: string, opts?: CallOptions): Promise<RunStatus> {
+    return this.json("denyRun", id, undefined, opts);
+  }
+  delegate(channel: string, req: DelegationRequest, opts?: CallOptions): Promise<JobStatus> {
+    return this.json("postDelegation", channel, req, opts);
+  }
+  /** GET /v1/channels/{channel}/jobs/events: never ends by itself; end it with a signal or by leaving the loop. */
+  jobEvents(channel: string, opts?: CallOptions): AsyncGenerator<JobEvent, void, undefined> {
+    return this.stream<JobEvent>("jobEvents", channel, opts);
+  }
+  job(id: string, opts?: CallOptions): Promise<JobStatus> {
+    return this.json("getJob", id, undefined, opts);
+  }
+  precheck(req: PrecheckRequest, opts?: CallOptions): Promise<PrecheckAnswer> {
+    return this.json("postPrecheck", undefined, req, opts);
+  }
+
+  /** Starts a run and follows its events to the end: the finished run. onEvent sees each event as it comes. */
+  async runToEnd(params: RunParams, opts: CallOptions & { onEvent?: (ev: RunEvent) => void } = {}): Promise<RunStatus> {
+    const st = await this.startRun(params, opts);
+    for await (const ev of this.runEvents(st.id, opts)) {
+      opts.onEvent?.(ev);
+      if (ev.type === "result" && ev.status) return ev.status;
+    }
+    // The stream ended without a result (the host stopped): ask once.
+    return this.run(st.id, opts);
+  }
+}
+
+// chunks reads a body; a body cut by the call's signal throws the
+// signal's reason (an AbortError or TimeoutError), not the socket's error.
+async function* chunks(res: http.IncomingMessage, signal?: AbortSignal): AsyncGenerator<Buffer> {
+  try {
+    for await (const chunk of res as AsyncIterable<Buffer>) yield chunk;
+  } catch (err) {
+    throw signal?.aborted ? signal.reason : err;
+  }
+  if (signal?.aborted) throw signal.reason;
+}
+
+async function readAll(res: http.IncomingMessage, signal?: AbortSignal): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const chunk of chunks(res, signal)) parts.push(chunk);
+  return Buffer.concat(parts);
+}

@@ -1,0 +1,52 @@
+package host
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TestPiAgentScenarios: the real Pi coding agent (test/peers) in print mode
+// with the Pi extension installed from its tarball, a scripted loopback
+// model calling sandbox_run, against this router on a Unix socket (fake
+// Docker and systemd, the fake run supervisor): a shell run, an argv run
+// with an artifact, a setup run, a network run refused without a UI with
+// no run created, a run the host refuses (test/peers/pi-sandbox-run.mjs
+// checks the tool results Pi records in its session file). About 35 s of
+// Pi start-ups, so only with SANDBOX_PI=1 (make clients-test sets it);
+// test/e2e's TestRunFromPi runs the same against the installed host.
+func TestPiAgentScenarios(t *testing.T) {
+	if os.Getenv("SANDBOX_PI") != "1" {
+		t.Skip("SANDBOX_PI=1 unset (make clients-test sets it)")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed")
+	}
+	script, _ := filepath.Abs(filepath.Join("..", "..", "test", "peers", "pi-sandbox-run.mjs"))
+	r, _ := newRunRig(t, "", supervise(0))
+	dir, err := os.MkdirTemp("", "piagent")
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "host.sock")
+	ln, err := net.Listen("unix", sock)
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- r.h.Run(ctx, ln) }()
+	defer func() {
+		cancel()
+		<-served
+	}()
+	out, err := exec.CommandContext(ctx, node, script, sock).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 2 {
+		t.Skipf("pi-sandbox-run could not start: %s", out)
+	}
+	if err != nil {
+		t.Fatalf("pi-sandbox-run: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}

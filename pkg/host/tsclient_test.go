@@ -1,0 +1,62 @@
+package host
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TestTypeScriptClient runs the integration tests of the TypeScript client
+// and of the Pi extension on it (clients/*/test/integration.test.ts, built
+// by their npm test) against this router on a real Unix socket, with its
+// peer credentials: node runs as this process's uid, the host's own, so it
+// is an admin. Runs finish through the fake supervisor (supervise).
+// Skipped without node or the built client; the extension's part is
+// skipped when it is not built.
+func TestTypeScriptClient(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed")
+	}
+	var scripts []string
+	for _, pkg := range []string{"typescript", "pi-extension"} {
+		script, _ := filepath.Abs(filepath.Join("..", "..", "clients", pkg, "dist", "test", "integration.test.js"))
+		if _, err := os.Stat(script); err != nil {
+			t.Logf("clients/%s is not built (make clients-test): its integration tests are skipped", pkg)
+			continue
+		}
+		scripts = append(scripts, script)
+	}
+	if len(scripts) == 0 {
+		t.Skip("the TypeScript client is not built: npm ci && npm test in clients/typescript (make clients-test)")
+	}
+	r, _ := newRunRig(t, "", supervise(0))
+	dir, err := os.MkdirTemp("", "tsclient") // short: a socket path is at most 107 bytes
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "host.sock")
+	ln, err := net.Listen("unix", sock)
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- r.h.Run(ctx, ln) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("host: %v", err)
+		}
+	}()
+	for _, script := range scripts {
+		cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=tap", script)
+		cmd.Env = append(os.Environ(), "SANDBOX_HOST_SOCKET="+sock)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("node --test %s: %v\n%s", script, err, out)
+			continue
+		}
+		t.Logf("%s", out)
+	}
+}
