@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"reflect"
 	"slices"
 	"sort"
@@ -19,30 +20,28 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/host"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
-	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
-	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
 // wireTypes names the Go type behind each schema of the document: a field
 // added to one of them, or a type added to the API, fails until the
 // document says it.
 var wireTypes = map[string]reflect.Type{
-	"ErrorResponse":     reflect.TypeFor[host.ErrorResponse](),
-	"Health":            reflect.TypeFor[host.Health](),
-	"Speaker":           reflect.TypeFor[host.SpeakerJSON](),
+	"ErrorResponse":     reflect.TypeFor[apiwire.ErrorResponse](),
+	"Health":            reflect.TypeFor[apiwire.Health](),
+	"Speaker":           reflect.TypeFor[apiwire.Speaker](),
 	"Attachment":        reflect.TypeFor[richproto.Attachment](),
 	"File":              reflect.TypeFor[richproto.File](),
-	"TurnRequest":       reflect.TypeFor[host.TurnRequest](),
-	"TurnResponse":      reflect.TypeFor[host.TurnResponse](),
-	"RichStatus":        reflect.TypeFor[richsession.Status](),
-	"AdmissionStatus":   reflect.TypeFor[host.AdmissionStatus](),
-	"ChannelStatus":     reflect.TypeFor[host.ChannelStatus](),
-	"ChannelList":       reflect.TypeFor[host.ChannelList](),
-	"ModeRequest":       reflect.TypeFor[host.ModeRequest](),
-	"CancelResponse":    reflect.TypeFor[host.CancelResponse](),
-	"ActiveTurn":        reflect.TypeFor[sandbox.Listed](),
-	"TurnList":          reflect.TypeFor[host.TurnList](),
+	"TurnRequest":       reflect.TypeFor[apiwire.TurnRequest](),
+	"TurnResponse":      reflect.TypeFor[apiwire.Reply](),
+	"RichStatus":        reflect.TypeFor[apiwire.RichSession](),
+	"AdmissionStatus":   reflect.TypeFor[apiwire.Admission](),
+	"ChannelStatus":     reflect.TypeFor[apiwire.Channel](),
+	"ChannelList":       reflect.TypeFor[apiwire.ChannelList](),
+	"ModeRequest":       reflect.TypeFor[apiwire.ModeRequest](),
+	"CancelResponse":    reflect.TypeFor[apiwire.Cancel](),
+	"ActiveTurn":        reflect.TypeFor[apiwire.Turn](),
+	"TurnList":          reflect.TypeFor[apiwire.TurnList](),
 	"RunParams":         reflect.TypeFor[runs.Params](),
 	"RunArtifact":       reflect.TypeFor[runs.Artifact](),
 	"RunStatus":         reflect.TypeFor[runs.Status](),
