@@ -367,8 +367,8 @@ func (d *EventDecoder) next() (EventFrame, error) {
 		return EventFrame{Type: t, ID: ev.ID, Event: ev}, nil
 	}
 	idLen := int(payload[0])
-	if idLen == 0 || 1+idLen >= len(payload) {
-		return EventFrame{}, protocolf("%v frame with no id or no data", t)
+	if idLen == 0 || 1+idLen >= len(payload) || len(payload)-1-idLen > MaxChunk {
+		return EventFrame{}, protocolf("%v frame with no id, no data or over %d bytes of data", t, MaxChunk)
 	}
 	id := string(payload[1 : 1+idLen])
 	if !ValidID(id) {
