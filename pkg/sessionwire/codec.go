@@ -83,7 +83,9 @@ func (e *RequestEncoder) write(r Request, data []byte) error {
 // request over MaxRequestBytes (before reading it), and a stream that ends
 // inside a frame or a put's data; a request whose JSON is not one object
 // of known fields or that Validate refuses wraps ErrInvalidRequest too.
-// Every error is sticky; io.EOF at a frame boundary is the stream's end.
+// A request that Validate refuses, with a valid id (and, for a put, a size
+// within the bound), is a *RequestError instead: not sticky. Every other
+// error is sticky; io.EOF at a frame boundary is the stream's end.
 type RequestDecoder struct {
 	r         *bufio.Reader
 	err       error
@@ -130,13 +132,33 @@ func (d *RequestDecoder) Next() (Request, error) {
 		return Request{}, d.fail(fmt.Errorf("%w: %w: request: %v", ErrProtocol, ErrInvalidRequest, err))
 	}
 	if err := r.Validate(); err != nil {
-		return Request{}, d.fail(fmt.Errorf("%w: %w", ErrProtocol, err))
+		// A refused request whose id and framing can still be trusted
+		// is that request's failure, not the stream's: its data (a put
+		// within the size bound) is skipped and the stream goes on.
+		if !ValidID(r.ID) || r.Op == OpPut && (r.File == nil || r.File.Size < 0 || r.File.Size > MaxPutBytes) {
+			return Request{}, d.fail(fmt.Errorf("%w: %w", ErrProtocol, err))
+		}
+		if r.Op == OpPut {
+			d.remaining = r.File.Size
+		}
+		return Request{}, &RequestError{ID: r.ID, Err: err}
 	}
 	if r.Op == OpPut {
 		d.remaining = r.File.Size
 	}
 	return r, nil
 }
+
+// RequestError is a request Validate refused while the stream stays in
+// step: the caller answers ID with an error event and reads on. It wraps
+// ErrInvalidRequest, never ErrProtocol.
+type RequestError struct {
+	ID  string
+	Err error
+}
+
+func (e *RequestError) Error() string { return e.Err.Error() }
+func (e *RequestError) Unwrap() error { return e.Err }
 
 // Data reads the current put's data: exactly its size, then io.EOF. A
 // framing error is sticky for the decoder too.
@@ -361,7 +383,7 @@ func (d *EventDecoder) next() (EventFrame, error) {
 		if err := ev.Validate(); err != nil {
 			return EventFrame{}, protocolf("event: %v", err)
 		}
-		if ev.Kind != EventStarted && (ev.Kind != EventList || ev.List.Done) {
+		if ev.Kind != EventStarted && ev.Kind != EventDone && (ev.Kind != EventList || ev.List.Done) {
 			delete(d.n, ev.ID) // the request's last event
 		}
 		return EventFrame{Type: t, ID: ev.ID, Event: ev}, nil
@@ -409,14 +431,14 @@ func (ev Event) Validate() error {
 		}
 	}
 	want := 1
-	if ev.Kind == EventStarted {
+	if ev.Kind == EventStarted || ev.Kind == EventDone {
 		want = 0
 	}
 	if set != want {
 		return errors.New("fields do not match the kind")
 	}
 	switch ev.Kind {
-	case EventStarted:
+	case EventStarted, EventDone:
 	case EventResult:
 		r := ev.Result
 		if r == nil || r.ExitCode < 0 || r.ExitCode > wire.MaxExitCode || r.StdoutDropped < 0 || r.StderrDropped < 0 ||

@@ -11,12 +11,14 @@ const (
 	EventFile = "file"
 	// EventList is one batch of a list's entries; the last has Done.
 	EventList = "list"
+	// EventDone ends a signal request: the signal was sent.
+	EventDone = "done"
 	// EventError ends a request that failed or was refused: Error.
 	EventError = "error"
 )
 
 // Event is one thing the supervisor tells the host about request ID.
-// Exactly the field of its Kind is set (none for EventStarted).
+// Exactly the field of its Kind is set (none for EventStarted and EventDone).
 type Event struct {
 	ID     string      `json:"id"`
 	Kind   string      `json:"kind"`

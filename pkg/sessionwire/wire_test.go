@@ -169,7 +169,8 @@ func TestRequestDecoderRefuses(t *testing.T) {
 		{"unknown field", frame(FrameRequest, []byte(`{"id":"a","op":"get","file":{"path":"f"},"x":1}`))},
 		{"trailing", frame(FrameRequest, []byte(`{"id":"a","op":"get","file":{"path":"f"}} {}`))},
 		{"not an object", frame(FrameRequest, []byte(`[1]`))},
-		{"invalid request", frame(FrameRequest, []byte(`{"id":"a","op":"get","file":{"path":"../f"}}`))},
+		{"invalid request, invalid id", frame(FrameRequest, []byte(`{"id":"../f","op":"get","file":{"path":"f"}}`))},
+		{"put over the bound", frame(FrameRequest, []byte(`{"id":"p","op":"put","file":{"path":"f","size":67108865}}`))},
 		{"event type", frame(FrameEvent, []byte(`{}`))},
 		{"huge request", huge},
 		{"data without put", frame(FramePutData, []byte("abc"))},
@@ -245,6 +246,26 @@ func TestEventRoundTripAndBounds(t *testing.T) {
 	}
 }
 
+// TestRequestDecoderRefusedRequestSkipped: a request that Validate refuses
+// (a put with a path out of bounds) is that request's error, its data is
+// skipped and the next request comes through.
+func TestRequestDecoderRefusedRequestSkipped(t *testing.T) {
+	var b []byte
+	b = append(b, frame(FrameRequest, []byte(`{"id":"p","op":"put","file":{"path":"../f","size":3}}`))...)
+	b = append(b, frame(FramePutData, []byte("abc"))...)
+	b = append(b, frame(FrameRequest, []byte(`{"id":"g","op":"get","file":{"path":"f"}}`))...)
+	d := NewRequestDecoder(bytes.NewReader(b))
+	_, err := d.Next()
+	var re *RequestError
+	if !errors.As(err, &re) || re.ID != "p" || errors.Is(err, ErrProtocol) {
+		t.Fatalf("first Next: %v, want a RequestError for p", err)
+	}
+	r, err := d.Next()
+	if err != nil || r.ID != "g" {
+		t.Fatalf("second Next: %+v, %v; want request g", r, err)
+	}
+}
+
 // TestEventDecoderOutputBound: one exec's stdout over MaxOutputBytes is a
 // protocol violation (the supervisor drops past the exec's bound).
 func TestEventDecoderOutputBound(t *testing.T) {
@@ -284,6 +305,13 @@ func FuzzRequestDecoder(f *testing.F) {
 			r, err := d.Next()
 			if err == io.EOF {
 				return
+			}
+			var re *RequestError
+			if errors.As(err, &re) {
+				if !ValidID(re.ID) || errors.Is(err, ErrProtocol) {
+					t.Fatalf("request error with id %q: %v", re.ID, err)
+				}
+				continue
 			}
 			if err != nil {
 				if !errors.Is(err, ErrProtocol) {
