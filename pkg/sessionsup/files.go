@@ -62,16 +62,23 @@ func (s *Server) openBeneath(p string, flags int, mode uint32) (int, string, err
 	case sessionwire.RootTmp:
 		base = s.o.TmpDir
 	}
-	rootfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, "", errnoError(err)
-	}
-	defer unix.Close(rootfd)
-	fd, err := unix.Openat2(rootfd, rel, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolveFlags})
+	fd, err := openAt(base, rel, flags, mode)
 	if err != nil {
 		return -1, "", errnoError(err)
 	}
 	return fd, rel, nil
+}
+
+// openAt opens rel beneath the directory base (itself not a symlink) with
+// resolveFlags: the kernel refuses ".." out of base (EXDEV), an absolute
+// rel (EXDEV) and any symlink on the way (ELOOP).
+func openAt(base, rel string, flags int, mode uint32) (int, error) {
+	rootfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(rootfd)
+	return unix.Openat2(rootfd, rel, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolveFlags})
 }
 
 // asGuest runs f on a throwaway thread whose filesystem ids are the
@@ -204,6 +211,9 @@ func (s *Server) get(id, p string) {
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFREG {
 			return ferr(sessionwire.ErrNotRegular, "not a regular file")
+		}
+		if s.afterStat != nil {
+			s.afterStat()
 		}
 		if st.Size > sessionwire.MaxGetBytes {
 			return ferr(sessionwire.ErrTooLarge, fmt.Sprintf("the file is over %d bytes", sessionwire.MaxGetBytes))

@@ -135,6 +135,10 @@ type Server struct {
 	mu    sync.Mutex
 	execs map[string]*execState // running, by request id
 	wg    sync.WaitGroup        // exec goroutines
+
+	// afterStat, when set (tests), runs in a get between the file's
+	// fstat and its read.
+	afterStat func()
 }
 
 // New returns a supervisor writing events to stdout, sharing rp (the
