@@ -180,16 +180,35 @@ func TestPathAbsoluteAndDotDot(t *testing.T) {
 }
 
 // TestPathSymlinkRace: while a directory on the path is swapped with a
-// symlink to outside (renameat2 RENAME_EXCHANGE, atomic), every get
-// returns the inside file or a refusal, never the outside one.
+// symlink (renameat2 RENAME_EXCHANGE, atomic) to outside the root or to
+// another directory inside it, every get returns the real directory's file
+// or a refusal, never the other one.
 func TestPathSymlinkRace(t *testing.T) {
-	f := newFixture(t, nil)
-	outside := t.TempDir()
-	os.Chmod(outside, 0o755)
-	os.WriteFile(filepath.Join(outside, "f"), []byte("SECRET"), 0o644)
-	os.Mkdir(filepath.Join(f.work, "d"), 0o755)
-	os.WriteFile(filepath.Join(f.work, "d", "f"), []byte("inside"), 0o644)
-	os.Symlink(outside, filepath.Join(f.work, "alt"))
+	for _, tt := range []struct{ name, target string }{{"outside", ""}, {"inside", "other"}} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, nil)
+			target := tt.target
+			if target == "" {
+				target = t.TempDir()
+				os.Chmod(target, 0o755)
+			} else {
+				os.Mkdir(filepath.Join(f.work, target), 0o755)
+				target = filepath.Join(f.work, target)
+			}
+			os.WriteFile(filepath.Join(target, "f"), []byte("SECRET"), 0o644)
+			os.Mkdir(filepath.Join(f.work, "d"), 0o755)
+			os.WriteFile(filepath.Join(f.work, "d", "f"), []byte("inside"), 0o644)
+			link := target
+			if tt.target != "" {
+				link = tt.target // relative, resolving beneath the root
+			}
+			os.Symlink(link, filepath.Join(f.work, "alt"))
+			symlinkRace(t, f)
+		})
+	}
+}
+
+func symlinkRace(t *testing.T, f *fixture) {
 	dirfd, err := unix.Open(f.work, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		t.Fatal(err)
