@@ -110,6 +110,7 @@ func TestIntegrationSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hj.Close()
+	go func() { <-ctx.Done(); hj.Close() }() // a stuck read ends with the test's deadline
 	if err := cli.ContainerStart(ctx, id, dcontainer.StartOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -174,6 +175,15 @@ func TestIntegrationSession(t *testing.T) {
 	x = sessionwire.Exec{Command: "echo go; sleep 1000", MaxOutputBytes: 1 << 10}
 	if err := enc.Request(sessionwire.Request{ID: "e3", Op: sessionwire.OpExec, Exec: &x}); err != nil {
 		t.Fatal(err)
+	}
+	// The signal goes once the exec started (a signal for an exec not yet
+	// running is refused with not_found).
+	for started := false; !started; {
+		fr, err := dec.Next()
+		if err != nil {
+			t.Fatalf("event stream: %v; supervisor log: %s", err, logs.String())
+		}
+		started = fr.ID == "e3" && fr.Type == sessionwire.FrameEvent && fr.Event.Kind == sessionwire.EventStarted
 	}
 	if err := enc.Request(sessionwire.Request{ID: "k", Op: sessionwire.OpSignal, Signal: &sessionwire.Signal{Target: "e3", Name: sessionwire.SignalKill}}); err != nil {
 		t.Fatal(err)
