@@ -370,3 +370,19 @@ func TestGetDir(t *testing.T) {
 		t.Fatalf("tar = %s, want %s", got, want)
 	}
 }
+
+// BenchmarkPutGet1MiB is a 1 MiB put then its get through the supervisor.
+func BenchmarkPutGet1MiB(b *testing.B) {
+	f := newFixture(b, nil)
+	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	for i := range b.N {
+		if ev := lastEvent(f.put(fmt.Sprintf("p%d", i), "bench.bin", data, 0)); ev.File == nil {
+			b.Fatalf("put: %+v", ev)
+		}
+		if got, _ := fileData(f.file(sessionwire.OpGet, fmt.Sprintf("g%d", i), "bench.bin")); len(got) != len(data) {
+			b.Fatalf("get: %d bytes", len(got))
+		}
+	}
+}
