@@ -253,6 +253,10 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 		e.mu.Unlock()
 		s.killGroup(e)
 		ws = <-statusc
+	case <-ctx.Done():
+		// The session is stopping: its execs end with it.
+		s.killGroup(e)
+		ws = <-statusc
 	}
 	ran := time.Since(started_)
 	e.mu.Lock()
@@ -273,7 +277,6 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 		sig = strings.TrimPrefix(unix.SignalName(ws.Signal()), "SIG")
 	}
 	s.result(e, supervisor.ExitCode(ws), sig, ran)
-	_ = ctx
 }
 
 type privilegeError struct{ err error }
