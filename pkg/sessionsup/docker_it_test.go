@@ -186,6 +186,11 @@ func TestIntegrationSession(t *testing.T) {
 	}
 	slices.Sort(rt)
 	t.Logf("20 execs of true in the container: median %v, max %v", rt[10], rt[19])
+	if p := os.Getenv("SANDBOX_IT_SESSION_REPORT"); p != "" {
+		// test/integration.sh shows no passing test's log: the numbers
+		// go to this file when asked.
+		_ = os.WriteFile(p, []byte(fmt.Sprintf("exec of true in the container: median %v, max %v (20 execs)\n", rt[10], rt[19])), 0o644)
+	}
 	// Cancel works without CAP_KILL: the supervisor kills as the guest.
 	x = sessionwire.Exec{Command: "echo go; sleep 1000", MaxOutputBytes: 1 << 10}
 	if err := enc.Request(sessionwire.Request{ID: "e3", Op: sessionwire.OpExec, Exec: &x}); err != nil {
