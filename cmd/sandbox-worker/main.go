@@ -11,6 +11,11 @@
 // It runs itself as "sandbox-worker run-supervise-kill <target>" to kill a
 // guest uid's leftover processes with that uid.
 //
+// "sandbox-worker session <uid> <gid> [<work dir>]" is PID 1 of a session's container
+// (package sessionsup): requests on stdin, events on stdout, logs on
+// stderr, execs and file operations as the guest uid:gid. It kills
+// leftovers through "run-supervise-kill" as a run's supervisor does.
+//
 // "sandbox-worker rich" is a rich channel's long-lived worker (package
 // rich): it pulls turns from its channel broker's socket until SIGTERM.
 //
@@ -39,6 +44,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/rich"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/supervisor"
+	"github.com/roundtable-sandbox/sandbox/pkg/sessionsup"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
 	"github.com/roundtable-sandbox/sandbox/pkg/worker"
 )
@@ -62,6 +68,19 @@ func main() {
 	case len(os.Args) == 3 && os.Args[1] == supervisor.KillArg:
 		// The supervisor's straggler killer, started by it as a guest uid.
 		code = supervisor.KillMain(os.Args[2])
+	case (len(os.Args) == 4 || len(os.Args) == 5) && os.Args[1] == "session":
+		uid, uerr := strconv.Atoi(os.Args[2])
+		gid, gerr := strconv.Atoi(os.Args[3])
+		if uerr != nil || gerr != nil {
+			log.Error("session: want a numeric uid and gid")
+			code = 2
+			break
+		}
+		o := sessionsup.Options{UID: uid, GID: gid, Log: log.With("component", "sandbox-session-supervisor")}
+		if len(os.Args) == 5 {
+			o.WorkDir = os.Args[4] // default sessionsup.DefaultWorkDir
+		}
+		code = sessionsup.Main(ctx, os.Stdin, os.Stdout, os.Stderr, o)
 	case len(os.Args) == 2 && os.Args[1] == "rich":
 		code = richWorker(ctx, log.With("component", "sandbox-rich-worker"))
 	case len(os.Args) == 2 && os.Args[1] == "precheck":

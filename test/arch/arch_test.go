@@ -24,11 +24,12 @@ var layers = [][]string{
 	// 1: shared vocabulary (names, the host-broker contract, the host API's
 	// bodies, the memory store) and the vetted network dialer.
 	{"layout", "policy", "memory", "sessions", "safefetch", "runs", "runs/supervisor", "precheck", "anthropic", "apiwire",
-		"fleet", "fleet/fleettest", "broker/envelope"},
+		"fleet", "fleet/fleettest", "broker/envelope", "sessionwire"},
 	// 2: drivers and single-purpose domains (the fleet's jobs queue over
 	// the fleet's handle).
 	{"client", "fleetjobs", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
-		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich"},
+		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich",
+		"sessionsup"},
 	// 3: the services, and the one sandbox lifecycle every kind drives.
 	{"broker/richroute", "reaper", "credset", "runmcp", "sandbox", "chanstate", "peerauth", "toolset", "fleetnats"},
 	// 4: what every route of the host API shares (the host's and the kinds'),

@@ -1,0 +1,406 @@
+package sessionsup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/supervisor"
+	"github.com/roundtable-sandbox/sandbox/pkg/sessionwire"
+)
+
+// execState is one running exec.
+type execState struct {
+	id    string
+	uid   int // the uid its processes run as (0 for a root exec)
+	pgid  int // 0 until started
+	start time.Time
+
+	mu        sync.Mutex
+	out       [2]stream
+	ended     bool // the result was sent: later output is dropped
+	cancelled bool
+	timedOut  bool
+}
+
+type stream struct {
+	t         sessionwire.Type
+	n, max    int
+	truncated bool
+	dropped   int64
+}
+
+// signals maps sessionwire's names to signals.
+var signals = map[string]unix.Signal{
+	sessionwire.SignalInt: unix.SIGINT, sessionwire.SignalTerm: unix.SIGTERM, sessionwire.SignalKill: unix.SIGKILL,
+	sessionwire.SignalHup: unix.SIGHUP, sessionwire.SignalQuit: unix.SIGQUIT, sessionwire.SignalUsr1: unix.SIGUSR1,
+	sessionwire.SignalUsr2: unix.SIGUSR2,
+}
+
+// startExec registers the exec (or refuses it) and runs it in the
+// background.
+func (s *Server) startExec(ctx context.Context, id string, x sessionwire.Exec) {
+	if x.Root && !s.root {
+		s.fail(id, sessionwire.ErrDenied, "root execs need the supervisor to run as root")
+		return
+	}
+	e := &execState{id: id, uid: s.o.UID, start: time.Now()}
+	if x.Root {
+		e.uid = 0
+	}
+	e.out = [2]stream{{t: sessionwire.FrameStdout, max: x.MaxOutputBytes}, {t: sessionwire.FrameStderr, max: x.MaxOutputBytes}}
+	s.mu.Lock()
+	if _, dup := s.execs[id]; dup {
+		s.mu.Unlock()
+		s.fail(id, sessionwire.ErrBadRequest, "an exec with this id is running")
+		return
+	}
+	if len(s.execs) >= s.o.MaxExecs {
+		s.mu.Unlock()
+		s.fail(id, sessionwire.ErrBusy, fmt.Sprintf("%d execs are running, the session's bound", s.o.MaxExecs))
+		return
+	}
+	s.execs[id] = e
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		s.runExec(ctx, e, x)
+		s.mu.Lock()
+		delete(s.execs, id)
+		s.mu.Unlock()
+	}()
+}
+
+// env is an exec's whole environment: the supervisor's fixed variables,
+// then the client's (ValidEnvName kept the fixed names out).
+func (s *Server) env(x sessionwire.Exec) []string {
+	e := []string{"PATH=" + s.o.PATH, "LANG=C.UTF-8"}
+	if x.Root {
+		e = append(e, "HOME=/root", "USER=root", "LOGNAME=root", "DEBIAN_FRONTEND=noninteractive")
+	} else {
+		e = append(e, "HOME="+s.o.WorkDir, "USER="+s.o.User, "LOGNAME="+s.o.User)
+	}
+	keys := make([]string, 0, len(x.Env))
+	for k := range x.Env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		e = append(e, k+"="+x.Env[k])
+	}
+	return e
+}
+
+// dir returns the host path of a session path (a valid one).
+func (s *Server) dir(p string) string {
+	root, rel, err := sessionwire.SplitPath(p)
+	if err != nil {
+		return s.o.WorkDir
+	}
+	base := s.o.WorkDir
+	switch root {
+	case sessionwire.RootOutput:
+		base = s.o.OutputDir
+	case sessionwire.RootTmp:
+		base = s.o.TmpDir
+	}
+	return filepath.Join(base, rel)
+}
+
+// runExec runs one exec to its result event.
+func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) {
+	argv := []string{s.o.Shell, "-c", x.Command}
+	if x.Command == "" {
+		argv = append([]string{x.Executable}, x.Args...)
+	}
+	path, err := supervisor.LookPath(argv[0], s.o.PATH)
+	if err != nil {
+		s.event(sessionwire.Event{ID: e.id, Kind: sessionwire.EventStarted})
+		s.emit(e, 1, []byte(fmt.Sprintf("session: %s: not found in PATH\n", argv[0])))
+		s.result(e, 127, "", 0)
+		return
+	}
+	cwd := s.o.WorkDir
+	if x.Cwd != "" {
+		cwd = s.dir(x.Cwd)
+	}
+	stdin, err := os.Open(os.DevNull)
+	if err != nil {
+		s.internal(e, "cannot open the null device", err)
+		return
+	}
+	defer stdin.Close()
+	var inW *os.File
+	if len(x.Stdin) > 0 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			s.internal(e, "cannot create a pipe", err)
+			return
+		}
+		stdin.Close()
+		stdin, inW = r, w
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		s.internal(e, "cannot create a pipe", err)
+		return
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		s.internal(e, "cannot create a pipe", err)
+		return
+	}
+	sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if s.root {
+		// No supplementary groups: an empty, non-nil Groups makes the
+		// child call setgroups(0, NULL).
+		sys.Credential = &syscall.Credential{Uid: uint32(s.o.UID), Gid: uint32(s.o.GID), Groups: []uint32{}}
+		if x.Root {
+			sys.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
+		}
+	}
+	attr := &syscall.ProcAttr{Dir: cwd, Env: s.env(x), Files: []uintptr{stdin.Fd(), outW.Fd(), errW.Fd()}, Sys: sys}
+
+	type started struct {
+		pid int
+		err error
+	}
+	startc := make(chan started, 1)
+	statusc := make(chan unix.WaitStatus, 1)
+	go supervisor.OnThrowawayThread(func() {
+		// As a run's: the child inherits the forking thread's
+		// capabilities, no_new_privs and Pdeathsig's parent, so this
+		// thread lives until the child's status arrives.
+		var keep []uintptr
+		if x.Root {
+			keep = supervisor.SetupCommandCapabilities
+		}
+		if err := supervisor.DropThreadPrivileges(s.root, keep); err != nil {
+			startc <- started{err: &privilegeError{err}}
+			return
+		}
+		pid, ch, err := s.rp.Start(func() (int, error) { return syscall.ForkExec(path, argv, attr) })
+		startc <- started{pid: pid, err: err}
+		if err == nil {
+			statusc <- <-ch
+		}
+	})
+	st := <-startc
+	stdin.Close()
+	outW.Close()
+	errW.Close()
+	if st.err != nil {
+		outR.Close()
+		errR.Close()
+		if inW != nil {
+			inW.Close()
+		}
+		var errno syscall.Errno
+		var perr *privilegeError
+		if !errors.As(st.err, &perr) && errors.As(st.err, &errno) {
+			// The child could not chdir or exec: the command's failure,
+			// as a shell reports it.
+			code := 126
+			if errno == unix.ENOENT {
+				code = 127
+			}
+			s.event(sessionwire.Event{ID: e.id, Kind: sessionwire.EventStarted})
+			s.emit(e, 1, []byte(fmt.Sprintf("session: %s: %s\n", argv[0], errno.Error())))
+			s.result(e, code, "", 0)
+			return
+		}
+		s.log.Error("cannot start an exec", "id", e.id, "reason", st.err.Error())
+		s.fail(e.id, sessionwire.ErrStart, "the command could not be started")
+		return
+	}
+	started_ := time.Now()
+	e.mu.Lock()
+	e.pgid = st.pid
+	e.mu.Unlock()
+	s.event(sessionwire.Event{ID: e.id, Kind: sessionwire.EventStarted})
+	if inW != nil {
+		go func() {
+			// A command that does not read its stdin gets EPIPE here.
+			_, _ = inW.Write(x.Stdin)
+			inW.Close()
+		}()
+	}
+	var pumps sync.WaitGroup
+	pumps.Add(2)
+	go func() { defer pumps.Done(); s.pump(e, 0, outR) }()
+	go func() { defer pumps.Done(); s.pump(e, 1, errR) }()
+
+	timer := time.NewTimer(time.Duration(x.Timeout()) * time.Second)
+	defer timer.Stop()
+	var ws unix.WaitStatus
+	select {
+	case ws = <-statusc:
+	case <-timer.C:
+		e.mu.Lock()
+		e.timedOut = true
+		e.mu.Unlock()
+		s.killGroup(e)
+		ws = <-statusc
+	case <-ctx.Done():
+		// The session is stopping: its execs end with it.
+		s.killGroup(e)
+		ws = <-statusc
+	}
+	ran := time.Since(started_)
+	e.mu.Lock()
+	e.pgid = 0 // reaped: the group may be empty and its id reused
+	e.mu.Unlock()
+	// Output the exec's processes still hold: drained for a moment, then
+	// dropped (a background process may keep its pipes for its life).
+	drained := make(chan struct{})
+	go func() { pumps.Wait(); close(drained) }()
+	grace := time.NewTimer(s.o.DrainGrace)
+	select {
+	case <-drained:
+	case <-grace.C:
+	}
+	grace.Stop()
+	sig := ""
+	if ws.Signaled() {
+		sig = strings.TrimPrefix(unix.SignalName(ws.Signal()), "SIG")
+	}
+	s.result(e, supervisor.ExitCode(ws), sig, ran)
+}
+
+type privilegeError struct{ err error }
+
+func (e *privilegeError) Error() string { return e.err.Error() }
+func (e *privilegeError) Unwrap() error { return e.err }
+
+// internal ends an exec that the supervisor could not start.
+func (s *Server) internal(e *execState, what string, err error) {
+	s.log.Error(what, "id", e.id, "reason", err.Error())
+	s.fail(e.id, sessionwire.ErrInternal, "the supervisor could not run the exec")
+}
+
+// result sends the exec's result; output after it is dropped.
+func (s *Server) result(e *execState, code int, sig string, ran time.Duration) {
+	e.mu.Lock()
+	e.ended = true
+	startMs := int64(0)
+	if ran > 0 {
+		startMs = max(time.Since(e.start)-ran, 0).Milliseconds()
+	}
+	r := &sessionwire.ExecResult{
+		ExitCode: code, Signal: sig, TimedOut: e.timedOut, Cancelled: e.cancelled,
+		StdoutTruncated: e.out[0].truncated, StderrTruncated: e.out[1].truncated,
+		StdoutDropped: e.out[0].dropped, StderrDropped: e.out[1].dropped,
+		StartMs: startMs, RunMs: ran.Milliseconds(),
+	}
+	// The event goes out under e.mu so that no output frame of this exec
+	// follows it.
+	s.event(sessionwire.Event{ID: e.id, Kind: sessionwire.EventResult, Result: r})
+	e.mu.Unlock()
+}
+
+// pump reads one of an exec's pipes to its end, framing what fits under
+// the bound; it never stops reading, so a writer never blocks on a full
+// pipe.
+func (s *Server) pump(e *execState, i int, f *os.File) {
+	defer f.Close()
+	buf := make([]byte, sessionwire.MaxChunk)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			s.emit(e, i, buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// emit frames what fits under stream i's bound and counts the rest; after
+// the result it drops everything.
+func (s *Server) emit(e *execState, i int, p []byte) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ended {
+		return
+	}
+	so := &e.out[i]
+	keep := max(min(len(p), so.max-so.n), 0)
+	if keep < len(p) {
+		so.truncated = true
+		so.dropped += int64(len(p) - keep)
+	}
+	if keep == 0 {
+		return
+	}
+	so.n += keep
+	if err := s.enc.Data(so.t, e.id, p[:keep]); err != nil {
+		s.log.Error("writing output failed", "id", e.id, "reason", err.Error())
+	}
+}
+
+// signal sends a signal request's signal to its target exec's process
+// group.
+func (s *Server) signal(id string, sg sessionwire.Signal) {
+	s.mu.Lock()
+	e, ok := s.execs[sg.Target]
+	s.mu.Unlock()
+	if !ok {
+		s.fail(id, sessionwire.ErrNotFound, "no running exec has this id")
+		return
+	}
+	e.mu.Lock()
+	pgid := e.pgid
+	if sg.Name == sessionwire.SignalKill && pgid > 0 {
+		e.cancelled = true
+	}
+	e.mu.Unlock()
+	if pgid == 0 {
+		s.fail(id, sessionwire.ErrNotFound, "the exec is not running")
+		return
+	}
+	if err := s.signalGroup(e, pgid, signals[sg.Name]); err != nil {
+		s.log.Warn("signal not delivered", "id", id, "target", sg.Target, "reason", err.Error())
+		s.fail(id, sessionwire.ErrDenied, "the signal could not be delivered")
+		return
+	}
+	s.event(sessionwire.Event{ID: id, Kind: sessionwire.EventDone})
+}
+
+// killGroup sends SIGKILL to e's process group (the caller may hold s.mu).
+func (s *Server) killGroup(e *execState) {
+	e.mu.Lock()
+	pgid := e.pgid
+	e.mu.Unlock()
+	if pgid > 0 {
+		if err := s.signalGroup(e, pgid, unix.SIGKILL); err != nil {
+			s.log.Warn("kill of an exec's process group failed", "id", e.id, "reason", err.Error())
+		}
+	}
+}
+
+// signalGroup signals -pgid. A root supervisor without CAP_KILL (a
+// container that was not given it) cannot signal a guest's processes; it
+// kills them as the guest instead (runs/supervisor's KillAs), which only
+// SIGKILL can do.
+func (s *Server) signalGroup(e *execState, pgid int, sig unix.Signal) error {
+	err := unix.Kill(-pgid, sig)
+	if err == unix.ESRCH {
+		return nil // the group is gone already
+	}
+	if err == unix.EPERM && sig == unix.SIGKILL && s.root && e.uid > 0 {
+		return supervisor.KillAs(s.rp, e.uid, -pgid, time.Now().Add(5*time.Second))
+	}
+	return err
+}
