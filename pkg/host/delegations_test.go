@@ -76,7 +76,12 @@ func waitJob(t *testing.T, r *rig, id string) delegation.Status {
 // per run.
 func blockJob(started chan<- string) func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 	return func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
-		started <- spec.Name
+		// A job delivered again (a fleet job's ack wait expired) runs
+		// again: its send must not outlive the job once nobody reads.
+		select {
+		case started <- spec.Name:
+		case <-ctx.Done():
+		}
 		<-ctx.Done()
 		return RunResult{ExitCode: -1}, ctx.Err()
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -280,6 +281,30 @@ func TestFleetWorkspaceMovesToAnotherBox(t *testing.T) {
 	}
 }
 
+// watchPublished returns each turn published on partition 0 once, by its
+// id: a publish whose ack was lost is retried under the same id
+// (fleet.Ask), which the stream stores once but a core subscriber sees
+// again. The subscription is known to the server before it returns, so
+// no publish made after it is missed.
+func watchPublished(t *testing.T, c *fleettest.Cluster) <-chan string {
+	t.Helper()
+	nc := c.Connect("watcher")
+	ids := make(chan string, 8)
+	seen := map[string]bool{} // the handler runs on one goroutine
+	sub, err := nc.Subscribe(fleet.TurnSubject(0), func(m *nats.Msg) {
+		var turn fleet.Turn
+		if json.Unmarshal(m.Data, &turn) != nil || seen[turn.ID] {
+			return
+		}
+		seen[turn.ID] = true
+		ids <- turn.ID
+	})
+	must(t, err)
+	t.Cleanup(func() { sub.Unsubscribe() })
+	must(t, nc.Flush())
+	return ids
+}
+
 // TestFleetQueueFull429: in fleet mode the box a frontend talks to bounds
 // the channel's turns before publishing, as for a local turn: with
 // queue.depth 1 a second turn waits behind the published one, a third is
@@ -291,9 +316,13 @@ func TestFleetQueueFull429(t *testing.T) {
 	must(t, r.h.state.SetMode("ch", ModeOn))
 	_, err := f.SetMode(context.Background(), "ch", fleet.ModeOn, "", "admin")
 	must(t, err)
-	release, running := make(chan struct{}), make(chan struct{}, 4)
+	// started closes on the first run: a turn delivered again (its ack
+	// wait expired on a loaded machine) runs again, and a signal sent per
+	// run would block that run once nobody reads it.
+	release, started := make(chan struct{}), make(chan struct{})
+	var startOnce sync.Once
 	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
-		running <- struct{}{}
+		startOnce.Do(func() { close(started) })
 		select {
 		case <-release:
 		case <-ctx.Done():
@@ -302,16 +331,16 @@ func TestFleetQueueFull429(t *testing.T) {
 	}
 	queued := make(chan string, 8)
 	r.h.fl.OnQueued(func(ch string) { queued <- ch })
-	// Every turn published, as the stream's subject sees it.
-	published := make(chan *nats.Msg, 8)
-	sub, err := c.Connect("watcher").ChanSubscribe(fleet.TurnSubject(0), published)
-	must(t, err)
-	defer sub.Unsubscribe()
+	published := watchPublished(t, c)
 	hc, _ := serve(t, r)
+	// After serve: a failed check still lets the running turn end before
+	// the host's shutdown waits on it.
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce)
 	body := `{"speaker":{"id":"s"},"text":"x"}`
 	first, second := make(chan int, 1), make(chan int, 1)
 	go func() { first <- post(hc, "/v1/channels/ch/turns", body) }()
-	<-running
+	<-started
 	<-published
 	go func() { second <- post(hc, "/v1/channels/ch/turns", body) }()
 	select {
@@ -341,7 +370,7 @@ func TestFleetQueueFull429(t *testing.T) {
 	case <-published:
 		t.Error("a turn beyond the channel's queue was published")
 	}
-	close(release)
+	releaseOnce()
 	if s1, s2 := <-first, <-second; s1 != 200 || s2 != 200 {
 		t.Errorf("first and second turns = %d, %d; want 200 both", s1, s2)
 	}
