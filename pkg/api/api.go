@@ -64,6 +64,26 @@ func (e *RequestError) Unwrap() error { return e.Kind }
 // BadRequest is ErrBadRequest with a reason the caller reads.
 func BadRequest(reason string) error { return &RequestError{ErrBadRequest, reason} }
 
+// A Status is one row of the host's error-to-status table: an error
+// category (matched with errors.Is), its status and the reason its caller
+// reads ("" = the error's own text: a reason about the caller's input).
+// A kind hands the rows of its categories to the host; the table and its
+// order stay the host's.
+type Status struct {
+	Err    error
+	Code   int
+	Reason string
+}
+
+// A Param is a path parameter of a route pattern ("{run}"): each is one
+// URL-escaped segment, checked by Valid before any handler runs; a bad one
+// is refused with Reason.
+type Param struct {
+	Name   string
+	Valid  func(string) bool
+	Reason string
+}
+
 // MaxBodyBytes bounds every request body without a bound of its own:
 // 32,000 characters of text escaped as JSON (up to 6 bytes each) plus the
 // speaker fields fit.

@@ -60,9 +60,9 @@ func waitJob(t *testing.T, r *rig, id string) delegation.Status {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		j, err := r.h.delegations.Registry().Get(id)
+		j, err := r.h.delegationRuns().Registry().Get(id)
 		must(t, err)
-		if st := j.Status(); st.Finished() && len(r.h.delegations.Listed()) == 0 {
+		if st := j.Status(); st.Finished() && len(r.h.delegationRuns().Listed()) == 0 {
 			return st
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -315,7 +315,7 @@ func TestDelegationHostStopCancels(t *testing.T) {
 	id := startJob(t, r, "c", delegate("T", "x"))
 	<-started
 	r.h.Shutdown()
-	j, err := r.h.delegations.Registry().Get(id)
+	j, err := r.h.delegationRuns().Registry().Get(id)
 	must(t, err)
 	if st := j.Status(); st.State != delegation.StateCancelled || st.Error != "the job was cancelled: the host stopped" {
 		t.Errorf("status %+v", st)
@@ -372,7 +372,7 @@ func TestDelegationStream(t *testing.T) {
 	}
 	closeStream()
 	// The handler records a delivery right after its flush.
-	for deadline := time.Now().Add(5 * time.Second); len(r.h.delegations.Registry().Pending("c", os.Getuid(), true)) > 0; {
+	for deadline := time.Now().Add(5 * time.Second); len(r.h.delegationRuns().Registry().Pending("c", os.Getuid(), true)) > 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("deliveries not recorded")
 		}

@@ -45,7 +45,7 @@ func fleetRunRig(t *testing.T, c *fleettest.Cluster, name, extra string, takes b
 
 // startFleetJobs starts h's taking of the fleet's jobs as the daemon does.
 func startFleetJobs(ctx context.Context, h *Host) (func(), error) {
-	return fleet.StartAll(ctx, h.queue.SpareYielding, h.coderun.StartFleet, h.prechecks.StartFleet, h.delegations.StartFleet)
+	return fleet.StartAll(ctx, h.queue.SpareYielding, h.codeRuns().StartFleet, h.precheckRuns().StartFleet, h.delegationRuns().StartFleet)
 }
 
 // never is the supervisor of a box that must not run anything.
@@ -144,10 +144,10 @@ func TestFleetRunCancelReachesItsBox(t *testing.T) {
 		close(stopped)
 		return -1, ctx.Err()
 	})
-	st, err := a.h.coderun.Start(runs.Params{Command: "sleep 1000"}, clientUID)
+	st, err := a.h.codeRuns().Start(runs.Params{Command: "sleep 1000"}, clientUID)
 	must(t, err)
 	<-started
-	run, err := a.h.coderun.Registry().Get(st.ID)
+	run, err := a.h.codeRuns().Registry().Get(st.ID)
 	must(t, err)
 	// The output reaching A says the run is running there.
 	seen := make(chan struct{})
@@ -180,7 +180,7 @@ func TestFleetRunApprovedOnAnotherBox(t *testing.T) {
 	c := fleettest.Start(t, 1)
 	a, _ := fleetRunRig(t, c, "box-a", runsExtra, false, never(t, "box-a"))
 	b, _ := fleetRunRig(t, c, "box-b", runsExtra, true, supervise(0))
-	st, err := a.h.coderun.Start(runs.Params{Command: "curl x", Network: true}, clientUID)
+	st, err := a.h.codeRuns().Start(runs.Params{Command: "curl x", Network: true}, clientUID)
 	must(t, err)
 	if st.State != runs.StateAwaitingApproval {
 		t.Fatalf("state %s", st.State)
@@ -222,7 +222,7 @@ func TestFleetRunWithCredentialStaysHere(t *testing.T) {
 	c := fleettest.Start(t, 1)
 	a, rdA := fleetRunRig(t, c, "box-a", runsCredExtra, false, supervise(0))
 	fleetRunRig(t, c, "box-b", runsCredExtra, true, never(t, "box-b"))
-	st, err := a.h.coderun.Start(runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}, clientUID)
+	st, err := a.h.codeRuns().Start(runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}, clientUID)
 	must(t, err)
 	if code, body := apiAs(t, a.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/approve", nil); code != http.StatusOK {
 		t.Fatalf("approve: %d %s", code, body)
@@ -319,12 +319,12 @@ func TestFleetDelegationRunsOnAnotherBox(t *testing.T) {
 	id := startJob(t, a, "c", delegate("T", "find"))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	done, err := a.h.delegations.Registry().Wait(ctx, "c", clientUID, false)
+	done, err := a.h.delegationRuns().Registry().Wait(ctx, "c", clientUID, false)
 	must(t, err)
 	if len(done) != 1 || done[0].ID != id || done[0].Result != delegation.ResultOK || done[0].Report != report {
 		t.Fatalf("job on A: %+v", done)
 	}
-	a.h.delegations.Registry().Collected(id, clientUID)
+	a.h.delegationRuns().Registry().Collected(id, clientUID)
 	if len(b.docker.created) != 1 || len(a.docker.created) != 0 {
 		t.Errorf("containers on B %d, on A %d; want the research turn on B", len(b.docker.created), len(a.docker.created))
 	}
@@ -338,13 +338,13 @@ func TestFleetDelegationRunsOnAnotherBox(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("mode off on A: %d %s", code, body)
 	}
-	done, err = a.h.delegations.Registry().Wait(ctx, "c", clientUID, false)
+	done, err = a.h.delegationRuns().Registry().Wait(ctx, "c", clientUID, false)
 	must(t, err)
 	if len(done) != 1 || done[0].ID != id2 || done[0].Result != delegation.ResultCancelled {
 		t.Fatalf("job on A after its channel was turned off: %+v", done)
 	}
 	// B's record of the job ends only after its cleanup.
-	waitFor(t, "B's research turn cleaned up", func() bool { return len(b.h.delegations.Listed()) == 0 })
+	waitFor(t, "B's research turn cleaned up", func() bool { return len(b.h.delegationRuns().Listed()) == 0 })
 	b.assertClean(t)
 }
 
@@ -357,7 +357,7 @@ func TestFleetRunOnItsOwnBox(t *testing.T) {
 	var a *rig
 	a, _ = fleetRunRig(t, c, "box-a", runsExtra, true, func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
 		n := 0
-		for _, l := range a.h.coderun.Listed() {
+		for _, l := range a.h.codeRuns().Listed() {
 			if l.Run {
 				n++
 			}
@@ -365,7 +365,7 @@ func TestFleetRunOnItsOwnBox(t *testing.T) {
 		listed <- n
 		return supervise(0)(ctx, job, stdout)
 	})
-	st, err := a.h.coderun.Start(runs.Params{Command: "echo hello"}, clientUID)
+	st, err := a.h.codeRuns().Start(runs.Params{Command: "echo hello"}, clientUID)
 	must(t, err)
 	got := waitRun(t, a.h, st.ID)
 	if got.Result != runs.ResultOK || got.Stdout != "hello\n" {
@@ -405,9 +405,9 @@ func BenchmarkFleetRun(b *testing.B) {
 	}
 	run := func(b *testing.B, a *rig) {
 		for b.Loop() {
-			st, err := a.h.coderun.Start(runs.Params{Command: "true"}, clientUID)
+			st, err := a.h.codeRuns().Start(runs.Params{Command: "true"}, clientUID)
 			must(b, err)
-			r, err := a.h.coderun.Registry().Get(st.ID)
+			r, err := a.h.codeRuns().Registry().Get(st.ID)
 			must(b, err)
 			<-r.Done()
 			if s := r.Summary(); s.Result != runs.ResultOK {
@@ -475,7 +475,7 @@ func TestFleetRunWithCredentialApprovedHereOnly(t *testing.T) {
 	must(t, err)
 	kv, err := js.KeyValue(ctx, fleet.JobControlBucket)
 	must(t, err)
-	st, err := a.h.coderun.Start(runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}, clientUID)
+	st, err := a.h.codeRuns().Start(runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}, clientUID)
 	must(t, err)
 	key := "approval." + fleet.JobRun + "." + st.ID
 	w, err := kv.Watch(ctx, key)
@@ -532,7 +532,7 @@ func TestFleetRunFromAHostileBoxRefused(t *testing.T) {
 			defer cancel()
 			evil, err := fleet.Open(ctx, cl.Connect("box-evil"), fleet.Layout{Partitions: 1, Replicas: 1})
 			must(t, err)
-			st, err := a.h.coderun.Start(runs.Params{Command: "true", Project: "demo"}, clientUID)
+			st, err := a.h.codeRuns().Start(runs.Params{Command: "true", Project: "demo"}, clientUID)
 			must(t, err)
 			j, err := evil.NextJob(ctx, fleet.JobRun, "box-evil", 30*time.Second)
 			must(t, err)

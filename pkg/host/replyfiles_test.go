@@ -135,8 +135,8 @@ func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
 func TestReplyBudgetWaits(t *testing.T) {
 	waited := make(chan int64, 1)
 	r, ctl := richRigWith(t, time.Hour, func(o *Options) {
-		o.RichReplyBudget = 100
-		o.RichBudgetWait = func(n int64) { waited <- n }
+		richTuning(o).ReplyBudget = 100
+		richTuning(o).BudgetWait = func(n int64) { waited <- n }
 	})
 	ctl.reserve = 60
 	entered, hold := make(chan string, 2), make(chan struct{})
@@ -180,7 +180,7 @@ func TestReplyBudgetWaits(t *testing.T) {
 			t.Errorf("answer %d %s", a.code, a.body)
 		}
 	}
-	if used := r.h.rich.ReplyBytesHeld(); used != 0 {
+	if used := r.h.richSessions().ReplyBytesHeld(); used != 0 {
 		t.Errorf("%d bytes of the reply budget still held after both turns", used)
 	}
 }
@@ -193,11 +193,11 @@ func TestReplyBudgetWaitEndsWithTheTurn(t *testing.T) {
 	ctl := &fakeRichControl{reserve: 60}
 	waited := make(chan int64, 1)
 	r := newRig(t, richExtra, func(o *Options) {
-		o.RichControl = ctl
-		o.RichIdle = time.Hour
+		richTuning(o).Control = ctl
+		richTuning(o).Idle = time.Hour
 		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
-		o.RichReplyBudget = 100
-		o.RichBudgetWait = func(n int64) { waited <- n }
+		richTuning(o).ReplyBudget = 100
+		richTuning(o).BudgetWait = func(n int64) { waited <- n }
 	})
 	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
@@ -242,7 +242,7 @@ func TestReplyBudgetWaitEndsWithTheTurn(t *testing.T) {
 	if err := <-aDone; err != nil {
 		t.Errorf("a: %v", err)
 	}
-	if used := r.h.rich.ReplyBytesHeld(); used != 0 {
+	if used := r.h.richSessions().ReplyBytesHeld(); used != 0 {
 		t.Errorf("%d bytes of the reply budget still held", used)
 	}
 }

@@ -57,7 +57,7 @@ func (f *fakeRichControl) Status(ctx context.Context, socket string) (policy.Con
 	return policy.ControlStatus{Ready: true, Polling: true}, nil
 }
 
-func (f *fakeRichControl) Turn(ctx context.Context, socket string, b policy.Bind, reserve ReserveFunc) (*richproto.Result, error) {
+func (f *fakeRichControl) Turn(ctx context.Context, socket string, b policy.Bind, reserve richsession.ReserveFunc) (*richproto.Result, error) {
 	f.mu.Lock()
 	f.binds = append(f.binds, b)
 	f.sockets = append(f.sockets, socket)
@@ -107,8 +107,8 @@ func richRigFull(t *testing.T, idle time.Duration, extra string, mutate func(*Op
 	t.Helper()
 	ctl := &fakeRichControl{}
 	r := newRig(t, richExtra+extra, func(o *Options) {
-		o.RichControl = ctl
-		o.RichIdle = idle
+		richTuning(o).Control = ctl
+		richTuning(o).Idle = idle
 		if mutate != nil {
 			mutate(o)
 		}
@@ -245,7 +245,7 @@ func TestRichIdleStop(t *testing.T) {
 	if _, _, err := richTurn(t, r, "room", "hi"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "idle stop", func() bool { return r.h.rich.Status("room").State == "none" })
+	waitFor(t, "idle stop", func() bool { return r.h.richSessions().Status("room").State == "none" })
 	r.assertClean(t)
 	if _, _, err := richTurn(t, r, "room", "again"); err != nil {
 		t.Fatal(err)
@@ -270,13 +270,13 @@ func TestRichOffFreshAndHostStop(t *testing.T) {
 	if code, _ := r.api(t, "PUT", "/v1/channels/hall/mode", `{"mode":"off"}`); code != 200 {
 		t.Fatalf("off: %d", code)
 	}
-	if st := r.h.rich.Status("hall"); st.State != "none" {
+	if st := r.h.richSessions().Status("hall"); st.State != "none" {
 		t.Errorf("hall after off: %+v", st)
 	}
 	if code, _ := r.api(t, "POST", "/v1/channels/room/fresh", ""); code != 200 {
 		t.Fatalf("fresh: %d", code)
 	}
-	first := r.h.rich.Status("room").Session
+	first := r.h.richSessions().Status("room").Session
 	got, _, err := richTurn(t, r, "room", "new start")
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +288,7 @@ func TestRichOffFreshAndHostStop(t *testing.T) {
 	if last := binds[len(binds)-1]; !last.Turn.Fresh {
 		t.Error("turn after fresh start does not carry Fresh")
 	}
-	if second := r.h.rich.Status("room").Session; second == first || second == "" {
+	if second := r.h.richSessions().Status("room").Session; second == first || second == "" {
 		t.Errorf("session %q after fresh start, was %q", second, first)
 	}
 	r.h.mu.Lock()
@@ -299,7 +299,7 @@ func TestRichOffFreshAndHostStop(t *testing.T) {
 	}
 	r.h.Shutdown()
 	r.assertClean(t)
-	if n := len(r.h.rich.Listed()); n != 0 {
+	if n := len(r.h.richSessions().Listed()); n != 0 {
 		t.Errorf("%d sessions listed after host stop", n)
 	}
 }
@@ -360,7 +360,7 @@ func TestRichStartTimeout(t *testing.T) {
 		t.Errorf("took %v, want about rich.startTimeoutSeconds (1 s)", took)
 	}
 	r.assertClean(t)
-	if n := len(r.h.rich.Listed()); n != 0 {
+	if n := len(r.h.richSessions().Listed()); n != 0 {
 		t.Errorf("%d sessions listed", n)
 	}
 }
@@ -393,7 +393,7 @@ func TestRichModeAPI(t *testing.T) {
 	if code, _ := r.api(t, "PUT", "/v1/channels/room/mode", `{"mode":"rich","profile":"other"}`); code != 200 {
 		t.Fatal(code)
 	}
-	if st := r.h.rich.Status("room"); st.State != "none" {
+	if st := r.h.richSessions().Status("room"); st.State != "none" {
 		t.Errorf("session after a profile change: %+v", st)
 	}
 	r2, _ := richRig(t, time.Hour)
@@ -411,7 +411,7 @@ func TestRichSessionLifetime(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	ctl := &fakeRichControl{}
-	r := newRig(t, richExtra, func(o *Options) { o.RichControl = ctl; o.RichIdle = time.Hour; o.Now = clock })
+	r := newRig(t, richExtra, func(o *Options) { richTuning(o).Control = ctl; richTuning(o).Idle = time.Hour; o.Now = clock })
 	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
 		return RunResult{ExitCode: 137}, ctx.Err()
@@ -421,14 +421,14 @@ func TestRichSessionLifetime(t *testing.T) {
 	if _, _, err := richTurn(t, r, "room", "one"); err != nil {
 		t.Fatal(err)
 	}
-	first := r.h.rich.Status("room").Session
+	first := r.h.richSessions().Status("room").Session
 	mu.Lock()
 	now = now.Add(richsession.SessionLifetime - r.cfg.RichTurnTimeout()) // a 600 s turn no longer fits
 	mu.Unlock()
 	if _, _, err := richTurn(t, r, "room", "two"); err != nil {
 		t.Fatal(err)
 	}
-	if second := r.h.rich.Status("room").Session; second == first {
+	if second := r.h.richSessions().Status("room").Session; second == first {
 		t.Error("a turn past the session's lifetime ran on the old session")
 	}
 	if n := len(r.richContainers()); n != 2 {

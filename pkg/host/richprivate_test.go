@@ -44,8 +44,8 @@ func TestRichIncompatibleWorkerNamesImage(t *testing.T) {
 	logs := &lockedBuffer{}
 	ctl := &fakeRichControl{}
 	r := newRig(t, richExtra, func(o *Options) {
-		o.RichControl = ctl
-		o.RichIdle = time.Hour
+		richTuning(o).Control = ctl
+		richTuning(o).Idle = time.Hour
 		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
 	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
@@ -87,7 +87,7 @@ func TestRichControlIncompatibleStatus(t *testing.T) {
 			io.WriteString(w, `{"error":"worker incompatible"}`)
 		})}
 		go srv.Serve(ln)
-		_, err = HTTPRichControl{}.Turn(context.Background(), sock, policy.Bind{}, nil)
+		_, err = richsession.HTTPControl{}.Turn(context.Background(), sock, policy.Bind{}, nil)
 		srv.Close()
 		if got := errors.Is(err, richsession.ErrWorkerIncompatible); got != c.want || err == nil {
 			t.Errorf("status %d: err %v, want incompatible %v", c.code, err, c.want)

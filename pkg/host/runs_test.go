@@ -125,7 +125,7 @@ func apiAs(t *testing.T, h *Host, uid int, method, path string, body any) (int, 
 
 func waitRun(t *testing.T, h *Host, id string) runs.Status {
 	t.Helper()
-	r, err := h.coderun.Registry().Get(id)
+	r, err := h.codeRuns().Registry().Get(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestRunShellAndArtifacts(t *testing.T) {
 // client must not learn which ids are live (issue 24 follow-up).
 func TestAnotherClientsRunAnswersAsNoSuchRun(t *testing.T) {
 	r, _ := newRunRig(t, runsExtra, supervise(0))
-	st, err := r.h.coderun.Start(runs.Params{Command: "true"}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Command: "true"}, clientUID)
 	must(t, err)
 	waitRun(t, r.h, st.ID)
 	const missing = "0123456789abcdef0123456789abcdef" // well-formed, never created
@@ -226,7 +226,7 @@ func TestAnotherClientsRunAnswersAsNoSuchRun(t *testing.T) {
 
 func TestRunFailedExitAndSetup(t *testing.T) {
 	r, rd := newRunRig(t, runsExtra, supervise(3))
-	st, err := r.h.coderun.Start(runs.Params{Executable: "false", Setup: []string{"apt-get install -y jq"}}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Executable: "false", Setup: []string{"apt-get install -y jq"}}, clientUID)
 	must(t, err)
 	got := waitRun(t, r.h, st.ID)
 	if got.Result != runs.ResultFailed || got.ExitCode == nil || *got.ExitCode != 3 {
@@ -264,7 +264,7 @@ func TestRunGateRefusesALink(t *testing.T) {
 	root := filepath.Join(r.cfg.WorkspaceRoot, ".run-gates")
 	must(t, os.Mkdir(root, 0o700))
 	must(t, os.Symlink(t.TempDir(), filepath.Join(root, "0")))
-	st, err := r.h.coderun.Start(runs.Params{Executable: "true", Setup: []string{"true"}}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Executable: "true", Setup: []string{"true"}}, clientUID)
 	must(t, err)
 	got := waitRun(t, r.h, st.ID)
 	if got.Result != runs.ResultError || !strings.Contains(got.Error, "project gate") {
@@ -307,7 +307,7 @@ func TestRunRefusals(t *testing.T) {
 
 func TestRunNetworkApproval(t *testing.T) {
 	r, rd := newRunRig(t, runsExtra, supervise(0))
-	st, err := r.h.coderun.Start(runs.Params{Command: "curl http://127.0.0.1:8080/", Network: true}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Command: "curl http://127.0.0.1:8080/", Network: true}, clientUID)
 	must(t, err)
 	if st.State != runs.StateAwaitingApproval {
 		t.Fatalf("state %s, want awaiting_approval", st.State)
@@ -346,7 +346,7 @@ func TestRunNetworkApproval(t *testing.T) {
 
 func TestRunNetworkDeniedAndCancelled(t *testing.T) {
 	r, _ := newRunRig(t, runsExtra, supervise(0))
-	st, err := r.h.coderun.Start(runs.Params{Command: "x", Network: true}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Command: "x", Network: true}, clientUID)
 	must(t, err)
 	if code, _ := apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/deny", nil); code != http.StatusOK {
 		t.Fatalf("deny: %d", code)
@@ -355,7 +355,7 @@ func TestRunNetworkDeniedAndCancelled(t *testing.T) {
 		t.Errorf("denied run: %+v", got)
 	}
 	// Cancel while waiting.
-	st, err = r.h.coderun.Start(runs.Params{Command: "x", Network: true}, clientUID)
+	st, err = r.h.codeRuns().Start(runs.Params{Command: "x", Network: true}, clientUID)
 	must(t, err)
 	if code, _ := apiAs(t, r.h, clientUID, "POST", "/v1/runs/"+st.ID+"/cancel", nil); code != http.StatusOK {
 		t.Fatalf("owner cancel: %d", code)
@@ -376,15 +376,15 @@ func TestRunTimeoutAndCancelRemove(t *testing.T) {
 		return -1, ctx.Err()
 	}
 	r, _ := newRunRig(t, runsExtra, block)
-	st, err := r.h.coderun.Start(runs.Params{Command: "sleep 100", TimeoutSeconds: 1}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Command: "sleep 100", TimeoutSeconds: 1}, clientUID)
 	must(t, err)
 	got := waitRun(t, r.h, st.ID)
 	if got.Result != runs.ResultTimeout || !strings.Contains(got.Error, "1 s timeout") || got.Stdout != "started\n" {
 		t.Errorf("timed out run: %+v", got)
 	}
-	st, err = r.h.coderun.Start(runs.Params{Command: "sleep 100"}, clientUID)
+	st, err = r.h.codeRuns().Start(runs.Params{Command: "sleep 100"}, clientUID)
 	must(t, err)
-	run, _ := r.h.coderun.Registry().Get(st.ID)
+	run, _ := r.h.codeRuns().Registry().Get(st.ID)
 	for run.Status().State != runs.StateRunning {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -435,7 +435,7 @@ func TestRunHostileSupervisor(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			r, _ := newRunRig(t, runsExtra, fn)
-			st, err := r.h.coderun.Start(runs.Params{Command: "x", Artifacts: []string{"a.txt"}}, clientUID)
+			st, err := r.h.codeRuns().Start(runs.Params{Command: "x", Artifacts: []string{"a.txt"}}, clientUID)
 			must(t, err)
 			got := waitRun(t, r.h, st.ID)
 			if got.Result != runs.ResultError || got.Error == "" {
@@ -450,7 +450,7 @@ func TestRunHostileSupervisor(t *testing.T) {
 // result event.
 func TestRunEventsStream(t *testing.T) {
 	r, _ := newRunRig(t, runsExtra, supervise(0))
-	st, err := r.h.coderun.Start(runs.Params{Command: "x"}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Command: "x"}, clientUID)
 	must(t, err)
 	waitRun(t, r.h, st.ID)
 	code, body := apiAs(t, r.h, clientUID, "GET", "/v1/runs/"+st.ID+"/events", nil)
@@ -477,7 +477,7 @@ func TestRunEventsStream(t *testing.T) {
 // for approval as cancelled, creating nothing.
 func TestRunShutdownCancelsWaiting(t *testing.T) {
 	r, _ := newRunRig(t, runsExtra, supervise(0))
-	st, err := r.h.coderun.Start(runs.Params{Command: "x", Network: true}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Command: "x", Network: true}, clientUID)
 	must(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -486,7 +486,7 @@ func TestRunShutdownCancelsWaiting(t *testing.T) {
 	if got.Result != runs.ResultCancelled || got.Error != "the host stopped" {
 		t.Errorf("%+v", got)
 	}
-	if _, err := r.h.coderun.Start(runs.Params{Command: "x"}, clientUID); !errors.Is(err, ErrShuttingDown) {
+	if _, err := r.h.codeRuns().Start(runs.Params{Command: "x"}, clientUID); !errors.Is(err, ErrShuttingDown) {
 		t.Errorf("a run after shutdown: %v", err)
 	}
 	if len(r.docker.created) != 0 {
@@ -511,7 +511,7 @@ func TestRunEmptyWorkspaceEnterable(t *testing.T) {
 	} {
 		dir := filepath.Join(r.cfg.WorkspaceRoot, ".run-empty")
 		tc.pre(dir)
-		got, err := r.h.coderun.Workspace("")
+		got, err := r.h.codeRuns().Workspace("")
 		if err != nil || got != dir {
 			t.Fatalf("%s: runWorkspace = %q, %v; want %q", tc.name, got, err, dir)
 		}
@@ -530,7 +530,7 @@ func TestRunBodyBound(t *testing.T) {
 	if code != http.StatusRequestEntityTooLarge {
 		t.Errorf("%d %s, want 413", code, body)
 	}
-	if len(r.h.coderun.Registry().List()) != 0 || len(r.docker.created) != 0 {
+	if len(r.h.codeRuns().Registry().List()) != 0 || len(r.docker.created) != 0 {
 		t.Errorf("a refused body created a run")
 	}
 }
@@ -557,7 +557,7 @@ func TestRunOutputCutIsReported(t *testing.T) {
 				must(t, enc.Result(tc.res))
 				return 0, nil
 			})
-			st, err := r.h.coderun.Start(runs.Params{Command: "yes"}, clientUID)
+			st, err := r.h.codeRuns().Start(runs.Params{Command: "yes"}, clientUID)
 			must(t, err)
 			waitRun(t, r.h, st.ID)
 			code, body := apiAs(t, r.h, clientUID, "GET", "/v1/runs/"+st.ID, nil)
@@ -617,7 +617,7 @@ func TestRunBlamesDockerWhenItWentAway(t *testing.T) {
 			rd.mu.Lock()
 			rd.removeFails = tc.removeFails
 			rd.mu.Unlock()
-			st, err := r.h.coderun.Start(runs.Params{Command: "sleep 600"}, clientUID)
+			st, err := r.h.codeRuns().Start(runs.Params{Command: "sleep 600"}, clientUID)
 			must(t, err)
 			fin := waitRun(t, r.h, st.ID)
 			if fin.Result != runs.ResultError || fin.Error != tc.want {
@@ -670,7 +670,7 @@ func TestRunsInFlightBounds(t *testing.T) {
 			admitted = append(admitted, st.ID)
 		}
 	}
-	if n := len(r.h.coderun.Registry().List()); n != 3 {
+	if n := len(r.h.codeRuns().Registry().List()); n != 3 {
 		t.Errorf("%d runs recorded, want the 3 admitted", n)
 	}
 	close(release)
@@ -698,7 +698,7 @@ func TestRunsRetainedBytesBound(t *testing.T) {
 	})
 	var ids []string
 	for range 3 {
-		st, err := r.h.coderun.Start(runs.Params{Command: "x", Artifacts: []string{"a"}}, clientUID)
+		st, err := r.h.codeRuns().Start(runs.Params{Command: "x", Artifacts: []string{"a"}}, clientUID)
 		must(t, err)
 		ids = append(ids, st.ID)
 		waitRun(t, r.h, st.ID)
@@ -741,7 +741,7 @@ func TestRunAnswersHaveAWriteDeadline(t *testing.T) {
 	t.Cleanup(func() { api.WriteTimeout = old })
 	logs := &lockedBuffer{}
 	r, _ := newRunRigWith(t, runsExtra, bigSupervise(nil, nil), func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(logs, nil)) })
-	st, err := r.h.coderun.Start(runs.Params{Command: "flood", Artifacts: []string{"a0", "a1", "a2", "a3"}}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Command: "flood", Artifacts: []string{"a0", "a1", "a2", "a3"}}, clientUID)
 	must(t, err)
 	waitRun(t, r.h, st.ID)
 	sock, handled := serveWatched(t, r.h, clientUID)

@@ -69,7 +69,7 @@ func TestRunCredentials(t *testing.T) {
 	}
 
 	// A network run without credentials carries none.
-	st2, err := r.h.coderun.Start(runs.Params{Command: "true", Network: true}, clientUID)
+	st2, err := r.h.codeRuns().Start(runs.Params{Command: "true", Network: true}, clientUID)
 	must(t, err)
 	apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+st2.ID+"/approve", nil)
 	waitRun(t, r.h, st2.ID)
@@ -87,17 +87,17 @@ func TestRunCredentials(t *testing.T) {
 		{"unknown", clientUID, runs.Params{Command: "x", Network: true, Credentials: []string{"nope"}}},
 		{"without network", clientUID, runs.Params{Project: "demo", Command: "x", Credentials: []string{"git"}}},
 	} {
-		before := len(r.h.coderun.Registry().List())
+		before := len(r.h.codeRuns().Registry().List())
 		code, body := apiAs(t, r.h, c.uid, "POST", "/v1/runs", c.p)
 		if code != http.StatusBadRequest || !strings.Contains(string(body), "credentials") {
 			t.Errorf("%s: %d %s, want 400 naming credentials", c.name, code, body)
 		}
-		if n := len(r.h.coderun.Registry().List()); n != before {
+		if n := len(r.h.codeRuns().Registry().List()); n != before {
 			t.Errorf("%s: a run was created", c.name)
 		}
 	}
 	// The other client may use its own.
-	if _, err := r.h.coderun.Start(runs.Params{Command: "x", Network: true, Credentials: []string{"api"}}, otherUID); err != nil {
+	if _, err := r.h.codeRuns().Start(runs.Params{Command: "x", Network: true, Credentials: []string{"api"}}, otherUID); err != nil {
 		t.Errorf("client's own credential refused: %v", err)
 	}
 	r.assertClean(t)

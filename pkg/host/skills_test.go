@@ -13,7 +13,7 @@ func TestRichContainerGetsProfileSkills(t *testing.T) {
 	extra := strings.Replace(richExtra, "  startTimeoutSeconds: 1\n", "  startTimeoutSeconds: 1\n  skillsDir: /srv/skills\n", 1) +
 		"    skillsDir: /srv/other-skills\n"
 	ctl := &fakeRichControl{}
-	r := newRig(t, extra, func(o *Options) { o.RichControl = ctl; o.RichIdle = time.Hour })
+	r := newRig(t, extra, func(o *Options) { richTuning(o).Control = ctl; richTuning(o).Idle = time.Hour })
 	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
 		return RunResult{ExitCode: 137}, ctx.Err()

@@ -209,7 +209,7 @@ func TestStandbyServesTheNextTurn(t *testing.T) {
 	// The ordinary cleanup removed the standby's objects; a new standby
 	// (another turn id) is prepared.
 	next := waitStandby(t, r, "c", standby.StateReady)
-	if nxt := r.h.standbys.State("c").TurnID; nxt == sb || nxt == "" {
+	if nxt := r.h.standbyPool().State("c").TurnID; nxt == sb || nxt == "" {
 		t.Errorf("next standby %q", nxt)
 	}
 	_ = next
@@ -231,7 +231,7 @@ func TestStandbyDeadContainerTakesColdPath(t *testing.T) {
 	_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
 	must(t, err)
 	waitStandby(t, r, "c", standby.StateReady)
-	sb := r.h.standbys.State("c").TurnID
+	sb := r.h.standbyPool().State("c").TurnID
 	w.wmu.Lock()
 	for id := range w.started {
 		w.dead[id] = true
@@ -301,7 +301,7 @@ func TestStandbyDisabled(t *testing.T) {
 			must(t, err)
 		}
 		time.Sleep(20 * time.Millisecond)
-		if r.h.standbys != nil || r.h.status("c").Standby != "" || len(r.docker.created) != 2 {
+		if r.h.standbyPool() != nil || r.h.status("c").Standby != "" || len(r.docker.created) != 2 {
 			t.Errorf("%q: standbys made: %d containers for 2 turns", extra, len(r.docker.created))
 		}
 		r.assertClean(t)
@@ -364,7 +364,7 @@ func TestStandbyOtherCredentialTakesColdPath(t *testing.T) {
 	_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
 	must(t, err)
 	waitStandby(t, r, "c", standby.StateReady)
-	sb := r.h.standbys.State("c").TurnID
+	sb := r.h.standbyPool().State("c").TurnID
 	in := turnIn("c")
 	in.PrincipalID = "p-special" // rule: credential special-key
 	_, id, err := r.h.RunTurn(context.Background(), in)
@@ -377,7 +377,7 @@ func TestStandbyOtherCredentialTakesColdPath(t *testing.T) {
 	}
 	// The next standby is made for the credential the last turn used.
 	waitStandby(t, r, "c", standby.StateReady)
-	next := r.h.standbys.State("c").TurnID
+	next := r.h.standbyPool().State("c").TurnID
 	_, pend, err := policy.Read(filepath.Join(r.cfg.PolicyDir, next+".json"))
 	if err != nil || pend == nil || !slices.Contains(pend.Credentials, "special-key") || slices.Contains(pend.Credentials, "model") {
 		t.Errorf("next placeholder %+v, %v: want special-key, not model", pend, err)
@@ -392,13 +392,13 @@ func TestStandbyNotReusedAcrossChannels(t *testing.T) {
 	_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
 	must(t, err)
 	waitStandby(t, r, "c", standby.StateReady)
-	sb := r.h.standbys.State("c").TurnID
+	sb := r.h.standbyPool().State("c").TurnID
 	_, id, err := r.h.RunTurn(context.Background(), turnIn("d"))
 	must(t, err)
 	if id == sb {
 		t.Fatal("channel d used channel c's standby")
 	}
-	if r.h.standbys.State("c").TurnID != sb {
+	if r.h.standbyPool().State("c").TurnID != sb {
 		t.Error("channel c's standby was touched")
 	}
 }
@@ -419,7 +419,7 @@ func readyStandby(t *testing.T, r *rig, channel string) string {
 	t.Helper()
 	var id string
 	waitFor(t, "a ready standby of "+channel, func() bool {
-		st := r.h.standbys.State(channel)
+		st := r.h.standbyPool().State(channel)
 		id = st.TurnID
 		return st.State == standby.StateReady
 	})
@@ -476,7 +476,7 @@ func TestStandbyPreparedWhenBound(t *testing.T) {
 	// The bound turn is still running: its next standby is made meanwhile.
 	var next string
 	waitFor(t, "the next standby while the bound turn runs", func() bool {
-		st := r.h.standbys.State("c")
+		st := r.h.standbyPool().State("c")
 		next = st.TurnID
 		return st.State == standby.StateReady && next != first
 	})
@@ -564,7 +564,7 @@ func TestStandbyPreparedAtBindKeepsTheCap(t *testing.T) {
 	if nextC == sbC {
 		t.Error("the bound standby is offered again")
 	}
-	if ready, preparing := r.h.standbys.Counts(); ready+preparing > 1 {
+	if ready, preparing := r.h.standbyPool().Counts(); ready+preparing > 1 {
 		t.Errorf("%d ready + %d preparing standbys, over standby.max 1", ready, preparing)
 	}
 }
@@ -589,7 +589,7 @@ func TestStandbyFailedPreparationNotRetriedAtCleanup(t *testing.T) {
 	})
 	release()
 	must(t, <-done)
-	if st := r.h.standbys.State("c"); st.State != standby.StateNone {
+	if st := r.h.standbyPool().State("c"); st.State != standby.StateNone {
 		t.Errorf("standby %s after cleanup: a failed preparation was retried at once", st.State)
 	}
 	r.units.mu.Lock()

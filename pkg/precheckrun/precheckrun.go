@@ -26,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
@@ -102,14 +103,9 @@ func New(o Options) *Kind {
 func (k *Kind) Listed() []sandbox.Listed { return k.active.list() }
 
 // Refusal is a request refused for the caller's own input: its kind
-// (ErrInvalid or ErrForbidden) and a reason that names what was wrong.
-type Refusal struct {
-	Kind   error
-	Reason string
-}
-
-func (e *Refusal) Error() string { return e.Reason }
-func (e *Refusal) Unwrap() error { return e.Kind }
+// (ErrInvalid or ErrForbidden) and a reason that names what was wrong (the
+// API's RequestError: the host answers the kind's status with the reason).
+type Refusal = api.RequestError
 
 // Refusal kinds.
 var (

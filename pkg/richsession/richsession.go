@@ -39,6 +39,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
@@ -252,14 +253,7 @@ type richSessions struct {
 }
 
 // Status is a rich channel's session as channel status shows it.
-type Status struct {
-	Session      string `json:"session,omitempty"`
-	Container    string `json:"container,omitempty"`
-	State        string `json:"state"` // none, starting, ready, busy, stopping
-	StartedUnix  int64  `json:"startedUnix,omitempty"`
-	IdleStopUnix int64  `json:"idleStopUnix,omitempty"`
-	Turns        int    `json:"turns,omitempty"`
-}
+type Status = kind.SessionStatus
 
 func (k *Kind) Status(channel string) *Status {
 	k.mu.Lock()

@@ -102,6 +102,9 @@ type Kind struct {
 	standbys *standby.Pool
 	warm     sandbox.WarmContainers
 	shape    string // fingerprint of what shapes a standby
+
+	// research: the tools and prompt of every research turn (register.go).
+	research Research
 }
 
 // New makes the kind and, when standbys are enabled and the driver can
