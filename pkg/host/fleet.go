@@ -7,7 +7,6 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleetside"
-	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 )
 
@@ -88,26 +87,6 @@ func (f fleetHost) Run(ctx context.Context, t fleet.Turn) (bool, string, error) 
 		return false, "", err
 	}
 	return reply.OK, reply.Text, nil
-}
-
-// errNoWorkspaces: no kind moves workspaces (none registered implements
-// kind.WorkspaceMover).
-var errNoWorkspaces = errors.New("no kind moves a channel's workspace")
-
-func (f fleetHost) PackWorkspace(channel string) ([]byte, error) {
-	m := Kind[kind.WorkspaceMover](f.h)
-	if m == nil {
-		return nil, errNoWorkspaces
-	}
-	return m.PackWorkspace(channel, fleetside.Limits)
-}
-
-func (f fleetHost) RestoreWorkspace(channel string, data []byte) error {
-	m := Kind[kind.WorkspaceMover](f.h)
-	if m == nil {
-		return errNoWorkspaces
-	}
-	return m.RestoreWorkspace(channel, data, fleetside.Limits)
 }
 
 // fleetExecutorFor is the executor this binary's boxes use: the stub turn

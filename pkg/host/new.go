@@ -63,10 +63,6 @@ func New(o Options) (*Host, error) {
 		fleet: o.Fleet,
 	}
 	h.metrics = newMetrics(o.Registry, h.queue)
-	if o.Fleet != nil {
-		h.fl = fleetside.New(fleetside.Options{Fleet: o.Fleet, Host: fleetHost{h}, Config: o.Config, Closed: ErrShuttingDown, State: o.State,
-			ChannelMode: h.channelMode, Registry: o.Registry, Logger: o.Logger, Now: o.Now, NewTurnID: o.NewTurnID})
-	}
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
 	h.life = sandbox.New(sandbox.Options{
 		Containers: o.Containers, Units: o.Units, Logger: o.Logger, WorkerLogs: o.WorkerLogs,
@@ -86,6 +82,16 @@ func New(o Options) (*Host, error) {
 	}
 	if err := h.makeKinds(); err != nil {
 		return nil, err
+	}
+	if o.Fleet != nil {
+		// A fleet turn's workspace moves through the kind that runs
+		// sealed turns (kind.WorkspaceMover).
+		ws := Kind[kind.WorkspaceMover](h)
+		if ws == nil {
+			return nil, errors.New("host: fleet mode needs a kind that moves a channel's workspace")
+		}
+		h.fl = fleetside.New(fleetside.Options{Fleet: o.Fleet, Host: fleetHost{h}, Workspaces: ws, Config: o.Config, Closed: ErrShuttingDown, State: o.State,
+			ChannelMode: h.channelMode, Registry: o.Registry, Logger: o.Logger, Now: o.Now, NewTurnID: o.NewTurnID})
 	}
 	h.routes = h.routeTable()
 	return h, nil
