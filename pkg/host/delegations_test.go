@@ -92,7 +92,7 @@ func replyRun(reply string, exit int64) func(ctx context.Context, spec Container
 func TestDelegationRefusals(t *testing.T) {
 	r := delegationRig(t, func(d *config.Delegation) { d.MaxTaskChars = 100 })
 	started := make(chan string, 4)
-	r.docker.runFn = blockJob(started)
+	r.docker.RunFn = blockJob(started)
 	cases := []struct {
 		name    string
 		channel string
@@ -149,7 +149,7 @@ func TestDelegationResearchTurn(t *testing.T) {
 	r := delegationRig(t, nil)
 	release := make(chan struct{})
 	entered := make(chan struct{})
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		if !strings.Contains(string(stdin), "Research task:") {
 			return okRun(ctx, spec, stdin) // the channel's own turn
 		}
@@ -202,9 +202,9 @@ func TestDelegationResearchTurn(t *testing.T) {
 	}
 
 	// The research turn: the first container created.
-	spec := r.docker.created[0]
+	spec := r.docker.Created[0]
 	var turn protocol.Turn
-	must(t, json.Unmarshal(r.docker.stdins[0], &turn))
+	must(t, json.Unmarshal(r.docker.Stdins[0], &turn))
 	var names []string
 	for _, tl := range turn.Tools {
 		names = append(names, tl.Name)
@@ -213,7 +213,7 @@ func TestDelegationResearchTurn(t *testing.T) {
 		turn.Speaker.ID != "u1" || turn.Text != "Research task: Prices\n\nFind the prices" {
 		t.Errorf("research turn %+v", turn)
 	}
-	pol := r.docker.policies[0]
+	pol := r.docker.Policies[0]
 	var polTools []string
 	for _, tl := range pol.Tools {
 		polTools = append(polTools, tl.Name)
@@ -239,7 +239,7 @@ func TestDelegationResearchTurn(t *testing.T) {
 func TestDelegationTimeout(t *testing.T) {
 	r := delegationRig(t, func(d *config.Delegation) { d.TimeoutSeconds = 1 })
 	started := make(chan string, 1)
-	r.docker.runFn = blockJob(started)
+	r.docker.RunFn = blockJob(started)
 	id := startJob(t, r, "c", delegate("T", "x"))
 	st := waitJob(t, r, id)
 	if st.State != delegation.StateFailed || st.Result != delegation.ResultTimeout || st.Error != "the worker ran out of time" || st.Report != "" {
@@ -251,7 +251,7 @@ func TestDelegationTimeout(t *testing.T) {
 // TestDelegationReportBound: the report is cut to maxReportChars.
 func TestDelegationReportBound(t *testing.T) {
 	r := delegationRig(t, func(d *config.Delegation) { d.MaxReportChars = 10 })
-	r.docker.runFn = replyRun(`{"ok":true,"text":"`+strings.Repeat("ä", 50)+`"}`, 0)
+	r.docker.RunFn = replyRun(`{"ok":true,"text":"`+strings.Repeat("ä", 50)+`"}`, 0)
 	st := waitJob(t, r, startJob(t, r, "c", delegate("T", "x")))
 	if st.Report != strings.Repeat("ä", 10) || !st.ReportTruncated {
 		t.Errorf("report %q truncated %v", st.Report, st.ReportTruncated)
@@ -278,7 +278,7 @@ func TestDelegationFailureDiagnostic(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := delegationRig(t, func(d *config.Delegation) { d.DiagnosticChars = tc.diag })
-			r.docker.runFn = replyRun(tc.reply, tc.exit)
+			r.docker.RunFn = replyRun(tc.reply, tc.exit)
 			st := waitJob(t, r, startJob(t, r, "c", delegate("T", "x")))
 			if st.State != delegation.StateFailed || st.Error != tc.want || strings.Contains(fmt.Sprint(st), "Zx9Q") {
 				t.Errorf("status %+v, want error %q", st, tc.want)
@@ -293,7 +293,7 @@ func TestDelegationFailureDiagnostic(t *testing.T) {
 func TestDelegationChannelOffCancels(t *testing.T) {
 	r := delegationRig(t, nil)
 	started := make(chan string, 2)
-	r.docker.runFn = blockJob(started)
+	r.docker.RunFn = blockJob(started)
 	id := startJob(t, r, "c", delegate("T", "x"))
 	<-started
 	if code, body := apiAs(t, r.h, os.Getuid(), "PUT", "/v1/channels/c/mode", ModeRequest{Mode: ModeOff}); code != 200 {
@@ -311,7 +311,7 @@ func TestDelegationChannelOffCancels(t *testing.T) {
 func TestDelegationHostStopCancels(t *testing.T) {
 	r := delegationRig(t, nil)
 	started := make(chan string, 2)
-	r.docker.runFn = blockJob(started)
+	r.docker.RunFn = blockJob(started)
 	id := startJob(t, r, "c", delegate("T", "x"))
 	<-started
 	r.h.Shutdown()
@@ -334,7 +334,7 @@ func TestDelegationStream(t *testing.T) {
 	delegationrun.JobKeepalive = 50 * time.Millisecond
 	t.Cleanup(func() { delegationrun.JobKeepalive = old })
 	r := delegationRig(t, nil)
-	r.docker.runFn = replyRun(`{"ok":true,"text":"first report"}`, 0)
+	r.docker.RunFn = replyRun(`{"ok":true,"text":"first report"}`, 0)
 	first := startJob(t, r, "c", delegate("one", "x"))
 	waitJob(t, r, first)
 	hc, _ := serve(t, r)
@@ -365,7 +365,7 @@ func TestDelegationStream(t *testing.T) {
 	if ev := next(sc); ev.Job.ID != first || ev.Job.Report != "first report" || ev.Job.Title != "one" {
 		t.Errorf("backlog event %+v", ev.Job)
 	}
-	r.docker.runFn = replyRun(`{"ok":true,"text":"second report"}`, 0)
+	r.docker.RunFn = replyRun(`{"ok":true,"text":"second report"}`, 0)
 	second := startJob(t, r, "c", delegate("two", "x"))
 	if ev := next(sc); ev.Job.ID != second || ev.Job.Report != "second report" {
 		t.Errorf("live event %+v", ev.Job)

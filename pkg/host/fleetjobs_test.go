@@ -114,11 +114,11 @@ func TestFleetRunAdmittedHereRunsThere(t *testing.T) {
 	if !slices.Equal(kinds, want) {
 		t.Errorf("events on A = %q, want %q", kinds, want)
 	}
-	if len(rdB.jobs) != 1 || rdB.jobs[0].Command != "echo hello" || len(b.docker.created) != 1 || b.docker.created[0].WorkspaceDir != "/srv/demo" {
-		t.Errorf("B ran %+v, created %d containers", rdB.jobs, len(b.docker.created))
+	if len(rdB.jobs) != 1 || rdB.jobs[0].Command != "echo hello" || len(b.docker.Created) != 1 || b.docker.Created[0].WorkspaceDir != "/srv/demo" {
+		t.Errorf("B ran %+v, created %d containers", rdB.jobs, len(b.docker.Created))
 	}
-	if len(a.docker.created) != 0 {
-		t.Errorf("A created %d containers", len(a.docker.created))
+	if len(a.docker.Created) != 0 {
+		t.Errorf("A created %d containers", len(a.docker.Created))
 	}
 	b.assertClean(t)
 	a.assertClean(t)
@@ -203,8 +203,8 @@ func TestFleetRunApprovedOnAnotherBox(t *testing.T) {
 	if got.Result != runs.ResultOK || got.ApprovedBy == nil || *got.ApprovedBy != os.Getuid() {
 		t.Fatalf("run on A: %+v", got)
 	}
-	if len(b.units.started) != 1 || len(b.docker.policies) != 1 || len(a.docker.policies) != 0 {
-		t.Errorf("broker units on B %d, policies on B %d, on A %d; want B's own", len(b.units.started), len(b.docker.policies), len(a.docker.policies))
+	if len(b.units.Started) != 1 || len(b.docker.Policies) != 1 || len(a.docker.Policies) != 0 {
+		t.Errorf("broker units on B %d, policies on B %d, on A %d; want B's own", len(b.units.Started), len(b.docker.Policies), len(a.docker.Policies))
 	}
 	if code, _ := apiAs(t, a.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/deny", nil); code != http.StatusConflict {
 		t.Errorf("deny after the approval on A: %d, want 409", code)
@@ -230,8 +230,8 @@ func TestFleetRunWithCredentialStaysHere(t *testing.T) {
 	if got := waitRun(t, a.h, st.ID); got.Result != runs.ResultOK {
 		t.Fatalf("run %+v", got)
 	}
-	if len(rdA.jobs) != 1 || len(a.docker.policies) != 1 {
-		t.Errorf("A ran %d jobs, wrote %d policies; want the run here", len(rdA.jobs), len(a.docker.policies))
+	if len(rdA.jobs) != 1 || len(a.docker.Policies) != 1 {
+		t.Errorf("A ran %d jobs, wrote %d policies; want the run here", len(rdA.jobs), len(a.docker.Policies))
 	}
 	a.assertClean(t)
 }
@@ -259,19 +259,19 @@ func TestFleetPrecheckRunsOnAnotherBox(t *testing.T) {
 		return r
 	}
 	a, b := rigOn("box-a", false), rigOn("box-b", true)
-	a.docker.runFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
+	a.docker.RunFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
 		t.Error("box A ran the precheck")
 		return RunResult{ExitCode: 2}, nil
 	}
 	m := &mcpFake{}
-	b.docker.runFn = runnerRun(m)
+	b.docker.RunFn = runnerRun(m)
 	code, ans, body := postPrecheck(t, a.h, precheck.Request{Channel: "room", Script: `export default async ({ mcp }) => { const r = await mcp.json("search", "find", { q: "x" }); return { wake: true, context: "hits " + r.hits } }`,
 		Grants: []precheck.Grant{{Server: "search", Tool: "find"}}})
 	if code != http.StatusOK || ans.Wake == nil || !*ans.Wake || ans.Context != "hits 4" {
 		t.Fatalf("precheck on A: %d %s", code, body)
 	}
-	if len(b.docker.created) != 1 || !b.docker.created[0].Precheck || len(b.docker.policies) != 1 || len(a.docker.created) != 0 {
-		t.Errorf("containers on B %d (policies %d), on A %d; want one on B with B's policy", len(b.docker.created), len(b.docker.policies), len(a.docker.created))
+	if len(b.docker.Created) != 1 || !b.docker.Created[0].Precheck || len(b.docker.Policies) != 1 || len(a.docker.Created) != 0 {
+		t.Errorf("containers on B %d (policies %d), on A %d; want one on B with B's policy", len(b.docker.Created), len(b.docker.Policies), len(a.docker.Created))
 	}
 	if len(m.calls) != 1 {
 		t.Errorf("MCP calls through B's broker: %v", m.calls)
@@ -308,14 +308,14 @@ func TestFleetDelegationRunsOnAnotherBox(t *testing.T) {
 		return r2
 	}
 	a, b := rigOn("box-a", false), rigOn("box-b", true)
-	a.docker.runFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
+	a.docker.RunFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
 		t.Error("box A ran the research turn")
 		return RunResult{ExitCode: 2}, nil
 	}
 	// 360,001 bytes: two frames, cut inside a character's bytes unless
 	// the cut moves to a character's start.
 	report := "x" + strings.Repeat("\U0001F600", 90000)
-	b.docker.runFn = replyRun(`{"ok":true,"text":"`+report+`"}`, 0)
+	b.docker.RunFn = replyRun(`{"ok":true,"text":"`+report+`"}`, 0)
 	id := startJob(t, a, "c", delegate("T", "find"))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -325,13 +325,13 @@ func TestFleetDelegationRunsOnAnotherBox(t *testing.T) {
 		t.Fatalf("job on A: %+v", done)
 	}
 	a.h.delegationRuns().Registry().Collected(id, clientUID)
-	if len(b.docker.created) != 1 || len(a.docker.created) != 0 {
-		t.Errorf("containers on B %d, on A %d; want the research turn on B", len(b.docker.created), len(a.docker.created))
+	if len(b.docker.Created) != 1 || len(a.docker.Created) != 0 {
+		t.Errorf("containers on B %d, on A %d; want the research turn on B", len(b.docker.Created), len(a.docker.Created))
 	}
 	b.assertClean(t)
 
 	started := make(chan string, 1)
-	b.docker.runFn = blockJob(started)
+	b.docker.RunFn = blockJob(started)
 	id2 := startJob(t, a, "c", delegate("T2", "find"))
 	<-started
 	code, body := apiAs(t, a.h, os.Getuid(), "PUT", "/v1/channels/c/mode", map[string]string{"mode": "off"})
@@ -454,8 +454,8 @@ func TestFleetRunJobWithCredentialRefused(t *testing.T) {
 	if st.Result != runs.ResultError || res.Box != "box-b" {
 		t.Errorf("result %+v from %s, want an error from box-b", st, res.Box)
 	}
-	if len(rdB.jobs) != 0 || len(b.docker.policies) != 0 || len(b.docker.created) != 0 {
-		t.Errorf("B ran %d jobs, wrote %d policies, created %d containers; want none", len(rdB.jobs), len(b.docker.policies), len(b.docker.created))
+	if len(rdB.jobs) != 0 || len(b.docker.Policies) != 0 || len(b.docker.Created) != 0 {
+		t.Errorf("B ran %d jobs, wrote %d policies, created %d containers; want none", len(rdB.jobs), len(b.docker.Policies), len(b.docker.Created))
 	}
 	b.assertClean(t)
 }

@@ -85,7 +85,7 @@ func newPrecheckRig(t *testing.T, extra string) (*rig, *mcpFake) {
 	})
 	t.Cleanup(r.h.Shutdown)
 	m := &mcpFake{}
-	r.docker.runFn = runnerRun(m)
+	r.docker.RunFn = runnerRun(m)
 	return r, m
 }
 
@@ -171,7 +171,7 @@ func TestPrecheckContainerAndPolicy(t *testing.T) {
 	r, m := newPrecheckRig(t, precheckExtra)
 	var listed []ActiveTurn
 	inner := runnerRun(m)
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		listed = r.h.ActiveTurns()
 		return inner(ctx, spec, stdin)
 	}
@@ -180,10 +180,10 @@ func TestPrecheckContainerAndPolicy(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("status %d %s", code, body)
 	}
-	if len(r.docker.created) != 1 || len(r.docker.policies) != 1 {
-		t.Fatalf("created %d containers", len(r.docker.created))
+	if len(r.docker.Created) != 1 || len(r.docker.Policies) != 1 {
+		t.Fatalf("created %d containers", len(r.docker.Created))
 	}
-	s := r.docker.created[0]
+	s := r.docker.Created[0]
 	tag := ids.ChannelTag("room")
 	if !s.Precheck || s.Run != nil || s.Image != r.cfg.Image || s.MemoryMB != 256 || s.CPUs != 1 || s.Pids != 32 || s.TmpfsMB != 64 ||
 		s.LogTag != "sandbox/"+tag || s.Labels[layout.LabelChannel] != tag {
@@ -200,7 +200,7 @@ func TestPrecheckContainerAndPolicy(t *testing.T) {
 	if s.UID != slotUID || s.GID != slotUID {
 		t.Errorf("uid %d:%d, want the precheck slot's %d", s.UID, s.GID, slotUID)
 	}
-	p := r.docker.policies[0]
+	p := r.docker.Policies[0]
 	if p == nil || !p.Precheck || p.Model.URL != "" || p.Model.Credential != "" || len(p.Tools) != 0 || p.Egress != nil ||
 		len(p.MCP) != 1 || p.MCP[0].Name != "search" || strings.Join(p.MCP[0].Tools, ",") != "find" || p.MCP[0].Credential != "mcp-key" ||
 		p.Limits.MaxCalls != 16 || p.Identity.Channel != "room" {
@@ -210,11 +210,11 @@ func TestPrecheckContainerAndPolicy(t *testing.T) {
 		t.Errorf("listed while running: %+v", listed)
 	}
 	var job precheck.Job
-	must(t, json.Unmarshal(r.docker.stdins[0], &job))
+	must(t, json.Unmarshal(r.docker.Stdins[0], &job))
 	if job.TimeoutMs > 59_000 || job.TimeoutMs < precheck.MinTimeoutMs || job.MaxCalls != 16 || job.MaxHeapBytes != 256<<20*3/5 || job.TimeZone != "UTC" {
 		t.Errorf("job %+v", job)
 	}
-	if strings.Contains(string(r.docker.stdins[0]), "thread-7") {
+	if strings.Contains(string(r.docker.Stdins[0]), "thread-7") {
 		t.Error("the target reached the container")
 	}
 	r.assertClean(t)
@@ -259,7 +259,7 @@ func TestPrecheckRefusals(t *testing.T) {
 			t.Errorf("%s: %d %s\n  want %d containing %q", tt.name, code, body, tt.code, tt.want)
 		}
 	}
-	if n := len(r.docker.created); n != 0 {
+	if n := len(r.docker.Created); n != 0 {
 		t.Errorf("%d containers created for refused requests", n)
 	}
 	if code, _ := apiAs(t, r.h, 999, http.MethodPost, "/v1/prechecks", precheck.Request{Channel: "room", Script: ok}); code != http.StatusForbidden {
@@ -293,8 +293,8 @@ func TestPrecheckVMDeadlineAfterSetup(t *testing.T) {
 		o.Now = clock
 	})
 	t.Cleanup(r.h.Shutdown)
-	r.docker.runFn = runnerRun(&mcpFake{})
-	r.units.startHook = func(context.Context, string) error {
+	r.docker.RunFn = runnerRun(&mcpFake{})
+	r.units.StartHook = func(context.Context, string) error {
 		mu.Lock()
 		now = now.Add(10 * time.Second) // a slow unit start
 		mu.Unlock()
@@ -305,7 +305,7 @@ func TestPrecheckVMDeadlineAfterSetup(t *testing.T) {
 		t.Fatalf("%d %s", code, body)
 	}
 	var job precheck.Job
-	must(t, json.Unmarshal(r.docker.stdins[0], &job))
+	must(t, json.Unmarshal(r.docker.Stdins[0], &job))
 	if job.TimeoutMs != 49_000 {
 		t.Errorf("job timeoutMs %d, want 49000 (60 s less 10 s of setup, less the 1 s margin)", job.TimeoutMs)
 	}
@@ -316,7 +316,7 @@ func TestPrecheckVMDeadlineAfterSetup(t *testing.T) {
 // and removed at the deadline; the answer is the timeout error.
 func TestPrecheckKilledAtDeadline(t *testing.T) {
 	r, _ := newPrecheckRig(t, precheckShortExtra)
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
 		return RunResult{ExitCode: -1}, ctx.Err()
 	}
@@ -329,8 +329,8 @@ func TestPrecheckKilledAtDeadline(t *testing.T) {
 	if took < 1900*time.Millisecond || took > 6*time.Second {
 		t.Errorf("answered after %v, want about 2 s", took)
 	}
-	if len(r.docker.kills) == 0 || len(r.docker.removes) == 0 {
-		t.Errorf("kills %v removes %v", r.docker.kills, r.docker.removes)
+	if len(r.docker.Kills) == 0 || len(r.docker.Removes) == 0 {
+		t.Errorf("kills %v removes %v", r.docker.Kills, r.docker.Removes)
 	}
 	if v := precheckCount(r.h, precheckrun.ResultTimeout); v != 1 {
 		t.Errorf("timeout metric %v", v)
@@ -358,7 +358,7 @@ func TestPrecheckHostileContainer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r, _ := newPrecheckRig(t, precheckExtra)
-			r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) { return tt.res, nil }
+			r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) { return tt.res, nil }
 			code, _, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Script: `export default () => ({ wake: false })`})
 			if code != tt.code || !strings.Contains(body, tt.want) {
 				t.Errorf("%d %s, want %d %q", code, body, tt.code, tt.want)
@@ -384,7 +384,7 @@ func TestPrecheckLogQuotesNothingOfTheContainer(t *testing.T) {
 				o.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 			})
 			t.Cleanup(r.h.Shutdown)
-			r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+			r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 				return RunResult{Stdout: []byte(tt.stdout)}, nil
 			}
 			code, _, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Script: `export default () => ({ wake: false })`})

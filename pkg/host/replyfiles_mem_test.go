@@ -130,7 +130,7 @@ func TestReplyPacketHostMemory(t *testing.T) {
 	const files, size = 5, richproto.MaxReplyFileBytes
 	sock := packetBroker(t, files, size)
 	r := newRig(t, richExtra, func(o *Options) { richTuning(o).Control = socketControl{sock}; richTuning(o).Idle = time.Hour })
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
 		return RunResult{ExitCode: 137}, ctx.Err()
 	}

@@ -199,7 +199,7 @@ func TestReplyBudgetWaitEndsWithTheTurn(t *testing.T) {
 		richTuning(o).ReplyBudget = 100
 		richTuning(o).BudgetWait = func(n int64) { waited <- n }
 	})
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
 		return RunResult{ExitCode: 137}, ctx.Err()
 	}

@@ -113,7 +113,7 @@ func richRigFull(t *testing.T, idle time.Duration, extra string, mutate func(*Op
 			mutate(o)
 		}
 	})
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		if !spec.Rich {
 			return okRun(ctx, spec, stdin)
 		}
@@ -152,10 +152,10 @@ func richTurn(t *testing.T, r *rig, channel, text string) (string, string, error
 }
 
 func (r *rig) richContainers() []ContainerSpec {
-	r.docker.mu.Lock()
-	defer r.docker.mu.Unlock()
+	r.docker.Mu.Lock()
+	defer r.docker.Mu.Unlock()
 	var out []ContainerSpec
-	for _, s := range r.docker.created {
+	for _, s := range r.docker.Created {
 		if s.Rich {
 			out = append(out, s)
 		}
@@ -196,9 +196,9 @@ func TestRichSessionServesTurns(t *testing.T) {
 	if ids.ValidTurnID(session) != nil || c.TurnDir == "" || !strings.HasSuffix(c.TurnDir, session) {
 		t.Errorf("session %q turn dir %q", session, c.TurnDir)
 	}
-	r.docker.mu.Lock()
-	pol := r.docker.policies[len(r.docker.policies)-1]
-	r.docker.mu.Unlock()
+	r.docker.Mu.Lock()
+	pol := r.docker.Policies[len(r.docker.Policies)-1]
+	r.docker.Mu.Unlock()
 	if pol == nil || pol.Rich == nil || pol.TurnID != session || pol.Rich.Model != "claude-test" || pol.Rich.Credential != "anthropic" ||
 		pol.Identity.SpeakerID != "" || len(pol.Tools) != 1 || len(pol.MCP) != 1 || pol.Limits.MaxCalls != 128 || pol.Model != (policy.Model{}) {
 		t.Errorf("session policy %+v", pol)
@@ -206,7 +206,7 @@ func TestRichSessionServesTurns(t *testing.T) {
 	if d := time.UnixMilli(pol.DeadlineUnixMs); d.Sub(time.Now()) > richsession.SessionLifetime || c.Labels[layout.LabelDeadline] == "" {
 		t.Errorf("session deadline %v", d)
 	}
-	if got := len(r.units.started); got != 1 {
+	if got := len(r.units.Started); got != 1 {
 		t.Errorf("%d broker starts, want 1", got)
 	}
 	binds := ctl.bindList()
@@ -412,7 +412,7 @@ func TestRichSessionLifetime(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	ctl := &fakeRichControl{}
 	r := newRig(t, richExtra, func(o *Options) { richTuning(o).Control = ctl; richTuning(o).Idle = time.Hour; o.Now = clock })
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
 		return RunResult{ExitCode: 137}, ctx.Err()
 	}
@@ -434,8 +434,8 @@ func TestRichSessionLifetime(t *testing.T) {
 	if n := len(r.richContainers()); n != 2 {
 		t.Errorf("%d containers, want 2", n)
 	}
-	if r.docker.liveCount() != 1 || r.units.activeCount() != 1 {
-		t.Errorf("live containers %d, units %d: the old session was not removed", r.docker.liveCount(), r.units.activeCount())
+	if r.docker.LiveCount() != 1 || r.units.ActiveCount() != 1 {
+		t.Errorf("live containers %d, units %d: the old session was not removed", r.docker.LiveCount(), r.units.ActiveCount())
 	}
 }
 
@@ -489,7 +489,7 @@ func TestRichWorkerExitsMidTurn(t *testing.T) {
 	r, ctl := richRig(t, time.Hour)
 	must(t, r.h.state.SetRich("room", "helper"))
 	die := make(chan struct{})
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		select {
 		case <-ctx.Done():
 			return RunResult{ExitCode: 137}, ctx.Err()
@@ -511,7 +511,7 @@ func TestRichWorkerExitsMidTurn(t *testing.T) {
 	}
 	r.assertClean(t)
 	ctl.turnFn = nil
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
 		return RunResult{ExitCode: 137}, ctx.Err()
 	}

@@ -48,7 +48,7 @@ func TestRichIncompatibleWorkerNamesImage(t *testing.T) {
 		richTuning(o).Idle = time.Hour
 		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		if !spec.Rich {
 			return okRun(ctx, spec, stdin)
 		}

@@ -169,7 +169,7 @@ func TestRunShellAndArtifacts(t *testing.T) {
 	if len(got.Artifacts) != 1 || string(got.Artifacts[0].Data) != "data:out/report.txt" {
 		t.Errorf("artifacts %+v", got.Artifacts)
 	}
-	spec := r.docker.created[0]
+	spec := r.docker.Created[0]
 	if spec.Run == nil || spec.Run.Setup || spec.Run.GateDir != "" || spec.WorkspaceDir != "/srv/demo" || spec.TurnDir != "" || spec.Image != layout.DefaultToolboxImage {
 		t.Errorf("container spec %+v run %+v", spec, spec.Run)
 	}
@@ -180,10 +180,10 @@ func TestRunShellAndArtifacts(t *testing.T) {
 	if job.Command != "echo hello" || job.UID != spec.UID || job.UID < r.cfg.Guests.UIDBase || job.Proxy {
 		t.Errorf("job %+v (uid of the spec %d)", job, spec.UID)
 	}
-	if lines := r.journal.lines("sandbox/run-" + st.ID); !slices.Contains(lines, "hello") || !slices.Contains(lines, "warn") {
+	if lines := r.journal.Lines("sandbox/run-" + st.ID); !slices.Contains(lines, "hello") || !slices.Contains(lines, "warn") {
 		t.Errorf("journal sandbox/run-%s: %q", st.ID, lines)
 	}
-	if n := len(r.units.started); n != 0 {
+	if n := len(r.units.Started); n != 0 {
 		t.Errorf("a run without network started %d broker units", n)
 	}
 	r.assertClean(t)
@@ -232,7 +232,7 @@ func TestRunFailedExitAndSetup(t *testing.T) {
 	if got.Result != runs.ResultFailed || got.ExitCode == nil || *got.ExitCode != 3 {
 		t.Errorf("run: %+v", got)
 	}
-	spec := r.docker.created[0]
+	spec := r.docker.Created[0]
 	if !spec.Run.Setup {
 		t.Errorf("a run with setup must start as root with the setup capabilities: %+v", spec.Run)
 	}
@@ -270,7 +270,7 @@ func TestRunGateRefusesALink(t *testing.T) {
 	if got.Result != runs.ResultError || !strings.Contains(got.Error, "project gate") {
 		t.Errorf("run: %+v, want an error naming the project gate", got)
 	}
-	if n := len(r.docker.created); n != 0 {
+	if n := len(r.docker.Created); n != 0 {
 		t.Errorf("%d containers created", n)
 	}
 }
@@ -300,7 +300,7 @@ func TestRunRefusals(t *testing.T) {
 	if code, _ := apiAs(t, r.h, 5555, "POST", "/v1/runs", runs.Params{Command: "x"}); code != http.StatusForbidden {
 		t.Errorf("a stranger: %d, want 403", code)
 	}
-	if n := len(r.docker.created); n != 0 {
+	if n := len(r.docker.Created); n != 0 {
 		t.Errorf("%d containers created for refused runs", n)
 	}
 }
@@ -313,7 +313,7 @@ func TestRunNetworkApproval(t *testing.T) {
 		t.Fatalf("state %s, want awaiting_approval", st.State)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if n := len(r.docker.created); n != 0 {
+	if n := len(r.docker.Created); n != 0 {
 		t.Fatalf("a container exists before approval")
 	}
 	// A client cannot approve, not even its own run.
@@ -327,14 +327,14 @@ func TestRunNetworkApproval(t *testing.T) {
 	if got.Result != runs.ResultOK || got.ApprovedBy == nil {
 		t.Fatalf("run %+v", got)
 	}
-	pol := r.docker.policies[0]
+	pol := r.docker.Policies[0]
 	if pol == nil || !pol.EgressOnly || pol.Egress == nil || !slices.Equal(pol.EgressAllow, []string{"127.0.0.1:8080"}) || pol.Model != (policy.Model{}) {
 		t.Errorf("policy at create: %+v", pol)
 	}
-	if spec := r.docker.created[0]; spec.TurnDir == "" || !rd.jobs[0].Proxy {
+	if spec := r.docker.Created[0]; spec.TurnDir == "" || !rd.jobs[0].Proxy {
 		t.Errorf("a network run needs its turn dir and the bridge: %+v %+v", spec, rd.jobs[0])
 	}
-	if n := len(r.units.started); n != 1 {
+	if n := len(r.units.Started); n != 1 {
 		t.Errorf("broker units started %d, want 1", n)
 	}
 	// Approving again is refused.
@@ -363,7 +363,7 @@ func TestRunNetworkDeniedAndCancelled(t *testing.T) {
 	if got := waitRun(t, r.h, st.ID); got.Result != runs.ResultCancelled {
 		t.Errorf("cancelled run: %+v", got)
 	}
-	if n := len(r.docker.created); n != 0 {
+	if n := len(r.docker.Created); n != 0 {
 		t.Errorf("%d containers for runs that never got network", n)
 	}
 	r.assertClean(t)
@@ -405,7 +405,7 @@ func TestRunTimeoutAndCancelRemove(t *testing.T) {
 	if got := waitRun(t, r.h, st.ID); got.Result != runs.ResultCancelled {
 		t.Errorf("cancelled run: %+v", got)
 	}
-	if n := len(r.docker.removes); n != 2 {
+	if n := len(r.docker.Removes); n != 2 {
 		t.Errorf("removals %d, want 2", n)
 	}
 	r.assertClean(t)
@@ -489,7 +489,7 @@ func TestRunShutdownCancelsWaiting(t *testing.T) {
 	if _, err := r.h.codeRuns().Start(runs.Params{Command: "x"}, clientUID); !errors.Is(err, ErrShuttingDown) {
 		t.Errorf("a run after shutdown: %v", err)
 	}
-	if len(r.docker.created) != 0 {
+	if len(r.docker.Created) != 0 {
 		t.Errorf("containers created")
 	}
 	_ = filepath.Join
@@ -530,7 +530,7 @@ func TestRunBodyBound(t *testing.T) {
 	if code != http.StatusRequestEntityTooLarge {
 		t.Errorf("%d %s, want 413", code, body)
 	}
-	if len(r.h.codeRuns().Registry().List()) != 0 || len(r.docker.created) != 0 {
+	if len(r.h.codeRuns().Registry().List()) != 0 || len(r.docker.Created) != 0 {
 		t.Errorf("a refused body created a run")
 	}
 }
@@ -615,7 +615,7 @@ func TestRunBlamesDockerWhenItWentAway(t *testing.T) {
 			})
 			rd = got
 			rd.mu.Lock()
-			rd.removeFails = tc.removeFails
+			rd.RemoveFails = tc.removeFails
 			rd.mu.Unlock()
 			st, err := r.h.codeRuns().Start(runs.Params{Command: "sleep 600"}, clientUID)
 			must(t, err)

@@ -46,7 +46,7 @@ func TestRunCredentials(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(string(body), `"credentials":["git"]`) {
 		t.Errorf("admin view: %d %s", code, body)
 	}
-	if n := len(r.docker.policies); n != 0 {
+	if n := len(r.docker.Policies); n != 0 {
 		t.Fatalf("a policy was written before approval")
 	}
 	if code, body := apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/approve", nil); code != http.StatusOK {
@@ -56,7 +56,7 @@ func TestRunCredentials(t *testing.T) {
 	if got.Result != runs.ResultOK {
 		t.Fatalf("run %+v", got)
 	}
-	pol := r.docker.policies[0]
+	pol := r.docker.Policies[0]
 	want := []policy.EgressCredential{{Name: "git", Host: "127.0.0.1", Port: 8443, Credential: "git-token", Header: "Authorization", Format: policy.FormatBearer}}
 	if pol == nil || pol.Egress == nil || !slices.Equal(pol.Egress.Credentials, want) || pol.Egress.TestRootCA != "" {
 		t.Errorf("policy egress: %+v, want exactly %+v", pol.Egress, want)
@@ -73,7 +73,7 @@ func TestRunCredentials(t *testing.T) {
 	must(t, err)
 	apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+st2.ID+"/approve", nil)
 	waitRun(t, r.h, st2.ID)
-	if pol := r.docker.policies[1]; pol == nil || len(pol.Egress.Credentials) != 0 || len(pol.CredentialNames()) != 0 {
+	if pol := r.docker.Policies[1]; pol == nil || len(pol.Egress.Credentials) != 0 || len(pol.CredentialNames()) != 0 {
 		t.Errorf("a run without credentials got %+v", pol.Egress)
 	}
 

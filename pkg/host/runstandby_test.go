@@ -41,7 +41,7 @@ func (w *warmRunDocker) Start(ctx context.Context, id string) (StartedContainer,
 func (w *warmRunDocker) Running(ctx context.Context, id string) (bool, error) {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
-	return w.started[id] && !w.dead[id] && w.isLive(id), nil
+	return w.started[id] && !w.dead[id] && w.IsLive(id), nil
 }
 
 type fakeRunStarted struct {
@@ -101,9 +101,9 @@ func readyRunStandby(t *testing.T, r *rig, shape string) string {
 }
 
 func specOf(r *rig, turn string) (ContainerSpec, bool) {
-	r.docker.mu.Lock()
-	defer r.docker.mu.Unlock()
-	for _, s := range r.docker.created {
+	r.docker.Mu.Lock()
+	defer r.docker.Mu.Unlock()
+	for _, s := range r.docker.Created {
 		if s.Labels[layout.LabelTurn] == turn {
 			return s, true
 		}
@@ -181,7 +181,7 @@ func TestRunStandbyServesRun(t *testing.T) {
 	if job.UID != spec.UID || job.Command != "echo hello" {
 		t.Errorf("job %+v, want the standby's uid %d", job, spec.UID)
 	}
-	if lines := r.journal.lines("sandbox/run-" + st.ID); len(lines) == 0 {
+	if lines := r.journal.Lines("sandbox/run-" + st.ID); len(lines) == 0 {
 		t.Error("the run's output did not reach its own journal identifier")
 	}
 	next := readyRunStandby(t, r, shapeDemo)

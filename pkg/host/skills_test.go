@@ -14,7 +14,7 @@ func TestRichContainerGetsProfileSkills(t *testing.T) {
 		"    skillsDir: /srv/other-skills\n"
 	ctl := &fakeRichControl{}
 	r := newRig(t, extra, func(o *Options) { richTuning(o).Control = ctl; richTuning(o).Idle = time.Hour })
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
 		return RunResult{ExitCode: 137}, ctx.Err()
 	}

@@ -50,13 +50,7 @@ func (w *warmDocker) Running(ctx context.Context, id string) (bool, error) {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	_, ok := w.started[id]
-	return ok && !w.dead[id] && w.fakeDocker.isLive(id), nil
-}
-
-func (f *fakeDocker) isLive(id string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.live[id]
+	return ok && !w.dead[id] && w.fakeDocker.IsLive(id), nil
 }
 
 type fakeStarted struct {
@@ -69,14 +63,14 @@ type fakeStarted struct {
 // find it, then runs as fakeDocker.Run with no gate.
 func (s *fakeStarted) Finish(ctx context.Context, stdin []byte, max int64, stderr io.Writer) (RunResult, error) {
 	var turn string
-	s.w.mu.Lock()
-	for _, c := range s.w.created {
+	s.w.Mu.Lock()
+	for _, c := range s.w.Created {
 		if "id-"+c.Name == s.id {
 			turn = c.Labels[layout.LabelTurn]
 		}
 	}
-	pf := filepath.Join(s.w.cfg.PolicyDir, turn+".json")
-	s.w.mu.Unlock()
+	pf := filepath.Join(s.w.Cfg.PolicyDir, turn+".json")
+	s.w.Mu.Unlock()
 	p, err := policy.Load(pf)
 	s.w.wmu.Lock()
 	if err == nil {
@@ -164,17 +158,17 @@ func TestStandbyServesTheNextTurn(t *testing.T) {
 		t.Errorf("placeholder credentials %v, want %v", pend.Credentials, want)
 	}
 	placeholderInode := inode(polPath)
-	spec := r.docker.created[len(r.docker.created)-1]
+	spec := r.docker.Created[len(r.docker.Created)-1]
 	if spec.Labels[layout.LabelTurn] != sb || spec.Labels[layout.LabelStandby] == "" || spec.Labels[layout.LabelDeadline] != spec.Labels[layout.LabelStandby] {
 		t.Errorf("standby labels %v", spec.Labels)
 	}
 	if _, ok := w.started["id-"+spec.Name]; !ok {
 		t.Error("standby container not started")
 	}
-	if r.units.activeCount() != 1 {
+	if r.units.ActiveCount() != 1 {
 		t.Error("standby broker units not started")
 	}
-	created := len(r.docker.created)
+	created := len(r.docker.Created)
 
 	reply, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
 	must(t, err)
@@ -196,13 +190,13 @@ func TestStandbyServesTheNextTurn(t *testing.T) {
 	if boundInode == 0 || boundInode != placeholderInode {
 		t.Errorf("policy file inode %d at stdin, placeholder's %d: the broker unit binds the placeholder's file, so the policy must be written in place", boundInode, placeholderInode)
 	}
-	r.docker.mu.Lock()
-	for _, c := range r.docker.created[created:] {
+	r.docker.Mu.Lock()
+	for _, c := range r.docker.Created[created:] {
 		if c.Labels[layout.LabelTurn] == sb {
 			t.Error("the bound turn created a container")
 		}
 	}
-	r.docker.mu.Unlock()
+	r.docker.Mu.Unlock()
 	if counter(t, r, "sandbox_standby_turns_total", map[string]string{"result": "hit"}) != 1 {
 		t.Error("hit not counted")
 	}
@@ -280,7 +274,7 @@ func TestStandbyChannelOffDiscards(t *testing.T) {
 	must(t, err)
 	resp.Body.Close()
 	waitFor(t, "nothing left", func() bool {
-		return r.docker.liveCount() == 0 && r.units.activeCount() == 0 && len(r.h.ActiveTurns()) == 0
+		return r.docker.LiveCount() == 0 && r.units.ActiveCount() == 0 && len(r.h.ActiveTurns()) == 0
 	})
 	r.assertClean(t)
 	if counter(t, r, "sandbox_standby_discards_total", map[string]string{"reason": standby.ReasonChannelOff}) != 1 {
@@ -301,8 +295,8 @@ func TestStandbyDisabled(t *testing.T) {
 			must(t, err)
 		}
 		time.Sleep(20 * time.Millisecond)
-		if r.h.standbyPool() != nil || r.h.status("c").Standby != "" || len(r.docker.created) != 2 {
-			t.Errorf("%q: standbys made: %d containers for 2 turns", extra, len(r.docker.created))
+		if r.h.standbyPool() != nil || r.h.status("c").Standby != "" || len(r.docker.Created) != 2 {
+			t.Errorf("%q: standbys made: %d containers for 2 turns", extra, len(r.docker.Created))
 		}
 		r.assertClean(t)
 	}
@@ -328,17 +322,17 @@ func TestStandbyFailedPreparationLeavesNothing(t *testing.T) {
 // turn could not activate it); the next turn takes the cold path and works.
 func TestStandbyBrokerServiceMustStart(t *testing.T) {
 	r, w := newWarmRig(t, "")
-	r.units.mu.Lock()
-	r.units.serviceErr = errors.New("fake: job failed")
-	r.units.mu.Unlock()
+	r.units.Mu.Lock()
+	r.units.ServiceErr = errors.New("fake: job failed")
+	r.units.Mu.Unlock()
 	_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
 	must(t, err)
 	waitFor(t, "failed preparation counted", func() bool {
 		return counter(t, r, "sandbox_standby_prepares_total", map[string]string{"result": "failed"}) == 1
 	})
-	r.units.mu.Lock()
-	asked := len(r.units.services)
-	r.units.mu.Unlock()
+	r.units.Mu.Lock()
+	asked := len(r.units.Services)
+	r.units.Mu.Unlock()
 	if asked != 1 {
 		t.Errorf("broker service starts waited for = %d, want 1 (the standby's)", asked)
 	}
@@ -432,8 +426,8 @@ func readyStandby(t *testing.T, r *rig, channel string) string {
 func holdRuns(r *rig) (started chan string, release func()) {
 	started = make(chan string, 16)
 	gate := make(chan struct{})
-	r.docker.mu.Lock()
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.Mu.Lock()
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		started <- spec.Labels[layout.LabelTurn]
 		select {
 		case <-gate:
@@ -442,7 +436,7 @@ func holdRuns(r *rig) (started chan string, release func()) {
 		}
 		return okRun(ctx, spec, stdin)
 	}
-	r.docker.mu.Unlock()
+	r.docker.Mu.Unlock()
 	var once sync.Once
 	return started, func() { once.Do(func() { close(gate) }) }
 }
@@ -480,7 +474,7 @@ func TestStandbyPreparedWhenBound(t *testing.T) {
 		next = st.TurnID
 		return st.State == standby.StateReady && next != first
 	})
-	if n := r.docker.liveCount(); n != 2 {
+	if n := r.docker.LiveCount(); n != 2 {
 		t.Errorf("%d containers live while the bound turn runs beside its successor, want 2", n)
 	}
 	release()
@@ -574,9 +568,9 @@ func TestStandbyPreparedAtBindKeepsTheCap(t *testing.T) {
 // start) does not retry at its cleanup; the channel's next turn does.
 func TestStandbyFailedPreparationNotRetriedAtCleanup(t *testing.T) {
 	r, _ := newWarmRig(t, "")
-	r.units.mu.Lock()
-	r.units.serviceErr = errors.New("fake: job failed")
-	r.units.mu.Unlock()
+	r.units.Mu.Lock()
+	r.units.ServiceErr = errors.New("fake: job failed")
+	r.units.Mu.Unlock()
 	started, release := holdRuns(r)
 	done := make(chan error, 1)
 	go func() {
@@ -592,9 +586,9 @@ func TestStandbyFailedPreparationNotRetriedAtCleanup(t *testing.T) {
 	if st := r.h.standbyPool().State("c"); st.State != standby.StateNone {
 		t.Errorf("standby %s after cleanup: a failed preparation was retried at once", st.State)
 	}
-	r.units.mu.Lock()
-	asked := len(r.units.services)
-	r.units.mu.Unlock()
+	r.units.Mu.Lock()
+	asked := len(r.units.Services)
+	r.units.Mu.Unlock()
 	if got := counter(t, r, "sandbox_standby_prepares_total", map[string]string{"result": "failed"}); asked != 1 || got != 1 {
 		t.Errorf("broker service starts %d, failed preparations %v; want 1 and 1", asked, got)
 	}
