@@ -75,6 +75,28 @@ type Status struct {
 	Reason string
 }
 
+// StatusOf maps err to a status and reason by rows, in their order: a
+// RequestError answers its kind's status with its own reason; a row's
+// empty Reason answers the error's own text; nothing matched is 500
+// "internal error". The host keeps the one table (its rows and order);
+// this is how it is read.
+func StatusOf(err error, rows []Status) (int, string) {
+	var re *RequestError
+	if errors.As(err, &re) {
+		status, _ := StatusOf(re.Kind, rows)
+		return status, re.Reason
+	}
+	for _, m := range rows {
+		if errors.Is(err, m.Err) {
+			if m.Reason == "" {
+				return m.Code, err.Error()
+			}
+			return m.Code, m.Reason
+		}
+	}
+	return http.StatusInternalServerError, "internal error"
+}
+
 // A Param is a path parameter of a route pattern ("{run}"): each is one
 // URL-escaped segment, checked by Valid before any handler runs; a bad one
 // is refused with Reason.

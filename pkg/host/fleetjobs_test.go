@@ -273,8 +273,8 @@ func TestFleetPrecheckRunsOnAnotherBox(t *testing.T) {
 	if len(b.docker.Created) != 1 || !b.docker.Created[0].Precheck || len(b.docker.Policies) != 1 || len(a.docker.Created) != 0 {
 		t.Errorf("containers on B %d (policies %d), on A %d; want one on B with B's policy", len(b.docker.Created), len(b.docker.Policies), len(a.docker.Created))
 	}
-	if len(m.calls) != 1 {
-		t.Errorf("MCP calls through B's broker: %v", m.calls)
+	if len(m.Calls) != 1 {
+		t.Errorf("MCP calls through B's broker: %v", m.Calls)
 	}
 	b.assertClean(t)
 }

@@ -40,22 +40,9 @@ var statuses = func() []api.Status {
 // the host's categories and every kind's. A caller reads the category's
 // generic reason, or the reason about its own input a refusal carries.
 func statusOf(err error) (int, string) {
-	var re *api.RequestError
-	if errors.As(err, &re) {
-		status, _ := statusOf(re.Kind)
-		return status, re.Reason
-	}
 	var uf *UnitFailure
 	if errors.As(err, &uf) {
 		return uf.status(), uf.Error()
 	}
-	for _, m := range statuses {
-		if errors.Is(err, m.Err) {
-			if m.Reason == "" {
-				return m.Code, err.Error()
-			}
-			return m.Code, m.Reason
-		}
-	}
-	return http.StatusInternalServerError, "internal error"
+	return api.StatusOf(err, statuses)
 }

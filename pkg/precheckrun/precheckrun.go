@@ -113,8 +113,8 @@ var (
 	ErrForbidden = errors.New("forbidden")
 )
 
-func invalid(reason string) error   { return &Refusal{ErrInvalid, reason} }
-func forbidden(reason string) error { return &Refusal{ErrForbidden, reason} }
+func invalid(reason string) error   { return &Refusal{Kind: ErrInvalid, Reason: reason} }
+func forbidden(reason string) error { return &Refusal{Kind: ErrForbidden, Reason: reason} }
 
 // Errors the host maps to a status.
 var (
