@@ -4,11 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"net"
-	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -68,29 +64,4 @@ func TestRichIncompatibleWorkerNamesImage(t *testing.T) {
 		t.Fatalf("log does not name the image %q to rebuild:\n%s", image, logs.String())
 	}
 	r.assertClean(t)
-}
-
-// The control client maps the broker's 409 (a private result withheld
-// from an incompatible worker) to richsession.ErrWorkerIncompatible, and only 409.
-func TestRichControlIncompatibleStatus(t *testing.T) {
-	for _, c := range []struct {
-		code int
-		want bool
-	}{{http.StatusConflict, true}, {http.StatusServiceUnavailable, false}, {http.StatusBadGateway, false}} {
-		sock := filepath.Join(t.TempDir(), "b.sock")
-		ln, err := net.Listen("unix", sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.WriteHeader(c.code)
-			io.WriteString(w, `{"error":"worker incompatible"}`)
-		})}
-		go srv.Serve(ln)
-		_, err = richsession.HTTPControl{}.Turn(context.Background(), sock, policy.Bind{}, nil)
-		srv.Close()
-		if got := errors.Is(err, richsession.ErrWorkerIncompatible); got != c.want || err == nil {
-			t.Errorf("status %d: err %v, want incompatible %v", c.code, err, c.want)
-		}
-	}
 }
