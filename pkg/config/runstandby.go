@@ -27,11 +27,14 @@ type RunShape struct {
 	Setup   bool   `mapstructure:"setup"`
 }
 
-// Name is the shape as the host names it (logs, metrics, the pool).
+// Name is the shape as the host names it (logs, metrics, the pool, which
+// finds a shape's standbys by it): one name per shape. A shape without a
+// project is "no-project", which no "project=<name>" can spell ("none" is a
+// valid project name: "project=none" once named both).
 func (s RunShape) Name() string {
 	name := "project=" + s.Project
 	if s.Project == "" {
-		name = "project=none"
+		name = "no-project"
 	}
 	if s.Setup {
 		return name + ",setup"
@@ -69,7 +72,9 @@ func (c *Config) validateRunStandby(bad func(key, format string, a ...any)) {
 	if len(s.Shapes) > 0 && !c.Runs.Enabled {
 		bad("runs.standby.shapes", "declares run standbys, but runs.enabled is false")
 	}
-	seen := map[RunShape]bool{}
+	// The pool knows a shape by its name alone: two shapes of one name
+	// would share one standby, whichever was declared first preparing it.
+	first := map[string]string{}
 	for i, sh := range s.Shapes {
 		key := fmt.Sprintf("runs.standby.shapes[%d]", i)
 		if sh.Project != "" {
@@ -77,9 +82,10 @@ func (c *Config) validateRunStandby(bad func(key, format string, a ...any)) {
 				bad(key+".project", "%q is not a project of runs.projects (leave it empty for runs without a project)", sh.Project)
 			}
 		}
-		if seen[sh] {
-			bad(key, "shape %s is declared twice", sh.Name())
+		if prev, ok := first[sh.Name()]; ok {
+			bad(key, "shape %s is declared twice (also %s)", sh.Name(), prev)
+			continue
 		}
-		seen[sh] = true
+		first[sh.Name()] = key
 	}
 }

@@ -66,6 +66,11 @@ func (f *Fleet) Audit(ctx context.Context, submitted []Turn) (Audit, error) {
 		}
 		if r.Error != "" {
 			a.Failed++
+			if r.Generation == 0 {
+				// Given up without a commit (EventGivenUp): no place in
+				// the channel's order.
+				continue
+			}
 		}
 		if r.Generation <= lastGen[t.Channel] {
 			a.Reordered = append(a.Reordered, t.ID)

@@ -36,6 +36,11 @@ const (
 	// EventReturned: the executor handed the turn back (ErrElsewhere) or
 	// the commit failed on the cluster: not acknowledged, redelivered.
 	EventReturned EventKind = "returned"
+	// EventGivenUp: the turn was delivered more often than MaxAttempts and
+	// the cluster still refused its way through (a state no box can read,
+	// a reply the bucket refuses): answered as failed where a reply can be
+	// stored, and terminated, so that its partition goes on.
+	EventGivenUp EventKind = "given_up"
 )
 
 // Event is one step of a turn on a box, for tests, benchmarks and metrics.
@@ -64,8 +69,10 @@ type BoxOptions struct {
 	// running turns every AckWait/3. Default DefaultAckWait.
 	AckWait time.Duration
 	// MaxAttempts: a turn delivered more often is committed as failed
-	// without running (a turn that kills every box it lands on). Default
-	// 10: deliveries the cluster failed count too (their redelivery waits
+	// without running (a turn that kills every box it lands on), or, when
+	// the cluster refuses even that, given up (EventGivenUp): every path
+	// that hands a turn back checks it (returnTurn). Default 10:
+	// deliveries the cluster failed count too (their redelivery waits
 	// longer each time, giveBack).
 	MaxAttempts uint64
 	Logger      *slog.Logger
@@ -368,16 +375,16 @@ func (b *Box) handle(m jetstream.Msg) {
 	}
 	if err != nil {
 		log.Warn("fleet channel state unreadable: turn returned", "err", err)
-		b.clusterFailed(m, ev)
+		b.returnTurn(m, ev, t, log, true)
 		return
 	}
 	if st.LastTurn == t.ID || st.LastSeq >= seq {
 		// Committed already (its reply maybe not yet published: the
 		// committing box died in between) or overtaken by a later turn.
 		if st.LastTurn == t.ID && st.LastReply != nil {
-			if err := b.publishReply(ctx, *st.LastReply); err != nil {
+			if err := b.publishReply(ctx, *st.LastReply, log); err != nil {
 				log.Warn("fleet reply not published: turn returned", "err", err)
-				b.giveBack(m, ev)
+				b.returnTurn(m, ev, t, log, false)
 				return
 			}
 		}
@@ -390,9 +397,9 @@ func (b *Box) handle(m jetstream.Msg) {
 	// turn before us (and may still be running it) can no longer commit.
 	claim := st
 	claim.Channel, claim.Owner, claim.ClaimTurn, claim.ClaimSeq = t.Channel, b.opts.Name, t.ID, seq
-	claimRev, err := b.putState(ctx, key, claim, rev)
+	claimRev, err := b.f.putState(ctx, key, claim, rev)
 	if err != nil {
-		b.refusedOrReturned(m, ev, err, log, "claim")
+		b.refusedOrReturned(m, ev, t, err, log, "claim")
 		return
 	}
 	ev.Kind = EventTaken
@@ -402,11 +409,11 @@ func (b *Box) handle(m jetstream.Msg) {
 	if errors.Is(runErr, errWorkspaceUnread) {
 		// The cluster's failure, not the turn's: returned, not failed.
 		log.Warn("fleet committed workspace unreadable: turn returned", "err", runErr)
-		b.clusterFailed(m, ev)
+		b.returnTurn(m, ev, t, log, true)
 		return
 	}
 	if errors.Is(runErr, ErrElsewhere) || b.ctx.Err() != nil {
-		b.giveBack(m, ev)
+		b.returnTurn(m, ev, t, log, false)
 		return
 	}
 	ctx, cancel = context.WithTimeout(b.ctx, opTimeout)
@@ -417,39 +424,43 @@ func (b *Box) handle(m jetstream.Msg) {
 		reply = Reply{TurnID: t.ID, Error: errorKind(runErr), Box: b.opts.Name, Generation: st.Generation + 1, Seq: seq}
 		out.Workspace = nil
 	}
-	if err := reply.validate(); err != nil {
-		log.Warn("fleet reply over its bounds: committed as failed", "bytes", len(reply.Text))
-		reply = Reply{TurnID: t.ID, Error: ErrorFailed, Box: b.opts.Name, Generation: st.Generation + 1, Seq: seq}
-		out.Workspace = nil
-	}
 	next := ChannelState{Channel: t.Channel, Generation: st.Generation + 1, Workspace: st.Workspace, LastTurn: t.ID, LastSeq: seq, LastReply: &reply}
+	if out.Workspace != nil {
+		next.Workspace = workspaceName(t.Channel, next.Generation, claimRev)
+	}
+	// Measured as the buckets will store them: a reply they would refuse
+	// after the commit landed would be refused on every redelivery too.
+	if err := b.f.storable(next); err != nil {
+		log.Warn("fleet reply cannot be stored: committed as failed", "text_bytes", len(reply.Text), "err", err)
+		reply = reply.failed()
+		out.Workspace, next.Workspace, next.LastReply = nil, st.Workspace, &reply
+	}
 	if out.Workspace != nil {
 		if len(out.Workspace) > MaxWorkspaceBytes {
 			log.Warn("fleet workspace over its bound: turn returned", "bytes", len(out.Workspace), "limit", MaxWorkspaceBytes)
-			b.giveBack(m, ev)
+			b.returnTurn(m, ev, t, log, false)
 			return
 		}
-		next.Workspace = workspaceName(t.Channel, next.Generation, claimRev)
 		if _, err := b.f.objects.PutBytes(ctx, next.Workspace, out.Workspace); err != nil {
 			log.Warn("fleet workspace not stored: turn returned", "err", err)
-			b.giveBack(m, ev)
+			b.returnTurn(m, ev, t, log, false)
 			return
 		}
 	}
 	// The commit point: the state at our claim's revision, or nothing.
-	if _, err := b.putState(ctx, key, next, claimRev); err != nil {
+	if _, err := b.f.putState(ctx, key, next, claimRev); err != nil {
 		if fenced(err) && next.Workspace != st.Workspace {
 			// Refused: the upload is ours alone and nobody refers to it. On
 			// any other error the commit may have landed: keep it.
 			_ = b.f.objects.Delete(ctx, next.Workspace)
 		}
-		b.refusedOrReturned(m, ev, err, log, "commit")
+		b.refusedOrReturned(m, ev, t, err, log, "commit")
 		return
 	}
-	if err := b.publishReply(ctx, reply); err != nil {
+	if err := b.publishReply(ctx, reply, log); err != nil {
 		// Committed: whoever takes the redelivery publishes it from the state.
 		log.Warn("fleet reply not published after commit: turn returned", "err", err)
-		b.giveBack(m, ev)
+		b.returnTurn(m, ev, t, log, false)
 		return
 	}
 	b.ack(ctx, m, log)
@@ -520,24 +531,13 @@ func (b *Box) heartbeat(m jetstream.Msg, done chan struct{}) {
 	}
 }
 
-func (b *Box) putState(ctx context.Context, key string, st ChannelState, rev uint64) (uint64, error) {
-	data, err := json.Marshal(st)
-	if err != nil {
-		return 0, err
-	}
-	if rev == 0 {
-		return b.f.channels.Create(ctx, key, data)
-	}
-	return b.f.channels.Update(ctx, key, data, rev)
-}
-
 // fenced: the write was refused because the channel changed since the
 // revision it expected.
 func fenced(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
 
-func (b *Box) refusedOrReturned(m jetstream.Msg, ev Event, err error, log *slog.Logger, step string) {
+func (b *Box) refusedOrReturned(m jetstream.Msg, ev Event, t Turn, err error, log *slog.Logger, step string) {
 	if fenced(err) {
 		// Another box took the channel's turn since: it runs it. No ack,
 		// no nak (the delivery is no longer ours to settle).
@@ -547,7 +547,42 @@ func (b *Box) refusedOrReturned(m jetstream.Msg, ev Event, err error, log *slog.
 		return
 	}
 	log.Warn("fleet "+step+" failed on the cluster: turn returned", "err", err)
-	b.clusterFailed(m, ev)
+	b.returnTurn(m, ev, t, log, true)
+}
+
+// returnTurn hands the turn back for its redelivery (cluster: the
+// cluster failed this box on it), or ends it once it was delivered more
+// often than MaxAttempts. Every path that hands a turn back comes here, so
+// a turn the cluster refuses on every delivery cannot hold its partition
+// (one turn in flight per partition) for ever.
+func (b *Box) returnTurn(m jetstream.Msg, ev Event, t Turn, log *slog.Logger, cluster bool) {
+	switch {
+	case ev.Attempt > b.opts.MaxAttempts && b.ctx.Err() == nil:
+		b.giveUp(m, ev, t, log)
+	case cluster:
+		b.clusterFailed(m, ev)
+	default:
+		b.giveBack(m, ev)
+	}
+}
+
+// giveUp ends a turn delivered more often than MaxAttempts that still
+// cannot get through the cluster: a failed reply where one can be stored
+// (its frontend gets a failure rather than waiting out its deadline),
+// then the delivery terminated so that the partition's next turn comes.
+// The reply's Generation 0 says nothing was committed.
+func (b *Box) giveUp(m jetstream.Msg, ev Event, t Turn, log *slog.Logger) {
+	log.Error("fleet turn given up: delivered more often than the bound and still refused by the cluster; answered as failed", "max_attempts", b.opts.MaxAttempts)
+	ctx, cancel := context.WithTimeout(b.ctx, opTimeout)
+	defer cancel()
+	if err := b.f.putReply(ctx, Reply{TurnID: t.ID, Error: ErrorFailed, Box: b.opts.Name, Seq: ev.Seq}); err != nil {
+		log.Error("fleet given-up turn's failed reply not stored: its frontend waits out its deadline", "err", err)
+	}
+	// A lost term is a redelivery, answered from the reply or given up
+	// again.
+	_ = m.TermWithReason("delivered more often than MaxAttempts")
+	ev.Kind = EventGivenUp
+	b.emit(ev)
 }
 
 // clusterFailed returns a turn the cluster failed this box on; after
@@ -580,15 +615,16 @@ func nakDelay(ackWait time.Duration, attempt uint64) time.Duration {
 	return min(d, 2*ackWait)
 }
 
-func (b *Box) publishReply(ctx context.Context, r Reply) error {
-	data, err := json.Marshal(r)
-	if err != nil {
-		return err
+// publishReply stores a committed reply. One the bucket would refuse (a
+// commit made before replies were measured as stored) is published as
+// failed: refused on every redelivery, it would hold its partition.
+func (b *Box) publishReply(ctx context.Context, r Reply, log *slog.Logger) error {
+	err := b.f.putReply(ctx, r)
+	if errors.Is(err, ErrInvalid) {
+		log.Warn("fleet committed reply cannot be stored: published as failed", "err", err)
+		err = b.f.putReply(ctx, r.failed())
 	}
-	if _, err := b.f.replies.Create(ctx, r.TurnID, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return err
-	}
-	return nil
+	return err
 }
 
 func (b *Box) ack(ctx context.Context, m jetstream.Msg, log *slog.Logger) {

@@ -18,7 +18,12 @@
 // Object Store SANDBOX_WORKSPACES, keyed by channel and generation. A
 // channel's mode lives in SANDBOX_CHANNELS under a key of its own, written
 // by compare-and-swap and read when a turn is taken: a mode change never
-// fences a turn's commit, and no commit overwrites one.
+// fences a turn's commit, and no commit overwrites one. Every value is
+// measured as its bucket stores it before the commit (a reply that would
+// not fit commits as failed), and a turn delivered more often than its
+// bound is failed or given up on every path, so no turn holds its
+// partition for ever. Ask retries a publish whose outcome is unknown under
+// the same turn id and answers a committed turn with its reply.
 //
 // Runs, prechecks and delegated jobs go through the work queue
 // SANDBOX_JOBS (jobs.go, jobworker.go, approvals.go): a box pulls a job only

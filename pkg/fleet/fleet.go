@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,8 +14,10 @@ import (
 
 // Fleet is one connection's handles on the family's resources.
 type Fleet struct {
-	nc       *nats.Conn
-	js       jetstream.JetStream
+	nc *nats.Conn
+	js jetstream.JetStream
+	// pub publishes turns: js, or a test's fake that loses acks.
+	pub      publisher
 	layout   Layout
 	replies  jetstream.KeyValue
 	channels jetstream.KeyValue
@@ -56,7 +57,7 @@ func Bind(ctx context.Context, nc *nats.Conn, partitions int) (*Fleet, error) {
 }
 
 func bind(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, l Layout) (*Fleet, error) {
-	f := &Fleet{nc: nc, js: js, layout: l}
+	f := &Fleet{nc: nc, js: js, pub: js, layout: l}
 	var err error
 	if f.replies, err = js.KeyValue(ctx, RepliesBucket); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", RepliesBucket, err)
@@ -79,6 +80,11 @@ func bind(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, l Layout) 
 // Partitions is the layout's partition count.
 func (f *Fleet) Partitions() int { return f.layout.Partitions }
 
+// publisher is what publishing a turn needs of JetStream.
+type publisher interface {
+	PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+}
+
 // Submitted is a published turn's place in the stream.
 type Submitted struct {
 	Seq uint64
@@ -93,15 +99,16 @@ func (f *Fleet) Submit(ctx context.Context, t Turn) (Submitted, error) {
 	if err := t.Validate(); err != nil {
 		return Submitted{}, err
 	}
-	data, err := json.Marshal(t)
+	data, err := encodeJSON(t)
 	if err != nil {
 		return Submitted{}, err
 	}
-	if len(data) > MaxTurnBytes {
-		return Submitted{}, fmt.Errorf("turn is %d bytes, the limit is %d: %w", len(data), MaxTurnBytes, ErrInvalid)
+	// The stream's MaxMsgSize counts the headers too.
+	if limit := valueLimit(MaxTurnBytes, f.nc.MaxPayload()); len(data) > limit {
+		return Submitted{}, fmt.Errorf("turn is %d bytes as stored, the limit is %d: %w", len(data), limit, ErrInvalid)
 	}
 	msg := &nats.Msg{Subject: TurnSubject(Partition(t.Channel, f.layout.Partitions)), Data: data}
-	ack, err := f.js.PublishMsg(ctx, msg, jetstream.WithMsgID(t.ID), jetstream.WithExpectStream(TurnsStream))
+	ack, err := f.pub.PublishMsg(ctx, msg, jetstream.WithMsgID(t.ID), jetstream.WithExpectStream(TurnsStream))
 	if err != nil {
 		return Submitted{}, fmt.Errorf("publish turn to %s: %w", TurnsStream, err)
 	}
@@ -118,29 +125,18 @@ func (f *Fleet) AwaitReply(ctx context.Context, turnID string) (Reply, error) {
 	if err != nil {
 		return Reply{}, fmt.Errorf("watch reply: %w", err)
 	}
-	defer w.Stop()
-	return awaitReply(ctx, w, turnID)
-}
-
-func awaitReply(ctx context.Context, w jetstream.KeyWatcher, turnID string) (Reply, error) {
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return Reply{}, fmt.Errorf("turn %s: reply watch closed: %w", turnID, ErrNoReply)
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // nil marks the end of the initial values
-			}
-			return decodeReply(e.Value())
-		case <-ctx.Done():
-			return Reply{}, fmt.Errorf("turn %s: %w: %w", turnID, ErrNoReply, context.Cause(ctx))
-		}
-	}
+	r, _, err := f.await(ctx, turnID, w, nil, nil)
+	return r, err
 }
 
 // Ask submits a turn and waits for its reply. The watch is in place before
-// the turn is published, so no reply can be missed.
+// the turn is published, so no reply can be missed. A publish whose
+// outcome is unknown (its ack lost, the stream's leader away) is retried
+// under the same turn id within the stream's de-duplication window, so
+// it is one stream message however often it is sent; meanwhile, and
+// after the retries when the turn may have been stored, the reply is
+// waited for: a turn that committed is answered, never reported failed.
+// Only a publish the stream refused (or a context that ended) fails Ask.
 func (f *Fleet) Ask(ctx context.Context, t Turn) (Reply, Submitted, error) {
 	if err := t.Validate(); err != nil {
 		return Reply{}, Submitted{}, err
@@ -149,13 +145,202 @@ func (f *Fleet) Ask(ctx context.Context, t Turn) (Reply, Submitted, error) {
 	if err != nil {
 		return Reply{}, Submitted{}, fmt.Errorf("watch reply: %w", err)
 	}
-	defer w.Stop()
-	sub, err := f.Submit(ctx, t)
-	if err != nil {
-		return Reply{}, sub, err
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	published := make(chan published, 1)
+	go func() { published <- f.publishRetrying(pctx, t) }()
+	return f.await(ctx, t.ID, w, published, stop)
+}
+
+// Publishing a turn: each attempt bounded by publishTimeout, the next one
+// after a wait from publishBackoff doubling up to publishBackoffMax.
+const (
+	publishTimeout    = 5 * time.Second
+	publishBackoff    = 100 * time.Millisecond
+	publishBackoffMax = 5 * time.Second
+)
+
+// published is how publishing a turn ended: stored (sub), or err, after
+// which the turn may still have been stored (maybeStored: an attempt's
+// outcome was unknown).
+type published struct {
+	sub         Submitted
+	err         error
+	maybeStored bool
+}
+
+// publishRetrying publishes t until the stream acknowledges it, refuses it,
+// or ctx or the stream's de-duplication window (from the first attempt)
+// ends: past the window a retry could be stored a second time.
+func (f *Fleet) publishRetrying(ctx context.Context, t Turn) published {
+	deadline := time.Now().Add(f.layout.withDefaults().DuplicateWindow)
+	backoff := publishBackoff
+	var res published
+	for {
+		actx, cancel := context.WithTimeout(ctx, publishTimeout)
+		sub, err := f.Submit(actx, t)
+		cancel()
+		if err == nil {
+			return published{sub: sub}
+		}
+		res.err = err
+		retry := retryablePublish(err)
+		res.maybeStored = res.maybeStored || retry
+		if !retry || ctx.Err() != nil || !time.Now().Add(backoff).Before(deadline) {
+			return res
+		}
+		timer := time.NewTimer(backoff)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return res
+		}
+		backoff = min(2*backoff, publishBackoffMax)
 	}
-	r, err := awaitReply(ctx, w, t.ID)
-	return r, sub, err
+}
+
+// retryablePublish: the publish's outcome is unknown or the stream was
+// away (a lost ack, a timeout, no leader), not refused by the stream.
+func retryablePublish(err error) bool {
+	var apiErr *jetstream.APIError
+	return !errors.Is(err, ErrInvalid) && !errors.As(err, &apiErr) &&
+		!errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrMaxPayload)
+}
+
+// await waits on w for the turn's reply, watching the key again when a
+// watch ends (a reconnect): a watch starts with the current value, so no
+// reply is missed. pub, when not nil, reports how publishing the turn
+// ended; stop ends that publishing.
+func (f *Fleet) await(ctx context.Context, turnID string, w jetstream.KeyWatcher, pub <-chan published, stop func()) (Reply, Submitted, error) {
+	defer func() { w.Stop() }()
+	var res published
+	// settle ends publishing and takes its outcome.
+	settle := func() {
+		if pub != nil {
+			stop()
+			res, pub = <-pub, nil
+		}
+	}
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				nw, err := f.rewatch(ctx, turnID)
+				if err != nil {
+					settle()
+					return Reply{}, res.sub, err
+				}
+				w = nw
+				continue
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue // nil marks the end of the initial values
+			}
+			settle()
+			r, err := decodeReply(e.Value())
+			return r, res.sub, err
+		case res = <-pub:
+			pub = nil
+			if res.err != nil && !res.maybeStored {
+				return Reply{}, res.sub, res.err
+			}
+			// Stored, or maybe: its reply comes.
+		case <-ctx.Done():
+			settle()
+			if res.err != nil {
+				return Reply{}, res.sub, fmt.Errorf("turn %s: %w: %w", turnID, ErrNoReply, res.err)
+			}
+			return Reply{}, res.sub, fmt.Errorf("turn %s: %w: %w", turnID, ErrNoReply, context.Cause(ctx))
+		}
+	}
+}
+
+// rewatch watches the turn's reply key again after a watch ended, until
+// ctx ends.
+func (f *Fleet) rewatch(ctx context.Context, turnID string) (jetstream.KeyWatcher, error) {
+	backoff := publishBackoff
+	for {
+		w, err := f.replies.Watch(ctx, turnID)
+		if err == nil {
+			return w, nil
+		}
+		timer := time.NewTimer(backoff)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, fmt.Errorf("turn %s: %w: watch reply: %w", turnID, ErrNoReply, err)
+		}
+		backoff = min(2*backoff, publishBackoffMax)
+	}
+}
+
+// encodeReply encodes r as RepliesBucket stores it, or refuses it
+// (ErrInvalid) when the bucket would.
+func (f *Fleet) encodeReply(r Reply) ([]byte, error) {
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	data, err := encodeJSON(r)
+	if err != nil {
+		return nil, err
+	}
+	if limit := valueLimit(MaxReplyBytes, f.nc.MaxPayload()); len(data) > limit {
+		return nil, fmt.Errorf("reply is %d bytes as stored, the limit is %d: %w", len(data), limit, ErrInvalid)
+	}
+	return data, nil
+}
+
+// putReply stores a turn's reply, create-only: a reply already there (a
+// redelivery's, another box's) stays and counts as stored. A reply the
+// bucket would refuse is refused here (ErrInvalid), before the cluster.
+func (f *Fleet) putReply(ctx context.Context, r Reply) error {
+	data, err := f.encodeReply(r)
+	if err != nil {
+		return err
+	}
+	if _, err := f.replies.Create(ctx, r.TurnID, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return err
+	}
+	return nil
+}
+
+// encodeState encodes st as ChannelsBucket stores it, or refuses it
+// (ErrInvalid) when the bucket would.
+func (f *Fleet) encodeState(st ChannelState) ([]byte, error) {
+	data, err := encodeJSON(st)
+	if err != nil {
+		return nil, err
+	}
+	if limit := valueLimit(MaxStateBytes, f.nc.MaxPayload()); len(data) > limit {
+		return nil, fmt.Errorf("channel state is %d bytes as stored, the limit is %d: %w", len(data), limit, ErrInvalid)
+	}
+	return data, nil
+}
+
+// storable: a commit's state and its reply fit their buckets as stored.
+func (f *Fleet) storable(st ChannelState) error {
+	if st.LastReply != nil {
+		if _, err := f.encodeReply(*st.LastReply); err != nil {
+			return err
+		}
+	}
+	_, err := f.encodeState(st)
+	return err
+}
+
+// putState writes a channel's state at revision rev (0: create), or
+// refuses it (ErrInvalid) when ChannelsBucket would.
+func (f *Fleet) putState(ctx context.Context, key string, st ChannelState, rev uint64) (uint64, error) {
+	data, err := f.encodeState(st)
+	if err != nil {
+		return 0, err
+	}
+	if rev == 0 {
+		return f.channels.Create(ctx, key, data)
+	}
+	return f.channels.Update(ctx, key, data, rev)
 }
 
 // Reply returns the committed reply of a turn, or jetstream.ErrKeyNotFound.

@@ -26,7 +26,7 @@ func NewMetrics(reg prometheus.Registerer, partitions int) *Metrics {
 			Name: "sandbox_fleet_turns_published_total", Help: "Turns this box admitted and published to the fleet.",
 		}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sandbox_fleet_turn_events_total", Help: "Turns this box took, by what came of them: taken, committed, refused (by the fence: another box claimed the channel since), returned (handed back uncommitted), answered (already committed: answered from the state without running).",
+			Name: "sandbox_fleet_turn_events_total", Help: "Turns this box took, by what came of them: taken, committed, refused (by the fence: another box claimed the channel since), returned (handed back uncommitted), answered (already committed: answered from the state without running), given_up (delivered more often than the bound and still refused by the cluster: answered as failed).",
 		}, []string{"event"}),
 		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "sandbox_fleet_commit_seconds", Help: "From a turn's publication to this box's commit of it (the turn's run included).",
@@ -39,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer, partitions int) *Metrics {
 	owned := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sandbox_fleet_partitions_owned", Help: "Partitions whose latest turn on this box was taken, committed or answered here and not refused by the fence since (a partition whose pin moved while idle counts until its next turn).",
 	}, func() float64 { m.mu.Lock(); defer m.mu.Unlock(); return float64(len(m.owned)) })
-	for _, k := range []EventKind{EventTaken, EventCommitted, EventRefused, EventReturned, EventAnswered} {
+	for _, k := range []EventKind{EventTaken, EventCommitted, EventRefused, EventReturned, EventAnswered, EventGivenUp} {
 		m.events.WithLabelValues(string(k))
 	}
 	reg.MustRegister(m.published, m.events, m.commit, m.restores, owned)

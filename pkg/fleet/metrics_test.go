@@ -20,7 +20,7 @@ func TestMetricsFromEvents(t *testing.T) {
 	for _, e := range []Event{
 		{Kind: EventTaken, Channel: a}, {Kind: EventCommitted, Channel: a, Took: 30 * time.Millisecond},
 		{Kind: EventTaken, Channel: b}, {Kind: EventRefused, Channel: b},
-		{Kind: EventAnswered, Channel: a}, {Kind: EventReturned, Channel: a},
+		{Kind: EventAnswered, Channel: a}, {Kind: EventReturned, Channel: a}, {Kind: EventGivenUp, Channel: a},
 	} {
 		m.Event(e)
 	}
@@ -31,6 +31,7 @@ func TestMetricsFromEvents(t *testing.T) {
 		"sandbox_fleet_turn_events_total/refused":   1,
 		"sandbox_fleet_turn_events_total/answered":  1,
 		"sandbox_fleet_turn_events_total/returned":  1,
+		"sandbox_fleet_turn_events_total/given_up":  1,
 		"sandbox_fleet_commit_seconds":              1, // sample count
 		"sandbox_fleet_partitions_owned":            1, // a's; b's was refused
 	}

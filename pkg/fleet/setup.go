@@ -125,8 +125,8 @@ func Ensure(ctx context.Context, js jetstream.JetStream, l Layout) error {
 	kvs := []jetstream.KeyValueConfig{
 		// History 4: a reply is written once (create-only); kept history
 		// lets an audit see any overwrite.
-		{Bucket: RepliesBucket, History: 4, TTL: l.ReplyTTL, MaxValueSize: MaxReplyTextBytes + 64<<10, Storage: jetstream.FileStorage, Replicas: l.Replicas},
-		{Bucket: ChannelsBucket, History: 1, MaxValueSize: 2 * (MaxReplyTextBytes + 64<<10), Storage: jetstream.FileStorage, Replicas: l.Replicas},
+		{Bucket: RepliesBucket, History: 4, TTL: l.ReplyTTL, MaxValueSize: MaxReplyBytes, Storage: jetstream.FileStorage, Replicas: l.Replicas},
+		{Bucket: ChannelsBucket, History: 1, MaxValueSize: MaxStateBytes, Storage: jetstream.FileStorage, Replicas: l.Replicas},
 		// A job's result is written once, like a reply; its control keys
 		// (cancellation, approval) are small.
 		{Bucket: JobResultsBucket, History: 1, TTL: jobKVTTL, MaxValueSize: MaxJobResultBytes, Storage: jetstream.FileStorage, Replicas: l.Replicas},

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,48 @@ const (
 	MaxWorkspaceBytes = 64 << 20  // one channel's workspace snapshot
 	maxIDBytes        = 256
 )
+
+// Bounds of the values as the engine stores them. A text's raw bound is not
+// its stored size: JSON makes a control character six bytes (\u0001), so a
+// reply within MaxReplyTextBytes can still be refused by its bucket; and a
+// bucket's MaxValueSize counts the write's headers with the value. Every
+// value is measured encoded (encodeJSON) against these.
+const (
+	// MaxReplyBytes is RepliesBucket's MaxValueSize.
+	MaxReplyBytes = MaxReplyTextBytes + 64<<10
+	// MaxStateBytes is ChannelsBucket's MaxValueSize: a state carries its
+	// last turn's reply.
+	MaxStateBytes = 2 * MaxReplyBytes
+	// headerRoom is kept for a write's headers, which the engine counts
+	// in MaxValueSize, MaxMsgSize and the server's max_payload: a KV
+	// write's expected revision, a turn's message id and stream (each
+	// under 100 bytes).
+	headerRoom = 256
+)
+
+// valueLimit is the largest encoded value a bucket of MaxValueSize
+// bucketMax stores through a connection whose server takes messages of at
+// most maxPayload bytes (max_payload: 1 MiB unless the operator's NATS
+// says otherwise).
+func valueLimit(bucketMax, maxPayload int64) int {
+	if maxPayload > 0 {
+		bucketMax = min(bucketMax, maxPayload)
+	}
+	return int(bucketMax) - headerRoom
+}
+
+// encodeJSON encodes v as stored: without HTML escaping (which makes '<',
+// '>' and '&' six bytes each and protects nothing here: no value is
+// embedded in HTML), without a trailing newline.
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
 
 // ErrInvalid marks a turn, reply or state that fails its bounds.
 var ErrInvalid = errors.New("invalid")
@@ -90,6 +133,12 @@ type Reply struct {
 	Box        string `json:"box"`
 	Generation uint64 `json:"generation"`
 	Seq        uint64 `json:"seq"`
+}
+
+// failed is the reply that ends turn r's turn without a text (the
+// generic ErrorFailed), committed by the same box at the same place.
+func (r Reply) failed() Reply {
+	return Reply{TurnID: r.TurnID, Error: ErrorFailed, Box: r.Box, Generation: r.Generation, Seq: r.Seq}
 }
 
 func (r Reply) validate() error {

@@ -121,7 +121,9 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 		// fleet.go: the turn runs on its partition's box.
 		reply, turnID, err := h.askFleet(r, channel, req)
 		if err != nil {
-			w.Header().Set("X-Sandbox-Turn", turnID)
+			if turnID != "" { // "": refused before it was published
+				w.Header().Set("X-Sandbox-Turn", turnID)
+			}
 			return err
 		}
 		h.writeReply(w, r, reply, turnID, nil)

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -316,12 +318,24 @@ func TestFleetQueueFull429(t *testing.T) {
 	case <-published:
 		t.Fatal("a second turn was published while the first ran: this box did not queue it")
 	}
-	third := make(chan int, 1)
-	go func() { third <- post(hc, "/v1/channels/ch/turns", body) }()
+	third := make(chan *http.Response, 1)
+	go func() {
+		resp, err := hc.Post("http://host/v1/channels/ch/turns", "application/json", strings.NewReader(body))
+		if err != nil {
+			resp = &http.Response{StatusCode: -1}
+		} else {
+			resp.Body.Close()
+		}
+		third <- resp
+	}()
 	select {
-	case status := <-third:
-		if status != 429 {
-			t.Errorf("third turn = %d, want 429", status)
+	case resp := <-third:
+		if resp.StatusCode != 429 {
+			t.Errorf("third turn = %d, want 429", resp.StatusCode)
+		}
+		// Never published: no turn id, and no empty header standing for one.
+		if got := resp.Header.Values("X-Sandbox-Turn"); len(got) != 0 {
+			t.Errorf("429's X-Sandbox-Turn = %q, want no header", got)
 		}
 	case <-published:
 		t.Error("a turn beyond the channel's queue was published")

@@ -331,3 +331,60 @@ func TestRunStandbySetupShapeAndCap(t *testing.T) {
 	}
 	_ = sb
 }
+
+// TestRunStandbyNoProjectIsNotProjectNone: "none" is a valid project name,
+// and a shape without a project once shared its pool entry with a shape of
+// project "none" (both named project=none): with {project: none} declared
+// first, a run that asked for no project bound that project's standby and
+// got the project at /workspace. Each run must bind its own shape's standby.
+func TestRunStandbyNoProjectIsNotProjectNone(t *testing.T) {
+	r, w := newRunStandbyRig(t, `
+runs:
+  projects:
+    - name: none
+      path: /srv/none
+  standby:
+    shapes:
+      - project: none
+      - {}
+`, supervise(0))
+	noProject := config.RunShape{}.Name()
+	projectNone := config.RunShape{Project: "none"}.Name()
+	r.h.coderun.WarmUp()
+	readyRunStandby(t, r, projectNone)
+	readyRunStandby(t, r, noProject)
+	for _, tc := range []struct {
+		project       string
+		wantWorkspace func(string) bool
+	}{
+		{"", func(dir string) bool { return dir != "/srv/none" }},
+		{"none", func(dir string) bool { return dir == "/srv/none" }},
+	} {
+		w.wmu.Lock()
+		before := len(w.streamed)
+		w.wmu.Unlock()
+		got := waitRun(t, r.h, postRun(t, r, runs.Params{Command: "true", Project: tc.project}).ID)
+		if got.Result != runs.ResultOK || !got.Standby {
+			t.Fatalf("run with project %q: %+v, want ok on a standby", tc.project, got)
+		}
+		w.wmu.Lock()
+		streamed := append([]string(nil), w.streamed[before:]...)
+		w.wmu.Unlock()
+		if len(streamed) != 1 {
+			t.Fatalf("run with project %q: jobs given to standbys %v, want one", tc.project, streamed)
+		}
+		var spec ContainerSpec
+		r.docker.mu.Lock()
+		for _, s := range r.docker.created {
+			if "id-"+s.Name == streamed[0] {
+				spec = s
+			}
+		}
+		r.docker.mu.Unlock()
+		if !tc.wantWorkspace(spec.WorkspaceDir) {
+			t.Errorf("run with project %q bound standby %s with %s at /workspace", tc.project, spec.Name, spec.WorkspaceDir)
+		}
+	}
+	r.h.Shutdown()
+	r.assertClean(t)
+}

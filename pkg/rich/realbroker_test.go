@@ -309,3 +309,64 @@ func TestRealBrokerStopMidTurn(t *testing.T) {
 		t.Errorf("worker announced %d times, want again after the restart", n)
 	}
 }
+
+// TestCutToolInputThroughRealBroker: a tool_use whose input goes past a
+// bound, from the upstream through the real broker's stream filter to the
+// worker: cut short by max_tokens (not JSON: the worker reads it as no
+// input), over MaxToolInputBytes (whole, but too large to keep in the
+// session) and over the worker's MaxBlockBytes (within the broker's 16 MiB).
+// Each turn goes on: the call is answered with a tool_result the model can
+// read on its next request, an error saying why when the tool did not run,
+// and the turn ends with the model's next answer.
+func TestCutToolInputThroughRealBroker(t *testing.T) {
+	toolStream := func(stop string, pieces ...string) []anthropictest.Event {
+		ev := anthropictest.ThinkingToolStream("claude-test", "host_clock", pieces...)
+		return append(ev[:len(ev)-2], anthropictest.End(stop)...)
+	}
+	big := func(n int) []string { // a whole object of about n bytes, in 64 KiB pieces
+		body := `{"pad":"` + strings.Repeat("x", n) + `"}`
+		var pieces []string
+		for len(body) > 64<<10 {
+			pieces, body = append(pieces, body[:64<<10]), body[64<<10:]
+		}
+		return append(pieces, body)
+	}
+	for _, tc := range []struct {
+		name       string
+		call       []anthropictest.Event
+		wantResult string // in the tool_result the next request carries
+		wantError  bool
+		wantInput  string // the call's input as the next request carries it
+	}{
+		{"cut by max_tokens", toolStream("max_tokens", `{"tz": "Europe/Ber`), ToolInputCutText, true, OmittedInput},
+		{"over MaxToolInputBytes", toolStream("tool_use", big(MaxToolInputBytes+1)...), "", false, OmittedInput},
+		{"over MaxBlockBytes", toolStream("tool_use", big(MaxBlockBytes+1)...), "at most 4 MiB", true, OmittedInput},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newRealPeers(t,
+				anthropictest.Reply{Events: tc.call},
+				anthropictest.Reply{Events: anthropictest.TextStream("claude-test", "Done.")},
+			)
+			res := p.turn("what time is it?", "low")
+			if !res.OK || res.Text != "Done." {
+				t.Fatalf("turn = %+v, want it to go on to the model's next answer; logs:\n%s", res, p.logs.String())
+			}
+			got := p.upstream.Requests()
+			if len(got) != 2 {
+				t.Fatalf("upstream saw %d requests, want 2", len(got))
+			}
+			var req Request
+			if err := json.Unmarshal(got[1].Body, &req); err != nil {
+				t.Fatal(err)
+			}
+			use, result := findPair(t, req.Messages, "toolu_01T1x1fJ34qAmk2tNTrN7Up6")
+			if string(use.Input) != tc.wantInput {
+				t.Errorf("the call's input in the next request = %.80s, want %s", use.Input, tc.wantInput)
+			}
+			text := resultText(result)
+			if result.IsError != tc.wantError || !strings.Contains(text, tc.wantResult) {
+				t.Errorf("tool_result is_error=%v %q, want is_error=%v with %q", result.IsError, text, tc.wantError, tc.wantResult)
+			}
+		})
+	}
+}

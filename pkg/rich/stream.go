@@ -19,7 +19,10 @@ const (
 	MaxStreamBytes = anthropic.MaxResponseBytes
 	// MaxBlocks bounds the content blocks of one answer.
 	MaxBlocks = 64
-	// MaxBlockBytes bounds one block's text, thinking or tool input.
+	// MaxBlockBytes bounds one block's text, thinking or tool input. A
+	// text or thinking block over it breaks the stream; a tool input over
+	// it is dropped (the call then has no input and is answered with an
+	// error the model reads), so the turn goes on.
 	MaxBlockBytes = 4 << 20
 )
 
@@ -95,6 +98,7 @@ func ReadStream(r io.Reader) (*Response, error) {
 // blockParts gathers one block's deltas without quadratic copying.
 type blockParts struct {
 	text, thinking, signature, input bytes.Buffer
+	inputOver                        bool // the tool input went over MaxBlockBytes: dropped
 }
 
 func (p *blockParts) size() int {
@@ -106,10 +110,15 @@ func (p *blockParts) finish(b *ContentBlock) {
 	b.Thinking += p.thinking.String()
 	b.Signature += p.signature.String()
 	if b.Type == BlockToolUse {
-		b.Input = toolInput(&p.input)
+		b.Input = nil
+		if !p.inputOver {
+			b.Input = toolInput(&p.input)
+		}
 	}
 }
 
+// toolInput is a tool_use block's input: nil when it is not one JSON object
+// (max_tokens cut it short, or the model wrote something else).
 func toolInput(b *bytes.Buffer) json.RawMessage {
 	if b == nil || b.Len() == 0 {
 		return json.RawMessage(`{}`)
@@ -170,6 +179,16 @@ func apply(resp *Response, inputs *[]*blockParts, open *int, started *bool, ev *
 		case d.Type == "signature_delta" && b.Type == BlockThinking:
 			p.signature.WriteString(d.Signature)
 		case d.Type == "input_json_delta" && b.Type == BlockToolUse:
+			if p.inputOver {
+				break
+			}
+			if p.input.Len()+len(d.PartialJSON) > MaxBlockBytes {
+				// Dropped, not held: the rest of the stream still counts
+				// against MaxStreamBytes.
+				p.inputOver = true
+				p.input = bytes.Buffer{}
+				break
+			}
 			p.input.WriteString(d.PartialJSON)
 		default:
 			return false, streamErr("delta %s does not fit its block", safeType(d.Type))

@@ -119,6 +119,30 @@ func TestReadStreamBlockBound(t *testing.T) {
 	}
 }
 
+// TestReadStreamToolInputBound: a tool input over MaxBlockBytes is
+// dropped, not the stream: the answer reads to its end, the call with no
+// input (turn.go answers it with an error), the blocks after it whole.
+func TestReadStreamToolInputBound(t *testing.T) {
+	chunk := strings.Repeat("y", 512<<10)
+	q, _ := json.Marshal(`{"pad":"` + chunk)
+	var b strings.Builder
+	b.WriteString(start(1) + event("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"host_x","input":{}}}`))
+	for i := 0; i < MaxBlockBytes/len(chunk)+1; i++ {
+		b.WriteString(event("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":`+string(q)+`}}`))
+	}
+	b.WriteString(event("content_block_stop", `{"type":"content_block_stop","index":0}`))
+	b.WriteString(event("content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_2","name":"host_x","input":{}}}`))
+	b.WriteString(event("content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\":1}"}}`))
+	b.WriteString(event("content_block_stop", `{"type":"content_block_stop","index":1}`) + stop("tool_use", 9))
+	resp, err := ReadStream(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatalf("err = %v, want the answer with the over-bound input dropped", err)
+	}
+	if len(resp.Content) != 2 || resp.Content[0].Input != nil || string(resp.Content[1].Input) != `{"a":1}` || resp.StopReason != "tool_use" {
+		t.Fatalf("content %d blocks, inputs %.40q and %q, stop %q: want the first nil, the second whole", len(resp.Content), resp.Content[0].Input, resp.Content[len(resp.Content)-1].Input, resp.StopReason)
+	}
+}
+
 func itoa(i int) string {
 	b, _ := json.Marshal(i)
 	return string(b)

@@ -50,8 +50,12 @@ const (
 
 // Fixed texts.
 const (
-	InvalidToolName  = "invalid_tool"
-	ToolFailedText   = "Tool call refused or failed."
+	InvalidToolName = "invalid_tool"
+	ToolFailedText  = "Tool call refused or failed."
+	// ToolInputCutText answers a call whose input max_tokens cut short
+	// (the message's last block, not JSON): the model reads why, and can
+	// call again with less.
+	ToolInputCutText = "Tool call not run: its arguments were cut off at the output token limit (max_tokens) before they were complete. Call it again with shorter arguments."
 	ToolMissingText  = "Tool call did not complete."
 	OmittedInput     = `{"omitted":"Invalid or large arguments omitted from context."}`
 	TruncationMarker = "\n[Truncated.]"
@@ -281,11 +285,20 @@ func (t *turnRun) append(e Entry) error {
 	return nil
 }
 
+// stopMaxTokens is the stop reason of an answer the output token limit cut.
+const stopMaxTokens = "max_tokens"
+
+// ToolInputInvalidText answers a call whose input is not one JSON object
+// within MaxBlockBytes.
+var ToolInputInvalidText = fmt.Sprintf("Tool call not run: its arguments were not one JSON object of at most %d MiB.", MaxBlockBytes>>20)
+
 // use is one tool_use of an answer, normalized, with its original input
-// (nil when it is not a JSON object).
+// (nil when it is not a JSON object; unusable then says why, as the
+// model reads it).
 type use struct {
-	block ContentBlock
-	input json.RawMessage
+	block    ContentBlock
+	input    json.RawMessage
+	unusable string
 }
 
 // settleAssistant normalizes the answer's tool calls (a valid id unique in
@@ -307,13 +320,19 @@ func (t *turnRun) settleAssistant(resp *Response) ([]use, error) {
 			if _, ok := t.funcs[b.Name]; !ok || !protocol.ValidFunctionName(b.Name) {
 				b.Name = InvalidToolName
 			}
+			unusable := ""
 			switch {
 			case in == nil:
-				b.Input = json.RawMessage(`{}`)
+				// Not {}: the model did not call it without arguments.
+				b.Input = json.RawMessage(OmittedInput)
+				unusable = ToolInputInvalidText
+				if resp.StopReason == stopMaxTokens && i == len(resp.Content)-1 {
+					unusable = ToolInputCutText
+				}
 			case len(in) > MaxToolInputBytes:
 				b.Input = json.RawMessage(OmittedInput)
 			}
-			uses = append(uses, use{block: b, input: in})
+			uses = append(uses, use{block: b, input: in, unusable: unusable})
 		}
 		content = append(content, b)
 	}
@@ -487,9 +506,17 @@ func (t *turnRun) mcpTool(ctx context.Context, route, tool string, input json.Ra
 func (t *turnRun) runTool(ctx context.Context, u use) (string, bool) {
 	name := u.block.Name
 	f := t.funcs[name]
-	if f == nil || name == InvalidToolName || u.input == nil {
-		t.log.Warn("tool call refused", "tool", name, "reason", "invalid name or arguments")
+	if f == nil || name == InvalidToolName {
+		t.log.Warn("tool call refused", "tool", name, "reason", "invalid name")
 		return ToolFailedText, true
+	}
+	if u.input == nil {
+		reason := "arguments not one JSON object within the bound"
+		if u.unusable == ToolInputCutText {
+			reason = "arguments cut short at max_tokens"
+		}
+		t.log.Warn("tool call refused", "tool", name, "reason", reason)
+		return u.unusable, true
 	}
 	text, err := f.run(ctx, u.input)
 	var status *StatusError

@@ -71,13 +71,16 @@ install_images() {
 }
 
 # toolbox_base builds (or finds cached) the small test toolbox's base tar on
-# the machine side and copies it into the work directory; empty when this
-# machine cannot build it (the run scenarios then skip, saying why).
+# the machine side and links (or copies) it into the work directory, the
+# one place the namespace sees; empty when this machine cannot build it (the
+# run scenarios then skip, saying why). Call it before ns_boot: the cache it
+# may create on the machine must be in the leftover check's listing.
 toolbox_base() {
   local tar
   TOOLBOX_TAR=""
   if tar=$(cd "$REPO_ROOT" && test/toolbox/build.sh 2>"$E2E_WORK/toolbox-build.log"); then
-    cp "$tar" "$E2E_WORK/toolbox-small.tar" && TOOLBOX_TAR=$E2E_WORK/toolbox-small.tar
+    { ln -f "$tar" "$E2E_WORK/toolbox-small.tar" 2>/dev/null || cp "$tar" "$E2E_WORK/toolbox-small.tar"; } &&
+      TOOLBOX_TAR=$E2E_WORK/toolbox-small.tar
   else
     e2e_log "small toolbox unavailable (code-run scenarios will skip): $(tail -2 "$E2E_WORK/toolbox-build.log" | tr '\n' ' ')"
   fi

@@ -147,13 +147,28 @@ ns_visible() {
 # man-db's bookkeeping included: the namespace's own lives in its overlay),
 # without the harnesses' work directories under /var/tmp. /tmp is left out:
 # the namespace has its own, and every process on this machine uses it.
+# Nothing is allowed by name: what a harness keeps on the machine (the small
+# toolbox's base cache, /var/cache/roundtable-sandbox-test) it makes before
+# ns_boot (run.sh and demo.sh call toolbox_base first), so the listing taken
+# before boot holds it. NS_WATCH_ROOT (empty: the machine's /) is for the
+# check's own test (test/e2e/lib), which plants paths in a directory of its
+# own; the paths printed are the same either way (without the root).
+NS_WATCH_ROOT=${NS_WATCH_ROOT:-}
 ns_watch_list() {
+  local r=$NS_WATCH_ROOT d deep=() shallow=()
+  for d in /etc /var/lib /var/cache /usr/local /opt /srv /lib/systemd/system /usr/lib/systemd /usr/share/polkit-1; do
+    deep+=("$r$d")
+  done
+  for d in /root /home /var/tmp /var/log /var/spool /var/mail /usr/share/man /usr/share/bash-completion/completions \
+    /run /run/lock /run/systemd; do
+    shallow+=("$r$d")
+  done
+  # A place this machine lacks is listed as empty (find fails on it: under
+  # pipefail that would end the caller's set -e shell without a word).
   {
-    find /etc /var/lib /var/cache /usr/local /opt /srv /lib/systemd/system /usr/lib/systemd /usr/share/polkit-1 \
-      -xdev -maxdepth 3 2>/dev/null
-    find /root /home /var/tmp /var/log /var/spool /var/mail /usr/share/man /usr/share/bash-completion/completions \
-      /run /run/lock /run/systemd -xdev -maxdepth 1 2>/dev/null
-  } | grep -Ev '^/var/tmp/(roundtable-|rtsb-|sbx-)' | sort -u
+    find "${deep[@]}" -xdev -maxdepth 3 2>/dev/null || true
+    find "${shallow[@]}" -xdev -maxdepth 1 2>/dev/null || true
+  } | awk -v n="${#r}" '{ print substr($0, n + 1) }' | grep -Ev '^/var/tmp/(roundtable-|rtsb-|sbx-)' | sort -u
 }
 
 # Files a package install, a purge or a booted system change in place (so a
@@ -479,17 +494,21 @@ ns_cleanup_machine() {
       [[ -z ${TEST_SUMMARY_FILE:-} ]] || echo "e2e: FAILED: the leftover check found $(wc -l <<<"$changed") changed files on the machine (first: $(head -1 <<<"$changed"))" >>"$TEST_SUMMARY_FILE"
     fi
   fi
-  # Files and directories: what the listing did not hold before boot.
-  if [[ -f $before/paths ]]; then
-    ns_watch_list >"$E2E_WORK/paths.after"
-    local new
-    new=$(comm -13 "$before/paths" "$E2E_WORK/paths.after")
-    if [[ -n $new ]]; then
-      e2e_log "LEFT: new paths on the machine since the namespace booted (ns_watch_list; made by the namespace, or by another process on this machine meanwhile):"
-      head -40 <<<"$new" >&2
-      rc=1
-      [[ -z ${TEST_SUMMARY_FILE:-} ]] || echo "e2e: FAILED: the leftover check found $(wc -l <<<"$new") new paths on the machine (first: $(head -1 <<<"$new"))" >>"$TEST_SUMMARY_FILE"
-    fi
-  fi
+  ns_check_paths || rc=1
   return $rc
+}
+
+# ns_check_paths is the check of files and directories: it fails, naming
+# them, when ns_watch_list holds paths the listing ns_snapshot took before
+# boot ($E2E_WORK/before/paths) did not.
+ns_check_paths() {
+  local before=$E2E_WORK/before new
+  [[ -f $before/paths ]] || return 0
+  ns_watch_list >"$E2E_WORK/paths.after"
+  new=$(comm -13 "$before/paths" "$E2E_WORK/paths.after")
+  [[ -n $new ]] || return 0
+  e2e_log "LEFT: new paths on the machine since the namespace booted (ns_watch_list; made by the namespace, or by another process on this machine meanwhile):"
+  head -40 <<<"$new" >&2
+  [[ -z ${TEST_SUMMARY_FILE:-} ]] || echo "e2e: FAILED: the leftover check found $(wc -l <<<"$new") new paths on the machine (first: $(head -1 <<<"$new"))" >>"$TEST_SUMMARY_FILE"
+  return 1
 }
