@@ -350,7 +350,7 @@ runs:
 `, supervise(0))
 	noProject := config.RunShape{}.Name()
 	projectNone := config.RunShape{Project: "none"}.Name()
-	r.h.coderun.WarmUp()
+	r.h.codeRuns().WarmUp()
 	readyRunStandby(t, r, projectNone)
 	readyRunStandby(t, r, noProject)
 	for _, tc := range []struct {
@@ -374,13 +374,13 @@ runs:
 			t.Fatalf("run with project %q: jobs given to standbys %v, want one", tc.project, streamed)
 		}
 		var spec ContainerSpec
-		r.docker.mu.Lock()
-		for _, s := range r.docker.created {
+		r.docker.Mu.Lock()
+		for _, s := range r.docker.Created {
 			if "id-"+s.Name == streamed[0] {
 				spec = s
 			}
 		}
-		r.docker.mu.Unlock()
+		r.docker.Mu.Unlock()
 		if !tc.wantWorkspace(spec.WorkspaceDir) {
 			t.Errorf("run with project %q bound standby %s with %s at /workspace", tc.project, spec.Name, spec.WorkspaceDir)
 		}
