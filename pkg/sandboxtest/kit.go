@@ -36,8 +36,11 @@ var Machine = config.Machine{CPUs: 64, MemoryMB: 1 << 20}
 // the fakes, the lifecycle over them, the host's side (Host) and the
 // kind.Deps the host would hand the kind's constructor.
 type Kit struct {
-	Cfg      *config.Config
-	Docker   *Docker
+	Cfg    *config.Config
+	Docker *Docker
+	// Warm is Docker able to start a container apart from running it
+	// (KitOptions.Warm), nil otherwise.
+	Warm     *WarmDocker
 	Units    *Units
 	Journal  *Journal
 	Host     *Host
@@ -49,6 +52,9 @@ type Kit struct {
 type KitOptions struct {
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Warm drives the containers through a WarmDocker: the kind
+	// prepares standbys.
+	Warm bool
 }
 
 // NewKit makes a kit over Config(t, extra).
@@ -68,8 +74,13 @@ func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 	set, err := toolset.New(cfg, nil)
 	Must(t, err)
 	noChown := func(string, int, int) error { return nil } // tests need not be root
+	var containers sandbox.Containers = k.Docker
+	if o.Warm {
+		k.Warm = NewWarmDocker(k.Docker)
+		containers = k.Warm
+	}
 	life := sandbox.New(sandbox.Options{
-		Containers: k.Docker, Units: k.Units, Logger: o.Logger, ChownTree: noChown, RemoveRetryDelay: time.Millisecond,
+		Containers: containers, Units: k.Units, Logger: o.Logger, ChownTree: noChown, RemoveRetryDelay: time.Millisecond,
 		WorkerLogs: workerlog.New(workerlog.DefaultLimits(), k.Journal.Send, nil),
 	})
 	k.Deps = kind.Deps{
@@ -101,6 +112,29 @@ func (k *Kit) AssertClean(t *testing.T) {
 // when absent).
 func (k *Kit) Counter(name, label, value string) float64 {
 	return Counter(k.Registry, name, label, value)
+}
+
+// CounterWith reads the first series of counter name from the kit's
+// registry whose labels hold every pair of labels (0 when absent).
+func (k *Kit) CounterWith(t testing.TB, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := k.Registry.Gather()
+	Must(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue metric
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 // Counter reads one series of counter name from reg (0 when absent, -1
