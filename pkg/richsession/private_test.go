@@ -1,4 +1,4 @@
-package host
+package richsession_test
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
 )
 
+// lockedBuffer is a log written by the kind's goroutines and read by the
+// test.
 type lockedBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -38,28 +40,15 @@ func (l *lockedBuffer) String() string {
 // configured image to rebuild.
 func TestRichIncompatibleWorkerNamesImage(t *testing.T) {
 	logs := &lockedBuffer{}
-	ctl := &fakeRichControl{}
-	r := newRig(t, richExtra, func(o *Options) {
-		richTuning(o).Control = ctl
-		richTuning(o).Idle = time.Hour
-		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	})
-	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
-		if !spec.Rich {
-			return okRun(ctx, spec, stdin)
-		}
-		<-ctx.Done()
-		return RunResult{ExitCode: 137}, ctx.Err()
-	}
-	t.Cleanup(r.h.Shutdown)
-	must(t, r.h.state.SetRich("room", "helper"))
+	r, ctl := richRigLog(t, time.Hour, richExtra, nil, slog.New(slog.NewTextHandler(logs, nil)))
+	must(t, r.setRich("room", "helper"))
 	ctl.turnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
 		return nil, richsession.ErrWorkerIncompatible
 	}
-	if _, _, err := richTurn(t, r, "room", "one"); !errors.Is(err, ErrTurnFailed) {
-		t.Fatalf("turn: %v, want ErrTurnFailed", err)
+	if _, _, err := richTurn(t, r, "room", "one"); !errors.Is(err, errTurnFailed) {
+		t.Fatalf("turn: %v, want errTurnFailed", err)
 	}
-	image := r.h.cfg.Image
+	image := r.kit.Cfg.Image
 	if image == "" || !strings.Contains(logs.String(), "rebuild the worker image") || !strings.Contains(logs.String(), image) {
 		t.Fatalf("log does not name the image %q to rebuild:\n%s", image, logs.String())
 	}
