@@ -52,6 +52,8 @@ type Kit struct {
 type KitOptions struct {
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Config changes the configuration before the kit is made from it.
+	Config func(*config.Config)
 	// Warm drives the containers through a WarmDocker: the kind
 	// prepares standbys.
 	Warm bool
@@ -61,6 +63,9 @@ type KitOptions struct {
 func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 	t.Helper()
 	cfg := Config(t, extra)
+	if o.Config != nil {
+		o.Config(cfg)
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -255,6 +260,8 @@ var apiRows = []api.Status{
 	{Err: api.ErrNotFound, Code: http.StatusNotFound, Reason: api.ErrNotFound.Error()},
 	{Err: api.ErrTooLarge, Code: http.StatusRequestEntityTooLarge, Reason: api.ErrTooLarge.Error()},
 	{Err: sandbox.ErrShuttingDown, Code: http.StatusServiceUnavailable, Reason: sandbox.ErrShuttingDown.Error()},
+	// The host's row for its refusal of a channel not in sandbox mode.
+	{Err: errModeOff, Code: http.StatusConflict, Reason: errModeOff.Error()},
 }
 
 // Call serves one request to routes as the host's router would once it
@@ -269,23 +276,40 @@ func Call(t testing.TB, reg kind.Registration, routes []api.Route, role peerauth
 		b, _ := json.Marshal(body)
 		rd = strings.NewReader(string(b))
 	}
+	req := httptest.NewRequest(method, path, rd)
+	w := httptest.NewRecorder()
+	if !serve(reg, routes, role, uid, w, req) {
+		t.Fatalf("no route for %s %s", method, path)
+	}
+	return w.Code, w.Body.Bytes()
+}
+
+// Handler serves routes as Call does, to a live server's requests (a
+// stream, say); a request no route matches is answered 404.
+func Handler(reg kind.Registration, routes []api.Route, role peerauth.Role, uid int) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !serve(reg, routes, role, uid, w, req) {
+			http.NotFound(w, req)
+		}
+	})
+}
+
+// serve answers req by the route it matches (false: none matches).
+func serve(reg kind.Registration, routes []api.Route, role peerauth.Role, uid int, w http.ResponseWriter, req *http.Request) bool {
 	for _, rt := range routes {
-		param, ok := matchPattern(rt.Pattern, path)
-		if !ok || rt.Method != method {
+		param, ok := matchPattern(rt.Pattern, req.URL.Path)
+		if !ok || rt.Method != req.Method {
 			continue
 		}
-		req := httptest.NewRequest(method, path, rd)
 		ctx := context.WithValue(req.Context(), peerauth.Key{}, peerauth.Peer{Known: true, UID: uid, GID: uid})
 		req = req.WithContext(api.WithRole(ctx, role))
-		w := httptest.NewRecorder()
 		if err := rt.Fn(w, req, param); err != nil {
 			code, reason := api.StatusOf(err, append(append([]api.Status{}, reg.Statuses...), apiRows...))
 			api.WriteJSON(w, code, map[string]string{"error": reason})
 		}
-		return w.Code, w.Body.Bytes()
+		return true
 	}
-	t.Fatalf("no route for %s %s", method, path)
-	return 0, nil
+	return false
 }
 
 // matchPattern matches path against a pattern of literal segments and at
