@@ -64,6 +64,48 @@ func (e *RequestError) Unwrap() error { return e.Kind }
 // BadRequest is ErrBadRequest with a reason the caller reads.
 func BadRequest(reason string) error { return &RequestError{ErrBadRequest, reason} }
 
+// A Status is one row of the host's error-to-status table: an error
+// category (matched with errors.Is), its status and the reason its caller
+// reads ("" = the error's own text: a reason about the caller's input).
+// A kind hands the rows of its categories to the host; the table and its
+// order stay the host's.
+type Status struct {
+	Err    error
+	Code   int
+	Reason string
+}
+
+// StatusOf maps err to a status and reason by rows, in their order: a
+// RequestError answers its kind's status with its own reason; a row's
+// empty Reason answers the error's own text; nothing matched is 500
+// "internal error". The host keeps the one table (its rows and order);
+// this is how it is read.
+func StatusOf(err error, rows []Status) (int, string) {
+	var re *RequestError
+	if errors.As(err, &re) {
+		status, _ := StatusOf(re.Kind, rows)
+		return status, re.Reason
+	}
+	for _, m := range rows {
+		if errors.Is(err, m.Err) {
+			if m.Reason == "" {
+				return m.Code, err.Error()
+			}
+			return m.Code, m.Reason
+		}
+	}
+	return http.StatusInternalServerError, "internal error"
+}
+
+// A Param is a path parameter of a route pattern ("{run}"): each is one
+// URL-escaped segment, checked by Valid before any handler runs; a bad one
+// is refused with Reason.
+type Param struct {
+	Name   string
+	Valid  func(string) bool
+	Reason string
+}
+
 // MaxBodyBytes bounds every request body without a bound of its own:
 // 32,000 characters of text escaped as JSON (up to 6 bytes each) plus the
 // speaker fields fit.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/docker/docker/api/types/image"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/container"
 	"github.com/roundtable-sandbox/sandbox/pkg/host"
@@ -141,7 +142,7 @@ runs:
 
 	run := func(t *testing.T, p runs.Params) runs.Status {
 		t.Helper()
-		st, err := h.CodeRuns().Start(p, 0)
+		st, err := host.Kind[*coderun.Kind](h).Start(p, 0)
 		if err != nil {
 			t.Fatalf("StartRun: %v", err)
 		}
@@ -181,7 +182,7 @@ mkdir -p /output/out && echo result-body > /output/out/result.txt; exit 3`})
 		}
 	})
 	t.Run("cancel kills and removes", func(t *testing.T) {
-		st, err := h.CodeRuns().Start(runs.Params{Command: "sleep 60"}, 0)
+		st, err := host.Kind[*coderun.Kind](h).Start(runs.Params{Command: "sleep 60"}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -270,7 +271,7 @@ func waitState(t *testing.T, h *host.Host, id, state string) {
 // runStatus, approveRun and cancelRun act on a run through the host's
 // code-run kind, as the API's handlers do.
 func runStatus(h *host.Host, id string) (runs.Status, error) {
-	r, err := h.CodeRuns().Registry().Get(id)
+	r, err := host.Kind[*coderun.Kind](h).Registry().Get(id)
 	if err != nil {
 		return runs.Status{}, err
 	}
@@ -278,7 +279,7 @@ func runStatus(h *host.Host, id string) (runs.Status, error) {
 }
 
 func approveRun(h *host.Host, id string, uid int) error {
-	r, err := h.CodeRuns().Registry().Get(id)
+	r, err := host.Kind[*coderun.Kind](h).Registry().Get(id)
 	if err != nil {
 		return err
 	}
@@ -286,7 +287,7 @@ func approveRun(h *host.Host, id string, uid int) error {
 }
 
 func cancelRun(h *host.Host, id string) error {
-	r, err := h.CodeRuns().Registry().Get(id)
+	r, err := host.Kind[*coderun.Kind](h).Registry().Get(id)
 	if err != nil {
 		return err
 	}

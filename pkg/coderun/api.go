@@ -38,9 +38,6 @@ func (k *Kind) Routes() []api.Route {
 	}
 }
 
-// ChannelMode: runs belong to no channel.
-func (k *Kind) ChannelMode(channel, mode, profile string) {}
-
 // Stop discards every run standby and waits for it. A run is counted by
 // the host's Admit, so a stopping host has waited for its runs: none binds
 // a standby or refills one any more.

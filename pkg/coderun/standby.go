@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"strconv"
 	"time"
 
@@ -43,34 +42,19 @@ import (
 
 // runWarm is one ready run standby.
 type runWarm struct {
-	k       *Kind
-	h       *sandbox.Handle
-	shape   config.RunShape
-	slot    int
-	uid     int
-	started sandbox.StreamStarted
-	log     *slog.Logger
-}
-
-// Alive: the container still runs.
-func (w *runWarm) Alive(ctx context.Context) error {
-	running, err := w.k.warm.Running(ctx, w.h.ContainerID)
-	if err != nil {
-		return err
-	}
-	if !running {
-		return errors.New("run standby container is not running")
-	}
-	return nil
+	sandbox.Standby // Alive; Discard below frees the slot too
+	k               *Kind
+	h               *sandbox.Handle
+	shape           config.RunShape
+	slot            int
+	uid             int
+	started         sandbox.StreamStarted // Standby.Started, streaming
 }
 
 // Discard removes the standby as a run's cleanup removes a run, then frees
 // its slot.
 func (w *runWarm) Discard(reason string) {
-	w.started.Close()
-	if err := w.k.life.Cleanup(w.h, w.log); err != nil {
-		w.log.Warn("run standby discard incomplete", "reason", reason, "err", err)
-	}
+	w.Standby.Discard(reason)
 	w.k.slots.Give(w.slot)
 }
 
@@ -229,7 +213,9 @@ func (k *Kind) prepareStandby(ctx context.Context, name, _, id string, expiry ti
 		return nil, errors.New("the driver's started container cannot stream a run")
 	}
 	log.Debug("run standby ready", "expires", expiry.UTC().Format(time.RFC3339))
-	return &runWarm{k: k, h: h, shape: shape, slot: slot, uid: uid, started: streamer, log: log}, nil
+	return &runWarm{k: k, h: h, shape: shape, slot: slot, uid: uid, started: streamer, Standby: sandbox.Standby{
+		Life: k.life, Warm: k.warm, Handle: h, Started: streamer, Log: log, Name: "run standby",
+	}}, nil
 }
 
 // writeDeadline writes (binding: rewrites) the standby's deadline record.

@@ -32,7 +32,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleetjobs"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
-	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
@@ -55,14 +55,7 @@ type Host interface {
 // Research is a research turn's outcome: the reply, the run's error (with
 // the worker's exit status and fixed cause when it exited non-zero) and
 // the turn's cleanup error.
-type Research struct {
-	Reply       *protocol.Reply
-	RunErr      error
-	Exited      bool
-	ExitCode    int64
-	WorkerCause string
-	CleanupErr  error
-}
+type Research = kind.ResearchResult
 
 // Options make a Kind.
 type Options struct {

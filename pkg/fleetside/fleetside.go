@@ -5,7 +5,9 @@
 // its new workspace packed after; the bound on the turns this box
 // publishes per channel (a local turn's 429s); channel modes written to
 // the fleet and this box's state kept the fleet's; the fleet metrics. It
-// reaches the host only through its Host interface.
+// reaches the host only through its Host interface (admission and the
+// turn's run) and the channel's workspace only through Workspaces (the
+// kind's own, not through the host).
 //
 // Guarantee: a turn runs only if the fleet had its channel on when the
 // turn was taken; before it runs, this box's workspace is the committed
@@ -58,10 +60,14 @@ type Host interface {
 	// Run runs the turn as a sealed turn here: fleet.ErrElsewhere when
 	// the host stops, a *fleet.TurnError for a kind the reply carries.
 	Run(ctx context.Context, t fleet.Turn) (ok bool, text string, err error)
-	// PackWorkspace and RestoreWorkspace move the channel's workspace
-	// (within Limits) out of and into this box.
-	PackWorkspace(channel string) ([]byte, error)
-	RestoreWorkspace(channel string, data []byte) error
+}
+
+// Workspaces move a channel's workspace (within Limits) out of and into
+// this box: the kind whose turns the fleet runs (the sealed turn), reached
+// directly, not through the host.
+type Workspaces interface {
+	PackWorkspace(channel string, limits wsarchive.Limits) ([]byte, error)
+	RestoreWorkspace(channel string, data []byte, limits wsarchive.Limits) error
 }
 
 // Limits bound a workspace snapshot (fleet.MaxWorkspaceBytes).
@@ -69,8 +75,9 @@ var Limits = wsarchive.Limits{MaxBytes: fleet.MaxWorkspaceBytes, MaxEntries: wsa
 
 // Options make a Side.
 type Options struct {
-	Fleet *fleet.Fleet
-	Host  Host
+	Fleet      *fleet.Fleet
+	Host       Host
+	Workspaces Workspaces
 	// Config gives the box (fleet.box, fleet.partitions), the bound of
 	// the turns it publishes per channel (queue.depth,
 	// queue.maxWaitSeconds) and a turn's deadline; Closed is what a wait
@@ -162,7 +169,7 @@ func (s *Side) Execute(ctx context.Context, in fleet.Input) (fleet.Output, error
 	if err != nil {
 		return fleet.Output{}, err
 	}
-	ws, err := h.PackWorkspace(ch)
+	ws, err := s.o.Workspaces.PackWorkspace(ch, Limits)
 	if err != nil {
 		s.o.Logger.Error("fleet turn failed: its workspace cannot be committed (reset the channel's workspace if it outgrew the bound)", "channel", ids.ChannelTag(ch), "err", err, "max_bytes", Limits.MaxBytes)
 		return fleet.Output{}, err
@@ -185,7 +192,7 @@ func (s *Side) restore(ctx context.Context, in fleet.Input) error {
 	}
 	data, err := in.Restore(ctx)
 	if err == nil {
-		err = s.o.Host.RestoreWorkspace(ch, data)
+		err = s.o.Workspaces.RestoreWorkspace(ch, data, Limits)
 	}
 	if err != nil {
 		s.metrics.Restored("failed")

@@ -15,7 +15,8 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/wsarchive"
 )
 
-// fakeHost records what the side asks of its host.
+// fakeHost records what the side asks of its host and of the
+// workspaces.
 type fakeHost struct {
 	runs      int
 	restored  []string
@@ -32,8 +33,10 @@ func (f *fakeHost) Run(context.Context, fleet.Turn) (bool, string, error) {
 	f.runs++
 	return true, "reply", f.runErr
 }
-func (f *fakeHost) PackWorkspace(string) ([]byte, error) { return []byte("packed"), f.packErr }
-func (f *fakeHost) RestoreWorkspace(_ string, data []byte) error {
+func (f *fakeHost) PackWorkspace(string, wsarchive.Limits) ([]byte, error) {
+	return []byte("packed"), f.packErr
+}
+func (f *fakeHost) RestoreWorkspace(_ string, data []byte, _ wsarchive.Limits) error {
 	f.restored = append(f.restored, string(data))
 	return f.unpackErr
 }
@@ -47,7 +50,7 @@ func TestExecuteRestoresOnlyWhatIsNotCurrent(t *testing.T) {
 	h := &fakeHost{}
 	cfg := &config.Config{}
 	cfg.Queue.Depth, cfg.Fleet.Partitions = 1, 1
-	s := New(Options{Host: h, Config: cfg, Registry: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s := New(Options{Host: h, Workspaces: h, Config: cfg, Registry: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	var storeErr error
 	in := func(mode, snapshot, next string) fleet.Input {
 		return fleet.Input{Turn: fleet.Turn{Channel: "ch"}, Mode: fleet.ChannelMode{Channel: "ch", Mode: mode},

@@ -38,7 +38,7 @@ func TestAPIBusy429WhenNoSlotInTime(t *testing.T) {
 	release2 := make(chan struct{})
 	running := make(chan string, 4)
 	var runs atomic.Int32
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		gate := release
 		if runs.Add(1) > 1 {
 			gate = release2
@@ -55,7 +55,7 @@ func TestAPIBusy429WhenNoSlotInTime(t *testing.T) {
 	first := make(chan int, 1)
 	go func() { first <- post(hc, "/v1/channels/a/turns", body) }()
 	<-running
-	created := len(r.docker.created)
+	created := len(r.docker.Created)
 	start := time.Now()
 	status, resp := call(t, hc, "POST", "/v1/channels/b/turns", body)
 	if reason, _ := resp["error"].(string); status != http.StatusTooManyRequests || !strings.Contains(reason, "busy") {
@@ -64,7 +64,7 @@ func TestAPIBusy429WhenNoSlotInTime(t *testing.T) {
 	if took := time.Since(start); took > 30*time.Second {
 		t.Errorf("the refusal took %v, want about queue.maxWaitSeconds (1 s)", took)
 	}
-	if n := len(r.docker.created); n != created {
+	if n := len(r.docker.Created); n != created {
 		t.Errorf("the refused turn created %d containers", n-created)
 	}
 	if w, _ := r.h.queue.Totals(); w != 0 {
@@ -124,20 +124,20 @@ func TestTurnFailedByItsUnitSaysWhichAndWhy(t *testing.T) {
 				o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			})
 			must(t, r.h.state.SetMode("c", ModeOn))
-			r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+			r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 				return RunResult{ExitCode: 1, Stdout: []byte(`{"ok":false,"text":"","cause":"broker call failed"}`)}, nil
 			}
 			if tt.why != nil {
-				r.units.explain = func(string) error { return tt.why }
+				r.units.Explain = func(string) error { return tt.why }
 			}
 			hc, _ := serve(t, r)
 			status, resp := call(t, hc, "POST", "/v1/channels/c/turns", `{"speaker":{"id":"s"},"text":"x"}`)
 			if reason, _ := resp["error"].(string); status != tt.wantStatus || reason != tt.wantReason {
 				t.Errorf("answer %d %q, want %d %q", status, reason, tt.wantStatus, tt.wantReason)
 			}
-			r.units.mu.Lock()
-			explained := slices.Clone(r.units.explained)
-			r.units.mu.Unlock()
+			r.units.Mu.Lock()
+			explained := slices.Clone(r.units.Explained)
+			r.units.Mu.Unlock()
 			if len(explained) != 1 || !explained[0] {
 				t.Errorf("ExplainBroker calls (units still active?) = %v, want one, before the units were stopped", explained)
 			}
@@ -191,7 +191,7 @@ func TestNoStandbyPreparedWhileATurnWaits(t *testing.T) {
 	running := make(chan string, 2)
 	standbyOfC := make(chan string, 1)
 	var runs atomic.Int32
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		gate := relC
 		if runs.Add(1) == 2 {
 			gate = relB
@@ -244,7 +244,7 @@ func TestColdStartsWaitForAStartSlot(t *testing.T) {
 	hold := make(chan struct{})
 	starting := make(chan string, 4)
 	var starts atomic.Int32
-	r.units.startHook = func(ctx context.Context, turn string) error {
+	r.units.StartHook = func(ctx context.Context, turn string) error {
 		starting <- turn
 		if starts.Add(1) == 1 {
 			select { // a's start: held until the test has seen b wait

@@ -18,6 +18,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 	"github.com/roundtable-sandbox/sandbox/pkg/safefetch"
@@ -151,11 +152,7 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 	// after cleanup, as before.
 	replied := false
 	var files []richproto.File
-	run := h.RunTurn
-	if mode == ModeRich {
-		run = h.RunRichTurn
-	}
-	reply, turnID, err := run(ctx, TurnInput{
+	reply, turnID, err := h.runTurn(ctx, mode, TurnInput{
 		Channel: channel, SpeakerID: req.Speaker.ID, SpeakerName: req.Speaker.Name,
 		PrincipalID: req.Speaker.PrincipalID, Text: req.Text, Attachments: req.Attachments,
 		OnFiles: func(f []richproto.File) { files = f },
@@ -228,13 +225,21 @@ func (h *Host) status(channel string) apiwire.Channel {
 	h.mu.Unlock()
 	if st.Mode == ModeRich {
 		st.Profile = h.state.Profile(channel)
-		st.Rich = h.rich.Status(channel)
 	}
-	if h.standbys != nil && st.Mode != ModeRich {
-		sb := h.standbys.State(channel)
-		st.Standby = sb.State
-		if !sb.Expiry.IsZero() {
-			st.StandbyExpiresUnix = sb.Expiry.Unix()
+	for _, k := range h.kinds {
+		r, ok := k.(kind.Reporter)
+		if !ok {
+			continue
+		}
+		rep := r.ChannelReport(channel, st.Mode)
+		if rep.Session != nil {
+			st.Rich = rep.Session
+		}
+		if rep.Standby != "" {
+			st.Standby = rep.Standby
+		}
+		if !rep.StandbyExpires.IsZero() {
+			st.StandbyExpiresUnix = rep.StandbyExpires.Unix()
 		}
 	}
 	return st
@@ -278,20 +283,15 @@ func (h *Host) handleMode(w http.ResponseWriter, r *http.Request, channel string
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	switch req.Mode {
-	case ModeOn, ModeOff:
-		if req.Profile != "" {
-			return badRequest(`profile is for mode "rich" only`)
+	// Off is the host's; every other mode is a kind's, which checks it.
+	if tk, ok := h.turnKinds[req.Mode]; ok {
+		if err := tk.CheckMode(req.Profile); err != nil {
+			return badRequest(err.Error())
 		}
-	case ModeRich:
-		if !h.cfg.Rich.Enabled {
-			return badRequest("rich channels are disabled (rich.enabled)")
-		}
-		if _, ok := h.cfg.Profile(req.Profile); !ok {
-			return badRequest("profile must name a configured profile")
-		}
-	default:
+	} else if req.Mode != ModeOff {
 		return badRequest(`mode must be "on", "off" or "rich"`)
+	} else if req.Profile != "" {
+		return badRequest(`profile is for mode "rich" only`)
 	}
 	if err := h.fl.SetMode(r.Context(), channel, req.Mode, req.Profile); err != nil { // fleet mode: written first
 		return err
@@ -316,7 +316,9 @@ func (h *Host) handleMode(w http.ResponseWriter, r *http.Request, channel string
 // old mode (a standby, unfinished jobs, a session of another profile).
 func (h *Host) channelMode(channel, mode, profile string) {
 	for _, k := range h.kinds {
-		k.ChannelMode(channel, mode, profile)
+		if w, ok := k.(kind.ModeWatcher); ok {
+			w.ChannelMode(channel, mode, profile)
+		}
 	}
 }
 
@@ -362,7 +364,11 @@ func (h *Host) ActiveTurns() []apiwire.Turn {
 		seen[a.ID] = true
 	}
 	for _, k := range h.kinds {
-		for _, l := range k.Listed() {
+		lister, ok := k.(kind.Lister)
+		if !ok {
+			continue
+		}
+		for _, l := range lister.Listed() {
 			if !seen[l.ID] {
 				seen[l.ID] = true
 				out = append(out, l)

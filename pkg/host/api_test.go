@@ -131,8 +131,8 @@ func TestAPIBadInputs(t *testing.T) {
 			t.Errorf("%s: %d %q, want %d containing %q", tt.name, status, reason, tt.status, tt.reason)
 		}
 	}
-	if len(r.docker.created) != 0 {
-		t.Errorf("bad requests created %d containers", len(r.docker.created))
+	if len(r.docker.Created) != 0 {
+		t.Errorf("bad requests created %d containers", len(r.docker.Created))
 	}
 }
 
@@ -140,7 +140,7 @@ func TestAPIQueueFull429(t *testing.T) {
 	r := newRig(t, "queue:\n  depth: 1\n", nil)
 	must(t, r.h.state.SetMode("c", ModeOn))
 	release := make(chan struct{})
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		select {
 		case <-release:
 		case <-ctx.Done():
@@ -286,7 +286,7 @@ func TestMetricsExposed(t *testing.T) {
 func TestLongTurnKeepsItsRequest(t *testing.T) {
 	r := newRig(t, "", nil)
 	must(t, r.h.state.SetMode("c", ModeOn))
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		select {
 		case <-time.After(300 * time.Millisecond):
 			return okRun(ctx, spec, stdin)
@@ -308,7 +308,7 @@ func TestAPIWaitingClientThatLeavesFreesItsPlace(t *testing.T) {
 	r := newRig(t, "queue:\n  depth: 1\n", nil)
 	must(t, r.h.state.SetMode("c", ModeOn))
 	release := make(chan struct{})
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		select {
 		case <-release:
 		case <-ctx.Done():
@@ -348,7 +348,7 @@ func TestAPIWaitingClientThatLeavesFreesItsPlace(t *testing.T) {
 	if s := <-third; s != 200 {
 		t.Errorf("third: %d", s)
 	}
-	if n := len(r.docker.created); n != 2 {
+	if n := len(r.docker.Created); n != 2 {
 		t.Errorf("%d containers created, want 2 (the waiter that left never ran)", n)
 	}
 }

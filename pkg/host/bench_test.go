@@ -34,7 +34,7 @@ func BenchmarkRunTurnHostOverheadTmpfs(b *testing.B) {
 	r.cfg.RunRoot, r.cfg.PolicyDir = filepath.Join(dir, "run"), filepath.Join(dir, "pol")
 	must(b, os.Mkdir(r.cfg.RunRoot, 0o700))
 	must(b, os.Mkdir(r.cfg.PolicyDir, 0o700))
-	r.docker.cfg = r.cfg
+	r.docker.Cfg = r.cfg
 	in := TurnInput{Channel: "bench:1", SpeakerID: "s", SpeakerName: "n", Text: "hello"}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

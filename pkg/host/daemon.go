@@ -16,6 +16,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleetjobs"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleetside"
+	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
@@ -200,7 +201,13 @@ func (d *Daemon) Serve(ctx context.Context) (err error) {
 		// turns go to the other boxes rather than bounce off this one.
 		defer box.Stop()
 		defer context.AfterFunc(ctx, box.Stop)()
-		stopJobs, err := fleetjobs.StartAll(sctx, h.queue.SpareYielding, h.coderun.StartFleet, h.prechecks.StartFleet, h.delegations.StartFleet)
+		var starters []fleetjobs.Starter
+		for _, k := range h.kinds {
+			if f, ok := k.(kind.FleetStarter); ok {
+				starters = append(starters, f.StartFleet)
+			}
+		}
+		stopJobs, err := fleetjobs.StartAll(sctx, h.queue.SpareYielding, starters...)
 		if err != nil {
 			return startupErr("fleet", err)
 		}

@@ -116,12 +116,12 @@ func TestDaemonInProcessThroughClient(t *testing.T) {
 	// A turn that hangs is cancelled by shutdown: 503, container removed,
 	// units stopped, STOPPING=1 sent, Serve returns.
 	started := make(chan struct{})
-	docker.mu.Lock()
-	docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	docker.Mu.Lock()
+	docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		close(started)
 		return blockRun(ctx, spec, stdin)
 	}
-	docker.mu.Unlock()
+	docker.Mu.Unlock()
 	turnErr := make(chan error, 1)
 	go func() {
 		_, err := c.RunTurn(bg, "a/../b c", apiwire.Speaker{ID: "s1"}, "hang")
@@ -139,13 +139,13 @@ func TestDaemonInProcessThroughClient(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Errorf("Serve = %v", err)
 	}
-	if !n.has("STOPPING=1") || !units.closed {
-		t.Errorf("notes %v, units closed %v", n.list, units.closed)
+	if !n.has("STOPPING=1") || !units.Closed {
+		t.Errorf("notes %v, units closed %v", n.list, units.Closed)
 	}
-	if docker.liveCount() != 0 || units.activeCount() != 0 {
-		t.Errorf("left behind: %d containers, %d units", docker.liveCount(), units.activeCount())
+	if docker.LiveCount() != 0 || units.ActiveCount() != 0 {
+		t.Errorf("left behind: %d containers, %d units", docker.LiveCount(), units.ActiveCount())
 	}
-	if ds := docker.created; len(ds) != 3 {
+	if ds := docker.Created; len(ds) != 3 {
 		t.Errorf("containers created = %d, want 3", len(ds))
 	}
 }
@@ -155,15 +155,15 @@ func TestDaemonLoadsMissingImageFromArchive(t *testing.T) {
 	archive := filepath.Join(t.TempDir(), "worker-image.tar")
 	os.WriteFile(archive, []byte("tar"), 0o644)
 	d.Config.ImageArchive = archive
-	docker.image = false
+	docker.Image = false
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- d.Serve(ctx) }()
 	waitFor(t, "READY=1", func() bool { return n.has("READY=1") })
 	stop()
 	must(t, <-served)
-	if len(docker.loaded) != 1 || docker.loaded[0] != archive {
-		t.Errorf("loaded = %v", docker.loaded)
+	if len(docker.Loaded) != 1 || docker.Loaded[0] != archive {
+		t.Errorf("loaded = %v", docker.Loaded)
 	}
 }
 
@@ -174,10 +174,10 @@ func TestDaemonStartupRefusals(t *testing.T) {
 		want   string
 	}{
 		{"image missing, no archive", func(d *Daemon, f *fakeDocker) {
-			f.image = false
+			f.Image = false
 			d.Config.ImageArchive = "/nonexistent/worker-image.tar"
 		}, "docker load -i"},
-		{"docker down", func(d *Daemon, f *fakeDocker) { f.pingErr = errors.New("connection refused") }, "docker ping"},
+		{"docker down", func(d *Daemon, f *fakeDocker) { f.PingErr = errors.New("connection refused") }, "docker ping"},
 		{"root", func(d *Daemon, f *fakeDocker) { d.Env.UID = 0 }, "refusing to run as root"},
 		{"unknown group", func(d *Daemon, f *fakeDocker) { d.Config.API.Clients.Groups = []string{"ghosts"} }, `api.clients.groups[0]: unknown group "ghosts"`},
 		{"reap fails", func(d *Daemon, f *fakeDocker) {
@@ -215,7 +215,7 @@ func TestReaperReadsActiveTurns(t *testing.T) {
 	r := newRig(t, "", nil)
 	must(t, r.h.state.SetMode("c", ModeOn))
 	started := make(chan struct{})
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		close(started)
 		return blockRun(ctx, spec, stdin)
 	}

@@ -31,9 +31,6 @@ var (
 	// ErrQueueFull and ErrBusy are admission's 429s (pkg/admission).
 	ErrQueueFull = admission.ErrQueueFull
 	ErrBusy      = admission.ErrBusy
-	// ErrRichUnavailable: the channel is in mode rich but rich channels
-	// are disabled or its profile is not configured (any more).
-	ErrRichUnavailable = errors.New("rich channel unavailable: rich.enabled is off or the channel's profile is not configured")
 )
 
 // Why a turn's context ended (its cause), read back by resultOf.

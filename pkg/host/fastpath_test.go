@@ -37,13 +37,13 @@ func TestStdinWaitsForTheUnitJob(t *testing.T) {
 		o.ObservePhase = func(p string, _ time.Duration) { mu.Lock(); phases = append(phases, p); mu.Unlock() }
 	})
 	gate := make(chan struct{})
-	r.units.startHook = func(ctx context.Context, _ string) error {
+	r.units.StartHook = func(ctx context.Context, _ string) error {
 		select {
 		case <-gate:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		r.docker.event("unit done")
+		r.docker.Event("unit done")
 		return nil
 	}
 	type result struct {
@@ -59,9 +59,9 @@ func TestStdinWaitsForTheUnitJob(t *testing.T) {
 		}
 		done <- res
 	}()
-	waitFor(t, "the container to start", func() bool { return slices.Contains(r.docker.eventList(), "start") })
+	waitFor(t, "the container to start", func() bool { return slices.Contains(r.docker.EventList(), "start") })
 	time.Sleep(20 * time.Millisecond) // give a wrong implementation time to write
-	if ev := r.docker.eventList(); slices.Contains(ev, "stdin") {
+	if ev := r.docker.EventList(); slices.Contains(ev, "stdin") {
 		t.Fatalf("stdin written before the unit job ended: events %v", ev)
 	}
 	close(gate)
@@ -69,7 +69,7 @@ func TestStdinWaitsForTheUnitJob(t *testing.T) {
 	if res.err != nil || res.text != "hello" {
 		t.Fatalf("RunTurn = %q, %v; want hello", res.text, res.err)
 	}
-	ev := r.docker.eventList()
+	ev := r.docker.EventList()
 	if s, u, in := index(ev, "start", 0), index(ev, "unit done", 0), index(ev, "stdin", 0); !(s >= 0 && s < u && u < in) {
 		t.Errorf("events = %v, want start < unit done < stdin", ev)
 	}
@@ -91,7 +91,7 @@ func TestFailedUnitJobKillsTheStartedContainer(t *testing.T) {
 	}{
 		{"fails after the container started", func(r *rig) func(context.Context, string) error {
 			return func(context.Context, string) error {
-				for !slices.Contains(r.docker.eventList(), "start") {
+				for !slices.Contains(r.docker.EventList(), "start") {
 					time.Sleep(time.Millisecond)
 				}
 				return errJob
@@ -104,20 +104,20 @@ func TestFailedUnitJobKillsTheStartedContainer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(t, "", nil)
-			r.units.startHook = tt.hook(r)
+			r.units.StartHook = tt.hook(r)
 			reply, id, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
 			if !errors.Is(err, ErrTurnFailed) || reply != nil {
 				t.Fatalf("RunTurn = %v, %v; want ErrTurnFailed", reply, err)
 			}
-			if len(r.docker.stdins) != 0 || slices.Contains(r.docker.eventList(), "stdin") {
-				t.Errorf("stdin was written: %v", r.docker.eventList())
+			if len(r.docker.Stdins) != 0 || slices.Contains(r.docker.EventList(), "stdin") {
+				t.Errorf("stdin was written: %v", r.docker.EventList())
 			}
-			cid := "id-" + r.docker.created[0].Name
-			if !slices.Contains(r.docker.eventList(), "ready failed") || !slices.Contains(r.docker.kills, cid) {
-				t.Errorf("events %v kills %v; want the started container killed", r.docker.eventList(), r.docker.kills)
+			cid := "id-" + r.docker.Created[0].Name
+			if !slices.Contains(r.docker.EventList(), "ready failed") || !slices.Contains(r.docker.Kills, cid) {
+				t.Errorf("events %v kills %v; want the started container killed", r.docker.EventList(), r.docker.Kills)
 			}
-			if !slices.Contains(r.docker.removes, cid) || !slices.Equal(r.units.stopped, []string{id}) {
-				t.Errorf("removes %v units stopped %v; want the container removed and units %s stopped", r.docker.removes, r.units.stopped, id)
+			if !slices.Contains(r.docker.Removes, cid) || !slices.Equal(r.units.Stopped, []string{id}) {
+				t.Errorf("removes %v units stopped %v; want the container removed and units %s stopped", r.docker.Removes, r.units.Stopped, id)
 			}
 			r.assertClean(t)
 		})
@@ -127,17 +127,17 @@ func TestFailedUnitJobKillsTheStartedContainer(t *testing.T) {
 // A client leaving while the container waits for the units: killed, cleaned.
 func TestClientGoneWhileStdinGated(t *testing.T) {
 	r := newRig(t, "", nil)
-	r.units.startHook = func(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
+	r.units.StartHook = func(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		waitFor(t, "the container to start", func() bool { return slices.Contains(r.docker.eventList(), "start") })
+		waitFor(t, "the container to start", func() bool { return slices.Contains(r.docker.EventList(), "start") })
 		cancel()
 	}()
 	_, _, err := r.h.RunTurn(ctx, TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
 	if !errors.Is(err, ErrClientGone) {
 		t.Fatalf("RunTurn = %v, want ErrClientGone", err)
 	}
-	if len(r.docker.stdins) != 0 {
+	if len(r.docker.Stdins) != 0 {
 		t.Errorf("stdin was written")
 	}
 	r.assertClean(t)
@@ -149,7 +149,7 @@ func blockRemoval(r *rig) (entered func() int, unblock func()) {
 	var mu sync.Mutex
 	n := 0
 	ch := make(chan struct{})
-	r.docker.removeHook = func(string) {
+	r.docker.RemoveHook = func(string) {
 		mu.Lock()
 		n++
 		mu.Unlock()
@@ -216,7 +216,7 @@ func TestReplyBeforeCleanupKeepsTheSlot(t *testing.T) {
 		t.Fatalf("first = %d %q %v; want 200 with the reply", first.status, first.body, first.err)
 	}
 	waitFor(t, "the first removal to start", func() bool { return entered() == 1 })
-	if n := len(r.docker.removes); n != 0 {
+	if n := len(r.docker.Removes); n != 0 {
 		t.Fatalf("%d removals finished, want 0 (blocked)", n)
 	}
 	if st := r.h.status("c"); st.RunningTurn != resp.TurnID {
@@ -229,14 +229,14 @@ func TestReplyBeforeCleanupKeepsTheSlot(t *testing.T) {
 	second := postTurn(hc, "c")
 	waitFor(t, "the second turn to queue", func() bool { return r.h.queue.WaitingFor("c") == 1 })
 	noAnswer(t, "second turn", second)
-	if n := len(r.docker.eventList()); index(r.docker.eventList(), "create", 1) >= 0 {
+	if n := len(r.docker.EventList()); index(r.docker.EventList(), "create", 1) >= 0 {
 		t.Fatalf("second container created before the first cleanup ended (%d events)", n)
 	}
 	unblock()
 	if a := wait(t, "second turn", second); a.status != 200 {
 		t.Fatalf("second = %d %q %v", a.status, a.body, a.err)
 	}
-	ev := r.docker.eventList()
+	ev := r.docker.EventList()
 	if removed, created := index(ev, "removed", 0), index(ev, "create", 1); removed < 0 || created < removed {
 		t.Errorf("events = %v, want the second create after the first removal", ev)
 	}
@@ -275,7 +275,7 @@ func TestShutdownWaitsForCleanupAfterReply(t *testing.T) {
 func TestCleanupFailureAfterReplyIsCounted(t *testing.T) {
 	r := newRig(t, "", nil)
 	must(t, r.h.state.SetMode("c", ModeOn))
-	r.docker.removeFails = -1
+	r.docker.RemoveFails = -1
 	hc, _ := serve(t, r)
 	if a := wait(t, "turn", postTurn(hc, "c")); a.status != 200 || !strings.Contains(a.body, `"ok":true`) {
 		t.Fatalf("turn = %d %q %v; want the reply (cleanup comes after it)", a.status, a.body, a.err)
@@ -293,7 +293,7 @@ func TestCleanupFailureAfterReplyIsCounted(t *testing.T) {
 func TestFailedTurnAnsweredAfterCleanup(t *testing.T) {
 	r := newRig(t, "", nil)
 	must(t, r.h.state.SetMode("c", ModeOn))
-	r.docker.runFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
+	r.docker.RunFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
 		return RunResult{Stdout: []byte("not a reply")}, nil
 	}
 	entered, unblock := blockRemoval(r)

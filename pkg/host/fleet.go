@@ -90,14 +90,6 @@ func (f fleetHost) Run(ctx context.Context, t fleet.Turn) (bool, string, error) 
 	return reply.OK, reply.Text, nil
 }
 
-func (f fleetHost) PackWorkspace(channel string) ([]byte, error) {
-	return f.h.sealed.PackWorkspace(channel, fleetside.Limits)
-}
-
-func (f fleetHost) RestoreWorkspace(channel string, data []byte) error {
-	return f.h.sealed.RestoreWorkspace(channel, data, fleetside.Limits)
-}
-
 // fleetExecutorFor is the executor this binary's boxes use: the stub turn
 // in a binary built with the fleetstub tag when SANDBOX_FLEET_STUB_TURN is
 // set (fleet.StubFromEnv), the host's sealed turns otherwise.

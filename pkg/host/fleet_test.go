@@ -58,8 +58,8 @@ func TestFleetDisabledStartsNothing(t *testing.T) {
 	if dialed.Load() != 0 || n.has("STATUS=joining the fleet") {
 		t.Errorf("fleet dialed %d times with fleet.enabled false", dialed.Load())
 	}
-	if len(docker.created) != 1 {
-		t.Errorf("containers created here = %d, want 1", len(docker.created))
+	if len(docker.Created) != 1 {
+		t.Errorf("containers created here = %d, want 1", len(docker.Created))
 	}
 }
 
@@ -83,8 +83,8 @@ func TestFleetModeAnswersFromTheFleet(t *testing.T) {
 	if err != nil || committed.Box != "box-a" || committed.Text != "hello" {
 		t.Fatalf("fleet reply of %s = %+v, %v; want box-a's", reply.TurnID, committed, err)
 	}
-	if len(docker.created) != 1 {
-		t.Errorf("containers created = %d, want 1", len(docker.created))
+	if len(docker.Created) != 1 {
+		t.Errorf("containers created = %d, want 1", len(docker.Created))
 	}
 }
 
@@ -142,7 +142,7 @@ func TestFleetOwnerRunsUnderTheFleetsMode(t *testing.T) {
 			t.Errorf("turn on %s = %+v, %v; want %v", tc.channel, reply, err, tc.want)
 		}
 	}
-	if n := len(r.docker.created); n != 2 {
+	if n := len(r.docker.Created); n != 2 {
 		t.Errorf("containers = %d, want 2 (the two channels on in the fleet)", n)
 	}
 }
@@ -171,8 +171,8 @@ func TestFleetModeChangeOnOneBoxIsWhatTheOwnerApplies(t *testing.T) {
 	if status, body := call(t, hc, "POST", "/v1/channels/ch/turns", `{"speaker":{"id":"s"},"text":"x"}`); status != 200 || body["text"] != "hello" {
 		t.Fatalf("turn through box a = %d %v", status, body)
 	}
-	if n := len(owner.docker.created); n != 1 || len(admitting.docker.created) != 0 {
-		t.Fatalf("containers on the owner %d, on the admitting box %d; want 1 and 0", n, len(admitting.docker.created))
+	if n := len(owner.docker.Created); n != 1 || len(admitting.docker.Created) != 0 {
+		t.Fatalf("containers on the owner %d, on the admitting box %d; want 1 and 0", n, len(admitting.docker.Created))
 	}
 	waitFor(t, "box b's state follows the fleet (on)", func() bool { return owner.h.state.Mode("ch") == ModeOn })
 	if status, _ := call(t, hc, "PUT", "/v1/channels/ch/mode", `{"mode":"off"}`); status != 200 {
@@ -182,7 +182,7 @@ func TestFleetModeChangeOnOneBoxIsWhatTheOwnerApplies(t *testing.T) {
 	if _, err := fleetClient(t, c).RunTurn(ctx, "ch", apiwire.Speaker{ID: "s1"}, "hello"); !errors.Is(err, client.ErrModeOff) {
 		t.Fatalf("turn after box a turned the channel off = %v, want 409", err)
 	}
-	if n := len(owner.docker.created); n != 1 {
+	if n := len(owner.docker.Created); n != 1 {
 		t.Errorf("the owner ran %d turns, want 1", n)
 	}
 	waitFor(t, "box b's state follows the fleet (off)", func() bool { return owner.h.state.Mode("ch") == ModeOff })
@@ -218,7 +218,7 @@ func TestFleetWorkspaceMovesToAnotherBox(t *testing.T) {
 	a, fa := fleetRig(t, c, "box-a", "")
 	b, fb := fleetRig(t, c, "box-b", "")
 	for _, r := range []*rig{a, b} {
-		r.docker.runFn = workspaceRun
+		r.docker.RunFn = workspaceRun
 	}
 	_, err := fa.SetMode(ctx, "ch", fleet.ModeOn, "", "admin")
 	must(t, err)
@@ -260,7 +260,7 @@ func TestFleetWorkspaceMovesToAnotherBox(t *testing.T) {
 	_, err = objects.PutBytes(ctx, st.Workspace, hostile)
 	must(t, err)
 	cr, fcr := fleetRig(t, c, "box-c", "")
-	cr.docker.runFn = workspaceRun
+	cr.docker.RunFn = workspaceRun
 	wsC, err := layout.WorkspaceDir(cr.cfg.WorkspaceRoot, "ch")
 	must(t, err)
 	must(t, os.MkdirAll(wsC, 0o700))
@@ -276,7 +276,7 @@ func TestFleetWorkspaceMovesToAnotherBox(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(cr.cfg.WorkspaceRoot, "escape")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the hostile snapshot wrote outside the workspace: %v", err)
 	}
-	if len(cr.docker.created) != 0 {
+	if len(cr.docker.Created) != 0 {
 		t.Errorf("box c ran the turn on a refused snapshot")
 	}
 }
@@ -321,7 +321,7 @@ func TestFleetQueueFull429(t *testing.T) {
 	// run would block that run once nobody reads it.
 	release, started := make(chan struct{}), make(chan struct{})
 	var startOnce sync.Once
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		startOnce.Do(func() { close(started) })
 		select {
 		case <-release:

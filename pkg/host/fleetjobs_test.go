@@ -47,7 +47,7 @@ func fleetRunRig(t *testing.T, c *fleettest.Cluster, name, extra string, takes b
 
 // startFleetJobs starts h's taking of the fleet's jobs as the daemon does.
 func startFleetJobs(ctx context.Context, h *Host) (func(), error) {
-	return fleetjobs.StartAll(ctx, h.queue.SpareYielding, h.coderun.StartFleet, h.prechecks.StartFleet, h.delegations.StartFleet)
+	return fleetjobs.StartAll(ctx, h.queue.SpareYielding, h.codeRuns().StartFleet, h.precheckRuns().StartFleet, h.delegationRuns().StartFleet)
 }
 
 // never is the supervisor of a box that must not run anything.
@@ -116,11 +116,11 @@ func TestFleetRunAdmittedHereRunsThere(t *testing.T) {
 	if !slices.Equal(kinds, want) {
 		t.Errorf("events on A = %q, want %q", kinds, want)
 	}
-	if len(rdB.jobs) != 1 || rdB.jobs[0].Command != "echo hello" || len(b.docker.created) != 1 || b.docker.created[0].WorkspaceDir != "/srv/demo" {
-		t.Errorf("B ran %+v, created %d containers", rdB.jobs, len(b.docker.created))
+	if len(rdB.jobs) != 1 || rdB.jobs[0].Command != "echo hello" || len(b.docker.Created) != 1 || b.docker.Created[0].WorkspaceDir != "/srv/demo" {
+		t.Errorf("B ran %+v, created %d containers", rdB.jobs, len(b.docker.Created))
 	}
-	if len(a.docker.created) != 0 {
-		t.Errorf("A created %d containers", len(a.docker.created))
+	if len(a.docker.Created) != 0 {
+		t.Errorf("A created %d containers", len(a.docker.Created))
 	}
 	b.assertClean(t)
 	a.assertClean(t)
@@ -148,10 +148,10 @@ func TestFleetRunCancelReachesItsBox(t *testing.T) {
 		stop()
 		return -1, ctx.Err()
 	})
-	st, err := a.h.coderun.Start(runs.Params{Command: "sleep 1000"}, clientUID)
+	st, err := a.h.codeRuns().Start(runs.Params{Command: "sleep 1000"}, clientUID)
 	must(t, err)
 	<-started
-	run, err := a.h.coderun.Registry().Get(st.ID)
+	run, err := a.h.codeRuns().Registry().Get(st.ID)
 	must(t, err)
 	// The output reaching A says the run is running there.
 	seen := make(chan struct{})
@@ -184,7 +184,7 @@ func TestFleetRunApprovedOnAnotherBox(t *testing.T) {
 	c := fleettest.Start(t, 1)
 	a, _ := fleetRunRig(t, c, "box-a", runsExtra, false, never(t, "box-a"))
 	b, _ := fleetRunRig(t, c, "box-b", runsExtra, true, supervise(0))
-	st, err := a.h.coderun.Start(runs.Params{Command: "curl x", Network: true}, clientUID)
+	st, err := a.h.codeRuns().Start(runs.Params{Command: "curl x", Network: true}, clientUID)
 	must(t, err)
 	if st.State != runs.StateAwaitingApproval {
 		t.Fatalf("state %s", st.State)
@@ -207,8 +207,8 @@ func TestFleetRunApprovedOnAnotherBox(t *testing.T) {
 	if got.Result != runs.ResultOK || got.ApprovedBy == nil || *got.ApprovedBy != os.Getuid() {
 		t.Fatalf("run on A: %+v", got)
 	}
-	if len(b.units.started) != 1 || len(b.docker.policies) != 1 || len(a.docker.policies) != 0 {
-		t.Errorf("broker units on B %d, policies on B %d, on A %d; want B's own", len(b.units.started), len(b.docker.policies), len(a.docker.policies))
+	if len(b.units.Started) != 1 || len(b.docker.Policies) != 1 || len(a.docker.Policies) != 0 {
+		t.Errorf("broker units on B %d, policies on B %d, on A %d; want B's own", len(b.units.Started), len(b.docker.Policies), len(a.docker.Policies))
 	}
 	if code, _ := apiAs(t, a.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/deny", nil); code != http.StatusConflict {
 		t.Errorf("deny after the approval on A: %d, want 409", code)
@@ -226,7 +226,7 @@ func TestFleetRunWithCredentialStaysHere(t *testing.T) {
 	c := fleettest.Start(t, 1)
 	a, rdA := fleetRunRig(t, c, "box-a", runsCredExtra, false, supervise(0))
 	fleetRunRig(t, c, "box-b", runsCredExtra, true, never(t, "box-b"))
-	st, err := a.h.coderun.Start(runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}, clientUID)
+	st, err := a.h.codeRuns().Start(runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}, clientUID)
 	must(t, err)
 	if code, body := apiAs(t, a.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/approve", nil); code != http.StatusOK {
 		t.Fatalf("approve: %d %s", code, body)
@@ -234,8 +234,8 @@ func TestFleetRunWithCredentialStaysHere(t *testing.T) {
 	if got := waitRun(t, a.h, st.ID); got.Result != runs.ResultOK {
 		t.Fatalf("run %+v", got)
 	}
-	if len(rdA.jobs) != 1 || len(a.docker.policies) != 1 {
-		t.Errorf("A ran %d jobs, wrote %d policies; want the run here", len(rdA.jobs), len(a.docker.policies))
+	if len(rdA.jobs) != 1 || len(a.docker.Policies) != 1 {
+		t.Errorf("A ran %d jobs, wrote %d policies; want the run here", len(rdA.jobs), len(a.docker.Policies))
 	}
 	a.assertClean(t)
 }
@@ -263,22 +263,22 @@ func TestFleetPrecheckRunsOnAnotherBox(t *testing.T) {
 		return r
 	}
 	a, b := rigOn("box-a", false), rigOn("box-b", true)
-	a.docker.runFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
+	a.docker.RunFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
 		t.Error("box A ran the precheck")
 		return RunResult{ExitCode: 2}, nil
 	}
 	m := &mcpFake{}
-	b.docker.runFn = runnerRun(m)
+	b.docker.RunFn = runnerRun(m)
 	code, ans, body := postPrecheck(t, a.h, precheck.Request{Channel: "room", Script: `export default async ({ mcp }) => { const r = await mcp.json("search", "find", { q: "x" }); return { wake: true, context: "hits " + r.hits } }`,
 		Grants: []precheck.Grant{{Server: "search", Tool: "find"}}})
 	if code != http.StatusOK || ans.Wake == nil || !*ans.Wake || ans.Context != "hits 4" {
 		t.Fatalf("precheck on A: %d %s", code, body)
 	}
-	if len(b.docker.created) != 1 || !b.docker.created[0].Precheck || len(b.docker.policies) != 1 || len(a.docker.created) != 0 {
-		t.Errorf("containers on B %d (policies %d), on A %d; want one on B with B's policy", len(b.docker.created), len(b.docker.policies), len(a.docker.created))
+	if len(b.docker.Created) != 1 || !b.docker.Created[0].Precheck || len(b.docker.Policies) != 1 || len(a.docker.Created) != 0 {
+		t.Errorf("containers on B %d (policies %d), on A %d; want one on B with B's policy", len(b.docker.Created), len(b.docker.Policies), len(a.docker.Created))
 	}
-	if len(m.calls) != 1 {
-		t.Errorf("MCP calls through B's broker: %v", m.calls)
+	if len(m.Calls) != 1 {
+		t.Errorf("MCP calls through B's broker: %v", m.Calls)
 	}
 	b.assertClean(t)
 }
@@ -312,43 +312,43 @@ func TestFleetDelegationRunsOnAnotherBox(t *testing.T) {
 		return r2
 	}
 	a, b := rigOn("box-a", false), rigOn("box-b", true)
-	a.docker.runFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
+	a.docker.RunFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
 		t.Error("box A ran the research turn")
 		return RunResult{ExitCode: 2}, nil
 	}
 	// 360,001 bytes: two frames, cut inside a character's bytes unless
 	// the cut moves to a character's start.
 	report := "x" + strings.Repeat("\U0001F600", 90000)
-	b.docker.runFn = replyRun(`{"ok":true,"text":"`+report+`"}`, 0)
+	b.docker.RunFn = replyRun(`{"ok":true,"text":"`+report+`"}`, 0)
 	id := startJob(t, a, "c", delegate("T", "find"))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	done, err := a.h.delegations.Registry().Wait(ctx, "c", clientUID, false)
+	done, err := a.h.delegationRuns().Registry().Wait(ctx, "c", clientUID, false)
 	must(t, err)
 	if len(done) != 1 || done[0].ID != id || done[0].Result != delegation.ResultOK || done[0].Report != report {
 		t.Fatalf("job on A: %+v", done)
 	}
-	a.h.delegations.Registry().Collected(id, clientUID)
-	if len(b.docker.created) != 1 || len(a.docker.created) != 0 {
-		t.Errorf("containers on B %d, on A %d; want the research turn on B", len(b.docker.created), len(a.docker.created))
+	a.h.delegationRuns().Registry().Collected(id, clientUID)
+	if len(b.docker.Created) != 1 || len(a.docker.Created) != 0 {
+		t.Errorf("containers on B %d, on A %d; want the research turn on B", len(b.docker.Created), len(a.docker.Created))
 	}
 	b.assertClean(t)
 
 	started := make(chan string, 1)
-	b.docker.runFn = blockJob(started)
+	b.docker.RunFn = blockJob(started)
 	id2 := startJob(t, a, "c", delegate("T2", "find"))
 	<-started
 	code, body := apiAs(t, a.h, os.Getuid(), "PUT", "/v1/channels/c/mode", map[string]string{"mode": "off"})
 	if code != http.StatusOK {
 		t.Fatalf("mode off on A: %d %s", code, body)
 	}
-	done, err = a.h.delegations.Registry().Wait(ctx, "c", clientUID, false)
+	done, err = a.h.delegationRuns().Registry().Wait(ctx, "c", clientUID, false)
 	must(t, err)
 	if len(done) != 1 || done[0].ID != id2 || done[0].Result != delegation.ResultCancelled {
 		t.Fatalf("job on A after its channel was turned off: %+v", done)
 	}
 	// B's record of the job ends only after its cleanup.
-	waitFor(t, "B's research turn cleaned up", func() bool { return len(b.h.delegations.Listed()) == 0 })
+	waitFor(t, "B's research turn cleaned up", func() bool { return len(b.h.delegationRuns().Listed()) == 0 })
 	b.assertClean(t)
 }
 
@@ -361,7 +361,7 @@ func TestFleetRunOnItsOwnBox(t *testing.T) {
 	var a *rig
 	a, _ = fleetRunRig(t, c, "box-a", runsExtra, true, func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
 		n := 0
-		for _, l := range a.h.coderun.Listed() {
+		for _, l := range a.h.codeRuns().Listed() {
 			if l.Run {
 				n++
 			}
@@ -372,7 +372,7 @@ func TestFleetRunOnItsOwnBox(t *testing.T) {
 		}
 		return supervise(0)(ctx, job, stdout)
 	})
-	st, err := a.h.coderun.Start(runs.Params{Command: "echo hello"}, clientUID)
+	st, err := a.h.codeRuns().Start(runs.Params{Command: "echo hello"}, clientUID)
 	must(t, err)
 	got := waitRun(t, a.h, st.ID)
 	if got.Result != runs.ResultOK || got.Stdout != "hello\n" {
@@ -412,9 +412,9 @@ func BenchmarkFleetRun(b *testing.B) {
 	}
 	run := func(b *testing.B, a *rig) {
 		for b.Loop() {
-			st, err := a.h.coderun.Start(runs.Params{Command: "true"}, clientUID)
+			st, err := a.h.codeRuns().Start(runs.Params{Command: "true"}, clientUID)
 			must(b, err)
-			r, err := a.h.coderun.Registry().Get(st.ID)
+			r, err := a.h.codeRuns().Registry().Get(st.ID)
 			must(b, err)
 			<-r.Done()
 			if s := r.Summary(); s.Result != runs.ResultOK {
@@ -461,8 +461,8 @@ func TestFleetRunJobWithCredentialRefused(t *testing.T) {
 	if st.Result != runs.ResultError || res.Box != "box-b" {
 		t.Errorf("result %+v from %s, want an error from box-b", st, res.Box)
 	}
-	if len(rdB.jobs) != 0 || len(b.docker.policies) != 0 || len(b.docker.created) != 0 {
-		t.Errorf("B ran %d jobs, wrote %d policies, created %d containers; want none", len(rdB.jobs), len(b.docker.policies), len(b.docker.created))
+	if len(rdB.jobs) != 0 || len(b.docker.Policies) != 0 || len(b.docker.Created) != 0 {
+		t.Errorf("B ran %d jobs, wrote %d policies, created %d containers; want none", len(rdB.jobs), len(b.docker.Policies), len(b.docker.Created))
 	}
 	b.assertClean(t)
 }
@@ -482,7 +482,7 @@ func TestFleetRunWithCredentialApprovedHereOnly(t *testing.T) {
 	must(t, err)
 	kv, err := js.KeyValue(ctx, fleet.JobControlBucket)
 	must(t, err)
-	st, err := a.h.coderun.Start(runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}, clientUID)
+	st, err := a.h.codeRuns().Start(runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}, clientUID)
 	must(t, err)
 	key := "approval." + fleetjobs.JobRun + "." + st.ID
 	w, err := kv.Watch(ctx, key)
@@ -539,7 +539,7 @@ func TestFleetRunFromAHostileBoxRefused(t *testing.T) {
 			defer cancel()
 			evil, err := fleet.Open(ctx, cl.Connect("box-evil"), fleet.Layout{Partitions: 1, Replicas: 1})
 			must(t, err)
-			st, err := a.h.coderun.Start(runs.Params{Command: "true", Project: "demo"}, clientUID)
+			st, err := a.h.codeRuns().Start(runs.Params{Command: "true", Project: "demo"}, clientUID)
 			must(t, err)
 			j, err := fleetjobs.New(evil).NextJob(ctx, fleetjobs.JobRun, "box-evil", 30*time.Second)
 			must(t, err)

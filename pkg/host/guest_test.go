@@ -22,7 +22,7 @@ func TestGuestsRunOnTheirOwnUIDs(t *testing.T) {
 	r := newRig(t, "", nil)
 	var dirModes []fs.FileMode
 	var mu sync.Mutex
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		st, err := os.Stat(spec.TurnDir)
 		if err == nil {
 			mu.Lock()
@@ -35,7 +35,7 @@ func TestGuestsRunOnTheirOwnUIDs(t *testing.T) {
 		_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: ch, SpeakerID: "s1", Text: "hi"})
 		must(t, err)
 	}
-	c := r.docker.created
+	c := r.docker.Created
 	g := r.cfg.Guests
 	for i, spec := range c {
 		if !g.IsGuest(spec.UID) || spec.GID != spec.UID {
@@ -85,7 +85,7 @@ func TestWorkspaceNotHandedOverFailsTheTurn(t *testing.T) {
 	if !errors.Is(err, ErrTurnFailed) {
 		t.Fatalf("RunTurn = %v, want ErrTurnFailed", err)
 	}
-	if len(r.docker.created) != 0 {
+	if len(r.docker.Created) != 0 {
 		t.Errorf("a container was created for a workspace its guest does not own")
 	}
 	r.assertClean(t)
@@ -155,10 +155,10 @@ func TestAcceptErrorsNeverStopTheHost(t *testing.T) {
 
 func TestWorkerStderrGoesToTheJournalBounded(t *testing.T) {
 	r := newRig(t, "", nil)
-	r.docker.stderr = strings.Repeat(`{"level":"INFO","msg":"step"}`+"\n", 3000)
+	r.docker.Stderr = strings.Repeat(`{"level":"INFO","msg":"step"}`+"\n", 3000)
 	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "guild:1", SpeakerID: "s1", Text: "hi"})
 	must(t, err)
-	got := r.journal.lines("sandbox/guild:1")
+	got := r.journal.Lines("sandbox/guild:1")
 	limit := workerlog.DefaultLimits().TurnLines
 	if len(got) != limit+1 || !strings.Contains(got[len(got)-1], "2000 worker log lines over this turn's bound were dropped") {
 		t.Fatalf("journal got %d lines under sandbox/guild:1 (last %q), want %d and a closing line", len(got), got[len(got)-1], limit)
@@ -167,7 +167,7 @@ func TestWorkerStderrGoesToTheJournalBounded(t *testing.T) {
 
 func TestWorkerStderrOverItsBoundFailsTheTurn(t *testing.T) {
 	r := newRig(t, "", nil)
-	r.docker.stderr = strings.Repeat("x", int(workerlog.DefaultLimits().HardBytes)+1)
+	r.docker.Stderr = strings.Repeat("x", int(workerlog.DefaultLimits().HardBytes)+1)
 	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "guild:1", SpeakerID: "s1", Text: "hi"})
 	if !errors.Is(err, ErrTurnFailed) {
 		t.Fatalf("RunTurn = %v, want ErrTurnFailed", err)

@@ -1,13 +1,14 @@
 // Package host is the sandbox-host daemon: the HTTP/JSON API on the host
 // socket (the router, its own routes and each kind's), admission
 // (per-channel queues, the global cap, a channel's one running turn, fresh
-// starts), channel state and the wiring of the kinds (pkg/sealedturn,
-// pkg/coderun, pkg/richsession, pkg/precheckrun, pkg/delegationrun), each
-// driving the one lifecycle (pkg/sandbox). The host drives every kind
-// through one interface (kind: its routes, its listing entries, a channel's
-// new mode, stop); a kind reaches the host only through the narrow
-// interface it declares itself (kinds.go); every kind's error categories
-// become a status in one place (status.go).
+// starts), channel state and the wiring of the kinds, each driving the one
+// lifecycle (pkg/sandbox). The kinds register themselves: the host keeps
+// one table of their registrations (registry.go, the only file that names
+// one) and loops over the kinds through the optional interfaces of
+// pkg/kind (routes, listing entries, channel modes and turns, channel
+// status, fleet start, warm-up, stop); a kind reaches the host only through
+// kind.Host (kinds.go); every kind's error categories become a status in
+// one place (status.go), only the rows come from the kinds.
 // Guarantee: every turn it starts ends with its container removed, its broker
 // units stopped and its turn directory and policy file removed, or with an
 // error and a log line naming exactly what an operator must inspect.
@@ -23,20 +24,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/admission"
-	"github.com/roundtable-sandbox/sandbox/pkg/api"
-	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
-	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
-	"github.com/roundtable-sandbox/sandbox/pkg/delegationrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleetside"
+	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
-	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
-	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
-	"github.com/roundtable-sandbox/sandbox/pkg/sealedturn"
-	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
 )
 
@@ -51,17 +45,6 @@ type (
 	Units            = sandbox.Units
 	WarmContainers   = sandbox.WarmContainers
 	StartedContainer = sandbox.StartedContainer
-)
-
-// The rich kind's names, as the host's callers use them.
-type (
-	// RichControl is the host's side of a rich channel broker's control
-	// path (richsession.Control).
-	RichControl = richsession.Control
-	// ReserveFunc takes bytes of the rich reply budget for a packet.
-	ReserveFunc = richsession.ReserveFunc
-	// HTTPRichControl speaks it on a session's broker socket.
-	HTTPRichControl = richsession.HTTPControl
 )
 
 // ChownTree hands a directory tree to a uid:gid without following a symlink
@@ -98,30 +81,24 @@ type Options struct {
 	RemoveRetryTotal time.Duration                         // bound of a container's removal retries, 15 s
 	ShutdownTimeout  time.Duration                         // bound of the HTTP shutdown, 10 s
 	ObservePhase     func(string, time.Duration)
-	RichIdle         time.Duration // replaces rich.idleSeconds (tests); 0 = the configuration's
 	// Machine is what queue.globalConcurrency 0 is derived from;
 	// config.ReadMachine() when nil.
 	Machine *config.Machine
 	// WorkerLogs forwards each turn's worker stderr to journald, bounded;
 	// workerlog.New(workerlog.DefaultLimits(), nil, nil) when nil.
 	WorkerLogs *workerlog.Forwarder
-	// RichControl reaches rich channel brokers' control routes; HTTP on
-	// the session's broker socket when nil.
-	RichControl RichControl
 	// Fleet, in fleet mode (fleet.enabled), is where sealed turns go
 	// (fleet.go); nil on a box alone: turns run here, as always.
 	Fleet *fleet.Fleet
-	// RichReplyBudget replaces the rich reply budget (tests; 0 =
-	// richsession.DefaultReplyBudget); RichBudgetWait hears of a packet
-	// that waits for it.
-	RichReplyBudget int64
-	RichBudgetWait  func(n int64)
+	// Tuning holds settings of particular kinds (tests): each kind takes
+	// the value of its own type (kind.TuningOf), for example the rich
+	// sessions' control path and idle time.
+	Tuning []any
 }
 
 // Host is one running sandbox-host.
 type Host struct {
 	routes  []route // the API (routes.go): the host's routes and the kinds'
-	kinds   []kind  // kindList, made once
 	opts    Options
 	cfg     *config.Config
 	log     *slog.Logger
@@ -139,19 +116,10 @@ type Host struct {
 	mcpSpecs []protocol.MCPServerSpec
 	pol      policy.Policy // the turn-independent part of every policy
 
-	// Sealed turns and the warm path (nil standbys: every turn takes the
-	// cold path).
-	sealed   *sealedturn.Kind
-	standbys *standby.Pool
-
-	// The other kinds: code runs, precheck scripts, rich channel
-	// sessions (their turns are admitted here, rich.go) and delegated jobs
-	// (their research turns are sealed turns, research.go).
-	coderun     *coderun.Kind
-	prechecks   *precheckrun.Kind
-	rich        *richsession.Kind
-	delegations *delegationrun.Kind
-	research    sealedturn.Research // tools and prompt of every research turn
+	// kinds are the registry's kinds, made in its order; turnKinds those
+	// that run channel turns, by mode.
+	kinds     []kind.Kind
+	turnKinds map[string]kind.ChannelTurns
 
 	// life makes, runs and cleans up every kind's containers.
 	life *sandbox.Lifecycle
@@ -180,29 +148,17 @@ type activeTurn struct {
 	replied bool
 }
 
-// A kind is one kind of sandbox as the host drives it (DESIGN.md section
-// 16): the host serves its routes (and maps its errors to a status in
-// statusOf), lists its sandboxes in GET /v1/turns, tells it of a channel's
-// new mode, and stops it after the host's own turns. Each kind reaches the
-// host only through the narrow interface it declares itself (kinds.go).
-type kind interface {
-	Routes() []api.Route
-	Listed() []apiwire.Turn
-	ChannelMode(channel, mode, profile string)
-	Stop()
+// Kind is the host's kind of type T (tests and integration tests drive a
+// kind without the API), or T's zero value when none is.
+func Kind[T any](h *Host) T {
+	for _, k := range h.kinds {
+		if t, ok := k.(T); ok {
+			return t
+		}
+	}
+	var zero T
+	return zero
 }
-
-// kindList is every kind in the order the host stops them: rich sessions
-// before the standbys (no turn takes either any more), then the kinds
-// whose work the host's turn count already waited for. It is callable on
-// a zero Host (Endpoints): each kind's Routes works on a nil kind.
-func (h *Host) kindList() []kind {
-	return []kind{h.rich, h.sealed, h.coderun, h.delegations, h.prechecks}
-}
-
-// CodeRuns is the code-run kind (integration tests drive runs without
-// the API).
-func (h *Host) CodeRuns() *coderun.Kind { return h.coderun }
 
 func (h *Host) accepting() bool {
 	h.mu.Lock()

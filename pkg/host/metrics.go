@@ -4,7 +4,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/admission"
-	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 )
 
 // Turn results (label "result" of sandbox_turns_total).
@@ -29,9 +28,6 @@ type metrics struct {
 	running         prometheus.GaugeFunc
 	cleanupFailures *prometheus.CounterVec
 	refused         *prometheus.CounterVec
-	standbyTakes    *prometheus.CounterVec
-	standbyDiscards *prometheus.CounterVec
-	standbyPrepares *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, q *admission.Queue) *metrics {
@@ -59,35 +55,7 @@ func newMetrics(reg prometheus.Registerer, q *admission.Queue) *metrics {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_api_errors_total", Help: "API requests answered with an error, by HTTP status.",
 		}, []string{"status"}),
-		standbyTakes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sandbox_standby_turns_total", Help: "Turns by whether they found a ready standby (result hit or miss; reason of a miss).",
-		}, []string{"result", "reason"}),
-		standbyDiscards: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sandbox_standby_discards_total", Help: "Standbys discarded unused, by reason.",
-		}, []string{"reason"}),
-		standbyPrepares: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sandbox_standby_prepares_total", Help: "Standby preparations by result (ok, failed, capped: skipped at standby.max).",
-		}, []string{"result"}),
 	}
-	reg.MustRegister(m.turns, m.duration, m.phases, m.queueWaiting, m.running, m.cleanupFailures, m.refused,
-		m.standbyTakes, m.standbyDiscards, m.standbyPrepares)
+	reg.MustRegister(m.turns, m.duration, m.phases, m.queueWaiting, m.running, m.cleanupFailures, m.refused)
 	return m
-}
-
-// standbyEvent counts what the standby pool reports.
-func (m *metrics) standbyEvent(event, reason string) {
-	switch event {
-	case standby.EventHit:
-		m.standbyTakes.WithLabelValues("hit", "").Inc()
-	case standby.EventMiss:
-		m.standbyTakes.WithLabelValues("miss", reason).Inc()
-	case standby.EventDiscard:
-		m.standbyDiscards.WithLabelValues(reason).Inc()
-	case standby.EventPrepared:
-		m.standbyPrepares.WithLabelValues("ok").Inc()
-	case standby.EventPrepareFailed:
-		m.standbyPrepares.WithLabelValues("failed").Inc()
-	case standby.EventCapped:
-		m.standbyPrepares.WithLabelValues("capped").Inc()
-	}
 }

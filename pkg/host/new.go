@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"time"
@@ -11,15 +10,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/admission"
-	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleetside"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
-	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
-	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
-	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
+	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
-	"github.com/roundtable-sandbox/sandbox/pkg/sealedturn"
 	"github.com/roundtable-sandbox/sandbox/pkg/toolset"
 )
 
@@ -68,10 +63,6 @@ func New(o Options) (*Host, error) {
 		fleet: o.Fleet,
 	}
 	h.metrics = newMetrics(o.Registry, h.queue)
-	if o.Fleet != nil {
-		h.fl = fleetside.New(fleetside.Options{Fleet: o.Fleet, Host: fleetHost{h}, Config: o.Config, Closed: ErrShuttingDown, State: o.State,
-			ChannelMode: h.channelMode, Registry: o.Registry, Logger: o.Logger, Now: o.Now, NewTurnID: o.NewTurnID})
-	}
 	h.stopCtx, h.stopAll = context.WithCancelCause(context.Background())
 	h.life = sandbox.New(sandbox.Options{
 		Containers: o.Containers, Units: o.Units, Logger: o.Logger, WorkerLogs: o.WorkerLogs,
@@ -86,43 +77,28 @@ func New(o Options) (*Host, error) {
 		},
 		CleanupFailed: func(what string) { h.metrics.cleanupFailures.WithLabelValues(what).Inc() },
 	})
-	h.coderun = coderun.New(coderun.Options{
-		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, Lchown: o.Lchown, Registry: o.Registry, Fleet: o.Fleet, Box: o.Config.Fleet.Box,
-	})
 	if err := h.prepareStatic(); err != nil {
 		return nil, err
 	}
-	h.rich = richsession.New(richsession.Options{
-		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
-		Tools: h.tools, MCP: h.mcpSpecs, Policy: h.pol, Control: o.RichControl, Idle: o.RichIdle, Registry: o.Registry,
-		ReplyBudget: o.RichReplyBudget, BudgetWait: o.RichBudgetWait,
-	})
-	h.prechecks = precheckrun.New(precheckrun.Options{
-		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
-		Policy: h.pol, Registry: o.Registry, Fleet: o.Fleet, Box: o.Config.Fleet.Box,
-	})
-	sealed, err := sealedturn.New(sealedturn.Options{
-		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
-		Tools: h.tools, MCP: h.mcpSpecs, Policy: h.pol, StandbyEvent: h.metrics.standbyEvent, Observe: h.ObservePhase,
-	})
-	if err != nil {
+	if err := h.makeKinds(); err != nil {
 		return nil, err
 	}
-	h.sealed, h.standbys = sealed, sealed.Pool()
-	if err := h.checkSample(); err != nil {
-		return nil, err
+	if o.Fleet != nil {
+		// A fleet turn's workspace moves through the kind that runs
+		// sealed turns (kind.WorkspaceMover).
+		ws := Kind[kind.WorkspaceMover](h)
+		if ws == nil {
+			return nil, errors.New("host: fleet mode needs a kind that moves a channel's workspace")
+		}
+		h.fl = fleetside.New(fleetside.Options{Fleet: o.Fleet, Host: fleetHost{h}, Workspaces: ws, Config: o.Config, Closed: ErrShuttingDown, State: o.State,
+			ChannelMode: h.channelMode, Registry: o.Registry, Logger: o.Logger, Now: o.Now, NewTurnID: o.NewTurnID})
 	}
-	if err := h.newDelegation(); err != nil {
-		return nil, err
-	}
-	h.rich.LogConfig()
-	h.kinds = h.kindList()
 	h.routes = h.routeTable()
 	return h, nil
 }
 
 // prepareStatic builds the public tool specs and the policy template
-// (pkg/toolset; checkSample validates both once the sealed turns exist).
+// (pkg/toolset; the sealed turn validates both with a sample turn).
 func (h *Host) prepareStatic() error {
 	set, err := toolset.New(h.cfg, h.opts.MCPTools)
 	if err != nil {
@@ -132,15 +108,26 @@ func (h *Host) prepareStatic() error {
 	return nil
 }
 
-// checkSample validates the policy and worker turn of a sample turn.
-func (h *Host) checkSample() error {
-	sample := &sealedturn.Turn{Handle: sandbox.Handle{ID: ids.NewTurnID(), Channel: ids.PreflightChannel}, Speaker: protocol.Speaker{ID: "preflight"}}
-	p := h.sealed.PolicyFor(sample, h.opts.Now().Add(h.cfg.TurnDeadline()))
-	if err := p.Validate(); err != nil {
-		return fmt.Errorf("host: configuration makes an invalid broker policy: %w", err)
+// makeKinds makes every kind of the registry, in its order, from what the
+// host hands every kind.
+func (h *Host) makeKinds() error {
+	o := h.opts
+	d := kind.Deps{
+		Config: h.cfg, Lifecycle: h.life, Host: kindHost{h}, Logger: h.log, Now: o.Now, NewID: o.NewTurnID,
+		UID: o.UID, GID: o.GID, Lchown: o.Lchown, Tools: h.tools, MCP: h.mcpSpecs, Policy: h.pol,
+		Registry: h.reg, Observe: h.ObservePhase, Fleet: h.fleet, Tuning: o.Tuning,
 	}
-	if _, err := h.sealed.TurnJSON(sample, false); err != nil {
-		return fmt.Errorf("host: configuration makes an invalid worker turn: %w", err)
+	h.turnKinds = map[string]kind.ChannelTurns{}
+	for _, r := range registry {
+		k, err := r.New(d)
+		if err != nil {
+			return err
+		}
+		h.kinds = append(h.kinds, k)
+		d.Made = h.kinds
+		if t, ok := k.(kind.ChannelTurns); ok {
+			h.turnKinds[t.Mode()] = t
+		}
 	}
 	return nil
 }

@@ -1,31 +1,19 @@
 package host
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
-	"github.com/roundtable-sandbox/sandbox/pkg/ids"
-	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheck"
-	"github.com/roundtable-sandbox/sandbox/pkg/precheck/runner"
-	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
 )
 
+// The precheck kind's own tests are in pkg/precheckrun; here what the
+// host owns of its route, and the helpers the fleet's precheck jobs use.
+
 // precheckExtra gives a precheck the default minute: tests about anything
-// but the deadline must not race it (a 2 s bound failed them on a busy
-// machine, where the host's setup alone took over 2 s).
+// but the deadline must not race it.
 const precheckExtra = `
 prechecks:
   enabled: true
@@ -36,48 +24,9 @@ prechecks:
       tools: [find]
 `
 
-// precheckShortExtra is precheckExtra with the least timeout, for the
-// deadline's own tests.
-var precheckShortExtra = strings.Replace(precheckExtra, "timeoutSeconds: 60", "timeoutSeconds: 2", 1)
+type mcpFake = sandboxtest.PrecheckMCP
 
-// mcpFake is the broker's MCP route as the runner sees it: search/find
-// answers {"hits":N}; anything else is refused.
-type mcpFake struct {
-	mu    sync.Mutex
-	calls []string
-}
-
-func (m *mcpFake) Call(ctx context.Context, route string, body any) (json.RawMessage, error) {
-	data, _ := json.Marshal(body)
-	var req struct {
-		ID     int `json:"id"`
-		Params struct {
-			Name string `json:"name"`
-		} `json:"params"`
-	}
-	json.Unmarshal(data, &req)
-	m.mu.Lock()
-	m.calls = append(m.calls, route+" "+req.Params.Name)
-	m.mu.Unlock()
-	if route != "/mcp/search" || req.Params.Name != "find" {
-		return nil, errors.New("broker answered status 404")
-	}
-	id, _ := json.Marshal(req.ID)
-	return json.RawMessage(`{"jsonrpc":"2.0","id":` + string(id) + `,"result":{"structuredContent":{"hits":4}}}`), nil
-}
-
-// runnerRun is a container that runs the real runner in-process on the job
-// it is given.
-func runnerRun(mcp *mcpFake) func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
-	return func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
-		var job precheck.Job
-		if err := json.Unmarshal(stdin, &job); err != nil {
-			return RunResult{ExitCode: 2}, nil
-		}
-		out, _ := precheck.Encode(runner.Run(ctx, job, mcp, nil))
-		return RunResult{Stdout: out}, nil
-	}
-}
+var runnerRun = sandboxtest.PrecheckRunner
 
 func newPrecheckRig(t *testing.T, extra string) (*rig, *mcpFake) {
 	t.Helper()
@@ -86,7 +35,7 @@ func newPrecheckRig(t *testing.T, extra string) (*rig, *mcpFake) {
 	})
 	t.Cleanup(r.h.Shutdown)
 	m := &mcpFake{}
-	r.docker.runFn = runnerRun(m)
+	r.docker.RunFn = runnerRun(m)
 	return r, m
 }
 
@@ -98,338 +47,23 @@ func postPrecheck(t *testing.T, h *Host, req any) (int, precheck.Answer, string)
 	return code, a, string(body)
 }
 
-// TestPrecheckTable: the seed's precheck cases through the API, each one
-// answered after its cleanup with nothing left behind.
-func TestPrecheckTable(t *testing.T) {
-	yes, no := true, false
-	tests := []struct {
-		name   string
-		req    precheck.Request
-		want   precheck.Answer
-		result string
-		calls  int
-	}{
-		{"wake", precheck.Request{Channel: "room", Script: `export default async () => ({ wake: true, context: "go" })`},
-			precheck.Answer{Wake: &yes, Context: "go"}, precheckrun.ResultWake, 0},
-		{"no wake", precheck.Request{Channel: "room", Script: `export default async () => ({ wake: false })`},
-			precheck.Answer{Wake: &no}, precheckrun.ResultNoWake, 0},
-		{"note", precheck.Request{Channel: "room", Script: `export default async () => ({ wake: false, note: "quiet" })`},
-			precheck.Answer{Wake: &no, Note: "quiet"}, precheckrun.ResultNoWake, 0},
-		{"async MCP call", precheck.Request{Channel: "room", Grants: []precheck.Grant{{Server: "search", Tool: "find"}},
-			Script: `export default async ({ mcp }) => { const r = await mcp.json("search", "find", { q: "x" }); return { wake: r.hits > 3, context: "hits " + r.hits } }`},
-			precheck.Answer{Wake: &yes, Context: "hits 4"}, precheckrun.ResultWake, 1},
-		{"a tool not granted with the script is refused", precheck.Request{Channel: "room",
-			Script: `export default async ({ mcp }) => { await mcp.json("search", "find"); return { wake: false } }`},
-			precheck.Answer{Error: "the script threw: mcp.json: search/find is not granted to this precheck"}, precheckrun.ResultScriptError, 0},
-		{"throws", precheck.Request{Channel: "room", Script: `export default async () => { throw new Error("feed down") }`},
-			precheck.Answer{Error: "the script threw: feed down"}, precheckrun.ResultScriptError, 0},
-		{"syntax error", precheck.Request{Channel: "room", Script: "export default async () => {"},
-			precheck.Answer{Error: "the script has a syntax error at line 1, column 29"}, precheckrun.ResultScriptError, 0},
-		{"wrong shape", precheck.Request{Channel: "room", Script: `export default async () => ({ wake: "yes" })`},
-			precheck.Answer{Error: "the script's answer must be {wake: false, note?} or {wake: true, context} with string note and context"}, precheckrun.ResultScriptError, 0},
-		{"result over its bound", precheck.Request{Channel: "room", Script: `export default async () => ({ wake: true, context: "x".repeat(16001) })`},
-			precheck.Answer{Error: "the script's answer is over its bound (note 1000, context 16000 characters)"}, precheckrun.ResultScriptError, 0},
-		{"endless loop", precheck.Request{Channel: "room", Script: `export default async () => { for (;;) {} }`},
-			precheck.Answer{Error: "the script ran past its time limit and was stopped"}, precheckrun.ResultTimeout, 0},
-		{"time zone edge: just after midnight east of UTC", precheck.Request{Channel: "room", FiredAt: "2026-11-30T23:05:00Z", TimeZone: "Europe/Berlin",
-			Schedule: "daily 00:05", Script: `export default async ({ today, timeZone, schedule, firedAt }) => ({ wake: true, context: [today, timeZone, schedule, firedAt.toISOString()].join(" ") })`},
-			precheck.Answer{Wake: &yes, Context: "2026-12-01 Europe/Berlin daily 00:05 2026-11-30T23:05:00.000Z"}, precheckrun.ResultWake, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			extra := precheckExtra
-			if tt.result == precheckrun.ResultTimeout {
-				extra = precheckShortExtra
-			}
-			r, m := newPrecheckRig(t, extra)
-			code, got, body := postPrecheck(t, r.h, tt.req)
-			if code != http.StatusOK {
-				t.Fatalf("status %d %s", code, body)
-			}
-			gotJSON, _ := json.Marshal(got)
-			wantJSON, _ := json.Marshal(tt.want)
-			if string(gotJSON) != string(wantJSON) {
-				t.Errorf("answer %s\n  want %s", gotJSON, wantJSON)
-			}
-			if n := len(m.calls); n != tt.calls {
-				t.Errorf("MCP calls %v, want %d", m.calls, tt.calls)
-			}
-			if v := precheckCount(r.h, tt.result); v != 1 {
-				t.Errorf("sandbox_prechecks_total{result=%q} = %v, want 1", tt.result, v)
-			}
-			r.assertClean(t)
-			if turns := r.h.ActiveTurns(); len(turns) != 0 {
-				t.Errorf("still listed: %+v", turns)
-			}
-		})
-	}
-}
-
-// TestPrecheckContainerAndPolicy: a turn's confinement at the precheck's
-// limits, an empty read-only workspace, a precheck-slot uid, the channel's
-// journal tag; a policy with exactly the granted tools and no model.
-func TestPrecheckContainerAndPolicy(t *testing.T) {
-	r, m := newPrecheckRig(t, precheckExtra)
-	var listed []apiwire.Turn
-	inner := runnerRun(m)
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
-		listed = r.h.ActiveTurns()
-		return inner(ctx, spec, stdin)
-	}
-	code, _, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Target: "thread-7", Grants: []precheck.Grant{{Server: "search", Tool: "find"}},
-		Script: `export default () => ({ wake: false })`})
-	if code != http.StatusOK {
-		t.Fatalf("status %d %s", code, body)
-	}
-	if len(r.docker.created) != 1 || len(r.docker.policies) != 1 {
-		t.Fatalf("created %d containers", len(r.docker.created))
-	}
-	s := r.docker.created[0]
-	tag := ids.ChannelTag("room")
-	if !s.Precheck || s.Run != nil || s.Image != r.cfg.Image || s.MemoryMB != 256 || s.CPUs != 1 || s.Pids != 32 || s.TmpfsMB != 64 ||
-		s.LogTag != "sandbox/"+tag || s.Labels[layout.LabelChannel] != tag {
-		t.Errorf("spec %+v", s)
-	}
-	if s.WorkspaceDir != filepath.Join(r.cfg.WorkspaceRoot, ".run-empty") {
-		t.Errorf("workspace %s", s.WorkspaceDir)
-	}
-	if entries, err := os.ReadDir(s.WorkspaceDir); err != nil || len(entries) != 0 {
-		t.Errorf("workspace not empty: %v %v", entries, err)
-	}
-	slotUID, err := r.h.state.GuestUID(ids.PrecheckSlot(0), r.cfg.Guests, -1)
-	must(t, err)
-	if s.UID != slotUID || s.GID != slotUID {
-		t.Errorf("uid %d:%d, want the precheck slot's %d", s.UID, s.GID, slotUID)
-	}
-	p := r.docker.policies[0]
-	if p == nil || !p.Precheck || p.Model.URL != "" || p.Model.Credential != "" || len(p.Tools) != 0 || p.Egress != nil ||
-		len(p.MCP) != 1 || p.MCP[0].Name != "search" || strings.Join(p.MCP[0].Tools, ",") != "find" || p.MCP[0].Credential != "mcp-key" ||
-		p.Limits.MaxCalls != 16 || p.Identity.Channel != "room" {
-		t.Errorf("policy %+v", p)
-	}
-	if len(listed) != 1 || !listed[0].Precheck || listed[0].ChannelTag != tag || listed[0].ID != s.Labels[layout.LabelTurn] {
-		t.Errorf("listed while running: %+v", listed)
-	}
-	var job precheck.Job
-	must(t, json.Unmarshal(r.docker.stdins[0], &job))
-	if job.TimeoutMs > 59_000 || job.TimeoutMs < precheck.MinTimeoutMs || job.MaxCalls != 16 || job.MaxHeapBytes != 256<<20*3/5 || job.TimeZone != "UTC" {
-		t.Errorf("job %+v", job)
-	}
-	if strings.Contains(string(r.docker.stdins[0]), "thread-7") {
-		t.Error("the target reached the container")
-	}
-	r.assertClean(t)
-}
-
-// TestPrecheckRefusals: bad requests are refused before anything exists,
-// each naming what was wrong.
-func TestPrecheckRefusals(t *testing.T) {
+// TestPrecheckRouteRefusals: the router refuses a peer that is no client
+// (403) and another method (405) before the kind sees the request (moved
+// from TestPrecheckRefusals, whose other cases are the kind's).
+func TestPrecheckRouteRefusals(t *testing.T) {
 	r, _ := newPrecheckRig(t, precheckExtra)
 	ok := `export default () => ({ wake: false })`
-	tests := []struct {
-		name string
-		req  any
-		code int
-		want string
-	}{
-		{"grant not allowed for the channel", precheck.Request{Channel: "other-room", Script: ok, Grants: []precheck.Grant{{Server: "search", Tool: "find"}}},
-			http.StatusForbidden, "grant search:find is not allowed for this channel"},
-		{"tool not declared", precheck.Request{Channel: "room", Script: ok, Grants: []precheck.Grant{{Server: "search", Tool: "delete"}}},
-			http.StatusForbidden, "grant search:delete is not allowed"},
-		{"server unknown", precheck.Request{Channel: "room", Script: ok, Grants: []precheck.Grant{{Server: "web", Tool: "find"}}},
-			http.StatusForbidden, "grant web:find is not allowed"},
-		{"grant twice", precheck.Request{Channel: "room", Script: ok, Grants: []precheck.Grant{{Server: "search", Tool: "find"}, {Server: "search", Tool: "find"}}},
-			http.StatusBadRequest, "grant search:find is listed twice"},
-		{"bad grant name", precheck.Request{Channel: "room", Script: ok, Grants: []precheck.Grant{{Server: "Search!", Tool: "find"}}},
-			http.StatusBadRequest, "Search!:find\\\": server must match"},
-		{"bad time zone", precheck.Request{Channel: "room", Script: ok, TimeZone: "Mars/Olympus"}, http.StatusBadRequest, "timeZone must be an IANA time zone name"},
-		{"Local time zone", precheck.Request{Channel: "room", Script: ok, TimeZone: "Local"}, http.StatusBadRequest, "timeZone must be an IANA time zone name"},
-		{"bad firedAt", precheck.Request{Channel: "room", Script: ok, FiredAt: "tomorrow"}, http.StatusBadRequest, "firedAt must be an RFC 3339 time"},
-		{"empty script", precheck.Request{Channel: "room"}, http.StatusBadRequest, "script must be 1 to 65536 bytes"},
-		{"script over its bound", precheck.Request{Channel: "room", Script: strings.Repeat("x", precheck.MaxScriptBytes+1)}, http.StatusBadRequest, "script must be 1 to 65536 bytes"},
-		{"long schedule", precheck.Request{Channel: "room", Script: ok, Schedule: strings.Repeat("s", 513)}, http.StatusBadRequest, "schedule is 513 characters; the limit is 512"},
-		{"long target", precheck.Request{Channel: "room", Script: ok, Target: strings.Repeat("t", 257)}, http.StatusBadRequest, "target must be valid UTF-8 of at most 256"},
-		{"bad channel", precheck.Request{Channel: "", Script: ok}, http.StatusBadRequest, "channel:"},
-		{"unknown field", map[string]any{"channel": "room", "script": ok, "tier": 2}, http.StatusBadRequest, `unknown field \"tier\"`},
-		{"body over its bound", map[string]any{"channel": "room", "script": strings.Repeat("\u0001", precheck.MaxRequestBytes/6+1)}, http.StatusRequestEntityTooLarge, "request body too large"},
-	}
-	for _, tt := range tests {
-		code, _ := apiAs(t, r.h, clientUID, http.MethodPost, "/v1/prechecks", tt.req)
-		_, body := apiAs(t, r.h, clientUID, http.MethodPost, "/v1/prechecks", tt.req)
-		if code != tt.code || !strings.Contains(string(body), tt.want) {
-			t.Errorf("%s: %d %s\n  want %d containing %q", tt.name, code, body, tt.code, tt.want)
-		}
-	}
-	if n := len(r.docker.created); n != 0 {
-		t.Errorf("%d containers created for refused requests", n)
-	}
 	if code, _ := apiAs(t, r.h, 999, http.MethodPost, "/v1/prechecks", precheck.Request{Channel: "room", Script: ok}); code != http.StatusForbidden {
 		t.Errorf("a peer that is no client: %d", code)
 	}
 	if code, _ := apiAs(t, r.h, clientUID, http.MethodGet, "/v1/prechecks", nil); code != http.StatusMethodNotAllowed {
 		t.Errorf("GET: %d", code)
 	}
-	r.assertClean(t)
-}
-
-func TestPrecheckDisabled(t *testing.T) {
-	r, _ := newPrecheckRig(t, "")
-	code, _, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Script: `export default () => ({ wake: false })`})
-	if code != http.StatusConflict || !strings.Contains(body, "prechecks.enabled") {
-		t.Errorf("%d %s", code, body)
-	}
-}
-
-// TestPrecheckVMDeadlineAfterSetup: the job's timeoutMs is what is left of
-// the precheck's deadline when its container runs, less the margin: a setup
-// that took 10 s of a 60 s precheck leaves the VM 49 s, not 59 (which would
-// let the kill come first: a script past its time then got the kill's
-// answer instead of its own).
-func TestPrecheckVMDeadlineAfterSetup(t *testing.T) {
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	r := newRig(t, precheckExtra, func(o *Options) {
-		o.Access.ClientUIDs = []int{clientUID}
-		o.Now = clock
-	})
-	t.Cleanup(r.h.Shutdown)
-	r.docker.runFn = runnerRun(&mcpFake{})
-	r.units.startHook = func(context.Context, string) error {
-		mu.Lock()
-		now = now.Add(10 * time.Second) // a slow unit start
-		mu.Unlock()
-		return nil
-	}
-	code, got, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Script: `export default () => ({ wake: false })`})
-	if code != http.StatusOK || got.Wake == nil || *got.Wake {
-		t.Fatalf("%d %s", code, body)
-	}
-	var job precheck.Job
-	must(t, json.Unmarshal(r.docker.stdins[0], &job))
-	if job.TimeoutMs != 49_000 {
-		t.Errorf("job timeoutMs %d, want 49000 (60 s less 10 s of setup, less the 1 s margin)", job.TimeoutMs)
+	if n := len(r.docker.Created); n != 0 {
+		t.Errorf("%d containers created for refused requests", n)
 	}
 	r.assertClean(t)
-}
-
-// TestPrecheckKilledAtDeadline: a container that never answers is killed
-// and removed at the deadline; the answer is the timeout error.
-func TestPrecheckKilledAtDeadline(t *testing.T) {
-	r, _ := newPrecheckRig(t, precheckShortExtra)
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
-		<-ctx.Done()
-		return RunResult{ExitCode: -1}, ctx.Err()
-	}
-	start := time.Now()
-	code, got, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Script: `export default () => ({ wake: false })`})
-	took := time.Since(start)
-	if code != http.StatusOK || got.Error != "the precheck passed its 2 s timeout and was killed" || got.Wake != nil {
-		t.Errorf("%d %s", code, body)
-	}
-	if took < 1900*time.Millisecond || took > 6*time.Second {
-		t.Errorf("answered after %v, want about 2 s", took)
-	}
-	if len(r.docker.kills) == 0 || len(r.docker.removes) == 0 {
-		t.Errorf("kills %v removes %v", r.docker.kills, r.docker.removes)
-	}
-	if v := precheckCount(r.h, precheckrun.ResultTimeout); v != 1 {
-		t.Errorf("timeout metric %v", v)
-	}
-	r.assertClean(t)
-}
-
-// TestPrecheckHostileContainer: whatever the container prints or however
-// it ends, the host answers a generic error and cleans up.
-func TestPrecheckHostileContainer(t *testing.T) {
-	tests := []struct {
-		name string
-		res  RunResult
-		code int
-		want string
-	}{
-		{"garbage", RunResult{Stdout: []byte("not json")}, http.StatusInternalServerError, precheckrun.ErrFailed.Error()},
-		{"unknown field", RunResult{Stdout: []byte(`{"wake":true,"context":"x","extra":1}`)}, http.StatusInternalServerError, precheckrun.ErrFailed.Error()},
-		{"two shapes", RunResult{Stdout: []byte(`{"wake":true,"context":"x","error":"e","kind":"throw"}`)}, http.StatusInternalServerError, precheckrun.ErrFailed.Error()},
-		{"over its bound", RunResult{Stdout: []byte(`{"wake":true}`), Truncated: true}, http.StatusInternalServerError, precheckrun.ErrFailed.Error()},
-		{"context over its bound", RunResult{Stdout: []byte(`{"wake":true,"context":"` + strings.Repeat("x", 16001) + `"}`)}, http.StatusInternalServerError, precheckrun.ErrFailed.Error()},
-		{"crashed", RunResult{ExitCode: 2}, http.StatusInternalServerError, precheckrun.ErrFailed.Error()},
-		{"memory limit", RunResult{ExitCode: 137}, http.StatusOK, "the precheck was killed: it used more memory than allowed"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r, _ := newPrecheckRig(t, precheckExtra)
-			r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) { return tt.res, nil }
-			code, _, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Script: `export default () => ({ wake: false })`})
-			if code != tt.code || !strings.Contains(body, tt.want) {
-				t.Errorf("%d %s, want %d %q", code, body, tt.code, tt.want)
-			}
-			r.assertClean(t)
-		})
-	}
-}
-
-// TestPrecheckLogQuotesNothingOfTheContainer: a result that does not
-// decode is logged by its category; the key, value or character the
-// container chose never reaches the host's log line.
-func TestPrecheckLogQuotesNothingOfTheContainer(t *testing.T) {
-	for _, tt := range []struct{ name, stdout, want string }{
-		{"unknown field", `{"wake":false,"INJECTED\nlevel=ERROR":1}`, "unknown field"},
-		{"wrong type", `{"wake":"INJECTED"}`, "not one object of the known fields and types"},
-		{"syntax", `{"wake":INJECTED}`, "not one object of the known fields and types"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			logs := &lockedBuffer{}
-			r := newRig(t, precheckExtra, func(o *Options) {
-				o.Access.ClientUIDs = []int{clientUID}
-				o.Logger = slog.New(slog.NewJSONHandler(logs, nil))
-			})
-			t.Cleanup(r.h.Shutdown)
-			r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
-				return RunResult{Stdout: []byte(tt.stdout)}, nil
-			}
-			code, _, body := postPrecheck(t, r.h, precheck.Request{Channel: "room", Script: `export default () => ({ wake: false })`})
-			if code != http.StatusInternalServerError || strings.Contains(body, "INJECTED") {
-				t.Fatalf("%d %s, want 500 and a generic error", code, body)
-			}
-			var line string
-			for _, l := range strings.Split(logs.String(), "\n") {
-				if strings.Contains(l, `"msg":"precheck done"`) {
-					line = l
-				}
-			}
-			if !strings.Contains(line, tt.want) {
-				t.Errorf("precheck done line %q lacks the category %q", line, tt.want)
-			}
-			if strings.Contains(logs.String(), "INJECTED") {
-				t.Errorf("the log quotes the container:\n%s", logs.String())
-			}
-		})
-	}
-}
-
-// precheckCount reads sandbox_prechecks_total{result} (0 when absent).
-func precheckCount(h *Host, result string) float64 {
-	return gatheredCounter(h.reg, "sandbox_prechecks_total", "result", result)
 }
 
 // gatheredCounter reads one series of a counter from reg (0 when absent).
-func gatheredCounter(reg *prometheus.Registry, name, label, value string) float64 {
-	mfs, err := reg.Gather()
-	if err != nil {
-		return -1
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
-}
+var gatheredCounter = sandboxtest.Counter

@@ -22,7 +22,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestNoOverlapWithinChannelWhileChannelsRunTogether(t *testing.T) {
 	r := newRig(t, "", nil)
 	gate := make(chan struct{})
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-gate
 		time.Sleep(5 * time.Millisecond)
 		return okRun(ctx, spec, stdin)
@@ -46,17 +46,17 @@ func TestNoOverlapWithinChannelWhileChannelsRunTogether(t *testing.T) {
 		}
 	}
 	waitFor(t, "both channels running", func() bool {
-		r.docker.mu.Lock()
-		defer r.docker.mu.Unlock()
-		return r.docker.total == 2
+		r.docker.Mu.Lock()
+		defer r.docker.Mu.Unlock()
+		return r.docker.Total == 2
 	})
 	close(gate)
 	wg.Wait()
-	if r.docker.maxRunning["a"] != 1 || r.docker.maxRunning["b"] != 1 {
-		t.Errorf("max running per channel = %v, want 1 each", r.docker.maxRunning)
+	if r.docker.MaxRunning["a"] != 1 || r.docker.MaxRunning["b"] != 1 {
+		t.Errorf("max running per channel = %v, want 1 each", r.docker.MaxRunning)
 	}
-	if r.docker.maxTotal != 2 {
-		t.Errorf("max running together = %d, want 2", r.docker.maxTotal)
+	if r.docker.MaxTotal != 2 {
+		t.Errorf("max running together = %d, want 2", r.docker.MaxTotal)
 	}
 	r.assertClean(t)
 }

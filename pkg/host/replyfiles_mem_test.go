@@ -20,6 +20,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
+	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
 )
 
 // packetBroker is a session broker's control route on a Unix socket that
@@ -85,11 +86,11 @@ func packetBroker(t testing.TB, files, size int) string {
 type socketControl struct{ sock string }
 
 func (c socketControl) Status(ctx context.Context, _ string) (policy.ControlStatus, error) {
-	return HTTPRichControl{}.Status(ctx, c.sock)
+	return richsession.HTTPControl{}.Status(ctx, c.sock)
 }
 
-func (c socketControl) Turn(ctx context.Context, _ string, b policy.Bind, reserve ReserveFunc) (*richproto.Result, error) {
-	return HTTPRichControl{}.Turn(ctx, c.sock, b, reserve)
+func (c socketControl) Turn(ctx context.Context, _ string, b policy.Bind, reserve richsession.ReserveFunc) (*richproto.Result, error) {
+	return richsession.HTTPControl{}.Turn(ctx, c.sock, b, reserve)
 }
 
 // heapPeak samples HeapAlloc until stopped and returns its highest value.
@@ -128,8 +129,8 @@ func TestReplyPacketHostMemory(t *testing.T) {
 	}
 	const files, size = 5, richproto.MaxReplyFileBytes
 	sock := packetBroker(t, files, size)
-	r := newRig(t, richExtra, func(o *Options) { o.RichControl = socketControl{sock}; o.RichIdle = time.Hour })
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r := newRig(t, richExtra, func(o *Options) { richTuning(o).Control = socketControl{sock}; richTuning(o).Idle = time.Hour })
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
 		return RunResult{ExitCode: 137}, ctx.Err()
 	}

@@ -136,8 +136,8 @@ func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
 func TestReplyBudgetWaits(t *testing.T) {
 	waited := make(chan int64, 1)
 	r, ctl := richRigWith(t, time.Hour, func(o *Options) {
-		o.RichReplyBudget = 100
-		o.RichBudgetWait = func(n int64) { waited <- n }
+		richTuning(o).ReplyBudget = 100
+		richTuning(o).BudgetWait = func(n int64) { waited <- n }
 	})
 	ctl.reserve = 60
 	entered, hold := make(chan string, 2), make(chan struct{})
@@ -181,70 +181,8 @@ func TestReplyBudgetWaits(t *testing.T) {
 			t.Errorf("answer %d %s", a.code, a.body)
 		}
 	}
-	if used := r.h.rich.ReplyBytesHeld(); used != 0 {
+	if used := r.h.richSessions().ReplyBytesHeld(); used != 0 {
 		t.Errorf("%d bytes of the reply budget still held after both turns", used)
-	}
-}
-
-// TestReplyBudgetWaitEndsWithTheTurn: a packet waiting for the budget
-// waits no longer than its turn, which fails saying why; the budget is
-// whole again after.
-func TestReplyBudgetWaitEndsWithTheTurn(t *testing.T) {
-	logs := &lockedBuffer{}
-	ctl := &fakeRichControl{reserve: 60}
-	waited := make(chan int64, 1)
-	r := newRig(t, richExtra, func(o *Options) {
-		o.RichControl = ctl
-		o.RichIdle = time.Hour
-		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
-		o.RichReplyBudget = 100
-		o.RichBudgetWait = func(n int64) { waited <- n }
-	})
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
-		<-ctx.Done()
-		return RunResult{ExitCode: 137}, ctx.Err()
-	}
-	t.Cleanup(r.h.Shutdown)
-	entered, hold := make(chan struct{}, 1), make(chan struct{})
-	ctl.turnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
-		if b.Identity.Channel == "a" {
-			entered <- struct{}{}
-			<-hold
-		}
-		return &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: "x"}, nil
-	}
-	for _, ch := range []string{"a", "b"} {
-		if code, _ := r.api(t, "PUT", "/v1/channels/"+ch+"/mode", `{"mode":"rich","profile":"helper"}`); code != 200 {
-			t.Fatal(code)
-		}
-	}
-	aDone := make(chan error, 1)
-	go func() {
-		_, _, err := r.h.RunRichTurn(context.Background(), TurnInput{Channel: "a", SpeakerID: "u", Text: "x"})
-		aDone <- err
-	}()
-	<-entered
-	ctx, cancel := context.WithCancel(context.Background())
-	bDone := make(chan error, 1)
-	go func() {
-		_, _, err := r.h.RunRichTurn(ctx, TurnInput{Channel: "b", SpeakerID: "u", Text: "x"})
-		bDone <- err
-	}()
-	<-waited
-	cancel()
-	if err := <-bDone; err == nil {
-		t.Fatal("b's turn succeeded without the budget")
-	}
-	if !strings.Contains(logs.String(), "reply packet waits for the host's reply budget") ||
-		!strings.Contains(logs.String(), "waited for the host's reply budget (60 of 100 bytes held by other packets) until the turn ended") {
-		t.Errorf("the log does not say why the turn failed:\n%s", logs.String())
-	}
-	close(hold)
-	if err := <-aDone; err != nil {
-		t.Errorf("a: %v", err)
-	}
-	if used := r.h.rich.ReplyBytesHeld(); used != 0 {
-		t.Errorf("%d bytes of the reply budget still held", used)
 	}
 }
 

@@ -31,9 +31,9 @@ func TestRichAttachmentsAPI(t *testing.T) {
 	if len(binds) != 1 || fmt.Sprint(binds[0].Turn.Attachments) != fmt.Sprint(atts) {
 		t.Fatalf("bound attachments %+v, want %+v", binds, atts)
 	}
-	r.docker.mu.Lock()
-	pol := r.docker.policies[len(r.docker.policies)-1]
-	r.docker.mu.Unlock()
+	r.docker.Mu.Lock()
+	pol := r.docker.Policies[len(r.docker.Policies)-1]
+	r.docker.Mu.Unlock()
 	if fmt.Sprint(pol.EgressAllow) != "[127.0.0.1:8080]" {
 		t.Errorf("session policy egressAllow %v, want the host's %v", pol.EgressAllow, r.cfg.Egress.Allow)
 	}

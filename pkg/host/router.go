@@ -1,7 +1,6 @@
 package host
 
 import (
-	"regexp"
 	"strings"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
@@ -9,7 +8,8 @@ import (
 )
 
 // An Endpoint is one route of the host API: its method, its path pattern
-// (literal segments and at most one parameter, {channel}, {run} or {job})
+// (literal segments and at most one parameter: {channel} or a kind's, such
+// as {run} or {job})
 // and the least role it needs. The router dispatches from the route table
 // alone (the host's routes and each kind's), so Endpoints is the API;
 // docs/api.md's endpoint table is checked against it (test/newcomer).
@@ -31,17 +31,19 @@ func newRoutes(rs []api.Route) []route {
 	return out
 }
 
-var runIDRe = regexp.MustCompile(`^[0-9a-f]{32}$`)
-
-// The path parameters and their checks: each is one URL-escaped segment.
-var params = map[string]struct {
-	valid  func(string) bool
-	reason string
-}{
-	"{channel}": {func(s string) bool { return ids.ValidChannel(s) == nil }, "bad channel: must be 1 to 256 printable characters, URL-path-escaped"},
-	"{run}":     {runIDRe.MatchString, "bad run id: 32 lowercase hex characters"},
-	"{job}":     {func(s string) bool { return ids.ValidTurnID(s) == nil }, "bad job id: 32 lowercase hex characters"},
-}
+// params are the path parameters and their checks, each one URL-escaped
+// segment: the host's {channel} and every kind's.
+var params = func() map[string]api.Param {
+	m := map[string]api.Param{
+		"{channel}": {Name: "{channel}", Valid: func(s string) bool { return ids.ValidChannel(s) == nil }, Reason: "bad channel: must be 1 to 256 printable characters, URL-path-escaped"},
+	}
+	for _, r := range registry {
+		for _, p := range r.Params {
+			m[p.Name] = p
+		}
+	}
+	return m
+}()
 
 // match returns the table's routes whose pattern has the shape of the
 // escaped path segs (same length, the same literals) and the raw segment

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
+	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 )
 
 // routeTable is the API, one entry per method and path: the host's own
@@ -23,10 +24,25 @@ func (h *Host) routeTable() []route {
 		{Endpoint: Endpoint{Method: http.MethodPost, Pattern: "/v1/channels/{channel}/fresh", Role: RoleAdmin}, Fn: h.handleFresh},
 		{Endpoint: Endpoint{Method: http.MethodPost, Pattern: "/v1/channels/{channel}/cancel", Role: RoleAdmin}, Fn: h.handleCancel},
 	}
-	for _, k := range h.kindList() {
-		rs = append(rs, k.Routes()...)
+	for _, k := range h.kindsOrZero() {
+		if r, ok := k.(kind.Router); ok {
+			rs = append(rs, r.Routes()...)
+		}
 	}
 	return newRoutes(rs)
+}
+
+// kindsOrZero are the host's kinds, or on a zero Host (Endpoints) each
+// kind's Zero value, whose Routes name the endpoints.
+func (h *Host) kindsOrZero() []kind.Kind {
+	if h.kinds != nil {
+		return h.kinds
+	}
+	out := make([]kind.Kind, len(registry))
+	for i, r := range registry {
+		out[i] = r.Zero
+	}
+	return out
 }
 
 // Endpoints lists the API the router serves, in its table's order.
@@ -55,8 +71,8 @@ func (h *Host) route(w http.ResponseWriter, r *http.Request) {
 	value := ""
 	if param != "" {
 		v, err := url.PathUnescape(raw)
-		if err != nil || !params[param].valid(v) {
-			h.fail(w, badRequest(params[param].reason))
+		if err != nil || !params[param].Valid(v) {
+			h.fail(w, badRequest(params[param].Reason))
 			return
 		}
 		value = v

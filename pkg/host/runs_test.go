@@ -125,7 +125,7 @@ func apiAs(t *testing.T, h *Host, uid int, method, path string, body any) (int, 
 
 func waitRun(t *testing.T, h *Host, id string) runs.Status {
 	t.Helper()
-	r, err := h.coderun.Registry().Get(id)
+	r, err := h.codeRuns().Registry().Get(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestRunShellAndArtifacts(t *testing.T) {
 	if len(got.Artifacts) != 1 || string(got.Artifacts[0].Data) != "data:out/report.txt" {
 		t.Errorf("artifacts %+v", got.Artifacts)
 	}
-	spec := r.docker.created[0]
+	spec := r.docker.Created[0]
 	if spec.Run == nil || spec.Run.Setup || spec.Run.GateDir != "" || spec.WorkspaceDir != "/srv/demo" || spec.TurnDir != "" || spec.Image != layout.DefaultToolboxImage {
 		t.Errorf("container spec %+v run %+v", spec, spec.Run)
 	}
@@ -180,10 +180,10 @@ func TestRunShellAndArtifacts(t *testing.T) {
 	if job.Command != "echo hello" || job.UID != spec.UID || job.UID < r.cfg.Guests.UIDBase || job.Proxy {
 		t.Errorf("job %+v (uid of the spec %d)", job, spec.UID)
 	}
-	if lines := r.journal.lines("sandbox/run-" + st.ID); !slices.Contains(lines, "hello") || !slices.Contains(lines, "warn") {
+	if lines := r.journal.Lines("sandbox/run-" + st.ID); !slices.Contains(lines, "hello") || !slices.Contains(lines, "warn") {
 		t.Errorf("journal sandbox/run-%s: %q", st.ID, lines)
 	}
-	if n := len(r.units.started); n != 0 {
+	if n := len(r.units.Started); n != 0 {
 		t.Errorf("a run without network started %d broker units", n)
 	}
 	r.assertClean(t)
@@ -206,7 +206,7 @@ func TestRunShellAndArtifacts(t *testing.T) {
 // client must not learn which ids are live (issue 24 follow-up).
 func TestAnotherClientsRunAnswersAsNoSuchRun(t *testing.T) {
 	r, _ := newRunRig(t, runsExtra, supervise(0))
-	st, err := r.h.coderun.Start(runs.Params{Command: "true"}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Command: "true"}, clientUID)
 	must(t, err)
 	waitRun(t, r.h, st.ID)
 	const missing = "0123456789abcdef0123456789abcdef" // well-formed, never created
@@ -226,13 +226,13 @@ func TestAnotherClientsRunAnswersAsNoSuchRun(t *testing.T) {
 
 func TestRunFailedExitAndSetup(t *testing.T) {
 	r, rd := newRunRig(t, runsExtra, supervise(3))
-	st, err := r.h.coderun.Start(runs.Params{Executable: "false", Setup: []string{"apt-get install -y jq"}}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Executable: "false", Setup: []string{"apt-get install -y jq"}}, clientUID)
 	must(t, err)
 	got := waitRun(t, r.h, st.ID)
 	if got.Result != runs.ResultFailed || got.ExitCode == nil || *got.ExitCode != 3 {
 		t.Errorf("run: %+v", got)
 	}
-	spec := r.docker.created[0]
+	spec := r.docker.Created[0]
 	if !spec.Run.Setup {
 		t.Errorf("a run with setup must start as root with the setup capabilities: %+v", spec.Run)
 	}
@@ -264,13 +264,13 @@ func TestRunGateRefusesALink(t *testing.T) {
 	root := filepath.Join(r.cfg.WorkspaceRoot, ".run-gates")
 	must(t, os.Mkdir(root, 0o700))
 	must(t, os.Symlink(t.TempDir(), filepath.Join(root, "0")))
-	st, err := r.h.coderun.Start(runs.Params{Executable: "true", Setup: []string{"true"}}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Executable: "true", Setup: []string{"true"}}, clientUID)
 	must(t, err)
 	got := waitRun(t, r.h, st.ID)
 	if got.Result != runs.ResultError || !strings.Contains(got.Error, "project gate") {
 		t.Errorf("run: %+v, want an error naming the project gate", got)
 	}
-	if n := len(r.docker.created); n != 0 {
+	if n := len(r.docker.Created); n != 0 {
 		t.Errorf("%d containers created", n)
 	}
 }
@@ -300,20 +300,20 @@ func TestRunRefusals(t *testing.T) {
 	if code, _ := apiAs(t, r.h, 5555, "POST", "/v1/runs", runs.Params{Command: "x"}); code != http.StatusForbidden {
 		t.Errorf("a stranger: %d, want 403", code)
 	}
-	if n := len(r.docker.created); n != 0 {
+	if n := len(r.docker.Created); n != 0 {
 		t.Errorf("%d containers created for refused runs", n)
 	}
 }
 
 func TestRunNetworkApproval(t *testing.T) {
 	r, rd := newRunRig(t, runsExtra, supervise(0))
-	st, err := r.h.coderun.Start(runs.Params{Command: "curl http://127.0.0.1:8080/", Network: true}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Command: "curl http://127.0.0.1:8080/", Network: true}, clientUID)
 	must(t, err)
 	if st.State != runs.StateAwaitingApproval {
 		t.Fatalf("state %s, want awaiting_approval", st.State)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if n := len(r.docker.created); n != 0 {
+	if n := len(r.docker.Created); n != 0 {
 		t.Fatalf("a container exists before approval")
 	}
 	// A client cannot approve, not even its own run.
@@ -327,14 +327,14 @@ func TestRunNetworkApproval(t *testing.T) {
 	if got.Result != runs.ResultOK || got.ApprovedBy == nil {
 		t.Fatalf("run %+v", got)
 	}
-	pol := r.docker.policies[0]
+	pol := r.docker.Policies[0]
 	if pol == nil || !pol.EgressOnly || pol.Egress == nil || !slices.Equal(pol.EgressAllow, []string{"127.0.0.1:8080"}) || pol.Model != (policy.Model{}) {
 		t.Errorf("policy at create: %+v", pol)
 	}
-	if spec := r.docker.created[0]; spec.TurnDir == "" || !rd.jobs[0].Proxy {
+	if spec := r.docker.Created[0]; spec.TurnDir == "" || !rd.jobs[0].Proxy {
 		t.Errorf("a network run needs its turn dir and the bridge: %+v %+v", spec, rd.jobs[0])
 	}
-	if n := len(r.units.started); n != 1 {
+	if n := len(r.units.Started); n != 1 {
 		t.Errorf("broker units started %d, want 1", n)
 	}
 	// Approving again is refused.
@@ -346,7 +346,7 @@ func TestRunNetworkApproval(t *testing.T) {
 
 func TestRunNetworkDeniedAndCancelled(t *testing.T) {
 	r, _ := newRunRig(t, runsExtra, supervise(0))
-	st, err := r.h.coderun.Start(runs.Params{Command: "x", Network: true}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Command: "x", Network: true}, clientUID)
 	must(t, err)
 	if code, _ := apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/deny", nil); code != http.StatusOK {
 		t.Fatalf("deny: %d", code)
@@ -355,7 +355,7 @@ func TestRunNetworkDeniedAndCancelled(t *testing.T) {
 		t.Errorf("denied run: %+v", got)
 	}
 	// Cancel while waiting.
-	st, err = r.h.coderun.Start(runs.Params{Command: "x", Network: true}, clientUID)
+	st, err = r.h.codeRuns().Start(runs.Params{Command: "x", Network: true}, clientUID)
 	must(t, err)
 	if code, _ := apiAs(t, r.h, clientUID, "POST", "/v1/runs/"+st.ID+"/cancel", nil); code != http.StatusOK {
 		t.Fatalf("owner cancel: %d", code)
@@ -363,7 +363,7 @@ func TestRunNetworkDeniedAndCancelled(t *testing.T) {
 	if got := waitRun(t, r.h, st.ID); got.Result != runs.ResultCancelled {
 		t.Errorf("cancelled run: %+v", got)
 	}
-	if n := len(r.docker.created); n != 0 {
+	if n := len(r.docker.Created); n != 0 {
 		t.Errorf("%d containers for runs that never got network", n)
 	}
 	r.assertClean(t)
@@ -376,15 +376,15 @@ func TestRunTimeoutAndCancelRemove(t *testing.T) {
 		return -1, ctx.Err()
 	}
 	r, _ := newRunRig(t, runsExtra, block)
-	st, err := r.h.coderun.Start(runs.Params{Command: "sleep 100", TimeoutSeconds: 1}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Command: "sleep 100", TimeoutSeconds: 1}, clientUID)
 	must(t, err)
 	got := waitRun(t, r.h, st.ID)
 	if got.Result != runs.ResultTimeout || !strings.Contains(got.Error, "1 s timeout") || got.Stdout != "started\n" {
 		t.Errorf("timed out run: %+v", got)
 	}
-	st, err = r.h.coderun.Start(runs.Params{Command: "sleep 100"}, clientUID)
+	st, err = r.h.codeRuns().Start(runs.Params{Command: "sleep 100"}, clientUID)
 	must(t, err)
-	run, _ := r.h.coderun.Registry().Get(st.ID)
+	run, _ := r.h.codeRuns().Registry().Get(st.ID)
 	for run.Status().State != runs.StateRunning {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -405,7 +405,7 @@ func TestRunTimeoutAndCancelRemove(t *testing.T) {
 	if got := waitRun(t, r.h, st.ID); got.Result != runs.ResultCancelled {
 		t.Errorf("cancelled run: %+v", got)
 	}
-	if n := len(r.docker.removes); n != 2 {
+	if n := len(r.docker.Removes); n != 2 {
 		t.Errorf("removals %d, want 2", n)
 	}
 	r.assertClean(t)
@@ -435,7 +435,7 @@ func TestRunHostileSupervisor(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			r, _ := newRunRig(t, runsExtra, fn)
-			st, err := r.h.coderun.Start(runs.Params{Command: "x", Artifacts: []string{"a.txt"}}, clientUID)
+			st, err := r.h.codeRuns().Start(runs.Params{Command: "x", Artifacts: []string{"a.txt"}}, clientUID)
 			must(t, err)
 			got := waitRun(t, r.h, st.ID)
 			if got.Result != runs.ResultError || got.Error == "" {
@@ -450,7 +450,7 @@ func TestRunHostileSupervisor(t *testing.T) {
 // result event.
 func TestRunEventsStream(t *testing.T) {
 	r, _ := newRunRig(t, runsExtra, supervise(0))
-	st, err := r.h.coderun.Start(runs.Params{Command: "x"}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Command: "x"}, clientUID)
 	must(t, err)
 	waitRun(t, r.h, st.ID)
 	code, body := apiAs(t, r.h, clientUID, "GET", "/v1/runs/"+st.ID+"/events", nil)
@@ -477,7 +477,7 @@ func TestRunEventsStream(t *testing.T) {
 // for approval as cancelled, creating nothing.
 func TestRunShutdownCancelsWaiting(t *testing.T) {
 	r, _ := newRunRig(t, runsExtra, supervise(0))
-	st, err := r.h.coderun.Start(runs.Params{Command: "x", Network: true}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Command: "x", Network: true}, clientUID)
 	must(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -486,10 +486,10 @@ func TestRunShutdownCancelsWaiting(t *testing.T) {
 	if got.Result != runs.ResultCancelled || got.Error != "the host stopped" {
 		t.Errorf("%+v", got)
 	}
-	if _, err := r.h.coderun.Start(runs.Params{Command: "x"}, clientUID); !errors.Is(err, ErrShuttingDown) {
+	if _, err := r.h.codeRuns().Start(runs.Params{Command: "x"}, clientUID); !errors.Is(err, ErrShuttingDown) {
 		t.Errorf("a run after shutdown: %v", err)
 	}
-	if len(r.docker.created) != 0 {
+	if len(r.docker.Created) != 0 {
 		t.Errorf("containers created")
 	}
 	_ = filepath.Join
@@ -511,7 +511,7 @@ func TestRunEmptyWorkspaceEnterable(t *testing.T) {
 	} {
 		dir := filepath.Join(r.cfg.WorkspaceRoot, ".run-empty")
 		tc.pre(dir)
-		got, err := r.h.coderun.Workspace("")
+		got, err := r.h.codeRuns().Workspace("")
 		if err != nil || got != dir {
 			t.Fatalf("%s: runWorkspace = %q, %v; want %q", tc.name, got, err, dir)
 		}
@@ -530,7 +530,7 @@ func TestRunBodyBound(t *testing.T) {
 	if code != http.StatusRequestEntityTooLarge {
 		t.Errorf("%d %s, want 413", code, body)
 	}
-	if len(r.h.coderun.Registry().List()) != 0 || len(r.docker.created) != 0 {
+	if len(r.h.codeRuns().Registry().List()) != 0 || len(r.docker.Created) != 0 {
 		t.Errorf("a refused body created a run")
 	}
 }
@@ -557,7 +557,7 @@ func TestRunOutputCutIsReported(t *testing.T) {
 				must(t, enc.Result(tc.res))
 				return 0, nil
 			})
-			st, err := r.h.coderun.Start(runs.Params{Command: "yes"}, clientUID)
+			st, err := r.h.codeRuns().Start(runs.Params{Command: "yes"}, clientUID)
 			must(t, err)
 			waitRun(t, r.h, st.ID)
 			code, body := apiAs(t, r.h, clientUID, "GET", "/v1/runs/"+st.ID, nil)
@@ -615,9 +615,9 @@ func TestRunBlamesDockerWhenItWentAway(t *testing.T) {
 			})
 			rd = got
 			rd.mu.Lock()
-			rd.removeFails = tc.removeFails
+			rd.RemoveFails = tc.removeFails
 			rd.mu.Unlock()
-			st, err := r.h.coderun.Start(runs.Params{Command: "sleep 600"}, clientUID)
+			st, err := r.h.codeRuns().Start(runs.Params{Command: "sleep 600"}, clientUID)
 			must(t, err)
 			fin := waitRun(t, r.h, st.ID)
 			if fin.Result != runs.ResultError || fin.Error != tc.want {
@@ -670,7 +670,7 @@ func TestRunsInFlightBounds(t *testing.T) {
 			admitted = append(admitted, st.ID)
 		}
 	}
-	if n := len(r.h.coderun.Registry().List()); n != 3 {
+	if n := len(r.h.codeRuns().Registry().List()); n != 3 {
 		t.Errorf("%d runs recorded, want the 3 admitted", n)
 	}
 	close(release)
@@ -698,7 +698,7 @@ func TestRunsRetainedBytesBound(t *testing.T) {
 	})
 	var ids []string
 	for range 3 {
-		st, err := r.h.coderun.Start(runs.Params{Command: "x", Artifacts: []string{"a"}}, clientUID)
+		st, err := r.h.codeRuns().Start(runs.Params{Command: "x", Artifacts: []string{"a"}}, clientUID)
 		must(t, err)
 		ids = append(ids, st.ID)
 		waitRun(t, r.h, st.ID)
@@ -741,7 +741,7 @@ func TestRunAnswersHaveAWriteDeadline(t *testing.T) {
 	t.Cleanup(func() { api.WriteTimeout = old })
 	logs := &lockedBuffer{}
 	r, _ := newRunRigWith(t, runsExtra, bigSupervise(nil, nil), func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(logs, nil)) })
-	st, err := r.h.coderun.Start(runs.Params{Command: "flood", Artifacts: []string{"a0", "a1", "a2", "a3"}}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Command: "flood", Artifacts: []string{"a0", "a1", "a2", "a3"}}, clientUID)
 	must(t, err)
 	waitRun(t, r.h, st.ID)
 	sock, handled := serveWatched(t, r.h, clientUID)

@@ -46,7 +46,7 @@ func TestRunCredentials(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(string(body), `"credentials":["git"]`) {
 		t.Errorf("admin view: %d %s", code, body)
 	}
-	if n := len(r.docker.policies); n != 0 {
+	if n := len(r.docker.Policies); n != 0 {
 		t.Fatalf("a policy was written before approval")
 	}
 	if code, body := apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/approve", nil); code != http.StatusOK {
@@ -56,7 +56,7 @@ func TestRunCredentials(t *testing.T) {
 	if got.Result != runs.ResultOK {
 		t.Fatalf("run %+v", got)
 	}
-	pol := r.docker.policies[0]
+	pol := r.docker.Policies[0]
 	want := []policy.EgressCredential{{Name: "git", Host: "127.0.0.1", Port: 8443, Credential: "git-token", Header: "Authorization", Format: policy.FormatBearer}}
 	if pol == nil || pol.Egress == nil || !slices.Equal(pol.Egress.Credentials, want) || pol.Egress.TestRootCA != "" {
 		t.Errorf("policy egress: %+v, want exactly %+v", pol.Egress, want)
@@ -69,11 +69,11 @@ func TestRunCredentials(t *testing.T) {
 	}
 
 	// A network run without credentials carries none.
-	st2, err := r.h.coderun.Start(runs.Params{Command: "true", Network: true}, clientUID)
+	st2, err := r.h.codeRuns().Start(runs.Params{Command: "true", Network: true}, clientUID)
 	must(t, err)
 	apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+st2.ID+"/approve", nil)
 	waitRun(t, r.h, st2.ID)
-	if pol := r.docker.policies[1]; pol == nil || len(pol.Egress.Credentials) != 0 || len(pol.CredentialNames()) != 0 {
+	if pol := r.docker.Policies[1]; pol == nil || len(pol.Egress.Credentials) != 0 || len(pol.CredentialNames()) != 0 {
 		t.Errorf("a run without credentials got %+v", pol.Egress)
 	}
 
@@ -87,17 +87,17 @@ func TestRunCredentials(t *testing.T) {
 		{"unknown", clientUID, runs.Params{Command: "x", Network: true, Credentials: []string{"nope"}}},
 		{"without network", clientUID, runs.Params{Project: "demo", Command: "x", Credentials: []string{"git"}}},
 	} {
-		before := len(r.h.coderun.Registry().List())
+		before := len(r.h.codeRuns().Registry().List())
 		code, body := apiAs(t, r.h, c.uid, "POST", "/v1/runs", c.p)
 		if code != http.StatusBadRequest || !strings.Contains(string(body), "credentials") {
 			t.Errorf("%s: %d %s, want 400 naming credentials", c.name, code, body)
 		}
-		if n := len(r.h.coderun.Registry().List()); n != before {
+		if n := len(r.h.codeRuns().Registry().List()); n != before {
 			t.Errorf("%s: a run was created", c.name)
 		}
 	}
 	// The other client may use its own.
-	if _, err := r.h.coderun.Start(runs.Params{Command: "x", Network: true, Credentials: []string{"api"}}, otherUID); err != nil {
+	if _, err := r.h.codeRuns().Start(runs.Params{Command: "x", Network: true, Credentials: []string{"api"}}, otherUID); err != nil {
 		t.Errorf("client's own credential refused: %v", err)
 	}
 	r.assertClean(t)

@@ -179,7 +179,7 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 		p := bigParams(runsBounds{r.cfg.Runs.MaxArtifactBytes, r.cfg.Runs.MaxArtifactTotalBytes})
 		base := liveHeap()
 		for range 20 {
-			st, err := r.h.coderun.Start(p, clientUID)
+			st, err := r.h.codeRuns().Start(p, clientUID)
 			if err != nil {
 				t.Logf("run refused: %v", err)
 				continue
@@ -195,7 +195,7 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 	t.Run("16 stalled readers", func(t *testing.T) {
 		r, _ := newRunRig(t, runsMemExtra, bigSupervise(nil, nil))
 		p := bigParams(runsBounds{r.cfg.Runs.MaxArtifactBytes, r.cfg.Runs.MaxArtifactTotalBytes})
-		st, err := r.h.coderun.Start(p, clientUID)
+		st, err := r.h.codeRuns().Start(p, clientUID)
 		must(t, err)
 		waitRun(t, r.h, st.ID)
 		sock, ww := serveAs(t, r.h, clientUID)
@@ -223,7 +223,7 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 		sock, ww := serveAs(t, r.h, clientUID)
 		base := liveHeap()
 		for i := range 16 {
-			st, err := r.h.coderun.Start(p, clientUID)
+			st, err := r.h.codeRuns().Start(p, clientUID)
 			must(t, err)
 			waitRun(t, r.h, st.ID)
 			c, err := net.Dial("unix", sock)
@@ -251,7 +251,7 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 		var admitted atomic.Int32
 		var inFlight []*coderun.Run
 		for i := range 16 {
-			st, err := r.h.coderun.Start(p, []int{clientUID, otherUID}[i%2])
+			st, err := r.h.codeRuns().Start(p, []int{clientUID, otherUID}[i%2])
 			if err != nil {
 				if !errors.Is(err, runs.ErrBusy) {
 					t.Fatal(err)
@@ -259,7 +259,7 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 				continue
 			}
 			admitted.Add(1)
-			run, err := r.h.coderun.Registry().Get(st.ID)
+			run, err := r.h.codeRuns().Registry().Get(st.ID)
 			must(t, err)
 			inFlight = append(inFlight, run)
 		}
@@ -283,7 +283,7 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 // held its own (the run's document built whole, then its JSON).
 func TestStalledReadersHoldNoCopy(t *testing.T) {
 	r, _ := newRunRig(t, runsExtra+"  maxArtifactBytes: 4194304\n  maxArtifactTotalBytes: 4194304\n", bigSupervise(nil, nil))
-	st, err := r.h.coderun.Start(runs.Params{Command: "flood", Artifacts: []string{"a"}}, clientUID)
+	st, err := r.h.codeRuns().Start(runs.Params{Command: "flood", Artifacts: []string{"a"}}, clientUID)
 	must(t, err)
 	waitRun(t, r.h, st.ID)
 	sock, ww := serveAs(t, r.h, clientUID)

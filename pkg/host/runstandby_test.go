@@ -41,7 +41,7 @@ func (w *warmRunDocker) Start(ctx context.Context, id string) (StartedContainer,
 func (w *warmRunDocker) Running(ctx context.Context, id string) (bool, error) {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
-	return w.started[id] && !w.dead[id] && w.isLive(id), nil
+	return w.started[id] && !w.dead[id] && w.IsLive(id), nil
 }
 
 type fakeRunStarted struct {
@@ -93,7 +93,7 @@ func readyRunStandby(t *testing.T, r *rig, shape string) string {
 	t.Helper()
 	var id string
 	waitFor(t, "a ready run standby of "+shape, func() bool {
-		st := r.h.coderun.StandbyPool().State(shape)
+		st := r.h.codeRuns().StandbyPool().State(shape)
 		id = st.TurnID
 		return st.State == standby.StateReady
 	})
@@ -101,9 +101,9 @@ func readyRunStandby(t *testing.T, r *rig, shape string) string {
 }
 
 func specOf(r *rig, turn string) (ContainerSpec, bool) {
-	r.docker.mu.Lock()
-	defer r.docker.mu.Unlock()
-	for _, s := range r.docker.created {
+	r.docker.Mu.Lock()
+	defer r.docker.Mu.Unlock()
+	for _, s := range r.docker.Created {
 		if s.Labels[layout.LabelTurn] == turn {
 			return s, true
 		}
@@ -131,10 +131,10 @@ func postRun(t *testing.T, r *rig, p runs.Params) runs.Status {
 // (another id) is prepared at once; host stop discards it.
 func TestRunStandbyServesRun(t *testing.T) {
 	r, w := newRunStandbyRig(t, runStandbyExtra, supervise(0))
-	if r.h.coderun.StandbyPool() == nil {
+	if r.h.codeRuns().StandbyPool() == nil {
 		t.Fatal("no run standby pool although runs.standby.shapes is set")
 	}
-	r.h.coderun.WarmUp()
+	r.h.codeRuns().WarmUp()
 	sb := readyRunStandby(t, r, shapeDemo)
 	readyRunStandby(t, r, shapeSetup)
 	spec, ok := specOf(r, sb)
@@ -181,7 +181,7 @@ func TestRunStandbyServesRun(t *testing.T) {
 	if job.UID != spec.UID || job.Command != "echo hello" {
 		t.Errorf("job %+v, want the standby's uid %d", job, spec.UID)
 	}
-	if lines := r.journal.lines("sandbox/run-" + st.ID); len(lines) == 0 {
+	if lines := r.journal.Lines("sandbox/run-" + st.ID); len(lines) == 0 {
 		t.Error("the run's output did not reach its own journal identifier")
 	}
 	next := readyRunStandby(t, r, shapeDemo)
@@ -202,11 +202,11 @@ func TestRunStandbyOnlyItsShape(t *testing.T) {
 	r, w := newRunStandbyRig(t, runStandbyExtra+`egress:
   allow: ["127.0.0.1:8080"]
 `, supervise(0))
-	r.h.coderun.WarmUp()
+	r.h.codeRuns().WarmUp()
 	sb := readyRunStandby(t, r, shapeDemo)
 	readyRunStandby(t, r, shapeSetup)
 	sbSpec, _ := specOf(r, sb)
-	setupSpec, _ := specOf(r, r.h.coderun.StandbyPool().State(shapeSetup).TurnID)
+	setupSpec, _ := specOf(r, r.h.codeRuns().StandbyPool().State(shapeSetup).TurnID)
 
 	cold := waitRun(t, r.h, postRun(t, r, runs.Params{Command: "true"}).ID) // no project, no setup
 	if cold.Result != runs.ResultOK || cold.Standby {
@@ -227,7 +227,7 @@ func TestRunStandbyOnlyItsShape(t *testing.T) {
 	if got := waitRun(t, r.h, net.ID); got.Result != runs.ResultOK || got.Standby {
 		t.Fatalf("network run: %+v", got)
 	}
-	if st := r.h.coderun.StandbyPool().State(shapeDemo); st.State != standby.StateReady || st.TurnID != sb {
+	if st := r.h.codeRuns().StandbyPool().State(shapeDemo); st.State != standby.StateReady || st.TurnID != sb {
 		t.Errorf("the demo standby %s was touched: %+v", sb, st)
 	}
 	w.wmu.Lock()
@@ -248,7 +248,7 @@ func TestRunStandbyBoundDeadline(t *testing.T) {
 		<-release
 		return supervise(0)(ctx, job, stdout)
 	})
-	r.h.coderun.WarmUp()
+	r.h.codeRuns().WarmUp()
 	sb := readyRunStandby(t, r, shapeDemo)
 	before := time.Now()
 	st := postRun(t, r, runs.Params{Command: "true", Project: "demo", TimeoutSeconds: 900})
@@ -280,7 +280,7 @@ func TestRunStandbyBoundDeadline(t *testing.T) {
 // removed and the shape gets a new one.
 func TestRunStandbyDeadTakesColdPath(t *testing.T) {
 	r, w := newRunStandbyRig(t, runStandbyExtra, supervise(0))
-	r.h.coderun.WarmUp()
+	r.h.codeRuns().WarmUp()
 	sb := readyRunStandby(t, r, shapeDemo)
 	w.wmu.Lock()
 	for id := range w.started {
@@ -306,9 +306,9 @@ func TestRunStandbyDeadTakesColdPath(t *testing.T) {
 // with its slot's gate; runs.standby.max caps standbys across shapes.
 func TestRunStandbySetupShapeAndCap(t *testing.T) {
 	r, _ := newRunStandbyRig(t, runStandbyExtra+"    max: 1\n", supervise(0))
-	r.h.coderun.WarmUp()
+	r.h.codeRuns().WarmUp()
 	sb := readyRunStandby(t, r, shapeDemo)
-	if st := r.h.coderun.StandbyPool().State(shapeSetup); st.State != standby.StateNone {
+	if st := r.h.codeRuns().StandbyPool().State(shapeSetup); st.State != standby.StateNone {
 		t.Errorf("setup shape has a standby (%s) beyond runs.standby.max 1", st.State)
 	}
 	got := waitRun(t, r.h, postRun(t, r, runs.Params{Command: "true", Setup: []string{"true"}}).ID)
@@ -319,7 +319,7 @@ func TestRunStandbySetupShapeAndCap(t *testing.T) {
 	r.assertClean(t)
 
 	r2, _ := newRunStandbyRig(t, runStandbyExtra, supervise(0))
-	r2.h.coderun.WarmUp()
+	r2.h.codeRuns().WarmUp()
 	setup := readyRunStandby(t, r2, shapeSetup)
 	spec, _ := specOf(r2, setup)
 	if spec.Run == nil || !spec.Run.Setup || spec.Run.GateDir == "" {
@@ -350,7 +350,7 @@ runs:
 `, supervise(0))
 	noProject := config.RunShape{}.Name()
 	projectNone := config.RunShape{Project: "none"}.Name()
-	r.h.coderun.WarmUp()
+	r.h.codeRuns().WarmUp()
 	readyRunStandby(t, r, projectNone)
 	readyRunStandby(t, r, noProject)
 	for _, tc := range []struct {
@@ -374,13 +374,13 @@ runs:
 			t.Fatalf("run with project %q: jobs given to standbys %v, want one", tc.project, streamed)
 		}
 		var spec ContainerSpec
-		r.docker.mu.Lock()
-		for _, s := range r.docker.created {
+		r.docker.Mu.Lock()
+		for _, s := range r.docker.Created {
 			if "id-"+s.Name == streamed[0] {
 				spec = s
 			}
 		}
-		r.docker.mu.Unlock()
+		r.docker.Mu.Unlock()
 		if !tc.wantWorkspace(spec.WorkspaceDir) {
 			t.Errorf("run with project %q bound standby %s with %s at /workspace", tc.project, spec.Name, spec.WorkspaceDir)
 		}

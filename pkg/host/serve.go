@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 )
 
 // Handler is the API (exported for tests that want httptest).
@@ -27,8 +29,13 @@ func (h *Host) Run(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes: 16 << 10,
 		ErrorLog:       slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
 	}
-	// Run standbys are made once the host serves: after its startup reap.
-	h.coderun.WarmUp()
+	// Standbys (a code run's) are made once the host serves: after its
+	// startup reap.
+	for _, k := range h.kinds {
+		if w, ok := k.(kind.Warmer); ok {
+			w.WarmUp()
+		}
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(&steadyListener{Listener: ln, log: h.log, closed: make(chan struct{})}) }()
 	var serveErr error

@@ -5,87 +5,44 @@ import (
 	"net/http"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
-	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
-	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
-	"github.com/roundtable-sandbox/sandbox/pkg/delegationrun"
-	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
-	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
+
+// hostStatuses are the host's own rows of the error-to-status table; each
+// answers its category's own text.
+var hostStatuses = []api.Status{
+	{Err: ErrBadRequest, Code: http.StatusBadRequest, Reason: ErrBadRequest.Error()},
+	{Err: ErrForbidden, Code: http.StatusForbidden, Reason: ErrForbidden.Error()},
+	{Err: ErrNotFound, Code: http.StatusNotFound, Reason: ErrNotFound.Error()},
+	{Err: ErrMethod, Code: http.StatusMethodNotAllowed, Reason: ErrMethod.Error()},
+	{Err: ErrModeOff, Code: http.StatusConflict, Reason: ErrModeOff.Error()},
+	{Err: ErrTooLarge, Code: http.StatusRequestEntityTooLarge, Reason: ErrTooLarge.Error()},
+	{Err: ErrQueueFull, Code: http.StatusTooManyRequests, Reason: ErrQueueFull.Error()},
+	{Err: ErrBusy, Code: http.StatusTooManyRequests, Reason: ErrBusy.Error()},
+	{Err: ErrShuttingDown, Code: http.StatusServiceUnavailable, Reason: ErrShuttingDown.Error()},
+	{Err: ErrDeadline, Code: http.StatusGatewayTimeout, Reason: ErrDeadline.Error()},
+	{Err: ErrCancelled, Code: http.StatusConflict, Reason: ErrCancelled.Error()},
+	// A cleanup failure is a failed turn to the caller.
+	{Err: ErrCleanup, Code: http.StatusInternalServerError, Reason: ErrTurnFailed.Error()},
+	{Err: ErrTurnFailed, Code: http.StatusInternalServerError, Reason: ErrTurnFailed.Error()},
+}
+
+// statuses is the one error-to-status table: every kind's rows (in the
+// table's order: their categories are the more specific), then the host's.
+var statuses = func() []api.Status {
+	var out []api.Status
+	for _, r := range registry {
+		out = append(out, r.Statuses...)
+	}
+	return append(out, hostStatuses...)
+}()
 
 // statusOf is the one place an error becomes an HTTP status and reason:
 // the host's categories and every kind's. A caller reads the category's
 // generic reason, or the reason about its own input a refusal carries.
 func statusOf(err error) (int, string) {
-	for _, m := range []struct {
-		err    error
-		status int
-		reason string // "" = the error's own text (the caller's input)
-	}{
-		// Code runs (pkg/runs, pkg/coderun).
-		{runs.ErrInvalid, http.StatusBadRequest, ""},
-		{runs.ErrNotFound, http.StatusNotFound, "no such run"},
-		{runs.ErrState, http.StatusConflict, "the run is not in a state that allows this"},
-		{runs.ErrBusy, http.StatusTooManyRequests, ""},
-		{coderun.ErrJobTooLarge, http.StatusBadRequest, ""},
-		{coderun.ErrRunsDisabled, http.StatusConflict, coderun.ErrRunsDisabled.Error()},
-		// Delegated jobs (pkg/delegation, pkg/delegationrun).
-		{delegation.ErrBusy, http.StatusTooManyRequests, ""},
-		{delegation.ErrRefused, http.StatusBadRequest, ""},
-		{delegation.ErrNotFound, http.StatusNotFound, "no such job"},
-		{delegationrun.ErrDisabled, http.StatusConflict, delegationrun.ErrDisabled.Error()},
-		// Prechecks (pkg/precheckrun).
-		{precheckrun.ErrDisabled, http.StatusConflict, precheckrun.ErrDisabled.Error()},
-		{precheckrun.ErrBusy, http.StatusTooManyRequests, precheckrun.ErrBusy.Error()},
-		{precheckrun.ErrFailed, http.StatusInternalServerError, precheckrun.ErrFailed.Error()},
-	} {
-		if errors.Is(err, m.err) {
-			if m.reason == "" {
-				return m.status, err.Error()
-			}
-			return m.status, m.reason
-		}
-	}
-	var pr *precheckrun.Refusal
-	if errors.As(err, &pr) {
-		status, _ := statusOf(pr.Kind)
-		return status, pr.Reason
-	}
 	var uf *UnitFailure
 	if errors.As(err, &uf) {
 		return uf.status(), uf.Error()
 	}
-	var re *api.RequestError
-	if errors.As(err, &re) {
-		status, _ := statusOf(re.Kind)
-		return status, re.Reason
-	}
-	for _, m := range []struct {
-		err    error
-		status int
-	}{
-		{ErrBadRequest, http.StatusBadRequest},
-		{precheckrun.ErrInvalid, http.StatusBadRequest},
-		{precheckrun.ErrForbidden, http.StatusForbidden},
-		{ErrForbidden, http.StatusForbidden},
-		{ErrNotFound, http.StatusNotFound},
-		{ErrMethod, http.StatusMethodNotAllowed},
-		{ErrModeOff, http.StatusConflict},
-		{ErrTooLarge, http.StatusRequestEntityTooLarge},
-		{ErrQueueFull, http.StatusTooManyRequests},
-		{ErrBusy, http.StatusTooManyRequests},
-		{ErrShuttingDown, http.StatusServiceUnavailable},
-		{ErrDeadline, http.StatusGatewayTimeout},
-		{ErrCancelled, http.StatusConflict},
-		// A cleanup failure is a failed turn to the caller.
-		{ErrCleanup, http.StatusInternalServerError},
-		{ErrTurnFailed, http.StatusInternalServerError},
-	} {
-		if errors.Is(err, m.err) {
-			if m.err == ErrCleanup {
-				return m.status, ErrTurnFailed.Error()
-			}
-			return m.status, m.err.Error()
-		}
-	}
-	return http.StatusInternalServerError, "internal error"
+	return api.StatusOf(err, statuses)
 }

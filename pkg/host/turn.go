@@ -7,11 +7,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
-	"github.com/roundtable-sandbox/sandbox/pkg/sealedturn"
 	"github.com/roundtable-sandbox/sandbox/pkg/unitctl"
 )
 
@@ -51,14 +50,39 @@ type TurnInput struct {
 	OnFiles func(files []richproto.File)
 }
 
-// RunTurn runs one admitted turn to the end (the caller holds the channel's
-// queue slot). ctx is the caller's: its end cancels the turn.
+// RunTurn runs one admitted turn of a channel in sandbox mode to the end
+// (the caller holds the channel's queue slot). ctx is the caller's: its
+// end cancels the turn.
 func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, string, error) {
+	return h.runTurn(ctx, ModeOn, in)
+}
+
+// RunRichTurn runs one admitted turn of a rich channel (the caller holds
+// the channel's queue slot).
+func (h *Host) RunRichTurn(ctx context.Context, in TurnInput) (*protocol.Reply, string, error) {
+	return h.runTurn(ctx, ModeRich, in)
+}
+
+// runTurn runs one admitted turn of a channel in mode on the kind that
+// runs that mode's turns: the host admits it (the channel's one running
+// turn, listed and cancellable, fresh start), the kind runs it to the end
+// of its cleanup, and the host classifies, counts and answers it.
+func (h *Host) runTurn(ctx context.Context, mode string, in TurnInput) (*protocol.Reply, string, error) {
 	start := h.opts.Now()
-	t := &sealedturn.Turn{
-		Handle:    sandbox.Handle{ID: h.opts.NewTurnID(), Channel: in.Channel, Tag: ids.ChannelTag(in.Channel), Deadline: start.Add(h.cfg.TurnDeadline())},
+	tk, ok := h.turnKinds[mode]
+	if !ok {
+		return nil, "", ErrModeOff
+	}
+	profile := h.state.Profile(in.Channel)
+	timeout, err := tk.TurnTimeout(profile)
+	if err != nil {
+		return nil, "", err
+	}
+	t := &kind.Turn{
+		ID: h.opts.NewTurnID(), Channel: in.Channel, Profile: profile,
 		Speaker:   protocol.Speaker{ID: in.SpeakerID, Name: in.SpeakerName},
-		Principal: in.PrincipalID, Text: in.Text,
+		Principal: in.PrincipalID, Text: in.Text, Attachments: in.Attachments,
+		Deadline: start.Add(timeout),
 	}
 	ctx, adm, end, err := h.admitTurn(ctx, t.Channel, t.ID, t.Deadline)
 	if err != nil {
@@ -66,60 +90,50 @@ func (h *Host) RunTurn(ctx context.Context, in TurnInput) (*protocol.Reply, stri
 	}
 	defer end()
 	t.Reset = adm.reset
-	h.sealed.TakeStandby(ctx, t, func(id string) {
+	t.Rebind = func(id string) {
 		h.mu.Lock()
-		t.ID = id
 		adm.active.id = id
 		h.mu.Unlock()
-	})
-
-	log := h.log.With("turn", t.ID, "channel", t.Tag)
-	reply, runErr := h.sealed.Execute(ctx, t)
-	if runErr != nil && t.UnitTried {
-		// A worker whose socket-activated broker never started sees only
-		// a reset connection; systemd knows which unit failed and why.
-		// Asked now: cleanup stops the units, and systemd forgets them.
-		if _, ok := unitctl.AsUnitError(runErr); !ok {
-			if why := h.life.ExplainUnits(t.ID); why != nil {
-				runErr = fmt.Errorf("%w (worker: %w)", why, runErr)
-			}
+	}
+	if in.OnReply != nil {
+		t.Answer = func(reply *protocol.Reply, id string) {
+			h.mu.Lock()
+			adm.active.replied = true
+			h.mu.Unlock()
+			in.OnReply(reply, id)
 		}
 	}
-	if runErr == nil && in.OnReply != nil {
-		// The turn stays listed (its container and units still exist, the
-		// reaper must keep them) but is no longer cancellable.
-		h.mu.Lock()
-		adm.active.replied = true
-		h.mu.Unlock()
-		in.OnReply(reply, t.ID)
+	o := tk.RunChannelTurn(ctx, t)
+	if o.Release != nil {
+		defer o.Release() // the files' bytes, once the answer is written
 	}
-	cleanupErr := h.sealed.Cleanup(t, log)
-	// The channel's next turn should find a standby: prepared while this
-	// one ran, or now, in the background, if it never ran.
-	h.sealed.Refill(t)
-
-	result, err := resultOf(ctx, reply, runErr, cleanupErr)
-	if runErr != nil {
+	result, err := resultOf(ctx, o.Reply, o.RunErr, o.CleanupErr)
+	if o.RunErr != nil {
 		// Details stay here; the caller gets a generic reason.
-		attrs := []any{"result", result, "err", runErr}
-		var exit *sealedturn.ExitError
-		if errors.As(runErr, &exit) {
-			attrs = append(attrs, "exit_code", exit.Status, "worker_cause", exit.Cause)
-		}
-		if ue, ok := unitctl.AsUnitError(runErr); ok {
-			attrs = append(attrs, "failed_unit", ue.Failed, "unit_result", ue.Result, "job_result", ue.JobResult, "unit_limit", ue.Limit)
-		}
-		log.Warn("turn failed", attrs...)
+		o.Log.Warn(o.Failed, append([]any{"result", result, "err", o.RunErr}, o.FailedAttrs...)...)
 	}
-	h.settleFresh(t.Channel, adm, err == nil && reply.OK)
+	h.settleFresh(t.Channel, adm, err == nil && o.Reply.OK)
 	took := h.countTurn(result, start)
-	attrs := append([]slog.Attr{slog.String("result", result), slog.Int64("total_us", took.Microseconds())}, t.Phases()...)
-	log.LogAttrs(context.Background(), slog.LevelDebug, "turn phases", attrs...)
-	if err != nil {
-		return nil, t.ID, err
+	if o.Count != nil {
+		o.Count(result)
 	}
-	log.Info("turn done", "result", result, "duration_ms", took.Milliseconds(), "standby", t.Warm())
-	return reply, t.ID, nil
+	if o.Phases != nil {
+		attrs := append([]slog.Attr{slog.String("result", result), slog.Int64("total_us", took.Microseconds())}, o.Phases...)
+		o.Log.LogAttrs(context.Background(), slog.LevelDebug, "turn phases", attrs...)
+	}
+	if err != nil {
+		return nil, o.ID, err
+	}
+	o.Log.Info("turn done", append([]any{"result", result, "duration_ms", took.Milliseconds()}, o.Done...)...)
+	if !o.Answered {
+		if in.OnFiles != nil && len(o.Files) > 0 {
+			in.OnFiles(o.Files)
+		}
+		if in.OnReply != nil {
+			in.OnReply(o.Reply, o.ID)
+		}
+	}
+	return o.Reply, o.ID, nil
 }
 
 // admitted is a channel's one running turn as admitTurn made it.
@@ -223,9 +237,3 @@ const TurnDirMode = sandbox.TurnDirMode
 
 // RemoveAttempts is sandbox.RemoveAttempts.
 const RemoveAttempts = sandbox.RemoveAttempts
-
-// Phases of the warm path (sealedturn), as the host's callers name them.
-const (
-	PhaseStandbyPrepare = sealedturn.PhaseStandbyPrepare
-	PhaseStandbyBind    = sealedturn.PhaseStandbyBind
-)

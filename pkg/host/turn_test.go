@@ -32,10 +32,10 @@ func TestTurnHappyPath(t *testing.T) {
 		t.Fatalf("reply = %+v, id %q", reply, id)
 	}
 	r.assertClean(t)
-	if len(r.units.started) != 1 || r.units.started[0] != id || len(r.units.stopped) != 1 {
-		t.Errorf("units started %v stopped %v", r.units.started, r.units.stopped)
+	if len(r.units.Started) != 1 || r.units.Started[0] != id || len(r.units.Stopped) != 1 {
+		t.Errorf("units started %v stopped %v", r.units.Started, r.units.Stopped)
 	}
-	spec := r.docker.created[0]
+	spec := r.docker.Created[0]
 	wantName, _ := ids.ContainerName("guild:1", id)
 	if spec.Name != wantName || spec.LogTag != "sandbox/guild:1" || spec.Labels[layout.LabelTurn] != id ||
 		spec.Labels[layout.LabelChannel] != "guild:1" || spec.Labels[layout.LabelInstallation] != "default" || spec.Labels[layout.LabelDeadline] == "" {
@@ -44,7 +44,7 @@ func TestTurnHappyPath(t *testing.T) {
 	if spec.MemoryMB != 512 || spec.Pids != 64 || spec.CPUs != 1 || spec.TmpfsMB != 64 {
 		t.Errorf("limits = %+v", spec)
 	}
-	p := r.docker.policies[0]
+	p := r.docker.Policies[0]
 	if p == nil {
 		t.Fatal("no valid policy file at create time")
 	}
@@ -63,7 +63,7 @@ func TestTurnJSONCarriesNoSecrets(t *testing.T) {
 	r := newRig(t, "", nil)
 	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s1", SpeakerName: "Ann", PrincipalID: "principal-secret-77", Text: "hi"})
 	must(t, err)
-	stdin := string(r.docker.stdins[0])
+	stdin := string(r.docker.Stdins[0])
 	for _, bad := range []string{"principal-secret-77", "principal", "https://", "api.example.com", "tools.example.com", "mcp.example.com", "special-key", "tool-key", "mcp-key", `"model-key"`, "credential"} {
 		if strings.Contains(stdin, bad) {
 			t.Errorf("turn JSON contains %q: %s", bad, stdin)
@@ -83,7 +83,7 @@ func TestDefaultCredential(t *testing.T) {
 	r := newRig(t, "", nil)
 	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s1", Text: "hi"})
 	must(t, err)
-	if got := r.docker.policies[0].Model.Credential; got != "model" {
+	if got := r.docker.Policies[0].Model.Credential; got != "model" {
 		t.Errorf("credential = %q, want default model", got)
 	}
 }
@@ -96,8 +96,8 @@ func blockRun(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult,
 
 func TestDeadlineKillsAndCleansEvenWhenFirstRemovalFails(t *testing.T) {
 	r := newRig(t, "turnDeadlineSeconds: 1\n", nil)
-	r.docker.runFn = blockRun
-	r.docker.removeFails = 1
+	r.docker.RunFn = blockRun
+	r.docker.RemoveFails = 1
 	start := time.Now()
 	_, id, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "loop forever"})
 	if !errors.Is(err, ErrDeadline) {
@@ -106,14 +106,14 @@ func TestDeadlineKillsAndCleansEvenWhenFirstRemovalFails(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("deadline turn took %v", took)
 	}
-	if len(r.docker.kills) != 1 {
-		t.Errorf("kills = %v, want one", r.docker.kills)
+	if len(r.docker.Kills) != 1 {
+		t.Errorf("kills = %v, want one", r.docker.Kills)
 	}
-	if len(r.docker.removes) != 2 {
-		t.Errorf("removes = %v, want two (first failed)", r.docker.removes)
+	if len(r.docker.Removes) != 2 {
+		t.Errorf("removes = %v, want two (first failed)", r.docker.Removes)
 	}
-	if len(r.units.stopped) != 1 || r.units.stopped[0] != id {
-		t.Errorf("units stopped = %v", r.units.stopped)
+	if len(r.units.Stopped) != 1 || r.units.Stopped[0] != id {
+		t.Errorf("units stopped = %v", r.units.Stopped)
 	}
 	r.assertClean(t)
 	if got := counterValue(r.h.metrics.turns.WithLabelValues(resultDeadline)); got != 1 {
@@ -124,11 +124,11 @@ func TestDeadlineKillsAndCleansEvenWhenFirstRemovalFails(t *testing.T) {
 func TestCancelKillsAndCleansEvenWhenFirstRemovalFails(t *testing.T) {
 	r := newRig(t, "", nil)
 	started := make(chan struct{})
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		close(started)
 		return blockRun(ctx, spec, stdin)
 	}
-	r.docker.removeFails = 1
+	r.docker.RemoveFails = 1
 	done := make(chan error, 1)
 	go func() {
 		_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
@@ -148,8 +148,8 @@ func TestCancelKillsAndCleansEvenWhenFirstRemovalFails(t *testing.T) {
 	if err := <-done; !errors.Is(err, ErrCancelled) {
 		t.Fatalf("err = %v, want ErrCancelled", err)
 	}
-	if len(r.docker.kills) != 1 || len(r.docker.removes) != 2 || len(r.units.stopped) != 1 {
-		t.Errorf("kills %v removes %v unit stops %v", r.docker.kills, r.docker.removes, r.units.stopped)
+	if len(r.docker.Kills) != 1 || len(r.docker.Removes) != 2 || len(r.units.Stopped) != 1 {
+		t.Errorf("kills %v removes %v unit stops %v", r.docker.Kills, r.docker.Removes, r.units.Stopped)
 	}
 	r.assertClean(t)
 	if len(r.h.ActiveTurns()) != 0 {
@@ -159,7 +159,7 @@ func TestCancelKillsAndCleansEvenWhenFirstRemovalFails(t *testing.T) {
 
 func TestCleanupFailureIsAnError(t *testing.T) {
 	r := newRig(t, "", nil)
-	r.docker.removeFails = -1
+	r.docker.RemoveFails = -1
 	reply, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
 	if !errors.Is(err, ErrCleanup) || reply != nil {
 		t.Fatalf("reply %v err = %v, want ErrCleanup", reply, err)
@@ -171,14 +171,14 @@ func TestCleanupFailureIsAnError(t *testing.T) {
 		t.Errorf("cleanup failure metric = %v", got)
 	}
 	// Units and files are still cleaned although the container is stuck.
-	if r.units.activeCount() != 0 || len(r.docker.removes) != RemoveAttempts {
-		t.Errorf("units %d removes %v", r.units.activeCount(), r.docker.removes)
+	if r.units.ActiveCount() != 0 || len(r.docker.Removes) != RemoveAttempts {
+		t.Errorf("units %d removes %v", r.units.ActiveCount(), r.docker.Removes)
 	}
 }
 
 func TestUnitStopFailureIsAnError(t *testing.T) {
 	r := newRig(t, "", nil)
-	r.units.stopErr = errors.New("dbus gone")
+	r.units.StopErr = errors.New("dbus gone")
 	if _, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"}); !errors.Is(err, ErrCleanup) {
 		t.Fatalf("err = %v, want ErrCleanup", err)
 	}
@@ -193,7 +193,7 @@ func TestBadWorkerOutputIsGenericFailure(t *testing.T) {
 		{Stdout: []byte(`{"ok":true,"text":"a"}`), ExitCode: 137},
 	} {
 		r := newRig(t, "", nil)
-		r.docker.runFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) { return out, nil }
+		r.docker.RunFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) { return out, nil }
 		_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
 		if !errors.Is(err, ErrTurnFailed) {
 			t.Errorf("output %q: err = %v, want ErrTurnFailed", out.Stdout, err)
@@ -208,7 +208,7 @@ func TestFreshAppliesToNextTurnAndClearsAfterSuccess(t *testing.T) {
 	r.h.freshGen++
 	r.h.fresh["c"] = r.h.freshGen
 	r.h.mu.Unlock()
-	r.docker.runFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
+	r.docker.RunFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) {
 		return RunResult{Stdout: []byte(`{"ok":false,"text":"sorry"}`)}, nil
 	}
 	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
@@ -216,14 +216,14 @@ func TestFreshAppliesToNextTurnAndClearsAfterSuccess(t *testing.T) {
 	if !r.h.status("c").PendingFresh {
 		t.Error("fresh cleared after an unsuccessful turn")
 	}
-	r.docker.runFn = nil
+	r.docker.RunFn = nil
 	_, _, err = r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
 	must(t, err)
 	if r.h.status("c").PendingFresh {
 		t.Error("fresh still pending after a successful turn")
 	}
 	var resets []bool
-	for _, in := range r.docker.stdins {
+	for _, in := range r.docker.Stdins {
 		var turn protocol.Turn
 		json.Unmarshal(in, &turn)
 		resets = append(resets, turn.Reset)
@@ -258,7 +258,7 @@ func TestPolicyFileModeAndGroup(t *testing.T) {
 	r := newRig(t, "", func(o *Options) { o.BrokerGID = 4343 })
 	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
 	must(t, err)
-	st := r.docker.policyInfo[0]
+	st := r.docker.PolicyInfo[0]
 	if st == nil || st.Mode().Perm() != 0o640 {
 		t.Fatalf("policy file at create time: %v", st)
 	}
@@ -289,7 +289,7 @@ func TestWorkerExitIsLoggedWithItsCause(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs bytes.Buffer
 			r := newRig(t, "", func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
-			r.docker.runFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) { return tt.res, nil }
+			r.docker.RunFn = func(context.Context, ContainerSpec, []byte) (RunResult, error) { return tt.res, nil }
 			_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
 			if !errors.Is(err, ErrTurnFailed) || strings.Contains(err.Error(), "exited") {
 				t.Errorf("caller's error = %v, want the generic ErrTurnFailed", err)
@@ -314,12 +314,12 @@ func TestRemovalRetriedUntilTheDaemonIsBack(t *testing.T) {
 		t.Run(fmt.Sprint(fails), func(t *testing.T) {
 			var logs bytes.Buffer
 			r := newRig(t, "", func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
-			r.docker.removeFails = fails
+			r.docker.RemoveFails = fails
 			reply, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
 			if err != nil || !reply.OK {
 				t.Fatalf("reply %v err %v, want the reply", reply, err)
 			}
-			if got := len(r.docker.removes); got != fails+1 {
+			if got := len(r.docker.Removes); got != fails+1 {
 				t.Errorf("removals = %d, want %d", got, fails+1)
 			}
 			if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("container")); got != 0 {
@@ -358,14 +358,14 @@ func TestRemovalAlwaysFailingIsBounded(t *testing.T) {
 				o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 				o.RemoveRetryDelay, o.RemoveRetryTotal = tt.delay, tt.total
 			})
-			r.docker.removeFails = -1
+			r.docker.RemoveFails = -1
 			start := time.Now()
 			_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
 			took := time.Since(start)
 			if !errors.Is(err, ErrCleanup) {
 				t.Fatalf("err = %v, want ErrCleanup", err)
 			}
-			if got := len(r.docker.removes); got != tt.attempts {
+			if got := len(r.docker.Removes); got != tt.attempts {
 				t.Errorf("removals = %d, want %d", got, tt.attempts)
 			}
 			if took > tt.total+2*time.Second {
@@ -377,8 +377,8 @@ func TestRemovalAlwaysFailingIsBounded(t *testing.T) {
 			if !strings.Contains(logs.String(), `"msg":"container removal failed; left to sandbox-reaper"`) {
 				t.Errorf("log lacks the final removal failure:\n%s", logs.String())
 			}
-			if r.units.activeCount() != 0 {
-				t.Errorf("%d broker units left", r.units.activeCount())
+			if r.units.ActiveCount() != 0 {
+				t.Errorf("%d broker units left", r.units.ActiveCount())
 			}
 		})
 	}
@@ -393,9 +393,9 @@ func TestShutdownContextStopsRemovalRetries(t *testing.T) {
 		o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 		o.RemoveRetryDelay, o.RemoveRetryTotal = 10*time.Second, time.Minute
 	})
-	r.docker.removeFails = -1
+	r.docker.RemoveFails = -1
 	started := make(chan struct{})
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		close(started)
 		return blockRun(ctx, spec, stdin)
 	}
@@ -412,9 +412,9 @@ func TestShutdownContextStopsRemovalRetries(t *testing.T) {
 	took := time.Since(start)
 	// The cleanup (one removal, no retry) must have ended before ShutdownContext
 	// returned; RunTurn's own return to this goroutine may trail it slightly.
-	r.docker.mu.Lock()
-	removedAtReturn := len(r.docker.removes)
-	r.docker.mu.Unlock()
+	r.docker.Mu.Lock()
+	removedAtReturn := len(r.docker.Removes)
+	r.docker.Mu.Unlock()
 	if removedAtReturn != 1 {
 		t.Fatalf("removals when ShutdownContext returned = %d, want 1 (cleanup ended first)", removedAtReturn)
 	}
@@ -429,7 +429,7 @@ func TestShutdownContextStopsRemovalRetries(t *testing.T) {
 	if took > 3*time.Second {
 		t.Errorf("shutdown took %v: the 10 s backoff was waited out", took)
 	}
-	if got := len(r.docker.removes); got != 1 {
+	if got := len(r.docker.Removes); got != 1 {
 		t.Errorf("removals = %d, want 1 (no retry after the shutdown ran out of time)", got)
 	}
 	if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("container")); got != 1 {
@@ -453,7 +453,7 @@ func TestModelSchemaHasNoDialect(t *testing.T) {
 	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s1", SpeakerName: "Ann", PrincipalID: "p1", Text: "hi"})
 	must(t, err)
 	var turn protocol.Turn
-	if err := protocol.DecodeStrict(r.docker.stdins[0], &turn); err != nil {
+	if err := protocol.DecodeStrict(r.docker.Stdins[0], &turn); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {

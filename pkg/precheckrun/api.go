@@ -16,9 +16,6 @@ func (k *Kind) Routes() []api.Route {
 	}
 }
 
-// ChannelMode: a precheck checks its channel's grants when it is admitted.
-func (k *Kind) ChannelMode(channel, mode, profile string) {}
-
 // Stop: a precheck is counted by the host's Admit, so a stopping host
 // waits for it; nothing of the kind outlives its request.
 func (k *Kind) Stop() {}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
@@ -104,14 +105,9 @@ func New(o Options) *Kind {
 func (k *Kind) Listed() []apiwire.Turn { return k.active.list() }
 
 // Refusal is a request refused for the caller's own input: its kind
-// (ErrInvalid or ErrForbidden) and a reason that names what was wrong.
-type Refusal struct {
-	Kind   error
-	Reason string
-}
-
-func (e *Refusal) Error() string { return e.Reason }
-func (e *Refusal) Unwrap() error { return e.Kind }
+// (ErrInvalid or ErrForbidden) and a reason that names what was wrong (the
+// API's RequestError: the host answers the kind's status with the reason).
+type Refusal = api.RequestError
 
 // Refusal kinds.
 var (
@@ -119,8 +115,8 @@ var (
 	ErrForbidden = errors.New("forbidden")
 )
 
-func invalid(reason string) error   { return &Refusal{ErrInvalid, reason} }
-func forbidden(reason string) error { return &Refusal{ErrForbidden, reason} }
+func invalid(reason string) error   { return &Refusal{Kind: ErrInvalid, Reason: reason} }
+func forbidden(reason string) error { return &Refusal{Kind: ErrForbidden, Reason: reason} }
 
 // Errors the host maps to a status.
 var (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -89,5 +90,31 @@ func TestRichControlTurnReadsThePacketAsAStream(t *testing.T) {
 				t.Errorf("the error quotes the packet: %v", err)
 			}
 		})
+	}
+}
+
+// TestRichControlIncompatibleStatus (moved from pkg/host): the control
+// client maps the broker's 409 (a private result withheld
+// from an incompatible worker) to ErrWorkerIncompatible, and only 409.
+func TestRichControlIncompatibleStatus(t *testing.T) {
+	for _, c := range []struct {
+		code int
+		want bool
+	}{{http.StatusConflict, true}, {http.StatusServiceUnavailable, false}, {http.StatusBadGateway, false}} {
+		sock := filepath.Join(t.TempDir(), "b.sock")
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(c.code)
+			io.WriteString(w, `{"error":"worker incompatible"}`)
+		})}
+		go srv.Serve(ln)
+		_, err = HTTPControl{}.Turn(context.Background(), sock, policy.Bind{}, nil)
+		srv.Close()
+		if got := errors.Is(err, ErrWorkerIncompatible); got != c.want || err == nil {
+			t.Errorf("status %d: err %v, want incompatible %v", c.code, err, c.want)
+		}
 	}
 }

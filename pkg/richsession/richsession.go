@@ -40,6 +40,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
@@ -253,7 +254,9 @@ type richSessions struct {
 }
 
 // Status is a rich channel's session as channel status shows it.
-func (k *Kind) Status(channel string) *apiwire.RichSession {
+type Status = kind.SessionStatus
+
+func (k *Kind) Status(channel string) *Status {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	s := k.byChannel[channel]

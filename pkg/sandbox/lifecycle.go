@@ -479,3 +479,36 @@ func (l *Lifecycle) CountCleanupFailure(what string) {
 		l.o.CleanupFailed(what)
 	}
 }
+
+// Standby is what every kind's standby shares (pkg/standby's Warm): a
+// prepared sandbox whose started container waits for the stdin of the
+// work that binds it. Name ("standby", "run standby") words its messages.
+type Standby struct {
+	Life    *Lifecycle
+	Warm    WarmContainers
+	Handle  *Handle
+	Started StartedContainer
+	Log     *slog.Logger
+	Name    string
+}
+
+// Alive: the container still runs (Docker restarted, OOM, killed by hand:
+// the work then takes the cold path).
+func (s *Standby) Alive(ctx context.Context) error {
+	running, err := s.Warm.Running(ctx, s.Handle.ContainerID)
+	if err != nil {
+		return err
+	}
+	if !running {
+		return errors.New(s.Name + " container is not running")
+	}
+	return nil
+}
+
+// Discard removes the standby unused, as the work's cleanup would.
+func (s *Standby) Discard(reason string) {
+	s.Started.Close()
+	if err := s.Life.Cleanup(s.Handle, s.Log); err != nil {
+		s.Log.Warn(s.Name+" discard incomplete", "reason", reason, "err", err)
+	}
+}

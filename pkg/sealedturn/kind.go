@@ -1,15 +1,11 @@
 package sealedturn
 
 import (
-	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/chanstate"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 )
-
-// Routes: a sealed turn is the host's turn route.
-func (k *Kind) Routes() []api.Route { return nil }
 
 // Listed are the standbys for GET /v1/turns (a standby being bound is
 // listed by its turn too: the host lists an id once).

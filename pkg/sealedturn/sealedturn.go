@@ -102,6 +102,9 @@ type Kind struct {
 	standbys *standby.Pool
 	warm     sandbox.WarmContainers
 	shape    string // fingerprint of what shapes a standby
+
+	// research: the tools and prompt of every research turn (register.go).
+	research Research
 }
 
 // New makes the kind and, when standbys are enabled and the driver can
@@ -407,11 +410,10 @@ const standbyBrokerSlack = 30 * time.Second
 // warmTurn is one ready standby: a turn's objects (directory, placeholder
 // policy, broker units, started container) without a turn yet.
 type warmTurn struct {
-	k       *Kind
-	t       *Turn
-	started sandbox.StartedContainer
-	log     *slog.Logger
-	key     string
+	sandbox.Standby // Alive, Discard
+	k               *Kind
+	t               *Turn
+	key             string
 }
 
 // overwriteFile replaces path's content in place (same inode, never
@@ -430,27 +432,6 @@ func overwriteFile(path string, data []byte) error {
 		return err
 	}
 	return f.Close()
-}
-
-// Alive: the container still runs (Docker restarted, OOM, killed by hand:
-// the turn then takes the cold path).
-func (w *warmTurn) Alive(ctx context.Context) error {
-	running, err := w.k.warm.Running(ctx, w.t.ContainerID)
-	if err != nil {
-		return err
-	}
-	if !running {
-		return errors.New("standby container is not running")
-	}
-	return nil
-}
-
-// Discard removes the standby as a turn's cleanup removes a turn.
-func (w *warmTurn) Discard(reason string) {
-	w.started.Close()
-	if err := w.k.life.Cleanup(&w.t.Handle, w.log); err != nil {
-		w.log.Warn("standby discard incomplete", "reason", reason, "err", err)
-	}
 }
 
 // newStandbys makes the pool when standbys are enabled and the driver can
@@ -611,7 +592,9 @@ func (k *Kind) prepareStandby(ctx context.Context, channel, key, turnID string, 
 	}
 	k.observe(PhaseStandbyPrepare, time.Since(start))
 	log.Debug("standby ready", "prepare_ms", time.Since(start).Milliseconds(), "expires", expiry.UTC().Format(time.RFC3339))
-	return &warmTurn{k: k, t: t, started: started, log: log, key: key}, nil
+	return &warmTurn{k: k, t: t, key: key, Standby: sandbox.Standby{
+		Life: k.life, Warm: k.warm, Handle: &t.Handle, Started: started, Log: log, Name: "standby",
+	}}, nil
 }
 
 func (k *Kind) startStandby(ctx context.Context, t *Turn, credential string) (sandbox.StartedContainer, error) {
@@ -667,7 +650,7 @@ func (k *Kind) bindStandby(ctx context.Context, t *Turn) (*protocol.Reply, error
 	s := w.t
 	t.Container, t.ContainerID, t.Workspace, t.Dir, t.Policy, t.Guest = s.Container, s.ContainerID, s.Workspace, s.Dir, s.Policy, s.Guest
 	t.MadeDir, t.MadePolicy, t.UnitTried, t.CreateTried = true, true, true, true
-	defer w.started.Close()
+	defer w.Started.Close()
 	since := time.Now()
 	stdin, err := k.TurnJSON(t, t.Reset)
 	if err != nil {
@@ -689,7 +672,7 @@ func (k *Kind) bindStandby(ctx context.Context, t *Turn) (*protocol.Reply, error
 	k.prepareNext(t)
 	since = time.Now()
 	sink := k.life.WorkerLogs().Turn(t.Tag, t.ID, t.Container)
-	res, err := w.started.Finish(ctx, stdin, protocol.MaxReplyBytes, sink)
+	res, err := w.Started.Finish(ctx, stdin, protocol.MaxReplyBytes, sink)
 	t.Phase(k.life, sandbox.PhaseRun, since)
 	k.life.CloseSink(&t.Handle, sink)
 	if err != nil {

@@ -36,11 +36,16 @@ var layers = [][]string{
 	// a turn's broker over its route packages, and the host's side of the
 	// fleet.
 	{"api", "broker", "fleetside"},
-	// 5: the kinds, each driving the lifecycle; a kind never imports another.
-	kinds,
-	// 6: the host: API, admission, channel state, the kinds' orchestration.
+	// 5: the contract between the host and its kinds (registration, what
+	// the host hands a kind, the optional interfaces).
+	{"kind"},
+	// 6: the kinds, each driving the lifecycle; a kind never imports another.
+	// Beside them the fakes their tests share (a kit makes a kind from
+	// kind.Deps), imported by tests only.
+	append([]string{"sandboxtest"}, kinds...),
+	// 7: the host: API, admission, channel state, the kinds' orchestration.
 	{"host"},
-	// 7: wiring of the host binary (cobra commands, Docker and D-Bus adapters).
+	// 8: wiring of the host binary (cobra commands, Docker and D-Bus adapters).
 	{"cli"},
 }
 

@@ -1,140 +1,128 @@
-package host
+package sealedturn_test
 
 import (
 	"context"
 	"errors"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
+	"github.com/roundtable-sandbox/sandbox/pkg/chanstate"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
+	"github.com/roundtable-sandbox/sandbox/pkg/sealedturn"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 )
 
-// warmDocker is fakeDocker that can also start a container apart from
-// running it (host.WarmContainers), as container.Driver does.
-type warmDocker struct {
-	*fakeDocker
-	wmu       sync.Mutex
-	started   map[string]time.Time // container id -> when started
-	dead      map[string]bool      // containers that died while waiting
-	bound     map[string]*policy.Policy
-	inodes    map[string]uint64 // policy file inode at stdin time, by container id
-	startErr  error
-	finishing []string
+// rig is the sealed turn made from its Registration over a kit whose
+// driver supports standbys (channel "c" on), without the host.
+type rig struct {
+	kit    *sandboxtest.Kit
+	k      *sealedturn.Kind
+	w      *sandboxtest.WarmDocker
+	docker *sandboxtest.Docker
+	units  *sandboxtest.Units
 }
 
-func newWarmDocker(f *fakeDocker) *warmDocker {
-	return &warmDocker{fakeDocker: f, started: map[string]time.Time{}, dead: map[string]bool{}, bound: map[string]*policy.Policy{}, inodes: map[string]uint64{}}
-}
-
-func (w *warmDocker) Start(ctx context.Context, id string) (StartedContainer, error) {
-	w.wmu.Lock()
-	defer w.wmu.Unlock()
-	if w.startErr != nil {
-		return nil, w.startErr
-	}
-	w.started[id] = time.Now()
-	return &fakeStarted{w: w, id: id}, nil
-}
-
-func (w *warmDocker) Running(ctx context.Context, id string) (bool, error) {
-	w.wmu.Lock()
-	defer w.wmu.Unlock()
-	_, ok := w.started[id]
-	return ok && !w.dead[id] && w.fakeDocker.isLive(id), nil
-}
-
-func (f *fakeDocker) isLive(id string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.live[id]
-}
-
-type fakeStarted struct {
-	w      *warmDocker
-	id     string
-	closed bool
-}
-
-// Finish records the policy file as the worker's first broker call would
-// find it, then runs as fakeDocker.Run with no gate.
-func (s *fakeStarted) Finish(ctx context.Context, stdin []byte, max int64, stderr io.Writer) (RunResult, error) {
-	var turn string
-	s.w.mu.Lock()
-	for _, c := range s.w.created {
-		if "id-"+c.Name == s.id {
-			turn = c.Labels[layout.LabelTurn]
-		}
-	}
-	pf := filepath.Join(s.w.cfg.PolicyDir, turn+".json")
-	s.w.mu.Unlock()
-	p, err := policy.Load(pf)
-	s.w.wmu.Lock()
-	if err == nil {
-		s.w.bound[s.id] = p
-	}
-	s.w.inodes[s.id] = inode(pf)
-	s.w.finishing = append(s.w.finishing, s.id)
-	s.w.wmu.Unlock()
-	return s.w.fakeDocker.Run(ctx, s.id, stdin, max, nil, stderr)
-}
-
-func (s *fakeStarted) Close() { s.closed = true }
-
-// newWarmRig is a rig whose driver supports standbys; channel "c" is on.
-func newWarmRig(t *testing.T, extra string) (*rig, *warmDocker) {
+func newWarmRig(t *testing.T, extra string) (*rig, *sandboxtest.WarmDocker) {
 	t.Helper()
-	var w *warmDocker
-	r := newRig(t, extra, func(o *Options) {
-		w = newWarmDocker(o.Containers.(*fakeDocker))
-		o.Containers = w
+	kit := sandboxtest.NewKit(t, extra, sandboxtest.KitOptions{Warm: true})
+	made, err := sealedturn.Registration.New(kit.Deps)
+	must(t, err)
+	r := &rig{kit: kit, k: made.(*sealedturn.Kind), w: kit.Warm, docker: kit.Docker, units: kit.Units}
+	must(t, kit.Host.State.SetMode("c", chanstate.ModeOn))
+	t.Cleanup(r.shutdown)
+	return r, kit.Warm
+}
+
+var must = sandboxtest.Must
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	sandboxtest.WaitFor(t, what, cond)
+}
+
+// shutdown stops as the host does: its turns first, then the kind.
+func (r *rig) shutdown() {
+	r.kit.Host.Stop()
+	r.k.Stop()
+}
+
+func (r *rig) assertClean(t *testing.T) { t.Helper(); r.kit.AssertClean(t) }
+
+// status is the channel's report as the host's channel status shows it.
+func (r *rig) status(channel string) kind.Report {
+	return r.k.ChannelReport(channel, chanstate.ModeOn)
+}
+
+// turnIn is an admitted turn's input as the host gives it to the kind.
+type turnIn struct{ Channel, SpeakerID, SpeakerName, PrincipalID, Text string }
+
+func turnInput(channel string) turnIn {
+	return turnIn{Channel: channel, SpeakerID: "s1", SpeakerName: "Ann", PrincipalID: "p1", Text: "hi"}
+}
+
+// run runs one turn as the host's RunTurn does once it admitted it: a
+// fresh turn id, the turn deadline, counted as the host's work; the turn's
+// error is its run's or its cleanup's.
+func (r *rig) run(ctx context.Context, in turnIn) (*protocol.Reply, string, error) {
+	done, err := r.kit.Host.Admit(func() error { return nil })
+	if err != nil {
+		return nil, "", err
+	}
+	defer done()
+	timeout, err := r.k.TurnTimeout("")
+	if err != nil {
+		return nil, "", err
+	}
+	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	o := r.k.RunChannelTurn(ctx, &kind.Turn{
+		ID: ids.NewTurnID(), Channel: in.Channel, Speaker: protocol.Speaker{ID: in.SpeakerID, Name: in.SpeakerName},
+		Principal: in.PrincipalID, Text: in.Text, Deadline: deadline, Rebind: func(string) {},
 	})
-	must(t, r.h.state.SetMode("c", ModeOn))
-	t.Cleanup(r.h.Shutdown)
-	return r, w
+	if o.RunErr != nil {
+		return nil, o.ID, o.RunErr
+	}
+	if o.CleanupErr != nil {
+		return nil, o.ID, o.CleanupErr
+	}
+	return o.Reply, o.ID, nil
 }
 
-func waitStandby(t *testing.T, r *rig, channel, want string) apiwire.Channel {
+func waitStandby(t *testing.T, r *rig, channel, want string) kind.Report {
 	t.Helper()
-	var st apiwire.Channel
-	waitFor(t, "standby "+want, func() bool { st = r.h.status(channel); return st.Standby == want })
+	var st kind.Report
+	waitFor(t, "standby "+want, func() bool { st = r.status(channel); return st.Standby == want })
 	return st
-}
-
-func turnIn(channel string) TurnInput {
-	return TurnInput{Channel: channel, SpeakerID: "s1", SpeakerName: "Ann", PrincipalID: "p1", Text: "hi"}
 }
 
 func counter(t *testing.T, r *rig, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := r.h.reg.Gather()
-	must(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue metric
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	return r.kit.CounterWith(t, name, labels)
 }
+
+// readyStandby waits for channel's ready standby and returns its turn id.
+func readyStandby(t *testing.T, r *rig, channel string) string {
+	t.Helper()
+	var id string
+	waitFor(t, "a ready standby of "+channel, func() bool {
+		st := r.k.Pool().State(channel)
+		id = st.TurnID
+		return st.State == standby.StateReady
+	})
+	return id
+}
+
+func holdRuns(r *rig) (chan string, func()) { return sandboxtest.HoldRuns(r.docker) }
 
 // TestStandbyServesTheNextTurn: after a cold turn the channel gets a
 // standby (container created and started, broker units started, a
@@ -143,19 +131,19 @@ func counter(t *testing.T, r *rig, name string, labels map[string]string) float6
 // before stdin, and the ordinary cleanup. Then the next standby follows.
 func TestStandbyServesTheNextTurn(t *testing.T) {
 	r, w := newWarmRig(t, "")
-	_, cold, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	_, cold, err := r.run(context.Background(), turnInput("c"))
 	must(t, err)
 	st := waitStandby(t, r, "c", standby.StateReady)
-	listed := r.h.ActiveTurns()
+	listed := r.k.Listed()
 	if len(listed) != 1 || listed[0].Standby != standby.StateReady || listed[0].ID == cold || listed[0].ChannelTag != "c" {
 		t.Fatalf("ActiveTurns = %+v, want the ready standby", listed)
 	}
 	sb := listed[0].ID
-	if st.StandbyExpiresUnix == 0 || time.Until(time.Unix(st.StandbyExpiresUnix, 0)) > 301*time.Second {
-		t.Errorf("standby expiry %d, want within the 300 s default", st.StandbyExpiresUnix)
+	if st.StandbyExpires.IsZero() || time.Until(time.Unix(st.StandbyExpires.Unix(), 0)) > 301*time.Second {
+		t.Errorf("standby expiry %d, want within the 300 s default", st.StandbyExpires.Unix())
 	}
 	// The standby's objects: placeholder policy, units, a started container.
-	polPath := filepath.Join(r.cfg.PolicyDir, sb+".json")
+	polPath := filepath.Join(r.kit.Cfg.PolicyDir, sb+".json")
 	full, pend, err := policy.Read(polPath)
 	if err != nil || full != nil || pend == nil || pend.TurnID != sb {
 		t.Fatalf("standby policy file: %+v %+v %v; want a placeholder", full, pend, err)
@@ -164,60 +152,60 @@ func TestStandbyServesTheNextTurn(t *testing.T) {
 	if want := []string{"mcp-key", "model", "tool-key"}; !slices.Equal(pend.Credentials, want) {
 		t.Errorf("placeholder credentials %v, want %v", pend.Credentials, want)
 	}
-	placeholderInode := inode(polPath)
-	spec := r.docker.created[len(r.docker.created)-1]
+	placeholderInode := sandboxtest.Inode(polPath)
+	spec := r.docker.Created[len(r.docker.Created)-1]
 	if spec.Labels[layout.LabelTurn] != sb || spec.Labels[layout.LabelStandby] == "" || spec.Labels[layout.LabelDeadline] != spec.Labels[layout.LabelStandby] {
 		t.Errorf("standby labels %v", spec.Labels)
 	}
-	if _, ok := w.started["id-"+spec.Name]; !ok {
+	if _, ok := w.Started["id-"+spec.Name]; !ok {
 		t.Error("standby container not started")
 	}
-	if r.units.activeCount() != 1 {
+	if r.units.ActiveCount() != 1 {
 		t.Error("standby broker units not started")
 	}
-	created := len(r.docker.created)
+	created := len(r.docker.Created)
 
-	reply, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	reply, id, err := r.run(context.Background(), turnInput("c"))
 	must(t, err)
 	if !reply.OK || id != sb {
 		t.Fatalf("second turn %q (reply %+v), want the standby's turn %s", id, reply, sb)
 	}
-	w.wmu.Lock()
-	p := w.bound["id-"+spec.Name]
-	w.wmu.Unlock()
+	w.WMu.Lock()
+	p := w.Bound["id-"+spec.Name]
+	w.WMu.Unlock()
 	if p == nil || p.TurnID != sb || p.Identity.Channel != "c" || p.Identity.SpeakerID != "s1" || p.Identity.PrincipalID != "p1" {
 		t.Fatalf("policy at stdin time: %+v; want the turn's full policy", p)
 	}
 	if d := time.Until(p.Deadline()); d < 100*time.Second || d > 121*time.Second {
 		t.Errorf("bound policy deadline in %v, want the turn's 120 s", d)
 	}
-	w.wmu.Lock()
-	boundInode := w.inodes["id-"+spec.Name]
-	w.wmu.Unlock()
+	w.WMu.Lock()
+	boundInode := w.Inodes["id-"+spec.Name]
+	w.WMu.Unlock()
 	if boundInode == 0 || boundInode != placeholderInode {
 		t.Errorf("policy file inode %d at stdin, placeholder's %d: the broker unit binds the placeholder's file, so the policy must be written in place", boundInode, placeholderInode)
 	}
-	r.docker.mu.Lock()
-	for _, c := range r.docker.created[created:] {
+	r.docker.Mu.Lock()
+	for _, c := range r.docker.Created[created:] {
 		if c.Labels[layout.LabelTurn] == sb {
 			t.Error("the bound turn created a container")
 		}
 	}
-	r.docker.mu.Unlock()
+	r.docker.Mu.Unlock()
 	if counter(t, r, "sandbox_standby_turns_total", map[string]string{"result": "hit"}) != 1 {
 		t.Error("hit not counted")
 	}
 	// The ordinary cleanup removed the standby's objects; a new standby
 	// (another turn id) is prepared.
 	next := waitStandby(t, r, "c", standby.StateReady)
-	if nxt := r.h.standbys.State("c").TurnID; nxt == sb || nxt == "" {
+	if nxt := r.k.Pool().State("c").TurnID; nxt == sb || nxt == "" {
 		t.Errorf("next standby %q", nxt)
 	}
 	_ = next
-	if _, err := os.Stat(filepath.Join(r.cfg.RunRoot, sb)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(r.kit.Cfg.RunRoot, sb)); !os.IsNotExist(err) {
 		t.Error("bound turn's directory left")
 	}
-	r.h.Shutdown()
+	r.shutdown()
 	r.assertClean(t)
 	if counter(t, r, "sandbox_standby_discards_total", map[string]string{"reason": standby.ReasonStopped}) != 1 {
 		t.Error("shutdown discard not counted")
@@ -229,16 +217,16 @@ func TestStandbyServesTheNextTurn(t *testing.T) {
 // and the dead standby is removed.
 func TestStandbyDeadContainerTakesColdPath(t *testing.T) {
 	r, w := newWarmRig(t, "")
-	_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	_, _, err := r.run(context.Background(), turnInput("c"))
 	must(t, err)
 	waitStandby(t, r, "c", standby.StateReady)
-	sb := r.h.standbys.State("c").TurnID
-	w.wmu.Lock()
-	for id := range w.started {
-		w.dead[id] = true
+	sb := r.k.Pool().State("c").TurnID
+	w.WMu.Lock()
+	for id := range w.Started {
+		w.Dead[id] = true
 	}
-	w.wmu.Unlock()
-	reply, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	w.WMu.Unlock()
+	reply, id, err := r.run(context.Background(), turnInput("c"))
 	if err != nil || !reply.OK {
 		t.Fatalf("turn after a dead standby: %v %+v", err, reply)
 	}
@@ -249,47 +237,11 @@ func TestStandbyDeadContainerTakesColdPath(t *testing.T) {
 		t.Error("dead miss not counted")
 	}
 	waitFor(t, "dead standby removed", func() bool {
-		_, err := os.Stat(filepath.Join(r.cfg.PolicyDir, sb+".json"))
+		_, err := os.Stat(filepath.Join(r.kit.Cfg.PolicyDir, sb+".json"))
 		return os.IsNotExist(err)
 	})
-	r.h.Shutdown()
+	r.shutdown()
 	r.assertClean(t)
-}
-
-// TestStandbyChannelOffDiscards: switching the channel off through the API
-// removes its standby, and no new one is prepared for it.
-func TestStandbyChannelOffDiscards(t *testing.T) {
-	r, _ := newWarmRig(t, "")
-	hc, _ := serve(t, r)
-	if code, _ := call(t, hc, "POST", "/v1/channels/c/turns", `{"speaker":{"id":"s"},"text":"x"}`); code != 200 {
-		t.Fatalf("turn: %d", code)
-	}
-	waitStandby(t, r, "c", standby.StateReady)
-	code, body := call(t, hc, "GET", "/v1/channels/c", "")
-	if code != 200 || body["standby"] != standby.StateReady {
-		t.Errorf("channel status %d %v, want standby ready", code, body)
-	}
-	resp, err := hc.Get("http://host/v1/turns")
-	must(t, err)
-	data, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(data), `"standby":"ready"`) {
-		t.Errorf("/v1/turns does not show the standby: %s", data)
-	}
-	req, _ := http.NewRequest("PUT", "http://host/v1/channels/c/mode", strings.NewReader(`{"mode":"off"}`))
-	resp, err = hc.Do(req)
-	must(t, err)
-	resp.Body.Close()
-	waitFor(t, "nothing left", func() bool {
-		return r.docker.liveCount() == 0 && r.units.activeCount() == 0 && len(r.h.ActiveTurns()) == 0
-	})
-	r.assertClean(t)
-	if counter(t, r, "sandbox_standby_discards_total", map[string]string{"reason": standby.ReasonChannelOff}) != 1 {
-		t.Error("channel_off discard not counted")
-	}
-	if st := r.h.status("c"); st.Standby != standby.StateNone {
-		t.Errorf("standby %q after channel off", st.Standby)
-	}
 }
 
 // TestStandbyDisabled: standby.enabled false (or max 0) keeps every turn on
@@ -298,12 +250,12 @@ func TestStandbyDisabled(t *testing.T) {
 	for _, extra := range []string{"standby:\n  enabled: false\n", "standby:\n  max: 0\n"} {
 		r, _ := newWarmRig(t, extra)
 		for i := 0; i < 2; i++ {
-			_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+			_, _, err := r.run(context.Background(), turnInput("c"))
 			must(t, err)
 		}
 		time.Sleep(20 * time.Millisecond)
-		if r.h.standbys != nil || r.h.status("c").Standby != "" || len(r.docker.created) != 2 {
-			t.Errorf("%q: standbys made: %d containers for 2 turns", extra, len(r.docker.created))
+		if r.k.Pool() != nil || r.status("c").Standby != "" || len(r.docker.Created) != 2 {
+			t.Errorf("%q: standbys made: %d containers for 2 turns", extra, len(r.docker.Created))
 		}
 		r.assertClean(t)
 	}
@@ -313,14 +265,14 @@ func TestStandbyDisabled(t *testing.T) {
 // (here the container start) removes what it made; the next turn is cold.
 func TestStandbyFailedPreparationLeavesNothing(t *testing.T) {
 	r, w := newWarmRig(t, "")
-	w.startErr = io.ErrUnexpectedEOF
-	_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	w.StartErr = io.ErrUnexpectedEOF
+	_, _, err := r.run(context.Background(), turnInput("c"))
 	must(t, err)
 	waitFor(t, "failed preparation counted", func() bool {
 		return counter(t, r, "sandbox_standby_prepares_total", map[string]string{"result": "failed"}) == 1
 	})
 	r.assertClean(t)
-	_, _, err = r.h.RunTurn(context.Background(), turnIn("c"))
+	_, _, err = r.run(context.Background(), turnInput("c"))
 	must(t, err)
 }
 
@@ -329,28 +281,28 @@ func TestStandbyFailedPreparationLeavesNothing(t *testing.T) {
 // turn could not activate it); the next turn takes the cold path and works.
 func TestStandbyBrokerServiceMustStart(t *testing.T) {
 	r, w := newWarmRig(t, "")
-	r.units.mu.Lock()
-	r.units.serviceErr = errors.New("fake: job failed")
-	r.units.mu.Unlock()
-	_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	r.units.Mu.Lock()
+	r.units.ServiceErr = errors.New("fake: job failed")
+	r.units.Mu.Unlock()
+	_, _, err := r.run(context.Background(), turnInput("c"))
 	must(t, err)
 	waitFor(t, "failed preparation counted", func() bool {
 		return counter(t, r, "sandbox_standby_prepares_total", map[string]string{"result": "failed"}) == 1
 	})
-	r.units.mu.Lock()
-	asked := len(r.units.services)
-	r.units.mu.Unlock()
+	r.units.Mu.Lock()
+	asked := len(r.units.Services)
+	r.units.Mu.Unlock()
 	if asked != 1 {
 		t.Errorf("broker service starts waited for = %d, want 1 (the standby's)", asked)
 	}
-	w.wmu.Lock()
-	startedN := len(w.started)
-	w.wmu.Unlock()
+	w.WMu.Lock()
+	startedN := len(w.Started)
+	w.WMu.Unlock()
 	if startedN != 0 {
 		t.Errorf("%d standby containers started although the broker did not run", startedN)
 	}
 	r.assertClean(t)
-	_, _, err = r.h.RunTurn(context.Background(), turnIn("c"))
+	_, _, err = r.run(context.Background(), turnInput("c"))
 	must(t, err)
 	if got := counter(t, r, "sandbox_standby_turns_total", map[string]string{"result": "hit"}); got != 0 {
 		t.Errorf("standby hits = %v, want 0", got)
@@ -362,13 +314,13 @@ func TestStandbyBrokerServiceMustStart(t *testing.T) {
 // it; the standby is discarded and the turn runs cold with its credential.
 func TestStandbyOtherCredentialTakesColdPath(t *testing.T) {
 	r, _ := newWarmRig(t, "")
-	_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	_, _, err := r.run(context.Background(), turnInput("c"))
 	must(t, err)
 	waitStandby(t, r, "c", standby.StateReady)
-	sb := r.h.standbys.State("c").TurnID
-	in := turnIn("c")
+	sb := r.k.Pool().State("c").TurnID
+	in := turnInput("c")
 	in.PrincipalID = "p-special" // rule: credential special-key
-	_, id, err := r.h.RunTurn(context.Background(), in)
+	_, id, err := r.run(context.Background(), in)
 	must(t, err)
 	if id == sb {
 		t.Fatal("a standby made for credential model served a special-key turn")
@@ -378,8 +330,8 @@ func TestStandbyOtherCredentialTakesColdPath(t *testing.T) {
 	}
 	// The next standby is made for the credential the last turn used.
 	waitStandby(t, r, "c", standby.StateReady)
-	next := r.h.standbys.State("c").TurnID
-	_, pend, err := policy.Read(filepath.Join(r.cfg.PolicyDir, next+".json"))
+	next := r.k.Pool().State("c").TurnID
+	_, pend, err := policy.Read(filepath.Join(r.kit.Cfg.PolicyDir, next+".json"))
 	if err != nil || pend == nil || !slices.Contains(pend.Credentials, "special-key") || slices.Contains(pend.Credentials, "model") {
 		t.Errorf("next placeholder %+v, %v: want special-key, not model", pend, err)
 	}
@@ -389,63 +341,19 @@ func TestStandbyOtherCredentialTakesColdPath(t *testing.T) {
 // another.
 func TestStandbyNotReusedAcrossChannels(t *testing.T) {
 	r, _ := newWarmRig(t, "")
-	must(t, r.h.state.SetMode("d", ModeOn))
-	_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, r.kit.Host.State.SetMode("d", chanstate.ModeOn))
+	_, _, err := r.run(context.Background(), turnInput("c"))
 	must(t, err)
 	waitStandby(t, r, "c", standby.StateReady)
-	sb := r.h.standbys.State("c").TurnID
-	_, id, err := r.h.RunTurn(context.Background(), turnIn("d"))
+	sb := r.k.Pool().State("c").TurnID
+	_, id, err := r.run(context.Background(), turnInput("d"))
 	must(t, err)
 	if id == sb {
 		t.Fatal("channel d used channel c's standby")
 	}
-	if r.h.standbys.State("c").TurnID != sb {
+	if r.k.Pool().State("c").TurnID != sb {
 		t.Error("channel c's standby was touched")
 	}
-}
-
-func inode(path string) uint64 {
-	st, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-		return sys.Ino
-	}
-	return 0
-}
-
-// readyStandby waits for channel's ready standby and returns its turn id.
-func readyStandby(t *testing.T, r *rig, channel string) string {
-	t.Helper()
-	var id string
-	waitFor(t, "a ready standby of "+channel, func() bool {
-		st := r.h.standbys.State(channel)
-		id = st.TurnID
-		return st.State == standby.StateReady
-	})
-	return id
-}
-
-// holdRuns makes every container run wait for a release of its own: a
-// test holds a turn running while it looks at the channel's standbys.
-// started receives each held container's turn id.
-func holdRuns(r *rig) (started chan string, release func()) {
-	started = make(chan string, 16)
-	gate := make(chan struct{})
-	r.docker.mu.Lock()
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
-		started <- spec.Labels[layout.LabelTurn]
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return RunResult{ExitCode: -1}, ctx.Err()
-		}
-		return okRun(ctx, spec, stdin)
-	}
-	r.docker.mu.Unlock()
-	var once sync.Once
-	return started, func() { once.Do(func() { close(gate) }) }
 }
 
 // TestStandbyPreparedWhenBound: a conversation stays warm. While a turn
@@ -455,7 +363,7 @@ func holdRuns(r *rig) (started chan string, release func()) {
 // turn: three turns, three turn ids, the last two on standbys.
 func TestStandbyPreparedWhenBound(t *testing.T) {
 	r, _ := newWarmRig(t, "")
-	_, cold, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	_, cold, err := r.run(context.Background(), turnInput("c"))
 	must(t, err)
 	first := readyStandby(t, r, "c")
 	if first == "" || first == cold {
@@ -468,7 +376,7 @@ func TestStandbyPreparedWhenBound(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		_, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
+		_, id, err := r.run(context.Background(), turnInput("c"))
 		done <- result{id, err}
 	}()
 	if got := <-started; got != first {
@@ -477,11 +385,11 @@ func TestStandbyPreparedWhenBound(t *testing.T) {
 	// The bound turn is still running: its next standby is made meanwhile.
 	var next string
 	waitFor(t, "the next standby while the bound turn runs", func() bool {
-		st := r.h.standbys.State("c")
+		st := r.k.Pool().State("c")
 		next = st.TurnID
 		return st.State == standby.StateReady && next != first
 	})
-	if n := r.docker.liveCount(); n != 2 {
+	if n := r.docker.LiveCount(); n != 2 {
 		t.Errorf("%d containers live while the bound turn runs beside its successor, want 2", n)
 	}
 	release()
@@ -490,7 +398,7 @@ func TestStandbyPreparedWhenBound(t *testing.T) {
 	if res.id != first {
 		t.Fatalf("second turn ran as %s, want %s", res.id, first)
 	}
-	reply, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	reply, id, err := r.run(context.Background(), turnInput("c"))
 	must(t, err)
 	if !reply.OK || id != next {
 		t.Fatalf("third turn ran as %s, want the standby prepared at bind %s", id, next)
@@ -498,7 +406,7 @@ func TestStandbyPreparedWhenBound(t *testing.T) {
 	if got := counter(t, r, "sandbox_standby_turns_total", map[string]string{"result": "hit"}); got != 2 {
 		t.Errorf("standby hits %v, want 2", got)
 	}
-	r.h.Shutdown()
+	r.shutdown()
 	r.assertClean(t)
 }
 
@@ -516,7 +424,7 @@ func TestStandbyPreparedWhileColdTurnRuns(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		_, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
+		_, id, err := r.run(context.Background(), turnInput("c"))
 		done <- result{id, err}
 	}()
 	cold := <-started
@@ -527,7 +435,7 @@ func TestStandbyPreparedWhileColdTurnRuns(t *testing.T) {
 	release()
 	a := <-done
 	must(t, a.err)
-	_, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	_, id, err := r.run(context.Background(), turnInput("c"))
 	must(t, err)
 	if a.id != cold || id != sb {
 		t.Errorf("turns ran as %s, %s; want the cold %s, then the standby %s", a.id, id, cold, sb)
@@ -539,24 +447,24 @@ func TestStandbyPreparedWhileColdTurnRuns(t *testing.T) {
 // cold path and never another channel's standby.
 func TestStandbyPreparedAtBindKeepsTheCap(t *testing.T) {
 	r, _ := newWarmRig(t, "standby:\n  max: 1\n")
-	must(t, r.h.state.SetMode("d", ModeOn))
-	_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	must(t, r.kit.Host.State.SetMode("d", chanstate.ModeOn))
+	_, _, err := r.run(context.Background(), turnInput("c"))
 	must(t, err)
 	sbC := readyStandby(t, r, "c")
 	// d's cold turn cannot prepare one: c's fills the cap.
-	_, idD, err := r.h.RunTurn(context.Background(), turnIn("d"))
+	_, idD, err := r.run(context.Background(), turnInput("d"))
 	must(t, err)
 	if idD == sbC {
 		t.Fatal("channel d used channel c's standby")
 	}
-	if st := r.h.status("d").Standby; st != standby.StateNone {
+	if st := r.status("d").Standby; st != standby.StateNone {
 		t.Errorf("channel d has a standby (%s) beyond standby.max 1", st)
 	}
 	if got := counter(t, r, "sandbox_standby_prepares_total", map[string]string{"result": "capped"}); got < 1 {
 		t.Errorf("capped preparations %v, want at least 1", got)
 	}
 	// c binds its standby: the place it held is free for c's next one.
-	_, id, err := r.h.RunTurn(context.Background(), turnIn("c"))
+	_, id, err := r.run(context.Background(), turnInput("c"))
 	must(t, err)
 	if id != sbC {
 		t.Fatalf("c's turn ran as %s, want its standby %s", id, sbC)
@@ -565,7 +473,7 @@ func TestStandbyPreparedAtBindKeepsTheCap(t *testing.T) {
 	if nextC == sbC {
 		t.Error("the bound standby is offered again")
 	}
-	if ready, preparing := r.h.standbys.Counts(); ready+preparing > 1 {
+	if ready, preparing := r.k.Pool().Counts(); ready+preparing > 1 {
 		t.Errorf("%d ready + %d preparing standbys, over standby.max 1", ready, preparing)
 	}
 }
@@ -575,13 +483,13 @@ func TestStandbyPreparedAtBindKeepsTheCap(t *testing.T) {
 // start) does not retry at its cleanup; the channel's next turn does.
 func TestStandbyFailedPreparationNotRetriedAtCleanup(t *testing.T) {
 	r, _ := newWarmRig(t, "")
-	r.units.mu.Lock()
-	r.units.serviceErr = errors.New("fake: job failed")
-	r.units.mu.Unlock()
+	r.units.Mu.Lock()
+	r.units.ServiceErr = errors.New("fake: job failed")
+	r.units.Mu.Unlock()
 	started, release := holdRuns(r)
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := r.h.RunTurn(context.Background(), turnIn("c"))
+		_, _, err := r.run(context.Background(), turnInput("c"))
 		done <- err
 	}()
 	<-started
@@ -590,12 +498,12 @@ func TestStandbyFailedPreparationNotRetriedAtCleanup(t *testing.T) {
 	})
 	release()
 	must(t, <-done)
-	if st := r.h.standbys.State("c"); st.State != standby.StateNone {
+	if st := r.k.Pool().State("c"); st.State != standby.StateNone {
 		t.Errorf("standby %s after cleanup: a failed preparation was retried at once", st.State)
 	}
-	r.units.mu.Lock()
-	asked := len(r.units.services)
-	r.units.mu.Unlock()
+	r.units.Mu.Lock()
+	asked := len(r.units.Services)
+	r.units.Mu.Unlock()
 	if got := counter(t, r, "sandbox_standby_prepares_total", map[string]string{"result": "failed"}); asked != 1 || got != 1 {
 		t.Errorf("broker service starts %d, failed preparations %v; want 1 and 1", asked, got)
 	}

@@ -1,41 +1,114 @@
-package host
+package delegationrun_test
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
+	"github.com/roundtable-sandbox/sandbox/pkg/api"
+	"github.com/roundtable-sandbox/sandbox/pkg/chanstate"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegation"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegationrun"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/kind"
+	"github.com/roundtable-sandbox/sandbox/pkg/peerauth"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
+	"github.com/roundtable-sandbox/sandbox/pkg/sealedturn"
 )
 
+// Moved from pkg/host (delegations_test.go): the kind is made from its
+// Registration over pkg/sandboxtest's kit, after the sealed turn (the
+// kind.Researcher that runs a job's research turn, as the host registers
+// them), and its routes are served as the host's router serves them once
+// the caller is authorized. The router's refusal of a stranger and the
+// channel list during a job stay in pkg/host (delegationroutes_test.go).
+
+type (
+	ContainerSpec = sandbox.ContainerSpec
+	RunResult     = sandbox.RunResult
+)
+
+const (
+	clientUID = 4242
+	otherUID  = 4343
+)
+
+var (
+	must  = sandboxtest.Must
+	okRun = sandboxtest.OKRun
+)
+
+// rig is the delegation kind made the way the host makes it.
+type rig struct {
+	kit    *sandboxtest.Kit
+	k      *delegationrun.Kind
+	sealed *sealedturn.Kind
+	routes []api.Route
+	cfg    *config.Config
+	docker *sandboxtest.Docker
+}
+
 // delegationRig is a rig whose config adds a fetch tool and enables
-// delegation (fetch: "fetch", search: the test config's "lookup").
+// delegation (fetch: "fetch", search: the test config's "lookup") unless
+// disabled; channel "c" is on.
 func delegationRig(t *testing.T, mutate func(*config.Delegation)) *rig {
 	t.Helper()
-	r := newRig(t, "", func(o *Options) {
-		o.Config.Tools = append(o.Config.Tools, config.Tool{Name: "fetch", Description: "Fetch a public page", Kind: "fetch",
+	return newRig(t, true, mutate)
+}
+
+func newRig(t *testing.T, enabled bool, mutate func(*config.Delegation)) *rig {
+	t.Helper()
+	kit := sandboxtest.NewKit(t, "", sandboxtest.KitOptions{Config: func(c *config.Config) {
+		if !enabled {
+			return
+		}
+		c.Tools = append(c.Tools, config.Tool{Name: "fetch", Description: "Fetch a public page", Kind: "fetch",
 			Parameters: `{"type":"object","properties":{"url":{"type":"string"}},"required":["url"]}`})
-		o.Config.Delegation = config.Delegation{Enabled: true, MaxRunning: 2, TimeoutSeconds: 600, MaxTitleChars: 200,
+		c.Delegation = config.Delegation{Enabled: true, MaxRunning: 2, TimeoutSeconds: 600, MaxTitleChars: 200,
 			MaxTaskChars: 4000, MaxReportChars: 80000, DiagnosticChars: 600, FetchTool: "fetch", SearchTool: "lookup", Prompt: "Research."}
 		if mutate != nil {
-			mutate(&o.Config.Delegation)
+			mutate(&c.Delegation)
 		}
-		o.Access = config.ResolvedAccess{ClientUIDs: []int{clientUID, otherUID}, Guests: o.Config.Guests}
-	})
-	t.Cleanup(r.h.Shutdown)
-	must(t, r.h.state.SetMode("c", ModeOn))
+	}})
+	made, err := sealedturn.Registration.New(kit.Deps)
+	must(t, err)
+	sealed := made.(*sealedturn.Kind)
+	kit.Deps.Made = []kind.Kind{sealed}
+	made, err = delegationrun.Registration.New(kit.Deps)
+	must(t, err)
+	k := made.(*delegationrun.Kind)
+	r := &rig{kit: kit, k: k, sealed: sealed, routes: k.Routes(), cfg: kit.Cfg, docker: kit.Docker}
+	t.Cleanup(r.shutdown)
+	must(t, kit.Host.State.SetMode("c", chanstate.ModeOn))
 	return r
+}
+
+// shutdown stops as the host does: its work first, then the kinds.
+func (r *rig) shutdown() {
+	r.kit.Host.Stop()
+	r.k.Stop()
+	r.sealed.Stop()
+}
+
+func (r *rig) assertClean(t *testing.T) { t.Helper(); r.kit.AssertClean(t) }
+
+// call serves one request to the kind's routes for a client of uid.
+func (r *rig) call(t *testing.T, uid int, method, path string, body any) (int, []byte) {
+	t.Helper()
+	return sandboxtest.Call(t, delegationrun.Registration, r.routes, peerauth.RoleClient, uid, method, path, body)
 }
 
 func delegate(title, task string) delegation.Request {
@@ -45,7 +118,7 @@ func delegate(title, task string) delegation.Request {
 // startJob posts a job as clientUID and returns its id.
 func startJob(t *testing.T, r *rig, channel string, req delegation.Request) string {
 	t.Helper()
-	code, body := apiAs(t, r.h, clientUID, "POST", "/v1/channels/"+channel+"/delegations", req)
+	code, body := r.call(t, clientUID, "POST", "/v1/channels/"+channel+"/delegations", req)
 	if code != http.StatusAccepted {
 		t.Fatalf("POST delegations: %d %s", code, body)
 	}
@@ -61,9 +134,9 @@ func waitJob(t *testing.T, r *rig, id string) delegation.Status {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		j, err := r.h.delegations.Registry().Get(id)
+		j, err := r.k.Registry().Get(id)
 		must(t, err)
-		if st := j.Status(); st.Finished() && len(r.h.delegations.Listed()) == 0 {
+		if st := j.Status(); st.Finished() && len(r.k.Listed()) == 0 {
 			return st
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -94,11 +167,12 @@ func replyRun(reply string, exit int64) func(ctx context.Context, spec Container
 }
 
 // TestDelegationRefusals: the seed's refusal texts word for word, with
-// their statuses, and the host's own refusals.
+// their statuses, and the host's own refusals (a stranger's 403 is the
+// router's: pkg/host, TestDelegationRouteRefusals).
 func TestDelegationRefusals(t *testing.T) {
 	r := delegationRig(t, func(d *config.Delegation) { d.MaxTaskChars = 100 })
 	started := make(chan string, 4)
-	r.docker.runFn = blockJob(started)
+	r.docker.RunFn = blockJob(started)
 	cases := []struct {
 		name    string
 		channel string
@@ -115,7 +189,7 @@ func TestDelegationRefusals(t *testing.T) {
 		{"channel off", "off", delegate("T", "x"), 409, "channel is not in sandbox mode"},
 	}
 	for _, tc := range cases {
-		code, body := apiAs(t, r.h, clientUID, "POST", "/v1/channels/"+tc.channel+"/delegations", tc.body)
+		code, body := r.call(t, clientUID, "POST", "/v1/channels/"+tc.channel+"/delegations", tc.body)
 		var e apiwire.ErrorResponse
 		json.Unmarshal(body, &e)
 		if code != tc.code || e.Error != tc.want {
@@ -124,22 +198,18 @@ func TestDelegationRefusals(t *testing.T) {
 	}
 	startJob(t, r, "c", delegate("one", "x"))
 	startJob(t, r, "c", delegate("two", "x"))
-	code, body := apiAs(t, r.h, clientUID, "POST", "/v1/channels/c/delegations", delegate("three", "x"))
+	code, body := r.call(t, clientUID, "POST", "/v1/channels/c/delegations", delegate("three", "x"))
 	var e apiwire.ErrorResponse
 	json.Unmarshal(body, &e)
 	if code != http.StatusTooManyRequests || e.Error != "this channel already has 2 delegated tasks running; wait for one to report back" {
 		t.Errorf("third job: %d %q", code, e.Error)
 	}
-	if code, _ := apiAs(t, r.h, 777, "POST", "/v1/channels/c/delegations", delegate("T", "x")); code != http.StatusForbidden {
-		t.Errorf("stranger: %d, want 403", code)
-	}
-	if got := gatheredCounter(r.h.reg, "sandbox_delegations_total", "result", "refused"); got != 6 {
+	if got := r.kit.Counter("sandbox_delegations_total", "result", "refused"); got != 6 {
 		t.Errorf("refused counted %v, want 6 (five limits, one bound)", got)
 	}
 
-	off := newRig(t, "", nil)
-	must(t, off.h.state.SetMode("c", ModeOn))
-	code, body = apiAs(t, off.h, os.Getuid(), "POST", "/v1/channels/c/delegations", delegate("T", "x"))
+	off := newRig(t, false, nil)
+	code, body = off.call(t, os.Getuid(), "POST", "/v1/channels/c/delegations", delegate("T", "x"))
 	json.Unmarshal(body, &e)
 	if code != http.StatusConflict || e.Error != "delegation is disabled on this host (delegation.enabled)" {
 		t.Errorf("disabled: %d %q", code, e.Error)
@@ -155,7 +225,7 @@ func TestDelegationResearchTurn(t *testing.T) {
 	r := delegationRig(t, nil)
 	release := make(chan struct{})
 	entered := make(chan struct{})
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		if !strings.Contains(string(stdin), "Research task:") {
 			return okRun(ctx, spec, stdin) // the channel's own turn
 		}
@@ -177,40 +247,35 @@ func TestDelegationResearchTurn(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the research turn never ran")
 	}
-	listed := r.h.ActiveTurns()
+	listed := r.k.Listed()
 	if len(listed) != 1 || listed[0].ID != id || !listed[0].Job || listed[0].ChannelTag != "c" {
 		t.Errorf("GET /v1/turns lists %+v", listed)
 	}
-	// GET /v1/channels lists the channel, not the job's own queue entry.
-	_, body := apiAs(t, r.h, clientUID, "GET", "/v1/channels", nil)
-	var list apiwire.ChannelList
-	json.Unmarshal(body, &list)
-	if len(list.Channels) != 1 || list.Channels[0].Channel != "c" {
-		t.Errorf("GET /v1/channels during a job: %s", body)
-	}
-	reply, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "hi"})
-	if err != nil || !reply.OK {
-		t.Fatalf("channel turn during a job: %v %+v", err, reply)
+	// (GET /v1/channels during a job is the host's: TestDelegationJobNotAChannel.)
+	o := r.sealed.RunChannelTurn(context.Background(), &kind.Turn{ID: ids.NewTurnID(), Channel: "c", Speaker: protocol.Speaker{ID: "s"}, Text: "hi",
+		Deadline: time.Now().Add(time.Minute), Rebind: func(string) {}})
+	if err := errors.Join(o.RunErr, o.CleanupErr); err != nil || !o.Reply.OK {
+		t.Fatalf("channel turn during a job: %v %+v", err, o.Reply)
 	}
 	close(release)
 	st := waitJob(t, r, id)
 	if st.State != delegation.StateDone || st.Result != delegation.ResultOK || st.Report != "the report" || st.Author == nil || st.Author.ID != "u1" {
 		t.Errorf("status %+v", st)
 	}
-	code, body := apiAs(t, r.h, clientUID, "GET", "/v1/jobs/"+id, nil)
+	code, body := r.call(t, clientUID, "GET", "/v1/jobs/"+id, nil)
 	var got delegation.Status
 	json.Unmarshal(body, &got)
 	if code != 200 || got.Report != "the report" || got.State != "done" {
 		t.Errorf("GET job: %d %s", code, body)
 	}
-	if code, _ := apiAs(t, r.h, otherUID, "GET", "/v1/jobs/"+id, nil); code != http.StatusNotFound {
+	if code, _ := r.call(t, otherUID, "GET", "/v1/jobs/"+id, nil); code != http.StatusNotFound {
 		t.Errorf("another client's job: %d, want 404", code)
 	}
 
 	// The research turn: the first container created.
-	spec := r.docker.created[0]
+	spec := r.docker.Created[0]
 	var turn protocol.Turn
-	must(t, json.Unmarshal(r.docker.stdins[0], &turn))
+	must(t, json.Unmarshal(r.docker.Stdins[0], &turn))
 	var names []string
 	for _, tl := range turn.Tools {
 		names = append(names, tl.Name)
@@ -219,7 +284,7 @@ func TestDelegationResearchTurn(t *testing.T) {
 		turn.Speaker.ID != "u1" || turn.Text != "Research task: Prices\n\nFind the prices" {
 		t.Errorf("research turn %+v", turn)
 	}
-	pol := r.docker.policies[0]
+	pol := r.docker.Policies[0]
 	var polTools []string
 	for _, tl := range pol.Tools {
 		polTools = append(polTools, tl.Name)
@@ -234,7 +299,7 @@ func TestDelegationResearchTurn(t *testing.T) {
 	if _, err := os.Lstat(spec.WorkspaceDir); !os.IsNotExist(err) {
 		t.Errorf("scratch workspace left: %v", err)
 	}
-	if got := gatheredCounter(r.h.reg, "sandbox_delegations_total", "result", "ok"); got != 1 {
+	if got := r.kit.Counter("sandbox_delegations_total", "result", "ok"); got != 1 {
 		t.Errorf("ok counted %v", got)
 	}
 	r.assertClean(t)
@@ -245,7 +310,7 @@ func TestDelegationResearchTurn(t *testing.T) {
 func TestDelegationTimeout(t *testing.T) {
 	r := delegationRig(t, func(d *config.Delegation) { d.TimeoutSeconds = 1 })
 	started := make(chan string, 1)
-	r.docker.runFn = blockJob(started)
+	r.docker.RunFn = blockJob(started)
 	id := startJob(t, r, "c", delegate("T", "x"))
 	st := waitJob(t, r, id)
 	if st.State != delegation.StateFailed || st.Result != delegation.ResultTimeout || st.Error != "the worker ran out of time" || st.Report != "" {
@@ -257,7 +322,7 @@ func TestDelegationTimeout(t *testing.T) {
 // TestDelegationReportBound: the report is cut to maxReportChars.
 func TestDelegationReportBound(t *testing.T) {
 	r := delegationRig(t, func(d *config.Delegation) { d.MaxReportChars = 10 })
-	r.docker.runFn = replyRun(`{"ok":true,"text":"`+strings.Repeat("ä", 50)+`"}`, 0)
+	r.docker.RunFn = replyRun(`{"ok":true,"text":"`+strings.Repeat("ä", 50)+`"}`, 0)
 	st := waitJob(t, r, startJob(t, r, "c", delegate("T", "x")))
 	if st.Report != strings.Repeat("ä", 10) || !st.ReportTruncated {
 		t.Errorf("report %q truncated %v", st.Report, st.ReportTruncated)
@@ -284,7 +349,7 @@ func TestDelegationFailureDiagnostic(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := delegationRig(t, func(d *config.Delegation) { d.DiagnosticChars = tc.diag })
-			r.docker.runFn = replyRun(tc.reply, tc.exit)
+			r.docker.RunFn = replyRun(tc.reply, tc.exit)
 			st := waitJob(t, r, startJob(t, r, "c", delegate("T", "x")))
 			if st.State != delegation.StateFailed || st.Error != tc.want || strings.Contains(fmt.Sprint(st), "Zx9Q") {
 				t.Errorf("status %+v, want error %q", st, tc.want)
@@ -299,12 +364,12 @@ func TestDelegationFailureDiagnostic(t *testing.T) {
 func TestDelegationChannelOffCancels(t *testing.T) {
 	r := delegationRig(t, nil)
 	started := make(chan string, 2)
-	r.docker.runFn = blockJob(started)
+	r.docker.RunFn = blockJob(started)
 	id := startJob(t, r, "c", delegate("T", "x"))
 	<-started
-	if code, body := apiAs(t, r.h, os.Getuid(), "PUT", "/v1/channels/c/mode", apiwire.ModeRequest{Mode: ModeOff}); code != 200 {
-		t.Fatalf("mode off: %d %s", code, body)
-	}
+	// As the host's mode route does (PUT mode off), then tells the kinds.
+	must(t, r.kit.Host.State.SetMode("c", chanstate.ModeOff))
+	r.k.ChannelMode("c", chanstate.ModeOff, "")
 	st := waitJob(t, r, id)
 	if st.State != delegation.StateCancelled || st.Error != "the job was cancelled: the channel was turned off" {
 		t.Errorf("status %+v", st)
@@ -317,16 +382,16 @@ func TestDelegationChannelOffCancels(t *testing.T) {
 func TestDelegationHostStopCancels(t *testing.T) {
 	r := delegationRig(t, nil)
 	started := make(chan string, 2)
-	r.docker.runFn = blockJob(started)
+	r.docker.RunFn = blockJob(started)
 	id := startJob(t, r, "c", delegate("T", "x"))
 	<-started
-	r.h.Shutdown()
-	j, err := r.h.delegations.Registry().Get(id)
+	r.shutdown()
+	j, err := r.k.Registry().Get(id)
 	must(t, err)
 	if st := j.Status(); st.State != delegation.StateCancelled || st.Error != "the job was cancelled: the host stopped" {
 		t.Errorf("status %+v", st)
 	}
-	if got := gatheredCounter(r.h.reg, "sandbox_delegations_total", "result", "cancelled"); got != 1 {
+	if got := r.kit.Counter("sandbox_delegations_total", "result", "cancelled"); got != 1 {
 		t.Errorf("cancelled counted %v", got)
 	}
 	r.assertClean(t)
@@ -340,14 +405,16 @@ func TestDelegationStream(t *testing.T) {
 	delegationrun.JobKeepalive = 50 * time.Millisecond
 	t.Cleanup(func() { delegationrun.JobKeepalive = old })
 	r := delegationRig(t, nil)
-	r.docker.runFn = replyRun(`{"ok":true,"text":"first report"}`, 0)
+	r.docker.RunFn = replyRun(`{"ok":true,"text":"first report"}`, 0)
 	first := startJob(t, r, "c", delegate("one", "x"))
 	waitJob(t, r, first)
-	hc, _ := serve(t, r)
+	srv := httptest.NewServer(sandboxtest.Handler(delegationrun.Registration, r.routes, peerauth.RoleAdmin, os.Getuid()))
+	t.Cleanup(srv.Close)
+	hc := srv.Client()
 
 	open := func() (*bufio.Scanner, func()) {
 		ctx, cancel := context.WithCancel(context.Background())
-		req, _ := http.NewRequestWithContext(ctx, "GET", "http://host/v1/channels/c/jobs/events", nil)
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/v1/channels/c/jobs/events", nil)
 		resp, err := hc.Do(req)
 		must(t, err)
 		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" {
@@ -371,14 +438,14 @@ func TestDelegationStream(t *testing.T) {
 	if ev := next(sc); ev.Job.ID != first || ev.Job.Report != "first report" || ev.Job.Title != "one" {
 		t.Errorf("backlog event %+v", ev.Job)
 	}
-	r.docker.runFn = replyRun(`{"ok":true,"text":"second report"}`, 0)
+	r.docker.RunFn = replyRun(`{"ok":true,"text":"second report"}`, 0)
 	second := startJob(t, r, "c", delegate("two", "x"))
 	if ev := next(sc); ev.Job.ID != second || ev.Job.Report != "second report" {
 		t.Errorf("live event %+v", ev.Job)
 	}
 	closeStream()
 	// The handler records a delivery right after its flush.
-	for deadline := time.Now().Add(5 * time.Second); len(r.h.delegations.Registry().Pending("c", os.Getuid(), true)) > 0; {
+	for deadline := time.Now().Add(5 * time.Second); len(r.k.Registry().Pending("c", os.Getuid(), true)) > 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("deliveries not recorded")
 		}

@@ -1,4 +1,4 @@
-package host
+package richsession_test
 
 import (
 	"context"
@@ -12,16 +12,14 @@ import (
 func TestRichContainerGetsProfileSkills(t *testing.T) {
 	extra := strings.Replace(richExtra, "  startTimeoutSeconds: 1\n", "  startTimeoutSeconds: 1\n  skillsDir: /srv/skills\n", 1) +
 		"    skillsDir: /srv/other-skills\n"
-	ctl := &fakeRichControl{}
-	r := newRig(t, extra, func(o *Options) { o.RichControl = ctl; o.RichIdle = time.Hour })
-	r.docker.runFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
+	r, _ := richRigLog(t, time.Hour, extra, nil, nil)
+	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
 		return RunResult{ExitCode: 137}, ctx.Err()
 	}
-	t.Cleanup(r.h.Shutdown)
 	for _, c := range []struct{ profile, want string }{{"helper", "/srv/skills"}, {"other", "/srv/other-skills"}} {
-		if code, body := r.api(t, "PUT", "/v1/channels/room-"+c.profile+"/mode", `{"mode":"rich","profile":"`+c.profile+`"}`); code != 200 {
-			t.Fatal(code, body)
+		if err := r.setRich("room-"+c.profile, c.profile); err != nil {
+			t.Fatal(err)
 		}
 		if _, _, err := richTurn(t, r, "room-"+c.profile, "hi"); err != nil {
 			t.Fatal(err)
