@@ -127,6 +127,10 @@ func New(o Options) *Kind {
 			Retain:             time.Duration(c.RetainSeconds) * time.Second,
 			MaxRetained:        c.MaxRetained,
 			MaxRetainedBytes:   c.MaxRetainedBytes,
+			Hold:               time.Duration(c.ResultHoldSeconds) * time.Second,
+			RunBytes:           c.RunRetainedBytes(),
+			RetainedKeys:       "runs.maxRetainedBytes, runs.maxRetained; each run is kept runs.resultHoldSeconds after it finishes",
+			Logger:             o.Logger,
 			MaxActive:          c.MaxInFlight,
 			MaxActivePerOwner:  c.MaxInFlightPerClient,
 			ActiveKeys:         "runs.maxInFlight",
@@ -145,7 +149,9 @@ func New(o Options) *Kind {
 	o.Registry.MustRegister(k.results, k.duration)
 	k.newStandbys(o.Registry)
 	k.fleet, k.box = o.Fleet, o.Box
-	k.shadows = shadowRuns{NewRegistry(k.runs.lim, o.Now)}
+	shadow := k.runs.lim
+	shadow.Hold = -1 // the run's own box holds its result for its client
+	k.shadows = shadowRuns{NewRegistry(shadow, o.Now)}
 	return k
 }
 

@@ -26,6 +26,7 @@ import (
 func (h *Host) fail(w http.ResponseWriter, err error) {
 	status, reason := statusOf(err)
 	h.metrics.refused.WithLabelValues(fmt.Sprint(status)).Inc()
+	h.setRetryAfter(w, status, err)
 	writeJSON(w, status, ErrorResponse{Error: reason})
 }
 
