@@ -111,7 +111,7 @@ type Options struct {
 	// (fleet.go); nil on a box alone: turns run here, as always.
 	Fleet *fleet.Fleet
 	// RichReplyBudget replaces the rich reply budget (tests; 0 =
-	// richsession.DefaultReplyBudget); RichBudgetWait hears of a packet
+	// rich.replyBudgetBytes); RichBudgetWait hears of a packet
 	// that waits for it.
 	RichReplyBudget int64
 	RichBudgetWait  func(n int64)

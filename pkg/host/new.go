@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -95,7 +96,7 @@ func New(o Options) (*Host, error) {
 	h.rich = richsession.New(richsession.Options{
 		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
 		Tools: h.tools, MCP: h.mcpSpecs, Policy: h.pol, Control: o.RichControl, Idle: o.RichIdle, Registry: o.Registry,
-		ReplyBudget: o.RichReplyBudget, BudgetWait: o.RichBudgetWait,
+		ReplyBudget: cmp.Or(o.RichReplyBudget, o.Config.Rich.ReplyBudgetBytes), BudgetWait: o.RichBudgetWait,
 	})
 	h.prechecks = precheckrun.New(precheckrun.Options{
 		Config: o.Config, Lifecycle: h.life, Host: kindHost{h}, Logger: o.Logger, Now: o.Now, NewID: o.NewTurnID,
