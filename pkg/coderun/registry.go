@@ -38,7 +38,7 @@ type RegistryLimits struct {
 	MaxRetainedBytes int64
 	// Hold is how long a finished run stays readable whatever MaxRetained
 	// and MaxRetainedBytes say (negative: not at all, for runs no client
-	// reads here); a run being read is never pruned. Runs held over those
+	// reads here); a run being read is pruned only past Retain. Runs held over those
 	// bounds take the room of new ones: Create refuses (ErrBusy) while
 	// the finished runs' bytes and a reservation of RunBytes per
 	// unfinished run would pass MaxRetainedBytes + MaxActive x RunBytes
@@ -217,8 +217,9 @@ func (g *Registry) Prune() {
 
 // pruneLocked forgets finished runs older than Retain, then the oldest
 // finished beyond MaxRetained, then the oldest finished while all finished
-// hold more than MaxRetainedBytes (keeping the newest). It never forgets a
-// run being read, nor one finished less than Hold ago.
+// hold more than MaxRetainedBytes (keeping the newest). Only Retain
+// forgets a run being read (its answer ends); none forgets one finished
+// less than Hold ago.
 func (g *Registry) pruneLocked() {
 	now := g.now()
 	cutoff, held := now.Add(-g.lim.Retain), now.Add(-max(g.lim.Hold, 0))
@@ -237,8 +238,11 @@ func (g *Registry) pruneLocked() {
 		if !ok {
 			continue
 		}
-		if !reading && at.Before(cutoff) {
-			g.forgetLocked(id, r, "retainSeconds", now.Sub(at), size)
+		if at.Before(cutoff) {
+			// Even under a reader: one reading slowly enough to meet each
+			// event's write deadline would hold the room of new runs for
+			// good.
+			g.forgetLocked(id, r, "retainSeconds", now.Sub(at), size, true)
 			continue
 		}
 		count++
@@ -262,7 +266,7 @@ func (g *Registry) pruneLocked() {
 			}
 			reason = "maxRetainedBytes"
 		}
-		g.forgetLocked(f.id, g.runs[f.id], reason, now.Sub(f.at), f.size)
+		g.forgetLocked(f.id, g.runs[f.id], reason, now.Sub(f.at), f.size, false)
 		count--
 		total -= f.size
 	}
@@ -270,8 +274,8 @@ func (g *Registry) pruneLocked() {
 
 // forgetLocked drops a finished run and says so: its client can no longer
 // read it (reason: the bound that forgot it).
-func (g *Registry) forgetLocked(id string, r *Run, reason string, age time.Duration, size int64) {
-	if !r.release() {
+func (g *Registry) forgetLocked(id string, r *Run, reason string, age time.Duration, size int64, force bool) {
+	if !r.release(force) {
 		return
 	}
 	delete(g.runs, id)

@@ -155,12 +155,13 @@ func (r *Run) Summary() runs.Status {
 func (r *Run) summary() runs.Status { return r.Summary() }
 
 // release forgets what a pruned run holds, so that nothing still holding
-// the *Run keeps its bytes alive; a later reader ends with ErrNotFound. It
-// does nothing (false) while an answer is being written from the run.
-func (r *Run) release() bool {
+// the *Run keeps its bytes alive; a reader ends with ErrNotFound. Unless
+// forced it does nothing (false) while an answer is being written from the
+// run.
+func (r *Run) release(force bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.readers > 0 { // became read since the registry looked
+	if r.readers > 0 && !force { // became read since the registry looked
 		return false
 	}
 	r.released = true

@@ -200,3 +200,33 @@ func TestRunBeingReadIsKeptUntilTheAnswerEnds(t *testing.T) {
 	}
 	close(bw.wrote)
 }
+
+// TestRetainForgetsARunUnderAReader: past Retain a run goes even while an
+// answer is being written from it (a client reading slowly enough to meet
+// each write deadline must not hold the room of new runs for good); the
+// answer ends with ErrNotFound at its next chunk.
+func TestRetainForgetsARunUnderAReader(t *testing.T) {
+	g, c := newTestRegistry(t, RegistryLimits{Retain: 10 * time.Minute})
+	r := mustCreate(t, g, runs.Params{Command: "x", Artifacts: []string{"a"}})
+	r.Start()
+	r.Output(runs.StreamStdout, runs.PhaseMain, bytes.Repeat([]byte("o"), 3*jsonChunk))
+	r.Finish(Finish{Result: runs.ResultOK})
+	bw := &blockingWriter{wrote: make(chan int), next: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() { done <- r.WriteStatusJSON(bw) }()
+	<-bw.wrote
+	c.Advance(10*time.Minute + time.Second)
+	g.Prune()
+	if _, err := g.Get(r.ID()); !errors.Is(err, runs.ErrNotFound) {
+		t.Errorf("Get past Retain under a reader: %v, want ErrNotFound", err)
+	}
+	close(bw.next)
+	go func() {
+		for range bw.wrote {
+		}
+	}()
+	if err := <-done; !errors.Is(err, runs.ErrNotFound) {
+		t.Errorf("answer of a run forgotten past Retain: %v, want ErrNotFound", err)
+	}
+	close(bw.wrote)
+}
