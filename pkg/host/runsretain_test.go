@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/client"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
@@ -30,8 +31,11 @@ import (
 func TestEightConcurrentRunsKeepTheirResults(t *testing.T) {
 	const n = 8
 	sent, held := make(chan struct{}), make(chan struct{})
-	r, _ := newRunRig(t, runsMemExtra, bigSupervise(sent, held))
+	// The clock stands still: "within runs.resultHoldSeconds" must not
+	// depend on how fast the machine moves 8 x 44 MiB under -race.
+	r, _ := newRunRigWith(t, runsMemExtra, bigSupervise(sent, held), stillClock)
 	p := bigParams(runsBounds{r.cfg.Runs.MaxArtifactBytes, r.cfg.Runs.MaxArtifactTotalBytes})
+	p.TimeoutSeconds = 3600 // the run's deadline is on that clock too
 	// The shipped runs.maxInFlightPerClient is 4: two clients, four runs each.
 	var clients [2]*client.Client
 	for i, uid := range []int{clientUID, otherUID} {
@@ -126,8 +130,9 @@ func TestRunsRefusedWhileResultsHeld(t *testing.T) {
 	// The smallest retained budget: one run at the bounds (2 x 1 MiB of
 	// output, 4 MiB of events, 32 MiB of artifacts).
 	extra := runsMemExtra + "  maxRetainedBytes: 39845888\n  maxInFlightPerClient: 8\n"
-	r, rd := newRunRig(t, extra, bigSupervise(nil, nil))
+	r, rd := newRunRigWith(t, extra, bigSupervise(nil, nil), stillClock)
 	p := bigParams(runsBounds{r.cfg.Runs.MaxArtifactBytes, r.cfg.Runs.MaxArtifactTotalBytes})
+	p.TimeoutSeconds = 3600
 	var finished []string
 	for range r.cfg.Runs.MaxInFlight {
 		st, err := r.h.coderun.Start(p, clientUID)
@@ -181,4 +186,10 @@ func mustJSON(t *testing.T, v any) []byte {
 	b, err := json.Marshal(v)
 	must(t, err)
 	return b
+}
+
+// stillClock stops the host's clock at the test's start.
+func stillClock(o *Options) {
+	now := time.Now()
+	o.Now = func() time.Time { return now }
 }
