@@ -10,7 +10,9 @@
 // units, turn directory and policy file are gone (or the log names what is
 // left); a run with network starts only after one human approval of that
 // run; a run's job fits wire.MaxJobBytes or is refused before anything
-// starts.
+// starts; a finished run's result reaches a client that is reading it or
+// asks for it within runs.resultHoldSeconds (new runs are refused rather
+// than a result forgotten), and every run forgotten is logged.
 package coderun
 
 import (

@@ -38,12 +38,12 @@ type RegistryLimits struct {
 	MaxRetainedBytes int64
 	// Hold is how long a finished run stays readable whatever MaxRetained
 	// and MaxRetainedBytes say (negative: not at all, for runs no client
-	// reads here); a run being read is pruned only past Retain. Runs held over those
-	// bounds take the room of new ones: Create refuses (ErrBusy) while
-	// the finished runs' bytes and a reservation of RunBytes per
-	// unfinished run would pass MaxRetainedBytes + MaxActive x RunBytes
-	// (or their count MaxRetained + MaxActive), so the memory bound of
-	// the retained and the active runs together still holds.
+	// reads here); a run being read is pruned only past Retain. Runs held
+	// over those bounds take the room of new ones: Create refuses
+	// (ErrBusy) while the finished runs' bytes and a reservation of
+	// RunBytes per unfinished run would pass MaxRetainedBytes + MaxActive
+	// x RunBytes (or their count MaxRetained + MaxActive), so the memory
+	// bound of the retained and the active runs together still holds.
 	Hold time.Duration
 	// RunBytes is the most one finished run holds (0: two outputs at
 	// MaxOutputBytes and MaxHistoryBytes of events; the host adds its
