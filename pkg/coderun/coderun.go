@@ -10,7 +10,9 @@
 // units, turn directory and policy file are gone (or the log names what is
 // left); a run with network starts only after one human approval of that
 // run; a run's job fits wire.MaxJobBytes or is refused before anything
-// starts.
+// starts; a finished run's result reaches a client that is reading it or
+// asks for it within runs.resultHoldSeconds (new runs are refused rather
+// than a result forgotten), and every run forgotten is logged.
 package coderun
 
 import (
@@ -129,6 +131,10 @@ func New(o Options) *Kind {
 			Retain:             time.Duration(c.RetainSeconds) * time.Second,
 			MaxRetained:        c.MaxRetained,
 			MaxRetainedBytes:   c.MaxRetainedBytes,
+			Hold:               time.Duration(c.ResultHoldSeconds) * time.Second,
+			RunBytes:           c.RunRetainedBytes(),
+			RetainedKeys:       "runs.maxRetainedBytes, runs.maxRetained; each run is kept runs.resultHoldSeconds after it finishes",
+			Logger:             o.Logger,
 			MaxActive:          c.MaxInFlight,
 			MaxActivePerOwner:  c.MaxInFlightPerClient,
 			ActiveKeys:         "runs.maxInFlight",
@@ -147,7 +153,9 @@ func New(o Options) *Kind {
 	o.Registry.MustRegister(k.results, k.duration)
 	k.newStandbys(o.Registry)
 	k.queue, k.box = fleetjobs.New(o.Fleet), o.Box
-	k.shadows = shadowRuns{NewRegistry(k.runs.lim, o.Now)}
+	shadow := k.runs.lim
+	shadow.Hold = -1 // the run's own box holds its result for its client
+	k.shadows = shadowRuns{NewRegistry(shadow, o.Now)}
 	return k
 }
 

@@ -618,6 +618,6 @@ func (s shadowRuns) remove(id string) {
 	delete(g.runs, id)
 	g.mu.Unlock()
 	if r != nil {
-		r.release()
+		r.release(true)
 	}
 }

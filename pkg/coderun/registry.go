@@ -2,6 +2,8 @@ package coderun
 
 import (
 	"cmp"
+	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -19,6 +21,7 @@ const (
 	DefaultMaxOutputBytes   = 1 << 20
 	DefaultMaxHistoryBytes  = 4 << 20
 	DefaultMaxRetainedBytes = 512 << 20
+	DefaultHold             = time.Minute
 )
 
 // RegistryLimits bound a Registry. Zero fields take the Default* values.
@@ -33,6 +36,24 @@ type RegistryLimits struct {
 	Retain           time.Duration
 	MaxRetained      int
 	MaxRetainedBytes int64
+	// Hold is how long a finished run stays readable whatever MaxRetained
+	// and MaxRetainedBytes say (negative: not at all, for runs no client
+	// reads here); a run being read is pruned only past Retain. Runs held
+	// over those bounds take the room of new ones: Create refuses
+	// (ErrBusy) while the finished runs' bytes and a reservation of
+	// RunBytes per unfinished run would pass MaxRetainedBytes + MaxActive
+	// x RunBytes (or their count MaxRetained + MaxActive), so the memory
+	// bound of the retained and the active runs together still holds.
+	Hold time.Duration
+	// RunBytes is the most one finished run holds (0: two outputs at
+	// MaxOutputBytes and MaxHistoryBytes of events; the host adds its
+	// artifact bound).
+	RunBytes int64
+	// RetainedKeys names the settings behind the held-results refusal (the
+	// host's config keys).
+	RetainedKeys string
+	// Logger hears of every run forgotten (nil: nobody).
+	Logger *slog.Logger
 	// MaxActive bounds unfinished runs, MaxActivePerOwner those of one
 	// owner uid (0: MaxActive); Create returns ErrBusy beyond them.
 	MaxActive         int
@@ -72,6 +93,15 @@ func (l RegistryLimits) withDefaults() RegistryLimits {
 	}
 	if l.MaxHistoryBytes <= 0 {
 		l.MaxHistoryBytes = DefaultMaxHistoryBytes
+	}
+	if l.Hold == 0 {
+		l.Hold = DefaultHold
+	}
+	if l.RunBytes <= 0 {
+		l.RunBytes = 2*int64(l.MaxOutputBytes) + int64(l.MaxHistoryBytes)
+	}
+	if l.Logger == nil {
+		l.Logger = slog.New(slog.DiscardHandler)
 	}
 	return l
 }
@@ -126,6 +156,9 @@ func (g *Registry) Create(p runs.Params, owner int) (*Run, error) {
 	}
 	if mine >= g.lim.MaxActivePerOwner {
 		return nil, runs.Busyf("too many unfinished runs of yours (at most %d%s); try again when one has finished", g.lim.MaxActivePerOwner, keys(g.lim.ActivePerOwnerKeys))
+	}
+	if err := g.roomLocked(active); err != nil {
+		return nil, err
 	}
 	id := ids.NewTurnID()
 	for g.runs[id] != nil { // 128 random bits; the loop is for form
@@ -184,29 +217,40 @@ func (g *Registry) Prune() {
 
 // pruneLocked forgets finished runs older than Retain, then the oldest
 // finished beyond MaxRetained, then the oldest finished while all finished
-// hold more than MaxRetainedBytes (keeping the newest).
+// hold more than MaxRetainedBytes (keeping the newest). Only Retain
+// forgets a run being read (its answer ends); none forgets one finished
+// less than Hold ago.
 func (g *Registry) pruneLocked() {
-	cutoff := g.now().Add(-g.lim.Retain)
+	now := g.now()
+	cutoff, held := now.Add(-g.lim.Retain), now.Add(-max(g.lim.Hold, 0))
 	type fin struct {
 		id   string
 		at   time.Time
 		o    uint64
 		size int64
 	}
-	var done []fin
+	var done []fin // may go, oldest first
 	var total int64
+	count := 0
+	var newest uint64
 	for id, r := range g.runs {
-		at, size, ok := r.finishedAt()
+		at, size, reading, ok := r.finishedAt()
 		if !ok {
 			continue
 		}
 		if at.Before(cutoff) {
-			delete(g.runs, id)
-			r.release()
+			// Even under a reader: one reading slowly enough to meet each
+			// event's write deadline would hold the room of new runs for
+			// good.
+			g.forgetLocked(id, r, "retainSeconds", now.Sub(at), size, true)
 			continue
 		}
-		done = append(done, fin{id, at, r.order, size})
+		count++
 		total += size
+		newest = max(newest, r.order)
+		if !reading && !at.After(held) {
+			done = append(done, fin{id, at, r.order, size})
+		}
 	}
 	slices.SortFunc(done, func(a, b fin) int {
 		if c := a.at.Compare(b.at); c != 0 {
@@ -214,16 +258,71 @@ func (g *Registry) pruneLocked() {
 		}
 		return cmp.Compare(a.o, b.o)
 	})
-	for i, f := range done {
-		over := len(done)-i > g.lim.MaxRetained
-		if !over && (total <= g.lim.MaxRetainedBytes || i == len(done)-1) {
-			break
+	for _, f := range done {
+		reason := "maxRetained"
+		if count <= g.lim.MaxRetained {
+			if total <= g.lim.MaxRetainedBytes || f.o == newest {
+				break
+			}
+			reason = "maxRetainedBytes"
 		}
-		g.runs[f.id].release()
-		delete(g.runs, f.id)
+		g.forgetLocked(f.id, g.runs[f.id], reason, now.Sub(f.at), f.size, false)
+		count--
 		total -= f.size
 	}
 }
+
+// forgetLocked drops a finished run and says so: its client can no longer
+// read it (reason: the bound that forgot it).
+func (g *Registry) forgetLocked(id string, r *Run, reason string, age time.Duration, size int64, force bool) {
+	if !r.release(force) {
+		return
+	}
+	delete(g.runs, id)
+	g.lim.Logger.Info("run forgotten", "run", id, "reason", reason, "age_s", int64(age.Seconds()), "bytes", size)
+}
+
+// roomLocked refuses a new run (ErrBusy) while the finished runs still
+// held and a reservation of RunBytes for each unfinished run, the new one
+// too, would pass what the retained and the active bounds allow together;
+// Retry-After is when the first held run may go.
+func (g *Registry) roomLocked(active int) error {
+	now := g.now()
+	var total int64
+	count := 0
+	var next time.Time
+	for _, r := range g.runs {
+		at, size, _, ok := r.finishedAt()
+		if !ok {
+			continue
+		}
+		count++
+		total += size
+		if end := at.Add(max(g.lim.Hold, 0)); end.After(now) && (next.IsZero() || end.Before(next)) {
+			next = end
+		}
+	}
+	bytesOver := total+int64(active+1)*g.lim.RunBytes > g.lim.MaxRetainedBytes+int64(g.lim.MaxActive)*g.lim.RunBytes
+	countOver := count+active+1 > g.lim.MaxRetained+g.lim.MaxActive
+	if !bytesOver && !countOver {
+		return nil
+	}
+	retry := BusyRetryHeld
+	if !next.IsZero() {
+		retry = max(next.Sub(now), time.Second)
+	}
+	what := fmt.Sprintf("%d MiB", total>>20)
+	if !bytesOver {
+		what = fmt.Sprintf("%d runs", count)
+	}
+	return runs.BusyRetryf(retry, "finished runs not yet forgotten hold %s, the room of new runs (%s); try again in %d s",
+		what, g.lim.RetainedKeys, int64((retry+time.Second-1)/time.Second))
+}
+
+// BusyRetryHeld is the Retry-After of the held-results refusal when no run
+// is within Hold (all are being read: a read ends within the API's write
+// timeout).
+const BusyRetryHeld = 5 * time.Second
 
 // Unfinished returns the runs not yet finished, oldest first: what the host
 // must finish (ResultCancelled, "host stopped") when it stops.

@@ -76,6 +76,7 @@ type Run struct {
 	out       [2][]byte // stdout, stderr, bounded by MaxOutputBytes each (their capacity too)
 	size      int64     // once finished: the bytes it holds (RegistryLimits.MaxRetainedBytes)
 	released  bool      // pruned: its output, events and artifact data are gone
+	readers   int       // answers being written from it: it is not pruned meanwhile
 	cancelled bool      // Cancel was called (cancelReq closed)
 	timer     *time.Timer
 	changed   chan struct{} // closed and replaced at every event: wakes waiters
@@ -154,11 +155,15 @@ func (r *Run) Summary() runs.Status {
 func (r *Run) summary() runs.Status { return r.Summary() }
 
 // release forgets what a pruned run holds, so that nothing still holding
-// the *Run (an answer being written to a client that stopped reading)
-// keeps its bytes alive; its writers and subscribers end with ErrNotFound.
-func (r *Run) release() {
+// the *Run keeps its bytes alive; a reader ends with ErrNotFound. Unless
+// forced it does nothing (false) while an answer is being written from the
+// run.
+func (r *Run) release(force bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.readers > 0 && !force { // became read since the registry looked
+		return false
+	}
 	r.released = true
 	r.out = [2][]byte{}
 	r.hist = nil
@@ -168,6 +173,7 @@ func (r *Run) release() {
 	}
 	close(r.changed) // wake subscribers: they see released
 	r.changed = make(chan struct{})
+	return true
 }
 
 // cloneStatus deep-copies s; withData false leaves artifact Data out.
@@ -205,14 +211,31 @@ func (r *Run) finished() bool {
 	return r.st.State == runs.StateFinished
 }
 
-// finishedAt reports when the run finished and the bytes it holds.
-func (r *Run) finishedAt() (at time.Time, size int64, ok bool) {
+// finishedAt reports when the run finished, the bytes it holds and
+// whether an answer is being written from it.
+func (r *Run) finishedAt() (at time.Time, size int64, reading, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.st.FinishedAt == nil {
-		return time.Time{}, 0, false
+		return time.Time{}, 0, false, false
 	}
-	return *r.st.FinishedAt, r.size, true
+	return *r.st.FinishedAt, r.size, r.readers > 0, true
+}
+
+// read marks an answer being written from the run, so that it is not
+// pruned until done is called; ErrNotFound once pruned.
+func (r *Run) read() (done func(), err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.released {
+		return nil, fmt.Errorf("%w (pruned)", runs.ErrNotFound)
+	}
+	r.readers++
+	return sync.OnceFunc(func() {
+		r.mu.Lock()
+		r.readers--
+		r.mu.Unlock()
+	}), nil
 }
 
 // Approve grants network to a run awaiting approval (-> queued), recording
@@ -501,6 +524,11 @@ func (r *Run) appendLocked(ev runs.Event) {
 // skipped, and the next event it receives says how many in Dropped. State
 // and result events are never dropped.
 func (r *Run) Subscribe(ctx context.Context, fn func(runs.Event) error) error {
+	done, err := r.read() // a follower gets the result it waits for
+	if err != nil {
+		return err
+	}
+	defer done()
 	var last int64
 	for {
 		if err := ctx.Err(); err != nil {

@@ -845,7 +845,8 @@ func TestRetentionBytes(t *testing.T) {
 				rs = append(rs, r)
 				c.Advance(time.Second)
 			}
-			g.List() // prunes
+			c.Advance(DefaultHold) // past the hold: the bytes bound applies
+			g.List()               // prunes
 			var in []int
 			for i, r := range rs {
 				if _, err := g.Get(r.ID()); err == nil {

@@ -21,11 +21,12 @@ const jsonChunk = 16 << 10
 // run nor a reference to its bytes. A run pruned meanwhile ends the answer
 // with ErrNotFound.
 func (r *Run) WriteStatusJSON(w io.Writer) error {
-	r.mu.Lock()
-	if r.released {
-		r.mu.Unlock()
-		return fmt.Errorf("%w (pruned)", runs.ErrNotFound)
+	done, err := r.read() // not pruned while being written
+	if err != nil {
+		return err
 	}
+	defer done()
+	r.mu.Lock()
 	head := cloneStatus(r.st, false)
 	n := [2]int{len(r.out[0]), len(r.out[1])}
 	sizes := make([]int, len(r.st.Artifacts))

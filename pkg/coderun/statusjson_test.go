@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
@@ -152,11 +153,13 @@ func (b *blockingWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// A run pruned while an answer is being written to a client that stopped
-// reading releases its bytes at once: the answer ends with ErrNotFound at
-// its next chunk, and nothing of the run is left in it for the answer to
-// hold.
-func TestPrunedRunReleasesItsBytesUnderAReader(t *testing.T) {
+// A run is not forgotten while an answer is being written from it, even
+// past its hold and over the bounds (issue 33: the oldest runs were pruned
+// under their own clients, whose streams ended mid-result): the answer
+// completes; the next prune after it forgets the run and releases its
+// bytes at once. A client that stops reading holds it only until the
+// handler's write deadline.
+func TestRunBeingReadIsKeptUntilTheAnswerEnds(t *testing.T) {
 	g, c := newTestRegistry(t, RegistryLimits{MaxRetained: 1})
 	r := mustCreate(t, g, runs.Params{Command: "x", Artifacts: []string{"a"}})
 	r.Start()
@@ -166,27 +169,64 @@ func TestPrunedRunReleasesItsBytesUnderAReader(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.WriteStatusJSON(bw) }()
 	<-bw.wrote // the head: the answer is under way and its client stopped reading
-	c.Advance(1)
+	c.Advance(DefaultHold + time.Second)
 	newer := mustCreate(t, g, shell)
 	newer.Start()
 	newer.Finish(Finish{Result: runs.ResultOK})
-	g.Prune() // MaxRetained 1: r goes
-	r.mu.Lock()
-	left := len(r.out[0]) + len(r.st.Artifacts[0].Data) + len(r.hist)
-	r.mu.Unlock()
-	if left != 0 {
-		t.Errorf("a pruned run still holds %d bytes and events", left)
+	g.Prune() // MaxRetained 1 and r past its hold, but being read: it stays
+	if _, err := g.Get(r.ID()); err != nil {
+		t.Errorf("a run being read was forgotten: %v", err)
 	}
 	close(bw.next) // the client reads again
 	go func() {
 		for range bw.wrote {
 		}
 	}()
-	if err := <-done; !errors.Is(err, runs.ErrNotFound) {
-		t.Errorf("answer of a pruned run: %v, want ErrNotFound", err)
+	if err := <-done; err != nil {
+		t.Errorf("answer of a run being read: %v, want it whole", err)
+	}
+	g.Prune() // the answer ended: r goes
+	if _, err := g.Get(r.ID()); !errors.Is(err, runs.ErrNotFound) {
+		t.Errorf("Get after the answer ended: %v, want ErrNotFound", err)
+	}
+	r.mu.Lock()
+	left := len(r.out[0]) + len(r.st.Artifacts[0].Data) + len(r.hist)
+	r.mu.Unlock()
+	if left != 0 {
+		t.Errorf("a pruned run still holds %d bytes and events", left)
 	}
 	if err := r.Subscribe(context.Background(), func(runs.Event) error { return nil }); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("Subscribe to a pruned run: %v, want ErrNotFound", err)
+	}
+	close(bw.wrote)
+}
+
+// TestRetainForgetsARunUnderAReader: past Retain a run goes even while an
+// answer is being written from it (a client reading slowly enough to meet
+// each write deadline must not hold the room of new runs for good); the
+// answer ends with ErrNotFound at its next chunk.
+func TestRetainForgetsARunUnderAReader(t *testing.T) {
+	g, c := newTestRegistry(t, RegistryLimits{Retain: 10 * time.Minute})
+	r := mustCreate(t, g, runs.Params{Command: "x", Artifacts: []string{"a"}})
+	r.Start()
+	r.Output(runs.StreamStdout, runs.PhaseMain, bytes.Repeat([]byte("o"), 3*jsonChunk))
+	r.Finish(Finish{Result: runs.ResultOK})
+	bw := &blockingWriter{wrote: make(chan int), next: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() { done <- r.WriteStatusJSON(bw) }()
+	<-bw.wrote
+	c.Advance(10*time.Minute + time.Second)
+	g.Prune()
+	if _, err := g.Get(r.ID()); !errors.Is(err, runs.ErrNotFound) {
+		t.Errorf("Get past Retain under a reader: %v, want ErrNotFound", err)
+	}
+	close(bw.next)
+	go func() {
+		for range bw.wrote {
+		}
+	}()
+	if err := <-done; !errors.Is(err, runs.ErrNotFound) {
+		t.Errorf("answer of a run forgotten past Retain: %v, want ErrNotFound", err)
 	}
 	close(bw.wrote)
 }

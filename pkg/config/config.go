@@ -108,6 +108,15 @@ type Runs struct {
 	RetainSeconds    int   `mapstructure:"retainSeconds"`
 	MaxRetained      int   `mapstructure:"maxRetained"`
 	MaxRetainedBytes int64 `mapstructure:"maxRetainedBytes"`
+	// ResultHoldSeconds is how long a finished run stays readable whatever
+	// maxRetained and maxRetainedBytes say (and any run while a client is
+	// reading it): runs held over those bounds take the room of new runs,
+	// which POST /v1/runs then refuses (429) rather than forget a result.
+	ResultHoldSeconds int `mapstructure:"resultHoldSeconds"`
+	// MemoryBudgetBytes is the host's memory for runs: every allowed
+	// combination of the keys above fits it (validateRunsMemory). An
+	// operator who raises the unit's MemoryMax may raise it.
+	MemoryBudgetBytes int64 `mapstructure:"memoryBudgetBytes"`
 	// MaxInFlight and MaxInFlightPerClient bound unfinished runs (awaiting
 	// approval, queued or running) in all and of one client uid; beyond
 	// them POST /v1/runs answers 429 at once.
@@ -118,12 +127,16 @@ type Runs struct {
 }
 
 // The host's memory for code runs: every allowed combination of the runs
-// keys fits RunsMemoryBudget (validateRuns), so that no client can take the
-// host past its unit's MemoryMax=1G (units/sandbox-host.service) through
-// the runs API. Half of it is left to turns, rich channels, delegations and
-// the Go runtime (GOMEMLIMIT=900MiB).
+// keys fits runs.memoryBudgetBytes (RunsMemoryBudget by default;
+// validateRuns), so that no client can take the host past its unit's
+// MemoryMax=1G (units/sandbox-host.service) through the runs API. Half of
+// it is left to turns, rich channels, delegations and the Go runtime
+// (GOMEMLIMIT=900MiB). An operator who raises MemoryMax may raise the
+// budget, up to MaxRunsMemoryBudget.
 const (
-	RunsMemoryBudget = 512 << 20
+	RunsMemoryBudget    = 512 << 20
+	MinRunsMemoryBudget = 64 << 20
+	MaxRunsMemoryBudget = 256 << 30
 	// RunHistoryBytes bounds one run's event history (package runs'
 	// RegistryLimits.MaxHistoryBytes).
 	RunHistoryBytes = 4 << 20
@@ -914,6 +927,9 @@ func (c *Config) validateRuns(bad func(key, format string, a ...any)) {
 	if r.MaxRetained < 1 || r.MaxRetained > 4096 {
 		bad("runs.maxRetained", "must be 1 to 4096, got %d", r.MaxRetained)
 	}
+	if r.ResultHoldSeconds < 10 || r.ResultHoldSeconds > max(r.RetainSeconds, 10) {
+		bad("runs.resultHoldSeconds", "must be 10 to runs.retainSeconds (%d), got %d", r.RetainSeconds, r.ResultHoldSeconds)
+	}
 	c.validateRunStandby(bad)
 	c.validateRunsMemory(bad)
 }
@@ -924,6 +940,11 @@ func (c *Config) validateRuns(bad func(key, format string, a ...any)) {
 func (c *Config) validateRunsMemory(bad func(key, format string, a ...any)) {
 	r := c.Runs
 	const mib = 1 << 20
+	budget := r.MemoryBudgetBytes
+	if budget < MinRunsMemoryBudget || budget > MaxRunsMemoryBudget {
+		bad("runs.memoryBudgetBytes", "must be %d to %d, got %d", MinRunsMemoryBudget, int64(MaxRunsMemoryBudget), budget)
+		return
+	}
 	if r.MaxInFlight < 1 || r.MaxInFlight > MaxRunsInFlight {
 		bad("runs.maxInFlight", "must be 1 to %d, got %d", MaxRunsInFlight, r.MaxInFlight)
 		return
@@ -936,19 +957,19 @@ func (c *Config) validateRunsMemory(bad func(key, format string, a ...any)) {
 		return // refused above; the sums below would mislead
 	}
 	one := r.RunRetainedBytes()
-	if r.MaxRetainedBytes < one || r.MaxRetainedBytes > RunsMemoryBudget {
+	if r.MaxRetainedBytes < one || r.MaxRetainedBytes > budget {
 		bad("runs.maxRetainedBytes", "must be one finished run at runs.maxOutputBytes and runs.maxArtifactTotalBytes "+
-			"(2 x %d + %d MiB of events + %d = %d bytes) to %d (the host's memory for runs), got %d",
-			r.MaxOutputBytes, RunHistoryBytes/mib, r.MaxArtifactTotalBytes, one, RunsMemoryBudget, r.MaxRetainedBytes)
+			"(2 x %d + %d MiB of events + %d = %d bytes) to %d (the host's memory for runs, runs.memoryBudgetBytes), got %d",
+			r.MaxOutputBytes, RunHistoryBytes/mib, r.MaxArtifactTotalBytes, one, budget, r.MaxRetainedBytes)
 		return
 	}
-	if worst := r.RunsWorstCaseBytes(); worst > RunsMemoryBudget {
+	if worst := r.RunsWorstCaseBytes(); worst > budget {
 		bad("runs.maxRetainedBytes", "runs.maxRetainedBytes (%d MiB) plus runs.maxInFlight (%d) runs of up to %.1f MiB each "+
 			"(2 x runs.maxOutputBytes + %d MiB of events + runs.maxArtifactTotalBytes + %d MiB of buffers) is %.1f MiB, "+
-			"over the %d MiB the host keeps for runs (its unit has MemoryMax=1G): lower runs.maxRetainedBytes, "+
-			"runs.maxInFlight, runs.maxOutputBytes or runs.maxArtifactTotalBytes",
+			"over the %d MiB the host keeps for runs (runs.memoryBudgetBytes; the shipped unit has MemoryMax=1G): lower runs.maxRetainedBytes, "+
+			"runs.maxInFlight, runs.maxOutputBytes or runs.maxArtifactTotalBytes, or raise runs.memoryBudgetBytes with the unit's MemoryMax",
 			r.MaxRetainedBytes/mib, r.MaxInFlight, float64(one+RunBufferBytes)/mib, RunHistoryBytes/mib, RunBufferBytes/mib,
-			float64(worst)/mib, RunsMemoryBudget/mib)
+			float64(worst)/mib, budget/mib)
 	}
 }
 

@@ -13,6 +13,15 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
 
+// DefaultRichReplyBudget is rich.replyBudgetBytes' default: two reply
+// packets at their bound, what the shipped unit's MemoryMax=1G leaves room
+// for beside the runs; MaxRichReplyBudget its bound, for an operator who
+// raised MemoryMax.
+const (
+	DefaultRichReplyBudget = 2 * richproto.MaxPacketBytes
+	MaxRichReplyBudget     = 256 << 30
+)
+
 // Rich configures rich channels (DESIGN.md section 13): a long-lived
 // channel container of the worker image running `sandbox-worker rich` and a
 // long-lived channel broker, started when a rich channel's turn needs them
@@ -32,8 +41,12 @@ type Rich struct {
 	Pids                      int64   `mapstructure:"pids"`
 	TmpfsMB                   int     `mapstructure:"tmpfsMb"`
 	// MaxCalls is a turn's budget of credential-bearing calls.
-	MaxCalls   int            `mapstructure:"maxCalls"`
-	Compaction RichCompaction `mapstructure:"compaction"`
+	MaxCalls int `mapstructure:"maxCalls"`
+	// ReplyBudgetBytes bounds the reply packets the host holds at once,
+	// across rich channels (richsession's reply budget); a packet waits,
+	// within its turn's deadline, while others hold it.
+	ReplyBudgetBytes int64          `mapstructure:"replyBudgetBytes"`
+	Compaction       RichCompaction `mapstructure:"compaction"`
 	// SkillsDir is an operator skills tree mounted read-only at /skills in
 	// every rich container ("" none); a profile's skillsDir replaces it.
 	SkillsDir string `mapstructure:"skillsDir"`
@@ -163,6 +176,9 @@ func (c *Config) validateRich(bad func(key, format string, a ...any)) {
 	}
 	if r.MaxCalls < 1 || r.MaxCalls > policy.MaxRichCalls {
 		bad("rich.maxCalls", "must be 1 to %d, got %d", policy.MaxRichCalls, r.MaxCalls)
+	}
+	if r.ReplyBudgetBytes < richproto.MaxPacketBytes || r.ReplyBudgetBytes > MaxRichReplyBudget {
+		bad("rich.replyBudgetBytes", "must be one reply packet at its bound (%d) to %d, got %d", richproto.MaxPacketBytes, int64(MaxRichReplyBudget), r.ReplyBudgetBytes)
 	}
 	k := r.Compaction
 	switch k.Kind {

@@ -95,6 +95,8 @@ profiles:
 		{"pids", base + "rich:\n  pids: 5000\n", "rich.pids: must be 8 to 4096, got 5000"},
 		{"tmpfs", base + "rich:\n  tmpfsMb: 2000\n", "rich.tmpfsMb: must be 1 to 4096 and below rich.memoryMb"},
 		{"calls", base + "rich:\n  maxCalls: 1001\n", "rich.maxCalls: must be 1 to 1000, got 1001"},
+		{"reply budget below a packet", base + "rich:\n  replyBudgetBytes: 75497471\n", "rich.replyBudgetBytes: must be one reply packet at its bound (75497472) to 274877906944, got 75497471"},
+		{"reply budget over", base + "rich:\n  replyBudgetBytes: 274877906945\n", "rich.replyBudgetBytes: must be one reply packet"},
 		{"compaction kind", base + "rich:\n  compaction:\n    kind: grpc\n", "rich.compaction.kind: must be empty (no compactor), exec or http"},
 		{"compaction no kind", base + "rich:\n  compaction:\n    url: https://x\n", "rich.compaction.kind: must be exec or http when"},
 		{"compaction exec relative", base + "rich:\n  compaction:\n    kind: exec\n    argv: [compact]\n    engine: e\n", "rich.compaction.argv: argv[0] must be an absolute path"},

@@ -43,6 +43,11 @@ func TestRunsValidate(t *testing.T) {
 		{"in flight per client over all", func(c *Config) { c.Runs.MaxInFlightPerClient = c.Runs.MaxInFlight + 1 }, "runs.maxInFlightPerClient: must be 1 to runs.maxInFlight (8)"},
 		{"retained bytes below one run", func(c *Config) { c.Runs.MaxRetainedBytes = 1 << 20 }, "runs.maxRetainedBytes: must be one finished run"},
 		{"retained bytes over the budget", func(c *Config) { c.Runs.MaxRetainedBytes = RunsMemoryBudget + 1 }, "runs.maxRetainedBytes: must be one finished run"},
+		{"hold below 10 s", func(c *Config) { c.Runs.ResultHoldSeconds = 9 }, "runs.resultHoldSeconds: must be 10 to runs.retainSeconds (900), got 9"},
+		{"hold past retain", func(c *Config) { c.Runs.ResultHoldSeconds = c.Runs.RetainSeconds + 1 }, "runs.resultHoldSeconds: must be 10 to runs.retainSeconds (900), got 901"},
+		{"memory budget too small", func(c *Config) { c.Runs.MemoryBudgetBytes = MinRunsMemoryBudget - 1 }, "runs.memoryBudgetBytes: must be 67108864 to 274877906944, got 67108863"},
+		{"memory budget too big", func(c *Config) { c.Runs.MemoryBudgetBytes = MaxRunsMemoryBudget + 1 }, "runs.memoryBudgetBytes: must be 67108864 to 274877906944"},
+		{"defaults over a lowered budget", func(c *Config) { c.Runs.MemoryBudgetBytes = 256 << 20 }, "over the 256 MiB the host keeps for runs (runs.memoryBudgetBytes"},
 		// Issue 23 item 12: each key allowed alone, together over the unit.
 		{"output at its maximum", func(c *Config) { c.Runs.MaxOutputBytes = MaxRunOutputBytes }, "runs.maxRetainedBytes (128 MiB) plus runs.maxInFlight (8) runs of up to 70.0 MiB each"},
 		{"in flight at its maximum", func(c *Config) { c.Runs.MaxInFlight = MaxRunsInFlight }, "is 10368.0 MiB, over the 512 MiB the host keeps for runs"},
@@ -86,6 +91,24 @@ func TestRunsMemoryBoundsHoldAtEverySetting(t *testing.T) {
 	}
 	if accepted < 20 {
 		t.Errorf("only %d combinations accepted: the check refuses too much", accepted)
+	}
+}
+
+// TestRunsMemoryBudgetRaised: an operator who raised the unit's MemoryMax
+// raises runs.memoryBudgetBytes, and settings over the shipped 512 MiB
+// pass; the default stays 512 MiB.
+func TestRunsMemoryBudgetRaised(t *testing.T) {
+	c := validBase(t)
+	if c.Runs.MemoryBudgetBytes != RunsMemoryBudget || c.Rich.ReplyBudgetBytes != DefaultRichReplyBudget || c.Runs.ResultHoldSeconds != 60 {
+		t.Errorf("defaults: runs.memoryBudgetBytes %d, rich.replyBudgetBytes %d, runs.resultHoldSeconds %d", c.Runs.MemoryBudgetBytes, c.Rich.ReplyBudgetBytes, c.Runs.ResultHoldSeconds)
+	}
+	body := base + "runs:\n  maxInFlight: 16\n  maxRetainedBytes: 268435456\n"
+	if _, err := Load(write(t, body)); err == nil || !strings.Contains(err.Error(), "runs.memoryBudgetBytes") {
+		t.Fatalf("16 runs in flight and 256 MiB retained at the shipped budget: %v, want a refusal naming runs.memoryBudgetBytes", err)
+	}
+	c, err := Load(write(t, body+"  memoryBudgetBytes: 1073741824\n  resultHoldSeconds: 300\nrich:\n  replyBudgetBytes: 301989888\n"))
+	if err != nil || c.Runs.MemoryBudgetBytes != 1<<30 || c.Runs.ResultHoldSeconds != 300 || c.Rich.ReplyBudgetBytes != 288<<20 {
+		t.Errorf("raised budgets: %v %+v", err, c)
 	}
 }
 

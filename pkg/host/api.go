@@ -28,6 +28,9 @@ import (
 func (h *Host) fail(w http.ResponseWriter, err error) {
 	status, reason := statusOf(err)
 	h.metrics.refused.WithLabelValues(fmt.Sprint(status)).Inc()
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", retryAfter(err, h.cfg.QueueWait()))
+	}
 	writeJSON(w, status, apiwire.ErrorResponse{Error: reason})
 }
 

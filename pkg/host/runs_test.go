@@ -683,26 +683,40 @@ func TestRunsInFlightBounds(t *testing.T) {
 }
 
 // TestRunsRetainedBytesBound: finished runs hold at most
-// runs.maxRetainedBytes; the oldest is forgotten first, as soon as a newer
-// one finishes.
+// runs.maxRetainedBytes once past runs.resultHoldSeconds; the oldest is
+// forgotten first.
 func TestRunsRetainedBytesBound(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	const art = 3 << 20
 	// One run at its bounds: 2 KiB of output, 4 MiB of events, 3 MiB of
 	// artifacts; two real ones (3 MiB and a few events each) fit, not three.
 	extra := runsExtra + "  maxOutputBytes: 1024\n  maxArtifactBytes: 3145728\n  maxArtifactTotalBytes: 3145728\n  maxRetainedBytes: 7342080\n"
-	r, _ := newRunRig(t, extra, func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+	r, _ := newRunRigWith(t, extra, func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
 		enc := wire.NewEncoder(stdout)
 		must(t, enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseMain}))
 		must(t, enc.Artifact(wire.ArtifactHeader{Path: job.Artifacts[0], Size: art}, make([]byte, art)))
 		return 0, enc.Result(wire.Result{})
-	})
+	}, func(o *Options) { o.Now = clock })
 	var ids []string
 	for range 3 {
 		st, err := r.h.codeRuns().Start(runs.Params{Command: "x", Artifacts: []string{"a"}}, clientUID)
 		must(t, err)
 		ids = append(ids, st.ID)
 		waitRun(t, r.h, st.ID)
+		mu.Lock()
+		now = now.Add(time.Second)
+		mu.Unlock()
 	}
+	for i := range 3 { // within the hold, all three are kept
+		if code, _ := apiAs(t, r.h, clientUID, "GET", "/v1/runs/"+ids[i], nil); code != 200 {
+			t.Errorf("GET run %d of 3 within runs.resultHoldSeconds: %d, want 200", i+1, code)
+		}
+	}
+	mu.Lock()
+	now = now.Add(time.Duration(r.cfg.Runs.ResultHoldSeconds) * time.Second)
+	mu.Unlock()
 	for i, want := range []int{404, 200, 200} {
 		if code, _ := apiAs(t, r.h, clientUID, "GET", "/v1/runs/"+ids[i], nil); code != want {
 			t.Errorf("GET run %d of 3: %d, want %d", i+1, code, want)

@@ -3,6 +3,8 @@ package host
 import (
 	"errors"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
 )
@@ -45,4 +47,25 @@ func statusOf(err error) (int, string) {
 		return uf.status(), uf.Error()
 	}
 	return api.StatusOf(err, statuses)
+}
+
+// DefaultRetryAfter is a 429's Retry-After when nothing bounds when room
+// frees (a delegated job or a precheck ends when it ends).
+const DefaultRetryAfter = 10 * time.Second
+
+// retryAfter is a 429's Retry-After header, in whole seconds (at least 1):
+// the refusal's own hint when it has one (a run refused while finished
+// results are held: when the first may go), queueWait
+// (queue.maxWaitSeconds) for a turn (by then every turn waiting ahead of
+// it has had its slot or been refused), DefaultRetryAfter otherwise.
+func retryAfter(err error, queueWait time.Duration) string {
+	d := DefaultRetryAfter
+	var hint interface{ RetryAfter() time.Duration }
+	switch {
+	case errors.As(err, &hint) && hint.RetryAfter() > 0:
+		d = hint.RetryAfter()
+	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrBusy):
+		d = queueWait
+	}
+	return strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10)
 }

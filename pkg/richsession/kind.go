@@ -1,6 +1,7 @@
 package richsession
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -31,7 +32,7 @@ func register(d kind.Deps) (kind.Kind, error) {
 	k := New(Options{
 		Config: d.Config, Lifecycle: d.Lifecycle, Host: d.Host, Logger: d.Logger, Now: d.Now, NewID: d.NewID,
 		Tools: d.Tools, MCP: d.MCP, Policy: d.Policy, Control: t.Control, Idle: t.Idle, Registry: d.Registry,
-		ReplyBudget: t.ReplyBudget, BudgetWait: t.BudgetWait,
+		ReplyBudget: cmp.Or(t.ReplyBudget, d.Config.Rich.ReplyBudgetBytes), BudgetWait: t.BudgetWait,
 	})
 	k.LogConfig()
 	return k, nil

@@ -3,6 +3,7 @@ package runs
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors of the run API. Every error this package (and the run
@@ -41,12 +42,29 @@ func Invalidf(format string, a ...any) error {
 }
 
 // busy is an ErrBusy whose text is only the client-facing message.
-type busy struct{ msg string }
+type busy struct {
+	msg   string
+	retry time.Duration
+}
 
 func (e *busy) Error() string { return e.msg }
 func (e *busy) Unwrap() error { return ErrBusy }
 
-// Busyf returns an ErrBusy whose text is only the formatted message.
+// RetryAfter is when the refused call may succeed (the host's
+// Retry-After header).
+func (e *busy) RetryAfter() time.Duration { return e.retry }
+
+// BusyRetryAfter is an ErrBusy's Retry-After when nothing says when a run
+// ends (a run's own timeout may be an hour): soon enough for short runs.
+const BusyRetryAfter = 10 * time.Second
+
+// Busyf returns an ErrBusy whose text is only the formatted message,
+// retried after BusyRetryAfter.
 func Busyf(format string, a ...any) error {
-	return &busy{msg: fmt.Sprintf(format, a...)}
+	return &busy{msg: fmt.Sprintf(format, a...), retry: BusyRetryAfter}
+}
+
+// BusyRetryf is Busyf retried after d.
+func BusyRetryf(d time.Duration, format string, a ...any) error {
+	return &busy{msg: fmt.Sprintf(format, a...), retry: d}
 }
