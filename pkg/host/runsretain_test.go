@@ -29,6 +29,12 @@ import (
 // still answers GET once all eight have finished (within
 // runs.resultHoldSeconds).
 func TestEightConcurrentRunsKeepTheirResults(t *testing.T) {
+	if raceEnabled {
+		// 8 x 44 MiB through race-instrumented copies takes 3-4 min on two
+		// cores: the unit stage runs this test again without -race (Makefile,
+		// unit), and pkg/coderun's retention tests cover the code under -race.
+		t.Skip("moves 8 x 44 MiB: runs without -race in make unit's second pass")
+	}
 	const n = 8
 	sent, held := make(chan struct{}), make(chan struct{})
 	// The clock stands still: "within runs.resultHoldSeconds" must not
@@ -127,6 +133,12 @@ func TestEightConcurrentRunsKeepTheirResults(t *testing.T) {
 // with 429, its reason naming runs.maxRetainedBytes, and a Retry-After;
 // nothing finished is forgotten to make room.
 func TestRunsRefusedWhileResultsHeld(t *testing.T) {
+	if raceEnabled {
+		// 8 x 44 MiB through race-instrumented copies takes 3-4 min on two
+		// cores: the unit stage runs this test again without -race (Makefile,
+		// unit), and pkg/coderun's retention tests cover the code under -race.
+		t.Skip("moves 8 x 44 MiB: runs without -race in make unit's second pass")
+	}
 	// The smallest retained budget: one run at the bounds (2 x 1 MiB of
 	// output, 4 MiB of events, 32 MiB of artifacts).
 	extra := runsMemExtra + "  maxRetainedBytes: 39845888\n  maxInFlightPerClient: 8\n"
