@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/bench/internal/brokerbench"
+	"github.com/roundtable-sandbox/sandbox/bench/internal/figures"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/journal"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/procmem"
-	"github.com/roundtable-sandbox/sandbox/bench/internal/figures"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/report"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/stats"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/turns"

@@ -150,6 +150,7 @@ func latency(in *report.Inputs, _ *Fleet) (*plot.Plot, report.Figure, []string) 
 		return nil, fig, append(notes, FileLatency+": not drawn, none of its series measured")
 	}
 	p.NominalX(names...)
+	p.Y.Min = 0 // a box floating high must not look small
 	return p, fig, notes
 }
 
@@ -172,6 +173,8 @@ func phases(in *report.Inputs, _ *Fleet) (*plot.Plot, report.Figure, []string) {
 	p.Y.Label.Text = "ms"
 	var notes []string
 	var below *plotter.BarChart
+	var legend []*plotter.BarChart
+	var labels []string
 	var sum float64
 	n := 0
 	add := func(label string, v float64) {
@@ -186,7 +189,7 @@ func phases(in *report.Inputs, _ *Fleet) (*plot.Plot, report.Figure, []string) {
 			b.StackOn(below)
 		}
 		p.Add(b)
-		p.Legend.Add(label, b)
+		legend, labels = append(legend, b), append(labels, label)
 		below = b
 		n++
 	}
@@ -208,6 +211,10 @@ func phases(in *report.Inputs, _ *Fleet) (*plot.Plot, report.Figure, []string) {
 		if rest := stats.Quantile(xs, 0.5) - sum; rest > 0 {
 			add("other (host total minus the above)", rest)
 		}
+	}
+	// Top to bottom, as the bar is stacked.
+	for i := len(legend) - 1; i >= 0; i-- {
+		p.Legend.Add(labels[i], legend[i])
 	}
 	p.NominalX("cold turn")
 	p.Legend.Top = true
