@@ -149,6 +149,7 @@ bench_env --out "$BENCH_RESULTS/env-end.json"
 publish_results
 BENCH_RESULTS=$FINAL_RESULTS
 bench_log "writing $BENCH_REPORT"
-"$BIN/sandbox-bench" report --results "$BENCH_RESULTS" --out "$BENCH_REPORT" --figures "$(dirname "$BENCH_REPORT")/figures"
+"$BIN/sandbox-bench" report --results "$BENCH_RESULTS" --out "$BENCH_REPORT" --figures "$(dirname "$BENCH_REPORT")/figures" \
+  --fleet "$REPO/bench/results/fleet.json"
 sed -i "s#Raw results: \`$REPO/#Raw results: \`#" "$BENCH_REPORT"
 bench_log "done: $BENCH_REPORT"

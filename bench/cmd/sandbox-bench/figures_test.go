@@ -32,15 +32,19 @@ func TestReportLinksFigures(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	fleet := filepath.Join(root, "fleet.json")
+	if err := os.WriteFile(fleet, []byte(`{"faults":[{"kind":"kill","failoverMs":[4000,6000]}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	figs := filepath.Join(root, "docs", "figures")
-	if err := cmdReport([]string{"--results", results, "--out", out, "--figures", figs}); err != nil {
+	if err := cmdReport([]string{"--results", results, "--out", out, "--figures", figs, "--fleet", fleet}); err != nil {
 		t.Fatal(err)
 	}
 	md, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Figures", "](figures/turn-latency.svg)", "cold-turn-phases.svg: not drawn"} {
+	for _, want := range []string{"## Figures", "](figures/turn-latency.svg)", "](figures/fleet-failover.svg)", "cold-turn-phases.svg: not drawn"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}

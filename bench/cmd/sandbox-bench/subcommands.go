@@ -187,13 +187,14 @@ func cmdReport(args []string) error {
 	dir := fs.String("results", "", "results directory")
 	out := fs.String("out", "docs/BENCHMARKS.md", "markdown file")
 	figDir := fs.String("figures", "", "directory for the SVG figures (empty: none)")
+	fleetFile := fs.String("fleet", "", "make fleet-bench's failover samples (fleet.json) for its figure")
 	_ = fs.Parse(args)
 	in, err := report.ReadDir(*dir)
 	if err != nil {
 		return err
 	}
 	if *figDir != "" {
-		if err := drawFigures(in, *dir, *figDir, *out); err != nil {
+		if err := drawFigures(in, *fleetFile, *figDir, *out); err != nil {
 			return err
 		}
 	}
@@ -429,10 +430,13 @@ func standbyTurns(text string, hit bool) float64 {
 
 // drawFigures draws the figures into figDir and hands the report their
 // links, relative to the report file out.
-func drawFigures(in *report.Inputs, results, figDir, out string) error {
-	fleet, err := figures.ReadFleet(results)
-	if err != nil {
-		return err
+func drawFigures(in *report.Inputs, fleetFile, figDir, out string) error {
+	var fleet *figures.Fleet
+	if fleetFile != "" {
+		var err error
+		if fleet, err = figures.ReadFleet(fleetFile); err != nil {
+			return err
+		}
 	}
 	res, err := figures.Write(in, fleet, figDir)
 	if err != nil {

@@ -33,11 +33,8 @@ const (
 	FileFailover   = "fleet-failover.svg"
 )
 
-// FileFleet is the fleet bench's machine-readable result, read from the
-// results directory when present.
-const FileFleet = "fleet.json"
-
-// Fleet is fleet.json: failover times per fault kind.
+// Fleet is make fleet-bench's fleet.json (test/fleet/fleetbench writes the
+// same shape): failover times per fault kind.
 type Fleet struct {
 	Faults []FleetFault `json:"faults"`
 }
@@ -49,9 +46,11 @@ type FleetFault struct {
 	FailoverMs []float64 `json:"failoverMs"`
 }
 
-// ReadFleet reads dir/fleet.json; nil without error when it is absent.
-func ReadFleet(dir string) (*Fleet, error) {
-	data, err := os.ReadFile(filepath.Join(dir, FileFleet))
+// ReadFleet reads the fleet bench's failover samples (make fleet-bench
+// writes them to bench/results/fleet.json); nil without error when the file
+// is absent.
+func ReadFleet(path string) (*Fleet, error) {
+	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -60,7 +59,7 @@ func ReadFleet(dir string) (*Fleet, error) {
 	}
 	var f Fleet
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("%s: %w", FileFleet, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &f, nil
 }

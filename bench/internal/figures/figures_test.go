@@ -157,13 +157,14 @@ func TestWriteNothingMeasured(t *testing.T) {
 
 func TestReadFleet(t *testing.T) {
 	dir := t.TempDir()
-	if f, err := ReadFleet(dir); f != nil || err != nil {
+	path := filepath.Join(dir, "fleet.json")
+	if f, err := ReadFleet(path); f != nil || err != nil {
 		t.Fatalf("absent: %v, %v; want nil, nil", f, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, FileFleet), []byte(`{"faults":[{"kind":"kill box","failoverMs":[1,2]}]}`), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(`{"faults":[{"kind":"kill box","failoverMs":[1,2]}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f, err := ReadFleet(dir)
+	f, err := ReadFleet(path)
 	if err != nil || len(f.Faults) != 1 || f.Faults[0].Kind != "kill box" || len(f.Faults[0].FailoverMs) != 2 {
 		t.Fatalf("got %+v, %v", f, err)
 	}
