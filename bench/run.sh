@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make bench: measure where a sealed turn's milliseconds go and write
-# docs/BENCHMARKS.md (plus the raw results in bench/results/latest/).
+# docs/BENCHMARKS.md with its SVG figures in docs/figures/ (plus the raw
+# results in bench/results/latest/).
 #
 # Modes (BENCH_MODE):
 #   full  the installed .deb under the end-to-end harness's namespaced systemd
@@ -148,6 +149,7 @@ bench_env --out "$BENCH_RESULTS/env-end.json"
 publish_results
 BENCH_RESULTS=$FINAL_RESULTS
 bench_log "writing $BENCH_REPORT"
-"$BIN/sandbox-bench" report --results "$BENCH_RESULTS" --out "$BENCH_REPORT"
+"$BIN/sandbox-bench" report --results "$BENCH_RESULTS" --out "$BENCH_REPORT" --figures "$(dirname "$BENCH_REPORT")/figures" \
+  --fleet "$REPO/bench/results/fleet.json"
 sed -i "s#Raw results: \`$REPO/#Raw results: \`#" "$BENCH_REPORT"
 bench_log "done: $BENCH_REPORT"

@@ -144,6 +144,7 @@ equal "fleet dir owner and mode" "root _sandbox 750" stat -c '%U %G %a' /etc/rou
 equal "engine binary" "root root 755" stat -c '%U %G %a' /usr/lib/roundtable-sandbox/sandbox-nats
 expect "the host's fleet drop-in is shipped" test -f /usr/share/roundtable-sandbox/sandbox-host-fleet.conf
 expect "the host API's OpenAPI document is shipped" test -f /usr/share/roundtable-sandbox/openapi.json
+expect "the Grafana dashboard is shipped" test -f /usr/share/roundtable-sandbox/grafana/roundtable-sandbox.json
 
 echo "== the fleet engine under its unit (real sandbox-nats and sandbox-host fleet config)"
 # The stand-in package carries stand-ins: put the real two in place for this

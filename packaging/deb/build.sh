@@ -64,6 +64,9 @@ inst 0644 units/sandbox-host-fleet.conf usr/share/roundtable-sandbox/sandbox-hos
 # The host API's OpenAPI document, the bytes the host serves at
 # GET /v1/openapi.json (pkg/api embeds it): for clients generated offline.
 inst 0644 pkg/api/openapi.json usr/share/roundtable-sandbox/openapi.json
+# A Grafana dashboard of the host's metrics (docs/operating.md, Operations);
+# packaging/grafana's test keeps its queries true to the metrics.
+inst 0644 packaging/grafana/roundtable-sandbox.json usr/share/roundtable-sandbox/grafana/roundtable-sandbox.json
 inst 0644 units/sysusers.d/roundtable-sandbox.conf usr/lib/sysusers.d/roundtable-sandbox.conf
 inst 0644 units/tmpfiles.d/roundtable-sandbox.conf usr/lib/tmpfiles.d/roundtable-sandbox.conf
 inst 0644 units/polkit/60-roundtable-sandbox.rules usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules

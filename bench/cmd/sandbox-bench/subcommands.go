@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/bench/internal/brokerbench"
+	"github.com/roundtable-sandbox/sandbox/bench/internal/figures"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/journal"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/procmem"
 	"github.com/roundtable-sandbox/sandbox/bench/internal/report"
@@ -185,10 +186,17 @@ func cmdReport(args []string) error {
 	fs := flag.NewFlagSet("report", flag.ExitOnError)
 	dir := fs.String("results", "", "results directory")
 	out := fs.String("out", "docs/BENCHMARKS.md", "markdown file")
+	figDir := fs.String("figures", "", "directory for the SVG figures (empty: none)")
+	fleetFile := fs.String("fleet", "", "make fleet-bench's failover samples (fleet.json) for its figure")
 	_ = fs.Parse(args)
 	in, err := report.ReadDir(*dir)
 	if err != nil {
 		return err
+	}
+	if *figDir != "" {
+		if err := drawFigures(in, *fleetFile, *figDir, *out); err != nil {
+			return err
+		}
 	}
 	md, err := report.Markdown(in)
 	if err != nil {
@@ -418,4 +426,30 @@ func standbyTurns(text string, hit bool) float64 {
 		}
 	}
 	return sum
+}
+
+// drawFigures draws the figures into figDir and hands the report their
+// links, relative to the report file out.
+func drawFigures(in *report.Inputs, fleetFile, figDir, out string) error {
+	var fleet *figures.Fleet
+	if fleetFile != "" {
+		var err error
+		if fleet, err = figures.ReadFleet(fleetFile); err != nil {
+			return err
+		}
+	}
+	res, err := figures.Write(in, fleet, figDir)
+	if err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(filepath.Dir(out), figDir)
+	if err != nil {
+		rel = figDir
+	}
+	for _, f := range res.Figures {
+		f.Href = filepath.ToSlash(filepath.Join(rel, f.File))
+		in.Figures = append(in.Figures, f)
+	}
+	in.FigureNotes = res.Notes
+	return nil
 }

@@ -39,6 +39,11 @@ type Inputs struct {
 	UnitsPhases      *Phases
 	UnitVariants     *UnitVariants
 	Notes            string
+	// Figures are the SVG figures drawn beside the tables (package
+	// figures), with Href relative to the report; FigureNotes says what
+	// was not drawn and why.
+	Figures     []Figure
+	FigureNotes []string
 	// ResultsPath is where the raw files are kept, for the report's pointer.
 	ResultsPath string
 }
@@ -335,6 +340,7 @@ func Markdown(in *Inputs) (string, error) {
 
 	writeAnalysis(&b, in)
 	writeUnderLoadAnalysis(&b, in)
+	writeFigures(&b, in)
 
 	if in.Env != nil {
 		p("## Machine\n\n| | |\n| --- | --- |\n")
@@ -489,4 +495,29 @@ func oneLine(s string) string {
 		s = s[:300] + "..."
 	}
 	return s
+}
+
+// Figure is one SVG figure the report links.
+type Figure struct {
+	File    string // name inside the figures directory
+	Href    string // link from the report
+	Caption string
+}
+
+// writeFigures links the figures drawn from this run's results; it says
+// nothing at all when figures were not asked for.
+func writeFigures(b *strings.Builder, in *Inputs) {
+	if len(in.Figures) == 0 && len(in.FigureNotes) == 0 {
+		return
+	}
+	b.WriteString("## Figures\n\nDrawn from this run's raw results (gonum plot, `bench/internal/figures`).\n\n")
+	for _, f := range in.Figures {
+		fmt.Fprintf(b, "![%s](%s)\n\n*%s.*\n\n", f.Caption, f.Href, f.Caption)
+	}
+	for _, n := range in.FigureNotes {
+		fmt.Fprintf(b, "- %s\n", n)
+	}
+	if len(in.FigureNotes) > 0 {
+		b.WriteString("\n")
+	}
 }

@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -30,6 +31,7 @@ func main() {
 	minTurns := flag.Int("turns", 10000, "fault phase: at least this many turns")
 	minFaults := flag.Int("faults", 20, "fault phase: at least this many faults")
 	tpFor := flag.Duration("throughput-for", 30*time.Second, "throughput: measure each box count this long")
+	jsonOut := flag.String("json", "bench/results/fleet.json", "file for the failover samples by fault (make bench draws them; empty: none)")
 	flag.Parse()
 	if why := fleet.Available(); why != "" {
 		fmt.Fprintln(os.Stderr, "fleetbench: skipped:", why)
@@ -54,7 +56,7 @@ func main() {
 	if *demo {
 		err = runDemo(ctx, dir, bin)
 	} else {
-		err = runBench(ctx, dir, bin, *report, *minTurns, *minFaults, *tpFor)
+		err = runBench(ctx, dir, bin, *report, *jsonOut, *minTurns, *minFaults, *tpFor)
 	}
 	if err != nil {
 		os.RemoveAll(dir) // fail exits: the deferred removal would not run
@@ -98,7 +100,7 @@ func peersOf(n int) []int {
 	return p
 }
 
-func runBench(ctx context.Context, dir, bin, report string, minTurns, minFaults int, tpFor time.Duration) error {
+func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, minFaults int, tpFor time.Duration) error {
 	start := time.Now()
 	f, err := fleet.Start(ctx, fleet.Options{Dir: filepath.Join(dir, "run"), Servers: 4, Partitions: 16, Replicas: 3,
 		AckWait: fleet.DefaultAckWait(), Slots: 2, Stub: 200 * time.Millisecond, DiskBox: 4, DiskMB: 128, Bin: bin, Log: os.Stdout})
@@ -224,6 +226,9 @@ func runBench(ctx context.Context, dir, bin, report string, minTurns, minFaults 
 			pauses++
 		}
 	}
+	if err := writeFailoverJSON(jsonOut, byKind); err != nil {
+		return err
+	}
 	lmin, lavg, lmax := load()
 	p50, p99 := fleet.Percentile(all, 50), fleet.Percentile(all, 99)
 	o50, o99 := fleet.Percentile(over, 50), fleet.Percentile(over, 99)
@@ -276,6 +281,37 @@ func runBench(ctx context.Context, dir, bin, report string, minTurns, minFaults 
 	}
 	fmt.Printf("fleetbench: wrote the fleet section of %s\n", report)
 	return nil
+}
+
+// writeFailoverJSON writes the failover samples by fault kind in the shape
+// bench/internal/figures reads (its Fleet), so make bench can draw them.
+func writeFailoverJSON(path string, byKind map[string][]time.Duration) error {
+	if path == "" {
+		return nil
+	}
+	type fault struct {
+		Kind       string    `json:"kind"`
+		FailoverMs []float64 `json:"failoverMs"`
+	}
+	var out struct {
+		Faults []fault `json:"faults"`
+	}
+	for k, ds := range byKind {
+		f := fault{Kind: k}
+		for _, d := range ds {
+			f.FailoverMs = append(f.FailoverMs, float64(d.Microseconds())/1000)
+		}
+		out.Faults = append(out.Faults, f)
+	}
+	sort.Slice(out.Faults, func(i, j int) bool { return out.Faults[i].Kind < out.Faults[j].Kind })
+	data, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
 }
 
 func onePerTurn(a fleet.Line) string {
