@@ -185,9 +185,14 @@ func readJSON(resp *http.Response, max int64) (json.RawMessage, error) {
 
 // Ready implements Pull.
 func (b *Broker) Ready(ctx context.Context, r richproto.Ready) error {
+	return b.call(ctx, richproto.RouteReady, r)
+}
+
+// call posts body to route within CallTimeout; any 2xx is success.
+func (b *Broker) call(ctx context.Context, route string, body any) error {
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
-	resp, _, err := b.post(ctx, richproto.RouteReady, r, "application/json")
+	resp, _, err := b.post(ctx, route, body, "application/json")
 	if err != nil {
 		return err
 	}
@@ -231,17 +236,7 @@ func (b *Broker) Next(ctx context.Context) (*richproto.Turn, error) {
 
 // Result implements Pull.
 func (b *Broker) Result(ctx context.Context, r richproto.Result) error {
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
-	resp, _, err := b.post(ctx, richproto.RouteResult, r, "application/json")
-	if err != nil {
-		return err
-	}
-	drain(resp)
-	if resp.StatusCode/100 != 2 {
-		return &StatusError{Status: resp.StatusCode}
-	}
-	return nil
+	return b.call(ctx, richproto.RouteResult, r)
 }
 
 // Messages implements Model: the request goes with stream true and the
