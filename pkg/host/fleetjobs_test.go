@@ -26,6 +26,19 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
 )
 
+// runsCredExtra: pkg/coderun's credentialed runs' config (runscredentials_test.go).
+const runsCredExtra = `
+egress:
+  allow: ["127.0.0.1:8443"]
+  credentials:
+    - {name: git, host: 127.0.0.1, port: 8443, credential: git-token, header: Authorization, format: "Bearer {}", projects: [demo]}
+    - {name: api, host: api.example.com, port: 443, credential: api-key, header: X-Api-Key, format: "{}", clients: [4343]}
+runs:
+  projects:
+    - name: demo
+      path: /srv/demo
+`
+
 // fleetRunRig is a host with runs on one in-process cluster, as box name;
 // takes says whether it takes the fleet's run jobs.
 func fleetRunRig(t *testing.T, c *fleettest.Cluster, name, extra string, takes bool, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)) (*rig, *runDocker) {

@@ -57,6 +57,12 @@ type KitOptions struct {
 	// Warm drives the containers through a WarmDocker: the kind
 	// prepares standbys.
 	Warm bool
+	// Containers, when set, wraps the kit's driver (a code run's
+	// streaming one, say): the lifecycle drives what it returns.
+	Containers func(*Docker) sandbox.Containers
+	// RemoveRetryTotal bounds a container's removal retries (0: the
+	// lifecycle's default).
+	RemoveRetryTotal time.Duration
 }
 
 // NewKit makes a kit over Config(t, extra).
@@ -84,8 +90,11 @@ func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 		k.Warm = NewWarmDocker(k.Docker)
 		containers = k.Warm
 	}
+	if o.Containers != nil {
+		containers = o.Containers(k.Docker)
+	}
 	life := sandbox.New(sandbox.Options{
-		Containers: containers, Units: k.Units, Logger: o.Logger, ChownTree: noChown, RemoveRetryDelay: time.Millisecond,
+		Containers: containers, Units: k.Units, Logger: o.Logger, ChownTree: noChown, RemoveRetryDelay: time.Millisecond, RemoveRetryTotal: o.RemoveRetryTotal,
 		WorkerLogs: workerlog.New(workerlog.DefaultLimits(), k.Journal.Send, nil),
 	})
 	k.Deps = kind.Deps{
