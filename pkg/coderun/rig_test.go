@@ -163,4 +163,3 @@ func waitRun(t *testing.T, r *rig, id string) runs.Status {
 	}
 	return run.Status()
 }
-
