@@ -1,10 +1,12 @@
 package coderun_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +45,47 @@ type rig struct {
 	docker  *sandboxtest.Docker
 	units   *sandboxtest.Units
 	journal *sandboxtest.Journal
+
+	chownMu sync.Mutex
+	chowns  []chownCall
+}
+
+type chownCall struct {
+	dir      string
+	uid, gid int
+}
+
+// chown records what the lifecycle and the kind gave away.
+func (r *rig) chown(dir string, uid, gid int) error {
+	r.chownMu.Lock()
+	defer r.chownMu.Unlock()
+	r.chowns = append(r.chowns, chownCall{dir, uid, gid})
+	return nil
+}
+
+func (r *rig) chownCalls() []chownCall {
+	r.chownMu.Lock()
+	defer r.chownMu.Unlock()
+	return slices.Clone(r.chowns)
+}
+
+// lockedBuffer is a log written by the kind's goroutines and read by a
+// test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // runDocker adds a hand-written RunContainers to the kit's driver:
@@ -112,7 +155,8 @@ func newRunRig(t *testing.T, extra string, fn func(ctx context.Context, job wire
 func newRunRigWith(t *testing.T, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error), mutate func(*sandboxtest.KitOptions)) (*rig, *runDocker) {
 	t.Helper()
 	rd := &runDocker{streamFn: fn}
-	o := sandboxtest.KitOptions{Containers: func(d *sandboxtest.Docker) sandbox.Containers {
+	r := &rig{}
+	o := sandboxtest.KitOptions{Chown: r.chown, Containers: func(d *sandboxtest.Docker) sandbox.Containers {
 		rd.Docker = d
 		return rd
 	}}
@@ -123,7 +167,7 @@ func newRunRigWith(t *testing.T, extra string, fn func(ctx context.Context, job 
 	made, err := coderun.Registration.New(kit.Deps)
 	must(t, err)
 	k := made.(*coderun.Kind)
-	r := &rig{kit: kit, k: k, routes: k.Routes(), cfg: kit.Cfg, docker: kit.Docker, units: kit.Units, journal: kit.Journal}
+	r.kit, r.k, r.routes, r.cfg, r.docker, r.units, r.journal = kit, k, k.Routes(), kit.Cfg, kit.Docker, kit.Units, kit.Journal
 	t.Cleanup(r.shutdown)
 	return r, rd
 }

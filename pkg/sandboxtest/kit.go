@@ -63,6 +63,9 @@ type KitOptions struct {
 	// RemoveRetryTotal bounds a container's removal retries (0: the
 	// lifecycle's default).
 	RemoveRetryTotal time.Duration
+	// Chown, when set, is the lifecycle's and the kind's chown (the
+	// default does nothing: tests need not be root).
+	Chown func(path string, uid, gid int) error
 }
 
 // NewKit makes a kit over Config(t, extra).
@@ -85,6 +88,9 @@ func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 	set, err := toolset.New(cfg, nil)
 	Must(t, err)
 	noChown := func(string, int, int) error { return nil } // tests need not be root
+	if o.Chown != nil {
+		noChown = o.Chown
+	}
 	var containers sandbox.Containers = k.Docker
 	if o.Warm {
 		k.Warm = NewWarmDocker(k.Docker)
