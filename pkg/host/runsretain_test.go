@@ -113,4 +113,3 @@ const runsMemExtra = `
 runs:
   maxArtifacts: 16
 `
-
