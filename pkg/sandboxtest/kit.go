@@ -23,6 +23,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 	"github.com/roundtable-sandbox/sandbox/pkg/peerauth"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/toolset"
 	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
@@ -66,6 +67,8 @@ type KitOptions struct {
 	// Chown, when set, is the lifecycle's and the kind's chown (the
 	// default does nothing: tests need not be root).
 	Chown func(path string, uid, gid int) error
+	// MCPTools are the MCP servers' tools as discovery found them.
+	MCPTools map[string][]protocol.ToolSpec
 }
 
 // NewKit makes a kit over Config(t, extra).
@@ -85,7 +88,7 @@ func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 	Must(t, err)
 	k := &Kit{Cfg: cfg, Docker: NewDocker(cfg), Units: NewUnits(), Journal: &Journal{}, Registry: prometheus.NewRegistry()}
 	k.Host = NewHost(cfg, state)
-	set, err := toolset.New(cfg, nil)
+	set, err := toolset.New(cfg, o.MCPTools)
 	Must(t, err)
 	noChown := func(string, int, int) error { return nil } // tests need not be root
 	if o.Chown != nil {
