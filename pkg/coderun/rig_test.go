@@ -16,6 +16,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/peerauth"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
@@ -45,6 +46,7 @@ type rig struct {
 	docker  *sandboxtest.Docker
 	units   *sandboxtest.Units
 	journal *sandboxtest.Journal
+	fleet   *fleet.Fleet // in fleet mode
 
 	chownMu sync.Mutex
 	chowns  []chownCall

@@ -20,6 +20,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/chanstate"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 	"github.com/roundtable-sandbox/sandbox/pkg/peerauth"
@@ -69,6 +70,8 @@ type KitOptions struct {
 	Chown func(path string, uid, gid int) error
 	// MCPTools are the MCP servers' tools as discovery found them.
 	MCPTools map[string][]protocol.ToolSpec
+	// Fleet is the kind's fleet (nil: a box alone).
+	Fleet *fleet.Fleet
 }
 
 // NewKit makes a kit over Config(t, extra).
@@ -109,7 +112,7 @@ func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 	k.Deps = kind.Deps{
 		Config: cfg, Lifecycle: life, Host: k.Host, Logger: o.Logger, Now: o.Now, NewID: ids.NewTurnID,
 		UID: os.Getuid(), GID: os.Getgid(), Lchown: noChown, Tools: set.Tools, MCP: set.MCP, Policy: set.Policy,
-		Registry: k.Registry, Observe: func(string, time.Duration) {},
+		Registry: k.Registry, Observe: func(string, time.Duration) {}, Fleet: o.Fleet,
 	}
 	return k
 }
@@ -268,6 +271,11 @@ func (h *Host) Waiting(channel string) int { return h.queue.WaitingFor(channel) 
 func (h *Host) Queued() int                { w, _ := h.queue.Totals(); return w }
 func (h *Host) SpareSlot(ctx context.Context) (func(), error) {
 	return admission.SpareStart(ctx, h.queue, h.starts)
+}
+
+// SpareYielding is the host's slot for a fleet job (fleetjobs.SlotFunc).
+func (h *Host) SpareYielding(ctx context.Context) (func(), <-chan struct{}, error) {
+	return h.queue.SpareYielding(ctx)
 }
 func (h *Host) StartSlot(ctx context.Context) (func(), error) { return h.starts.Start(ctx) }
 
