@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
 	"io"
 	"net/http"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/fleetjobs"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
 )
 
 // Moved from pkg/host (fleetjobs_test.go): code runs across an in-process

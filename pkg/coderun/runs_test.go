@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -595,5 +597,57 @@ func TestRunsRetainedBytesBound(t *testing.T) {
 		if code, _ := apiAs(t, r, clientUID, "GET", "/v1/runs/"+ids[i], nil); code != want {
 			t.Errorf("GET run %d of 3: %d, want %d", i+1, code, want)
 		}
+	}
+}
+
+// serveWatched serves the kind's routes on a unix socket as the host's
+// router does for uid and tells handled each time a handler returned.
+func serveWatched(t *testing.T, r *rig, uid int) (sock string, handled <-chan string) {
+	t.Helper()
+	sock = filepath.Join(t.TempDir(), "api.sock")
+	ln, err := net.Listen("unix", sock)
+	must(t, err)
+	ch := make(chan string, 64)
+	h := sandboxtest.Handler(coderun.Registration, r.routes, roleOf(uid), uid)
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			h.ServeHTTP(w, req)
+			ch <- req.URL.Path
+		}),
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return sock, ch
+}
+
+// TestRunAnswersHaveAWriteDeadline: a client that asks for a finished
+// run's document or events, megabytes of them, and stops reading loses the
+// answer at the write deadline; its handler returns and the log blames it.
+func TestRunAnswersHaveAWriteDeadline(t *testing.T) {
+	old := api.WriteTimeout
+	api.WriteTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { api.WriteTimeout = old })
+	logs := &lockedBuffer{}
+	r, _ := newRunRigWith(t, runsExtra, bigSupervise(nil, nil), func(o *sandboxtest.KitOptions) { o.Logger = slog.New(slog.NewJSONHandler(logs, nil)) })
+	st, err := r.k.Start(runs.Params{Command: "flood", Artifacts: []string{"a0", "a1", "a2", "a3"}}, clientUID)
+	must(t, err)
+	waitRun(t, r, st.ID)
+	sock, handled := serveWatched(t, r, clientUID)
+	for _, path := range []string{"/v1/runs/" + st.ID, "/v1/runs/" + st.ID + "/events"} {
+		c, err := net.Dial("unix", sock)
+		must(t, err)
+		defer c.Close()
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", path) // never read
+		select {
+		case got := <-handled:
+			if got != path {
+				t.Errorf("handler of %s returned, want %s", got, path)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("GET %s: the answer is still held by a client that stopped reading", path)
+		}
+	}
+	if n := strings.Count(logs.String(), `"msg":"run answer cut: the client stopped reading"`); n != 2 {
+		t.Errorf("%d log lines blame the client, want 2:\n%s", n, logs.String())
 	}
 }

@@ -4,20 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
@@ -147,8 +142,7 @@ runs:
 `
 
 // The code-run kind's own tests are pkg/coderun's (runs_test.go there);
-// what stays here is the host's: its router's role refusals and its
-// server's write deadline.
+// what stays here is the host's: its router's role refusals.
 
 // TestRunRoutesRefuseByRole: the host's router refuses a stranger's run
 // and a client's approval (even of its own run) with 403, creating nothing.
@@ -165,60 +159,6 @@ func TestRunRoutesRefuseByRole(t *testing.T) {
 	}
 	if n := len(r.docker.Created); n != 0 {
 		t.Errorf("%d containers created for refused calls", n)
-	}
-}
-
-// serveWatched serves the host's API on a unix socket as uid and tells
-// handled each time a handler returned.
-func serveWatched(t *testing.T, h *Host, uid int) (sock string, handled <-chan string) {
-	t.Helper()
-	sock = filepath.Join(t.TempDir(), "api.sock")
-	ln, err := net.Listen("unix", sock)
-	must(t, err)
-	ch := make(chan string, 64)
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			h.Handler().ServeHTTP(w, r)
-			ch <- r.URL.Path
-		}),
-		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
-			return context.WithValue(ctx, peerKey{}, Peer{Known: true, UID: uid, GID: uid})
-		},
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return sock, ch
-}
-
-// TestRunAnswersHaveAWriteDeadline: a client that asks for a finished
-// run's document or events, megabytes of them, and stops reading loses the
-// answer at the write deadline; its handler returns and the log blames it.
-func TestRunAnswersHaveAWriteDeadline(t *testing.T) {
-	old := api.WriteTimeout
-	api.WriteTimeout = 200 * time.Millisecond
-	t.Cleanup(func() { api.WriteTimeout = old })
-	logs := &lockedBuffer{}
-	r, _ := newRunRigWith(t, runsExtra, bigSupervise(nil, nil), func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(logs, nil)) })
-	st, err := r.h.codeRuns().Start(runs.Params{Command: "flood", Artifacts: []string{"a0", "a1", "a2", "a3"}}, clientUID)
-	must(t, err)
-	waitRun(t, r.h, st.ID)
-	sock, handled := serveWatched(t, r.h, clientUID)
-	for _, path := range []string{"/v1/runs/" + st.ID, "/v1/runs/" + st.ID + "/events"} {
-		c, err := net.Dial("unix", sock)
-		must(t, err)
-		defer c.Close()
-		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", path) // never read
-		select {
-		case got := <-handled:
-			if got != path {
-				t.Errorf("handler of %s returned, want %s", got, path)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatalf("GET %s: the answer is still held by a client that stopped reading", path)
-		}
-	}
-	if n := strings.Count(logs.String(), `"msg":"run answer cut: the client stopped reading"`); n != 2 {
-		t.Errorf("%d log lines blame the client, want 2:\n%s", n, logs.String())
 	}
 }
 
