@@ -32,7 +32,7 @@ test:
 unit:
 	$(GO) vet ./...
 	./test/gotest.sh unit -race ./...
-	./test/gotest.sh unit-heavy -count=1 -run '^(TestEightConcurrentRunsKeepTheirResults|TestRunsRefusedWhileResultsHeld)$$' ./pkg/host/
+	./test/gotest.sh unit-heavy -count=1 -run '^(TestEightConcurrentRunsKeepTheirResults|TestRunsRefusedWhileResultsHeld)$$' ./pkg/host/ ./pkg/coderun/
 
 # The TypeScript client and the Pi extension (clients/; Node 18+ and npm):
 # pinned dev dependencies, the generated types checked against

@@ -201,3 +201,12 @@ func TestReplyPacketHostMemory(t *testing.T) {
 		t.Errorf("allocated %d MiB for the packet, want at most 128 MiB (the files, a file's encoded value, buffers)", alloc>>20)
 	}
 }
+
+// liveHeap is the heap still reachable after two collections.
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}

@@ -1,5 +1,9 @@
 package host
 
+// The sealed turn's own tests on its cold path are pkg/sealedturn's
+// (turn_test.go there); what stays here is the host's: how RunTurn maps a
+// turn's errors to answers and metrics, status, fresh, shutdown.
+
 import (
 	"bytes"
 	"context"
@@ -8,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -16,77 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/roundtable-sandbox/sandbox/pkg/ids"
-	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
-	"github.com/roundtable-sandbox/sandbox/pkg/toolset"
 )
-
-func TestTurnHappyPath(t *testing.T) {
-	r := newRig(t, "", nil)
-	in := TurnInput{Channel: "guild:1", SpeakerID: "s1", SpeakerName: "Ann", PrincipalID: "p-special", Text: "hi"}
-	reply, id, err := r.h.RunTurn(context.Background(), in)
-	must(t, err)
-	if !reply.OK || reply.Text != "hello" || ids.ValidTurnID(id) != nil {
-		t.Fatalf("reply = %+v, id %q", reply, id)
-	}
-	r.assertClean(t)
-	if len(r.units.Started) != 1 || r.units.Started[0] != id || len(r.units.Stopped) != 1 {
-		t.Errorf("units started %v stopped %v", r.units.Started, r.units.Stopped)
-	}
-	spec := r.docker.Created[0]
-	wantName, _ := ids.ContainerName("guild:1", id)
-	if spec.Name != wantName || spec.LogTag != "sandbox/guild:1" || spec.Labels[layout.LabelTurn] != id ||
-		spec.Labels[layout.LabelChannel] != "guild:1" || spec.Labels[layout.LabelInstallation] != "default" || spec.Labels[layout.LabelDeadline] == "" {
-		t.Errorf("container spec = %+v", spec)
-	}
-	if spec.MemoryMB != 512 || spec.Pids != 64 || spec.CPUs != 1 || spec.TmpfsMB != 64 {
-		t.Errorf("limits = %+v", spec)
-	}
-	p := r.docker.Policies[0]
-	if p == nil {
-		t.Fatal("no valid policy file at create time")
-	}
-	if p.Model.Credential != "special-key" {
-		t.Errorf("policy credential = %q, want the rule-selected special-key", p.Model.Credential)
-	}
-	if p.Identity.PrincipalID != "p-special" || p.Identity.SpeakerID != "s1" || p.Identity.Channel != "guild:1" || p.TurnID != id {
-		t.Errorf("policy identity = %+v", p.Identity)
-	}
-	if d := time.Until(p.Deadline()); d < 100*time.Second || d > 121*time.Second {
-		t.Errorf("policy deadline in %v, want about 120 s", d)
-	}
-}
-
-func TestTurnJSONCarriesNoSecrets(t *testing.T) {
-	r := newRig(t, "", nil)
-	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s1", SpeakerName: "Ann", PrincipalID: "principal-secret-77", Text: "hi"})
-	must(t, err)
-	stdin := string(r.docker.Stdins[0])
-	for _, bad := range []string{"principal-secret-77", "principal", "https://", "api.example.com", "tools.example.com", "mcp.example.com", "special-key", "tool-key", "mcp-key", `"model-key"`, "credential"} {
-		if strings.Contains(stdin, bad) {
-			t.Errorf("turn JSON contains %q: %s", bad, stdin)
-		}
-	}
-	var turn protocol.Turn
-	if err := protocol.DecodeStrict([]byte(stdin), &turn); err != nil {
-		t.Fatal(err)
-	}
-	if turn.Speaker.ID != "s1" || turn.Text != "hi" || turn.Model != "m1" || len(turn.Tools) != 1 || turn.Tools[0].Name != "lookup" ||
-		len(turn.MCP) != 1 || turn.MCP[0].Server != "search" || turn.MCP[0].Tools[0].Name != "find" {
-		t.Errorf("turn = %+v", turn)
-	}
-}
-
-func TestDefaultCredential(t *testing.T) {
-	r := newRig(t, "", nil)
-	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s1", Text: "hi"})
-	must(t, err)
-	if got := r.docker.Policies[0].Model.Credential; got != "model" {
-		t.Errorf("credential = %q, want default model", got)
-	}
-}
 
 // blockRun waits for the turn's context to end, like a hung worker.
 func blockRun(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
@@ -173,14 +108,6 @@ func TestCleanupFailureIsAnError(t *testing.T) {
 	// Units and files are still cleaned although the container is stuck.
 	if r.units.ActiveCount() != 0 || len(r.docker.Removes) != RemoveAttempts {
 		t.Errorf("units %d removes %v", r.units.ActiveCount(), r.docker.Removes)
-	}
-}
-
-func TestUnitStopFailureIsAnError(t *testing.T) {
-	r := newRig(t, "", nil)
-	r.units.StopErr = errors.New("dbus gone")
-	if _, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"}); !errors.Is(err, ErrCleanup) {
-		t.Fatalf("err = %v, want ErrCleanup", err)
 	}
 }
 
@@ -437,48 +364,5 @@ func TestShutdownContextStopsRemovalRetries(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"stopped":"host shutdown out of time"`) {
 		t.Errorf("log does not say why retries stopped:\n%s", logs.String())
-	}
-}
-
-// TestModelSchemaHasNoDialect: a tool schema's root $schema (accepted as a
-// dialect declaration, in a config or from discovery) does not reach the
-// model, which some providers refuse over it; the rest of the schema does.
-func TestModelSchemaHasNoDialect(t *testing.T) {
-	const dialect = `"$schema":"http://json-schema.org/draft-07/schema#",`
-	r := newRig(t, "", func(o *Options) {
-		o.Config.Tools[0].Parameters = `{` + dialect + `"type":"object","properties":{"q":{"type":"string","description":"a <query> & more"}}}`
-		o.MCPTools = map[string][]protocol.ToolSpec{"search": {{Name: "find", Description: "Find",
-			Parameters: json.RawMessage(`{` + dialect + `"type":"object","properties":{"n":{"type":"number","maximum":1e400}}}`)}}}
-	})
-	_, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s1", SpeakerName: "Ann", PrincipalID: "p1", Text: "hi"})
-	must(t, err)
-	var turn protocol.Turn
-	if err := protocol.DecodeStrict(r.docker.Stdins[0], &turn); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name string
-		got  json.RawMessage
-		want string
-	}{
-		{"host tool", turn.Tools[0].Parameters, `{"properties":{"q":{"description":"a <query> & more","type":"string"}},"type":"object"}`},
-		{"discovered mcp tool", turn.MCP[0].Tools[0].Parameters, `{"properties":{"n":{"maximum":1e400,"type":"number"}},"type":"object"}`},
-	}
-	decode := func(raw []byte) any {
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.UseNumber()
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			t.Fatalf("%s: %v", raw, err)
-		}
-		return v
-	}
-	for _, tt := range tests {
-		if !reflect.DeepEqual(decode(tt.got), decode([]byte(tt.want))) {
-			t.Errorf("%s: parameters %s, want %s", tt.name, tt.got, tt.want)
-		}
-	}
-	if got, want := string(toolset.ModelSchema(json.RawMessage(`{"type":"object"}`))), `{"type":"object"}`; got != want {
-		t.Errorf("a schema without $schema: %s, want it unchanged", got)
 	}
 }

@@ -20,9 +20,11 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/chanstate"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 	"github.com/roundtable-sandbox/sandbox/pkg/peerauth"
+	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/toolset"
 	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
@@ -57,6 +59,19 @@ type KitOptions struct {
 	// Warm drives the containers through a WarmDocker: the kind
 	// prepares standbys.
 	Warm bool
+	// Containers, when set, wraps the kit's driver (a code run's
+	// streaming one, say): the lifecycle drives what it returns.
+	Containers func(*Docker) sandbox.Containers
+	// RemoveRetryTotal bounds a container's removal retries (0: the
+	// lifecycle's default).
+	RemoveRetryTotal time.Duration
+	// Chown, when set, is the lifecycle's and the kind's chown (the
+	// default does nothing: tests need not be root).
+	Chown func(path string, uid, gid int) error
+	// MCPTools are the MCP servers' tools as discovery found them.
+	MCPTools map[string][]protocol.ToolSpec
+	// Fleet is the kind's fleet (nil: a box alone).
+	Fleet *fleet.Fleet
 }
 
 // NewKit makes a kit over Config(t, extra).
@@ -76,22 +91,28 @@ func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 	Must(t, err)
 	k := &Kit{Cfg: cfg, Docker: NewDocker(cfg), Units: NewUnits(), Journal: &Journal{}, Registry: prometheus.NewRegistry()}
 	k.Host = NewHost(cfg, state)
-	set, err := toolset.New(cfg, nil)
+	set, err := toolset.New(cfg, o.MCPTools)
 	Must(t, err)
 	noChown := func(string, int, int) error { return nil } // tests need not be root
+	if o.Chown != nil {
+		noChown = o.Chown
+	}
 	var containers sandbox.Containers = k.Docker
 	if o.Warm {
 		k.Warm = NewWarmDocker(k.Docker)
 		containers = k.Warm
 	}
+	if o.Containers != nil {
+		containers = o.Containers(k.Docker)
+	}
 	life := sandbox.New(sandbox.Options{
-		Containers: containers, Units: k.Units, Logger: o.Logger, ChownTree: noChown, RemoveRetryDelay: time.Millisecond,
+		Containers: containers, Units: k.Units, Logger: o.Logger, ChownTree: noChown, RemoveRetryDelay: time.Millisecond, RemoveRetryTotal: o.RemoveRetryTotal,
 		WorkerLogs: workerlog.New(workerlog.DefaultLimits(), k.Journal.Send, nil),
 	})
 	k.Deps = kind.Deps{
 		Config: cfg, Lifecycle: life, Host: k.Host, Logger: o.Logger, Now: o.Now, NewID: ids.NewTurnID,
 		UID: os.Getuid(), GID: os.Getgid(), Lchown: noChown, Tools: set.Tools, MCP: set.MCP, Policy: set.Policy,
-		Registry: k.Registry, Observe: func(string, time.Duration) {},
+		Registry: k.Registry, Observe: func(string, time.Duration) {}, Fleet: o.Fleet,
 	}
 	return k
 }
@@ -250,6 +271,11 @@ func (h *Host) Waiting(channel string) int { return h.queue.WaitingFor(channel) 
 func (h *Host) Queued() int                { w, _ := h.queue.Totals(); return w }
 func (h *Host) SpareSlot(ctx context.Context) (func(), error) {
 	return admission.SpareStart(ctx, h.queue, h.starts)
+}
+
+// SpareYielding is the host's slot for a fleet job (fleetjobs.SlotFunc).
+func (h *Host) SpareYielding(ctx context.Context) (func(), <-chan struct{}, error) {
+	return h.queue.SpareYielding(ctx)
 }
 func (h *Host) StartSlot(ctx context.Context) (func(), error) { return h.starts.Start(ctx) }
 

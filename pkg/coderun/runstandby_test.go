@@ -1,4 +1,4 @@
-package host
+package coderun_test
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 )
 
@@ -31,7 +33,7 @@ type warmRunDocker struct {
 	streamed []string // container ids whose job went to a started standby
 }
 
-func (w *warmRunDocker) Start(ctx context.Context, id string) (StartedContainer, error) {
+func (w *warmRunDocker) Start(ctx context.Context, id string) (sandbox.StartedContainer, error) {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	w.started[id] = true
@@ -49,8 +51,8 @@ type fakeRunStarted struct {
 	id string
 }
 
-func (s *fakeRunStarted) Finish(context.Context, []byte, int64, io.Writer) (RunResult, error) {
-	return RunResult{ExitCode: -1}, errors.New("fake: a run standby is streamed, never finished")
+func (s *fakeRunStarted) Finish(context.Context, []byte, int64, io.Writer) (sandbox.RunResult, error) {
+	return sandbox.RunResult{ExitCode: -1}, errors.New("fake: a run standby is streamed, never finished")
 }
 func (s *fakeRunStarted) Close() {}
 
@@ -81,9 +83,12 @@ var (
 func newRunStandbyRig(t *testing.T, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)) (*rig, *warmRunDocker) {
 	t.Helper()
 	var w *warmRunDocker
-	r, _ := newRunRigWith(t, extra, fn, func(o *Options) {
-		w = &warmRunDocker{runDocker: o.Containers.(*runDocker), started: map[string]bool{}, dead: map[string]bool{}}
-		o.Containers = w
+	r, _ := newRunRigWith(t, extra, fn, func(o *sandboxtest.KitOptions) {
+		wrap := o.Containers
+		o.Containers = func(d *sandboxtest.Docker) sandbox.Containers {
+			w = &warmRunDocker{runDocker: wrap(d).(*runDocker), started: map[string]bool{}, dead: map[string]bool{}}
+			return w
+		}
 	})
 	return r, w
 }
@@ -92,15 +97,15 @@ func newRunStandbyRig(t *testing.T, extra string, fn func(ctx context.Context, j
 func readyRunStandby(t *testing.T, r *rig, shape string) string {
 	t.Helper()
 	var id string
-	waitFor(t, "a ready run standby of "+shape, func() bool {
-		st := r.h.codeRuns().StandbyPool().State(shape)
+	sandboxtest.WaitFor(t, "a ready run standby of "+shape, func() bool {
+		st := r.k.StandbyPool().State(shape)
 		id = st.TurnID
 		return st.State == standby.StateReady
 	})
 	return id
 }
 
-func specOf(r *rig, turn string) (ContainerSpec, bool) {
+func specOf(r *rig, turn string) (sandbox.ContainerSpec, bool) {
 	r.docker.Mu.Lock()
 	defer r.docker.Mu.Unlock()
 	for _, s := range r.docker.Created {
@@ -108,12 +113,12 @@ func specOf(r *rig, turn string) (ContainerSpec, bool) {
 			return s, true
 		}
 	}
-	return ContainerSpec{}, false
+	return sandbox.ContainerSpec{}, false
 }
 
 func postRun(t *testing.T, r *rig, p runs.Params) runs.Status {
 	t.Helper()
-	code, body := apiAs(t, r.h, clientUID, "POST", "/v1/runs", p)
+	code, body := apiAs(t, r, clientUID, "POST", "/v1/runs", p)
 	if code != http.StatusAccepted {
 		t.Fatalf("POST /v1/runs: %d %s", code, body)
 	}
@@ -131,10 +136,10 @@ func postRun(t *testing.T, r *rig, p runs.Params) runs.Status {
 // (another id) is prepared at once; host stop discards it.
 func TestRunStandbyServesRun(t *testing.T) {
 	r, w := newRunStandbyRig(t, runStandbyExtra, supervise(0))
-	if r.h.codeRuns().StandbyPool() == nil {
+	if r.k.StandbyPool() == nil {
 		t.Fatal("no run standby pool although runs.standby.shapes is set")
 	}
-	r.h.codeRuns().WarmUp()
+	r.k.WarmUp()
 	sb := readyRunStandby(t, r, shapeDemo)
 	readyRunStandby(t, r, shapeSetup)
 	spec, ok := specOf(r, sb)
@@ -154,7 +159,7 @@ func TestRunStandbyServesRun(t *testing.T) {
 		t.Errorf("deadline record %+v, %v: want a placeholder without credentials expiring at %d", pend, err, expiry)
 	}
 	listed := map[string]string{}
-	for _, a := range r.h.ActiveTurns() {
+	for _, a := range r.k.Listed() {
 		listed[a.ID] = a.Standby
 	}
 	if listed[sb] != standby.StateReady {
@@ -162,7 +167,7 @@ func TestRunStandbyServesRun(t *testing.T) {
 	}
 
 	st := postRun(t, r, runs.Params{Command: "echo hello", Project: "demo"})
-	got := waitRun(t, r.h, st.ID)
+	got := waitRun(t, r, st.ID)
 	if got.Result != runs.ResultOK || got.Stdout != "hello\n" || !got.Standby {
 		t.Fatalf("run on a standby: %+v", got)
 	}
@@ -191,7 +196,7 @@ func TestRunStandbyServesRun(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(r.cfg.PolicyDir, sb+".json")); !os.IsNotExist(err) {
 		t.Error("the bound standby's deadline record outlived its run")
 	}
-	r.h.Shutdown()
+	r.shutdown()
 	r.assertClean(t)
 }
 
@@ -202,13 +207,13 @@ func TestRunStandbyOnlyItsShape(t *testing.T) {
 	r, w := newRunStandbyRig(t, runStandbyExtra+`egress:
   allow: ["127.0.0.1:8080"]
 `, supervise(0))
-	r.h.codeRuns().WarmUp()
+	r.k.WarmUp()
 	sb := readyRunStandby(t, r, shapeDemo)
 	readyRunStandby(t, r, shapeSetup)
 	sbSpec, _ := specOf(r, sb)
-	setupSpec, _ := specOf(r, r.h.codeRuns().StandbyPool().State(shapeSetup).TurnID)
+	setupSpec, _ := specOf(r, r.k.StandbyPool().State(shapeSetup).TurnID)
 
-	cold := waitRun(t, r.h, postRun(t, r, runs.Params{Command: "true"}).ID) // no project, no setup
+	cold := waitRun(t, r, postRun(t, r, runs.Params{Command: "true"}).ID) // no project, no setup
 	if cold.Result != runs.ResultOK || cold.Standby {
 		t.Fatalf("run of an undeclared shape: %+v", cold)
 	}
@@ -221,13 +226,13 @@ func TestRunStandbyOnlyItsShape(t *testing.T) {
 	}
 
 	net := postRun(t, r, runs.Params{Command: "true", Project: "demo", Network: true})
-	if code, body := apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+net.ID+"/approve", nil); code != http.StatusOK {
+	if code, body := apiAs(t, r, os.Getuid(), "POST", "/v1/runs/"+net.ID+"/approve", nil); code != http.StatusOK {
 		t.Fatalf("approve: %d %s", code, body)
 	}
-	if got := waitRun(t, r.h, net.ID); got.Result != runs.ResultOK || got.Standby {
+	if got := waitRun(t, r, net.ID); got.Result != runs.ResultOK || got.Standby {
 		t.Fatalf("network run: %+v", got)
 	}
-	if st := r.h.codeRuns().StandbyPool().State(shapeDemo); st.State != standby.StateReady || st.TurnID != sb {
+	if st := r.k.StandbyPool().State(shapeDemo); st.State != standby.StateReady || st.TurnID != sb {
 		t.Errorf("the demo standby %s was touched: %+v", sb, st)
 	}
 	w.wmu.Lock()
@@ -248,7 +253,7 @@ func TestRunStandbyBoundDeadline(t *testing.T) {
 		<-release
 		return supervise(0)(ctx, job, stdout)
 	})
-	r.h.codeRuns().WarmUp()
+	r.k.WarmUp()
 	sb := readyRunStandby(t, r, shapeDemo)
 	before := time.Now()
 	st := postRun(t, r, runs.Params{Command: "true", Project: "demo", TimeoutSeconds: 900})
@@ -261,7 +266,7 @@ func TestRunStandbyBoundDeadline(t *testing.T) {
 		t.Errorf("deadline record %v after the run began, want its 900 s timeout", d)
 	}
 	listed := false
-	for _, a := range r.h.ActiveTurns() {
+	for _, a := range r.k.Listed() {
 		if a.ID == sb && a.Standby == "" {
 			listed = true
 		}
@@ -270,7 +275,7 @@ func TestRunStandbyBoundDeadline(t *testing.T) {
 		t.Error("the bound standby's id is not listed (as a run) while its run runs")
 	}
 	close(release)
-	if got := waitRun(t, r.h, st.ID); got.Result != runs.ResultOK || !got.Standby {
+	if got := waitRun(t, r, st.ID); got.Result != runs.ResultOK || !got.Standby {
 		t.Fatalf("run: %+v", got)
 	}
 }
@@ -280,25 +285,25 @@ func TestRunStandbyBoundDeadline(t *testing.T) {
 // removed and the shape gets a new one.
 func TestRunStandbyDeadTakesColdPath(t *testing.T) {
 	r, w := newRunStandbyRig(t, runStandbyExtra, supervise(0))
-	r.h.codeRuns().WarmUp()
+	r.k.WarmUp()
 	sb := readyRunStandby(t, r, shapeDemo)
 	w.wmu.Lock()
 	for id := range w.started {
 		w.dead[id] = true
 	}
 	w.wmu.Unlock()
-	got := waitRun(t, r.h, postRun(t, r, runs.Params{Command: "true", Project: "demo"}).ID)
+	got := waitRun(t, r, postRun(t, r, runs.Params{Command: "true", Project: "demo"}).ID)
 	if got.Result != runs.ResultOK || got.Standby {
 		t.Fatalf("run after a dead standby: %+v", got)
 	}
 	if next := readyRunStandby(t, r, shapeDemo); next == sb {
 		t.Error("the dead standby is still offered")
 	}
-	waitFor(t, "the dead standby removed", func() bool {
+	sandboxtest.WaitFor(t, "the dead standby removed", func() bool {
 		_, err := os.Stat(filepath.Join(r.cfg.PolicyDir, sb+".json"))
 		return os.IsNotExist(err)
 	})
-	r.h.Shutdown()
+	r.shutdown()
 	r.assertClean(t)
 }
 
@@ -306,26 +311,26 @@ func TestRunStandbyDeadTakesColdPath(t *testing.T) {
 // with its slot's gate; runs.standby.max caps standbys across shapes.
 func TestRunStandbySetupShapeAndCap(t *testing.T) {
 	r, _ := newRunStandbyRig(t, runStandbyExtra+"    max: 1\n", supervise(0))
-	r.h.codeRuns().WarmUp()
+	r.k.WarmUp()
 	sb := readyRunStandby(t, r, shapeDemo)
-	if st := r.h.codeRuns().StandbyPool().State(shapeSetup); st.State != standby.StateNone {
+	if st := r.k.StandbyPool().State(shapeSetup); st.State != standby.StateNone {
 		t.Errorf("setup shape has a standby (%s) beyond runs.standby.max 1", st.State)
 	}
-	got := waitRun(t, r.h, postRun(t, r, runs.Params{Command: "true", Setup: []string{"true"}}).ID)
+	got := waitRun(t, r, postRun(t, r, runs.Params{Command: "true", Setup: []string{"true"}}).ID)
 	if got.Standby {
 		t.Error("a setup run used a standby although none was made for its shape")
 	}
-	r.h.Shutdown()
+	r.shutdown()
 	r.assertClean(t)
 
 	r2, _ := newRunStandbyRig(t, runStandbyExtra, supervise(0))
-	r2.h.codeRuns().WarmUp()
+	r2.k.WarmUp()
 	setup := readyRunStandby(t, r2, shapeSetup)
 	spec, _ := specOf(r2, setup)
 	if spec.Run == nil || !spec.Run.Setup || spec.Run.GateDir == "" {
 		t.Fatalf("setup standby spec %+v run %+v: want setup with a gate", spec, spec.Run)
 	}
-	got = waitRun(t, r2.h, postRun(t, r2, runs.Params{Command: "true", Setup: []string{"true"}}).ID)
+	got = waitRun(t, r2, postRun(t, r2, runs.Params{Command: "true", Setup: []string{"true"}}).ID)
 	if got.Result != runs.ResultOK || !got.Standby {
 		t.Fatalf("setup run: %+v", got)
 	}
@@ -350,7 +355,7 @@ runs:
 `, supervise(0))
 	noProject := config.RunShape{}.Name()
 	projectNone := config.RunShape{Project: "none"}.Name()
-	r.h.codeRuns().WarmUp()
+	r.k.WarmUp()
 	readyRunStandby(t, r, projectNone)
 	readyRunStandby(t, r, noProject)
 	for _, tc := range []struct {
@@ -363,7 +368,7 @@ runs:
 		w.wmu.Lock()
 		before := len(w.streamed)
 		w.wmu.Unlock()
-		got := waitRun(t, r.h, postRun(t, r, runs.Params{Command: "true", Project: tc.project}).ID)
+		got := waitRun(t, r, postRun(t, r, runs.Params{Command: "true", Project: tc.project}).ID)
 		if got.Result != runs.ResultOK || !got.Standby {
 			t.Fatalf("run with project %q: %+v, want ok on a standby", tc.project, got)
 		}
@@ -373,7 +378,7 @@ runs:
 		if len(streamed) != 1 {
 			t.Fatalf("run with project %q: jobs given to standbys %v, want one", tc.project, streamed)
 		}
-		var spec ContainerSpec
+		var spec sandbox.ContainerSpec
 		r.docker.Mu.Lock()
 		for _, s := range r.docker.Created {
 			if "id-"+s.Name == streamed[0] {
@@ -385,6 +390,6 @@ runs:
 			t.Errorf("run with project %q bound standby %s with %s at /workspace", tc.project, spec.Name, spec.WorkspaceDir)
 		}
 	}
-	r.h.Shutdown()
+	r.shutdown()
 	r.assertClean(t)
 }

@@ -1,4 +1,4 @@
-package host
+package coderun_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
 )
 
 // Host memory under the three runs attacks of issue 23 item 2: finished
@@ -146,16 +147,15 @@ func (w *writeWatch) waitWriting(ctx context.Context, n int) bool {
 	}
 }
 
-// serveAs serves the host's API on a unix socket, every peer uid.
-func serveAs(t *testing.T, h *Host, uid int) (string, *writeWatch) {
+// serveAs serves the kind's routes on a unix socket as the host's router
+// does once it authorized a peer of uid.
+func serveAs(t *testing.T, r *rig, uid int) (string, *writeWatch) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "api.sock")
 	ln, err := net.Listen("unix", sock)
 	must(t, err)
 	ww := &writeWatch{Listener: ln, changed: make(chan struct{})}
-	srv := &http.Server{Handler: h.Handler(), ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
-		return context.WithValue(ctx, peerKey{}, Peer{Known: true, UID: uid, GID: uid})
-	}}
+	srv := &http.Server{Handler: sandboxtest.Handler(coderun.Registration, r.routes, roleOf(uid), uid)}
 	go srv.Serve(ww)
 	t.Cleanup(func() { srv.Close() })
 	return sock, ww
@@ -179,12 +179,12 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 		p := bigParams(runsBounds{r.cfg.Runs.MaxArtifactBytes, r.cfg.Runs.MaxArtifactTotalBytes})
 		base := liveHeap()
 		for range 20 {
-			st, err := r.h.codeRuns().Start(p, clientUID)
+			st, err := r.k.Start(p, clientUID)
 			if err != nil {
 				t.Logf("run refused: %v", err)
 				continue
 			}
-			waitRun(t, r.h, st.ID)
+			waitRun(t, r, st.ID)
 		}
 		got := liveHeap() - base
 		t.Logf("20 finished runs: live heap %.0f MiB over %.0f MiB before", mib(got), mib(base))
@@ -195,10 +195,10 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 	t.Run("16 stalled readers", func(t *testing.T) {
 		r, _ := newRunRig(t, runsMemExtra, bigSupervise(nil, nil))
 		p := bigParams(runsBounds{r.cfg.Runs.MaxArtifactBytes, r.cfg.Runs.MaxArtifactTotalBytes})
-		st, err := r.h.codeRuns().Start(p, clientUID)
+		st, err := r.k.Start(p, clientUID)
 		must(t, err)
-		waitRun(t, r.h, st.ID)
-		sock, ww := serveAs(t, r.h, clientUID)
+		waitRun(t, r, st.ID)
+		sock, ww := serveAs(t, r, clientUID)
 		base := liveHeap()
 		for range 16 {
 			c, err := net.Dial("unix", sock)
@@ -220,16 +220,16 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 	t.Run("16 stalled readers of their own runs", func(t *testing.T) {
 		r, _ := newRunRig(t, runsMemExtra, bigSupervise(nil, nil))
 		p := bigParams(runsBounds{r.cfg.Runs.MaxArtifactBytes, r.cfg.Runs.MaxArtifactTotalBytes})
-		sock, ww := serveAs(t, r.h, clientUID)
+		sock, ww := serveAs(t, r, clientUID)
 		base := liveHeap()
 		for i := range 16 {
-			st, err := r.h.codeRuns().Start(p, clientUID)
+			st, err := r.k.Start(p, clientUID)
 			if errors.Is(err, runs.ErrBusy) { // runs being read are kept: new ones are refused
 				t.Logf("run %d refused while %d are being read: %v", i+1, i, err)
 				break
 			}
 			must(t, err)
-			waitRun(t, r.h, st.ID)
+			waitRun(t, r, st.ID)
 			c, err := net.Dial("unix", sock)
 			must(t, err)
 			t.Cleanup(func() { c.Close() })
@@ -255,7 +255,7 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 		var admitted atomic.Int32
 		var inFlight []*coderun.Run
 		for i := range 16 {
-			st, err := r.h.codeRuns().Start(p, []int{clientUID, otherUID}[i%2])
+			st, err := r.k.Start(p, []int{clientUID, otherUID}[i%2])
 			if err != nil {
 				if !errors.Is(err, runs.ErrBusy) {
 					t.Fatal(err)
@@ -263,7 +263,7 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 				continue
 			}
 			admitted.Add(1)
-			run, err := r.h.codeRuns().Registry().Get(st.ID)
+			run, err := r.k.Registry().Get(st.ID)
 			must(t, err)
 			inFlight = append(inFlight, run)
 		}
@@ -287,10 +287,10 @@ func TestRunsMemoryUnderAttack(t *testing.T) {
 // held its own (the run's document built whole, then its JSON).
 func TestStalledReadersHoldNoCopy(t *testing.T) {
 	r, _ := newRunRig(t, runsExtra+"  maxArtifactBytes: 4194304\n  maxArtifactTotalBytes: 4194304\n", bigSupervise(nil, nil))
-	st, err := r.h.codeRuns().Start(runs.Params{Command: "flood", Artifacts: []string{"a"}}, clientUID)
+	st, err := r.k.Start(runs.Params{Command: "flood", Artifacts: []string{"a"}}, clientUID)
 	must(t, err)
-	waitRun(t, r.h, st.ID)
-	sock, ww := serveAs(t, r.h, clientUID)
+	waitRun(t, r, st.ID)
+	sock, ww := serveAs(t, r, clientUID)
 	base := liveHeap()
 	for range 8 {
 		c, err := net.Dial("unix", sock)

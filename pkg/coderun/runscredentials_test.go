@@ -1,4 +1,4 @@
-package host
+package coderun_test
 
 import (
 	"encoding/json"
@@ -32,7 +32,7 @@ runs:
 func TestRunCredentials(t *testing.T) {
 	r, rd := newRunRig(t, runsCredExtra, supervise(0))
 	p := runs.Params{Project: "demo", Command: "git clone https://127.0.0.1:8443/r.git", Network: true, Credentials: []string{"git"}}
-	code, body := apiAs(t, r.h, clientUID, "POST", "/v1/runs", p)
+	code, body := apiAs(t, r, clientUID, "POST", "/v1/runs", p)
 	if code != http.StatusAccepted {
 		t.Fatalf("start: %d %s", code, body)
 	}
@@ -42,17 +42,17 @@ func TestRunCredentials(t *testing.T) {
 		t.Fatalf("awaiting approval: %+v, want the credential shown", st)
 	}
 	// What the admin sees before approving.
-	code, body = apiAs(t, r.h, os.Getuid(), "GET", "/v1/runs/"+st.ID, nil)
+	code, body = apiAs(t, r, os.Getuid(), "GET", "/v1/runs/"+st.ID, nil)
 	if code != http.StatusOK || !strings.Contains(string(body), `"credentials":["git"]`) {
 		t.Errorf("admin view: %d %s", code, body)
 	}
 	if n := len(r.docker.Policies); n != 0 {
 		t.Fatalf("a policy was written before approval")
 	}
-	if code, body := apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/approve", nil); code != http.StatusOK {
+	if code, body := apiAs(t, r, os.Getuid(), "POST", "/v1/runs/"+st.ID+"/approve", nil); code != http.StatusOK {
 		t.Fatalf("approve: %d %s", code, body)
 	}
-	got := waitRun(t, r.h, st.ID)
+	got := waitRun(t, r, st.ID)
 	if got.Result != runs.ResultOK {
 		t.Fatalf("run %+v", got)
 	}
@@ -69,10 +69,10 @@ func TestRunCredentials(t *testing.T) {
 	}
 
 	// A network run without credentials carries none.
-	st2, err := r.h.codeRuns().Start(runs.Params{Command: "true", Network: true}, clientUID)
+	st2, err := r.k.Start(runs.Params{Command: "true", Network: true}, clientUID)
 	must(t, err)
-	apiAs(t, r.h, os.Getuid(), "POST", "/v1/runs/"+st2.ID+"/approve", nil)
-	waitRun(t, r.h, st2.ID)
+	apiAs(t, r, os.Getuid(), "POST", "/v1/runs/"+st2.ID+"/approve", nil)
+	waitRun(t, r, st2.ID)
 	if pol := r.docker.Policies[1]; pol == nil || len(pol.Egress.Credentials) != 0 || len(pol.CredentialNames()) != 0 {
 		t.Errorf("a run without credentials got %+v", pol.Egress)
 	}
@@ -87,17 +87,17 @@ func TestRunCredentials(t *testing.T) {
 		{"unknown", clientUID, runs.Params{Command: "x", Network: true, Credentials: []string{"nope"}}},
 		{"without network", clientUID, runs.Params{Project: "demo", Command: "x", Credentials: []string{"git"}}},
 	} {
-		before := len(r.h.codeRuns().Registry().List())
-		code, body := apiAs(t, r.h, c.uid, "POST", "/v1/runs", c.p)
+		before := len(r.k.Registry().List())
+		code, body := apiAs(t, r, c.uid, "POST", "/v1/runs", c.p)
 		if code != http.StatusBadRequest || !strings.Contains(string(body), "credentials") {
 			t.Errorf("%s: %d %s, want 400 naming credentials", c.name, code, body)
 		}
-		if n := len(r.h.codeRuns().Registry().List()); n != before {
+		if n := len(r.k.Registry().List()); n != before {
 			t.Errorf("%s: a run was created", c.name)
 		}
 	}
 	// The other client may use its own.
-	if _, err := r.h.codeRuns().Start(runs.Params{Command: "x", Network: true, Credentials: []string{"api"}}, otherUID); err != nil {
+	if _, err := r.k.Start(runs.Params{Command: "x", Network: true, Credentials: []string{"api"}}, otherUID); err != nil {
 		t.Errorf("client's own credential refused: %v", err)
 	}
 	r.assertClean(t)

@@ -1,0 +1,211 @@
+package coderun_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/api"
+	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/peerauth"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
+)
+
+// Moved from pkg/host (runs*_test.go): the code-run kind is made from its
+// Registration over pkg/sandboxtest's kit, its driver streaming a job to a
+// fake supervisor, and its routes are served as the host's router serves
+// them once it authorized the caller (the admin: this process's uid; any
+// other uid: a client). The router's own refusals stay in pkg/host.
+
+const (
+	clientUID = 4242
+	otherUID  = 4343
+)
+
+var must = sandboxtest.Must
+
+// rig is the code-run kind made the way the host makes it.
+type rig struct {
+	kit     *sandboxtest.Kit
+	k       *coderun.Kind
+	routes  []api.Route
+	cfg     *config.Config
+	docker  *sandboxtest.Docker
+	units   *sandboxtest.Units
+	journal *sandboxtest.Journal
+	fleet   *fleet.Fleet // in fleet mode
+
+	chownMu sync.Mutex
+	chowns  []chownCall
+}
+
+type chownCall struct {
+	dir      string
+	uid, gid int
+}
+
+// chown records what the lifecycle and the kind gave away.
+func (r *rig) chown(dir string, uid, gid int) error {
+	r.chownMu.Lock()
+	defer r.chownMu.Unlock()
+	r.chowns = append(r.chowns, chownCall{dir, uid, gid})
+	return nil
+}
+
+func (r *rig) chownCalls() []chownCall {
+	r.chownMu.Lock()
+	defer r.chownMu.Unlock()
+	return slices.Clone(r.chowns)
+}
+
+// lockedBuffer is a log written by the kind's goroutines and read by a
+// test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// runDocker adds a hand-written RunContainers to the kit's driver:
+// streamFn plays the toolbox's supervisor, writing frames to stdout.
+type runDocker struct {
+	*sandboxtest.Docker
+	gone     atomic.Bool // Docker stopped answering
+	mu       sync.Mutex
+	jobs     []wire.Job
+	streamFn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)
+}
+
+func (d *runDocker) Stream(ctx context.Context, id string, stdin []byte, stdout, stderr io.Writer) (int64, error) {
+	job, err := wire.ReadJob(strings.NewReader(string(stdin)))
+	if err != nil {
+		return -1, err
+	}
+	d.mu.Lock()
+	d.jobs = append(d.jobs, job)
+	fn := d.streamFn
+	d.mu.Unlock()
+	io.WriteString(stderr, "supervisor: started\n")
+	return fn(ctx, job, stdout)
+}
+
+// Ping fails once the test took Docker away (gone).
+func (d *runDocker) Ping(ctx context.Context) error {
+	if d.gone.Load() {
+		return errors.New("fake: Cannot connect to the Docker daemon at unix:///var/run/docker.sock")
+	}
+	return nil
+}
+
+// supervise is a well-behaved supervisor: "hello\n" on stdout, "warn\n" on
+// stderr, the given exit code, and each requested artifact as "data:<path>".
+func supervise(exit int) func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+	return func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		enc := wire.NewEncoder(stdout)
+		must := func(err error) {
+			if err != nil {
+				panic(err)
+			}
+		}
+		for i := range job.Setup {
+			must(enc.Output(wire.FrameStdout, wire.PhaseSetup, []byte("setting up\n")))
+			must(enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseSetup, Index: i + 1, ExitCode: 0}))
+		}
+		must(enc.Output(wire.FrameStdout, wire.PhaseMain, []byte("hello\n")))
+		must(enc.Output(wire.FrameStderr, wire.PhaseMain, []byte("warn\n")))
+		must(enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseMain, ExitCode: exit}))
+		for _, a := range job.Artifacts {
+			data := []byte("data:" + a)
+			must(enc.Artifact(wire.ArtifactHeader{Path: a, Size: int64(len(data))}, data))
+		}
+		must(enc.Result(wire.Result{ExitCode: exit}))
+		return 0, nil
+	}
+}
+
+func newRunRig(t *testing.T, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)) (*rig, *runDocker) {
+	t.Helper()
+	return newRunRigWith(t, extra, fn, nil)
+}
+
+// newRunRigWith is newRunRig with the kit's options changed by mutate
+// (wrap: the runDocker wrapped further, a standby driver say).
+func newRunRigWith(t *testing.T, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error), mutate func(*sandboxtest.KitOptions)) (*rig, *runDocker) {
+	t.Helper()
+	rd := &runDocker{streamFn: fn}
+	r := &rig{}
+	o := sandboxtest.KitOptions{Chown: r.chown, Containers: func(d *sandboxtest.Docker) sandbox.Containers {
+		rd.Docker = d
+		return rd
+	}}
+	if mutate != nil {
+		mutate(&o)
+	}
+	kit := sandboxtest.NewKit(t, extra, o)
+	made, err := coderun.Registration.New(kit.Deps)
+	must(t, err)
+	k := made.(*coderun.Kind)
+	r.kit, r.k, r.routes, r.cfg, r.docker, r.units, r.journal = kit, k, k.Routes(), kit.Cfg, kit.Docker, kit.Units, kit.Journal
+	t.Cleanup(r.shutdown)
+	return r, rd
+}
+
+// shutdown stops as the host does: its work first, then the kind.
+func (r *rig) shutdown() {
+	r.kit.Host.Stop()
+	r.k.Stop()
+}
+
+func (r *rig) assertClean(t *testing.T) { t.Helper(); r.kit.AssertClean(t) }
+
+// roleOf is the role the host's access gives uid in these tests.
+func roleOf(uid int) peerauth.Role {
+	if uid == os.Getuid() {
+		return peerauth.RoleAdmin
+	}
+	return peerauth.RoleClient
+}
+
+// apiAs calls the kind's routes as a peer uid.
+func apiAs(t *testing.T, r *rig, uid int, method, path string, body any) (int, []byte) {
+	t.Helper()
+	return sandboxtest.Call(t, coderun.Registration, r.routes, roleOf(uid), uid, method, path, body)
+}
+
+func waitRun(t *testing.T, r *rig, id string) runs.Status {
+	t.Helper()
+	run, err := r.k.Registry().Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-run.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("run %s did not finish: %+v", id, run.Status())
+	}
+	return run.Status()
+}
