@@ -103,8 +103,10 @@ func TestQueueSpareNeverJumpsWaitingTurns(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		granted <- "spare"
+		// Released before it says so: the end's SpareHeld must not race
+		// this goroutine's release.
 		r()
+		granted <- "spare"
 	}()
 	if got := <-queued; got != SpareQueued {
 		t.Fatalf("queued %q, want the spare waiter", got)
