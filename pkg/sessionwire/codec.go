@@ -2,7 +2,6 @@ package sessionwire
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -128,7 +127,7 @@ func (d *RequestDecoder) Next() (Request, error) {
 		return Request{}, d.fail(cut(err))
 	}
 	var r Request
-	if err := strictJSON(payload, &r); err != nil {
+	if err := wire.StrictJSON(payload, &r); err != nil {
 		return Request{}, d.fail(fmt.Errorf("%w: %w: request: %v", ErrProtocol, ErrInvalidRequest, err))
 	}
 	if err := r.Validate(); err != nil {
@@ -220,26 +219,6 @@ func cut(err error) error {
 		return protocolf("stream ended inside a frame: %w", io.ErrUnexpectedEOF)
 	}
 	return err
-}
-
-// strictJSON decodes exactly one JSON object of known fields; its errors
-// never quote the input.
-func strictJSON(b []byte, v any) error {
-	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return errors.New("not a JSON object")
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		if strings.HasPrefix(err.Error(), "json: unknown field") {
-			return errors.New("unknown field")
-		}
-		return errors.New("not one object of the known fields and types")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("trailing data after the object")
-	}
-	return nil
 }
 
 // EventEncoder writes events (the supervisor's side). It is safe for
@@ -377,7 +356,7 @@ func (d *EventDecoder) next() (EventFrame, error) {
 	}
 	if t == FrameEvent {
 		var ev Event
-		if err := strictJSON(payload, &ev); err != nil {
+		if err := wire.StrictJSON(payload, &ev); err != nil {
 			return EventFrame{}, protocolf("event: %v", err)
 		}
 		if err := ev.Validate(); err != nil {

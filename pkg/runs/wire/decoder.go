@@ -248,7 +248,7 @@ func (d *Decoder) output(t FrameType, payload []byte) (Frame, error) {
 
 func (d *Decoder) phase(payload []byte) (Frame, error) {
 	var p PhaseEnd
-	if err := strictJSON(payload, &p); err != nil {
+	if err := StrictJSON(payload, &p); err != nil {
 		return Frame{}, protocolf("phase frame: %v", err)
 	}
 	if p.ExitCode < 0 || p.ExitCode > MaxExitCode {
@@ -279,7 +279,7 @@ func (d *Decoder) phase(payload []byte) (Frame, error) {
 
 func (d *Decoder) artifact(payload []byte) (Frame, error) {
 	var h ArtifactHeader
-	if err := strictJSON(payload, &h); err != nil {
+	if err := StrictJSON(payload, &h); err != nil {
 		return Frame{}, protocolf("artifact frame: %v", err)
 	}
 	if !d.mainEnded {
@@ -309,7 +309,7 @@ func (d *Decoder) artifact(payload []byte) (Frame, error) {
 
 func (d *Decoder) result(payload []byte) (Frame, error) {
 	var r Result
-	if err := strictJSON(payload, &r); err != nil {
+	if err := StrictJSON(payload, &r); err != nil {
 		return Frame{}, protocolf("result frame: %v", err)
 	}
 	if r.ExitCode < -1 || r.ExitCode > MaxExitCode {
@@ -359,8 +359,9 @@ func (d *Decoder) result(payload []byte) (Frame, error) {
 	return Frame{Type: FrameResult, Result: r}, nil
 }
 
-// strictJSON decodes exactly one JSON object of known fields.
-func strictJSON(b []byte, v any) error {
+// StrictJSON decodes exactly one JSON object of known fields; its errors
+// never quote the input (pkg/sessionwire's frames use it too).
+func StrictJSON(b []byte, v any) error {
 	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return errors.New("not a JSON object")
 	}
