@@ -121,8 +121,8 @@ func TestFleetRunAdmittedHereRunsThere(t *testing.T) {
 	if !slices.Equal(kinds, want) {
 		t.Errorf("events on A = %q, want %q", kinds, want)
 	}
-	if len(rdB.jobs) != 1 || rdB.jobs[0].Command != "echo hello" || len(b.docker.Created) != 1 || b.docker.Created[0].WorkspaceDir != "/srv/demo" {
-		t.Errorf("B ran %+v, created %d containers", rdB.jobs, len(b.docker.Created))
+	if len(rdB.Jobs) != 1 || rdB.Jobs[0].Command != "echo hello" || len(b.docker.Created) != 1 || b.docker.Created[0].WorkspaceDir != "/srv/demo" {
+		t.Errorf("B ran %+v, created %d containers", rdB.Jobs, len(b.docker.Created))
 	}
 	if len(a.docker.Created) != 0 {
 		t.Errorf("A created %d containers", len(a.docker.Created))
@@ -239,8 +239,8 @@ func TestFleetRunWithCredentialStaysHere(t *testing.T) {
 	if got := waitRun(t, a, st.ID); got.Result != runs.ResultOK {
 		t.Fatalf("run %+v", got)
 	}
-	if len(rdA.jobs) != 1 || len(a.docker.Policies) != 1 {
-		t.Errorf("A ran %d jobs, wrote %d policies; want the run here", len(rdA.jobs), len(a.docker.Policies))
+	if len(rdA.Jobs) != 1 || len(a.docker.Policies) != 1 {
+		t.Errorf("A ran %d jobs, wrote %d policies; want the run here", len(rdA.Jobs), len(a.docker.Policies))
 	}
 	a.assertClean(t)
 }
@@ -303,8 +303,8 @@ func TestFleetRunJobWithCredentialRefused(t *testing.T) {
 	if st.Result != runs.ResultError || res.Box != "box-b" {
 		t.Errorf("result %+v from %s, want an error from box-b", st, res.Box)
 	}
-	if len(rdB.jobs) != 0 || len(b.docker.Policies) != 0 || len(b.docker.Created) != 0 {
-		t.Errorf("B ran %d jobs, wrote %d policies, created %d containers; want none", len(rdB.jobs), len(b.docker.Policies), len(b.docker.Created))
+	if len(rdB.Jobs) != 0 || len(b.docker.Policies) != 0 || len(b.docker.Created) != 0 {
+		t.Errorf("B ran %d jobs, wrote %d policies, created %d containers; want none", len(rdB.Jobs), len(b.docker.Policies), len(b.docker.Created))
 	}
 	b.assertClean(t)
 }
@@ -347,8 +347,8 @@ func TestFleetRunWithCredentialApprovedHereOnly(t *testing.T) {
 		}
 		t.Errorf("the credential run's approval was in the fleet: %s", e.Value())
 	}
-	if len(rdA.jobs) != 1 {
-		t.Errorf("A ran %d jobs, want 1", len(rdA.jobs))
+	if len(rdA.Jobs) != 1 {
+		t.Errorf("A ran %d jobs, want 1", len(rdA.Jobs))
 	}
 	a.assertClean(t)
 }

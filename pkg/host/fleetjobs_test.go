@@ -144,9 +144,9 @@ func TestFleetDelegationRunsOnAnotherBox(t *testing.T) {
 // FleetRun -benchtime 100x ./pkg/host).
 func BenchmarkFleetRun(b *testing.B) {
 	rigOn := func(f *fleet.Fleet, name string, takes bool) *rig {
-		rd := &runDocker{streamFn: supervise(0)}
+		rd := &runDocker{StreamFn: supervise(0)}
 		r := newRig(b, runsExtra, func(o *Options) {
-			rd.fakeDocker = o.Containers.(*fakeDocker)
+			rd.Docker = o.Containers.(*fakeDocker)
 			o.Containers = rd
 			o.Access = config.ResolvedAccess{ClientUIDs: []int{clientUID}, Guests: o.Config.Guests}
 			o.Fleet, o.Config.Fleet.Box = f, name

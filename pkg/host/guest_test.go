@@ -55,13 +55,14 @@ func TestGuestsRunOnTheirOwnUIDs(t *testing.T) {
 	// not change the owner, so the second turn of guild:1 hands it again.
 	ws1, _ := layout.WorkspaceDir(r.cfg.WorkspaceRoot, "guild:1")
 	ws2, _ := layout.WorkspaceDir(r.cfg.WorkspaceRoot, "guild:2")
-	want := []chownCall{{ws1, c[0].UID, c[0].UID}, {ws2, c[1].UID, c[1].UID}, {ws1, c[0].UID, c[0].UID}}
-	if len(r.chowns) != len(want) {
-		t.Fatalf("chowns = %v, want %v", r.chowns, want)
+	got := r.chowns.Calls()
+	want := []chownCall{{Dir: ws1, UID: c[0].UID, GID: c[0].UID}, {Dir: ws2, UID: c[1].UID, GID: c[1].UID}, {Dir: ws1, UID: c[0].UID, GID: c[0].UID}}
+	if len(got) != len(want) {
+		t.Fatalf("chowns = %v, want %v", got, want)
 	}
 	for i := range want {
-		if r.chowns[i] != want[i] {
-			t.Errorf("chown %d = %v, want %v", i, r.chowns[i], want[i])
+		if got[i] != want[i] {
+			t.Errorf("chown %d = %v, want %v", i, got[i], want[i])
 		}
 	}
 	for i, m := range dirModes {

@@ -1,11 +1,11 @@
 package host
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -302,19 +302,4 @@ func TestRichTextLimit(t *testing.T) {
 
 // lockedBuffer is a log written by the host's goroutines and read by a
 // test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = sandboxtest.LockedBuffer
