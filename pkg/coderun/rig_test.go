@@ -69,7 +69,7 @@ func newRunRig(t *testing.T, extra string, fn func(ctx context.Context, job wire
 
 // newRunRigWith is newRunRig with the kit's options changed by mutate
 // (wrap: the runDocker wrapped further, a standby driver say).
-func newRunRigWith(t *testing.T, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error), mutate func(*sandboxtest.KitOptions)) (*rig, *runDocker) {
+func newRunRigWith(t testing.TB, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error), mutate func(*sandboxtest.KitOptions)) (*rig, *runDocker) {
 	t.Helper()
 	rd := &runDocker{StreamFn: fn}
 	r := &rig{}
