@@ -1,6 +1,7 @@
 package sandboxtest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,6 +49,9 @@ type Kit struct {
 	Host     *Host
 	Registry *prometheus.Registry
 	Deps     kind.Deps
+
+	cleanupMu sync.Mutex
+	cleanups  map[string]int // failed cleanup steps by what failed
 }
 
 // KitOptions replace the kit's defaults (nil: a real clock, a quiet log).
@@ -63,8 +67,11 @@ type KitOptions struct {
 	// streaming one, say): the lifecycle drives what it returns.
 	Containers func(*Docker) sandbox.Containers
 	// RemoveRetryTotal bounds a container's removal retries (0: the
-	// lifecycle's default).
-	RemoveRetryTotal time.Duration
+	// lifecycle's default); RemoveRetryDelay is the first pause between
+	// them (0: a millisecond).
+	RemoveRetryTotal, RemoveRetryDelay time.Duration
+	// BrokerGID is the group of policy files (0: as is).
+	BrokerGID int
 	// Chown, when set, is the lifecycle's and the kind's chown (the
 	// default does nothing: tests need not be root).
 	Chown func(path string, uid, gid int) error
@@ -89,7 +96,7 @@ func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 	}
 	state, _, err := chanstate.LoadState(cfg.StateFile, nil)
 	Must(t, err)
-	k := &Kit{Cfg: cfg, Docker: NewDocker(cfg), Units: NewUnits(), Journal: &Journal{}, Registry: prometheus.NewRegistry()}
+	k := &Kit{Cfg: cfg, Docker: NewDocker(cfg), Units: NewUnits(), Journal: &Journal{}, Registry: prometheus.NewRegistry(), cleanups: map[string]int{}}
 	k.Host = NewHost(cfg, state)
 	set, err := toolset.New(cfg, o.MCPTools)
 	Must(t, err)
@@ -106,7 +113,8 @@ func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 		containers = o.Containers(k.Docker)
 	}
 	life := sandbox.New(sandbox.Options{
-		Containers: containers, Units: k.Units, Logger: o.Logger, ChownTree: noChown, RemoveRetryDelay: time.Millisecond, RemoveRetryTotal: o.RemoveRetryTotal,
+		Containers: containers, Units: k.Units, Logger: o.Logger, ChownTree: noChown, RemoveRetryDelay: cmp.Or(o.RemoveRetryDelay, time.Millisecond), RemoveRetryTotal: o.RemoveRetryTotal,
+		BrokerGID: o.BrokerGID, CleanupFailed: k.cleanupFailed,
 		WorkerLogs: workerlog.New(workerlog.DefaultLimits(), k.Journal.Send, nil),
 	})
 	k.Deps = kind.Deps{
@@ -115,6 +123,22 @@ func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 		Registry: k.Registry, Observe: func(string, time.Duration) {}, Fleet: o.Fleet,
 	}
 	return k
+}
+
+// cleanupFailed counts a failed cleanup step as the host's
+// sandbox_cleanup_failures_total does.
+func (k *Kit) cleanupFailed(what string) {
+	k.cleanupMu.Lock()
+	defer k.cleanupMu.Unlock()
+	k.cleanups[what]++
+}
+
+// CleanupFailures is how many cleanup steps of what ("container",
+// "units", ...) failed, as the lifecycle reported them.
+func (k *Kit) CleanupFailures(what string) int {
+	k.cleanupMu.Lock()
+	defer k.cleanupMu.Unlock()
+	return k.cleanups[what]
 }
 
 // AssertClean: no container, unit, turn directory or policy file is left.
