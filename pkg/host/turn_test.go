@@ -265,3 +265,38 @@ func TestShutdownContextStopsRemovalRetries(t *testing.T) {
 		t.Errorf("log does not say why retries stopped:\n%s", logs.String())
 	}
 }
+
+// TestResultOf: how the host names a finished turn's result and error
+// from the kind's outcome and why the turn's context ended (the kinds'
+// tests assert only that the run failed: a unit job that failed, a client
+// that left while stdin waited, output the protocol refuses).
+func TestResultOf(t *testing.T) {
+	ended := func(cause error) context.Context {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(cause)
+		return ctx
+	}
+	failed := errors.New("run failed")
+	for _, tt := range []struct {
+		name            string
+		ctx             context.Context
+		reply           *protocol.Reply
+		runErr, cleanup error
+		result          string
+		err             error
+	}{
+		{"ok", context.Background(), &protocol.Reply{OK: true}, nil, nil, resultOK, nil},
+		{"not ok", context.Background(), &protocol.Reply{}, nil, nil, resultNotOK, nil},
+		{"cleanup outranks", ended(errCauseDeadline), nil, failed, ErrCleanup, resultCleanup, ErrCleanup},
+		{"deadline", ended(errCauseDeadline), nil, failed, nil, resultDeadline, ErrDeadline},
+		{"cancelled", ended(errCauseCancel), nil, failed, nil, resultCancelled, ErrCancelled},
+		{"shutdown", ended(ErrShuttingDown), nil, failed, nil, resultShutdown, ErrShuttingDown},
+		{"client gone", ended(context.Canceled), nil, failed, nil, resultGone, ErrClientGone},
+		{"run failed", context.Background(), nil, failed, nil, resultFailed, ErrTurnFailed},
+	} {
+		result, err := resultOf(tt.ctx, tt.reply, tt.runErr, tt.cleanup)
+		if result != tt.result || !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
+			t.Errorf("%s: resultOf = %q, %v; want %q, %v", tt.name, result, err, tt.result, tt.err)
+		}
+	}
+}

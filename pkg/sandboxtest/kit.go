@@ -72,6 +72,9 @@ type KitOptions struct {
 	RemoveRetryTotal, RemoveRetryDelay time.Duration
 	// BrokerGID is the group of policy files (0: as is).
 	BrokerGID int
+	// Observe hears of each phase's duration, the lifecycle's and the
+	// kind's (nil: nothing does).
+	Observe func(phase string, took time.Duration)
 	// Chown, when set, is the lifecycle's and the kind's chown (the
 	// default does nothing: tests need not be root).
 	Chown func(path string, uid, gid int) error
@@ -104,6 +107,10 @@ func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 	if o.Chown != nil {
 		noChown = o.Chown
 	}
+	observe := o.Observe
+	if observe == nil {
+		observe = func(string, time.Duration) {}
+	}
 	var containers sandbox.Containers = k.Docker
 	if o.Warm {
 		k.Warm = NewWarmDocker(k.Docker)
@@ -114,13 +121,13 @@ func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 	}
 	life := sandbox.New(sandbox.Options{
 		Containers: containers, Units: k.Units, Logger: o.Logger, ChownTree: noChown, RemoveRetryDelay: cmp.Or(o.RemoveRetryDelay, time.Millisecond), RemoveRetryTotal: o.RemoveRetryTotal,
-		BrokerGID: o.BrokerGID, CleanupFailed: k.cleanupFailed,
+		BrokerGID: o.BrokerGID, CleanupFailed: k.cleanupFailed, ObservePhase: observe,
 		WorkerLogs: workerlog.New(workerlog.DefaultLimits(), k.Journal.Send, nil),
 	})
 	k.Deps = kind.Deps{
 		Config: cfg, Lifecycle: life, Host: k.Host, Logger: o.Logger, Now: o.Now, NewID: ids.NewTurnID,
 		UID: os.Getuid(), GID: os.Getgid(), Lchown: noChown, Tools: set.Tools, MCP: set.MCP, Policy: set.Policy,
-		Registry: k.Registry, Observe: func(string, time.Duration) {}, Fleet: o.Fleet,
+		Registry: k.Registry, Observe: observe, Fleet: o.Fleet,
 	}
 	return k
 }
