@@ -78,6 +78,9 @@ type KitOptions struct {
 	// Chown, when set, is the lifecycle's and the kind's chown (the
 	// default does nothing: tests need not be root).
 	Chown func(path string, uid, gid int) error
+	// ChownTree, when set, is the lifecycle's alone (a workspace that
+	// cannot be handed over, say); Chown stays the kind's.
+	ChownTree func(path string, uid, gid int) error
 	// MCPTools are the MCP servers' tools as discovery found them.
 	MCPTools map[string][]protocol.ToolSpec
 	// Fleet is the kind's fleet (nil: a box alone).
@@ -111,6 +114,10 @@ func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 	if observe == nil {
 		observe = func(string, time.Duration) {}
 	}
+	chownTree := noChown
+	if o.ChownTree != nil {
+		chownTree = o.ChownTree
+	}
 	var containers sandbox.Containers = k.Docker
 	if o.Warm {
 		k.Warm = NewWarmDocker(k.Docker)
@@ -120,7 +127,7 @@ func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 		containers = o.Containers(k.Docker)
 	}
 	life := sandbox.New(sandbox.Options{
-		Containers: containers, Units: k.Units, Logger: o.Logger, ChownTree: noChown, RemoveRetryDelay: cmp.Or(o.RemoveRetryDelay, time.Millisecond), RemoveRetryTotal: o.RemoveRetryTotal,
+		Containers: containers, Units: k.Units, Logger: o.Logger, ChownTree: chownTree, RemoveRetryDelay: cmp.Or(o.RemoveRetryDelay, time.Millisecond), RemoveRetryTotal: o.RemoveRetryTotal,
 		BrokerGID: o.BrokerGID, CleanupFailed: k.cleanupFailed, ObservePhase: observe,
 		WorkerLogs: workerlog.New(workerlog.DefaultLimits(), k.Journal.Send, nil),
 	})
