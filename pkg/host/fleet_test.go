@@ -111,37 +111,6 @@ func fleetClient(t *testing.T, c *fleettest.Cluster) *client.FleetClient {
 	return fc
 }
 
-// TestFleetOwnerRunsUnderTheFleetsMode: the owner box runs a turn under
-// the channel's mode as the fleet knows it, not its own state: on in the
-// fleet runs though unknown or rich here; off in the fleet, or never set
-// there, is refused with the host API's 409 though on here.
-func TestFleetOwnerRunsUnderTheFleetsMode(t *testing.T) {
-	c := fleettest.Start(t, 1)
-	ctx := context.Background()
-	r, f := fleetRig(t, c, "box-b", "")
-	startBox(t, r, f)
-	must(t, r.h.state.SetRich("rich-here", "p"))
-	must(t, r.h.state.SetMode("off-there", ModeOn))
-	must(t, r.h.state.SetMode("never-there", ModeOn))
-	for ch, mode := range map[string]string{"unknown-here": fleet.ModeOn, "rich-here": fleet.ModeOn, "off-there": fleet.ModeOff} {
-		_, err := f.SetMode(ctx, ch, mode, "", "admin")
-		must(t, err)
-	}
-	fc := fleetClient(t, c)
-	for _, tc := range []struct {
-		channel string
-		want    error
-	}{{"unknown-here", nil}, {"rich-here", nil}, {"off-there", client.ErrModeOff}, {"never-there", client.ErrModeOff}} {
-		reply, err := fc.RunTurn(ctx, tc.channel, apiwire.Speaker{ID: "s1"}, "hello")
-		if tc.want == nil && (err != nil || !reply.OK || reply.Text != "hello") || tc.want != nil && !errors.Is(err, tc.want) {
-			t.Errorf("turn on %s = %+v, %v; want %v", tc.channel, reply, err, tc.want)
-		}
-	}
-	if n := len(r.docker.Created); n != 2 {
-		t.Errorf("containers = %d, want 2 (the two channels on in the fleet)", n)
-	}
-}
-
 // TestFleetModeChangeOnOneBoxIsWhatTheOwnerApplies: a mode changed
 // through box a's API is written to the fleet; owner box b (whose state
 // never heard of the channel) runs and then refuses turns by it; b's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/roundtable-sandbox/sandbox/pkg/chanstate"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,7 +25,7 @@ import (
 )
 
 // Moved from pkg/host (fleet_test.go): a sealed channel's workspace moving
-// between boxes. Each box is the sealed turn over its own kit, its fleet
+// between boxes, and the owner box running under the fleet's mode. Each box is the sealed turn over its own kit, its fleet
 // side's executor running a taken turn on the kind as the host runs an
 // admitted one (rig.run): the host's own part of a fleet turn (its
 // admission, its answers, the daemon's fleet start) stays in pkg/host.
@@ -168,5 +169,36 @@ func TestFleetWorkspaceMovesToAnotherBox(t *testing.T) {
 	}
 	if len(cr.docker.Created) != 0 {
 		t.Errorf("box c ran the turn on a refused snapshot")
+	}
+}
+
+// TestFleetOwnerRunsUnderTheFleetsMode: the owner box runs a turn under
+// the channel's mode as the fleet knows it, not its own state: on in the
+// fleet runs though unknown or rich here; off in the fleet, or never set
+// there, is refused with the host API's 409 though on here.
+func TestFleetOwnerRunsUnderTheFleetsMode(t *testing.T) {
+	c := fleettest.Start(t, 1)
+	ctx := context.Background()
+	r, f := fleetRig(t, c, "box-b")
+	startBox(t, r, f)
+	must(t, r.kit.Host.State.SetRich("rich-here", "p"))
+	must(t, r.kit.Host.State.SetMode("off-there", chanstate.ModeOn))
+	must(t, r.kit.Host.State.SetMode("never-there", chanstate.ModeOn))
+	for ch, mode := range map[string]string{"unknown-here": fleet.ModeOn, "rich-here": fleet.ModeOn, "off-there": fleet.ModeOff} {
+		_, err := f.SetMode(ctx, ch, mode, "", "admin")
+		must(t, err)
+	}
+	fc := fleetClient(t, c)
+	for _, tc := range []struct {
+		channel string
+		want    error
+	}{{"unknown-here", nil}, {"rich-here", nil}, {"off-there", client.ErrModeOff}, {"never-there", client.ErrModeOff}} {
+		reply, err := fc.RunTurn(ctx, tc.channel, apiwire.Speaker{ID: "s1"}, "hello")
+		if tc.want == nil && (err != nil || !reply.OK || reply.Text != "hello") || tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("turn on %s = %+v, %v; want %v", tc.channel, reply, err, tc.want)
+		}
+	}
+	if n := len(r.docker.Created); n != 2 {
+		t.Errorf("containers = %d, want 2 (the two channels on in the fleet)", n)
 	}
 }
