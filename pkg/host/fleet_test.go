@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -104,12 +105,7 @@ func startBox(t *testing.T, r *rig, f *fleet.Fleet) *fleet.Box {
 	return box
 }
 
-func fleetClient(t *testing.T, c *fleettest.Cluster) *client.FleetClient {
-	t.Helper()
-	fc, err := client.DialFleet(context.Background(), client.FleetOptions{Conn: c.Connect("frontend"), Partitions: 1})
-	must(t, err)
-	return fc
-}
+var fleetClient = sandboxtest.FleetClient
 
 // TestFleetModeChangeOnOneBoxIsWhatTheOwnerApplies: a mode changed
 // through box a's API is written to the fleet; owner box b (whose state

@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
 )
 
 // flakyListener fails its first accepts the way a uid out of epoll watches

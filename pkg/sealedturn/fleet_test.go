@@ -75,12 +75,7 @@ func startBox(t *testing.T, b *fleetBox, f *fleet.Fleet) *fleet.Box {
 	return box
 }
 
-func fleetClient(t *testing.T, c *fleettest.Cluster) *client.FleetClient {
-	t.Helper()
-	fc, err := client.DialFleet(context.Background(), client.FleetOptions{Conn: c.Connect("frontend"), Partitions: 1})
-	must(t, err)
-	return fc
-}
+var fleetClient = sandboxtest.FleetClient
 
 // workspaceRun is a worker that appends the turn's text to history.txt
 // in its workspace and answers with the whole history.
