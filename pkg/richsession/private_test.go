@@ -26,7 +26,7 @@ func TestRichIncompatibleWorkerNamesImage(t *testing.T) {
 	logs := &lockedBuffer{}
 	r, ctl := richRigLog(t, time.Hour, richExtra, nil, slog.New(slog.NewTextHandler(logs, nil)))
 	must(t, r.setRich("room", "helper"))
-	ctl.turnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
+	ctl.TurnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
 		return nil, richsession.ErrWorkerIncompatible
 	}
 	if _, _, err := richTurn(t, r, "room", "one"); !errors.Is(err, errTurnFailed) {
