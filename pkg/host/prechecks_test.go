@@ -13,15 +13,7 @@ import (
 
 // precheckExtra gives a precheck the default minute: tests about anything
 // but the deadline must not race it.
-const precheckExtra = `
-prechecks:
-  enabled: true
-  timeoutSeconds: 60
-  grants:
-    - channel: room
-      server: search
-      tools: [find]
-`
+const precheckExtra = sandboxtest.PrecheckExtra
 
 func newPrecheckRig(t *testing.T, extra string) *rig {
 	t.Helper()

@@ -60,15 +60,7 @@ type lockedBuffer = sandboxtest.LockedBuffer
 // precheckExtra gives a precheck the default minute: tests about anything
 // but the deadline must not race it (a 2 s bound failed them on a busy
 // machine, where the host's setup alone took over 2 s).
-const precheckExtra = `
-prechecks:
-  enabled: true
-  timeoutSeconds: 60
-  grants:
-    - channel: room
-      server: search
-      tools: [find]
-`
+const precheckExtra = sandboxtest.PrecheckExtra
 
 // precheckShortExtra is precheckExtra with the least timeout, for the
 // deadline's own tests.

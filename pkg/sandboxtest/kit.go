@@ -182,7 +182,14 @@ func (k *Kit) Counter(name, label, value string) float64 {
 // registry whose labels hold every pair of labels (0 when absent).
 func (k *Kit) CounterWith(t testing.TB, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := k.Registry.Gather()
+	return CounterWith(t, k.Registry, name, labels)
+}
+
+// CounterWith reads the first series of counter name from reg whose
+// labels hold every pair of labels (0 when absent).
+func CounterWith(t testing.TB, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
 	Must(t, err)
 	for _, mf := range mfs {
 		if mf.GetName() != name {
