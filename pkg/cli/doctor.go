@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/roundtable-sandbox/sandbox/pkg/kind"
+	"github.com/roundtable-sandbox/sandbox/pkg/toolset"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -484,7 +485,7 @@ func doctorDiscover(ctx context.Context, s config.MCP, offered []mcp.Tool, add f
 		}
 		return out, nil
 	}
-	specs, err := host.DiscoveredTools(ctx, s, list)
+	specs, err := toolset.Discovered(ctx, s, list)
 	if err != nil {
 		add("mcp "+s.Name, StatusFail, "discovery would fail at startup: "+err.Error(), "under mcp."+s.Name+".tools list only tools the server offers (as it spells them) and the host accepts, or declare them with discover: false")
 		return
