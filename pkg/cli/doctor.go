@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/roundtable-sandbox/sandbox/pkg/kind"
+	"github.com/roundtable-sandbox/sandbox/pkg/toolset"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -31,9 +33,9 @@ import (
 
 // Check statuses.
 const (
-	StatusOK   = "ok"
-	StatusFail = "fail"
-	StatusWarn = "warn"
+	StatusOK   = kind.CheckOK
+	StatusFail = kind.CheckFail
+	StatusWarn = kind.CheckWarn
 	StatusSkip = "skip"
 )
 
@@ -244,8 +246,7 @@ func runDoctor(ctx context.Context, path string, d doctorDeps) Report {
 	}
 
 	if cfg != nil {
-		doctorProjects(cfg, d, add)
-		doctorSkills(cfg, d, add)
+		host.DoctorChecks(cfg, kind.DoctorEnv{Stat: d.stat}, add) // a code run's projects, a rich session's skills, ...
 		creds := doctorCredentials(cfg, d, add)
 		doctorMCP(ctx, cfg, d, creds, add)
 		doctorFleet(ctx, cfg, d, add)
@@ -484,7 +485,7 @@ func doctorDiscover(ctx context.Context, s config.MCP, offered []mcp.Tool, add f
 		}
 		return out, nil
 	}
-	specs, err := host.DiscoveredTools(ctx, s, list)
+	specs, err := toolset.Discovered(ctx, s, list)
 	if err != nil {
 		add("mcp "+s.Name, StatusFail, "discovery would fail at startup: "+err.Error(), "under mcp."+s.Name+".tools list only tools the server offers (as it spells them) and the host accepts, or declare them with discover: false")
 		return
@@ -585,36 +586,5 @@ func doctorUnitStates(ctx context.Context, d doctorDeps, add func(name, status, 
 		default:
 			add("unit-state", StatusOK, desc, "")
 		}
-	}
-}
-
-// doctorProjects checks each runs.projects path as a run needs it: an
-// existing directory reached through no symlink (the container driver
-// refuses one), readable and searchable by every uid (a run's user is a
-// guest uid of its own).
-func doctorProjects(cfg *config.Config, d doctorDeps, add func(name, status, detail, remedy string)) {
-	if !cfg.Runs.Enabled {
-		return
-	}
-	for _, p := range cfg.Runs.Projects {
-		name := "project " + p.Name
-		st, err := d.stat(p.Path)
-		switch {
-		case err != nil:
-			add(name, StatusFail, p.Path+" does not exist or cannot be read: runs naming it fail", "create it, or fix runs.projects")
-			continue
-		case !st.IsDir():
-			add(name, StatusFail, p.Path+" is not a directory", "point runs.projects at a directory")
-			continue
-		}
-		if resolved, err := filepath.EvalSymlinks(p.Path); err == nil && resolved != p.Path {
-			add(name, StatusFail, p.Path+" goes through a symlink (to "+resolved+"); the driver refuses bind sources with one", "name the resolved path in runs.projects")
-			continue
-		}
-		if st.Mode().Perm()&0o005 != 0o005 {
-			add(name, StatusWarn, fmt.Sprintf("%s is mode %v: a run's user (a guest uid) cannot list it", p.Path, st.Mode().Perm()), "chmod o+rx "+p.Path+" (and o+r on the files runs should read)")
-			continue
-		}
-		add(name, StatusOK, p.Path+" is a directory every run's user can read, mounted read-only at /workspace", "")
 	}
 }

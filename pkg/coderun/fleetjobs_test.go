@@ -27,7 +27,8 @@ import (
 
 // Moved from pkg/host (fleetjobs_test.go): code runs across an in-process
 // cluster, each box the code-run kind over its own kit. The precheck's and
-// the delegation's fleet tests and the fleet run benchmark stay in pkg/host.
+// the delegation's fleet tests are beside their kinds (pkg/precheckrun,
+// pkg/delegationrun); BenchmarkFleetRun moved here too.
 
 // fleetRunRig is a host with runs on one in-process cluster, as box name;
 // takes says whether it takes the fleet's run jobs.
@@ -121,8 +122,8 @@ func TestFleetRunAdmittedHereRunsThere(t *testing.T) {
 	if !slices.Equal(kinds, want) {
 		t.Errorf("events on A = %q, want %q", kinds, want)
 	}
-	if len(rdB.jobs) != 1 || rdB.jobs[0].Command != "echo hello" || len(b.docker.Created) != 1 || b.docker.Created[0].WorkspaceDir != "/srv/demo" {
-		t.Errorf("B ran %+v, created %d containers", rdB.jobs, len(b.docker.Created))
+	if len(rdB.Jobs) != 1 || rdB.Jobs[0].Command != "echo hello" || len(b.docker.Created) != 1 || b.docker.Created[0].WorkspaceDir != "/srv/demo" {
+		t.Errorf("B ran %+v, created %d containers", rdB.Jobs, len(b.docker.Created))
 	}
 	if len(a.docker.Created) != 0 {
 		t.Errorf("A created %d containers", len(a.docker.Created))
@@ -239,8 +240,8 @@ func TestFleetRunWithCredentialStaysHere(t *testing.T) {
 	if got := waitRun(t, a, st.ID); got.Result != runs.ResultOK {
 		t.Fatalf("run %+v", got)
 	}
-	if len(rdA.jobs) != 1 || len(a.docker.Policies) != 1 {
-		t.Errorf("A ran %d jobs, wrote %d policies; want the run here", len(rdA.jobs), len(a.docker.Policies))
+	if len(rdA.Jobs) != 1 || len(a.docker.Policies) != 1 {
+		t.Errorf("A ran %d jobs, wrote %d policies; want the run here", len(rdA.Jobs), len(a.docker.Policies))
 	}
 	a.assertClean(t)
 }
@@ -303,8 +304,8 @@ func TestFleetRunJobWithCredentialRefused(t *testing.T) {
 	if st.Result != runs.ResultError || res.Box != "box-b" {
 		t.Errorf("result %+v from %s, want an error from box-b", st, res.Box)
 	}
-	if len(rdB.jobs) != 0 || len(b.docker.Policies) != 0 || len(b.docker.Created) != 0 {
-		t.Errorf("B ran %d jobs, wrote %d policies, created %d containers; want none", len(rdB.jobs), len(b.docker.Policies), len(b.docker.Created))
+	if len(rdB.Jobs) != 0 || len(b.docker.Policies) != 0 || len(b.docker.Created) != 0 {
+		t.Errorf("B ran %d jobs, wrote %d policies, created %d containers; want none", len(rdB.Jobs), len(b.docker.Policies), len(b.docker.Created))
 	}
 	b.assertClean(t)
 }
@@ -347,8 +348,8 @@ func TestFleetRunWithCredentialApprovedHereOnly(t *testing.T) {
 		}
 		t.Errorf("the credential run's approval was in the fleet: %s", e.Value())
 	}
-	if len(rdA.jobs) != 1 {
-		t.Errorf("A ran %d jobs, want 1", len(rdA.jobs))
+	if len(rdA.Jobs) != 1 {
+		t.Errorf("A ran %d jobs, want 1", len(rdA.Jobs))
 	}
 	a.assertClean(t)
 }
@@ -405,4 +406,52 @@ func TestFleetRunFromAHostileBoxRefused(t *testing.T) {
 			a.assertClean(t)
 		})
 	}
+}
+
+// BenchmarkFleetRun: a trivial run (the fake engine's) from admission to
+// its result, here without a fleet, through the fleet on its own box, and
+// admitted on A run on B: the engine's cost per run (go test -bench
+// FleetRun -benchtime 100x ./pkg/coderun). Moved from pkg/host.
+func BenchmarkFleetRun(b *testing.B) {
+	rigOn := func(f *fleet.Fleet, name string, takes bool) *rig {
+		r, _ := newRunRigWith(b, runsExtra, supervise(0), func(o *sandboxtest.KitOptions) {
+			if f != nil {
+				o.Fleet, o.Config = f, func(c *config.Config) { c.Fleet.Box = name }
+			}
+		})
+		if takes {
+			stop, err := startFleetJobs(context.Background(), r)
+			must(b, err)
+			b.Cleanup(stop)
+		}
+		return r
+	}
+	open := func(c *fleettest.Cluster, name string) *fleet.Fleet {
+		f, err := fleet.Open(context.Background(), c.Connect(name), fleet.Layout{Partitions: 1, Replicas: 1})
+		must(b, err)
+		return f
+	}
+	run := func(b *testing.B, a *rig) {
+		for b.Loop() {
+			st, err := a.k.Start(runs.Params{Command: "true"}, clientUID)
+			must(b, err)
+			r, err := a.k.Registry().Get(st.ID)
+			must(b, err)
+			<-r.Done()
+			if s := r.Summary(); s.Result != runs.ResultOK {
+				b.Fatalf("run %+v", s)
+			}
+		}
+	}
+	b.Run("local", func(b *testing.B) { run(b, rigOn(nil, "", false)) })
+	b.Run("fleet-own-box", func(b *testing.B) {
+		c := fleettest.Start(b, 1)
+		run(b, rigOn(open(c, "box-a"), "box-a", true))
+	})
+	b.Run("fleet-other-box", func(b *testing.B) {
+		c := fleettest.Start(b, 1)
+		a := rigOn(open(c, "box-a"), "box-a", false)
+		rigOn(open(c, "box-b"), "box-b", true)
+		run(b, a)
+	})
 }

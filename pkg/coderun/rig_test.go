@@ -1,15 +1,9 @@
 package coderun_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"io"
 	"os"
-	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,104 +42,25 @@ type rig struct {
 	journal *sandboxtest.Journal
 	fleet   *fleet.Fleet // in fleet mode
 
-	chownMu sync.Mutex
-	chowns  []chownCall
+	chowns sandboxtest.Chowns
 }
 
-type chownCall struct {
-	dir      string
-	uid, gid int
-}
+type chownCall = sandboxtest.ChownCall
 
-// chown records what the lifecycle and the kind gave away.
-func (r *rig) chown(dir string, uid, gid int) error {
-	r.chownMu.Lock()
-	defer r.chownMu.Unlock()
-	r.chowns = append(r.chowns, chownCall{dir, uid, gid})
-	return nil
-}
-
-func (r *rig) chownCalls() []chownCall {
-	r.chownMu.Lock()
-	defer r.chownMu.Unlock()
-	return slices.Clone(r.chowns)
-}
+func (r *rig) chownCalls() []chownCall { return r.chowns.Calls() }
 
 // lockedBuffer is a log written by the kind's goroutines and read by a
 // test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+type lockedBuffer = sandboxtest.LockedBuffer
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+// The code runs' supervisor fakes are pkg/sandboxtest's, shared with the
+// host's tests.
+type runDocker = sandboxtest.RunDocker
 
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// runDocker adds a hand-written RunContainers to the kit's driver:
-// streamFn plays the toolbox's supervisor, writing frames to stdout.
-type runDocker struct {
-	*sandboxtest.Docker
-	gone     atomic.Bool // Docker stopped answering
-	mu       sync.Mutex
-	jobs     []wire.Job
-	streamFn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)
-}
-
-func (d *runDocker) Stream(ctx context.Context, id string, stdin []byte, stdout, stderr io.Writer) (int64, error) {
-	job, err := wire.ReadJob(strings.NewReader(string(stdin)))
-	if err != nil {
-		return -1, err
-	}
-	d.mu.Lock()
-	d.jobs = append(d.jobs, job)
-	fn := d.streamFn
-	d.mu.Unlock()
-	io.WriteString(stderr, "supervisor: started\n")
-	return fn(ctx, job, stdout)
-}
-
-// Ping fails once the test took Docker away (gone).
-func (d *runDocker) Ping(ctx context.Context) error {
-	if d.gone.Load() {
-		return errors.New("fake: Cannot connect to the Docker daemon at unix:///var/run/docker.sock")
-	}
-	return nil
-}
-
-// supervise is a well-behaved supervisor: "hello\n" on stdout, "warn\n" on
-// stderr, the given exit code, and each requested artifact as "data:<path>".
-func supervise(exit int) func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
-	return func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
-		enc := wire.NewEncoder(stdout)
-		must := func(err error) {
-			if err != nil {
-				panic(err)
-			}
-		}
-		for i := range job.Setup {
-			must(enc.Output(wire.FrameStdout, wire.PhaseSetup, []byte("setting up\n")))
-			must(enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseSetup, Index: i + 1, ExitCode: 0}))
-		}
-		must(enc.Output(wire.FrameStdout, wire.PhaseMain, []byte("hello\n")))
-		must(enc.Output(wire.FrameStderr, wire.PhaseMain, []byte("warn\n")))
-		must(enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseMain, ExitCode: exit}))
-		for _, a := range job.Artifacts {
-			data := []byte("data:" + a)
-			must(enc.Artifact(wire.ArtifactHeader{Path: a, Size: int64(len(data))}, data))
-		}
-		must(enc.Result(wire.Result{ExitCode: exit}))
-		return 0, nil
-	}
-}
+var (
+	supervise    = sandboxtest.Supervise
+	bigSupervise = sandboxtest.BigSupervise
+)
 
 func newRunRig(t *testing.T, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)) (*rig, *runDocker) {
 	t.Helper()
@@ -154,11 +69,11 @@ func newRunRig(t *testing.T, extra string, fn func(ctx context.Context, job wire
 
 // newRunRigWith is newRunRig with the kit's options changed by mutate
 // (wrap: the runDocker wrapped further, a standby driver say).
-func newRunRigWith(t *testing.T, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error), mutate func(*sandboxtest.KitOptions)) (*rig, *runDocker) {
+func newRunRigWith(t testing.TB, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error), mutate func(*sandboxtest.KitOptions)) (*rig, *runDocker) {
 	t.Helper()
-	rd := &runDocker{streamFn: fn}
+	rd := &runDocker{StreamFn: fn}
 	r := &rig{}
-	o := sandboxtest.KitOptions{Chown: r.chown, Containers: func(d *sandboxtest.Docker) sandbox.Containers {
+	o := sandboxtest.KitOptions{Chown: r.chowns.Chown, Containers: func(d *sandboxtest.Docker) sandbox.Containers {
 		rd.Docker = d
 		return rd
 	}}

@@ -61,7 +61,7 @@ func TestRunShellAndArtifacts(t *testing.T) {
 	if spec.Labels[layout.LabelTurn] != st.ID || spec.Labels[layout.LabelChannel] != "run-"+st.ID || spec.LogTag != "sandbox/run-"+st.ID {
 		t.Errorf("labels %v log tag %s", spec.Labels, spec.LogTag)
 	}
-	job := rd.jobs[0]
+	job := rd.Jobs[0]
 	if job.Command != "echo hello" || job.UID != spec.UID || job.UID < r.cfg.Guests.UIDBase || job.Proxy {
 		t.Errorf("job %+v (uid of the spec %d)", job, spec.UID)
 	}
@@ -133,10 +133,10 @@ func TestRunFailedExitAndSetup(t *testing.T) {
 	if st, err := os.Lstat(filepath.Join(gate, "workspace")); err != nil || !st.IsDir() {
 		t.Errorf("gate mount point: %v", err)
 	}
-	if !slices.Contains(r.chownCalls(), chownCall{gate, spec.UID, spec.GID}) || spec.UID != spec.GID {
+	if !slices.Contains(r.chownCalls(), chownCall{Dir: gate, UID: spec.UID, GID: spec.GID}) || spec.UID != spec.GID {
 		t.Errorf("chowns %v, want %s given to the run's uid:gid %d:%d", r.chownCalls(), gate, spec.UID, spec.GID)
 	}
-	if j := rd.jobs[0]; !slices.Equal(j.Argv, []string{"false"}) || len(j.Setup) != 1 {
+	if j := rd.Jobs[0]; !slices.Equal(j.Argv, []string{"false"}) || len(j.Setup) != 1 {
 		t.Errorf("job %+v", j)
 	}
 	r.assertClean(t)
@@ -209,8 +209,8 @@ func TestRunNetworkApproval(t *testing.T) {
 	if pol == nil || !pol.EgressOnly || pol.Egress == nil || !slices.Equal(pol.EgressAllow, []string{"127.0.0.1:8080"}) || pol.Model != (policy.Model{}) {
 		t.Errorf("policy at create: %+v", pol)
 	}
-	if spec := r.docker.Created[0]; spec.TurnDir == "" || !rd.jobs[0].Proxy {
-		t.Errorf("a network run needs its turn dir and the bridge: %+v %+v", spec, rd.jobs[0])
+	if spec := r.docker.Created[0]; spec.TurnDir == "" || !rd.Jobs[0].Proxy {
+		t.Errorf("a network run needs its turn dir and the bridge: %+v %+v", spec, rd.Jobs[0])
 	}
 	if n := len(r.units.Started); n != 1 {
 		t.Errorf("broker units started %d, want 1", n)
@@ -458,14 +458,14 @@ func TestRunBlamesDockerWhenItWentAway(t *testing.T) {
 		return func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
 			enc := wire.NewEncoder(stdout)
 			enc.Output(wire.FrameStdout, wire.PhaseMain, []byte("working\n"))
-			(*rd).gone.Store(goAway)
+			(*rd).Gone.Store(goAway)
 			return 2, enc.Result(wire.Result{ExitCode: -1, Error: wire.ErrorStopped})
 		}
 	}
 	attachBroke := func(rd **runDocker, goAway bool) func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
 		return func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
 			wire.NewEncoder(stdout).Output(wire.FrameStdout, wire.PhaseMain, []byte("working\n"))
-			(*rd).gone.Store(goAway)
+			(*rd).Gone.Store(goAway)
 			return -1, errors.New("container wait: EOF: docker daemon request failed")
 		}
 	}
@@ -490,9 +490,9 @@ func TestRunBlamesDockerWhenItWentAway(t *testing.T) {
 				o.RemoveRetryTotal = 20 * time.Millisecond
 			})
 			rd = got
-			rd.mu.Lock()
+			rd.StreamMu.Lock()
 			rd.RemoveFails = tc.removeFails
-			rd.mu.Unlock()
+			rd.StreamMu.Unlock()
 			st, err := r.k.Start(runs.Params{Command: "sleep 600"}, clientUID)
 			must(t, err)
 			fin := waitRun(t, r, st.ID)

@@ -64,7 +64,7 @@ func TestRunCredentials(t *testing.T) {
 	if names := pol.CredentialNames(); !slices.Equal(names, []string{"git-token"}) {
 		t.Errorf("credset would copy %v, want only git-token", names)
 	}
-	if job := rd.jobs[0]; !slices.Equal(job.CredentialedHosts, []string{"127.0.0.1:8443"}) {
+	if job := rd.Jobs[0]; !slices.Equal(job.CredentialedHosts, []string{"127.0.0.1:8443"}) {
 		t.Errorf("job credentialed hosts %v", job.CredentialedHosts)
 	}
 

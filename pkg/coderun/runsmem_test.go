@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
-	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
 )
 
@@ -25,50 +23,6 @@ import (
 // runs retained, clients that stop reading a run's answer, runs in flight.
 // Each run is as big as the configuration allows: stdout and stderr at
 // runs.maxOutputBytes, artifacts filling runs.maxArtifactTotalBytes.
-
-// bigSupervise is a supervisor at every bound of its job; when held is not
-// nil it tells sent (artifacts handed to the host) and waits on held
-// before its result.
-func bigSupervise(sent chan<- struct{}, held <-chan struct{}) func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
-	return func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
-		enc := wire.NewEncoder(stdout)
-		chunk := make([]byte, wire.MaxChunk)
-		for i := range chunk {
-			chunk[i] = 'x'
-		}
-		for _, s := range []wire.FrameType{wire.FrameStdout, wire.FrameStderr} {
-			for n := 0; n < job.MaxOutputBytes; n += len(chunk) {
-				if err := enc.Output(s, wire.PhaseMain, chunk[:min(len(chunk), job.MaxOutputBytes-n)]); err != nil {
-					return -1, err
-				}
-			}
-		}
-		if err := enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseMain}); err != nil {
-			return -1, err
-		}
-		left := job.MaxArtifactTotalBytes
-		for _, a := range job.Artifacts {
-			size := min(left, job.MaxArtifactBytes)
-			left -= size
-			data := make([]byte, size)
-			for i := range data {
-				data[i] = byte(i * 7)
-			}
-			if err := enc.Artifact(wire.ArtifactHeader{Path: a, Size: size}, data); err != nil {
-				return -1, err
-			}
-		}
-		if sent != nil {
-			sent <- struct{}{}
-			select {
-			case <-held:
-			case <-ctx.Done():
-				return -1, ctx.Err()
-			}
-		}
-		return 0, enc.Result(wire.Result{})
-	}
-}
 
 // bigParams asks for enough artifacts to fill the total bound.
 func bigParams(cfg runsBounds) runs.Params {

@@ -180,9 +180,9 @@ func TestRunStandbyServesRun(t *testing.T) {
 	if len(streamed) != 1 || streamed[0] != "id-"+spec.Name {
 		t.Errorf("jobs given to started standbys: %v, want the standby's container", streamed)
 	}
-	w.runDocker.mu.Lock()
-	job := w.runDocker.jobs[0]
-	w.runDocker.mu.Unlock()
+	w.runDocker.StreamMu.Lock()
+	job := w.runDocker.Jobs[0]
+	w.runDocker.StreamMu.Unlock()
 	if job.UID != spec.UID || job.Command != "echo hello" {
 		t.Errorf("job %+v, want the standby's uid %d", job, spec.UID)
 	}

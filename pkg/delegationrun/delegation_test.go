@@ -71,7 +71,18 @@ func delegationRig(t *testing.T, mutate func(*config.Delegation)) *rig {
 
 func newRig(t *testing.T, enabled bool, mutate func(*config.Delegation)) *rig {
 	t.Helper()
-	kit := sandboxtest.NewKit(t, "", sandboxtest.KitOptions{Config: func(c *config.Config) {
+	return newRigWith(t, enabled, mutate, sandboxtest.KitOptions{})
+}
+
+// newRigWith is newRig over a kit with options o (a fleet, say); o.Config
+// runs before the delegation's configuration.
+func newRigWith(t *testing.T, enabled bool, mutate func(*config.Delegation), o sandboxtest.KitOptions) *rig {
+	t.Helper()
+	first := o.Config
+	kit := sandboxtest.NewKit(t, "", sandboxtest.KitOptions{Fleet: o.Fleet, Config: func(c *config.Config) {
+		if first != nil {
+			first(c)
+		}
 		if !enabled {
 			return
 		}

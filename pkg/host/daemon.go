@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/roundtable-sandbox/sandbox/pkg/toolset"
 	"log/slog"
 	"net"
 	"os"
@@ -154,7 +155,7 @@ func (d *Daemon) Serve(ctx context.Context) (err error) {
 		if d.DiscoverTools == nil {
 			return startupErr("mcp discovery", fmt.Errorf("mcp %s: discovery is not available", s.Name))
 		}
-		specs, err := DiscoveredTools(sctx, s, d.DiscoverTools)
+		specs, err := toolset.Discovered(sctx, s, d.DiscoverTools)
 		if err != nil {
 			return startupErr("mcp discovery", err)
 		}
@@ -266,44 +267,6 @@ func ensureImage(ctx context.Context, e Engine, cfg *config.Config, log *slog.Lo
 		return fmt.Errorf("image %s still missing after loading %s; the archive must carry that tag", cfg.Image, cfg.ImageArchive)
 	}
 	return nil
-}
-
-// DiscoveredTools lists a server's tools and keeps the declared names (all
-// when none are declared), each checked like a configured tool.
-func DiscoveredTools(ctx context.Context, s config.MCP, list func(context.Context, config.MCP) ([]protocol.ToolSpec, error)) ([]protocol.ToolSpec, error) {
-	offered, err := list(ctx, s)
-	if err != nil {
-		return nil, fmt.Errorf("mcp %s: list tools: %w", s.Name, err)
-	}
-	want := map[string]bool{}
-	for _, t := range s.Tools {
-		want[t.Name] = true
-	}
-	all := len(want) == 0 // decided before the loop: want shrinks as names are found
-	var out []protocol.ToolSpec
-	for _, t := range offered {
-		if !all && !want[t.Name] {
-			continue
-		}
-		if !protocol.ValidMCPToolName(t.Name) {
-			return nil, fmt.Errorf("mcp %s: offered tool name %q is not %s; list the tools to use under tools", s.Name, t.Name, protocol.MCPToolNameRule)
-		}
-		if t.Description == "" {
-			t.Description = t.Name
-		}
-		if err := config.CompileSchema(string(t.Parameters)); err != nil {
-			return nil, fmt.Errorf("mcp %s: tool %s parameters: %v", s.Name, t.Name, err)
-		}
-		delete(want, t.Name)
-		out = append(out, t)
-	}
-	for name := range want {
-		return nil, fmt.Errorf("mcp %s: declared tool %s is not offered by the server", s.Name, name)
-	}
-	if len(out) == 0 || len(out) > protocol.MaxToolSpecs {
-		return nil, fmt.Errorf("mcp %s: server offers %d usable tools; 1 to %d are allowed", s.Name, len(out), protocol.MaxToolSpecs)
-	}
-	return out, nil
 }
 
 // CheckPolicyGroup requires policyDir to carry the broker's group (brokerGID;

@@ -63,14 +63,6 @@ func blockJob(started chan<- string) func(ctx context.Context, spec ContainerSpe
 	}
 }
 
-// replyRun answers each run with reply and exit (also the fleet jobs'
-// tests).
-func replyRun(reply string, exit int64) func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
-	return func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
-		return RunResult{Stdout: []byte(reply + "\n"), ExitCode: exit}, nil
-	}
-}
-
 // TestDelegationRouteRefusals: the router refuses the delegations route
 // to a peer that is no client (the kind's own refusals are its tests).
 func TestDelegationRouteRefusals(t *testing.T) {

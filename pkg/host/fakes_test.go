@@ -2,8 +2,6 @@ package host
 
 import (
 	"os"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,30 +33,12 @@ type rig struct {
 	docker *fakeDocker
 	units  *fakeUnits
 
-	chownMu sync.Mutex
-	chowns  []chownCall
+	chowns sandboxtest.Chowns
 
 	journal *journalRecorder
 }
 
-type chownCall struct {
-	dir      string
-	uid, gid int
-}
-
-// chown records instead of changing owners (tests need not be root).
-func (r *rig) chown(dir string, uid, gid int) error {
-	r.chownMu.Lock()
-	defer r.chownMu.Unlock()
-	r.chowns = append(r.chowns, chownCall{dir, uid, gid})
-	return nil
-}
-
-func (r *rig) chownCalls() []chownCall {
-	r.chownMu.Lock()
-	defer r.chownMu.Unlock()
-	return slices.Clone(r.chowns)
-}
+type chownCall = sandboxtest.ChownCall
 
 // testMachine derives a global concurrency of 512 (config.SlotsPerCPU x 64).
 var testMachine = config.Machine{CPUs: 64, MemoryMB: 1 << 20}
@@ -72,7 +52,7 @@ func newRig(t testing.TB, extra string, mutate func(*Options)) *rig {
 	}
 	r := &rig{cfg: cfg, docker: newFakeDocker(cfg), units: newFakeUnits(), journal: &journalRecorder{}}
 	o := Options{Config: cfg, Logger: testLogger(t), State: st, Containers: r.docker, Units: r.units, RemoveRetryDelay: time.Millisecond,
-		PeerGroups: func(int) []int { return nil }, ChownTree: r.chown, Lchown: r.chown,
+		PeerGroups: func(int) []int { return nil }, ChownTree: r.chowns.Chown, Lchown: r.chowns.Chown,
 		WorkerLogs: workerlog.New(workerlog.DefaultLimits(), r.journal.Send, nil),
 		// A big machine, so a derived cap never depends on the test box.
 		Machine: &testMachine}

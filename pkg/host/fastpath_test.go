@@ -3,10 +3,9 @@ package host
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,133 +14,10 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 )
 
-// index is the position of the n-th (0-based) e in events, or -1.
-func index(events []string, e string, n int) int {
-	for i, got := range events {
-		if got == e {
-			if n == 0 {
-				return i
-			}
-			n--
-		}
-	}
-	return -1
-}
+// The cold path's stdin gate tests are pkg/sealedturn's
+// (stdingate_test.go); here the host's answer before the cleanup.
 
-// The container is created and started while the unit job runs; its stdin
-// is written only after the job succeeded.
-func TestStdinWaitsForTheUnitJob(t *testing.T) {
-	var mu sync.Mutex
-	var phases []string
-	r := newRig(t, "", func(o *Options) {
-		o.ObservePhase = func(p string, _ time.Duration) { mu.Lock(); phases = append(phases, p); mu.Unlock() }
-	})
-	gate := make(chan struct{})
-	r.units.StartHook = func(ctx context.Context, _ string) error {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		r.docker.Event("unit done")
-		return nil
-	}
-	type result struct {
-		text string
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		reply, _, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
-		res := result{err: err}
-		if reply != nil {
-			res.text = reply.Text
-		}
-		done <- res
-	}()
-	waitFor(t, "the container to start", func() bool { return slices.Contains(r.docker.EventList(), "start") })
-	time.Sleep(20 * time.Millisecond) // give a wrong implementation time to write
-	if ev := r.docker.EventList(); slices.Contains(ev, "stdin") {
-		t.Fatalf("stdin written before the unit job ended: events %v", ev)
-	}
-	close(gate)
-	res := <-done
-	if res.err != nil || res.text != "hello" {
-		t.Fatalf("RunTurn = %q, %v; want hello", res.text, res.err)
-	}
-	ev := r.docker.EventList()
-	if s, u, in := index(ev, "start", 0), index(ev, "unit done", 0), index(ev, "stdin", 0); !(s >= 0 && s < u && u < in) {
-		t.Errorf("events = %v, want start < unit done < stdin", ev)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.Contains(phases, PhaseStdinGate) {
-		t.Errorf("phases = %v, want %s among them", phases, PhaseStdinGate)
-	}
-	r.assertClean(t)
-}
-
-// A failed unit job kills the container that already started (stdin never
-// written) and the turn fails and cleans up as before.
-func TestFailedUnitJobKillsTheStartedContainer(t *testing.T) {
-	errJob := errors.New("job result \"failed\"")
-	tests := []struct {
-		name string
-		hook func(r *rig) func(context.Context, string) error
-	}{
-		{"fails after the container started", func(r *rig) func(context.Context, string) error {
-			return func(context.Context, string) error {
-				for !slices.Contains(r.docker.EventList(), "start") {
-					time.Sleep(time.Millisecond)
-				}
-				return errJob
-			}
-		}},
-		{"fails at once", func(*rig) func(context.Context, string) error {
-			return func(context.Context, string) error { return errJob }
-		}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := newRig(t, "", nil)
-			r.units.StartHook = tt.hook(r)
-			reply, id, err := r.h.RunTurn(context.Background(), TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
-			if !errors.Is(err, ErrTurnFailed) || reply != nil {
-				t.Fatalf("RunTurn = %v, %v; want ErrTurnFailed", reply, err)
-			}
-			if len(r.docker.Stdins) != 0 || slices.Contains(r.docker.EventList(), "stdin") {
-				t.Errorf("stdin was written: %v", r.docker.EventList())
-			}
-			cid := "id-" + r.docker.Created[0].Name
-			if !slices.Contains(r.docker.EventList(), "ready failed") || !slices.Contains(r.docker.Kills, cid) {
-				t.Errorf("events %v kills %v; want the started container killed", r.docker.EventList(), r.docker.Kills)
-			}
-			if !slices.Contains(r.docker.Removes, cid) || !slices.Equal(r.units.Stopped, []string{id}) {
-				t.Errorf("removes %v units stopped %v; want the container removed and units %s stopped", r.docker.Removes, r.units.Stopped, id)
-			}
-			r.assertClean(t)
-		})
-	}
-}
-
-// A client leaving while the container waits for the units: killed, cleaned.
-func TestClientGoneWhileStdinGated(t *testing.T) {
-	r := newRig(t, "", nil)
-	r.units.StartHook = func(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		waitFor(t, "the container to start", func() bool { return slices.Contains(r.docker.EventList(), "start") })
-		cancel()
-	}()
-	_, _, err := r.h.RunTurn(ctx, TurnInput{Channel: "c", SpeakerID: "s", Text: "x"})
-	if !errors.Is(err, ErrClientGone) {
-		t.Fatalf("RunTurn = %v, want ErrClientGone", err)
-	}
-	if len(r.docker.Stdins) != 0 {
-		t.Errorf("stdin was written")
-	}
-	r.assertClean(t)
-}
+var index = sandboxtest.Index
 
 // blockRemoval makes every Remove wait until the returned func is called;
 // entered counts the Remove calls that started.

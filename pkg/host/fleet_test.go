@@ -4,10 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,15 +14,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/client"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet/fleettest"
-	"github.com/roundtable-sandbox/sandbox/pkg/layout"
-	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 )
 
 // serveDaemon runs d until the test ends and waits for READY=1.
@@ -109,43 +105,7 @@ func startBox(t *testing.T, r *rig, f *fleet.Fleet) *fleet.Box {
 	return box
 }
 
-func fleetClient(t *testing.T, c *fleettest.Cluster) *client.FleetClient {
-	t.Helper()
-	fc, err := client.DialFleet(context.Background(), client.FleetOptions{Conn: c.Connect("frontend"), Partitions: 1})
-	must(t, err)
-	return fc
-}
-
-// TestFleetOwnerRunsUnderTheFleetsMode: the owner box runs a turn under
-// the channel's mode as the fleet knows it, not its own state: on in the
-// fleet runs though unknown or rich here; off in the fleet, or never set
-// there, is refused with the host API's 409 though on here.
-func TestFleetOwnerRunsUnderTheFleetsMode(t *testing.T) {
-	c := fleettest.Start(t, 1)
-	ctx := context.Background()
-	r, f := fleetRig(t, c, "box-b", "")
-	startBox(t, r, f)
-	must(t, r.h.state.SetRich("rich-here", "p"))
-	must(t, r.h.state.SetMode("off-there", ModeOn))
-	must(t, r.h.state.SetMode("never-there", ModeOn))
-	for ch, mode := range map[string]string{"unknown-here": fleet.ModeOn, "rich-here": fleet.ModeOn, "off-there": fleet.ModeOff} {
-		_, err := f.SetMode(ctx, ch, mode, "", "admin")
-		must(t, err)
-	}
-	fc := fleetClient(t, c)
-	for _, tc := range []struct {
-		channel string
-		want    error
-	}{{"unknown-here", nil}, {"rich-here", nil}, {"off-there", client.ErrModeOff}, {"never-there", client.ErrModeOff}} {
-		reply, err := fc.RunTurn(ctx, tc.channel, apiwire.Speaker{ID: "s1"}, "hello")
-		if tc.want == nil && (err != nil || !reply.OK || reply.Text != "hello") || tc.want != nil && !errors.Is(err, tc.want) {
-			t.Errorf("turn on %s = %+v, %v; want %v", tc.channel, reply, err, tc.want)
-		}
-	}
-	if n := len(r.docker.Created); n != 2 {
-		t.Errorf("containers = %d, want 2 (the two channels on in the fleet)", n)
-	}
-}
+var fleetClient = sandboxtest.FleetClient
 
 // TestFleetModeChangeOnOneBoxIsWhatTheOwnerApplies: a mode changed
 // through box a's API is written to the fleet; owner box b (whose state
@@ -188,96 +148,6 @@ func TestFleetModeChangeOnOneBoxIsWhatTheOwnerApplies(t *testing.T) {
 	waitFor(t, "box b's state follows the fleet (off)", func() bool { return owner.h.state.Mode("ch") == ModeOff })
 	if status, body := call(t, hc, "POST", "/v1/channels/ch/turns", `{"speaker":{"id":"s"},"text":"x"}`); status != 409 {
 		t.Errorf("turn through box a once off = %d %v, want 409", status, body)
-	}
-}
-
-// workspaceRun is a worker that appends the turn's text to history.txt
-// in its workspace and answers with the whole history.
-func workspaceRun(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
-	var turn protocol.Turn
-	if err := json.Unmarshal(stdin, &turn); err != nil {
-		return RunResult{}, err
-	}
-	p := filepath.Join(spec.WorkspaceDir, "history.txt")
-	old, _ := os.ReadFile(p)
-	hist := string(old) + turn.Text + "\n"
-	if err := os.WriteFile(p, []byte(hist), 0o600); err != nil {
-		return RunResult{}, err
-	}
-	out, _ := json.Marshal(protocol.Reply{OK: true, Text: hist})
-	return RunResult{Stdout: append(out, '\n')}, nil
-}
-
-// TestFleetWorkspaceMovesToAnotherBox: a channel's workspace written by
-// its turn on box a is restored on box b once a is gone (b's stale copy
-// replaced), b's next turn needs no restore, and a hostile snapshot is
-// refused on box c leaving its copy as it was.
-func TestFleetWorkspaceMovesToAnotherBox(t *testing.T) {
-	c := fleettest.Start(t, 1)
-	ctx := context.Background()
-	a, fa := fleetRig(t, c, "box-a", "")
-	b, fb := fleetRig(t, c, "box-b", "")
-	for _, r := range []*rig{a, b} {
-		r.docker.RunFn = workspaceRun
-	}
-	_, err := fa.SetMode(ctx, "ch", fleet.ModeOn, "", "admin")
-	must(t, err)
-	wsB, err := layout.WorkspaceDir(b.cfg.WorkspaceRoot, "ch")
-	must(t, err)
-	must(t, os.MkdirAll(wsB, 0o700))
-	must(t, os.WriteFile(filepath.Join(wsB, "stale.txt"), []byte("b's own old copy"), 0o600))
-	boxA := startBox(t, a, fa)
-	fc := fleetClient(t, c)
-	if reply, err := fc.RunTurn(ctx, "ch", apiwire.Speaker{ID: "s1"}, "one"); err != nil || reply.Text != "one\n" {
-		t.Fatalf("turn on box a = %+v, %v", reply, err)
-	}
-	boxA.Kill()
-	boxB := startBox(t, b, fb)
-	for _, tc := range []struct{ text, want string }{{"two", "one\ntwo\n"}, {"three", "one\ntwo\nthree\n"}} {
-		if reply, err := fc.RunTurn(ctx, "ch", apiwire.Speaker{ID: "s1"}, tc.text); err != nil || reply.Text != tc.want {
-			t.Fatalf("turn %s on box b = %+v, %v; want %q", tc.text, reply, err, tc.want)
-		}
-	}
-	if got, err := os.ReadFile(filepath.Join(wsB, "history.txt")); err != nil || string(got) != "one\ntwo\nthree\n" {
-		t.Errorf("box b's workspace history = %q, %v", got, err)
-	}
-	if _, err := os.Lstat(filepath.Join(wsB, "stale.txt")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("box b's stale copy survived the restore: %v", err)
-	}
-	if n := counter(t, b, "sandbox_fleet_workspace_restores_total", map[string]string{"result": "ok"}); n != 1 {
-		t.Errorf("box b restored %v times, want 1 (its second turn ran on its own copy)", n)
-	}
-
-	// A box with write rights replaces the committed snapshot with one
-	// whose path climbs out of the workspace.
-	st, _, err := fb.Channel(ctx, "ch")
-	must(t, err)
-	js, err := jetstream.New(c.Connect("hostile"))
-	must(t, err)
-	objects, err := js.ObjectStore(ctx, fleet.WorkspaceBucket)
-	must(t, err)
-	hostile := append([]byte("RTSBWS1\nf\x01\x80\x00\x09../escape"), 0, 0, 0, 0, 0, 0, 0, 1, 'x', 'e')
-	_, err = objects.PutBytes(ctx, st.Workspace, hostile)
-	must(t, err)
-	cr, fcr := fleetRig(t, c, "box-c", "")
-	cr.docker.RunFn = workspaceRun
-	wsC, err := layout.WorkspaceDir(cr.cfg.WorkspaceRoot, "ch")
-	must(t, err)
-	must(t, os.MkdirAll(wsC, 0o700))
-	must(t, os.WriteFile(filepath.Join(wsC, "history.txt"), []byte("c's copy\n"), 0o600))
-	boxB.Kill()
-	startBox(t, cr, fcr)
-	if _, err := fc.RunTurn(ctx, "ch", apiwire.Speaker{ID: "s1"}, "four"); err == nil {
-		t.Fatal("a turn on a hostile snapshot succeeded")
-	}
-	if got, _ := os.ReadFile(filepath.Join(wsC, "history.txt")); string(got) != "c's copy\n" {
-		t.Errorf("box c's workspace after a refused snapshot = %q, want it unchanged", got)
-	}
-	if _, err := os.Lstat(filepath.Join(cr.cfg.WorkspaceRoot, "escape")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the hostile snapshot wrote outside the workspace: %v", err)
-	}
-	if len(cr.docker.Created) != 0 {
-		t.Errorf("box c ran the turn on a refused snapshot")
 	}
 }
 

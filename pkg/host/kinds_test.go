@@ -2,11 +2,17 @@ package host
 
 import (
 	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegationrun"
+	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
 	"github.com/roundtable-sandbox/sandbox/pkg/sealedturn"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
+	"maps"
+	"os"
+	"path/filepath"
+	"testing"
 )
 
 // The host's kinds, for tests that reach into one.
@@ -29,4 +35,21 @@ func richTuning(o *Options) *richsession.Tuning {
 	t := &richsession.Tuning{}
 	o.Tuning = append(o.Tuning, t)
 	return t
+}
+
+// TestDoctorChecksLoopOverTheKinds: sandbox-host doctor hears each kind's
+// own checks (kind.Doctor) without a host: here the code run's projects
+// and the rich session's skills, the host naming neither.
+func TestDoctorChecksLoopOverTheKinds(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	cfg := &config.Config{
+		Runs: config.Runs{Enabled: true, Projects: []config.Project{{Name: "demo", Path: missing}}},
+		Rich: config.Rich{Enabled: true, SkillsDir: missing},
+	}
+	got := map[string]string{}
+	DoctorChecks(cfg, kind.DoctorEnv{Stat: os.Stat}, func(name, status, detail, remedy string) { got[name] = status })
+	want := map[string]string{"project demo": kind.CheckFail, "skills " + missing: kind.CheckFail}
+	if !maps.Equal(got, want) {
+		t.Errorf("checks = %v, want %v", got, want)
+	}
 }

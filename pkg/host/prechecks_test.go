@@ -1,7 +1,6 @@
 package host
 
 import (
-	"encoding/json"
 	"net/http"
 	"testing"
 
@@ -10,48 +9,27 @@ import (
 )
 
 // The precheck kind's own tests are in pkg/precheckrun; here what the
-// host owns of its route, and the helpers the fleet's precheck jobs use.
+// host owns of its route.
 
 // precheckExtra gives a precheck the default minute: tests about anything
 // but the deadline must not race it.
-const precheckExtra = `
-prechecks:
-  enabled: true
-  timeoutSeconds: 60
-  grants:
-    - channel: room
-      server: search
-      tools: [find]
-`
+const precheckExtra = sandboxtest.PrecheckExtra
 
-type mcpFake = sandboxtest.PrecheckMCP
-
-var runnerRun = sandboxtest.PrecheckRunner
-
-func newPrecheckRig(t *testing.T, extra string) (*rig, *mcpFake) {
+func newPrecheckRig(t *testing.T, extra string) *rig {
 	t.Helper()
 	r := newRig(t, extra, func(o *Options) {
 		o.Access.ClientUIDs = []int{clientUID}
 	})
 	t.Cleanup(r.h.Shutdown)
-	m := &mcpFake{}
-	r.docker.RunFn = runnerRun(m)
-	return r, m
-}
-
-func postPrecheck(t *testing.T, h *Host, req any) (int, precheck.Answer, string) {
-	t.Helper()
-	code, body := apiAs(t, h, clientUID, http.MethodPost, "/v1/prechecks", req)
-	var a precheck.Answer
-	json.Unmarshal(body, &a)
-	return code, a, string(body)
+	r.docker.RunFn = sandboxtest.PrecheckRunner(&sandboxtest.PrecheckMCP{})
+	return r
 }
 
 // TestPrecheckRouteRefusals: the router refuses a peer that is no client
 // (403) and another method (405) before the kind sees the request (moved
 // from TestPrecheckRefusals, whose other cases are the kind's).
 func TestPrecheckRouteRefusals(t *testing.T) {
-	r, _ := newPrecheckRig(t, precheckExtra)
+	r := newPrecheckRig(t, precheckExtra)
 	ok := `export default () => ({ wake: false })`
 	if code, _ := apiAs(t, r.h, 999, http.MethodPost, "/v1/prechecks", precheck.Request{Channel: "room", Script: ok}); code != http.StatusForbidden {
 		t.Errorf("a peer that is no client: %d", code)
@@ -64,6 +42,3 @@ func TestPrecheckRouteRefusals(t *testing.T) {
 	}
 	r.assertClean(t)
 }
-
-// gatheredCounter reads one series of a counter from reg (0 when absent).
-var gatheredCounter = sandboxtest.Counter

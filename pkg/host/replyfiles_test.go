@@ -24,7 +24,7 @@ import (
 func TestRichReplyFilesReachTheAPI(t *testing.T) {
 	r, ctl := richRig(t, time.Hour)
 	ok := true
-	ctl.turnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
+	ctl.TurnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
 		res := &richproto.Result{TurnID: b.Turn.ID, OK: ok, Text: "drawn",
 			Files: []richproto.File{{Name: "a.png", Type: "image/png", Data: []byte{0x89, 'P', 'N', 'G', 0}}, {Name: "b.txt", Data: []byte("hi")}}}
 		if !ok {
@@ -71,7 +71,7 @@ func TestStalledClientDoesNotHoldTheTurn(t *testing.T) {
 		o.Logger = slog.New(&signalHandler{Handler: slog.NewJSONHandler(logs, nil), msg: cutMsg, c: cut})
 	})
 	big := make([]byte, richproto.MaxReplyFileBytes)
-	ctl.turnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
+	ctl.TurnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
 		res := &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: "answer to " + b.Turn.Text}
 		if b.Turn.Text == "draw" {
 			res.Files = []richproto.File{{Name: "a", Data: big}}
@@ -139,9 +139,9 @@ func TestReplyBudgetWaits(t *testing.T) {
 		richTuning(o).ReplyBudget = 100
 		richTuning(o).BudgetWait = func(n int64) { waited <- n }
 	})
-	ctl.reserve = 60
+	ctl.Reserve = 60
 	entered, hold := make(chan string, 2), make(chan struct{})
-	ctl.turnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
+	ctl.TurnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
 		entered <- b.Identity.Channel
 		if b.Identity.Channel == "a" {
 			<-hold

@@ -27,7 +27,7 @@ func TestRichAttachmentsAPI(t *testing.T) {
 	if code, out := r.api(t, "POST", "/v1/channels/room/turns", body("look", atts)); code != 200 {
 		t.Fatalf("rich turn with attachments: %d %.200s", code, out)
 	}
-	binds := ctl.bindList()
+	binds := ctl.BindList()
 	if len(binds) != 1 || fmt.Sprint(binds[0].Turn.Attachments) != fmt.Sprint(atts) {
 		t.Fatalf("bound attachments %+v, want %+v", binds, atts)
 	}
@@ -60,13 +60,13 @@ func TestRichAttachmentsAPI(t *testing.T) {
 			t.Errorf("%s: %d %.200s, want 400 naming attachments", name, code, out)
 		}
 	}
-	n := len(ctl.bindList())
+	n := len(ctl.BindList())
 
 	must(t, r.h.state.SetMode("room", ModeOn))
 	if code, out := r.api(t, "POST", "/v1/channels/room/turns", body("look", atts)); code != 400 || !strings.Contains(out, "attachments need a rich channel") {
 		t.Errorf("sealed channel with attachments: %d %.200s, want 400", code, out)
 	}
-	if got := len(ctl.bindList()); got != n {
+	if got := len(ctl.BindList()); got != n {
 		t.Errorf("refused requests bound %d turns", got-n)
 	}
 }

@@ -1,15 +1,14 @@
 package host
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,58 +36,9 @@ profiles:
     model: claude-other
 `
 
-// fakeRichControl stands in for the session's broker and worker: the
-// worker is "ready" unless notReady, and it answers each turn with the
-// conversation it has seen on that socket (a session's memory).
-type fakeRichControl struct {
-	mu       sync.Mutex
-	notReady bool
-	binds    []policy.Bind
-	sockets  []string
-	seen     map[string][]string
-	turnFn   func(ctx context.Context, b policy.Bind) (*richproto.Result, error)
-	// reserve, when set, is the packet length each turn reserves from the
-	// host's reply budget before turnFn runs (as HTTPRichControl does
-	// before it reads a packet).
-	reserve int64
-}
-
-func (f *fakeRichControl) Status(ctx context.Context, socket string) (policy.ControlStatus, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.notReady {
-		return policy.ControlStatus{}, richsession.ErrBroker
-	}
-	return policy.ControlStatus{Ready: true, Polling: true}, nil
-}
-
-func (f *fakeRichControl) Turn(ctx context.Context, socket string, b policy.Bind, reserve richsession.ReserveFunc) (*richproto.Result, error) {
-	f.mu.Lock()
-	f.binds = append(f.binds, b)
-	f.sockets = append(f.sockets, socket)
-	if f.seen == nil {
-		f.seen = map[string][]string{}
-	}
-	f.seen[socket] = append(f.seen[socket], b.Turn.Text)
-	history := strings.Join(f.seen[socket], "|")
-	fn, n := f.turnFn, f.reserve
-	f.mu.Unlock()
-	if n > 0 {
-		if err := reserve(ctx, n); err != nil {
-			return nil, err
-		}
-	}
-	if fn != nil {
-		return fn(ctx, b)
-	}
-	return &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: history}, nil
-}
-
-func (f *fakeRichControl) bindList() []policy.Bind {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]policy.Bind(nil), f.binds...)
-}
+// fakeRichControl stands in for the session's broker and worker
+// (pkg/sandboxtest's, shared by the host's and the kind's tests).
+type fakeRichControl = sandboxtest.RichControl
 
 // richRig is a rig whose rich containers run until killed.
 func richRig(t *testing.T, idle time.Duration) (*rig, *fakeRichControl) {
@@ -110,7 +60,7 @@ func richRigExtra(t *testing.T, idle time.Duration, extra string) (*rig, *fakeRi
 
 func richRigFull(t *testing.T, idle time.Duration, extra string, mutate func(*Options)) (*rig, *fakeRichControl) {
 	t.Helper()
-	ctl := &fakeRichControl{}
+	ctl := &fakeRichControl{BrokerErr: richsession.ErrBroker}
 	r := newRig(t, richExtra+extra, func(o *Options) {
 		richTuning(o).Control = ctl
 		richTuning(o).Idle = idle
@@ -197,7 +147,7 @@ func TestRichOffFreshAndHostStop(t *testing.T) {
 	if got != "new start" {
 		t.Errorf("reply %q: the fresh session saw an old history", got)
 	}
-	binds := ctl.bindList()
+	binds := ctl.BindList()
 	if last := binds[len(binds)-1]; !last.Turn.Fresh {
 		t.Error("turn after fresh start does not carry Fresh")
 	}
@@ -262,7 +212,7 @@ func TestRichCancel(t *testing.T) {
 	r, ctl := richRig(t, time.Hour)
 	must(t, r.h.state.SetRich("room", "helper"))
 	entered := make(chan struct{})
-	ctl.turnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
+	ctl.TurnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
 		close(entered)
 		<-ctx.Done()
 		return nil, context.Cause(ctx)
@@ -302,19 +252,4 @@ func TestRichTextLimit(t *testing.T) {
 
 // lockedBuffer is a log written by the host's goroutines and read by a
 // test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = sandboxtest.LockedBuffer

@@ -3,77 +3,27 @@ package host
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
 )
 
-// runDocker adds a hand-written RunContainers to fakeDocker: streamFn plays
-// the toolbox's supervisor, writing frames to stdout.
-type runDocker struct {
-	*fakeDocker
-	gone     atomic.Bool // Docker stopped answering
-	mu       sync.Mutex
-	jobs     []wire.Job
-	streamFn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)
-}
+// The code runs' supervisor fakes are pkg/sandboxtest's, shared with
+// pkg/coderun's tests.
+type runDocker = sandboxtest.RunDocker
 
-func (d *runDocker) Stream(ctx context.Context, id string, stdin []byte, stdout, stderr io.Writer) (int64, error) {
-	job, err := wire.ReadJob(strings.NewReader(string(stdin)))
-	if err != nil {
-		return -1, err
-	}
-	d.mu.Lock()
-	d.jobs = append(d.jobs, job)
-	fn := d.streamFn
-	d.mu.Unlock()
-	io.WriteString(stderr, "supervisor: started\n")
-	return fn(ctx, job, stdout)
-}
-
-// supervise is a well-behaved supervisor: "hello\n" on stdout, "warn\n" on
-// stderr, the given exit code, and each requested artifact as "data:<path>".
-func supervise(exit int) func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
-	return func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
-		enc := wire.NewEncoder(stdout)
-		must := func(err error) {
-			if err != nil {
-				panic(err)
-			}
-		}
-		for i := range job.Setup {
-			must(enc.Output(wire.FrameStdout, wire.PhaseSetup, []byte("setting up\n")))
-			must(enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseSetup, Index: i + 1, ExitCode: 0}))
-		}
-		must(enc.Output(wire.FrameStdout, wire.PhaseMain, []byte("hello\n")))
-		must(enc.Output(wire.FrameStderr, wire.PhaseMain, []byte("warn\n")))
-		must(enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseMain, ExitCode: exit}))
-		for _, a := range job.Artifacts {
-			data := []byte("data:" + a)
-			must(enc.Artifact(wire.ArtifactHeader{Path: a, Size: int64(len(data))}, data))
-		}
-		must(enc.Result(wire.Result{ExitCode: exit}))
-		return 0, nil
-	}
-}
-
-// Ping fails once the test took Docker away (gone).
-func (d *runDocker) Ping(ctx context.Context) error {
-	if d.gone.Load() {
-		return errors.New("fake: Cannot connect to the Docker daemon at unix:///var/run/docker.sock")
-	}
-	return nil
-}
+var (
+	supervise    = sandboxtest.Supervise
+	bigSupervise = sandboxtest.BigSupervise
+)
 
 func newRunRig(t *testing.T, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)) (*rig, *runDocker) {
 	t.Helper()
@@ -82,9 +32,9 @@ func newRunRig(t *testing.T, extra string, fn func(ctx context.Context, job wire
 
 func newRunRigWith(t *testing.T, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error), mutate func(*Options)) (*rig, *runDocker) {
 	t.Helper()
-	rd := &runDocker{streamFn: fn}
+	rd := &runDocker{StreamFn: fn}
 	r := newRig(t, extra, func(o *Options) {
-		rd.fakeDocker = o.Containers.(*fakeDocker)
+		rd.Docker = o.Containers.(*fakeDocker)
 		o.Containers = rd
 		o.Access = config.ResolvedAccess{ClientUIDs: []int{clientUID, otherUID}, Guests: o.Config.Guests}
 		if mutate != nil {
@@ -159,49 +109,5 @@ func TestRunRoutesRefuseByRole(t *testing.T) {
 	}
 	if n := len(r.docker.Created); n != 0 {
 		t.Errorf("%d containers created for refused calls", n)
-	}
-}
-
-// bigSupervise (pkg/coderun has its twin) is a supervisor at every bound of its job; when held is not
-// nil it tells sent (artifacts handed to the host) and waits on held
-// before its result.
-func bigSupervise(sent chan<- struct{}, held <-chan struct{}) func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
-	return func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
-		enc := wire.NewEncoder(stdout)
-		chunk := make([]byte, wire.MaxChunk)
-		for i := range chunk {
-			chunk[i] = 'x'
-		}
-		for _, s := range []wire.FrameType{wire.FrameStdout, wire.FrameStderr} {
-			for n := 0; n < job.MaxOutputBytes; n += len(chunk) {
-				if err := enc.Output(s, wire.PhaseMain, chunk[:min(len(chunk), job.MaxOutputBytes-n)]); err != nil {
-					return -1, err
-				}
-			}
-		}
-		if err := enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseMain}); err != nil {
-			return -1, err
-		}
-		left := job.MaxArtifactTotalBytes
-		for _, a := range job.Artifacts {
-			size := min(left, job.MaxArtifactBytes)
-			left -= size
-			data := make([]byte, size)
-			for i := range data {
-				data[i] = byte(i * 7)
-			}
-			if err := enc.Artifact(wire.ArtifactHeader{Path: a, Size: size}, data); err != nil {
-				return -1, err
-			}
-		}
-		if sent != nil {
-			sent <- struct{}{}
-			select {
-			case <-held:
-			case <-ctx.Done():
-				return -1, ctx.Err()
-			}
-		}
-		return 0, enc.Result(wire.Result{})
 	}
 }

@@ -43,9 +43,9 @@ func TestRunsRefusedWhileResultsHeld(t *testing.T) {
 	}
 	// Runs from now on stay running until held is closed.
 	sent, held := make(chan struct{}, 64), make(chan struct{})
-	rd.mu.Lock()
-	rd.streamFn = bigSupervise(sent, held)
-	rd.mu.Unlock()
+	rd.StreamMu.Lock()
+	rd.StreamFn = bigSupervise(sent, held)
+	rd.StreamMu.Unlock()
 	var running []string
 	t.Cleanup(func() {
 		close(held)

@@ -38,23 +38,7 @@ func waitStandby(t *testing.T, r *rig, channel, want string) apiwire.Channel {
 
 func counter(t *testing.T, r *rig, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := r.h.reg.Gather()
-	must(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue metric
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	return sandboxtest.CounterWith(t, r.h.reg, name, labels)
 }
 
 // TestStandbyChannelOffDiscards: switching the channel off through the API

@@ -55,35 +55,12 @@ func newRig(t *testing.T, extra string, o sandboxtest.KitOptions) *rig {
 }
 
 // lockedBuffer is a log sink the kind writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = sandboxtest.LockedBuffer
 
 // precheckExtra gives a precheck the default minute: tests about anything
 // but the deadline must not race it (a 2 s bound failed them on a busy
 // machine, where the host's setup alone took over 2 s).
-const precheckExtra = `
-prechecks:
-  enabled: true
-  timeoutSeconds: 60
-  grants:
-    - channel: room
-      server: search
-      tools: [find]
-`
+const precheckExtra = sandboxtest.PrecheckExtra
 
 // precheckShortExtra is precheckExtra with the least timeout, for the
 // deadline's own tests.

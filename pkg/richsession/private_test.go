@@ -1,12 +1,11 @@
 package richsession_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,22 +16,7 @@ import (
 
 // lockedBuffer is a log written by the kind's goroutines and read by the
 // test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = sandboxtest.LockedBuffer
 
 // TestRichIncompatibleWorkerNamesImage: the broker withheld a private tool
 // result from a worker without the capabilities (its control answer 409):
@@ -42,7 +26,7 @@ func TestRichIncompatibleWorkerNamesImage(t *testing.T) {
 	logs := &lockedBuffer{}
 	r, ctl := richRigLog(t, time.Hour, richExtra, nil, slog.New(slog.NewTextHandler(logs, nil)))
 	must(t, r.setRich("room", "helper"))
-	ctl.turnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
+	ctl.TurnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
 		return nil, richsession.ErrWorkerIncompatible
 	}
 	if _, _, err := richTurn(t, r, "room", "one"); !errors.Is(err, errTurnFailed) {

@@ -203,8 +203,10 @@ type Control interface {
 }
 
 // ReserveFunc takes n bytes of the host's reply budget for a packet about
-// to be read, waiting while other packets hold it, until ctx ends.
-type ReserveFunc func(ctx context.Context, n int64) error
+// to be read, waiting while other packets hold it, until ctx ends. An
+// alias, so a Control needs no name of this package (pkg/sandboxtest's
+// fake, shared with the host's tests).
+type ReserveFunc = func(ctx context.Context, n int64) error
 
 // richSession is one channel session.
 type richSession struct {

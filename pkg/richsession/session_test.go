@@ -36,58 +36,9 @@ profiles:
     model: claude-other
 `
 
-// fakeRichControl stands in for the session's broker and worker: the
-// worker is "ready" unless notReady, and it answers each turn with the
-// conversation it has seen on that socket (a session's memory).
-type fakeRichControl struct {
-	mu       sync.Mutex
-	notReady bool
-	binds    []policy.Bind
-	sockets  []string
-	seen     map[string][]string
-	turnFn   func(ctx context.Context, b policy.Bind) (*richproto.Result, error)
-	// reserve, when set, is the packet length each turn reserves from the
-	// host's reply budget before turnFn runs (as HTTPRichControl does
-	// before it reads a packet).
-	reserve int64
-}
-
-func (f *fakeRichControl) Status(ctx context.Context, socket string) (policy.ControlStatus, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.notReady {
-		return policy.ControlStatus{}, richsession.ErrBroker
-	}
-	return policy.ControlStatus{Ready: true, Polling: true}, nil
-}
-
-func (f *fakeRichControl) Turn(ctx context.Context, socket string, b policy.Bind, reserve richsession.ReserveFunc) (*richproto.Result, error) {
-	f.mu.Lock()
-	f.binds = append(f.binds, b)
-	f.sockets = append(f.sockets, socket)
-	if f.seen == nil {
-		f.seen = map[string][]string{}
-	}
-	f.seen[socket] = append(f.seen[socket], b.Turn.Text)
-	history := strings.Join(f.seen[socket], "|")
-	fn, n := f.turnFn, f.reserve
-	f.mu.Unlock()
-	if n > 0 {
-		if err := reserve(ctx, n); err != nil {
-			return nil, err
-		}
-	}
-	if fn != nil {
-		return fn(ctx, b)
-	}
-	return &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: history}, nil
-}
-
-func (f *fakeRichControl) bindList() []policy.Bind {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]policy.Bind(nil), f.binds...)
-}
+// fakeRichControl stands in for the session's broker and worker
+// (pkg/sandboxtest's, shared by the host's and the kind's tests).
+type fakeRichControl = sandboxtest.RichControl
 
 // rig is the kind made from its Registration over a sandboxtest.Kit,
 // without the host; its rich containers run until killed.
@@ -138,7 +89,7 @@ func richRigTuned(t *testing.T, cfg string, log *slog.Logger, tu richsession.Tun
 
 func richRigNew(t *testing.T, cfg string, now func() time.Time, log *slog.Logger, tu richsession.Tuning) (*rig, *fakeRichControl) {
 	t.Helper()
-	ctl := &fakeRichControl{}
+	ctl := &fakeRichControl{BrokerErr: richsession.ErrBroker}
 	kit := sandboxtest.NewKit(t, cfg, sandboxtest.KitOptions{Now: now, Logger: log})
 	tu.Control = ctl
 	kit.Deps.Tuning = []any{&tu}
@@ -294,7 +245,7 @@ func TestRichSessionServesTurns(t *testing.T) {
 	if got := len(r.units.Started); got != 1 {
 		t.Errorf("%d broker starts, want 1", got)
 	}
-	binds := ctl.bindList()
+	binds := ctl.BindList()
 	if len(binds) != 3 {
 		t.Fatalf("%d binds", len(binds))
 	}
@@ -348,14 +299,14 @@ func TestRichFailedTurnRecovers(t *testing.T) {
 	if _, _, err := richTurn(t, r, "room", "one"); err != nil {
 		t.Fatal(err)
 	}
-	ctl.turnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
+	ctl.TurnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
 		return nil, richsession.ErrBroker
 	}
 	if _, _, err := richTurn(t, r, "room", "two"); !errors.Is(err, errTurnFailed) {
 		t.Fatalf("turn with the broker gone: %v, want errTurnFailed", err)
 	}
 	r.assertClean(t)
-	ctl.turnFn = nil
+	ctl.TurnFn = nil
 	if got, _, err := richTurn(t, r, "room", "three"); err != nil || got != "three" {
 		t.Fatalf("next turn: %q %v", got, err)
 	}
@@ -363,14 +314,14 @@ func TestRichFailedTurnRecovers(t *testing.T) {
 		t.Errorf("%d containers, want 2", n)
 	}
 	// A packet of another turn fails the turn too.
-	ctl.turnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
+	ctl.TurnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
 		return &richproto.Result{TurnID: "00000000000000000000000000000000", OK: true}, nil
 	}
 	if _, _, err := richTurn(t, r, "room", "four"); !errors.Is(err, errTurnFailed) {
 		t.Errorf("packet of another turn: %v", err)
 	}
 	// A turn past its deadline: the deadline's error, everything removed.
-	ctl.turnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
+	ctl.TurnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
 		<-ctx.Done()
 		return nil, context.Cause(ctx)
 	}
@@ -387,7 +338,7 @@ func TestRichFailedTurnRecovers(t *testing.T) {
 func TestRichStartTimeout(t *testing.T) {
 	r, ctl := richRig(t, time.Hour)
 	must(t, r.setRich("room", "helper"))
-	ctl.notReady = true
+	ctl.NotReady = true
 	start := time.Now()
 	if _, _, err := richTurn(t, r, "room", "hi"); !errors.Is(err, errTurnFailed) {
 		t.Fatalf("start timeout: %v", err)
@@ -448,7 +399,7 @@ func TestRichWorkerExitsMidTurn(t *testing.T) {
 			return RunResult{ExitCode: 137}, nil // killed by its memory limit, say
 		}
 	}
-	ctl.turnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
+	ctl.TurnFn = func(ctx context.Context, b policy.Bind) (*richproto.Result, error) {
 		close(die)
 		<-ctx.Done()
 		return nil, context.Cause(ctx)
@@ -461,7 +412,7 @@ func TestRichWorkerExitsMidTurn(t *testing.T) {
 		t.Errorf("the turn failed after %v, not at once", took)
 	}
 	r.assertClean(t)
-	ctl.turnFn = nil
+	ctl.TurnFn = nil
 	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
 		return RunResult{ExitCode: 137}, ctx.Err()
@@ -480,13 +431,13 @@ func TestReplyBudgetWaitEndsWithTheTurn(t *testing.T) {
 	r, ctl := richRigTuned(t, richExtra, slog.New(slog.NewTextHandler(logs, nil)), richsession.Tuning{
 		Idle: time.Hour, ReplyBudget: 100, BudgetWait: func(n int64) { waited <- n },
 	})
-	ctl.reserve = 60
+	ctl.Reserve = 60
 	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
 		<-ctx.Done()
 		return RunResult{ExitCode: 137}, ctx.Err()
 	}
 	entered, hold := make(chan struct{}, 1), make(chan struct{})
-	ctl.turnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
+	ctl.TurnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
 		if b.Identity.Channel == "a" {
 			entered <- struct{}{}
 			<-hold

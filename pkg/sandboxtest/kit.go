@@ -1,6 +1,7 @@
 package sandboxtest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,6 +49,9 @@ type Kit struct {
 	Host     *Host
 	Registry *prometheus.Registry
 	Deps     kind.Deps
+
+	cleanupMu sync.Mutex
+	cleanups  map[string]int // failed cleanup steps by what failed
 }
 
 // KitOptions replace the kit's defaults (nil: a real clock, a quiet log).
@@ -63,11 +67,20 @@ type KitOptions struct {
 	// streaming one, say): the lifecycle drives what it returns.
 	Containers func(*Docker) sandbox.Containers
 	// RemoveRetryTotal bounds a container's removal retries (0: the
-	// lifecycle's default).
-	RemoveRetryTotal time.Duration
+	// lifecycle's default); RemoveRetryDelay is the first pause between
+	// them (0: a millisecond).
+	RemoveRetryTotal, RemoveRetryDelay time.Duration
+	// BrokerGID is the group of policy files (0: as is).
+	BrokerGID int
+	// Observe hears of each phase's duration, the lifecycle's and the
+	// kind's (nil: nothing does).
+	Observe func(phase string, took time.Duration)
 	// Chown, when set, is the lifecycle's and the kind's chown (the
 	// default does nothing: tests need not be root).
 	Chown func(path string, uid, gid int) error
+	// ChownTree, when set, is the lifecycle's alone (a workspace that
+	// cannot be handed over, say); Chown stays the kind's.
+	ChownTree func(path string, uid, gid int) error
 	// MCPTools are the MCP servers' tools as discovery found them.
 	MCPTools map[string][]protocol.ToolSpec
 	// Fleet is the kind's fleet (nil: a box alone).
@@ -89,13 +102,21 @@ func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 	}
 	state, _, err := chanstate.LoadState(cfg.StateFile, nil)
 	Must(t, err)
-	k := &Kit{Cfg: cfg, Docker: NewDocker(cfg), Units: NewUnits(), Journal: &Journal{}, Registry: prometheus.NewRegistry()}
+	k := &Kit{Cfg: cfg, Docker: NewDocker(cfg), Units: NewUnits(), Journal: &Journal{}, Registry: prometheus.NewRegistry(), cleanups: map[string]int{}}
 	k.Host = NewHost(cfg, state)
 	set, err := toolset.New(cfg, o.MCPTools)
 	Must(t, err)
 	noChown := func(string, int, int) error { return nil } // tests need not be root
 	if o.Chown != nil {
 		noChown = o.Chown
+	}
+	observe := o.Observe
+	if observe == nil {
+		observe = func(string, time.Duration) {}
+	}
+	chownTree := noChown
+	if o.ChownTree != nil {
+		chownTree = o.ChownTree
 	}
 	var containers sandbox.Containers = k.Docker
 	if o.Warm {
@@ -106,15 +127,32 @@ func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 		containers = o.Containers(k.Docker)
 	}
 	life := sandbox.New(sandbox.Options{
-		Containers: containers, Units: k.Units, Logger: o.Logger, ChownTree: noChown, RemoveRetryDelay: time.Millisecond, RemoveRetryTotal: o.RemoveRetryTotal,
+		Containers: containers, Units: k.Units, Logger: o.Logger, ChownTree: chownTree, RemoveRetryDelay: cmp.Or(o.RemoveRetryDelay, time.Millisecond), RemoveRetryTotal: o.RemoveRetryTotal,
+		BrokerGID: o.BrokerGID, CleanupFailed: k.cleanupFailed, ObservePhase: observe,
 		WorkerLogs: workerlog.New(workerlog.DefaultLimits(), k.Journal.Send, nil),
 	})
 	k.Deps = kind.Deps{
 		Config: cfg, Lifecycle: life, Host: k.Host, Logger: o.Logger, Now: o.Now, NewID: ids.NewTurnID,
 		UID: os.Getuid(), GID: os.Getgid(), Lchown: noChown, Tools: set.Tools, MCP: set.MCP, Policy: set.Policy,
-		Registry: k.Registry, Observe: func(string, time.Duration) {}, Fleet: o.Fleet,
+		Registry: k.Registry, Observe: observe, Fleet: o.Fleet,
 	}
 	return k
+}
+
+// cleanupFailed counts a failed cleanup step as the host's
+// sandbox_cleanup_failures_total does.
+func (k *Kit) cleanupFailed(what string) {
+	k.cleanupMu.Lock()
+	defer k.cleanupMu.Unlock()
+	k.cleanups[what]++
+}
+
+// CleanupFailures is how many cleanup steps of what ("container",
+// "units", ...) failed, as the lifecycle reported them.
+func (k *Kit) CleanupFailures(what string) int {
+	k.cleanupMu.Lock()
+	defer k.cleanupMu.Unlock()
+	return k.cleanups[what]
 }
 
 // AssertClean: no container, unit, turn directory or policy file is left.
@@ -144,7 +182,14 @@ func (k *Kit) Counter(name, label, value string) float64 {
 // registry whose labels hold every pair of labels (0 when absent).
 func (k *Kit) CounterWith(t testing.TB, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := k.Registry.Gather()
+	return CounterWith(t, k.Registry, name, labels)
+}
+
+// CounterWith reads the first series of counter name from reg whose
+// labels hold every pair of labels (0 when absent).
+func CounterWith(t testing.TB, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
 	Must(t, err)
 	for _, mf := range mfs {
 		if mf.GetName() != name {

@@ -49,3 +49,16 @@ func PrecheckRunner(mcp *PrecheckMCP) func(ctx context.Context, spec sandbox.Con
 		return sandbox.RunResult{Stdout: out}, nil
 	}
 }
+
+// PrecheckExtra enables prechecks with the default minute (tests about
+// anything but the deadline must not race it: a 2 s bound failed them on
+// a busy machine) and grants channel room the search server's find.
+const PrecheckExtra = `
+prechecks:
+  enabled: true
+  timeoutSeconds: 60
+  grants:
+    - channel: room
+      server: search
+      tools: [find]
+`

@@ -127,3 +127,16 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Index is the position of the n-th (0-based) e in events, or -1.
+func Index(events []string, e string, n int) int {
+	for i, got := range events {
+		if got == e {
+			if n == 0 {
+				return i
+			}
+			n--
+		}
+	}
+	return -1
+}

@@ -1,6 +1,7 @@
 // Package toolset is the configured tools as the model and the broker get
 // them: the public tool specs of the host tools and MCP servers (their
-// parameters without a root $schema), and the turn-independent policy
+// parameters without a root $schema; a discovering server's offered tools
+// checked like configured ones), and the turn-independent policy
 // template (tools, MCP servers, model, limits, egress.allow) every kind
 // starts its broker policy from.
 // Guarantee: the specs fit the worker's tool budget or New fails naming

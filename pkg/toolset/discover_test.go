@@ -1,4 +1,4 @@
-package host
+package toolset
 
 import (
 	"context"
@@ -31,27 +31,27 @@ func TestDiscoveredToolNames(t *testing.T) {
 		}
 		return s
 	}
-	got, err := DiscoveredTools(ctx, named("get-sum", "get-tiny-image"), referenceTools())
+	got, err := Discovered(ctx, named("get-sum", "get-tiny-image"), referenceTools())
 	if err != nil {
-		t.Fatalf("DiscoveredTools = %v", err)
+		t.Fatalf("Discovered = %v", err)
 	}
 	if len(got) != 2 || got[0].Name != "get-sum" || got[1].Name != "get-tiny-image" {
 		t.Errorf("discovered %+v", got)
 	}
 	// A schema naming a dialect nobody knows built in is refused, naming it.
 	odd := protocol.ToolSpec{Name: "odd", Description: "d", Parameters: json.RawMessage(`{"type":"object","$schema":"https://evil.example/meta.json"}`)}
-	if _, err := DiscoveredTools(ctx, named("odd"), referenceTools(odd)); err == nil || !strings.Contains(err.Error(), "tool odd parameters: at #/$schema: $schema may name only") {
+	if _, err := Discovered(ctx, named("odd"), referenceTools(odd)); err == nil || !strings.Contains(err.Error(), "tool odd parameters: at #/$schema: $schema may name only") {
 		t.Errorf("unknown dialect: %v", err)
 	}
 	// With no names declared every offered tool is taken, so one name outside
 	// the MCP rule refuses the whole list, naming it.
 	bad := protocol.ToolSpec{Name: "a b", Description: "d", Parameters: json.RawMessage(`{"type":"object"}`)}
-	if _, err := DiscoveredTools(ctx, named(), referenceTools(bad)); err == nil || !strings.Contains(err.Error(), `"a b"`) {
+	if _, err := Discovered(ctx, named(), referenceTools(bad)); err == nil || !strings.Contains(err.Error(), `"a b"`) {
 		t.Errorf("offered name outside the rule: %v", err)
 	}
 	// An undeclared tool's name is never judged, and undeclared tools offered
 	// after the last declared one are not taken either.
-	got, err = DiscoveredTools(ctx, named("echo"), referenceTools(bad))
+	got, err = Discovered(ctx, named("echo"), referenceTools(bad))
 	if err != nil || len(got) != 1 || got[0].Name != "echo" {
 		t.Errorf("declared echo only: got %+v, %v", got, err)
 	}

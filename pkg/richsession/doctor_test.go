@@ -1,4 +1,7 @@
-package cli
+package richsession_test
+
+// Moved from pkg/cli (doctorskills_test.go): the skills trees' doctor
+// checks are the rich session's (kind.Doctor).
 
 import (
 	"os"
@@ -6,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/kind"
+	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
 )
 
 func TestDoctorSkills(t *testing.T) {
@@ -24,15 +29,15 @@ func TestDoctorSkills(t *testing.T) {
 	}}
 	got := map[string]string{}
 	n := 0
-	doctorSkills(cfg, doctorDeps{stat: os.Stat}, func(name, status, detail, remedy string) {
+	(*richsession.Kind)(nil).DoctorChecks(cfg, kind.DoctorEnv{Stat: os.Stat}, func(name, status, detail, remedy string) {
 		got[name] = status
 		n++
-		if status != StatusOK && remedy == "" {
+		if status != kind.CheckOK && remedy == "" {
 			t.Errorf("%s: %s without a remedy", name, status)
 		}
 	})
-	want := map[string]string{"skills " + good: StatusOK, "skills " + private: StatusWarn, "skills " + file: StatusFail,
-		"skills " + missing: StatusFail, "skills " + link: StatusFail}
+	want := map[string]string{"skills " + good: kind.CheckOK, "skills " + private: kind.CheckWarn, "skills " + file: kind.CheckFail,
+		"skills " + missing: kind.CheckFail, "skills " + link: kind.CheckFail}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s: %q, want %q", k, got[k], v)
@@ -43,7 +48,7 @@ func TestDoctorSkills(t *testing.T) {
 	}
 	cfg.Rich.Enabled = false
 	n = 0
-	doctorSkills(cfg, doctorDeps{stat: os.Stat}, func(string, string, string, string) { n++ })
+	(*richsession.Kind)(nil).DoctorChecks(cfg, kind.DoctorEnv{Stat: os.Stat}, func(string, string, string, string) { n++ })
 	if n != 0 {
 		t.Errorf("rich disabled: %d checks", n)
 	}

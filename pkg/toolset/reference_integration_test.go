@@ -1,4 +1,4 @@
-package host
+package toolset
 
 import (
 	"context"
@@ -67,9 +67,9 @@ func TestIntegrationReferenceDiscover(t *testing.T) {
 	}
 	// With no names declared, every offered tool (and schema) is taken.
 	s := config.MCP{Name: "everything", URL: srv.URL(), Discover: true, AllowInsecureLoopbackHTTP: true}
-	all, err := DiscoveredTools(ctx, s, lister)
+	all, err := Discovered(ctx, s, lister)
 	if err != nil {
-		t.Fatalf("DiscoveredTools (all): %v", err)
+		t.Fatalf("Discovered (all): %v", err)
 	}
 	if len(all) != len(offered) {
 		t.Errorf("discovered %d of %d offered tools", len(all), len(offered))
@@ -77,9 +77,9 @@ func TestIntegrationReferenceDiscover(t *testing.T) {
 	for _, n := range []string{"echo", "get-sum", "get-tiny-image"} {
 		s.Tools = append(s.Tools, config.MCPTool{Name: n})
 	}
-	specs, err := DiscoveredTools(ctx, s, lister)
+	specs, err := Discovered(ctx, s, lister)
 	if err != nil {
-		t.Fatalf("DiscoveredTools: %v", err)
+		t.Fatalf("Discovered: %v", err)
 	}
 	if len(specs) != 3 {
 		t.Fatalf("discovered %d tools, want the 3 declared", len(specs))
