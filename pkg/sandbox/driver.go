@@ -75,6 +75,10 @@ type RunResult struct {
 	Truncated bool
 	// StderrRefused: stderr passed its bound and the worker was killed.
 	StderrRefused bool
+	// Framed: the run returned at the worker's final frame (FramedContainers):
+	// Stdout is that frame, the exit status is unknown (ExitCode -1) and the
+	// container may still be running until the caller's Cleanup.
+	Framed bool
 }
 
 // Containers is what a turn needs of the Docker driver.
@@ -91,6 +95,23 @@ type Containers interface {
 	Kill(ctx context.Context, id string) error
 	// Remove force-removes; not found is success.
 	Remove(ctx context.Context, id string) error
+}
+
+// FramedContainers is what Containers may also do for a worker whose last
+// act is one final frame on stdout (a sealed turn's reply line,
+// pkg/protocol): RunFramed is Run that returns as soon as stdout is exactly
+// one line and accept takes it, Framed, without waiting for the worker's
+// exit or Docker's wait; anything else is Run. The reply then leaves before
+// the cleanup (docs/sealed-turns.md). A Containers without it runs to the
+// exit.
+type FramedContainers interface {
+	RunFramed(ctx context.Context, id string, stdin []byte, maxStdout int64, ready func(context.Context) error, stderr io.Writer, accept func(frame []byte) bool) (RunResult, error)
+}
+
+// FramedStarted is FramedContainers for a standby: Finish that returns at
+// the accepted final frame.
+type FramedStarted interface {
+	FinishFramed(ctx context.Context, stdin []byte, maxStdout int64, stderr io.Writer, accept func(frame []byte) bool) (RunResult, error)
 }
 
 // WarmContainers is what standbys need of the Docker driver beyond

@@ -13,8 +13,11 @@
 // Guarantee: a worker's stdin never holds the principal, a URL or a
 // credential name; a policy's identity is the admitted request's; a reply
 // counts only when it is exactly one valid reply object from a worker that
-// exited 0 within the deadline; a standby serves only a turn of its own
-// channel whose key (shape, guest uid, credential) it was made for.
+// exited 0 within the deadline, or the worker's final frame holding such a
+// reply (protocol.DecodeReplyFrame), taken before that exit; a reply is
+// answered before the cleanup, and the cleanup ends before the channel's
+// next turn starts; a standby serves only a turn of its own channel whose
+// key (shape, guest uid, credential) it was made for.
 package sealedturn
 
 import (
@@ -292,7 +295,12 @@ func (k *Kind) Execute(ctx context.Context, t *Turn) (*protocol.Reply, error) {
 	}
 	since = time.Now()
 	sink := k.life.WorkerLogs().Turn(t.Tag, t.ID, t.Container)
-	res, err := k.life.Containers().Run(ctx, t.ContainerID, stdin, protocol.MaxReplyBytes, ready, sink)
+	var res sandbox.RunResult
+	if fc, ok := k.life.Containers().(sandbox.FramedContainers); ok {
+		res, err = fc.RunFramed(ctx, t.ContainerID, stdin, protocol.MaxReplyBytes, ready, sink, acceptFrame)
+	} else {
+		res, err = k.life.Containers().Run(ctx, t.ContainerID, stdin, protocol.MaxReplyBytes, ready, sink)
+	}
 	t.Phase(k.life, sandbox.PhaseRun, since)
 	k.life.CloseSink(&t.Handle, sink)
 	if err != nil {
@@ -306,11 +314,29 @@ func (k *Kind) Execute(ctx context.Context, t *Turn) (*protocol.Reply, error) {
 	return readReply(ctx, res)
 }
 
+// acceptFrame takes a worker's final frame that is a whole reply it exits 0
+// with (protocol.DecodeReplyFrame): the run returns there and the reply
+// leaves before the worker's exit, Docker's wait and the cleanup
+// (docs/sealed-turns.md, "The reply leaves before the cleanup"). A failed
+// worker's frame is refused, so its exit status is read as before.
+func acceptFrame(frame []byte) bool {
+	_, err := protocol.DecodeReplyFrame(frame)
+	return err == nil
+}
+
 // readReply judges a finished run: exactly one valid reply object from a
-// worker that exited 0, within the deadline.
+// worker that exited 0, or its accepted final frame (Framed: the same
+// reply, taken before the exit), within the deadline.
 func readReply(ctx context.Context, res sandbox.RunResult) (*protocol.Reply, error) {
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
+	}
+	if res.Framed {
+		reply, err := protocol.DecodeReplyFrame(res.Stdout)
+		if err != nil { // the driver took only a frame acceptFrame took
+			return nil, fmt.Errorf("worker reply frame (%d bytes) is not a whole reply", len(res.Stdout))
+		}
+		return reply, nil
 	}
 	if res.Truncated {
 		return nil, errors.New("worker stdout over its bound")
@@ -672,7 +698,12 @@ func (k *Kind) bindStandby(ctx context.Context, t *Turn) (*protocol.Reply, error
 	k.prepareNext(t)
 	since = time.Now()
 	sink := k.life.WorkerLogs().Turn(t.Tag, t.ID, t.Container)
-	res, err := w.Started.Finish(ctx, stdin, protocol.MaxReplyBytes, sink)
+	var res sandbox.RunResult
+	if fs, ok := w.Started.(sandbox.FramedStarted); ok {
+		res, err = fs.FinishFramed(ctx, stdin, protocol.MaxReplyBytes, sink, acceptFrame)
+	} else {
+		res, err = w.Started.Finish(ctx, stdin, protocol.MaxReplyBytes, sink)
+	}
 	t.Phase(k.life, sandbox.PhaseRun, since)
 	k.life.CloseSink(&t.Handle, sink)
 	if err != nil {
