@@ -16,8 +16,10 @@ const (
 	resultDeadline   = "deadline"
 	resultCancelled  = "cancelled"
 	resultCleanup    = "cleanup_failed"
-	resultShutdown   = "shutdown"
-	resultGone       = "client_gone"
+	// resultHeld: refused, the channel's previous cleanup failed (sandbox.HeldError).
+	resultHeld     = "channel_held"
+	resultShutdown = "shutdown"
+	resultGone     = "client_gone"
 )
 
 type metrics struct {

@@ -27,7 +27,25 @@ var (
 	ErrShuttingDown = errors.New("host is shutting down")
 	// ErrClientGone: the caller that waited for a sandbox left.
 	ErrClientGone = errors.New("client disconnected")
+	// ErrChannelHeld: a channel's previous sandbox could not be cleaned
+	// up, so its next turn is refused (HeldError).
+	ErrChannelHeld = errors.New("channel held: its previous turn's cleanup failed")
 )
+
+// HeldError refuses a channel's turn while the cleanup of its previous
+// turn has failed and a retry failed again: its container or broker units
+// may still exist, and a channel's next turn never starts beside them
+// (docs/sealed-turns.md, "When the cleanup fails"). It names the channel
+// and that turn, never the cleanup's own error (the host's log has it).
+type HeldError struct {
+	Channel, TurnID string
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("channel %q is held: the cleanup of its turn %s failed; sandbox-reaper, or an operator removing what the host's log names, clears it, and the channel's next turn retries the cleanup first", e.Channel, e.TurnID)
+}
+
+func (e *HeldError) Unwrap() error { return ErrChannelHeld }
 
 // ContainerSpec mirrors container.Spec (DESIGN.md section 4).
 type ContainerSpec struct {

@@ -3,6 +3,7 @@ package sealedturn_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,4 +173,53 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestFailedCleanupHoldsTheChannel: a cleanup that fails after the reply
+// left (the container's removal, the units' stop) holds the channel: its
+// next turn retries that cleanup first and, while it fails, is refused
+// with a HeldError naming the channel and the held turn, running nothing;
+// once the retry succeeds (the reaper or an operator removed what was
+// left) the channel runs again and nothing is left.
+func TestFailedCleanupHoldsTheChannel(t *testing.T) {
+	tests := []struct {
+		name        string
+		fail, clear func(r *rig)
+	}{
+		{"container removal", func(r *rig) { r.docker.Mu.Lock(); r.docker.RemoveFails = -1; r.docker.Mu.Unlock() },
+			func(r *rig) { r.docker.Mu.Lock(); r.docker.RemoveFails = 0; r.docker.Mu.Unlock() }},
+		{"unit stop", func(r *rig) { r.units.Mu.Lock(); r.units.StopErr = errors.New("dbus gone"); r.units.Mu.Unlock() },
+			func(r *rig) { r.units.Mu.Lock(); r.units.StopErr = nil; r.units.Mu.Unlock() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newColdRig(t, "", sandboxtest.KitOptions{RemoveRetryTotal: 10 * time.Millisecond})
+			tt.fail(r)
+			first, at := answerTurn(t, r)
+			if !first.Answered || !at.answered || first.RunErr != nil || !errors.Is(first.CleanupErr, sandbox.ErrCleanup) {
+				t.Fatalf("first turn: answered %v, run %v, cleanup %v; want answered and ErrCleanup", first.Answered, first.RunErr, first.CleanupErr)
+			}
+			if !r.k.Held("c") || r.k.Held("guild:1") {
+				t.Fatalf("held c %v, guild:1 %v; want only c held", r.k.Held("c"), r.k.Held("guild:1"))
+			}
+			second, at2 := answerTurn(t, r)
+			var held *sandbox.HeldError
+			if !errors.As(second.RunErr, &held) || held.Channel != "c" || held.TurnID != first.ID || at2.answered {
+				t.Fatalf("second turn: %v, answered %v; want a HeldError naming c and %s", second.RunErr, at2.answered, first.ID)
+			}
+			if !strings.Contains(held.Error(), `"c"`) || !strings.Contains(held.Error(), "sandbox-reaper") || strings.Contains(held.Error(), "dbus") {
+				t.Errorf("refusal %q: want the channel and what clears it, not the cleanup's error", held.Error())
+			}
+			if len(r.docker.Created) != 1 {
+				t.Errorf("%d containers created; want none for the refused turn", len(r.docker.Created))
+			}
+			tt.clear(r)
+			third, at3 := answerTurn(t, r)
+			if third.RunErr != nil || third.CleanupErr != nil || !at3.answered || r.k.Held("c") {
+				t.Fatalf("third turn: run %v, cleanup %v, answered %v, held %v; want it run once the retry succeeded", third.RunErr, third.CleanupErr, at3.answered, r.k.Held("c"))
+			}
+			r.shutdown()
+			r.assertClean(t)
+		})
+	}
 }

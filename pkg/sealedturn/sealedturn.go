@@ -31,6 +31,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -108,13 +109,20 @@ type Kind struct {
 
 	// research: the tools and prompt of every research turn (register.go).
 	research Research
+
+	// held are the channels whose last turn's cleanup failed, with that
+	// turn: the channel's next turn retries its cleanup first and is
+	// refused while it fails (hold.go).
+	heldMu sync.Mutex
+	held   map[string]*Turn
 }
 
 // New makes the kind and, when standbys are enabled and the driver can
 // start a container apart from running it, its standby pool.
 func New(o Options) (*Kind, error) {
 	k := &Kind{cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, newID: o.NewID,
-		tools: o.Tools, mcpSpecs: o.MCP, pol: o.Policy, event: o.StandbyEvent, observe: o.Observe}
+		tools: o.Tools, mcpSpecs: o.MCP, pol: o.Policy, event: o.StandbyEvent, observe: o.Observe,
+		held: map[string]*Turn{}}
 	if err := k.newStandbys(); err != nil {
 		return nil, err
 	}
@@ -575,7 +583,7 @@ func (k *Kind) prepareNext(t *Turn) {
 func (k *Kind) Refill(t *Turn) {
 	channel := t.Channel
 	credential := k.cfg.SelectCredential(t.Channel, t.Principal, t.Speaker.ID)
-	if t.asked || k.standbys == nil || !k.host.Accepting() || k.host.ChannelOn(channel) != nil || k.host.Waiting(channel) > 0 {
+	if t.asked || k.Held(channel) || k.standbys == nil || !k.host.Accepting() || k.host.ChannelOn(channel) != nil || k.host.Waiting(channel) > 0 {
 		return
 	}
 	if k.host.Queued() > 0 { // a burst: the slots go to the waiting turns
