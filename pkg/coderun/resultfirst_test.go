@@ -1,0 +1,71 @@
+package coderun_test
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
+)
+
+// TestRunResultBeforeCleanup: the run's result is recorded (its result
+// event, Done) as soon as the supervisor's result frame arrived, after its
+// last output, while the container has not exited and still exists; the
+// run's cleanup (removal, then its slot) follows, and Ended says when it
+// is over. Fails on a kind that records the result only after cleanup.
+func TestRunResultBeforeCleanup(t *testing.T) {
+	exit := make(chan struct{}) // the supervisor's exit, after its result frame
+	resulted := make(chan struct{})
+	r, _ := newRunRig(t, runsExtra, func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		enc := wire.NewEncoder(stdout)
+		if err := enc.Output(wire.FrameStdout, wire.PhaseMain, []byte("last output\n")); err != nil {
+			return -1, err
+		}
+		if err := enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseMain, ExitCode: 3}); err != nil {
+			return -1, err
+		}
+		if err := enc.Result(wire.Result{ExitCode: 3}); err != nil {
+			return -1, err
+		}
+		close(resulted)
+		select {
+		case <-exit:
+		case <-ctx.Done():
+		}
+		return 0, nil
+	})
+	defer func() {
+		select {
+		case <-exit:
+		default:
+			close(exit)
+		}
+	}()
+	st, err := r.k.Start(runs.Params{Command: "x"}, clientUID)
+	must(t, err)
+	run, err := r.k.Registry().Get(st.ID)
+	must(t, err)
+	<-resulted
+	select {
+	case <-run.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no result while the container's exit is pending: the result waits for the cleanup")
+	}
+	got := run.Status()
+	if got.Result != runs.ResultFailed || got.ExitCode == nil || *got.ExitCode != 3 || got.Stdout != "last output\n" {
+		t.Errorf("result %+v, want failed with exit 3 and the last output", got)
+	}
+	select {
+	case <-run.Ended():
+		t.Fatal("the run ended before its container exited")
+	default:
+	}
+	if n := r.docker.LiveCount(); n != 1 {
+		t.Errorf("%d containers live at the result, want the run's one", n)
+	}
+	close(exit)
+	<-run.Ended()
+	r.assertClean(t)
+}
