@@ -377,16 +377,22 @@ func (s *Started) Finish(ctx context.Context, stdin []byte, maxStdout int64, std
 	return s.FinishFramed(ctx, stdin, maxStdout, stderr, nil)
 }
 
+// FrameDrainGrace bounds how long FinishFramed reads a worker's streams
+// after its final frame, for its last log lines: its exit ends them at
+// once; a worker that keeps them open is cut there.
+var FrameDrainGrace = 250 * time.Millisecond
+
 // FinishFramed is Finish for a worker whose last act is one final frame on
 // stdout: a line ending in the first newline it writes (a sealed turn's
 // reply, pkg/protocol). When stdout so far is exactly such a line and
-// accept (nil: never) takes it, it returns at once, Framed, without
-// waiting for the worker's exit or Docker's wait, which the reply does not
-// need (docs/sealed-turns.md, "The reply leaves before the cleanup"): the
-// attach connection is closed and its copy ended, the container is left
-// running for the caller's cleanup to kill and remove. Anything else (more
-// bytes after the first newline in the same read, a frame accept refuses)
-// is read and awaited as Finish does.
+// accept (nil: never) takes it, it returns Framed without Docker's wait
+// (nor, past FrameDrainGrace, the worker's exit), which the reply does not
+// need (docs/sealed-turns.md, "The reply leaves before the cleanup"): once
+// the streams end (the worker's exit, FrameDrainGrace at most) the attach
+// connection is closed, and the container, exited or not, is left for the
+// caller's cleanup to kill and remove. Anything else (more stdout after
+// the first newline, a frame accept refuses) is read and awaited as Finish
+// does.
 func (s *Started) FinishFramed(ctx context.Context, stdin []byte, maxStdout int64, stderr io.Writer, accept func(frame []byte) bool) (Result, error) {
 	d, id, hj := s.d, s.id, s.hj
 	res := Result{ExitCode: -1}
@@ -415,13 +421,36 @@ func (s *Started) FinishFramed(ctx context.Context, stdin []byte, maxStdout int6
 	case <-ctx.Done():
 		return res, s.abort(ctx, "container run")
 	case frame := <-out.framed:
-		// The copy ends with the connection: nothing writes to stderr's
-		// writer once this returns.
-		hj.Close()
-		<-copied
-		d.observe(PhaseRun, t)
-		res.Stdout, res.Framed = frame, true
-		return res, nil
+		// The worker's last stderr lines may still be on their way (the
+		// daemon copies the two streams apart): drain until its exit
+		// closes them, for at most FrameDrainGrace, then cut. Docker's
+		// wait is left to the cleanup.
+		grace := time.NewTimer(FrameDrainGrace)
+		cut := false
+		select {
+		case <-ctx.Done():
+			grace.Stop()
+			return res, s.abort(ctx, "container run")
+		case err = <-copied:
+			grace.Stop()
+		case <-grace.C:
+			hj.Close() // nothing writes to stderr's writer once the copy ended
+			<-copied
+			cut = true
+		}
+		if len(out.buf) == len(frame) && (cut || err == nil) {
+			d.observe(PhaseRun, t)
+			res.Stdout, res.Framed = frame, true
+			return res, nil
+		}
+		if cut {
+			// More stdout after the frame, and the stream cut: not one
+			// reply, and its exit unknown. The caller fails the run.
+			res.Stdout = out.buf
+			return res, d.killDetached(ctx, id)
+		}
+		// More stdout after the frame, or a refused stream: judged as
+		// without a frame.
 	case err = <-copied:
 	}
 	t = d.observe(PhaseRun, t)
