@@ -94,6 +94,10 @@ const (
 	PhaseStart  = "container_start"
 	PhaseRun    = "worker_run"
 	PhaseWait   = "container_wait"
+	// PhaseFrameDrain: from a worker's accepted final frame to the return
+	// (FrameDrainGrace, or the streams' end): FinishFramed's only wait
+	// after the reply.
+	PhaseFrameDrain = "frame_drain"
 )
 
 // Driver talks to one local Docker daemon.
@@ -377,21 +381,24 @@ func (s *Started) Finish(ctx context.Context, stdin []byte, maxStdout int64, std
 	return s.FinishFramed(ctx, stdin, maxStdout, stderr, nil)
 }
 
-// FrameDrainGrace bounds how long FinishFramed reads a worker's streams
-// after its final frame, for its last log lines: its exit ends them at
-// once; a worker that keeps them open is cut there.
-var FrameDrainGrace = 250 * time.Millisecond
+// FrameDrainGrace is how long FinishFramed still reads a worker's streams
+// after its final frame, for log lines it wrote before that frame that
+// Docker's separate stream copies may deliver after it. Not until the
+// streams end: they end only once Docker has processed the container's
+// exit, about 35 ms after the frame (TestIntegrationFinishFramed), most of
+// what answering at the frame saves.
+var FrameDrainGrace = 5 * time.Millisecond
 
 // FinishFramed is Finish for a worker whose last act is one final frame on
 // stdout: a line ending in the first newline it writes (a sealed turn's
 // reply, pkg/protocol). When stdout so far is exactly such a line and
-// accept (nil: never) takes it, it returns Framed without Docker's wait
-// (nor, past FrameDrainGrace, the worker's exit), which the reply does not
-// need (docs/sealed-turns.md, "The reply leaves before the cleanup"): once
-// the streams end (the worker's exit, FrameDrainGrace at most) the attach
-// connection is closed, and the container, exited or not, is left for the
-// caller's cleanup to kill and remove. Anything else (more stdout after
-// the first newline, a frame accept refuses) is read and awaited as Finish
+// accept (nil: never) takes it, it returns Framed without waiting for the
+// worker's exit or Docker's wait, which the reply does not need
+// (docs/sealed-turns.md, "The reply leaves before the cleanup"): after
+// FrameDrainGrace (or the streams' end) the attach connection is closed,
+// and the container, exited or not, is left for the caller's cleanup to
+// kill and remove. Anything else (more stdout after the first newline
+// within that grace, a frame accept refuses) is read and awaited as Finish
 // does.
 func (s *Started) FinishFramed(ctx context.Context, stdin []byte, maxStdout int64, stderr io.Writer, accept func(frame []byte) bool) (Result, error) {
 	d, id, hj := s.d, s.id, s.hj
@@ -422,9 +429,10 @@ func (s *Started) FinishFramed(ctx context.Context, stdin []byte, maxStdout int6
 		return res, s.abort(ctx, "container run")
 	case frame := <-out.framed:
 		// The worker's last stderr lines may still be on their way (the
-		// daemon copies the two streams apart): drain until its exit
-		// closes them, for at most FrameDrainGrace, then cut. Docker's
-		// wait is left to the cleanup.
+		// daemon copies the two streams apart): read on for
+		// FrameDrainGrace (or to the streams' end), then cut. The exit
+		// and Docker's wait are left to the cleanup.
+		framedAt := time.Now()
 		grace := time.NewTimer(FrameDrainGrace)
 		cut := false
 		select {
@@ -438,6 +446,7 @@ func (s *Started) FinishFramed(ctx context.Context, stdin []byte, maxStdout int6
 			<-copied
 			cut = true
 		}
+		d.observe(PhaseFrameDrain, framedAt)
 		if len(out.buf) == len(frame) && (cut || err == nil) {
 			d.observe(PhaseRun, t)
 			res.Stdout, res.Framed = frame, true
