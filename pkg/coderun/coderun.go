@@ -162,14 +162,15 @@ func New(o Options) *Kind {
 // Registry is the runs' record (the API reads and acts on it).
 func (k *Kind) Registry() *Registry { return k.runs }
 
-// Listed are the unfinished runs for GET /v1/turns: the reaper's contract
-// is that the host lists a turn (a run is one to the reaper) from before it
-// writes anything until after everything of it is gone, and a run finishes
-// only after its cleanup.
+// Listed are the live runs for GET /v1/turns: the reaper's contract is
+// that the host lists a turn (a run is one to the reaper) from before it
+// writes anything until after everything of it is gone; a run's result may
+// come before its cleanup, so a run stays listed until it End-ed
+// (Registry.Live).
 func (k *Kind) Listed() []apiwire.Turn {
 	var out []apiwire.Turn
 	seen := map[string]bool{}
-	for _, r := range append(k.shadows.reg.Unfinished(), k.runs.Unfinished()...) {
+	for _, r := range append(k.shadows.reg.Live(), k.runs.Live()...) {
 		if seen[r.ID()] { // this box runs its own run's job
 			continue
 		}
@@ -342,6 +343,7 @@ func (k *Kind) drive(r *Run) {
 		return
 	}
 	sent := false
+	r.Sandboxed() // listed until its cleanup ended, its result notwithstanding
 	fin := k.execute(ctx, r, log, func(f Finish) { sent = true; finish(f) })
 	if !sent {
 		finish(fin)

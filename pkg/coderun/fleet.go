@@ -516,6 +516,7 @@ func (k *Kind) driveShadow(ctx context.Context, r *Run, cancelReq <-chan struct{
 	}
 	// The first Finish wins: the supervisor's result as soon as its frame
 	// arrived, anything else after the cleanup.
+	r.Sandboxed()
 	fin := k.execute(rctx, r, log, r.Finish)
 	r.Finish(fin)
 }

@@ -65,7 +65,22 @@ func TestRunResultBeforeCleanup(t *testing.T) {
 	if n := r.docker.LiveCount(); n != 1 {
 		t.Errorf("%d containers live at the result, want the run's one", n)
 	}
+	if !listed(r, st.ID) {
+		t.Errorf("run not listed in GET /v1/turns while its container exists: the reaper would take it")
+	}
 	close(exit)
 	<-run.Ended()
+	if listed(r, st.ID) {
+		t.Errorf("run still listed once it ended")
+	}
 	r.assertClean(t)
+}
+
+func listed(r *rig, id string) bool {
+	for _, l := range r.k.Listed() {
+		if l.ID == id {
+			return true
+		}
+	}
+	return false
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
@@ -69,6 +70,7 @@ type Run struct {
 	done      chan struct{} // closed when finished
 	ended     chan struct{} // closed by End: its sandbox is gone, its slot free
 	endOnce   sync.Once
+	sandboxed atomic.Bool   // from before its sandbox is made until End
 	cancelReq chan struct{} // closed by the first Cancel
 
 	mu sync.Mutex
@@ -136,8 +138,17 @@ func (r *Run) Done() <-chan struct{} { return r.done }
 // before the cleanup).
 func (r *Run) Ended() <-chan struct{} { return r.ended }
 
-// End closes Ended (idempotent).
-func (r *Run) End() { r.endOnce.Do(func() { close(r.ended) }) }
+// End closes Ended (idempotent): the run's sandbox, if any, is gone.
+func (r *Run) End() {
+	r.endOnce.Do(func() {
+		r.sandboxed.Store(false)
+		close(r.ended)
+	})
+}
+
+// Sandboxed marks the run as having (or about to have) a sandbox until
+// End: listed for the reaper even once its result is recorded.
+func (r *Run) Sandboxed() { r.sandboxed.Store(true) }
 
 // CancelRequested is closed by the first Cancel. For a running run the host
 // must then stop and remove its container and call Finish (ResultCancelled);
