@@ -28,7 +28,7 @@ func TestHeldChannelRefusesWith503(t *testing.T) {
 	if got := counterValue(r.h.metrics.turns.WithLabelValues(resultHeld)); got != 1 {
 		t.Errorf("turns with result %s = %v, want 1", resultHeld, got)
 	}
-	if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("container")); got < 2 {
+	if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("sealedturn", "container")); got < 2 {
 		t.Errorf("container cleanup failures = %v, want the failure and its failed retry", got)
 	}
 	r.docker.Mu.Lock()

@@ -102,7 +102,7 @@ func TestCleanupFailureIsAnError(t *testing.T) {
 	if status, reason := statusOf(err); status != 500 || reason != "turn failed" {
 		t.Errorf("statusOf = %d %q, want 500 generic", status, reason)
 	}
-	if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("container")); got != 1 {
+	if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("sealedturn", "container")); got != 1 {
 		t.Errorf("cleanup failure metric = %v", got)
 	}
 	// Units and files are still cleaned although the container is stuck.
@@ -249,7 +249,7 @@ func TestRemovalRetriedUntilTheDaemonIsBack(t *testing.T) {
 			if got := len(r.docker.Removes); got != fails+1 {
 				t.Errorf("removals = %d, want %d", got, fails+1)
 			}
-			if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("container")); got != 0 {
+			if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("sealedturn", "container")); got != 0 {
 				t.Errorf("cleanup failure metric = %v, want 0", got)
 			}
 			for _, want := range []string{`"msg":"container removed after retries"`, fmt.Sprintf(`"attempts":%d,`, fails+1)} {
@@ -298,7 +298,7 @@ func TestRemovalAlwaysFailingIsBounded(t *testing.T) {
 			if took > tt.total+2*time.Second {
 				t.Errorf("turn took %v, over the %v retry bound", took, tt.total)
 			}
-			if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("container")); got != 1 {
+			if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("sealedturn", "container")); got != 1 {
 				t.Errorf("cleanup failure metric = %v, want 1", got)
 			}
 			if !strings.Contains(logs.String(), `"msg":"container removal failed; left to sandbox-reaper"`) {
@@ -359,7 +359,7 @@ func TestShutdownContextStopsRemovalRetries(t *testing.T) {
 	if got := len(r.docker.Removes); got != 1 {
 		t.Errorf("removals = %d, want 1 (no retry after the shutdown ran out of time)", got)
 	}
-	if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("container")); got != 1 {
+	if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("sealedturn", "container")); got != 1 {
 		t.Errorf("cleanup failure metric = %v, want 1", got)
 	}
 	if !strings.Contains(logs.String(), `"stopped":"host shutdown out of time"`) {
