@@ -3,11 +3,15 @@ package coderun_test
 import (
 	"context"
 	"io"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
 )
 
 // TestRunResultBeforeCleanup: the run's result is recorded (its result
@@ -83,4 +87,57 @@ func listed(r *rig, id string) bool {
 		}
 	}
 	return false
+}
+
+// TestRunSlotHeldUntilRemoval: with one global slot, a run whose result
+// was recorded before its cleanup keeps that slot until its container is
+// removed: the next run's supervisor starts only after that removal.
+func TestRunSlotHeldUntilRemoval(t *testing.T) {
+	var mu sync.Mutex
+	var events []string
+	event := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
+	exit := make(chan struct{})
+	r, _ := newRunRigWith(t, runsExtra, func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error) {
+		event("start " + job.Command)
+		enc := wire.NewEncoder(stdout)
+		if err := enc.PhaseEnd(wire.PhaseEnd{Phase: wire.PhaseMain}); err != nil {
+			return -1, err
+		}
+		if err := enc.Result(wire.Result{}); err != nil {
+			return -1, err
+		}
+		if job.Command == "first" {
+			select {
+			case <-exit:
+			case <-ctx.Done():
+			}
+		}
+		return 0, nil
+	}, func(o *sandboxtest.KitOptions) {
+		o.Config = func(c *config.Config) { c.Queue.GlobalConcurrency = 1 }
+	})
+	r.docker.RemoveHook = func(string) { event("remove") }
+	defer func() {
+		select {
+		case <-exit:
+		default:
+			close(exit)
+		}
+	}()
+	a, err := r.k.Start(runs.Params{Command: "first"}, clientUID)
+	must(t, err)
+	first, err := r.k.Registry().Get(a.ID)
+	must(t, err)
+	<-first.Done() // its result, its container not yet exited
+	b, err := r.k.Start(runs.Params{Command: "second"}, clientUID)
+	must(t, err)
+	close(exit)
+	waitRun(t, r, b.ID)
+	mu.Lock()
+	got := slices.Clone(events)
+	mu.Unlock()
+	if i, j := slices.Index(got, "remove"), slices.Index(got, "start second"); i < 0 || j < 0 || j < i {
+		t.Errorf("events %v: want the first run's removal before the second run's start", got)
+	}
+	r.assertClean(t)
 }
