@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
+	"github.com/roundtable-sandbox/sandbox/pkg/container"
 	"github.com/roundtable-sandbox/sandbox/pkg/host"
 	"github.com/roundtable-sandbox/sandbox/pkg/mcp"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -43,7 +44,10 @@ type fakeProbe struct {
 	image       bool
 	runtimes    map[string][]string
 	runtimesErr error
+	containers  []container.Info
 }
+
+func (p fakeProbe) List(context.Context, string) ([]container.Info, error) { return p.containers, nil }
 
 func (p fakeProbe) Ping(context.Context) error                         { return p.pingErr }
 func (p fakeProbe) ImagePresent(context.Context, string) (bool, error) { return p.image, nil }

@@ -58,6 +58,8 @@ type dockerProbe interface {
 	Ping(ctx context.Context) error
 	ImagePresent(ctx context.Context, ref string) (bool, error)
 	Runtimes(ctx context.Context) (map[string][]string, error)
+	// List is the installation's containers (doctorleftovers.go).
+	List(ctx context.Context, installation string) ([]container.Info, error)
 	Close() error
 }
 
@@ -286,6 +288,7 @@ func doctorDocker(ctx context.Context, cfg *config.Config, d doctorDeps, add fun
 	}
 	doctorToolbox(ctx, cfg, d, add)
 	doctorRuntime(ctx, cfg.Runtime, probe, add)
+	doctorLeftovers(ctx, cfg, probe, time.Now(), add)
 }
 
 // RunscArgs are the runtimeArgs runsc needs in /etc/docker/daemon.json:

@@ -114,7 +114,18 @@ func (e dockerEngine) Stream(ctx context.Context, id string, stdin []byte, stdou
 
 func (e dockerEngine) Run(ctx context.Context, id string, stdin []byte, max int64, ready func(context.Context) error, stderr io.Writer) (host.RunResult, error) {
 	r, err := e.d.RunLogged(ctx, id, stdin, max, ready, stderr)
-	return host.RunResult{Stdout: r.Stdout, ExitCode: r.ExitCode, Truncated: r.Truncated, StderrRefused: r.StderrRefused}, err
+	return runResult(r), err
+}
+
+// RunFramed makes the driver a sandbox.FramedContainers (the reply leaves
+// at the worker's final frame).
+func (e dockerEngine) RunFramed(ctx context.Context, id string, stdin []byte, max int64, ready func(context.Context) error, stderr io.Writer, accept func([]byte) bool) (host.RunResult, error) {
+	r, err := e.d.RunFramed(ctx, id, stdin, max, ready, stderr, accept)
+	return runResult(r), err
+}
+
+func runResult(r container.Result) host.RunResult {
+	return host.RunResult{Stdout: r.Stdout, ExitCode: r.ExitCode, Truncated: r.Truncated, StderrRefused: r.StderrRefused, Framed: r.Framed}
 }
 
 // Start and Running make the driver a host.WarmContainers (standbys).
@@ -133,7 +144,13 @@ type startedContainer struct{ s *container.Started }
 
 func (c startedContainer) Finish(ctx context.Context, stdin []byte, max int64, stderr io.Writer) (host.RunResult, error) {
 	r, err := c.s.Finish(ctx, stdin, max, stderr)
-	return host.RunResult{Stdout: r.Stdout, ExitCode: r.ExitCode, Truncated: r.Truncated, StderrRefused: r.StderrRefused}, err
+	return runResult(r), err
+}
+
+// FinishFramed makes a started container a sandbox.FramedStarted.
+func (c startedContainer) FinishFramed(ctx context.Context, stdin []byte, max int64, stderr io.Writer, accept func([]byte) bool) (host.RunResult, error) {
+	r, err := c.s.FinishFramed(ctx, stdin, max, stderr, accept)
+	return runResult(r), err
 }
 func (c startedContainer) Close() { c.s.Close() }
 

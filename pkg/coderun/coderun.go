@@ -162,14 +162,15 @@ func New(o Options) *Kind {
 // Registry is the runs' record (the API reads and acts on it).
 func (k *Kind) Registry() *Registry { return k.runs }
 
-// Listed are the unfinished runs for GET /v1/turns: the reaper's contract
-// is that the host lists a turn (a run is one to the reaper) from before it
-// writes anything until after everything of it is gone, and a run finishes
-// only after its cleanup.
+// Listed are the live runs for GET /v1/turns: the reaper's contract is
+// that the host lists a turn (a run is one to the reaper) from before it
+// writes anything until after everything of it is gone; a run's result may
+// come before its cleanup, so a run stays listed until it End-ed
+// (Registry.Live).
 func (k *Kind) Listed() []apiwire.Turn {
 	var out []apiwire.Turn
 	seen := map[string]bool{}
-	for _, r := range append(k.shadows.reg.Unfinished(), k.runs.Unfinished()...) {
+	for _, r := range append(k.shadows.reg.Live(), k.runs.Live()...) {
 		if seen[r.ID()] { // this box runs its own run's job
 			continue
 		}
@@ -248,10 +249,14 @@ func (k *Kind) Start(p runs.Params, owner int) (runs.Status, error) {
 }
 
 // drive takes a run from admission to its result: approval (network
-// runs), a concurrency slot, the container, cleanup, then Finish. The
-// result is recorded only after cleanup, so a finished run has left
-// nothing behind (or the log says what).
+// runs), a concurrency slot, the container, then Finish and cleanup. The
+// supervisor's result is recorded as soon as its frame arrives, before the
+// container's exit, removal and the slot's release (docs/code-runs.md, "The
+// result leaves before the cleanup"); every other result after the
+// cleanup, which may change it. The slot is held until the cleanup ended;
+// Ended says when the run left nothing behind (or the log says what).
 func (k *Kind) drive(r *Run) {
+	defer r.End()
 	defer k.runs.Prune() // a finished run counts against the retained bounds at once
 	id := r.ID()
 	log := k.log.With("run", id)
@@ -337,15 +342,22 @@ func (k *Kind) drive(r *Run) {
 		log.Info("run done", "result", st.Result, "reason", st.Error)
 		return
 	}
-	finish(k.execute(ctx, r, log))
+	sent := false
+	r.Sandboxed() // listed until its cleanup ended, its result notwithstanding
+	fin := k.execute(ctx, r, log, func(f Finish) { sent = true; finish(f) })
+	if !sent {
+		finish(fin)
+	}
 }
 
 // execute runs the container and always cleans up before it returns
-// the run's finish. A run of a declared shape binds its ready standby (its
-// job on the started supervisor's stdin); any other, and one that finds
-// none, takes the cold path.
-func (k *Kind) execute(ctx context.Context, r *Run, log *slog.Logger) (fin Finish) {
-	rc := k.cfg.Runs
+// the run's finish. The supervisor's own result (ok or failed) is given to
+// early as soon as its frame arrived, before the container's exit and the
+// cleanup; once early ran, what execute returns is the caller's to drop. A
+// run of a declared shape binds its ready standby (its job on the started
+// supervisor's stdin); any other, and one that finds none, takes the cold
+// path.
+func (k *Kind) execute(ctx context.Context, r *Run, log *slog.Logger, early func(Finish)) (fin Finish) {
 	p := r.Params()
 	id := r.ID()
 	began := time.Now()
@@ -368,11 +380,23 @@ func (k *Kind) execute(ctx context.Context, r *Run, log *slog.Logger) (fin Finis
 		slot = k.slots.Take()
 	}
 	defer k.slots.Give(slot)
+	var earlyFin *Finish // the result given to early, if any
+	defer func() {
+		if earlyFin != nil && fin.Result != earlyFin.Result {
+			log.Warn("run container misbehaved after its result was recorded", "result", earlyFin.Result, "late_result", fin.Result, "late_reason", fin.Error)
+		}
+	}()
 	defer func() {
 		if warm != nil {
 			warm.started.Close()
 		}
 		if err := k.life.Cleanup(t, log); err != nil {
+			if earlyFin != nil {
+				// The result already left; the lifecycle's log line names
+				// what an operator must remove, and the metric counts it.
+				log.Error("run cleanup failed after its result was recorded", "result", earlyFin.Result)
+				return
+			}
 			msg := "the run's cleanup failed; the operator was told"
 			if fin.Error == ErrorDockerWentAway {
 				msg = "docker went away during the run and its cleanup failed; the operator was told"
@@ -457,9 +481,34 @@ func (k *Kind) execute(ctx context.Context, r *Run, log *slog.Logger) (fin Finis
 		pr.CloseWithError(errors.New("run output refused"))
 		done <- decoded{res, arts, err}
 	}()
-	exit, streamErr := stream(runCtx, stdin.Bytes(), pw, sink)
-	pw.CloseWithError(io.ErrUnexpectedEOF) // the decoder sees the end
-	d := <-done
+	type streamed struct {
+		exit int64
+		err  error
+	}
+	streamDone := make(chan streamed, 1)
+	go func() {
+		exit, err := stream(runCtx, stdin.Bytes(), pw, sink)
+		pw.CloseWithError(io.ErrUnexpectedEOF) // the decoder sees the end
+		streamDone <- streamed{exit, err}
+	}()
+	var d decoded
+	var sd streamed
+	select {
+	case d = <-done:
+		// The supervisor's result frame, after its last output: a result
+		// of its own leaves now; the container's exit and the cleanup
+		// follow (the slot stays held until then).
+		if d.err == nil && d.res.Error == "" && runCtx.Err() == nil {
+			if f, err := k.resultFinish(p, d.res, d.artifacts, began); err == nil {
+				earlyFin = &f
+				early(f)
+			}
+		}
+		sd = <-streamDone
+	case sd = <-streamDone:
+		d = <-done
+	}
+	exit, streamErr := sd.exit, sd.err
 	// A broken attach or wait, a stream cut short, or a supervisor stopped
 	// by a signal the host never sent: when Docker no longer answers, it
 	// is to blame (systemctl restart docker stops every container), not
@@ -485,21 +534,37 @@ func (k *Kind) execute(ctx context.Context, r *Run, log *slog.Logger) (fin Finis
 		log.Warn("run output refused", "err", d.err, "exit_code", exit)
 		return Finish{Result: runs.ResultError, Error: "the run's output broke the protocol and was refused"}
 	}
-	cut := Cut{Stdout: d.res.StdoutTruncated, Stderr: d.res.StderrTruncated, StdoutDropped: d.res.StdoutDropped, StderrDropped: d.res.StderrDropped}
 	if d.res.Error != "" {
+		cut := Cut{Stdout: d.res.StdoutTruncated, Stderr: d.res.StderrTruncated, StdoutDropped: d.res.StdoutDropped, StderrDropped: d.res.StderrDropped}
 		return Finish{Result: runs.ResultError, Error: "the sandbox could not run the command: " + d.res.Error, Cut: cut}
 	}
-	arts, err := runs.CheckArtifacts(p.Artifacts, d.artifacts, rc.MaxArtifactBytes, rc.MaxArtifactTotalBytes)
+	if earlyFin != nil {
+		return *earlyFin
+	}
+	f, err := k.resultFinish(p, d.res, d.artifacts, began)
 	if err != nil {
 		log.Warn("run artifacts refused", "err", err)
 		return Finish{Result: runs.ResultError, Error: "the run's artifacts were refused"}
 	}
-	code := d.res.ExitCode
-	f := Finish{Result: runs.ResultOK, ExitCode: &code, FailedSetup: d.res.FailedSetup, Artifacts: arts, Duration: time.Since(began), Cut: cut}
-	if code != 0 || d.res.FailedSetup != 0 {
+	return f
+}
+
+// resultFinish is the finish of a supervisor's result without an error:
+// ok or failed, with its exit code, failed setup, checked artifacts and
+// cut; an error when the artifacts are refused.
+func (k *Kind) resultFinish(p runs.Params, res wire.Result, artifacts []runs.Artifact, began time.Time) (Finish, error) {
+	rc := k.cfg.Runs
+	cut := Cut{Stdout: res.StdoutTruncated, Stderr: res.StderrTruncated, StdoutDropped: res.StdoutDropped, StderrDropped: res.StderrDropped}
+	arts, err := runs.CheckArtifacts(p.Artifacts, artifacts, rc.MaxArtifactBytes, rc.MaxArtifactTotalBytes)
+	if err != nil {
+		return Finish{}, err
+	}
+	code := res.ExitCode
+	f := Finish{Result: runs.ResultOK, ExitCode: &code, FailedSetup: res.FailedSetup, Artifacts: arts, Duration: time.Since(began), Cut: cut}
+	if code != 0 || res.FailedSetup != 0 {
 		f.Result = runs.ResultFailed
 	}
-	return f
+	return f, nil
 }
 
 // runSpec is a run's toolbox container under handle t: as uid, the

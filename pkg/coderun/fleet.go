@@ -485,6 +485,7 @@ func (k *Kind) fleetFail(ctx context.Context, j *fleetjobs.Job, log *slog.Logger
 // driveShadow is drive from the slot on, for a shadow: start, execute,
 // finish; a cancel from the fleet or a stopping host stops it.
 func (k *Kind) driveShadow(ctx context.Context, r *Run, cancelReq <-chan struct{}, log *slog.Logger) {
+	defer r.End()
 	rctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	stopWatch := context.AfterFunc(k.host.Stopped(), func() { cancel(sandbox.ErrShuttingDown) })
@@ -513,7 +514,10 @@ func (k *Kind) driveShadow(ctx context.Context, r *Run, cancelReq <-chan struct{
 	if err := r.Start(); err != nil {
 		return // cancelled before it started: the record is finished
 	}
-	fin := k.execute(rctx, r, log)
+	// The first Finish wins: the supervisor's result as soon as its frame
+	// arrived, anything else after the cleanup.
+	r.Sandboxed()
+	fin := k.execute(rctx, r, log, r.Finish)
 	r.Finish(fin)
 }
 

@@ -326,6 +326,21 @@ const BusyRetryHeld = 5 * time.Second
 
 // Unfinished returns the runs not yet finished, oldest first: what the host
 // must finish (ResultCancelled, "host stopped") when it stops.
+// Live are the runs unfinished or whose sandbox still exists (Sandboxed
+// and not yet End: a result recorded before its cleanup), oldest first.
+func (g *Registry) Live() []*Run {
+	g.mu.Lock()
+	rs := make([]*Run, 0, len(g.runs))
+	for _, r := range g.runs {
+		if !r.finished() || r.sandboxed.Load() {
+			rs = append(rs, r)
+		}
+	}
+	g.mu.Unlock()
+	slices.SortFunc(rs, func(a, b *Run) int { return cmp.Compare(a.order, b.order) })
+	return rs
+}
+
 func (g *Registry) Unfinished() []*Run {
 	g.mu.Lock()
 	rs := make([]*Run, 0, len(g.runs))

@@ -122,5 +122,11 @@ func waitRun(t *testing.T, r *rig, id string) runs.Status {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("run %s did not finish: %+v", id, run.Status())
 	}
+	// Its result may come before its cleanup: wait for that too.
+	select {
+	case <-run.Ended():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("run %s finished but its cleanup did not end", id)
+	}
 	return run.Status()
 }

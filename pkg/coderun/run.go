@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
@@ -67,6 +68,9 @@ type Run struct {
 	order  uint64
 
 	done      chan struct{} // closed when finished
+	ended     chan struct{} // closed by End: its sandbox is gone, its slot free
+	endOnce   sync.Once
+	sandboxed atomic.Bool   // from before its sandbox is made until End
 	cancelReq chan struct{} // closed by the first Cancel
 
 	mu sync.Mutex
@@ -89,6 +93,7 @@ func newRun(id string, p runs.Params, owner int, lim RegistryLimits, now func() 
 	r := &Run{
 		id: id, params: p, owner: owner, lim: lim, now: now, order: order,
 		done:      make(chan struct{}),
+		ended:     make(chan struct{}),
 		cancelReq: make(chan struct{}),
 		changed:   make(chan struct{}),
 	}
@@ -126,6 +131,24 @@ func (r *Run) Params() runs.Params { return r.params.Clone() }
 
 // Done is closed when the run is finished.
 func (r *Run) Done() <-chan struct{} { return r.done }
+
+// Ended is closed once the host is done with the run: its container and
+// files removed (or the log says what was left) and its slot given back.
+// A run's result may come before (docs/code-runs.md: the result leaves
+// before the cleanup).
+func (r *Run) Ended() <-chan struct{} { return r.ended }
+
+// End closes Ended (idempotent): the run's sandbox, if any, is gone.
+func (r *Run) End() {
+	r.endOnce.Do(func() {
+		r.sandboxed.Store(false)
+		close(r.ended)
+	})
+}
+
+// Sandboxed marks the run as having (or about to have) a sandbox until
+// End: listed for the reaper even once its result is recorded.
+func (r *Run) Sandboxed() { r.sandboxed.Store(true) }
 
 // CancelRequested is closed by the first Cancel. For a running run the host
 // must then stop and remove its container and call Finish (ResultCancelled);

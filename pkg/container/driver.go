@@ -8,6 +8,7 @@
 package container
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,6 +70,10 @@ type Result struct {
 	// StderrRefused: the stderr writer refused more (its bound) and the
 	// worker was killed.
 	StderrRefused bool
+	// Framed: the run returned at the worker's final frame (FinishFramed):
+	// Stdout is that frame, ExitCode is -1 and the container may still be
+	// running; the caller's cleanup kills and removes it.
+	Framed bool
 }
 
 // Info describes one listed container.
@@ -89,6 +94,10 @@ const (
 	PhaseStart  = "container_start"
 	PhaseRun    = "worker_run"
 	PhaseWait   = "container_wait"
+	// PhaseFrameDrain: from a worker's accepted final frame to the return
+	// (FrameDrainGrace, or the streams' end): FinishFramed's only wait
+	// after the reply.
+	PhaseFrameDrain = "frame_drain"
 )
 
 // Driver talks to one local Docker daemon.
@@ -263,6 +272,12 @@ func (d *Driver) RunGated(ctx context.Context, id string, stdin []byte, maxStdou
 // stderr leaves it, and the caller bounds it. A Write error from stderr
 // stops the copy and SIGKILLs the container; the result is StderrRefused.
 func (d *Driver) RunLogged(ctx context.Context, id string, stdin []byte, maxStdout int64, ready func(context.Context) error, stderr io.Writer) (Result, error) {
+	return d.RunFramed(ctx, id, stdin, maxStdout, ready, stderr, nil)
+}
+
+// RunFramed is RunLogged that returns at the worker's final frame when
+// accept takes it (FinishFramed); nil accept is RunLogged.
+func (d *Driver) RunFramed(ctx context.Context, id string, stdin []byte, maxStdout int64, ready func(context.Context) error, stderr io.Writer, accept func(frame []byte) bool) (Result, error) {
 	res := Result{ExitCode: -1}
 	if err := checkRun(stdin, maxStdout); err != nil {
 		return res, err
@@ -286,7 +301,7 @@ func (d *Driver) RunLogged(ctx context.Context, id string, stdin []byte, maxStdo
 	}
 	// The wait at the gate is the caller's to report (the host's
 	// "stdin_gate" phase); it is kept out of PhaseRun.
-	return s.Finish(ctx, stdin, maxStdout, stderr)
+	return s.FinishFramed(ctx, stdin, maxStdout, stderr, accept)
 }
 
 func checkRun(stdin []byte, maxStdout int64) error {
@@ -363,6 +378,29 @@ func (d *Driver) Running(ctx context.Context, id string) (bool, error) {
 // stdout (and stderr to stderr, nil: discarded) and waits for exit, as the
 // second half of RunLogged. It may be called once.
 func (s *Started) Finish(ctx context.Context, stdin []byte, maxStdout int64, stderr io.Writer) (Result, error) {
+	return s.FinishFramed(ctx, stdin, maxStdout, stderr, nil)
+}
+
+// FrameDrainGrace is how long FinishFramed still reads a worker's streams
+// after its final frame, for log lines it wrote before that frame that
+// Docker's separate stream copies may deliver after it. Not until the
+// streams end: they end only once Docker has processed the container's
+// exit, about 35 ms after the frame (TestIntegrationFinishFramed), most of
+// what answering at the frame saves.
+var FrameDrainGrace = 5 * time.Millisecond
+
+// FinishFramed is Finish for a worker whose last act is one final frame on
+// stdout: a line ending in the first newline it writes (a sealed turn's
+// reply, pkg/protocol). When stdout so far is exactly such a line and
+// accept (nil: never) takes it, it returns Framed without waiting for the
+// worker's exit or Docker's wait, which the reply does not need
+// (docs/sealed-turns.md, "The reply leaves before the cleanup"): after
+// FrameDrainGrace (or the streams' end) the attach connection is closed,
+// and the container, exited or not, is left for the caller's cleanup to
+// kill and remove. Anything else (more stdout after the first newline
+// within that grace, a frame accept refuses) is read and awaited as Finish
+// does.
+func (s *Started) FinishFramed(ctx context.Context, stdin []byte, maxStdout int64, stderr io.Writer, accept func(frame []byte) bool) (Result, error) {
 	d, id, hj := s.d, s.id, s.hj
 	res := Result{ExitCode: -1}
 	if err := checkRun(stdin, maxStdout); err != nil {
@@ -379,7 +417,7 @@ func (s *Started) Finish(ctx context.Context, stdin []byte, maxStdout int64, std
 			_ = hj.CloseWrite()
 		}
 	}()
-	out := &boundedWriter{max: maxStdout}
+	out := &boundedWriter{max: maxStdout, accept: accept, framed: make(chan []byte, 1)}
 	copied := make(chan error, 1)
 	go func() {
 		_, err := stdcopy.StdCopy(out, &refusingWriter{w: stderr}, hj.Reader)
@@ -389,6 +427,39 @@ func (s *Started) Finish(ctx context.Context, stdin []byte, maxStdout int64, std
 	select {
 	case <-ctx.Done():
 		return res, s.abort(ctx, "container run")
+	case frame := <-out.framed:
+		// The worker's last stderr lines may still be on their way (the
+		// daemon copies the two streams apart): read on for
+		// FrameDrainGrace (or to the streams' end), then cut. The exit
+		// and Docker's wait are left to the cleanup.
+		framedAt := time.Now()
+		grace := time.NewTimer(FrameDrainGrace)
+		cut := false
+		select {
+		case <-ctx.Done():
+			grace.Stop()
+			return res, s.abort(ctx, "container run")
+		case err = <-copied:
+			grace.Stop()
+		case <-grace.C:
+			hj.Close() // nothing writes to stderr's writer once the copy ended
+			<-copied
+			cut = true
+		}
+		d.observe(PhaseFrameDrain, framedAt)
+		if len(out.buf) == len(frame) && (cut || err == nil) {
+			d.observe(PhaseRun, t)
+			res.Stdout, res.Framed = frame, true
+			return res, nil
+		}
+		if cut {
+			// More stdout after the frame, and the stream cut: not one
+			// reply, and its exit unknown. The caller fails the run.
+			res.Stdout = out.buf
+			return res, d.killDetached(ctx, id)
+		}
+		// More stdout after the frame, or a refused stream: judged as
+		// without a frame.
 	case err = <-copied:
 	}
 	t = d.observe(PhaseRun, t)
@@ -542,10 +613,15 @@ func (r *refusingWriter) Write(p []byte) (int, error) {
 }
 
 // boundedWriter keeps at most max bytes and fails the write that exceeds it,
-// which stops stdcopy at once.
+// which stops stdcopy at once. With accept, the first newline is looked at
+// once: when it ends what was written so far and accept takes that line, a
+// copy of it is sent on framed (FinishFramed).
 type boundedWriter struct {
-	buf []byte
-	max int64
+	buf     []byte
+	max     int64
+	accept  func([]byte) bool
+	framed  chan []byte
+	checked bool
 }
 
 func (w *boundedWriter) Write(p []byte) (int, error) {
@@ -555,6 +631,14 @@ func (w *boundedWriter) Write(p []byte) (int, error) {
 		return int(room), errStdoutLimit
 	}
 	w.buf = append(w.buf, p...)
+	if w.accept != nil && !w.checked {
+		if i := bytes.IndexByte(w.buf, '\n'); i >= 0 {
+			w.checked = true
+			if i == len(w.buf)-1 && w.accept(w.buf) {
+				w.framed <- append([]byte(nil), w.buf...)
+			}
+		}
+	}
 	return len(p), nil
 }
 

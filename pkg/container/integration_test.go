@@ -722,3 +722,90 @@ func TestIntegrationStartThenFinish(t *testing.T) {
 		t.Errorf("missing container Running = %v, %v; want false, nil", running, err)
 	}
 }
+
+// TestIntegrationFinishFramed: with accept, a worker's final frame (here
+// the echoed line, then its exit) returns Framed with that line, without
+// Docker's wait; a worker that prints its frame and never exits is cut
+// after FrameDrainGrace, its container left running for the caller's
+// removal; a frame accept refuses is read to the exit as Finish does.
+// SANDBOX_IT_FRAMED_ROUNDS (default 5) times RunLogged against RunFramed
+// on the echo worker and logs the medians (no assertion on them).
+func TestIntegrationFinishFramed(t *testing.T) {
+	d := itDriver(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	yes := func([]byte) bool { return true }
+
+	id := itCreate(t, d, itSpec(t, "it-framed"))
+	res, err := d.RunFramed(ctx, id, []byte("frame\n"), 1<<10, nil, nil, yes)
+	if err != nil || !res.Framed || string(res.Stdout) != "frame\n" || res.ExitCode != -1 {
+		t.Fatalf("RunFramed = %+v, %v; want the frame, Framed", res, err)
+	}
+
+	hang := itCreate(t, d, itSpec(t, "it-framed"))
+	res, err = d.RunFramed(ctx, hang, []byte("framehang\n"), 1<<10, nil, nil, yes)
+	if err != nil || !res.Framed || string(res.Stdout) != "framed\n" {
+		t.Fatalf("RunFramed on a worker that never exits = %+v, %v; want its frame", res, err)
+	}
+	if running, err := d.Running(ctx, hang); err != nil || !running {
+		t.Errorf("Running = %v, %v; want the container left for its removal", running, err)
+	}
+	if err := d.Remove(ctx, hang); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+
+	refused := itCreate(t, d, itSpec(t, "it-framed"))
+	res, err = d.RunFramed(ctx, refused, []byte("frame\n"), 1<<10, nil, nil, func([]byte) bool { return false })
+	if err != nil || res.Framed || string(res.Stdout) != "frame\n" || res.ExitCode != 0 {
+		t.Fatalf("RunFramed with a refused frame = %+v, %v; want Finish's result with the exit status", res, err)
+	}
+
+	rounds := 5
+	if n, err := strconv.Atoi(os.Getenv("SANDBOX_IT_FRAMED_ROUNDS")); err == nil && n > 0 {
+		rounds = n
+	}
+	// Alternating rounds; the driver's own phases: stdin to the end of
+	// stdout (worker_run) and the wait after it (container_wait), against
+	// stdin to the framed return.
+	var mu sync.Mutex
+	phases := map[string][]time.Duration{}
+	framedRound := false
+	d.Observe = func(phase string, took time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if framedRound {
+			phase = "framed " + phase
+		}
+		phases[phase] = append(phases[phase], took)
+	}
+	defer func() { d.Observe = nil }()
+	for range rounds {
+		for _, framed := range []bool{false, true} {
+			id := itCreate(t, d, itSpec(t, "it-framed"))
+			mu.Lock()
+			framedRound = framed
+			mu.Unlock()
+			var err error
+			if framed {
+				_, err = d.RunFramed(ctx, id, []byte("frame\n"), 1<<10, nil, nil, yes)
+			} else {
+				_, err = d.RunLogged(ctx, id, []byte("frame\n"), 1<<10, nil, nil)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	median := func(phase string) time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		took := slices.Clone(phases[phase])
+		if len(took) == 0 {
+			return 0
+		}
+		slices.Sort(took)
+		return took[len(took)/2]
+	}
+	t.Logf("medians of %d rounds: stdin to stdout's end %v, then Docker's wait %v; framed: stdin to the return %v, of which the drain after the frame %v",
+		rounds, median(PhaseRun), median(PhaseWait), median("framed "+PhaseRun), median("framed "+PhaseFrameDrain))
+}

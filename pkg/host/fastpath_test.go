@@ -157,8 +157,8 @@ func TestCleanupFailureAfterReplyIsCounted(t *testing.T) {
 		t.Fatalf("turn = %d %q %v; want the reply (cleanup comes after it)", a.status, a.body, a.err)
 	}
 	waitFor(t, "the turn to end", func() bool { return r.h.status("c").RunningTurn == "" })
-	if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("container")); got != 1 {
-		t.Errorf("sandbox_cleanup_failures_total{what=container} = %v, want 1", got)
+	if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("sealedturn", "container")); got != 1 {
+		t.Errorf("sandbox_cleanup_failures_total{kind=sealedturn,stage=container} = %v, want 1", got)
 	}
 	if got := counterValue(r.h.metrics.turns.WithLabelValues(resultCleanup)); got != 1 {
 		t.Errorf("turns with result %s = %v, want 1", resultCleanup, got)

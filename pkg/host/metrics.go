@@ -16,8 +16,10 @@ const (
 	resultDeadline   = "deadline"
 	resultCancelled  = "cancelled"
 	resultCleanup    = "cleanup_failed"
-	resultShutdown   = "shutdown"
-	resultGone       = "client_gone"
+	// resultHeld: refused, the channel's previous cleanup failed (sandbox.HeldError).
+	resultHeld     = "channel_held"
+	resultShutdown = "shutdown"
+	resultGone     = "client_gone"
 )
 
 type metrics struct {
@@ -50,8 +52,8 @@ func newMetrics(reg prometheus.Registerer, q *admission.Queue) *metrics {
 			Name: "sandbox_turns_running", Help: "Turns running now.",
 		}, func() float64 { _, r := q.Totals(); return float64(r) }),
 		cleanupFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sandbox_cleanup_failures_total", Help: "Turn cleanup steps that failed and need operator inspection.",
-		}, []string{"what"}),
+			Name: "sandbox_cleanup_failures_total", Help: "Cleanup steps that failed and need operator inspection, by kind (sealedturn, coderun, ...) and stage (container, units, turn_dir, policy, scratch).",
+		}, []string{"kind", "stage"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_api_errors_total", Help: "API requests answered with an error, by HTTP status.",
 		}, []string{"status"}),

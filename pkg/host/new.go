@@ -75,7 +75,7 @@ func New(o Options) (*Host, error) {
 				o.ObservePhase(name, took)
 			}
 		},
-		CleanupFailed: func(what string) { h.metrics.cleanupFailures.WithLabelValues(what).Inc() },
+		CleanupFailed: func(kind, stage string) { h.metrics.cleanupFailures.WithLabelValues(kind, stage).Inc() },
 	})
 	if err := h.prepareStatic(); err != nil {
 		return nil, err
@@ -119,6 +119,7 @@ func (h *Host) makeKinds() error {
 	}
 	h.turnKinds = map[string]kind.ChannelTurns{}
 	for _, r := range registry {
+		d.Lifecycle = h.life.For(r.Name) // its cleanup failures counted under its name
 		k, err := r.New(d)
 		if err != nil {
 			return err

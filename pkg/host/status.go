@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
 // hostStatuses are the host's own rows of the error-to-status table; each
@@ -45,6 +46,12 @@ func statusOf(err error) (int, string) {
 	var uf *UnitFailure
 	if errors.As(err, &uf) {
 		return uf.status(), uf.Error()
+	}
+	// A held channel: 503 with what holds it and what clears it (the
+	// channel is the caller's own; the cleanup's error stays in the log).
+	var held *sandbox.HeldError
+	if errors.As(err, &held) {
+		return http.StatusServiceUnavailable, held.Error()
 	}
 	return api.StatusOf(err, statuses)
 }

@@ -209,6 +209,10 @@ func resultOf(ctx context.Context, reply *protocol.Reply, runErr, cleanupErr err
 	if cleanupErr != nil {
 		return resultCleanup, cleanupErr
 	}
+	var held *sandbox.HeldError
+	if errors.As(runErr, &held) {
+		return resultHeld, held
+	}
 	if runErr == nil {
 		if reply.OK {
 			return resultOK, nil

@@ -87,7 +87,7 @@ func TestCleanupFailureIsAnError(t *testing.T) {
 	if status, reason := statusOf(err); status != 500 || reason != "turn failed" {
 		t.Errorf("statusOf = %d %q, want 500 generic", status, reason)
 	}
-	if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("container")); got != 1 {
+	if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("sealedturn", "container")); got != 1 {
 		t.Errorf("cleanup failure metric = %v", got)
 	}
 }
@@ -258,7 +258,7 @@ func TestShutdownContextStopsRemovalRetries(t *testing.T) {
 	if got := len(r.docker.Removes); got != 1 {
 		t.Errorf("removals = %d, want 1 (no retry after the shutdown ran out of time)", got)
 	}
-	if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("container")); got != 1 {
+	if got := counterValue(r.h.metrics.cleanupFailures.WithLabelValues("sealedturn", "container")); got != 1 {
 		t.Errorf("cleanup failure metric = %v, want 1", got)
 	}
 	if !strings.Contains(logs.String(), `"stopped":"host shutdown out of time"`) {

@@ -146,7 +146,7 @@ func (k *Kind) fleetHandle(ctx context.Context, j *fleetjobs.Job) {
 		}
 	}()
 	log.Info("fleet precheck taken", "channel", ids.ChannelTag(plan.channel))
-	ans, err := k.answer(rctx, j.ID, plan, k.now(), log)
+	ans, err := k.answer(rctx, j.ID, plan, k.now(), log, nil)
 	var out precheckOutcome
 	switch {
 	case errors.Is(err, sandbox.ErrShuttingDown):

@@ -302,10 +302,21 @@ func clip(s string, n int) string {
 	return s
 }
 
-// Run runs one precheck to its answer: after its cleanup, always.
-// A script's failure is an answer with an error; err is a refused request
-// or the system's failure.
+// Run runs one precheck to its answer, after its cleanup. A script's
+// failure is an answer with an error; err is a refused request or the
+// system's failure.
 func (k *Kind) Run(ctx context.Context, req precheck.Request) (precheck.Answer, error) {
+	return k.RunAnswering(ctx, req, nil)
+}
+
+// RunAnswering is Run that, when onAnswer is set, gives it the runner's
+// answer as soon as its result line is whole, before the container's exit
+// and the cleanup (docs/prechecks.md: the answer leaves before the
+// cleanup); it still returns only after the cleanup, holding the
+// precheck's slot until then. Once onAnswer ran, a failed cleanup is
+// logged and counted but cannot change that answer; every other answer
+// comes after the cleanup, as before.
+func (k *Kind) RunAnswering(ctx context.Context, req precheck.Request, onAnswer func(precheck.Answer)) (precheck.Answer, error) {
 	pc := k.cfg.Prechecks
 	if !pc.Enabled {
 		return precheck.Answer{}, ErrDisabled
@@ -356,13 +367,18 @@ func (k *Kind) Run(ctx context.Context, req precheck.Request) (precheck.Answer, 
 		return precheck.Answer{}, sandbox.ErrClientGone
 	}
 	defer release()
-	return k.answer(ctx, id, plan, start, log)
+	return k.answer(ctx, id, plan, start, log, onAnswer)
 }
 
-// answer runs an admitted precheck holding its slot: the answer after its
-// cleanup, its result counted and logged.
-func (k *Kind) answer(ctx context.Context, id string, plan precheckPlan, start time.Time, log *slog.Logger) (precheck.Answer, error) {
-	res, label, err := k.execute(ctx, id, plan, log)
+// answer runs an admitted precheck holding its slot: its result counted
+// and logged after its cleanup; onAnswer (nil: none) has the runner's own
+// answer before that cleanup.
+func (k *Kind) answer(ctx context.Context, id string, plan precheckPlan, start time.Time, log *slog.Logger, onAnswer func(precheck.Answer)) (precheck.Answer, error) {
+	var early func(precheck.Result)
+	if onAnswer != nil {
+		early = func(res precheck.Result) { onAnswer(answerOf(res)) }
+	}
+	res, label, err := k.execute(ctx, id, plan, log, early)
 	k.results.WithLabelValues(label).Inc()
 	attrs := []any{"result", label, "duration_ms", k.now().Sub(start).Milliseconds()}
 	if res.Kind != "" {
@@ -376,16 +392,24 @@ func (k *Kind) answer(ctx context.Context, id string, plan precheckPlan, start t
 		return precheck.Answer{}, ErrFailed
 	}
 	log.Info("precheck done", attrs...)
+	return answerOf(res), nil
+}
+
+// answerOf is the answer of a runner's result.
+func answerOf(res precheck.Result) precheck.Answer {
 	if res.Error != "" {
-		return precheck.Answer{Error: res.Error}, nil
+		return precheck.Answer{Error: res.Error}
 	}
 	wake := res.Wake
-	return precheck.Answer{Wake: &wake, Note: res.Note, Context: res.Context}, nil
+	return precheck.Answer{Wake: &wake, Note: res.Note, Context: res.Context}
 }
 
 // execute runs the container and always cleans up before it
-// returns: the result, its metric label, or the system's failure.
-func (k *Kind) execute(ctx context.Context, id string, plan precheckPlan, log *slog.Logger) (res precheck.Result, label string, err error) {
+// returns: the result, its metric label, or the system's failure. early
+// (nil: none) has the runner's result (a script's error included) as soon
+// as its line is whole, before the cleanup; a cleanup that then fails is
+// still returned as the system's failure, for the log and the metric.
+func (k *Kind) execute(ctx context.Context, id string, plan precheckPlan, log *slog.Logger, early func(precheck.Result)) (res precheck.Result, label string, err error) {
 	pc := k.cfg.Prechecks
 	c := k.cfg
 	deadline := k.now().Add(time.Duration(pc.TimeoutSeconds) * time.Second)
@@ -477,7 +501,17 @@ func (k *Kind) execute(ctx context.Context, id string, plan precheckPlan, log *s
 	}
 	lim := precheck.Limits{MaxNoteChars: pc.MaxNoteChars, MaxContextChars: pc.MaxContextChars}
 	sink := k.life.WorkerLogs().Turn(t.Tag, id, t.Container)
-	out, err := k.life.Containers().Run(runCtx, t.ContainerID, stdin, lim.MaxResultBytes(), nil, sink)
+	// The runner's result line is its last act (pkg/precheck/runner): the
+	// run returns at it, before the runner's exit and Docker's wait.
+	var out sandbox.RunResult
+	if fc, ok := k.life.Containers().(sandbox.FramedContainers); ok {
+		out, err = fc.RunFramed(runCtx, t.ContainerID, stdin, lim.MaxResultBytes(), nil, sink, func(frame []byte) bool {
+			r, derr := precheck.DecodeResult(frame, lim)
+			return derr == nil && r.Kind != precheck.KindInternal
+		})
+	} else {
+		out, err = k.life.Containers().Run(runCtx, t.ContainerID, stdin, lim.MaxResultBytes(), nil, sink)
+	}
 	k.life.CloseSink(t, sink)
 	if err != nil {
 		return fail("run", err)
@@ -493,6 +527,8 @@ func (k *Kind) execute(ctx context.Context, id string, plan precheckPlan, log *s
 		return fail("result", errors.New("stdout over its bound"))
 	case out.StderrRefused:
 		return fail("result", errors.New("stderr over its bound"))
+	case out.Framed:
+		// A whole result line: the runner exits 0 after it.
 	case out.ExitCode == 128+9:
 		// The container's memory limit (the heap watchdog stops a script
 		// below it; a burst can pass it) or a forced stop.
@@ -504,11 +540,15 @@ func (k *Kind) execute(ctx context.Context, id string, plan precheckPlan, log *s
 	if err != nil {
 		return fail("result", err)
 	}
+	if res.Kind == precheck.KindInternal {
+		return fail("runner", errors.New("the runner refused its job"))
+	}
+	if early != nil {
+		early(res) // before the deferred cleanup
+	}
 	switch {
 	case res.Kind == precheck.KindTimeout:
 		return res, ResultTimeout, nil
-	case res.Kind == precheck.KindInternal:
-		return fail("runner", errors.New("the runner refused its job"))
 	case res.Error != "":
 		return res, ResultScriptError, nil
 	case res.Wake:

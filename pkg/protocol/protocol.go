@@ -185,7 +185,9 @@ type Turn struct {
 
 // Reply is the one JSON object a worker prints on stdout. Cause, only in a
 // failed reply, is one of the Cause constants: why the worker failed, for
-// the host's log; it never reaches a client.
+// the host's log; it never reaches a client. The worker writes it as its
+// last act, compact, on one line ended by a newline: its final frame
+// (DecodeReplyFrame), which the host may take without waiting for the exit.
 type Reply struct {
 	OK    bool   `json:"ok"`
 	Text  string `json:"text"`
@@ -342,6 +344,27 @@ func validSpecs(specs []ToolSpec, valid func(string) bool, rule string) error {
 		}
 	}
 	return nil
+}
+
+// DecodeReplyFrame parses a worker's final frame: stdout that is exactly
+// one line (the reply object, then its only newline) holding a reply the
+// worker exits 0 with (no failure cause). Such a frame is the whole reply:
+// the worker has settled its history before writing it (pkg/worker), so
+// the host answers from it before the worker's exit and cleans up after
+// (docs/sealed-turns.md). Anything else is an error, and the host reads
+// the worker's stdout to its end and its exit status as before.
+func DecodeReplyFrame(frame []byte) (*Reply, error) {
+	if len(frame) == 0 || frame[len(frame)-1] != '\n' || bytes.IndexByte(frame, '\n') != len(frame)-1 {
+		return nil, fmt.Errorf("reply frame is not exactly one line: %w", ErrInvalid)
+	}
+	r, err := DecodeReply(frame)
+	if err != nil {
+		return nil, err
+	}
+	if r.Cause != "" {
+		return nil, fmt.Errorf("reply frame of a failed worker: %w", ErrInvalid)
+	}
+	return r, nil
 }
 
 // DecodeReply parses a worker's stdout: exactly one reply object, bounded.

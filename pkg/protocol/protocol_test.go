@@ -104,3 +104,55 @@ func FuzzDecodeTurn(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeReplyFrame(t *testing.T) {
+	tests := []struct {
+		name  string
+		frame string
+		want  *Reply
+	}{
+		{"ok", `{"ok":true,"text":"hi"}` + "\n", &Reply{OK: true, Text: "hi"}},
+		{"limit reply", `{"ok":false,"text":"limit"}` + "\n", &Reply{OK: false, Text: "limit"}},
+		{"escaped newline in text", `{"ok":true,"text":"a\nb"}` + "\n", &Reply{OK: true, Text: "a\nb"}},
+		{"failure cause", `{"ok":false,"text":"x","cause":"` + CauseBroker + `"}` + "\n", nil},
+		{"no newline", `{"ok":true,"text":"hi"}`, nil},
+		{"two lines", `{"ok":true,"text":"hi"}` + "\n" + `{"ok":true,"text":"hi"}` + "\n", nil},
+		{"leading newline", "\n" + `{"ok":true,"text":"hi"}` + "\n", nil},
+		{"unknown field", `{"ok":true,"text":"hi","x":1}` + "\n", nil},
+		{"empty", "", nil},
+		{"newline only", "\n", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := DecodeReplyFrame([]byte(tt.frame))
+			if tt.want == nil {
+				if err == nil {
+					t.Fatalf("DecodeReplyFrame(%q) = %+v, want an error", tt.frame, got)
+				}
+				return
+			}
+			if err != nil || *got != *tt.want {
+				t.Fatalf("DecodeReplyFrame(%q) = %+v, %v; want %+v", tt.frame, got, err, tt.want)
+			}
+		})
+	}
+}
+
+// FuzzDecodeReplyFrame: a frame taken is one line, a reply DecodeReply
+// takes too, without a failure cause.
+func FuzzDecodeReplyFrame(f *testing.F) {
+	f.Add([]byte(`{"ok":true,"text":"hi"}` + "\n"))
+	f.Add([]byte(`{"ok":false,"text":"x","cause":"internal error"}` + "\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := DecodeReplyFrame(data)
+		if err != nil {
+			return
+		}
+		if bytes.Count(data, []byte("\n")) != 1 || data[len(data)-1] != '\n' || r.Cause != "" {
+			t.Fatalf("frame %q taken as %+v", data, r)
+		}
+		if again, err := DecodeReply(data); err != nil || *again != *r {
+			t.Fatalf("DecodeReply(%q) = %+v, %v; want %+v", data, again, err, r)
+		}
+	})
+}

@@ -27,7 +27,25 @@ var (
 	ErrShuttingDown = errors.New("host is shutting down")
 	// ErrClientGone: the caller that waited for a sandbox left.
 	ErrClientGone = errors.New("client disconnected")
+	// ErrChannelHeld: a channel's previous sandbox could not be cleaned
+	// up, so its next turn is refused (HeldError).
+	ErrChannelHeld = errors.New("channel held: its previous turn's cleanup failed")
 )
+
+// HeldError refuses a channel's turn while the cleanup of its previous
+// turn has failed and a retry failed again: its container or broker units
+// may still exist, and a channel's next turn never starts beside them
+// (docs/sealed-turns.md, "When the cleanup fails"). It names the channel
+// and that turn, never the cleanup's own error (the host's log has it).
+type HeldError struct {
+	Channel, TurnID string
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("channel %q is held: the cleanup of its turn %s failed; sandbox-reaper, or an operator removing what the host's log names, clears it, and the channel's next turn retries the cleanup first", e.Channel, e.TurnID)
+}
+
+func (e *HeldError) Unwrap() error { return ErrChannelHeld }
 
 // ContainerSpec mirrors container.Spec (DESIGN.md section 4).
 type ContainerSpec struct {
@@ -75,6 +93,10 @@ type RunResult struct {
 	Truncated bool
 	// StderrRefused: stderr passed its bound and the worker was killed.
 	StderrRefused bool
+	// Framed: the run returned at the worker's final frame (FramedContainers):
+	// Stdout is that frame, the exit status is unknown (ExitCode -1) and the
+	// container may still be running until the caller's Cleanup.
+	Framed bool
 }
 
 // Containers is what a turn needs of the Docker driver.
@@ -91,6 +113,23 @@ type Containers interface {
 	Kill(ctx context.Context, id string) error
 	// Remove force-removes; not found is success.
 	Remove(ctx context.Context, id string) error
+}
+
+// FramedContainers is what Containers may also do for a worker whose last
+// act is one final frame on stdout (a sealed turn's reply line,
+// pkg/protocol): RunFramed is Run that returns as soon as stdout is exactly
+// one line and accept takes it, Framed, without waiting for the worker's
+// exit or Docker's wait; anything else is Run. The reply then leaves before
+// the cleanup (docs/sealed-turns.md). A Containers without it runs to the
+// exit.
+type FramedContainers interface {
+	RunFramed(ctx context.Context, id string, stdin []byte, maxStdout int64, ready func(context.Context) error, stderr io.Writer, accept func(frame []byte) bool) (RunResult, error)
+}
+
+// FramedStarted is FramedContainers for a standby: Finish that returns at
+// the accepted final frame.
+type FramedStarted interface {
+	FinishFramed(ctx context.Context, stdin []byte, maxStdout int64, stderr io.Writer, accept func(frame []byte) bool) (RunResult, error)
 }
 
 // WarmContainers is what standbys need of the Docker driver beyond

@@ -61,14 +61,17 @@ type Options struct {
 	UnitStopTimeout time.Duration
 	// ObservePhase records a phase's duration (metrics); nil = none.
 	ObservePhase func(phase string, took time.Duration)
-	// CleanupFailed counts one failed cleanup step (container, units,
-	// turn_dir, policy); nil = none.
-	CleanupFailed func(what string)
+	// CleanupFailed counts one failed cleanup step (stage: container,
+	// units, turn_dir, policy) of a sandbox of kind (the name For gave the
+	// lifecycle; "" for the host's own); nil = none.
+	CleanupFailed func(kind, stage string)
 }
 
 // Lifecycle makes, runs and cleans up sandboxes of any kind.
 type Lifecycle struct {
 	o Options
+	// kind names whose sandboxes these are, in CleanupFailed (For).
+	kind string
 	// cleanupCtx ends container removal retries when a shutdown runs out
 	// of time (Abandon); cleanup otherwise never gives up early.
 	cleanupCtx context.Context
@@ -461,7 +464,7 @@ func (l *Lifecycle) Cleanup(b *Handle, log *slog.Logger) error {
 	}
 	if o.CleanupFailed != nil {
 		for _, what := range failed {
-			o.CleanupFailed(what)
+			o.CleanupFailed(l.kind, what)
 		}
 	}
 	sockUnit, _ := ids.BrokerSocketUnit(b.ID)
@@ -476,8 +479,17 @@ func (l *Lifecycle) Cleanup(b *Handle, log *slog.Logger) error {
 // (a delegated job's scratch workspace).
 func (l *Lifecycle) CountCleanupFailure(what string) {
 	if l.o.CleanupFailed != nil {
-		l.o.CleanupFailed(what)
+		l.o.CleanupFailed(l.kind, what)
 	}
+}
+
+// For is this lifecycle for the sandboxes of one kind: the same drivers,
+// options and shutdown (Abandon reaches it), its cleanup failures counted
+// under kind.
+func (l *Lifecycle) For(kind string) *Lifecycle {
+	c := *l
+	c.kind = kind
+	return &c
 }
 
 // Standby is what every kind's standby shares (pkg/standby's Warm): a

@@ -140,11 +140,11 @@ func NewKit(t testing.TB, extra string, o KitOptions) *Kit {
 }
 
 // cleanupFailed counts a failed cleanup step as the host's
-// sandbox_cleanup_failures_total does.
-func (k *Kit) cleanupFailed(what string) {
+// sandbox_cleanup_failures_total does (by stage; one kit is one kind).
+func (k *Kit) cleanupFailed(_, stage string) {
 	k.cleanupMu.Lock()
 	defer k.cleanupMu.Unlock()
-	k.cleanups[what]++
+	k.cleanups[stage]++
 }
 
 // CleanupFailures is how many cleanup steps of what ("container",

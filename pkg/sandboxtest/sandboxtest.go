@@ -7,6 +7,7 @@
 package sandboxtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -51,10 +52,13 @@ type Docker struct {
 	Image       bool
 	Loaded      []string
 	Stderr      string // the worker's stderr, written before stdin
+	// Exited are the containers whose run waited for the worker's exit (a
+	// run that returned at its final frame is not among them).
+	Exited map[string]bool
 }
 
 func NewDocker(cfg *config.Config) *Docker {
-	return &Docker{Cfg: cfg, Live: map[string]bool{}, Running: map[string]int{}, MaxRunning: map[string]int{}, Image: true}
+	return &Docker{Cfg: cfg, Live: map[string]bool{}, Running: map[string]int{}, MaxRunning: map[string]int{}, Image: true, Exited: map[string]bool{}}
 }
 
 func OKRun(ctx context.Context, spec sandbox.ContainerSpec, stdin []byte) (sandbox.RunResult, error) {
@@ -95,8 +99,42 @@ func (f *Docker) EventList() []string {
 }
 
 // Run behaves like container.Driver.RunGated: the container starts, ready
-// gates stdin, a refusal kills the container (never removes it).
+// gates stdin, a refusal kills the container (never removes it); it returns
+// once the worker exited.
 func (f *Docker) Run(ctx context.Context, id string, stdin []byte, max int64, ready func(context.Context) error, stderr io.Writer) (sandbox.RunResult, error) {
+	res, err := f.run(ctx, id, stdin, max, ready, stderr)
+	f.exited(id)
+	return res, err
+}
+
+// RunFramed behaves like container.Driver.RunFramed: when the run's stdout
+// is exactly one line that accept takes, it returns Framed without the
+// worker's exit (the container stays live until Remove); else as Run.
+func (f *Docker) RunFramed(ctx context.Context, id string, stdin []byte, max int64, ready func(context.Context) error, stderr io.Writer, accept func([]byte) bool) (sandbox.RunResult, error) {
+	res, err := f.run(ctx, id, stdin, max, ready, stderr)
+	if err == nil && !res.Truncated && !res.StderrRefused && accept != nil && len(res.Stdout) > 0 &&
+		bytes.IndexByte(res.Stdout, '\n') == len(res.Stdout)-1 && accept(res.Stdout) {
+		f.Event("framed")
+		return sandbox.RunResult{Stdout: res.Stdout, ExitCode: -1, Framed: true}, nil
+	}
+	f.exited(id)
+	return res, err
+}
+
+func (f *Docker) exited(id string) {
+	f.Mu.Lock()
+	f.Exited[id] = true
+	f.Mu.Unlock()
+}
+
+// HasExited reports whether a run of container id waited for its exit.
+func (f *Docker) HasExited(id string) bool {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	return f.Exited[id]
+}
+
+func (f *Docker) run(ctx context.Context, id string, stdin []byte, max int64, ready func(context.Context) error, stderr io.Writer) (sandbox.RunResult, error) {
 	f.Event("start")
 	if f.Stderr != "" {
 		if _, err := io.WriteString(stderr, f.Stderr); err != nil {

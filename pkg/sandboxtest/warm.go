@@ -60,6 +60,19 @@ type started struct {
 // Finish records the policy file as the worker's first broker call would
 // find it, then runs as Docker.Run with no gate.
 func (s *started) Finish(ctx context.Context, stdin []byte, max int64, stderr io.Writer) (sandbox.RunResult, error) {
+	s.bind()
+	return s.w.Docker.Run(ctx, s.id, stdin, max, nil, stderr)
+}
+
+// FinishFramed is Finish as Docker.RunFramed runs.
+func (s *started) FinishFramed(ctx context.Context, stdin []byte, max int64, stderr io.Writer, accept func([]byte) bool) (sandbox.RunResult, error) {
+	s.bind()
+	return s.w.Docker.RunFramed(ctx, s.id, stdin, max, nil, stderr, accept)
+}
+
+// bind records the policy file as the worker's first broker call would
+// find it.
+func (s *started) bind() {
 	var turn string
 	s.w.Mu.Lock()
 	for _, c := range s.w.Created {
@@ -77,7 +90,6 @@ func (s *started) Finish(ctx context.Context, stdin []byte, max int64, stderr io
 	s.w.Inodes[s.id] = Inode(pf)
 	s.w.Finishing = append(s.w.Finishing, s.id)
 	s.w.WMu.Unlock()
-	return s.w.Docker.Run(ctx, s.id, stdin, max, nil, stderr)
 }
 
 func (s *started) Close() { s.closed = true }

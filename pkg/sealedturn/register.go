@@ -72,8 +72,14 @@ func (k *Kind) TurnTimeout(string) (time.Duration, error) { return k.cfg.TurnDea
 // RunChannelTurn runs one admitted turn to the end of its cleanup: on the
 // channel's standby when one is ready (the turn then runs under the
 // standby's id), else on the cold path; the channel's next standby is
-// prepared once this turn runs.
+// prepared once this turn runs. A successful reply is answered (Answer)
+// before the cleanup; a failed cleanup holds the channel (hold.go).
 func (k *Kind) RunChannelTurn(ctx context.Context, in *kind.Turn) kind.Outcome {
+	// A channel whose previous turn's cleanup failed runs nothing beside
+	// what it may have left (hold.go).
+	if err := k.retryHeld(in.Channel); err != nil {
+		return kind.Outcome{ID: in.ID, RunErr: err, Log: k.log.With("turn", in.ID, "channel", ids.ChannelTag(in.Channel)), Failed: "turn refused"}
+	}
 	t := &Turn{
 		Handle:    sandbox.Handle{ID: in.ID, Channel: in.Channel, Tag: ids.ChannelTag(in.Channel), Deadline: in.Deadline},
 		Speaker:   in.Speaker,
@@ -103,6 +109,9 @@ func (k *Kind) RunChannelTurn(ctx context.Context, in *kind.Turn) kind.Outcome {
 		o.Answered = true
 	}
 	o.CleanupErr = k.Cleanup(t, log)
+	if o.CleanupErr != nil {
+		k.hold(t, log)
+	}
 	// The channel's next turn should find a standby: prepared while this
 	// one ran, or now, in the background, if it never ran.
 	k.Refill(t)

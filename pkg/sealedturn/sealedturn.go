@@ -13,8 +13,11 @@
 // Guarantee: a worker's stdin never holds the principal, a URL or a
 // credential name; a policy's identity is the admitted request's; a reply
 // counts only when it is exactly one valid reply object from a worker that
-// exited 0 within the deadline; a standby serves only a turn of its own
-// channel whose key (shape, guest uid, credential) it was made for.
+// exited 0 within the deadline, or the worker's final frame holding such a
+// reply (protocol.DecodeReplyFrame), taken before that exit; a reply is
+// answered before the cleanup, and the cleanup ends before the channel's
+// next turn starts; a standby serves only a turn of its own channel whose
+// key (shape, guest uid, credential) it was made for.
 package sealedturn
 
 import (
@@ -28,6 +31,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -105,13 +109,20 @@ type Kind struct {
 
 	// research: the tools and prompt of every research turn (register.go).
 	research Research
+
+	// held are the channels whose last turn's cleanup failed, with that
+	// turn: the channel's next turn retries its cleanup first and is
+	// refused while it fails (hold.go).
+	heldMu sync.Mutex
+	held   map[string]*Turn
 }
 
 // New makes the kind and, when standbys are enabled and the driver can
 // start a container apart from running it, its standby pool.
 func New(o Options) (*Kind, error) {
 	k := &Kind{cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, newID: o.NewID,
-		tools: o.Tools, mcpSpecs: o.MCP, pol: o.Policy, event: o.StandbyEvent, observe: o.Observe}
+		tools: o.Tools, mcpSpecs: o.MCP, pol: o.Policy, event: o.StandbyEvent, observe: o.Observe,
+		held: map[string]*Turn{}}
 	if err := k.newStandbys(); err != nil {
 		return nil, err
 	}
@@ -292,7 +303,12 @@ func (k *Kind) Execute(ctx context.Context, t *Turn) (*protocol.Reply, error) {
 	}
 	since = time.Now()
 	sink := k.life.WorkerLogs().Turn(t.Tag, t.ID, t.Container)
-	res, err := k.life.Containers().Run(ctx, t.ContainerID, stdin, protocol.MaxReplyBytes, ready, sink)
+	var res sandbox.RunResult
+	if fc, ok := k.life.Containers().(sandbox.FramedContainers); ok {
+		res, err = fc.RunFramed(ctx, t.ContainerID, stdin, protocol.MaxReplyBytes, ready, sink, acceptFrame)
+	} else {
+		res, err = k.life.Containers().Run(ctx, t.ContainerID, stdin, protocol.MaxReplyBytes, ready, sink)
+	}
 	t.Phase(k.life, sandbox.PhaseRun, since)
 	k.life.CloseSink(&t.Handle, sink)
 	if err != nil {
@@ -306,11 +322,29 @@ func (k *Kind) Execute(ctx context.Context, t *Turn) (*protocol.Reply, error) {
 	return readReply(ctx, res)
 }
 
+// acceptFrame takes a worker's final frame that is a whole reply it exits 0
+// with (protocol.DecodeReplyFrame): the run returns there and the reply
+// leaves before the worker's exit, Docker's wait and the cleanup
+// (docs/sealed-turns.md, "The reply leaves before the cleanup"). A failed
+// worker's frame is refused, so its exit status is read as before.
+func acceptFrame(frame []byte) bool {
+	_, err := protocol.DecodeReplyFrame(frame)
+	return err == nil
+}
+
 // readReply judges a finished run: exactly one valid reply object from a
-// worker that exited 0, within the deadline.
+// worker that exited 0, or its accepted final frame (Framed: the same
+// reply, taken before the exit), within the deadline.
 func readReply(ctx context.Context, res sandbox.RunResult) (*protocol.Reply, error) {
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
+	}
+	if res.Framed {
+		reply, err := protocol.DecodeReplyFrame(res.Stdout)
+		if err != nil { // the driver took only a frame acceptFrame took
+			return nil, fmt.Errorf("worker reply frame (%d bytes) is not a whole reply", len(res.Stdout))
+		}
+		return reply, nil
 	}
 	if res.Truncated {
 		return nil, errors.New("worker stdout over its bound")
@@ -549,7 +583,7 @@ func (k *Kind) prepareNext(t *Turn) {
 func (k *Kind) Refill(t *Turn) {
 	channel := t.Channel
 	credential := k.cfg.SelectCredential(t.Channel, t.Principal, t.Speaker.ID)
-	if t.asked || k.standbys == nil || !k.host.Accepting() || k.host.ChannelOn(channel) != nil || k.host.Waiting(channel) > 0 {
+	if t.asked || k.Held(channel) || k.standbys == nil || !k.host.Accepting() || k.host.ChannelOn(channel) != nil || k.host.Waiting(channel) > 0 {
 		return
 	}
 	if k.host.Queued() > 0 { // a burst: the slots go to the waiting turns
@@ -672,7 +706,12 @@ func (k *Kind) bindStandby(ctx context.Context, t *Turn) (*protocol.Reply, error
 	k.prepareNext(t)
 	since = time.Now()
 	sink := k.life.WorkerLogs().Turn(t.Tag, t.ID, t.Container)
-	res, err := w.Started.Finish(ctx, stdin, protocol.MaxReplyBytes, sink)
+	var res sandbox.RunResult
+	if fs, ok := w.Started.(sandbox.FramedStarted); ok {
+		res, err = fs.FinishFramed(ctx, stdin, protocol.MaxReplyBytes, sink, acceptFrame)
+	} else {
+		res, err = w.Started.Finish(ctx, stdin, protocol.MaxReplyBytes, sink)
+	}
 	t.Phase(k.life, sandbox.PhaseRun, since)
 	k.life.CloseSink(&t.Handle, sink)
 	if err != nil {

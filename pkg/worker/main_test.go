@@ -43,6 +43,11 @@ func TestMain_ExitCodesAndOneReply(t *testing.T) {
 			if *reply != tt.reply {
 				t.Errorf("reply %+v, want %+v", *reply, tt.reply)
 			}
+			// The host answers at the final frame of a worker that exits 0
+			// (docs/sealed-turns.md): exactly such a stdout is one.
+			if _, err := protocol.DecodeReplyFrame(out.Bytes()); (err == nil) != (tt.code == 0) {
+				t.Errorf("stdout %q as a final frame: %v; want a frame exactly when the exit code is 0", out.String(), err)
+			}
 			dec := json.NewDecoder(&out)
 			n := 0
 			for dec.More() {

@@ -30,12 +30,13 @@ var Path = []Step{
 	{Want: "attach", Metric: "container_attach"},
 	{Want: "start", Metric: "container_start", Note: "dockerd, containerd, shim, runc"},
 	{Want: "started container waits for the unit job", Journal: "stdin_gate", Metric: "stdin_gate", Note: "stdin held until the socket unit is up"},
-	{Want: "worker run (stdin to stdout EOF)", Metric: "worker_run", Note: "holds broker activation and the model call"},
+	{Want: "worker run (stdin to the reply frame, or stdout EOF)", Metric: "worker_run", Note: "holds broker activation and the model call; a framed turn's includes frame_drain"},
+	{Want: "  read on after the reply frame", Metric: "frame_drain", Note: "the reply leaves after it: no exit, no wait (docs/sealed-turns.md)"},
 	{Want: "  socket listening to the worker's first connect", Journal: journal.PhaseUntilConnect, Note: "systemd view: create, attach, start, worker start"},
 	{Want: "  broker activation", Journal: journal.PhaseBrokerActivation, Note: "systemd job start to READY of sandbox-broker@<turn>.service"},
 	{Want: "  model call through the broker", Journal: journal.PhaseBrokerModelCall, Note: "the broker's log line"},
 	{Want: "  broker ready to the host's stop request", Journal: journal.PhaseBrokerReadyToStop, Note: "model call, worker exit, wait, removal"},
-	{Want: "wait", Metric: "container_wait"},
+	{Want: "wait", Metric: "container_wait", Note: "only a run not taken at its frame"},
 	{Want: "attach + start + worker run + wait", Journal: "run", Metric: "run"},
 	{Want: "removal", Journal: "remove", Metric: "remove"},
 	{Want: "unit stop", Journal: "unit_stop", Metric: "unit_stop", Note: "host side: D-Bus StopUnit of service and socket"},
@@ -132,7 +133,7 @@ func writePhases(b *strings.Builder, in *Inputs) error {
 }
 
 // enginePhases is the container driver's order (pkg/container).
-var enginePhases = []string{"create", "container_attach", "container_start", "worker_run", "container_wait", "remove"}
+var enginePhases = []string{"create", "container_attach", "container_start", "worker_run", "frame_drain", "container_wait", "remove"}
 
 // writeEnginePhases shows the Engine API series' exact per-run driver phases:
 // the container's share of a turn without the host around it.

@@ -44,10 +44,6 @@ func Main(ctx context.Context, stdin io.Reader, stdout io.Writer, broker Broker,
 		log.Error("precheck result not encodable", "reason", err.Error())
 		return 2
 	}
-	if _, err := stdout.Write(out); err != nil {
-		log.Error("precheck result not written", "reason", err.Error())
-		return 2
-	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	attrs := []any{"wake", res.Wake}
@@ -55,8 +51,14 @@ func Main(ctx context.Context, stdin io.Reader, stdout io.Writer, broker Broker,
 		attrs = []any{"error_kind", res.Kind}
 	}
 	// What the script cost: time, peak-ish heap and collections (numbers
-	// only, never a payload).
+	// only, never a payload). Logged before the result line: that line is
+	// the runner's last act, and the host cleans up as soon as it has it
+	// (docs/prechecks.md).
 	attrs = append(attrs, "duration_ms", time.Since(start).Milliseconds(), "heap_sys_mb", ms.HeapSys>>20, "gc_cycles", ms.NumGC)
 	log.Info("precheck done", attrs...)
+	if _, err := stdout.Write(out); err != nil {
+		log.Error("precheck result not written", "reason", err.Error())
+		return 2
+	}
 	return 0
 }

@@ -2,6 +2,7 @@
 // binary for a FROM scratch image. Its first stdin line picks a behaviour:
 //
 //	hang   ignore SIGTERM and never exit (PID 1 that only SIGKILL ends)
+//	framehang  print one line ("framed"), then hang as hang does
 //	flood  write stdout forever
 //	probe  print what the container looks like from inside, as JSON
 //	exit N echo nothing and exit with status N
@@ -30,6 +31,12 @@ func main() {
 	case cmd == "hang":
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 		os.Stdout.WriteString("hanging\n")
+		for {
+			time.Sleep(time.Hour)
+		}
+	case cmd == "framehang":
+		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+		os.Stdout.WriteString("framed\n")
 		for {
 			time.Sleep(time.Hour)
 		}
