@@ -34,7 +34,7 @@ func (k *Kind) Routes() []api.Route {
 		create,
 		route(http.MethodGet, "/v1/sessions", k.handleList),
 		route(http.MethodGet, "/v1/sessions/{session}", k.with(k.handleShow)),
-		route(http.MethodDelete, "/v1/sessions/{session}", k.with(k.handleClose)),
+		route(http.MethodPost, "/v1/sessions/{session}/close", k.with(k.handleClose)),
 		route(http.MethodPost, "/v1/sessions/{session}/exec", k.with(k.handleExec)),
 		route(http.MethodPost, "/v1/sessions/{session}/cancel", k.with(k.handleCancel)),
 		route(http.MethodPost, "/v1/sessions/{session}/pause", k.with(k.handlePause)),
