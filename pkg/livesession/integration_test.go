@@ -21,6 +21,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/chanstate"
 	"github.com/roundtable-sandbox/sandbox/pkg/container"
+	"github.com/roundtable-sandbox/sandbox/pkg/reaper"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
 	"github.com/roundtable-sandbox/sandbox/pkg/toolbox"
@@ -256,4 +257,35 @@ s.serve_forever()
 	if err != nil || len(list) != 0 {
 		t.Fatalf("after close: %v %v", list, err)
 	}
+
+	// After a crash (no host to ask) the reaper removes a session whose
+	// deadline label passed, a paused one too.
+	st2, err := k.Create(ctx, apiwire.SessionCreate{TTLSeconds: 60}, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, _ := k.Lookup(st2.ID, 1000, false)
+	if err := k.Pause(s2); err != nil {
+		t.Fatal(err)
+	}
+	rp := &reaper.Reaper{Installation: cfg.Installation, RunRoot: cfg.RunRoot, PolicyDir: cfg.PolicyDir,
+		Containers: d, Units: noUnits{}, Log: log,
+		Now: func() time.Time { return st2.ExpiresAt.Add(time.Minute) }}
+	early := *rp
+	early.Now = func() time.Time { return st2.ExpiresAt.Add(-time.Second) }
+	if sum, err := early.Reap(ctx); err != nil || sum.Containers != 0 {
+		t.Fatalf("reap before the deadline: %+v %v", sum, err)
+	}
+	if sum, err := rp.Reap(ctx); err != nil || sum.Containers != 1 {
+		t.Fatalf("reap after the deadline: %+v %v", sum, err)
+	}
+	if list, err := d.List(ctx, cfg.Installation); err != nil || len(list) != 0 {
+		t.Fatalf("after the reap: %v %v", list, err)
+	}
 }
+
+// noUnits: a session has no broker units.
+type noUnits struct{}
+
+func (noUnits) ListBrokers(context.Context) ([]string, error) { return nil, nil }
+func (noUnits) StopBroker(context.Context, string) error      { return nil }
