@@ -68,7 +68,6 @@ func (f *fakeSessions) CloseSession(_ context.Context, id string) (apiwire.Sessi
 	return apiwire.Session{ID: id}, nil
 }
 
-
 // TestSessionTools: a Runner that drives sessions gets the five session
 // tools beside sandbox_run; they start a session on the server's project,
 // exec with output and status, write and read a file (binary as base64),
