@@ -257,6 +257,11 @@ func (k *Kind) Lookup(id string, uid int, admin bool) (*Session, error) {
 	s := k.sessions[id]
 	k.mu.Unlock()
 	if s == nil || (!admin && s.owner != uid) {
+		if f := k.cfg.Fleet; f.Enabled {
+			// A session stays on the box that made it: say which box
+			// answered, the same for every id.
+			return nil, refused(ErrNotFound, fmt.Sprintf("no such session on box %s (fleet.box); a session is served only by the box that made it", f.Box))
+		}
 		return nil, ErrNotFound
 	}
 	return s, nil

@@ -455,3 +455,16 @@ func TestFiles(t *testing.T) {
 		t.Errorf("after a refused get: %q", out)
 	}
 }
+
+// TestFleetNamesTheBox: in fleet mode a session another box made (or one
+// that does not exist) is answered naming this box, the same for both.
+func TestFleetNamesTheBox(t *testing.T) {
+	r := newRig(t, nil)
+	r.kit.Cfg.Fleet.Enabled, r.kit.Cfg.Fleet.Box = true, "box-a"
+	s := r.create(t, alice)
+	code, other := call(t, r, peerauth.RoleClient, bob, "GET", "/v1/sessions/"+s.id, nil)
+	_, missing := call(t, r, peerauth.RoleClient, bob, "GET", "/v1/sessions/"+strings.Repeat("0", 32), nil)
+	if code != http.StatusNotFound || other != missing || !strings.Contains(missing, "box box-a") {
+		t.Errorf("%d %s / %s, want 404 naming box-a for both", code, other, missing)
+	}
+}

@@ -14,7 +14,7 @@ var Registration = kind.Registration{
 	Name: "livesession", New: register, Zero: (*Kind)(nil),
 	Statuses: []api.Status{
 		{Err: ErrInvalid, Code: http.StatusBadRequest},
-		{Err: ErrNotFound, Code: http.StatusNotFound, Reason: ErrNotFound.Error()},
+		{Err: ErrNotFound, Code: http.StatusNotFound},
 		{Err: ErrFileNotFound, Code: http.StatusNotFound, Reason: ErrFileNotFound.Error()},
 		{Err: ErrState, Code: http.StatusConflict},
 		{Err: ErrEnded, Code: http.StatusConflict, Reason: ErrEnded.Error()},
