@@ -217,6 +217,8 @@ func (s *fakeSup) exec(id string, x sessionwire.Exec) bool {
 		keep := min(n, x.MaxOutputBytes)
 		s.enc.Data(sessionwire.FrameStdout, id, bytes.Repeat([]byte("y"), keep))
 		result(sessionwire.ExecResult{StdoutTruncated: n > keep, StdoutDropped: int64(n - keep)})
+	case "silent":
+		// Started, then nothing: a supervisor that never answers.
 	case "block":
 		ch := make(chan string, 1)
 		s.mu.Lock()

@@ -135,6 +135,9 @@ type Options struct {
 	// SweepEvery is how often idle and expired sessions are looked for
 	// (0: a second; negative: never, a test calls Sweep).
 	SweepEvery time.Duration
+	// ExecGrace is how long past an exec's timeout its result may come
+	// (0: DefaultExecGrace).
+	ExecGrace time.Duration
 }
 
 // Kind is the host's sessions.
@@ -147,6 +150,8 @@ type Kind struct {
 	newID   func() string
 	granter Granter
 	m       metrics
+	// execGrace: how long past its timeout an exec's result may come.
+	execGrace time.Duration
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -171,7 +176,10 @@ func New(o Options) *Kind {
 	k := &Kind{
 		cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, newID: o.NewID, granter: o.Granter,
 		sessions: map[string]*Session{}, perOwner: map[int]int{}, slots: make([]bool, o.Config.Sessions.MaxLive),
-		stopSweep: make(chan struct{}),
+		stopSweep: make(chan struct{}), execGrace: o.ExecGrace,
+	}
+	if k.execGrace <= 0 {
+		k.execGrace = DefaultExecGrace
 	}
 	k.m = newMetrics(k)
 	if o.Registry != nil {

@@ -58,7 +58,7 @@ func newRig(t *testing.T, change func(*config.Sessions)) *rig {
 			return fd
 		}})
 	k := New(Options{Config: kit.Cfg, Lifecycle: kit.Deps.Lifecycle, Host: kit.Host, Logger: kit.Deps.Logger,
-		Now: c.now, Registry: kit.Registry, SweepEvery: -1})
+		Now: c.now, Registry: kit.Registry, SweepEvery: -1, ExecGrace: time.Millisecond})
 	t.Cleanup(func() {
 		k.Stop()
 		kit.Host.Stop()
@@ -466,5 +466,27 @@ func TestFleetNamesTheBox(t *testing.T) {
 	_, missing := call(t, r, peerauth.RoleClient, bob, "GET", "/v1/sessions/"+strings.Repeat("0", 32), nil)
 	if code != http.StatusNotFound || other != missing || !strings.Contains(missing, "box box-a") {
 		t.Errorf("%d %s / %s, want 404 naming box-a for both", code, other, missing)
+	}
+}
+
+// TestSilentSupervisorDoesNotHoldAnExec: an exec whose result never comes
+// ends after its timeout (and the grace) with an error, its process group
+// killed; the session goes on.
+func TestSilentSupervisorDoesNotHoldAnExec(t *testing.T) {
+	r := newRig(t, nil)
+	s := r.create(t, alice)
+	var last apiwire.SessionExecEvent
+	err := r.k.Exec(context.Background(), s, apiwire.SessionExec{Command: "silent", TimeoutSeconds: 1}, func(ev apiwire.SessionExecEvent) error {
+		last = ev
+		return nil
+	})
+	if err != nil || last.Type != apiwire.ExecError || !strings.Contains(last.Error, "no result in time") {
+		t.Fatalf("silent exec: %v %+v", err, last)
+	}
+	if !slices.Contains(r.d.callList(), "request signal") {
+		t.Errorf("the overdue exec was not killed: %v", r.d.callList())
+	}
+	if out, _, _, _ := r.exec(t, s, "echo after"); out != "after\n" {
+		t.Errorf("after: %q", out)
 	}
 }

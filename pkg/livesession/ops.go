@@ -33,6 +33,10 @@ func (k *Kind) Exec(ctx context.Context, s *Session, x apiwire.SessionExec, emit
 		return err
 	}
 	defer s.end()
+	// The supervisor enforces the exec's timeout; the host does not rely
+	// on it (a supervisor that never answers holds no request forever).
+	ctx, cancel := context.WithTimeoutCause(ctx, time.Duration(req.Timeout())*time.Second+k.execGrace, errOverdue)
+	defer cancel()
 	began := time.Now()
 	id, p, err := s.send(sessionwire.Request{Op: sessionwire.OpExec, Exec: &req}, nil, "x")
 	if err != nil {
@@ -60,6 +64,10 @@ func (k *Kind) Exec(ctx context.Context, s *Session, x apiwire.SessionExec, emit
 				kill()
 			}
 			k.m.execs.WithLabelValues("error").Inc()
+			if errors.Is(err, errOverdue) {
+				s.log.Warn("session exec got no result from the supervisor in time; killed", "exec", id, "timeout_s", req.Timeout())
+				return emit(apiwire.SessionExecEvent{Type: apiwire.ExecError, ExecID: id, Error: "the session gave no result in time; the exec was killed"})
+			}
 			return err
 		}
 		var ev apiwire.SessionExecEvent
@@ -100,6 +108,14 @@ func (k *Kind) Exec(ctx context.Context, s *Session, x apiwire.SessionExec, emit
 		}
 	}
 }
+
+// errOverdue: an exec's result did not come within its timeout and
+// execGrace.
+var errOverdue = errors.New("exec overdue")
+
+// DefaultExecGrace is how long past an exec's timeout the host waits for
+// the supervisor's result.
+const DefaultExecGrace = 30 * time.Second
 
 func execResult(r *apiwire.SessionExecResult) string {
 	switch {
