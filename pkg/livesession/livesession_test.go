@@ -326,6 +326,9 @@ func TestIdlePauseAndTransparentResume(t *testing.T) {
 	if st := s.Status().State; st != apiwire.SessionRunning {
 		t.Errorf("a session with an exec running was %s", st)
 	}
+	if code, body := call(t, r, peerauth.RoleClient, alice, "POST", "/v1/sessions/"+s.id+"/pause", nil); code != http.StatusConflict || !strings.Contains(body, "in flight") {
+		t.Errorf("pause with an exec running: %d %s, want 409", code, body)
+	}
 	if err := r.k.Cancel(context.Background(), s, id); err != nil {
 		t.Fatal(err)
 	}

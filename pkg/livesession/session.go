@@ -296,9 +296,15 @@ func (s *Session) pause(reason string) error {
 	s.trans.Lock()
 	defer s.trans.Unlock()
 	s.mu.Lock()
-	if s.closing || s.state != apiwire.SessionRunning || (reason == "idle" && s.inflight > 0) {
+	if s.closing || s.state != apiwire.SessionRunning {
 		s.mu.Unlock()
 		return ErrState
+	}
+	if s.inflight > 0 {
+		// A frozen exec would pass its timeout on the host's clock
+		// while its supervisor, frozen too, cannot end it.
+		s.mu.Unlock()
+		return refused(ErrState, "the session has an exec or a file transfer in flight; pause it once they ended")
 	}
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), s.k.life.RemoveTimeout())
