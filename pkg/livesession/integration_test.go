@@ -162,6 +162,17 @@ func TestIntegrationSession(t *testing.T) {
 	if out, _, res := run(apiwire.SessionExec{Executable: "cat", Args: []string{"keep.txt"}}); res.ExitCode != 0 || out != "kept\n" {
 		t.Fatalf("exec 2: %+v %q", res, out)
 	}
+	// The guest holds no capability; a root exec exactly a run's setup
+	// command's (CHOWN, FOWNER, FSETID: 0x19); nobody writes the root
+	// filesystem or the project.
+	if out, _, res := run(apiwire.SessionExec{Command: "grep CapEff /proc/self/status; touch /etc/x 2>/dev/null || echo ro; touch /workspace/x 2>/dev/null || echo ro"}); res.ExitCode != 0 ||
+		out != "CapEff:\t0000000000000000\nro\nro\n" {
+		t.Fatalf("guest exec: %+v %q", res, out)
+	}
+	if out, _, res := run(apiwire.SessionExec{Command: "id -u; grep CapEff /proc/self/status; touch /etc/x 2>/dev/null || echo ro", Root: true}); res.ExitCode != 0 ||
+		out != "0\nCapEff:\t0000000000000019\nro\n" {
+		t.Fatalf("root exec: %+v %q", res, out)
+	}
 	// A dev server started by one exec (listening before that exec ends,
 	// then in the background) answers the next.
 	server := `import http.server, os, sys
