@@ -493,3 +493,41 @@ func TestSilentSupervisorDoesNotHoldAnExec(t *testing.T) {
 		t.Errorf("after: %q", out)
 	}
 }
+
+// TestExecBoundRefused: past 16 execs running in one session the next is
+// refused at once with 429; once they ended there is room again.
+func TestExecBoundRefused(t *testing.T) {
+	r := newRig(t, nil)
+	s := r.create(t, alice)
+	ids := make(chan string, maxExecs)
+	var wg sync.WaitGroup
+	for range maxExecs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.k.Exec(context.Background(), s, apiwire.SessionExec{Command: "block"}, func(ev apiwire.SessionExecEvent) error {
+				if ev.Type == apiwire.ExecStarted {
+					ids <- ev.ExecID
+				}
+				return nil
+			})
+		}()
+	}
+	var running []string
+	for range maxExecs {
+		running = append(running, <-ids)
+	}
+	code, body := call(t, r, peerauth.RoleClient, alice, "POST", "/v1/sessions/"+s.id+"/exec", apiwire.SessionExec{Command: "echo x"})
+	if code != http.StatusTooManyRequests || !strings.Contains(body, "16 execs") {
+		t.Errorf("17th exec: %d %s, want 429", code, body)
+	}
+	for _, id := range running {
+		if err := r.k.Cancel(context.Background(), s, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	if out, _, _, _ := r.exec(t, s, "echo room"); out != "room\n" {
+		t.Errorf("after: %q", out)
+	}
+}

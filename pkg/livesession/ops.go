@@ -38,14 +38,21 @@ func (k *Kind) Exec(ctx context.Context, s *Session, x apiwire.SessionExec, emit
 	ctx, cancel := context.WithTimeoutCause(ctx, time.Duration(req.Timeout())*time.Second+k.execGrace, errOverdue)
 	defer cancel()
 	began := time.Now()
-	id, p, err := s.send(sessionwire.Request{Op: sessionwire.OpExec, Exec: &req}, nil, "x")
-	if err != nil {
-		return err
-	}
 	s.mu.Lock()
+	if s.execs >= maxExecs {
+		s.mu.Unlock()
+		return &busy{msg: fmt.Sprintf("the session runs %d execs, its bound; wait for one to end", maxExecs), retry: time.Second}
+	}
 	s.execs++
 	s.execsTotal++
 	s.mu.Unlock()
+	id, p, err := s.send(sessionwire.Request{Op: sessionwire.OpExec, Exec: &req}, nil, "x")
+	if err != nil {
+		s.mu.Lock()
+		s.execs--
+		s.mu.Unlock()
+		return err
+	}
 	defer func() {
 		s.mu.Lock()
 		s.execs--
@@ -109,6 +116,11 @@ func (k *Kind) Exec(ctx context.Context, s *Session, x apiwire.SessionExec, emit
 	}
 }
 
+// maxExecs is the supervisor's bound of execs running at once in one
+// session (sessionsup.DefaultMaxExecs): the host refuses past it at once
+// (429) rather than send what the supervisor would refuse.
+const maxExecs = 16
+
 // errOverdue: an exec's result did not come within its timeout and
 // execGrace.
 var errOverdue = errors.New("exec overdue")
@@ -134,7 +146,7 @@ func execResult(r *apiwire.SessionExecResult) string {
 func execErrorText(code string) string {
 	switch code {
 	case sessionwire.ErrBusy:
-		return fmt.Sprintf("the session runs %d execs, its bound; wait for one to end", 16)
+		return fmt.Sprintf("the session runs %d execs, its bound; wait for one to end", maxExecs)
 	case sessionwire.ErrStart:
 		return "the command could not be started (not found, not executable, or a bad cwd)"
 	case sessionwire.ErrBadRequest:
