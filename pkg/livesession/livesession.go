@@ -161,7 +161,7 @@ type Kind struct {
 
 	stopSweep chan struct{}
 	stopOnce  sync.Once
-	wg        sync.WaitGroup // session removals
+	wg        sync.WaitGroup // live sessions, until each one's removal
 	unwatch   func() bool
 }
 
@@ -311,6 +311,7 @@ func (k *Kind) reserve(s *Session) error {
 		return busyf("no free session slot (sessions.maxLive)")
 	}
 	k.slots[slot] = true
+	k.wg.Add(1) // until the session's removal (close)
 	s.slot = slot
 	k.sessions[s.id] = s
 	k.perOwner[s.owner]++
@@ -371,7 +372,7 @@ func (k *Kind) Create(ctx context.Context, p apiwire.SessionCreate, owner int) (
 	s := &Session{
 		k: k, id: id, tag: ids.SessionName(id), owner: owner, project: p.Project, memMB: mem,
 		created: now, expires: now.Add(ttl), state: apiwire.SessionStarting, lastUsed: now,
-		pending: map[string]*pending{}, ended: make(chan struct{}), removed: make(chan struct{}),
+		pending: map[string]*pending{}, ended: make(chan struct{}), removed: make(chan struct{}), started: make(chan struct{}),
 	}
 	s.log = k.log.With("session", id)
 	var done func()
@@ -386,7 +387,9 @@ func (k *Kind) Create(ctx context.Context, p apiwire.SessionCreate, owner int) (
 	s.done = done
 	k.m.created.Inc()
 	k.log.Info("session admitted", "session", id, "owner_uid", owner, "project", p.Project, "memory_mb", mem, "ttl_s", int(ttl.Seconds()))
-	if err := s.start(ctx, sc, workspace); err != nil {
+	err = s.start(ctx, sc, workspace)
+	close(s.started)
+	if err != nil {
 		s.close("start failed")
 		if errors.Is(err, sandbox.ErrShuttingDown) || ctx.Err() != nil {
 			return apiwire.Session{}, err

@@ -53,6 +53,9 @@ type Session struct {
 	endOnce    sync.Once
 	closing    bool
 	removed    chan struct{}
+	// started is closed once start returned: a close (the host stopping)
+	// waits for it, so it never races the start for the handle.
+	started chan struct{}
 }
 
 // pending is one request's frames, handed over by the multiplexer.
@@ -360,8 +363,8 @@ func (s *Session) close(reason string) {
 	}
 	s.closing = true
 	s.mu.Unlock()
-	s.k.wg.Add(1)
-	defer s.k.wg.Done()
+	defer s.k.wg.Done() // reserve's Add
+	<-s.started
 	s.trans.Lock()
 	defer s.trans.Unlock()
 	s.mu.Lock()
