@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
@@ -32,7 +33,6 @@ func (k *Kind) Exec(ctx context.Context, s *Session, x apiwire.SessionExec, emit
 	if err := s.begin(); err != nil {
 		return err
 	}
-	defer s.end()
 	// The supervisor enforces the exec's timeout; the host does not rely
 	// on it (a supervisor that never answers holds no request forever).
 	ctx, cancel := context.WithTimeoutCause(ctx, time.Duration(req.Timeout())*time.Second+k.execGrace, errOverdue)
@@ -41,6 +41,7 @@ func (k *Kind) Exec(ctx context.Context, s *Session, x apiwire.SessionExec, emit
 	s.mu.Lock()
 	if s.execs >= maxExecs {
 		s.mu.Unlock()
+		s.end()
 		return &busy{msg: fmt.Sprintf("the session runs %d execs, its bound; wait for one to end", maxExecs), retry: time.Second}
 	}
 	s.execs++
@@ -51,13 +52,18 @@ func (k *Kind) Exec(ctx context.Context, s *Session, x apiwire.SessionExec, emit
 		s.mu.Lock()
 		s.execs--
 		s.mu.Unlock()
+		s.end()
 		return err
 	}
-	defer func() {
+	// The exec is counted out before its last event goes to the client,
+	// so the client's next request (a pause, say) never finds it in flight.
+	finish := sync.OnceFunc(func() {
 		s.mu.Lock()
 		s.execs--
 		s.mu.Unlock()
-	}()
+		s.end()
+	})
+	defer finish()
 	kill := func() {
 		p.leave()
 		if _, sp, err := s.send(sessionwire.Request{Op: sessionwire.OpSignal, Signal: &sessionwire.Signal{Target: id, Name: sessionwire.SignalKill}}, nil, "k"); err == nil {
@@ -73,6 +79,7 @@ func (k *Kind) Exec(ctx context.Context, s *Session, x apiwire.SessionExec, emit
 			k.m.execs.WithLabelValues("error").Inc()
 			if errors.Is(err, errOverdue) {
 				s.log.Warn("session exec got no result from the supervisor in time; killed", "exec", id, "timeout_s", req.Timeout())
+				finish()
 				return emit(apiwire.SessionExecEvent{Type: apiwire.ExecError, ExecID: id, Error: "the session gave no result in time; the exec was killed"})
 			}
 			return err
@@ -98,9 +105,11 @@ func (k *Kind) Exec(ctx context.Context, s *Session, x apiwire.SessionExec, emit
 				k.m.latency.Observe(took.Seconds())
 				k.m.execs.WithLabelValues(execResult(res)).Inc()
 				s.log.Debug("session exec done", "exec", id, "exit_code", r.ExitCode, "took_us", took.Microseconds())
+				finish()
 				return emit(apiwire.SessionExecEvent{Type: apiwire.ExecResult, ExecID: id, Result: res})
 			case sessionwire.EventError:
 				k.m.execs.WithLabelValues("error").Inc()
+				finish()
 				return emit(apiwire.SessionExecEvent{Type: apiwire.ExecError, ExecID: id, Error: execErrorText(f.Event.Error.Code)})
 			default:
 				continue // no other event is an exec's; the decoder checked the shapes
