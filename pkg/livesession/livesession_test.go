@@ -533,3 +533,18 @@ func TestExecBoundRefused(t *testing.T) {
 		t.Errorf("after: %q", out)
 	}
 }
+
+// TestFramesForOtherRequestsAreDropped: a supervisor that sends output or
+// a result for a request the host did not make (or another one) reaches
+// no client; each request sees only its own frames.
+func TestFramesForOtherRequestsAreDropped(t *testing.T) {
+	r := newRig(t, nil)
+	s := r.create(t, alice)
+	out, _, res, _ := r.exec(t, s, "spoof")
+	if out != "mine\n" || res == nil || res.ExitCode != 0 {
+		t.Errorf("spoofed frames reached the exec: %q %+v", out, res)
+	}
+	if out, _, _, _ := r.exec(t, s, "echo next"); out != "next\n" {
+		t.Errorf("next exec: %q", out)
+	}
+}
