@@ -293,6 +293,20 @@ s.serve_forever()
 		t.Fatalf("after close: %v %v", list, err)
 	}
 
+	// A paused session closes as a running one does.
+	st3, err := k.Create(ctx, apiwire.SessionCreate{}, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3, _ := k.Lookup(st3.ID, 1000, false)
+	if err := k.Pause(s3); err != nil {
+		t.Fatal(err)
+	}
+	k.Close(s3)
+	if list, err := d.List(ctx, cfg.Installation); err != nil || len(list) != 0 {
+		t.Fatalf("after closing a paused session: %v %v", list, err)
+	}
+
 	// After a crash (no host to ask) the reaper removes a session whose
 	// deadline label passed, a paused one too.
 	st2, err := k.Create(ctx, apiwire.SessionCreate{TTLSeconds: 60}, 1000)
