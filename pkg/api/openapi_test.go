@@ -54,6 +54,18 @@ var wireTypes = map[string]reflect.Type{
 	"PrecheckGrant":     reflect.TypeFor[precheck.Grant](),
 	"PrecheckRequest":   reflect.TypeFor[precheck.Request](),
 	"PrecheckAnswer":    reflect.TypeFor[precheck.Answer](),
+	"SessionCreate":     reflect.TypeFor[apiwire.SessionCreate](),
+	"Session":           reflect.TypeFor[apiwire.Session](),
+	"SessionList":       reflect.TypeFor[apiwire.SessionList](),
+	"SessionExec":       reflect.TypeFor[apiwire.SessionExec](),
+	"SessionExecEvent":  reflect.TypeFor[apiwire.SessionExecEvent](),
+	"SessionExecResult": reflect.TypeFor[apiwire.SessionExecResult](),
+	"SessionCancel":     reflect.TypeFor[apiwire.SessionCancel](),
+	"SessionPath":       reflect.TypeFor[apiwire.SessionPath](),
+	"SessionPut":        reflect.TypeFor[apiwire.SessionPut](),
+	"SessionFile":       reflect.TypeFor[apiwire.SessionFile](),
+	"SessionEntry":      reflect.TypeFor[apiwire.SessionEntry](),
+	"SessionListing":    reflect.TypeFor[apiwire.SessionListing](),
 }
 
 // A schema as far as the checks read it.
@@ -283,6 +295,11 @@ func typeMismatches(s *schema, ty reflect.Type, types map[string]reflect.Type) [
 			return []string{"a slice is an array with items"}
 		}
 		return typeMismatches(s.Items, ty.Elem(), types)
+	case ty.Kind() == reflect.Map && ty.Key().Kind() == reflect.String:
+		if s.Type != "object" {
+			return []string{"a map is an object"}
+		}
+		return nil
 	case ty.Kind() == reflect.Struct:
 		return []string{fmt.Sprintf("struct %s needs a $ref", ty)}
 	default:

@@ -216,6 +216,7 @@ func runDoctor(ctx context.Context, path string, d doctorDeps) Report {
 		}
 		doctorDocker(ctx, cfg, d, add)
 		doctorAdmission(cfg, d, add)
+		doctorSessions(cfg, d, add)
 	}
 
 	for _, u := range []string{"sandbox-host.socket", "sandbox-host.service", "sandbox-broker@.socket", "sandbox-broker@.service", "sandbox-credset@.service", "sandbox-reaper.service", "sandbox-reaper.timer", NATSUnit} {

@@ -67,3 +67,7 @@ func checkTCPRole(ctx context.Context, c *client.Client) error {
 	}
 	return runmcp.CheckTCPRole(h.Role)
 }
+
+// The host's client drives sessions: `sandbox-host mcp` serves the
+// session tools beside sandbox_run.
+var _ runmcp.SessionRunner = (*client.Client)(nil)

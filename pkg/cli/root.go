@@ -119,6 +119,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.AddCommand(precheckCmd(g))
 	root.AddCommand(mcpCmd(g))
 	root.AddCommand(fleetCmd(g))
+	root.AddCommand(sessionCmd(g))
 	return root
 }
 

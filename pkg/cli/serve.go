@@ -25,6 +25,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/reaper"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/unitctl"
 )
 
@@ -99,6 +100,9 @@ func (e dockerEngine) Create(ctx context.Context, s host.ContainerSpec) (string,
 	if r := s.Run; r != nil {
 		spec.Run = &container.RunOptions{Setup: r.Setup, GateDir: r.GateDir, OutputMB: r.OutputMB, Command: r.Command}
 	}
+	if x := s.Session; x != nil {
+		spec.Session = &container.SessionOptions{WorkMB: x.WorkMB, OutputMB: x.OutputMB, Command: x.Command}
+	}
 	return e.d.Create(ctx, spec)
 }
 
@@ -158,6 +162,20 @@ func (c startedContainer) Close() { c.s.Close() }
 func (c startedContainer) Stream(ctx context.Context, stdin []byte, stdout, stderr io.Writer) (int64, error) {
 	return c.s.Stream(ctx, stdin, stdout, stderr)
 }
+
+// Attach, Pause and Unpause make the driver a sandbox.SessionContainers
+// (without them the session kind refuses every create).
+var _ sandbox.SessionContainers = dockerEngine{}
+
+func (e dockerEngine) Attach(ctx context.Context, id string, stdout, stderr io.Writer) (sandbox.SessionStream, error) {
+	s, err := e.d.Start(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.Duplex(stdout, stderr), nil
+}
+func (e dockerEngine) Pause(ctx context.Context, id string) error   { return e.d.Pause(ctx, id) }
+func (e dockerEngine) Unpause(ctx context.Context, id string) error { return e.d.Unpause(ctx, id) }
 
 func (e dockerEngine) Kill(ctx context.Context, id string) error   { return e.d.Kill(ctx, id) }
 func (e dockerEngine) Remove(ctx context.Context, id string) error { return e.d.Remove(ctx, id) }

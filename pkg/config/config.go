@@ -76,6 +76,7 @@ type Config struct {
 	Egress              Egress     `mapstructure:"egress"`
 	Standby             Standby    `mapstructure:"standby"`
 	Runs                Runs       `mapstructure:"runs"`
+	Sessions            Sessions   `mapstructure:"sessions"`
 	Delegation          Delegation `mapstructure:"delegation"`
 	Prechecks           Prechecks  `mapstructure:"prechecks"`
 	Rich                Rich       `mapstructure:"rich"`
@@ -559,6 +560,7 @@ func (c *Config) Validate() error {
 	c.validateEgress(bad)
 	c.validateEgressCredentials(bad)
 	c.validateRuns(bad)
+	c.validateSessions(bad)
 	c.validateDelegation(bad)
 	c.validatePrechecks(bad)
 	c.validateRich(bad)

@@ -688,3 +688,50 @@ func (s *Started) Stream(ctx context.Context, stdin []byte, stdout, stderr io.Wr
 		return w.StatusCode, nil
 	}
 }
+
+// Pause freezes every process of the container (the cgroup freezer:
+// memory kept, no CPU). Resume with Unpause.
+func (d *Driver) Pause(ctx context.Context, id string) error {
+	if err := d.cli.ContainerPause(ctx, id); err != nil {
+		return daemonErr("container pause", err)
+	}
+	return nil
+}
+
+// Unpause thaws a container Pause froze.
+func (d *Driver) Unpause(ctx context.Context, id string) error {
+	if err := d.cli.ContainerUnpause(ctx, id); err != nil {
+		return daemonErr("container unpause", err)
+	}
+	return nil
+}
+
+// Duplex is a session's attach stream (DESIGN.md section 18): stdin stays
+// open for the caller's writes, stdout and stderr are copied to its
+// writers as they come.
+type Duplex struct {
+	s    *Started
+	done chan error
+}
+
+// Duplex starts copying the started container's output to stdout and
+// stderr (a Write error from either ends the copy) and returns the
+// stream whose Write is the container's stdin. Done ends with the copy.
+func (s *Started) Duplex(stdout, stderr io.Writer) *Duplex {
+	d := &Duplex{s: s, done: make(chan error, 1)}
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, s.hj.Reader)
+		d.done <- err
+		close(d.done)
+	}()
+	return d
+}
+
+// Write writes to the container's stdin.
+func (d *Duplex) Write(p []byte) (int, error) { return d.s.hj.Conn.Write(p) }
+
+// Done ends when the output copy ended, with its error (nil at EOF).
+func (d *Duplex) Done() <-chan error { return d.done }
+
+// Close drops the attach connection: the container's stdin ends.
+func (d *Duplex) Close() { d.s.Close() }

@@ -106,7 +106,32 @@ type Spec struct {
 	// SkillsDir, only for a Rich container, is the operator's skills tree,
 	// bound read-only at richproto.SkillsPath ("" none).
 	SkillsDir string
+	// Session, when set, makes this a session's long-lived toolbox
+	// container (DESIGN.md section 18, SessionOptions).
+	Session *SessionOptions
 }
+
+// SessionOptions are what a session's container has that a turn's has
+// not. Its PID 1 is the session supervisor (Command), which starts as
+// root with SetupCapabilities and no more: it needs SETUID, SETGID and
+// SETPCAP to start execs as the guest with no capability (and a root
+// exec with exactly a run's setup command's), DAC_OVERRIDE and the file
+// capabilities only for the root execs' sake (its own file operations
+// run with the guest's filesystem uid). It is not given CAP_KILL: it ends
+// a guest exec's process group as the guest (runs/supervisor's KillAs),
+// so the kernel's rule that only an owner signals a process still holds
+// for everything the guest runs. The root filesystem is read-only;
+// WorkspaceDir (the project) is bound read-only at /workspace; the
+// writable places are tmpfs: WorkPath (WorkMB, the guest's, 0700),
+// /output (OutputMB, the guest's) and /tmp (Spec.TmpfsMB); no turn
+// directory, so no broker and no network.
+type SessionOptions struct {
+	WorkMB, OutputMB int
+	Command          []string
+}
+
+// WorkPath is a session's writable work directory (sessionsup's default).
+const WorkPath = "/work"
 
 // RichCommand is the worker's argument that runs the rich channel worker.
 const RichCommand = "rich"
@@ -202,6 +227,18 @@ func (s *Spec) Validate(dockerSockets ...string) error {
 	}
 	if s.Rich && (s.Run != nil || s.Precheck) {
 		return invalid("a rich channel's container is neither a run's nor a precheck's")
+	}
+	if x := s.Session; x != nil {
+		if s.Run != nil || s.Precheck || s.Rich || s.SkillsDir != "" || s.TurnDir != "" {
+			return invalid("a session's container is nothing else's and has no turn dir")
+		}
+		if x.WorkMB < 1 || x.WorkMB > MaxTmpfsMB || x.OutputMB < 1 || x.OutputMB > MaxTmpfsMB {
+			return invalid("a session's work and output tmpfs must be 1 to %d MiB", MaxTmpfsMB)
+		}
+		if len(x.Command) == 0 || len(x.Command) > 8 || !filepath.IsAbs(x.Command[0]) {
+			return invalid("a session's command must be 1 to 8 words starting with an absolute path")
+		}
+		return validateMounts([]source{{"workspace", s.WorkspaceDir}}, dockerSockets)
 	}
 	if s.SkillsDir != "" {
 		if !s.Rich {
@@ -416,6 +453,9 @@ func (s *Spec) configs(logDriver string) (*container.Config, *container.HostConf
 	if s.Run != nil {
 		s.runConfigs(cfg, host)
 	}
+	if s.Session != nil {
+		s.sessionConfigs(cfg, host)
+	}
 	if s.Precheck {
 		cfg.Cmd = []string{PrecheckCommand}
 		host.Mounts[0].ReadOnly = true
@@ -478,6 +518,31 @@ func (s *Spec) runConfigs(cfg *container.Config, host *container.HostConfig) {
 		mounts = append(mounts, host.Mounts[1])
 	}
 	host.Mounts = mounts
+}
+
+// sessionConfigs turns a turn's confinement into a session's: the same
+// flags, except what SessionOptions says.
+func (s *Spec) sessionConfigs(cfg *container.Config, host *container.HostConfig) {
+	x := s.Session
+	cfg.Env = []string{"LANG=C.UTF-8"}
+	cfg.Entrypoint = append([]string{}, x.Command[:1]...)
+	cfg.Cmd = append([]string{}, x.Command[1:]...)
+	cfg.User = "0:0"
+	cfg.WorkingDir = WorkPath
+	host.CapAdd = append([]string{}, SetupCapabilities...)
+	owner := ",uid=" + strconv.Itoa(s.UID) + ",gid=" + strconv.Itoa(s.GID)
+	host.Tmpfs = map[string]string{
+		TmpPath:    "size=" + strconv.Itoa(s.TmpfsMB) + "m,mode=1777,nosuid,nodev",
+		OutputPath: "size=" + strconv.Itoa(x.OutputMB) + "m,mode=0755,nosuid,nodev" + owner,
+		WorkPath:   "size=" + strconv.Itoa(x.WorkMB) + "m,mode=0700,nosuid,nodev" + owner,
+	}
+	host.Mounts = []mount.Mount{{
+		Type:        mount.TypeBind,
+		Source:      s.WorkspaceDir,
+		Target:      protocol.WorkspacePath,
+		ReadOnly:    true,
+		BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+	}}
 }
 
 // TmpfsOptions is the /tmp tmpfs option string for a size in MiB. noexec is

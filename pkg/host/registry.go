@@ -4,6 +4,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/coderun"
 	"github.com/roundtable-sandbox/sandbox/pkg/delegationrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/kind"
+	"github.com/roundtable-sandbox/sandbox/pkg/livesession"
 	"github.com/roundtable-sandbox/sandbox/pkg/precheckrun"
 	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
 	"github.com/roundtable-sandbox/sandbox/pkg/sealedturn"
@@ -23,4 +24,5 @@ var registry = []kind.Registration{
 	coderun.Registration,
 	delegationrun.Registration,
 	precheckrun.Registration,
+	livesession.Registration,
 }

@@ -19,6 +19,7 @@ var probeParams = map[string][2]string{
 	"{channel}": {"guild%2F1234", "guild/1234"},
 	"{run}":     {strings.Repeat("ab", 16), strings.Repeat("ab", 16)},
 	"{job}":     {strings.Repeat("cd", 16), strings.Repeat("cd", 16)},
+	"{session}": {strings.Repeat("ef", 16), strings.Repeat("ef", 16)},
 }
 
 func probePath(pattern string) (path, param string) {

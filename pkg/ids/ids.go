@@ -89,9 +89,14 @@ const (
 	// checks the configuration at start.
 	PreflightChannel = "sandbox:preflight"
 
+	// SessionPrefix + a session id: a session's pseudo channel and tag
+	// (its journal identifier sandbox/session-<id>).
+	SessionPrefix = "session-"
+
 	runSlotPrefix      = "sandbox-run-slot/"
 	precheckSlotPrefix = "sandbox-precheck-slot/"
-	reservedWhy        = "must not take the form of an internal name (run-, precheck- or job- and 32 hex digits; sandbox-run-slot/..., sandbox-precheck-slot/..., sandbox:preflight)"
+	sessionSlotPrefix  = "sandbox-session-slot/"
+	reservedWhy        = "must not take the form of an internal name (run-, precheck-, job- or session- and 32 hex digits; sandbox-run-slot/..., sandbox-precheck-slot/..., sandbox-session-slot/..., sandbox:preflight)"
 )
 
 // RunName is a run's pseudo channel, queue entry and tag: run-<id>.
@@ -102,6 +107,12 @@ func PrecheckName(id string) string { return PrecheckPrefix + id }
 
 // JobName is a delegated job's queue entry: job-<id>.
 func JobName(id string) string { return JobPrefix + id }
+
+// SessionName is a session's pseudo channel and tag: session-<id>.
+func SessionName(id string) string { return SessionPrefix + id }
+
+// SessionSlot names the guest-uid record of session slot k.
+func SessionSlot(k int) string { return sessionSlotPrefix + strconv.Itoa(k) }
 
 // RunSlot names the guest-uid record of run slot k.
 func RunSlot(k int) string { return runSlotPrefix + strconv.Itoa(k) }
@@ -114,12 +125,12 @@ func PrecheckSlot(k int) string { return precheckSlotPrefix + strconv.Itoa(k) }
 // are always one), so a channel such as "run-club" stays valid; the slot
 // records and the preflight channel are reserved as whole prefixes.
 func Internal(key string) bool {
-	for _, p := range []string{RunPrefix, PrecheckPrefix, JobPrefix} {
+	for _, p := range []string{RunPrefix, PrecheckPrefix, JobPrefix, SessionPrefix} {
 		if id, ok := strings.CutPrefix(key, p); ok && turnRe.MatchString(id) {
 			return true
 		}
 	}
-	return key == PreflightChannel || strings.HasPrefix(key, runSlotPrefix) || strings.HasPrefix(key, precheckSlotPrefix)
+	return key == PreflightChannel || strings.HasPrefix(key, runSlotPrefix) || strings.HasPrefix(key, precheckSlotPrefix) || strings.HasPrefix(key, sessionSlotPrefix)
 }
 
 // ValidName checks what may be a channel key or an internal name: a

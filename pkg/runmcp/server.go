@@ -1,7 +1,9 @@
 // Package runmcp is the MCP server of code execution (DESIGN.md section 12):
-// one tool, `sandbox_run`, with the seed's parameters, served over stdio or
-// Streamable HTTP and backed by the host's run API (a Runner, pkg/client in
-// production).
+// `sandbox_run`, with the seed's parameters, and beside it the session
+// tools (sandbox_session_start, sandbox_exec, sandbox_write_file,
+// sandbox_read_file, sandbox_session_close; DESIGN.md section 18) when the
+// Runner also drives sessions, served over stdio or Streamable HTTP and
+// backed by the host's API (pkg/client in production).
 //
 // Guarantee: arguments that do not map exactly onto runs.Params (unknown
 // properties, wrong types) are refused before the Runner is called; a run
@@ -130,6 +132,9 @@ func NewServer(r Runner, o Options) *mcp.Server {
 		SupportedProtocolVersions: protocolVersions,
 	})
 	srv.AddTool(tool(o.Project), s.handle)
+	if sr, ok := r.(SessionRunner); ok {
+		s.addSessionTools(srv, sr)
+	}
 	return srv
 }
 

@@ -67,6 +67,36 @@ type ContainerSpec struct {
 	Rich bool
 	// SkillsDir is a rich container's read-only skills tree (container.Spec.SkillsDir).
 	SkillsDir string
+	// Session makes it a session's long-lived toolbox container
+	// (container.SessionOptions).
+	Session *SessionContainer
+}
+
+// SessionContainer mirrors container.SessionOptions.
+type SessionContainer struct {
+	WorkMB, OutputMB int
+	Command          []string
+}
+
+// SessionContainers is what a session (DESIGN.md section 18) needs of the
+// Docker driver beyond Containers: a started container whose stdin stays
+// open for framed requests while its stdout and stderr are copied to the
+// caller's writers, and the cgroup freezer (docker pause and unpause).
+type SessionContainers interface {
+	// Attach attaches to the container and starts it; its output goes to
+	// stdout and stderr as it comes (a Write error ends the copy).
+	Attach(ctx context.Context, id string, stdout, stderr io.Writer) (SessionStream, error)
+	Pause(ctx context.Context, id string) error
+	Unpause(ctx context.Context, id string) error
+}
+
+// SessionStream is an attached session container: Write is its stdin;
+// Done ends when its output copy ended (the container exited or the
+// connection broke), with the copy's error; Close drops the connection.
+type SessionStream interface {
+	io.Writer
+	Done() <-chan error
+	Close()
 }
 
 // RunContainer mirrors container.RunOptions.

@@ -51,7 +51,7 @@ var layers = [][]string{
 
 // kinds are the packages of one kind of sandbox each (DESIGN.md section
 // 16): each drives the lifecycle and no kind imports another.
-var kinds = []string{"coderun", "precheckrun", "delegationrun", "richsession", "sealedturn"}
+var kinds = []string{"coderun", "precheckrun", "delegationrun", "richsession", "sealedturn", "livesession"}
 
 // lifecycle is the package every kind shares; it imports no kind.
 const lifecycle = "sandbox"

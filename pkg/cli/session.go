@@ -1,0 +1,326 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
+	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
+	"github.com/roundtable-sandbox/sandbox/pkg/client"
+)
+
+// maxExecStdin is sessionwire's bound of an exec's stdin.
+const maxExecStdin = 256 << 10
+
+// maxCopyBytes is sessions.maxFileBytes' upper bound.
+const maxCopyBytes = 64 << 20
+
+// sessionCmd is `sandbox-host session ...` (docs/api.md, Sessions).
+func sessionCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "session",
+		Short: "Sessions: a toolbox container that lives across execs (create, exec, cp, ls, pause, resume, close)",
+	}
+	var create apiwire.SessionCreate
+	createCmd := &cobra.Command{
+		Use: "create", Short: "Create a session; prints its id", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := g.client().CreateSession(cmd.Context(), create)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd, st)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), st.ID)
+			return nil
+		},
+	}
+	f := createCmd.Flags()
+	f.StringVar(&create.Project, "project", "", "project to mount read-only at /workspace (runs.projects)")
+	f.IntVar(&create.MemoryMb, "memory", 0, "memory limit in MiB (default and most: sessions.memoryMb)")
+	f.IntVar(&create.TTLSeconds, "ttl", 0, "remove the session after this many seconds (default and most: sessions.ttlSeconds)")
+
+	list := &cobra.Command{
+		Use: "list", Short: "List sessions (yours; an admin's: all)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			all, err := g.client().Sessions(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd, apiwire.SessionList{Sessions: all})
+			}
+			for _, st := range all {
+				printSession(cmd.OutOrStdout(), st)
+			}
+			return nil
+		},
+	}
+	one := func(use, short string, call func(*client.Client, context.Context, string) (apiwire.Session, error)) *cobra.Command {
+		return &cobra.Command{
+			Use: use + " <session-id>", Short: short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				st, err := call(g.client(), cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(cmd, st)
+				}
+				printSession(cmd.OutOrStdout(), st)
+				return nil
+			},
+		}
+	}
+	cmd.AddCommand(createCmd, list,
+		one("show", "Show one session", (*client.Client).Session),
+		one("pause", "Pause a session (memory kept, no CPU; any request resumes it)", (*client.Client).PauseSession),
+		one("resume", "Resume a paused session", (*client.Client).ResumeSession),
+		one("close", "Close a session: its container and files are removed", (*client.Client).CloseSession),
+		sessionExecCmd(g), sessionCpCmd(g), sessionLsCmd(g))
+	return cmd
+}
+
+func printSession(w io.Writer, st apiwire.Session) {
+	fmt.Fprintf(w, "%s %s owner=%d memory=%dMiB execs=%d/%d resumes=%d expires=%s\n", st.ID, st.State, st.OwnerUID,
+		st.MemoryMb, st.Execs, st.ExecsTotal, st.Resumes, st.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))
+}
+
+// sessionExecCmd runs a command in a session like docker exec: output as
+// it comes, the command's exit status.
+func sessionExecCmd(g *globals) *cobra.Command {
+	var (
+		x     apiwire.SessionExec
+		env   []string
+		stdin bool
+	)
+	cmd := &cobra.Command{
+		Use:   "exec [flags] <session-id> (-c CMD | -- EXECUTABLE [ARGS...])",
+		Short: "Run a command in a session; prints its output as it comes and exits with its status",
+		Long: `Run a command in a session, as its guest uid (--root: as root with a run's setup capabilities).
+State stays between execs: files under /work, /output and /tmp, and processes left in the background.
+Exit status: the command's; 124 on timeout; 125 when the exec could not be carried out; 130 when interrupted
+(the exec is then killed).`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, rest := args[0], args[1:]
+			if x.Command == "" {
+				if len(rest) == 0 {
+					return errors.New("give the command after -- (argv mode) or with --command (shell mode)")
+				}
+				x.Executable, x.Args = rest[0], rest[1:]
+			} else if len(rest) > 0 {
+				return errors.New("give either --command or a command after --, not both")
+			}
+			if len(env) > 0 {
+				x.Env = map[string]string{}
+				for _, kv := range env {
+					k, v, ok := strings.Cut(kv, "=")
+					if !ok {
+						return fmt.Errorf("--env %q: want NAME=VALUE", kv)
+					}
+					x.Env[k] = v
+				}
+			}
+			if stdin {
+				data, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxExecStdin+1))
+				if err != nil {
+					return err
+				}
+				if len(data) > maxExecStdin {
+					return fmt.Errorf("--stdin: more than %d bytes", maxExecStdin)
+				}
+				x.Stdin = data
+			}
+			return sessionExec(cmd, g, id, x)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&x.Command, "command", "c", "", "shell command (sh -c) instead of an argv after --")
+	f.StringVar(&x.Cwd, "cwd", "", "working directory (relative to /work, or under /output or /tmp)")
+	f.StringArrayVar(&env, "env", nil, "NAME=VALUE to set (repeatable; not PATH, HOME, LD_*, proxies, SANDBOX_*)")
+	f.IntVar(&x.TimeoutSeconds, "timeout", 0, "kill the exec after this many seconds (default 120, at most 3600)")
+	f.BoolVar(&x.Root, "root", false, "run as root with exactly a run's setup capabilities")
+	f.BoolVar(&stdin, "stdin", false, "send this command's standard input (at most 256 KiB) as the exec's")
+	return cmd
+}
+
+func sessionExec(cmd *cobra.Command, g *globals, id string, x apiwire.SessionExec) error {
+	ctx := cmd.Context()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	followCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go func() {
+		select {
+		case <-sigs:
+			stop(errors.New("interrupted"))
+		case <-followCtx.Done():
+		}
+	}()
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	var events []apiwire.SessionExecEvent
+	res, err := g.client().Exec(followCtx, id, x, func(ev apiwire.SessionExecEvent) error {
+		if g.json {
+			events = append(events, ev)
+			return nil
+		}
+		var err error
+		switch ev.Type {
+		case apiwire.ExecStdout:
+			_, err = stdout.Write(ev.Data)
+		case apiwire.ExecStderr:
+			_, err = stderr.Write(ev.Data)
+		}
+		return err
+	})
+	if err != nil {
+		if followCtx.Err() != nil {
+			// The connection's end kills the exec in the session.
+			fmt.Fprintf(stderr, "%sexec interrupted; it was killed\n", prefix)
+			return &exitError{code: 130, err: errSilent}
+		}
+		var ce *client.Error
+		if errors.As(err, &ce) {
+			return err
+		}
+		return &exitError{code: exitRunOther, err: err}
+	}
+	if g.json {
+		if err := printJSON(cmd, events); err != nil {
+			return err
+		}
+	} else {
+		if res.StdoutTruncated || res.StderrTruncated {
+			fmt.Fprintf(stderr, "%soutput cut: %d stdout and %d stderr bytes dropped (sessions.maxOutputBytes)\n", prefix, res.StdoutDropped, res.StderrDropped)
+		}
+	}
+	switch {
+	case res.TimedOut:
+		return &exitError{code: exitRunTimeout, err: errors.New("the exec passed its timeout and was killed")}
+	case res.ExitCode != 0:
+		return &exitError{code: res.ExitCode, err: errSilent}
+	}
+	return nil
+}
+
+// sessionCpCmd copies one file in or out (or a directory out, as a tar).
+func sessionCpCmd(g *globals) *cobra.Command {
+	var (
+		mode uint32
+		tar  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "cp [--mode 0644] [--tar] (<local-file> <session-id>:<path> | <session-id>:<path> <local-file>)",
+		Short: "Copy a file into or out of a session (--tar: a directory out, as a tar)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx := g.client(), cmd.Context()
+			if id, p, ok := sessionRef(args[1]); ok {
+				if tar {
+					return errors.New("--tar copies a directory out of a session")
+				}
+				data, err := readLocal(args[0])
+				if err != nil {
+					return err
+				}
+				f, err := c.PutFile(ctx, id, p, mode, data)
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(cmd, f)
+				}
+				return nil
+			}
+			id, p, ok := sessionRef(args[0])
+			if !ok {
+				return errors.New("one side must be <session-id>:<path>")
+			}
+			f, err := c.GetFile(ctx, id, p, tar)
+			if err != nil {
+				return err
+			}
+			if f.Changed {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s%q changed while it was read; the copy may be inconsistent\n", prefix, p)
+			}
+			if args[1] == "-" {
+				_, err = cmd.OutOrStdout().Write(f.Data)
+				return err
+			}
+			return atomicfile.WriteFile(args[1], f.Data, 0o644)
+		},
+	}
+	cmd.Flags().Uint32Var(&mode, "mode", 0, "permission bits of a file copied in (default 0644)")
+	cmd.Flags().BoolVar(&tar, "tar", false, "copy a directory out as a tar")
+	return cmd
+}
+
+// sessionRef splits "<32 hex>:<path>".
+func sessionRef(s string) (id, path string, ok bool) {
+	id, path, ok = strings.Cut(s, ":")
+	if !ok || len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" || path == "" {
+		return "", "", false
+	}
+	return id, path, true
+}
+
+func readLocal(p string) ([]byte, error) {
+	var r io.Reader
+	if p == "-" {
+		r = os.Stdin
+	} else {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	data, err := io.ReadAll(io.LimitReader(r, maxCopyBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxCopyBytes {
+		return nil, fmt.Errorf("%s: over %d bytes", p, maxCopyBytes)
+	}
+	return data, nil
+}
+
+// sessionLsCmd lists a directory of a session.
+func sessionLsCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use: "ls <session-id> [path]", Short: "List a directory of a session (default: /work)", Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p := "."
+			if len(args) == 2 {
+				p = args[1]
+			}
+			l, err := g.client().ListFiles(cmd.Context(), args[0], p)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd, l)
+			}
+			for _, e := range l.Entries {
+				// Names are the session's choice: quoted.
+				fmt.Fprintf(cmd.OutOrStdout(), "%-7s %04o %10d %q\n", e.Type, e.Mode, e.Size, e.Name)
+			}
+			if l.Truncated {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%slisting cut at 10000 entries\n", prefix)
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,85 @@
+package livesession
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
+	"github.com/roundtable-sandbox/sandbox/pkg/client"
+	"github.com/roundtable-sandbox/sandbox/pkg/peerauth"
+	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
+)
+
+// TestClientDrivesTheKind: the Go client against the kind's routes over a
+// socket: create, exec with streamed output and the command's status,
+// files in and out, list, pause, resume, close; an exec the host refuses
+// is the host's status.
+func TestClientDrivesTheKind(t *testing.T) {
+	r := newRig(t, nil)
+	dir, err := os.MkdirTemp("/tmp", "sess")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "h.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: sandboxtest.Handler(Registration, r.k.Routes(), peerauth.RoleClient, alice)}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	c := client.New(sock)
+	ctx := context.Background()
+
+	st, err := c.CreateSession(ctx, apiwire.SessionCreate{})
+	if err != nil || st.State != apiwire.SessionRunning || st.OwnerUID != alice {
+		t.Fatalf("create: %+v %v", st, err)
+	}
+	var out []byte
+	var types []string
+	res, err := c.Exec(ctx, st.ID, apiwire.SessionExec{Command: "echo hello"}, func(ev apiwire.SessionExecEvent) error {
+		types = append(types, ev.Type)
+		out = append(out, ev.Data...)
+		return nil
+	})
+	if err != nil || res.ExitCode != 0 || string(out) != "hello\n" || len(types) != 3 || types[0] != apiwire.ExecStarted {
+		t.Fatalf("exec: %+v %v %q %v", res, err, out, types)
+	}
+	if res, err := c.Exec(ctx, st.ID, apiwire.SessionExec{Command: "exit 3"}, nil); err != nil || res.ExitCode != 3 {
+		t.Errorf("exit 3: %+v %v", res, err)
+	}
+	_, err = c.Exec(ctx, st.ID, apiwire.SessionExec{Command: "x", Network: true}, nil)
+	if ce := (*client.Error)(nil); !errors.As(err, &ce) || ce.Status != http.StatusNotImplemented {
+		t.Errorf("network exec: %v, want 501", err)
+	}
+	if _, err := c.PutFile(ctx, st.ID, "f.txt", 0, []byte("data")); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := c.GetFile(ctx, st.ID, "f.txt", false); err != nil || string(f.Data) != "data" {
+		t.Errorf("get: %+v %v", f, err)
+	}
+	if l, err := c.ListFiles(ctx, st.ID, "."); err != nil || len(l.Entries) != 1 {
+		t.Errorf("list: %+v %v", l, err)
+	}
+	if st, err := c.PauseSession(ctx, st.ID); err != nil || st.State != apiwire.SessionPaused {
+		t.Errorf("pause: %+v %v", st, err)
+	}
+	if st, err := c.ResumeSession(ctx, st.ID); err != nil || st.State != apiwire.SessionRunning {
+		t.Errorf("resume: %+v %v", st, err)
+	}
+	if all, err := c.Sessions(ctx); err != nil || len(all) != 1 {
+		t.Errorf("list sessions: %v %v", all, err)
+	}
+	if _, err := c.CloseSession(ctx, st.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Session(ctx, st.ID); !errors.Is(err, &client.Error{Status: http.StatusNotFound}) {
+		t.Errorf("closed session: %v", err)
+	}
+}
