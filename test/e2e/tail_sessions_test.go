@@ -376,9 +376,9 @@ func TestSessionHostileExecs(t *testing.T) {
 	// exec after it (ended: the host no longer knows it). The session is
 	// closed after; its container must be gone.
 	type outcome struct {
-		res    apiwire.SessionExecResult
-		stdout []byte
-		err    error
+		res            apiwire.SessionExecResult
+		stdout, stderr []byte
+		err            error
 		ended  bool
 	}
 	attack := func(t *testing.T, root bool, timeout int, script string) (o outcome) {
@@ -387,15 +387,18 @@ func TestSessionHostileExecs(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		o.res, o.err = hc.Exec(ctx, id, apiwire.SessionExec{Command: script, Root: root, TimeoutSeconds: timeout}, func(ev apiwire.SessionExecEvent) error {
-			if ev.Type == apiwire.ExecStdout {
+			switch {
+			case ev.Type == apiwire.ExecStdout:
 				o.stdout = append(o.stdout, ev.Data...)
+			case ev.Type == apiwire.ExecStderr && len(o.stderr) < 512:
+				o.stderr = append(o.stderr, ev.Data...)
 			}
 			return nil
 		})
 		out, errOut, err := mallory.cli("session", "exec", "--timeout", "20", id, "--", "echo", "still-serving")
 		switch {
 		case err == nil && strings.TrimSpace(out) == "still-serving":
-		case strings.Contains(errOut, "no such session"):
+		case strings.Contains(errOut, "no such session") || strings.Contains(errOut, "the session ended"):
 			o.ended = true
 		default:
 			t.Logf("after the attack the session is known but its exec fails: %v %s%s", err, out, errOut)
@@ -412,8 +415,8 @@ func TestSessionHostileExecs(t *testing.T) {
 			t.Errorf("the attacked session's container outlived it: %s", msg)
 		}
 		lines := strings.Split(strings.TrimSpace(journal("-u", layout.HostService, "-o", "cat", "-g", "session="+id)), "\n")
-		t.Logf("session %s: exit %d signal %q timed out %v, err %v, ended %v; the host's lines:\n%s", id, o.res.ExitCode, o.res.Signal,
-			o.res.TimedOut, o.err, o.ended, strings.Join(lines[max(0, len(lines)-12):], "\n"))
+		t.Logf("session %s: exit %d signal %q timed out %v, err %v, ended %v; stderr %q; the host's lines:\n%s", id, o.res.ExitCode, o.res.Signal,
+			o.res.TimedOut, o.err, o.ended, o.stderr[:min(len(o.stderr), 200)], strings.Join(lines[max(0, len(lines)-12):], "\n"))
 		return o
 	}
 
