@@ -379,7 +379,7 @@ func TestSessionHostileExecs(t *testing.T) {
 		res            apiwire.SessionExecResult
 		stdout, stderr []byte
 		err            error
-		ended  bool
+		ended          bool
 	}
 	attack := func(t *testing.T, root bool, timeout int, script string) (o outcome) {
 		t.Helper()
