@@ -140,6 +140,20 @@ func sessionContainer(t *testing.T, id string) (name, state string) {
 	return "", ""
 }
 
+// pausedByDocker is docker inspect's State.Paused of session id's container.
+func pausedByDocker(t *testing.T, id string) bool {
+	t.Helper()
+	name, _ := sessionContainer(t, id)
+	if name == "" {
+		t.Fatalf("session %s has no container", id)
+	}
+	ins, err := env.docker.ContainerInspect(context.Background(), strings.TrimPrefix(name, "/"))
+	if err != nil || ins.State == nil {
+		t.Fatalf("docker inspect %s: %v", name, err)
+	}
+	return ins.State.Paused
+}
+
 // makeWheel writes the scenarios' wheel (test/e2e/mkwheel) into dir.
 func makeWheel(t *testing.T, dir, marker string) string {
 	t.Helper()
@@ -279,12 +293,15 @@ echo "the server did not answer"; exit 1`, "sh", page)
 		}); msg != "" {
 			t.Fatalf("the idle session was not paused: %s", msg)
 		}
+		if !pausedByDocker(t, id) {
+			t.Fatalf("docker ps says paused, docker inspect does not")
+		}
 		st, err := alice.show(t, id)
 		if err != nil || st.State != apiwire.SessionPaused {
 			t.Fatalf("show of the paused session: %+v %v", st, err)
 		}
-		if _, state := sessionContainer(t, id); state != "paused" {
-			t.Fatalf("show resumed the session (container %s): only a request that needs it should", state)
+		if !pausedByDocker(t, id) {
+			t.Fatalf("show resumed the session: only a request that needs it should")
 		}
 		resumes := st.Resumes
 		began := time.Now()
@@ -294,8 +311,8 @@ echo "the server did not answer"; exit 1`, "sh", page)
 			t.Errorf("after the resume the server and /work are not what they were: %q", out)
 		}
 		st, err = alice.show(t, id)
-		if err != nil || st.Resumes != resumes+1 || st.State != apiwire.SessionRunning {
-			t.Errorf("after the exec: %+v %v, want running with %d resumes", st, err, resumes+1)
+		if err != nil || st.Resumes != resumes+1 || st.State != apiwire.SessionRunning || pausedByDocker(t, id) {
+			t.Errorf("after the exec: %+v %v, want running (docker: not paused) with %d resumes", st, err, resumes+1)
 		}
 	})
 
