@@ -491,8 +491,8 @@ func TestSessionHostileExecs(t *testing.T) {
 
 // TestSessionHostKilledThenReaped: the host is SIGKILLed while a session
 // with a background process lives and is kept down: the supervisor exits
-// with its attach stream (fail closed) and one reaper run removes what
-// is left. (A session's TTL is at least 60 s; with the host down no
+// with its attach stream (fail closed: the container stops) and one
+// reaper run removes what is left. (A session's TTL is at least 60 s; with the host down no
 // session can be live, so the reaper removes it without waiting for its
 // deadline label.)
 func TestSessionHostKilledThenReaped(t *testing.T) {
@@ -518,6 +518,17 @@ func TestSessionHostKilledThenReaped(t *testing.T) {
 	systemctl(t, "stop", layout.HostService)
 	if name, _ := sessionContainer(t, id); name == "" {
 		t.Fatalf("the killed host left no container of session %s: the scenario proves nothing", id)
+	}
+	// Fail closed: with the attach stream gone the supervisor's stdin
+	// ends, it exits and the container with it (background process
+	// included), long before the reaper comes.
+	if msg := eventually(20*time.Second, func() string {
+		if _, state := sessionContainer(t, id); state != "exited" {
+			return "container state " + state
+		}
+		return ""
+	}); msg != "" {
+		t.Errorf("the session's container still runs after its host was killed: %s", msg)
 	}
 	// The reaper leaves what was created during its pass (Created has
 	// one-second resolution).
