@@ -14,6 +14,8 @@
 #   delegation  a delegated research job whose report arrives on jobs follow
 #   mcp         sandbox_run called by a real MCP client (the official
 #               TypeScript SDK) through `sandbox-host mcp`
+#   session     a session: created, a wheel installed into it, two execs
+#               (the second sees what the first left), a file out, closed
 # A kind that cannot run here says why in one line and the others go on;
 # the exit status is 1 when a kind failed.
 #
@@ -40,7 +42,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib/ns.sh"
 source "$(dirname "$0")/lib/install.sh"
 
-ALL_KINDS=(sealed rich run network-run precheck delegation mcp)
+ALL_KINDS=(sealed rich run network-run precheck delegation mcp session)
 read -r -a KINDS <<<"${DEMO_KINDS:-${ALL_KINDS[*]}}"
 for k in "${KINDS[@]}"; do
   [[ " ${ALL_KINDS[*]} " == *" $k "* ]] || { echo "DEMO_KINDS: unknown kind $k (kinds: ${ALL_KINDS[*]})" >&2; exit 2; }
@@ -488,10 +490,41 @@ console.log(`RUN-ID ${r.structuredContent && r.structuredContent.id}`);
   ok "sandbox_run through @modelcontextprotocol/sdk: run $id, output and the artifact answer.txt as an embedded resource"
 }
 
+kind_session() {
+  header "session: one toolbox container across execs; what an exec installs or leaves stays for the next"
+  [[ -z $TOOLBOX_WHY ]] || skip "$TOOLBOX_WHY"
+  local id wheel out=$E2E_WORK/session
+  mkdir -p "$out"
+  wheel=$("$E2E_WORK/bin/mkwheel" -out "$out" -marker "(installed in the session)")
+  sh_ /usr/bin/sandbox-host session create | tee "$E2E_WORK/session-id"
+  id=$(tr -d '\n' <"$E2E_WORK/session-id")
+  [[ $id =~ ^[0-9a-f]{32}$ ]] || fail "sandbox-host session create printed no session id"
+  echo
+  note "install: a wheel copied in, then installed into /work/site (the small toolbox has no pip: a pure wheel is unpacked onto sys.path, as pip install --target does)"
+  sh_ /usr/bin/sandbox-host session cp "$wheel" "$id:${wheel##*/}"
+  sh_ /usr/bin/sandbox-host session exec "$id" -c "python3 -m zipfile -e ${wheel##*/} site && ls site"
+  echo
+  note "two execs: the first imports the package and leaves a note; the second reads the note and writes /output/greeting.txt"
+  sh_ /usr/bin/sandbox-host session exec --cwd site "$id" -- python3 -c 'import greet; print(greet.hello("demo")); open("/work/note.txt", "w").write("left by exec 1\n")'
+  sh_ /usr/bin/sandbox-host session exec "$id" -c 'cat note.txt; python3 -c "import sys; sys.path.insert(0, \"site\"); import greet; print(greet.hello(\"a file\"))" > /output/greeting.txt; echo wrote /output/greeting.txt' |
+    tee "$E2E_WORK/session-out"
+  grep -q "left by exec 1" "$E2E_WORK/session-out" || fail "the second exec did not see the first exec's note"
+  echo
+  sh_ /usr/bin/sandbox-host session cp "$id:/output/greeting.txt" "$out/greeting.txt"
+  sh_ cat "$out/greeting.txt"
+  grep -q "hello a file from greet (installed in the session)" "$out/greeting.txt" || fail "greeting.txt did not come out of the session"
+  sh_ /usr/bin/sandbox-host session show "$id"
+  sh_ /usr/bin/sandbox-host session close "$id" >/dev/null
+  wait_journal "left by exec 1" -t "sandbox/session-$id"
+  journal "the session's output" -t "sandbox/session-$id"
+  journal "the host's lines of the session" -u sandbox-host --grep "$id"
+  ok "session $id: a wheel installed, two execs sharing /work, greeting.txt out, closed"
+}
+
 # --- set up --------------------------------------------------------------
 
 build_all demo
-code_kinds() { [[ " ${KINDS[*]} " == *" run "* || " ${KINDS[*]} " == *" network-run "* || " ${KINDS[*]} " == *" mcp "* ]]; }
+code_kinds() { [[ " ${KINDS[*]} " == *" run "* || " ${KINDS[*]} " == *" network-run "* || " ${KINDS[*]} " == *" mcp "* || " ${KINDS[*]} " == *" session "* ]]; }
 if [[ $MODE == namespace ]]; then
   # The small toolbox's base is built (the first time on a box) or found
   # cached BEFORE ns_boot, as run.sh does: the cache it leaves in

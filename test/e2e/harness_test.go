@@ -244,6 +244,10 @@ type cfg struct {
 	// and TestRootCAFile egress.testRootCAFile (tail_credegress_test.go).
 	EgressCredentials string
 	TestRootCAFile    string
+	// SessionIdle, when set, is sessions.idleSeconds and SessionWorkMb
+	// sessions.workMb (tail_sessions_test.go).
+	SessionIdle   int
+	SessionWorkMb int
 }
 
 func baseConfig() cfg {
@@ -361,6 +365,15 @@ runs:
 {{- end}}
     shapes:
       - setup: false
+{{- end}}
+{{- if or .SessionIdle .SessionWorkMb}}
+sessions:
+{{- if .SessionIdle}}
+  idleSeconds: {{.SessionIdle}}
+{{- end}}
+{{- if .SessionWorkMb}}
+  workMb: {{.SessionWorkMb}}
+{{- end}}
 {{- end}}
 {{- if .RichPort}}
 rich:

@@ -40,7 +40,7 @@ build_all() {
   export DEB
   e2e_log "package: $(basename "$DEB") ($(du -h "$DEB" | cut -f1))"
   if [[ ${1:-} == demo ]]; then
-    e2e_log "building the demo's stand-ins (test/e2e/fakemodel, test/e2e/fakemcp)"
+    e2e_log "building the demo's stand-ins (test/e2e/fakemodel, test/e2e/fakemcp) and its wheel maker (test/e2e/mkwheel)"
   else
     e2e_log "building fakes, test images and the scenario binary"
   fi
@@ -49,6 +49,7 @@ build_all() {
     export CGO_ENABLED=0
     go build -trimpath -o "$bin/fakemodel" ./test/e2e/fakemodel &&
       go build -trimpath -o "$bin/fakemcp" ./test/e2e/fakemcp &&
+      go build -trimpath -o "$bin/mkwheel" ./test/e2e/mkwheel &&
       if [[ ${1:-} == demo ]]; then exit 0; fi &&
       go build -trimpath -ldflags '-s -w' -o "$bin/img-hostile/hostile" ./test/e2e/hostile &&
       go build -trimpath -ldflags '-s -w' -o "$bin/img-stubborn/stubborn" ./test/e2e/stubborn &&
