@@ -54,7 +54,8 @@ func (b *Broker) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext: func(net.Listener) context.Context { return context.WithValue(ctx, serveKey{}, ctx) },
 		// The peer's uid (SO_PEERCRED): a rich channel broker's control
 		// route answers the host's connections only.
-		ConnContext: connPeer,
+		ConnContext: b.connContext,
+		ConnState:   b.connState,
 		ErrorLog:    slog.NewLogLogger(b.log.Handler(), slog.LevelWarn),
 	}
 	srv.SetKeepAlivesEnabled(true)
@@ -74,6 +75,9 @@ func (b *Broker) Serve(ctx context.Context, ln net.Listener) error {
 	b.stopping = true
 	b.stopMu.Unlock()
 	_ = srv.Close()
+	if b.grants != nil {
+		b.grants.stop()
+	}
 	// Closing the connections cancelled every call's context; wait (bounded)
 	// for the handlers so an exec tool's process group is killed before the
 	// broker exits.
@@ -94,6 +98,23 @@ func (b *Broker) Serve(ctx context.Context, ln net.Listener) error {
 		err = nil
 	}
 	return err
+}
+
+// connContext is each connection's context: its peer uid, and a session
+// broker's grant slot (grant.go).
+func (b *Broker) connContext(ctx context.Context, c net.Conn) context.Context {
+	ctx = connPeer(ctx, c)
+	if b.grants != nil {
+		ctx = b.grants.connContext(ctx, c)
+	}
+	return ctx
+}
+
+// connState lets a session broker forget a closed connection.
+func (b *Broker) connState(c net.Conn, st http.ConnState) {
+	if b.grants != nil {
+		b.grants.connState(c, st)
+	}
 }
 
 // connPeer records the peer uid of a Unix socket connection (SO_PEERCRED:
@@ -319,7 +340,7 @@ func Run(ctx context.Context, o RunOptions) error {
 			log.With("turn", pol.TurnID))
 	}
 	cfg := Config{Policy: pol, Credentials: creds, MCP: up, Logger: log, LocalAddrs: local}
-	if pol.Rich != nil {
+	if pol.Rich != nil || pol.Grants != nil {
 		// The host wrote the policy file: its owner is the one peer the
 		// control route accepts.
 		st, err := os.Stat(path)
