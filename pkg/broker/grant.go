@@ -76,6 +76,9 @@ type grantState struct {
 	live     *liveGrant // nil between grants; may have expired (ctx done)
 	revision int64      // the highest revision ever bound
 	refused  int64      // proxy requests refused without a live grant since the last bind or revoke
+	// inflight counts admitted proxy requests of every grant until their
+	// handler has returned (tests check a revoke waited for them).
+	inflight atomic.Int64
 }
 
 // liveGrant is one bound grant.
@@ -143,6 +146,7 @@ func (gs *grantState) serveProxy(w http.ResponseWriter, r *http.Request) {
 			gs.mu.Unlock()
 		}
 		lg.running.Add(-1)
+		gs.inflight.Add(-1)
 		lg.active.Done()
 	}()
 	ctx, cancel := context.WithCancel(r.Context())
@@ -177,6 +181,7 @@ func (gs *grantState) admit(cg *connGrant) (*liveGrant, string) {
 	}
 	lg.active.Add(1)
 	lg.running.Add(1)
+	gs.inflight.Add(1)
 	return lg, ""
 }
 

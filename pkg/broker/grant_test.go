@@ -275,6 +275,11 @@ func TestGrantRevokeCutsTunnel(t *testing.T) {
 	if a.Requests != 1 || a.Connections != 1 {
 		t.Errorf("revoke cut %d requests and %d connections, want 1 and 1", a.Requests, a.Connections)
 	}
+	// The tunnel's handler (which closes the destination connection
+	// before it returns) ended before the answer.
+	if n := g.broker.grants.inflight.Load(); n != 0 {
+		t.Errorf("%d proxy requests still running when Revoke returned", n)
+	}
 	// Closed before Revoke returned: the read ends now, not at a deadline.
 	gc.c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if n, err := gc.br.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
