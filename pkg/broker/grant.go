@@ -114,6 +114,12 @@ func (gs *grantState) connContext(ctx context.Context, c net.Conn) context.Conte
 	return context.WithValue(ctx, connGrantKey{}, &connGrant{conn: c})
 }
 
+// isHost reports whether c's peer is the host (the control routes' uid).
+func (gs *grantState) isHost(c net.Conn) bool {
+	uid, ok := peerUID(c)
+	return ok && uid == gs.controlUID
+}
+
 // connState forgets a closed connection.
 func (gs *grantState) connState(c net.Conn, st http.ConnState) {
 	if st != http.StateClosed {

@@ -476,3 +476,50 @@ func TestGrantConnectionBelongsToItsGrant(t *testing.T) {
 		t.Error("admitted under an expired grant")
 	}
 }
+
+// TestLimitListenerExemptsTheHost: with every slot taken, a guest's
+// connection is closed at once while the host's (exempt) is accepted
+// without a slot, so a revoke reaches a broker whose guest holds every
+// connection.
+func TestLimitListenerExemptsTheHost(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "l.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	calls := 0
+	l := limitListenerExempt(ln, 1, func(net.Conn) bool { calls++; return calls == 3 })
+	dial := func() net.Conn {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	dial() // the guest's first: takes the one slot
+	held, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	guest, host := dial(), dial()
+	got, err := l.Accept() // the guest's second is closed, the host's accepted
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	if _, ok := got.(*limitConn); ok {
+		t.Error("the host's connection took a slot")
+	}
+	guest.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := guest.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("the guest's connection over the limit: read %v, want EOF (closed)", err)
+	}
+	io.WriteString(host, "x")
+	got.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := got.Read(make([]byte, 1)); err != nil {
+		t.Errorf("the host's connection: %v", err)
+	}
+}
