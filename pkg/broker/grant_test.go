@@ -523,3 +523,36 @@ func TestLimitListenerExemptsTheHost(t *testing.T) {
 		t.Errorf("the host's connection: %v", err)
 	}
 }
+
+// TestGrantExpiresAtItsDeadline: a grant the host never revokes ends at
+// its own deadline: its tunnel is cut, new requests are refused, and the
+// next exec's bind replaces it without a revoke.
+func TestGrantExpiresAtItsDeadline(t *testing.T) {
+	g := newGrantHarness(t, os.Getuid())
+	gr := g.grant("exec-1")
+	gr.DeadlineUnixMs = time.Now().Add(1500 * time.Millisecond).UnixMilli()
+	if err := g.ctl.Bind(context.Background(), gr); err != nil {
+		t.Fatal(err)
+	}
+	gc := g.dialGuest()
+	switch code := gc.connect(g.echo); code {
+	case 200:
+		// The tunnel ends only when the grant does (its lifetime is ten
+		// minutes): the read below is the wait.
+		if _, err := io.Copy(io.Discard, gc.br); err != nil && !strings.Contains(err.Error(), "closed") && !strings.Contains(err.Error(), "reset") {
+			t.Errorf("tunnel end: %v", err)
+		}
+	case http.StatusForbidden:
+		// A slow machine: the grant had already expired.
+	default:
+		t.Fatalf("CONNECT: %d", code)
+	}
+	if code, _ := g.dialGuest().get(g.web); code != http.StatusForbidden {
+		t.Errorf("a request after the grant's deadline: %d, want 403", code)
+	}
+	g.bind("exec-2")
+	if code, _ := g.dialGuest().get(g.web); code != 200 {
+		t.Errorf("exec 2 after exec 1's grant expired: %d, want 200", code)
+	}
+	g.revoke("exec-2")
+}
