@@ -241,8 +241,12 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	)
 	if b.pol.EgressOnly || b.pol.Grants != nil {
 		// A code run's broker, or a session's: the proxy route is all
-		// there is.
+		// there is. Past the refusal budget the refusals are counted, not
+		// logged (a session's broker lives for hours).
 		err = refused("unknown route", envelope.ErrNotFound)
+		if b.refusals.Load() >= MaxRefusals {
+			err = refused("refusal budget spent", envelope.ErrRefusalLimit)
+		}
 	} else {
 		rt, answer, err = b.handle(r)
 	}

@@ -200,12 +200,8 @@ func (gs *grantState) refuse(w http.ResponseWriter, r *http.Request, ended strin
 	h.Set("Connection", "close")
 	w.WriteHeader(http.StatusForbidden)
 	_, _ = io.WriteString(w, "egress refused\n")
-	gs.mu.Lock()
-	gs.refused++
-	n := gs.refused
-	gs.mu.Unlock()
-	if n > MaxRefusals {
-		return // counted; logged as a number at the next bind or revoke (a looping process must not flood the journal)
+	if !gs.countRefusal() {
+		return
 	}
 	kind, dest := "http", ""
 	if r.Method == http.MethodConnect {
@@ -221,6 +217,23 @@ func (gs *grantState) refuse(w http.ResponseWriter, r *http.Request, ended strin
 		attrs = append(attrs, "ended_exec", ended)
 	}
 	gs.log.Warn("egress refused: no live grant", attrs...)
+}
+
+// countRefusal counts a guest's refused request and reports whether it
+// is within the budget logged one by one (MaxRefusals between two binds
+// or revokes; the rest are logged as a number then: a looping background
+// process must not flood the journal).
+func (gs *grantState) countRefusal() bool {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	gs.refused++
+	return gs.refused <= MaxRefusals
+}
+
+// isHostRequest reports whether r came from the host's uid.
+func (gs *grantState) isHostRequest(r *http.Request) bool {
+	uid, ok := envelope.PeerUID(r.Context())
+	return ok && uid == gs.controlUID
 }
 
 // takeRefused logs and resets the count of unlogged refusals (under mu).
@@ -262,8 +275,13 @@ func (gs *grantState) serveControl(w http.ResponseWriter, r *http.Request) bool 
 		code, public = status(err)
 		answer, _ = encode(map[string]string{"error": public})
 		w.Header().Set("Connection", "close")
-		gs.log.Warn("grant control refused", "route", r.RequestURI, "status", code, "reason", err.Error(),
-			"latency_ms", time.Since(start).Milliseconds())
+		if !gs.isHostRequest(r) && !gs.countRefusal() {
+			// A guest knocking on the control routes: counted, and past
+			// the budget not logged one by one.
+		} else {
+			gs.log.Warn("grant control refused", "route", r.RequestURI, "status", code, "reason", err.Error(),
+				"latency_ms", time.Since(start).Milliseconds())
+		}
 	} else {
 		answer, _ = encode(out)
 	}
@@ -276,7 +294,7 @@ func (gs *grantState) serveControl(w http.ResponseWriter, r *http.Request) bool 
 
 // checkControl: the host's peer uid, before anything is read; a POST.
 func (gs *grantState) checkControl(r *http.Request) error {
-	if uid, ok := envelope.PeerUID(r.Context()); !ok || uid != gs.controlUID {
+	if !gs.isHostRequest(r) {
 		return refused("control route from a peer other than the host", envelope.ErrNotFound)
 	}
 	if r.Method != http.MethodPost {

@@ -556,3 +556,29 @@ func TestGrantExpiresAtItsDeadline(t *testing.T) {
 	}
 	g.revoke("exec-2")
 }
+
+// TestGrantRefusalsDoNotFloodTheLog: a process looping refused requests
+// on a session broker (proxy requests without a grant, other routes, the
+// control routes from a guest peer) gets at most MaxRefusals lines of
+// each kind logged one by one; the rest are counted and logged as a
+// number at the next bind.
+func TestGrantRefusalsDoNotFloodTheLog(t *testing.T) {
+	g := newGrantHarness(t, os.Getuid()+1) // the test is a guest peer here
+	const n = 3 * MaxRefusals
+	for range n {
+		if code, _ := g.dialGuest().get(g.web); code != http.StatusForbidden {
+			t.Fatalf("GET without a grant: %d", code)
+		}
+		g.raw("POST", rawPost("/model", `{}`, nil))
+		g.raw("POST", rawPost(policy.RouteControlGrant, `{}`, nil))
+	}
+	logs := g.logs.String()
+	for _, line := range []string{"egress refused: no live grant", `"msg":"call refused"`, "grant control refused"} {
+		if got := strings.Count(logs, line); got > MaxRefusals {
+			t.Errorf("%q logged %d times for %d requests, want at most %d", line, got, n, MaxRefusals)
+		}
+	}
+	if !strings.Contains(logs, `"reason":"refusal budget spent"`) && !strings.Contains(logs, "refusal budget spent") {
+		t.Errorf("the spent budget is not logged:\n%s", logs)
+	}
+}
