@@ -582,3 +582,62 @@ func TestGrantRefusalsDoNotFloodTheLog(t *testing.T) {
 		t.Errorf("the spent budget is not logged:\n%s", logs)
 	}
 }
+
+// TestRunSessionBroker: Run serves a grants policy file with the policy
+// file's owner as the control peer: the host's client binds, the guest's
+// request passes under the grant and is refused after its revoke.
+func TestRunSessionBroker(t *testing.T) {
+	dir := t.TempDir()
+	var hits atomic.Int64
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer web.Close()
+	dest := strings.TrimPrefix(web.URL, "http://")
+	p := &policy.Policy{Version: policy.Version, TurnID: "0123456789abcdef0123456789abcdef",
+		Identity:       policy.Identity{Channel: "session-s1", ChannelTag: "session-s1"},
+		DeadlineUnixMs: time.Now().Add(time.Hour).UnixMilli(), Limits: policy.DefaultLimits(),
+		EgressAllow: []string{dest}, Grants: &policy.Grants{}}
+	data, err := p.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, p.TurnID+".json"), data, 0o600)
+	sock := filepath.Join(dir, "s.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{}, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, RunOptions{TurnID: p.TurnID, PolicyDir: dir, CredentialsDir: dir, Listener: ln,
+			Notify: func(s string) {
+				if s == "READY=1" {
+					ready <- struct{}{}
+				}
+			}})
+	}()
+	<-ready
+	ctl := grantctl.Client{Socket: sock}
+	g := &grantHarness{harness: &harness{t: t, sock: sock}}
+	if err := ctl.Bind(ctx, policy.Grant{Exec: "e1", Revision: 1, DeadlineUnixMs: time.Now().Add(time.Hour).UnixMilli(),
+		Egress: policy.DefaultEgress()}); err != nil {
+		t.Fatalf("bind as the policy file's owner: %v", err)
+	}
+	if code, _ := g.dialGuest().get(dest); code != 200 {
+		t.Errorf("GET under the grant: %d", code)
+	}
+	if _, err := ctl.Revoke(ctx, "e1"); err != nil {
+		t.Fatalf("revoke: %v", err)
+	}
+	if code, _ := g.dialGuest().get(dest); code != http.StatusForbidden {
+		t.Errorf("GET after revoke: %d, want 403", code)
+	}
+	if hits.Load() != 1 {
+		t.Errorf("destination reached %d times, want 1", hits.Load())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
