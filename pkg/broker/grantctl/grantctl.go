@@ -26,6 +26,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -54,6 +55,25 @@ var (
 	// revoked, or expired and replaced); nothing changed.
 	ErrUnknownGrant = errors.New("no live grant for that exec")
 )
+
+// Revisions numbers one session broker's grants: each Next is above
+// every earlier one, across a host restart too (the wall clock in
+// nanoseconds, or the last plus one when the clock has not moved on), as
+// the broker requires. A clock stepped back below the broker's last
+// revision makes its binds conflict (ErrConflict): the exec fails to
+// start, nothing is granted.
+type Revisions struct {
+	mu   sync.Mutex
+	last int64
+}
+
+// Next returns the next revision at now.
+func (r *Revisions) Next(now time.Time) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last = max(r.last+1, now.UnixNano())
+	return r.last
+}
 
 // Client speaks the grant control routes on one session broker's socket.
 type Client struct {

@@ -110,3 +110,17 @@ func TestClientDeadline(t *testing.T) {
 		t.Errorf("DefaultTimeout %s", DefaultTimeout)
 	}
 }
+
+// TestRevisionsGrow: revisions grow with the clock, and by one when it
+// stands still or steps back.
+func TestRevisionsGrow(t *testing.T) {
+	var r Revisions
+	at := time.Unix(100, 0)
+	a := r.Next(at)
+	b := r.Next(at)
+	c := r.Next(at.Add(-time.Hour))
+	d := r.Next(at.Add(time.Second))
+	if !(a == at.UnixNano() && b == a+1 && c == b+1 && d == at.Add(time.Second).UnixNano()) {
+		t.Errorf("revisions %d %d %d %d", a, b, c, d)
+	}
+}
