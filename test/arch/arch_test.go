@@ -24,7 +24,7 @@ var layers = [][]string{
 	// 1: shared vocabulary (names, the host-broker contract, the host API's
 	// bodies, the memory store) and the vetted network dialer.
 	{"layout", "policy", "memory", "sessions", "safefetch", "runs", "runs/supervisor", "precheck", "anthropic", "apiwire",
-		"fleet", "fleet/fleettest", "broker/envelope", "sessionwire"},
+		"fleet", "fleet/fleettest", "broker/envelope", "sessionwire", "placeholder", "runca"},
 	// 2: drivers and single-purpose domains (the fleet's jobs queue over
 	// the fleet's handle).
 	{"client", "fleetjobs", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
