@@ -101,6 +101,8 @@ type Broker struct {
 	identity hosttool.Identity
 	// egress is the proxy route when the policy grants it, else nil.
 	egress *egress.Proxy
+	// runEnv is the run's placeholders and CA certificate (intercept.go), else nil.
+	runEnv *runEnv
 	// rich is a rich channel broker's own routes (pkg/broker/richroute:
 	// pull, control, model, compactor, attachments), else nil.
 	rich *richroute.Routes
@@ -162,6 +164,7 @@ func New(cfg Config) (*Broker, error) {
 	l := cfg.Policy.Limits
 	upstreamTimeout := time.Duration(l.UpstreamTimeoutMs) * time.Millisecond
 	var proxy *egress.Proxy
+	var re *runEnv
 	if g := cfg.Policy.Egress; g != nil {
 		// The same vetted dialer as the fetch tools: one way out.
 		d := fetcher.Dialer
@@ -173,9 +176,13 @@ func New(cfg Config) (*Broker, error) {
 		if proxy, err = proxy.WithCredentials(egressInjector{cfg.Credentials}); err != nil {
 			return nil, fmt.Errorf("broker: policy egress: %w", err)
 		}
+		if proxy, re, err = withInterception(proxy, g, cfg.Credentials, now(), cfg.Policy.Deadline()); err != nil {
+			return nil, fmt.Errorf("broker: policy egress: %w", err)
+		}
 	}
 	b := &Broker{
 		egress:   proxy,
+		runEnv:   re,
 		pol:      cfg.Policy,
 		creds:    cfg.Credentials,
 		mcp:      cfg.MCP,
@@ -210,6 +217,9 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// route checks below like any other request, and are refused.
 	if b.egress != nil && egress.IsProxyRequest(r) {
 		b.egress.ServeHTTP(w, r)
+		return
+	}
+	if b.serveRunEnv(w, r) {
 		return
 	}
 	// A rich channel broker's own routes: pull, control, compactor,

@@ -20,11 +20,11 @@ import (
 var layers = [][]string{
 	// 0: foundations, importing nothing of this module.
 	{"admission", "version", "ids", "atomicfile", "protocol", "imagearchive", "strictjson", "toolschema",
-		"egress/bridge", "runs/wire", "richproto", "delegation", "anthropic/anthropictest", "fleetnats/serve", "wsarchive"},
+		"egress/bridge", "runs/wire", "richproto", "placeholder", "runca", "delegation", "anthropic/anthropictest", "fleetnats/serve", "wsarchive"},
 	// 1: shared vocabulary (names, the host-broker contract, the host API's
 	// bodies, the memory store) and the vetted network dialer.
 	{"layout", "policy", "memory", "sessions", "safefetch", "runs", "runs/supervisor", "precheck", "anthropic", "apiwire",
-		"fleet", "fleet/fleettest", "broker/envelope", "sessionwire", "placeholder", "runca"},
+		"fleet", "fleet/fleettest", "broker/envelope", "sessionwire"},
 	// 2: drivers and single-purpose domains (the fleet's jobs queue over
 	// the fleet's handle).
 	{"client", "fleetjobs", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
