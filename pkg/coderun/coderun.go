@@ -238,6 +238,7 @@ func (k *Kind) Start(p runs.Params, owner int) (runs.Status, error) {
 	if err != nil {
 		return runs.Status{}, err
 	}
+	r.setCredentialVariables(k.credentialVariables(p.Credentials))
 	k.log.Info("run admitted", "run", r.ID(), "owner_uid", owner, "mode", p.Mode(), "project", p.Project,
 		"network", p.Network, "credentials", p.Credentials, "setup", len(p.Setup), "timeout_s", p.TimeoutSeconds, "artifacts", len(p.Artifacts))
 	go func() {
@@ -688,6 +689,18 @@ func (k *Kind) egressCredentials(names []string) ([]policy.EgressCredential, str
 		return nil, "", err
 	}
 	return out, ca, nil
+}
+
+// credentialVariables are the variables (egress.credentials[].env) of the
+// names that declare one.
+func (k *Kind) credentialVariables(names []string) map[string]string {
+	m := map[string]string{}
+	for _, n := range names {
+		if e, ok := k.cfg.EgressCredential(n); ok && e.Env != "" {
+			m[n] = e.Env
+		}
+	}
+	return m
 }
 
 // credentialedHosts are the job's host:port destinations of names.
