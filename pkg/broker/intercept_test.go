@@ -34,6 +34,9 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
 )
 
+// bigAnswer is the bench's 1 MiB answer.
+var bigAnswer = []byte(strings.Repeat("0123456789abcdef", 1<<16))
+
 // apiToken is the second credential's value.
 const apiToken = "api-key-INTERCEPT-7c1e55d0a9b24f68"
 
@@ -102,6 +105,8 @@ func (u *icptUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/private":
 		fmt.Fprintf(w, "PRIVATE ae=%s body=%d", r.Header.Get("Accept-Encoding"), len(body))
+	case "/big":
+		w.Write(bigAnswer)
 	case "/gzip-echo": // compresses whatever was asked: the echo inside
 		w.Header().Set("Content-Encoding", "gzip")
 		zw := gzip.NewWriter(w)
@@ -110,8 +115,12 @@ func (u *icptUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	case "/echo-headers":
 		w.Header().Set("X-Seen", auth)
 		io.WriteString(w, "ok")
-	case "/echo-body":
+	case "/echo-body": // whole in one check (known length, under 64 KiB)
 		fmt.Fprintf(w, "%s%s", strings.Repeat("padding ", 4096), auth)
+	case "/echo-big-body": // through the streaming guard (chunked, over 64 KiB)
+		w.Write([]byte(strings.Repeat("padding ", 16384)))
+		w.(http.Flusher).Flush()
+		io.WriteString(w, auth)
 	case "/echo-trailer":
 		w.Header().Set("Trailer", "X-Echo")
 		io.WriteString(w, "body first\n")
@@ -146,7 +155,11 @@ type icptRig struct {
 	roots    *x509.CertPool // the run CA only
 }
 
-func newIcptRig(t testing.TB) *icptRig {
+func newIcptRig(t testing.TB) *icptRig { t.Helper(); return newIcptRigWith(t, true) }
+
+// newIcptRigWith is newIcptRig; without intercept the credentials declare
+// no variable, so a CONNECT to them is a plain tunnel.
+func newIcptRigWith(t testing.TB, intercept bool) *icptRig {
 	t.Helper()
 	r := &icptRig{t: t, otherHit: make(chan struct{}, 16)}
 	ln2, err := net.Listen("tcp", "127.0.0.2:0")
@@ -175,11 +188,17 @@ func newIcptRig(t testing.TB) *icptRig {
 	}
 	port := func(a string) int { _, p, _ := net.SplitHostPort(a); n, _ := strconv.Atoi(p); return n }
 	g := policy.DefaultEgress()
+	g.MaxBytesIn, g.MaxBytesOut = policy.MaxEgressBytes, policy.MaxEgressBytes // the bench's 1 MiB answers
 	g.Credentials = []policy.EgressCredential{
 		{Name: "git", Host: "127.0.0.1", Port: port(r.git.addr()), Credential: "git-token", Header: "Authorization",
 			Format: policy.FormatBearer, Env: "GIT_TOKEN"},
 		{Name: "api", Host: "127.0.0.1", Port: port(r.api.addr()), Credential: "api-key", Header: "X-Api-Key",
 			Format: policy.FormatRaw, Env: "API_KEY"},
+	}
+	if !intercept {
+		for i := range g.Credentials {
+			g.Credentials[i].Env = ""
+		}
 	}
 	g.TestRootCA = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: r.git.srv.Certificate().Raw}))
 	id := ids.NewTurnID()
@@ -208,6 +227,9 @@ func newIcptRig(t testing.TB) *icptRig {
 		}
 	})
 	r.proxy = &url.URL{Scheme: "http", Host: ln.Addr().String()}
+	if !intercept {
+		return r
+	}
 	// What the run's supervisor reads: the placeholders and the CA.
 	resp, err := http.Get("http://" + ln.Addr().String() + wire.RunEnvPath)
 	if err != nil {
@@ -549,6 +571,11 @@ func TestInterceptAnswers(t *testing.T) {
 	}
 	check("body echo", body, tr)
 	r.waitLog(`"msg":"egress intercepted answer cut: it reflects the credential"`)
+	_, body, tr, err = r.do(c, "GET", git+"/echo-big-body", auth, "")
+	if err == nil {
+		t.Error("big body echo: read to the end")
+	}
+	check("big body echo", body, tr)
 	_, body, tr, err = r.do(c, "GET", git+"/echo-trailer", auth, "")
 	if err == nil && tr.Get("X-Echo") != "" {
 		t.Error("trailer echo delivered")

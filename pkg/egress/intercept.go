@@ -328,12 +328,13 @@ type interceptSession struct {
 	up   net.Conn
 	upLR *io.LimitedReader
 	upBR *bufio.Reader
+	upBW *bufio.Writer
 }
 
 func (s *interceptSession) closeUp() {
 	if s.up != nil {
 		_ = s.up.Close()
-		s.up, s.upBR = nil, nil
+		s.up, s.upBR, s.upBW = nil, nil, nil
 	}
 }
 
@@ -376,9 +377,6 @@ func (s *interceptSession) serveOne() bool {
 	}
 	s.lr.N = math.MaxInt64
 	method := req.Method
-	if err := s.check(req); err != nil {
-		return s.refuse(err, method)
-	}
 	if s.inj == nil {
 		v, inj, err := s.p.icpt.in.OpenRaw(s.ir.c)
 		if err != nil {
@@ -389,6 +387,9 @@ func (s *interceptSession) serveOne() bool {
 		s.vs = s.p.icpt.in.Screen(v)
 		s.both = s.p.icpt.in.Screen(append(append([]string(nil), s.p.icpt.all...), v)...)
 	}
+	if err := s.check(req); err != nil {
+		return s.refuse(err, method)
+	}
 	s.sent.Store(0)
 	out, substituted, err := s.outgoing(req)
 	if err != nil {
@@ -397,9 +398,10 @@ func (s *interceptSession) serveOne() bool {
 	return s.relay(req, out, substituted)
 }
 
-// check refuses what no intercepted request may be, before any credential
-// is opened: not origin form, another Host, an upgrade, a placeholder in
-// the request line or a header other than the declared one.
+// check refuses what no intercepted request may be: not origin form,
+// another Host, an upgrade, an alias or a second line of the declared
+// header, a placeholder in the request line or a header other than the
+// declared one, the value anywhere.
 func (s *interceptSession) check(req *http.Request) error {
 	c := s.ir.c
 	if req.Method == http.MethodConnect || !strings.HasPrefix(req.RequestURI, "/") &&
@@ -425,10 +427,24 @@ func (s *interceptSession) check(req *http.Request) error {
 	if len(req.Header.Values(c.Header)) > 1 {
 		return errHeaderTwice
 	}
-	others := req.Header.Clone()
-	others.Del(c.Header)
-	if s.p.icpt.phs.HeaderReflects(others) || s.p.icpt.phs.HeaderReflects(http.Header{"": {req.RequestURI}}) {
-		return errPlaceholderElsewhere
+	// One pass over every header but the declared one and the request
+	// line, for the placeholders and the value at once; the cheaper
+	// placeholder-only pass names which, on a refusal only.
+	others := make(http.Header, len(req.Header)+1)
+	for k, v := range req.Header {
+		if k != c.Header {
+			others[k] = v
+		}
+	}
+	others[""] = []string{req.RequestURI}
+	if s.both.HeaderReflects(others) {
+		if s.p.icpt.phs.HeaderReflects(others) {
+			return errPlaceholderElsewhere
+		}
+		return errValueSent
+	}
+	if v := req.Header.Get(c.Header); v != "" && s.vs.HeaderReflects(http.Header{"": {v}}) {
+		return errValueSent
 	}
 	return nil
 }
@@ -452,9 +468,6 @@ func (s *interceptSession) hostMatches(h string) bool {
 // gone, identity asked for, the body and trailers guarded.
 func (s *interceptSession) outgoing(req *http.Request) (*http.Request, bool, error) {
 	c := s.ir.c
-	if s.vs.HeaderReflects(req.Header) || s.vs.HeaderReflects(http.Header{"": {req.RequestURI}}) {
-		return nil, false, errValueSent
-	}
 	h := req.Header.Clone()
 	for _, f := range h.Values("Connection") {
 		for name := range strings.SplitSeq(f, ",") {
@@ -552,8 +565,9 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		s.up = up
 		s.upLR = &io.LimitedReader{R: up}
 		s.upBR = bufio.NewReader(s.upLR)
+		s.upBW = bufio.NewWriter(up)
 	}
-	uw := bufio.NewWriter(s.up)
+	uw := s.upBW
 	if err := out.Write(uw); err != nil {
 		s.closeUp()
 		return s.refuse(bodyErr(err), req.Method)
@@ -591,8 +605,28 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 	var got atomic.Int64
 	var reflected atomic.Bool
 	upBody := resp.Body
-	resp.Body = guardedBody{r: s.inj.Guard(upBody), c: upBody, n: &got, reflected: &reflected,
-		trailer: func() bool { return s.inj.HeaderReflects(resp.Trailer) }}
+	if resp.ContentLength >= 0 && resp.ContentLength <= MaxScreenedBodyBytes && len(resp.TransferEncoding) == 0 {
+		// A small answer of known length (no trailers): read whole and
+		// checked in one pass by the same rules as the streaming guard,
+		// without its buffers.
+		buf := make([]byte, resp.ContentLength)
+		n, err := io.ReadFull(upBody, buf)
+		got.Store(int64(n))
+		if err != nil {
+			s.closeUp()
+			return s.refuse(err, req.Method)
+		}
+		if s.inj.HeaderReflects(http.Header{"": {string(buf)}}) {
+			reflected.Store(true)
+			upBody = io.NopCloser(readerFunc(func([]byte) (int, error) { return 0, ErrReflected }))
+		} else {
+			upBody = io.NopCloser(bytes.NewReader(buf))
+		}
+		resp.Body = upBody
+	} else {
+		resp.Body = guardedBody{r: s.inj.Guard(upBody), c: upBody, n: &got, reflected: &reflected,
+			trailer: func() bool { return s.inj.HeaderReflects(resp.Trailer) }}
+	}
 	closeAfter := resp.Close || req.Close
 	resp.Close = req.Close
 	err := resp.Write(s.bw)
@@ -629,3 +663,7 @@ func bodyErr(err error) error {
 	}
 	return err
 }
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(b []byte) (int, error) { return f(b) }
