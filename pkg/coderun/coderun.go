@@ -703,11 +703,13 @@ func (k *Kind) credentialVariables(names []string) map[string]string {
 	return m
 }
 
-// credentialedHosts are the job's host:port destinations of names.
+// credentialedHosts are the job's host:port destinations of names that
+// declare no variable (the plain-http route's git and curl rewrite); the
+// others are intercepted and reached by their https URLs unchanged.
 func (k *Kind) credentialedHosts(names []string) []string {
 	var out []string
 	for _, n := range names {
-		if e, ok := k.cfg.EgressCredential(n); ok {
+		if e, ok := k.cfg.EgressCredential(n); ok && e.Env == "" {
 			out = append(out, e.Policy().Dest())
 		}
 	}
@@ -732,6 +734,7 @@ func (k *Kind) job(p runs.Params, uid int) wire.Job {
 	job := wire.Job{
 		Setup: p.Setup, UID: uid, GID: uid, Proxy: p.Network, Artifacts: p.Artifacts,
 		CredentialedHosts: k.credentialedHosts(p.Credentials),
+		Placeholders:      len(k.credentialVariables(p.Credentials)) > 0,
 		MaxOutputBytes:    rc.MaxOutputBytes, MaxArtifactBytes: rc.MaxArtifactBytes, MaxArtifactTotalBytes: rc.MaxArtifactTotalBytes,
 	}
 	if p.Mode() == runs.ModeShell {

@@ -81,7 +81,7 @@ func TestRunEnvPlaceholdersAndBundle(t *testing.T) {
 	fakeRunEnvBroker(t, sock, 200, body)
 	j := baseJob()
 	j.Proxy = true
-	j.CredentialedHosts = []string{"github.com:443"}
+	j.Placeholders = true
 	j.Command = `echo "$GITHUB_TOKEN"; for v in SSL_CERT_FILE REQUESTS_CA_BUNDLE NODE_EXTRA_CA_CERTS GIT_SSL_CAINFO CURL_CA_BUNDLE PIP_CERT; do printenv $v; done; echo "$NO_PROXY"; cat "$SSL_CERT_FILE"`
 	o := run(t, j, runConfig{d: d, broker: sock})
 	if o.code != 0 || o.result.ExitCode != 0 {
@@ -124,7 +124,7 @@ func TestRunEnvRefusals(t *testing.T) {
 			fakeRunEnvBroker(t, sock, tc.status, body)
 			j := baseJob()
 			j.Proxy = true
-			j.CredentialedHosts = []string{"github.com:443"}
+			j.Placeholders = true
 			j.Command = "echo ran"
 			o := run(t, j, runConfig{d: d, broker: sock})
 			if tc.ok && (o.code != 0 || o.out["stdout/main"] != "ran\n") {

@@ -182,11 +182,13 @@ func Main(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, o Opti
 			return s.fail(errBridge)
 		}
 		defer stop()
-		if len(job.CredentialedHosts) > 0 {
+		if job.Placeholders {
 			if err := s.setupRunEnv(ctx); err != nil {
 				s.log.Error("run credentials' placeholders unavailable", "reason", err.Error())
 				return s.fail(errBridge)
 			}
+		}
+		if len(job.CredentialedHosts) > 0 {
 			if err := installCurlShim(s.o.ShimDir, s.o.Self); err != nil {
 				// git still works (its environment); curl then goes
 				// through CONNECT and carries no credential.
