@@ -154,7 +154,6 @@ func (s *supervisor) env(phase string) []string {
 		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
 			e = append(e, k+"="+s.proxyURL)
 		}
-		e = append(e, "NO_PROXY="+NoProxy, "no_proxy="+NoProxy)
 		e = append(e, CredentialedEnv(s.job.CredentialedHosts)...)
 		e = append(e, s.runEnv...)
 	}

@@ -49,9 +49,6 @@ const (
 var CABundleEnv = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO",
 	"CURL_CA_BUNDLE", "PIP_CERT"}
 
-// NoProxy is what bypasses the bridge: the container's own loopback.
-const NoProxy = "localhost,127.0.0.1,::1"
-
 // fetchRunEnv asks the broker for the run's placeholders and CA; ok is
 // false when it has none (404).
 func fetchRunEnv(ctx context.Context, dial func(context.Context) (net.Conn, error)) (wire.RunEnv, bool, error) {
@@ -124,7 +121,9 @@ func writeCABundle(path, systemRoots, caPEM string) error {
 }
 
 // runEnvVars is the command environment the run env adds: the
-// placeholders (sorted by name), the bundle's variables and NO_PROXY.
+// placeholders (sorted by name) and the bundle's variables. NO_PROXY stays
+// unset: every request goes through the bridge (the container has no other
+// route), loopback literals included, as without placeholders.
 func runEnvVars(e wire.RunEnv, bundle string) []string {
 	var out []string
 	keys := make([]string, 0, len(e.Env))

@@ -71,7 +71,7 @@ func (readCloser) Close() error { return nil }
 
 // TestRunEnvPlaceholdersAndBundle: a job with credentialed hosts gets each
 // placeholder in its variable, one bundle (system roots, then the run CA)
-// named by every CA variable, and NO_PROXY for the container's loopback.
+// named by every CA variable, and no NO_PROXY: nothing bypasses the bridge.
 func TestRunEnvPlaceholdersAndBundle(t *testing.T) {
 	d := newDirs(t)
 	ca := testCAPEM(t)
@@ -82,13 +82,13 @@ func TestRunEnvPlaceholdersAndBundle(t *testing.T) {
 	j := baseJob()
 	j.Proxy = true
 	j.Placeholders = true
-	j.Command = `echo "$GITHUB_TOKEN"; for v in SSL_CERT_FILE REQUESTS_CA_BUNDLE NODE_EXTRA_CA_CERTS GIT_SSL_CAINFO CURL_CA_BUNDLE PIP_CERT; do printenv $v; done; echo "$NO_PROXY"; cat "$SSL_CERT_FILE"`
+	j.Command = `echo "$GITHUB_TOKEN"; for v in SSL_CERT_FILE REQUESTS_CA_BUNDLE NODE_EXTRA_CA_CERTS GIT_SSL_CAINFO CURL_CA_BUNDLE PIP_CERT; do printenv $v; done; echo "[$NO_PROXY$no_proxy]"; cat "$SSL_CERT_FILE"`
 	o := run(t, j, runConfig{d: d, broker: sock})
 	if o.code != 0 || o.result.ExitCode != 0 {
 		t.Fatalf("exit %d, result %+v, stderr %q (log: %s)", o.code, o.result, o.out["stderr/main"], o.log)
 	}
 	bundle := filepath.Join(d.base, "egress", "ca-bundle.pem")
-	want := "rtsbx_ph_00112233445566778899aabbccddeeff\n" + strings.Repeat(bundle+"\n", 6) + NoProxy + "\nSYSTEM-ROOTS\n\n" + ca
+	want := "rtsbx_ph_00112233445566778899aabbccddeeff\n" + strings.Repeat(bundle+"\n", 6) + "[]\nSYSTEM-ROOTS\n\n" + ca
 	if got := o.out["stdout/main"]; got != want {
 		t.Errorf("output:\n%s\nwant:\n%s", got, want)
 	}
