@@ -148,15 +148,17 @@ func (c *CA) Leaf(host string) (*tls.Certificate, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: host},
 		NotBefore:    c.cert.NotBefore,
 		NotAfter:     c.notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
+		// No common name: OpenSSL reads a CN as a DNS name against the
+		// CA's DNS constraint, and an IP literal is none.
 		tmpl.IPAddresses = []net.IP{a.AsSlice()}
 	} else {
+		tmpl.Subject = pkix.Name{CommonName: host}
 		tmpl.DNSNames = []string{host}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)

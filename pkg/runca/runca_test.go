@@ -5,6 +5,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -103,5 +107,41 @@ func TestOnlyTheCertificateLeaves(t *testing.T) {
 	}
 	if c.Certificate().MaxPathLen != 0 || !c.Certificate().MaxPathLenZero {
 		t.Error("CA may sign intermediates")
+	}
+}
+
+// TestOpenSSLVerifiesLeaves: OpenSSL (what curl, git and Python use in
+// the toolbox) accepts each leaf under the name-constrained CA: it reads
+// a leaf's common name as a DNS name against the DNS constraint, so an IP
+// literal's leaf must carry none.
+func TestOpenSSLVerifiesLeaves(t *testing.T) {
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Skip("openssl not installed")
+	}
+	for _, hosts := range [][]string{{"127.0.0.1"}, {"git.example.com"}, {"git.example.com", "127.0.0.1", "::1"}} {
+		c, err := New(hosts, time.Now(), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		caFile := filepath.Join(dir, "ca.pem")
+		os.WriteFile(caFile, c.CertPEM(), 0o644)
+		for _, h := range hosts {
+			l, err := c.Leaf(h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leafFile := filepath.Join(dir, "leaf.pem")
+			os.WriteFile(leafFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: l.Certificate[0]}), 0o644)
+			flag := "-verify_hostname"
+			if net.ParseIP(h) != nil {
+				flag = "-verify_ip"
+			}
+			out, err := exec.Command(openssl, "verify", "-CAfile", caFile, flag, h, leafFile).CombinedOutput()
+			if err != nil {
+				t.Errorf("CA for %v, leaf %s: openssl verify: %v: %s", hosts, h, err, out)
+			}
+		}
 	}
 }
