@@ -130,6 +130,11 @@ func (u *icptUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusEarlyHints)
 		w.Header().Del("X-Echo")
 		io.WriteString(w, "after hints")
+	case "/http10": // an HTTP/1.0 answer delimited by the connection's end
+		c, bw, _ := http.NewResponseController(w).Hijack()
+		bw.WriteString("HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nOLD-BODY")
+		bw.Flush()
+		c.Close()
 	case "/switch": // a 101 nobody asked for
 		c, bw, _ := http.NewResponseController(w).Hijack()
 		bw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\nraw")
@@ -609,6 +614,11 @@ func TestInterceptAnswers(t *testing.T) {
 	case <-r.otherHit:
 		t.Error("the broker followed the redirect")
 	default:
+	}
+	// An answer delimited by the connection's end reaches the code whole.
+	// (Without the broker closing after it, the client waits out its timeout.)
+	if code, body, _, err := r.do(c, "GET", git+"/http10", auth, ""); code != 200 || body != "OLD-BODY" || err != nil {
+		t.Errorf("HTTP/1.0 answer: %d %q %v", code, body, err)
 	}
 	code, _, _, _ = r.do(c, "GET", git+"/switch", auth, "")
 	if code != 502 {

@@ -34,6 +34,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -650,6 +651,12 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 	p.log.Info("egress intercepted", attrs...)
 	if closeAfter {
 		s.closeUp()
+	}
+	if resp.ContentLength < 0 && !slices.Contains(resp.TransferEncoding, "chunked") {
+		// Delimited by the end of the connection (an HTTP/1.0 answer of
+		// unknown length): the code reads until it closes.
+		s.closeUp()
+		return false
 	}
 	return !req.Close
 }
