@@ -36,7 +36,9 @@ const placeholderToken = "it-TOKEN-placeholder-9b41c07de2a35f18"
 // clients of the small toolbox reach a loopback HTTPS server (its own CA:
 // egress.testRootCAFile) through the in-process broker's interception with
 // their https URLs unchanged: curl by absolute path (Bearer), Python's
-// urllib (token form), git clone with the placeholder as Basic password.
+// urllib (token form, and Basic with the placeholder as password, as pip
+// sends it), curl -u with it as Basic user, git clone with it in the URL;
+// a placeholder in a query string is refused (400) before the server.
 // The token reaches none of the run's output; the placeholder is what the
 // run sees. make integration sets SANDBOX_IT_DOCKER and
 // SANDBOX_IT_TOOLBOX_TAR.
@@ -190,6 +192,9 @@ runs:
 	script := fmt.Sprintf(`echo "ENV ${IT_TOKEN%%${IT_TOKEN#rtsbx_ph_}}"
 echo "CURL $(/usr/bin/curl -sS --max-time 20 -H "Authorization: Bearer $IT_TOKEN" https://%[1]s/private)"
 python3 -c 'import os, urllib.request as u; r = u.Request("https://%[1]s/private", headers={"Authorization": "token " + os.environ["IT_TOKEN"]}); print("PY", u.urlopen(r, timeout=20).read().decode())'
+echo "CURL-BASIC-USER $(/usr/bin/curl -sS --max-time 20 -u "$IT_TOKEN:x-oauth-basic" https://%[1]s/private)"
+python3 -c 'import os, base64, urllib.request as u; a = base64.b64encode(("__token__:" + os.environ["IT_TOKEN"]).encode()).decode(); print("PY-BASIC", u.urlopen(u.Request("https://%[1]s/private", headers={"Authorization": "Basic " + a}), timeout=20).read().decode())'
+echo "REFUSED $(/usr/bin/curl -s -o /dev/null -w '%%{http_code}' --max-time 20 "https://%[1]s/private?t=$IT_TOKEN")"
 git clone -q "https://x-access-token:$IT_TOKEN@%[1]s/git/private.git" /tmp/clone && echo "GIT $(cat /tmp/clone/README)"
 grep -rl "$IT_TOKEN" /tmp/clone/.git >/dev/null && echo "PLACEHOLDER IN CLONE CONFIG"
 echo "BUNDLE $(grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE")"
@@ -203,7 +208,8 @@ echo "BUNDLE $(grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE")"
 	}
 	got := waitFinishedRun(t, h, start.ID, true)
 	out := got.Stdout + got.Stderr
-	for _, want := range []string{"ENV rtsbx_ph_", "CURL CRED-OK", "PY CRED-OK", "GIT PRIVATE-REPO-7d2c"} {
+	for _, want := range []string{"ENV rtsbx_ph_", "CURL CRED-OK", "PY CRED-OK", "CURL-BASIC-USER CRED-OK", "PY-BASIC CRED-OK",
+		"REFUSED 400", "GIT PRIVATE-REPO-7d2c", "BUNDLE "} {
 		if !strings.Contains(got.Stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
