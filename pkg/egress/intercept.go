@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -596,20 +597,18 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		// 1xx (103 Early Hints, say): dropped unread by the code.
 	}
 	s.upLR.N = math.MaxInt64
-	if err := checkCredentialedAnswer(resp.Header, s.inj); err != nil {
-		s.closeUp()
-		return s.refuse(err, req.Method)
-	}
 	for _, k := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Te"} {
 		resp.Header.Del(k)
 	}
 	var got atomic.Int64
 	var reflected atomic.Bool
 	upBody := resp.Body
-	if resp.ContentLength >= 0 && resp.ContentLength <= MaxScreenedBodyBytes && len(resp.TransferEncoding) == 0 {
-		// A small answer of known length (no trailers): read whole and
-		// checked in one pass by the same rules as the streaming guard,
-		// without its buffers.
+	small := resp.ContentLength >= 0 && resp.ContentLength <= MaxScreenedBodyBytes && len(resp.TransferEncoding) == 0
+	if small {
+		// A small answer of known length (no trailers): read whole, then
+		// its headers and body checked in one pass by the same rules as
+		// the streaming guard (without its buffers); a reflecting one is
+		// refused before any of it leaves.
 		buf := make([]byte, resp.ContentLength)
 		n, err := io.ReadFull(upBody, buf)
 		got.Store(int64(n))
@@ -617,14 +616,24 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 			s.closeUp()
 			return s.refuse(err, req.Method)
 		}
-		if s.inj.HeaderReflects(http.Header{"": {string(buf)}}) {
-			reflected.Store(true)
-			upBody = io.NopCloser(readerFunc(func([]byte) (int, error) { return 0, ErrReflected }))
-		} else {
-			upBody = io.NopCloser(bytes.NewReader(buf))
+		if err := checkEncoding(resp.Header); err != nil {
+			s.closeUp()
+			return s.refuse(err, req.Method)
 		}
+		all := make(http.Header, len(resp.Header)+1)
+		maps.Copy(all, resp.Header)
+		all[""] = []string{string(buf)}
+		if s.inj.HeaderReflects(all) {
+			s.closeUp()
+			return s.refuse(errReflected, req.Method)
+		}
+		upBody = io.NopCloser(bytes.NewReader(buf))
 		resp.Body = upBody
 	} else {
+		if err := checkCredentialedAnswer(resp.Header, s.inj); err != nil {
+			s.closeUp()
+			return s.refuse(err, req.Method)
+		}
 		resp.Body = guardedBody{r: s.inj.Guard(upBody), c: upBody, n: &got, reflected: &reflected,
 			trailer: func() bool { return s.inj.HeaderReflects(resp.Trailer) }}
 	}
@@ -670,7 +679,3 @@ func bodyErr(err error) error {
 	}
 	return err
 }
-
-type readerFunc func([]byte) (int, error)
-
-func (f readerFunc) Read(b []byte) (int, error) { return f(b) }
