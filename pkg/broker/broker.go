@@ -101,6 +101,8 @@ type Broker struct {
 	identity hosttool.Identity
 	// egress is the proxy route when the policy grants it, else nil.
 	egress *egress.Proxy
+	// runEnv is the run's placeholders and CA certificate (intercept.go), else nil.
+	runEnv *runEnv
 	// rich is a rich channel broker's own routes (pkg/broker/richroute:
 	// pull, control, model, compactor, attachments), else nil.
 	rich *richroute.Routes
@@ -169,15 +171,20 @@ func New(cfg Config) (*Broker, error) {
 		dialer = &safefetch.Dialer{Local: cfg.LocalAddrs}
 	}
 	var proxy *egress.Proxy
+	var re *runEnv
 	if g := cfg.Policy.Egress; g != nil {
 		var err error
 		proxy, err = newEgressProxy(dialer, cfg.Credentials, *g, cfg.Policy.Deadline(), log.With("turn", cfg.Policy.TurnID, "route", "egress"))
 		if err != nil {
 			return nil, fmt.Errorf("broker: policy egress: %w", err)
 		}
+		if proxy, re, err = withInterception(proxy, g, cfg.Credentials, now(), cfg.Policy.Deadline()); err != nil {
+			return nil, fmt.Errorf("broker: policy egress: %w", err)
+		}
 	}
 	b := &Broker{
 		egress:   proxy,
+		runEnv:   re,
 		pol:      cfg.Policy,
 		creds:    cfg.Credentials,
 		mcp:      cfg.MCP,
@@ -227,6 +234,9 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if b.grants.serveControl(w, r) {
 			return
 		}
+	}
+	if b.serveRunEnv(w, r) {
+		return
 	}
 	// A rich channel broker's own routes: pull, control, compactor,
 	// attachments, the model route (pkg/broker/richroute).

@@ -99,7 +99,7 @@ func runAndFollow(cmd *cobra.Command, g *globals, p runs.Params, out string, det
 	if st.State == runs.StateAwaitingApproval {
 		what := "network"
 		if len(st.Credentials) > 0 {
-			what = "network with the credentials " + strings.Join(st.Credentials, ", ")
+			what = "network with the credentials " + strings.Join(credentialsShown(st), ", ")
 		}
 		fmt.Fprintf(stderr, "%srun %s awaits an admin's approval of %s: sandbox-host run approve %s (or deny)\n", prefix, st.ID, what, st.ID)
 	}
@@ -308,7 +308,7 @@ func printRun(w io.Writer, st runs.Status) {
 		fields = append(fields, "standby")
 	}
 	if len(st.Credentials) > 0 {
-		fields = append(fields, "credentials="+strings.Join(st.Credentials, ","))
+		fields = append(fields, "credentials="+strings.Join(credentialsShown(st), ","))
 	}
 	if st.Error != "" {
 		fields = append(fields, fmt.Sprintf("reason=%q", st.Error))
@@ -320,4 +320,17 @@ func printRun(w io.Writer, st runs.Status) {
 		fields = append(fields, fmt.Sprintf("stderr-cut=%d-bytes-dropped", st.StderrDroppedBytes))
 	}
 	fmt.Fprintln(w, strings.Join(fields, "  "))
+}
+
+// credentialsShown names a run's credentials, each with the variable the
+// run sees its placeholder in when it has one: gitlab(GITLAB_TOKEN).
+func credentialsShown(st runs.Status) []string {
+	out := make([]string, len(st.Credentials))
+	for i, c := range st.Credentials {
+		out[i] = c
+		if v := st.CredentialVariables[c]; v != "" {
+			out[i] = c + "(" + v + ")"
+		}
+	}
+	return out
 }

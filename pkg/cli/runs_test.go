@@ -220,3 +220,12 @@ func TestRunCredentialFlag(t *testing.T) {
 		t.Errorf("run show: %d %q", code, stdout)
 	}
 }
+
+// TestCredentialsShown: the approval line and run show name each
+// credential with the variable the run sees its placeholder in.
+func TestCredentialsShown(t *testing.T) {
+	st := runs.Status{Credentials: []string{"git", "api"}, CredentialVariables: map[string]string{"git": "GIT_TOKEN"}}
+	if got := strings.Join(credentialsShown(st), ","); got != "git(GIT_TOKEN),api" {
+		t.Errorf("credentialsShown = %q, want git(GIT_TOKEN),api", got)
+	}
+}

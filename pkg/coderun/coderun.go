@@ -239,6 +239,7 @@ func (k *Kind) Start(p runs.Params, owner int) (runs.Status, error) {
 	if err != nil {
 		return runs.Status{}, err
 	}
+	r.setCredentialVariables(k.credentialVariables(p.Credentials))
 	k.log.Info("run admitted", "run", r.ID(), "owner_uid", owner, "mode", p.Mode(), "project", p.Project,
 		"network", p.Network, "credentials", p.Credentials, "setup", len(p.Setup), "timeout_s", p.TimeoutSeconds, "artifacts", len(p.Artifacts))
 	go func() {
@@ -755,11 +756,25 @@ func (k *Kind) egressCredentials(names []string) ([]policy.EgressCredential, str
 	return out, ca, nil
 }
 
-// credentialedHosts are the job's host:port destinations of names.
+// credentialVariables are the variables (egress.credentials[].env) of the
+// names that declare one.
+func (k *Kind) credentialVariables(names []string) map[string]string {
+	m := map[string]string{}
+	for _, n := range names {
+		if e, ok := k.cfg.EgressCredential(n); ok && e.Env != "" {
+			m[n] = e.Env
+		}
+	}
+	return m
+}
+
+// credentialedHosts are the job's host:port destinations of names that
+// declare no variable (the plain-http route's git and curl rewrite); the
+// others are intercepted and reached by their https URLs unchanged.
 func (k *Kind) credentialedHosts(names []string) []string {
 	var out []string
 	for _, n := range names {
-		if e, ok := k.cfg.EgressCredential(n); ok {
+		if e, ok := k.cfg.EgressCredential(n); ok && e.Env == "" {
 			out = append(out, e.Policy().Dest())
 		}
 	}
@@ -784,6 +799,7 @@ func (k *Kind) job(p runs.Params, uid int) wire.Job {
 	job := wire.Job{
 		Setup: p.Setup, UID: uid, GID: uid, Proxy: p.Network, Artifacts: p.Artifacts,
 		CredentialedHosts: k.credentialedHosts(p.Credentials),
+		Placeholders:      len(k.credentialVariables(p.Credentials)) > 0,
 		MaxOutputBytes:    rc.MaxOutputBytes, MaxArtifactBytes: rc.MaxArtifactBytes, MaxArtifactTotalBytes: rc.MaxArtifactTotalBytes,
 	}
 	if p.Mode() == runs.ModeShell {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -87,6 +88,17 @@ type Run struct {
 	seq       int64
 	hist      []runs.Event // ordered by Seq; holes where output events were dropped
 	histBytes int
+}
+
+// setCredentialVariables records the variables of the run's credentials
+// (configuration's egress.credentials[].env), for its status and approval.
+func (r *Run) setCredentialVariables(m map[string]string) {
+	if len(m) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.st.CredentialVariables = maps.Clone(m)
 }
 
 func newRun(id string, p runs.Params, owner int, lim RegistryLimits, now func() time.Time, order uint64) *Run {
@@ -207,6 +219,7 @@ func cloneStatus(s runs.Status, withData bool) runs.Status {
 	s.ApprovedBy = clonePtr(s.ApprovedBy)
 	s.ExitCode = clonePtr(s.ExitCode)
 	s.Credentials = slices.Clone(s.Credentials)
+	s.CredentialVariables = maps.Clone(s.CredentialVariables)
 	if s.Artifacts != nil {
 		s.Artifacts = slices.Clone(s.Artifacts)
 		for i := range s.Artifacts {

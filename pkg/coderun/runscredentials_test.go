@@ -16,7 +16,7 @@ const runsCredExtra = `
 egress:
   allow: ["127.0.0.1:8443"]
   credentials:
-    - {name: git, host: 127.0.0.1, port: 8443, credential: git-token, header: Authorization, format: "Bearer {}", projects: [demo]}
+    - {name: git, host: 127.0.0.1, port: 8443, credential: git-token, header: Authorization, format: "Bearer {}", env: GIT_TOKEN, projects: [demo]}
     - {name: api, host: api.example.com, port: 443, credential: api-key, header: X-Api-Key, format: "{}", clients: [4343]}
 runs:
   projects:
@@ -38,12 +38,13 @@ func TestRunCredentials(t *testing.T) {
 	}
 	var st runs.Status
 	must(t, json.Unmarshal(body, &st))
-	if st.State != runs.StateAwaitingApproval || !slices.Equal(st.Credentials, []string{"git"}) {
+	if st.State != runs.StateAwaitingApproval || !slices.Equal(st.Credentials, []string{"git"}) ||
+		st.CredentialVariables["git"] != "GIT_TOKEN" || len(st.CredentialVariables) != 1 {
 		t.Fatalf("awaiting approval: %+v, want the credential shown", st)
 	}
 	// What the admin sees before approving.
 	code, body = apiAs(t, r, os.Getuid(), "GET", "/v1/runs/"+st.ID, nil)
-	if code != http.StatusOK || !strings.Contains(string(body), `"credentials":["git"]`) {
+	if code != http.StatusOK || !strings.Contains(string(body), `"credentials":["git"],"credentialVariables":{"git":"GIT_TOKEN"}`) {
 		t.Errorf("admin view: %d %s", code, body)
 	}
 	if n := len(r.docker.Policies); n != 0 {
@@ -57,15 +58,17 @@ func TestRunCredentials(t *testing.T) {
 		t.Fatalf("run %+v", got)
 	}
 	pol := r.docker.Policies[0]
-	want := []policy.EgressCredential{{Name: "git", Host: "127.0.0.1", Port: 8443, Credential: "git-token", Header: "Authorization", Format: policy.FormatBearer}}
+	want := []policy.EgressCredential{{Name: "git", Host: "127.0.0.1", Port: 8443, Credential: "git-token", Header: "Authorization", Format: policy.FormatBearer, Env: "GIT_TOKEN"}}
 	if pol == nil || pol.Egress == nil || !slices.Equal(pol.Egress.Credentials, want) || pol.Egress.TestRootCA != "" {
 		t.Errorf("policy egress: %+v, want exactly %+v", pol.Egress, want)
 	}
 	if names := pol.CredentialNames(); !slices.Equal(names, []string{"git-token"}) {
 		t.Errorf("credset would copy %v, want only git-token", names)
 	}
-	if job := rd.Jobs[0]; !slices.Equal(job.CredentialedHosts, []string{"127.0.0.1:8443"}) {
-		t.Errorf("job credentialed hosts %v", job.CredentialedHosts)
+	// git declares env GIT_TOKEN: intercepted, so no plain-http rewrite,
+	// and the supervisor fetches its placeholder.
+	if job := rd.Jobs[0]; len(job.CredentialedHosts) != 0 || !job.Placeholders {
+		t.Errorf("job credentialed hosts %v, placeholders %v", job.CredentialedHosts, job.Placeholders)
 	}
 
 	// A network run without credentials carries none.

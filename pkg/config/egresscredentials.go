@@ -25,7 +25,10 @@ type EgressCredential struct {
 	Header     string `mapstructure:"header"`
 	Format     string `mapstructure:"format"`
 	// User is basic auth's fixed user (format basic only).
-	User     string   `mapstructure:"user"`
+	User string `mapstructure:"user"`
+	// Env is the variable a run sees the credential's placeholder in
+	// (docs/credentialed-egress.md); "" keeps the plain-http route only.
+	Env      string   `mapstructure:"env"`
 	Projects []string `mapstructure:"projects"`
 	Clients  []int    `mapstructure:"clients"`
 }
@@ -39,7 +42,7 @@ func (e EgressCredential) MayAsk(project string, uid int) bool {
 func (e EgressCredential) Policy() policy.EgressCredential {
 	h, _ := policy.CanonicalCredentialHeader(e.Header)
 	return policy.EgressCredential{Name: e.Name, Host: e.Host, Port: e.Port, Credential: e.Credential,
-		Header: h, Format: e.Format, User: e.User}
+		Header: h, Format: e.Format, User: e.User, Env: e.Env}
 }
 
 // EgressCredential returns the egress.credentials entry named name.
@@ -80,7 +83,7 @@ func (c *Config) validateEgressCredentials(bad func(key, format string, a ...any
 	if len(ec) > MaxEgressCredentials {
 		bad("egress.credentials", "at most %d entries, got %d", MaxEgressCredentials, len(ec))
 	}
-	names, dests := map[string]int{}, map[string]int{}
+	names, dests, envs := map[string]int{}, map[string]int{}, map[string]int{}
 	for i, e := range ec {
 		key := fmt.Sprintf("egress.credentials[%d]", i)
 		if !projectNameRe.MatchString(e.Name) {
@@ -129,6 +132,15 @@ func (c *Config) validateEgressCredentials(bad func(key, format string, a ...any
 			}
 		default:
 			bad(key+".format", "%q must be one of %q", e.Format, policy.CredentialFormats)
+		}
+		if e.Env != "" {
+			if err := policy.ValidCredentialEnv(e.Env); err != nil {
+				bad(key+".env", "%v", err)
+			} else if j, dup := envs[e.Env]; dup {
+				bad(key+".env", "%q is also egress.credentials[%d]'s env", e.Env, j)
+			} else {
+				envs[e.Env] = i
+			}
 		}
 		if len(e.Projects) == 0 && len(e.Clients) == 0 {
 			bad(key, "names no projects and no clients: nobody may ask for it")

@@ -30,6 +30,7 @@ egress:
       credential: gitlab-token
       header: PRIVATE-TOKEN
       format: "{}"
+      env: GITLAB_TOKEN
       projects: [demo]
     - name: gh
       host: github.com
@@ -45,7 +46,8 @@ egress:
 		t.Fatal(err)
 	}
 	gl, ok := c.EgressCredential("gitlab")
-	if !ok || gl.Policy().Header != "Private-Token" || gl.Policy().Dest() != "gitlab.example.com:443" {
+	if !ok || gl.Policy().Header != "Private-Token" || gl.Policy().Dest() != "gitlab.example.com:443" ||
+		gl.Policy().Env != "GITLAB_TOKEN" {
 		t.Fatalf("gitlab = %+v %v", gl.Policy(), ok)
 	}
 	gh, _ := c.EgressCredential("gh")
@@ -119,6 +121,19 @@ func TestEgressCredentialsValidate(t *testing.T) {
 		{"nobody may ask", func(c *Config) { c.Egress.Credentials[0].Projects = nil }, "egress.credentials[0]: names no projects and no clients"},
 		{"unknown project", func(c *Config) { c.Egress.Credentials[0].Projects = []string{"nope"} }, "egress.credentials[0].projects[0]"},
 		{"negative client", func(c *Config) { c.Egress.Credentials[0].Clients = []int{-1} }, "egress.credentials[0].clients[0]"},
+		{"env PATH", func(c *Config) { c.Egress.Credentials[0].Env = "PATH" }, `egress.credentials[0].env: "PATH" is a variable the runtime sets`},
+		{"env lower-case proxy", func(c *Config) { c.Egress.Credentials[0].Env = "https_proxy" }, `egress.credentials[0].env: "https_proxy"`},
+		{"env CA bundle", func(c *Config) { c.Egress.Credentials[0].Env = "SSL_CERT_FILE" }, "egress.credentials[0].env"},
+		{"env NODE_EXTRA_CA_CERTS", func(c *Config) { c.Egress.Credentials[0].Env = "NODE_EXTRA_CA_CERTS" }, "egress.credentials[0].env"},
+		{"env git config", func(c *Config) { c.Egress.Credentials[0].Env = "GIT_CONFIG_COUNT" }, "egress.credentials[0].env"},
+		{"env loader", func(c *Config) { c.Egress.Credentials[0].Env = "LD_PRELOAD" }, "egress.credentials[0].env"},
+		{"env not a name", func(c *Config) { c.Egress.Credentials[0].Env = "1TOKEN" }, "egress.credentials[0].env"},
+		{"env twice", func(c *Config) {
+			c.Egress.Credentials[0].Env = "TOKEN"
+			d := ok
+			d.Name, d.Host, d.Env = "git2", "other.example.com", "TOKEN"
+			c.Egress.Credentials = append(c.Egress.Credentials, d)
+		}, "egress.credentials[1].env"},
 		{"relative CA", func(c *Config) { c.Egress.TestRootCAFile = "ca.pem" }, "egress.testRootCAFile"},
 	}
 	for _, tc := range cases {

@@ -269,15 +269,25 @@ func foldFieldByte(c byte) byte {
 // otherwise; the guard cannot read compressed bytes), or reflecting the
 // credential.
 func checkCredentialedAnswer(h http.Header, inj Injection) error {
+	if err := checkEncoding(h); err != nil {
+		return err
+	}
+	if inj.HeaderReflects(h) {
+		return errReflected
+	}
+	return nil
+}
+
+// checkEncoding refuses an answer still encoded: asked for identity, the
+// destination answered otherwise, and the guard cannot read compressed
+// bytes.
+func checkEncoding(h http.Header) error {
 	for _, v := range h.Values("Content-Encoding") {
 		for e := range strings.SplitSeq(v, ",") {
 			if e = strings.TrimSpace(e); e != "" && !strings.EqualFold(e, "identity") {
 				return errEncoded
 			}
 		}
-	}
-	if inj.HeaderReflects(h) {
-		return errReflected
 	}
 	return nil
 }

@@ -81,7 +81,8 @@ type Proxy struct {
 	log      *slog.Logger
 	now      func() time.Time
 	rp       *httputil.ReverseProxy
-	creds    *credRoutes // credentialed destinations (credentialed.go), or nil
+	creds    *credRoutes      // credentialed destinations (credentialed.go), or nil
+	icpt     *interceptRoutes // intercepted destinations (intercept.go), or nil
 
 	open     atomic.Int64 // destination connections open
 	out, in  budget       // bytes to and from destinations, the whole turn
@@ -166,6 +167,13 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, r, "CONNECT", "", errMalformed)
 		return
 	}
+	if ir, other, ok := p.interceptFor(dest); ok {
+		p.interceptConnect(w, r, ir)
+		return
+	} else if other != "" {
+		p.refuse(w, r, "CONNECT", dest, errUndeclaredPort, "credential", other)
+		return
+	}
 	ctx := r.Context()
 	up, err := p.dial(ctx, "CONNECT", dest)
 	if err != nil {
@@ -236,6 +244,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, r, "http", "", err)
 		return
 	}
+	if err := p.screenPlain(r); err != nil {
+		p.refuse(w, r, "http", hostPort(u), err)
+		return
+	}
+	if _, other, ok := p.interceptFor(hostPort(u)); !ok && other != "" {
+		p.refuse(w, r, "http", hostPort(u), errUndeclaredPort, "credential", other)
+		return
+	}
 	if c, ok := p.credentialed(u); ok {
 		p.forwardCredentialed(w, r, u, c)
 		return
@@ -294,7 +310,11 @@ func reason(err error) string {
 	case errors.As(err, &se), errors.Is(err, errMalformed), errors.Is(err, errScheme), errors.Is(err, errTurnOver),
 		errors.Is(err, ErrConnections), errors.Is(err, ErrBytes), errors.Is(err, ErrLifetime),
 		errors.Is(err, errCredentialHeader), errors.Is(err, errUpgrade), errors.Is(err, errCredential),
-		errors.Is(err, errReflected), errors.Is(err, errEncoded), errors.As(err, new(errTLS)):
+		errors.Is(err, errReflected), errors.Is(err, errEncoded), errors.As(err, new(errTLS)),
+		errors.Is(err, errPlaceholderElsewhere), errors.Is(err, errValueSent), errors.Is(err, errHeaderTwice),
+		errors.Is(err, errHostMismatch), errors.Is(err, errSNI), errors.Is(err, errUndeclaredPort),
+		errors.Is(err, errInterim101), errors.Is(err, errOriginForm), errors.Is(err, ErrReflectedRequest),
+		errors.Is(err, ErrReflected):
 		return err.Error()
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return "egress: " + err.Error()
@@ -316,7 +336,10 @@ func Status(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, ErrConnections), errors.Is(err, ErrBytes):
 		return http.StatusTooManyRequests
-	case errors.Is(err, safefetch.ErrAddress), errors.Is(err, safefetch.ErrURL):
+	case errors.Is(err, errPlaceholderElsewhere), errors.Is(err, errValueSent), errors.Is(err, errHeaderTwice),
+		errors.Is(err, errHostMismatch), errors.Is(err, errOriginForm), errors.Is(err, ErrReflectedRequest):
+		return http.StatusBadRequest
+	case errors.Is(err, safefetch.ErrAddress), errors.Is(err, safefetch.ErrURL), errors.Is(err, errUndeclaredPort):
 		return http.StatusForbidden
 	case errors.Is(err, errTurnOver):
 		return http.StatusServiceUnavailable

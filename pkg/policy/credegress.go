@@ -26,6 +26,9 @@ type EgressCredential struct {
 	Header     string `json:"header"`     // one of CredentialHeaders (canonical form)
 	Format     string `json:"format"`     // one of CredentialFormats
 	User       string `json:"user,omitempty"`
+	// Env is the variable the run sees the credential's placeholder in
+	// (docs/credentialed-egress.md); "" for the plain-http route only.
+	Env string `json:"env,omitempty"`
 }
 
 // CredentialHeaders are the only headers a credential may be injected as
@@ -134,6 +137,11 @@ func (c EgressCredential) validate() error {
 	default:
 		return bad("egress.credentials %s: format must be one of %q", c.Name, CredentialFormats)
 	}
+	if c.Env != "" {
+		if err := ValidCredentialEnv(c.Env); err != nil {
+			return bad("egress.credentials %s: env %v", c.Name, err)
+		}
+	}
 	return nil
 }
 
@@ -143,15 +151,15 @@ func (e Egress) validateCredentials() error {
 	if len(e.Credentials) > MaxEgressCredentials {
 		return bad("egress.credentials: at most %d", MaxEgressCredentials)
 	}
-	names, dests := map[string]bool{}, map[string]bool{}
+	names, dests, envs := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, c := range e.Credentials {
 		if err := c.validate(); err != nil {
 			return err
 		}
-		if names[c.Name] || dests[c.Dest()] {
-			return bad("egress.credentials: names and destinations must be unique")
+		if names[c.Name] || dests[c.Dest()] || c.Env != "" && envs[c.Env] {
+			return bad("egress.credentials: names, destinations and variables must be unique")
 		}
-		names[c.Name], dests[c.Dest()] = true, true
+		names[c.Name], dests[c.Dest()], envs[c.Env] = true, true, c.Env != ""
 	}
 	if e.TestRootCA != "" {
 		if _, err := ParseRootCA(e.TestRootCA); err != nil {

@@ -69,6 +69,9 @@ type Status struct {
 	// Credentials are the credentialed destinations the run asked for:
 	// what an approval grants besides the network.
 	Credentials []string `json:"credentials,omitempty"`
+	// CredentialVariables names, per credential that has one, the variable
+	// the run sees its placeholder in (docs/credentialed-egress.md).
+	CredentialVariables map[string]string `json:"credentialVariables,omitempty"`
 
 	CreatedAt  time.Time  `json:"createdAt"`
 	StartedAt  *time.Time `json:"startedAt,omitempty"`

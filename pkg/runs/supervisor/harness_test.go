@@ -100,6 +100,8 @@ func helperMain() int {
 		ProjectGate:  os.Getenv("SUP_GATE"),
 		BrokerSocket: os.Getenv("SUP_BROKER"),
 		BridgeAddr:   os.Getenv("SUP_BRIDGE"),
+		CABundle:     os.Getenv("SUP_CABUNDLE"),
+		SystemRoots:  os.Getenv("SUP_ROOTS"),
 		DrainTimeout: 2 * time.Second,
 	}
 	if f := os.Getenv("SUP_AFTERKILL"); f != "" {
@@ -209,7 +211,8 @@ func run(t *testing.T, job wire.Job, cfg runConfig) outcome {
 	}
 	cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
 	cmd.Env = []string{helperEnv + "=1", "SUP_OUTPUT=" + cfg.d.output, "SUP_WORKSPACE=" + cfg.d.workspace,
-		"SUP_GATE=" + cfg.d.project, "SUP_BROKER=" + cfg.broker, "SUP_BRIDGE=127.0.0.1:0", "SUP_AFTERKILL=" + cfg.afterKill}
+		"SUP_GATE=" + cfg.d.project, "SUP_BROKER=" + cfg.broker, "SUP_BRIDGE=127.0.0.1:0", "SUP_AFTERKILL=" + cfg.afterKill,
+		"SUP_CABUNDLE=" + filepath.Join(cfg.d.base, "egress", "ca-bundle.pem"), "SUP_ROOTS=" + filepath.Join(cfg.d.base, "roots.pem")}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if isRoot() {
 		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID

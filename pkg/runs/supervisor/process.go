@@ -155,6 +155,7 @@ func (s *supervisor) env(phase string) []string {
 			e = append(e, k+"="+s.proxyURL)
 		}
 		e = append(e, CredentialedEnv(s.job.CredentialedHosts)...)
+		e = append(e, s.runEnv...)
 	}
 	return e
 }

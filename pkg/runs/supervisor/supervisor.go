@@ -77,6 +77,10 @@ type Options struct {
 	ShimDir      string
 	Self         string
 	DrainTimeout time.Duration
+	// CABundle is where the run's CA bundle goes (DefaultCABundle),
+	// SystemRoots the roots it starts with (DefaultSystemRoots).
+	CABundle    string
+	SystemRoots string
 	// Log receives the supervisor's own log lines (never output or
 	// payloads); nil logs JSON to the stderr Main is given.
 	Log *slog.Logger
@@ -101,6 +105,8 @@ func (o Options) withDefaults(stderr io.Writer) Options {
 	def(&o.BridgeAddr, net.JoinHostPort("127.0.0.1", fmt.Sprint(bridge.Port)))
 	def(&o.User, DefaultUser)
 	def(&o.ShimDir, DefaultShimDir)
+	def(&o.CABundle, DefaultCABundle)
+	def(&o.SystemRoots, DefaultSystemRoots)
 	if o.Self == "" {
 		o.Self, _ = os.Executable() // "" leaves the shim out (a warning)
 	}
@@ -176,6 +182,12 @@ func Main(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, o Opti
 			return s.fail(errBridge)
 		}
 		defer stop()
+		if job.Placeholders {
+			if err := s.setupRunEnv(ctx); err != nil {
+				s.log.Error("run credentials' placeholders unavailable", "reason", err.Error())
+				return s.fail(errBridge)
+			}
+		}
 		if len(job.CredentialedHosts) > 0 {
 			if err := installCurlShim(s.o.ShimDir, s.o.Self); err != nil {
 				// git still works (its environment); curl then goes
@@ -214,6 +226,8 @@ type supervisor struct {
 	proxyURL string
 	// shimDir holds the curl shim when the job has credentialed hosts.
 	shimDir string
+	// runEnv is the placeholders' and CA bundle's variables, if any.
+	runEnv []string
 
 	errMu  sync.Mutex
 	encErr error

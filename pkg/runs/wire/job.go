@@ -69,6 +69,10 @@ type Job struct {
 	// (host:port, the broker adds their credential): git and curl are
 	// pointed at their plain-http URLs. Only with Proxy.
 	CredentialedHosts []string `json:"credentialedHosts,omitempty"`
+	// Placeholders: the run has credentials that declare a variable; the
+	// supervisor reads their placeholders and the run CA from the broker
+	// (RunEnvPath) before any command. Only with Proxy.
+	Placeholders bool `json:"placeholders,omitempty"`
 	// Artifacts are cleaned relative paths under the output directory.
 	Artifacts []string `json:"artifacts,omitempty"`
 	// MaxOutputBytes bounds stdout and stderr each (setup and main
@@ -116,6 +120,9 @@ func (j Job) Validate() error {
 	}
 	if len(j.CredentialedHosts) > 0 && !j.Proxy {
 		return invalidJob("credentialedHosts need proxy")
+	}
+	if j.Placeholders && !j.Proxy {
+		return invalidJob("placeholders need proxy")
 	}
 	if len(j.CredentialedHosts) > MaxCredentialedHosts {
 		return invalidJob(fmt.Sprintf("at most %d credentialedHosts", MaxCredentialedHosts))
