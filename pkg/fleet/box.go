@@ -203,6 +203,9 @@ func (b *Box) Start(ctx context.Context) error {
 	b.probeOK.Store(b.opts.Now().UnixNano())
 	b.workers.Add(1)
 	go b.membership()
+	// What a crash leaves in the workspace store is swept by every box
+	// (workspacegc.go; docs/fleet.md, *Workspaces*).
+	go b.f.sweeper(b.ctx, DefaultSweepInterval, DefaultSweepAge, b.log)
 	// A connection that closes for good (not a reconnect) leaves the
 	// partitions: a box without a connection is dead anyway.
 	closed := b.f.nc.StatusChanged(nats.CLOSED)
@@ -452,7 +455,7 @@ func (b *Box) handle(m jetstream.Msg) {
 		if fenced(err) && next.Workspace != st.Workspace {
 			// Refused: the upload is ours alone and nobody refers to it. On
 			// any other error the commit may have landed: keep it.
-			_ = b.f.objects.Delete(ctx, next.Workspace)
+			_ = b.f.deleteWorkspace(ctx, next.Workspace)
 		}
 		b.refusedOrReturned(m, ev, t, err, log, "commit")
 		return
@@ -466,7 +469,7 @@ func (b *Box) handle(m jetstream.Msg) {
 	b.ack(ctx, m, log)
 	if st.Workspace != "" && next.Workspace != st.Workspace {
 		// Superseded; after the ack, so the answer does not wait for it.
-		_ = b.f.objects.Delete(ctx, st.Workspace)
+		_ = b.f.deleteWorkspace(ctx, st.Workspace)
 	}
 	ev.Kind, ev.Generation, ev.Took = EventCommitted, next.Generation, b.opts.Now().Sub(meta.Timestamp)
 	b.emit(ev)

@@ -22,6 +22,9 @@ type Fleet struct {
 	replies  jetstream.KeyValue
 	channels jetstream.KeyValue
 	objects  jetstream.ObjectStore
+	// objStream is objects' stream: purging delete markers and sweeping
+	// (workspacegc.go).
+	objStream jetstream.Stream
 	// jobResults and jobControl are the jobs' buckets (Jobs, pkg/fleetjobs).
 	jobResults, jobControl jetstream.KeyValue
 }
@@ -66,6 +69,9 @@ func bind(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, l Layout) 
 		return nil, fmt.Errorf("bucket %s: %w", ChannelsBucket, err)
 	}
 	if f.objects, err = js.ObjectStore(ctx, WorkspaceBucket); err != nil {
+		return nil, fmt.Errorf("object store %s: %w", WorkspaceBucket, err)
+	}
+	if f.objStream, err = js.Stream(ctx, workspaceStream); err != nil {
 		return nil, fmt.Errorf("object store %s: %w", WorkspaceBucket, err)
 	}
 	if f.jobResults, err = js.KeyValue(ctx, JobResultsBucket); err != nil {
