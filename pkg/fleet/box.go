@@ -52,6 +52,10 @@ type Event struct {
 	Seq        uint64
 	Generation uint64 // after a commit: the generation it made
 	Attempt    uint64
+	// Runs, on EventTaken, counts the turn's takes the claims recorded,
+	// this one included (2 or more: the turn runs again, after a take
+	// that never committed).
+	Runs uint64
 	// Took is, after a commit, the time from the turn's publication (the
 	// stream's timestamp) to its commit.
 	Took time.Duration
@@ -399,13 +403,19 @@ func (b *Box) handle(m jetstream.Msg) {
 	// The claim: every take writes the channel, so a box that took the
 	// turn before us (and may still be running it) can no longer commit.
 	claim := st
+	claim.ClaimRuns = 1
+	if st.ClaimTurn == t.ID && st.ClaimSeq == seq {
+		// Taken before and never committed: this run is at least the
+		// second (counted: the audit, sandbox_fleet_double_runs_total).
+		claim.ClaimRuns = max(st.ClaimRuns, 1) + 1
+	}
 	claim.Channel, claim.Owner, claim.ClaimTurn, claim.ClaimSeq = t.Channel, b.opts.Name, t.ID, seq
 	claimRev, err := b.f.putState(ctx, key, claim, rev)
 	if err != nil {
 		b.refusedOrReturned(m, ev, t, err, log, "claim")
 		return
 	}
-	ev.Kind = EventTaken
+	ev.Kind, ev.Runs = EventTaken, claim.ClaimRuns
 	b.emit(ev)
 
 	out, runErr := b.execute(m, t, seq, st, mode, claimRev, meta.NumDelivered)
@@ -421,10 +431,10 @@ func (b *Box) handle(m jetstream.Msg) {
 	}
 	ctx, cancel = context.WithTimeout(b.ctx, opTimeout)
 	defer cancel()
-	reply := Reply{TurnID: t.ID, OK: out.OK, Text: out.Text, Box: b.opts.Name, Generation: st.Generation + 1, Seq: seq}
+	reply := Reply{TurnID: t.ID, OK: out.OK, Text: out.Text, Box: b.opts.Name, Generation: st.Generation + 1, Seq: seq, Runs: claim.ClaimRuns}
 	if runErr != nil {
 		log.Warn("fleet turn failed: committed as failed", "err", runErr)
-		reply = Reply{TurnID: t.ID, Error: errorKind(runErr), Box: b.opts.Name, Generation: st.Generation + 1, Seq: seq}
+		reply = Reply{TurnID: t.ID, Error: errorKind(runErr), Box: b.opts.Name, Generation: st.Generation + 1, Seq: seq, Runs: claim.ClaimRuns}
 		out.Workspace = nil
 	}
 	next := ChannelState{Channel: t.Channel, Generation: st.Generation + 1, Workspace: st.Workspace, LastTurn: t.ID, LastSeq: seq, LastReply: &reply}

@@ -133,12 +133,17 @@ type Reply struct {
 	Box        string `json:"box"`
 	Generation uint64 `json:"generation"`
 	Seq        uint64 `json:"seq"`
+	// Runs is how many boxes' takes of the turn the claims recorded
+	// before this commit (1: it ran once; more: a paused or cut-off owner
+	// ran it too, docs/fleet.md, *Failure model*). 0 from a version that
+	// did not count.
+	Runs uint64 `json:"runs,omitempty"`
 }
 
 // failed is the reply that ends turn r's turn without a text (the
 // generic ErrorFailed), committed by the same box at the same place.
 func (r Reply) failed() Reply {
-	return Reply{TurnID: r.TurnID, Error: ErrorFailed, Box: r.Box, Generation: r.Generation, Seq: r.Seq}
+	return Reply{TurnID: r.TurnID, Error: ErrorFailed, Box: r.Box, Generation: r.Generation, Seq: r.Seq, Runs: r.Runs}
 }
 
 func (r Reply) validate() error {
@@ -168,6 +173,9 @@ type ChannelState struct {
 	Owner     string `json:"owner,omitempty"`
 	ClaimTurn string `json:"claimTurn,omitempty"`
 	ClaimSeq  uint64 `json:"claimSeq,omitempty"`
+	// ClaimRuns counts the takes of ClaimTurn: a take finding the claim
+	// already on its turn (another take that never committed) adds one.
+	ClaimRuns uint64 `json:"claimRuns,omitempty"`
 }
 
 func decodeState(data []byte) (ChannelState, error) {
