@@ -121,6 +121,9 @@ type Box struct {
 	queues   []chan item
 
 	probeOK atomic.Int64 // unix ns of the cluster's last answer (probe)
+	// steppedBack: the last membership round found the cluster not
+	// answering (b.mu).
+	steppedBack bool
 }
 
 // item is one entry of a partition's worker queue: a delivered turn, or

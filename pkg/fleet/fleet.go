@@ -394,3 +394,29 @@ func (f *Fleet) Workspace(ctx context.Context, name string) ([]byte, error) {
 
 // deadline of a call that needs the cluster but carries no caller ctx.
 const opTimeout = 10 * time.Second
+
+// Reach asks the cluster what a turn needs of it, at once: the meta
+// leader (the account's JetStream), and the leaders of the channels bucket
+// (claims and commits) and of the workspace store (snapshots). Each answer
+// comes from that stream's leader, so a server cut from a leader (still
+// routed to the others) fails here, not only in a turn.
+func (f *Fleet) Reach(ctx context.Context) error {
+	errs := make(chan error, 3)
+	go func() {
+		_, err := f.js.AccountInfo(ctx)
+		errs <- err
+	}()
+	go func() {
+		_, err := f.channels.Status(ctx)
+		errs <- err
+	}()
+	go func() {
+		_, err := f.objects.Status(ctx)
+		errs <- err
+	}()
+	var all []error
+	for range 3 {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
+}

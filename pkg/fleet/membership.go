@@ -359,18 +359,25 @@ func (b *Box) membership() {
 	}
 }
 
-// probe asks the cluster's meta leader for this account's JetStream
-// usage every presence interval: a box announces its partitions only
-// while its cluster answers it.
+// probe asks, every presence interval, what a turn needs of the cluster
+// (Fleet.Reach): the meta leader, and the leaders of the channels bucket
+// and the workspace store. A box announces its partitions, and pulls
+// them, only while its cluster answers it: one that cannot reach those
+// leaders (a partial cut: its server still routes to the meta leader but
+// not to theirs) steps back within presenceTimeout + 2 x presenceInterval
+// (5/3 of the ack wait: 8.3 s by default) instead of failing each turn on
+// its timeouts (docs/fleet.md, *Failure model*).
 func (b *Box) probe() {
 	t := time.NewTicker(b.presenceInterval())
 	defer t.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(b.ctx, b.presenceTimeout())
-		_, err := b.f.js.AccountInfo(ctx)
+		err := b.f.Reach(ctx)
 		cancel()
 		if err == nil {
 			b.probeOK.Store(b.opts.Now().UnixNano())
+		} else {
+			b.log.Debug("fleet probe: the cluster does not answer this box", "err", err)
 		}
 		select {
 		case <-t.C:
@@ -396,6 +403,15 @@ func (b *Box) reconcile() {
 		return
 	}
 	standby := now.Sub(b.started) >= b.opts.StandbyDelay
+	healthy := b.healthy(now)
+	if healthy == b.steppedBack {
+		b.steppedBack = !healthy
+		if healthy {
+			b.log.Info("fleet box reaches the leaders its turns need again: taking its partitions up")
+		} else {
+			b.log.Warn("fleet box cannot reach the leaders its turns need (the meta leader, the channels bucket's, the workspace store's): stepping back from every partition", "bound_ms", (b.presenceTimeout() + 2*b.presenceInterval()).Milliseconds())
+		}
+	}
 	var announce []int
 	// One failed creation per round: the cluster is likely away, and
 	// each attempt holds the round for up to its timeout.
@@ -408,7 +424,7 @@ func (b *Box) reconcile() {
 			b.log.Warn("fleet box stepping back from a partition: its turns keep failing on the cluster", "partition", m.p, "for_ms", b.opts.StandbyDelay.Milliseconds())
 		}
 		home := b.home(m.p)
-		want := !now.Before(m.backOffUntil) && (home || (standby && b.standBy(m, now)))
+		want := healthy && !now.Before(m.backOffUntil) && (home || (standby && b.standBy(m, now)))
 		if !want {
 			// Handing over: a partition whose home box stands by, or one
 			// this box steps back from.
@@ -450,7 +466,7 @@ func (b *Box) reconcile() {
 			announce = append(announce, m.p)
 		}
 	}
-	if !b.healthy(now) || !b.f.nc.IsConnected() {
+	if !healthy || !b.f.nc.IsConnected() {
 		announce = nil
 	}
 	if len(b.peers) > 0 {
