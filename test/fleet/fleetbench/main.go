@@ -31,6 +31,7 @@ func main() {
 	minTurns := flag.Int("turns", 10000, "fault phase: at least this many turns")
 	minFaults := flag.Int("faults", 20, "fault phase: at least this many faults")
 	tpFor := flag.Duration("throughput-for", 30*time.Second, "throughput: measure each box count this long")
+	kindList := flag.String("kinds", "", "fault phase: only these fault kinds, comma-separated (default every kind: "+strings.Join(fleet.Kinds, ", ")+")")
 	jsonOut := flag.String("json", "bench/results/fleet.json", "file for the failover samples by fault (make bench draws them; empty: none)")
 	flag.Parse()
 	if why := fleet.Available(); why != "" {
@@ -56,7 +57,10 @@ func main() {
 	if *demo {
 		err = runDemo(ctx, dir, bin)
 	} else {
-		err = runBench(ctx, dir, bin, *report, *jsonOut, *minTurns, *minFaults, *tpFor)
+		var kinds []string
+		if kinds, err = fleet.SelectKinds(*kindList); err == nil {
+			err = runBench(ctx, dir, bin, *report, *jsonOut, *minTurns, *minFaults, *tpFor, kinds, *kindList != "")
+		}
 	}
 	if err != nil {
 		os.RemoveAll(dir) // fail exits: the deferred removal would not run
@@ -100,7 +104,9 @@ func peersOf(n int) []int {
 	return p
 }
 
-func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, minFaults int, tpFor time.Duration) error {
+// runBench runs the bench; faultsOnly (-kinds given) runs the fault phase
+// alone, with only those kinds, and prints its report without writing it.
+func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, minFaults int, tpFor time.Duration, faultKinds []string, faultsOnly bool) error {
 	start := time.Now()
 	f, err := fleet.Start(ctx, fleet.Options{Dir: filepath.Join(dir, "run"), Servers: 4, Partitions: 16, Replicas: 3,
 		AckWait: fleet.DefaultAckWait(), Slots: 2, Stub: 200 * time.Millisecond, DiskBox: 4, DiskMB: 128, Bin: bin, Log: os.Stdout})
@@ -114,72 +120,78 @@ func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, m
 	add := func(format string, a ...any) { lines = append(lines, fmt.Sprintf(format, a...)) }
 	load := sampleLoad(ctx)
 
-	// Throughput on 1, 2 and 4 boxes.
 	rates := map[int]float64{}
-	for _, n := range []int{1, 2, 4} {
-		if err := f.StartBoxes(ctx, peersOf(n)); err != nil {
-			return err
-		}
-		d, err := f.StartDriver(ctx, fmt.Sprintf("tp%d", n), 32, 2)
-		if err != nil {
-			return err
-		}
-		base := rec.Replies()
-		if err := rec.Wait(ctx, func(r *fleet.Recorder) bool { return r.Replies() >= base+50 }); err != nil {
-			return err
-		}
-		// A measurement window, not an assertion: count what it holds.
-		c0, t0 := rec.Replies(), time.Now()
-		tm := time.NewTimer(tpFor)
-		select {
-		case <-tm.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		c1, t1 := rec.Replies(), time.Now()
-		rates[n] = float64(c1-c0) / t1.Sub(t0).Seconds()
-		a, err := d.Stop(ctx)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("fleetbench: %d box(es): %.1f turns/s; audit %s\n", n, rates[n], a.Audit)
-		for _, i := range peersOf(n) {
-			if err := f.StopBox(ctx, i); err != nil {
+	var d *fleet.Driver
+	var base, probed int
+	var took, exec, over []time.Duration
+	if !faultsOnly {
+		// Throughput on 1, 2 and 4 boxes.
+		for _, n := range []int{1, 2, 4} {
+			if err := f.StartBoxes(ctx, peersOf(n)); err != nil {
 				return err
 			}
+			d, err := f.StartDriver(ctx, fmt.Sprintf("tp%d", n), 32, 2)
+			if err != nil {
+				return err
+			}
+			base := rec.Replies()
+			if err := rec.Wait(ctx, func(r *fleet.Recorder) bool { return r.Replies() >= base+50 }); err != nil {
+				return err
+			}
+			// A measurement window, not an assertion: count what it holds.
+			c0, t0 := rec.Replies(), time.Now()
+			tm := time.NewTimer(tpFor)
+			select {
+			case <-tm.C:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			c1, t1 := rec.Replies(), time.Now()
+			rates[n] = float64(c1-c0) / t1.Sub(t0).Seconds()
+			a, err := d.Stop(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("fleetbench: %d box(es): %.1f turns/s; audit %s\n", n, rates[n], a.Audit)
+			for _, i := range peersOf(n) {
+				if err := f.StopBox(ctx, i); err != nil {
+					return err
+				}
+			}
 		}
-	}
 
-	// Overhead: one channel, one turn at a time, on four boxes.
-	if err := f.StartBoxes(ctx, peersOf(4)); err != nil {
+		// Overhead: one channel, one turn at a time, on four boxes.
+		if err := f.StartBoxes(ctx, peersOf(4)); err != nil {
+			return err
+		}
+		rec.ResetEngineTimes()
+		d, err = f.StartDriver(ctx, "probe", 1, 1)
+		if err != nil {
+			return err
+		}
+		base = rec.Replies()
+		// 200 turns or 2 minutes, whichever comes first: one turn at a time
+		// took seconds each on a loaded machine, and the fault phase must run.
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Minute)
+		_ = rec.Wait(pctx, func(r *fleet.Recorder) bool { return r.Replies() >= base+200 })
+		pcancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		probed = rec.Replies() - base
+		if _, err := d.Stop(ctx); err != nil {
+			return err
+		}
+		took, exec = rec.EngineTimes()
+		for i := range took {
+			over = append(over, took[i]-exec[i])
+		}
+		fmt.Printf("fleetbench: engine overhead p50 %s p99 %s (publish to commit %s / %s, stub turn %s / %s)\n",
+			ms(fleet.Percentile(over, 50)), ms(fleet.Percentile(over, 99)), ms(fleet.Percentile(took, 50)), ms(fleet.Percentile(took, 99)),
+			ms(fleet.Percentile(exec, 50)), ms(fleet.Percentile(exec, 99)))
+	} else if err := f.StartBoxes(ctx, peersOf(4)); err != nil {
 		return err
 	}
-	rec.ResetEngineTimes()
-	d, err := f.StartDriver(ctx, "probe", 1, 1)
-	if err != nil {
-		return err
-	}
-	base := rec.Replies()
-	// 200 turns or 2 minutes, whichever comes first: one turn at a time
-	// took seconds each on a loaded machine, and the fault phase must run.
-	pctx, pcancel := context.WithTimeout(ctx, 2*time.Minute)
-	_ = rec.Wait(pctx, func(r *fleet.Recorder) bool { return r.Replies() >= base+200 })
-	pcancel()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	probed := rec.Replies() - base
-	if _, err := d.Stop(ctx); err != nil {
-		return err
-	}
-	took, exec := rec.EngineTimes()
-	var over []time.Duration
-	for i := range took {
-		over = append(over, took[i]-exec[i])
-	}
-	fmt.Printf("fleetbench: engine overhead p50 %s p99 %s (publish to commit %s / %s, stub turn %s / %s)\n",
-		ms(fleet.Percentile(over, 50)), ms(fleet.Percentile(over, 99)), ms(fleet.Percentile(took, 50)), ms(fleet.Percentile(took, 99)),
-		ms(fleet.Percentile(exec, 50)), ms(fleet.Percentile(exec, 99)))
 
 	// Faults.
 	d, err = f.StartDriver(ctx, "faults", 48, 2)
@@ -193,7 +205,7 @@ func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, m
 	var results []fleet.FaultResult
 	var faultErr error
 	for k := 0; (len(results) < minFaults || rec.Replies()-base < minTurns) && k < 4*minFaults; k++ {
-		kind := fleet.Kinds[k%len(fleet.Kinds)]
+		kind := faultKinds[k%len(faultKinds)]
 		res, err := f.Fault(ctx, kind, peersOf(4), 60*time.Second, 100)
 		results = append(results, res)
 		if err != nil {
@@ -225,6 +237,9 @@ func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, m
 			late += rec.StaleCommits(fleet.BoxName(r.Box), r.At, r.Restored)
 			pauses++
 		}
+	}
+	if faultsOnly {
+		jsonOut = ""
 	}
 	if err := writeFailoverJSON(jsonOut, byKind); err != nil {
 		return err
@@ -275,6 +290,11 @@ func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, m
 	add("- Full disk: the store of box 4's nats-server is a 128 MiB tmpfs filled to ENOSPC; restored by removing the filler and restarting that server (JetStream disables itself on a write error).")
 	if faultErr != nil {
 		add("- The fault phase stopped early: %v", faultErr)
+	}
+	if faultsOnly {
+		fmt.Println("fleetbench: fault phase only (-kinds): the report is printed, not written")
+		fmt.Println(strings.Join(lines, "\n"))
+		return nil
 	}
 	if err := writeSection(report, lines); err != nil {
 		return err
