@@ -121,6 +121,10 @@ type Box struct {
 	queues   []chan item
 
 	probeOK atomic.Int64 // unix ns of the cluster's last answer (probe)
+	// engineNow is the newest timestamp of the turns stream this box has
+	// seen (unix ns: a delivered turn's, the stream's latest at a probe):
+	// the engine's clock, by which turns are aged (Turn.TimeoutMs).
+	engineNow atomic.Int64
 	// steppedBack: the last membership round found the cluster not
 	// answering (b.mu).
 	steppedBack bool
@@ -180,6 +184,11 @@ func (b *Box) Start(ctx context.Context) error {
 	group, err := pcgroups.GetStaticConsumerGroupConfig(ctx, b.f.js, TurnsStream, TurnsGroup)
 	if err != nil {
 		return fmt.Errorf("fleet box %s: the turns group: %w", b.opts.Name, err)
+	}
+	// The engine's clock before the first delivery: a turn that waited out
+	// its TimeoutMs while no box ran is aged right at once.
+	if s, err := b.f.js.Stream(ctx, TurnsStream); err == nil {
+		b.sawEngineTime(s.CachedInfo().State.LastTime)
 	}
 	n := b.f.layout.Partitions
 	b.mu.Lock()
@@ -329,6 +338,7 @@ func (b *Box) handle(m jetstream.Msg) {
 		return
 	}
 	seq := meta.Sequence.Stream
+	b.sawEngineTime(meta.Timestamp)
 	var t Turn
 	if len(m.Data()) > MaxTurnBytes || json.Unmarshal(m.Data(), &t) != nil || t.Validate() != nil {
 		// Only a box or a fleet client with publish rights wrote this: the
@@ -421,7 +431,7 @@ func (b *Box) handle(m jetstream.Msg) {
 	ev.Kind, ev.Runs = EventTaken, claim.ClaimRuns
 	b.emit(ev)
 
-	out, runErr := b.execute(m, t, seq, st, mode, claimRev, meta.NumDelivered)
+	out, runErr := b.execute(m, t, seq, meta.Timestamp, st, mode, claimRev, meta.NumDelivered)
 	if errors.Is(runErr, errWorkspaceUnread) {
 		// The cluster's failure, not the turn's: returned, not failed.
 		log.Warn("fleet committed workspace unreadable: turn returned", "err", runErr)
@@ -489,16 +499,29 @@ func (b *Box) handle(m jetstream.Msg) {
 }
 
 // execute runs the turn while heartbeating it, until the executor returns.
-func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, st ChannelState, mode ChannelMode, claimRev, attempt uint64) (Output, error) {
-	deadline := time.UnixMilli(t.DeadlineUnixMs)
-	if !b.opts.Now().Before(deadline) {
-		return Output{}, &TurnError{Kind: ErrorDeadline, Err: errors.New("deadline passed before the turn was taken")}
+func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, published time.Time, st ChannelState, mode ChannelMode, claimRev, attempt uint64) (Output, error) {
+	late := &TurnError{Kind: ErrorDeadline, Err: errors.New("deadline passed before the turn was taken")}
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if t.TimeoutMs > 0 {
+		// Aged on the engine's clock, run on this box's monotonic one: no
+		// two boxes' wall clocks are compared.
+		left := time.Duration(t.TimeoutMs)*time.Millisecond - max(0, b.engineTime().Sub(published))
+		if left <= 0 {
+			return Output{}, late
+		}
+		ctx, cancel = context.WithTimeout(b.ctx, left)
+	} else {
+		deadline := time.UnixMilli(t.DeadlineUnixMs)
+		if !b.opts.Now().Before(deadline) {
+			return Output{}, late
+		}
+		ctx, cancel = context.WithDeadline(b.ctx, deadline)
 	}
+	defer cancel()
 	if attempt > b.opts.MaxAttempts {
 		return Output{}, fmt.Errorf("delivered %d times, the limit is %d", attempt, b.opts.MaxAttempts)
 	}
-	ctx, cancel := context.WithDeadline(b.ctx, deadline)
-	defer cancel()
 	var unread error
 	in := Input{Turn: t, Seq: seq, Generation: st.Generation, Attempt: attempt, Mode: mode,
 		Snapshot: st.Workspace, NextSnapshot: workspaceName(t.Channel, st.Generation+1, claimRev),
@@ -521,6 +544,22 @@ func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, st ChannelState, mode
 	}
 	return out, err
 }
+
+// sawEngineTime advances the engine's clock as this box knows it.
+func (b *Box) sawEngineTime(ts time.Time) {
+	if ts.IsZero() {
+		return
+	}
+	n := ts.UnixNano()
+	for {
+		cur := b.engineNow.Load()
+		if n <= cur || b.engineNow.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+func (b *Box) engineTime() time.Time { return time.Unix(0, b.engineNow.Load()) }
 
 // restoreTimeout bounds reading a committed workspace (at most
 // MaxWorkspaceBytes).

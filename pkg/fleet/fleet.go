@@ -105,6 +105,14 @@ func (f *Fleet) Submit(ctx context.Context, t Turn) (Submitted, error) {
 	if err := t.Validate(); err != nil {
 		return Submitted{}, err
 	}
+	if t.TimeoutMs == 0 {
+		// The deadline as a duration, on this publisher's own clock.
+		left := time.Until(time.UnixMilli(t.DeadlineUnixMs))
+		if left < time.Millisecond {
+			return Submitted{}, fmt.Errorf("turn %s: its deadline passed before it was published: %w", t.ID, ErrInvalid)
+		}
+		t.TimeoutMs = left.Milliseconds()
+	}
 	data, err := encodeJSON(t)
 	if err != nil {
 		return Submitted{}, err
@@ -400,10 +408,22 @@ const opTimeout = 10 * time.Second
 // (claims and commits) and of the workspace store (snapshots). Each answer
 // comes from that stream's leader, so a server cut from a leader (still
 // routed to the others) fails here, not only in a turn.
-func (f *Fleet) Reach(ctx context.Context) error {
-	errs := make(chan error, 3)
+//
+// It also reads the turns stream's leader (publishes, pulls and acks need
+// it) and returns the stream's latest timestamp: the engine's clock, by
+// which a box ages a turn (Turn.TimeoutMs).
+func (f *Fleet) Reach(ctx context.Context) (time.Time, error) {
+	errs := make(chan error, 4)
+	var latest time.Time
 	go func() {
 		_, err := f.js.AccountInfo(ctx)
+		errs <- err
+	}()
+	go func() {
+		s, err := f.js.Stream(ctx, TurnsStream)
+		if err == nil {
+			latest = s.CachedInfo().State.LastTime
+		}
 		errs <- err
 	}()
 	go func() {
@@ -415,8 +435,8 @@ func (f *Fleet) Reach(ctx context.Context) error {
 		errs <- err
 	}()
 	var all []error
-	for range 3 {
+	for range 4 {
 		all = append(all, <-errs)
 	}
-	return errors.Join(all...)
+	return latest, errors.Join(all...)
 }

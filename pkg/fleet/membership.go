@@ -372,8 +372,9 @@ func (b *Box) probe() {
 	defer t.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(b.ctx, b.presenceTimeout())
-		err := b.f.Reach(ctx)
+		latest, err := b.f.Reach(ctx)
 		cancel()
+		b.sawEngineTime(latest)
 		if err == nil {
 			b.probeOK.Store(b.opts.Now().UnixNano())
 		} else {
