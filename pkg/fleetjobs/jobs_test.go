@@ -551,3 +551,24 @@ func TestJobWithAnotherKindsIDDropped(t *testing.T) {
 		t.Errorf("NextJob handed out job %q, want good (the forged one dropped)", j.ID)
 	}
 }
+
+// TestApprovalRefusedWhileAdmitterAway: the box that admitted a run and
+// waits for its approval dies; a decision on another box is refused with
+// ErrAdmitterAway (nobody would apply it) and the approval stays pending.
+func TestApprovalRefusedWhileAdmitterAway(t *testing.T) {
+	r := newRig(t, 1, 1)
+	a, nca := r.fleet("a")
+	b, _ := r.fleet("b")
+	ctx := r.ctx()
+	if err := a.AskApproval(ctx, JobRun, "gone1", []byte(`{"id":"gone1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	nca.Close() // the admitting box dies
+	if _, err := b.Decide(ctx, JobRun, "gone1", true, 1000, "b"); !errors.Is(err, ErrAdmitterAway) {
+		t.Fatalf("decide while the admitting box is away: %v, want ErrAdmitterAway", err)
+	}
+	got, _, err := b.PendingApproval(ctx, JobRun, "gone1")
+	if err != nil || got.State != ApprovalPending {
+		t.Fatalf("approval after the refusal = %+v, %v; want still pending", got, err)
+	}
+}
