@@ -393,6 +393,15 @@ func (b *Box) handle(m jetstream.Msg) {
 		b.emit(ev)
 		return
 	}
+	if errors.Is(err, ErrInvalid) && modeErr == nil {
+		// The state is there but does not decode (only a box, or a version
+		// of the family, wrote it): no redelivery can read it, so the turn
+		// is answered as failed at once, not retried, and the operator
+		// repairs the channel (docs/fleet.md, *Repairing a channel*).
+		log.Error("fleet channel state does not decode: turn answered as failed; repair the channel: sandbox-host fleet channel show|reset", "channel", t.Channel, "err", err)
+		b.giveUp(m, ev, t, log)
+		return
+	}
 	if err != nil {
 		log.Warn("fleet channel state unreadable: turn returned", "err", err)
 		b.returnTurn(m, ev, t, log, true)
