@@ -59,6 +59,30 @@ func Bind(ctx context.Context, nc *nats.Conn, partitions int) (*Fleet, error) {
 	return bind(ctx, nc, js, Layout{Partitions: partitions})
 }
 
+// BindFrontend binds what a frontend on no box uses (Ask, Submit,
+// AwaitReply, Reply): the turns group's partition count and the replies
+// bucket, nothing else, so that a frontend's NATS user needs only publish
+// turns and read replies (fleetnats.FrontendPermissions). Any other method
+// of the returned Fleet must not be called.
+func BindFrontend(ctx context.Context, nc *nats.Conn, partitions int) (*Fleet, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pcgroups.GetStaticConsumerGroupConfig(ctx, js, TurnsStream, TurnsGroup)
+	if err != nil {
+		return nil, fmt.Errorf("the fleet's turns group (are the boxes in fleet mode?): %w", err)
+	}
+	if int(cfg.MaxMembers) != partitions {
+		return nil, fmt.Errorf("the fleet has %d partitions, this client was given %d (fleet.partitions): %w", cfg.MaxMembers, partitions, ErrMismatch)
+	}
+	f := &Fleet{nc: nc, js: js, pub: js, layout: Layout{Partitions: partitions}}
+	if f.replies, err = js.KeyValue(ctx, RepliesBucket); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", RepliesBucket, err)
+	}
+	return f, nil
+}
+
 func bind(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, l Layout) (*Fleet, error) {
 	f := &Fleet{nc: nc, js: js, pub: js, layout: l}
 	var err error
