@@ -76,6 +76,7 @@ type Line struct {
 	Extra   int    `json:"extra,omitempty"`
 	Turns   int    `json:"turns,omitempty"`
 	Failed  int    `json:"failed,omitempty"`
+	Double  int    `json:"double,omitempty"` // turns run more than once (Audit.DoubleRuns)
 }
 
 // proc is one process in a box's namespace.

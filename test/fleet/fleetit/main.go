@@ -50,6 +50,7 @@ type Line struct {
 	Extra   int    `json:"extra,omitempty"`
 	Turns   int    `json:"turns,omitempty"`
 	Failed  int    `json:"failed,omitempty"`
+	Double  int    `json:"double,omitempty"` // turns run more than once (Audit.DoubleRuns)
 }
 
 var (
@@ -308,7 +309,7 @@ func runDrive(args []string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}
-	emit(Line{Ev: "audit", Audit: a.String(), Clean: a.Clean(), Turns: a.Turns, Lost: len(a.Lost), Dup: len(a.Overwritten), Reord: len(a.Reordered), Extra: a.ExtraCommits, Failed: a.Failed})
+	emit(Line{Ev: "audit", Audit: a.String(), Clean: a.Clean(), Turns: a.Turns, Lost: len(a.Lost), Dup: len(a.Overwritten), Reord: len(a.Reordered), Extra: a.ExtraCommits, Failed: a.Failed, Double: a.DoubleRuns})
 	return nil
 }
 
