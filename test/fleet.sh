@@ -2,7 +2,8 @@
 # make fleet-test: the fleet on one machine (test/fleet): three boxes as
 # network namespaces, each with its own nats-server and box process, a few
 # hundred stub turns through one fault of each kind (kill -9 of a box and
-# of a nats-server, a cut link, a paused owner, a full disk), asserting
+# of a nats-server, a cut link, a paused owner, a full disk, a partial cut;
+# FLEET_FAULTS='partial cut' runs chosen kinds only), asserting
 # nothing lost, duplicated or reordered, one reply per turn id and every
 # channel answered again after each fault (timings are reported, never
 # asserted). Skips (exit 0, saying why) when not root or without network

@@ -23,9 +23,9 @@ const NATSUser = "_sandbox-nats"
 func fleetCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "fleet",
-		Short: "The fleet's engine on this box: sandbox-nats's configuration, a box's nkey (docs/fleet.md)",
+		Short: "The fleet's engine on this box: sandbox-nats's configuration, a box's nkey, a channel's fleet state (docs/fleet.md)",
 	}
-	c.AddCommand(fleetConfigCmd(g), fleetNkeyCmd(g))
+	c.AddCommand(fleetConfigCmd(g), fleetNkeyCmd(g), fleetChannelCmd(g))
 	return c
 }
 

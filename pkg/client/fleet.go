@@ -65,7 +65,8 @@ func DialFleet(ctx context.Context, o FleetOptions) (*FleetClient, error) {
 	}
 	bctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
 	defer cancel()
-	f, err := fleet.Bind(bctx, c.nc, o.Partitions)
+	// Only what a frontend's own NATS user may use (fleet.server.frontends).
+	f, err := fleet.BindFrontend(bctx, c.nc, o.Partitions)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("sandbox fleet: %w (are the boxes in fleet mode?)", err)

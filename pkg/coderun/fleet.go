@@ -175,6 +175,10 @@ func (k *Kind) handleRemoteDecision(w http.ResponseWriter, r *http.Request, id s
 	if errors.Is(err, fleetjobs.ErrNotPending) {
 		return runs.ErrNotFound
 	}
+	if errors.Is(err, fleetjobs.ErrAdmitterAway) {
+		k.log.Info("run approval refused: the box that admitted the run is not there to apply it", "run", id)
+		return err
+	}
 	if err != nil {
 		k.log.Warn("run approval not recorded: the fleet (NATS JetStream) failed", "run", id, "err", err)
 		return err

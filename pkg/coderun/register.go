@@ -5,6 +5,7 @@ import (
 	"regexp"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetjobs"
 	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
@@ -20,6 +21,7 @@ var Registration = kind.Registration{
 		{Err: runs.ErrBusy, Code: http.StatusTooManyRequests},
 		{Err: ErrJobTooLarge, Code: http.StatusBadRequest},
 		{Err: ErrRunsDisabled, Code: http.StatusConflict, Reason: ErrRunsDisabled.Error()},
+		{Err: fleetjobs.ErrAdmitterAway, Code: http.StatusServiceUnavailable, Reason: fleetjobs.ErrAdmitterAway.Error()},
 	},
 	Params: []api.Param{{Name: "{run}", Valid: regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString, Reason: "bad run id: 32 lowercase hex characters"}},
 }

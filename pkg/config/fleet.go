@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -49,8 +50,12 @@ type FleetServer struct {
 	StoreDir      string   `mapstructure:"storeDir"`
 	// EncryptionKeyFile holds the JetStream encryption-at-rest key.
 	EncryptionKeyFile string `mapstructure:"encryptionKeyFile"`
-	// Boxes are the NATS users: every box (and fleet frontend) allowed in.
+	// Boxes are the NATS users of the boxes allowed in.
 	Boxes []FleetBox `mapstructure:"boxes"`
+	// Frontends are the NATS users of frontends that live on no box
+	// (pkg/client's DialFleet): each may only publish turns and read
+	// replies (fleetnats.FrontendPermissions), never a box's powers.
+	Frontends []FleetBox `mapstructure:"frontends"`
 }
 
 // FleetBox is one box allowed into the fleet: its name and the public
@@ -94,6 +99,7 @@ func fleetDefaults() map[string]any {
 		"fleet.server.storeDir":          DefaultFleetStoreDir,
 		"fleet.server.encryptionKeyFile": FleetDir + "/jetstream.key",
 		"fleet.server.boxes":             []any{},
+		"fleet.server.frontends":         []any{},
 	}
 }
 
@@ -184,7 +190,27 @@ func (c *Config) validateFleet(bad func(key, format string, a ...any)) {
 		}
 		keys[b.NKey] = true
 	}
-	if f.Enabled && len(s.Boxes) > 0 && f.Box != "" && !names[f.Box] {
+	if len(s.Frontends) > MaxFleetBoxes {
+		bad("fleet.server.frontends", "at most %d frontends", MaxFleetBoxes)
+	}
+	for i, b := range s.Frontends {
+		key := fmt.Sprintf("fleet.server.frontends[%d]", i)
+		switch {
+		case !ValidBoxName(b.Name):
+			bad(key+".name", "%q must match %s", b.Name, boxNameRe)
+		case names[b.Name]:
+			bad(key+".name", "%q is listed twice (box and frontend names are one namespace)", b.Name)
+		}
+		names[b.Name] = true
+		switch {
+		case !nkeys.IsValidPublicUserKey(b.NKey):
+			bad(key+".nkey", "must be a public user nkey (56 characters starting with U, as `sandbox-host fleet nkey` prints); never the seed")
+		case keys[b.NKey]:
+			bad(key+".nkey", "is also another box's or frontend's key: each has its own")
+		}
+		keys[b.NKey] = true
+	}
+	if f.Enabled && len(s.Boxes) > 0 && f.Box != "" && !slices.ContainsFunc(s.Boxes, func(b FleetBox) bool { return b.Name == f.Box }) {
 		bad("fleet.server.boxes", "does not list fleet.box %q: this box's host could not log in to its own server", f.Box)
 	}
 }

@@ -23,7 +23,7 @@ func TestFleetDefaults(t *testing.T) {
 		TLS:          FleetTLS{CA: FleetDir + "/ca.pem", Cert: FleetDir + "/box.pem", Key: FleetDir + "/box.key"},
 		NkeySeedFile: FleetDir + "/box.nkey",
 		Server: FleetServer{Listen: "127.0.0.1:4222", ClusterListen: "0.0.0.0:6222", Routes: []string{},
-			StoreDir: "/var/lib/sandbox-nats", EncryptionKeyFile: FleetDir + "/jetstream.key", Boxes: []FleetBox{}},
+			StoreDir: "/var/lib/sandbox-nats", EncryptionKeyFile: FleetDir + "/jetstream.key", Boxes: []FleetBox{}, Frontends: []FleetBox{}},
 	}
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("got  %+v\nwant %+v", f, want)
@@ -82,6 +82,8 @@ func TestFleetRefusals(t *testing.T) {
 		{"box twice", "fleet:\n  server:\n    boxes:\n      - {name: a, nkey: " + testNKeyA + "}\n      - {name: a, nkey: " + testNKeyB + "}\n", "fleet.server.boxes[1].name", "listed twice"},
 		{"key twice", "fleet:\n  server:\n    boxes:\n      - {name: a, nkey: " + testNKeyA + "}\n      - {name: b, nkey: " + testNKeyA + "}\n", "fleet.server.boxes[1].nkey", "another box's key"},
 		{"seed as key", "fleet:\n  server:\n    boxes:\n      - {name: a, nkey: " + testSeed + "}\n", "fleet.server.boxes[0].nkey", "never the seed"},
+		{"frontend with a box's key", "fleet:\n  server:\n    boxes:\n      - {name: a, nkey: " + testNKeyA + "}\n    frontends:\n      - {name: fe, nkey: " + testNKeyA + "}\n", "fleet.server.frontends[0].nkey", "another box's or frontend's key"},
+		{"frontend named as a box", "fleet:\n  server:\n    boxes:\n      - {name: a, nkey: " + testNKeyA + "}\n    frontends:\n      - {name: a, nkey: " + testNKeyB + "}\n", "fleet.server.frontends[0].name", "listed twice"},
 		{"own box missing", "fleet:\n  enabled: true\n  box: c\n  server:\n    boxes:\n      - {name: a, nkey: " + testNKeyA + "}\n", "fleet.server.boxes", `does not list fleet.box "c"`},
 		{"unknown key as written", "fleet:\n  server:\n    Routs: []\n", "fleet.server.Routs", "unknown key"},
 	} {

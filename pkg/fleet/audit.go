@@ -25,6 +25,10 @@ type Audit struct {
 	ExtraCommits int
 	// Failed counts replies carrying an error kind.
 	Failed int
+	// DoubleRuns counts runs beyond one per committed turn, as the
+	// claims recorded them (Reply.Runs): execution is at least once, and
+	// this says how often it was more.
+	DoubleRuns int
 }
 
 // Clean reports an audit with nothing lost, duplicated or reordered.
@@ -33,8 +37,8 @@ func (a Audit) Clean() bool {
 }
 
 func (a Audit) String() string {
-	return fmt.Sprintf("%d turns: %d lost, %d overwritten, %d reordered, %d extra commits, %d failed",
-		a.Turns, len(a.Lost), len(a.Overwritten), len(a.Reordered), a.ExtraCommits, a.Failed)
+	return fmt.Sprintf("%d turns: %d lost, %d overwritten, %d reordered, %d extra commits, %d failed, %d double runs",
+		a.Turns, len(a.Lost), len(a.Overwritten), len(a.Reordered), a.ExtraCommits, a.Failed, a.DoubleRuns)
 }
 
 // Audit checks submitted (each channel's turns in submission order)
@@ -63,6 +67,9 @@ func (f *Fleet) Audit(ctx context.Context, submitted []Turn) (Audit, error) {
 		r, err := decodeReply(hist[len(hist)-1].Value())
 		if err != nil {
 			return a, fmt.Errorf("audit: reply of %s: %w", t.ID, err)
+		}
+		if r.Runs > 1 {
+			a.DoubleRuns += int(r.Runs - 1)
 		}
 		if r.Error != "" {
 			a.Failed++

@@ -52,6 +52,10 @@ type Event struct {
 	Seq        uint64
 	Generation uint64 // after a commit: the generation it made
 	Attempt    uint64
+	// Runs, on EventTaken, counts the turn's takes the claims recorded,
+	// this one included (2 or more: the turn runs again, after a take
+	// that never committed).
+	Runs uint64
 	// Took is, after a commit, the time from the turn's publication (the
 	// stream's timestamp) to its commit.
 	Took time.Duration
@@ -117,6 +121,13 @@ type Box struct {
 	queues   []chan item
 
 	probeOK atomic.Int64 // unix ns of the cluster's last answer (probe)
+	// engineNow is the newest timestamp of the turns stream this box has
+	// seen (unix ns: a delivered turn's, the stream's latest at a probe):
+	// the engine's clock, by which turns are aged (Turn.TimeoutMs).
+	engineNow atomic.Int64
+	// steppedBack: the last membership round found the cluster not
+	// answering (b.mu).
+	steppedBack bool
 }
 
 // item is one entry of a partition's worker queue: a delivered turn, or
@@ -174,6 +185,11 @@ func (b *Box) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fleet box %s: the turns group: %w", b.opts.Name, err)
 	}
+	// The engine's clock before the first delivery: a turn that waited out
+	// its TimeoutMs while no box ran is aged right at once.
+	if s, err := b.f.js.Stream(ctx, TurnsStream); err == nil {
+		b.sawEngineTime(s.CachedInfo().State.LastTime)
+	}
 	n := b.f.layout.Partitions
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -203,6 +219,9 @@ func (b *Box) Start(ctx context.Context) error {
 	b.probeOK.Store(b.opts.Now().UnixNano())
 	b.workers.Add(1)
 	go b.membership()
+	// What a crash leaves in the workspace store is swept by every box
+	// (workspacegc.go; docs/fleet.md, *Workspaces*).
+	go b.f.sweeper(b.ctx, DefaultSweepInterval, DefaultSweepAge, b.log)
 	// A connection that closes for good (not a reconnect) leaves the
 	// partitions: a box without a connection is dead anyway.
 	closed := b.f.nc.StatusChanged(nats.CLOSED)
@@ -319,6 +338,7 @@ func (b *Box) handle(m jetstream.Msg) {
 		return
 	}
 	seq := meta.Sequence.Stream
+	b.sawEngineTime(meta.Timestamp)
 	var t Turn
 	if len(m.Data()) > MaxTurnBytes || json.Unmarshal(m.Data(), &t) != nil || t.Validate() != nil {
 		// Only a box or a fleet client with publish rights wrote this: the
@@ -373,6 +393,15 @@ func (b *Box) handle(m jetstream.Msg) {
 		b.emit(ev)
 		return
 	}
+	if errors.Is(err, ErrInvalid) && modeErr == nil {
+		// The state is there but does not decode (only a box, or a version
+		// of the family, wrote it): no redelivery can read it, so the turn
+		// is answered as failed at once, not retried, and the operator
+		// repairs the channel (docs/fleet.md, *Repairing a channel*).
+		log.Error("fleet channel state does not decode: turn answered as failed; repair the channel: sandbox-host fleet channel show|reset", "channel", t.Channel, "err", err)
+		b.giveUp(m, ev, t, log)
+		return
+	}
 	if err != nil {
 		log.Warn("fleet channel state unreadable: turn returned", "err", err)
 		b.returnTurn(m, ev, t, log, true)
@@ -396,16 +425,22 @@ func (b *Box) handle(m jetstream.Msg) {
 	// The claim: every take writes the channel, so a box that took the
 	// turn before us (and may still be running it) can no longer commit.
 	claim := st
+	claim.ClaimRuns = 1
+	if st.ClaimTurn == t.ID && st.ClaimSeq == seq {
+		// Taken before and never committed: this run is at least the
+		// second (counted: the audit, sandbox_fleet_double_runs_total).
+		claim.ClaimRuns = max(st.ClaimRuns, 1) + 1
+	}
 	claim.Channel, claim.Owner, claim.ClaimTurn, claim.ClaimSeq = t.Channel, b.opts.Name, t.ID, seq
 	claimRev, err := b.f.putState(ctx, key, claim, rev)
 	if err != nil {
 		b.refusedOrReturned(m, ev, t, err, log, "claim")
 		return
 	}
-	ev.Kind = EventTaken
+	ev.Kind, ev.Runs = EventTaken, claim.ClaimRuns
 	b.emit(ev)
 
-	out, runErr := b.execute(m, t, seq, st, mode, claimRev, meta.NumDelivered)
+	out, runErr := b.execute(m, t, seq, meta.Timestamp, st, mode, claimRev, meta.NumDelivered)
 	if errors.Is(runErr, errWorkspaceUnread) {
 		// The cluster's failure, not the turn's: returned, not failed.
 		log.Warn("fleet committed workspace unreadable: turn returned", "err", runErr)
@@ -418,10 +453,10 @@ func (b *Box) handle(m jetstream.Msg) {
 	}
 	ctx, cancel = context.WithTimeout(b.ctx, opTimeout)
 	defer cancel()
-	reply := Reply{TurnID: t.ID, OK: out.OK, Text: out.Text, Box: b.opts.Name, Generation: st.Generation + 1, Seq: seq}
+	reply := Reply{TurnID: t.ID, OK: out.OK, Text: out.Text, Box: b.opts.Name, Generation: st.Generation + 1, Seq: seq, Runs: claim.ClaimRuns}
 	if runErr != nil {
 		log.Warn("fleet turn failed: committed as failed", "err", runErr)
-		reply = Reply{TurnID: t.ID, Error: errorKind(runErr), Box: b.opts.Name, Generation: st.Generation + 1, Seq: seq}
+		reply = Reply{TurnID: t.ID, Error: errorKind(runErr), Box: b.opts.Name, Generation: st.Generation + 1, Seq: seq, Runs: claim.ClaimRuns}
 		out.Workspace = nil
 	}
 	next := ChannelState{Channel: t.Channel, Generation: st.Generation + 1, Workspace: st.Workspace, LastTurn: t.ID, LastSeq: seq, LastReply: &reply}
@@ -452,7 +487,7 @@ func (b *Box) handle(m jetstream.Msg) {
 		if fenced(err) && next.Workspace != st.Workspace {
 			// Refused: the upload is ours alone and nobody refers to it. On
 			// any other error the commit may have landed: keep it.
-			_ = b.f.objects.Delete(ctx, next.Workspace)
+			_ = b.f.deleteWorkspace(ctx, next.Workspace)
 		}
 		b.refusedOrReturned(m, ev, t, err, log, "commit")
 		return
@@ -466,23 +501,36 @@ func (b *Box) handle(m jetstream.Msg) {
 	b.ack(ctx, m, log)
 	if st.Workspace != "" && next.Workspace != st.Workspace {
 		// Superseded; after the ack, so the answer does not wait for it.
-		_ = b.f.objects.Delete(ctx, st.Workspace)
+		_ = b.f.deleteWorkspace(ctx, st.Workspace)
 	}
 	ev.Kind, ev.Generation, ev.Took = EventCommitted, next.Generation, b.opts.Now().Sub(meta.Timestamp)
 	b.emit(ev)
 }
 
 // execute runs the turn while heartbeating it, until the executor returns.
-func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, st ChannelState, mode ChannelMode, claimRev, attempt uint64) (Output, error) {
-	deadline := time.UnixMilli(t.DeadlineUnixMs)
-	if !b.opts.Now().Before(deadline) {
-		return Output{}, &TurnError{Kind: ErrorDeadline, Err: errors.New("deadline passed before the turn was taken")}
+func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, published time.Time, st ChannelState, mode ChannelMode, claimRev, attempt uint64) (Output, error) {
+	late := &TurnError{Kind: ErrorDeadline, Err: errors.New("deadline passed before the turn was taken")}
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if t.TimeoutMs > 0 {
+		// Aged on the engine's clock, run on this box's monotonic one: no
+		// two boxes' wall clocks are compared.
+		left := time.Duration(t.TimeoutMs)*time.Millisecond - max(0, b.engineTime().Sub(published))
+		if left <= 0 {
+			return Output{}, late
+		}
+		ctx, cancel = context.WithTimeout(b.ctx, left)
+	} else {
+		deadline := time.UnixMilli(t.DeadlineUnixMs)
+		if !b.opts.Now().Before(deadline) {
+			return Output{}, late
+		}
+		ctx, cancel = context.WithDeadline(b.ctx, deadline)
 	}
+	defer cancel()
 	if attempt > b.opts.MaxAttempts {
 		return Output{}, fmt.Errorf("delivered %d times, the limit is %d", attempt, b.opts.MaxAttempts)
 	}
-	ctx, cancel := context.WithDeadline(b.ctx, deadline)
-	defer cancel()
 	var unread error
 	in := Input{Turn: t, Seq: seq, Generation: st.Generation, Attempt: attempt, Mode: mode,
 		Snapshot: st.Workspace, NextSnapshot: workspaceName(t.Channel, st.Generation+1, claimRev),
@@ -505,6 +553,22 @@ func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, st ChannelState, mode
 	}
 	return out, err
 }
+
+// sawEngineTime advances the engine's clock as this box knows it.
+func (b *Box) sawEngineTime(ts time.Time) {
+	if ts.IsZero() {
+		return
+	}
+	n := ts.UnixNano()
+	for {
+		cur := b.engineNow.Load()
+		if n <= cur || b.engineNow.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+func (b *Box) engineTime() time.Time { return time.Unix(0, b.engineNow.Load()) }
 
 // restoreTimeout bounds reading a committed workspace (at most
 // MaxWorkspaceBytes).

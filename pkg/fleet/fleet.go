@@ -22,6 +22,9 @@ type Fleet struct {
 	replies  jetstream.KeyValue
 	channels jetstream.KeyValue
 	objects  jetstream.ObjectStore
+	// objStream is objects' stream: purging delete markers and sweeping
+	// (workspacegc.go).
+	objStream jetstream.Stream
 	// jobResults and jobControl are the jobs' buckets (Jobs, pkg/fleetjobs).
 	jobResults, jobControl jetstream.KeyValue
 }
@@ -56,6 +59,30 @@ func Bind(ctx context.Context, nc *nats.Conn, partitions int) (*Fleet, error) {
 	return bind(ctx, nc, js, Layout{Partitions: partitions})
 }
 
+// BindFrontend binds what a frontend on no box uses (Ask, Submit,
+// AwaitReply, Reply): the turns group's partition count and the replies
+// bucket, nothing else, so that a frontend's NATS user needs only publish
+// turns and read replies (fleetnats.FrontendPermissions). Any other method
+// of the returned Fleet must not be called.
+func BindFrontend(ctx context.Context, nc *nats.Conn, partitions int) (*Fleet, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pcgroups.GetStaticConsumerGroupConfig(ctx, js, TurnsStream, TurnsGroup)
+	if err != nil {
+		return nil, fmt.Errorf("the fleet's turns group (are the boxes in fleet mode?): %w", err)
+	}
+	if int(cfg.MaxMembers) != partitions {
+		return nil, fmt.Errorf("the fleet has %d partitions, this client was given %d (fleet.partitions): %w", cfg.MaxMembers, partitions, ErrMismatch)
+	}
+	f := &Fleet{nc: nc, js: js, pub: js, layout: Layout{Partitions: partitions}}
+	if f.replies, err = js.KeyValue(ctx, RepliesBucket); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", RepliesBucket, err)
+	}
+	return f, nil
+}
+
 func bind(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, l Layout) (*Fleet, error) {
 	f := &Fleet{nc: nc, js: js, pub: js, layout: l}
 	var err error
@@ -66,6 +93,9 @@ func bind(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, l Layout) 
 		return nil, fmt.Errorf("bucket %s: %w", ChannelsBucket, err)
 	}
 	if f.objects, err = js.ObjectStore(ctx, WorkspaceBucket); err != nil {
+		return nil, fmt.Errorf("object store %s: %w", WorkspaceBucket, err)
+	}
+	if f.objStream, err = js.Stream(ctx, workspaceStream); err != nil {
 		return nil, fmt.Errorf("object store %s: %w", WorkspaceBucket, err)
 	}
 	if f.jobResults, err = js.KeyValue(ctx, JobResultsBucket); err != nil {
@@ -98,6 +128,14 @@ type Submitted struct {
 func (f *Fleet) Submit(ctx context.Context, t Turn) (Submitted, error) {
 	if err := t.Validate(); err != nil {
 		return Submitted{}, err
+	}
+	if t.TimeoutMs == 0 {
+		// The deadline as a duration, on this publisher's own clock.
+		left := time.Until(time.UnixMilli(t.DeadlineUnixMs))
+		if left < time.Millisecond {
+			return Submitted{}, fmt.Errorf("turn %s: its deadline passed before it was published: %w", t.ID, ErrInvalid)
+		}
+		t.TimeoutMs = left.Milliseconds()
 	}
 	data, err := encodeJSON(t)
 	if err != nil {
@@ -388,3 +426,41 @@ func (f *Fleet) Workspace(ctx context.Context, name string) ([]byte, error) {
 
 // deadline of a call that needs the cluster but carries no caller ctx.
 const opTimeout = 10 * time.Second
+
+// Reach asks the cluster what a turn needs of it, at once: the meta
+// leader (the account's JetStream), and the leaders of the channels bucket
+// (claims and commits) and of the workspace store (snapshots). Each answer
+// comes from that stream's leader, so a server cut from a leader (still
+// routed to the others) fails here, not only in a turn.
+//
+// It also reads the turns stream's leader (publishes, pulls and acks need
+// it) and returns the stream's latest timestamp: the engine's clock, by
+// which a box ages a turn (Turn.TimeoutMs).
+func (f *Fleet) Reach(ctx context.Context) (time.Time, error) {
+	errs := make(chan error, 4)
+	var latest time.Time
+	go func() {
+		_, err := f.js.AccountInfo(ctx)
+		errs <- err
+	}()
+	go func() {
+		s, err := f.js.Stream(ctx, TurnsStream)
+		if err == nil {
+			latest = s.CachedInfo().State.LastTime
+		}
+		errs <- err
+	}()
+	go func() {
+		_, err := f.channels.Status(ctx)
+		errs <- err
+	}()
+	go func() {
+		_, err := f.objects.Status(ctx)
+		errs <- err
+	}()
+	var all []error
+	for range 4 {
+		all = append(all, <-errs)
+	}
+	return latest, errors.Join(all...)
+}

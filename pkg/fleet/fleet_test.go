@@ -618,27 +618,64 @@ func TestPeersShareThePartitions(t *testing.T) {
 	}
 }
 
-// TestLateTurnAnsweredDeadlineWithoutRunning: a turn whose deadline passed
-// before a box took it commits a "deadline" reply and never runs.
+// TestLateTurnAnsweredDeadlineWithoutRunning: a turn whose time ran out,
+// on the engine's clock, before a box took it (it waited in the stream
+// longer than its TimeoutMs) commits a "deadline" reply and never runs; a
+// turn whose deadline passed before it was published is refused.
 func TestLateTurnAnsweredDeadlineWithoutRunning(t *testing.T) {
 	r := newRig(t, 1, 1)
-	ran := make(chan string, 1)
+	client, nc := r.fleet("client")
+	ctx := r.ctx()
+	past := newTurn("chan-late", "x")
+	past.DeadlineUnixMs = time.Now().Add(-time.Second).UnixMilli()
+	if _, err := client.Submit(ctx, past); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("submitting a turn past its deadline: %v, want ErrInvalid", err)
+	}
+	tn := newTurn("chan-late", "x")
+	tn.TimeoutMs = 1
+	sub, err := client.Submit(ctx, tn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(ctx, TurnsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stamp := func(seq uint64) time.Time {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Time
+	}
+	// Later turns until the stream's clock is past the late turn's time.
+	published := stamp(sub.Seq)
+	for {
+		later, err := client.Submit(ctx, newTurn("chan-other", "y"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stamp(later.Seq).Sub(published) > time.Millisecond {
+			break
+		}
+	}
+	var mu sync.Mutex
+	var ran []string
 	r.box("a", ExecutorFunc(func(ctx context.Context, in Input) (Output, error) {
-		ran <- in.Turn.ID
+		mu.Lock()
+		ran = append(ran, in.Turn.ID)
+		mu.Unlock()
 		return Output{OK: true}, nil
 	}))
-	client, _ := r.fleet("client")
-	ctx := r.ctx()
-	tn := newTurn("chan-late", "x")
-	tn.DeadlineUnixMs = time.Now().Add(-time.Second).UnixMilli()
-	rep, _, err := client.Ask(ctx, tn)
+	rep, err := client.AwaitReply(ctx, tn.ID)
 	if err != nil || rep.Error != ErrorDeadline || rep.OK {
 		t.Fatalf("late turn: reply %+v, %v; want a %q reply", rep, err, ErrorDeadline)
 	}
-	select {
-	case id := <-ran:
-		t.Fatalf("the executor ran the late turn %s", id)
-	default:
+	mu.Lock()
+	defer mu.Unlock()
+	if slices.Contains(ran, tn.ID) {
+		t.Fatalf("the executor ran the late turn %s", tn.ID)
 	}
 }
 

@@ -60,13 +60,19 @@ type announcement struct {
 	// Parts are the home partitions the box is pulling, its cluster
 	// answering.
 	Parts []int `json:"parts"`
+	// Healthy: the box's probe reaches what turns need (Fleet.Reach). A
+	// box that cannot steps back only while another box is healthy: when
+	// none is (an election of a leader every box needs), stepping back
+	// would only add a hand-over to the wait.
+	Healthy bool `json:"healthy,omitempty"`
 }
 
 // peerState is what a box knows of another box from its announcements.
 type peerState struct {
-	inc   string
-	last  time.Time
-	since map[int]time.Time // partition -> announced continuously since
+	inc     string
+	last    time.Time
+	healthy bool              // its last announcement said so
+	since   map[int]time.Time // partition -> announced continuously since
 }
 
 // presence is a box's view of the other boxes.
@@ -84,7 +90,7 @@ func (pr *presence) observe(a announcement, now time.Time, partitions int) {
 		ps = &peerState{inc: a.Inc, since: map[int]time.Time{}}
 		pr.peers[a.Box] = ps
 	}
-	ps.last = now
+	ps.last, ps.healthy = now, a.Healthy
 	announced := map[int]bool{}
 	for _, p := range a.Parts {
 		if p < 0 || p >= partitions {
@@ -100,6 +106,19 @@ func (pr *presence) observe(a announcement, now time.Time, partitions int) {
 			delete(ps.since, p)
 		}
 	}
+}
+
+// anyHealthy: another box, heard within the presence timeout, announced
+// itself healthy.
+func (pr *presence) anyHealthy(now time.Time) bool {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	for _, ps := range pr.peers {
+		if ps.healthy && now.Sub(ps.last) <= pr.timeout {
+			return true
+		}
+	}
+	return false
 }
 
 // announcedFor is how long box has announced partition p without a gap
@@ -359,18 +378,27 @@ func (b *Box) membership() {
 	}
 }
 
-// probe asks the cluster's meta leader for this account's JetStream
-// usage every presence interval: a box announces its partitions only
-// while its cluster answers it.
+// probe asks, every presence interval, what a turn needs of the cluster
+// (Fleet.Reach): the meta leader, and the leaders of the channels bucket
+// and the workspace store. A box announces its partitions, and pulls
+// them, only while its cluster answers it: one that cannot reach those
+// leaders (a partial cut: its server still routes to the meta leader but
+// not to theirs) steps back within presenceTimeout + 2 x presenceInterval
+// (5/3 of the ack wait: 8.3 s by default) instead of failing each turn on
+// its timeouts, as long as another box announces itself healthy
+// (docs/fleet.md, *Failure model*).
 func (b *Box) probe() {
 	t := time.NewTicker(b.presenceInterval())
 	defer t.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(b.ctx, b.presenceTimeout())
-		_, err := b.f.js.AccountInfo(ctx)
+		latest, err := b.f.Reach(ctx)
 		cancel()
+		b.sawEngineTime(latest)
 		if err == nil {
 			b.probeOK.Store(b.opts.Now().UnixNano())
+		} else {
+			b.log.Debug("fleet probe: the cluster does not answer this box", "err", err)
 		}
 		select {
 		case <-t.C:
@@ -396,6 +424,18 @@ func (b *Box) reconcile() {
 		return
 	}
 	standby := now.Sub(b.started) >= b.opts.StandbyDelay
+	healthy := b.healthy(now)
+	// Step back only for a box that can take over: when no other box
+	// reaches the leaders either, every box waits for them where it is.
+	stepBack := !healthy && b.view.anyHealthy(now)
+	if stepBack != b.steppedBack {
+		b.steppedBack = stepBack
+		if stepBack {
+			b.log.Warn("fleet box cannot reach the leaders its turns need (the meta leader, the channels bucket's, the workspace store's) while another box can: stepping back from every partition", "bound_ms", (b.presenceTimeout() + 2*b.presenceInterval()).Milliseconds())
+		} else {
+			b.log.Info("fleet box takes its partitions up again (it reaches the leaders its turns need, or no other box does)")
+		}
+	}
 	var announce []int
 	// One failed creation per round: the cluster is likely away, and
 	// each attempt holds the round for up to its timeout.
@@ -408,7 +448,7 @@ func (b *Box) reconcile() {
 			b.log.Warn("fleet box stepping back from a partition: its turns keep failing on the cluster", "partition", m.p, "for_ms", b.opts.StandbyDelay.Milliseconds())
 		}
 		home := b.home(m.p)
-		want := !now.Before(m.backOffUntil) && (home || (standby && b.standBy(m, now)))
+		want := !stepBack && !now.Before(m.backOffUntil) && (home || (standby && b.standBy(m, now)))
 		if !want {
 			// Handing over: a partition whose home box stands by, or one
 			// this box steps back from.
@@ -450,11 +490,11 @@ func (b *Box) reconcile() {
 			announce = append(announce, m.p)
 		}
 	}
-	if !b.healthy(now) || !b.f.nc.IsConnected() {
+	if !healthy || !b.f.nc.IsConnected() {
 		announce = nil
 	}
 	if len(b.peers) > 0 {
-		data, _ := json.Marshal(announcement{Box: b.opts.Name, Inc: b.inc, Parts: announce})
+		data, _ := json.Marshal(announcement{Box: b.opts.Name, Inc: b.inc, Parts: announce, Healthy: healthy && b.f.nc.IsConnected()})
 		_ = b.f.nc.Publish(presenceSubject, data)
 	}
 }

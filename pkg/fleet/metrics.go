@@ -14,6 +14,7 @@ type Metrics struct {
 	events     *prometheus.CounterVec
 	commit     prometheus.Histogram
 	restores   *prometheus.CounterVec
+	doubleRuns prometheus.Counter
 
 	mu    sync.Mutex
 	owned map[int]bool
@@ -35,6 +36,9 @@ func NewMetrics(reg prometheus.Registerer, partitions int) *Metrics {
 		restores: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_fleet_workspace_restores_total", Help: "Channel workspaces restored from the fleet's snapshot before a turn (another box committed since this one), by result.",
 		}, []string{"result"}),
+		doubleRuns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandbox_fleet_double_runs_total", Help: "Turns this box took that a box had taken before without committing them (a paused, cut-off or dead owner): each runs the turn again (execution is at least once).",
+		}),
 	}
 	owned := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sandbox_fleet_partitions_owned", Help: "Partitions whose latest turn on this box was taken, committed or answered here and not refused by the fence since (a partition whose pin moved while idle counts until its next turn).",
@@ -42,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer, partitions int) *Metrics {
 	for _, k := range []EventKind{EventTaken, EventCommitted, EventRefused, EventReturned, EventAnswered, EventGivenUp} {
 		m.events.WithLabelValues(string(k))
 	}
-	reg.MustRegister(m.published, m.events, m.commit, m.restores, owned)
+	reg.MustRegister(m.published, m.events, m.commit, m.restores, m.doubleRuns, owned)
 	return m
 }
 
@@ -60,6 +64,9 @@ func (m *Metrics) Event(e Event) {
 	m.mu.Unlock()
 	if e.Kind == EventCommitted {
 		m.commit.Observe(e.Took.Seconds())
+	}
+	if e.Kind == EventTaken && e.Runs > 1 {
+		m.doubleRuns.Inc()
 	}
 }
 

@@ -80,9 +80,17 @@ type Turn struct {
 	Text    string  `json:"text"`
 	// From is the box that admitted it ("" for a fleet client).
 	From string `json:"from,omitempty"`
-	// DeadlineUnixMs: a turn not taken by then is answered "deadline"
-	// without running.
+	// DeadlineUnixMs is the turn's deadline on its publisher's clock; a box
+	// never compares it with its own clock (clocks of boxes differ).
 	DeadlineUnixMs int64 `json:"deadlineUnixMs"`
+	// TimeoutMs is how long the turn has from its publication (Submit
+	// sets it from DeadlineUnixMs on the publisher's own clock). The box
+	// that takes it ages it on the engine's clock (the turns stream's
+	// timestamps, all stamped by its leader), answers "deadline" without
+	// running once it is used up, and bounds the run by what is left on
+	// its own monotonic clock (docs/fleet.md, *Failure model*). 0: a turn
+	// of a version before it, judged by DeadlineUnixMs.
+	TimeoutMs int64 `json:"timeoutMs,omitempty"`
 }
 
 // Validate checks a turn against its bounds.
@@ -106,6 +114,9 @@ func (t Turn) Validate() error {
 	}
 	if t.DeadlineUnixMs <= 0 {
 		return fmt.Errorf("turn deadlineUnixMs is required: %w", ErrInvalid)
+	}
+	if t.TimeoutMs < 0 {
+		return fmt.Errorf("turn timeoutMs must not be negative: %w", ErrInvalid)
 	}
 	return nil
 }
@@ -133,12 +144,17 @@ type Reply struct {
 	Box        string `json:"box"`
 	Generation uint64 `json:"generation"`
 	Seq        uint64 `json:"seq"`
+	// Runs is how many boxes' takes of the turn the claims recorded
+	// before this commit (1: it ran once; more: a paused or cut-off owner
+	// ran it too, docs/fleet.md, *Failure model*). 0 from a version that
+	// did not count.
+	Runs uint64 `json:"runs,omitempty"`
 }
 
 // failed is the reply that ends turn r's turn without a text (the
 // generic ErrorFailed), committed by the same box at the same place.
 func (r Reply) failed() Reply {
-	return Reply{TurnID: r.TurnID, Error: ErrorFailed, Box: r.Box, Generation: r.Generation, Seq: r.Seq}
+	return Reply{TurnID: r.TurnID, Error: ErrorFailed, Box: r.Box, Generation: r.Generation, Seq: r.Seq, Runs: r.Runs}
 }
 
 func (r Reply) validate() error {
@@ -168,6 +184,9 @@ type ChannelState struct {
 	Owner     string `json:"owner,omitempty"`
 	ClaimTurn string `json:"claimTurn,omitempty"`
 	ClaimSeq  uint64 `json:"claimSeq,omitempty"`
+	// ClaimRuns counts the takes of ClaimTurn: a take finding the claim
+	// already on its turn (another take that never committed) adds one.
+	ClaimRuns uint64 `json:"claimRuns,omitempty"`
 }
 
 func decodeState(data []byte) (ChannelState, error) {

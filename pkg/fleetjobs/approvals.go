@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
@@ -37,6 +39,20 @@ type Approval struct {
 
 func approvalKey(kind, id string) string { return "approval." + jobKey(kind, id) }
 
+// ErrAdmitterAway: the box that admitted the job is not there to apply a
+// decision (dead, cut off, its host restarting), so none is recorded: a
+// decision nobody applies would answer 200 and leave the run waiting.
+var ErrAdmitterAway = errors.New("the box that admitted the run is not reachable to apply the decision; try again once it is back")
+
+// approvalWaitSubject is where the admitting box answers, for as long as
+// it waits for the job's decision (from AskApproval to ForgetApproval, on
+// its own connection: gone with it). Not a stream's subject: nothing
+// stores it.
+func approvalWaitSubject(kind, id string) string { return "sandbox.approvals." + jobKey(kind, id) }
+
+// admitterTimeout bounds Decide's question to the admitting box.
+const admitterTimeout = 2 * time.Second
+
 // AskApproval records the job as awaiting an approval, with what the
 // approver is shown.
 func (q *Queue) AskApproval(ctx context.Context, kind, id string, what []byte) error {
@@ -50,8 +66,35 @@ func (q *Queue) AskApproval(ctx context.Context, kind, id string, what []byte) e
 	if len(b) > fleet.MaxJobControlBytes {
 		return fmt.Errorf("approval record is %d bytes, the limit is %d: %w", len(b), fleet.MaxJobControlBytes, fleet.ErrInvalid)
 	}
+	// The responder first: once the record is there, a decider finds this
+	// box waiting.
+	sub, err := q.js.Conn().Subscribe(approvalWaitSubject(kind, id), func(m *nats.Msg) { _ = m.Respond([]byte("waiting")) })
+	if err != nil {
+		return fmt.Errorf("approval responder: %w", err)
+	}
 	if _, err := q.control.Create(ctx, approvalKey(kind, id), b); err != nil {
+		_ = sub.Unsubscribe()
 		return fmt.Errorf("approval into %s: %w", fleet.JobControlBucket, err)
+	}
+	q.mu.Lock()
+	if q.waiting == nil {
+		q.waiting = map[string]*nats.Subscription{}
+	}
+	if old := q.waiting[jobKey(kind, id)]; old != nil {
+		_ = old.Unsubscribe()
+	}
+	q.waiting[jobKey(kind, id)] = sub
+	q.mu.Unlock()
+	return nil
+}
+
+// admitterThere asks the admitting box whether it still waits for the
+// job's decision.
+func (q *Queue) admitterThere(ctx context.Context, kind, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, admitterTimeout)
+	defer cancel()
+	if _, err := q.js.Conn().RequestWithContext(ctx, approvalWaitSubject(kind, id), nil); err != nil {
+		return fmt.Errorf("%w (%v)", ErrAdmitterAway, err)
 	}
 	return nil
 }
@@ -85,7 +128,8 @@ func decodeApproval(b []byte) (Approval, error) {
 
 // Decide approves or denies a pending job as uid on box: exactly one
 // decision lands (compare-and-swap on the pending record); any later one,
-// from any box, is ErrNotPending. It returns the decided record.
+// from any box, is ErrNotPending. While the admitting box does not answer
+// that it waits (approvalWaitSubject), none is recorded: ErrAdmitterAway. It returns the decided record.
 func (q *Queue) Decide(ctx context.Context, kind, id string, approve bool, uid int, box string) (Approval, error) {
 	a, rev, err := q.PendingApproval(ctx, kind, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -96,6 +140,9 @@ func (q *Queue) Decide(ctx context.Context, kind, id string, approve bool, uid i
 	}
 	if a.State != ApprovalPending {
 		return Approval{}, ErrNotPending
+	}
+	if err := q.admitterThere(ctx, kind, id); err != nil {
+		return Approval{}, err
 	}
 	a.State, a.By, a.Box = ApprovalDenied, uid, box
 	if approve {
@@ -152,6 +199,12 @@ func (q *Queue) ForgetApproval(ctx context.Context, kind, id string) error {
 	if err := checkJob(kind, id); err != nil {
 		return err
 	}
+	q.mu.Lock()
+	if sub := q.waiting[jobKey(kind, id)]; sub != nil {
+		_ = sub.Unsubscribe()
+		delete(q.waiting, jobKey(kind, id))
+	}
+	q.mu.Unlock()
 	if err := q.control.Delete(ctx, approvalKey(kind, id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("forget approval: %w", err)
 	}

@@ -77,6 +77,11 @@ type Job struct {
 	q       *Queue
 	msg     jetstream.Msg
 	settled atomic.Bool // Finish acknowledged it or Retry handed it back
+	// claimRev is the revision of this delivery's claim in the results
+	// bucket (claimJob; 0: none, the job already had a result): its result
+	// lands only at that revision, so an attempt another delivery took
+	// over since (a paused box's) cannot write it.
+	claimRev uint64
 }
 
 // JobFrame is one message of a job's event stream: an event of the kind
@@ -98,6 +103,48 @@ type JobResult struct {
 	// box it landed on, or none could run it); Data is then empty.
 	GaveUp bool            `json:"gaveUp,omitempty"`
 	Data   json.RawMessage `json:"data,omitempty"`
+	// Claim marks no result but the claim of the delivery under way
+	// (claimJob): the job's result is written over it, at its revision.
+	Claim bool `json:"claim,omitempty"`
+}
+
+// claimJob records this delivery as the job's current attempt in the
+// results bucket, by compare-and-swap over any earlier attempt's claim, so
+// that an earlier attempt still running (its box paused past the ack wait)
+// can no longer write the result (docs/fleet.md: one attempt's output with
+// that attempt's result). A result already there is left alone (claimRev
+// stays 0: the worker finishes from it).
+func (q *Queue) claimJob(ctx context.Context, j *Job) error {
+	key := jobKey(j.Kind, j.ID)
+	b, err := json.Marshal(JobResult{Attempt: j.Attempt, Box: j.box, Claim: true})
+	if err != nil {
+		return err
+	}
+	for try := 0; ; try++ {
+		var rev uint64
+		e, err := q.results.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			rev, err = q.results.Create(ctx, key, b)
+		case err != nil:
+		default:
+			if r, derr := decodeJobResult(e.Value()); derr == nil && !r.Claim {
+				return nil // finished already
+			}
+			rev, err = q.results.Update(ctx, key, b, e.Revision())
+		}
+		if err == nil {
+			j.claimRev = rev
+			return nil
+		}
+		if !casRefused(err) || try == 2 {
+			return fmt.Errorf("job claim into %s: %w", fleet.JobResultsBucket, err)
+		}
+	}
+}
+
+func casRefused(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
 
 // Publish sends one event frame for the admitting box, in order after the
@@ -140,10 +187,24 @@ func (q *Queue) finishJob(ctx context.Context, j *Job, res JobResult) error {
 	if len(b) > fleet.MaxJobResultBytes {
 		return fmt.Errorf("job result is %d bytes, the limit is %d: %w", len(b), fleet.MaxJobResultBytes, fleet.ErrInvalid)
 	}
-	_, err = q.results.Create(ctx, jobKey(j.Kind, j.ID), b)
-	taken := errors.Is(err, jetstream.ErrKeyExists)
+	if j.claimRev == 0 {
+		_, err = q.results.Create(ctx, jobKey(j.Kind, j.ID), b)
+	} else {
+		_, err = q.results.Update(ctx, jobKey(j.Kind, j.ID), b, j.claimRev)
+	}
+	taken := casRefused(err)
 	if err != nil && !taken {
 		return fmt.Errorf("job result into %s: %w", fleet.JobResultsBucket, err)
+	}
+	if taken {
+		// Another delivery claimed the job since, or wrote its result.
+		// Only over a result are the done frame and the ack ours to
+		// repeat; under a newer attempt's claim they are its own (an ack
+		// here would drop the job should that attempt's box die).
+		if _, err := q.JobResultOf(ctx, j.Kind, j.ID); err != nil {
+			j.settled.Store(true)
+			return ErrResultTaken
+		}
 	}
 	if err := q.publishFrame(ctx, j.Kind, j.ID, JobFrame{Attempt: j.Attempt, Box: j.box, Done: true}); err != nil {
 		return err
@@ -211,13 +272,18 @@ func (q *Queue) CancelJob(ctx context.Context, kind, id string) error {
 	return nil
 }
 
-// JobResultOf returns the job's result, or jetstream.ErrKeyNotFound.
+// JobResultOf returns the job's result, or jetstream.ErrKeyNotFound (also
+// while only an attempt's claim is there).
 func (q *Queue) JobResultOf(ctx context.Context, kind, id string) (JobResult, error) {
 	e, err := q.results.Get(ctx, jobKey(kind, id))
 	if err != nil {
 		return JobResult{}, err
 	}
-	return decodeJobResult(e.Value())
+	r, err := decodeJobResult(e.Value())
+	if err == nil && r.Claim {
+		return JobResult{}, jetstream.ErrKeyNotFound
+	}
+	return r, err
 }
 
 func decodeJobResult(b []byte) (JobResult, error) {
@@ -276,6 +342,11 @@ func (q *Queue) FollowJob(ctx context.Context, kind, id string, onFrame func(Job
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 			res, err := q.JobResultOf(rctx, kind, id)
 			cancel()
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				// A done frame without a result (a version before the
+				// claims, a stale attempt): the job's own comes later.
+				continue
+			}
 			if err != nil {
 				return JobResult{}, fmt.Errorf("job %s result: %w", id, err)
 			}
@@ -365,6 +436,14 @@ func (q *Queue) nextJob(ctx context.Context, c jetstream.Consumer, kind, box str
 			// dropped, not retried forever.
 			_ = msg.Term()
 			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, opTimeout)
+		err = q.claimJob(cctx, j)
+		cancel()
+		if err != nil {
+			// The cluster failed the claim: the job comes again.
+			_ = msg.Nak()
+			return nil, err
 		}
 		return j, nil
 	}

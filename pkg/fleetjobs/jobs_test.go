@@ -551,3 +551,70 @@ func TestJobWithAnotherKindsIDDropped(t *testing.T) {
 		t.Errorf("NextJob handed out job %q, want good (the forged one dropped)", j.ID)
 	}
 }
+
+// TestApprovalRefusedWhileAdmitterAway: the box that admitted a run and
+// waits for its approval dies; a decision on another box is refused with
+// ErrAdmitterAway (nobody would apply it) and the approval stays pending.
+func TestApprovalRefusedWhileAdmitterAway(t *testing.T) {
+	r := newRig(t, 1, 1)
+	a, nca := r.fleet("a")
+	b, _ := r.fleet("b")
+	ctx := r.ctx()
+	if err := a.AskApproval(ctx, JobRun, "gone1", []byte(`{"id":"gone1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	nca.Close() // the admitting box dies
+	if _, err := b.Decide(ctx, JobRun, "gone1", true, 1000, "b"); !errors.Is(err, ErrAdmitterAway) {
+		t.Fatalf("decide while the admitting box is away: %v, want ErrAdmitterAway", err)
+	}
+	got, _, err := b.PendingApproval(ctx, JobRun, "gone1")
+	if err != nil || got.State != ApprovalPending {
+		t.Fatalf("approval after the refusal = %+v, %v; want still pending", got, err)
+	}
+}
+
+// TestStaleAttemptFenced: the first taker stalls (a paused box) past the
+// ack wait and the job is delivered again; the stalled attempt's result,
+// written first, is refused (the retry claimed the job since), and the
+// retry's is the job's: the run shows one attempt's output with that
+// attempt's result. The stale attempt publishes no done frame.
+func TestStaleAttemptFenced(t *testing.T) {
+	r := newRig(t, 1, 1)
+	a, _ := r.fleet("a")
+	b, _ := r.fleet("b")
+	ctx := r.ctx()
+	if _, err := a.SubmitJob(ctx, JobRun, "stale", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	ja, err := a.NextJob(ctx, JobRun, "a", testAckWait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jb, err := b.NextJob(ctx, JobRun, "b", testAckWait) // after a's ack wait
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ja.Publish(ctx, []byte(`"a's late output"`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ja.Finish(ctx, []byte(`"a"`)); !errors.Is(err, ErrResultTaken) {
+		t.Fatalf("the stale attempt's result: %v, want ErrResultTaken", err)
+	}
+	if _, err := a.JobResultOf(ctx, JobRun, "stale"); err == nil {
+		t.Fatal("the stale attempt's result was stored")
+	}
+	if err := jb.Publish(ctx, []byte(`"b's output"`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := jb.Finish(ctx, []byte(`"b"`)); err != nil {
+		t.Fatal(err)
+	}
+	var frames []JobFrame
+	res, err := a.FollowJob(ctx, JobRun, "stale", func(fr JobFrame) error { frames = append(frames, fr); return nil })
+	if err != nil || res.Box != "b" || res.Attempt != jb.Attempt || string(res.Data) != `"b"` {
+		t.Fatalf("result = %+v, %v; want b's", res, err)
+	}
+	if n := len(frames); n == 0 || frames[n-1].Attempt != res.Attempt {
+		t.Errorf("frames %+v: the last one shown is not the result's attempt's", frames)
+	}
+}

@@ -18,8 +18,10 @@
 package fleetjobs
 
 import (
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
@@ -30,6 +32,11 @@ type Queue struct {
 	js      jetstream.JetStream
 	results jetstream.KeyValue // fleet.JobResultsBucket
 	control jetstream.KeyValue // fleet.JobControlBucket
+
+	mu sync.Mutex
+	// waiting: this box's responders of the approvals it waits for
+	// (approvals.go), by job key.
+	waiting map[string]*nats.Subscription
 }
 
 // New is the queue over the fleet's connection (its JobsHandle); nil for

@@ -101,3 +101,35 @@ func BoxPermissions() Permissions {
 	}
 	return Permissions{Publish: pub, Subscribe: []string{Subjects, "_INBOX.>"}}
 }
+
+// FrontendPermissions is what a frontend on no box (pkg/client's fleet
+// transport, its own nkey in fleet.server.frontends) needs, and nothing
+// more: publish turns (sandbox.turns.*), read the turns group's membership
+// (the partition count it checks), and read and watch replies by turn id;
+// no other family subject (presence, jobs, approvals), no channel state,
+// workspace, job or write of any bucket, no purge or delete (docs/fleet.md,
+// *Security between boxes*). A turn id is 128 random bits: a frontend reads
+// the replies of the ids it knows (a watch's filter is not confined by
+// permissions to one key, so a frontend can list replies: it is trusted
+// with the replies' text, not with anything that changes the fleet).
+func FrontendPermissions() Permissions {
+	groups := "KV_" + BucketConsumerGroups
+	replies := "KV_" + BucketReplies
+	pub := []string{
+		"sandbox.turns.*",
+		"$JS.API.STREAM.INFO." + groups,
+		"$JS.API.STREAM.MSG.GET." + groups,
+		"$JS.API.DIRECT.GET." + groups,
+		"$JS.API.DIRECT.GET." + groups + ".>",
+		"$JS.API.STREAM.INFO." + replies,
+		"$JS.API.STREAM.MSG.GET." + replies,
+		"$JS.API.DIRECT.GET." + replies,
+		"$JS.API.DIRECT.GET." + replies + ".>",
+		"$JS.API.CONSUMER.CREATE." + replies,
+		"$JS.API.CONSUMER.CREATE." + replies + ".>",
+		"$JS.API.CONSUMER.INFO." + replies + ".*",
+		"$JS.API.CONSUMER.DELETE." + replies + ".*",
+		"$JS.FC." + replies + ".>",
+	}
+	return Permissions{Publish: pub, Subscribe: []string{"_INBOX.>"}}
+}

@@ -69,7 +69,7 @@ func ServerConfig(f config.Fleet, files TLSFiles) ([]byte, error) {
 		}
 	}
 	perms := BoxPermissions()
-	users := make([]any, 0, len(f.Server.Boxes))
+	users := make([]any, 0, len(f.Server.Boxes)+len(f.Server.Frontends))
 	for _, b := range f.Server.Boxes {
 		users = append(users, map[string]any{
 			"nkey": b.NKey,
@@ -79,6 +79,17 @@ func ServerConfig(f config.Fleet, files TLSFiles) ([]byte, error) {
 				// Answers to the family's own requests on sandbox.>
 				// (one reply each, within a minute).
 				"allow_responses": map[string]any{"max": 1, "expires": "1m"},
+			},
+		})
+	}
+	// A frontend answers no request: no allow_responses.
+	fe := FrontendPermissions()
+	for _, b := range f.Server.Frontends {
+		users = append(users, map[string]any{
+			"nkey": b.NKey,
+			"permissions": map[string]any{
+				"publish":   map[string]any{"allow": fe.Publish},
+				"subscribe": map[string]any{"allow": fe.Subscribe},
 			},
 		})
 	}

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	pfleet "github.com/roundtable-sandbox/sandbox/pkg/fleet"
 )
 
 // Fault kinds (issue 28).
@@ -20,10 +23,33 @@ const (
 	CutLink    = "cut link"
 	PauseOwner = "paused owner"
 	FullDisk   = "full disk"
+	// PartialCut (issue 38): the busiest box and the box whose server leads
+	// the channels bucket (else the workspace store's, else another) cut
+	// from each other, each still reaching the others; the busiest box's
+	// server keeps the meta leader but may lose the leaders its turns
+	// need (docs/fleet.md, *Failure model*).
+	PartialCut = "partial cut"
 )
 
 // Kinds lists every fault kind, in the order a run cycles through them.
-var Kinds = []string{KillBox, KillServer, CutLink, PauseOwner, FullDisk}
+var Kinds = []string{KillBox, KillServer, CutLink, PauseOwner, FullDisk, PartialCut}
+
+// SelectKinds returns the kinds named in list (comma-separated; empty:
+// every kind), or an error naming an unknown one.
+func SelectKinds(list string) ([]string, error) {
+	if strings.TrimSpace(list) == "" {
+		return Kinds, nil
+	}
+	var out []string
+	for _, k := range strings.Split(list, ",") {
+		k = strings.TrimSpace(k)
+		if !slices.Contains(Kinds, k) {
+			return nil, fmt.Errorf("unknown fault kind %q (kinds: %s)", k, strings.Join(Kinds, ", "))
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
 
 // FaultResult is one fault's outcome.
 type FaultResult struct {
@@ -74,6 +100,18 @@ func (f *Fleet) Fault(ctx context.Context, kind string, peers []int, bound time.
 	affected := f.rec.Owned(name, chans)
 	res.Affected = len(affected)
 	var filler string
+	cutFrom := 0
+	if kind == PartialCut {
+		for _, l := range f.Leaders(ctx, "KV_"+pfleet.ChannelsBucket, "OBJ_"+pfleet.WorkspaceBucket) {
+			if l != 0 && l != box {
+				cutFrom = l
+				break
+			}
+		}
+		if cutFrom == 0 {
+			cutFrom = box%f.o.Servers + 1
+		}
+	}
 	at := time.Now()
 	switch kind {
 	case KillBox:
@@ -93,13 +131,22 @@ func (f *Fleet) Fault(ctx context.Context, kind string, peers []int, bound time.
 		if filler, err = fill(f.StoreDir(box)); err != nil {
 			return res, err
 		}
+	case PartialCut:
+		if err := f.Cut(box, cutFrom, true); err != nil {
+			return res, err
+		}
 	default:
 		return res, fmt.Errorf("unknown fault %q", kind)
 	}
 	f.logf("fault %s on %s at %s: %d channels affected", kind, name, at.Format("15:04:05.000"), len(affected))
 	not := name
-	if kind == FullDisk {
+	if kind == FullDisk || kind == PartialCut {
+		// The box may go on (a full disk elsewhere; a cut that left it
+		// the leaders it needs): the first reply from any box counts.
 		not = ""
+	}
+	if kind == PartialCut {
+		f.logf("partial cut: %s and %s cut from each other", name, BoxName(cutFrom))
 	}
 	wctx, cancel := context.WithTimeout(ctx, bound)
 	var first map[string]time.Time
@@ -132,6 +179,8 @@ func (f *Fleet) Fault(ctx context.Context, kind string, peers []int, bound time.
 		err = f.Link(box, true)
 	case PauseOwner:
 		err = f.Box(box).signal(syscall.SIGCONT)
+	case PartialCut:
+		err = f.Cut(box, cutFrom, false)
 	case FullDisk:
 		_ = os.Remove(filler)
 		// JetStream disables itself on a write error: a restart brings it back.

@@ -76,6 +76,7 @@ type Line struct {
 	Extra   int    `json:"extra,omitempty"`
 	Turns   int    `json:"turns,omitempty"`
 	Failed  int    `json:"failed,omitempty"`
+	Double  int    `json:"double,omitempty"` // turns run more than once (Audit.DoubleRuns)
 }
 
 // proc is one process in a box's namespace.
@@ -505,6 +506,33 @@ func (f *Fleet) Inspect(ctx context.Context) string {
 	}
 	return string(out)
 }
+
+// Leaders returns, for each named stream, the number of the box whose
+// server leads it (0: none known), as the driver's namespace sees it.
+func (f *Fleet) Leaders(ctx context.Context, streams ...string) []int {
+	var urls []string
+	for i := 1; i <= f.o.Servers; i++ {
+		urls = append(urls, fmt.Sprintf("tls://%s:4222", addr(i)))
+	}
+	args := append([]string{"netns", "exec", f.net.ns(driverHost), filepath.Join(f.o.Bin, "fleetit"), "leader"}, f.common(driverHost, "driver")...)
+	args[6] = strings.Join(urls, ",") // -url value
+	args = append(args, streams...)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, _ := exec.CommandContext(cctx, "ip", args...).Output()
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	got := make([]int, len(streams))
+	for k := range got {
+		if k < len(lines) {
+			got[k] = boxNum(strings.TrimSpace(lines[k]))
+		}
+	}
+	return got
+}
+
+// Cut cuts (cut=true) or restores the network between boxes i and j only:
+// each keeps its link to every other box (a partial cut).
+func (f *Fleet) Cut(i, j int, cut bool) error { return f.net.cut(i, j, cut) }
 
 // Recorder returns what the boxes and the driver reported.
 func (f *Fleet) Recorder() *Recorder { return f.rec }

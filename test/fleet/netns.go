@@ -5,7 +5,8 @@
 // rest) and a box process (fleetit box: pkg/fleet's Box with stub turns),
 // a driver process in one more namespace submitting turns, and the faults
 // of issue 28 (kill -9 of a box or of a nats-server, a cut link, a paused
-// owner, a full disk).
+// owner, a full disk) and issue 38 (a partial cut: two boxes cut from each
+// other, each still reaching the others).
 //
 // Guarantee: every address is in 10.251.0.0/24 and exists inside this
 // run's namespaces only (the bridge too has its own namespace: the machine's
@@ -121,6 +122,20 @@ func (n *network) link(i int, up bool) error {
 		state = "up"
 	}
 	return run("ip", "-n", n.sw, "link", "set", veth(i), state)
+}
+
+// cut drops (cut=true) every packet between hosts i and j, both ways, by
+// a blackhole route in each one's namespace; both keep the bridge and
+// every other host (restored: the routes deleted).
+func (n *network) cut(i, j int, cut bool) error {
+	op := "del"
+	if cut {
+		op = "add"
+	}
+	if err := run("ip", "-n", n.ns(i), "route", op, "blackhole", addr(j)+"/32"); err != nil {
+		return err
+	}
+	return run("ip", "-n", n.ns(j), "route", op, "blackhole", addr(i)+"/32")
 }
 
 // close deletes every namespace (their veths go with them).

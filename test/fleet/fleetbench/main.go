@@ -31,6 +31,7 @@ func main() {
 	minTurns := flag.Int("turns", 10000, "fault phase: at least this many turns")
 	minFaults := flag.Int("faults", 20, "fault phase: at least this many faults")
 	tpFor := flag.Duration("throughput-for", 30*time.Second, "throughput: measure each box count this long")
+	kindList := flag.String("kinds", "", "fault phase: only these fault kinds, comma-separated (default every kind: "+strings.Join(fleet.Kinds, ", ")+")")
 	jsonOut := flag.String("json", "bench/results/fleet.json", "file for the failover samples by fault (make bench draws them; empty: none)")
 	flag.Parse()
 	if why := fleet.Available(); why != "" {
@@ -56,7 +57,10 @@ func main() {
 	if *demo {
 		err = runDemo(ctx, dir, bin)
 	} else {
-		err = runBench(ctx, dir, bin, *report, *jsonOut, *minTurns, *minFaults, *tpFor)
+		var kinds []string
+		if kinds, err = fleet.SelectKinds(*kindList); err == nil {
+			err = runBench(ctx, dir, bin, *report, *jsonOut, *minTurns, *minFaults, *tpFor, kinds, *kindList != "")
+		}
 	}
 	if err != nil {
 		os.RemoveAll(dir) // fail exits: the deferred removal would not run
@@ -100,7 +104,9 @@ func peersOf(n int) []int {
 	return p
 }
 
-func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, minFaults int, tpFor time.Duration) error {
+// runBench runs the bench; faultsOnly (-kinds given) runs the fault phase
+// alone, with only those kinds, and prints its report without writing it.
+func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, minFaults int, tpFor time.Duration, faultKinds []string, faultsOnly bool) error {
 	start := time.Now()
 	f, err := fleet.Start(ctx, fleet.Options{Dir: filepath.Join(dir, "run"), Servers: 4, Partitions: 16, Replicas: 3,
 		AckWait: fleet.DefaultAckWait(), Slots: 2, Stub: 200 * time.Millisecond, DiskBox: 4, DiskMB: 128, Bin: bin, Log: os.Stdout})
@@ -114,72 +120,78 @@ func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, m
 	add := func(format string, a ...any) { lines = append(lines, fmt.Sprintf(format, a...)) }
 	load := sampleLoad(ctx)
 
-	// Throughput on 1, 2 and 4 boxes.
 	rates := map[int]float64{}
-	for _, n := range []int{1, 2, 4} {
-		if err := f.StartBoxes(ctx, peersOf(n)); err != nil {
-			return err
-		}
-		d, err := f.StartDriver(ctx, fmt.Sprintf("tp%d", n), 32, 2)
-		if err != nil {
-			return err
-		}
-		base := rec.Replies()
-		if err := rec.Wait(ctx, func(r *fleet.Recorder) bool { return r.Replies() >= base+50 }); err != nil {
-			return err
-		}
-		// A measurement window, not an assertion: count what it holds.
-		c0, t0 := rec.Replies(), time.Now()
-		tm := time.NewTimer(tpFor)
-		select {
-		case <-tm.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		c1, t1 := rec.Replies(), time.Now()
-		rates[n] = float64(c1-c0) / t1.Sub(t0).Seconds()
-		a, err := d.Stop(ctx)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("fleetbench: %d box(es): %.1f turns/s; audit %s\n", n, rates[n], a.Audit)
-		for _, i := range peersOf(n) {
-			if err := f.StopBox(ctx, i); err != nil {
+	var d *fleet.Driver
+	var base, probed int
+	var took, exec, over []time.Duration
+	if !faultsOnly {
+		// Throughput on 1, 2 and 4 boxes.
+		for _, n := range []int{1, 2, 4} {
+			if err := f.StartBoxes(ctx, peersOf(n)); err != nil {
 				return err
 			}
+			d, err := f.StartDriver(ctx, fmt.Sprintf("tp%d", n), 32, 2)
+			if err != nil {
+				return err
+			}
+			base := rec.Replies()
+			if err := rec.Wait(ctx, func(r *fleet.Recorder) bool { return r.Replies() >= base+50 }); err != nil {
+				return err
+			}
+			// A measurement window, not an assertion: count what it holds.
+			c0, t0 := rec.Replies(), time.Now()
+			tm := time.NewTimer(tpFor)
+			select {
+			case <-tm.C:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			c1, t1 := rec.Replies(), time.Now()
+			rates[n] = float64(c1-c0) / t1.Sub(t0).Seconds()
+			a, err := d.Stop(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("fleetbench: %d box(es): %.1f turns/s; audit %s\n", n, rates[n], a.Audit)
+			for _, i := range peersOf(n) {
+				if err := f.StopBox(ctx, i); err != nil {
+					return err
+				}
+			}
 		}
-	}
 
-	// Overhead: one channel, one turn at a time, on four boxes.
-	if err := f.StartBoxes(ctx, peersOf(4)); err != nil {
+		// Overhead: one channel, one turn at a time, on four boxes.
+		if err := f.StartBoxes(ctx, peersOf(4)); err != nil {
+			return err
+		}
+		rec.ResetEngineTimes()
+		d, err = f.StartDriver(ctx, "probe", 1, 1)
+		if err != nil {
+			return err
+		}
+		base = rec.Replies()
+		// 200 turns or 2 minutes, whichever comes first: one turn at a time
+		// took seconds each on a loaded machine, and the fault phase must run.
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Minute)
+		_ = rec.Wait(pctx, func(r *fleet.Recorder) bool { return r.Replies() >= base+200 })
+		pcancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		probed = rec.Replies() - base
+		if _, err := d.Stop(ctx); err != nil {
+			return err
+		}
+		took, exec = rec.EngineTimes()
+		for i := range took {
+			over = append(over, took[i]-exec[i])
+		}
+		fmt.Printf("fleetbench: engine overhead p50 %s p99 %s (publish to commit %s / %s, stub turn %s / %s)\n",
+			ms(fleet.Percentile(over, 50)), ms(fleet.Percentile(over, 99)), ms(fleet.Percentile(took, 50)), ms(fleet.Percentile(took, 99)),
+			ms(fleet.Percentile(exec, 50)), ms(fleet.Percentile(exec, 99)))
+	} else if err := f.StartBoxes(ctx, peersOf(4)); err != nil {
 		return err
 	}
-	rec.ResetEngineTimes()
-	d, err := f.StartDriver(ctx, "probe", 1, 1)
-	if err != nil {
-		return err
-	}
-	base := rec.Replies()
-	// 200 turns or 2 minutes, whichever comes first: one turn at a time
-	// took seconds each on a loaded machine, and the fault phase must run.
-	pctx, pcancel := context.WithTimeout(ctx, 2*time.Minute)
-	_ = rec.Wait(pctx, func(r *fleet.Recorder) bool { return r.Replies() >= base+200 })
-	pcancel()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	probed := rec.Replies() - base
-	if _, err := d.Stop(ctx); err != nil {
-		return err
-	}
-	took, exec := rec.EngineTimes()
-	var over []time.Duration
-	for i := range took {
-		over = append(over, took[i]-exec[i])
-	}
-	fmt.Printf("fleetbench: engine overhead p50 %s p99 %s (publish to commit %s / %s, stub turn %s / %s)\n",
-		ms(fleet.Percentile(over, 50)), ms(fleet.Percentile(over, 99)), ms(fleet.Percentile(took, 50)), ms(fleet.Percentile(took, 99)),
-		ms(fleet.Percentile(exec, 50)), ms(fleet.Percentile(exec, 99)))
 
 	// Faults.
 	d, err = f.StartDriver(ctx, "faults", 48, 2)
@@ -193,7 +205,7 @@ func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, m
 	var results []fleet.FaultResult
 	var faultErr error
 	for k := 0; (len(results) < minFaults || rec.Replies()-base < minTurns) && k < 4*minFaults; k++ {
-		kind := fleet.Kinds[k%len(fleet.Kinds)]
+		kind := faultKinds[k%len(faultKinds)]
 		res, err := f.Fault(ctx, kind, peersOf(4), 60*time.Second, 100)
 		results = append(results, res)
 		if err != nil {
@@ -226,6 +238,9 @@ func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, m
 			pauses++
 		}
 	}
+	if faultsOnly {
+		jsonOut = ""
+	}
 	if err := writeFailoverJSON(jsonOut, byKind); err != nil {
 		return err
 	}
@@ -245,12 +260,18 @@ func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, m
 	add("| failover, fault to first committed turn of each affected channel (%d channel-faults, %d without one in 60 s) | p50 <= 10 s, p99 <= 20 s | p50 %s, p99 %s | %s |", len(all), missed, sec(p50), sec(p99), verdict(p50 <= 10*time.Second && p99 <= 20*time.Second && missed == 0))
 	add("| channels unanswered after a fault's restore (a partition left to no box) | 0 | %d | %s |", unanswered, verdict(unanswered == 0))
 	add("| commits by a paused owner of the turns it held that another box took meanwhile (%d pauses) | 0 | %d | %s |", pauses, late, verdict(late == 0))
-	add("| throughput 2 boxes vs 1 | >= 1.6 x | %.2f x (%.1f vs %.1f turns/s) | %s |", rates[2]/rates[1], rates[2], rates[1], verdict(rates[2] >= 1.6*rates[1]))
-	add("| throughput 4 boxes vs 1 | >= 3.2 x | %.2f x (%.1f vs %.1f turns/s) | %s |", rates[4]/rates[1], rates[4], rates[1], verdict(rates[4] >= 3.2*rates[1]))
-	add("| engine overhead per turn (publish to commit minus the turn itself) | p50 <= 10 ms, p99 <= 100 ms | p50 %s, p99 %s | %s |", ms(o50), ms(o99), verdict(o50 <= 10*time.Millisecond && o99 <= 100*time.Millisecond))
+	if !faultsOnly {
+		// Not measured in a fault-phase-only run (-kinds).
+		add("| throughput 2 boxes vs 1 | >= 1.6 x | %.2f x (%.1f vs %.1f turns/s) | %s |", rates[2]/rates[1], rates[2], rates[1], verdict(rates[2] >= 1.6*rates[1]))
+		add("| throughput 4 boxes vs 1 | >= 3.2 x | %.2f x (%.1f vs %.1f turns/s) | %s |", rates[4]/rates[1], rates[4], rates[1], verdict(rates[4] >= 3.2*rates[1]))
+		add("| engine overhead per turn (publish to commit minus the turn itself) | p50 <= 10 ms, p99 <= 100 ms | p50 %s, p99 %s | %s |", ms(o50), ms(o99), verdict(o50 <= 10*time.Millisecond && o99 <= 100*time.Millisecond))
+	}
+	add("| turns run more than once (a paused or cut-off owner's take redone; counted, not a fault) | - | %d | - |", a.Double)
 	add("")
-	add("- Overhead: one channel, one turn at a time (%d turns), on the four-box fleet: publish to commit p50 %s / p99 %s against the stub turn on its box %s / %s (the one-box turn, same run).",
-		probed, ms(fleet.Percentile(took, 50)), ms(fleet.Percentile(took, 99)), ms(fleet.Percentile(exec, 50)), ms(fleet.Percentile(exec, 99)))
+	if !faultsOnly {
+		add("- Overhead: one channel, one turn at a time (%d turns), on the four-box fleet: publish to commit p50 %s / p99 %s against the stub turn on its box %s / %s (the one-box turn, same run).",
+			probed, ms(fleet.Percentile(took, 50)), ms(fleet.Percentile(took, 99)), ms(fleet.Percentile(exec, 50)), ms(fleet.Percentile(exec, 99)))
+	}
 	kinds := make([]string, 0, len(byKind))
 	for k := range byKind {
 		kinds = append(kinds, k)
@@ -275,6 +296,11 @@ func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, m
 	add("- Full disk: the store of box 4's nats-server is a 128 MiB tmpfs filled to ENOSPC; restored by removing the filler and restarting that server (JetStream disables itself on a write error).")
 	if faultErr != nil {
 		add("- The fault phase stopped early: %v", faultErr)
+	}
+	if faultsOnly {
+		fmt.Println("fleetbench: fault phase only (-kinds): the report is printed, not written")
+		fmt.Println(strings.Join(lines, "\n"))
+		return nil
 	}
 	if err := writeSection(report, lines); err != nil {
 		return err

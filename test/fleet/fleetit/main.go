@@ -50,6 +50,7 @@ type Line struct {
 	Extra   int    `json:"extra,omitempty"`
 	Turns   int    `json:"turns,omitempty"`
 	Failed  int    `json:"failed,omitempty"`
+	Double  int    `json:"double,omitempty"` // turns run more than once (Audit.DoubleRuns)
 }
 
 var (
@@ -94,7 +95,7 @@ func (c *common) connect(log *slog.Logger) (*fleetConn, error) {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: fleetit box|drive [flags]")
+		fmt.Fprintln(os.Stderr, "usage: fleetit box|drive|inspect|leader [flags]")
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -106,6 +107,8 @@ func main() {
 		err = runDrive(os.Args[2:], log)
 	case "inspect":
 		err = runInspect(os.Args[2:], log)
+	case "leader":
+		err = runLeader(os.Args[2:], log)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -306,7 +309,7 @@ func runDrive(args []string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}
-	emit(Line{Ev: "audit", Audit: a.String(), Clean: a.Clean(), Turns: a.Turns, Lost: len(a.Lost), Dup: len(a.Overwritten), Reord: len(a.Reordered), Extra: a.ExtraCommits, Failed: a.Failed})
+	emit(Line{Ev: "audit", Audit: a.String(), Clean: a.Clean(), Turns: a.Turns, Lost: len(a.Lost), Dup: len(a.Overwritten), Reord: len(a.Reordered), Extra: a.ExtraCommits, Failed: a.Failed, Double: a.DoubleRuns})
 	return nil
 }
 
@@ -419,4 +422,36 @@ type inspectLine struct {
 	Pending     uint64 `json:"pending"`
 	Redelivered int    `json:"redelivered"`
 	Err         string `json:"err,omitempty"`
+}
+
+// runLeader prints the server name of each named stream's leader, one a
+// line ("" when it has none): the partial-cut fault cuts a box from the
+// leader its turns need.
+func runLeader(args []string, log *slog.Logger) error {
+	fs := flag.NewFlagSet("leader", flag.ContinueOnError)
+	var c common
+	c.flags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	fc, err := c.connect(log)
+	if err != nil {
+		return err
+	}
+	defer fc.nc.Close()
+	js, err := jetstream.New(fc.nc)
+	if err != nil {
+		return err
+	}
+	for _, name := range fs.Args() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var leader string
+		s, err := js.Stream(ctx, name)
+		if err == nil && s.CachedInfo().Cluster != nil {
+			leader = s.CachedInfo().Cluster.Leader
+		}
+		cancel()
+		fmt.Println(leader)
+	}
+	return nil
 }

@@ -1,0 +1,52 @@
+package fleet
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// TestDoubleRunsCounted: a turn the paused owner was running runs again on
+// the box that takes it over; the audit and the metric count that second
+// run (execution is at least once: the count says how often it was more).
+func TestDoubleRunsCounted(t *testing.T) {
+	r := newRig(t, 3, 2)
+	bl := newBlocker()
+	boxA, _ := r.box("a", bl.on("a"))
+	boxB, _ := r.box("b", bl.on("b"))
+	client, _ := r.fleet("client")
+	ctx := r.ctx()
+	tn := newTurn("chan-double", "x")
+	if _, err := client.Submit(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	zombie := boxA
+	if <-bl.started == "b" {
+		zombie = boxB
+	}
+	zombie.Detach()
+	r.waitEvent("the other box commits", func(e Event) bool { return e.Kind == EventCommitted && e.TurnID == tn.ID })
+	close(bl.release)
+	r.waitEvent("the zombie's commit refused", func(e Event) bool { return e.Kind == EventRefused && e.TurnID == tn.ID })
+
+	a, err := client.Audit(ctx, []Turn{tn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.DoubleRuns != 1 || !a.Clean() {
+		t.Errorf("audit %s: want 1 double run and nothing lost, duplicated or reordered", a)
+	}
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, 2)
+	for _, e := range r.snapshot() {
+		m.Event(e)
+	}
+	var got dto.Metric
+	if err := m.doubleRuns.Write(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got := got.GetCounter().GetValue(); got != 1 {
+		t.Errorf("sandbox_fleet_double_runs_total = %v, want 1", got)
+	}
+}
