@@ -17,6 +17,7 @@
 # BENCH_LOAD_CHANNELS (16) BENCH_LOAD_TURNS (4) BENCH_READY_N (10)
 # BENCH_IDLE_CHANNELS (64: standbys' idle cost) BENCH_RUNSC_ROUNDS (7: runsc beside runc)
 # BENCH_RUN_ROUNDS (20: code runs of echo ready beside docker run --rm; 0 skips)
+# BENCH_SESSION_ROUNDS (40: session exec of true beside docker exec, 1 MiB put/get; 0 skips)
 # BENCH_B2B_MODEL_MS (1500) BENCH_BURST_ROUNDS (2) BENCH_BURST_CHANNELS (64) BENCH_BURST_CAPS (4,16)
 # BENCH_UNIT_ROUNDS (30) BENCH_UNIT_VARIANT_ROUNDS (8) BENCH_RUN_STANDBY_YAML (the runs.standby lines)
 # BENCH_VARIANTS (1: docker run flag variants, full mode) BENCH_VARIANT_ROUNDS (20)

@@ -197,6 +197,7 @@ bench_run_mode() {
     note "- The journal phase extraction failed; only the host's histograms are shown."
 
   bench_code_runs
+  bench_sessions
   bench_run_standby
   bench_units
 
@@ -311,6 +312,23 @@ bench_code_runs() {
     --memory-mb $RUN_MEM --cpus $RUN_CPUS --pids $RUN_PIDS --tmpfs-mb $RUN_TMPFS --output-mb $RUN_OUTPUT \
     --log-driver journald --log-tag sandbox/bench-run --engine unix:///run/docker.sock ||
     note "- The code-run series failed (see the log of make bench)."
+}
+
+# bench_sessions: one session of the installed host (sandbox-bench
+# sessions): exec of true beside docker exec of the same container, a file
+# put and get, resume from pause, create, a paused session's cost.
+bench_sessions() {
+  local rounds=${BENCH_SESSION_ROUNDS:-40} out=$BENCH_RESULTS/sessions.json text
+  ((rounds > 0)) || return 0
+  if [[ -z ${TOOLBOX_TAR:-} ]]; then
+    text=${TOOLBOX_SKIP:-no toolbox}
+    text=${text//\\/} text=${text//\"/\'}
+    printf '{"skipped":"%s"}\n' "$text" >"$out"
+    return 0
+  fi
+  bench_log "sessions: $rounds rounds x (exec of true, docker exec, 1 MiB put and get), resumes, creates"
+  ns_exec "$BIN/sandbox-bench" sessions --out "$out" --rounds "$rounds" --warmup "$BENCH_WARMUP" --host-socket "$HOST_SOCK" ||
+    note "- The session series failed (see the log of make bench)."
 }
 
 # bench_backtoback: 20 turns on one channel with the 1.5 s model, each posted

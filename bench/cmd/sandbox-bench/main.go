@@ -26,6 +26,7 @@ var commands = map[string]func(args []string) error{
 	"standbymem":   cmdStandbyMem,
 	"runtimes":     cmdRuntimes,
 	"runs":         cmdRuns,
+	"sessions":     cmdSessions,
 	"burst":        cmdBurst,
 	"units":        cmdUnits,
 	"unitvariants": cmdUnitVariants,
@@ -34,7 +35,7 @@ var commands = map[string]func(args []string) error{
 func main() {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	if len(os.Args) < 2 || commands[os.Args[1]] == nil {
-		fmt.Fprintln(os.Stderr, "usage: sandbox-bench bundle|fixedcost|broker|load|backtoback|fakemodel|env|ready|policy|phases|variants|standbymem|runtimes|runs|burst|units|unitvariants|report [flags]")
+		fmt.Fprintln(os.Stderr, "usage: sandbox-bench bundle|fixedcost|broker|load|backtoback|fakemodel|env|ready|policy|phases|variants|standbymem|runtimes|runs|sessions|burst|units|unitvariants|report [flags]")
 		os.Exit(2)
 	}
 	if err := commands[os.Args[1]](os.Args[2:]); err != nil {

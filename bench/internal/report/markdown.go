@@ -38,7 +38,9 @@ type Inputs struct {
 	Units            *Units
 	UnitsPhases      *Phases
 	UnitVariants     *UnitVariants
-	Notes            string
+	// Issue 36's series.
+	Sessions *Sessions
+	Notes    string
 	// Figures are the SVG figures drawn beside the tables (package
 	// figures), with Href relative to the report; FigureNotes says what
 	// was not drawn and why.
@@ -83,6 +85,7 @@ func ReadDir(dir string) (*Inputs, error) {
 		un          Units
 		up          Phases
 		uv          UnitVariants
+		ss          Sessions
 	)
 	for _, f := range []struct {
 		name string
@@ -108,6 +111,7 @@ func ReadDir(dir string) (*Inputs, error) {
 		{FileUnits, &un, func() { in.Units = &un }},
 		{FileUnitsPhases, &up, func() { in.UnitsPhases = &up }},
 		{FileUnitVariants, &uv, func() { in.UnitVariants = &uv }},
+		{FileSessions, &ss, func() { in.Sessions = &ss }},
 	} {
 		ok, err := load(f.name, f.v)
 		if err != nil {
@@ -247,7 +251,8 @@ func Targets(in *Inputs) []Target {
 		t.Measured, t.Verdict = "-", verdict(false, false)
 	}
 	out = append(out, t)
-	return append(out, targetsUnderLoad(in)...)
+	out = append(out, targetsUnderLoad(in)...)
+	return append(out, targetsSessions(in)...)
 }
 
 // Phase is one row of the per-phase breakdown.
@@ -379,6 +384,7 @@ func Markdown(in *Inputs) (string, error) {
 	}
 
 	writeCodeRuns(&b, in.CodeRuns, in.FixedCost)
+	writeSessions(&b, in.Sessions)
 
 	p("## 2. Per-phase breakdown of a turn (host trace points)\n\n")
 	if err := writePhases(&b, in); err != nil {

@@ -43,6 +43,13 @@ func withStandby(standby, docker float64) *FixedCost {
 	}}
 }
 
+func withPrestart(standby, prestart float64) *FixedCost {
+	return &FixedCost{Series: []turns.Series{
+		{Name: SeriesHostStandby, Summary: stats.Summary{N: 30, Median: standby}},
+		{Name: SeriesPrestart, Summary: stats.Summary{N: 30, Median: prestart}},
+	}}
+}
+
 func runsStandby(host, docker float64) *CodeRuns {
 	return &CodeRuns{Series: []coderuns.Series{
 		{Name: RunSeriesHostStandby, First: stats.Summary{N: 20, Median: host}},
@@ -75,12 +82,18 @@ func TestTargets(t *testing.T) {
 		{"b2b 18 of 20", &Inputs{BackToBack: &BackToBack{Turns: 20, Hits: 18, ModelDelayMs: 1500}}, "20 back-to-back", "met"},
 		{"b2b 17 of 20", &Inputs{BackToBack: &BackToBack{Turns: 20, Hits: 17, ModelDelayMs: 1500}}, "20 back-to-back", "**missed**"},
 		{"b2b without the slow model", &Inputs{BackToBack: &BackToBack{Turns: 20, Hits: 20}}, "20 back-to-back", "not measured"},
-		{"standby 0.1", &Inputs{FixedCost: withStandby(50, 500)}, "turn on a standby", "met"},
-		{"standby 0.15", &Inputs{FixedCost: withStandby(75, 500)}, "turn on a standby", "**missed**"},
+		{"standby 0.05", &Inputs{FixedCost: withStandby(25, 500)}, "turn on a standby vs docker", "met"},
+		{"standby 0.1", &Inputs{FixedCost: withStandby(50, 500)}, "turn on a standby vs docker", "**missed**"},
+		{"standby as fast as the pre-started floor", &Inputs{FixedCost: withPrestart(40, 40)}, "turn on a standby vs the pre-started", "met"},
+		{"standby slower than the pre-started floor", &Inputs{FixedCost: withPrestart(77, 47)}, "turn on a standby vs the pre-started", "**missed**"},
+		{"pre-started floor absent", &Inputs{FixedCost: withStandby(25, 500)}, "turn on a standby vs the pre-started", "not measured"},
+		{"cold 0.35", &Inputs{FixedCost: fixed(140, 400)}, "cold turn vs", "met"},
+		{"cold 0.6", &Inputs{FixedCost: fixed(240, 400)}, "cold turn vs", "**missed**"},
 		{"run standby refused", &Inputs{RunsStandby: &CodeRuns{Skipped: "the installed host refuses runs.standby"}}, "code run's first output", "not measured"},
-		{"run standby 0.3", &Inputs{RunsStandby: runsStandby(72, 240)}, "code run's first output", "met"},
-		{"run standby 0.5", &Inputs{RunsStandby: runsStandby(120, 240)}, "code run's first output", "**missed**"},
-		{"throughput 4", &Inputs{Load: &Load{TurnsPerSecond: 4.1}}, "16 channels x 4", "met"},
+		{"run standby 0.1", &Inputs{RunsStandby: runsStandby(24, 240)}, "code run's first output", "met"},
+		{"run standby 0.3", &Inputs{RunsStandby: runsStandby(72, 240)}, "code run's first output", "**missed**"},
+		{"throughput 5", &Inputs{Load: &Load{TurnsPerSecond: 5.1}}, "16 channels x 4", "met"},
+		{"throughput 4.1", &Inputs{Load: &Load{TurnsPerSecond: 4.1}}, "16 channels x 4", "**missed**"},
 		{"throughput 2", &Inputs{Load: &Load{TurnsPerSecond: 2}}, "16 channels x 4", "**missed**"},
 	}
 	for _, tt := range tests {

@@ -51,9 +51,15 @@ const (
 	TargetReadyMs       = 300
 	TargetLoadFailures  = 0
 	TargetFixedMinRound = 30
-	// Issue 12 asked for 0.3, issue 25 for 0.1: a turn on a ready standby
-	// against docker run --rm -i, at the median.
-	TargetStandbyRatio = 0.1
+	// Issue 12 asked for 0.3, issue 25 for 0.1, issue 35 (the reply before
+	// the cleanup) for 0.05: a turn on a ready standby against docker run
+	// --rm -i, at the median.
+	TargetStandbyRatio = 0.05
+	// Issue 35: a cold turn against docker run --rm -i, and a standby turn
+	// against the same pre-started container driven through the Engine API
+	// (a floor that waits for the container's exit; the reply does not).
+	TargetColdRatio            = 0.35
+	TargetStandbyPrestartRatio = 1.0
 )
 
 // FixedCost is fixedcost.json.

@@ -51,8 +51,8 @@ type UnitVariant struct {
 const (
 	TargetBurstFailures   = 0
 	TargetB2BHitsOf20     = 18
-	TargetRunStandbyRatio = 0.3
-	TargetLoadTurnsPerSec = 4.0
+	TargetRunStandbyRatio = 0.1 // issue 25 asked for 0.3
+	TargetLoadTurnsPerSec = 5.0 // issue 25 asked for 4
 )
 
 // BurstShipped names the burst variant on the config as installed.
@@ -208,7 +208,29 @@ func targetsUnderLoad(in *Inputs) []Target {
 		out = append(out, t)
 	}
 
-	what, target = "turn on a standby vs docker run --rm -i (ratio of medians)", fmt.Sprintf("<= %.1f", TargetStandbyRatio)
+	what, target = "cold turn vs docker run --rm -i (ratio of medians)", fmt.Sprintf("<= %.2f", TargetColdRatio)
+	if host, dock := series(in.FixedCost, SeriesHost), series(in.FixedCost, SeriesDocker); host == nil || dock == nil {
+		out = append(out, notMeasured(what, target, "the fixed-cost series did not run"))
+	} else {
+		r := stats.Ratio(host.Summary.Median, dock.Summary.Median)
+		t := Target{What: what, Target: target}
+		t.Measured = fmt.Sprintf("%.2f (p50 %s / %s ms)", r, ms(host.Summary.Median), ms(dock.Summary.Median))
+		t.Verdict = verdict(true, r <= TargetColdRatio)
+		out = append(out, t)
+	}
+
+	what, target = "turn on a standby vs the pre-started container through the Engine API (ratio of medians)", fmt.Sprintf("<= %.1f", TargetStandbyPrestartRatio)
+	if sb, pre := series(in.FixedCost, SeriesHostStandby), series(in.FixedCost, SeriesPrestart); sb == nil || pre == nil {
+		out = append(out, notMeasured(what, target, "the standby or pre-started series did not run"))
+	} else {
+		r := stats.Ratio(sb.Summary.Median, pre.Summary.Median)
+		t := Target{What: what, Target: target}
+		t.Measured = fmt.Sprintf("%.2f (p50 %s / %s ms)", r, ms(sb.Summary.Median), ms(pre.Summary.Median))
+		t.Verdict = verdict(true, r <= TargetStandbyPrestartRatio)
+		out = append(out, t)
+	}
+
+	what, target = "turn on a standby vs docker run --rm -i (ratio of medians)", fmt.Sprintf("<= %.2f", TargetStandbyRatio)
 	sb, dock := series(in.FixedCost, SeriesHostStandby), series(in.FixedCost, SeriesDocker)
 	if sb == nil || dock == nil {
 		out = append(out, notMeasured(what, target, "the fixed-cost series did not run"))
