@@ -79,7 +79,7 @@ type Config struct {
 	// process's rtnetlink watch (safefetch.SystemLocalAddrs); a fake in
 	// tests. Unused when Fetcher is set.
 	LocalAddrs safefetch.LocalAddrs
-	// ControlUID is the only peer uid a rich channel broker's control
+	// ControlUID is the only peer uid a rich channel or session broker's control
 	// route accepts: the host's (Run: the owner of the policy file).
 	ControlUID int
 	// PollWait replaces PollWait (tests).
@@ -104,6 +104,8 @@ type Broker struct {
 	// rich is a rich channel broker's own routes (pkg/broker/richroute:
 	// pull, control, model, compactor, attachments), else nil.
 	rich *richroute.Routes
+	// grants is a session broker's per-exec grant (grant.go), else nil.
+	grants *grantState
 
 	mu       sync.Mutex
 	calls    int
@@ -161,16 +163,16 @@ func New(cfg Config) (*Broker, error) {
 	}
 	l := cfg.Policy.Limits
 	upstreamTimeout := time.Duration(l.UpstreamTimeoutMs) * time.Millisecond
+	// The same vetted dialer as the fetch tools: one way out.
+	dialer := fetcher.Dialer
+	if dialer == nil {
+		dialer = &safefetch.Dialer{Local: cfg.LocalAddrs}
+	}
 	var proxy *egress.Proxy
 	if g := cfg.Policy.Egress; g != nil {
-		// The same vetted dialer as the fetch tools: one way out.
-		d := fetcher.Dialer
-		if d == nil {
-			d = &safefetch.Dialer{Local: cfg.LocalAddrs}
-		}
-		proxy = egress.New(d, *g, cfg.Policy.Deadline(), log.With("turn", cfg.Policy.TurnID, "route", "egress"))
 		var err error
-		if proxy, err = proxy.WithCredentials(egressInjector{cfg.Credentials}); err != nil {
+		proxy, err = newEgressProxy(dialer, cfg.Credentials, *g, cfg.Policy.Deadline(), log.With("turn", cfg.Policy.TurnID, "route", "egress"))
+		if err != nil {
 			return nil, fmt.Errorf("broker: policy egress: %w", err)
 		}
 	}
@@ -185,6 +187,9 @@ func New(cfg Config) (*Broker, error) {
 		tools:    envelope.NewUpstreamClient(upstreamTimeout),
 		fetcher:  fetcher,
 		identity: hosttool.Identity{TurnID: cfg.Policy.TurnID, Identity: cfg.Policy.Identity},
+	}
+	if cfg.Policy.Grants != nil {
+		b.grants = newGrantState(cfg.Policy, cfg.ControlUID, cfg.Credentials, dialer, b.log, now)
 	}
 	if cfg.Policy.Rich != nil {
 		b.rich = richroute.New(richroute.Config{Policy: cfg.Policy, Credentials: cfg.Credentials, Logger: b.log, Now: now,
@@ -212,6 +217,17 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.egress.ServeHTTP(w, r)
 		return
 	}
+	// A session broker's proxy route runs under the exec's live grant
+	// only, and its host binds and revokes grants (grant.go).
+	if b.grants != nil {
+		if egress.IsProxyRequest(r) {
+			b.grants.serveProxy(w, r)
+			return
+		}
+		if b.grants.serveControl(w, r) {
+			return
+		}
+	}
 	// A rich channel broker's own routes: pull, control, compactor,
 	// attachments, the model route (pkg/broker/richroute).
 	if b.rich != nil && b.rich.Serve(w, r) {
@@ -223,9 +239,14 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answer []byte
 		err    error
 	)
-	if b.pol.EgressOnly {
-		// A code run's broker: the proxy route is all there is.
+	if b.pol.EgressOnly || b.pol.Grants != nil {
+		// A code run's broker, or a session's: the proxy route is all
+		// there is. Past the refusal budget the refusals are counted, not
+		// logged (a session's broker lives for hours).
 		err = refused("unknown route", envelope.ErrNotFound)
+		if b.refusals.Load() >= MaxRefusals {
+			err = refused("refusal budget spent", envelope.ErrRefusalLimit)
+		}
 	} else {
 		rt, answer, err = b.handle(r)
 	}
@@ -627,6 +648,13 @@ func (b *Broker) callMCP(ctx context.Context, s policy.MCPServer, c *rpc.Call) (
 		return nil, nil, refused("mcp result not encodable", envelope.ErrUpstream)
 	}
 	return answer, secrets, nil
+}
+
+// newEgressProxy is the proxy route for an egress grant (a run's or turn's
+// for its life, a session exec's for its grant) over the vetted dialer d,
+// its credentialed destinations loaded from creds per request.
+func newEgressProxy(d *safefetch.Dialer, creds Credentials, g policy.Egress, deadline time.Time, log *slog.Logger) (*egress.Proxy, error) {
+	return egress.New(d, g, deadline, log).WithCredentials(egressInjector{creds})
 }
 
 // encode re-encodes a checked value without HTML escaping.

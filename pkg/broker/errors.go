@@ -45,6 +45,8 @@ var categories = []category{
 	{envelope.ErrClientGone, envelope.StatusClientClosed, "client closed request"},
 	{envelope.ErrRefusalLimit, http.StatusTooManyRequests, "refusal limit reached"},
 	{envelope.ErrTurnOver, http.StatusServiceUnavailable, "turn over"},
+	{errGrantConflict, http.StatusConflict, "grant conflict"},
+	{errNoGrant, http.StatusGone, "no such grant"},
 	{richroute.ErrIncompatibleWorker, http.StatusConflict, "worker incompatible"},
 	{credential.ErrMissing, http.StatusServiceUnavailable, "unavailable"},
 	{credential.ErrInvalid, http.StatusServiceUnavailable, "unavailable"},

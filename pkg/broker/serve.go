@@ -54,12 +54,19 @@ func (b *Broker) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext: func(net.Listener) context.Context { return context.WithValue(ctx, serveKey{}, ctx) },
 		// The peer's uid (SO_PEERCRED): a rich channel broker's control
 		// route answers the host's connections only.
-		ConnContext: connPeer,
+		ConnContext: b.connContext,
+		ConnState:   b.connState,
 		ErrorLog:    slog.NewLogLogger(b.log.Handler(), slog.LevelWarn),
 	}
 	srv.SetKeepAlivesEnabled(true)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(LimitListener(ln, l.MaxConnections)) }()
+	limited := LimitListener(ln, l.MaxConnections)
+	if b.grants != nil {
+		// The host's connections do not count: a guest holding every slot
+		// must not keep a revoke from reaching the broker (grant.go).
+		limited = limitListenerExempt(ln, l.MaxConnections, b.grants.isHost)
+	}
+	go func() { errc <- srv.Serve(limited) }()
 	var err error
 	select {
 	case <-ctx.Done():
@@ -74,6 +81,9 @@ func (b *Broker) Serve(ctx context.Context, ln net.Listener) error {
 	b.stopping = true
 	b.stopMu.Unlock()
 	_ = srv.Close()
+	if b.grants != nil {
+		b.grants.stop()
+	}
 	// Closing the connections cancelled every call's context; wait (bounded)
 	// for the handlers so an exec tool's process group is killed before the
 	// broker exits.
@@ -96,9 +106,34 @@ func (b *Broker) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
+// connContext is each connection's context: its peer uid, and a session
+// broker's grant slot (grant.go).
+func (b *Broker) connContext(ctx context.Context, c net.Conn) context.Context {
+	ctx = connPeer(ctx, c)
+	if b.grants != nil {
+		ctx = b.grants.connContext(ctx, c)
+	}
+	return ctx
+}
+
+// connState lets a session broker forget a closed connection.
+func (b *Broker) connState(c net.Conn, st http.ConnState) {
+	if b.grants != nil {
+		b.grants.connState(c, st)
+	}
+}
+
 // connPeer records the peer uid of a Unix socket connection (SO_PEERCRED:
 // the kernel's word, not the client's).
 func connPeer(ctx context.Context, c net.Conn) context.Context {
+	if uid, ok := peerUID(c); ok {
+		return envelope.WithPeerUID(ctx, uid)
+	}
+	return ctx
+}
+
+// peerUID is a Unix socket connection's peer uid (SO_PEERCRED).
+func peerUID(c net.Conn) (int, bool) {
 	for {
 		switch cc := c.(type) {
 		case *limitConn:
@@ -107,18 +142,18 @@ func connPeer(ctx context.Context, c net.Conn) context.Context {
 		case *net.UnixConn:
 			raw, err := cc.SyscallConn()
 			if err != nil {
-				return ctx
+				return 0, false
 			}
 			var cred *syscall.Ucred
 			var cerr error
 			if err := raw.Control(func(fd uintptr) {
 				cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
 			}); err != nil || cerr != nil || cred == nil {
-				return ctx
+				return 0, false
 			}
-			return envelope.WithPeerUID(ctx, int(cred.Uid))
+			return int(cred.Uid), true
 		}
-		return ctx
+		return 0, false
 	}
 }
 
@@ -161,10 +196,17 @@ func LimitListener(ln net.Listener, max int) net.Listener {
 	return &limitListener{Listener: ln, max: int64(max)}
 }
 
+// limitListenerExempt is LimitListener, but a connection exempt reports
+// true for is accepted without taking a slot.
+func limitListenerExempt(ln net.Listener, max int, exempt func(net.Conn) bool) net.Listener {
+	return &limitListener{Listener: ln, max: int64(max), exempt: exempt}
+}
+
 type limitListener struct {
 	net.Listener
-	max  int64
-	open atomic.Int64
+	max    int64
+	open   atomic.Int64
+	exempt func(net.Conn) bool
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -172,6 +214,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
+		}
+		if l.exempt != nil && l.exempt(c) {
+			return c, nil
 		}
 		if l.open.Add(1) > l.max {
 			l.open.Add(-1)
@@ -319,7 +364,7 @@ func Run(ctx context.Context, o RunOptions) error {
 			log.With("turn", pol.TurnID))
 	}
 	cfg := Config{Policy: pol, Credentials: creds, MCP: up, Logger: log, LocalAddrs: local}
-	if pol.Rich != nil {
+	if pol.Rich != nil || pol.Grants != nil {
 		// The host wrote the policy file: its owner is the one peer the
 		// control route accepts.
 		st, err := os.Stat(path)

@@ -100,6 +100,11 @@ func (p *Policy) CredentialNames() []string {
 			add(c.Credential)
 		}
 	}
+	if p.Grants != nil {
+		for _, n := range p.Grants.Credentials {
+			add(n)
+		}
+	}
 	out := make([]string, 0, len(set))
 	for n := range set {
 		out = append(out, n)

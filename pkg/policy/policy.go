@@ -155,6 +155,10 @@ type Policy struct {
 	// Anthropic Messages route instead of /model, the pull routes and the
 	// per-turn bind; nil for every other policy.
 	Rich *Rich `json:"rich,omitempty"`
+	// Grants marks a session's long-lived broker (grant.go): the proxy
+	// route only while the host has bound an exec's Grant; nil for every
+	// other policy.
+	Grants *Grants `json:"grants,omitempty"`
 }
 
 // Egress is a grant of the proxy route and its per-turn (per-run) bounds.
@@ -302,6 +306,12 @@ func (p *Policy) Validate() error {
 	}
 	if p.DeadlineUnixMs <= 0 {
 		return bad("deadlineUnixMs must be set")
+	}
+	if p.Grants != nil {
+		if p.Rich != nil {
+			return bad("a grants policy is not a rich one")
+		}
+		return p.validateGrants()
 	}
 	if p.Rich != nil {
 		if err := p.validateRich(); err != nil {

@@ -29,7 +29,7 @@ var layers = [][]string{
 	// the fleet's handle).
 	{"client", "fleetjobs", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich",
-		"sessionsup"},
+		"sessionsup", "broker/grantctl"},
 	// 3: the services, and the one sandbox lifecycle every kind drives.
 	{"broker/richroute", "reaper", "credset", "runmcp", "sandbox", "chanstate", "peerauth", "toolset", "fleetnats"},
 	// 4: what every route of the host API shares (the host's and the kinds'),

@@ -51,6 +51,7 @@ var dialSites = map[string]string{
 	"pkg/worker/broker.go":              "the worker's broker client: the turn's Unix socket (the container has no network)",
 	"pkg/rich/broker.go":                "the rich worker's broker client: its channel broker's Unix socket (the container has no network)",
 	"pkg/reaper/hostturns.go":           "the reaper asking the host: its Unix socket",
+	"pkg/broker/grantctl/grantctl.go":   "the host's grant control path to a session broker: that session's Unix broker socket",
 	"pkg/richsession/control.go":        "the host's control path to a rich channel broker: the session's Unix broker socket in runRoot",
 	"pkg/egress/proxy.go":               "the proxy route's transport for absolute-form requests: its only dial function is Proxy.dial (safefetch.Dialer), TLS dial refused",
 	"pkg/egress/credentialed.go":        "the credentialed route's TLS transport: its only dial function is Proxy.dial (safefetch.Dialer) then TLS verifying the declared host; plain dial refused",
