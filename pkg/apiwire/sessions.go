@@ -131,6 +131,12 @@ type SessionCancel struct {
 	ExecID string `json:"execId"`
 }
 
+// SessionDecision is POST /v1/sessions/{session}/approve or deny (the
+// admin role): the network exec the decision is for.
+type SessionDecision struct {
+	ExecID string `json:"execId"`
+}
+
 // SessionPath names a session path (relative: under /work; or under
 // /output or /tmp) for files/get, files/list and files/tar.
 type SessionPath struct {

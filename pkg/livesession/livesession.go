@@ -142,6 +142,10 @@ type Kind struct {
 	stopOnce  sync.Once
 	wg        sync.WaitGroup // session removals
 	unwatch   func() bool
+
+	// approvalTimeout, when set (tests), replaces a network exec's
+	// approval timer (network.go).
+	approvalTimeout func(time.Duration) <-chan time.Time
 }
 
 // New makes the kind from sessions.*.

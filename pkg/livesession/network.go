@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/broker/grantctl"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
@@ -261,13 +263,17 @@ func (k *Kind) networkExec(ctx context.Context, s *Session, x apiwire.SessionExe
 	}
 	wait := time.NewTimer(timeout)
 	defer wait.Stop()
+	expired := wait.C
+	if k.approvalTimeout != nil {
+		expired = k.approvalTimeout(timeout)
+	}
 	refuse := func(msg string) error {
 		a.decide(false, -1)
 		return emit(apiwire.SessionExecEvent{Type: apiwire.ExecError, ExecID: id, Error: msg})
 	}
 	select {
 	case <-a.decided:
-	case <-wait.C:
+	case <-expired:
 		s.log.Info("session network exec not approved in time", "exec", id)
 		return refuse(errNetworkTimeout)
 	case <-s.ended:
@@ -358,6 +364,30 @@ func (k *Kind) revoke(s *Session, id string) {
 	if err := k.life.StopUnits(s.id, s.log); err != nil {
 		s.log.Error("session broker stop failed after a failed revoke; the grant ends at its deadline", "exec", id, "err", err)
 	}
+}
+
+func (k *Kind) handleApprove(w http.ResponseWriter, r *http.Request, s *Session) error {
+	return k.handleDecision(w, r, s, true)
+}
+
+func (k *Kind) handleDeny(w http.ResponseWriter, r *http.Request, s *Session) error {
+	return k.handleDecision(w, r, s, false)
+}
+
+// handleDecision is an admin's approve or deny of a pending network exec.
+func (k *Kind) handleDecision(w http.ResponseWriter, r *http.Request, s *Session, approve bool) error {
+	var d apiwire.SessionDecision
+	if err := api.DecodeBody(w, r, &d, api.MaxBodyBytes); err != nil {
+		return err
+	}
+	if !sessionwire.ValidID(d.ExecID) {
+		return invalidf("execId is not an exec id")
+	}
+	if err := k.Decide(s, d.ExecID, approve, api.CallerUID(r)); err != nil {
+		return err
+	}
+	api.WriteJSON(w, http.StatusOK, s.Status())
+	return nil
 }
 
 // shownApproval is what an approver sees of exec id.
