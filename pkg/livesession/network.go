@@ -228,6 +228,14 @@ func (k *Kind) networkExec(ctx context.Context, s *Session, x apiwire.SessionExe
 		}
 	}
 	req := k.wireExec(x)
+	// The supervisor points this exec's proxy variables (and git, for
+	// its credentialed hosts) at the egress bridge (pkg/sessionsup).
+	req.Proxy = true
+	for _, name := range x.Credentials {
+		if e, ok := k.cfg.EgressCredential(name); ok {
+			req.CredentialedHosts = append(req.CredentialedHosts, e.Policy().Dest())
+		}
+	}
 	if err := req.Validate(); err != nil {
 		return invalidf("%s", genericInvalid(err))
 	}

@@ -98,7 +98,7 @@ func (s *Server) env(x sessionwire.Exec) []string {
 	for _, k := range keys {
 		e = append(e, k+"="+x.Env[k])
 	}
-	return e
+	return append(e, s.proxyEnv(x)...) // network.go
 }
 
 // dir returns the host path of a session path (a valid one).

@@ -1,0 +1,72 @@
+package sessionsup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/egress/bridge"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/supervisor"
+	"github.com/roundtable-sandbox/sandbox/pkg/sessionwire"
+)
+
+// A network session (docs/sessions.md, Network execs): the host mounts its
+// broker's socket; the supervisor relays the loopback egress bridge to it
+// for the session's life, as a network run's supervisor does for its run.
+// The broker refuses every request until the host binds an exec's grant,
+// so the bridge grants nothing by itself; only a network exec's
+// environment names it (Exec.Proxy).
+
+// startBridge starts the egress bridge when the broker's socket exists;
+// the returned func stops it.
+func (s *Server) startBridge(ctx context.Context) (stop func()) {
+	sock := s.o.BrokerSocket
+	if sock == "" {
+		sock = supervisor.DefaultBrokerSocket
+	}
+	if _, err := os.Stat(sock); err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("broker socket not usable; no egress bridge", "reason", err.Error())
+		}
+		return func() {}
+	}
+	addr := s.o.BridgeAddr
+	if addr == "" {
+		addr = net.JoinHostPort("127.0.0.1", fmt.Sprint(bridge.Port))
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		// A network exec then fails to connect; the session goes on.
+		s.log.Error("egress bridge failed to listen", "reason", err.Error())
+		return func() {}
+	}
+	s.proxyURL = "http://" + ln.Addr().String()
+	b := &bridge.Bridge{Listener: ln, Dial: bridge.UnixDial(sock), MaxConnections: bridge.MaxConnections, Log: s.log}
+	bctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := b.Serve(bctx); err != nil {
+			s.log.Error("egress bridge failed", "reason", err.Error())
+		}
+	}()
+	s.log.Info("egress bridge ready", "listen", ln.Addr().String())
+	return func() { cancel(); <-done }
+}
+
+// proxyEnv is a network exec's proxy environment: the bridge in the proxy
+// variables, and git pointed at its credentialed hosts' plain-http URLs
+// (the broker adds the credential and speaks TLS).
+func (s *Server) proxyEnv(x sessionwire.Exec) []string {
+	if !x.Proxy || s.proxyURL == "" {
+		return nil
+	}
+	var e []string
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+		e = append(e, k+"="+s.proxyURL)
+	}
+	return append(e, supervisor.CredentialedEnv(x.CredentialedHosts)...)
+}
