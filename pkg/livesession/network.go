@@ -36,7 +36,10 @@ import (
 // error, a cancel, the client leaving, the session closing) before the
 // client sees the end. A revoke that fails other than "no such grant" stops
 // the broker: the grant must be taken as live, so the session's network
-// goes with its broker (grantctl's contract).
+// goes with its broker (grantctl's contract). At the session's close the
+// container is killed and the broker units stopped (sandbox.Cleanup),
+// which ends any grant with its broker; the exec's own revoke then finds
+// no broker, and that is expected.
 
 // grantDrain is what a grant's deadline adds to the exec's timeout: the
 // supervisor's kill and its result travel after the timeout; the grant
@@ -368,6 +371,15 @@ func (k *Kind) revoke(s *Session, id string) {
 	n.mu.Lock()
 	n.broken = true
 	n.mu.Unlock()
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		// close's cleanup stops the broker units (or has): the grant
+		// goes with them.
+		s.log.Info("session network revoke not confirmed; the broker stops with the session", "exec", id, "err", err)
+		return
+	}
 	s.log.Error("session network revoke failed; stopping the session's broker", "exec", id, "err", err)
 	if err := k.life.StopUnits(s.id, s.log); err != nil {
 		s.log.Error("session broker stop failed after a failed revoke; the grant ends at its deadline", "exec", id, "err", err)

@@ -470,3 +470,33 @@ func TestNetRefusals(t *testing.T) {
 		t.Error("a refused exec reached the supervisor")
 	}
 }
+
+// TestNetCloseDuringExec: closing a session while its approved network
+// exec runs ends the exec and stops the broker units with the container
+// (which ends the grant with the broker: the socket is gone by the time
+// the exec's own revoke comes, and that is not taken as a failure).
+func TestNetCloseDuringExec(t *testing.T) {
+	r, _ := newNetRig(t)
+	s := r.createNet(t, alice)
+	e := r.startNetExec(s, apiwire.SessionExec{Command: "block", Network: true})
+	ev := e.next(t)
+	decide(t, r, s, ev.ExecID, "approve")
+	if st := e.next(t); st.Type != apiwire.ExecStarted {
+		t.Fatalf("event %+v, want started", st)
+	}
+	r.k.Close(s)
+	if _, err := e.rest(); !errors.Is(err, ErrEnded) {
+		t.Errorf("exec after close: %v, want ErrEnded", err)
+	}
+	r.kit.Units.Mu.Lock()
+	stops, active := 0, r.kit.Units.Active[s.id]
+	for _, id := range r.kit.Units.Stopped {
+		if id == s.id {
+			stops++
+		}
+	}
+	r.kit.Units.Mu.Unlock()
+	if stops != 1 || active {
+		t.Errorf("broker units stopped %d times, active %v after close: want once, by close", stops, active)
+	}
+}
