@@ -25,12 +25,12 @@ func TestBridgeAndProxyEnv(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "broker.sock")
 	newServer := func() *Server {
-		s, err := New(Options{UID: os.Geteuid(), GID: os.Getegid(), BrokerSocket: sock, BridgeAddr: "127.0.0.1:0",
-			Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, io.Discard, io.Discard, testReaper)
+		o := Options{UID: os.Geteuid(), GID: os.Getegid(), BrokerSocket: sock, BridgeAddr: "127.0.0.1:0",
+			ShimDir: filepath.Join(dir, "shim"), Self: "/bin/true", Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 		if os.Geteuid() == 0 {
-			s, err = New(Options{UID: guestUID, GID: guestGID, BrokerSocket: sock, BridgeAddr: "127.0.0.1:0",
-				Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, io.Discard, io.Discard, testReaper)
+			o.UID, o.GID = guestUID, guestGID
 		}
+		s, err := New(o, io.Discard, io.Discard, testReaper)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +75,17 @@ func TestBridgeAndProxyEnv(t *testing.T) {
 	if !slices.Contains(e, "HTTPS_PROXY="+s.proxyURL) || !slices.Contains(e, "SANDBOX_CREDENTIALED_HOSTS=api.github.test:443") {
 		t.Errorf("network exec env %q: want the bridge and the credentialed host", e)
 	}
-	if e := s.env(sessionwire.Exec{Command: "x"}); slices.ContainsFunc(e, func(v string) bool { return strings.Contains(strings.ToLower(v), "proxy") }) {
-		t.Errorf("an exec without network got proxy variables: %q", e)
+	if e := s.env(sessionwire.Exec{Command: "x"}); slices.ContainsFunc(e, func(v string) bool { return strings.Contains(strings.ToLower(v), "proxy") }) ||
+		e[0] != "PATH="+DefaultPATH {
+		t.Errorf("an exec without network got proxy variables or the shim: %q", e)
+	}
+	if e[0] != "PATH="+filepath.Join(dir, "shim")+":"+DefaultPATH {
+		t.Errorf("credentialed exec's %s: want the curl shim first", e[0])
+	}
+	if target, err := os.Readlink(filepath.Join(dir, "shim", "curl")); err != nil || target != "/bin/true" {
+		t.Errorf("curl shim: %q %v", target, err)
+	}
+	if e := s.env(sessionwire.Exec{Command: "x", Proxy: true}); e[0] != "PATH="+DefaultPATH {
+		t.Errorf("a network exec without credentialed hosts has %s: want no shim", e[0])
 	}
 }

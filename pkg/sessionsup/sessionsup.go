@@ -99,6 +99,9 @@ type Options struct {
 	// egress bridge listens on BridgeAddr (network.go).
 	BrokerSocket string
 	BridgeAddr   string
+	// ShimDir (default supervisor.DefaultShimDir) gets the curl shim, a
+	// link to Self (default: this executable), with the bridge.
+	ShimDir, Self string
 	// Log receives the supervisor's own lines (never output, payloads or
 	// paths a client chose).
 	Log *slog.Logger
@@ -145,8 +148,9 @@ type Server struct {
 	// fstat and its read.
 	afterStat func()
 
-	// proxyURL is the egress bridge's, when it listens (network.go).
-	proxyURL string
+	// proxyURL is the egress bridge's, when it listens, and shimDir
+	// the curl shim's, when installed (network.go).
+	proxyURL, shimDir string
 }
 
 // New returns a supervisor writing events to stdout, sharing rp (the
