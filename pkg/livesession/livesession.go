@@ -33,7 +33,11 @@
 // the host, one at a time per session; the supervisor's stream is hostile
 // input (sessionwire's decoder bounds it; a stream that breaks the
 // protocol ends the session) and its error texts never reach a client:
-// each error code maps to a fixed message.
+// each error code maps to a fixed message. Network (network.go): only a
+// session created with network has a broker, holding only the credentials
+// named at create; an exec has network only after an admin approved that
+// exec, from a grant bound before it starts until a revoke before its
+// client sees its end, one such exec at a time.
 package livesession
 
 import (

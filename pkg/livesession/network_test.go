@@ -105,8 +105,8 @@ func newNetRig(t *testing.T) (*rig, *fakeGrants) {
 		Config: func(cfg *config.Config) {
 			cfg.RunRoot = root
 			cfg.Egress.Credentials = []config.EgressCredential{
-				{Name: "gh", Host: "api.github.test", Port: 443, Credential: "gh-token", Header: "Authorization", Format: "bearer", Clients: []int{alice}},
-				{Name: "other", Host: "other.test", Port: 443, Credential: "other-token", Header: "Authorization", Format: "bearer", Clients: []int{bob}},
+				{Name: "gh", Host: "api.github.test", Port: 443, Credential: "gh-token", Header: "Authorization", Format: "Bearer {}", Clients: []int{alice}},
+				{Name: "other", Host: "other.test", Port: 443, Credential: "other-token", Header: "Authorization", Format: "Bearer {}", Clients: []int{bob}},
 			}
 		},
 		Containers: func(d *sandboxtest.Docker) sandbox.Containers {
@@ -280,6 +280,14 @@ func TestNetApprovedBindsThenRevokes(t *testing.T) {
 	g.mu.Unlock()
 	if gr.Exec != ev.ExecID || gr.Revision < 1 || len(gr.Egress.Credentials) != 1 || gr.Egress.Credentials[0].Dest() != "api.github.test:443" {
 		t.Errorf("grant %+v", gr)
+	}
+	// What the real broker checks: the session's policy, and the grant
+	// against it.
+	if err := pol.Validate(); err != nil {
+		t.Errorf("the session broker's policy is invalid: %v", err)
+	}
+	if err := gr.Validate(&pol); err != nil {
+		t.Errorf("the grant is invalid for the session's policy: %v", err)
 	}
 	if d := gr.Deadline(); !d.Equal(r.clock.now().Add(60*time.Second+grantDrain)) || d.After(s.expires) {
 		t.Errorf("grant deadline %v: want now + 60 s + drain, within the session's life", d)
