@@ -285,16 +285,20 @@ func (k *Kind) networkExec(ctx context.Context, s *Session, x apiwire.SessionExe
 	select {
 	case <-a.decided:
 	case <-expired:
+		k.m.network.WithLabelValues("timeout").Inc()
 		s.log.Info("session network exec not approved in time", "exec", id)
 		return refuse(errNetworkTimeout)
 	case <-s.ended:
+		k.m.network.WithLabelValues("withdrawn").Inc()
 		return refuse(errNetworkClosed)
 	case <-ctx.Done():
+		k.m.network.WithLabelValues("withdrawn").Inc()
 		a.decide(false, -1)
 		s.log.Info("session network exec left before its approval", "exec", id)
 		return context.Cause(ctx)
 	}
 	if !a.approved {
+		k.m.network.WithLabelValues("denied").Inc()
 		s.log.Info("session network exec denied", "exec", id, "by_uid", a.by)
 		return emit(apiwire.SessionExecEvent{Type: apiwire.ExecError, ExecID: id, Error: errNetworkDenied})
 	}
@@ -306,6 +310,7 @@ func (k *Kind) networkExec(ctx context.Context, s *Session, x apiwire.SessionExe
 		cancel()
 	}
 	if err != nil {
+		k.m.network.WithLabelValues("bind_failed").Inc()
 		s.log.Error("session network exec not started: grant bind failed", "exec", id, "err", err)
 		if errors.Is(err, grantctl.ErrBroker) {
 			// Nobody knows whether the broker holds it: as a failed revoke.
@@ -313,6 +318,7 @@ func (k *Kind) networkExec(ctx context.Context, s *Session, x apiwire.SessionExe
 		}
 		return emit(apiwire.SessionExecEvent{Type: apiwire.ExecError, ExecID: id, Error: errNetworkBind})
 	}
+	k.m.network.WithLabelValues("granted").Inc()
 	s.log.Info("session network granted", "exec", id, "revision", g.Revision, "credentials", x.Credentials)
 	var once sync.Once
 	revoke := func() { once.Do(func() { k.revoke(s, id) }) }
@@ -380,6 +386,7 @@ func (k *Kind) revoke(s *Session, id string) {
 		s.log.Info("session network revoke not confirmed; the broker stops with the session", "exec", id, "err", err)
 		return
 	}
+	k.m.network.WithLabelValues("revoke_failed").Inc()
 	s.log.Error("session network revoke failed; stopping the session's broker", "exec", id, "err", err)
 	if err := k.life.StopUnits(s.id, s.log); err != nil {
 		s.log.Error("session broker stop failed after a failed revoke; the grant ends at its deadline", "exec", id, "err", err)

@@ -240,6 +240,9 @@ func TestNetDeniedNeverStarts(t *testing.T) {
 	if code, _ := decide(t, r, s, ev.ExecID, "approve"); code != http.StatusConflict {
 		t.Errorf("approve after deny: %d, want 409", code)
 	}
+	if got := r.kit.Counter("sandbox_session_network_execs_total", "outcome", "denied"); got != 1 {
+		t.Errorf("denied counted %v times", got)
+	}
 	if st := s.Status(); st.NetworkExec != "" || len(st.Approvals) != 0 {
 		t.Errorf("status after deny %+v: the network is free again", st)
 	}
@@ -338,6 +341,9 @@ func TestNetRevokeFailureStopsBroker(t *testing.T) {
 	r.kit.Units.Mu.Unlock()
 	if !stopped {
 		t.Fatal("the session's broker was not stopped after a failed revoke")
+	}
+	if got := r.kit.Counter("sandbox_session_network_execs_total", "outcome", "revoke_failed"); got != 1 {
+		t.Errorf("revoke_failed counted %v times", got)
 	}
 	err := r.k.Exec(context.Background(), s, apiwire.SessionExec{Command: "echo hi", Network: true}, func(apiwire.SessionExecEvent) error { return nil })
 	if !errors.Is(err, ErrState) || !strings.Contains(err.Error(), "network is gone") {
