@@ -373,6 +373,27 @@ func TestNetBindFailureNeverStarts(t *testing.T) {
 	if slices.Contains(r.d.callList(), "request exec") {
 		t.Error("an exec whose grant was refused reached the supervisor")
 	}
+	// A bind the broker did not answer (503): nobody knows whether it
+	// holds the grant, so the host revokes it; "no such grant" is fine.
+	g.mu.Lock()
+	g.bindStatus = http.StatusServiceUnavailable
+	g.mu.Unlock()
+	e = r.startNetExec(s, apiwire.SessionExec{Command: "echo hi", Network: true})
+	ev = e.next(t)
+	decide(t, r, s, ev.ExecID, "approve")
+	if evs, err := e.rest(); err != nil || len(evs) != 1 || evs[0].Error != errNetworkBind {
+		t.Fatalf("events %+v %v, want the bind error", evs, err)
+	}
+	calls := r.d.callList()
+	if !slices.Contains(calls, "revoke "+ev.ExecID) || slices.Contains(calls, "request exec") {
+		t.Errorf("calls %q: want the unconfirmed bind revoked and nothing started", calls)
+	}
+	r.kit.Units.Mu.Lock()
+	stopped := slices.Contains(r.kit.Units.Stopped, s.id)
+	r.kit.Units.Mu.Unlock()
+	if stopped {
+		t.Error("the broker was stopped though the revoke confirmed no grant")
+	}
 }
 
 // TestNetNoApprovalRefused: no decision within the approval timeout, or
