@@ -146,7 +146,10 @@ func (c startedContainer) Stream(ctx context.Context, stdin []byte, stdout, stde
 	return c.s.Stream(ctx, stdin, stdout, stderr)
 }
 
-// Attach, Pause and Unpause make the driver a sandbox.SessionContainers.
+// Attach, Pause and Unpause make the driver a sandbox.SessionContainers
+// (without them the session kind refuses every create).
+var _ sandbox.SessionContainers = dockerEngine{}
+
 func (e dockerEngine) Attach(ctx context.Context, id string, stdout, stderr io.Writer) (sandbox.SessionStream, error) {
 	s, err := e.d.Start(ctx, id)
 	if err != nil {

@@ -217,6 +217,15 @@ func (s *fakeSup) exec(id string, x sessionwire.Exec) bool {
 		keep := min(n, x.MaxOutputBytes)
 		s.enc.Data(sessionwire.FrameStdout, id, bytes.Repeat([]byte("y"), keep))
 		result(sessionwire.ExecResult{StdoutTruncated: n > keep, StdoutDropped: int64(n - keep)})
+	case "spoof":
+		// Frames for a request that does not exist, and for a fresh one
+		// the host has not sent yet, then its own result.
+		s.enc.Data(sessionwire.FrameStdout, "x999", []byte("not yours\n"))
+		s.enc.Event(sessionwire.Event{ID: "x998", Kind: sessionwire.EventResult, Result: &sessionwire.ExecResult{ExitCode: 9}})
+		s.enc.Data(sessionwire.FrameStdout, id, []byte("mine\n"))
+		result(sessionwire.ExecResult{})
+	case "silent":
+		// Started, then nothing: a supervisor that never answers.
 	case "block":
 		ch := make(chan string, 1)
 		s.mu.Lock()

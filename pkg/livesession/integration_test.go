@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	dcontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -161,6 +162,17 @@ func TestIntegrationSession(t *testing.T) {
 	if out, _, res := run(apiwire.SessionExec{Executable: "cat", Args: []string{"keep.txt"}}); res.ExitCode != 0 || out != "kept\n" {
 		t.Fatalf("exec 2: %+v %q", res, out)
 	}
+	// The guest holds no capability; a root exec exactly a run's setup
+	// command's (CHOWN, FOWNER, FSETID: 0x19); nobody writes the root
+	// filesystem or the project.
+	if out, _, res := run(apiwire.SessionExec{Command: "grep CapEff /proc/self/status; touch /etc/x 2>/dev/null || echo ro; touch /workspace/x 2>/dev/null || echo ro"}); res.ExitCode != 0 ||
+		out != "CapEff:\t0000000000000000\nro\nro\n" {
+		t.Fatalf("guest exec: %+v %q", res, out)
+	}
+	if out, _, res := run(apiwire.SessionExec{Command: "id -u; grep CapEff /proc/self/status; touch /etc/x 2>/dev/null || echo ro", Root: true}); res.ExitCode != 0 ||
+		out != "0\nCapEff:\t0000000000000019\nro\n" {
+		t.Fatalf("root exec: %+v %q", res, out)
+	}
 	// A dev server started by one exec (listening before that exec ends,
 	// then in the background) answers the next.
 	server := `import http.server, os, sys
@@ -192,6 +204,29 @@ s.serve_forever()
 	}
 	slices.Sort(rt)
 	report := fmt.Sprintf("session exec of true through the kind: median %v, p95 %v, max %v (20 execs)\n", rt[10], rt[18], rt[19])
+	// The same through docker exec in the same container, as the docker
+	// CLI does it (create, attach, read to the end, inspect).
+	var de []time.Duration
+	for range 20 {
+		t0 := time.Now()
+		ex, err := cli.ContainerExecCreate(ctx, s.h.ContainerID, dcontainer.ExecOptions{User: fmt.Sprint(s.guest), AttachStdout: true, AttachStderr: true, Cmd: []string{"true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hj, err := cli.ContainerExecAttach(ctx, ex.ID, dcontainer.ExecAttachOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, hj.Reader)
+		hj.Close()
+		if ins, err := cli.ContainerExecInspect(ctx, ex.ID); err != nil || ins.ExitCode != 0 {
+			t.Fatalf("docker exec true: %+v %v", ins, err)
+		}
+		de = append(de, time.Since(t0))
+	}
+	slices.Sort(de)
+	report += fmt.Sprintf("docker exec of true in the same container: median %v, p95 %v (20 execs); ratio of medians %.3f\n",
+		de[10], de[18], float64(rt[10])/float64(de[10]))
 	// 8 MiB of random bytes in and out.
 	blob := make([]byte, 8<<20)
 	rand.Read(blob)
@@ -256,6 +291,20 @@ s.serve_forever()
 	list, err := d.List(ctx, cfg.Installation)
 	if err != nil || len(list) != 0 {
 		t.Fatalf("after close: %v %v", list, err)
+	}
+
+	// A paused session closes as a running one does.
+	st3, err := k.Create(ctx, apiwire.SessionCreate{}, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3, _ := k.Lookup(st3.ID, 1000, false)
+	if err := k.Pause(s3); err != nil {
+		t.Fatal(err)
+	}
+	k.Close(s3)
+	if list, err := d.List(ctx, cfg.Installation); err != nil || len(list) != 0 {
+		t.Fatalf("after closing a paused session: %v %v", list, err)
 	}
 
 	// After a crash (no host to ask) the reaper removes a session whose

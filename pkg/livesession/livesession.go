@@ -124,6 +124,9 @@ type Options struct {
 	// SweepEvery is how often idle and expired sessions are looked for
 	// (0: a second; negative: never, a test calls Sweep).
 	SweepEvery time.Duration
+	// ExecGrace is how long past an exec's timeout its result may come
+	// (0: DefaultExecGrace).
+	ExecGrace time.Duration
 }
 
 // Kind is the host's sessions.
@@ -135,6 +138,8 @@ type Kind struct {
 	now   func() time.Time
 	newID func() string
 	m     metrics
+	// execGrace: how long past its timeout an exec's result may come.
+	execGrace time.Duration
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -144,7 +149,7 @@ type Kind struct {
 
 	stopSweep chan struct{}
 	stopOnce  sync.Once
-	wg        sync.WaitGroup // session removals
+	wg        sync.WaitGroup // live sessions, until each one's removal
 	unwatch   func() bool
 
 	// approvalTimeout, when set (tests), replaces a network exec's
@@ -163,7 +168,10 @@ func New(o Options) *Kind {
 	k := &Kind{
 		cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, newID: o.NewID,
 		sessions: map[string]*Session{}, perOwner: map[int]int{}, slots: make([]bool, o.Config.Sessions.MaxLive),
-		stopSweep: make(chan struct{}),
+		stopSweep: make(chan struct{}), execGrace: o.ExecGrace,
+	}
+	if k.execGrace <= 0 {
+		k.execGrace = DefaultExecGrace
 	}
 	k.m = newMetrics(k)
 	if o.Registry != nil {
@@ -295,6 +303,7 @@ func (k *Kind) reserve(s *Session) error {
 		return busyf("no free session slot (sessions.maxLive)")
 	}
 	k.slots[slot] = true
+	k.wg.Add(1) // until the session's removal (close)
 	s.slot = slot
 	k.sessions[s.id] = s
 	k.perOwner[s.owner]++
@@ -358,7 +367,7 @@ func (k *Kind) Create(ctx context.Context, p apiwire.SessionCreate, owner int) (
 	s := &Session{
 		k: k, id: id, tag: ids.SessionName(id), owner: owner, project: p.Project, memMB: mem,
 		created: now, expires: now.Add(ttl), state: apiwire.SessionStarting, lastUsed: now,
-		pending: map[string]*pending{}, ended: make(chan struct{}), removed: make(chan struct{}),
+		pending: map[string]*pending{}, ended: make(chan struct{}), removed: make(chan struct{}), started: make(chan struct{}),
 	}
 	s.log = k.log.With("session", id)
 	if p.Network {
@@ -377,7 +386,9 @@ func (k *Kind) Create(ctx context.Context, p apiwire.SessionCreate, owner int) (
 	k.m.created.Inc()
 	k.log.Info("session admitted", "session", id, "owner_uid", owner, "project", p.Project, "memory_mb", mem, "ttl_s", int(ttl.Seconds()),
 		"network", p.Network, "credentials", p.Credentials)
-	if err := s.start(ctx, sc, workspace); err != nil {
+	err = s.start(ctx, sc, workspace)
+	close(s.started)
+	if err != nil {
 		s.close("start failed")
 		if errors.Is(err, sandbox.ErrShuttingDown) || ctx.Err() != nil {
 			return apiwire.Session{}, err

@@ -58,7 +58,7 @@ func newRig(t *testing.T, change func(*config.Sessions)) *rig {
 			return fd
 		}})
 	k := New(Options{Config: kit.Cfg, Lifecycle: kit.Deps.Lifecycle, Host: kit.Host, Logger: kit.Deps.Logger,
-		Now: c.now, Registry: kit.Registry, SweepEvery: -1})
+		Now: c.now, Registry: kit.Registry, SweepEvery: -1, ExecGrace: time.Millisecond})
 	t.Cleanup(func() {
 		k.Stop()
 		kit.Host.Stop()
@@ -326,6 +326,9 @@ func TestIdlePauseAndTransparentResume(t *testing.T) {
 	if st := s.Status().State; st != apiwire.SessionRunning {
 		t.Errorf("a session with an exec running was %s", st)
 	}
+	if code, body := call(t, r, peerauth.RoleClient, alice, "POST", "/v1/sessions/"+s.id+"/pause", nil); code != http.StatusConflict || !strings.Contains(body, "in flight") {
+		t.Errorf("pause with an exec running: %d %s, want 409", code, body)
+	}
 	if err := r.k.Cancel(context.Background(), s, id); err != nil {
 		t.Fatal(err)
 	}
@@ -466,5 +469,82 @@ func TestFleetNamesTheBox(t *testing.T) {
 	_, missing := call(t, r, peerauth.RoleClient, bob, "GET", "/v1/sessions/"+strings.Repeat("0", 32), nil)
 	if code != http.StatusNotFound || other != missing || !strings.Contains(missing, "box box-a") {
 		t.Errorf("%d %s / %s, want 404 naming box-a for both", code, other, missing)
+	}
+}
+
+// TestSilentSupervisorDoesNotHoldAnExec: an exec whose result never comes
+// ends after its timeout (and the grace) with an error, its process group
+// killed; the session goes on.
+func TestSilentSupervisorDoesNotHoldAnExec(t *testing.T) {
+	r := newRig(t, nil)
+	s := r.create(t, alice)
+	var last apiwire.SessionExecEvent
+	err := r.k.Exec(context.Background(), s, apiwire.SessionExec{Command: "silent", TimeoutSeconds: 1}, func(ev apiwire.SessionExecEvent) error {
+		last = ev
+		return nil
+	})
+	if err != nil || last.Type != apiwire.ExecError || !strings.Contains(last.Error, "no result in time") {
+		t.Fatalf("silent exec: %v %+v", err, last)
+	}
+	// The kill went out before the next exec on the one stream, so once
+	// that exec answered the supervisor has read the kill.
+	if out, _, _, _ := r.exec(t, s, "echo after"); out != "after\n" {
+		t.Errorf("after: %q", out)
+	}
+	if calls := r.d.callList(); !slices.Contains(calls, "request signal") {
+		t.Errorf("the overdue exec was not killed: %v", calls)
+	}
+}
+
+// TestExecBoundRefused: past 16 execs running in one session the next is
+// refused at once with 429; once they ended there is room again.
+func TestExecBoundRefused(t *testing.T) {
+	r := newRig(t, nil)
+	s := r.create(t, alice)
+	ids := make(chan string, maxExecs)
+	var wg sync.WaitGroup
+	for range maxExecs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.k.Exec(context.Background(), s, apiwire.SessionExec{Command: "block"}, func(ev apiwire.SessionExecEvent) error {
+				if ev.Type == apiwire.ExecStarted {
+					ids <- ev.ExecID
+				}
+				return nil
+			})
+		}()
+	}
+	var running []string
+	for range maxExecs {
+		running = append(running, <-ids)
+	}
+	code, body := call(t, r, peerauth.RoleClient, alice, "POST", "/v1/sessions/"+s.id+"/exec", apiwire.SessionExec{Command: "echo x"})
+	if code != http.StatusTooManyRequests || !strings.Contains(body, "16 execs") {
+		t.Errorf("17th exec: %d %s, want 429", code, body)
+	}
+	for _, id := range running {
+		if err := r.k.Cancel(context.Background(), s, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	if out, _, _, _ := r.exec(t, s, "echo room"); out != "room\n" {
+		t.Errorf("after: %q", out)
+	}
+}
+
+// TestFramesForOtherRequestsAreDropped: a supervisor that sends output or
+// a result for a request the host did not make (or another one) reaches
+// no client; each request sees only its own frames.
+func TestFramesForOtherRequestsAreDropped(t *testing.T) {
+	r := newRig(t, nil)
+	s := r.create(t, alice)
+	out, _, res, _ := r.exec(t, s, "spoof")
+	if out != "mine\n" || res == nil || res.ExitCode != 0 {
+		t.Errorf("spoofed frames reached the exec: %q %+v", out, res)
+	}
+	if out, _, _, _ := r.exec(t, s, "echo next"); out != "next\n" {
+		t.Errorf("next exec: %q", out)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
@@ -37,21 +38,37 @@ func (k *Kind) exec(ctx context.Context, s *Session, x apiwire.SessionExec, req 
 	if err := s.begin(); err != nil {
 		return err
 	}
-	defer s.end()
+	// The supervisor enforces the exec's timeout; the host does not rely
+	// on it (a supervisor that never answers holds no request forever).
+	ctx, cancel := context.WithTimeoutCause(ctx, time.Duration(req.Timeout())*time.Second+k.execGrace, errOverdue)
+	defer cancel()
 	began := time.Now()
-	id, p, err := s.send(sessionwire.Request{ID: id, Op: sessionwire.OpExec, Exec: &req}, nil, "x")
-	if err != nil {
-		return err
-	}
 	s.mu.Lock()
+	if s.execs >= maxExecs {
+		s.mu.Unlock()
+		s.end()
+		return &busy{msg: fmt.Sprintf("the session runs %d execs, its bound; wait for one to end", maxExecs), retry: time.Second}
+	}
 	s.execs++
 	s.execsTotal++
 	s.mu.Unlock()
-	defer func() {
+	id, p, err := s.send(sessionwire.Request{ID: id, Op: sessionwire.OpExec, Exec: &req}, nil, "x")
+	if err != nil {
 		s.mu.Lock()
 		s.execs--
 		s.mu.Unlock()
-	}()
+		s.end()
+		return err
+	}
+	// The exec is counted out before its last event goes to the client,
+	// so the client's next request (a pause, say) never finds it in flight.
+	finish := sync.OnceFunc(func() {
+		s.mu.Lock()
+		s.execs--
+		s.mu.Unlock()
+		s.end()
+	})
+	defer finish()
 	kill := func() {
 		p.leave()
 		if _, sp, err := s.send(sessionwire.Request{Op: sessionwire.OpSignal, Signal: &sessionwire.Signal{Target: id, Name: sessionwire.SignalKill}}, nil, "k"); err == nil {
@@ -65,6 +82,11 @@ func (k *Kind) exec(ctx context.Context, s *Session, x apiwire.SessionExec, req 
 				kill()
 			}
 			k.m.execs.WithLabelValues("error").Inc()
+			if errors.Is(err, errOverdue) {
+				s.log.Warn("session exec got no result from the supervisor in time; killed", "exec", id, "timeout_s", req.Timeout())
+				finish()
+				return emit(apiwire.SessionExecEvent{Type: apiwire.ExecError, ExecID: id, Error: "the session gave no result in time; the exec was killed"})
+			}
 			return err
 		}
 		var ev apiwire.SessionExecEvent
@@ -88,9 +110,11 @@ func (k *Kind) exec(ctx context.Context, s *Session, x apiwire.SessionExec, req 
 				k.m.latency.Observe(took.Seconds())
 				k.m.execs.WithLabelValues(execResult(res)).Inc()
 				s.log.Debug("session exec done", "exec", id, "exit_code", r.ExitCode, "took_us", took.Microseconds())
+				finish()
 				return emit(apiwire.SessionExecEvent{Type: apiwire.ExecResult, ExecID: id, Result: res})
 			case sessionwire.EventError:
 				k.m.execs.WithLabelValues("error").Inc()
+				finish()
 				return emit(apiwire.SessionExecEvent{Type: apiwire.ExecError, ExecID: id, Error: execErrorText(f.Event.Error.Code)})
 			default:
 				continue // no other event is an exec's; the decoder checked the shapes
@@ -105,6 +129,19 @@ func (k *Kind) exec(ctx context.Context, s *Session, x apiwire.SessionExec, req 
 		}
 	}
 }
+
+// maxExecs is the supervisor's bound of execs running at once in one
+// session (sessionsup.DefaultMaxExecs): the host refuses past it at once
+// (429) rather than send what the supervisor would refuse.
+const maxExecs = 16
+
+// errOverdue: an exec's result did not come within its timeout and
+// execGrace.
+var errOverdue = errors.New("exec overdue")
+
+// DefaultExecGrace is how long past an exec's timeout the host waits for
+// the supervisor's result.
+const DefaultExecGrace = 30 * time.Second
 
 func execResult(r *apiwire.SessionExecResult) string {
 	switch {
@@ -123,7 +160,7 @@ func execResult(r *apiwire.SessionExecResult) string {
 func execErrorText(code string) string {
 	switch code {
 	case sessionwire.ErrBusy:
-		return fmt.Sprintf("the session runs %d execs, its bound; wait for one to end", 16)
+		return fmt.Sprintf("the session runs %d execs, its bound; wait for one to end", maxExecs)
 	case sessionwire.ErrStart:
 		return "the command could not be started (not found, not executable, or a bad cwd)"
 	case sessionwire.ErrBadRequest:

@@ -54,6 +54,9 @@ type Session struct {
 	endOnce    sync.Once
 	closing    bool
 	removed    chan struct{}
+	// started is closed once start returned: a close (the host stopping)
+	// waits for it, so it never races the start for the handle.
+	started chan struct{}
 }
 
 // pending is one request's frames, handed over by the multiplexer.
@@ -317,9 +320,15 @@ func (s *Session) pause(reason string) error {
 	s.trans.Lock()
 	defer s.trans.Unlock()
 	s.mu.Lock()
-	if s.closing || s.state != apiwire.SessionRunning || (reason == "idle" && s.inflight > 0) {
+	if s.closing || s.state != apiwire.SessionRunning {
 		s.mu.Unlock()
 		return ErrState
+	}
+	if s.inflight > 0 {
+		// A frozen exec would pass its timeout on the host's clock
+		// while its supervisor, frozen too, cannot end it.
+		s.mu.Unlock()
+		return refused(ErrState, "the session has an exec or a file transfer in flight; pause it once they ended")
 	}
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), s.k.life.RemoveTimeout())
@@ -375,8 +384,8 @@ func (s *Session) close(reason string) {
 	}
 	s.closing = true
 	s.mu.Unlock()
-	s.k.wg.Add(1)
-	defer s.k.wg.Done()
+	defer s.k.wg.Done() // reserve's Add
+	<-s.started
 	s.trans.Lock()
 	defer s.trans.Unlock()
 	s.mu.Lock()
