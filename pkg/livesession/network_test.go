@@ -264,6 +264,17 @@ func TestNetApprovedBindsThenRevokes(t *testing.T) {
 		pol.DeadlineUnixMs != s.expires.UnixMilli() {
 		t.Fatalf("session broker policy %+v (%v): want grants of gh-token only, no standing egress, the TTL", pol, err)
 	}
+	// The container gets the turn directory (the broker's socket), the
+	// policy loads as the broker loads it.
+	r.kit.Docker.Mu.Lock()
+	spec, loaded := r.kit.Docker.Created[0], r.kit.Docker.Policies[0]
+	r.kit.Docker.Mu.Unlock()
+	if dir, _ := layout.TurnDir(r.kit.Cfg.RunRoot, s.id); spec.TurnDir != dir || spec.Session == nil {
+		t.Errorf("network session container: turn dir %q, want %q", spec.TurnDir, dir)
+	}
+	if loaded == nil || loaded.Grants == nil {
+		t.Errorf("the session's policy did not load as the broker loads it: %+v", loaded)
+	}
 	e := r.startNetExec(s, apiwire.SessionExec{Command: "echo hi", Network: true, Credentials: []string{"gh"}, TimeoutSeconds: 60})
 	ev := e.next(t)
 	if code, body := decide(t, r, s, ev.ExecID, "approve"); code != http.StatusOK {
@@ -472,6 +483,12 @@ func TestNetRefusals(t *testing.T) {
 	r.kit.Units.Mu.Unlock()
 	if started != 0 {
 		t.Errorf("a session without network started %d broker units", started)
+	}
+	r.kit.Docker.Mu.Lock()
+	plainDir := r.kit.Docker.Created[0].TurnDir
+	r.kit.Docker.Mu.Unlock()
+	if plainDir != "" {
+		t.Errorf("a session without network has turn dir %q in its container", plainDir)
 	}
 	s := r.createNet(t, alice, "gh")
 	for _, tc := range []struct {
