@@ -15,10 +15,15 @@ const (
 
 // SessionCreate is POST /v1/sessions. Every field is optional: no
 // project (an empty /workspace), sessions.memoryMb, sessions.ttlSeconds.
+// Network gives the session a broker that a network exec may be granted
+// (each such exec still waits for a human's approval); Credentials are the
+// egress.credentials names its execs may later ask for (only with Network).
 type SessionCreate struct {
-	Project    string `json:"project,omitempty"`
-	MemoryMb   int    `json:"memoryMb,omitempty"`
-	TTLSeconds int    `json:"ttlSeconds,omitempty"`
+	Project     string   `json:"project,omitempty"`
+	MemoryMb    int      `json:"memoryMb,omitempty"`
+	TTLSeconds  int      `json:"ttlSeconds,omitempty"`
+	Network     bool     `json:"network,omitempty"`
+	Credentials []string `json:"credentials,omitempty"`
 }
 
 // Session is a session's status.
@@ -36,6 +41,28 @@ type Session struct {
 	Execs      int `json:"execs"`
 	ExecsTotal int `json:"execsTotal"`
 	Resumes    int `json:"resumes"`
+	// Network: the session has a broker for network execs; Credentials
+	// are the names declared at create; NetworkExec is the exec that
+	// holds the session's network now (awaiting approval or running);
+	// Approvals are the execs waiting for a human's decision.
+	Network     bool              `json:"network,omitempty"`
+	Credentials []string          `json:"credentials,omitempty"`
+	NetworkExec string            `json:"networkExec,omitempty"`
+	Approvals   []SessionApproval `json:"approvals,omitempty"`
+}
+
+// SessionApproval is a network exec waiting for an admin's approve or
+// deny (POST /v1/sessions/{session}/execs/{exec}/approve|deny): what it
+// would run, with which credentials, until when it waits.
+type SessionApproval struct {
+	ExecID         string    `json:"execId"`
+	Command        string    `json:"command,omitempty"`
+	Executable     string    `json:"executable,omitempty"`
+	Args           []string  `json:"args,omitempty"`
+	Root           bool      `json:"root,omitempty"`
+	TimeoutSeconds int       `json:"timeoutSeconds"`
+	Credentials    []string  `json:"credentials,omitempty"`
+	Deadline       time.Time `json:"deadline"`
 }
 
 // SessionList is GET /v1/sessions.
@@ -45,8 +72,9 @@ type SessionList struct {
 
 // SessionExec is POST /v1/sessions/{session}/exec: exactly one of Command
 // (through /bin/sh -c) or Executable with Args. Env names follow
-// sessionwire.ValidEnvName. Network (and Credentials) are refused until
-// per-exec grants are wired.
+// sessionwire.ValidEnvName. Network (with Credentials among those
+// declared at create) waits for a human's approval of this exec; its first
+// event is then "approval" naming the exec id to approve.
 type SessionExec struct {
 	Command        string            `json:"command,omitempty"`
 	Executable     string            `json:"executable,omitempty"`
@@ -62,14 +90,16 @@ type SessionExec struct {
 
 // Exec event types (the NDJSON lines of an exec).
 const (
-	ExecStarted = "started"
-	ExecStdout  = "stdout"
-	ExecStderr  = "stderr"
-	ExecResult  = "result"
-	ExecError   = "error"
+	ExecApproval = "approval"
+	ExecStarted  = "started"
+	ExecStdout   = "stdout"
+	ExecStderr   = "stderr"
+	ExecResult   = "result"
+	ExecError    = "error"
 )
 
-// SessionExecEvent is one NDJSON line of an exec: started (ExecID), a
+// SessionExecEvent is one NDJSON line of an exec: for a network exec
+// first approval (ExecID, waiting for a human's decision), started (ExecID), a
 // chunk of stdout or stderr (Data), then exactly one result or error.
 type SessionExecEvent struct {
 	Type   string             `json:"type"`
@@ -98,6 +128,12 @@ type SessionExecResult struct {
 // SessionCancel is POST /v1/sessions/{session}/cancel: the running exec
 // to kill (its process group).
 type SessionCancel struct {
+	ExecID string `json:"execId"`
+}
+
+// SessionDecision is POST /v1/sessions/{session}/approve or deny (the
+// admin role): the network exec the decision is for.
+type SessionDecision struct {
 	ExecID string `json:"execId"`
 }
 

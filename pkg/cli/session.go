@@ -48,6 +48,8 @@ func sessionCmd(g *globals) *cobra.Command {
 	f.StringVar(&create.Project, "project", "", "project to mount read-only at /workspace (runs.projects)")
 	f.IntVar(&create.MemoryMb, "memory", 0, "memory limit in MiB (default and most: sessions.memoryMb)")
 	f.IntVar(&create.TTLSeconds, "ttl", 0, "remove the session after this many seconds (default and most: sessions.ttlSeconds)")
+	f.BoolVar(&create.Network, "network", false, "give the session a broker: its execs may then ask for network, each approved by a human")
+	f.StringArrayVar(&create.Credentials, "credential", nil, "egress.credentials name its network execs may ask for (repeatable; with --network)")
 
 	list := &cobra.Command{
 		Use: "list", Short: "List sessions (yours; an admin's: all)", Args: cobra.NoArgs,
@@ -86,13 +88,14 @@ func sessionCmd(g *globals) *cobra.Command {
 		one("pause", "Pause a session (memory kept, no CPU; any request resumes it)", (*client.Client).PauseSession),
 		one("resume", "Resume a paused session", (*client.Client).ResumeSession),
 		one("close", "Close a session: its container and files are removed", (*client.Client).CloseSession),
-		sessionExecCmd(g), sessionCpCmd(g), sessionLsCmd(g))
+		sessionExecCmd(g), sessionCpCmd(g), sessionLsCmd(g), sessionDecideCmd(g, true), sessionDecideCmd(g, false))
 	return cmd
 }
 
 func printSession(w io.Writer, st apiwire.Session) {
 	fmt.Fprintf(w, "%s %s owner=%d memory=%dMiB execs=%d/%d resumes=%d expires=%s\n", st.ID, st.State, st.OwnerUID,
 		st.MemoryMb, st.Execs, st.ExecsTotal, st.Resumes, st.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))
+	printSessionNetwork(w, st) // sessionnet.go
 }
 
 // sessionExecCmd runs a command in a session like docker exec: output as
@@ -151,6 +154,8 @@ Exit status: the command's; 124 on timeout; 125 when the exec could not be carri
 	f.IntVar(&x.TimeoutSeconds, "timeout", 0, "kill the exec after this many seconds (default 120, at most 3600)")
 	f.BoolVar(&x.Root, "root", false, "run as root with exactly a run's setup capabilities")
 	f.BoolVar(&stdin, "stdin", false, "send this command's standard input (at most 256 KiB) as the exec's")
+	f.BoolVar(&x.Network, "network", false, "network for this exec (a session created with --network); waits for an admin's approval")
+	f.StringArrayVar(&x.Credentials, "credential", nil, "credential this exec asks for (repeatable; declared at create; with --network)")
 	return cmd
 }
 
@@ -181,6 +186,8 @@ func sessionExec(cmd *cobra.Command, g *globals, id string, x apiwire.SessionExe
 			_, err = stdout.Write(ev.Data)
 		case apiwire.ExecStderr:
 			_, err = stderr.Write(ev.Data)
+		case apiwire.ExecApproval:
+			fmt.Fprintf(stderr, "%snetwork exec %s waits for an admin's approval: sandbox-host session approve %s %s (or deny)\n", prefix, ev.ExecID, id, ev.ExecID)
 		}
 		return err
 	})

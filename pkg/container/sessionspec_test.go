@@ -11,7 +11,8 @@ import (
 // TestSessionConfigs: a session's container keeps the turn's confinement
 // with a read-only root, starts its supervisor as root with exactly the
 // setup capabilities (no CAP_KILL), mounts the project read-only and the
-// guest's /work tmpfs, and has no turn directory.
+// guest's /work tmpfs, and has no turn directory (a network session's:
+// sessionnet_test.go).
 func TestSessionConfigs(t *testing.T) {
 	old := processIDs
 	processIDs = func() (int, int) { return 990, 990 }
@@ -43,10 +44,10 @@ func TestSessionConfigs(t *testing.T) {
 		t.Errorf("stdin open %v once %v: the supervisor's requests come on it and end with the host's attach", cfg.OpenStdin, cfg.StdinOnce)
 	}
 	for name, change := range map[string]func(*Spec){
-		"with a turn dir": func(s *Spec) { s.TurnDir = s.WorkspaceDir + "x" },
-		"also a run":      func(s *Spec) { s.Run = &RunOptions{OutputMB: 1, Command: []string{"/x"}} },
-		"no work tmpfs":   func(s *Spec) { s.Session.WorkMB = 0 },
-		"relative cmd":    func(s *Spec) { s.Session.Command = []string{"worker"} },
+		"a missing turn dir": func(s *Spec) { s.TurnDir = s.WorkspaceDir + "x" },
+		"also a run":         func(s *Spec) { s.Run = &RunOptions{OutputMB: 1, Command: []string{"/x"}} },
+		"no work tmpfs":      func(s *Spec) { s.Session.WorkMB = 0 },
+		"relative cmd":       func(s *Spec) { s.Session.Command = []string{"worker"} },
 	} {
 		bad := validSpec(t)
 		bad.TurnDir = ""

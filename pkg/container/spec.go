@@ -123,8 +123,10 @@ type Spec struct {
 // for everything the guest runs. The root filesystem is read-only;
 // WorkspaceDir (the project) is bound read-only at /workspace; the
 // writable places are tmpfs: WorkPath (WorkMB, the guest's, 0700),
-// /output (OutputMB, the guest's) and /tmp (Spec.TmpfsMB); no turn
-// directory, so no broker and no network.
+// /output (OutputMB, the guest's) and /tmp (Spec.TmpfsMB). A session
+// created with network also has its turn directory (Spec.TurnDir, the
+// broker's socket) read-only at /run/broker; the container's network is
+// still none, the broker is its only way out.
 type SessionOptions struct {
 	WorkMB, OutputMB int
 	Command          []string
@@ -229,14 +231,17 @@ func (s *Spec) Validate(dockerSockets ...string) error {
 		return invalid("a rich channel's container is neither a run's nor a precheck's")
 	}
 	if x := s.Session; x != nil {
-		if s.Run != nil || s.Precheck || s.Rich || s.SkillsDir != "" || s.TurnDir != "" {
-			return invalid("a session's container is nothing else's and has no turn dir")
+		if s.Run != nil || s.Precheck || s.Rich || s.SkillsDir != "" {
+			return invalid("a session's container is nothing else's")
 		}
 		if x.WorkMB < 1 || x.WorkMB > MaxTmpfsMB || x.OutputMB < 1 || x.OutputMB > MaxTmpfsMB {
 			return invalid("a session's work and output tmpfs must be 1 to %d MiB", MaxTmpfsMB)
 		}
 		if len(x.Command) == 0 || len(x.Command) > 8 || !filepath.IsAbs(x.Command[0]) {
 			return invalid("a session's command must be 1 to 8 words starting with an absolute path")
+		}
+		if s.TurnDir != "" { // a network session's broker (docs/sessions.md)
+			return validateMounts([]source{{"workspace", s.WorkspaceDir}, {"turn dir", s.TurnDir}}, dockerSockets)
 		}
 		return validateMounts([]source{{"workspace", s.WorkspaceDir}}, dockerSockets)
 	}
@@ -543,6 +548,17 @@ func (s *Spec) sessionConfigs(cfg *container.Config, host *container.HostConfig)
 		ReadOnly:    true,
 		BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 	}}
+	if s.TurnDir != "" {
+		// A network session's broker socket, as a network run's: the
+		// broker refuses everything until the host binds an exec's grant.
+		host.Mounts = append(host.Mounts, mount.Mount{
+			Type:        mount.TypeBind,
+			Source:      s.TurnDir,
+			Target:      protocol.BrokerDir,
+			ReadOnly:    true,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+		})
+	}
 }
 
 // TmpfsOptions is the /tmp tmpfs option string for a size in MiB. noexec is

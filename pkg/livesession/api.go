@@ -28,6 +28,9 @@ func (k *Kind) Routes() []api.Route {
 	route := func(method, pattern string, fn api.Handler) api.Route {
 		return api.Route{Endpoint: api.Endpoint{Method: method, Pattern: pattern, Role: client}, Fn: fn}
 	}
+	admin := func(method, pattern string, fn api.Handler) api.Route { // network.go
+		return api.Route{Endpoint: api.Endpoint{Method: method, Pattern: pattern, Role: peerauth.RoleAdmin}, Fn: fn}
+	}
 	create := route(http.MethodPost, "/v1/sessions", k.handleCreate)
 	create.Admits = true
 	return []api.Route{
@@ -37,6 +40,8 @@ func (k *Kind) Routes() []api.Route {
 		route(http.MethodPost, "/v1/sessions/{session}/close", k.with(k.handleClose)),
 		route(http.MethodPost, "/v1/sessions/{session}/exec", k.with(k.handleExec)),
 		route(http.MethodPost, "/v1/sessions/{session}/cancel", k.with(k.handleCancel)),
+		admin(http.MethodPost, "/v1/sessions/{session}/approve", k.with(k.handleApprove)),
+		admin(http.MethodPost, "/v1/sessions/{session}/deny", k.with(k.handleDeny)),
 		route(http.MethodPost, "/v1/sessions/{session}/pause", k.with(k.handlePause)),
 		route(http.MethodPost, "/v1/sessions/{session}/resume", k.with(k.handleResume)),
 		route(http.MethodPost, "/v1/sessions/{session}/files/put", k.with(k.handlePut)),

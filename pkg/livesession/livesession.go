@@ -33,7 +33,11 @@
 // the host, one at a time per session; the supervisor's stream is hostile
 // input (sessionwire's decoder bounds it; a stream that breaks the
 // protocol ends the session) and its error texts never reach a client:
-// each error code maps to a fixed message.
+// each error code maps to a fixed message. Network (network.go): only a
+// session created with network has a broker, holding only the credentials
+// named at create; an exec has network only after an admin approved that
+// exec, from a grant bound before it starts until a revoke before its
+// client sees its end, one such exec at a time.
 package livesession
 
 import (
@@ -41,6 +45,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,9 +72,6 @@ var (
 	// ErrTooLarge: a file (or tar) over sessions.maxFileBytes, or a
 	// session out of space.
 	ErrTooLarge = errors.New("over the session's size bound")
-	// ErrNetworkUnavailable: an exec asked for network; per-exec grants
-	// (DESIGN.md section 18) are not wired yet (Granter).
-	ErrNetworkUnavailable = errors.New("network execs are not available yet")
 	// ErrEnded: the session ended while the request ran.
 	ErrEnded = errors.New("the session ended")
 	// ErrSupervisor: the session's supervisor failed the request.
@@ -110,17 +112,6 @@ type Host interface {
 	GuestUID(key string) (int, error)
 }
 
-// Granter is the seam for network execs (DESIGN.md section 18, issue 36):
-// the session's long-lived broker holds a grant only while an approved
-// network exec runs. The kind will call Bind when such an exec starts and
-// Revoke when its result came (or the session ends); a request that
-// carries no live grant is the broker's to refuse. Until a Granter is
-// wired (nil), an exec with network is refused with ErrNetworkUnavailable.
-type Granter interface {
-	Bind(ctx context.Context, session, exec string, credentials []string) error
-	Revoke(session, exec string) error
-}
-
 // Options make a Kind.
 type Options struct {
 	Config    *config.Config
@@ -130,8 +121,6 @@ type Options struct {
 	Now       func() time.Time
 	NewID     func() string
 	Registry  prometheus.Registerer
-	// Granter binds network grants (nil: network execs are refused).
-	Granter Granter
 	// SweepEvery is how often idle and expired sessions are looked for
 	// (0: a second; negative: never, a test calls Sweep).
 	SweepEvery time.Duration
@@ -142,14 +131,13 @@ type Options struct {
 
 // Kind is the host's sessions.
 type Kind struct {
-	cfg     *config.Config
-	life    *sandbox.Lifecycle
-	host    Host
-	log     *slog.Logger
-	now     func() time.Time
-	newID   func() string
-	granter Granter
-	m       metrics
+	cfg   *config.Config
+	life  *sandbox.Lifecycle
+	host  Host
+	log   *slog.Logger
+	now   func() time.Time
+	newID func() string
+	m     metrics
 	// execGrace: how long past its timeout an exec's result may come.
 	execGrace time.Duration
 
@@ -163,6 +151,10 @@ type Kind struct {
 	stopOnce  sync.Once
 	wg        sync.WaitGroup // live sessions, until each one's removal
 	unwatch   func() bool
+
+	// approvalTimeout, when set (tests), replaces a network exec's
+	// approval timer (network.go).
+	approvalTimeout func(time.Duration) <-chan time.Time
 }
 
 // New makes the kind from sessions.*.
@@ -174,7 +166,7 @@ func New(o Options) *Kind {
 		o.NewID = ids.NewTurnID
 	}
 	k := &Kind{
-		cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, newID: o.NewID, granter: o.Granter,
+		cfg: o.Config, life: o.Lifecycle, host: o.Host, log: o.Logger, now: o.Now, newID: o.NewID,
 		sessions: map[string]*Session{}, perOwner: map[int]int{}, slots: make([]bool, o.Config.Sessions.MaxLive),
 		stopSweep: make(chan struct{}), execGrace: o.ExecGrace,
 	}
@@ -359,6 +351,9 @@ func (k *Kind) Create(ctx context.Context, p apiwire.SessionCreate, owner int) (
 		}
 		ttl = time.Duration(p.TTLSeconds) * time.Second
 	}
+	if err := k.checkNetworkCreate(p, owner); err != nil {
+		return apiwire.Session{}, err
+	}
 	workspace := ""
 	if p.Project != "" {
 		path, ok := k.cfg.Runs.ProjectPath(p.Project)
@@ -375,6 +370,9 @@ func (k *Kind) Create(ctx context.Context, p apiwire.SessionCreate, owner int) (
 		pending: map[string]*pending{}, ended: make(chan struct{}), removed: make(chan struct{}), started: make(chan struct{}),
 	}
 	s.log = k.log.With("session", id)
+	if p.Network {
+		s.net = &netState{creds: slices.Clone(p.Credentials)}
+	}
 	var done func()
 	done, err := k.host.Admit(func() error { return k.reserve(s) })
 	if err != nil {
@@ -386,7 +384,8 @@ func (k *Kind) Create(ctx context.Context, p apiwire.SessionCreate, owner int) (
 	}
 	s.done = done
 	k.m.created.Inc()
-	k.log.Info("session admitted", "session", id, "owner_uid", owner, "project", p.Project, "memory_mb", mem, "ttl_s", int(ttl.Seconds()))
+	k.log.Info("session admitted", "session", id, "owner_uid", owner, "project", p.Project, "memory_mb", mem, "ttl_s", int(ttl.Seconds()),
+		"network", p.Network, "credentials", p.Credentials)
 	err = s.start(ctx, sc, workspace)
 	close(s.started)
 	if err != nil {

@@ -259,7 +259,7 @@ func TestExecErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{"network", apiwire.SessionExec{Command: "echo x", Network: true}, http.StatusNotImplemented, "network execs are not available yet"},
+		{"network", apiwire.SessionExec{Command: "echo x", Network: true}, http.StatusBadRequest, "created without network"},
 		{"both modes", apiwire.SessionExec{Command: "x", Executable: "y"}, http.StatusBadRequest, "both command and executable"},
 		{"denied env", apiwire.SessionExec{Command: "x", Env: map[string]string{"LD_PRELOAD": "/x"}}, http.StatusBadRequest, "env"},
 		{"bad cwd", apiwire.SessionExec{Command: "x", Cwd: "../etc"}, http.StatusBadRequest, "cwd"},

@@ -16,6 +16,7 @@ type metrics struct {
 	latency prometheus.Histogram
 	resumes *prometheus.CounterVec
 	files   *prometheus.CounterVec
+	network *prometheus.CounterVec // network.go
 	k       *Kind
 }
 
@@ -43,11 +44,14 @@ func newMetrics(k *Kind) metrics {
 		files: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandbox_session_files_total", Help: "Session file operations done, by op (put, get, getdir).",
 		}, []string{"op"}),
+		network: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandbox_session_network_execs_total", Help: "Session network execs by outcome (granted, denied, timeout, withdrawn, bind_failed, revoke_failed).",
+		}, []string{"outcome"}),
 	}
 }
 
 func (m metrics) register(r prometheus.Registerer) {
-	r.MustRegister(m.created, m.refused, m.closed, m.execs, m.latency, m.resumes, m.files, m)
+	r.MustRegister(m.created, m.refused, m.closed, m.execs, m.latency, m.resumes, m.files, m.network, m)
 }
 
 // Describe and Collect make the live gauge read the sessions when scraped.

@@ -16,20 +16,25 @@ import (
 // went away) or ctx's end kills the exec's process group and returns.
 func (k *Kind) Exec(ctx context.Context, s *Session, x apiwire.SessionExec, emit func(apiwire.SessionExecEvent) error) error {
 	if x.Network || len(x.Credentials) > 0 {
-		if k.granter == nil {
-			return refused(ErrNetworkUnavailable, ErrNetworkUnavailable.Error())
-		}
-		// The grant's wiring (Bind when the exec starts, Revoke at its
-		// result) lands with the broker's grant primitive.
-		return refused(ErrNetworkUnavailable, ErrNetworkUnavailable.Error())
+		return k.networkExec(ctx, s, x, emit) // network.go
 	}
-	req := sessionwire.Exec{
-		Command: x.Command, Executable: x.Executable, Args: x.Args, Cwd: x.Cwd, Env: x.Env, Stdin: x.Stdin,
-		TimeoutSeconds: x.TimeoutSeconds, Root: x.Root, MaxOutputBytes: k.cfg.Sessions.MaxOutputBytes,
-	}
+	req := k.wireExec(x)
 	if err := req.Validate(); err != nil {
 		return invalidf("%s", genericInvalid(err))
 	}
+	return k.exec(ctx, s, x, req, "", emit)
+}
+
+// wireExec is x as the supervisor is asked to run it.
+func (k *Kind) wireExec(x apiwire.SessionExec) sessionwire.Exec {
+	return sessionwire.Exec{
+		Command: x.Command, Executable: x.Executable, Args: x.Args, Cwd: x.Cwd, Env: x.Env, Stdin: x.Stdin,
+		TimeoutSeconds: x.TimeoutSeconds, Root: x.Root, MaxOutputBytes: k.cfg.Sessions.MaxOutputBytes,
+	}
+}
+
+// exec runs the validated req under id (s.nextID's; "": a fresh one).
+func (k *Kind) exec(ctx context.Context, s *Session, x apiwire.SessionExec, req sessionwire.Exec, id string, emit func(apiwire.SessionExecEvent) error) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -47,7 +52,7 @@ func (k *Kind) Exec(ctx context.Context, s *Session, x apiwire.SessionExec, emit
 	s.execs++
 	s.execsTotal++
 	s.mu.Unlock()
-	id, p, err := s.send(sessionwire.Request{Op: sessionwire.OpExec, Exec: &req}, nil, "x")
+	id, p, err := s.send(sessionwire.Request{ID: id, Op: sessionwire.OpExec, Exec: &req}, nil, "x")
 	if err != nil {
 		s.mu.Lock()
 		s.execs--

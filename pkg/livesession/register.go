@@ -21,7 +21,6 @@ var Registration = kind.Registration{
 		{Err: ErrDisabled, Code: http.StatusConflict},
 		{Err: ErrBusy, Code: http.StatusTooManyRequests},
 		{Err: ErrTooLarge, Code: http.StatusRequestEntityTooLarge},
-		{Err: ErrNetworkUnavailable, Code: http.StatusNotImplemented},
 		{Err: ErrSupervisor, Code: http.StatusBadGateway},
 	},
 	Params: []api.Param{{Name: "{session}", Valid: regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString, Reason: "bad session id: 32 lowercase hex characters"}},

@@ -30,7 +30,8 @@ type Session struct {
 	h                *sandbox.Handle
 	sc               sandbox.SessionContainers
 	sink             *workerlog.Sink
-	done             func() // the host's Admit
+	done             func()    // the host's Admit
+	net              *netState // nil: no network (network.go)
 
 	// trans serialises the state's transitions (pause, resume, close)
 	// and the Docker calls they make.
@@ -76,11 +77,13 @@ func (s *Session) Status() apiwire.Session {
 	if s.closing {
 		st = apiwire.SessionClosing
 	}
-	return apiwire.Session{
+	out := apiwire.Session{
 		ID: s.id, State: st, OwnerUID: s.owner, Project: s.project, MemoryMb: s.memMB,
 		CreatedAt: s.created, ExpiresAt: s.expires, LastUsed: s.lastUsed,
 		Execs: s.execs, ExecsTotal: s.execsTotal, Resumes: s.resumes,
 	}
+	s.networkStatus(&out)
+	return out
 }
 
 // start creates, starts and attaches the session's container.
@@ -100,9 +103,12 @@ func (s *Session) start(ctx context.Context, sc sandbox.SessionContainers, works
 		return err
 	}
 	s.sc = sc
+	if err := s.prepareNetwork(ctx); err != nil {
+		return fmt.Errorf("session broker: %w", err)
+	}
 	spec := sandbox.ContainerSpec{
 		Name: s.h.Container, Image: k.cfg.Runs.Image, UID: s.guest, GID: s.guest,
-		WorkspaceDir: workspace, MemoryMB: s.memMB, CPUs: c.CPUs, Pids: c.Pids, TmpfsMB: c.TmpfsMB,
+		WorkspaceDir: workspace, TurnDir: s.h.Dir, MemoryMB: s.memMB, CPUs: c.CPUs, Pids: c.Pids, TmpfsMB: c.TmpfsMB,
 		Runtime: k.cfg.Runtime, LogTag: "sandbox/" + s.tag,
 		Labels: sandbox.Labels(k.cfg.Installation, s.id, s.tag, s.expires),
 		Session: &sandbox.SessionContainer{WorkMB: c.WorkMB, OutputMB: c.OutputMB, Command: []string{
@@ -228,8 +234,11 @@ func (s *Session) send(r sessionwire.Request, data []byte, prefix string) (strin
 		s.mu.Unlock()
 		return "", nil, ErrState
 	}
-	s.next++
-	id := prefix + strconv.FormatUint(s.next, 10)
+	id := r.ID // a network exec's, from nextID
+	if id == "" {
+		s.next++
+		id = prefix + strconv.FormatUint(s.next, 10)
+	}
 	p := &pending{ch: make(chan sessionwire.EventFrame, 64), gone: make(chan struct{})}
 	s.pending[id] = p
 	enc := s.enc
@@ -249,6 +258,18 @@ func (s *Session) send(r sessionwire.Request, data []byte, prefix string) (strin
 		return "", nil, fmt.Errorf("%w: %w", ErrEnded, err)
 	}
 	return id, p, nil
+}
+
+// nextID is a fresh request id, for a request whose id is known before
+// it is sent (a network exec's approval names it).
+func (s *Session) nextID(prefix string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return "", ErrState
+	}
+	s.next++
+	return prefix + strconv.FormatUint(s.next, 10), nil
 }
 
 func (s *Session) forget(id string, p *pending) {

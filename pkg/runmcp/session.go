@@ -33,10 +33,13 @@ type SessionRunner interface {
 	PutFile(ctx context.Context, id, path string, mode uint32, data []byte) (apiwire.SessionFile, error)
 	GetFile(ctx context.Context, id, path string, tar bool) (apiwire.SessionFile, error)
 	CloseSession(ctx context.Context, id string) (apiwire.Session, error)
+	ApproveExec(ctx context.Context, id, execID string) (apiwire.Session, error)
 }
 
 type sessionStartIn struct {
-	TTLSeconds int `json:"ttl_seconds,omitempty" jsonschema:"remove the session after this many seconds (default and most: the host's sessions.ttlSeconds)"`
+	TTLSeconds  int      `json:"ttl_seconds,omitempty" jsonschema:"remove the session after this many seconds (default and most: the host's sessions.ttlSeconds)"`
+	Network     bool     `json:"network,omitempty" jsonschema:"let the session's commands ask for network later (each one approved by the human)"`
+	Credentials []string `json:"credentials,omitempty" jsonschema:"credential names (the host's egress.credentials) its network commands may ask for; with network"`
 }
 
 type execIn struct {
@@ -48,7 +51,8 @@ type execIn struct {
 	Stdin          string   `json:"stdin,omitempty" jsonschema:"Standard input (at most 256 KiB)"`
 	TimeoutSeconds int      `json:"timeout_seconds,omitempty" jsonschema:"Timeout in seconds (default 120, max 3600)"`
 	Root           bool     `json:"root,omitempty" jsonschema:"Run as root with a package installer's capabilities"`
-	Network        bool     `json:"network,omitempty" jsonschema:"Network for this exec: not available yet (refused)"`
+	Network        bool     `json:"network,omitempty" jsonschema:"Network for this command only (a session started with network): the human is asked to approve it"`
+	Credentials    []string `json:"credentials,omitempty" jsonschema:"Credential names declared at the session's start that this command's requests carry (with network)"`
 }
 
 type writeFileIn struct {
@@ -72,7 +76,8 @@ type sessionCloseIn struct {
 func (s *server) addSessionTools(srv *mcp.Server, r SessionRunner) {
 	mcp.AddTool(srv, &mcp.Tool{Name: ToolSessionStart, Description: "Start a sandbox session: an offline toolbox container that keeps its files (/work) and background processes across sandbox_exec calls, until sandbox_session_close or its time to live. The project is read-only at /workspace. Returns the session id."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in sessionStartIn) (*mcp.CallToolResult, any, error) {
-			st, err := r.CreateSession(ctx, apiwire.SessionCreate{Project: s.o.Project, TTLSeconds: in.TTLSeconds})
+			st, err := r.CreateSession(ctx, apiwire.SessionCreate{Project: s.o.Project, TTLSeconds: in.TTLSeconds,
+				Network: in.Network, Credentials: in.Credentials})
 			if err != nil {
 				return s.sessionError("start the session", err), nil, nil
 			}
@@ -81,9 +86,14 @@ func (s *server) addSessionTools(srv *mcp.Server, r SessionRunner) {
 				st.ID, st.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))}}, StructuredContent: st}, nil, nil
 		})
 	mcp.AddTool(srv, &mcp.Tool{Name: ToolExec, Description: "Run a command in a sandbox session, as its unprivileged user (root: true for package installation). Files and background processes stay for the next call. Returns stdout, stderr and the exit code."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in execIn) (*mcp.CallToolResult, any, error) {
+		func(ctx context.Context, req *mcp.CallToolRequest, in execIn) (*mcp.CallToolResult, any, error) {
+			if in.Network || len(in.Credentials) > 0 {
+				if msg := s.approveExec(ctx, req.Session, in); msg != "" { // sessionnet.go
+					return toolError(msg), nil, nil
+				}
+			}
 			x := apiwire.SessionExec{Command: in.Command, Executable: in.Executable, Args: in.Args, Cwd: in.Cwd,
-				TimeoutSeconds: in.TimeoutSeconds, Root: in.Root, Network: in.Network}
+				TimeoutSeconds: in.TimeoutSeconds, Root: in.Root, Network: in.Network, Credentials: in.Credentials}
 			if in.Stdin != "" {
 				x.Stdin = []byte(in.Stdin)
 			}
@@ -94,9 +104,14 @@ func (s *server) addSessionTools(srv *mcp.Server, r SessionRunner) {
 					out.Write(ev.Data)
 				case apiwire.ExecStderr:
 					errOut.Write(ev.Data)
+				case apiwire.ExecApproval:
+					return s.hostApprove(ctx, r, in.SessionID, ev.ExecID)
 				}
 				return nil
 			})
+			if ae := (*errApproval)(nil); errors.As(err, &ae) {
+				return toolError(ae.msg), nil, nil
+			}
 			if err != nil {
 				return s.sessionError("run the command", err), nil, nil
 			}

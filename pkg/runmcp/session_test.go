@@ -23,6 +23,9 @@ type fakeSessions struct {
 	created []apiwire.SessionCreate
 	closed  []string
 	execs   []apiwire.SessionExec
+	// log and approveErr: network execs (sessionnet_test.go).
+	log        []string
+	approveErr error
 }
 
 func (f *fakeSessions) CreateSession(_ context.Context, p apiwire.SessionCreate) (apiwire.Session, error) {
@@ -37,7 +40,7 @@ func (f *fakeSessions) Exec(_ context.Context, id string, x apiwire.SessionExec,
 	f.execs = append(f.execs, x)
 	f.mu.Unlock()
 	if x.Network {
-		return apiwire.SessionExecResult{}, &client.Error{Status: http.StatusNotImplemented, Reason: "network execs are not available yet"}
+		return f.networkExec(x, fn) // sessionnet_test.go
 	}
 	fn(apiwire.SessionExecEvent{Type: apiwire.ExecStdout, Data: []byte("out of " + x.Command + "\n")})
 	fn(apiwire.SessionExecEvent{Type: apiwire.ExecStderr, Data: []byte("warn\n")})
@@ -71,7 +74,7 @@ func (f *fakeSessions) CloseSession(_ context.Context, id string) (apiwire.Sessi
 // TestSessionTools: a Runner that drives sessions gets the five session
 // tools beside sandbox_run; they start a session on the server's project,
 // exec with output and status, write and read a file (binary as base64),
-// refuse a network exec with the host's reason, and close.
+// refuse a network exec when the client cannot ask its human, and close.
 func TestSessionTools(t *testing.T) {
 	f := &fakeSessions{fakeRunner: newFake(), files: map[string][]byte{}}
 	cs := connect(t, f, Options{Project: "demo"}, nil)
@@ -109,7 +112,7 @@ func TestSessionTools(t *testing.T) {
 	if got := text(t, res); !res.IsError || !strings.Contains(got, "exit code 2") || !strings.Contains(got, "out of make test") || !strings.Contains(got, "warn") {
 		t.Errorf("exec: %v %q", res.IsError, got)
 	}
-	if res := call(ToolExec, map[string]any{"session_id": id, "command": "curl x", "network": true}); !res.IsError || !strings.Contains(text(t, res), "not available yet") {
+	if res := call(ToolExec, map[string]any{"session_id": id, "command": "curl x", "network": true}); !res.IsError || !strings.Contains(text(t, res), msgExecCannotAsk) {
 		t.Errorf("network exec: %+v", res)
 	}
 	call(ToolWriteFile, map[string]any{"session_id": id, "path": "a.txt", "content": "hello"})

@@ -84,7 +84,7 @@ func (s *Server) startExec(ctx context.Context, id string, x sessionwire.Exec) {
 // env is an exec's whole environment: the supervisor's fixed variables,
 // then the client's (ValidEnvName kept the fixed names out).
 func (s *Server) env(x sessionwire.Exec) []string {
-	e := []string{"PATH=" + s.o.PATH, "LANG=C.UTF-8"}
+	e := []string{"PATH=" + s.execPATH(x), "LANG=C.UTF-8"}
 	if x.Root {
 		e = append(e, "HOME=/root", "USER=root", "LOGNAME=root", "DEBIAN_FRONTEND=noninteractive")
 	} else {
@@ -98,7 +98,7 @@ func (s *Server) env(x sessionwire.Exec) []string {
 	for _, k := range keys {
 		e = append(e, k+"="+x.Env[k])
 	}
-	return e
+	return append(e, s.proxyEnv(x)...) // network.go
 }
 
 // dir returns the host path of a session path (a valid one).

@@ -94,6 +94,14 @@ type Options struct {
 	User       string
 	MaxExecs   int
 	DrainGrace time.Duration
+	// BrokerSocket is a network session's broker socket (default
+	// supervisor.DefaultBrokerSocket); when it exists at start, the
+	// egress bridge listens on BridgeAddr (network.go).
+	BrokerSocket string
+	BridgeAddr   string
+	// ShimDir (default supervisor.DefaultShimDir) gets the curl shim, a
+	// link to Self (default: this executable), with the bridge.
+	ShimDir, Self string
 	// Log receives the supervisor's own lines (never output, payloads or
 	// paths a client chose).
 	Log *slog.Logger
@@ -139,6 +147,10 @@ type Server struct {
 	// afterStat, when set (tests), runs in a get between the file's
 	// fstat and its read.
 	afterStat func()
+
+	// proxyURL is the egress bridge's, when it listens, and shimDir
+	// the curl shim's, when installed (network.go).
+	proxyURL, shimDir string
 }
 
 // New returns a supervisor writing events to stdout, sharing rp (the
@@ -175,6 +187,7 @@ func Main(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, o Opti
 		return 2
 	}
 	defer s.Close()
+	defer s.startBridge(ctx)() // network.go
 	if err := s.Serve(ctx, stdin); err != nil {
 		s.log.Error("session ended on a stream error", "reason", err.Error())
 		return 1

@@ -164,6 +164,11 @@ type Exec struct {
 	// (1..MaxOutputBytes). Output past it is read and dropped, and the
 	// result says so.
 	MaxOutputBytes int `json:"maxOutputBytes"`
+	// Proxy points the exec's proxy variables at the egress bridge (a
+	// network exec the host granted, network.go); CredentialedHosts are
+	// its granted credentialed host:port destinations (only with Proxy).
+	Proxy             bool     `json:"proxy,omitempty"`
+	CredentialedHosts []string `json:"credentialedHosts,omitempty"`
 }
 
 // Signal sends Name to the process group of the running exec Target.
@@ -281,6 +286,9 @@ func (r Request) Validate() error {
 // not UTF-8 or carries NUL, a variable ValidEnvName refuses, a cwd
 // ValidPath refuses, or anything past its bound.
 func (e Exec) Validate() error {
+	if err := e.validateNetwork(); err != nil {
+		return err
+	}
 	hasCmd, hasExe := e.Command != "", e.Executable != ""
 	switch {
 	case hasCmd && hasExe:

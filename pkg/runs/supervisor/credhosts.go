@@ -73,6 +73,10 @@ func CredentialedEnv(dests []string) []string {
 	return append(e, "GIT_CONFIG_COUNT="+strconv.Itoa(n), CredentialedHostsEnv+"="+strings.Join(dests, " "))
 }
 
+// InstallCurlShim is installCurlShim for a session's supervisor
+// (pkg/sessionsup), whose network execs have credentialed hosts too.
+func InstallCurlShim(dir, self string) error { return installCurlShim(dir, self) }
+
 // installCurlShim makes dir/curl a symlink to this binary (self).
 func installCurlShim(dir, self string) error {
 	if self == "" {

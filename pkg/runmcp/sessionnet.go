@@ -1,0 +1,133 @@
+package runmcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/client"
+)
+
+// A session's network exec (docs/sessions.md, Network execs): the human
+// behind the MCP client approves this one exec through elicitation, then
+// the server approves it on the host (the admin role) when the host says
+// it waits; without elicitation nothing runs.
+
+// Tool errors of a network exec. Each says that the command did not run.
+const (
+	msgExecCannotAsk = "network needs a human's approval and this client cannot ask for it; the command was not run"
+	msgExecDeclined  = "the human did not approve network for this command; it was not run"
+	msgExecNoAnswer  = "no answer to the network approval question in time; the command was not run"
+	msgExecAskFailed = "the network approval question failed; the command was not run"
+	msgExecTCP       = "network is not offered by an MCP server on a TCP port (every local user can reach it and could answer the approval question); the command was not run"
+	msgExecNeedAdmin = "network was approved by the human, but granting it needs the host's admin role, which this MCP server's user lacks; the command was not run"
+	msgExecApprove   = "network was approved by the human, but the host did not take the approval; the command was not run"
+)
+
+// execApprovalSchema asks one yes/no question: only accept with
+// allow=true approves.
+var execApprovalSchema = map[string]any{
+	"type": "object",
+	"properties": map[string]any{
+		"allow": map[string]any{
+			"type":        "boolean",
+			"title":       "Allow network for this command",
+			"description": "Allow once: this command only, through the host's egress proxy and its allow list, with exactly the credentials named above.",
+			"default":     false,
+		},
+	},
+	"required": []string{"allow"},
+}
+
+// execApprovalMessage names the session and what would run with network.
+func execApprovalMessage(session string, in execIn) string {
+	var b strings.Builder
+	b.WriteString("A sandbox session asks for NETWORK access for one command.\n")
+	fmt.Fprintf(&b, "Session: %s\n", strconv.Quote(truncate(session, 64)))
+	if in.Executable != "" || in.Command == "" {
+		argv := append([]string{in.Executable}, in.Args...)
+		q := make([]string, len(argv))
+		for i, a := range argv {
+			q[i] = strconv.Quote(a)
+		}
+		fmt.Fprintf(&b, "Executable: %s\n", truncate(strings.Join(q, " "), maxShownCommand))
+	} else {
+		fmt.Fprintf(&b, "Command: %s\n", truncate(strconv.Quote(in.Command), maxShownCommand))
+	}
+	if in.Root {
+		b.WriteString("As root (a package installer's capabilities)\n")
+	}
+	t := in.TimeoutSeconds
+	if t == 0 {
+		t = 120
+	}
+	fmt.Fprintf(&b, "Timeout: %d s\n", t)
+	fmt.Fprintf(&b, "Processes this command leaves behind lose network when it ends.\n")
+	if len(in.Credentials) == 0 {
+		b.WriteString("Credentials: none\nAllow network for this one command?")
+		return b.String()
+	}
+	q := make([]string, len(in.Credentials))
+	for i, c := range in.Credentials {
+		q[i] = truncate(strconv.Quote(c), 80)
+	}
+	fmt.Fprintf(&b, "Credentials the host adds to this command's requests to their hosts (the session never sees them): %s\n", strings.Join(q, ", "))
+	b.WriteString("Allow network with these credentials for this one command?")
+	return b.String()
+}
+
+// approveExec asks the client's human; "" means approved, anything else is
+// the tool error to return (nothing has been sent to the host).
+func (s *server) approveExec(ctx context.Context, ss *mcp.ServerSession, in execIn) string {
+	if s.o.TCP {
+		return msgExecTCP
+	}
+	if !canElicit(ss) {
+		return msgExecCannotAsk
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.o.ApprovalTimeout)
+	defer cancel()
+	res, err := ss.Elicit(ctx, &mcp.ElicitParams{
+		Mode:            "form",
+		Message:         execApprovalMessage(in.SessionID, in),
+		RequestedSchema: execApprovalSchema,
+	})
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		s.logf.Info("session network approval: no answer in time", "session", in.SessionID, "timeout", s.o.ApprovalTimeout)
+		return msgExecNoAnswer
+	case err != nil:
+		s.logf.Info("session network approval: elicitation failed", "session", in.SessionID, "err", err)
+		return msgExecAskFailed
+	case res.Action != "accept":
+		return msgExecDeclined
+	}
+	if allow, ok := res.Content["allow"].(bool); !ok || !allow {
+		return msgExecDeclined
+	}
+	return ""
+}
+
+// errApproval ends following an exec whose host approval failed: the
+// connection's end withdraws the exec, which never started.
+type errApproval struct{ msg string }
+
+func (e *errApproval) Error() string { return e.msg }
+
+// hostApprove approves exec on the host once it says the exec waits.
+func (s *server) hostApprove(ctx context.Context, r SessionRunner, session, exec string) error {
+	if _, err := r.ApproveExec(ctx, session, exec); err != nil {
+		if errors.Is(err, client.ErrForbidden) {
+			s.logf.Warn("session network approval refused by the host: this user lacks the admin role", "session", session)
+			return &errApproval{msgExecNeedAdmin}
+		}
+		s.logf.Error("session network approval failed", "session", session, "exec", exec, "err", err)
+		return &errApproval{msgExecApprove}
+	}
+	s.logf.Info("session network exec approved through elicitation", "session", session, "exec", exec)
+	return nil
+}
