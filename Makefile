@@ -11,7 +11,7 @@ export VERSION
 # missing and named before it is installed; PREREQUISITES=no skips that.
 PREREQ = $(if $(filter no,$(PREREQUISITES)),,./packaging/prerequisites.sh ensure &&)
 
-.PHONY: clients-test fleet-test fleet-bench fleet-demo e2e-fleet all build test unit stress integration packaging-check e2e image image-archive deb units-check demo bench clean fmt vet prerequisites install-prerequisites toolbox
+.PHONY: clients clients-test fleet-test fleet-bench fleet-demo e2e-fleet all build test unit stress integration packaging-check e2e image image-archive deb units-check demo bench clean fmt vet prerequisites install-prerequisites toolbox
 
 all: build
 
@@ -36,14 +36,17 @@ unit:
 
 # The TypeScript client and the Pi extension (clients/; Node 18+ and npm):
 # pinned dev dependencies, the generated types checked against
-# pkg/api/openapi.json, unit tests against fake hosts (node --test), then
-# both against the real router (fake Docker) and the real Pi agent from
-# test/peers in print mode (pkg/host TestTypeScriptClient,
-# TestPiAgentScenarios). About 2.5 min here, most of it npm ci and Pi
-# start-ups.
-clients-test:
-	cd clients/typescript && npm ci --no-audit --no-fund && npm test
-	cd clients/pi-extension && npm ci --no-audit --no-fund && npm test
+# pkg/api/openapi.json, unit tests against fake hosts under Node and the
+# client's under Bun (test/clients.sh, ~25 s). make test runs it before e2e,
+# whose TestTypeScriptClientOnTheHost and TestRunFromPi drive the built
+# packages against the installed host.
+clients:
+	./test/clients.sh
+
+# clients, then both against the real router (fake Docker) and the real Pi
+# agent from test/peers in print mode (pkg/host TestTypeScriptClient,
+# TestPiAgentScenarios). About 2.5 min here, most of it Pi start-ups.
+clients-test: clients
 	npm ci --prefix test/peers --no-audit --no-fund --loglevel=error
 	SANDBOX_PI=1 $(GO) test -count=1 -run 'TestTypeScriptClient|TestPiAgentScenarios' ./pkg/host/
 

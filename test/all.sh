@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# make test: the six stages in order (unit, integration, fleet-test, packaging-check,
-# e2e, e2e-fleet), then each stage's one-line summary again: how many tests ran, passed,
+# make test: the seven stages in order (unit, integration, fleet-test, packaging-check,
+# clients, e2e, e2e-fleet), then each stage's one-line summary again: how many tests ran, passed,
 # failed and were skipped, or why the stage was skipped. A failing unit stage
 # stops the run (the later stages build the same code); a later stage's
 # failure does not stop the stages after it, so one run shows every failure.
@@ -11,7 +11,7 @@ export TEST_SUMMARY_FILE
 trap 'rm -f "$TEST_SUMMARY_FILE"' EXIT
 start=$SECONDS
 failed=()
-for stage in unit integration fleet-test packaging-check e2e e2e-fleet; do
+for stage in unit integration fleet-test packaging-check clients e2e e2e-fleet; do
   s0=$SECONDS
   echo "==== make $stage"
   if [[ $stage == e2e-fleet && -z ${E2E_DEB:-} ]]; then
@@ -29,7 +29,7 @@ for stage in unit integration fleet-test packaging-check e2e e2e-fleet; do
   fi
   echo "     ($stage took $((SECONDS - s0)) s)" >>"$TEST_SUMMARY_FILE"
   if [[ $stage == unit && ${#failed[@]} -gt 0 ]]; then
-    echo "(the unit stage failed: integration, fleet-test, packaging-check, e2e and e2e-fleet not run)" >>"$TEST_SUMMARY_FILE"
+    echo "(the unit stage failed: integration, fleet-test, packaging-check, clients, e2e and e2e-fleet not run)" >>"$TEST_SUMMARY_FILE"
     break
   fi
 done

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -59,4 +60,18 @@ func TestTypeScriptClient(t *testing.T) {
 		}
 		t.Logf("%s", out)
 	}
+	// The client also claims Bun: its integration tests under the Bun
+	// pinned in test/peers, when it is installed there.
+	bun, _ := filepath.Abs(filepath.Join("..", "..", "test", "peers", "node_modules", "@oven", "bun-linux-x64-baseline", "bin", "bun"))
+	if _, err := os.Stat(bun); err != nil || !strings.HasSuffix(scripts[0], filepath.Join("typescript", "dist", "test", "integration.test.js")) {
+		t.Logf("Bun is not installed in test/peers (npm ci --prefix test/peers) or the client is not built: the Bun pass is skipped")
+		return
+	}
+	cmd := exec.CommandContext(ctx, bun, "test", scripts[0])
+	cmd.Env = append(os.Environ(), "SANDBOX_HOST_SOCKET="+sock)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("bun test %s: %v\n%s", scripts[0], err, out)
+	}
+	t.Logf("%s", out)
 }

@@ -21,7 +21,7 @@ func TestRunFromPi(t *testing.T) {
 	needToolbox(t)
 	peers, clients := os.Getenv("E2E_PEERS"), os.Getenv("E2E_CLIENTS")
 	if peers == "" || clients == "" {
-		t.Skip("E2E_PEERS or E2E_CLIENTS unset: npm ci --prefix test/peers, and make clients-test (the built extension)")
+		t.Skip("E2E_PEERS or E2E_CLIENTS unset: npm ci --prefix test/peers, and make clients (the built extension)")
 	}
 	if _, err := os.Stat(filepath.Join(peers, "node_modules", ".bin", "pi")); err != nil {
 		t.Skip("Pi is not installed in test/peers: npm ci --prefix test/peers")
@@ -52,13 +52,13 @@ func TestRunFromPi(t *testing.T) {
 // (clients/typescript/test/integration.test.ts, as pkg/host's
 // TestTypeScriptClient runs them against the router with fakes) against
 // the installed host, as root (an admin): the served OpenAPI document is
-// the one the package ships.
+// the one the package ships. Under Node, then under Bun (test/peers).
 func TestTypeScriptClientOnTheHost(t *testing.T) {
 	diagnose(t)
 	needToolbox(t)
 	clients := os.Getenv("E2E_CLIENTS")
 	if clients == "" {
-		t.Skip("E2E_CLIENTS unset: make clients-test (the built client)")
+		t.Skip("E2E_CLIENTS unset: make clients (the built client)")
 	}
 	cmd := exec.Command("node", "--test", "--test-reporter=tap", filepath.Join(clients, "typescript", "dist", "test", "integration.test.js"))
 	cmd.Env = append(os.Environ(), "SANDBOX_HOST_SOCKET="+hostSocket, "SANDBOX_OPENAPI=/usr/share/roundtable-sandbox/openapi.json")
@@ -67,5 +67,21 @@ func TestTypeScriptClientOnTheHost(t *testing.T) {
 		t.Fatalf("node --test: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+	// The client also claims Bun: the same tests under the Bun pinned in
+	// test/peers, when it is installed there.
+	if peers := os.Getenv("E2E_PEERS"); peers != "" {
+		bun := filepath.Join(peers, "node_modules", "@oven", "bun-linux-x64-baseline", "bin", "bun")
+		if _, err := os.Stat(bun); err != nil {
+			t.Logf("Bun is not installed in test/peers: the Bun pass is skipped")
+		} else {
+			cmd := exec.Command(bun, "test", filepath.Join(clients, "typescript", "dist", "test", "integration.test.js"))
+			cmd.Env = append(os.Environ(), "SANDBOX_HOST_SOCKET="+hostSocket, "SANDBOX_OPENAPI=/usr/share/roundtable-sandbox/openapi.json")
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Errorf("bun test: %v\n%s", err, out)
+			}
+			t.Logf("%s", out)
+		}
+	}
 	assertNothingLeft(t, "after the client's runs")
 }

@@ -103,12 +103,12 @@ peers_path() {
 
 # clients_path sets E2E_CLIENTS to clients/ (the TypeScript client and the
 # Pi extension) as the namespace sees it (a copy when the checkout is not
-# visible there), or empty when they are not built (make clients-test).
+# visible there), or empty when they are not built (make clients).
 clients_path() {
   E2E_CLIENTS=""
   local src=$REPO_ROOT/clients
   [[ -f $src/typescript/dist/test/integration.test.js && -f $src/pi-extension/dist/src/index.js && -d $src/pi-extension/node_modules ]] ||
-    { e2e_log "clients/ not built (make clients-test): the TypeScript client and Pi scenarios will skip"; return 0; }
+    { e2e_log "clients/ not built (make clients): the TypeScript client and Pi scenarios will skip"; return 0; }
   if ns_visible "$src"; then
     E2E_CLIENTS=$src
   else
