@@ -61,6 +61,8 @@ var wireTypes = map[string]reflect.Type{
 	"SessionExecEvent":  reflect.TypeFor[apiwire.SessionExecEvent](),
 	"SessionExecResult": reflect.TypeFor[apiwire.SessionExecResult](),
 	"SessionCancel":     reflect.TypeFor[apiwire.SessionCancel](),
+	"SessionApproval":   reflect.TypeFor[apiwire.SessionApproval](),
+	"SessionDecision":   reflect.TypeFor[apiwire.SessionDecision](),
 	"SessionPath":       reflect.TypeFor[apiwire.SessionPath](),
 	"SessionPut":        reflect.TypeFor[apiwire.SessionPut](),
 	"SessionFile":       reflect.TypeFor[apiwire.SessionFile](),
