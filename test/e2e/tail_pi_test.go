@@ -61,7 +61,9 @@ func TestTypeScriptClientOnTheHost(t *testing.T) {
 		t.Skip("E2E_CLIENTS unset: make clients (the built client)")
 	}
 	cmd := exec.Command("node", "--test", "--test-reporter=tap", filepath.Join(clients, "typescript", "dist", "test", "integration.test.js"))
-	cmd.Env = append(os.Environ(), "SANDBOX_HOST_SOCKET="+hostSocket, "SANDBOX_OPENAPI=/usr/share/roundtable-sandbox/openapi.json")
+	// SANDBOX_SESSIONS=required: the installed host has sessions and its
+	// toolbox, so the client's session tests run here, never skip.
+	cmd.Env = append(os.Environ(), "SANDBOX_HOST_SOCKET="+hostSocket, "SANDBOX_OPENAPI=/usr/share/roundtable-sandbox/openapi.json", "SANDBOX_SESSIONS=required")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("node --test: %v\n%s", err, out)
@@ -75,7 +77,7 @@ func TestTypeScriptClientOnTheHost(t *testing.T) {
 			t.Logf("Bun is not installed in test/peers: the Bun pass is skipped")
 		} else {
 			cmd := exec.Command(bun, "test", filepath.Join(clients, "typescript", "dist", "test", "integration.test.js"))
-			cmd.Env = append(os.Environ(), "SANDBOX_HOST_SOCKET="+hostSocket, "SANDBOX_OPENAPI=/usr/share/roundtable-sandbox/openapi.json")
+			cmd.Env = append(os.Environ(), "SANDBOX_HOST_SOCKET="+hostSocket, "SANDBOX_OPENAPI=/usr/share/roundtable-sandbox/openapi.json", "SANDBOX_SESSIONS=required")
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Errorf("bun test: %v\n%s", err, out)
