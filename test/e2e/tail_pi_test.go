@@ -14,8 +14,10 @@ import (
 // against the installed host: a shell run, an argv run with an artifact
 // written under the project's folder, a setup run, a network run refused
 // (print mode has no UI) with no run created, a run the host refuses as a
-// clear tool error (test/peers/pi-sandbox-run.mjs checks the tool results
-// Pi records in its session file).
+// clear tool error, and a session across tool calls (start, an exec writing
+// a file, an exec reading it, close; it must run here, never skip)
+// (test/peers/pi-sandbox-run.mjs checks the tool results Pi records in its
+// session file).
 func TestRunFromPi(t *testing.T) {
 	diagnose(t)
 	needToolbox(t)
@@ -42,8 +44,8 @@ func TestRunFromPi(t *testing.T) {
 			passed++
 		}
 	}
-	if err == nil && passed != 5 {
-		t.Errorf("%d scenarios passed, want 5", passed)
+	if err == nil && passed != 6 {
+		t.Errorf("%d scenarios passed, want 6", passed)
 	}
 	assertNothingLeft(t, "after Pi's runs")
 }
@@ -61,7 +63,9 @@ func TestTypeScriptClientOnTheHost(t *testing.T) {
 		t.Skip("E2E_CLIENTS unset: make clients (the built client)")
 	}
 	cmd := exec.Command("node", "--test", "--test-reporter=tap", filepath.Join(clients, "typescript", "dist", "test", "integration.test.js"))
-	cmd.Env = append(os.Environ(), "SANDBOX_HOST_SOCKET="+hostSocket, "SANDBOX_OPENAPI=/usr/share/roundtable-sandbox/openapi.json")
+	// SANDBOX_SESSIONS=required: the installed host has sessions and its
+	// toolbox, so the client's session tests run here, never skip.
+	cmd.Env = append(os.Environ(), "SANDBOX_HOST_SOCKET="+hostSocket, "SANDBOX_OPENAPI=/usr/share/roundtable-sandbox/openapi.json", "SANDBOX_SESSIONS=required")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("node --test: %v\n%s", err, out)
@@ -75,7 +79,7 @@ func TestTypeScriptClientOnTheHost(t *testing.T) {
 			t.Logf("Bun is not installed in test/peers: the Bun pass is skipped")
 		} else {
 			cmd := exec.Command(bun, "test", filepath.Join(clients, "typescript", "dist", "test", "integration.test.js"))
-			cmd.Env = append(os.Environ(), "SANDBOX_HOST_SOCKET="+hostSocket, "SANDBOX_OPENAPI=/usr/share/roundtable-sandbox/openapi.json")
+			cmd.Env = append(os.Environ(), "SANDBOX_HOST_SOCKET="+hostSocket, "SANDBOX_OPENAPI=/usr/share/roundtable-sandbox/openapi.json", "SANDBOX_SESSIONS=required")
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Errorf("bun test: %v\n%s", err, out)

@@ -4,9 +4,9 @@
 // (clients/pi-extension), in print mode, against a sandbox host's socket.
 // The model is ours: a loopback OpenAI-compatible chat completions server
 // (registered as Pi provider "loopback" in a private agent dir) scripted to
-// call sandbox_run once per scenario with the scenario's arguments, then to
-// answer with the first line of the tool result. The tool results Pi records
-// in its session file are checked.
+// make a scenario's tool calls one after the other (sandbox_run once, or the
+// session tools in turn), then to answer with the first line of the last
+// tool result. The tool results Pi records in its session file are checked.
 //
 // Usage: node test/peers/pi-sandbox-run.mjs SOCKET [PROJECT]
 // PI_EXTENSION_DIR: the extension's folder (default clients/pi-extension
@@ -17,9 +17,13 @@
 // installs it with `pi install -l` into a temporary project folder, then
 // runs the scenarios: a shell run, an argv run with an artifact, a setup
 // run, a network run (print mode has no UI: refused, no run created) and a
-// run the host refuses (timeout_seconds 999999: a clear tool error).
-// Prints one line per scenario ("ok NAME" or "FAIL NAME: why") and exits
-// 0 when all passed, 1 otherwise, 2 on a usage or setup error.
+// run the host refuses (timeout_seconds 999999: a clear tool error), and a
+// session (start, an exec writing a file, an exec reading it, close). A
+// host that cannot create a session (pkg/host's router: fake Docker) skips
+// that one, saying why.
+// Prints one line per scenario ("ok NAME", "skip NAME: why" or "FAIL NAME:
+// why") and exits 0 when none failed, 1 otherwise, 2 on a usage or setup
+// error.
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
@@ -51,24 +55,27 @@ for (const [p, why] of [
 const { SandboxClient } = await import(clientEntry);
 const client = new SandboxClient({ socketPath: socket, timeoutMs: 30_000 });
 
-// The scripted model: sandbox_run with `args` when the last message is the
-// user's; the tool result's first line once it is the tool's.
-let args = "{}";
+// The scripted model: the scenario's next tool call, given the texts of the
+// tool results so far (steps: [tool name, arguments or a function of those
+// texts]); once the steps are done, the last tool result's first line.
+let steps = [];
 const model = http.createServer((req, res) => {
   let body = "";
   req.on("data", (c) => (body += c));
   req.on("end", () => {
     const r = JSON.parse(body || "{}");
-    const last = r.messages?.at(-1) ?? {};
+    const said = (r.messages ?? []).filter((m) => m.role === "tool").map((m) => (typeof m.content === "string" ? m.content : JSON.stringify(m.content)));
     const chunk = (delta, finish) =>
       `data: ${JSON.stringify({ id: "c1", object: "chat.completion.chunk", created: 0, model: "scripted", choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
     res.writeHead(200, { "Content-Type": "text/event-stream" });
-    if (last.role === "tool") {
-      const text = typeof last.content === "string" ? last.content : JSON.stringify(last.content);
-      res.write(chunk({ role: "assistant", content: "tool said: " + text.split("\n")[0] }, null));
+    const step = steps[said.length];
+    if (!step) {
+      res.write(chunk({ role: "assistant", content: "tool said: " + (said.at(-1) ?? "").split("\n")[0] }, null));
       res.write(chunk({}, "stop"));
     } else {
-      res.write(chunk({ role: "assistant", tool_calls: [{ index: 0, id: "call_1", type: "function", function: { name: "sandbox_run", arguments: args } }] }, null));
+      const [name, a] = step;
+      const call = { index: 0, id: `call_${said.length + 1}`, type: "function", function: { name, arguments: JSON.stringify(typeof a === "function" ? a(said) : a) } };
+      res.write(chunk({ role: "assistant", tool_calls: [call] }, null));
       res.write(chunk({}, "tool_calls"));
     }
     res.end("data: [DONE]\n\n");
@@ -109,9 +116,9 @@ try {
   execFileSync(pi, ["install", "-l", join(work, "package")], { cwd: proj, env, stdio: "ignore" });
 
   const flags = ["--sandbox-socket", socket, ...(project ? ["--sandbox-project", project] : [])];
-  const runPi = (scenarioArgs) =>
+  const runPi = (scenarioSteps) =>
     new Promise((resolve, reject) => {
-      args = JSON.stringify(scenarioArgs);
+      steps = scenarioSteps;
       const sessions = mkdtempSync(join(work, "sessions-"));
       const p = spawn(pi, ["-p", "--provider", "loopback", "--model", "scripted", "--session-dir", sessions, ...flags, "run the sandbox"], { cwd: proj, env, stdio: ["ignore", "pipe", "pipe"] });
       let out = "";
@@ -123,7 +130,7 @@ try {
         clearTimeout(timer);
         const files = readdirSync(sessions).filter((f) => f.endsWith(".jsonl"));
         const entries = files.flatMap((f) => readFileSync(join(sessions, f), "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l)));
-        const results = entries.filter((e) => e.type === "message" && e.message.role === "toolResult" && e.message.toolName === "sandbox_run").map((e) => e.message);
+        const results = entries.filter((e) => e.type === "message" && e.message.role === "toolResult" && e.message.toolName?.startsWith("sandbox_")).map((e) => e.message);
         resolve({ code, out, results });
       });
     });
@@ -143,13 +150,48 @@ try {
     ["setup run", { command: "echo hello", setup: ["true"] }, (r) => !r.isError && /: ok, exit code 0/.test(text(r))],
     ["network run without a UI", { command: "curl -sS http://example.com/", network: true }, (r) => r.isError && /no UI/.test(text(r)), true],
     ["a run the host refuses", { command: "true", timeout_seconds: 999999 }, (r) => r.isError && /the sandbox host refused the run \(400\)/.test(text(r))],
-  ];
-  for (const [name, scenarioArgs, check, createsNoRun] of scenarios) {
+  ].map(([name, a, check, createsNoRun]) => [name, [["sandbox_run", a]], ([r]) => check(r), createsNoRun]);
+  // A session across tool calls: the id start returns, a file one exec
+  // writes and the next reads, then close (the session is gone after).
+  const sid = (said) => /session ([0-9a-f]{32}) started/.exec(said[0] ?? "")?.[1] ?? "none";
+  scenarios.push([
+    "session: start, exec writes, exec reads, close",
+    [
+      ["sandbox_session_start", { ttl_seconds: 600 }],
+      ["sandbox_exec", (said) => ({ session_id: sid(said), command: "echo kept-across-calls > note.txt" })],
+      ["sandbox_exec", (said) => ({ session_id: sid(said), executable: "cat", args: ["note.txt"] })],
+      ["sandbox_session_close", (said) => ({ session_id: sid(said) })],
+    ],
+    (rs) =>
+      rs.length === 4 &&
+      rs.every((r) => !r.isError) &&
+      /^session [0-9a-f]{32} started/.test(text(rs[0])) &&
+      /^exit code 0/.test(text(rs[1])) &&
+      /stdout:\nkept-across-calls\n/.test(text(rs[2])) &&
+      text(rs[3]) === "session closed",
+    false,
+    // The host must be able to make one: a probe says so, else skip.
+    async () => {
+      try {
+        const s = await client.createSession({ ttlSeconds: 60 });
+        await client.closeSession(s.id);
+        return "";
+      } catch (err) {
+        return `this host cannot create a session (${err.message})`;
+      }
+    },
+  ]);
+  for (const [name, scenarioSteps, check, createsNoRun, precondition] of scenarios) {
+    const skip = precondition ? await precondition() : "";
+    if (skip) {
+      console.log(`skip ${name}: ${skip}`);
+      continue;
+    }
     const before = createsNoRun ? await runCount() : 0;
-    const { code, out, results } = await runPi(scenarioArgs);
+    const { code, out, results } = await runPi(scenarioSteps);
     let why = "";
-    if (results.length !== 1) why = `${results.length} sandbox_run results in the session (exit ${code}): ${out.slice(-500)}`;
-    else if (!check(results[0])) why = `unexpected tool result (isError ${results[0].isError}): ${text(results[0]).slice(0, 500)}`;
+    if (results.length !== scenarioSteps.length) why = `${results.length} sandbox tool results in the session, want ${scenarioSteps.length} (exit ${code}): ${out.slice(-500)}`;
+    else if (!check(results)) why = `unexpected tool results: ${results.map((r) => `(isError ${r.isError}) ${text(r).slice(0, 300)}`).join(" | ")}`;
     else if (createsNoRun && (await runCount()) !== before) why = "a run was created";
     if (why) {
       failed++;

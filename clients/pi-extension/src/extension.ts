@@ -1,6 +1,6 @@
 // sandbox_run and /sandbox-status on a roundtable-sandbox host: seed 004's
 // tool (pi-sandbox-docker) with the host's approvals, brokers and
-// journald in place of local Docker. Configuration is the host's socket
+// journald in place of local Docker; and the session tools (sessions.ts). Configuration is the host's socket
 // and the project's name, nothing else.
 import { Type } from "typebox";
 
@@ -8,9 +8,10 @@ import { SandboxError, type RunEvent, type RunParams, type RunStatus } from "@ro
 
 import { exportArtifacts, OUTPUT_DIR, type Exported } from "./artifacts.js";
 import type { PiAPI, PiContext, ToolResult } from "./pi.js";
+import { registerSessionTools, type SessionHost } from "./sessions.js";
 
 /** What the extension needs of the host's client (SandboxClient has it). */
-export interface HostClient {
+export interface HostClient extends SessionHost {
   readonly socketPath: string;
   health(opts?: { signal?: AbortSignal; timeoutMs?: number }): Promise<{ status: string; version: string; role: string; accepting: boolean }>;
   startRun(params: RunParams, opts?: { signal?: AbortSignal }): Promise<RunStatus>;
@@ -225,6 +226,8 @@ export function register(pi: PiAPI, client: (cfg: Config) => HostClient, env: No
       }
     },
   });
+
+  registerSessionTools(pi, () => client(config()), () => config().project, { deny: DENY, allowOnce: ALLOW_ONCE });
 
   pi.registerCommand("sandbox-status", {
     description: "Is the roundtable-sandbox host reachable, as which role, with its toolbox?",

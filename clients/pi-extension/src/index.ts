@@ -1,5 +1,5 @@
-// Pi loads this (package.json's pi.extensions): sandbox_run and
-// /sandbox-status on the roundtable-sandbox host at --sandbox-socket
+// Pi loads this (package.json's pi.extensions): sandbox_run, the session
+// tools and /sandbox-status on the roundtable-sandbox host at --sandbox-socket
 // (ROUNDTABLE_SANDBOX_SOCKET; default /run/roundtable-sandbox/host.sock),
 // for the project --sandbox-project (ROUNDTABLE_SANDBOX_PROJECT).
 import { SandboxClient } from "@roundtable-sandbox/client";

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, it } from "node:test";
+import { after, before, describe, it } from "node:test";
 
 import { SandboxClient } from "@roundtable-sandbox/client";
 
@@ -18,7 +18,9 @@ const socketPath = process.env.SANDBOX_HOST_SOCKET;
 describe("sandbox_run against the host", { skip: socketPath ? false : "SANDBOX_HOST_SOCKET is not set (pkg/host's TestTypeScriptClient sets it)" }, () => {
   let tool!: PiTool<SandboxRunParams>;
   const pi: PiAPI = {
-    registerTool: (t) => void (tool = t as unknown as PiTool<SandboxRunParams>),
+    registerTool: (t) => {
+      if (t.name === "sandbox_run") tool = t as unknown as PiTool<SandboxRunParams>;
+    },
     registerCommand: () => {},
     registerFlag: () => {},
     getFlag: (n) => (n === "sandbox-socket" ? socketPath : undefined),
@@ -60,5 +62,57 @@ describe("sandbox_run against the host", { skip: socketPath ? false : "SANDBOX_H
   it("/sandbox-status: reachable, admin, toolbox present", async () => {
     const lines = await status(client, {});
     assert.deepEqual(lines.map((l) => l.slice(0, 1)), ["✓", "✓", "✓", "✓"], lines.join("\n"));
+  });
+});
+
+// The session tools need a host that can create a session (sessions.enabled,
+// a container driver that attaches and pauses, the toolbox): pkg/host's
+// router (fake Docker) cannot, so these skip there saying why, unless
+// SANDBOX_SESSIONS=required.
+describe("the session tools against the host", { skip: socketPath ? false : "SANDBOX_HOST_SOCKET is not set (pkg/host's TestTypeScriptClient sets it)" }, () => {
+  const tools = new Map<string, PiTool<unknown>>();
+  const pi: PiAPI = {
+    registerTool: (t) => void tools.set(t.name, t as unknown as PiTool<unknown>),
+    registerCommand: () => {},
+    registerFlag: () => {},
+    getFlag: (n) => (n === "sandbox-socket" ? socketPath : undefined),
+  };
+  register(pi, (cfg) => new SandboxClient({ socketPath: cfg.socketPath }), {});
+  const ctx: PiContext = { hasUI: false, cwd: tmpdir(), ui: { select: async () => "Deny", notify: () => {} } };
+  const call = (name: string, params: unknown) => tools.get(name)!.execute("s", params, undefined, undefined, ctx);
+  let id = "";
+  let why = "";
+
+  before(async () => {
+    try {
+      const r = await call("sandbox_session_start", { ttl_seconds: 600 });
+      id = /^session ([0-9a-f]{32}) started/.exec(r.content[0].text)?.[1] ?? "";
+      assert.ok(id, r.content[0].text);
+    } catch (err) {
+      if (process.env.SANDBOX_SESSIONS === "required") throw err;
+      why = `this host cannot create a session (${err instanceof Error ? err.message : String(err)}); the e2e Pi scenario (test/peers/pi-sandbox-run.mjs) runs sessions on the real host`;
+    }
+  });
+  after(async () => {
+    if (id) await new SandboxClient({ socketPath }).closeSession(id).catch(() => {});
+  });
+
+  it("an exec writes a file the next exec reads; write_file and read_file", async (t) => {
+    if (!id) return t.skip(why);
+    assert.match((await call("sandbox_exec", { session_id: id, command: "echo kept > note.txt" })).content[0].text, /^exit code 0/);
+    assert.match((await call("sandbox_exec", { session_id: id, executable: "cat", args: ["note.txt"] })).content[0].text, /stdout:\nkept\n/);
+    assert.equal((await call("sandbox_write_file", { session_id: id, path: "w.txt", content: "hi" })).content[0].text, "wrote 2 bytes");
+    assert.equal((await call("sandbox_read_file", { session_id: id, path: "w.txt" })).content[0].text, "hi");
+  });
+
+  it("a network exec without a UI is refused before the host hears of it", async (t) => {
+    if (!id) return t.skip(why);
+    await assert.rejects(call("sandbox_exec", { session_id: id, command: "true", network: true }), /no UI/);
+  });
+
+  it("closes the session", async (t) => {
+    if (!id) return t.skip(why);
+    assert.equal((await call("sandbox_session_close", { session_id: id })).content[0].text, "session closed");
+    id = "";
   });
 });

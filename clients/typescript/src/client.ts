@@ -28,6 +28,36 @@ export type JobEvent = Schemas["JobEvent"];
 export type PrecheckRequest = Schemas["PrecheckRequest"];
 export type PrecheckAnswer = Schemas["PrecheckAnswer"];
 export type ErrorResponse = Schemas["ErrorResponse"];
+export type SessionCreate = Schemas["SessionCreate"];
+export type Session = Schemas["Session"];
+export type SessionApproval = Schemas["SessionApproval"];
+export type SessionList = Schemas["SessionList"];
+export type SessionExec = Schemas["SessionExec"];
+export type SessionExecEvent = Schemas["SessionExecEvent"];
+export type SessionExecResult = Schemas["SessionExecResult"];
+export type SessionFile = Schemas["SessionFile"];
+export type SessionEntry = Schemas["SessionEntry"];
+export type SessionListing = Schemas["SessionListing"];
+
+/** A file got from a session: its bytes decoded (data is base64 on the wire). */
+export type SessionFileData = Omit<SessionFile, "data"> & { data: Buffer };
+
+/** What execToEnd returns: the exec's id, its result and its whole output (as the host kept it). */
+export interface ExecOutcome {
+  execId: string;
+  result: SessionExecResult;
+  stdout: Buffer;
+  stderr: Buffer;
+}
+
+/**
+ * A session call's default deadline when neither the call nor the client
+ * sets one: a create (the container started), a file of up to 64 MiB, a
+ * pause or resume (pkg/client's DefaultSessionCallTimeout).
+ */
+export const SESSION_CALL_TIMEOUT_MS = 2 * 60_000;
+/** Following one exec by default: its own timeout is at most an hour (pkg/client's DefaultExecTimeout). */
+export const EXEC_TIMEOUT_MS = 65 * 60_000;
 
 /** The packaged host's socket. */
 export const DEFAULT_SOCKET = "/run/roundtable-sandbox/host.sock";
@@ -55,6 +85,20 @@ export const operationTable = {
   jobEvents: ["GET", "/v1/channels/{channel}/jobs/events"],
   getJob: ["GET", "/v1/jobs/{job}"],
   postPrecheck: ["POST", "/v1/prechecks"],
+  listSessions: ["GET", "/v1/sessions"],
+  createSession: ["POST", "/v1/sessions"],
+  getSession: ["GET", "/v1/sessions/{session}"],
+  closeSession: ["POST", "/v1/sessions/{session}/close"],
+  sessionExec: ["POST", "/v1/sessions/{session}/exec"],
+  sessionCancel: ["POST", "/v1/sessions/{session}/cancel"],
+  sessionApprove: ["POST", "/v1/sessions/{session}/approve"],
+  sessionDeny: ["POST", "/v1/sessions/{session}/deny"],
+  sessionPause: ["POST", "/v1/sessions/{session}/pause"],
+  sessionResume: ["POST", "/v1/sessions/{session}/resume"],
+  sessionPut: ["POST", "/v1/sessions/{session}/files/put"],
+  sessionGet: ["POST", "/v1/sessions/{session}/files/get"],
+  sessionTar: ["POST", "/v1/sessions/{session}/files/tar"],
+  sessionList: ["POST", "/v1/sessions/{session}/files/list"],
 } as const satisfies Record<keyof operations, readonly [string, string]>;
 
 export type OperationId = keyof typeof operationTable;
@@ -76,6 +120,20 @@ export class SandboxError extends Error {
     this.reason = reason;
     this.code = opts.code;
     this.turnId = opts.turnId;
+  }
+}
+
+/** An exec the host ended with an error event (it answered 200, then could not run or finish it), or whose stream ended without a result. */
+export class ExecError extends Error {
+  /** The exec's id ("" when the stream ended before naming it). */
+  readonly execId: string;
+  /** The host's generic reason (the error event's text). */
+  readonly reason: string;
+  constructor(execId: string, reason: string) {
+    super(`sandbox host: exec ${execId || "(unnamed)"}: ${reason}`);
+    this.name = "ExecError";
+    this.execId = execId;
+    this.reason = reason;
   }
 }
 
@@ -224,8 +282,8 @@ export class SandboxClient {
     }
   }
 
-  private async *stream<T>(op: OperationId, param: string, opts?: CallOptions): AsyncGenerator<T, void, undefined> {
-    const { res, done, signal } = await this.send(op, param, undefined, opts);
+  private async *stream<T>(op: OperationId, param: string, opts?: CallOptions, body?: unknown): AsyncGenerator<T, void, undefined> {
+    const { res, done, signal } = await this.send(op, param, body, opts);
     try {
       let pending = "";
       for await (const chunk of chunks(res, signal)) {
@@ -321,6 +379,94 @@ export class SandboxClient {
     return this.json("postPrecheck", undefined, req, opts);
   }
 
+  // Sessions (docs/api.md, Sessions). Every session call has a deadline:
+  // the call's, else the client's, else SESSION_CALL_TIMEOUT_MS
+  // (EXEC_TIMEOUT_MS for an exec's whole stream).
+  private bounded(opts: CallOptions | undefined, ms: number): CallOptions {
+    return { ...opts, timeoutMs: opts?.timeoutMs ?? this.timeoutMs ?? ms };
+  }
+  /** POST /v1/sessions: a session owned by the caller (201), running. */
+  createSession(req: SessionCreate = {}, opts?: CallOptions): Promise<Session> {
+    return this.json("createSession", undefined, req, this.bounded(opts, SESSION_CALL_TIMEOUT_MS));
+  }
+  /** GET /v1/sessions: the caller's own sessions (an admin's: all). */
+  listSessions(opts?: CallOptions): Promise<SessionList> {
+    return this.json("listSessions", undefined, undefined, this.bounded(opts, SESSION_CALL_TIMEOUT_MS));
+  }
+  session(id: string, opts?: CallOptions): Promise<Session> {
+    return this.json("getSession", id, undefined, this.bounded(opts, SESSION_CALL_TIMEOUT_MS));
+  }
+  /** docker pause: memory kept, no CPU; any later request resumes it too. */
+  pauseSession(id: string, opts?: CallOptions): Promise<Session> {
+    return this.json("sessionPause", id, undefined, this.bounded(opts, SESSION_CALL_TIMEOUT_MS));
+  }
+  resumeSession(id: string, opts?: CallOptions): Promise<Session> {
+    return this.json("sessionResume", id, undefined, this.bounded(opts, SESSION_CALL_TIMEOUT_MS));
+  }
+  /** Removes the session with its files and processes. */
+  closeSession(id: string, opts?: CallOptions): Promise<Session> {
+    return this.json("closeSession", id, undefined, this.bounded(opts, SESSION_CALL_TIMEOUT_MS));
+  }
+  /**
+   * POST /v1/sessions/{session}/exec: its events as they come (approval
+   * first for a network exec, started, stdout/stderr chunks with base64
+   * data, then one result or error). Leaving the loop (or the signal)
+   * closes the connection, which kills the exec.
+   */
+  exec(id: string, req: SessionExec, opts?: CallOptions): AsyncGenerator<SessionExecEvent, void, undefined> {
+    return this.stream<SessionExecEvent>("sessionExec", id, this.bounded(opts, EXEC_TIMEOUT_MS), req);
+  }
+  /**
+   * Runs req in the session to its end: the result and the whole output.
+   * An error event, or a stream that ends without a result, rejects with
+   * an ExecError. onEvent sees each event as it comes (an approval event
+   * names the exec an admin must approve).
+   */
+  async execToEnd(id: string, req: SessionExec, opts: CallOptions & { onEvent?: (ev: SessionExecEvent) => void | Promise<void> } = {}): Promise<ExecOutcome> {
+    const out: Buffer[] = [];
+    const errOut: Buffer[] = [];
+    let execId = "";
+    for await (const ev of this.exec(id, req, opts)) {
+      execId ||= ev.execId;
+      await opts.onEvent?.(ev);
+      if (ev.type === "stdout" && ev.data) out.push(Buffer.from(ev.data, "base64"));
+      else if (ev.type === "stderr" && ev.data) errOut.push(Buffer.from(ev.data, "base64"));
+      else if (ev.type === "result" && ev.result) return { execId, result: ev.result, stdout: Buffer.concat(out), stderr: Buffer.concat(errOut) };
+      else if (ev.type === "error") throw new ExecError(execId, ev.error ?? "the exec failed");
+    }
+    throw new ExecError(execId, "the exec's event stream ended without a result");
+  }
+  /** Kills a running exec's process group. */
+  cancelExec(id: string, execId: string, opts?: CallOptions): Promise<Session> {
+    return this.json("sessionCancel", id, { execId }, this.bounded(opts, SESSION_CALL_TIMEOUT_MS));
+  }
+  /** The admin role: approves a network exec awaiting approval (it starts). */
+  approveExec(id: string, execId: string, opts?: CallOptions): Promise<Session> {
+    return this.json("sessionApprove", id, { execId }, this.bounded(opts, SESSION_CALL_TIMEOUT_MS));
+  }
+  /** The admin role: denies a network exec awaiting approval (it never starts; its stream ends with an error event). */
+  denyExec(id: string, execId: string, opts?: CallOptions): Promise<Session> {
+    return this.json("sessionDeny", id, { execId }, this.bounded(opts, SESSION_CALL_TIMEOUT_MS));
+  }
+  /** Writes data at path (relative to /work, or under /output or /tmp) atomically as the session's guest; mode 0 or absent: 0644. A string is written as UTF-8. */
+  putFile(id: string, path: string, data: Uint8Array | string, mode?: number, opts?: CallOptions): Promise<SessionFile> {
+    const body: Schemas["SessionPut"] = { path, data: Buffer.from(data).toString("base64") };
+    if (mode) body.mode = mode;
+    return this.json("sessionPut", id, body, this.bounded(opts, SESSION_CALL_TIMEOUT_MS));
+  }
+  /** Reads the file at path: its bytes decoded. */
+  async getFile(id: string, path: string, opts?: CallOptions): Promise<SessionFileData> {
+    return decodeFile(await this.json<SessionFile>("sessionGet", id, { path }, this.bounded(opts, SESSION_CALL_TIMEOUT_MS)));
+  }
+  /** The directory at path as a tar (skipped: entries left out). */
+  async getTar(id: string, path: string, opts?: CallOptions): Promise<SessionFileData> {
+    return decodeFile(await this.json<SessionFile>("sessionTar", id, { path }, this.bounded(opts, SESSION_CALL_TIMEOUT_MS)));
+  }
+  /** Lists the directory at path (a symlink is listed, never followed). */
+  listFiles(id: string, path: string, opts?: CallOptions): Promise<SessionListing> {
+    return this.json("sessionList", id, { path }, this.bounded(opts, SESSION_CALL_TIMEOUT_MS));
+  }
+
   /** Starts a run and follows its events to the end: the finished run. onEvent sees each event as it comes. */
   async runToEnd(params: RunParams, opts: CallOptions & { onEvent?: (ev: RunEvent) => void } = {}): Promise<RunStatus> {
     const st = await this.startRun(params, opts);
@@ -331,6 +477,10 @@ export class SandboxClient {
     // The stream ended without a result (the host stopped): ask once.
     return this.run(st.id, opts);
   }
+}
+
+function decodeFile(f: SessionFile): SessionFileData {
+  return { ...f, data: Buffer.from(f.data ?? "", "base64") };
 }
 
 // chunks reads a body; a body cut by the call's signal throws the

@@ -348,6 +348,228 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** sessions: a client's own, an admin's all */
+        get: operations["listSessions"];
+        put?: never;
+        /** create a session (a toolbox container that lives across execs) */
+        post: operations["createSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** a session's status */
+        get: operations["getSession"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session}/close": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** close a session: its container and files removed */
+        post: operations["closeSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session}/exec": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** run a command in the session, its events streamed */
+        post: operations["sessionExec"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** kill a running exec's process group */
+        post: operations["sessionCancel"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session}/approve": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** approve a network exec awaiting approval: it starts with a grant naming it */
+        post: operations["sessionApprove"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session}/deny": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** deny a network exec awaiting approval: it ends with an error event, never started */
+        post: operations["sessionDeny"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** pause a session (docker pause: memory kept, no CPU) */
+        post: operations["sessionPause"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** resume a paused session (any request does too) */
+        post: operations["sessionResume"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session}/files/put": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** write a file in the session, atomically, as its guest */
+        post: operations["sessionPut"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session}/files/get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** read a file of the session, as its guest */
+        post: operations["sessionGet"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session}/files/tar": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** a directory of the session as a tar stream */
+        post: operations["sessionTar"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session}/files/list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** list a directory of the session */
+        post: operations["sessionList"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -736,6 +958,170 @@ export interface components {
             context?: string;
             error?: string;
         };
+        /** @description POST /v1/sessions; every field optional */
+        SessionCreate: {
+            /** @description a declared project (runs.projects), read-only at /workspace */
+            project?: string;
+            /** @description at most sessions.memoryMb (the default) */
+            memoryMb?: number;
+            /** @description at most sessions.ttlSeconds (the default) */
+            ttlSeconds?: number;
+            /** @description give the session a broker: a network exec may then be granted, each one after a human's approval */
+            network?: boolean;
+            /** @description egress.credentials names its network execs may ask for (only with network) */
+            credentials?: string[];
+        };
+        /** @description a session's status */
+        Session: {
+            id: string;
+            /** @enum {string} */
+            state: "starting" | "running" | "paused" | "closing";
+            ownerUid: number;
+            project?: string;
+            memoryMb: number;
+            /** Format: date-time */
+            createdAt: string;
+            /**
+             * Format: date-time
+             * @description its TTL: removed then
+             */
+            expiresAt: string;
+            /** Format: date-time */
+            lastUsedAt: string;
+            /** @description running now */
+            execs: number;
+            execsTotal: number;
+            resumes: number;
+            /** @description the session has a broker for network execs */
+            network?: boolean;
+            /** @description the names declared at create */
+            credentials?: string[];
+            /** @description the exec holding the session's network now (awaiting approval or running) */
+            networkExec?: string;
+            /** @description network execs waiting for an admin's approve or deny */
+            approvals?: components["schemas"]["SessionApproval"][];
+        };
+        /** @description a network exec waiting for an admin's approve or deny: what it would run, with which credentials, until when it waits */
+        SessionApproval: {
+            execId: string;
+            command?: string;
+            executable?: string;
+            args?: string[];
+            root?: boolean;
+            timeoutSeconds: number;
+            credentials?: string[];
+            /**
+             * Format: date-time
+             * @description refused unless decided by then (runs.approvalTimeoutSeconds)
+             */
+            deadline: string;
+        };
+        SessionList: {
+            sessions: components["schemas"]["Session"][];
+        };
+        /** @description POST /v1/sessions/{session}/exec: exactly one of command (sh -c) or executable with args */
+        SessionExec: {
+            command?: string;
+            executable?: string;
+            args?: string[];
+            /** @description relative to /work, or under /output or /tmp */
+            cwd?: string;
+            /** @description name to value, each a string; names a client may set (not PATH, HOME, LD_*, proxies, SANDBOX_*...) */
+            env?: Record<string, never>;
+            /** @description the whole of stdin, at most 256 KiB */
+            stdin?: string;
+            /** @description 0: 120; at most 3600 */
+            timeoutSeconds?: number;
+            /** @description run as root with exactly a run's setup command's capabilities */
+            root?: boolean;
+            /** @description network for this exec (a session created with network only): waits for an admin's approval; its first event is approval */
+            network?: boolean;
+            /** @description among the names declared at create (only with network) */
+            credentials?: string[];
+        };
+        SessionExecResult: {
+            exitCode: number;
+            signal?: string;
+            timedOut?: boolean;
+            cancelled?: boolean;
+            stdoutTruncated?: boolean;
+            stderrTruncated?: boolean;
+            stdoutDropped?: number;
+            stderrDropped?: number;
+            startMs: number;
+            runMs: number;
+        };
+        /**
+         * @description one line of POST /v1/sessions/{session}/exec
+         * @example {
+         *       "type": "started",
+         *       "execId": "x1"
+         *     }
+         * @example {
+         *       "type": "stdout",
+         *       "execId": "x1",
+         *       "data": "aGkK"
+         *     }
+         * @example {
+         *       "type": "result",
+         *       "execId": "x1",
+         *       "result": {
+         *         "exitCode": 0,
+         *         "startMs": 1,
+         *         "runMs": 2
+         *       }
+         *     }
+         */
+        SessionExecEvent: {
+            /** @enum {string} */
+            type: "approval" | "started" | "stdout" | "stderr" | "result" | "error";
+            /** @description names the exec for POST .../cancel, .../approve and .../deny */
+            execId: string;
+            /** @description raw output bytes */
+            data?: string;
+            result?: components["schemas"]["SessionExecResult"];
+            error?: string;
+        };
+        SessionCancel: {
+            execId: string;
+        };
+        /** @description POST /v1/sessions/{session}/approve or deny: the network exec the decision is for */
+        SessionDecision: {
+            execId: string;
+        };
+        SessionPath: {
+            /** @description relative to /work ("." itself), or under /output or /tmp; no symlink is followed */
+            path: string;
+        };
+        SessionPut: {
+            path: string;
+            /** @description 0: 0644; at most 0777 */
+            mode?: number;
+            /** @description at most sessions.maxFileBytes */
+            data: string;
+        };
+        SessionFile: {
+            path: string;
+            size: number;
+            mode?: number;
+            /** @description the file changed while it was read */
+            changed?: boolean;
+            /** @description a tar's entries left out */
+            skipped?: number;
+            data?: string;
+        };
+        SessionEntry: {
+            name: string;
+            /** @enum {string} */
+            type: "file" | "dir" | "symlink" | "other";
+            size: number;
+            mode: number;
+        };
+        SessionListing: {
+            path: string;
+            entries: components["schemas"]["SessionEntry"][];
+            truncated?: boolean;
+        };
     };
     responses: {
         /** @description a bad path parameter or body: the reason says what */
@@ -821,6 +1207,15 @@ export interface components {
         };
         /** @description the turn passed its deadline */
         Timeout: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description the session's supervisor failed the request; the host log has details */
+        BadGateway: {
             headers: {
                 [name: string]: unknown;
             };
@@ -1424,6 +1819,455 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+        };
+    };
+    listSessions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionList"];
+                };
+            };
+            403: components["responses"]["Forbidden"];
+            405: components["responses"]["MethodNotAllowed"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    createSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description one JSON object, unknown fields refused, at most 262144 bytes */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionCreate"];
+            };
+        };
+        responses: {
+            /** @description the session, running */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    closeSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the session, closed */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    sessionExec: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        /** @description one JSON object, unknown fields refused, at most 2097152 bytes */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionExec"];
+            };
+        };
+        responses: {
+            /** @description one SessionExecEvent per line: approval (a network exec), started, output, then one result or error */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": components["schemas"]["SessionExecEvent"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            500: components["responses"]["Internal"];
+            502: components["responses"]["BadGateway"];
+        };
+    };
+    sessionCancel: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        /** @description one JSON object, unknown fields refused, at most 262144 bytes */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionCancel"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            500: components["responses"]["Internal"];
+            502: components["responses"]["BadGateway"];
+        };
+    };
+    sessionApprove: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        /** @description one JSON object, unknown fields refused, at most 262144 bytes */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionDecision"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            500: components["responses"]["Internal"];
+            502: components["responses"]["BadGateway"];
+        };
+    };
+    sessionDeny: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        /** @description one JSON object, unknown fields refused, at most 262144 bytes */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionDecision"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            500: components["responses"]["Internal"];
+            502: components["responses"]["BadGateway"];
+        };
+    };
+    sessionPause: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["Internal"];
+            502: components["responses"]["BadGateway"];
+        };
+    };
+    sessionResume: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["Internal"];
+            502: components["responses"]["BadGateway"];
+        };
+    };
+    sessionPut: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        /** @description one JSON object, unknown fields refused, at most sessions.maxFileBytes x 4/3 + 8192 bytes */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionPut"];
+            };
+        };
+        responses: {
+            /** @description the file written (no data) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionFile"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            500: components["responses"]["Internal"];
+            502: components["responses"]["BadGateway"];
+        };
+    };
+    sessionGet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        /** @description one JSON object, unknown fields refused, at most 262144 bytes */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionPath"];
+            };
+        };
+        responses: {
+            /** @description the file with its data */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionFile"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            500: components["responses"]["Internal"];
+            502: components["responses"]["BadGateway"];
+        };
+    };
+    sessionTar: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        /** @description one JSON object, unknown fields refused, at most 262144 bytes */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionPath"];
+            };
+        };
+        responses: {
+            /** @description the tar in data */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionFile"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            500: components["responses"]["Internal"];
+            502: components["responses"]["BadGateway"];
+        };
+    };
+    sessionList: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        /** @description one JSON object, unknown fields refused, at most 262144 bytes */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SessionPath"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionListing"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            500: components["responses"]["Internal"];
+            502: components["responses"]["BadGateway"];
         };
     };
 }

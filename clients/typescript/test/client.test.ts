@@ -10,7 +10,7 @@ import { dirname, join } from "node:path";
 import { after, before, beforeEach, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { operationTable, SandboxClient, SandboxError, type OperationId } from "../src/index.js";
+import { ExecError, operationTable, SandboxClient, SandboxError, type OperationId, type SessionExecEvent } from "../src/index.js";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const docPath = join(root, "..", "..", "pkg", "api", "openapi.json");
@@ -94,6 +94,20 @@ describe("operations", () => {
     ["jobEvents", async (c) => { for await (const _ of c.jobEvents("g:1")) { /* drain */ } }, "/v1/channels/g%3A1/jobs/events"],
     ["getJob", (c) => c.job(run), `/v1/jobs/${run}`],
     ["postPrecheck", (c) => c.precheck({ channel: "g:1", script: "1" }), "/v1/prechecks", { channel: "g:1", script: "1" }],
+    ["listSessions", (c) => c.listSessions(), "/v1/sessions"],
+    ["createSession", (c) => c.createSession({ project: "p", ttlSeconds: 60 }), "/v1/sessions", { project: "p", ttlSeconds: 60 }],
+    ["getSession", (c) => c.session(run), `/v1/sessions/${run}`],
+    ["closeSession", (c) => c.closeSession(run), `/v1/sessions/${run}/close`],
+    ["sessionExec", async (c) => { for await (const _ of c.exec(run, { command: "ls" })) { /* drain */ } }, `/v1/sessions/${run}/exec`, { command: "ls" }],
+    ["sessionCancel", (c) => c.cancelExec(run, "x1"), `/v1/sessions/${run}/cancel`, { execId: "x1" }],
+    ["sessionApprove", (c) => c.approveExec(run, "x1"), `/v1/sessions/${run}/approve`, { execId: "x1" }],
+    ["sessionDeny", (c) => c.denyExec(run, "x1"), `/v1/sessions/${run}/deny`, { execId: "x1" }],
+    ["sessionPause", (c) => c.pauseSession(run), `/v1/sessions/${run}/pause`],
+    ["sessionResume", (c) => c.resumeSession(run), `/v1/sessions/${run}/resume`],
+    ["sessionPut", (c) => c.putFile(run, "a/b.txt", "hi", 0o600), `/v1/sessions/${run}/files/put`, { path: "a/b.txt", mode: 0o600, data: "aGk=" }],
+    ["sessionGet", (c) => c.getFile(run, "a/b.txt"), `/v1/sessions/${run}/files/get`, { path: "a/b.txt" }],
+    ["sessionTar", (c) => c.getTar(run, "a"), `/v1/sessions/${run}/files/tar`, { path: "a" }],
+    ["sessionList", (c) => c.listFiles(run, "."), `/v1/sessions/${run}/files/list`, { path: "." }],
   ];
 
   it("has a call for every operation", () => {
@@ -197,6 +211,131 @@ describe("streams", () => {
       for await (const _ of client.jobEvents("c", { signal: ctl.signal })) ctl.abort(new Error("stop here"));
     })().catch((e: unknown) => e);
     assert.equal((err as Error).message, "stop here");
+  });
+});
+
+describe("sessions", () => {
+  const sid = "0123456789abcdef0123456789abcdef";
+  function ndjson(res: http.ServerResponse, events: SessionExecEvent[]) {
+    res.writeHead(200, { "Content-Type": "application/x-ndjson" });
+    res.end(events.map((e) => JSON.stringify(e) + "\n").join(""));
+  }
+  const b64 = (t: string) => Buffer.from(t).toString("base64");
+
+  it("execToEnd gathers each stream's bytes and returns the result, showing every event", async () => {
+    handler = (_req, _body, res) =>
+      ndjson(res, [
+        { type: "started", execId: "x1" },
+        { type: "stdout", execId: "x1", data: b64("hel") },
+        { type: "stderr", execId: "x1", data: b64("warn\n") },
+        { type: "stdout", execId: "x1", data: b64("lo\n") },
+        { type: "result", execId: "x1", result: { exitCode: 3, startMs: 1, runMs: 2 } },
+      ]);
+    const types: string[] = [];
+    const got = await client.execToEnd(sid, { executable: "sh", args: ["-c", "x"] }, { onEvent: (ev) => void types.push(ev.type) });
+    assert.deepEqual(
+      [got.execId, got.result.exitCode, got.stdout.toString(), got.stderr.toString(), types],
+      ["x1", 3, "hello\n", "warn\n", ["started", "stdout", "stderr", "stdout", "result"]],
+    );
+  });
+
+  it("execToEnd rejects an error event with an ExecError carrying the host's reason", async () => {
+    handler = (_req, _body, res) =>
+      ndjson(res, [
+        { type: "approval", execId: "x2" },
+        { type: "error", execId: "x2", error: "the network exec was denied by a human; it did not start" },
+      ]);
+    const err = await client.execToEnd(sid, { command: "curl x", network: true }).catch((e: unknown) => e);
+    assert.ok(err instanceof ExecError);
+    assert.deepEqual([err.execId, err.reason], ["x2", "the network exec was denied by a human; it did not start"]);
+  });
+
+  it("execToEnd rejects a stream that ends without a result", async () => {
+    handler = (_req, _body, res) => ndjson(res, [{ type: "started", execId: "x3" }]);
+    const err = await client.execToEnd(sid, { command: "true" }).catch((e: unknown) => e);
+    assert.ok(err instanceof ExecError);
+    assert.equal(err.execId, "x3");
+    assert.match(err.reason, /ended without a result/);
+  });
+
+  it("execToEnd awaits onEvent before reading on (an approval is decided first)", async () => {
+    const order: string[] = [];
+    let approved!: () => void;
+    const decision = new Promise<void>((resolve) => (approved = resolve));
+    handler = (req, body, res) => {
+      if (req.url?.endsWith("/approve")) {
+        order.push("approve " + (JSON.parse(body) as { execId: string }).execId);
+        json(res, 200, { id: sid });
+        return approved();
+      }
+      res.writeHead(200, { "Content-Type": "application/x-ndjson" });
+      res.write(JSON.stringify({ type: "approval", execId: "x4" }) + "\n");
+      // The rest only once the approval came, as the host does.
+      void decision.then(() =>
+        res.end([{ type: "started", execId: "x4" }, { type: "result", execId: "x4", result: { exitCode: 0, startMs: 0, runMs: 0 } }].map((e) => JSON.stringify(e) + "\n").join("")),
+      );
+    };
+    const got = await client.execToEnd(sid, { command: "curl x", network: true }, {
+      onEvent: async (ev) => {
+        order.push(ev.type);
+        if (ev.type === "approval") await client.approveExec(sid, ev.execId);
+      },
+    });
+    assert.equal(got.result.exitCode, 0);
+    assert.deepEqual(order, ["approval", "approve x4", "started", "result"]);
+  });
+
+  it("an exec's consumer leaving the loop closes the connection (the host kills the exec)", async () => {
+    let closed!: Promise<unknown>;
+    handler = (_req, _body, res) => {
+      closed = once(res, "close");
+      res.writeHead(200, { "Content-Type": "application/x-ndjson" });
+      res.write(JSON.stringify({ type: "started", execId: "x5" }) + "\n"); // and never ends
+    };
+    for await (const ev of client.exec(sid, { command: "sleep 1000" })) {
+      assert.equal(ev.type, "started");
+      break;
+    }
+    await closed;
+  });
+
+  it("putFile sends bytes as base64, getFile and getTar decode them", async () => {
+    handler = (_req, _body, res) => json(res, 200, { path: "f", size: 3, mode: 0o644, data: Buffer.from([0, 255, 10]).toString("base64") });
+    await client.putFile(sid, "f", new Uint8Array([0, 255, 10]));
+    assert.deepEqual(JSON.parse(seen[0].body), { path: "f", data: "AP8K" });
+    const f = await client.getFile(sid, "f");
+    assert.deepEqual([...f.data], [0, 255, 10]);
+    assert.deepEqual([...(await client.getTar(sid, "d")).data], [0, 255, 10]);
+  });
+
+  it("a session call's refusal is a SandboxError with the status and reason", async () => {
+    handler = (_req, _body, res) => json(res, 429, { error: "too many live sessions (sessions.maxLive)" });
+    const err = await client.createSession().catch((e: unknown) => e);
+    assert.ok(err instanceof SandboxError);
+    assert.deepEqual([err.status, err.reason], [429, "too many live sessions (sessions.maxLive)"]);
+  });
+
+  it("an exec refused before its stream is a SandboxError", async () => {
+    handler = (_req, _body, res) => json(res, 404, { error: "no such session" });
+    const err = await client.execToEnd(sid, { command: "true" }).catch((e: unknown) => e);
+    assert.ok(err instanceof SandboxError);
+    assert.deepEqual([err.status, err.reason], [404, "no such session"]);
+  });
+
+  it("an exec ends at its deadline with a TimeoutError", async () => {
+    handler = (_req, _body, res) => {
+      res.writeHead(200, { "Content-Type": "application/x-ndjson" });
+      res.write(JSON.stringify({ type: "started", execId: "x6" }) + "\n");
+    };
+    const err = await client.execToEnd(sid, { command: "sleep 1000" }, { timeoutMs: 30 }).catch((e: unknown) => e);
+    assert.equal((err as Error).name, "TimeoutError");
+  });
+
+  it("a session call ends at the client's deadline", async () => {
+    handler = () => {};
+    const c = new SandboxClient({ socketPath: client.socketPath, timeoutMs: 20 });
+    const err = await c.createSession().catch((e: unknown) => e);
+    assert.equal((err as Error).name, "TimeoutError");
   });
 });
 
