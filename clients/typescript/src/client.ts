@@ -91,8 +91,8 @@ export const operationTable = {
   closeSession: ["POST", "/v1/sessions/{session}/close"],
   sessionExec: ["POST", "/v1/sessions/{session}/exec"],
   sessionCancel: ["POST", "/v1/sessions/{session}/cancel"],
-  sessionApprove: ["POST", "/v1/sessions/{session}/approve"],
-  sessionDeny: ["POST", "/v1/sessions/{session}/deny"],
+  sessionExecApprove: ["POST", "/v1/sessions/{session}/approve"],
+  sessionExecDeny: ["POST", "/v1/sessions/{session}/deny"],
   sessionPause: ["POST", "/v1/sessions/{session}/pause"],
   sessionResume: ["POST", "/v1/sessions/{session}/resume"],
   sessionPut: ["POST", "/v1/sessions/{session}/files/put"],
@@ -442,11 +442,11 @@ export class SandboxClient {
   }
   /** The admin role: approves a network exec awaiting approval (it starts). */
   approveExec(id: string, execId: string, opts?: CallOptions): Promise<Session> {
-    return this.json("sessionApprove", id, { execId }, this.bounded(opts, SESSION_CALL_TIMEOUT_MS));
+    return this.json("sessionExecApprove", id, { execId }, this.bounded(opts, SESSION_CALL_TIMEOUT_MS));
   }
   /** The admin role: denies a network exec awaiting approval (it never starts; its stream ends with an error event). */
   denyExec(id: string, execId: string, opts?: CallOptions): Promise<Session> {
-    return this.json("sessionDeny", id, { execId }, this.bounded(opts, SESSION_CALL_TIMEOUT_MS));
+    return this.json("sessionExecDeny", id, { execId }, this.bounded(opts, SESSION_CALL_TIMEOUT_MS));
   }
   /** Writes data at path (relative to /work, or under /output or /tmp) atomically as the session's guest; mode 0 or absent: 0644. A string is written as UTF-8. */
   putFile(id: string, path: string, data: Uint8Array | string, mode?: number, opts?: CallOptions): Promise<SessionFile> {

@@ -443,8 +443,8 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** approve a network exec awaiting approval: it starts with a grant naming it */
-        post: operations["sessionApprove"];
+        /** approve a network exec waiting for approval: it is granted network for its run and starts */
+        post: operations["sessionExecApprove"];
         delete?: never;
         options?: never;
         head?: never;
@@ -460,8 +460,8 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** deny a network exec awaiting approval: it ends with an error event, never started */
-        post: operations["sessionDeny"];
+        /** deny a network exec waiting for approval: it never starts */
+        post: operations["sessionExecDeny"];
         delete?: never;
         options?: never;
         head?: never;
@@ -816,6 +816,8 @@ export interface components {
             network?: boolean;
             ownerUid: number;
             credentials?: string[];
+            /** @description credential name to the variable the run sees its placeholder in, each a string, for the credentials that declare one (docs/credentialed-egress.md) */
+            credentialVariables?: Record<string, never>;
             /** Format: date-time */
             createdAt: string;
             /** Format: date-time */
@@ -966,9 +968,9 @@ export interface components {
             memoryMb?: number;
             /** @description at most sessions.ttlSeconds (the default) */
             ttlSeconds?: number;
-            /** @description give the session a broker: a network exec may then be granted, each one after a human's approval */
+            /** @description give the session a broker for network execs, each approved by an admin (docs/api.md, Network execs) */
             network?: boolean;
-            /** @description egress.credentials names its network execs may ask for (only with network) */
+            /** @description egress.credentials names its network execs may ask for (available to the project or the client); only with network */
             credentials?: string[];
         };
         /** @description a session's status */
@@ -994,16 +996,17 @@ export interface components {
             resumes: number;
             /** @description the session has a broker for network execs */
             network?: boolean;
-            /** @description the names declared at create */
+            /** @description the credential names declared at create */
             credentials?: string[];
-            /** @description the exec holding the session's network now (awaiting approval or running) */
+            /** @description the exec holding the session's network (waiting for approval or running) */
             networkExec?: string;
             /** @description network execs waiting for an admin's approve or deny */
             approvals?: components["schemas"]["SessionApproval"][];
         };
-        /** @description a network exec waiting for an admin's approve or deny: what it would run, with which credentials, until when it waits */
+        /** @description a network exec waiting for POST /v1/sessions/{session}/approve or deny */
         SessionApproval: {
             execId: string;
+            /** @description cut at 600 bytes */
             command?: string;
             executable?: string;
             args?: string[];
@@ -1012,7 +1015,7 @@ export interface components {
             credentials?: string[];
             /**
              * Format: date-time
-             * @description refused unless decided by then (runs.approvalTimeoutSeconds)
+             * @description refused if not decided by then (runs.approvalTimeoutSeconds)
              */
             deadline: string;
         };
@@ -1034,9 +1037,9 @@ export interface components {
             timeoutSeconds?: number;
             /** @description run as root with exactly a run's setup command's capabilities */
             root?: boolean;
-            /** @description network for this exec (a session created with network only): waits for an admin's approval; its first event is approval */
+            /** @description network for this exec only, in a session created with network: waits for an admin's approval (its first event is approval) */
             network?: boolean;
-            /** @description among the names declared at create (only with network) */
+            /** @description credential names declared at the session's create (with network) */
             credentials?: string[];
         };
         SessionExecResult: {
@@ -1075,7 +1078,7 @@ export interface components {
         SessionExecEvent: {
             /** @enum {string} */
             type: "approval" | "started" | "stdout" | "stderr" | "result" | "error";
-            /** @description names the exec for POST .../cancel, .../approve and .../deny */
+            /** @description names the exec for POST .../cancel, and for .../approve or .../deny */
             execId: string;
             /** @description raw output bytes */
             data?: string;
@@ -1085,7 +1088,7 @@ export interface components {
         SessionCancel: {
             execId: string;
         };
-        /** @description POST /v1/sessions/{session}/approve or deny: the network exec the decision is for */
+        /** @description the network exec an approve or deny is for */
         SessionDecision: {
             execId: string;
         };
@@ -1207,6 +1210,15 @@ export interface components {
         };
         /** @description the turn passed its deadline */
         Timeout: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description not available on this host yet (a session exec with network) */
+        NotImplemented: {
             headers: {
                 [name: string]: unknown;
             };
@@ -1948,7 +1960,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description one SessionExecEvent per line: approval (a network exec), started, output, then one result or error */
+            /** @description one SessionExecEvent per line: started, output, then one result or error */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -1964,6 +1976,7 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["TooLarge"];
             500: components["responses"]["Internal"];
+            501: components["responses"]["NotImplemented"];
             502: components["responses"]["BadGateway"];
         };
     };
@@ -2002,7 +2015,7 @@ export interface operations {
             502: components["responses"]["BadGateway"];
         };
     };
-    sessionApprove: {
+    sessionExecApprove: {
         parameters: {
             query?: never;
             header?: never;
@@ -2037,7 +2050,7 @@ export interface operations {
             502: components["responses"]["BadGateway"];
         };
     };
-    sessionDeny: {
+    sessionExecDeny: {
         parameters: {
             query?: never;
             header?: never;
