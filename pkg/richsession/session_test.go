@@ -91,7 +91,9 @@ func richRigNew(t *testing.T, cfg string, now func() time.Time, log *slog.Logger
 	t.Helper()
 	ctl := &fakeRichControl{BrokerErr: richsession.ErrBroker}
 	kit := sandboxtest.NewKit(t, cfg, sandboxtest.KitOptions{Now: now, Logger: log})
-	tu.Control = ctl
+	if tu.Control == nil {
+		tu.Control = ctl
+	}
 	kit.Deps.Tuning = []any{&tu}
 	made, err := richsession.Registration.New(kit.Deps)
 	must(t, err)
@@ -135,6 +137,13 @@ var errTurnFailed = errors.New("turn failed")
 // run runs one turn as the host's RunRichTurn does once it admitted it:
 // a fresh turn id, the profile's turn bound, counted as the host's work.
 func (r *rig) run(ctx context.Context, in turnIn) (*protocol.Reply, string, error) {
+	return r.runAnswer(ctx, in, nil)
+}
+
+// runAnswer is run with answer (when not nil) called with a successful
+// turn's outcome before its reply budget is given back, where the host
+// writes the turn's answer.
+func (r *rig) runAnswer(ctx context.Context, in turnIn, answer func(kind.Outcome)) (*protocol.Reply, string, error) {
 	done, err := r.kit.Host.Admit(func() error { return nil })
 	if err != nil {
 		return nil, "", err
@@ -166,6 +175,9 @@ func (r *rig) run(ctx context.Context, in turnIn) (*protocol.Reply, string, erro
 		return nil, o.ID, fmt.Errorf("%w: %w", errTurnFailed, o.RunErr)
 	case o.RunErr != nil:
 		return nil, o.ID, o.RunErr
+	}
+	if answer != nil {
+		answer(o)
 	}
 	return o.Reply, o.ID, nil
 }
@@ -474,5 +486,58 @@ func TestReplyBudgetWaitEndsWithTheTurn(t *testing.T) {
 	}
 	if used := r.k.ReplyBytesHeld(); used != 0 {
 		t.Errorf("%d bytes of the reply budget still held", used)
+	}
+}
+
+// TestReplyBudgetWaits (moved from pkg/host, where it went through the
+// turn route): a packet that does not fit the host's reply budget waits
+// for the packets holding it (here: until the first turn's answer is
+// written), then goes on; the budget is whole again after both.
+func TestReplyBudgetWaits(t *testing.T) {
+	waited := make(chan int64, 1)
+	r, ctl := richRigTuned(t, richExtra, nil, richsession.Tuning{Idle: time.Hour, ReplyBudget: 100, BudgetWait: func(n int64) { waited <- n }})
+	ctl.Reserve = 60
+	entered, hold := make(chan string, 2), make(chan struct{})
+	ctl.TurnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
+		entered <- b.Identity.Channel
+		if b.Identity.Channel == "a" {
+			<-hold
+		}
+		return &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: "x", Files: []richproto.File{{Name: "f.txt", Data: []byte("0123456789")}}}, nil
+	}
+	for _, ch := range []string{"a", "b"} {
+		must(t, r.setRich(ch, "helper"))
+	}
+	type answer struct {
+		files []richproto.File
+		err   error
+	}
+	turn := func(ch string, out chan<- answer) {
+		var files []richproto.File
+		_, _, err := r.runAnswer(context.Background(), turnIn{Channel: ch, SpeakerID: "u", Text: "x"}, func(o kind.Outcome) { files = o.Files })
+		out <- answer{files, err}
+	}
+	aDone, bDone := make(chan answer, 1), make(chan answer, 1)
+	go turn("a", aDone)
+	if ch := <-entered; ch != "a" {
+		t.Fatalf("turn of %s entered first", ch)
+	}
+	go turn("b", bDone)
+	if n := <-waited; n != 60 {
+		t.Fatalf("a packet of %d bytes waited, want 60", n)
+	}
+	select {
+	case a := <-bDone:
+		t.Fatalf("b answered while a held the budget: %+v", a)
+	default:
+	}
+	close(hold)
+	for _, done := range []chan answer{aDone, bDone} {
+		if a := <-done; a.err != nil || len(a.files) != 1 || a.files[0].Name != "f.txt" {
+			t.Errorf("answer %+v", a)
+		}
+	}
+	if used := r.k.ReplyBytesHeld(); used != 0 {
+		t.Errorf("%d bytes of the reply budget still held after both turns", used)
 	}
 }
