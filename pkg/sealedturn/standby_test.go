@@ -90,6 +90,8 @@ func (r *rig) run(ctx context.Context, in turnIn) (*protocol.Reply, string, erro
 		Principal: in.PrincipalID, Text: in.Text, Deadline: deadline, Rebind: func(string) {},
 	})
 	if o.RunErr != nil {
+		// As the host logs a failed turn: the details stay in the log.
+		o.Log.Warn(o.Failed, append([]any{"err", o.RunErr}, o.FailedAttrs...)...)
 		return nil, o.ID, o.RunErr
 	}
 	if o.CleanupErr != nil {
