@@ -8,7 +8,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
@@ -21,7 +20,7 @@ import (
 // TestRichReplyFilesReachTheAPI: the worker's reply files are in the turn's
 // API answer as {name, type, data (base64)}; a failed turn's are dropped.
 func TestRichReplyFilesReachTheAPI(t *testing.T) {
-	r, ctl := richRig(t, time.Hour)
+	r, ctl := richRig(t, "")
 	ok := true
 	ctl.TurnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
 		res := &richproto.Result{TurnID: b.Turn.ID, OK: ok, Text: "drawn",

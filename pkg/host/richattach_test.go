@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
@@ -17,7 +16,7 @@ import (
 // limit; the session policy carries the operator's egress.allow.
 func TestRichAttachmentsAPI(t *testing.T) {
 	// The operator's egress.allow, in the configuration the host starts with.
-	r, ctl := richRigExtra(t, time.Hour, "egress:\n  allow: [\"127.0.0.1:8080\"]\n")
+	r, ctl := richRig(t, "egress:\n  allow: [\"127.0.0.1:8080\"]\n")
 	must(t, r.h.state.SetRich("room", "helper"))
 	atts := []richproto.Attachment{{URL: "https://example.com/a.png", Name: "a.png", Type: "image/png"}, {URL: "http://10.1.2.3:8080/r.txt", Name: "r.txt"}}
 	body := func(text string, as []richproto.Attachment) string {
