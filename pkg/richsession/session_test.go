@@ -159,7 +159,7 @@ func (r *rig) runAnswer(ctx context.Context, in turnIn, answer func(kind.Outcome
 	defer cancel()
 	o := r.k.RunChannelTurn(ctx, &kind.Turn{
 		ID: ids.NewTurnID(), Channel: in.Channel, Profile: profile, Speaker: protocol.Speaker{ID: in.SpeakerID, Name: in.SpeakerName},
-		Principal: in.PrincipalID, Text: in.Text, Deadline: deadline, Reset: in.Reset, Rebind: func(string) {},
+		Principal: in.PrincipalID, Text: in.Text, Attachments: in.Attachments, Deadline: deadline, Reset: in.Reset, Rebind: func(string) {},
 	})
 	if o.Release != nil {
 		defer o.Release()
@@ -185,6 +185,7 @@ func (r *rig) runAnswer(ctx context.Context, in turnIn, answer func(kind.Outcome
 type turnIn struct {
 	Channel, SpeakerID, SpeakerName, PrincipalID, Text string
 	Reset                                              bool
+	Attachments                                        []richproto.Attachment
 }
 
 func richTurn(t *testing.T, r *rig, channel, text string) (string, string, error) {
@@ -539,5 +540,28 @@ func TestReplyBudgetWaits(t *testing.T) {
 	}
 	if used := r.k.ReplyBytesHeld(); used != 0 {
 		t.Errorf("%d bytes of the reply budget still held after both turns", used)
+	}
+}
+
+// TestRichAttachmentsReachTheBind (moved from pkg/host's
+// TestRichAttachmentsAPI, whose refusals stay there): a rich turn's
+// attachments reach the bind as given; the session policy carries the
+// operator's egress.allow.
+func TestRichAttachmentsReachTheBind(t *testing.T) {
+	r, ctl := richRigTuned(t, richExtra+"egress:\n  allow: [\"127.0.0.1:8080\"]\n", nil, richsession.Tuning{Idle: time.Hour})
+	must(t, r.setRich("room", "helper"))
+	atts := []richproto.Attachment{{URL: "https://example.com/a.png", Name: "a.png", Type: "image/png"}, {URL: "http://10.1.2.3:8080/r.txt", Name: "r.txt"}}
+	if _, _, err := r.run(context.Background(), turnIn{Channel: "room", SpeakerID: "u", Text: "look", Attachments: atts}); err != nil {
+		t.Fatalf("rich turn with attachments: %v", err)
+	}
+	binds := ctl.BindList()
+	if len(binds) != 1 || fmt.Sprint(binds[0].Turn.Attachments) != fmt.Sprint(atts) {
+		t.Fatalf("bound attachments %+v, want %+v", binds, atts)
+	}
+	r.docker.Mu.Lock()
+	pol := r.docker.Policies[len(r.docker.Policies)-1]
+	r.docker.Mu.Unlock()
+	if fmt.Sprint(pol.EgressAllow) != "[127.0.0.1:8080]" {
+		t.Errorf("session policy egressAllow %v, want the host's [127.0.0.1:8080]", pol.EgressAllow)
 	}
 }
