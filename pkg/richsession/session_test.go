@@ -565,3 +565,44 @@ func TestRichAttachmentsReachTheBind(t *testing.T) {
 		t.Errorf("session policy egressAllow %v, want the host's [127.0.0.1:8080]", pol.EgressAllow)
 	}
 }
+
+// TestRichChannelOffAndFreshStart (moved from pkg/host's
+// TestRichOffFreshAndHostStop, which keeps the routes' side): channel off
+// stops the channel's session; a fresh start stops it before the next
+// turn, which carries Fresh, sees no old history and has a new session;
+// the kind's stop removes every session.
+func TestRichChannelOffAndFreshStart(t *testing.T) {
+	r, ctl := richRig(t, time.Hour)
+	must(t, r.setRich("room", "helper"))
+	must(t, r.setRich("hall", "other"))
+	for _, ch := range []string{"room", "hall"} {
+		if _, _, err := richTurn(t, r, ch, "hi"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(t, r.kit.Host.State.SetMode("hall", chanstate.ModeOff))
+	r.k.ChannelMode("hall", chanstate.ModeOff, "")
+	if st := r.k.Status("hall"); st.State != "none" {
+		t.Errorf("hall after off: %+v", st)
+	}
+	first := r.k.Status("room").Session
+	reply, _, err := r.run(context.Background(), turnIn{Channel: "room", SpeakerID: "u-1", Text: "new start", Reset: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply.Text != "new start" {
+		t.Errorf("reply %q: the fresh session saw an old history", reply.Text)
+	}
+	binds := ctl.BindList()
+	if last := binds[len(binds)-1]; !last.Turn.Fresh {
+		t.Error("turn after fresh start does not carry Fresh")
+	}
+	if second := r.k.Status("room").Session; second == first || second == "" {
+		t.Errorf("session %q after fresh start, was %q", second, first)
+	}
+	r.shutdown()
+	r.assertClean(t)
+	if n := len(r.k.Listed()); n != 0 {
+		t.Errorf("%d sessions listed after the kind's stop", n)
+	}
+}
