@@ -606,3 +606,51 @@ func TestRichChannelOffAndFreshStart(t *testing.T) {
 		t.Errorf("%d sessions listed after the kind's stop", n)
 	}
 }
+
+// TestRichCheckMode (moved from pkg/host's TestRichModeAPI, which keeps
+// the mode route's side): mode rich needs rich.enabled and a configured
+// profile; another profile stops the channel's session.
+func TestRichCheckMode(t *testing.T) {
+	r, _ := richRig(t, time.Hour)
+	for profile, want := range map[string]string{"": "profile must name a configured profile", "nope": "profile must name a configured profile", "helper": ""} {
+		if err := r.k.CheckMode(profile); (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
+			t.Errorf("CheckMode(%q) = %v, want %q", profile, err, want)
+		}
+	}
+	must(t, r.setRich("room", "helper"))
+	if _, _, err := richTurn(t, r, "room", "hi"); err != nil {
+		t.Fatal(err)
+	}
+	must(t, r.setRich("room", "other"))
+	if st := r.k.Status("room"); st.State != "none" {
+		t.Errorf("session after a profile change: %+v", st)
+	}
+	r.kit.Cfg.Rich.Enabled = false
+	if err := r.k.CheckMode("helper"); err == nil || !strings.Contains(err.Error(), "rich.enabled") {
+		t.Errorf("rich disabled: %v", err)
+	}
+}
+
+// TestRichFailedReplyDropsItsFiles (moved from pkg/host's
+// TestRichReplyFilesReachTheAPI, which keeps the answer's side): a reply's
+// files are the turn's outcome; a failed reply's are dropped.
+func TestRichFailedReplyDropsItsFiles(t *testing.T) {
+	r, ctl := richRig(t, time.Hour)
+	ok := true
+	ctl.TurnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
+		res := &richproto.Result{TurnID: b.Turn.ID, OK: ok, Text: "drawn", Files: []richproto.File{{Name: "a.png", Data: []byte{1}}, {Name: "b.txt", Data: []byte("hi")}}}
+		if !ok {
+			res.Text, res.Cause = "", richproto.CauseModel
+		}
+		return res, nil
+	}
+	must(t, r.setRich("room", "helper"))
+	for _, want := range []int{2, 0} {
+		ok = want > 0
+		files := -1
+		_, _, err := r.runAnswer(context.Background(), turnIn{Channel: "room", SpeakerID: "u", Text: "draw"}, func(o kind.Outcome) { files = len(o.Files) })
+		if err != nil || files != want {
+			t.Errorf("reply ok %v: %d files, %v; want %d", ok, files, err, want)
+		}
+	}
+}
