@@ -25,6 +25,7 @@ var (
 	testConfig    = sandboxtest.Config
 	must          = sandboxtest.Must
 	testLogger    = sandboxtest.Logger
+	waitFor       = sandboxtest.WaitFor
 )
 
 type rig struct {
