@@ -19,9 +19,11 @@ import (
 
 // TestRichReplyFilesReachTheAPI: the worker's reply files are in the turn's
 // API answer as {name, type, data (base64)} (a failed reply has none:
-// pkg/richsession's TestRichFailedReplyDropsItsFiles).
+// pkg/richsession's TestRichFailedReplyDropsItsFiles); the reply budget
+// they held is given back once the answer is written.
 func TestRichReplyFilesReachTheAPI(t *testing.T) {
 	r, ctl := richRig(t, "")
+	ctl.Reserve = 60
 	ctl.TurnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
 		return &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: "drawn",
 			Files: []richproto.File{{Name: "a.png", Type: "image/png", Data: []byte{0x89, 'P', 'N', 'G', 0}}, {Name: "b.txt", Data: []byte("hi")}}}, nil
@@ -36,6 +38,9 @@ func TestRichReplyFilesReachTheAPI(t *testing.T) {
 	var resp apiwire.Reply
 	if err := json.Unmarshal([]byte(body), &resp); err != nil || len(resp.Files) != 2 || string(resp.Files[1].Data) != "hi" {
 		t.Fatalf("decoded %+v, %v", resp, err)
+	}
+	if used := r.h.richSessions().ReplyBytesHeld(); used != 0 {
+		t.Errorf("%d bytes of the reply budget still held after the answer", used)
 	}
 	// A sealed-mode answer never carries the field.
 	if code, _ := r.api(t, "PUT", "/v1/channels/plain/mode", `{"mode":"on"}`); code != 200 {
