@@ -2,7 +2,11 @@ package coderun_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -128,4 +132,68 @@ func TestEightConcurrentRunsKeepTheirResults(t *testing.T) {
 func stillClock(o *sandboxtest.KitOptions) {
 	now := time.Now()
 	o.Now = func() time.Time { return now }
+}
+
+// TestRunsRefusedWhileResultsHeld (moved from pkg/host): while finished
+// runs within runs.resultHoldSeconds fill the runs' memory, a new run is
+// refused at once with 429, its reason naming runs.maxRetainedBytes, and a
+// Retry-After hint of 1 s to runs.resultHoldSeconds (the host writes the
+// hint as the header: pkg/host's TestEvery429HasRetryAfter); nothing
+// finished is forgotten to make room.
+func TestRunsRefusedWhileResultsHeld(t *testing.T) {
+	if raceEnabled {
+		t.Skip("moves 8 x 44 MiB: runs without -race in make unit's second pass")
+	}
+	// The smallest retained budget: one run at the bounds (2 x 1 MiB of
+	// output, 4 MiB of events, 32 MiB of artifacts).
+	extra := runsMemExtra + "  maxRetainedBytes: 39845888\n  maxInFlightPerClient: 8\n"
+	r, rd := newRunRigWith(t, extra, bigSupervise(nil, nil), stillClock)
+	p := bigParams(runsBounds{r.cfg.Runs.MaxArtifactBytes, r.cfg.Runs.MaxArtifactTotalBytes})
+	p.TimeoutSeconds = 3600
+	var finished []string
+	for range r.cfg.Runs.MaxInFlight {
+		st, err := r.k.Start(p, clientUID)
+		must(t, err)
+		waitRun(t, r, st.ID)
+		finished = append(finished, st.ID)
+	}
+	// Runs from now on stay running until held is closed.
+	sent, held := make(chan struct{}, 64), make(chan struct{})
+	rd.StreamMu.Lock()
+	rd.StreamFn = bigSupervise(sent, held)
+	rd.StreamMu.Unlock()
+	var running []string
+	t.Cleanup(func() {
+		close(held)
+		for _, id := range running {
+			waitRun(t, r, id)
+		}
+	})
+	for {
+		code, body := apiAs(t, r, clientUID, "POST", "/v1/runs", p)
+		if code == http.StatusAccepted {
+			var st runs.Status
+			must(t, json.Unmarshal(body, &st))
+			running = append(running, st.ID)
+			if len(running) >= r.cfg.Runs.MaxInFlight {
+				t.Fatalf("%d runs admitted beside %d held results: the budget refused nothing", len(running), len(finished))
+			}
+			continue
+		}
+		if code != http.StatusTooManyRequests || !strings.Contains(string(body), "runs.maxRetainedBytes") {
+			t.Fatalf("POST /v1/runs with the budget full: %d %s, want 429 naming runs.maxRetainedBytes", code, body)
+		}
+		break
+	}
+	_, err := r.k.Start(p, clientUID)
+	var hint interface{ RetryAfter() time.Duration }
+	hold := time.Duration(r.cfg.Runs.ResultHoldSeconds) * time.Second
+	if !errors.As(err, &hint) || hint.RetryAfter() <= 0 || hint.RetryAfter() > hold {
+		t.Errorf("refusal %v: no Retry-After hint of up to runs.resultHoldSeconds (%v)", err, hold)
+	}
+	for _, id := range finished {
+		if code, body := apiAs(t, r, clientUID, "GET", "/v1/runs/"+id, nil); code != http.StatusOK {
+			t.Errorf("finished run %s forgotten to make room: %d %.200s", id, code, body)
+		}
+	}
 }

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -22,6 +20,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 	"github.com/roundtable-sandbox/sandbox/pkg/safefetch"
+	"github.com/roundtable-sandbox/sandbox/pkg/turnanswer"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
 )
 
@@ -179,42 +178,12 @@ func (h *Host) handleTurn(w http.ResponseWriter, r *http.Request, channel string
 	return nil
 }
 
-// writeReply writes a turn's 200 response whole, with its length, and flushes
-// it, so the client has the complete body while the handler still runs the
-// turn's cleanup.
+// writeReply writes a turn's 200 response (pkg/turnanswer), within
+// api.WriteTimeout.
 func (h *Host) writeReply(w http.ResponseWriter, r *http.Request, reply *protocol.Reply, turnID string, files []richproto.File) {
-	// Streamed from the files' bytes (answer.go): the answer is never
-	// held whole beside them.
-	body, err := newTurnAnswer(apiwire.Reply{OK: reply.OK, Text: reply.Text, TurnID: turnID, Files: files})
-	if err != nil { // strings, bytes and a bool: cannot happen
+	a := apiwire.Reply{OK: reply.OK, Text: reply.Text, TurnID: turnID, Files: files}
+	if err := turnanswer.Write(w, a, api.WriteTimeout, h.log, peerFrom(r.Context()).UID); err != nil {
 		h.fail(w, fmt.Errorf("encode reply: %w", err))
-		return
-	}
-	hd := w.Header()
-	hd.Set("Content-Type", "application/json")
-	hd.Set("Cache-Control", "no-store")
-	hd.Set("Content-Length", strconv.FormatInt(body.Len(), 10))
-	// The server reads this connection's next request only once the handler
-	// returned, after cleanup: a client reusing it would wait for that
-	// cleanup. Closing it sends the client's next request (another
-	// channel's turn, a status call) to a fresh connection.
-	hd.Set("Connection", "close")
-	// A rich answer may carry 67 MiB of reply files: a client that stops
-	// reading must not hold the turn (and the channel) forever.
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(api.WriteTimeout))
-	w.WriteHeader(http.StatusOK)
-	if _, err := body.WriteTo(w); err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			// The client's fault, and the turn's answer is lost: say so.
-			h.log.Warn("turn answer cut: the client stopped reading", "turn", turnID,
-				"peer_uid", peerFrom(r.Context()).UID, "write_timeout_s", api.WriteTimeout.Seconds())
-			return
-		}
-		h.log.Debug("turn reply not delivered", "turn", turnID, "err", err) // the client left
-		return
-	}
-	if f, ok := w.(http.Flusher); ok {
-		f.Flush()
 	}
 }
 

@@ -25,6 +25,7 @@ var (
 	testConfig    = sandboxtest.Config
 	must          = sandboxtest.Must
 	testLogger    = sandboxtest.Logger
+	waitFor       = sandboxtest.WaitFor
 )
 
 type rig struct {
@@ -37,8 +38,6 @@ type rig struct {
 
 	journal *journalRecorder
 }
-
-type chownCall = sandboxtest.ChownCall
 
 // testMachine derives a global concurrency of 512 (config.SlotsPerCPU x 64).
 var testMachine = config.Machine{CPUs: 64, MemoryMB: 1 << 20}

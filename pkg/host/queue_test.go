@@ -7,17 +7,6 @@ import (
 	"time"
 )
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // Through the host: two channels run at once, neither overlaps itself.
 func TestNoOverlapWithinChannelWhileChannelsRunTogether(t *testing.T) {
 	r := newRig(t, "", nil)

@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -68,4 +69,15 @@ func TestRunsInFlight429RetryAfter(t *testing.T) {
 	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "10" {
 		t.Errorf("second run: %d Retry-After %q, want 429 and 10", w.Code, w.Header().Get("Retry-After"))
 	}
+}
+
+// The refusal while finished runs are held (runs.maxRetainedBytes) is
+// tested beside its kind: pkg/coderun's TestRunsRefusedWhileResultsHeld
+// checks its hint; "finished runs held" above, the header made of it.
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	must(t, err)
+	return b
 }

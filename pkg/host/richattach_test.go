@@ -2,22 +2,20 @@ package host
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 )
 
-// TestRichAttachmentsAPI: a rich turn's attachments reach the bind as
-// given; a sealed channel refuses them (400, nothing run); an invalid list
-// is refused naming the field; the largest valid request fits the body
-// limit; the session policy carries the operator's egress.allow.
+// TestRichAttachmentsAPI: the turn route takes a rich turn's attachments
+// (that they reach the bind as given, and the session policy's egress, is
+// pkg/richsession's TestRichAttachmentsReachTheBind); a sealed channel
+// refuses them (400, nothing run); an invalid list is refused naming the
+// field; the largest valid request fits the body limit.
 func TestRichAttachmentsAPI(t *testing.T) {
-	// The operator's egress.allow, in the configuration the host starts with.
-	r, ctl := richRigExtra(t, time.Hour, "egress:\n  allow: [\"127.0.0.1:8080\"]\n")
+	r, ctl := richRig(t, "")
 	must(t, r.h.state.SetRich("room", "helper"))
 	atts := []richproto.Attachment{{URL: "https://example.com/a.png", Name: "a.png", Type: "image/png"}, {URL: "http://10.1.2.3:8080/r.txt", Name: "r.txt"}}
 	body := func(text string, as []richproto.Attachment) string {
@@ -27,15 +25,8 @@ func TestRichAttachmentsAPI(t *testing.T) {
 	if code, out := r.api(t, "POST", "/v1/channels/room/turns", body("look", atts)); code != 200 {
 		t.Fatalf("rich turn with attachments: %d %.200s", code, out)
 	}
-	binds := ctl.BindList()
-	if len(binds) != 1 || fmt.Sprint(binds[0].Turn.Attachments) != fmt.Sprint(atts) {
-		t.Fatalf("bound attachments %+v, want %+v", binds, atts)
-	}
-	r.docker.Mu.Lock()
-	pol := r.docker.Policies[len(r.docker.Policies)-1]
-	r.docker.Mu.Unlock()
-	if fmt.Sprint(pol.EgressAllow) != "[127.0.0.1:8080]" {
-		t.Errorf("session policy egressAllow %v, want the host's %v", pol.EgressAllow, r.cfg.Egress.Allow)
+	if binds := ctl.BindList(); len(binds) != 1 || len(binds[0].Turn.Attachments) != len(atts) {
+		t.Fatalf("bound %+v, want one turn with %d attachments", binds, len(atts))
 	}
 
 	// The largest valid request: 100,000 characters escaped to 6 bytes

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
@@ -27,19 +26,11 @@ var (
 
 func newRunRig(t *testing.T, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error)) (*rig, *runDocker) {
 	t.Helper()
-	return newRunRigWith(t, extra, fn, nil)
-}
-
-func newRunRigWith(t *testing.T, extra string, fn func(ctx context.Context, job wire.Job, stdout io.Writer) (int64, error), mutate func(*Options)) (*rig, *runDocker) {
-	t.Helper()
 	rd := &runDocker{StreamFn: fn}
 	r := newRig(t, extra, func(o *Options) {
 		rd.Docker = o.Containers.(*fakeDocker)
 		o.Containers = rd
 		o.Access = config.ResolvedAccess{ClientUIDs: []int{clientUID, otherUID}, Guests: o.Config.Guests}
-		if mutate != nil {
-			mutate(o)
-		}
 	})
 	t.Cleanup(r.h.Shutdown)
 	return r, rd
@@ -58,20 +49,6 @@ func apiAs(t *testing.T, h *Host, uid int, method, path string, body any) (int, 
 	w := httptest.NewRecorder()
 	h.Handler().ServeHTTP(w, req)
 	return w.Code, w.Body.Bytes()
-}
-
-func waitRun(t *testing.T, h *Host, id string) runs.Status {
-	t.Helper()
-	r, err := h.codeRuns().Registry().Get(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-r.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatalf("run %s did not finish: %+v", id, r.Status())
-	}
-	return r.Status()
 }
 
 // Peers of these tests: the config's default clients are the

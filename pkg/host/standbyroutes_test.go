@@ -3,7 +3,6 @@ package host
 import (
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -41,8 +40,10 @@ func counter(t *testing.T, r *rig, name string, labels map[string]string) float6
 	return sandboxtest.CounterWith(t, r.h.reg, name, labels)
 }
 
-// TestStandbyChannelOffDiscards: switching the channel off through the API
-// removes its standby, and no new one is prepared for it.
+// TestStandbyChannelOffDiscards: the channel status and /v1/turns show
+// the channel's standby; switching the channel off through the API reaches
+// the kind, which removes it (what the kind does then, the discard counted
+// and nothing prepared, is pkg/sealedturn's test of this name).
 func TestStandbyChannelOffDiscards(t *testing.T) {
 	r, _ := newWarmRig(t, "")
 	hc, _ := serve(t, r)
@@ -61,17 +62,10 @@ func TestStandbyChannelOffDiscards(t *testing.T) {
 	if !strings.Contains(string(data), `"standby":"ready"`) {
 		t.Errorf("/v1/turns does not show the standby: %s", data)
 	}
-	req, _ := http.NewRequest("PUT", "http://host/v1/channels/c/mode", strings.NewReader(`{"mode":"off"}`))
-	resp, err = hc.Do(req)
-	must(t, err)
-	resp.Body.Close()
-	waitFor(t, "nothing left", func() bool {
-		return r.docker.LiveCount() == 0 && r.units.ActiveCount() == 0 && len(r.h.ActiveTurns()) == 0
-	})
-	r.assertClean(t)
-	if counter(t, r, "sandbox_standby_discards_total", map[string]string{"reason": standby.ReasonChannelOff}) != 1 {
-		t.Error("channel_off discard not counted")
+	if code, _ := call(t, hc, "PUT", "/v1/channels/c/mode", `{"mode":"off"}`); code != 200 {
+		t.Fatalf("mode off: %d", code)
 	}
+	waitFor(t, "nothing left", func() bool { return r.docker.LiveCount() == 0 && len(r.h.ActiveTurns()) == 0 })
 	if st := r.h.status("c"); st.Standby != standby.StateNone {
 		t.Errorf("standby %q after channel off", st.Standby)
 	}

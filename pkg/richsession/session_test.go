@@ -91,7 +91,9 @@ func richRigNew(t *testing.T, cfg string, now func() time.Time, log *slog.Logger
 	t.Helper()
 	ctl := &fakeRichControl{BrokerErr: richsession.ErrBroker}
 	kit := sandboxtest.NewKit(t, cfg, sandboxtest.KitOptions{Now: now, Logger: log})
-	tu.Control = ctl
+	if tu.Control == nil {
+		tu.Control = ctl
+	}
 	kit.Deps.Tuning = []any{&tu}
 	made, err := richsession.Registration.New(kit.Deps)
 	must(t, err)
@@ -135,6 +137,13 @@ var errTurnFailed = errors.New("turn failed")
 // run runs one turn as the host's RunRichTurn does once it admitted it:
 // a fresh turn id, the profile's turn bound, counted as the host's work.
 func (r *rig) run(ctx context.Context, in turnIn) (*protocol.Reply, string, error) {
+	return r.runAnswer(ctx, in, nil)
+}
+
+// runAnswer is run with answer (when not nil) called with a successful
+// turn's outcome before its reply budget is given back, where the host
+// writes the turn's answer.
+func (r *rig) runAnswer(ctx context.Context, in turnIn, answer func(kind.Outcome)) (*protocol.Reply, string, error) {
 	done, err := r.kit.Host.Admit(func() error { return nil })
 	if err != nil {
 		return nil, "", err
@@ -150,7 +159,7 @@ func (r *rig) run(ctx context.Context, in turnIn) (*protocol.Reply, string, erro
 	defer cancel()
 	o := r.k.RunChannelTurn(ctx, &kind.Turn{
 		ID: ids.NewTurnID(), Channel: in.Channel, Profile: profile, Speaker: protocol.Speaker{ID: in.SpeakerID, Name: in.SpeakerName},
-		Principal: in.PrincipalID, Text: in.Text, Deadline: deadline, Reset: in.Reset, Rebind: func(string) {},
+		Principal: in.PrincipalID, Text: in.Text, Attachments: in.Attachments, Deadline: deadline, Reset: in.Reset, Rebind: func(string) {},
 	})
 	if o.Release != nil {
 		defer o.Release()
@@ -167,12 +176,16 @@ func (r *rig) run(ctx context.Context, in turnIn) (*protocol.Reply, string, erro
 	case o.RunErr != nil:
 		return nil, o.ID, o.RunErr
 	}
+	if answer != nil {
+		answer(o)
+	}
 	return o.Reply, o.ID, nil
 }
 
 type turnIn struct {
 	Channel, SpeakerID, SpeakerName, PrincipalID, Text string
 	Reset                                              bool
+	Attachments                                        []richproto.Attachment
 }
 
 func richTurn(t *testing.T, r *rig, channel, text string) (string, string, error) {
@@ -474,5 +487,170 @@ func TestReplyBudgetWaitEndsWithTheTurn(t *testing.T) {
 	}
 	if used := r.k.ReplyBytesHeld(); used != 0 {
 		t.Errorf("%d bytes of the reply budget still held", used)
+	}
+}
+
+// TestReplyBudgetWaits (moved from pkg/host, where it went through the
+// turn route): a packet that does not fit the host's reply budget waits
+// for the packets holding it (here: until the first turn's answer is
+// written), then goes on; the budget is whole again after both.
+func TestReplyBudgetWaits(t *testing.T) {
+	waited := make(chan int64, 1)
+	r, ctl := richRigTuned(t, richExtra, nil, richsession.Tuning{Idle: time.Hour, ReplyBudget: 100, BudgetWait: func(n int64) { waited <- n }})
+	ctl.Reserve = 60
+	entered, hold := make(chan string, 2), make(chan struct{})
+	ctl.TurnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
+		entered <- b.Identity.Channel
+		if b.Identity.Channel == "a" {
+			<-hold
+		}
+		return &richproto.Result{TurnID: b.Turn.ID, OK: true, Text: "x", Files: []richproto.File{{Name: "f.txt", Data: []byte("0123456789")}}}, nil
+	}
+	for _, ch := range []string{"a", "b"} {
+		must(t, r.setRich(ch, "helper"))
+	}
+	type answer struct {
+		files []richproto.File
+		err   error
+	}
+	turn := func(ch string, out chan<- answer) {
+		var files []richproto.File
+		_, _, err := r.runAnswer(context.Background(), turnIn{Channel: ch, SpeakerID: "u", Text: "x"}, func(o kind.Outcome) { files = o.Files })
+		out <- answer{files, err}
+	}
+	aDone, bDone := make(chan answer, 1), make(chan answer, 1)
+	go turn("a", aDone)
+	if ch := <-entered; ch != "a" {
+		t.Fatalf("turn of %s entered first", ch)
+	}
+	go turn("b", bDone)
+	if n := <-waited; n != 60 {
+		t.Fatalf("a packet of %d bytes waited, want 60", n)
+	}
+	select {
+	case a := <-bDone:
+		t.Fatalf("b answered while a held the budget: %+v", a)
+	default:
+	}
+	close(hold)
+	for _, done := range []chan answer{aDone, bDone} {
+		if a := <-done; a.err != nil || len(a.files) != 1 || a.files[0].Name != "f.txt" {
+			t.Errorf("answer %+v", a)
+		}
+	}
+	if used := r.k.ReplyBytesHeld(); used != 0 {
+		t.Errorf("%d bytes of the reply budget still held after both turns", used)
+	}
+}
+
+// TestRichAttachmentsReachTheBind (moved from pkg/host's
+// TestRichAttachmentsAPI, whose refusals stay there): a rich turn's
+// attachments reach the bind as given; the session policy carries the
+// operator's egress.allow.
+func TestRichAttachmentsReachTheBind(t *testing.T) {
+	r, ctl := richRigTuned(t, richExtra+"egress:\n  allow: [\"127.0.0.1:8080\"]\n", nil, richsession.Tuning{Idle: time.Hour})
+	must(t, r.setRich("room", "helper"))
+	atts := []richproto.Attachment{{URL: "https://example.com/a.png", Name: "a.png", Type: "image/png"}, {URL: "http://10.1.2.3:8080/r.txt", Name: "r.txt"}}
+	if _, _, err := r.run(context.Background(), turnIn{Channel: "room", SpeakerID: "u", Text: "look", Attachments: atts}); err != nil {
+		t.Fatalf("rich turn with attachments: %v", err)
+	}
+	binds := ctl.BindList()
+	if len(binds) != 1 || fmt.Sprint(binds[0].Turn.Attachments) != fmt.Sprint(atts) {
+		t.Fatalf("bound attachments %+v, want %+v", binds, atts)
+	}
+	r.docker.Mu.Lock()
+	pol := r.docker.Policies[len(r.docker.Policies)-1]
+	r.docker.Mu.Unlock()
+	if fmt.Sprint(pol.EgressAllow) != "[127.0.0.1:8080]" {
+		t.Errorf("session policy egressAllow %v, want the host's [127.0.0.1:8080]", pol.EgressAllow)
+	}
+}
+
+// TestRichChannelOffAndFreshStart (moved from pkg/host's
+// TestRichOffFreshAndHostStop, which keeps the routes' side): channel off
+// stops the channel's session; a fresh start stops it before the next
+// turn, which carries Fresh, sees no old history and has a new session;
+// the kind's stop removes every session.
+func TestRichChannelOffAndFreshStart(t *testing.T) {
+	r, ctl := richRig(t, time.Hour)
+	must(t, r.setRich("room", "helper"))
+	must(t, r.setRich("hall", "other"))
+	for _, ch := range []string{"room", "hall"} {
+		if _, _, err := richTurn(t, r, ch, "hi"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(t, r.kit.Host.State.SetMode("hall", chanstate.ModeOff))
+	r.k.ChannelMode("hall", chanstate.ModeOff, "")
+	if st := r.k.Status("hall"); st.State != "none" {
+		t.Errorf("hall after off: %+v", st)
+	}
+	first := r.k.Status("room").Session
+	reply, _, err := r.run(context.Background(), turnIn{Channel: "room", SpeakerID: "u-1", Text: "new start", Reset: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply.Text != "new start" {
+		t.Errorf("reply %q: the fresh session saw an old history", reply.Text)
+	}
+	binds := ctl.BindList()
+	if last := binds[len(binds)-1]; !last.Turn.Fresh {
+		t.Error("turn after fresh start does not carry Fresh")
+	}
+	if second := r.k.Status("room").Session; second == first || second == "" {
+		t.Errorf("session %q after fresh start, was %q", second, first)
+	}
+	r.shutdown()
+	r.assertClean(t)
+	if n := len(r.k.Listed()); n != 0 {
+		t.Errorf("%d sessions listed after the kind's stop", n)
+	}
+}
+
+// TestRichCheckMode (moved from pkg/host's TestRichModeAPI, which keeps
+// the mode route's side): mode rich needs rich.enabled and a configured
+// profile; another profile stops the channel's session.
+func TestRichCheckMode(t *testing.T) {
+	r, _ := richRig(t, time.Hour)
+	for profile, want := range map[string]string{"": "profile must name a configured profile", "nope": "profile must name a configured profile", "helper": ""} {
+		if err := r.k.CheckMode(profile); (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
+			t.Errorf("CheckMode(%q) = %v, want %q", profile, err, want)
+		}
+	}
+	must(t, r.setRich("room", "helper"))
+	if _, _, err := richTurn(t, r, "room", "hi"); err != nil {
+		t.Fatal(err)
+	}
+	must(t, r.setRich("room", "other"))
+	if st := r.k.Status("room"); st.State != "none" {
+		t.Errorf("session after a profile change: %+v", st)
+	}
+	r.kit.Cfg.Rich.Enabled = false
+	if err := r.k.CheckMode("helper"); err == nil || !strings.Contains(err.Error(), "rich.enabled") {
+		t.Errorf("rich disabled: %v", err)
+	}
+}
+
+// TestRichFailedReplyDropsItsFiles (moved from pkg/host's
+// TestRichReplyFilesReachTheAPI, which keeps the answer's side): a reply's
+// files are the turn's outcome; a failed reply's are dropped.
+func TestRichFailedReplyDropsItsFiles(t *testing.T) {
+	r, ctl := richRig(t, time.Hour)
+	ok := true
+	ctl.TurnFn = func(_ context.Context, b policy.Bind) (*richproto.Result, error) {
+		res := &richproto.Result{TurnID: b.Turn.ID, OK: ok, Text: "drawn", Files: []richproto.File{{Name: "a.png", Data: []byte{1}}, {Name: "b.txt", Data: []byte("hi")}}}
+		if !ok {
+			res.Text, res.Cause = "", richproto.CauseModel
+		}
+		return res, nil
+	}
+	must(t, r.setRich("room", "helper"))
+	for _, want := range []int{2, 0} {
+		ok = want > 0
+		files := -1
+		_, _, err := r.runAnswer(context.Background(), turnIn{Channel: "room", SpeakerID: "u", Text: "draw"}, func(o kind.Outcome) { files = len(o.Files) })
+		if err != nil || files != want {
+			t.Errorf("reply ok %v: %d files, %v; want %d", ok, files, err, want)
+		}
 	}
 }

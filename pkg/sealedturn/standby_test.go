@@ -90,6 +90,8 @@ func (r *rig) run(ctx context.Context, in turnIn) (*protocol.Reply, string, erro
 		Principal: in.PrincipalID, Text: in.Text, Deadline: deadline, Rebind: func(string) {},
 	})
 	if o.RunErr != nil {
+		// As the host logs a failed turn: the details stay in the log.
+		o.Log.Warn(o.Failed, append([]any{"err", o.RunErr}, o.FailedAttrs...)...)
 		return nil, o.ID, o.RunErr
 	}
 	if o.CleanupErr != nil {
@@ -508,4 +510,25 @@ func TestStandbyFailedPreparationNotRetriedAtCleanup(t *testing.T) {
 		t.Errorf("broker service starts %d, failed preparations %v; want 1 and 1", asked, got)
 	}
 	r.assertClean(t)
+}
+
+// TestStandbyChannelOffDiscards (moved from pkg/host, whose test of this
+// name keeps the API's side: the status and listing show the standby, the
+// mode route reaches the kind): switching the channel off removes its
+// standby, counted as channel_off, and no new one is prepared for it.
+func TestStandbyChannelOffDiscards(t *testing.T) {
+	r, _ := newWarmRig(t, "")
+	_, _, err := r.run(context.Background(), turnInput("c"))
+	must(t, err)
+	waitStandby(t, r, "c", standby.StateReady)
+	must(t, r.kit.Host.State.SetMode("c", chanstate.ModeOff))
+	r.k.ChannelMode("c", chanstate.ModeOff, "")
+	waitFor(t, "nothing left", func() bool { return r.docker.LiveCount() == 0 && r.units.ActiveCount() == 0 })
+	r.assertClean(t)
+	if counter(t, r, "sandbox_standby_discards_total", map[string]string{"reason": standby.ReasonChannelOff}) != 1 {
+		t.Error("channel_off discard not counted")
+	}
+	if st := r.status("c"); st.Standby != standby.StateNone {
+		t.Errorf("standby %q after channel off", st.Standby)
+	}
 }

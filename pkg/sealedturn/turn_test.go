@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
@@ -157,5 +158,45 @@ func TestModelSchemaHasNoDialect(t *testing.T) {
 	}
 	if got, want := string(toolset.ModelSchema(json.RawMessage(`{"type":"object"}`))), `{"type":"object"}`; got != want {
 		t.Errorf("a schema without $schema: %s, want it unchanged", got)
+	}
+}
+
+// TestWorkerExitIsLoggedWithItsCause (moved from pkg/host): a worker that
+// exits non-zero fails the run and is logged (by the host, as rig.run
+// does) with its status, what the status means and the cause its reply
+// names; a cause outside protocol's list is never logged. The caller's
+// generic error is pkg/host's TestResultOf.
+func TestWorkerExitIsLoggedWithItsCause(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		res   sandbox.RunResult
+		want  []string
+		never string
+	}{
+		{"disk full", sandbox.RunResult{ExitCode: 1, Stdout: []byte(`{"ok":false,"text":"The sandbox worker failed.","cause":"no space left on device"}` + "\n")},
+			[]string{`worker exited with status 1 (turn failed); the worker reports: no space left on device`, `"exit_code":1`, `"worker_cause":"no space left on device"`}, ""},
+		{"unknown cause", sandbox.RunResult{ExitCode: 1, Stdout: []byte(`{"ok":false,"text":"x","cause":"INJECTED\nlevel=ERROR"}`)},
+			[]string{`worker exited with status 1 (turn failed); the worker reported no cause`, `"worker_cause":""`}, "INJECTED"},
+		{"killed", sandbox.RunResult{ExitCode: 137},
+			[]string{`worker exited with status 137 (killed by SIGKILL: memory limit or forced stop); the worker reported no cause`}, ""},
+		{"no reply", sandbox.RunResult{ExitCode: 2, Stdout: []byte("panic: GUESTTEXT")},
+			[]string{`worker exited with status 2 (worker crashed)`}, "GUESTTEXT"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			logs := &sandboxtest.LockedBuffer{}
+			r := newColdRig(t, "", sandboxtest.KitOptions{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+			r.docker.RunFn = func(context.Context, sandbox.ContainerSpec, []byte) (sandbox.RunResult, error) { return tt.res, nil }
+			if _, _, err := r.run(context.Background(), turnIn{Channel: "c", SpeakerID: "s", Text: "x"}); err == nil {
+				t.Error("the run did not fail")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(logs.String(), w) {
+					t.Errorf("log lacks %s:\n%s", w, logs.String())
+				}
+			}
+			if tt.never != "" && strings.Contains(logs.String(), tt.never) {
+				t.Errorf("log carries worker text %q:\n%s", tt.never, logs.String())
+			}
+		})
 	}
 }

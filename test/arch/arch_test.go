@@ -27,7 +27,7 @@ var layers = [][]string{
 		"fleet", "fleet/fleettest", "broker/envelope", "sessionwire"},
 	// 2: drivers and single-purpose domains (the fleet's jobs queue over
 	// the fleet's handle).
-	{"client", "fleetjobs", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
+	{"client", "fleetjobs", "turnanswer", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich",
 		"sessionsup", "broker/grantctl"},
 	// 3: the services, and the one sandbox lifecycle every kind drives.

@@ -1,4 +1,4 @@
-package host
+package richsession_test
 
 import (
 	"bufio"
@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -18,9 +19,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/api"
+	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
+	"github.com/roundtable-sandbox/sandbox/pkg/kind"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/richproto"
 	"github.com/roundtable-sandbox/sandbox/pkg/richsession"
+	"github.com/roundtable-sandbox/sandbox/pkg/turnanswer"
 )
 
 // packetBroker is a session broker's control route on a Unix socket that
@@ -117,35 +122,37 @@ func heapPeak() (stop func() uint64) {
 	return func() uint64 { close(done); wg.Wait(); return peak.Load() }
 }
 
-// liveHeap is in runsmem_test.go.
-
-// TestReplyPacketHostMemory: one reply packet of 50 MiB of files through
-// the host (control answer read and decoded, API answer written to a
-// client that reads slowly) costs the host the files and bounded buffers,
-// not copies of the packet.
+// TestReplyPacketHostMemory (moved from pkg/host, where it went through
+// the turn route): one reply packet of 50 MiB of files through the kind
+// (control answer read and decoded by HTTPControl) and the host's answer
+// writer (pkg/turnanswer, to a client that reads slowly) costs the host
+// the files and bounded buffers, not copies of the packet.
 func TestReplyPacketHostMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("moves 50 MiB through the host twice")
 	}
 	const files, size = 5, richproto.MaxReplyFileBytes
 	sock := packetBroker(t, files, size)
-	r := newRig(t, richExtra, func(o *Options) { richTuning(o).Control = socketControl{sock}; richTuning(o).Idle = time.Hour })
-	r.docker.RunFn = func(ctx context.Context, spec ContainerSpec, stdin []byte) (RunResult, error) {
-		<-ctx.Done()
-		return RunResult{ExitCode: 137}, ctx.Err()
-	}
-	t.Cleanup(r.h.Shutdown)
-	if code, _ := r.api(t, "PUT", "/v1/channels/room/mode", `{"mode":"rich","profile":"helper"}`); code != 200 {
-		t.Fatal(code)
-	}
-	api := filepath.Join(t.TempDir(), "api.sock")
-	ln, err := net.Listen("unix", api)
+	r, _ := richRigTuned(t, richExtra, nil, richsession.Tuning{Control: socketControl{sock}, Idle: time.Hour})
+	must(t, r.setRich("room", "helper"))
+	// The turn route as the host serves it once it admitted the turn: the
+	// kind's turn, its answer written before the reply budget goes back.
+	apiSock := filepath.Join(t.TempDir(), "api.sock")
+	ln, err := net.Listen("unix", apiSock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: r.h.Handler(), ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
-		return context.WithValue(ctx, peerKey{}, Peer{Known: true, UID: r.h.opts.UID, GID: r.h.opts.GID})
-	}}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		_, _, err := r.runAnswer(req.Context(), turnIn{Channel: "room", SpeakerID: "u", Text: "draw"}, func(o kind.Outcome) {
+			a := apiwire.Reply{OK: o.Reply.OK, Text: o.Reply.Text, TurnID: o.ID, Files: o.Files}
+			if err := turnanswer.Write(w, a, api.WriteTimeout, slog.Default(), 0); err != nil {
+				t.Error(err)
+			}
+		})
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+		}
+	})}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 
@@ -155,7 +162,7 @@ func TestReplyPacketHostMemory(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	stopPeak := heapPeak()
 
-	conn, err := net.Dial("unix", api)
+	conn, err := net.Dial("unix", apiSock)
 	if err != nil {
 		t.Fatal(err)
 	}
