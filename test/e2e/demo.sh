@@ -404,7 +404,7 @@ kind_network_run() {
   note "with the credential demo-api: the run holds only a placeholder in \$DEMO_API_TOKEN, its broker swaps in the token"
   NETRUN_OPTS=(--credential demo-api)
   netrun sh -c 'python3 /workspace/fetch.py "$@"; echo "DEMO_API_TOKEN in the run: $DEMO_API_TOKEN"
-echo "api: $(/usr/bin/curl -sS --max-time 10 -H "Authorization: Bearer $DEMO_API_TOKEN" https://127.0.0.1:'"$API_PORT"'/v1/me)"' fetch \
+echo "api: $(/usr/bin/curl -sS --max-time 10 -H "Authorization: Bearer $DEMO_API_TOKEN" https://127.0.0.2:'"$API_PORT"'/v1/me)"' fetch \
     "allowed=http://127.0.0.1:$WEB_PORT/notes" \
     "metadata=http://169.254.169.254/latest/meta-data/" "other-port=http://127.0.0.1:$MCP_PORT/mcp" \
     "direct=http://127.0.0.1:$WEB_PORT/notes"
@@ -573,7 +573,7 @@ X systemd-run --unit=roundtable-demo-mcp --quiet --property=DynamicUser=yes \
   --property=RuntimeDirectory=roundtable-demo-mcp --property=RuntimeDirectoryMode=0755 \
   /run/roundtable-demo/fakemcp -listen 127.0.0.1:0 -port-file /run/roundtable-demo-mcp/port \
   -web-listen 127.0.0.1:0 -web-port-file /run/roundtable-demo-mcp/web-port \
-  -api-listen 127.0.0.1:0 -api-port-file /run/roundtable-demo-mcp/api-port \
+  -api-listen 127.0.0.2:0 -api-port-file /run/roundtable-demo-mcp/api-port \
   -api-cert-file /run/roundtable-demo-mcp/api-ca.pem -api-token-file /run/roundtable-demo-mcp/api-token
 port_of() {
   local p="" i
@@ -637,6 +637,9 @@ X chmod -R a+rX "$PROJECT"
 [[ $MODE == real && ! -e $CREDS/demo-api ]] && touch "$CREDS/.demo-api-new"
 # The demo API's token (made by the stand-in) is the credential demo-api; its
 # certificate is the test root CA the run brokers trust for loopback literals.
+# It listens on 127.0.0.2: a run granted a credential for a host:port is
+# refused every other port of that host (docs/credentialed-egress.md), and
+# the web page stand-in is on 127.0.0.1.
 X sh -c "umask 077; cat /run/roundtable-demo-mcp/api-token > $CREDS/demo-api && install -m 0644 /run/roundtable-demo-mcp/api-ca.pem ${CONF%/*}/demo-api-ca.pem"
 X sh -c "umask 077; mkdir -p $CREDS && echo demo-key-\$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n') > $CRED && echo mcp-demo-\$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n') > $CREDS/mcp-demo"
 X sh -c "cat > $CONF.demo-tmp" <<YAML
@@ -664,10 +667,10 @@ tools:
     kind: builtin
     builtin: clock
 egress:
-  allow: ["127.0.0.1:$WEB_PORT", "127.0.0.1:$API_PORT"]   # the web page and API stand-ins, nothing else private
+  allow: ["127.0.0.1:$WEB_PORT", "127.0.0.2:$API_PORT"]   # the web page and API stand-ins, nothing else private
   testRootCAFile: ${CONF%/*}/demo-api-ca.pem   # demo/test only: the API stand-in's certificate, loopback literals only
   credentials:
-    - {name: demo-api, host: 127.0.0.1, port: $API_PORT, credential: demo-api, header: Authorization, format: "Bearer {}", env: DEMO_API_TOKEN, projects: [demo]}
+    - {name: demo-api, host: 127.0.0.2, port: $API_PORT, credential: demo-api, header: Authorization, format: "Bearer {}", env: DEMO_API_TOKEN, projects: [demo]}
 mcp:
   - name: tickets
     url: http://127.0.0.1:$MCP_PORT/mcp

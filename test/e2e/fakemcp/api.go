@@ -43,10 +43,10 @@ func demoAPI(log *slog.Logger, token string) http.Handler {
 	})
 }
 
-// selfSigned makes the stand-in's certificate for 127.0.0.1, its own root
+// selfSigned makes the stand-in's certificate for ip, its own root
 // (the demo names it in egress.testRootCAFile, which trusts it for loopback
 // IP literals only).
-func selfSigned() (tls.Certificate, []byte, error) {
+func selfSigned(ip net.IP) (tls.Certificate, []byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, nil, err
@@ -60,7 +60,7 @@ func selfSigned() (tls.Certificate, []byte, error) {
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses:           []net.IP{ip},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
@@ -78,7 +78,12 @@ func serveAPI(log *slog.Logger, addr, portFile, certFile, tokenFile string) {
 		log.Error(what, "err", err)
 		os.Exit(2)
 	}
-	cert, certPEM, err := selfSigned()
+	host, _, err := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	if err != nil || ip == nil {
+		fail("-api-listen must be an IP literal and a port", err)
+	}
+	cert, certPEM, err := selfSigned(ip)
 	if err != nil {
 		fail("demo API certificate", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -33,7 +34,7 @@ func TestWebPage(t *testing.T) {
 
 func TestDemoAPI(t *testing.T) {
 	const token = "demo-api-0123456789abcdef"
-	cert, certPEM, err := selfSigned()
+	cert, certPEM, err := selfSigned(net.IPv4(127, 0, 0, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
