@@ -103,6 +103,8 @@ cleanup() {
       mv -f "$CONF.pre-demo" "$CONF"
       [[ -f $CRED.pre-demo ]] && mv -f "$CRED.pre-demo" "$CRED"
       [[ -f $CREDS/.mcp-demo-new ]] && rm -f "$CREDS/mcp-demo" "$CREDS/.mcp-demo-new"
+      [[ -f $CREDS/.demo-api-new ]] && rm -f "$CREDS/demo-api" "$CREDS/.demo-api-new"
+      rm -f "${CONF%/*}/demo-api-ca.pem"
       systemctl try-restart sandbox-host.service || true
       e2e_log "previous configuration restored"
     fi
@@ -360,12 +362,13 @@ kind_run() {
 # ARGS` in the background, as in a terminal of its own, and sets NETRUN_ID
 # from its "awaits an admin's approval" line.
 NETRUN_PID=""
+NETRUN_OPTS=() # more run options (--credential NAME)
 netrun() {
   local id="" deadline=$((SECONDS + 30))
-  echo "\$ $(shq sandbox-host run --network --project demo -- "$@") &"
+  echo "\$ $(shq sandbox-host run --network --project demo "${NETRUN_OPTS[@]}" -- "$@") &"
   (
     trap - ERR # its exit status is the caller's to judge
-    X /usr/bin/sandbox-host run --network --project demo -- "$@"
+    X /usr/bin/sandbox-host run --network --project demo "${NETRUN_OPTS[@]}" -- "$@"
   ) >"$E2E_WORK/netrun.out" 2>"$E2E_WORK/netrun.err" &
   NETRUN_PID=$!
   until [[ -n $id ]]; do
@@ -397,11 +400,18 @@ kind_network_run() {
   ((rc == 125)) || fail "the denied run's command exited $rc, want 125"
   echo
   note "again, approved this time: the run's only way out is a broker of its own, through the proxy on 127.0.0.1:3128;"
-  note "fetch.py (in the project) asks for each URL, the last one without the proxy"
-  netrun python3 /workspace/fetch.py "allowed=http://127.0.0.1:$WEB_PORT/notes" \
+  note "fetch.py (in the project) asks for each URL, the last one without the proxy; then curl calls the API stand-in"
+  note "with the credential demo-api: the run holds only a placeholder in \$DEMO_API_TOKEN, its broker swaps in the token"
+  NETRUN_OPTS=(--credential demo-api)
+  netrun sh -c 'python3 /workspace/fetch.py "$@"; echo "DEMO_API_TOKEN in the run: $DEMO_API_TOKEN"
+echo "api: $(/usr/bin/curl -sS --max-time 10 -H "Authorization: Bearer $DEMO_API_TOKEN" https://127.0.0.2:'"$API_PORT"'/v1/me)"' fetch \
+    "allowed=http://127.0.0.1:$WEB_PORT/notes" \
     "metadata=http://169.254.169.254/latest/meta-data/" "other-port=http://127.0.0.1:$MCP_PORT/mcp" \
     "direct=http://127.0.0.1:$WEB_PORT/notes"
+  NETRUN_OPTS=()
   approved=$NETRUN_ID
+  sh_ /usr/bin/sandbox-host run show "$approved" | tee "$E2E_WORK/netrun-show2"
+  grep -q "credentials=demo-api(DEMO_API_TOKEN)" "$E2E_WORK/netrun-show2" || fail "the run awaiting approval does not name its credential and variable"
   sh_ /usr/bin/sandbox-host run approve "$approved"
   rc=0
   wait "$NETRUN_PID" || rc=$?
@@ -411,10 +421,13 @@ kind_network_run() {
   grep -q "^metadata: refused, HTTP 403" "$E2E_WORK/netrun.out" || fail "the metadata address was not refused"
   grep -q "^other-port: refused, HTTP 403" "$E2E_WORK/netrun.out" || fail "a port egress.allow does not name was not refused"
   grep -q "^direct: no network" "$E2E_WORK/netrun.out" || fail "a direct connection found a network"
+  grep -q "^DEMO_API_TOKEN in the run: rtsbx_ph_[0-9a-f]\{32\}$" "$E2E_WORK/netrun.out" || fail "the run's DEMO_API_TOKEN is not a placeholder"
+  grep -q "^api: demo API: hello, the bearer token was accepted" "$E2E_WORK/netrun.out" || fail "curl with the placeholder did not reach the API"
+  if X cat "$CREDS/demo-api" | tr -d '\n' | grep -qFf - "$E2E_WORK/netrun.out" "$E2E_WORK/netrun.err"; then fail "the token reached the run's output"; fi
   journal "the host's lines of both runs" -u sandbox-host --grep "$denied|$approved"
   journal "the approved run's broker" -u "sandbox-broker@$approved.service"
-  journal "the web page stand-in" -u roundtable-demo-mcp.service --grep "web page served"
-  ok "run $denied waited, then denied (exit 125); run $approved approved: reached the allowed page, refused the metadata address and another port, no direct network"
+  journal "the web page and API stand-ins" -u roundtable-demo-mcp.service --grep "web page served|demo API request"
+  ok "run $denied waited, then denied (exit 125); run $approved approved: reached the allowed page, refused the metadata address and another port, no direct network; called the API with a placeholder"
 }
 
 kind_precheck() {
@@ -559,7 +572,9 @@ X systemd-run --unit=roundtable-demo-model --quiet --property=DynamicUser=yes \
 X systemd-run --unit=roundtable-demo-mcp --quiet --property=DynamicUser=yes \
   --property=RuntimeDirectory=roundtable-demo-mcp --property=RuntimeDirectoryMode=0755 \
   /run/roundtable-demo/fakemcp -listen 127.0.0.1:0 -port-file /run/roundtable-demo-mcp/port \
-  -web-listen 127.0.0.1:0 -web-port-file /run/roundtable-demo-mcp/web-port
+  -web-listen 127.0.0.1:0 -web-port-file /run/roundtable-demo-mcp/web-port \
+  -api-listen 127.0.0.2:0 -api-port-file /run/roundtable-demo-mcp/api-port \
+  -api-cert-file /run/roundtable-demo-mcp/api-ca.pem -api-token-file /run/roundtable-demo-mcp/api-token
 port_of() {
   local p="" i
   for i in $(seq 1 100); do
@@ -573,6 +588,7 @@ port_of() {
 MODEL_PORT=$(port_of /run/roundtable-demo-model/port "the demo model")
 MCP_PORT=$(port_of /run/roundtable-demo-mcp/port "the MCP server stand-in")
 WEB_PORT=$(port_of /run/roundtable-demo-mcp/web-port "the web page stand-in")
+API_PORT=$(port_of /run/roundtable-demo-mcp/api-port "the demo API stand-in")
 
 # The project runs mount read-only. In the namespace /srv is a tmpfs of its
 # own, so nothing is written to the machine's /srv.
@@ -618,6 +634,13 @@ X chmod -R a+rX "$PROJECT"
 [[ $MODE == real && -f $CONF ]] && cp -a "$CONF" "$CONF.pre-demo"
 [[ $MODE == real && -f $CRED ]] && cp -a "$CRED" "$CRED.pre-demo"
 [[ $MODE == real && ! -e $CREDS/mcp-demo ]] && touch "$CREDS/.mcp-demo-new"
+[[ $MODE == real && ! -e $CREDS/demo-api ]] && touch "$CREDS/.demo-api-new"
+# The demo API's token (made by the stand-in) is the credential demo-api; its
+# certificate is the test root CA the run brokers trust for loopback literals.
+# It listens on 127.0.0.2: a run granted a credential for a host:port is
+# refused every other port of that host (docs/credentialed-egress.md), and
+# the web page stand-in is on 127.0.0.1.
+X sh -c "umask 077; cat /run/roundtable-demo-mcp/api-token > $CREDS/demo-api && install -m 0644 /run/roundtable-demo-mcp/api-ca.pem ${CONF%/*}/demo-api-ca.pem"
 X sh -c "umask 077; mkdir -p $CREDS && echo demo-key-\$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n') > $CRED && echo mcp-demo-\$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n') > $CREDS/mcp-demo"
 X sh -c "cat > $CONF.demo-tmp" <<YAML
 # roundtable-sandbox demo configuration (written by make demo)
@@ -644,7 +667,10 @@ tools:
     kind: builtin
     builtin: clock
 egress:
-  allow: ["127.0.0.1:$WEB_PORT"]   # the web page stand-in, and nothing else private
+  allow: ["127.0.0.1:$WEB_PORT", "127.0.0.2:$API_PORT"]   # the web page and API stand-ins, nothing else private
+  testRootCAFile: ${CONF%/*}/demo-api-ca.pem   # demo/test only: the API stand-in's certificate, loopback literals only
+  credentials:
+    - {name: demo-api, host: 127.0.0.2, port: $API_PORT, credential: demo-api, header: Authorization, format: "Bearer {}", env: DEMO_API_TOKEN, projects: [demo]}
 mcp:
   - name: tickets
     url: http://127.0.0.1:$MCP_PORT/mcp

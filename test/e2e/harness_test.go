@@ -219,6 +219,8 @@ type cfg struct {
 	ModelPort       int
 	MCPPort         int
 	FetchAllow      string // egress.allow entry ("127.0.0.1:port") or ""
+	// FetchAllowMore: further egress.allow entries, after FetchAllow.
+	FetchAllowMore []string
 	// StandbyOff writes standby.enabled: false; StandbyMaxAge, when set,
 	// standby.maxAgeSeconds; Prompt, when set, replaces the prompt.
 	StandbyOff    bool
@@ -299,7 +301,7 @@ tools:
     kind: fetch
     timeoutSeconds: 10
 egress:
-  allow: [{{if .FetchAllow}}"{{.FetchAllow}}"{{end}}]
+  allow: [{{if .FetchAllow}}"{{.FetchAllow}}"{{end}}{{range .FetchAllowMore}}, "{{.}}"{{end}}]
 {{- if .EgressCredentials}}
   credentials: {{.EgressCredentials}}
 {{- end}}

@@ -3,6 +3,9 @@
 // one tool, "lookup", that answers "result for <q>"; and POST /whoami, a
 // plain JSON endpoint standing in for an http host tool.
 //
+// With -api-port-file it also serves, over HTTPS with a certificate of its
+// own, a demo API that requires a bearer token it makes at start (api.go).
+//
 // With -web-port-file it also serves, on a second loopback port of its own,
 // a small HTML page at every path: `make demo`'s stand-in for the web (a
 // delegated job's fetch, an approved network run), kept off the MCP port so
@@ -50,6 +53,10 @@ func main() {
 	recPath := flag.String("record", "", "append one JSON line per request here")
 	webListen := flag.String("web-listen", "127.0.0.1:0", "address of the web page stand-in (with -web-port-file)")
 	webPortFile := flag.String("web-port-file", "", "also serve the web page stand-in; write its port here")
+	apiListen := flag.String("api-listen", "127.0.0.1:0", "address of the HTTPS demo API stand-in (with -api-port-file)")
+	apiPortFile := flag.String("api-port-file", "", "also serve the HTTPS demo API stand-in; write its port here")
+	apiCertFile := flag.String("api-cert-file", "", "with -api-port-file: write the API's certificate (PEM) here")
+	apiTokenFile := flag.String("api-token-file", "", "with -api-port-file: write the bearer token it requires here")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 
@@ -106,6 +113,13 @@ func main() {
 			log.Error("serve web page stand-in", "err", web.Serve(wln))
 			os.Exit(1)
 		}()
+	}
+	if *apiPortFile != "" {
+		if *apiCertFile == "" || *apiTokenFile == "" {
+			log.Error("-api-port-file needs -api-cert-file and -api-token-file")
+			os.Exit(2)
+		}
+		serveAPI(log, *apiListen, *apiPortFile, *apiCertFile, *apiTokenFile)
 	}
 	ln := listen(log, *listenAddr, *portFile)
 	log.Info("fake MCP server listening", "addr", ln.Addr().String())

@@ -1,0 +1,281 @@
+package e2e
+
+// Placeholders (docs/credentialed-egress.md "Placeholders: any HTTPS
+// client", issue 37) end to end: the installed host and broker units, the
+// toolbox's own curl, git and python3, the real CLI and journal. This file
+// sorts after scenarios_test.go (see tail_egress_test.go).
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/cgi"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// phSeen is one request a loopback server received.
+type phSeen struct{ server, path, auth, query, body string }
+
+// TestRunPlaceholderClients: two credentials declare env (GIT_TOKEN for a
+// git server, API_TOKEN for an API on another loopback port; both HTTPS
+// with the test CA of egress.testRootCAFile). An approved run holds only
+// placeholders and uses them with the ordinary https URLs: git clone with
+// the placeholder as the URL's password, curl by absolute path with a
+// Bearer header, python3 urllib with Basic __token__:<placeholder> (pip's
+// form). Each server sees its real token; the run prints its placeholder,
+// which is not the token. A placeholder in a query string or in a body is
+// refused (400) and the server sees no such request; an answer the server
+// gzips although the broker asked for identity is refused. The tokens are
+// in no run output, status, summary, artifact or journal line, and the
+// broker's and host's journal hold no placeholder.
+func TestRunPlaceholderClients(t *testing.T) {
+	diagnose(t)
+	needToolbox(t)
+	gitBin, err := exec.LookPath("git")
+	if err != nil {
+		t.Skip("git not installed on the machine: the test server's repository needs it")
+	}
+	out, _ := exec.Command(gitBin, "--exec-path").Output()
+	backend := filepath.Join(strings.TrimSpace(string(out)), "git-http-backend")
+	if _, err := os.Stat(backend); err != nil {
+		t.Skipf("%s missing: the smart-HTTP server needs it", backend)
+	}
+	gitToken := "ghp_E2E" + randHex(16)
+	apiToken := "api-E2E-" + randHex(16)
+	marker := "PH-REPO-" + randHex(4)
+
+	root := t.TempDir()
+	g := func(dir string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(gitBin, args...)
+		cmd.Dir = dir
+		cmd.Env = []string{"HOME=" + root, "GIT_CONFIG_NOSYSTEM=1", "PATH=" + os.Getenv("PATH"),
+			"GIT_AUTHOR_NAME=e2e", "GIT_AUTHOR_EMAIL=e2e@example.com", "GIT_COMMITTER_NAME=e2e", "GIT_COMMITTER_EMAIL=e2e@example.com"}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	src := filepath.Join(root, "src")
+	os.Mkdir(src, 0o755)
+	g(src, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(src, "README"), []byte(marker+"\n"), 0o644)
+	g(src, "add", "README")
+	g(src, "commit", "-q", "-m", "first")
+	repos := filepath.Join(root, "repos")
+	os.Mkdir(repos, 0o755)
+	g(root, "clone", "-q", "--bare", src, filepath.Join(repos, "private.git"))
+	gitHandler := &cgi.Handler{Path: backend, Root: "/git", Env: []string{"GIT_PROJECT_ROOT=" + repos, "GIT_HTTP_EXPORT_ALL=1"}}
+
+	var mu sync.Mutex
+	var seen []phSeen
+	record := func(server string, r *http.Request) string {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		mu.Lock()
+		seen = append(seen, phSeen{server, r.URL.Path, r.Header.Get("Authorization"), r.URL.RawQuery, string(body)})
+		mu.Unlock()
+		return string(body)
+	}
+	// git's libcurl sends the URL's user and password after a challenge.
+	challenge := func(w http.ResponseWriter) {
+		w.Header().Set("WWW-Authenticate", `Basic realm="e2e"`)
+		http.Error(w, "token required", http.StatusUnauthorized)
+	}
+	gitSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/git/") && r.Method == http.MethodGet {
+			record("git", r)
+		} else {
+			// git-http-backend reads the pack request's body itself.
+			mu.Lock()
+			seen = append(seen, phSeen{server: "git", path: r.URL.Path, auth: r.Header.Get("Authorization"), query: r.URL.RawQuery})
+			mu.Unlock()
+		}
+		if _, pass, ok := r.BasicAuth(); !ok || pass != gitToken {
+			challenge(w)
+			return
+		}
+		gitHandler.ServeHTTP(w, r)
+	}))
+	apiSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		record("api", r)
+		_, pass, basic := r.BasicAuth()
+		a := r.Header.Get("Authorization")
+		if a != "Bearer "+apiToken && !(basic && pass == apiToken) {
+			challenge(w)
+			return
+		}
+		switch r.URL.Path {
+		case "/api/whoami":
+			io.WriteString(w, "API-USER-e2e\n")
+		case "/simple/":
+			io.WriteString(w, "PIP-INDEX-e2e\n")
+		case "/echo-gzip":
+			// Asked for identity, this server gzips the echo anyway.
+			var b bytes.Buffer
+			zw := gzip.NewWriter(&b)
+			io.WriteString(zw, "you sent: "+a)
+			zw.Close()
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Header().Set("Content-Length", fmt.Sprint(b.Len()))
+			w.Write(b.Bytes())
+		default:
+			io.WriteString(w, "OTHER\n")
+		}
+	}))
+	for _, s := range []*httptest.Server{gitSrv, apiSrv} {
+		s.Config.ErrorLog = log.New(io.Discard, "", 0)
+		s.StartTLS() // both carry httptest's one certificate
+		defer s.Close()
+	}
+	gitAddr, apiAddr := gitSrv.Listener.Addr().String(), apiSrv.Listener.Addr().String()
+	gitHost, gitPort, _ := net.SplitHostPort(gitAddr)
+	apiHost, apiPort, _ := net.SplitHostPort(apiAddr)
+
+	caFile := filepath.Join(filepath.Dir(configPath), "e2e-test-root-ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: gitSrv.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(caFile) })
+	for name, tok := range map[string]string{"e2e-ph-git": gitToken, "e2e-ph-api": apiToken} {
+		f := filepath.Join(credentialsDir, name)
+		if err := os.WriteFile(f, []byte(tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(f) })
+	}
+
+	c := baseConfig()
+	c.FetchAllow = gitAddr
+	c.FetchAllowMore = []string{apiAddr}
+	c.EgressCredentials = fmt.Sprintf(`[{name: e2egit, host: %q, port: %s, credential: e2e-ph-git, header: Authorization, format: "Bearer {}", env: GIT_TOKEN, clients: [0]}, `+
+		`{name: e2eapi, host: %q, port: %s, credential: e2e-ph-api, header: Authorization, format: "Bearer {}", env: API_TOKEN, clients: [0]}]`,
+		gitHost, gitPort, apiHost, apiPort)
+	c.TestRootCAFile = caFile
+	withConfig(t, c)
+	since := time.Now().Add(-time.Second).Format("2006-01-02 15:04:05")
+
+	script := fmt.Sprintf(`set -u
+echo "PH $GIT_TOKEN"
+git clone -q "https://x-access-token:$GIT_TOKEN@%[1]s/git/private.git" /tmp/repo && echo "CLONED $(cat /tmp/repo/README)"
+cp /tmp/repo/README /output/README
+echo "CURL $(/usr/bin/curl -fsS --max-time 20 -H "Authorization: Bearer $API_TOKEN" https://%[2]s/api/whoami)"
+python3 -c 'import os, base64, urllib.request as u; a = base64.b64encode(("__token__:" + os.environ["API_TOKEN"]).encode()).decode(); print("PIP", u.urlopen(u.Request("https://%[2]s/simple/", headers={"Authorization": "Basic " + a}), timeout=20).read().decode())'
+echo "QUERY $(/usr/bin/curl -s -o /dev/null -w '%%{http_code}' --max-time 20 -H "Authorization: Bearer $API_TOKEN" "https://%[2]s/refused-query?t=$API_TOKEN")"
+echo "BODY $(/usr/bin/curl -s -o /dev/null -w '%%{http_code}' --max-time 20 -H "Authorization: Bearer $API_TOKEN" --data "t=$API_TOKEN" https://%[2]s/refused-body)"
+echo "GZIP $(/usr/bin/curl -s -o /output/echo.bin -w '%%{http_code}' --max-time 20 -H "Authorization: Bearer $API_TOKEN" https://%[2]s/echo-gzip)"
+echo "BUNDLE $(grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE") $([ "$REQUESTS_CA_BUNDLE" = "$SSL_CERT_FILE" ] && [ "$GIT_SSL_CAINFO" = "$SSL_CERT_FILE" ] && echo same)"
+`, gitAddr, apiAddr)
+	args := []string{"run", "--detach", "--network", "--credential", "e2egit", "--credential", "e2eapi",
+		"--artifact", "README", "--artifact", "echo.bin", "--command", script}
+	out2, err := cli(args...)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out2)
+	}
+	id := strings.TrimSpace(out2)
+	if show, _ := cli("run", "show", id); !strings.Contains(show, "GIT_TOKEN") || !strings.Contains(show, "API_TOKEN") {
+		t.Errorf("the run awaiting approval does not name its credentials' variables: %s", show)
+	}
+	if out, err := cli("run", "approve", id); err != nil {
+		t.Fatalf("run approve: %v\n%s", err, out)
+	}
+	st := waitFinished(t, id, 180*time.Second)
+	t.Logf("run %s: %s %s\nstdout:\n%s\nstderr:\n%s", id, st.Result, st.Error, st.Stdout, st.Stderr)
+
+	for _, want := range []string{"CLONED " + marker, "CURL API-USER-e2e", "PIP PIP-INDEX-e2e", "QUERY 400", "BODY 400", "BUNDLE ", " same"} {
+		if !strings.Contains(st.Stdout, want) {
+			t.Errorf("the run's stdout lacks %q", want)
+		}
+	}
+	if m := regexp.MustCompile(`GZIP (\d+)`).FindStringSubmatch(st.Stdout); m == nil || m[1] == "200" {
+		t.Errorf("the gzipped echo was not refused: %v", m)
+	}
+	ph := regexp.MustCompile(`(?m)^PH (\S*)$`).FindStringSubmatch(st.Stdout)
+	if ph == nil || !regexp.MustCompile(`^rtsbx_ph_[0-9a-f]{32}$`).MatchString(ph[1]) || ph[1] == gitToken {
+		t.Fatalf("the run's GIT_TOKEN is not a placeholder: %v", ph)
+	}
+	placeholder := ph[1]
+
+	var readme, echo string
+	for _, a := range st.Artifacts {
+		switch a.Path {
+		case "README":
+			readme = string(a.Data)
+		case "echo.bin":
+			echo = string(a.Data)
+			if zr, err := gzip.NewReader(strings.NewReader(echo)); err == nil {
+				dec, _ := io.ReadAll(zr)
+				echo += string(dec)
+			}
+		}
+	}
+	if readme != marker+"\n" {
+		t.Errorf("artifact README %q", readme)
+	}
+
+	// What the servers saw: the real tokens, never a placeholder, and
+	// none of the refused requests.
+	mu.Lock()
+	var gitOK, apiBearer, apiBasic, gzipSeen bool
+	for _, s := range seen {
+		if strings.Contains(s.auth+s.query+s.body, "rtsbx_ph_") {
+			t.Errorf("the %s server saw a placeholder at %s", s.server, s.path)
+		}
+		if strings.HasPrefix(s.path, "/refused") {
+			t.Errorf("the %s server saw the refused request %s", s.server, s.path)
+		}
+		switch {
+		case s.server == "git" && strings.HasPrefix(s.auth, "Basic "):
+			gitOK = true
+		case s.server == "api" && s.auth == "Bearer "+apiToken && s.path == "/api/whoami":
+			apiBearer = true
+		case s.server == "api" && s.path == "/simple/" && strings.HasPrefix(s.auth, "Basic "):
+			apiBasic = true
+		case s.server == "api" && s.path == "/echo-gzip":
+			gzipSeen = true
+		}
+	}
+	mu.Unlock()
+	if !gitOK || !apiBearer || !apiBasic || !gzipSeen {
+		t.Errorf("the servers did not see every client with its token: git %v, curl bearer %v, pip basic %v, gzip echo %v",
+			gitOK, apiBearer, apiBasic, gzipSeen)
+	}
+
+	full, _ := cli("--json", "run", "show", id)
+	summary, _ := cli("run", "show", id)
+	logs := journal("--since", since)
+	for _, tok := range []string{gitToken, apiToken} {
+		noToken(t, tok, map[string]string{"the run's output": st.Stdout + st.Stderr, "the run's status": full,
+			"its summary": summary, "the journal": logs, "its artifacts": readme + echo})
+	}
+	// The run's own output (sandbox/run-<id>, through the host's unit)
+	// holds the placeholder the code printed; the host's and broker's own
+	// lines must not.
+	brokerLogs := journal("-u", "sandbox-broker@"+id+".service", "--since", since)
+	hostLogs := journal("-t", "sandbox-host", "--since", since)
+	if !strings.Contains(hostLogs, "run admitted") {
+		t.Errorf("the host's own journal lines are missing:\n%s", hostLogs)
+	}
+	for what, text := range map[string]string{"the broker's journal": brokerLogs, "the host's own journal lines": hostLogs} {
+		if strings.Contains(text, placeholder) || strings.Contains(text, "rtsbx_ph_") {
+			t.Errorf("%s hold a placeholder", what)
+		}
+	}
+	for _, want := range []string{"egress intercepted", "credential=e2egit", "credential=e2eapi", "egress refused", "kind=intercept"} {
+		if !strings.Contains(brokerLogs, want) {
+			t.Errorf("the broker's journal lacks %q:\n%s", want, brokerLogs)
+		}
+	}
+	assertNothingLeft(t, "after a placeholder run")
+}
