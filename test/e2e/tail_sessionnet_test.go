@@ -164,8 +164,8 @@ func TestSessionNetworkExecGrantedThenRevoked(t *testing.T) {
 	}
 	var brokerUnit string
 	for _, u := range brokerUnits() {
-		if strings.Contains(u, id) {
-			brokerUnit = strings.Fields(u)[0]
+		if f := strings.Fields(u); strings.Contains(u, id) && strings.HasSuffix(f[0], ".service") {
+			brokerUnit = f[0]
 		}
 	}
 	if brokerUnit == "" {
@@ -269,9 +269,12 @@ echo "the background process never got through"; cat /work/bg.log; exit 1`
 			t.Errorf("the server saw attempt %d, after attempt %d was refused", n, firstRefused)
 		}
 	}
-	if j := journal("-u", brokerUnit, "--since", since, "-o", "cat"); !strings.Contains(j, "egress refused: no live grant") ||
-		!strings.Contains(j, "grant bound") || !strings.Contains(j, "grant revoked") {
-		t.Errorf("the broker's journal lacks its bind, revoke and refusal lines:\n%s", j)
+	j := journal("-t", "sandbox-broker", "--since", since, "-o", "cat", "-g", "turn="+id)
+	if strings.Count(j, "egress refused: no live grant") < 10 || !strings.Contains(j, "grant bound") || !strings.Contains(j, "grant revoked") {
+		t.Errorf("the broker's journal lacks its bind, its revoke or 10 refusals:\n%s", j)
+	}
+	if h := journal("-u", "sandbox-host.service", "--since", since, "-o", "cat", "-g", "session="+id); !strings.Contains(h, "session network revoked") {
+		t.Errorf("the host logged no revoke of exec %s:\n%s", approved, h)
 	}
 
 	// The token is nowhere the session or its client could see it: the
