@@ -7,8 +7,8 @@ package e2e
 // client. This file sorts after tail_runstandby_test.go.
 //
 // What is not here: network execs (approved with a credential, a
-// background process refused after its exec, denied) are the per-exec
-// grants' scenarios (sessiongrants).
+// background process refused after its exec, denied) are in
+// tail_sessionnet_test.go.
 
 import (
 	"bytes"
