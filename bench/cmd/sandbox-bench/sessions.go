@@ -173,7 +173,7 @@ func cmdSessions(args []string) error {
 		u1, err1 := cgroupValue(filepath.Join(cg, "cpu.stat"), "usage_usec")
 		mem, err2 := cgroupValue(filepath.Join(cg, "memory.current"), "")
 		if err := errors.Join(err0, err1, err2); err != nil {
-			res.PausedNote = "not measured: " + err.Error()
+			res.PausedNote = "not measured: " + strings.ReplaceAll(err.Error(), "\n", "; ")
 		} else {
 			res.PausedCPUUsec, res.PausedWindowMs, res.PausedMemoryBytes = u1-u0, window.Milliseconds(), mem
 		}
@@ -188,24 +188,50 @@ func cmdSessions(args []string) error {
 	return writeJSON(*out, res)
 }
 
-// containerCgroup is the cgroup v2 directory of a container's init
-// process, from /proc/<pid>/cgroup.
+// containerCgroup is the cgroup v2 directory of a container: the path
+// /proc/<pid>/cgroup names, or, where the reader sits in a cgroup namespace
+// whose /sys/fs/cgroup is mounted from elsewhere (the bench's namespaced
+// systemd), the directory named by the container's id found beneath it.
 func containerCgroup(ctx context.Context, docker, name string) (string, error) {
-	out, err := exec.CommandContext(ctx, docker, "inspect", "-f", "{{.State.Pid}}", name).Output()
+	out, err := exec.CommandContext(ctx, docker, "inspect", "-f", "{{.State.Pid}} {{.Id}}", name).Output()
 	if err != nil {
 		return "", fmt.Errorf("docker inspect: %w", err)
 	}
-	pid := strings.TrimSpace(string(out))
-	b, err := os.ReadFile("/proc/" + pid + "/cgroup")
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if p, ok := strings.CutPrefix(line, "0::"); ok {
-			return filepath.Join("/sys/fs/cgroup", p), nil
+	pid, id, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+	if b, err := os.ReadFile("/proc/" + pid + "/cgroup"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if p, ok := strings.CutPrefix(line, "0::"); ok {
+				if dir := filepath.Join("/sys/fs/cgroup", p); fileExists(filepath.Join(dir, "cpu.stat")) {
+					return dir, nil
+				}
+			}
 		}
 	}
-	return "", errors.New("no cgroup v2 line in /proc/" + pid + "/cgroup")
+	const root = "/sys/fs/cgroup"
+	found := ""
+	errFound := errors.New("found")
+	_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if strings.Count(strings.TrimPrefix(path, root), "/") > 6 {
+			return filepath.SkipDir
+		}
+		if b := d.Name(); b == id || b == "docker-"+id+".scope" {
+			found = path
+			return errFound
+		}
+		return nil
+	})
+	if found == "" {
+		return "", fmt.Errorf("no cgroup directory of container %.12s under %s", id, root)
+	}
+	return found, nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // cgroupValue reads a cgroup file: the number after key in a flat keyed

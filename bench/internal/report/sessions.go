@@ -83,7 +83,7 @@ func writeSessions(b *strings.Builder, s *Sessions) {
 		p("| %s | %d | %s | %s | %s |\n", r.name, x.N, ms(x.Median), ms(x.P95), ms(x.Max))
 	}
 	if s.PausedNote != "" {
-		p("\nA paused session's cost: %s\n", s.PausedNote)
+		p("\nA paused session's cost: %s\n", oneLine(s.PausedNote))
 	} else {
 		p("\nA paused session used %d µs of CPU over %d ms and held %s of memory.\n", s.PausedCPUUsec, s.PausedWindowMs, mib(s.PausedMemoryBytes>>10))
 	}
@@ -133,7 +133,7 @@ func targetsSessions(in *Inputs) []Target {
 	out = append(out, t)
 	t = Target{What: "a paused session's CPU", Target: "0"}
 	if s.PausedNote != "" {
-		t.Measured, t.Verdict = s.PausedNote, verdict(false, false)
+		t.Measured, t.Verdict = oneLine(s.PausedNote), verdict(false, false)
 	} else {
 		t.Measured = fmt.Sprintf("%d µs over %d ms; memory held %s", s.PausedCPUUsec, s.PausedWindowMs, mib(s.PausedMemoryBytes>>10))
 		t.Verdict = verdict(true, s.PausedCPUUsec <= TargetSessionPausedCPUUsec)

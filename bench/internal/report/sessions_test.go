@@ -20,7 +20,7 @@ func TestSessionsTargets(t *testing.T) {
 		{"a failure misses the exec goal", &Sessions{FileBytes: 1 << 20, ExecMs: fast.ExecMs, DockerExecMs: fast.DockerExecMs, PutMs: fast.PutMs, GetMs: fast.GetMs,
 			ResumeFirstOutputMs: fast.ResumeFirstOutputMs, PausedWindowMs: 3000, Failures: []string{"exec: boom"}}, []string{"**missed**", "met", "met", "met", "met"}},
 		{"paused cost unreadable", &Sessions{FileBytes: 1 << 20, ExecMs: fast.ExecMs, DockerExecMs: fast.DockerExecMs, PutMs: fast.PutMs, GetMs: fast.GetMs,
-			ResumeFirstOutputMs: fast.ResumeFirstOutputMs, PausedNote: "not measured: no cgroup"}, []string{"met", "met", "met", "met", "not measured"}},
+			ResumeFirstOutputMs: fast.ResumeFirstOutputMs, PausedNote: "not measured: no cgroup\nsecond line"}, []string{"met", "met", "met", "met", "not measured"}},
 		{"skipped", &Sessions{Skipped: "no toolbox"}, []string{"not measured", "not measured", "not measured", "not measured", "not measured"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -34,6 +34,11 @@ func TestSessionsTargets(t *testing.T) {
 				}
 			}
 		})
+	}
+	for _, row := range targetsSessions(&Inputs{Sessions: &Sessions{PausedNote: "a\nb"}}) {
+		if strings.Contains(row.Measured, "\n") {
+			t.Errorf("row %q spans lines: %q", row.What, row.Measured)
+		}
 	}
 	if got := targetsSessions(&Inputs{}); got[0].Verdict != "not measured" || !strings.Contains(got[0].Measured, "no sessions.json") {
 		t.Errorf("no results: %+v", got[0])
