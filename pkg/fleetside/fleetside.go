@@ -35,6 +35,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/chanstate"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetworkspace"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/wsarchive"
 )
@@ -99,7 +100,7 @@ type Side struct {
 	o       Options
 	box     string
 	queue   *admission.Queue
-	copies  fleet.LocalCopies
+	copies  fleetworkspace.LocalCopies
 	metrics *fleet.Metrics
 }
 

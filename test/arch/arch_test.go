@@ -20,7 +20,8 @@ import (
 var layers = [][]string{
 	// 0: foundations, importing nothing of this module.
 	{"admission", "version", "ids", "atomicfile", "protocol", "imagearchive", "strictjson", "toolschema",
-		"egress/bridge", "runs/wire", "richproto", "placeholder", "runca", "delegation", "anthropic/anthropictest", "fleetnats/serve", "wsarchive"},
+		"egress/bridge", "runs/wire", "richproto", "placeholder", "runca", "delegation", "anthropic/anthropictest", "fleetnats/serve", "wsarchive",
+		"fleetworkspace"},
 	// 1: shared vocabulary (names, the host-broker contract, the host API's
 	// bodies, the memory store) and the vetted network dialer.
 	{"layout", "policy", "memory", "sessions", "safefetch", "runs", "runs/supervisor", "precheck", "anthropic", "apiwire",
