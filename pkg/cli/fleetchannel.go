@@ -14,6 +14,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetconn"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 )
 
@@ -79,7 +80,7 @@ func withFleet(cmd *cobra.Command, g *globals, channel string, do func(context.C
 	if !fc.Enabled {
 		return fmt.Errorf("fleet.enabled is false in %s: a channel has no fleet state", g.config)
 	}
-	nc, err := fleet.Connect(fleet.ConnectOptions{URL: fc.URL, Name: fc.Box + "-repair", CAFile: fc.TLS.CA, CertFile: fc.TLS.Cert,
+	nc, err := fleetconn.Connect(fleetconn.Options{URL: fc.URL, Name: fc.Box + "-repair", CAFile: fc.TLS.CA, CertFile: fc.TLS.Cert,
 		KeyFile: fc.TLS.Key, NkeySeedFile: fc.NkeySeedFile, ConnectTimeout: g.timeouts.ConnectTimeout})
 	if err != nil {
 		if os.IsPermission(err) {

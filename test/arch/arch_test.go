@@ -21,14 +21,14 @@ var layers = [][]string{
 	// 0: foundations, importing nothing of this module.
 	{"admission", "version", "ids", "atomicfile", "protocol", "imagearchive", "strictjson", "toolschema",
 		"egress/bridge", "runs/wire", "richproto", "placeholder", "runca", "delegation", "anthropic/anthropictest", "fleetnats/serve", "wsarchive",
-		"fleetworkspace"},
+		"fleetworkspace", "fleetconn"},
 	// 1: shared vocabulary (names, the host-broker contract, the host API's
 	// bodies, the memory store) and the vetted network dialer.
 	{"layout", "policy", "memory", "sessions", "safefetch", "runs", "runs/supervisor", "precheck", "anthropic", "apiwire",
 		"fleet", "fleet/fleettest", "broker/envelope", "sessionwire"},
 	// 2: drivers and single-purpose domains (the fleet's jobs queue over
 	// the fleet's handle).
-	{"client", "fleetjobs", "turnanswer", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
+	{"client", "fleetjobs", "fleetmetrics", "turnanswer", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich",
 		"sessionsup", "broker/grantctl"},
 	// 3: the services, and the one sandbox lifecycle every kind drives.
