@@ -46,7 +46,9 @@ var layers = [][]string{
 	append([]string{"sandboxtest"}, kinds...),
 	// 7: the host: API, admission, channel state, the kinds' orchestration.
 	{"host"},
-	// 8: wiring of the host binary (cobra commands, Docker and D-Bus adapters).
+	// 8: command groups of a domain, registered into the root command.
+	{"cli/fleetcmd"},
+	// 9: wiring of the host binary (the root command, Docker and D-Bus adapters).
 	{"cli"},
 }
 
