@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/cli/fleetcmd"
+	"github.com/roundtable-sandbox/sandbox/pkg/cli/sessioncmd"
 	"github.com/roundtable-sandbox/sandbox/pkg/client"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
@@ -126,7 +127,16 @@ func newRoot(g *globals) *cobra.Command {
 		ConnectTimeout: func() time.Duration { return g.timeouts.ConnectTimeout },
 		ConfigError:    func(err error) error { return &exitError{code: ExitConfig, err: err} },
 	}))
-	root.AddCommand(sessionCmd(g))
+	root.AddCommand(sessioncmd.Command(sessioncmd.Env{
+		Client: g.client,
+		JSON:   func() bool { return g.json },
+		Exit: func(code int, err error) error {
+			if err == nil {
+				err = errSilent
+			}
+			return &exitError{code: code, err: err}
+		},
+	}))
 	return root
 }
 

@@ -47,7 +47,7 @@ var layers = [][]string{
 	// 7: the host: API, admission, channel state, the kinds' orchestration.
 	{"host"},
 	// 8: command groups of a domain, registered into the root command.
-	{"cli/fleetcmd"},
+	{"cli/fleetcmd", "cli/sessioncmd"},
 	// 9: wiring of the host binary (the root command, Docker and D-Bus adapters).
 	{"cli"},
 }
