@@ -36,7 +36,7 @@ var layers = [][]string{
 	// 4: what every route of the host API shares (the host's and the kinds'),
 	// a turn's broker over its route packages, and the host's side of the
 	// fleet.
-	{"api", "broker", "fleetside"},
+	{"api", "broker", "fleetside", "runs/gate"},
 	// 5: the contract between the host and its kinds (registration, what
 	// the host hands a kind, the optional interfaces).
 	{"kind"},
