@@ -640,7 +640,7 @@ func (k *Kind) prepareBroker(ctx context.Context, t *sandbox.Handle, creds []str
 		return err
 	}
 	g := policy.DefaultEgress()
-	if g.Credentials, g.TestRootCA, err = k.egressCredentials(creds); err != nil {
+	if g.Credentials, g.TestRootCA, err = k.cfg.CredentialGrant(creds); err != nil {
 		return err
 	}
 	pol := policy.Policy{
@@ -667,29 +667,6 @@ func (k *Kind) prepareBroker(ctx context.Context, t *sandbox.Handle, creds []str
 	}
 	t.UnitTried = true
 	return k.life.Units().StartBroker(ctx, t.ID)
-}
-
-// egressCredentials are the policy entries of a run's approved
-// credentialed destinations (validated at admission; the configuration
-// does not change under a running host) and the test root CA, if the
-// operator's test configuration sets one.
-func (k *Kind) egressCredentials(names []string) ([]policy.EgressCredential, string, error) {
-	if len(names) == 0 {
-		return nil, "", nil
-	}
-	out := make([]policy.EgressCredential, 0, len(names))
-	for _, n := range names {
-		e, ok := k.cfg.EgressCredential(n)
-		if !ok {
-			return nil, "", fmt.Errorf("credential destination %q is no longer declared (egress.credentials)", n)
-		}
-		out = append(out, e.Policy())
-	}
-	ca, err := k.cfg.TestRootCA()
-	if err != nil {
-		return nil, "", err
-	}
-	return out, ca, nil
 }
 
 // credentialVariables are the variables (egress.credentials[].env) of the
