@@ -125,7 +125,7 @@ func Command(g Env) *cobra.Command {
 func printSession(w io.Writer, st apiwire.Session) {
 	fmt.Fprintf(w, "%s %s owner=%d memory=%dMiB execs=%d/%d resumes=%d expires=%s\n", st.ID, st.State, st.OwnerUID,
 		st.MemoryMb, st.Execs, st.ExecsTotal, st.Resumes, st.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))
-	printSessionNetwork(w, st) // sessionnet.go
+	printSessionNetwork(w, st) // network.go
 }
 
 // sessionExecCmd runs a command in a session like docker exec: output as
