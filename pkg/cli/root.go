@@ -14,9 +14,12 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/cli/fleetcmd"
+	"github.com/roundtable-sandbox/sandbox/pkg/cli/sessioncmd"
 	"github.com/roundtable-sandbox/sandbox/pkg/client"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/version"
@@ -118,8 +121,22 @@ func newRoot(g *globals) *cobra.Command {
 	root.AddCommand(delegateCmd(g), jobsCmd(g))
 	root.AddCommand(precheckCmd(g))
 	root.AddCommand(mcpCmd(g))
-	root.AddCommand(fleetCmd(g))
-	root.AddCommand(sessionCmd(g))
+	root.AddCommand(fleetcmd.Command(fleetcmd.Env{
+		Config:         func() string { return g.config },
+		JSON:           func() bool { return g.json },
+		ConnectTimeout: func() time.Duration { return g.timeouts.ConnectTimeout },
+		ConfigError:    func(err error) error { return &exitError{code: ExitConfig, err: err} },
+	}))
+	root.AddCommand(sessioncmd.Command(sessioncmd.Env{
+		Client: g.client,
+		JSON:   func() bool { return g.json },
+		Exit: func(code int, err error) error {
+			if err == nil {
+				err = errSilent
+			}
+			return &exitError{code: code, err: err}
+		},
+	}))
 	return root
 }
 

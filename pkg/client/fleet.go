@@ -11,6 +11,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetconn"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 )
 
@@ -56,7 +57,7 @@ func DialFleet(ctx context.Context, o FleetOptions) (*FleetClient, error) {
 	}
 	c := &FleetClient{nc: o.Conn, opts: o, newID: ids.NewTurnID}
 	if c.nc == nil {
-		nc, err := fleet.Connect(fleet.ConnectOptions{URL: o.URL, Name: o.Name, CAFile: o.CAFile, CertFile: o.CertFile, KeyFile: o.KeyFile,
+		nc, err := fleetconn.Connect(fleetconn.Options{URL: o.URL, Name: o.Name, CAFile: o.CAFile, CertFile: o.CertFile, KeyFile: o.KeyFile,
 			NkeySeedFile: o.NkeySeedFile, ConnectTimeout: o.ConnectTimeout})
 		if err != nil {
 			return nil, fmt.Errorf("sandbox fleet: %w", err)

@@ -21,11 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +34,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/gate"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
@@ -442,9 +439,9 @@ func (k *Kind) execute(ctx context.Context, r *Run, log *slog.Logger, early func
 		if err != nil {
 			return systemErr("project", err)
 		}
-		gate := ""
+		gateDir := ""
 		if len(p.Setup) > 0 {
-			if gate, err = k.gate(slot, uid); err != nil {
+			if gateDir, err = gate.Prepare(k.cfg.WorkspaceRoot, slot, uid, k.lchown); err != nil {
 				return systemErr("project gate", err)
 			}
 		}
@@ -453,7 +450,7 @@ func (k *Kind) execute(ctx context.Context, r *Run, log *slog.Logger, early func
 				return systemErr("broker", err)
 			}
 		}
-		spec := k.runSpec(t, uid, workspace, gate, len(p.Setup) > 0, sandbox.Labels(k.cfg.Installation, id, t.Tag, deadline))
+		spec := k.runSpec(t, uid, workspace, gateDir, len(p.Setup) > 0, sandbox.Labels(k.cfg.Installation, id, t.Tag, deadline))
 		t.CreateTried = true
 		if t.ContainerID, err = k.life.Containers().Create(runCtx, spec); err != nil {
 			return systemErr("container create", err)
@@ -628,67 +625,6 @@ func (k *Kind) decode(r *Run, dec *wire.Decoder, journal io.Writer) (wire.Result
 	}
 }
 
-// runGateDirName holds the run slots' project gates under workspaceRoot.
-const runGateDirName = ".run-gates"
-
-// gate is the project's gate of a run with setup in run slot slot
-// (wire.SetupGatePath, container.RunOptions.GateDir):
-// workspaceRoot/.run-gates/<slot>, given to the slot's guest uid:gid with
-// mode 0700 and holding the empty mount point "workspace". Root in the
-// container is neither its owner nor in its group, so setup cannot pass
-// it, even when the host itself runs as root; the main command passes it
-// as its owner. A slot's runs are one at a time, so its gate is reused:
-// the host takes it back (CAP_CHOWN), checks it and hands it over again
-// each time (the slot's uid may have changed). Only the host writes in
-// .run-gates (0700).
-func (k *Kind) gate(slot, guest int) (string, error) {
-	root := filepath.Join(k.cfg.WorkspaceRoot, runGateDirName)
-	gate := filepath.Join(root, strconv.Itoa(slot))
-	inner := filepath.Join(gate, "workspace")
-	me, myGroup := os.Getuid(), os.Getgid()
-	dir := func(p string, mode fs.FileMode) (fs.FileInfo, error) {
-		if err := os.Mkdir(p, mode); err != nil && !errors.Is(err, fs.ErrExist) {
-			return nil, err
-		}
-		st, err := os.Lstat(p)
-		if err != nil {
-			return nil, err
-		}
-		if !st.IsDir() || st.Mode()&fs.ModeSymlink != 0 {
-			return nil, fmt.Errorf("%s is not a directory", p)
-		}
-		return st, nil
-	}
-	st, err := dir(root, 0o700)
-	if err != nil {
-		return "", err
-	}
-	if owner, _ := sandbox.FileOwner(st); owner != me {
-		return "", fmt.Errorf("%s belongs to uid %d, not to this host (uid %d)", root, owner, me)
-	}
-	if st, err = dir(gate, 0o700); err != nil {
-		return "", err
-	}
-	owner, _ := sandbox.FileOwner(st)
-	group, _ := sandbox.FileGroup(st)
-	if owner != me || group != myGroup {
-		if err := k.lchown(gate, me, myGroup); err != nil {
-			return "", fmt.Errorf("take %s back (the host needs CAP_CHOWN, see sandbox-host.service): %w", gate, err)
-		}
-	}
-	// Set, not masked (the unit's UMask); the group and others get nothing.
-	if err := os.Chmod(gate, 0o700); err != nil {
-		return "", err
-	}
-	if _, err := dir(inner, 0o500); err != nil {
-		return "", err
-	}
-	if err := k.lchown(gate, guest, guest); err != nil {
-		return "", fmt.Errorf("give %s to guest uid %d (the host needs CAP_CHOWN, see sandbox-host.service): %w", gate, guest, err)
-	}
-	return gate, nil
-}
-
 // prepareBroker gives an approved network run its broker: a turn
 // directory, an egress-only policy (egress.allow, the default grant with
 // exactly the approved credentialed destinations, the run's deadline; no
@@ -704,7 +640,7 @@ func (k *Kind) prepareBroker(ctx context.Context, t *sandbox.Handle, creds []str
 		return err
 	}
 	g := policy.DefaultEgress()
-	if g.Credentials, g.TestRootCA, err = k.egressCredentials(creds); err != nil {
+	if g.Credentials, g.TestRootCA, err = k.cfg.CredentialGrant(creds); err != nil {
 		return err
 	}
 	pol := policy.Policy{
@@ -731,29 +667,6 @@ func (k *Kind) prepareBroker(ctx context.Context, t *sandbox.Handle, creds []str
 	}
 	t.UnitTried = true
 	return k.life.Units().StartBroker(ctx, t.ID)
-}
-
-// egressCredentials are the policy entries of a run's approved
-// credentialed destinations (validated at admission; the configuration
-// does not change under a running host) and the test root CA, if the
-// operator's test configuration sets one.
-func (k *Kind) egressCredentials(names []string) ([]policy.EgressCredential, string, error) {
-	if len(names) == 0 {
-		return nil, "", nil
-	}
-	out := make([]policy.EgressCredential, 0, len(names))
-	for _, n := range names {
-		e, ok := k.cfg.EgressCredential(n)
-		if !ok {
-			return nil, "", fmt.Errorf("credential destination %q is no longer declared (egress.credentials)", n)
-		}
-		out = append(out, e.Policy())
-	}
-	ca, err := k.cfg.TestRootCA()
-	if err != nil {
-		return nil, "", err
-	}
-	return out, ca, nil
 }
 
 // credentialVariables are the variables (egress.credentials[].env) of the

@@ -17,6 +17,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/gate"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 )
@@ -186,9 +187,9 @@ func (k *Kind) prepareStandby(ctx context.Context, name, _, id string, expiry ti
 	if err != nil {
 		return nil, fmt.Errorf("project: %w", err)
 	}
-	gate := ""
+	gateDir := ""
 	if shape.Setup {
-		if gate, err = k.gate(slot, uid); err != nil {
+		if gateDir, err = gate.Prepare(k.cfg.WorkspaceRoot, slot, uid, k.lchown); err != nil {
 			return nil, fmt.Errorf("project gate: %w", err)
 		}
 	}
@@ -200,7 +201,7 @@ func (k *Kind) prepareStandby(ctx context.Context, name, _, id string, expiry ti
 	}
 	labels := sandbox.Labels(k.cfg.Installation, id, h.Tag, expiry)
 	labels[layout.LabelStandby] = strconv.FormatInt(expiry.Unix(), 10)
-	spec := k.runSpec(h, uid, workspace, gate, shape.Setup, labels)
+	spec := k.runSpec(h, uid, workspace, gateDir, shape.Setup, labels)
 	h.CreateTried = true
 	if h.ContainerID, err = k.life.Containers().Create(ctx, spec); err != nil {
 		return nil, fmt.Errorf("container create: %w", err)

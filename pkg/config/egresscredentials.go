@@ -76,6 +76,30 @@ func (c *Config) TestRootCA() (string, error) {
 	return string(data), nil
 }
 
+// CredentialGrant is what a broker's egress grant holds of the named
+// credentialed destinations: their policy entries and, when any is named,
+// the test root CA (a code run's policy, a session exec's grant). A name no
+// longer declared is refused (names are checked at admission; this is the
+// second look when the broker is prepared).
+func (c *Config) CredentialGrant(names []string) ([]policy.EgressCredential, string, error) {
+	if len(names) == 0 {
+		return nil, "", nil
+	}
+	out := make([]policy.EgressCredential, 0, len(names))
+	for _, n := range names {
+		e, ok := c.EgressCredential(n)
+		if !ok {
+			return nil, "", fmt.Errorf("credential destination %q is no longer declared (egress.credentials)", n)
+		}
+		out = append(out, e.Policy())
+	}
+	ca, err := c.TestRootCA()
+	if err != nil {
+		return nil, "", err
+	}
+	return out, ca, nil
+}
+
 // validateEgressCredentials checks egress.credentials and
 // egress.testRootCAFile; each error names the key as written.
 func (c *Config) validateEgressCredentials(bad func(key, format string, a ...any)) {

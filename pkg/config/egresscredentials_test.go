@@ -181,3 +181,28 @@ func TestTestRootCA(t *testing.T) {
 		}
 	}
 }
+
+// TestCredentialGrant: no names, no grant and no CA read (a broken CA file
+// does not fail a run without credentials); declared names give their
+// policy entries in order with the test root CA; a name no longer declared,
+// or an unreadable CA, refuses the grant.
+func TestCredentialGrant(t *testing.T) {
+	cfg := &Config{Egress: Egress{TestRootCAFile: filepath.Join(t.TempDir(), "missing.pem"), Credentials: []EgressCredential{
+		{Name: "gh", Host: "github.com", Port: 443, Credential: "gh-token", Header: "authorization"},
+		{Name: "gl", Host: "gitlab.example.com", Port: 443, Credential: "gl-token", Env: "GITLAB_TOKEN"},
+	}}}
+	if got, ca, err := cfg.CredentialGrant(nil); got != nil || ca != "" || err != nil {
+		t.Errorf("no names: %v %q %v", got, ca, err)
+	}
+	if _, _, err := cfg.CredentialGrant([]string{"gh"}); err == nil || !strings.Contains(err.Error(), "egress.testRootCAFile") {
+		t.Errorf("unreadable CA: %v, want refused naming egress.testRootCAFile", err)
+	}
+	cfg.Egress.TestRootCAFile = ""
+	got, ca, err := cfg.CredentialGrant([]string{"gl", "gh"})
+	if err != nil || ca != "" || len(got) != 2 || got[0].Name != "gl" || got[0].Env != "GITLAB_TOKEN" || got[1].Host != "github.com" || got[1].Header != "Authorization" {
+		t.Errorf("declared: %+v %q %v", got, ca, err)
+	}
+	if _, _, err := cfg.CredentialGrant([]string{"gh", "gone"}); err == nil || !strings.Contains(err.Error(), `"gone" is no longer declared`) {
+		t.Errorf("undeclared: %v, want refused naming it", err)
+	}
+}

@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/pcgroups"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetworkspace"
 )
 
 // EventKind names what happened to a delivered turn (Event).
@@ -220,8 +222,8 @@ func (b *Box) Start(ctx context.Context) error {
 	b.workers.Add(1)
 	go b.membership()
 	// What a crash leaves in the workspace store is swept by every box
-	// (workspacegc.go; docs/fleet.md, *Workspaces*).
-	go b.f.sweeper(b.ctx, DefaultSweepInterval, DefaultSweepAge, b.log)
+	// (pkg/fleetworkspace; docs/fleet.md, *Workspaces*).
+	go b.f.ws.Sweeper(b.ctx, fleetworkspace.DefaultSweepInterval, fleetworkspace.DefaultSweepAge, b.f.referenced, b.log)
 	// A connection that closes for good (not a reconnect) leaves the
 	// partitions: a box without a connection is dead anyway.
 	closed := b.f.nc.StatusChanged(nats.CLOSED)
@@ -476,7 +478,7 @@ func (b *Box) handle(m jetstream.Msg) {
 			b.returnTurn(m, ev, t, log, false)
 			return
 		}
-		if _, err := b.f.objects.PutBytes(ctx, next.Workspace, out.Workspace); err != nil {
+		if err := b.f.ws.Put(ctx, next.Workspace, out.Workspace); err != nil {
 			log.Warn("fleet workspace not stored: turn returned", "err", err)
 			b.returnTurn(m, ev, t, log, false)
 			return
@@ -487,7 +489,7 @@ func (b *Box) handle(m jetstream.Msg) {
 		if fenced(err) && next.Workspace != st.Workspace {
 			// Refused: the upload is ours alone and nobody refers to it. On
 			// any other error the commit may have landed: keep it.
-			_ = b.f.deleteWorkspace(ctx, next.Workspace)
+			_ = b.f.ws.Delete(ctx, next.Workspace)
 		}
 		b.refusedOrReturned(m, ev, t, err, log, "commit")
 		return
@@ -501,7 +503,7 @@ func (b *Box) handle(m jetstream.Msg) {
 	b.ack(ctx, m, log)
 	if st.Workspace != "" && next.Workspace != st.Workspace {
 		// Superseded; after the ack, so the answer does not wait for it.
-		_ = b.f.deleteWorkspace(ctx, st.Workspace)
+		_ = b.f.ws.Delete(ctx, st.Workspace)
 	}
 	ev.Kind, ev.Generation, ev.Took = EventCommitted, next.Generation, b.opts.Now().Sub(meta.Timestamp)
 	b.emit(ev)

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/pcgroups"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetworkspace"
 )
 
 // Fleet is one connection's handles on the family's resources.
@@ -21,10 +22,7 @@ type Fleet struct {
 	layout   Layout
 	replies  jetstream.KeyValue
 	channels jetstream.KeyValue
-	objects  jetstream.ObjectStore
-	// objStream is objects' stream: purging delete markers and sweeping
-	// (workspacegc.go).
-	objStream jetstream.Stream
+	ws       *fleetworkspace.Store
 	// jobResults and jobControl are the jobs' buckets (Jobs, pkg/fleetjobs).
 	jobResults, jobControl jetstream.KeyValue
 }
@@ -92,11 +90,8 @@ func bind(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, l Layout) 
 	if f.channels, err = js.KeyValue(ctx, ChannelsBucket); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", ChannelsBucket, err)
 	}
-	if f.objects, err = js.ObjectStore(ctx, WorkspaceBucket); err != nil {
-		return nil, fmt.Errorf("object store %s: %w", WorkspaceBucket, err)
-	}
-	if f.objStream, err = js.Stream(ctx, workspaceStream); err != nil {
-		return nil, fmt.Errorf("object store %s: %w", WorkspaceBucket, err)
+	if f.ws, err = fleetworkspace.Bind(ctx, js); err != nil {
+		return nil, err
 	}
 	if f.jobResults, err = js.KeyValue(ctx, JobResultsBucket); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", JobResultsBucket, err)
@@ -406,22 +401,11 @@ func (f *Fleet) Channel(ctx context.Context, channel string) (ChannelState, uint
 
 // Workspace returns a committed snapshot by its object name.
 func (f *Fleet) Workspace(ctx context.Context, name string) ([]byte, error) {
-	if name == "" {
-		return nil, nil
+	data, err := f.ws.Get(ctx, name)
+	if errors.Is(err, fleetworkspace.ErrTooLarge) {
+		return nil, fmt.Errorf("%w: %w", err, ErrInvalid)
 	}
-	r, err := f.objects.Get(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("workspace %s: %w", name, err)
-	}
-	defer r.Close()
-	data, err := io.ReadAll(io.LimitReader(r, MaxWorkspaceBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("workspace %s: %w", name, err)
-	}
-	if len(data) > MaxWorkspaceBytes {
-		return nil, fmt.Errorf("workspace %s exceeds %d bytes: %w", name, MaxWorkspaceBytes, ErrInvalid)
-	}
-	return data, nil
+	return data, err
 }
 
 // deadline of a call that needs the cluster but carries no caller ctx.
@@ -455,8 +439,7 @@ func (f *Fleet) Reach(ctx context.Context) (time.Time, error) {
 		errs <- err
 	}()
 	go func() {
-		_, err := f.objects.Status(ctx)
-		errs <- err
+		errs <- f.ws.Status(ctx)
 	}()
 	var all []error
 	for range 4 {

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetworkspace"
 )
 
 // The family's JetStream resources (docs/fleet.md). A box's NATS user
@@ -14,7 +16,7 @@ const (
 	TurnsStream     = "SANDBOX_TURNS"
 	RepliesBucket   = "SANDBOX_REPLIES"
 	ChannelsBucket  = "SANDBOX_CHANNELS"
-	WorkspaceBucket = "SANDBOX_WORKSPACES"
+	WorkspaceBucket = fleetworkspace.Bucket
 	JobsStream      = "SANDBOX_JOBS"
 	// JobEventsStream carries each job's frames (sandbox.jobevents.<kind>.<id>)
 	// from the box running it to the box that admitted it.

@@ -74,8 +74,8 @@ func (f *Fleet) DropSnapshot(ctx context.Context, channel string) (ChannelState,
 		return ChannelState{}, fmt.Errorf("channel %s: %w (written meanwhile: run it again)", channel, err)
 	}
 	if name != "" {
-		if err := f.deleteWorkspace(ctx, name); err != nil {
-			// Unreferenced now: the sweep removes it (workspacegc.go).
+		if err := f.ws.Delete(ctx, name); err != nil {
+			// Unreferenced now: the sweep removes it (pkg/fleetworkspace).
 			return st, fmt.Errorf("snapshot %s dropped from the state but not deleted (the sweep removes it): %w", name, err)
 		}
 	}

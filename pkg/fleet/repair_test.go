@@ -48,7 +48,7 @@ func TestRepairChannel(t *testing.T) {
 	if err != nil || dropped.Workspace != "" || dropped.Generation != 8 {
 		t.Fatalf("drop-snapshot: %+v, %v", dropped, err)
 	}
-	if _, err := client.objects.GetInfo(context.Background(), st.Workspace); err == nil {
+	if _, err := client.Workspace(context.Background(), st.Workspace); err == nil {
 		t.Errorf("snapshot %s still in the store after drop-snapshot", st.Workspace)
 	}
 	rep, _, err = client.Ask(ctx, newTurn(ch, "z"))

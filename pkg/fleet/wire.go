@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetworkspace"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 )
 
@@ -14,9 +15,9 @@ import (
 // it gets here; these bound what a box accepts from the stream, which
 // another box (or a fleet client) wrote.
 const (
-	MaxTurnBytes      = 768 << 10 // one turn message
-	MaxReplyTextBytes = 512 << 10 // one reply's text
-	MaxWorkspaceBytes = 64 << 20  // one channel's workspace snapshot
+	MaxTurnBytes      = 768 << 10               // one turn message
+	MaxReplyTextBytes = 512 << 10               // one reply's text
+	MaxWorkspaceBytes = fleetworkspace.MaxBytes // one channel's workspace snapshot
 	maxIDBytes        = 256
 )
 

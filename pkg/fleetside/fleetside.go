@@ -35,13 +35,16 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/chanstate"
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetconn"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetmetrics"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetworkspace"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/wsarchive"
 )
 
 // Connect dials the fleet with the fleet.* keys.
 func Connect(_ context.Context, f config.Fleet, log *slog.Logger) (*nats.Conn, error) {
-	return fleet.Connect(fleet.ConnectOptions{
+	return fleetconn.Connect(fleetconn.Options{
 		URL: f.URL, Name: f.Box, CAFile: f.TLS.CA, CertFile: f.TLS.Cert, KeyFile: f.TLS.Key, NkeySeedFile: f.NkeySeedFile, Logger: log,
 	})
 }
@@ -99,14 +102,14 @@ type Side struct {
 	o       Options
 	box     string
 	queue   *admission.Queue
-	copies  fleet.LocalCopies
-	metrics *fleet.Metrics
+	copies  fleetworkspace.LocalCopies
+	metrics *fleetmetrics.Metrics
 }
 
 // New makes the side and registers the fleet metrics.
 func New(o Options) *Side {
 	return &Side{o: o, box: o.Config.Fleet.Box, queue: admission.New(o.Config.Queue.Depth, 0, o.Closed),
-		metrics: fleet.NewMetrics(o.Registry, o.Config.Fleet.Partitions)}
+		metrics: fleetmetrics.New(o.Registry, o.Config.Fleet.Partitions)}
 }
 
 // TurnSlack covers the engine's own time around a turn (publication,

@@ -1,8 +1,6 @@
 package host
 
 import (
-	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,20 +29,8 @@ func TestPiAgentScenarios(t *testing.T) {
 	}
 	script, _ := filepath.Abs(filepath.Join("..", "..", "test", "peers", "pi-sandbox-run.mjs"))
 	r, _ := newRunRig(t, "", supervise(0))
-	dir, err := os.MkdirTemp("", "piagent")
-	must(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "host.sock")
-	ln, err := net.Listen("unix", sock)
-	must(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- r.h.Run(ctx, ln) }()
-	defer func() {
-		cancel()
-		<-served
-	}()
-	out, err := exec.CommandContext(ctx, node, script, sock).CombinedOutput()
+	_, sock := serve(t, r) // api_test.go
+	out, err := exec.CommandContext(t.Context(), node, script, sock).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 2 {
 		t.Skipf("pi-sandbox-run could not start: %s", out)
 	}

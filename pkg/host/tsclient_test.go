@@ -1,8 +1,6 @@
 package host
 
 import (
-	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,21 +33,8 @@ func TestTypeScriptClient(t *testing.T) {
 		t.Skip("the TypeScript client is not built: npm ci && npm test in clients/typescript (make clients-test)")
 	}
 	r, _ := newRunRig(t, "", supervise(0))
-	dir, err := os.MkdirTemp("", "tsclient") // short: a socket path is at most 107 bytes
-	must(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "host.sock")
-	ln, err := net.Listen("unix", sock)
-	must(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- r.h.Run(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("host: %v", err)
-		}
-	}()
+	_, sock := serve(t, r) // api_test.go
+	ctx := t.Context()
 	for _, script := range scripts {
 		cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=tap", script)
 		cmd.Env = append(os.Environ(), "SANDBOX_HOST_SOCKET="+sock)

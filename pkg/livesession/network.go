@@ -337,19 +337,9 @@ func (k *Kind) networkExec(ctx context.Context, s *Session, x apiwire.SessionExe
 // (within the session's life).
 func (k *Kind) grant(s *Session, id string, req sessionwire.Exec, names []string) (policy.Grant, error) {
 	e := policy.DefaultEgress()
-	for _, name := range names {
-		c, ok := k.cfg.EgressCredential(name)
-		if !ok {
-			return policy.Grant{}, fmt.Errorf("credential destination %q is no longer declared (egress.credentials)", name)
-		}
-		e.Credentials = append(e.Credentials, c.Policy())
-	}
-	if len(names) > 0 {
-		ca, err := k.cfg.TestRootCA()
-		if err != nil {
-			return policy.Grant{}, err
-		}
-		e.TestRootCA = ca
+	var err error
+	if e.Credentials, e.TestRootCA, err = k.cfg.CredentialGrant(names); err != nil {
+		return policy.Grant{}, err
 	}
 	now := k.now()
 	deadline := now.Add(time.Duration(req.Timeout())*time.Second + grantDrain)

@@ -20,14 +20,15 @@ import (
 var layers = [][]string{
 	// 0: foundations, importing nothing of this module.
 	{"admission", "version", "ids", "atomicfile", "protocol", "imagearchive", "strictjson", "toolschema",
-		"egress/bridge", "runs/wire", "richproto", "placeholder", "runca", "delegation", "anthropic/anthropictest", "fleetnats/serve", "wsarchive"},
+		"egress/bridge", "runs/wire", "richproto", "placeholder", "runca", "delegation", "anthropic/anthropictest", "fleetnats/serve", "wsarchive",
+		"fleetworkspace", "fleetconn"},
 	// 1: shared vocabulary (names, the host-broker contract, the host API's
 	// bodies, the memory store) and the vetted network dialer.
 	{"layout", "policy", "memory", "sessions", "safefetch", "runs", "runs/supervisor", "precheck", "anthropic", "apiwire",
 		"fleet", "fleet/fleettest", "broker/envelope", "sessionwire"},
 	// 2: drivers and single-purpose domains (the fleet's jobs queue over
 	// the fleet's handle).
-	{"client", "fleetjobs", "turnanswer", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
+	{"client", "fleetjobs", "fleetmetrics", "turnanswer", "config", "credential", "container", "toolbox", "container/testimage", "unitctl", "mcp", "worker", "workerlog",
 		"broker/chat", "broker/rpc", "broker/hosttool", "broker/compactor", "egress", "standby", "precheck/runner", "rich",
 		"sessionsup", "broker/grantctl"},
 	// 3: the services, and the one sandbox lifecycle every kind drives.
@@ -35,7 +36,7 @@ var layers = [][]string{
 	// 4: what every route of the host API shares (the host's and the kinds'),
 	// a turn's broker over its route packages, and the host's side of the
 	// fleet.
-	{"api", "broker", "fleetside"},
+	{"api", "broker", "fleetside", "runs/gate"},
 	// 5: the contract between the host and its kinds (registration, what
 	// the host hands a kind, the optional interfaces).
 	{"kind"},
@@ -45,7 +46,9 @@ var layers = [][]string{
 	append([]string{"sandboxtest"}, kinds...),
 	// 7: the host: API, admission, channel state, the kinds' orchestration.
 	{"host"},
-	// 8: wiring of the host binary (cobra commands, Docker and D-Bus adapters).
+	// 8: command groups of a domain, registered into the root command.
+	{"cli/fleetcmd", "cli/sessioncmd"},
+	// 9: wiring of the host binary (the root command, Docker and D-Bus adapters).
 	{"cli"},
 }
 

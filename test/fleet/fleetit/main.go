@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetconn"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	harness "github.com/roundtable-sandbox/sandbox/test/fleet"
 )
@@ -86,7 +87,7 @@ func (c *common) flags(fs *flag.FlagSet) {
 type fleetConn struct{ nc *nats.Conn }
 
 func (c *common) connect(log *slog.Logger) (*fleetConn, error) {
-	nc, err := fleet.Connect(fleet.ConnectOptions{URL: c.url, Name: c.name, CAFile: c.ca, CertFile: c.cert, KeyFile: c.key, NkeySeedFile: c.seed, Logger: log})
+	nc, err := fleetconn.Connect(fleetconn.Options{URL: c.url, Name: c.name, CAFile: c.ca, CertFile: c.cert, KeyFile: c.key, NkeySeedFile: c.seed, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -1,9 +1,16 @@
-package fleet
+// Package fleetmetrics is a box's fleet metrics on the host's /metrics in
+// fleet mode (docs/fleet.md), fed by the engine's Events (BoxOptions.OnEvent)
+// and by the turns the box publishes. Guarantee: every event kind is
+// counted from zero (each label exists before its first event), and no
+// label carries a channel, a turn id or a payload.
+package fleetmetrics
 
 import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 )
 
 // Metrics are a box's fleet metrics (the host's /metrics in fleet mode),
@@ -20,8 +27,8 @@ type Metrics struct {
 	owned map[int]bool
 }
 
-// NewMetrics registers a box's fleet metrics on reg.
-func NewMetrics(reg prometheus.Registerer, partitions int) *Metrics {
+// New registers a box's fleet metrics on reg.
+func New(reg prometheus.Registerer, partitions int) *Metrics {
 	m := &Metrics{partitions: partitions, owned: map[int]bool{},
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sandbox_fleet_turns_published_total", Help: "Turns this box admitted and published to the fleet.",
@@ -43,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer, partitions int) *Metrics {
 	owned := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sandbox_fleet_partitions_owned", Help: "Partitions whose latest turn on this box was taken, committed or answered here and not refused by the fence since (a partition whose pin moved while idle counts until its next turn).",
 	}, func() float64 { m.mu.Lock(); defer m.mu.Unlock(); return float64(len(m.owned)) })
-	for _, k := range []EventKind{EventTaken, EventCommitted, EventRefused, EventReturned, EventAnswered, EventGivenUp} {
+	for _, k := range []fleet.EventKind{fleet.EventTaken, fleet.EventCommitted, fleet.EventRefused, fleet.EventReturned, fleet.EventAnswered, fleet.EventGivenUp} {
 		m.events.WithLabelValues(string(k))
 	}
 	reg.MustRegister(m.published, m.events, m.commit, m.restores, m.doubleRuns, owned)
@@ -51,21 +58,21 @@ func NewMetrics(reg prometheus.Registerer, partitions int) *Metrics {
 }
 
 // Event counts one Event of this box (BoxOptions.OnEvent).
-func (m *Metrics) Event(e Event) {
+func (m *Metrics) Event(e fleet.Event) {
 	m.events.WithLabelValues(string(e.Kind)).Inc()
-	p := Partition(e.Channel, m.partitions)
+	p := fleet.Partition(e.Channel, m.partitions)
 	m.mu.Lock()
 	switch e.Kind {
-	case EventTaken, EventCommitted, EventAnswered:
+	case fleet.EventTaken, fleet.EventCommitted, fleet.EventAnswered:
 		m.owned[p] = true
-	case EventRefused:
+	case fleet.EventRefused:
 		delete(m.owned, p)
 	}
 	m.mu.Unlock()
-	if e.Kind == EventCommitted {
+	if e.Kind == fleet.EventCommitted {
 		m.commit.Observe(e.Took.Seconds())
 	}
-	if e.Kind == EventTaken && e.Runs > 1 {
+	if e.Kind == fleet.EventTaken && e.Runs > 1 {
 		m.doubleRuns.Inc()
 	}
 }

@@ -1,4 +1,4 @@
-package fleet
+package fleetworkspace
 
 import (
 	"context"
@@ -16,14 +16,14 @@ import (
 
 // The workspace store's layout as nats.go's object store writes it: one
 // meta subject per object name (base64url), one chunk subject per upload
-// (its NUID). Snapshot names are unique per commit (workspaceName), so
+// (its NUID). Snapshot names are unique per commit (the fleet names them so), so
 // every delete would leave a delete marker on a subject of its own for
-// ever: deleteWorkspace purges it (docs/fleet.md, *Workspaces*).
+// ever: Delete purges it (docs/fleet.md, *Workspaces*).
 const (
-	workspaceStream   = "OBJ_" + WorkspaceBucket
-	workspaceSubjects = "$O." + WorkspaceBucket + ".>"
-	metaPrefix        = "$O." + WorkspaceBucket + ".M."
-	chunkPrefix       = "$O." + WorkspaceBucket + ".C."
+	streamName     = "OBJ_" + Bucket
+	streamSubjects = "$O." + Bucket + ".>"
+	metaPrefix     = "$O." + Bucket + ".M."
+	chunkPrefix    = "$O." + Bucket + ".C."
 )
 
 // The sweep of what a crash left in the workspace store (docs/fleet.md,
@@ -51,13 +51,13 @@ func metaSubject(name string) string {
 	return metaPrefix + base64.URLEncoding.EncodeToString([]byte(name))
 }
 
-// deleteWorkspace removes a snapshot and the delete marker the object
-// store leaves on its meta subject.
-func (f *Fleet) deleteWorkspace(ctx context.Context, name string) error {
-	if err := f.objects.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+// Delete removes a snapshot and the delete marker the object store
+// leaves on its meta subject.
+func (s *Store) Delete(ctx context.Context, name string) error {
+	if err := s.objects.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return err
 	}
-	return f.objStream.Purge(ctx, jetstream.WithPurgeSubject(metaSubject(name)))
+	return s.stream.Purge(ctx, jetstream.WithPurgeSubject(metaSubject(name)))
 }
 
 // objMeta is what the sweep reads of an object's meta message.
@@ -67,16 +67,20 @@ type objMeta struct {
 	Deleted bool   `json:"deleted,omitempty"`
 }
 
-// SweepWorkspaces removes from the workspace store what no channel refers
-// to and was last written more than age before the store's latest write:
+// Referenced reports whether a snapshot is still its channel's, or that
+// cannot be known (then the sweep keeps it).
+type Referenced func(ctx context.Context, name string) bool
+
+// Sweep removes from the store what referenced says no channel refers to
+// and was last written more than age before the store's latest write:
 // whole snapshots, delete markers (at any age) and the chunks of uploads
 // no object names. What it cannot read (a channel's state, a message) it
 // keeps.
-func (f *Fleet) SweepWorkspaces(ctx context.Context, age time.Duration) (Sweep, error) {
+func (s *Store) Sweep(ctx context.Context, age time.Duration, referenced Referenced) (Sweep, error) {
 	var sw Sweep
-	info, err := f.objStream.Info(ctx, jetstream.WithSubjectFilter(workspaceSubjects))
+	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(streamSubjects))
 	if err != nil {
-		return sw, fmt.Errorf("sweep %s: %w", WorkspaceBucket, err)
+		return sw, fmt.Errorf("sweep %s: %w", Bucket, err)
 	}
 	latest := info.State.LastTime
 	old := func(t time.Time) bool { return !t.Add(age).After(latest) }
@@ -90,27 +94,27 @@ func (f *Fleet) SweepWorkspaces(ctx context.Context, age time.Duration) (Sweep, 
 		if !strings.HasPrefix(subj, metaPrefix) {
 			continue
 		}
-		m, err := f.objStream.GetLastMsgForSubject(ctx, subj)
+		m, err := s.stream.GetLastMsgForSubject(ctx, subj)
 		if err != nil {
-			return sw, fmt.Errorf("sweep %s: %w", WorkspaceBucket, err)
+			return sw, fmt.Errorf("sweep %s: %w", Bucket, err)
 		}
 		var meta objMeta
 		if json.Unmarshal(m.Data, &meta) != nil {
 			continue // not the object store's: kept
 		}
 		if meta.Deleted {
-			if err := f.objStream.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
-				return sw, fmt.Errorf("sweep %s: %w", WorkspaceBucket, err)
+			if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+				return sw, fmt.Errorf("sweep %s: %w", Bucket, err)
 			}
 			sw.Markers++
 			continue
 		}
-		if !old(m.Time) || f.referenced(ctx, meta.Name) {
+		if !old(m.Time) || referenced(ctx, meta.Name) {
 			live[meta.NUID] = true
 			continue
 		}
-		if err := f.deleteWorkspace(ctx, meta.Name); err != nil {
-			return sw, fmt.Errorf("sweep %s: %w", WorkspaceBucket, err)
+		if err := s.Delete(ctx, meta.Name); err != nil {
+			return sw, fmt.Errorf("sweep %s: %w", Bucket, err)
 		}
 		sw.Snapshots++
 	}
@@ -118,45 +122,26 @@ func (f *Fleet) SweepWorkspaces(ctx context.Context, age time.Duration) (Sweep, 
 		if live[strings.TrimPrefix(subj, chunkPrefix)] {
 			continue
 		}
-		m, err := f.objStream.GetLastMsgForSubject(ctx, subj)
+		m, err := s.stream.GetLastMsgForSubject(ctx, subj)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue // purged since (a snapshot swept above)
 		}
 		if err != nil {
-			return sw, fmt.Errorf("sweep %s: %w", WorkspaceBucket, err)
+			return sw, fmt.Errorf("sweep %s: %w", Bucket, err)
 		}
 		if !old(m.Time) {
 			continue // an upload under way, or its meta not yet written
 		}
-		if err := f.objStream.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
-			return sw, fmt.Errorf("sweep %s: %w", WorkspaceBucket, err)
+		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+			return sw, fmt.Errorf("sweep %s: %w", Bucket, err)
 		}
 		sw.Uploads++
 	}
 	return sw, nil
 }
 
-// referenced: the snapshot is its channel's committed one, or that cannot
-// be known (an unreadable state, a name not of workspaceName's form).
-func (f *Fleet) referenced(ctx context.Context, name string) bool {
-	parts := strings.Split(name, ".")
-	if len(parts) != 4 || parts[0] != "c" {
-		return true
-	}
-	e, err := f.channels.Get(ctx, parts[0]+"."+parts[1])
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false
-	}
-	if err != nil {
-		return true
-	}
-	st, err := decodeState(e.Value())
-	return err != nil || st.Workspace == name
-}
-
-// sweeper sweeps the workspace store every interval (plus jitter) until
-// ctx ends.
-func (f *Fleet) sweeper(ctx context.Context, interval, age time.Duration, log *slog.Logger) {
+// Sweeper sweeps the store every interval (plus jitter) until ctx ends.
+func (s *Store) Sweeper(ctx context.Context, interval, age time.Duration, referenced Referenced, log *slog.Logger) {
 	for {
 		t := time.NewTimer(interval + rand.N(interval/4+1))
 		select {
@@ -166,7 +151,7 @@ func (f *Fleet) sweeper(ctx context.Context, interval, age time.Duration, log *s
 			return
 		}
 		sctx, cancel := context.WithTimeout(ctx, sweepTimeout)
-		sw, err := f.SweepWorkspaces(sctx, age)
+		sw, err := s.Sweep(sctx, age, referenced)
 		cancel()
 		switch {
 		case err != nil:

@@ -1,26 +1,29 @@
-package fleet
+package fleetmetrics
 
 import (
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
 )
 
 // TestMetricsFromEvents: events count by kind, commits feed the latency
 // histogram, a partition is owned from a take until the fence refuses.
 func TestMetricsFromEvents(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg, 4)
+	m := New(reg, 4)
 	a, b := "chan-a", "chan-b"
-	for Partition(a, 4) == Partition(b, 4) {
+	for fleet.Partition(a, 4) == fleet.Partition(b, 4) {
 		b += "x"
 	}
 	m.Published()
-	for _, e := range []Event{
-		{Kind: EventTaken, Channel: a}, {Kind: EventCommitted, Channel: a, Took: 30 * time.Millisecond},
-		{Kind: EventTaken, Channel: b}, {Kind: EventRefused, Channel: b},
-		{Kind: EventAnswered, Channel: a}, {Kind: EventReturned, Channel: a}, {Kind: EventGivenUp, Channel: a},
+	for _, e := range []fleet.Event{
+		{Kind: fleet.EventTaken, Channel: a}, {Kind: fleet.EventCommitted, Channel: a, Took: 30 * time.Millisecond},
+		{Kind: fleet.EventTaken, Channel: b}, {Kind: fleet.EventRefused, Channel: b},
+		{Kind: fleet.EventAnswered, Channel: a}, {Kind: fleet.EventReturned, Channel: a}, {Kind: fleet.EventGivenUp, Channel: a},
 	} {
 		m.Event(e)
 	}
@@ -60,5 +63,28 @@ func TestMetricsFromEvents(t *testing.T) {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
 		}
+	}
+}
+
+// TestDoubleRunsMetric: a take that is not the turn's first run (Runs > 1,
+// as the claim counted it) counts once in sandbox_fleet_double_runs_total; a
+// first take does not. The other half, that the engine reports such a
+// take exactly once when a paused owner's turn runs again, is pkg/fleet's
+// TestDoubleRunsCounted (moved from there with this package).
+func TestDoubleRunsMetric(t *testing.T) {
+	m := New(prometheus.NewRegistry(), 2)
+	for _, e := range []fleet.Event{
+		{Kind: fleet.EventTaken, Channel: "chan-double", Runs: 1},
+		{Kind: fleet.EventTaken, Channel: "chan-double", Runs: 2},
+		{Kind: fleet.EventCommitted, Channel: "chan-double", Runs: 2},
+	} {
+		m.Event(e)
+	}
+	var got dto.Metric
+	if err := m.doubleRuns.Write(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got := got.GetCounter().GetValue(); got != 1 {
+		t.Errorf("sandbox_fleet_double_runs_total = %v, want 1", got)
 	}
 }

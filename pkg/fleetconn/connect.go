@@ -1,6 +1,13 @@
-package fleet
+// Package fleetconn dials the fleet's NATS cluster for a box, a fleet
+// client or the repair command (fleet.url, fleet.tls.*, fleet.nkeySeedFile;
+// docs/fleet.md). Guarantee: it connects only over tls:// URLs (unless
+// Insecure, which no config key sets), never with credentials in a URL,
+// every attempt bounded; a lost connection is retried and logged naming
+// the server with its URL redacted.
+package fleetconn
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -10,9 +17,12 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// ConnectOptions are a box's or a fleet client's way to the cluster
+// ErrInvalid: the connection settings are refused (the error names the key).
+var ErrInvalid = errors.New("invalid")
+
+// Options are a box's or a fleet client's way to the cluster
 // (fleet.url, fleet.tls.*, fleet.nkeySeedFile).
-type ConnectOptions struct {
+type Options struct {
 	URL  string // one or more comma-separated tls:// URLs
 	Name string // the connection's name on the server (the box)
 	// CAFile verifies the servers; CertFile and KeyFile are this box's
@@ -31,7 +41,7 @@ type ConnectOptions struct {
 // Connect dials the cluster. Every URL must be tls:// (guest text travels
 // on this connection) unless Insecure; a lost connection is retried
 // forever, each attempt bounded, and logged naming the server.
-func Connect(o ConnectOptions) (*nats.Conn, error) {
+func Connect(o Options) (*nats.Conn, error) {
 	if o.URL == "" {
 		return nil, fmt.Errorf("fleet.url is empty: %w", ErrInvalid)
 	}

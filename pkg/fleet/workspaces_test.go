@@ -7,6 +7,17 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetworkspace"
+)
+
+// The workspace store's layout as nats.go's object store writes it
+// (pkg/fleetworkspace reads the same).
+const (
+	workspaceStream   = "OBJ_" + WorkspaceBucket
+	workspaceSubjects = "$O." + WorkspaceBucket + ".>"
+	metaPrefix        = "$O." + WorkspaceBucket + ".M."
+	chunkPrefix       = "$O." + WorkspaceBucket + ".C."
 )
 
 // objectSubjects counts the workspace store's meta and chunk subjects that
@@ -74,7 +85,7 @@ func TestSweepRemovesOrphans(t *testing.T) {
 	}
 	// A whole snapshot of a generation never committed.
 	orphan := workspaceName("chan-sweep", 7, 99)
-	if _, err := client.objects.PutBytes(ctx, orphan, []byte("never committed")); err != nil {
+	if err := client.ws.Put(ctx, orphan, []byte("never committed")); err != nil {
 		t.Fatal(err)
 	}
 	tn := newTurn("chan-sweep", "after the crash")
@@ -87,11 +98,11 @@ func TestSweepRemovesOrphans(t *testing.T) {
 	}
 
 	// Younger than the bound: nothing is swept.
-	got, err := client.SweepWorkspaces(ctx, DefaultSweepAge)
+	got, err := client.SweepWorkspaces(ctx, fleetworkspace.DefaultSweepAge)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != (Sweep{}) {
+	if got != (fleetworkspace.Sweep{}) {
 		t.Fatalf("sweep under the bound removed %+v, want nothing", got)
 	}
 	// Past it (the committed turn wrote after the orphans).
@@ -99,7 +110,7 @@ func TestSweepRemovesOrphans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Sweep{Snapshots: 1, Uploads: 1}); got != want {
+	if want := (fleetworkspace.Sweep{Snapshots: 1, Uploads: 1}); got != want {
 		t.Errorf("sweep removed %+v, want %+v", got, want)
 	}
 	metas, chunks := objectSubjects(t, client)

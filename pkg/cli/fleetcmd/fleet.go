@@ -1,12 +1,21 @@
-package cli
+// Package fleetcmd is sandbox-host's `fleet` command group: sandbox-nats's
+// configuration, a box's nkey, and the repair of a channel's fleet state
+// (docs/fleet.md), registered into the root command by pkg/cli.
+// Guarantee: a configuration or a file it names that is refused exits with
+// the root's configuration status (78); a seed file is created 0600 and
+// never over an existing file; a repair never prints a channel state's raw
+// bytes and is logged, done or refused.
+package fleetcmd
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
@@ -20,7 +29,19 @@ import (
 // NATSUser is sandbox-nats.service's own system user (sysusers.d).
 const NATSUser = "_sandbox-nats"
 
-func fleetCmd(g *globals) *cobra.Command {
+// Env is what the group needs of the root command line: its persistent
+// flags (read when a command runs, after parsing) and how a refused
+// configuration becomes the root's exit status.
+type Env struct {
+	Config         func() string        // --config
+	JSON           func() bool          // --json
+	ConnectTimeout func() time.Duration // --connect-timeout
+	// ConfigError marks err as a refused configuration (exit 78).
+	ConfigError func(err error) error
+}
+
+// Command is the `fleet` command group.
+func Command(g Env) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "fleet",
 		Short: "The fleet's engine on this box: sandbox-nats's configuration, a box's nkey, a channel's fleet state (docs/fleet.md)",
@@ -29,7 +50,7 @@ func fleetCmd(g *globals) *cobra.Command {
 	return c
 }
 
-func fleetConfigCmd(g *globals) *cobra.Command {
+func fleetConfigCmd(g Env) *cobra.Command {
 	var runtimeDir, owner string
 	c := &cobra.Command{
 		Use:   "config",
@@ -41,15 +62,15 @@ func fleetConfigCmd(g *globals) *cobra.Command {
 			"Exits 78 when the configuration or a file named by it is refused.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(g.config)
+			cfg, err := config.Load(g.Config())
 			if err != nil {
-				return &exitError{code: ExitConfig, err: err}
+				return g.ConfigError(err)
 			}
 			f := cfg.Fleet
 			if runtimeDir == "" {
 				out, err := fleetnats.ServerConfig(f, fleetnats.TLSFiles{CA: f.TLS.CA, Cert: f.TLS.Cert, Key: f.TLS.Key})
 				if err != nil {
-					return &exitError{code: ExitConfig, err: err}
+					return g.ConfigError(err)
 				}
 				_, err = cmd.OutOrStdout().Write(out)
 				return err
@@ -62,7 +83,7 @@ func fleetConfigCmd(g *globals) *cobra.Command {
 			gid, _ := strconv.Atoi(u.Gid)
 			if err := fleetnats.PrepareRuntime(f, runtimeDir, uid, gid); err != nil {
 				if errors.Is(err, fleetnats.ErrServerConfig) {
-					return &exitError{code: ExitConfig, err: err}
+					return g.ConfigError(err)
 				}
 				return err
 			}
@@ -75,7 +96,7 @@ func fleetConfigCmd(g *globals) *cobra.Command {
 	return c
 }
 
-func fleetNkeyCmd(g *globals) *cobra.Command {
+func fleetNkeyCmd(g Env) *cobra.Command {
 	var output, owner string
 	c := &cobra.Command{
 		Use:   "nkey --output FILE",
@@ -101,7 +122,7 @@ func fleetNkeyCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.json {
+			if g.JSON() {
 				return printJSON(cmd, map[string]any{"ok": true, "nkey": pub, "seedFile": output})
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), pub)
@@ -166,4 +187,10 @@ func writeNkeySeed(path string, uid, gid int) (string, error) {
 	}
 	ok = true
 	return pub, nil
+}
+
+func printJSON(cmd *cobra.Command, v any) error {
+	enc := json.NewEncoder(cmd.OutOrStdout())
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -1,7 +1,15 @@
-package cli
+// Package sessioncmd is sandbox-host's `session` command group (docs/api.md,
+// Sessions): create, exec, cp, ls, pause, resume, close,
+// approve and deny, over the host API. pkg/cli registers it into the root
+// command. Guarantee: `session exec` exits with the command's status (124
+// on timeout, 125 when the exec could not be carried out, 130 when
+// interrupted, the exec then killed); stdin and copies are bounded before
+// anything is sent.
+package sessioncmd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,14 +25,36 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/client"
 )
 
+// Env is what the group needs of the root command line: its API client
+// (with the root's --socket and deadlines), --json, and how a failure
+// becomes the process's exit status.
+type Env struct {
+	Client func() *client.Client
+	JSON   func() bool
+	// Exit fails the command with the exit status code; a nil err: the
+	// command already reported why.
+	Exit func(code int, err error) error
+}
+
+// Exit statuses of `session exec` beside the command's own: those of
+// `sandbox-host run` (docker exec's convention).
+const (
+	exitTimeout     = 124
+	exitOther       = 125
+	exitInterrupted = 130
+)
+
+// prefix starts every line the group prints about itself.
+const prefix = "sandbox-host: "
+
 // maxExecStdin is sessionwire's bound of an exec's stdin.
 const maxExecStdin = 256 << 10
 
 // maxCopyBytes is sessions.maxFileBytes' upper bound.
 const maxCopyBytes = 64 << 20
 
-// sessionCmd is `sandbox-host session ...` (docs/api.md, Sessions).
-func sessionCmd(g *globals) *cobra.Command {
+// Command is `sandbox-host session ...` (docs/api.md, Sessions).
+func Command(g Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "session",
 		Short: "Sessions: a toolbox container that lives across execs (create, exec, cp, ls, pause, resume, close)",
@@ -33,11 +63,11 @@ func sessionCmd(g *globals) *cobra.Command {
 	createCmd := &cobra.Command{
 		Use: "create", Short: "Create a session; prints its id", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := g.client().CreateSession(cmd.Context(), create)
+			st, err := g.Client().CreateSession(cmd.Context(), create)
 			if err != nil {
 				return err
 			}
-			if g.json {
+			if g.JSON() {
 				return printJSON(cmd, st)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), st.ID)
@@ -54,11 +84,11 @@ func sessionCmd(g *globals) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List sessions (yours; an admin's: all)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			all, err := g.client().Sessions(cmd.Context())
+			all, err := g.Client().Sessions(cmd.Context())
 			if err != nil {
 				return err
 			}
-			if g.json {
+			if g.JSON() {
 				return printJSON(cmd, apiwire.SessionList{Sessions: all})
 			}
 			for _, st := range all {
@@ -71,11 +101,11 @@ func sessionCmd(g *globals) *cobra.Command {
 		return &cobra.Command{
 			Use: use + " <session-id>", Short: short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				st, err := call(g.client(), cmd.Context(), args[0])
+				st, err := call(g.Client(), cmd.Context(), args[0])
 				if err != nil {
 					return err
 				}
-				if g.json {
+				if g.JSON() {
 					return printJSON(cmd, st)
 				}
 				printSession(cmd.OutOrStdout(), st)
@@ -95,12 +125,12 @@ func sessionCmd(g *globals) *cobra.Command {
 func printSession(w io.Writer, st apiwire.Session) {
 	fmt.Fprintf(w, "%s %s owner=%d memory=%dMiB execs=%d/%d resumes=%d expires=%s\n", st.ID, st.State, st.OwnerUID,
 		st.MemoryMb, st.Execs, st.ExecsTotal, st.Resumes, st.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))
-	printSessionNetwork(w, st) // sessionnet.go
+	printSessionNetwork(w, st) // network.go
 }
 
 // sessionExecCmd runs a command in a session like docker exec: output as
 // it comes, the command's exit status.
-func sessionExecCmd(g *globals) *cobra.Command {
+func sessionExecCmd(g Env) *cobra.Command {
 	var (
 		x     apiwire.SessionExec
 		env   []string
@@ -159,7 +189,7 @@ Exit status: the command's; 124 on timeout; 125 when the exec could not be carri
 	return cmd
 }
 
-func sessionExec(cmd *cobra.Command, g *globals, id string, x apiwire.SessionExec) error {
+func sessionExec(cmd *cobra.Command, g Env, id string, x apiwire.SessionExec) error {
 	ctx := cmd.Context()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
@@ -175,8 +205,8 @@ func sessionExec(cmd *cobra.Command, g *globals, id string, x apiwire.SessionExe
 	}()
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	var events []apiwire.SessionExecEvent
-	res, err := g.client().Exec(followCtx, id, x, func(ev apiwire.SessionExecEvent) error {
-		if g.json {
+	res, err := g.Client().Exec(followCtx, id, x, func(ev apiwire.SessionExecEvent) error {
+		if g.JSON() {
 			events = append(events, ev)
 			return nil
 		}
@@ -195,15 +225,15 @@ func sessionExec(cmd *cobra.Command, g *globals, id string, x apiwire.SessionExe
 		if followCtx.Err() != nil {
 			// The connection's end kills the exec in the session.
 			fmt.Fprintf(stderr, "%sexec interrupted; it was killed\n", prefix)
-			return &exitError{code: 130, err: errSilent}
+			return g.Exit(exitInterrupted, nil)
 		}
 		var ce *client.Error
 		if errors.As(err, &ce) {
 			return err
 		}
-		return &exitError{code: exitRunOther, err: err}
+		return g.Exit(exitOther, err)
 	}
-	if g.json {
+	if g.JSON() {
 		if err := printJSON(cmd, events); err != nil {
 			return err
 		}
@@ -214,15 +244,15 @@ func sessionExec(cmd *cobra.Command, g *globals, id string, x apiwire.SessionExe
 	}
 	switch {
 	case res.TimedOut:
-		return &exitError{code: exitRunTimeout, err: errors.New("the exec passed its timeout and was killed")}
+		return g.Exit(exitTimeout, errors.New("the exec passed its timeout and was killed"))
 	case res.ExitCode != 0:
-		return &exitError{code: res.ExitCode, err: errSilent}
+		return g.Exit(res.ExitCode, nil)
 	}
 	return nil
 }
 
 // sessionCpCmd copies one file in or out (or a directory out, as a tar).
-func sessionCpCmd(g *globals) *cobra.Command {
+func sessionCpCmd(g Env) *cobra.Command {
 	var (
 		mode uint32
 		tar  bool
@@ -232,7 +262,7 @@ func sessionCpCmd(g *globals) *cobra.Command {
 		Short: "Copy a file into or out of a session (--tar: a directory out, as a tar)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx := g.client(), cmd.Context()
+			c, ctx := g.Client(), cmd.Context()
 			if id, p, ok := sessionRef(args[1]); ok {
 				if tar {
 					return errors.New("--tar copies a directory out of a session")
@@ -245,7 +275,7 @@ func sessionCpCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if g.json {
+				if g.JSON() {
 					return printJSON(cmd, f)
 				}
 				return nil
@@ -305,7 +335,7 @@ func readLocal(p string) ([]byte, error) {
 }
 
 // sessionLsCmd lists a directory of a session.
-func sessionLsCmd(g *globals) *cobra.Command {
+func sessionLsCmd(g Env) *cobra.Command {
 	return &cobra.Command{
 		Use: "ls <session-id> [path]", Short: "List a directory of a session (default: /work)", Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -313,11 +343,11 @@ func sessionLsCmd(g *globals) *cobra.Command {
 			if len(args) == 2 {
 				p = args[1]
 			}
-			l, err := g.client().ListFiles(cmd.Context(), args[0], p)
+			l, err := g.Client().ListFiles(cmd.Context(), args[0], p)
 			if err != nil {
 				return err
 			}
-			if g.json {
+			if g.JSON() {
 				return printJSON(cmd, l)
 			}
 			for _, e := range l.Entries {
@@ -330,4 +360,10 @@ func sessionLsCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func printJSON(cmd *cobra.Command, v any) error {
+	enc := json.NewEncoder(cmd.OutOrStdout())
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -1,4 +1,4 @@
-package cli
+package sessioncmd
 
 import (
 	"fmt"
@@ -12,8 +12,8 @@ import (
 )
 
 // sessionDecideCmd approves or denies a session's network exec waiting for
-// a human (the admin role; docs/sessions.md, Network execs).
-func sessionDecideCmd(g *globals, approve bool) *cobra.Command {
+// a human (the admin role; docs/api.md, Sessions).
+func sessionDecideCmd(g Env, approve bool) *cobra.Command {
 	use, short := "deny", "Deny a session's network exec waiting for approval: it never starts (admin)"
 	if approve {
 		use, short = "approve", "Approve a session's network exec waiting for approval (admin): it gets network for this exec only"
@@ -21,7 +21,7 @@ func sessionDecideCmd(g *globals, approve bool) *cobra.Command {
 	return &cobra.Command{
 		Use: use + " <session-id> <exec-id>", Short: short, Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c := g.client()
+			c := g.Client()
 			call := c.DenyExec
 			if approve {
 				call = c.ApproveExec
@@ -30,7 +30,7 @@ func sessionDecideCmd(g *globals, approve bool) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.json {
+			if g.JSON() {
 				return printJSON(cmd, st)
 			}
 			printSession(cmd.OutOrStdout(), st)

@@ -1,4 +1,4 @@
-package cli
+package fleetcmd
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/fleet"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetconn"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 )
 
@@ -24,7 +25,7 @@ import (
 // only), not through the host API: the state lives in the fleet alone, and
 // the repair must work while the host is down or failing on that channel.
 // Each repair is logged to the journal (stderr without one).
-func fleetChannelCmd(g *globals) *cobra.Command {
+func fleetChannelCmd(g Env) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "channel",
 		Short: "Show or repair a channel's fleet state (admin: uses this box's fleet key; each repair is logged)",
@@ -40,7 +41,7 @@ func fleetChannelCmd(g *globals) *cobra.Command {
 				return fmt.Errorf("--generation is required: the generation to reset the channel to (a number, at least the channel's own when its state decodes)")
 			}
 			return withFleet(cmd, g, args[0], func(ctx context.Context, f *fleet.Fleet) error {
-				return fleetChannelRun(ctx, f, "reset", args[0], n, cmd.OutOrStdout(), g.json, journalLog)
+				return fleetChannelRun(ctx, f, "reset", args[0], n, cmd.OutOrStdout(), g.JSON(), journalLog)
 			})
 		},
 	}
@@ -49,7 +50,7 @@ func fleetChannelCmd(g *globals) *cobra.Command {
 		Use: "show <channel>", Short: "Print the channel's fleet state as stored, and whether it decodes", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withFleet(cmd, g, args[0], func(ctx context.Context, f *fleet.Fleet) error {
-				return fleetChannelRun(ctx, f, "show", args[0], 0, cmd.OutOrStdout(), g.json, journalLog)
+				return fleetChannelRun(ctx, f, "show", args[0], 0, cmd.OutOrStdout(), g.JSON(), journalLog)
 			})
 		},
 	}, &cobra.Command{
@@ -58,7 +59,7 @@ func fleetChannelCmd(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withFleet(cmd, g, args[0], func(ctx context.Context, f *fleet.Fleet) error {
-				return fleetChannelRun(ctx, f, "drop-snapshot", args[0], 0, cmd.OutOrStdout(), g.json, journalLog)
+				return fleetChannelRun(ctx, f, "drop-snapshot", args[0], 0, cmd.OutOrStdout(), g.JSON(), journalLog)
 			})
 		},
 	}, reset)
@@ -67,20 +68,20 @@ func fleetChannelCmd(g *globals) *cobra.Command {
 
 // withFleet connects to the fleet as this box (fleet.* of --config) and
 // binds its resources.
-func withFleet(cmd *cobra.Command, g *globals, channel string, do func(context.Context, *fleet.Fleet) error) error {
+func withFleet(cmd *cobra.Command, g Env, channel string, do func(context.Context, *fleet.Fleet) error) error {
 	if err := ids.ValidChannel(channel); err != nil {
 		return fmt.Errorf("channel %q: %w", channel, err)
 	}
-	cfg, err := config.Load(g.config)
+	cfg, err := config.Load(g.Config())
 	if err != nil {
-		return &exitError{code: ExitConfig, err: err}
+		return g.ConfigError(err)
 	}
 	fc := cfg.Fleet
 	if !fc.Enabled {
-		return fmt.Errorf("fleet.enabled is false in %s: a channel has no fleet state", g.config)
+		return fmt.Errorf("fleet.enabled is false in %s: a channel has no fleet state", g.Config())
 	}
-	nc, err := fleet.Connect(fleet.ConnectOptions{URL: fc.URL, Name: fc.Box + "-repair", CAFile: fc.TLS.CA, CertFile: fc.TLS.Cert,
-		KeyFile: fc.TLS.Key, NkeySeedFile: fc.NkeySeedFile, ConnectTimeout: g.timeouts.ConnectTimeout})
+	nc, err := fleetconn.Connect(fleetconn.Options{URL: fc.URL, Name: fc.Box + "-repair", CAFile: fc.TLS.CA, CertFile: fc.TLS.Cert,
+		KeyFile: fc.TLS.Key, NkeySeedFile: fc.NkeySeedFile, ConnectTimeout: g.ConnectTimeout()})
 	if err != nil {
 		if os.IsPermission(err) {
 			return fmt.Errorf("%w: repairs are for admins (root, or the host's user), who read this box's fleet key", err)
