@@ -249,6 +249,15 @@ func waitFinishedRun(t *testing.T, h *host.Host, id string, approve bool) runs.S
 			t.Fatal(err)
 		}
 		if st.State == runs.StateFinished {
+			// A run answers before its cleanup (docs/code-runs.md): the
+			// leftover checks wait for its end, the container removed.
+			if r, err := host.Kind[*coderun.Kind](h).Registry().Get(id); err == nil {
+				select {
+				case <-r.Ended():
+				case <-time.After(2 * time.Minute):
+					t.Fatalf("run %s: its cleanup did not end", id)
+				}
+			}
 			return st
 		}
 		time.Sleep(50 * time.Millisecond)
