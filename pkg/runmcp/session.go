@@ -29,6 +29,7 @@ const (
 // (pkg/client). A Runner that is one gets them beside sandbox_run.
 type SessionRunner interface {
 	CreateSession(ctx context.Context, p apiwire.SessionCreate) (apiwire.Session, error)
+	Session(ctx context.Context, id string) (apiwire.Session, error)
 	Exec(ctx context.Context, id string, x apiwire.SessionExec, fn func(apiwire.SessionExecEvent) error) (apiwire.SessionExecResult, error)
 	PutFile(ctx context.Context, id, path string, mode uint32, data []byte) (apiwire.SessionFile, error)
 	GetFile(ctx context.Context, id, path string, tar bool) (apiwire.SessionFile, error)
@@ -88,6 +89,15 @@ func (s *server) addSessionTools(srv *mcp.Server, r SessionRunner) {
 	mcp.AddTool(srv, &mcp.Tool{Name: ToolExec, Description: "Run a command in a sandbox session, as its unprivileged user (root: true for package installation). Files and background processes stay for the next call. Returns stdout, stderr and the exit code."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in execIn) (*mcp.CallToolResult, any, error) {
 			if in.Network || len(in.Credentials) > 0 {
+				// A session made without network can never run one: say so
+				// rather than ask the human a question for nothing.
+				st, err := r.Session(ctx, in.SessionID)
+				if err != nil {
+					return s.sessionError("read the session", err), nil, nil
+				}
+				if !st.Network {
+					return toolError(msgExecNoNetwork), nil, nil
+				}
 				if msg := s.approveExec(ctx, req.Session, in); msg != "" { // sessionnet.go
 					return toolError(msg), nil, nil
 				}

@@ -26,6 +26,15 @@ type fakeSessions struct {
 	// log and approveErr: network execs (sessionnet_test.go).
 	log        []string
 	approveErr error
+	// plain: the session was started without network.
+	plain bool
+}
+
+func (f *fakeSessions) Session(_ context.Context, id string) (apiwire.Session, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.log = append(f.log, "show")
+	return apiwire.Session{ID: id, State: apiwire.SessionRunning, Network: !f.plain}, nil
 }
 
 func (f *fakeSessions) CreateSession(_ context.Context, p apiwire.SessionCreate) (apiwire.Session, error) {

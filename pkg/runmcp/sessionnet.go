@@ -19,6 +19,7 @@ import (
 
 // Tool errors of a network exec. Each says that the command did not run.
 const (
+	msgExecNoNetwork = "this session was started without network (sandbox_session_start with network: true); the command was not run"
 	msgExecCannotAsk = "network needs a human's approval and this client cannot ask for it; the command was not run"
 	msgExecDeclined  = "the human did not approve network for this command; it was not run"
 	msgExecNoAnswer  = "no answer to the network approval question in time; the command was not run"

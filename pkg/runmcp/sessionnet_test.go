@@ -82,7 +82,7 @@ func TestSessionNetworkExecElicits(t *testing.T) {
 	// Approved: the host's waiting exec is approved, then it runs.
 	f = &fakeSessions{fakeRunner: newFake(), files: map[string][]byte{}}
 	got := run(f, elicitWith(&mcp.ElicitResult{Action: "accept", Content: map[string]any{"allow": true}}, nil, &asked{}))
-	if !strings.Contains(got, "fetched") || !slices.Equal(f.log, []string{"approve x7", "ran curl https://api.github.test"}) {
+	if !strings.Contains(got, "fetched") || !slices.Equal(f.log, []string{"show", "approve x7", "ran curl https://api.github.test"}) {
 		t.Errorf("approved: %q, host saw %q", got, f.log)
 	}
 	if len(f.execs) != 1 || !f.execs[0].Network || !slices.Equal(f.execs[0].Credentials, []string{"gh"}) {
@@ -91,8 +91,16 @@ func TestSessionNetworkExecElicits(t *testing.T) {
 	// The host refuses this user's approval: withdrawn, never run.
 	f = &fakeSessions{fakeRunner: newFake(), files: map[string][]byte{}, approveErr: client.ErrForbidden}
 	if got := run(f, elicitWith(&mcp.ElicitResult{Action: "accept", Content: map[string]any{"allow": true}}, nil, &asked{})); got != msgExecNeedAdmin ||
-		!slices.Equal(f.log, []string{"withdrawn"}) {
+		!slices.Equal(f.log, []string{"show", "withdrawn"}) {
 		t.Errorf("not admin: %q, host saw %q", got, f.log)
+	}
+	// A session started without network: refused before the human is
+	// asked, nothing sent but the lookup.
+	f = &fakeSessions{fakeRunner: newFake(), files: map[string][]byte{}, plain: true}
+	a = &asked{}
+	if got := run(f, elicitWith(&mcp.ElicitResult{Action: "accept", Content: map[string]any{"allow": true}}, nil, a)); got != msgExecNoNetwork ||
+		len(a.Messages()) != 0 || len(f.execs) != 0 || !slices.Equal(f.log, []string{"show"}) {
+		t.Errorf("plain session: %q, asked %q, %d execs, host saw %q", got, a.Messages(), len(f.execs), f.log)
 	}
 	// TCP: never asked, never sent.
 	f = &fakeSessions{fakeRunner: newFake(), files: map[string][]byte{}}
