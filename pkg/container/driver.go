@@ -381,13 +381,14 @@ func (s *Started) Finish(ctx context.Context, stdin []byte, maxStdout int64, std
 	return s.FinishFramed(ctx, stdin, maxStdout, stderr, nil)
 }
 
-// FrameDrainGrace is how long FinishFramed still reads a worker's streams
-// after its final frame, for log lines it wrote before that frame that
-// Docker's separate stream copies may deliver after it. Not until the
-// streams end: they end only once Docker has processed the container's
-// exit, about 35 ms after the frame (TestIntegrationFinishFramed), most of
-// what answering at the frame saves.
-var FrameDrainGrace = 5 * time.Millisecond
+// FrameDrainGrace bounds how long FinishFramed still reads a worker's
+// streams after its final frame, for log lines it wrote before that frame
+// that Docker's separate stream copies deliver after it. It reads to the
+// streams' end, about 35 ms after the frame (TestIntegrationFinishFramed),
+// and cuts only a worker that keeps its streams open past the bound: a
+// 5 ms grace lost a quiet channel's lines while another channel flooded
+// its log (e2e TestLogFloodLeavesOtherChannels), and a log line is owed.
+var FrameDrainGrace = 2 * time.Second
 
 // FinishFramed is Finish for a worker whose last act is one final frame on
 // stdout: a line ending in the first newline it writes (a sealed turn's
