@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
@@ -75,45 +76,62 @@ var ErrRunStream = errors.New("run event stream ended early")
 // An error from fn stops following (the run goes on). Bounded by
 // Options.RunTimeout.
 func (c *Client) RunEvents(ctx context.Context, id string, fn func(runs.Event) error) (runs.Status, error) {
-	raw := "/v1/runs/" + escapeSegment(id) + "/events"
-	terr := &timeoutError{op: "GET " + raw, after: c.opts.RunTimeout}
-	ctx, cancel := context.WithTimeoutCause(ctx, c.opts.RunTimeout, terr)
+	var st runs.Status
+	err := follow(ctx, c, http.MethodGet, "/v1/runs/"+escapeSegment(id)+"/events", nil, c.opts.RunTimeout, maxRunBytes, ErrRunStream,
+		func(op string, ev runs.Event) (bool, error) {
+			if fn != nil {
+				if err := fn(ev); err != nil {
+					return true, err
+				}
+			}
+			if ev.Type == runs.EventResult && ev.Status != nil {
+				st = *ev.Status
+				return true, nil
+			}
+			return false, nil
+		})
+	return st, err
+}
+
+// follow reads an NDJSON event stream (a run's events, a session exec's)
+// to the event on which each returns done, bounded by timeout: a stream
+// that ends before that is endErr, a line over maxLine or one that does
+// not decode fails it, and so does an error each returns.
+func follow[E any](ctx context.Context, c *Client, method, raw string, body any, timeout time.Duration, maxLine int, endErr error,
+	each func(op string, ev E) (done bool, err error)) error {
+	terr := &timeoutError{op: method + " " + raw, after: timeout}
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, terr)
 	defer cancel()
-	resp, op, err := c.send(ctx, http.MethodGet, raw, nil)
+	resp, op, err := c.send(ctx, method, raw, body)
 	if err != nil {
 		if errors.Is(context.Cause(ctx), ErrTimeout) {
-			return runs.Status{}, terr
+			return terr
 		}
-		return runs.Status{}, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-		return runs.Status{}, errorOf(resp.StatusCode, data)
+		return errorOf(resp.StatusCode, data)
 	}
 	rd := bufio.NewReaderSize(resp.Body, 64<<10)
 	for {
-		line, err := readLine(rd, maxRunBytes)
+		line, err := readLine(rd, maxLine)
 		if err != nil {
 			if errors.Is(context.Cause(ctx), ErrTimeout) {
-				return runs.Status{}, terr
+				return terr
 			}
 			if errors.Is(err, io.EOF) {
-				return runs.Status{}, fmt.Errorf("sandbox-host: %s: %w", op, ErrRunStream)
+				return fmt.Errorf("sandbox-host: %s: %w", op, endErr)
 			}
-			return runs.Status{}, fmt.Errorf("sandbox-host: %s: %w", op, err)
+			return fmt.Errorf("sandbox-host: %s: %w", op, err)
 		}
-		var ev runs.Event
+		var ev E
 		if err := json.Unmarshal(line, &ev); err != nil {
-			return runs.Status{}, fmt.Errorf("sandbox-host: %s: bad event: %w", op, err)
+			return fmt.Errorf("sandbox-host: %s: bad event: %w", op, err)
 		}
-		if fn != nil {
-			if err := fn(ev); err != nil {
-				return runs.Status{}, err
-			}
-		}
-		if ev.Type == runs.EventResult && ev.Status != nil {
-			return *ev.Status, nil
+		if done, err := each(op, ev); done || err != nil {
+			return err
 		}
 	}
 }

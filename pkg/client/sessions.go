@@ -1,12 +1,9 @@
 package client
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -118,48 +115,22 @@ var ErrExecStream = errors.New("exec event stream ended early")
 // is returned as an error; an error from fn stops following (and so, the
 // connection closing, kills the exec). Bounded by DefaultExecTimeout.
 func (c *Client) Exec(ctx context.Context, id string, x apiwire.SessionExec, fn func(apiwire.SessionExecEvent) error) (apiwire.SessionExecResult, error) {
-	raw := "/v1/sessions/" + escapeSegment(id) + "/exec"
-	terr := &timeoutError{op: "POST " + raw, after: DefaultExecTimeout}
-	ctx, cancel := context.WithTimeoutCause(ctx, DefaultExecTimeout, terr)
-	defer cancel()
-	resp, op, err := c.send(ctx, http.MethodPost, raw, x)
-	if err != nil {
-		if errors.Is(context.Cause(ctx), ErrTimeout) {
-			return apiwire.SessionExecResult{}, terr
-		}
-		return apiwire.SessionExecResult{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-		return apiwire.SessionExecResult{}, errorOf(resp.StatusCode, data)
-	}
-	rd := bufio.NewReaderSize(resp.Body, 64<<10)
-	for {
-		line, err := readLine(rd, maxExecLine)
-		if err != nil {
-			if errors.Is(context.Cause(ctx), ErrTimeout) {
-				return apiwire.SessionExecResult{}, terr
+	var res apiwire.SessionExecResult
+	err := follow(ctx, c, http.MethodPost, "/v1/sessions/"+escapeSegment(id)+"/exec", x, DefaultExecTimeout, maxExecLine, ErrExecStream,
+		func(op string, ev apiwire.SessionExecEvent) (bool, error) {
+			if fn != nil {
+				if err := fn(ev); err != nil {
+					return true, err
+				}
 			}
-			if errors.Is(err, io.EOF) {
-				return apiwire.SessionExecResult{}, fmt.Errorf("sandbox-host: %s: %w", op, ErrExecStream)
+			switch {
+			case ev.Type == apiwire.ExecResult && ev.Result != nil:
+				res = *ev.Result
+				return true, nil
+			case ev.Type == apiwire.ExecError:
+				return true, fmt.Errorf("sandbox-host: %s: %s", op, ev.Error)
 			}
-			return apiwire.SessionExecResult{}, fmt.Errorf("sandbox-host: %s: %w", op, err)
-		}
-		var ev apiwire.SessionExecEvent
-		if err := json.Unmarshal(line, &ev); err != nil {
-			return apiwire.SessionExecResult{}, fmt.Errorf("sandbox-host: %s: bad event: %w", op, err)
-		}
-		if fn != nil {
-			if err := fn(ev); err != nil {
-				return apiwire.SessionExecResult{}, err
-			}
-		}
-		switch {
-		case ev.Type == apiwire.ExecResult && ev.Result != nil:
-			return *ev.Result, nil
-		case ev.Type == apiwire.ExecError:
-			return apiwire.SessionExecResult{}, fmt.Errorf("sandbox-host: %s: %s", op, ev.Error)
-		}
-	}
+			return false, nil
+		})
+	return res, err
 }

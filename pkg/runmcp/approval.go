@@ -37,20 +37,20 @@ func canElicit(ss *mcp.ServerSession) bool {
 	return e.Form != nil || e.URL == nil
 }
 
-// approvalSchema asks one yes/no question: only accept with allow=true
+// allowSchema asks one yes/no question: only accept with allow=true
 // approves.
-var approvalSchema = map[string]any{
-	"type": "object",
-	"properties": map[string]any{
-		"allow": map[string]any{
-			"type":        "boolean",
-			"title":       "Allow network for this run",
-			"description": "Allow once: this run only, through the host's egress proxy and its allow list, with exactly the credentials named above.",
-			"default":     false,
+func allowSchema(title, description string) map[string]any {
+	return map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"allow": map[string]any{"type": "boolean", "title": title, "description": description, "default": false},
 		},
-	},
-	"required": []string{"allow"},
+		"required": []string{"allow"},
+	}
 }
+
+var approvalSchema = allowSchema("Allow network for this run",
+	"Allow once: this run only, through the host's egress proxy and its allow list, with exactly the credentials named above.")
 
 // Bounds of the approval message: the command is the model's text, shown
 // quoted so that newlines or control characters cannot pose as our words.

@@ -29,20 +29,9 @@ const (
 	msgExecApprove   = "network was approved by the human, but the host did not take the approval; the command was not run"
 )
 
-// execApprovalSchema asks one yes/no question: only accept with
-// allow=true approves.
-var execApprovalSchema = map[string]any{
-	"type": "object",
-	"properties": map[string]any{
-		"allow": map[string]any{
-			"type":        "boolean",
-			"title":       "Allow network for this command",
-			"description": "Allow once: this command only, through the host's egress proxy and its allow list, with exactly the credentials named above.",
-			"default":     false,
-		},
-	},
-	"required": []string{"allow"},
-}
+// execApprovalSchema is a network exec's yes/no question (allowSchema).
+var execApprovalSchema = allowSchema("Allow network for this command",
+	"Allow once: this command only, through the host's egress proxy and its allow list, with exactly the credentials named above.")
 
 // execApprovalMessage names the session and what would run with network.
 func execApprovalMessage(session string, in execIn) string {
