@@ -37,6 +37,14 @@ const (
 	setupCommandCapsMask = "0000000000000019"
 )
 
+// childRace is the GORACE of the child test binaries (the supervisor, the
+// main-thread helper): under -race, a clean os.Exit first waits
+// atexit_sleep_ms, 1 s by default, for goroutines that might still race,
+// per child, and a child test runs a supervisor or more. A child still
+// reports a race when it happens and then exits 66. The caller's own GORACE
+// comes after it and wins.
+func childRace() string { return "GORACE=atexit_sleep_ms=0 " + os.Getenv("GORACE") }
+
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(helperMain())
@@ -212,7 +220,8 @@ func run(t *testing.T, job wire.Job, cfg runConfig) outcome {
 	cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
 	cmd.Env = []string{helperEnv + "=1", "SUP_OUTPUT=" + cfg.d.output, "SUP_WORKSPACE=" + cfg.d.workspace,
 		"SUP_GATE=" + cfg.d.project, "SUP_BROKER=" + cfg.broker, "SUP_BRIDGE=127.0.0.1:0", "SUP_AFTERKILL=" + cfg.afterKill,
-		"SUP_CABUNDLE=" + filepath.Join(cfg.d.base, "egress", "ca-bundle.pem"), "SUP_ROOTS=" + filepath.Join(cfg.d.base, "roots.pem")}
+		"SUP_CABUNDLE=" + filepath.Join(cfg.d.base, "egress", "ca-bundle.pem"), "SUP_ROOTS=" + filepath.Join(cfg.d.base, "roots.pem"),
+		childRace()}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if isRoot() {
 		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID

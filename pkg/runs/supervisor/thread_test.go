@@ -126,7 +126,7 @@ func runMainThreadHelper(t *testing.T, call, field string, argv ...string) []str
 	}
 	argv = append(argv, exe, "-test.run=^$")
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = []string{mainThreadEnv + "=" + call, "SUPERVISOR_TEST_FIELD=" + field, "GOMAXPROCS=1", "PATH=" + os.Getenv("PATH")}
+	cmd.Env = []string{mainThreadEnv + "=" + call, "SUPERVISOR_TEST_FIELD=" + field, "GOMAXPROCS=1", "PATH=" + os.Getenv("PATH"), childRace()}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("helper: %v: %s", err, out)
