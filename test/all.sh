@@ -8,17 +8,25 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 TEST_SUMMARY_FILE=$(mktemp)
 export TEST_SUMMARY_FILE
-trap 'rm -f "$TEST_SUMMARY_FILE"' EXIT
+# Older than any package this run builds (the e2e stages' E2E_DEB, below).
+run_marker=$(mktemp)
+trap 'rm -f "$TEST_SUMMARY_FILE" "$run_marker"' EXIT
 start=$SECONDS
 failed=()
 for stage in unit integration fleet-test packaging-check clients e2e e2e-fleet; do
   s0=$SECONDS
   echo "==== make $stage"
-  if [[ $stage == e2e-fleet && -z ${E2E_DEB:-} ]]; then
-    # The e2e stage has just built this tree's package (make deb, ~4 min):
-    # the fleet's boxes install that one rather than build it again.
-    deb=$(ls -t dist/roundtable-sandbox_*_amd64.deb 2>/dev/null | head -1)
-    if [[ -n $deb ]]; then export E2E_DEB=$PWD/$deb; fi
+  if [[ $stage == e2e* && -z ${E2E_DEB:-} ]]; then
+    # packaging-check has just built this tree's package (make deb, about
+    # 30 s with a warm build cache, minutes on a cold one): e2e and the
+    # fleet's boxes install that one rather than build it again. Only a
+    # whole package made during this run; else the stage runs make deb.
+    deb=$(find dist -maxdepth 1 -name 'roundtable-sandbox_*_amd64.deb' -newer "$run_marker" -printf '%T@ %p\n' 2>/dev/null |
+      sort -rn | head -1 | cut -d' ' -f2-)
+    if [[ -n $deb && $(dpkg-deb -c "$deb" 2>/dev/null) == *" ./usr/bin/sandbox-host"* ]]; then
+      export E2E_DEB=$PWD/$deb
+      echo "(installing $deb, built by packaging-check)"
+    fi
   fi
   if ! make --no-print-directory "$stage"; then
     failed+=("$stage")
