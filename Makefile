@@ -29,10 +29,14 @@ test:
 	@$(PREREQ) ./test/all.sh
 
 # The race detector on every package: a data race is a failed test here.
+# Then the tests that only move tens of MiB, which skip under -race (their
+# packages' raceEnabled): without it they take seconds, not minutes.
+HEAVY_TESTS := TestEightConcurrentRunsKeepTheirResults|TestRunsRefusedWhileResultsHeld|TestDecodeResultFileBounds|TestDecodeResultMemory|TestReplyFileToolBounds|TestRunTurnReadsReplyFiles|TestRichReplyFilesOnTheWire
+HEAVY_PKGS := ./pkg/coderun/ ./pkg/richproto/ ./pkg/rich/ ./pkg/client/ ./pkg/broker/
 unit:
 	$(GO) vet ./...
 	./test/gotest.sh unit -race ./...
-	./test/gotest.sh unit-heavy -count=1 -run '^(TestEightConcurrentRunsKeepTheirResults|TestRunsRefusedWhileResultsHeld)$$' ./pkg/host/ ./pkg/coderun/
+	./test/gotest.sh unit-heavy -count=1 -run '^($(HEAVY_TESTS))$$' $(HEAVY_PKGS)
 
 # The TypeScript client and the Pi extension (clients/; Node 18+ and npm):
 # pinned dev dependencies, the generated types checked against

@@ -75,13 +75,7 @@ func TestReplyFileTurnEndToEnd(t *testing.T) {
 }
 
 func TestReplyFileToolRefusals(t *testing.T) {
-	big := strings.Repeat("x", richproto.MaxReplyFileBytes)
-	cases := []struct {
-		name  string
-		setup func(o *outbox)
-		args  json.RawMessage
-		want  string
-	}{
+	checkToolRefusals(t, []toolRefusal{
 		{"path name", nil, writeArgs("../x", "a"), "plain file name"},
 		{"slash", nil, writeArgs("a/b", "a"), "plain file name"},
 		{"hidden", nil, writeArgs(".bashrc", "a"), "plain file name"},
@@ -91,19 +85,45 @@ func TestReplyFileToolRefusals(t *testing.T) {
 		{"no content", nil, json.RawMessage(`{"name":"a"}`), "exactly one"},
 		{"unknown field", nil, json.RawMessage(`{"name":"a","text":"x","path":"/etc/passwd"}`), "arguments must be"},
 		{"bad base64", nil, json.RawMessage(`{"name":"a","base64":"!!"}`), "not valid"},
-		{"over 10 MiB", nil, writeArgs("a", big+"x"), "at most 10485760 bytes"},
-		{"over 10 MiB base64", nil, json.RawMessage(`{"name":"a","base64":"` + base64.StdEncoding.EncodeToString([]byte(big+"x")) + `"}`), "at most 10485760 bytes"},
 		{"eleventh file", func(o *outbox) {
 			for i := range richproto.MaxReplyFiles {
 				mustWrite(t, o, fmt.Sprintf("f%d", i), "x")
 			}
 		}, writeArgs("eleven", "x"), "at most 10 files"},
+	})
+}
+
+// TestReplyFileToolBounds: TestReplyFileToolRefusals at the size bounds,
+// 10 MiB files.
+func TestReplyFileToolBounds(t *testing.T) {
+	if raceEnabled {
+		// About 15 s of make unit under -race; nothing here runs
+		// concurrently.
+		t.Skip("writes 10 to 50 MiB of files: runs without -race in make unit's second pass")
+	}
+	big := strings.Repeat("x", richproto.MaxReplyFileBytes)
+	checkToolRefusals(t, []toolRefusal{
+		{"over 10 MiB", nil, writeArgs("a", big+"x"), "at most 10485760 bytes"},
+		{"over 10 MiB base64", nil, json.RawMessage(`{"name":"a","base64":"` + base64.StdEncoding.EncodeToString([]byte(big+"x")) + `"}`), "at most 10485760 bytes"},
 		{"over 50 MiB total", func(o *outbox) {
 			for i := range 5 {
 				mustWrite(t, o, fmt.Sprintf("f%d", i), big)
 			}
 		}, writeArgs("one-more", "x"), "at most 52428800 bytes in total"},
-	}
+	})
+}
+
+// toolRefusal is a write_reply_file call the outbox must refuse, naming
+// want, after setup.
+type toolRefusal struct {
+	name  string
+	setup func(o *outbox)
+	args  json.RawMessage
+	want  string
+}
+
+func checkToolRefusals(t *testing.T, cases []toolRefusal) {
+	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			o := openTestOutbox(t, t.TempDir())

@@ -87,13 +87,7 @@ func TestDecodeResultMatchesDecodeStrict(t *testing.T) {
 }
 
 func TestDecodeResultRefusals(t *testing.T) {
-	ten := make([]byte, MaxReplyFileBytes)
-	f10 := `{"name":"a","data":"` + base64.StdEncoding.EncodeToString(ten) + `"}`
-	for _, tt := range []struct {
-		name string
-		in   io.Reader
-		want string
-	}{
+	checkRefusals(t, []refusal{
 		{"empty", strings.NewReader(""), "cut short"},
 		{"array", strings.NewReader(`[]`), "not a JSON object"},
 		{"unknown field", strings.NewReader(`{"INJECTED":1}`), "unknown field"},
@@ -108,13 +102,39 @@ func TestDecodeResultRefusals(t *testing.T) {
 		{"cut in a file", strings.NewReader(`{"files":[{"name":"INJEC`), "cut short"},
 		{"hostile name", strings.NewReader(`{"files":[{"name":"invoice\u202efdp.exe","data":""}]}`), "files[0].name must be a plain file name"},
 		{"eleven files", strings.NewReader(`{"files":[` + strings.TrimSuffix(strings.Repeat(`{"name":"a","data":""},`, 11), ",") + `]}`), "at most 10 reply files"},
-		{"a file over 10 MiB", strings.NewReader(`{"files":[{"name":"a","data":"` + base64.StdEncoding.EncodeToString(append(ten, 0)) + `"}]}`), "files[0] is over"},
-		{"files over 50 MiB", strings.NewReader(`{"files":[` + strings.Repeat(f10+",", 5) + `{"name":"a","data":"AA=="}]}`), "reply files total over"},
 		{"text over its value bound", io.MultiReader(strings.NewReader(`{"text":"`), &repeatReader{b: []byte("x"), n: maxFieldJSON}, strings.NewReader(`"}`)), "a value over its bound"},
 		{"spaces over a value bound", io.MultiReader(strings.NewReader(`{"text":"a",`), &repeatReader{b: []byte(" "), n: maxFieldJSON}, strings.NewReader(`"ok":true}`)), "a value over its bound"},
-		{"a file value over its bound", io.MultiReader(strings.NewReader(`{"files":[{"name":"a","data":"`), &repeatReader{b: []byte("AAAA"), n: maxFileJSON}, strings.NewReader(`"}]}`)), "a value over its bound"},
 		{"invalid", strings.NewReader(`{"turnId":"INJECTED"}`), "turnId must be 32 hex characters"},
-	} {
+	})
+}
+
+// TestDecodeResultFileBounds: TestDecodeResultRefusals at a file's bounds,
+// packets of 14 to 70 MB.
+func TestDecodeResultFileBounds(t *testing.T) {
+	if raceEnabled {
+		// Decoding them under -race took about 20 s of make unit; nothing
+		// here runs concurrently.
+		t.Skip("decodes 14 to 70 MB packets: runs without -race in make unit's second pass")
+	}
+	ten := make([]byte, MaxReplyFileBytes)
+	f10 := `{"name":"a","data":"` + base64.StdEncoding.EncodeToString(ten) + `"}`
+	checkRefusals(t, []refusal{
+		{"a file over 10 MiB", strings.NewReader(`{"files":[{"name":"a","data":"` + base64.StdEncoding.EncodeToString(append(ten, 0)) + `"}]}`), "files[0] is over"},
+		{"files over 50 MiB", strings.NewReader(`{"files":[` + strings.Repeat(f10+",", 5) + `{"name":"a","data":"AA=="}]}`), "reply files total over"},
+		{"a file value over its bound", io.MultiReader(strings.NewReader(`{"files":[{"name":"a","data":"`), &repeatReader{b: []byte("AAAA"), n: maxFileJSON}, strings.NewReader(`"}]}`)), "a value over its bound"},
+	})
+}
+
+// refusal is a packet DecodeResult must refuse with an error naming want.
+type refusal struct {
+	name string
+	in   io.Reader
+	want string
+}
+
+func checkRefusals(t *testing.T, refusals []refusal) {
+	t.Helper()
+	for _, tt := range refusals {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := DecodeResult(tt.in)
 			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
@@ -157,6 +177,9 @@ func TestDecodeResultReadError(t *testing.T) {
 // TestDecodeResultMemory: a packet of 50 MiB of files costs its files and
 // one file's encoded value, not copies of the packet.
 func TestDecodeResultMemory(t *testing.T) {
+	if raceEnabled {
+		t.Skip("decodes a 70 MB packet: runs without -race in make unit's second pass")
+	}
 	size := MaxReplyFileBytes - MaxReplyFileBytes%(3<<10)
 	var before, after runtime.MemStats
 	runtime.GC()
