@@ -131,6 +131,11 @@ func TestReplyPacketHostMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("moves 50 MiB through the host twice")
 	}
+	if raceEnabled {
+		// About 16 s of make unit under -race; TestRichControlTurnReadsThePacketAsAStream
+		// and the other control tests run the same path with small packets under -race.
+		t.Skip("moves 50 MiB through the host twice: runs without -race in make unit's second pass")
+	}
 	const files, size = 5, richproto.MaxReplyFileBytes
 	sock := packetBroker(t, files, size)
 	r, _ := richRigTuned(t, richExtra, nil, richsession.Tuning{Control: socketControl{sock}, Idle: time.Hour})

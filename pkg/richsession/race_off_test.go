@@ -1,0 +1,7 @@
+//go:build !race
+
+package richsession_test
+
+// raceEnabled: this test binary runs under the race detector (its tests
+// that move tens of MiB run in make unit's second pass, without it).
+const raceEnabled = false
