@@ -31,8 +31,8 @@ test:
 # The race detector on every package: a data race is a failed test here.
 # Then the tests that only move tens of MiB, which skip under -race (their
 # packages' raceEnabled): without it they take seconds, not minutes.
-HEAVY_TESTS := TestEightConcurrentRunsKeepTheirResults|TestRunsRefusedWhileResultsHeld|TestDecodeResultFileBounds|TestDecodeResultMemory|TestReplyFileToolBounds|TestRunTurnReadsReplyFiles|TestRichReplyFilesOnTheWire|TestReplyPacketHostMemory|TestRebuildRefusesOversizedBody
-HEAVY_PKGS := ./pkg/coderun/ ./pkg/richproto/ ./pkg/rich/ ./pkg/client/ ./pkg/broker/ ./pkg/richsession/ ./pkg/anthropic/
+HEAVY_TESTS := TestEightConcurrentRunsKeepTheirResults|TestRunsRefusedWhileResultsHeld|TestDecodeResultFileBounds|TestDecodeResultMemory|TestReplyFileToolBounds|TestRunTurnReadsReplyFiles|TestRichReplyFilesOnTheWire|TestReplyPacketHostMemory|TestRebuildRefusesOversizedBody|TestMCPFunctionNameClashFound|TestMCPFunctionNameProperties|TestMCPFunctionNameClashRefused
+HEAVY_PKGS := ./pkg/coderun/ ./pkg/richproto/ ./pkg/rich/ ./pkg/client/ ./pkg/broker/ ./pkg/richsession/ ./pkg/anthropic/ ./pkg/protocol/ ./pkg/config/
 unit:
 	$(GO) vet ./...
 	./test/gotest.sh unit -race ./...

@@ -91,6 +91,10 @@ func hash8(s string) string {
 // TestMCPFunctionNameClashFound: a clash the hash cannot rule out (forged
 // here by calling the check with names whose function names agree) is found.
 func TestMCPFunctionNameClashFound(t *testing.T) {
+	if raceEnabled {
+		// One goroutine, about 2^16 names hashed: several seconds under -race.
+		t.Skip("searches about 2^16 names for a collision: runs without -race in make unit's second pass")
+	}
 	if a, b, clash := MCPFunctionNameClash(0, []string{"x", "y", "x"}); clash {
 		t.Errorf("a repeated name is a duplicate, not a clash: %q %q", a, b)
 	}
@@ -128,6 +132,10 @@ func TestMCPFunctionNameClashFound(t *testing.T) {
 // is valid, deterministic, and distinct tools on one server never share one;
 // names of different servers never meet.
 func TestMCPFunctionNameProperties(t *testing.T) {
+	if raceEnabled {
+		// One goroutine, 100,000 names: most of the package's 9.6 s under -race.
+		t.Skip("checks 100,000 random names: runs without -race in make unit's second pass")
+	}
 	r := rand.New(rand.NewPCG(1, 2))
 	const alphabet = "ab._-_.Z09f"
 	byFn := map[string]string{}

@@ -1,0 +1,7 @@
+//go:build race
+
+package config
+
+// raceEnabled: this test binary runs under the race detector (its
+// single-goroutine searches run in make unit's second pass, without it).
+const raceEnabled = true
