@@ -46,12 +46,11 @@ ProcSubset=all
 // beforeIssue35 is the credential set as shipped before issue 35: root
 // (group _sandbox-broker), confined by a mount namespace of its own
 // (read-only system, credentials read-only, private /tmp, /dev, IPC) and a
-// network namespace. The shipped unit runs as _sandbox-credset without any
-// namespace (units/sandbox-credset@.service).
+// network namespace. The shipped unit runs as _sandbox-credset without a
+// mount namespace (units/sandbox-credset@.service, issue 35).
 const beforeIssue35 = `User=root
 Group=_sandbox-broker
 SupplementaryGroups=
-PrivateNetwork=yes
 ProtectSystem=strict
 ReadOnlyPaths=/etc/roundtable-sandbox/credentials
 ProtectHome=yes
@@ -70,7 +69,7 @@ ProcSubset=pid
 var unitVariants = []unitVariant{
 	{name: "as installed"},
 	{name: "credential set: as before issue 35 (root, own mount and network namespace)", unit: "sandbox-credset@.service", dropin: "[Service]\n" + beforeIssue35},
-	{name: "credential set: PrivateNetwork=yes", unit: "sandbox-credset@.service", dropin: "[Service]\nPrivateNetwork=yes\n"},
+	{name: "credential set: PrivateNetwork=no", unit: "sandbox-credset@.service", dropin: "[Service]\nPrivateNetwork=no\n"},
 	{name: "broker: no mount namespace (attribution only)", unit: "sandbox-broker@.service", dropin: "[Service]\n" + noFSNamespace + "TemporaryFileSystem=\nBindReadOnlyPaths=\nPrivateIPC=no\n"},
 }
 
