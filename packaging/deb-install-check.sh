@@ -112,12 +112,14 @@ expect "image roundtable-sandbox-worker:latest present" docker image inspect rou
 echo "== users, groups, files"
 expect "user _sandbox exists" getent passwd _sandbox
 expect "user _sandbox-broker exists" getent passwd _sandbox-broker
+expect "user _sandbox-credset exists" getent passwd _sandbox-credset
 expect "group sandbox-clients exists" getent group sandbox-clients
 equal "_sandbox is in group docker" yes sh -c 'id -nG _sandbox | tr " " "\n" | grep -qx docker && echo yes'
 equal "_sandbox-broker is not in group docker" no sh -c 'id -nG _sandbox-broker | tr " " "\n" | grep -qx docker && echo yes || echo no'
 equal "config owner and mode" "root _sandbox 640" stat -c '%U %G %a' /etc/roundtable-sandbox/sandbox.yaml
 equal "config is a conffile" /etc/roundtable-sandbox/sandbox.yaml sh -c "dpkg-query -W -f='\${Conffiles}' roundtable-sandbox | awk '{print \$1}'"
-equal "credentials dir owner and mode" "root root 700" stat -c '%U %G %a' /etc/roundtable-sandbox/credentials
+equal "credentials dir owner and mode" "root _sandbox-credset 750" stat -c '%U %G %a' /etc/roundtable-sandbox/credentials
+equal "/run/roundtable-sandbox/credsets" "root _sandbox-credset 710" stat -c '%U %G %a' /run/roundtable-sandbox/credsets
 equal "/run/roundtable-sandbox" "_sandbox _sandbox 755" stat -c '%U %G %a' /run/roundtable-sandbox
 equal "/run/roundtable-sandbox/turns" "_sandbox _sandbox 700" stat -c '%U %G %a' /run/roundtable-sandbox/turns
 equal "/run/roundtable-sandbox/policies" "_sandbox _sandbox-broker 2750" stat -c '%U %G %a' /run/roundtable-sandbox/policies
@@ -204,7 +206,7 @@ if ((standin)); then
 
   echo "== broker units through D-Bus and polkit, as _sandbox"
   t=0123456789abcdef0123456789abcdef t2=fedcba9876543210fedcba9876543210
-  expect "credential file" sh -c 'printf "sk-test-1\n" >/etc/roundtable-sandbox/credentials/openai && chmod 600 /etc/roundtable-sandbox/credentials/openai'
+  expect "credential file" sh -c 'printf "sk-test-1\n" | install -m 0640 -o root -g _sandbox-credset /dev/stdin /etc/roundtable-sandbox/credentials/openai'
   expect "_sandbox makes the turn dir" "${sb[@]}" sh -c "umask 077 && mkdir /run/roundtable-sandbox/turns/$t && chmod 711 /run/roundtable-sandbox/turns/$t"
   expect "_sandbox writes a policy" "${sb[@]}" sh -c "umask 027 && echo '{}' >/run/roundtable-sandbox/policies/$t.json"
   equal "policy gets group _sandbox-broker from the setgid dir" "_sandbox _sandbox-broker 640" stat -c '%U %G %a' "/run/roundtable-sandbox/policies/$t.json"
@@ -245,11 +247,26 @@ if ((standin)); then
 
   echo "== upgrade (reinstall): a changed conffile is kept, the host restarts"
   expect "operator edits the config" sh -c 'echo "# local edit" >>/etc/roundtable-sandbox/sandbox.yaml'
+  # The credential store as an installation before issue 35 left it (root
+  # 0700 directory, root 0600 files), plus a file an operator left too wide
+  # and a symbolic link: postinst gives the files to the copier's group,
+  # never wider (docs/operating.md, "Credentials").
+  c=/etc/roundtable-sandbox/credentials
+  expect "credential store as before issue 35" sh -c "dpkg-statoverride --remove $c && chown root:root $c && chmod 0700 $c &&
+    chown root:root $c/openai && chmod 0600 $c/openai && printf 'sk-wide\n' >$c/wide && chmod 0666 $c/wide && ln -s /etc/passwd $c/link"
   before=$(nsroot_exec systemctl show -p MainPID --value sandbox-host.service)
   out=$(nsroot_exec "${apt_env[@]}" apt-get install -y --reinstall -o Dpkg::Options::=--force-confold /root/roundtable-sandbox.deb 2>&1) &&
     ok "apt-get install --reinstall" || bad "reinstall: $out"
   expect "local config edit kept" grep -q '^# local edit' /etc/roundtable-sandbox/sandbox.yaml
   equal "config owner and mode after upgrade" "root _sandbox 640" stat -c '%U %G %a' /etc/roundtable-sandbox/sandbox.yaml
+  equal "credentials dir after upgrade" "root _sandbox-credset 750" stat -c '%U %G %a' "$c"
+  equal "a root 0600 credential after upgrade" "root _sandbox-credset 640" stat -c '%U %G %a' "$c/openai"
+  equal "a 0666 credential after upgrade (narrowed)" "root _sandbox-credset 640" stat -c '%U %G %a' "$c/wide"
+  equal "the link's target untouched" "root root 644" stat -c '%U %G %a' /etc/passwd
+  expect "the copier's user reads a credential" setpriv --reuid=_sandbox-credset --regid=_sandbox-credset --init-groups cat "$c/openai"
+  refuse "the copier's user cannot write one" setpriv --reuid=_sandbox-credset --regid=_sandbox-credset --init-groups sh -c "echo x >>$c/openai"
+  refuse "the host's user cannot read one" setpriv --reuid=_sandbox --regid=_sandbox --init-groups cat "$c/openai"
+  expect "remove the test's extra credentials" rm -f "$c/wide" "$c/link"
   equal "sandbox-host.socket active after upgrade" active systemctl is-active sandbox-host.socket
   after=$(nsroot_exec systemctl show -p MainPID --value sandbox-host.service)
   if [[ $after != 0 && $after != "$before" ]]; then ok "sandbox-host.service restarted ($before -> $after)"; else bad "host not restarted ($before -> $after)"; fi

@@ -10,6 +10,10 @@
 #  2b. the broker's network rules: AF_NETLINK (its own-address watch) and
 #     IPAddressDeny= link-local and multicast, never localhost or any (loopback
 #     upstreams, egress.allow entries and resolvers are legitimate).
+#  2d. the credential copier (sandbox-credset@, issue 35): runs as
+#     _sandbox-credset without capabilities and with no setting that makes
+#     systemd build a mount namespace (test/e2e TestCredsetCopierHasNoMountNamespace
+#     checks the running unit's namespace against PID 1's).
 #  3. sysusers.d and tmpfiles.d applied to a scratch root: users, groups,
 #     directory owners and modes as DESIGN.md section 2 says.
 #  4. lintian on dist/roundtable-sandbox_<VERSION>-*_amd64.deb when it exists
@@ -172,6 +176,32 @@ grep -q '^IPAddressDeny=any$' units/sandbox-host-fleet.conf && grep -q '^IPAddre
 ((fails > before)) || echo "ok: sandbox-host.service with the fleet drop-in verifies, exposure ${s:-?} (max 4.0), loopback only"
 ((fails > before)) || echo "ok: sandbox-nats.service runs as _sandbox-nats with its StateDirectory, root only for fleet config, off by default"
 
+# 2d. the credential copier: its own user, and no mount namespace (its cost
+#     was 41% of the units' start chain, docs/BENCHMARKS.md section 4e). The
+#     settings that make systemd 252 build one (exec_needs_mount_namespace):
+#     any of these set to anything but its off value.
+echo "== sandbox-credset@.service"
+cu=units/sandbox-credset@.service
+before=$fails
+for want in '^User=_sandbox-credset$' '^Group=_sandbox-credset$' '^SupplementaryGroups=_sandbox-broker$' \
+  '^CapabilityBoundingSet=$' '^NoNewPrivileges=yes$' '^RestrictAddressFamilies=AF_UNIX$' '^IPAddressDeny=any$' \
+  '^SystemCallFilter=@system-service$' '^RuntimeDirectory=roundtable-sandbox/credsets/%i$' '^RuntimeDirectoryMode=0700$'; do
+  grep -Eq "$want" "$cu" || fail "$cu: no line matching $want"
+done
+if grep -Eq '^(DynamicUser|AmbientCapabilities)=.+' "$cu"; then fail "$cu: DynamicUser= or AmbientCapabilities= set"; fi
+for k in ProtectSystem ProtectHome PrivateTmp PrivateDevices PrivateMounts PrivateIPC IPCNamespacePath ProtectKernelTunables \
+  ProtectKernelModules ProtectKernelLogs ProtectControlGroups ProtectProc ProcSubset ReadOnlyPaths ReadWritePaths \
+  InaccessiblePaths ExecPaths NoExecPaths BindPaths BindReadOnlyPaths TemporaryFileSystem RootDirectory RootImage \
+  MountImages ExtensionImages ExtensionDirectories MountFlags LogNamespace StateDirectory CacheDirectory LogsDirectory; do
+  if v=$(grep -E "^$k=" "$cu"); then
+    case $v in
+    *=no | *=false | *=default | *=all | *=) ;;
+    *) fail "$cu: $v makes a mount namespace (issue 35: the copier has none)" ;;
+    esac
+  fi
+done
+((fails > before)) || echo "ok: sandbox-credset@.service runs as _sandbox-credset, no capability, no setting that makes a mount namespace"
+
 # 3. sysusers.d + tmpfiles.d on a scratch root.
 echo "== sysusers.d and tmpfiles.d"
 sr=$work/root
@@ -183,7 +213,7 @@ printf 'root:x:0:\n' >"$sr/etc/group"
 if out=$(systemd-sysusers --root="$sr" roundtable-sandbox.conf 2>&1) &&
   out2=$(systemd-tmpfiles --root="$sr" --create roundtable-sandbox.conf 2>&1); then
   [[ -z $out$out2 ]] || { echo "$out"; echo "$out2"; }
-  for u in _sandbox _sandbox-broker _sandbox-nats; do
+  for u in _sandbox _sandbox-broker _sandbox-credset _sandbox-nats; do
     grep -q "^$u:x:[0-9]*:[0-9]*:[^:]*:/nonexistent:/usr/sbin/nologin$" "$sr/etc/passwd" ||
       fail "sysusers: user $u missing or not a nologin system user"
   done
@@ -192,7 +222,7 @@ if out=$(systemd-sysusers --root="$sr" roundtable-sandbox.conf 2>&1) &&
   for want in "run/roundtable-sandbox 755 _sandbox _sandbox" \
     "run/roundtable-sandbox/turns 700 _sandbox _sandbox" \
     "run/roundtable-sandbox/policies 2750 _sandbox _sandbox-broker" \
-    "run/roundtable-sandbox/credsets 700 root root" \
+    "run/roundtable-sandbox/credsets 710 root _sandbox-credset" \
     "var/lib/roundtable-sandbox 700 _sandbox _sandbox" \
     "var/lib/roundtable-sandbox/workspaces 700 _sandbox _sandbox" \
     "var/lib/roundtable-sandbox/state 700 _sandbox _sandbox"; do

@@ -95,7 +95,11 @@ func newCredset() *cobra.Command {
 				log.Error("credential set failed", "turn", turn, "reason", err.Error())
 				return err
 			}
-			log.Info("credential set", "turn", turn, "copied", r.Copied, "missing", r.Missing, "skipped", r.Skipped, "standby_placeholder", r.Pending)
+			log.Info("credential set", "turn", turn, "copied", r.Copied, "missing", r.Missing, "skipped", r.Skipped, "unreadable", r.Unreadable, "standby_placeholder", r.Pending)
+			if len(r.Unreadable) > 0 {
+				log.Error("credential files the copier may not read: their calls fail closed", "turn", turn, "credentials", r.Unreadable,
+					"fix", "chown root:"+layout.CredsetUser+" and chmod 0640 each file in "+from+" (docs/operating.md, Credentials; sandbox-host doctor checks)")
+			}
 			return nil
 		},
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/container"
 	"github.com/roundtable-sandbox/sandbox/pkg/host"
+	"github.com/roundtable-sandbox/sandbox/pkg/layout"
 	"github.com/roundtable-sandbox/sandbox/pkg/mcp"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 	"github.com/roundtable-sandbox/sandbox/pkg/toolbox"
@@ -69,8 +70,11 @@ func fakeMachine(t *testing.T) (string, doctorDeps) {
 	for _, d := range []string{"run", "ws", "pol", "state", "units", "creds"} {
 		os.Mkdir(filepath.Join(dir, d), 0o700)
 	}
-	os.WriteFile(filepath.Join(dir, "creds", "model"), []byte("sk-secret-value\n"), 0o600)
-	os.WriteFile(filepath.Join(dir, "creds", "mcp-key"), []byte("mcp-secret-value\n"), 0o600)
+	// As postinst leaves them: the directory 0750, files 0640, group the
+	// copier's (the test's own group stands in for _sandbox-credset).
+	os.Chmod(filepath.Join(dir, "creds"), 0o750)
+	os.WriteFile(filepath.Join(dir, "creds", "model"), []byte("sk-secret-value\n"), 0o640)
+	os.WriteFile(filepath.Join(dir, "creds", "mcp-key"), []byte("mcp-secret-value\n"), 0o640)
 	for _, u := range []string{"sandbox-host.socket", "sandbox-host.service", "sandbox-broker@.socket", "sandbox-broker@.service", "sandbox-credset@.service", "sandbox-reaper.service", "sandbox-reaper.timer", "sandbox-nats.service"} {
 		os.WriteFile(filepath.Join(dir, "units", u), nil, 0o644)
 	}
@@ -88,12 +92,20 @@ func fakeMachine(t *testing.T) (string, doctorDeps) {
 	if st, err := os.Stat(filepath.Join(dir, "pol")); err == nil {
 		polGID = int(st.Sys().(*syscall.Stat_t).Gid)
 	}
+	credGID := os.Getgid()
+	if st, err := os.Stat(filepath.Join(dir, "creds")); err == nil {
+		credGID = int(st.Sys().(*syscall.Stat_t).Gid)
+	}
 	d.lookupGroup = func(name string) (int, error) {
-		if name == "_sandbox-broker" {
+		switch name {
+		case "_sandbox-broker":
 			return polGID, nil
+		case layout.CredsetUser:
+			return credGID, nil
 		}
 		return 4321, nil
 	}
+	d.credOwner = os.Getuid()
 	d.docker = func(string) (dockerProbe, error) { return fakeProbe{image: true}, nil }
 	d.toolbox, d.fileSHA256 = fakeToolbox(toolbox.Image{WorkerSHA256: "aa11"}, nil), fakeSHA("aa11", nil) // toolbox_test.go
 	d.credDir = filepath.Join(dir, "creds")
@@ -109,6 +121,14 @@ func fakeMachine(t *testing.T) (string, doctorDeps) {
 		return []mcp.Tool{{Name: "find", Description: "Find", InputSchema: json.RawMessage(`{"type":"object"}`)}}, nil
 	}
 	return cfgPath, d
+}
+
+func credGroupOf(t *testing.T, dir string) int {
+	st, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(st.Sys().(*syscall.Stat_t).Gid)
 }
 
 func statusOf(rep Report, name string) (Check, bool) {
@@ -148,12 +168,43 @@ func TestDoctorFailuresCarryRemedies(t *testing.T) {
 		{"docker down", "docker", "systemctl start docker", func(_ string, d *doctorDeps) {
 			d.docker = func(string) (dockerProbe, error) { return fakeProbe{pingErr: errors.New("refused")}, nil }
 		}},
-		{"credential missing", "credentials", "install -m 0600", func(_ string, d *doctorDeps) {
+		{"credential missing", "credentials", "install -m 0640 -o root -g _sandbox-credset", func(_ string, d *doctorDeps) {
 			os.Remove(filepath.Join(d.credDir, "model"))
 		}},
-		{"egress credential missing", "credentials", "install -m 0600", func(path string, d *doctorDeps) {
+		{"egress credential missing", "credentials", "install -m 0640 -o root -g _sandbox-credset", func(path string, d *doctorDeps) {
 			b, _ := os.ReadFile(path)
 			os.WriteFile(path, append(b, []byte("egress:\n  credentials:\n    - {name: git, host: git.example.com, port: 443, credential: git-token, header: Authorization, format: \"Bearer {}\", clients: [1000]}\n")...), 0o600)
+		}},
+		// Issue 35: the copier reads credentials through its group.
+		{"credential as before issue 35 (0600)", "credentials", "chown root:_sandbox-credset", func(_ string, d *doctorDeps) {
+			os.Chmod(filepath.Join(d.credDir, "model"), 0o600)
+		}},
+		{"credential readable by others", "credentials", "chmod go=", func(_ string, d *doctorDeps) {
+			os.Chmod(filepath.Join(d.credDir, "model"), 0o644)
+		}},
+		{"credential writable by the group", "credentials", "chmod go=", func(_ string, d *doctorDeps) {
+			os.Chmod(filepath.Join(d.credDir, "model"), 0o660)
+		}},
+		{"credential of another group", "credentials", "chown root:_sandbox-credset", func(_ string, d *doctorDeps) {
+			gid := credGroupOf(t, d.credDir) + 1
+			d.lookupGroup = func(name string) (int, error) {
+				if name == layout.CredsetUser {
+					return gid, nil
+				}
+				return 4321, nil
+			}
+		}},
+		{"credentials directory as before issue 35 (0700)", "credentials", "chmod 0750", func(_ string, d *doctorDeps) {
+			os.Chmod(d.credDir, 0o700)
+		}},
+		{"no copier group", "credentials", "reinstall", func(_ string, d *doctorDeps) {
+			lg := d.lookupGroup
+			d.lookupGroup = func(name string) (int, error) {
+				if name == layout.CredsetUser {
+					return 0, errors.New("unknown group")
+				}
+				return lg(name)
+			}
 		}},
 		{"polkit missing", "polkit", "reinstall", func(_ string, d *doctorDeps) { d.polkitRules = []string{"/nonexistent"} }},
 		{"unit missing", "units", "daemon-reload", func(_ string, d *doctorDeps) {
@@ -521,7 +572,7 @@ func TestDoctorCredentialsDirMissing(t *testing.T) {
 	os.RemoveAll(d.credDir)
 	rep := runDoctor(context.Background(), path, d)
 	c, _ := statusOf(rep, "credentials")
-	if c.Status != StatusFail || !strings.Contains(c.Detail, "does not exist") || !strings.Contains(c.Remedy, "install -d -m 0700") {
+	if c.Status != StatusFail || !strings.Contains(c.Detail, "does not exist") || !strings.Contains(c.Remedy, "install -d -m 0750 -o root -g _sandbox-credset") {
 		t.Errorf("credentials: %+v", c)
 	}
 	m, _ := statusOf(rep, "mcp search")

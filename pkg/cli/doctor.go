@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -83,8 +84,11 @@ type doctorDeps struct {
 	unitProperty func(ctx context.Context, unit, prop string) (string, error)
 	resolvConf   string // the resolver configuration brokers read (doctorresolver.go)
 	credDir      string
-	unitDirs     []string
-	polkitRules  []string
+	// credOwner is the uid that must own the credential files (root; the
+	// tests' own uid).
+	credOwner   int
+	unitDirs    []string
+	polkitRules []string
 	// machine is what a derived queue.globalConcurrency comes from.
 	machine func() config.Machine
 }
@@ -119,6 +123,7 @@ func realDoctorDeps() doctorDeps {
 		unitProperty: systemctlProperty,
 		resolvConf:   "/etc/resolv.conf",
 		credDir:      layout.CredentialsDir,
+		credOwner:    0,
 		unitDirs:     []string{"/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system"},
 		polkitRules:  []string{"/usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules", "/etc/polkit-1/rules.d/60-roundtable-sandbox.rules"},
 		machine:      config.ReadMachine,
@@ -386,35 +391,76 @@ const (
 	credDirBroken // another error, reported on the credentials line
 )
 
-// doctorCredentials checks that each named credential has a non-empty file.
-// It reports what it made of the directory.
+// doctorCredentials checks that each named credential has a non-empty file
+// the copier (sandbox-credset@, group _sandbox-credset) may read and nobody
+// else: the directory root:_sandbox-credset 0750, each file
+// root:_sandbox-credset with group read only and no bits for others
+// (docs/operating.md, "Credentials"). It reports what it made of the
+// directory.
 func doctorCredentials(cfg *config.Config, d doctorDeps, add func(name, status, detail, remedy string)) credDirState {
+	mkdir := "install -d -m 0750 -o root -g " + layout.CredsetUser + " " + d.credDir
 	if _, err := d.readDir(d.credDir); err != nil {
 		switch {
 		case errors.Is(err, fs.ErrPermission):
-			add("credentials", StatusSkip, "cannot read "+d.credDir+" as this user (it is root-only)", "run `sudo sandbox-host doctor` to check credential files")
+			add("credentials", StatusSkip, "cannot read "+d.credDir+" as this user (root and the credential copier's group only)", "run `sudo sandbox-host doctor` to check credential files")
 			return credDirUnreadable
 		case errors.Is(err, fs.ErrNotExist):
-			add("credentials", StatusFail, "the credentials directory "+d.credDir+" does not exist", "install -d -m 0700 -o root -g root "+d.credDir+", then write each credential file into it")
+			add("credentials", StatusFail, "the credentials directory "+d.credDir+" does not exist", mkdir+", then write each credential file into it")
 			return credDirMissing
 		}
-		add("credentials", StatusFail, d.credDir+": "+err.Error(), "install -d -m 0700 -o root -g root "+d.credDir)
+		add("credentials", StatusFail, d.credDir+": "+err.Error(), mkdir)
 		return credDirBroken
+	}
+	gid, gerr := d.lookupGroup(layout.CredsetUser)
+	if gerr != nil {
+		add("credentials", StatusFail, "group "+layout.CredsetUser+" does not exist: the credential copier cannot read the credentials", "reinstall the package (systemd-sysusers makes it), then run this again")
+	} else if st, err := d.stat(d.credDir); err == nil {
+		if msg := credModeProblem(st, d.credOwner, gid, true); msg != "" {
+			add("credentials", StatusFail, "the credentials directory "+d.credDir+" "+msg, "chown root:"+layout.CredsetUser+" "+d.credDir+" && chmod 0750 "+d.credDir)
+		}
 	}
 	for _, name := range credentialNames(cfg) {
 		p := filepath.Join(d.credDir, name)
+		write := "write it with: install -m 0640 -o root -g " + layout.CredsetUser + " /dev/stdin " + p
 		st, err := d.stat(p)
 		switch {
 		case err != nil:
-			add("credentials", StatusFail, "credential "+name+" has no file", "write it with: install -m 0600 -o root -g root /dev/stdin "+p)
+			add("credentials", StatusFail, "credential "+name+" has no file", write)
 		case !st.Mode().IsRegular() || st.Size() == 0:
-			add("credentials", StatusFail, "credential "+name+" is empty or not a regular file", "write it with: install -m 0600 -o root -g root /dev/stdin "+p)
+			add("credentials", StatusFail, "credential "+name+" is empty or not a regular file", write)
+		case gerr == nil && credModeProblem(st, d.credOwner, gid, false) != "":
+			add("credentials", StatusFail, "credential "+name+" "+credModeProblem(st, d.credOwner, gid, false), "chmod go= "+p+" && chown root:"+layout.CredsetUser+" "+p+" && chmod g=r "+p)
 		default:
 			add("credentials", StatusOK, "credential "+name+" present", "")
 		}
 	}
 	return credDirReadable
 }
+
+// credModeProblem says what is wrong with the owner and mode of the
+// credentials directory (dir) or of a credential file for the copier, whose
+// group is gid: it must be owner's (root), group gid with read (and for the
+// directory search) and never write, nothing for others. "" when right.
+func credModeProblem(st fs.FileInfo, owner, gid int, dir bool) string {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return ""
+	}
+	perm := st.Mode().Perm()
+	wantGroup := fs.FileMode(0o040)
+	if dir {
+		wantGroup = 0o050
+	}
+	switch {
+	case perm&0o007 != 0 || perm&0o020 != 0 || int(sys.Uid) != owner:
+		return fmt.Sprintf("is %s with mode %04o: others than root and the copier's group %s could read or write it", ownerText(sys), perm, layout.CredsetUser)
+	case int(sys.Gid) != gid || perm&wantGroup != wantGroup:
+		return fmt.Sprintf("is %s with mode %04o: the credential copier (group %s) cannot read it, so a broker gets no credential from it", ownerText(sys), perm, layout.CredsetUser)
+	}
+	return ""
+}
+
+func ownerText(sys *syscall.Stat_t) string { return fmt.Sprintf("uid %d gid %d", sys.Uid, sys.Gid) }
 
 // doctorMCP lists each server's tools and compares them with the declared ones.
 func doctorMCP(ctx context.Context, cfg *config.Config, d doctorDeps, creds credDirState, add func(name, status, detail, remedy string)) {

@@ -1,6 +1,7 @@
 // Package credset gives one turn's broker exactly the credentials its policy
-// names. sandbox-credset@<turn>.service (root, no capabilities, group
-// _sandbox-broker to read the policy) runs it before
+// names. sandbox-credset@<turn>.service (user _sandbox-credset, no
+// capabilities and no mount namespace, group _sandbox-credset to read the
+// credential store, group _sandbox-broker to read the policy) runs it before
 // sandbox-broker@<turn>.service, which loads the result with
 // LoadCredential=sandbox:/run/roundtable-sandbox/credsets/<turn>.
 //
@@ -11,7 +12,10 @@
 // credential.MaxBytes, writes each copy 0400 with O_EXCL|O_NOFOLLOW, and
 // never logs a value. A named credential that does not exist, or is not a
 // regular file (a symlink, say), is skipped: the broker then fails that call
-// closed, as before.
+// closed, as before. One the copier may not read (no group
+// _sandbox-credset read: a file written after the package's postinst
+// without `-g _sandbox-credset -m 0640`) is skipped too, and named as
+// unreadable so that the log says what to fix.
 package credset
 
 import (
@@ -39,10 +43,18 @@ type Result struct {
 	// Skipped: present but not a regular file within credential.MaxBytes
 	// (a symlink, say); the broker fails their calls closed.
 	Skipped []string
+	// Unreadable: present but not readable by this process (the file
+	// lacks group _sandbox-credset's read, docs/operating.md); the broker
+	// fails their calls closed.
+	Unreadable []string
 	// Pending: the policy file is a standby's placeholder; the names it
 	// lists were copied (none when it lists none: never every credential).
 	Pending bool
 }
+
+// readAt reads one credential file (a seam: the tests run as root, whom no
+// file mode refuses).
+var readAt = atomicfile.ReadAt
 
 // Copy reads policyDir/<turn>.json and copies each credential it names from
 // fromDir into outDir (an existing, empty directory of this process).
@@ -83,9 +95,13 @@ func Copy(turn, policyDir, fromDir, outDir string) (Result, error) {
 	}
 	defer unix.Close(out)
 	for _, name := range names {
-		data, err := atomicfile.ReadAt(from, name, credential.MaxBytes)
+		data, err := readAt(from, name, credential.MaxBytes)
 		if errors.Is(err, fs.ErrNotExist) {
 			r.Missing = append(r.Missing, name)
+			continue
+		}
+		if errors.Is(err, fs.ErrPermission) {
+			r.Unreadable = append(r.Unreadable, name)
 			continue
 		}
 		if err != nil {

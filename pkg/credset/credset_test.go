@@ -1,11 +1,14 @@
 package credset
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 )
@@ -149,5 +152,45 @@ func TestCopyRefusesABadPolicy(t *testing.T) {
 	writePolicy(t, other, func(p *policy.Policy) { p.TurnID = "ffffffffffffffffffffffffffffffff" })
 	if _, err := Copy(turn, other, other, other); err == nil {
 		t.Errorf("a policy of another turn was accepted")
+	}
+}
+
+// TestUnreadableCredentialIsNamed: a credential file the copier may not read
+// (no group _sandbox-credset read; the tests run as root, so the refusal is
+// the seam's) is neither copied nor mistaken for a missing one, and the copy
+// of the others goes on.
+func TestUnreadableCredentialIsNamed(t *testing.T) {
+	root := t.TempDir()
+	pol, from, out := filepath.Join(root, "pol"), filepath.Join(root, "creds"), filepath.Join(root, "out")
+	for _, d := range []string{pol, from, out} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"model", "tool-key"} {
+		if err := os.WriteFile(filepath.Join(from, n), []byte(n), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writePolicy(t, pol, func(p *policy.Policy) {
+		p.Tools = []policy.Tool{{Name: "a", Kind: policy.KindHTTP, URL: "https://t.example.com/", TimeoutMs: 1000, Credential: "tool-key"}}
+	})
+	real := readAt
+	t.Cleanup(func() { readAt = real })
+	readAt = func(dirfd int, name string, max int64) ([]byte, error) {
+		if name == "tool-key" {
+			return nil, fmt.Errorf("atomicfile: open %s: %w", name, unix.EACCES)
+		}
+		return real(dirfd, name, max)
+	}
+	r, err := Copy(turn, pol, from, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.Copied, []string{"model"}) || !slices.Equal(r.Unreadable, []string{"tool-key"}) || len(r.Missing)+len(r.Skipped) != 0 {
+		t.Errorf("result %+v, want copied [model], unreadable [tool-key], nothing missing or skipped", r)
+	}
+	if _, err := os.Stat(filepath.Join(out, "tool-key")); err == nil {
+		t.Error("an unreadable credential has a copy")
 	}
 }

@@ -37,6 +37,10 @@ const (
 
 	HostUser   = "_sandbox"
 	BrokerUser = "_sandbox-broker"
+	// CredsetUser runs sandbox-credset@<turn>.service, the copier of a
+	// turn's credentials; its group is the only one that reads
+	// CredentialsDir (root:_sandbox-credset 0750, files 0640).
+	CredsetUser = "_sandbox-credset"
 	// ClientGroup may connect to the host API socket.
 	ClientGroup = "sandbox-clients"
 

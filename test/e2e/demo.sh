@@ -642,6 +642,9 @@ X chmod -R a+rX "$PROJECT"
 # the web page stand-in is on 127.0.0.1.
 X sh -c "umask 077; cat /run/roundtable-demo-mcp/api-token > $CREDS/demo-api && install -m 0644 /run/roundtable-demo-mcp/api-ca.pem ${CONF%/*}/demo-api-ca.pem"
 X sh -c "umask 077; mkdir -p $CREDS && echo demo-key-\$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n') > $CRED && echo mcp-demo-\$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n') > $CREDS/mcp-demo"
+# The copier of a turn's credentials reads them through its group
+# (docs/operating.md, "Credentials").
+X sh -c "chgrp _sandbox-credset $CREDS/demo-api $CRED $CREDS/mcp-demo && chmod 0640 $CREDS/demo-api $CRED $CREDS/mcp-demo"
 X sh -c "cat > $CONF.demo-tmp" <<YAML
 # roundtable-sandbox demo configuration (written by make demo)
 model:

@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,7 +20,9 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -107,11 +110,8 @@ func setup() error {
 	if env.mcpPort, err = startFake("fakemcp", "-record", env.mcpRec); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(credentialsDir, 0o700); err != nil {
-		return err
-	}
 	for name, v := range map[string]string{"model": env.credential, "mcp-search": env.mcpCred} {
-		if err := os.WriteFile(filepath.Join(credentialsDir, name), []byte(v+"\n"), 0o600); err != nil {
+		if err := writeCredential(name, v+"\n"); err != nil {
 			return err
 		}
 	}
@@ -441,6 +441,34 @@ func restartHost(t *testing.T) {
 }
 
 // run runs a command and returns its combined output.
+// writeCredential writes a credential file as an operator should
+// (docs/operating.md, "Credentials"): root:_sandbox-credset 0640, so the
+// copier of sandbox-credset@<turn>.service may read it, and atomically
+// (a temporary file in the same directory, renamed over the name).
+func writeCredential(name, value string) error {
+	g, err := user.LookupGroup(layout.CredsetUser)
+	if err != nil {
+		return err
+	}
+	gid, err := strconv.Atoi(g.Gid)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(credentialsDir, ".e2e-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.WriteString(value); err != nil {
+		f.Close()
+		return err
+	}
+	if err := errors.Join(f.Chown(0, gid), f.Chmod(0o640), f.Sync(), f.Close()); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), filepath.Join(credentialsDir, name))
+}
+
 func run(name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

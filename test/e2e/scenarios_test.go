@@ -930,7 +930,7 @@ func TestBrokerHoldsOnlyItsOwnCredentialsAndPolicy(t *testing.T) {
 	const ch = "e2e-least"
 	channelOn(t, ch)
 	extra := filepath.Join(credentialsDir, "unused-e2e")
-	if err := os.WriteFile(extra, []byte("sk-unused-"+randHex(8)+"\n"), 0o600); err != nil {
+	if err := writeCredential("unused-e2e", "sk-unused-"+randHex(8)+"\n"); err != nil {
 		t.Fatal(err)
 	}
 	defer os.Remove(extra)

@@ -100,7 +100,7 @@ func TestRunCredentialedGitClone(t *testing.T) {
 	}
 	t.Cleanup(func() { os.Remove(caFile) })
 	credFile := filepath.Join(credentialsDir, "e2e-git-token")
-	if err := os.WriteFile(credFile, []byte(token+"\n"), 0o600); err != nil {
+	if err := writeCredential("e2e-git-token", token+"\n"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Remove(credFile) })

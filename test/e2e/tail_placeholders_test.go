@@ -150,7 +150,7 @@ func TestRunPlaceholderClients(t *testing.T) {
 	t.Cleanup(func() { os.Remove(caFile) })
 	for name, tok := range map[string]string{"e2e-ph-git": gitToken, "e2e-ph-api": apiToken} {
 		f := filepath.Join(credentialsDir, name)
-		if err := os.WriteFile(f, []byte(tok+"\n"), 0o600); err != nil {
+		if err := writeCredential(name, tok+"\n"); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { os.Remove(f) })

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -42,12 +43,53 @@ ProtectProc=default
 ProcSubset=all
 `
 
+// beforeIssue35 is the credential set as shipped before issue 35: root
+// (group _sandbox-broker), confined by a mount namespace of its own
+// (read-only system, credentials read-only, private /tmp, /dev, IPC) and a
+// network namespace. The shipped unit runs as _sandbox-credset without a
+// mount namespace (units/sandbox-credset@.service, issue 35).
+const beforeIssue35 = `User=root
+Group=_sandbox-broker
+SupplementaryGroups=
+ProtectSystem=strict
+ReadOnlyPaths=/etc/roundtable-sandbox/credentials
+ProtectHome=yes
+PrivateTmp=yes
+PrivateMounts=yes
+PrivateDevices=yes
+PrivateIPC=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectProc=invisible
+ProcSubset=pid
+`
+
 var unitVariants = []unitVariant{
 	{name: "as installed"},
+	{name: "credential set: as before issue 35 (root, own mount and network namespace)", unit: "sandbox-credset@.service", dropin: "[Service]\n" + beforeIssue35},
 	{name: "credential set: PrivateNetwork=no", unit: "sandbox-credset@.service", dropin: "[Service]\nPrivateNetwork=no\n"},
-	{name: "credential set: no IP firewall (IPAddressDeny= cleared)", unit: "sandbox-credset@.service", dropin: "[Service]\nIPAddressDeny=\n"},
-	{name: "credential set: no mount namespace (attribution only)", unit: "sandbox-credset@.service", dropin: "[Service]\n" + noFSNamespace + "ReadOnlyPaths=\nPrivateIPC=no\n"},
 	{name: "broker: no mount namespace (attribution only)", unit: "sandbox-broker@.service", dropin: "[Service]\n" + noFSNamespace + "TemporaryFileSystem=\nBindReadOnlyPaths=\nPrivateIPC=no\n"},
+}
+
+// pickVariants keeps the installed units (always first: the base of every
+// comparison) and the variants whose name matches only (all when empty).
+func pickVariants(only string) ([]unitVariant, error) {
+	if only == "" {
+		return unitVariants, nil
+	}
+	re, err := regexp.Compile(only)
+	if err != nil {
+		return nil, fmt.Errorf("--only: %w", err)
+	}
+	out := []unitVariant{unitVariants[0]}
+	for _, v := range unitVariants[1:] {
+		if re.MatchString(v.name) {
+			out = append(out, v)
+		}
+	}
+	return out, nil
 }
 
 const dropinName = "zz-sandbox-bench.conf"
@@ -65,9 +107,14 @@ func cmdUnitVariants(args []string) error {
 	per := fs.Int("per-round", 2, "starts per variant and round")
 	cred := fs.String("credential", "model", "credential name the placeholder lists")
 	unitDir := fs.String("unit-dir", "/etc/systemd/system", "where drop-in directories go")
+	only := fs.String("only", "", "regexp: run only the variants whose name matches (and the installed units)")
 	_ = fs.Parse(args)
 	if *out == "" {
 		return errors.New("--out is required")
+	}
+	unitVariants, err := pickVariants(*only)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := signalContext()
 	defer cancel()

@@ -418,10 +418,15 @@ func writeUnderLoad(b *strings.Builder, in *Inputs) {
 	if uv := in.UnitVariants; uv != nil && len(uv.Variants) > 0 {
 		p("### What the units' own sandbox costs\n\n")
 		p("The same start (one service start waited for, as root: the variable is systemd's work, not polkit) with the installed units and with one drop-in at a time (`daemon-reload` between, off the clock), interleaved, %d rounds x %d starts per variant; systemd's job times per turn from the journal. Load average %s at start, %s at end.\n\n", uv.Rounds, uv.PerRound, uv.LoadStart, uv.LoadEnd)
-		p("| variant | starts | broker ready p50 / p95 ms | credential-set job p50 / p95 ms | broker activation p50 ms | socket start to READY p50 ms | failures |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+		p("| variant | starts | broker ready p50 / p95 ms | credential-set job p50 / p95 ms | broker activation p50 ms | socket start to READY p50 / p95 ms | chain p50 / installed's | failures |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+		base := stats.Quantile(uv.Variants[0].JobsMs[journal.PhaseSocketToReady], 0.5)
 		for _, v := range uv.Variants {
 			cj, act, ch := stats.Summarize(v.JobsMs[journal.PhaseCredsetJob]), stats.Summarize(v.JobsMs[journal.PhaseBrokerActivation]), stats.Summarize(v.JobsMs[journal.PhaseSocketToReady])
-			p("| %s | %d | %s / %s | %s / %s | %s | %s | %d |\n", v.Name, v.Ready.N, ms(v.Ready.Median), ms(v.Ready.P95), ms(cj.Median), ms(cj.P95), ms(act.Median), ms(ch.Median), v.Failures)
+			ratio := "-"
+			if base > 0 && ch.N > 0 {
+				ratio = fmt.Sprintf("%.2f", ch.Median/base)
+			}
+			p("| %s | %d | %s / %s | %s / %s | %s | %s / %s | %s | %d |\n", v.Name, v.Ready.N, ms(v.Ready.Median), ms(v.Ready.P95), ms(cj.Median), ms(cj.P95), ms(act.Median), ms(ch.Median), ms(ch.P95), ratio, v.Failures)
 		}
 		p("\n")
 		for _, e := range uv.Errors {
@@ -494,10 +499,12 @@ func writeUnderLoadAnalysis(b *strings.Builder, in *Inputs) {
 	if uv := in.UnitVariants; uv != nil && len(uv.Variants) > 1 {
 		base := uv.Variants[0]
 		bc := stats.Quantile(base.JobsMs[journal.PhaseCredsetJob], 0.5)
+		bch := stats.Quantile(base.JobsMs[journal.PhaseSocketToReady], 0.5)
 		for _, v := range uv.Variants[1:] {
 			c := stats.Quantile(v.JobsMs[journal.PhaseCredsetJob], 0.5)
-			add("Units' sandbox (section 4e): with %s the broker is READY at p50 %s ms against %s ms as installed (credential-set job %s against %s ms).",
-				"`"+v.Name+"`", ms(v.Ready.Median), ms(base.Ready.Median), ms(c), ms(bc))
+			ch := stats.Quantile(v.JobsMs[journal.PhaseSocketToReady], 0.5)
+			add("Units' sandbox (section 4e): with %s the broker is READY at p50 %s ms against %s ms as installed (credential-set job %s against %s ms; the chain in systemd %s against %s ms).",
+				"`"+v.Name+"`", ms(v.Ready.Median), ms(base.Ready.Median), ms(c), ms(bc), ms(ch), ms(bch))
 		}
 	}
 	if len(lines) == 0 {

@@ -243,13 +243,14 @@ func (b *box) prepare() error {
 		{"install", "-m", "0644", filepath.Join(pki, b.name+".pem"), fleetDir + "/box.pem"},
 		{"install", "-m", "0640", "-g", "_sandbox", filepath.Join(pki, b.name+".key"), fleetDir + "/box.key"},
 		{"sh", "-c", "openssl rand -hex 32 | install -m 0600 /dev/stdin " + fleetDir + "/jetstream.key"},
-		{"mkdir", "-p", "-m", "0700", layout.CredentialsDir},
+		{"mkdir", "-p", "-m", "0750", layout.CredentialsDir},
 	} {
 		if _, _, err := b.exec("", c...); err != nil {
 			return err
 		}
 	}
-	if err := b.install(b.cred+"\n", layout.CredentialsDir+"/model", "-m", "0600"); err != nil {
+	// As docs/operating.md says: the credential copier's group reads it.
+	if err := b.install(b.cred+"\n", layout.CredentialsDir+"/model", "-m", "0640", "-o", "root", "-g", layout.CredsetUser); err != nil {
 		return err
 	}
 	out, _, err := b.exec("", "/usr/bin/sandbox-host", "fleet", "nkey", "--output", fleetDir+"/box.nkey")
