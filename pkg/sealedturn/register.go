@@ -108,6 +108,11 @@ func (k *Kind) RunChannelTurn(ctx context.Context, in *kind.Turn) kind.Outcome {
 		in.Answer(reply, t.ID)
 		o.Answered = true
 	}
+	// The next standby's preparation, if the turn ran and PrepareAfter did
+	// not start it yet: only now, after the answer, so it never slows it.
+	if t.prepareTimer != nil {
+		k.prepareNow(t)
+	}
 	o.CleanupErr = k.Cleanup(t, log)
 	if o.CleanupErr != nil {
 		k.hold(t, log)
