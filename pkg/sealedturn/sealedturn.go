@@ -438,6 +438,7 @@ const (
 	PhaseStandbyBind    = "standby_bind"    // the turn's policy and stdin prepared for a standby
 	PhaseStandbyTake    = "standby_take"    // the ready standby taken from the pool (its liveness check included)
 	PhaseStartWait      = "start_wait"      // a cold turn waited for a start slot (queue.startConcurrency)
+	PhaseAnswer         = "answer"          // the reply written to its client (before the cleanup)
 )
 
 // standbyBrokerSlack is how long a standby's broker waits for its policy
