@@ -15,6 +15,7 @@
 #
 # Knobs: BENCH_ROUNDS (40) BENCH_WARMUP (3) BENCH_BROKER_ITER (3000) BENCH_EGRESS (1)
 # BENCH_LOAD_CHANNELS (16) BENCH_LOAD_TURNS (4) BENCH_READY_N (10)
+# BENCH_LOAD_STARTS (empty: the load again per queue.startConcurrency listed) BENCH_LOAD_START_ROUNDS (1)
 # BENCH_IDLE_CHANNELS (64: standbys' idle cost) BENCH_RUNSC_ROUNDS (7: runsc beside runc)
 # BENCH_RUN_ROUNDS (20: code runs of echo ready beside docker run --rm; 0 skips)
 # BENCH_SESSION_ROUNDS (40: session exec of true beside docker exec, 1 MiB put/get; 0 skips)

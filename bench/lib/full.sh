@@ -212,6 +212,7 @@ bench_run_mode() {
   bench_log "load: $BENCH_LOAD_CHANNELS channels x $BENCH_LOAD_TURNS turns"
   ns_exec "$BIN/sandbox-bench" load --out "$BENCH_RESULTS/load.json" --host-socket "$HOST_SOCK" \
     --channels "$BENCH_LOAD_CHANNELS" --turns "$BENCH_LOAD_TURNS" --channel-prefix "$CHANNEL_LOAD_PREFIX"
+  bench_load_starts
 
   bench_backtoback
   bench_burst
@@ -223,6 +224,35 @@ bench_run_mode() {
 
   bench_runtimes
   bench_standby_mem
+}
+
+# bench_load_starts: the start bound's factor under load (issue 35): the
+# same channels x turns load once per queue.startConcurrency in
+# BENCH_LOAD_STARTS (comma-separated; empty, the default, skips),
+# interleaved by BENCH_LOAD_START_ROUNDS (1), the host restarted on each
+# (off the clock; its startup reap leaves no standby, so each variant starts
+# cold as the shipped series did); load-starts-S-R.json per run. The config
+# is restored at the end. The report does not render these yet.
+bench_load_starts() {
+  local starts=${BENCH_LOAD_STARTS:-} rounds=${BENCH_LOAD_START_ROUNDS:-1} cfg=/etc/roundtable-sandbox/sandbox.yaml s r
+  [[ -n $starts ]] || return 0
+  ns_exec cp -a "$cfg" "$WORK/sandbox.yaml.before-starts"
+  for r in $(seq 1 "$rounds"); do
+    for s in ${starts//,/ }; do
+      awk -v add="  startConcurrency: $s" '{print} /^queue:/{print add}' "$WORK/sandbox.yaml.before-starts" >"$WORK/sandbox.yaml.starts"
+      chmod 0644 "$WORK/sandbox.yaml.starts"
+      ns_exec install -m 0640 -o root -g _sandbox "$WORK/sandbox.yaml.starts" "$cfg"
+      ns_exec systemctl restart sandbox-host.service
+      host_wait_active
+      bench_log "load with queue.startConcurrency $s (round $r of $rounds)"
+      ns_exec "$BIN/sandbox-bench" load --out "$BENCH_RESULTS/load-starts-$s-$r.json" --host-socket "$HOST_SOCK" \
+        --channels "$BENCH_LOAD_CHANNELS" --turns "$BENCH_LOAD_TURNS" --channel-prefix "$CHANNEL_LOAD_PREFIX" ||
+        note "- The load with queue.startConcurrency $s failed (see the log of make bench)."
+    done
+  done
+  ns_exec install -m 0640 -o root -g _sandbox "$WORK/sandbox.yaml.before-starts" "$cfg"
+  ns_exec systemctl restart sandbox-host.service
+  host_wait_active
 }
 
 # bench_runtimes: runsc beside runc, cold and standby turns, interleaved by

@@ -105,8 +105,15 @@ func (k *Kind) RunChannelTurn(ctx context.Context, in *kind.Turn) kind.Outcome {
 	if runErr == nil && in.Answer != nil {
 		// The turn stays listed (its container and units still exist, the
 		// reaper must keep them) but is no longer cancellable.
+		since := time.Now()
 		in.Answer(reply, t.ID)
+		t.Phase(k.life, PhaseAnswer, since)
 		o.Answered = true
+	}
+	// The next standby's preparation, if the turn ran and PrepareAfter did
+	// not start it yet: only now, after the answer, so it never slows it.
+	if t.prepareTimer != nil {
+		k.prepareNow(t)
 	}
 	o.CleanupErr = k.Cleanup(t, log)
 	if o.CleanupErr != nil {

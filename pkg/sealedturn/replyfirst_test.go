@@ -13,6 +13,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandboxtest"
 	"github.com/roundtable-sandbox/sandbox/pkg/sealedturn"
+	"github.com/roundtable-sandbox/sandbox/pkg/standby"
 )
 
 // The reply leaves before the cleanup (docs/sealed-turns.md): a sealed
@@ -222,4 +223,39 @@ func TestFailedCleanupHoldsTheChannel(t *testing.T) {
 			r.assertClean(t)
 		})
 	}
+}
+
+// TestNextStandbyPreparedAfterAFastAnswer: a turn that answers before
+// PrepareAfter (here an hour) has asked for no preparation of its
+// channel's next standby when it answers, on the cold path and on a
+// standby, so that work (systemd, Docker) never shares the CPUs with its
+// reply; the preparation starts right after the answer and the next turn
+// binds it. Fails on a kind that prepares at the worker's stdin. (A turn
+// still running at PrepareAfter prepares while it runs:
+// TestStandbyPreparedWhenBound, TestStandbyPreparedWhileColdTurnRuns.)
+func TestNextStandbyPreparedAfterAFastAnswer(t *testing.T) {
+	defer func(d time.Duration) { sealedturn.PrepareAfter = d }(sealedturn.PrepareAfter)
+	sealedturn.PrepareAfter = time.Hour
+	r, _ := newWarmRig(t, "")
+	for i, want := range []bool{false, true, true} {
+		done, err := r.kit.Host.Admit(func() error { return nil })
+		must(t, err)
+		var atAnswer kind.Report
+		in := &kind.Turn{
+			ID: ids.NewTurnID(), Channel: "c", Speaker: protocol.Speaker{ID: "s1", Name: "Ann"}, Principal: "p1", Text: "hi",
+			Deadline: time.Now().Add(time.Minute), Rebind: func(string) {},
+			Answer: func(*protocol.Reply, string) { atAnswer = r.status("c") },
+		}
+		out := r.k.RunChannelTurn(context.Background(), in)
+		done()
+		if out.RunErr != nil || !out.Answered || out.Done[1] != want {
+			t.Fatalf("turn %d: run %v answered %v standby %v; want a standby %v", i, out.RunErr, out.Answered, out.Done[1], want)
+		}
+		if atAnswer.Standby != standby.StateNone {
+			t.Errorf("turn %d: the next standby %q at the answer; want none asked for before it", i, atAnswer.Standby)
+		}
+		readyStandby(t, r, "c")
+	}
+	r.shutdown()
+	r.assertClean(t)
 }

@@ -159,6 +159,10 @@ type Turn struct {
 	// standbys are off); asked: prepareNext asked the pool for it.
 	next  string
 	asked bool
+	// prepareOnce runs prepareNext once: PrepareAfter past the worker's
+	// stdin (prepareTimer) or at the turn's answer, whichever first.
+	prepareOnce  sync.Once
+	prepareTimer *time.Timer
 }
 
 // Warm reports whether the turn bound a standby.
@@ -297,8 +301,8 @@ func (k *Kind) Execute(ctx context.Context, t *Turn) (*protocol.Reply, error) {
 		}
 		releaseStart() // started: the next turn's start may begin
 		// The turn's own Docker and systemd work is done: the next
-		// standby is prepared while the model answers.
-		k.prepareNext(t)
+		// standby is prepared while the model answers (armPrepare).
+		k.armPrepare(t)
 		return nil
 	}
 	since = time.Now()
@@ -434,6 +438,7 @@ const (
 	PhaseStandbyBind    = "standby_bind"    // the turn's policy and stdin prepared for a standby
 	PhaseStandbyTake    = "standby_take"    // the ready standby taken from the pool (its liveness check included)
 	PhaseStartWait      = "start_wait"      // a cold turn waited for a start slot (queue.startConcurrency)
+	PhaseAnswer         = "answer"          // the reply written to its client (before the cleanup)
 )
 
 // standbyBrokerSlack is how long a standby's broker waits for its policy
@@ -550,6 +555,35 @@ func (k *Kind) TakeStandby(ctx context.Context, t *Turn, rebind func(id string))
 	rebind(lease.TurnID)
 	lease.Release()
 	t.warm = lease.Warm.(*warmTurn)
+}
+
+// PrepareAfter is how long after a running turn's stdin its channel's next
+// standby's preparation starts, unless the turn's answer comes first (then
+// it starts at the answer). The preparation (broker units through systemd,
+// a container's create and start through Docker) takes the CPUs for
+// hundreds of milliseconds: started with the worker's stdin it slowed a
+// fast turn's own reply (docs/sealed-turns.md, "The warm path"). A turn
+// that answers within PrepareAfter (a fake model's, median 20 ms) pays
+// none of it; a model that thinks longer (a conversation's, seconds) still
+// has its next standby made while it thinks, PrepareAfter later.
+var PrepareAfter = 50 * time.Millisecond
+
+// armPrepare starts t's next standby's preparation PrepareAfter from now
+// or at prepareNow, whichever comes first (once).
+func (k *Kind) armPrepare(t *Turn) {
+	if t.next == "" {
+		return
+	}
+	t.prepareTimer = time.AfterFunc(PrepareAfter, func() { t.prepareOnce.Do(func() { k.prepareNext(t) }) })
+}
+
+// prepareNow runs t's prepareNext now unless it ran (once per turn; its
+// effects on t are visible once prepareNow returns).
+func (k *Kind) prepareNow(t *Turn) {
+	if t.prepareTimer != nil {
+		t.prepareTimer.Stop()
+	}
+	t.prepareOnce.Do(func() { k.prepareNext(t) })
 }
 
 // prepareNext starts preparing the channel's next standby once t runs (a
@@ -703,7 +737,7 @@ func (k *Kind) bindStandby(ctx context.Context, t *Turn) (*protocol.Reply, error
 		return nil, fmt.Errorf("policy file: %w", err)
 	}
 	t.Phase(k.life, PhaseStandbyBind, since)
-	k.prepareNext(t)
+	k.armPrepare(t)
 	since = time.Now()
 	sink := k.life.WorkerLogs().Turn(t.Tag, t.ID, t.Container)
 	var res sandbox.RunResult

@@ -523,11 +523,12 @@ func TestStandbyChannelOffDiscards(t *testing.T) {
 	waitStandby(t, r, "c", standby.StateReady)
 	must(t, r.kit.Host.State.SetMode("c", chanstate.ModeOff))
 	r.k.ChannelMode("c", chanstate.ModeOff, "")
-	waitFor(t, "nothing left", func() bool { return r.docker.LiveCount() == 0 && r.units.ActiveCount() == 0 })
+	// The discard is counted once its cleanup returned (container, units,
+	// then the directory and policy file): the sync point for "nothing left".
+	waitFor(t, "the channel_off discard counted", func() bool {
+		return counter(t, r, "sandbox_standby_discards_total", map[string]string{"reason": standby.ReasonChannelOff}) == 1
+	})
 	r.assertClean(t)
-	if counter(t, r, "sandbox_standby_discards_total", map[string]string{"reason": standby.ReasonChannelOff}) != 1 {
-		t.Error("channel_off discard not counted")
-	}
 	if st := r.status("c"); st.Standby != standby.StateNone {
 		t.Errorf("standby %q after channel off", st.Standby)
 	}
