@@ -325,13 +325,15 @@ func (k *Kind) reserve(s *Session) error {
 	c := k.cfg.Sessions
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	// The client's own bound first: it is what refuses the client even
+	// when the box has room (or a standby to give up, standby.go).
 	switch {
-	case len(k.sessions) >= c.MaxLive:
-		return busyf("%d sessions live on this box, its bound (sessions.maxLive); close one or retry later", c.MaxLive)
 	case k.stopped && s.standby:
 		return busyf("the host is stopping")
 	case !s.standby && k.perOwner[s.owner] >= c.MaxPerClient:
 		return busyf("this client has %d sessions, its bound (sessions.maxPerClient); close one first", c.MaxPerClient)
+	case len(k.sessions) >= c.MaxLive:
+		return busyf("%d sessions live on this box, its bound (sessions.maxLive); close one or retry later", c.MaxLive)
 	case k.memoryMB+s.memMB > c.MaxMemoryMB:
 		return busyf("the sessions' memory would pass %d MiB (sessions.maxMemoryMb); close one or ask for less memory", c.MaxMemoryMB)
 	}

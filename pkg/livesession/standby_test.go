@@ -2,7 +2,9 @@ package livesession
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,5 +118,31 @@ func TestStandbyTakenByAPlainCreate(t *testing.T) {
 	plain := newRig(t, nil)
 	if id := plain.readyStandby(t); id != "" {
 		t.Errorf("a standby without sessions.standby: %s", id)
+	}
+}
+
+// TestStandbyKeepsTheClientBound: a client at sessions.maxPerClient is
+// refused (429 naming the key) and neither takes nor displaces the
+// standby, which the next client gets.
+func TestStandbyKeepsTheClientBound(t *testing.T) {
+	r := newRig(t, func(c *config.Sessions) { c.Standby, c.MaxLive, c.MaxPerClient = 1, 2, 1 })
+	first := r.readyStandby(t)
+	if st, err := r.k.Create(context.Background(), apiwire.SessionCreate{}, alice); err != nil || st.ID != first {
+		t.Fatalf("first create: %+v %v, want the standby", st, err)
+	}
+	r.k.standbyRun.Wait()
+	second := r.readyStandby(t)
+	if second == "" {
+		t.Fatal("no second standby")
+	}
+	for _, p := range []apiwire.SessionCreate{{}, {MemoryMb: r.kit.Cfg.Sessions.MemoryMB - 1}} {
+		_, err := r.k.Create(context.Background(), p, alice)
+		var b *busy
+		if !errors.As(err, &b) || !strings.Contains(err.Error(), "sessions.maxPerClient") {
+			t.Errorf("create %+v past the client's bound: %v, want 429 naming sessions.maxPerClient", p, err)
+		}
+	}
+	if st, err := r.k.Create(context.Background(), apiwire.SessionCreate{}, bob); err != nil || st.ID != second {
+		t.Errorf("bob's create: %+v %v, want the standby %s kept for him", st, err, second)
 	}
 }
