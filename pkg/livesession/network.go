@@ -232,13 +232,21 @@ func (k *Kind) networkExec(ctx context.Context, s *Session, x apiwire.SessionExe
 		}
 	}
 	req := k.wireExec(x)
-	// The supervisor points this exec's proxy variables (and git, for
-	// its credentialed hosts) at the egress bridge (pkg/sessionsup).
+	// The supervisor points this exec's proxy variables (and git and
+	// curl, for its credentialed hosts) at the egress bridge
+	// (pkg/sessionsup). A credential that declares env is reached with
+	// its placeholder instead, and is left out of the plain-http rewrite
+	// as for a run (a rewritten URL would carry its placeholder into the
+	// plain-http route, which refuses it; docs/credentialed-egress.md).
 	req.Proxy = true
 	for _, name := range x.Credentials {
-		if e, ok := k.cfg.EgressCredential(name); ok {
+		e, ok := k.cfg.EgressCredential(name)
+		switch {
+		case !ok:
+		case e.Env == "":
 			req.CredentialedHosts = append(req.CredentialedHosts, e.Policy().Dest())
-			if _, set := x.Env[e.Env]; e.Env != "" && set {
+		default:
+			if _, set := x.Env[e.Env]; set {
 				return invalidf("env names a variable that carries a requested credential's placeholder (egress.credentials' env)")
 			}
 		}

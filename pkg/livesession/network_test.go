@@ -568,8 +568,9 @@ func TestNetCloseDuringExec(t *testing.T) {
 // TestNetPlaceholdersForOneExec: the placeholders and CA the broker's
 // bind answers reach that exec's request to the supervisor (and only that
 // exec's: the next one gets the next bind's); the host logs neither the
-// placeholder nor the CA; a client env naming the credential's variable
-// is refused before anyone is asked.
+// placeholder nor the CA; the credential is left out of the plain-http
+// rewrite (no credentialed host); a client env naming the credential's
+// variable is refused before anyone is asked.
 func TestNetPlaceholdersForOneExec(t *testing.T) {
 	var logs syncBuffer
 	r, g := newNetRigLogging(t, slog.New(slog.NewJSONHandler(&logs, nil)))
@@ -596,7 +597,7 @@ func TestNetPlaceholdersForOneExec(t *testing.T) {
 		}
 		outs = append(outs, out)
 	}
-	if outs[0] != "GITHUB_TOKEN="+phs[0]+" ca\n" || outs[1] != "GITHUB_TOKEN="+phs[1]+" ca\n" {
+	if outs[0] != "GITHUB_TOKEN="+phs[0]+" ca hosts=\n" || outs[1] != "GITHUB_TOKEN="+phs[1]+" ca hosts=\n" {
 		t.Errorf("the supervisor saw %q, want each exec's own placeholder and the CA", outs)
 	}
 	// An exec without credentials carries none.
@@ -606,7 +607,7 @@ func TestNetPlaceholdersForOneExec(t *testing.T) {
 	e := r.startNetExec(s, apiwire.SessionExec{Command: "placeholders", Network: true})
 	ev := e.next(t)
 	decide(t, r, s, ev.ExecID, "approve")
-	if evs, err := e.rest(); err != nil || len(evs) < 2 || string(evs[len(evs)-2].Data) != "\n" {
+	if evs, err := e.rest(); err != nil || len(evs) < 2 || string(evs[len(evs)-2].Data) != " hosts=\n" {
 		t.Errorf("an exec without credentials: %+v %v, want no placeholder", evs, err)
 	}
 	for _, secret := range append(phs, "MIIBexecCA") {

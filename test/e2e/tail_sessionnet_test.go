@@ -97,7 +97,7 @@ func (h *hitServer) seen() (ns []string, authd []bool) {
 // credential, approved by root when its approval event arrives, reaches
 // the loopback server with the real token (added by the broker: the
 // exec's environment, its output, its files and the journal never hold
-// it), through curl's shim and with the exec's own placeholder, and
+// it), with the exec's own placeholder (curl from PATH and by path), and
 // leaves a background process retrying with that placeholder every
 // 200 ms. After the exec ended its grant is revoked: the background
 // process's attempts are refused at the broker (403, "no live grant" in
@@ -174,17 +174,18 @@ func TestSessionNetworkExecGrantedThenRevoked(t *testing.T) {
 		t.Fatalf("the network session %s has no broker unit: %v", id, brokerUnits())
 	}
 
-	// 1. The approved network exec: a foreground request (curl's shim),
-	// one with the exec's placeholder (curl by absolute path: CONNECT,
-	// intercepted, the placeholder swapped at the broker), then a
+	// 1. The approved network exec: a foreground request with the exec's
+	// placeholder (curl from PATH: no shim for a credential with env),
+	// the same by absolute path (CONNECT, intercepted, the placeholder
+	// swapped at the broker), then a
 	// background loop with the placeholder (attempt n every 200 ms into
 	// /work/bg.log; its own copy of the exec's CA, as the exec's bundle
 	// goes with the exec); the exec returns once the background process
 	// got through once (the guest waits for it, not this test).
 	script := `set -u
 env
-if body=$(curl -fsS --max-time 20 "$1/api/whoami?n=fg"); then echo "FOREGROUND-OK $body"; else echo "FOREGROUND-FAILED"; fi
-case "$SESS_TOKEN" in rtsbx_ph_*) ;; *) echo "NO-PLACEHOLDER"; exit 1;; esac
+case "${SESS_TOKEN:-}" in rtsbx_ph_*) ;; *) echo "NO-PLACEHOLDER"; exit 1;; esac
+if body=$(curl -fsS --max-time 20 -H "Authorization: Bearer $SESS_TOKEN" "$1/api/whoami?n=fg"); then echo "FOREGROUND-OK $body"; else echo "FOREGROUND-FAILED"; fi
 if body=$(/usr/bin/curl -fsS --max-time 20 -H "Authorization: Bearer $SESS_TOKEN" "$1/api/whoami?n=ph"); then echo "PLACEHOLDER-OK $body"; else echo "PLACEHOLDER-FAILED"; fi
 cp "$CURL_CA_BUNDLE" /work/exec-ca.pem
 nohup sh -c 'n=0; while [ $n -lt 1500 ]; do n=$((n+1)); out=$(/usr/bin/curl --cacert /work/exec-ca.pem -H "Authorization: Bearer $SESS_TOKEN" -fsS --max-time 5 "$1?n=$n" 2>&1); rc=$?; if [ $rc -eq 0 ]; then echo "ok n=$n $out"; else echo "refused n=$n rc=$rc $(printf %s "$out" | tr "\n" " " | cut -c1-160)"; fi >> /work/bg.log; sleep 0.2; done' bg "$1/api/whoami" >/dev/null 2>&1 &
