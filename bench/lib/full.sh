@@ -359,6 +359,35 @@ bench_sessions() {
   bench_log "sessions: $rounds rounds x (exec of true, docker exec, 1 MiB put and get), resumes, creates"
   ns_exec "$BIN/sandbox-bench" sessions --out "$out" --rounds "$rounds" --warmup "$BENCH_WARMUP" --host-socket "$HOST_SOCK" ||
     note "- The session series failed (see the log of make bench)."
+  bench_sessions_standby "$out"
+}
+
+# bench_sessions_standby: session creates on a ready standby (the host
+# restarted with sessions.standby: 1, then restored), added to the
+# session results beside the cold creates (BENCH_SESSION_STANDBY_CREATES,
+# 5; 0 skips).
+bench_sessions_standby() {
+  local out=$1 n=${BENCH_SESSION_STANDBY_CREATES:-5} cfg=/etc/roundtable-sandbox/sandbox.yaml why
+  ((n > 0)) && [[ -s $out ]] || return 0
+  ns_exec cp -a "$cfg" "$WORK/sandbox.yaml.before-session-standby"
+  awk '{print} /^sessions:/{print "  standby: 1"}' "$WORK/sandbox.yaml.before-session-standby" |
+    awk '!(/^  standby: 0/)' >"$WORK/sandbox.yaml.session-standby"
+  chmod 0644 "$WORK/sandbox.yaml.session-standby"
+  why=$(config_refusal "$WORK/sandbox.yaml.session-standby")
+  if [[ -n $why ]]; then
+    jq --arg s "not measured: the installed host refuses sessions.standby (doctor: $why)" '.standbyNote=$s' "$out" >"$out.tmp" && mv "$out.tmp" "$out"
+    return 0
+  fi
+  ns_exec install -m 0640 -o root -g _sandbox "$WORK/sandbox.yaml.session-standby" "$cfg"
+  ns_exec systemctl reset-failed sandbox-host.service >/dev/null 2>&1 || true
+  ns_exec systemctl restart sandbox-host.service
+  host_wait_active
+  bench_log "sessions: $n creates on a ready standby"
+  ns_exec "$BIN/sandbox-bench" sessions --out "$out" --standby-creates "$n" --host-socket "$HOST_SOCK" ||
+    note "- The session standby series failed (see the log of make bench)."
+  ns_exec install -m 0640 -o root -g _sandbox "$WORK/sandbox.yaml.before-session-standby" "$cfg"
+  ns_exec systemctl restart sandbox-host.service
+  host_wait_active
 }
 
 # bench_backtoback: 20 turns on one channel with the 1.5 s model, each posted

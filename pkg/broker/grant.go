@@ -30,6 +30,11 @@ package broker
 //     destination sockets are closed, and grantctl tells it to end the
 //     broker.
 //
+//   - A grant whose credentials declare a variable gets placeholders and a
+//     CA of its own, minted at the bind (intercept.go's mintInterception)
+//     and answered to the host only (policy.GrantAnswer); they live in the
+//     grant's proxy, so they are honoured only while the grant is live.
+//
 // A refusal to the guest is a generic 403; its log line names the kind,
 // the destination as asked (bounded) and the exec whose ended grant the
 // connection belonged to, never a payload. Each grant's proxy logs with
@@ -334,6 +339,17 @@ func (gs *grantState) bind(_ *http.Request, body []byte) (any, error) {
 	if err != nil {
 		return nil, refused("grant egress: "+err.Error(), envelope.ErrRefused)
 	}
+	// This exec's own placeholders and CA (intercept.go): they live in
+	// this grant's proxy only, so the revoke (or the deadline) that ends
+	// the grant ends them; the next exec gets new ones.
+	proxy, env, err := mintInterception(proxy, &g.Egress, gs.creds, gs.now(), deadline)
+	if err != nil {
+		return nil, refused("grant interception: "+err.Error(), envelope.ErrRefused)
+	}
+	answer := policy.GrantAnswer{Exec: g.Exec, Revision: g.Revision}
+	if env != nil {
+		answer.CA, answer.Env = env.CA, env.Env
+	}
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	if g.Revision <= gs.revision {
@@ -355,8 +371,8 @@ func (gs *grantState) bind(_ *http.Request, body []byte) (any, error) {
 		names = append(names, c.Name)
 	}
 	log.Info("grant bound", "deadline", deadline.UTC().Format(time.RFC3339), "credentials", names,
-		"max_connections", g.Egress.MaxConnections)
-	return policy.GrantAnswer{Exec: g.Exec, Revision: g.Revision}, nil
+		"placeholders", len(answer.Env), "max_connections", g.Egress.MaxConnections)
+	return answer, nil
 }
 
 // expired closes the connections of a grant whose context ended (its

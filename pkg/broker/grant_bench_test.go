@@ -18,7 +18,7 @@ func BenchmarkGrantBindRevoke(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				exec := fmt.Sprintf("exec-%d", i)
-				if err := g.ctl.Bind(ctx, g.grant(exec)); err != nil {
+				if _, err := g.ctl.Bind(ctx, g.grant(exec)); err != nil {
 					b.Fatal(err)
 				}
 				if tunnel {

@@ -41,6 +41,13 @@ type grantHarness struct {
 // (files absent).
 func newGrantHarness(t testing.TB, controlUID int, listed ...string) *grantHarness {
 	t.Helper()
+	return newGrantHarnessAllowing(t, controlUID, nil, listed...)
+}
+
+// newGrantHarnessAllowing is newGrantHarness with allow added to the
+// policy's egressAllow.
+func newGrantHarnessAllowing(t testing.TB, controlUID int, allow []string, listed ...string) *grantHarness {
+	t.Helper()
 	dir := t.TempDir()
 	g := &grantHarness{harness: &harness{dir: dir, logs: &syncBuffer{}}, tb: t, echoClosed: make(chan struct{}, 1024)}
 	if tt, ok := t.(*testing.T); ok {
@@ -63,7 +70,7 @@ func newGrantHarness(t testing.TB, controlUID int, listed ...string) *grantHarne
 	g.pol = &policy.Policy{Version: policy.Version, TurnID: "0123456789abcdef0123456789abcdef",
 		Identity:       policy.Identity{Channel: "session-s1", ChannelTag: "session-s1"},
 		DeadlineUnixMs: time.Now().Add(time.Hour).UnixMilli(), Limits: policy.DefaultLimits(),
-		EgressAllow: []string{g.echo, g.web}, Grants: &policy.Grants{Credentials: append([]string{"gh-token"}, listed...)}}
+		EgressAllow: append([]string{g.echo, g.web}, allow...), Grants: &policy.Grants{Credentials: append([]string{"gh-token"}, listed...)}}
 	g.serve(t, Config{Policy: g.pol, Credentials: creds, ControlUID: controlUID,
 		Logger: slog.New(slog.NewJSONHandler(g.logs, nil))})
 	g.ctl = grantctl.Client{Socket: g.sock}
@@ -111,7 +118,7 @@ func (g *grantHarness) grant(exec string) policy.Grant {
 
 func (g *grantHarness) bind(exec string) {
 	g.tb.Helper()
-	if err := g.ctl.Bind(context.Background(), g.grant(exec)); err != nil {
+	if _, err := g.ctl.Bind(context.Background(), g.grant(exec)); err != nil {
 		g.tb.Fatalf("bind %s: %v", exec, err)
 	}
 }
@@ -311,7 +318,7 @@ func TestGrantSecondExecDoesNotRevive(t *testing.T) {
 	}
 	g.revoke("exec-1")
 	stale := policy.Grant{Exec: "exec-1", Revision: 1, DeadlineUnixMs: time.Now().Add(time.Hour).UnixMilli(), Egress: policy.DefaultEgress()}
-	if err := g.ctl.Bind(context.Background(), stale); !errors.Is(err, grantctl.ErrConflict) {
+	if _, err := g.ctl.Bind(context.Background(), stale); !errors.Is(err, grantctl.ErrConflict) {
 		t.Errorf("rebinding revision 1: %v, want ErrConflict", err)
 	}
 	g.bind("exec-2")
@@ -342,7 +349,7 @@ func TestGrantControlRefusals(t *testing.T) {
 	if _, err := g.ctl.Revoke(ctx, "exec-2"); !errors.Is(err, grantctl.ErrUnknownGrant) {
 		t.Errorf("revoke of another exec: %v, want ErrUnknownGrant", err)
 	}
-	if err := g.ctl.Bind(ctx, g.grant("exec-2")); !errors.Is(err, grantctl.ErrConflict) {
+	if _, err := g.ctl.Bind(ctx, g.grant("exec-2")); !errors.Is(err, grantctl.ErrConflict) {
 		t.Errorf("a second bind while exec 1 is live: %v, want ErrConflict", err)
 	}
 	if code, _ := g.dialGuest().get(g.web); code != 200 {
@@ -359,7 +366,7 @@ func TestGrantControlRefusals(t *testing.T) {
 	missing.Egress.Credentials = []policy.EgressCredential{{Name: "gh", Host: "127.0.0.1", Port: 1, Credential: "other",
 		Header: "Authorization", Format: policy.FormatBearer}}
 	for name, gr := range map[string]policy.Grant{"expired": expired, "invalid": invalid, "unlisted credential": missing} {
-		if err := g.ctl.Bind(ctx, gr); !errors.Is(err, grantctl.ErrRefused) {
+		if _, err := g.ctl.Bind(ctx, gr); !errors.Is(err, grantctl.ErrRefused) {
 			t.Errorf("%s grant: %v, want ErrRefused", name, err)
 		}
 	}
@@ -371,7 +378,7 @@ func TestGrantControlRefusals(t *testing.T) {
 	}
 
 	other := newGrantHarness(t, os.Getuid()+1)
-	if err := other.ctl.Bind(ctx, other.grant("exec-1")); !errors.Is(err, grantctl.ErrRefused) {
+	if _, err := other.ctl.Bind(ctx, other.grant("exec-1")); !errors.Is(err, grantctl.ErrRefused) {
 		t.Errorf("bind from a peer other than the host: %v, want ErrRefused", err)
 	}
 	if code, _ := other.dialGuest().get(other.web); code != http.StatusForbidden {
@@ -387,7 +394,7 @@ func TestGrantCredentialLoadedAtBind(t *testing.T) {
 	gr := g.grant("exec-1")
 	gr.Egress.Credentials = []policy.EgressCredential{{Name: "gh", Host: "127.0.0.1", Port: 1, Credential: "absent",
 		Header: "Authorization", Format: policy.FormatBearer}}
-	if err := g.ctl.Bind(context.Background(), gr); !errors.Is(err, grantctl.ErrRefused) {
+	if _, err := g.ctl.Bind(context.Background(), gr); !errors.Is(err, grantctl.ErrRefused) {
 		t.Errorf("grant of an absent credential: %v, want ErrRefused", err)
 	}
 }
@@ -428,7 +435,7 @@ func TestGrantConcurrentBindRevoke(t *testing.T) {
 	ctx := context.Background()
 	for i := range 40 {
 		exec := fmt.Sprintf("exec-%d", i)
-		if err := g.ctl.Bind(ctx, g.grant(exec)); err != nil {
+		if _, err := g.ctl.Bind(ctx, g.grant(exec)); err != nil {
 			t.Fatalf("bind %s: %v", exec, err)
 		}
 		if _, err := g.ctl.Revoke(ctx, exec); err != nil {
@@ -538,7 +545,7 @@ func TestGrantExpiresAtItsDeadline(t *testing.T) {
 	g := newGrantHarness(t, os.Getuid())
 	gr := g.grant("exec-1")
 	gr.DeadlineUnixMs = time.Now().Add(1500 * time.Millisecond).UnixMilli()
-	if err := g.ctl.Bind(context.Background(), gr); err != nil {
+	if _, err := g.ctl.Bind(context.Background(), gr); err != nil {
 		t.Fatal(err)
 	}
 	gc := g.dialGuest()
@@ -627,7 +634,7 @@ func TestRunSessionBroker(t *testing.T) {
 	<-ready
 	ctl := grantctl.Client{Socket: sock}
 	g := &grantHarness{harness: &harness{t: t, sock: sock}, tb: t}
-	if err := ctl.Bind(ctx, policy.Grant{Exec: "e1", Revision: 1, DeadlineUnixMs: time.Now().Add(time.Hour).UnixMilli(),
+	if _, err := ctl.Bind(ctx, policy.Grant{Exec: "e1", Revision: 1, DeadlineUnixMs: time.Now().Add(time.Hour).UnixMilli(),
 		Egress: policy.DefaultEgress()}); err != nil {
 		t.Fatalf("bind as the policy file's owner: %v", err)
 	}

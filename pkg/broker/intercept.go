@@ -31,6 +31,22 @@ type runEnv struct{ body []byte }
 // credentials that declare a variable and has proxy intercept them; nil
 // runEnv when none does.
 func withInterception(proxy *egress.Proxy, g *policy.Egress, creds Credentials, now time.Time, deadline time.Time) (*egress.Proxy, *runEnv, error) {
+	proxy, e, err := mintInterception(proxy, g, creds, now, deadline)
+	if err != nil || e == nil {
+		return proxy, nil, err
+	}
+	body, err := json.Marshal(*e)
+	if err != nil {
+		return nil, nil, err
+	}
+	return proxy, &runEnv{body: body}, nil
+}
+
+// mintInterception mints placeholders and a CA valid until deadline (a
+// run's, or one session exec's grant: grant.go) for g's credentials that
+// declare a variable and has proxy intercept them; nil RunEnv when none
+// does. The CA's key stays in the returned proxy.
+func mintInterception(proxy *egress.Proxy, g *policy.Egress, creds Credentials, now time.Time, deadline time.Time) (*egress.Proxy, *wire.RunEnv, error) {
 	phs := map[string]placeholder.Placeholder{}
 	env := map[string]string{}
 	var hosts []string
@@ -56,11 +72,7 @@ func withInterception(proxy *egress.Proxy, g *policy.Egress, creds Credentials, 
 	if err != nil {
 		return nil, nil, err
 	}
-	body, err := json.Marshal(wire.RunEnv{CA: string(ca.CertPEM()), Env: env})
-	if err != nil {
-		return nil, nil, err
-	}
-	return proxy, &runEnv{body: body}, nil
+	return proxy, &wire.RunEnv{CA: string(ca.CertPEM()), Env: env}, nil
 }
 
 // serveRunEnv answers wire.RunEnvPath when the run has placeholders.

@@ -117,6 +117,7 @@ func defaults() map[string]any {
 		"sessions.maxOutputBytes":     1 << 20,
 		"sessions.maxFileBytes":       16 << 20,
 		"sessions.idleSeconds":        300,
+		"sessions.standby":            0,
 		"sessions.ttlSeconds":         3600,
 
 		"delegation.enabled":         false,

@@ -31,6 +31,11 @@ type Sessions struct {
 	// creation (a create may ask for less).
 	IdleSeconds int `mapstructure:"idleSeconds"`
 	TTLSeconds  int `mapstructure:"ttlSeconds"`
+	// Standby is how many prepared session containers the box keeps
+	// ready for a plain create (0 or 1; docs/sessions.md "Standby"): it
+	// is counted in sessions.maxLive and sessions.maxMemoryMb as a
+	// session is.
+	Standby int `mapstructure:"standby"`
 }
 
 // Bounds of the sessions keys.
@@ -90,6 +95,9 @@ func (c *Config) validateSessions(bad func(key, format string, a ...any)) {
 	}
 	if s.IdleSeconds < 10 || s.IdleSeconds > 86400 {
 		bad("sessions.idleSeconds", "must be 10 to 86400, got %d", s.IdleSeconds)
+	}
+	if s.Standby < 0 || s.Standby > 1 {
+		bad("sessions.standby", "must be 0 or 1, got %d", s.Standby)
 	}
 	if s.TTLSeconds < 60 || s.TTLSeconds > MaxSessionTTL {
 		bad("sessions.ttlSeconds", "must be 60 to %d, got %d", MaxSessionTTL, s.TTLSeconds)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -206,6 +207,17 @@ func (s *fakeSup) exec(id string, x sessionwire.Exec) bool {
 	case "echo":
 		s.enc.Data(sessionwire.FrameStdout, id, []byte(arg+"\n"))
 		result(sessionwire.ExecResult{})
+	case "placeholders": // what the exec's request carried
+		var b strings.Builder
+		for k, v := range x.Placeholders {
+			fmt.Fprintf(&b, "%s=%s ", k, v)
+		}
+		if strings.Contains(x.RunCA, "BEGIN CERTIFICATE") {
+			b.WriteString("ca")
+		}
+		b.WriteString(" hosts=" + strings.Join(x.CredentialedHosts, ","))
+		s.enc.Data(sessionwire.FrameStdout, id, []byte(b.String()+"\n"))
+		result(sessionwire.ExecResult{})
 	case "err":
 		s.enc.Data(sessionwire.FrameStderr, id, []byte(arg+"\n"))
 		result(sessionwire.ExecResult{})
@@ -244,4 +256,22 @@ func (s *fakeSup) exec(id string, x sessionwire.Exec) bool {
 		result(sessionwire.ExecResult{ExitCode: 127})
 	}
 	return false
+}
+
+// syncBuffer is a log sink the host's goroutines write to at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -11,16 +11,19 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	dcontainer "github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
+	dclient "github.com/docker/docker/client"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/chanstate"
+	"github.com/roundtable-sandbox/sandbox/pkg/config"
 	"github.com/roundtable-sandbox/sandbox/pkg/container"
 	"github.com/roundtable-sandbox/sandbox/pkg/reaper"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
@@ -66,65 +69,11 @@ func (e itEngine) Unpause(ctx context.Context, id string) error { return e.d.Unp
 // (and writes it to SANDBOX_IT_SESSION_REPORT when set); no assertion is
 // timed. test/integration.sh sets the switches.
 func TestIntegrationSession(t *testing.T) {
-	host, base := os.Getenv("SANDBOX_IT_DOCKER"), os.Getenv("SANDBOX_IT_TOOLBOX_TAR")
-	if host == "" || base == "" {
-		t.Skip("integration test skipped: set SANDBOX_IT_DOCKER and SANDBOX_IT_TOOLBOX_TAR (test/integration.sh does)")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the session's work directory belongs to a guest uid")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	bin := os.Getenv("SANDBOX_IT_SANDBOX_WORKER")
-	if bin == "" {
-		bin = filepath.Join(t.TempDir(), "sandbox-worker")
-		build := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/roundtable-sandbox/sandbox/cmd/sandbox-worker")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build sandbox-worker: %v: %s", err, out)
-		}
-	}
-	w, err := toolbox.ReadWorker(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli, err := toolbox.Connect(host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	tag := fmt.Sprintf("roundtable-sandbox-livesession-it:%d", time.Now().UnixNano())
-	if _, err := toolbox.Import(ctx, cli, toolbox.ImportOptions{BaseTar: base, Worker: w, Tag: tag}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = cli.ImageRemove(context.Background(), tag, image.RemoveOptions{Force: true, PruneChildren: true})
-	})
-	d, err := container.New(host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-
-	cfg := sandboxtest.Config(t, "")
-	cfg.Runs.Image = tag
-	cfg.Installation = "livesession-it"
-	cfg.Runtime = os.Getenv("SANDBOX_IT_RUNTIME")
-	cfg.Sessions.MemoryMB, cfg.Sessions.WorkMB, cfg.Sessions.TmpfsMB, cfg.Sessions.OutputMB = 512, 128, 32, 32
-	state, _, err := chanstate.LoadState(cfg.StateFile, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sandboxtest.NewHost(cfg, state)
-	journal := &sandboxtest.Journal{}
+	it := itKind(t, ctx, nil)
+	k, cli, d, cfg := it.k, it.cli, it.d, it.k.cfg
 	log := sandboxtest.Logger(t)
-	life := sandbox.New(sandbox.Options{Containers: itEngine{d}, Units: sandboxtest.NewUnits(), Logger: log,
-		WorkerLogs: workerlog.New(workerlog.DefaultLimits(), journal.Send, nil)})
-	k := New(Options{Config: cfg, Lifecycle: life, Host: h, Logger: log, Registry: prometheus.NewRegistry(), SweepEvery: -1})
-	defer func() {
-		k.Stop()
-		h.Stop()
-	}()
 
 	st, err := k.Create(ctx, apiwire.SessionCreate{}, 1000)
 	if err != nil {
@@ -338,3 +287,153 @@ type noUnits struct{}
 
 func (noUnits) ListBrokers(context.Context) ([]string, error) { return nil, nil }
 func (noUnits) StopBroker(context.Context, string) error      { return nil }
+
+// itSetup is what itKind made.
+type itSetup struct {
+	k   *Kind
+	cli *dclient.Client
+	d   *container.Driver
+}
+
+// itKind is the kind on a real Docker daemon (SANDBOX_IT_DOCKER) with the
+// small test toolbox and this tree's sandbox-worker imported as the runs
+// image; change edits the configuration first. It skips without the
+// switches or root.
+func itKind(t *testing.T, ctx context.Context, change func(*config.Config)) itSetup {
+	t.Helper()
+	host, base := os.Getenv("SANDBOX_IT_DOCKER"), os.Getenv("SANDBOX_IT_TOOLBOX_TAR")
+	if host == "" || base == "" {
+		t.Skip("integration test skipped: set SANDBOX_IT_DOCKER and SANDBOX_IT_TOOLBOX_TAR (test/integration.sh does)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the session's work directory belongs to a guest uid")
+	}
+	bin := os.Getenv("SANDBOX_IT_SANDBOX_WORKER")
+	if bin == "" {
+		bin = filepath.Join(t.TempDir(), "sandbox-worker")
+		build := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/roundtable-sandbox/sandbox/cmd/sandbox-worker")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build sandbox-worker: %v: %s", err, out)
+		}
+	}
+	w, err := toolbox.ReadWorker(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := toolbox.Connect(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	tag := fmt.Sprintf("roundtable-sandbox-livesession-it:%d", time.Now().UnixNano())
+	if _, err := toolbox.Import(ctx, cli, toolbox.ImportOptions{BaseTar: base, Worker: w, Tag: tag}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = cli.ImageRemove(context.Background(), tag, image.RemoveOptions{Force: true, PruneChildren: true})
+	})
+	d, err := container.New(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+
+	cfg := sandboxtest.Config(t, "")
+	cfg.Runs.Image = tag
+	cfg.Installation = "livesession-it"
+	cfg.Runtime = os.Getenv("SANDBOX_IT_RUNTIME")
+	cfg.Sessions.MemoryMB, cfg.Sessions.WorkMB, cfg.Sessions.TmpfsMB, cfg.Sessions.OutputMB = 512, 128, 32, 32
+	if change != nil {
+		change(cfg)
+	}
+	state, _, err := chanstate.LoadState(cfg.StateFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sandboxtest.NewHost(cfg, state)
+	journal := &sandboxtest.Journal{}
+	log := sandboxtest.Logger(t)
+	life := sandbox.New(sandbox.Options{Containers: itEngine{d}, Units: sandboxtest.NewUnits(), Logger: log,
+		WorkerLogs: workerlog.New(workerlog.DefaultLimits(), journal.Send, nil)})
+	k := New(Options{Config: cfg, Lifecycle: life, Host: h, Logger: log, Registry: prometheus.NewRegistry(), SweepEvery: -1})
+	t.Cleanup(func() {
+		k.Stop()
+		h.Stop()
+	})
+	return itSetup{k: k, cli: cli, d: d}
+
+}
+
+// TestIntegrationSessionStandby: with sessions.standby a plain create
+// takes the prepared container (its first exec works in it) and the next
+// is prepared; the create times with and without a ready standby are
+// logged side by side (SANDBOX_IT_SESSION_STANDBY_REPORT when set), and
+// nothing is timed in an assertion.
+func TestIntegrationSessionStandby(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rounds := 5
+	if n, err := strconv.Atoi(os.Getenv("SANDBOX_IT_SESSION_STANDBY_ROUNDS")); err == nil && n > 0 {
+		rounds = n
+	}
+	measure := func(k *Kind, standby bool) []time.Duration {
+		var out []time.Duration
+		for i := 0; i < rounds; i++ {
+			var want string
+			if standby {
+				// Off the clock: the standby is ready.
+				k.Sweep()
+				k.standbyRun.Wait()
+				k.mu.Lock()
+				if k.standby != nil {
+					want = k.standby.id
+				}
+				k.mu.Unlock()
+				if want == "" {
+					t.Fatalf("round %d: no standby prepared", i)
+				}
+			}
+			t0 := time.Now()
+			st, err := k.Create(ctx, apiwire.SessionCreate{}, 1000)
+			took := time.Since(t0)
+			if err != nil || (standby && st.ID != want) {
+				t.Fatalf("round %d: create %v (id %s, standby %s)", i, err, st.ID, want)
+			}
+			out = append(out, took)
+			s, err := k.Lookup(st.ID, 1000, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got strings.Builder
+			if err := k.Exec(ctx, s, apiwire.SessionExec{Command: "echo ok"}, func(ev apiwire.SessionExecEvent) error {
+				if ev.Type == apiwire.ExecStdout {
+					got.Write(ev.Data)
+				}
+				return nil
+			}); err != nil || got.String() != "ok\n" {
+				t.Fatalf("round %d: exec in the new session: %v %q", i, err, got.String())
+			}
+			k.Close(s)
+		}
+		return out
+	}
+	cold := measure(itKind(t, ctx, nil).k, false)
+	warm := measure(itKind(t, ctx, func(c *config.Config) { c.Sessions.Standby = 1 }).k, true)
+	line := func(name string, ds []time.Duration) string {
+		ms := make([]float64, len(ds))
+		for i, d := range ds {
+			ms[i] = float64(d.Microseconds()) / 1000
+		}
+		slices.Sort(ms)
+		p95 := ms[min(len(ms)-1, (len(ms)*95+99)/100-1)]
+		return fmt.Sprintf("%s: n %d, median %.1f ms, p95 %.1f ms, all %v", name, len(ms), ms[len(ms)/2], p95, ms)
+	}
+	report := line("session create, no standby", cold) + "\n" + line("session create, a ready standby", warm) + "\n"
+	t.Log(report)
+	if p := os.Getenv("SANDBOX_IT_SESSION_STANDBY_REPORT"); p != "" {
+		if err := os.WriteFile(p, []byte(report), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -142,10 +142,19 @@ type Kind struct {
 	execGrace time.Duration
 
 	mu       sync.Mutex
-	sessions map[string]*Session
+	sessions map[string]*Session // the standby too (standby.go)
 	perOwner map[int]int
 	memoryMB int
 	slots    []bool // guest uid slots taken
+	// The prepared session (standby.go), under mu: standby is the ready
+	// one (nil: none), refilling whether one is being prepared, stopped
+	// whether the kind stopped (no more are prepared), retryAt when the
+	// next preparation may start after a failed one.
+	standby    *Session
+	refilling  bool
+	stopped    bool
+	retryAt    time.Time
+	standbyRun sync.WaitGroup // preparations in flight
 
 	stopSweep chan struct{}
 	stopOnce  sync.Once
@@ -202,7 +211,12 @@ func New(o Options) *Kind {
 // Stop ends every session and waits for their removal (the host stops).
 func (k *Kind) Stop() {
 	k.stopOnce.Do(func() { close(k.stopSweep) })
+	k.mu.Lock()
+	k.stopped = true
+	k.mu.Unlock()
 	k.closeAll("host stopping")
+	k.standbyRun.Wait()
+	k.closeAll("host stopping") // a standby whose preparation ended meanwhile
 	k.wg.Wait()
 }
 
@@ -212,6 +226,7 @@ func (k *Kind) closeAll(reason string) {
 	}
 }
 
+// all is every session, the standby included.
 func (k *Kind) all() []*Session {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -222,14 +237,28 @@ func (k *Kind) all() []*Session {
 	return out
 }
 
+// clients is every session a client made (the standby is nobody's yet).
+func (k *Kind) clients() []*Session {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]*Session, 0, len(k.sessions))
+	for _, s := range k.sessions {
+		if !s.standby {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Sweep pauses the sessions idle for sessions.idleSeconds and closes those
 // past their TTL (the kind calls it every second).
 func (k *Kind) Sweep() {
 	now := k.now()
 	idle := time.Duration(k.cfg.Sessions.IdleSeconds) * time.Second
-	for _, s := range k.all() {
+	k.sweepStandby(now) // standby.go
+	for _, s := range k.clients() {
 		switch {
-		case !now.Before(s.expires):
+		case !now.Before(s.deadline()):
 			s.close("ttl")
 		case s.idleSince(now) >= idle:
 			if err := s.pause("idle"); err != nil && !errors.Is(err, ErrState) {
@@ -245,7 +274,10 @@ func (k *Kind) Sweep() {
 func (k *Kind) Listed() []apiwire.Turn {
 	var out []apiwire.Turn
 	for _, s := range k.all() {
-		out = append(out, apiwire.Turn{ID: s.id, ChannelTag: s.tag, DeadlineUnix: s.expires.Unix(), DeadlineUnixMs: s.expires.UnixMilli()})
+		// The label's deadline: a standby's outlasts any session it
+		// becomes (standby.go).
+		d := s.label
+		out = append(out, apiwire.Turn{ID: s.id, ChannelTag: s.tag, DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli()})
 	}
 	return out
 }
@@ -255,8 +287,11 @@ func (k *Kind) Listed() []apiwire.Turn {
 func (k *Kind) Lookup(id string, uid int, admin bool) (*Session, error) {
 	k.mu.Lock()
 	s := k.sessions[id]
+	if s != nil && (s.standby || !admin && s.owner != uid) {
+		s = nil
+	}
 	k.mu.Unlock()
-	if s == nil || (!admin && s.owner != uid) {
+	if s == nil {
 		if f := k.cfg.Fleet; f.Enabled {
 			// A session stays on the box that made it: say which box
 			// answered, the same for every id.
@@ -269,11 +304,17 @@ func (k *Kind) Lookup(id string, uid int, admin bool) (*Session, error) {
 
 // List is the sessions caller uid sees.
 func (k *Kind) List(uid int, admin bool) []apiwire.Session {
-	out := []apiwire.Session{}
-	for _, s := range k.all() {
-		if admin || s.owner == uid {
-			out = append(out, s.Status())
+	var mine []*Session
+	k.mu.Lock()
+	for _, s := range k.sessions {
+		if !s.standby && (admin || s.owner == uid) {
+			mine = append(mine, s)
 		}
+	}
+	k.mu.Unlock()
+	out := []apiwire.Session{}
+	for _, s := range mine {
+		out = append(out, s.Status())
 	}
 	return out
 }
@@ -284,11 +325,15 @@ func (k *Kind) reserve(s *Session) error {
 	c := k.cfg.Sessions
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	// The client's own bound first: it is what refuses the client even
+	// when the box has room (or a standby to give up, standby.go).
 	switch {
+	case k.stopped && s.standby:
+		return busyf("the host is stopping")
+	case !s.standby && k.perOwner[s.owner] >= c.MaxPerClient:
+		return busyf("this client has %d sessions, its bound (sessions.maxPerClient); close one first", c.MaxPerClient)
 	case len(k.sessions) >= c.MaxLive:
 		return busyf("%d sessions live on this box, its bound (sessions.maxLive); close one or retry later", c.MaxLive)
-	case k.perOwner[s.owner] >= c.MaxPerClient:
-		return busyf("this client has %d sessions, its bound (sessions.maxPerClient); close one first", c.MaxPerClient)
 	case k.memoryMB+s.memMB > c.MaxMemoryMB:
 		return busyf("the sessions' memory would pass %d MiB (sessions.maxMemoryMb); close one or ask for less memory", c.MaxMemoryMB)
 	}
@@ -362,11 +407,19 @@ func (k *Kind) Create(ctx context.Context, p apiwire.SessionCreate, owner int) (
 		}
 		workspace = path
 	}
+	if st, err := k.takeStandby(p, owner, ttl); st != nil || err != nil { // standby.go
+		if err != nil {
+			k.m.refused.Inc()
+			k.log.Info("session refused", "owner_uid", owner, "reason", err.Error())
+			return apiwire.Session{}, err
+		}
+		return st.Status(), nil
+	}
 	id := k.newID()
 	now := k.now()
 	s := &Session{
 		k: k, id: id, tag: ids.SessionName(id), owner: owner, project: p.Project, memMB: mem,
-		created: now, expires: now.Add(ttl), state: apiwire.SessionStarting, lastUsed: now,
+		created: now, expires: now.Add(ttl), label: now.Add(ttl), state: apiwire.SessionStarting, lastUsed: now,
 		pending: map[string]*pending{}, ended: make(chan struct{}), removed: make(chan struct{}), started: make(chan struct{}),
 	}
 	s.log = k.log.With("session", id)
@@ -375,6 +428,9 @@ func (k *Kind) Create(ctx context.Context, p apiwire.SessionCreate, owner int) (
 	}
 	var done func()
 	done, err := k.host.Admit(func() error { return k.reserve(s) })
+	if errors.Is(err, ErrBusy) && k.displaceStandby(owner) { // standby.go
+		done, err = k.host.Admit(func() error { return k.reserve(s) })
+	}
 	if err != nil {
 		if errors.Is(err, ErrBusy) {
 			k.m.refused.Inc()
@@ -396,6 +452,7 @@ func (k *Kind) Create(ctx context.Context, p apiwire.SessionCreate, owner int) (
 		s.log.Error("session start failed", "err", err)
 		return apiwire.Session{}, refused(ErrSupervisor, "the session could not be started; the host log has details")
 	}
+	k.refill() // standby.go: a displaced standby comes back when there is room
 	return s.Status(), nil
 }
 

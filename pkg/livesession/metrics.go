@@ -58,7 +58,7 @@ func (m metrics) register(r prometheus.Registerer) {
 func (m metrics) Describe(ch chan<- *prometheus.Desc) { m.live.Describe(ch) }
 func (m metrics) Collect(ch chan<- prometheus.Metric) {
 	running, paused := 0, 0
-	for _, s := range m.k.all() {
+	for _, s := range m.k.clients() {
 		switch s.Status().State {
 		case apiwire.SessionPaused:
 			paused++

@@ -32,7 +32,8 @@ import (
 // with 409); it waits for a human's approval of that exec (an admin's
 // approve or deny, runs.approvalTimeoutSeconds, else it is refused); once
 // approved the host binds a grant naming the exec before the exec is sent
-// to the supervisor, and revokes it when the exec ends (its result, an
+// to the supervisor (with the placeholders and CA the bind answered, for
+// that exec only; never logged), and revokes it when the exec ends (its result, an
 // error, a cancel, the client leaving, the session closing) before the
 // client sees the end. A revoke that fails other than "no such grant" stops
 // the broker: the grant must be taken as live, so the session's network
@@ -231,12 +232,23 @@ func (k *Kind) networkExec(ctx context.Context, s *Session, x apiwire.SessionExe
 		}
 	}
 	req := k.wireExec(x)
-	// The supervisor points this exec's proxy variables (and git, for
-	// its credentialed hosts) at the egress bridge (pkg/sessionsup).
+	// The supervisor points this exec's proxy variables (and git and
+	// curl, for its credentialed hosts) at the egress bridge
+	// (pkg/sessionsup). A credential that declares env is reached with
+	// its placeholder instead, and is left out of the plain-http rewrite
+	// as for a run (a rewritten URL would carry its placeholder into the
+	// plain-http route, which refuses it; docs/credentialed-egress.md).
 	req.Proxy = true
 	for _, name := range x.Credentials {
-		if e, ok := k.cfg.EgressCredential(name); ok {
+		e, ok := k.cfg.EgressCredential(name)
+		switch {
+		case !ok:
+		case e.Env == "":
 			req.CredentialedHosts = append(req.CredentialedHosts, e.Policy().Dest())
+		default:
+			if _, set := x.Env[e.Env]; set {
+				return invalidf("env names a variable that carries a requested credential's placeholder (egress.credentials' env)")
+			}
 		}
 	}
 	if err := req.Validate(); err != nil {
@@ -306,8 +318,17 @@ func (k *Kind) networkExec(ctx context.Context, s *Session, x apiwire.SessionExe
 	g, err := k.grant(s, id, req, x.Credentials)
 	if err == nil {
 		bctx, cancel := context.WithTimeout(ctx, grantctl.DefaultTimeout)
-		err = grantctl.Client{Socket: n.socket}.Bind(bctx, g)
+		var a policy.GrantAnswer
+		a, err = grantctl.Client{Socket: n.socket}.Bind(bctx, g)
 		cancel()
+		// This exec's own placeholders and CA (docs/sessions.md,
+		// "Placeholders per exec"): only this request carries them.
+		req.Placeholders, req.RunCA = a.Env, a.CA
+		if err == nil {
+			if verr := req.Validate(); verr != nil {
+				err = fmt.Errorf("%w: the grant's placeholders do not fit the exec: %v", grantctl.ErrBroker, verr)
+			}
+		}
 	}
 	if err != nil {
 		k.m.network.WithLabelValues("bind_failed").Inc()
@@ -319,7 +340,8 @@ func (k *Kind) networkExec(ctx context.Context, s *Session, x apiwire.SessionExe
 		return emit(apiwire.SessionExecEvent{Type: apiwire.ExecError, ExecID: id, Error: errNetworkBind})
 	}
 	k.m.network.WithLabelValues("granted").Inc()
-	s.log.Info("session network granted", "exec", id, "revision", g.Revision, "credentials", x.Credentials)
+	s.log.Info("session network granted", "exec", id, "revision", g.Revision, "credentials", x.Credentials,
+		"placeholders", len(req.Placeholders))
 	var once sync.Once
 	revoke := func() { once.Do(func() { k.revoke(s, id) }) }
 	defer revoke()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -36,6 +37,10 @@ type fakeGrants struct {
 	revokeStatus int // 0: 200
 	bindStatus   int // 0: 200
 	policyFile   []byte
+	// answerEnv and answerCA are what a bind answers (the exec's
+	// placeholders and CA, as pkg/broker mints them).
+	answerEnv map[string]string
+	answerCA  string
 }
 
 func (g *fakeGrants) serve(t *testing.T, socket string) {
@@ -61,7 +66,7 @@ func (g *fakeGrants) serve(t *testing.T, socket string) {
 			return
 		}
 		g.live = gr.Exec
-		json.NewEncoder(w).Encode(policy.GrantAnswer{Exec: gr.Exec, Revision: gr.Revision})
+		json.NewEncoder(w).Encode(policy.GrantAnswer{Exec: gr.Exec, Revision: gr.Revision, Env: g.answerEnv, CA: g.answerCA})
 	})
 	mux.HandleFunc("POST "+policy.RouteControlRevoke, func(w http.ResponseWriter, r *http.Request) {
 		var rv policy.Revoke
@@ -94,6 +99,12 @@ func (g *fakeGrants) serve(t *testing.T, socket string) {
 // started with the session's broker units.
 func newNetRig(t *testing.T) (*rig, *fakeGrants) {
 	t.Helper()
+	return newNetRigLogging(t, nil)
+}
+
+// newNetRigLogging is newNetRig logging to log (nil: the test's log).
+func newNetRigLogging(t *testing.T, log *slog.Logger) (*rig, *fakeGrants) {
+	t.Helper()
 	root, err := os.MkdirTemp("", "sg")
 	if err != nil {
 		t.Fatal(err)
@@ -101,11 +112,12 @@ func newNetRig(t *testing.T) (*rig, *fakeGrants) {
 	t.Cleanup(func() { os.RemoveAll(root) })
 	c := &clock{t: time.Date(2026, 12, 7, 4, 0, 0, 0, time.UTC)}
 	var fd *fakeDocker
-	kit := sandboxtest.NewKit(t, "", sandboxtest.KitOptions{Now: c.now,
+	kit := sandboxtest.NewKit(t, "", sandboxtest.KitOptions{Now: c.now, Logger: log,
 		Config: func(cfg *config.Config) {
 			cfg.RunRoot = root
 			cfg.Egress.Credentials = []config.EgressCredential{
-				{Name: "gh", Host: "api.github.test", Port: 443, Credential: "gh-token", Header: "Authorization", Format: "Bearer {}", Clients: []int{alice}},
+				{Name: "gh", Host: "api.github.test", Port: 443, Credential: "gh-token", Header: "Authorization", Format: "Bearer {}", Clients: []int{alice},
+					Env: "GITHUB_TOKEN"},
 				{Name: "other", Host: "other.test", Port: 443, Credential: "other-token", Header: "Authorization", Format: "Bearer {}", Clients: []int{bob}},
 			}
 		},
@@ -550,5 +562,66 @@ func TestNetCloseDuringExec(t *testing.T) {
 	r.kit.Units.Mu.Unlock()
 	if stops != 1 || active {
 		t.Errorf("broker units stopped %d times, active %v after close: want once, by close", stops, active)
+	}
+}
+
+// TestNetPlaceholdersForOneExec: the placeholders and CA the broker's
+// bind answers reach that exec's request to the supervisor (and only that
+// exec's: the next one gets the next bind's); the host logs neither the
+// placeholder nor the CA; the credential is left out of the plain-http
+// rewrite (no credentialed host); a client env naming the credential's
+// variable is refused before anyone is asked.
+func TestNetPlaceholdersForOneExec(t *testing.T) {
+	var logs syncBuffer
+	r, g := newNetRigLogging(t, slog.New(slog.NewJSONHandler(&logs, nil)))
+	s := r.createNet(t, alice, "gh")
+	const ca = "-----BEGIN CERTIFICATE-----\nMIIBexecCA\n-----END CERTIFICATE-----\n"
+	phs := []string{"rtsbx_ph_00000000000000000000000000000001", "rtsbx_ph_00000000000000000000000000000002"}
+	var outs []string
+	for i, ph := range phs {
+		g.mu.Lock()
+		g.answerEnv, g.answerCA = map[string]string{"GITHUB_TOKEN": ph}, ca
+		g.mu.Unlock()
+		e := r.startNetExec(s, apiwire.SessionExec{Command: "placeholders", Network: true, Credentials: []string{"gh"}})
+		ev := e.next(t)
+		if code, body := decide(t, r, s, ev.ExecID, "approve"); code != http.StatusOK {
+			t.Fatalf("approve %d: %d %s", i, code, body)
+		}
+		evs, err := e.rest()
+		if err != nil || len(evs) == 0 || evs[len(evs)-1].Type != apiwire.ExecResult {
+			t.Fatalf("exec %d: %+v %v", i, evs, err)
+		}
+		var out string
+		for _, ev := range evs {
+			out += string(ev.Data)
+		}
+		outs = append(outs, out)
+	}
+	if outs[0] != "GITHUB_TOKEN="+phs[0]+" ca hosts=\n" || outs[1] != "GITHUB_TOKEN="+phs[1]+" ca hosts=\n" {
+		t.Errorf("the supervisor saw %q, want each exec's own placeholder and the CA", outs)
+	}
+	// An exec without credentials carries none.
+	g.mu.Lock()
+	g.answerEnv, g.answerCA = nil, ""
+	g.mu.Unlock()
+	e := r.startNetExec(s, apiwire.SessionExec{Command: "placeholders", Network: true})
+	ev := e.next(t)
+	decide(t, r, s, ev.ExecID, "approve")
+	if evs, err := e.rest(); err != nil || len(evs) < 2 || string(evs[len(evs)-2].Data) != " hosts=\n" {
+		t.Errorf("an exec without credentials: %+v %v, want no placeholder", evs, err)
+	}
+	for _, secret := range append(phs, "MIIBexecCA") {
+		if strings.Contains(logs.String(), secret) {
+			t.Errorf("the host logged a placeholder or the CA:\n%s", logs.String())
+		}
+	}
+	if !strings.Contains(logs.String(), `"placeholders":1`) {
+		t.Errorf("the granted line does not count the placeholders:\n%s", logs.String())
+	}
+	calls := len(r.d.callList())
+	err := r.k.Exec(context.Background(), s, apiwire.SessionExec{Command: "placeholders", Network: true, Credentials: []string{"gh"},
+		Env: map[string]string{"GITHUB_TOKEN": "mine"}}, func(apiwire.SessionExecEvent) error { return nil })
+	if !errors.Is(err, ErrInvalid) || len(r.d.callList()) != calls {
+		t.Errorf("client env naming the credential's variable: %v, want refused before anything", err)
 	}
 }

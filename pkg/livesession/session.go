@@ -30,8 +30,15 @@ type Session struct {
 	h                *sandbox.Handle
 	sc               sandbox.SessionContainers
 	sink             *workerlog.Sink
-	done             func()    // the host's Admit
-	net              *netState // nil: no network (network.go)
+	done             func() // the host's Admit
+	// standby: prepared for nobody yet (standby.go); under the kind's mu.
+	// A taken standby's owner and expires change under the kind's mu and
+	// s.mu before anyone but the kind sees it.
+	standby bool
+	// label is the container's deadline label (the reaper's), fixed at
+	// construction: expires, or for a standby past any expires it takes.
+	label time.Time
+	net   *netState // nil: no network (network.go)
 
 	// trans serialises the state's transitions (pause, resume, close)
 	// and the Docker calls they make.
@@ -98,7 +105,7 @@ func (s *Session) start(ctx context.Context, sc sandbox.SessionContainers, works
 			return fmt.Errorf("empty workspace: %w", err)
 		}
 	}
-	s.h = &sandbox.Handle{ID: s.id, Channel: s.tag, Tag: s.tag, Deadline: s.expires, Quiet: true, Guest: s.guest}
+	s.h = &sandbox.Handle{ID: s.id, Channel: s.tag, Tag: s.tag, Deadline: s.label, Quiet: true, Guest: s.guest}
 	if s.h.Container, err = ids.ContainerName(s.tag, s.id); err != nil {
 		return err
 	}
@@ -110,7 +117,7 @@ func (s *Session) start(ctx context.Context, sc sandbox.SessionContainers, works
 		Name: s.h.Container, Image: k.cfg.Runs.Image, UID: s.guest, GID: s.guest,
 		WorkspaceDir: workspace, TurnDir: s.h.Dir, MemoryMB: s.memMB, CPUs: c.CPUs, Pids: c.Pids, TmpfsMB: c.TmpfsMB,
 		Runtime: k.cfg.Runtime, LogTag: "sandbox/" + s.tag,
-		Labels: sandbox.Labels(k.cfg.Installation, s.id, s.tag, s.expires),
+		Labels: sandbox.Labels(k.cfg.Installation, s.id, s.tag, s.label),
 		Session: &sandbox.SessionContainer{WorkMB: c.WorkMB, OutputMB: c.OutputMB, Command: []string{
 			toolboxWorker, "session", strconv.Itoa(s.guest), strconv.Itoa(s.guest), container.WorkPath}},
 	}
@@ -139,7 +146,8 @@ func (s *Session) start(ctx context.Context, sc sandbox.SessionContainers, works
 		pw.CloseWithError(err)
 	}()
 	go s.mux(sessionwire.NewEventDecoder(pr))
-	s.log.Info("session started", "container", s.h.Container, "guest_uid", s.guest, "expires", s.expires.UTC().Format(time.RFC3339))
+	s.log.Info("session started", "container", s.h.Container, "guest_uid", s.guest, "expires", s.label.UTC().Format(time.RFC3339),
+		"standby", s.standby)
 	return nil
 }
 
@@ -427,6 +435,9 @@ func (s *Session) close(reason string) {
 }
 
 func metricReason(reason string) string {
+	if isStandbyReason(reason) {
+		return "standby"
+	}
 	switch reason {
 	case "request", "ttl", "host stopping", "supervisor gone", "start failed":
 		return reason

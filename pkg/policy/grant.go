@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -107,11 +110,72 @@ type Revoke struct {
 	Exec string `json:"exec"`
 }
 
-// GrantAnswer is the broker's answer to a bind.
+// GrantAnswer is the broker's answer to a bind. For a grant whose
+// credentials declare a variable (EgressCredential.Env), the broker
+// minted placeholders and a CA for this exec only (docs/sessions.md,
+// "Placeholders per exec"): Env maps each variable to its placeholder and
+// CA is the exec CA's certificate (PEM), for the exec's environment and
+// CA bundle. Both die with the grant. A GrantAnswer prints and logs
+// without the placeholders (String, LogValue).
 type GrantAnswer struct {
-	Exec     string `json:"exec"`
-	Revision int64  `json:"revision"`
+	Exec     string            `json:"exec"`
+	Revision int64             `json:"revision"`
+	CA       string            `json:"ca,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
 }
+
+// MaxGrantCABytes bounds GrantAnswer.CA (one P-256 certificate with name
+// constraints for at most MaxEgressCredentials hosts).
+const MaxGrantCABytes = 16 << 10
+
+// Validate refuses an answer whose placeholders the exec cannot carry:
+// variables without a CA, a variable ValidCredentialEnv refuses, more
+// than MaxEgressCredentials, a value that is not printable ASCII without
+// a space, a CA over MaxGrantCABytes.
+func (a GrantAnswer) Validate() error {
+	if len(a.CA) > MaxGrantCABytes {
+		return bad("grant answer: ca over %d bytes", MaxGrantCABytes)
+	}
+	if len(a.Env) == 0 {
+		return nil
+	}
+	if !strings.Contains(a.CA, "-----BEGIN CERTIFICATE-----") {
+		return bad("grant answer: placeholders without a CA")
+	}
+	if len(a.Env) > MaxEgressCredentials {
+		return bad("grant answer: at most %d placeholders", MaxEgressCredentials)
+	}
+	for k, v := range a.Env {
+		if err := ValidCredentialEnv(k); err != nil {
+			return bad("grant answer: env: %v", err)
+		}
+		if v == "" || len(v) > MaxCredentialEnvBytes {
+			return bad("grant answer: a placeholder is empty or too long")
+		}
+		for i := 0; i < len(v); i++ {
+			if c := v[i]; c <= ' ' || c > '~' {
+				return bad("grant answer: a placeholder holds a byte an environment cannot")
+			}
+		}
+	}
+	return nil
+}
+
+// String never shows a placeholder: the exec, revision and variables.
+func (a GrantAnswer) String() string {
+	names := make([]string, 0, len(a.Env))
+	for k := range a.Env {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return fmt.Sprintf("grant of exec %s revision %d (placeholders for %v)", a.Exec, a.Revision, names)
+}
+
+// GoString is String (%#v).
+func (a GrantAnswer) GoString() string { return a.String() }
+
+// LogValue never shows a placeholder.
+func (a GrantAnswer) LogValue() slog.Value { return slog.StringValue(a.String()) }
 
 // RevokeAnswer is the broker's answer to a revoke: what it cut.
 type RevokeAnswer struct {

@@ -83,7 +83,7 @@ func (s *Server) startExec(ctx context.Context, id string, x sessionwire.Exec) {
 
 // env is an exec's whole environment: the supervisor's fixed variables,
 // then the client's (ValidEnvName kept the fixed names out).
-func (s *Server) env(x sessionwire.Exec) []string {
+func (s *Server) env(x sessionwire.Exec, bundle string) []string {
 	e := []string{"PATH=" + s.execPATH(x), "LANG=C.UTF-8"}
 	if x.Root {
 		e = append(e, "HOME=/root", "USER=root", "LOGNAME=root", "DEBIAN_FRONTEND=noninteractive")
@@ -98,7 +98,8 @@ func (s *Server) env(x sessionwire.Exec) []string {
 	for _, k := range keys {
 		e = append(e, k+"="+x.Env[k])
 	}
-	return append(e, s.proxyEnv(x)...) // network.go
+	e = append(e, s.proxyEnv(x)...)                // network.go
+	return append(e, placeholderEnv(x, bundle)...) // network.go
 }
 
 // dir returns the host path of a session path (a valid one).
@@ -171,7 +172,28 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 			sys.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
 		}
 	}
-	attr := &syscall.ProcAttr{Dir: cwd, Env: s.env(x), Files: []uintptr{stdin.Fd(), outW.Fd(), errW.Fd()}, Sys: sys}
+	bundle, bundleDir, err := s.writeExecBundle(x)
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		if inW != nil {
+			inW.Close()
+		}
+		outW.Close()
+		errW.Close()
+		stdin.Close()
+		s.internal(e, "cannot write the exec's CA bundle", err)
+		return
+	}
+	// The bundle goes before the result, so the client that saw the end
+	// finds none (and on every other way out).
+	dropBundle := sync.OnceFunc(func() {
+		if bundleDir != "" {
+			_ = os.RemoveAll(bundleDir)
+		}
+	})
+	defer dropBundle()
+	attr := &syscall.ProcAttr{Dir: cwd, Env: s.env(x, bundle), Files: []uintptr{stdin.Fd(), outW.Fd(), errW.Fd()}, Sys: sys}
 
 	type started struct {
 		pid int
@@ -276,6 +298,7 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 	if ws.Signaled() {
 		sig = strings.TrimPrefix(unix.SignalName(ws.Signal()), "SIG")
 	}
+	dropBundle()
 	s.result(e, supervisor.ExitCode(ws), sig, ran)
 }
 

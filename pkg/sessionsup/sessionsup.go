@@ -102,6 +102,9 @@ type Options struct {
 	// ShimDir (default supervisor.DefaultShimDir) gets the curl shim, a
 	// link to Self (default: this executable), with the bridge.
 	ShimDir, Self string
+	// SystemRoots (default supervisor.DefaultSystemRoots) start a
+	// network exec's CA bundle (network.go).
+	SystemRoots string
 	// Log receives the supervisor's own lines (never output, payloads or
 	// paths a client chose).
 	Log *slog.Logger
@@ -119,6 +122,7 @@ func (o Options) withDefaults(stderr io.Writer) Options {
 	def(&o.Shell, DefaultShell)
 	def(&o.PATH, DefaultPATH)
 	def(&o.User, DefaultUser)
+	def(&o.SystemRoots, supervisor.DefaultSystemRoots)
 	if o.MaxExecs <= 0 {
 		o.MaxExecs = DefaultMaxExecs
 	}

@@ -169,6 +169,15 @@ type Exec struct {
 	// its granted credentialed host:port destinations (only with Proxy).
 	Proxy             bool     `json:"proxy,omitempty"`
 	CredentialedHosts []string `json:"credentialedHosts,omitempty"`
+	// Placeholders are a granted network exec's credentials' variables
+	// and the placeholders its broker minted for this exec only, and
+	// RunCA the certificate (PEM) of the CA that exec's grant intercepts
+	// with (the broker's bind answer, network.go): the supervisor gives
+	// the exec both variables and a CA bundle of the system roots and
+	// RunCA. Only with Proxy; RunCA exactly when Placeholders. Never
+	// logged.
+	Placeholders map[string]string `json:"placeholders,omitempty"`
+	RunCA        string            `json:"runCa,omitempty"`
 }
 
 // Signal sends Name to the process group of the running exec Target.

@@ -93,14 +93,16 @@ func (h *hitServer) seen() (ns []string, authd []bool) {
 }
 
 // TestSessionNetworkExecGrantedThenRevoked: a client's session made with
-// network and a credential; a network exec with the credential, approved
-// by root when its approval event arrives, reaches the loopback server
-// with the real token (added by the broker: the exec's environment, its
-// output, its files and the journal never hold it) and leaves a
-// background process retrying every 200 ms. After the exec ended its
-// grant is revoked: the background process's attempts are refused at the
-// broker (403, "no live grant" in the broker's journal) and the server
-// sees none of them. A second network exec, denied by root, never starts
+// network and a credential declaring a variable; a network exec with the
+// credential, approved by root when its approval event arrives, reaches
+// the loopback server with the real token (added by the broker: the
+// exec's environment, its output, its files and the journal never hold
+// it), with the exec's own placeholder (curl from PATH and by path), and
+// leaves a background process retrying with that placeholder every
+// 200 ms. After the exec ended its grant is revoked: the background
+// process's attempts are refused at the broker (403, "no live grant" in
+// the broker's journal) and the server sees none of them; no host or
+// broker line holds the placeholder. A second network exec, denied by root, never starts
 // and the server sees nothing of it. A plain session of the same client
 // has no broker unit. After close nothing is left.
 func TestSessionNetworkExecGrantedThenRevoked(t *testing.T) {
@@ -147,7 +149,7 @@ func TestSessionNetworkExecGrantedThenRevoked(t *testing.T) {
 
 	c := baseConfig()
 	c.FetchAllow = addr
-	c.EgressCredentials = fmt.Sprintf(`[{name: e2esess, host: %q, port: %s, credential: e2e-sess-token, header: Authorization, format: "Bearer {}", clients: [%d]}]`, host, port, alice.uid)
+	c.EgressCredentials = fmt.Sprintf(`[{name: e2esess, host: %q, port: %s, credential: e2e-sess-token, header: Authorization, format: "Bearer {}", env: SESS_TOKEN, clients: [%d]}]`, host, port, alice.uid)
 	c.TestRootCAFile = caFile
 	withConfig(t, c)
 	since := time.Now().Add(-time.Second).Format("2006-01-02 15:04:05")
@@ -172,14 +174,21 @@ func TestSessionNetworkExecGrantedThenRevoked(t *testing.T) {
 		t.Fatalf("the network session %s has no broker unit: %v", id, brokerUnits())
 	}
 
-	// 1. The approved network exec: a foreground request, then a
-	// background loop (attempt n every 200 ms into /work/bg.log); the exec
-	// returns once the background process got through once (the guest
-	// waits for it, not this test).
+	// 1. The approved network exec: a foreground request with the exec's
+	// placeholder (curl from PATH: no shim for a credential with env),
+	// the same by absolute path (CONNECT, intercepted, the placeholder
+	// swapped at the broker), then a
+	// background loop with the placeholder (attempt n every 200 ms into
+	// /work/bg.log; its own copy of the exec's CA, as the exec's bundle
+	// goes with the exec); the exec returns once the background process
+	// got through once (the guest waits for it, not this test).
 	script := `set -u
 env
-if body=$(curl -fsS --max-time 20 "$1/api/whoami?n=fg"); then echo "FOREGROUND-OK $body"; else echo "FOREGROUND-FAILED"; fi
-nohup sh -c 'n=0; while [ $n -lt 1500 ]; do n=$((n+1)); out=$(curl -fsS --max-time 5 "$1?n=$n" 2>&1); rc=$?; if [ $rc -eq 0 ]; then echo "ok n=$n $out"; else echo "refused n=$n rc=$rc $(printf %s "$out" | tr "\n" " " | cut -c1-160)"; fi >> /work/bg.log; sleep 0.2; done' bg "$1/api/whoami" >/dev/null 2>&1 &
+case "${SESS_TOKEN:-}" in rtsbx_ph_*) ;; *) echo "NO-PLACEHOLDER"; exit 1;; esac
+if body=$(curl -fsS --max-time 20 -H "Authorization: Bearer $SESS_TOKEN" "$1/api/whoami?n=fg"); then echo "FOREGROUND-OK $body"; else echo "FOREGROUND-FAILED"; fi
+if body=$(/usr/bin/curl -fsS --max-time 20 -H "Authorization: Bearer $SESS_TOKEN" "$1/api/whoami?n=ph"); then echo "PLACEHOLDER-OK $body"; else echo "PLACEHOLDER-FAILED"; fi
+cp "$CURL_CA_BUNDLE" /work/exec-ca.pem
+nohup sh -c 'n=0; while [ $n -lt 1500 ]; do n=$((n+1)); out=$(/usr/bin/curl --cacert /work/exec-ca.pem -H "Authorization: Bearer $SESS_TOKEN" -fsS --max-time 5 "$1?n=$n" 2>&1); rc=$?; if [ $rc -eq 0 ]; then echo "ok n=$n $out"; else echo "refused n=$n rc=$rc $(printf %s "$out" | tr "\n" " " | cut -c1-160)"; fi >> /work/bg.log; sleep 0.2; done' bg "$1/api/whoami" >/dev/null 2>&1 &
 for i in $(seq 1 300); do grep -q '^ok' /work/bg.log 2>/dev/null && { echo BACKGROUND-OK; exit 0; }; sleep 0.1; done
 echo "the background process never got through"; cat /work/bg.log; exit 1`
 	approved := ""
@@ -196,15 +205,20 @@ echo "the background process never got through"; cat /work/bg.log; exit 1`
 	if err != nil || approved == "" {
 		t.Fatalf("the approved network exec failed (approved %q): %v", approved, err)
 	}
-	if !strings.Contains(stdout, "FOREGROUND-OK "+answer) || !strings.Contains(stdout, "BACKGROUND-OK") {
-		t.Fatalf("the approved exec did not reach the server with the token (its foreground and its background)")
+	if !strings.Contains(stdout, "FOREGROUND-OK "+answer) || !strings.Contains(stdout, "PLACEHOLDER-OK "+answer) ||
+		!strings.Contains(stdout, "BACKGROUND-OK") {
+		t.Fatalf("the approved exec did not reach the server with the token (its foreground, its placeholder, its background)")
+	}
+	ph := regexp.MustCompile(`SESS_TOKEN=(rtsbx_ph_[0-9a-f]{32})`).FindStringSubmatch(stdout)
+	if ph == nil {
+		t.Fatalf("the approved exec's environment has no placeholder in SESS_TOKEN")
 	}
 	// The revoke comes before the client sees the result: from here on no
 	// request of this session may reach the server.
 	atRevoke := srvState.count()
 	ns, authd := srvState.seen()
-	if atRevoke < 2 || ns[0] != "fg" {
-		t.Fatalf("the server saw %v during the grant, want fg then the background's attempts", ns)
+	if atRevoke < 3 || ns[0] != "fg" || ns[1] != "ph" {
+		t.Fatalf("the server saw %v during the grant, want fg, ph, then the background's attempts", ns)
 	}
 	for i, ok := range authd {
 		if !ok {
@@ -273,8 +287,14 @@ echo "the background process never got through"; cat /work/bg.log; exit 1`
 	if strings.Count(j, "egress refused: no live grant") < 10 || !strings.Contains(j, "grant bound") || !strings.Contains(j, "grant revoked") {
 		t.Errorf("the broker's journal lacks its bind, its revoke or 10 refusals:\n%s", j)
 	}
-	if h := journal("-u", "sandbox-host.service", "--since", since, "-o", "cat", "-g", "session="+id); !strings.Contains(h, "session network revoked") {
+	h := journal("-u", "sandbox-host.service", "--since", since, "-o", "cat", "-g", "session="+id)
+	if !strings.Contains(h, "session network revoked") {
 		t.Errorf("the host logged no revoke of exec %s:\n%s", approved, h)
+	}
+	// The placeholder: in the exec's environment (its own output prints
+	// it), never in the host's or the broker's lines.
+	if strings.Contains(j+h+journal("-t", "sandbox-broker", "--since", since)+journal("-u", "sandbox-host.service", "--since", since), ph[1]) {
+		t.Errorf("the host or the broker logged the exec's placeholder")
 	}
 
 	// The token is nowhere the session or its client could see it: the

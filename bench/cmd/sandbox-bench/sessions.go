@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,6 +39,7 @@ func cmdSessions(args []string) error {
 	window := fs.Duration("idle-window", 3*time.Second, "how long a paused session's CPU use is watched")
 	hostSock := fs.String("host-socket", "", "host API socket")
 	docker := fs.String("docker", "docker", "docker CLI")
+	standbyCreates := fs.Int("standby-creates", 0, "only: creates on a ready standby (the host runs sessions.standby: 1), added to --out's results")
 	_ = fs.Parse(args)
 	if *out == "" || *hostSock == "" {
 		return errors.New("--out and --host-socket are required")
@@ -45,6 +47,9 @@ func cmdSessions(args []string) error {
 	ctx, cancel := signalContext()
 	defer cancel()
 	c := client.NewWithOptions(*hostSock, client.Options{})
+	if *standbyCreates > 0 {
+		return standbySessionCreates(ctx, c, *out, *standbyCreates)
+	}
 	res := report.Sessions{Rounds: *rounds, Warmup: *warmup, FileBytes: *fileMB << 20,
 		Start: time.Now().UTC(), LoadStart: report.LoadAvg()}
 
@@ -262,4 +267,63 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// standbySessionCreates adds to the results in path n session creates,
+// each on a ready standby: before each, off the clock, it waits (bounded)
+// until the host lists a session id no client session has (the standby
+// the reaper's list keeps, docs/sessions.md "Standby").
+func standbySessionCreates(ctx context.Context, c *client.Client, path string, n int) error {
+	var res report.Sessions
+	if b, err := os.ReadFile(path); err != nil {
+		return err
+	} else if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	res.StandbyCreateMs, res.StandbyNote = nil, ""
+	ready := func() error {
+		deadline := time.Now().Add(90 * time.Second)
+		for time.Now().Before(deadline) {
+			turns, err := c.Turns(ctx)
+			if err != nil {
+				return err
+			}
+			live, err := c.Sessions(ctx)
+			if err != nil {
+				return err
+			}
+			mine := map[string]bool{}
+			for _, s := range live {
+				mine[s.ID] = true
+			}
+			for _, t := range turns {
+				if strings.HasPrefix(t.ChannelTag, "session-") && !mine[t.ID] {
+					return nil
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		return errors.New("no standby listed within 90 s (is sessions.standby 1?)")
+	}
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		if err := ready(); err != nil {
+			res.StandbyNote = "not measured: " + err.Error()
+			break
+		}
+		t0 := time.Now()
+		s, err := c.CreateSession(ctx, apiwire.SessionCreate{})
+		if err != nil {
+			res.Failures = append(res.Failures, "standby create: "+err.Error())
+			continue
+		}
+		res.StandbyCreateMs = append(res.StandbyCreateMs, stats.Ms(time.Since(t0)))
+		if _, err := c.CloseSession(ctx, s.ID); err != nil {
+			res.Failures = append(res.Failures, "close: "+err.Error())
+		}
+	}
+	return writeJSON(path, res)
 }

@@ -37,8 +37,9 @@ import (
 // connections are closed), so seconds are plenty.
 const DefaultTimeout = 10 * time.Second
 
-// maxAnswerBytes bounds a control answer.
-const maxAnswerBytes = 4 << 10
+// maxAnswerBytes bounds a control answer (a bind's carries the exec CA's
+// certificate and placeholders, policy.GrantAnswer).
+const maxAnswerBytes = policy.MaxGrantCABytes + 8<<10
 
 // Errors of a control call.
 var (
@@ -82,20 +83,27 @@ type Client struct {
 }
 
 // Bind binds g (its exec's network) and returns once the broker admits
-// the exec's requests under it.
-func (c Client) Bind(ctx context.Context, g policy.Grant) error {
+// the exec's requests under it. The answer carries the exec's
+// placeholders and CA certificate when g's credentials declare variables
+// (policy.GrantAnswer): the caller hands them to that exec only and never
+// logs them (the answer's String and LogValue hide them).
+func (c Client) Bind(ctx context.Context, g policy.Grant) (policy.GrantAnswer, error) {
 	body, err := json.Marshal(g)
 	if err != nil {
-		return err
+		return policy.GrantAnswer{}, err
 	}
 	var a policy.GrantAnswer
 	if err := c.call(ctx, policy.RouteControlGrant, body, &a); err != nil {
-		return fmt.Errorf("grant of exec %s: %w", g.Exec, err)
+		return policy.GrantAnswer{}, fmt.Errorf("grant of exec %s: %w", g.Exec, err)
 	}
 	if a.Exec != g.Exec || a.Revision != g.Revision {
-		return fmt.Errorf("grant of exec %s: %w: the answer names another grant", g.Exec, ErrBroker)
+		return policy.GrantAnswer{}, fmt.Errorf("grant of exec %s: %w: the answer names another grant", g.Exec, ErrBroker)
 	}
-	return nil
+	if err := a.Validate(); err != nil {
+		// Bound, but unusable: the caller revokes it (ErrBroker).
+		return policy.GrantAnswer{}, fmt.Errorf("grant of exec %s: %w: %v", g.Exec, ErrBroker, err)
+	}
+	return a, nil
 }
 
 // Revoke revokes exec's grant and returns what the broker cut, once

@@ -64,7 +64,7 @@ func TestClientAnswers(t *testing.T) {
 				}
 				fmt.Fprint(w, tt.body)
 			})
-			if err := c.Bind(context.Background(), grant()); !errors.Is(err, tt.bind) || (tt.bind == nil) != (err == nil) {
+			if _, err := c.Bind(context.Background(), grant()); !errors.Is(err, tt.bind) || (tt.bind == nil) != (err == nil) {
 				t.Errorf("Bind: %v, want %v", err, tt.bind)
 			}
 			a, err := c.Revoke(context.Background(), "exec-1")
@@ -81,10 +81,50 @@ func TestClientAnswers(t *testing.T) {
 	}
 }
 
+// TestClientBindPlaceholders: a bind's answer hands back the exec's
+// placeholders and CA; an answer the exec could not carry (placeholders
+// without a CA, a variable the runtime sets, a value with a space) is the
+// broker's failure, never success; the answer prints without them.
+func TestClientBindPlaceholders(t *testing.T) {
+	const ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+	const ph = "rtsbx_ph_0123456789abcdef0123456789abcdef"
+	for _, tt := range []struct {
+		name, body string
+		want       error
+	}{
+		{"ok", `{"exec":"exec-1","revision":3,"ca":` + fmt.Sprintf("%q", ca) + `,"env":{"GITHUB_TOKEN":"` + ph + `"}}`, nil},
+		{"no CA", `{"exec":"exec-1","revision":3,"env":{"GITHUB_TOKEN":"` + ph + `"}}`, ErrBroker},
+		{"runtime variable", `{"exec":"exec-1","revision":3,"ca":` + fmt.Sprintf("%q", ca) + `,"env":{"PATH":"` + ph + `"}}`, ErrBroker},
+		{"value with a space", `{"exec":"exec-1","revision":3,"ca":` + fmt.Sprintf("%q", ca) + `,"env":{"GITHUB_TOKEN":"a b"}}`, ErrBroker},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := answering(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, tt.body) })
+			a, err := c.Bind(context.Background(), grant())
+			if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+				t.Fatalf("Bind: %v, want %v", err, tt.want)
+			}
+			if err != nil {
+				if len(a.Env) != 0 || a.CA != "" {
+					t.Errorf("a refused answer still carries placeholders")
+				}
+				return
+			}
+			if a.Env["GITHUB_TOKEN"] != ph || a.CA != ca {
+				t.Errorf("answer %v lost its placeholder or CA", a.Env)
+			}
+			for _, shown := range []string{fmt.Sprint(a), fmt.Sprintf("%+v", a), fmt.Sprintf("%#v", a)} {
+				if strings.Contains(shown, ph) || !strings.Contains(shown, "GITHUB_TOKEN") {
+					t.Errorf("answer printed as %q", shown)
+				}
+			}
+		})
+	}
+}
+
 // TestClientNoBroker: a socket nobody serves is ErrBroker at once.
 func TestClientNoBroker(t *testing.T) {
 	c := Client{Socket: filepath.Join(t.TempDir(), "absent.sock")}
-	if err := c.Bind(context.Background(), grant()); !errors.Is(err, ErrBroker) {
+	if _, err := c.Bind(context.Background(), grant()); !errors.Is(err, ErrBroker) {
 		t.Errorf("Bind: %v, want ErrBroker", err)
 	}
 	if _, err := c.Revoke(context.Background(), "exec-1"); !errors.Is(err, ErrBroker) {
