@@ -545,6 +545,16 @@ func TestInterceptTLS(t *testing.T) {
 	if code := (&credRig{t: t, proxy: r.proxy}).raw("GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n"); code != 403 {
 		t.Errorf("plain http to an undeclared port: %d, want 403", code)
 	}
+	// The old plain-http route to the declared host:port itself: gone for
+	// an intercepted credential (one mechanism), the destination untouched.
+	dest := r.git.addr()
+	if code := (&credRig{t: t, proxy: r.proxy}).raw("GET http://" + dest + "/private HTTP/1.1\r\nHost: " + dest + "\r\n\r\n"); code != 403 {
+		t.Errorf("plain http to an intercepted destination: %d, want 403", code)
+	}
+	if r.git.seen() != 0 {
+		t.Error("the destination was reached by plain http")
+	}
+	r.waitLog(`"msg":"egress refused"`, "plain http to an intercepted destination", `"credential":"git"`)
 }
 
 // TestInterceptAnswers: identity forced and a compressed echo refused,

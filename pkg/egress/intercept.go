@@ -17,7 +17,8 @@ package egress
 // (another header, the request line, the body or trailers, another
 // credential's host, a plain-http request); the credential's value sent by
 // the code; an SNI or Host that is not the declared host; a CONNECT to
-// another port of a declared host; an upgrade. Answers: identity asked,
+// another port of a declared host; plain http to a declared host:port (the
+// old plain-http route, kept for session grants only); an upgrade. Answers: identity asked,
 // an encoded one refused, headers, body and trailers through the
 // reflection guard, 1xx dropped, 101 refused, redirects handed back.
 
@@ -80,6 +81,7 @@ var (
 	errHostMismatch         = errors.New("egress: the request's Host is not the intercepted host")
 	errSNI                  = errors.New("egress: the TLS server name is not the intercepted host")
 	errUndeclaredPort       = errors.New("egress: another port of a credentialed host")
+	errPlainIntercepted     = errors.New("egress: plain http to an intercepted destination (its https URL carries the placeholder)")
 	errInterim101           = errors.New("egress: the destination switched protocols unasked")
 	errOriginForm           = errors.New("egress: an intercepted request must be in origin form")
 )

@@ -248,7 +248,13 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, r, "http", hostPort(u), err)
 		return
 	}
-	if _, other, ok := p.interceptFor(hostPort(u)); !ok && other != "" {
+	if ir, other, ok := p.interceptFor(hostPort(u)); ok {
+		// One mechanism (docs/credentialed-egress.md): an intercepted
+		// credential is reached by its https URL; the plain-http route
+		// stays only for a session exec's grant, which has no placeholders.
+		p.refuse(w, r, "http", hostPort(u), errPlainIntercepted, "credential", ir.c.Name)
+		return
+	} else if other != "" {
 		p.refuse(w, r, "http", hostPort(u), errUndeclaredPort, "credential", other)
 		return
 	}
@@ -312,7 +318,7 @@ func reason(err error) string {
 		errors.Is(err, errCredentialHeader), errors.Is(err, errUpgrade), errors.Is(err, errCredential),
 		errors.Is(err, errReflected), errors.Is(err, errEncoded), errors.As(err, new(errTLS)),
 		errors.Is(err, errPlaceholderElsewhere), errors.Is(err, errValueSent), errors.Is(err, errHeaderTwice),
-		errors.Is(err, errHostMismatch), errors.Is(err, errSNI), errors.Is(err, errUndeclaredPort),
+		errors.Is(err, errHostMismatch), errors.Is(err, errSNI), errors.Is(err, errUndeclaredPort), errors.Is(err, errPlainIntercepted),
 		errors.Is(err, errInterim101), errors.Is(err, errOriginForm), errors.Is(err, ErrReflectedRequest),
 		errors.Is(err, ErrReflected):
 		return err.Error()
@@ -339,7 +345,8 @@ func Status(err error) int {
 	case errors.Is(err, errPlaceholderElsewhere), errors.Is(err, errValueSent), errors.Is(err, errHeaderTwice),
 		errors.Is(err, errHostMismatch), errors.Is(err, errOriginForm), errors.Is(err, ErrReflectedRequest):
 		return http.StatusBadRequest
-	case errors.Is(err, safefetch.ErrAddress), errors.Is(err, safefetch.ErrURL), errors.Is(err, errUndeclaredPort):
+	case errors.Is(err, safefetch.ErrAddress), errors.Is(err, safefetch.ErrURL), errors.Is(err, errUndeclaredPort),
+		errors.Is(err, errPlainIntercepted):
 		return http.StatusForbidden
 	case errors.Is(err, errTurnOver):
 		return http.StatusServiceUnavailable
