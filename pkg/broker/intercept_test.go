@@ -112,6 +112,12 @@ func (u *icptUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		zw := gzip.NewWriter(w)
 		io.WriteString(zw, auth)
 		zw.Close()
+	case "/gzip-echo-chunked": // the same, streamed (no length): the guard's path
+		w.Header().Set("Content-Encoding", "gzip")
+		w.(http.Flusher).Flush()
+		zw := gzip.NewWriter(w)
+		io.WriteString(zw, strings.Repeat("padding ", 16384)+auth)
+		zw.Close()
 	case "/echo-headers":
 		w.Header().Set("X-Seen", auth)
 		io.WriteString(w, "ok")
@@ -577,6 +583,12 @@ func TestInterceptAnswers(t *testing.T) {
 	}
 	check("compressed echo", body, tr)
 	r.waitLog(`"msg":"egress refused"`, "still encoded")
+	// Streamed (chunked, over 64 KiB): refused before any body byte.
+	code, body, tr, _ = r.do(c, "GET", git+"/gzip-echo-chunked", auth, "")
+	if code != 502 || body != "destination unreachable\n" {
+		t.Errorf("streamed compressed echo: %d %q, want 502 and the generic answer", code, body)
+	}
+	check("streamed compressed echo", body, tr)
 	code, body, tr, _ = r.do(c, "GET", git+"/echo-headers", auth, "")
 	if code != 502 {
 		t.Errorf("header echo: %d, want 502", code)
