@@ -144,6 +144,22 @@ if [[ ${BENCH_EGRESS:-1} == 1 && -d $SRC/pkg/egress ]]; then
   fi
 fi
 
+# 3c. Interception (issue 37, docs/credentialed-egress.md): an intercepted
+# request against the same one through a plain CONNECT tunnel, small and
+# 1 MiB answers, paired on a reused connection and side by side on a fresh
+# one, and the reflection guard's throughput. Loopback only, no Docker;
+# about two minutes. The report reads intercept.txt into the Targets table.
+# BENCH_EGRESS=0 skips it too. By hand, one section at a time:
+#   go test ./pkg/broker -run '^$' -bench '^BenchmarkInterceptPaired$' -count 5
+if [[ ${BENCH_EGRESS:-1} == 1 && -d $SRC/pkg/broker ]]; then
+  bench_log "interception: intercepted against a plain tunnel, the reflection guard"
+  if ! (cd "$SRC" && go test -run '^$' -bench '^BenchmarkInterceptPaired$' -count 5 ./pkg/broker/ &&
+    go test -run '^$' -bench '^BenchmarkIntercept$' -benchtime 50x -count 3 ./pkg/broker/ &&
+    go test -run '^$' -bench '^BenchmarkGuard(Percent)?$' -count 5 ./pkg/credential/) >"$BENCH_RESULTS/intercept.txt" 2>&1; then
+    note "- Interception benchmarks failed: see \`intercept.txt\` in the raw results."
+  fi
+fi
+
 bench_run_mode
 
 bench_env --out "$BENCH_RESULTS/env-end.json"

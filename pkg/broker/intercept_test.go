@@ -112,6 +112,12 @@ func (u *icptUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		zw := gzip.NewWriter(w)
 		io.WriteString(zw, auth)
 		zw.Close()
+	case "/gzip-echo-chunked": // the same, streamed (no length): the guard's path
+		w.Header().Set("Content-Encoding", "gzip")
+		w.(http.Flusher).Flush()
+		zw := gzip.NewWriter(w)
+		io.WriteString(zw, strings.Repeat("padding ", 16384)+auth)
+		zw.Close()
 	case "/echo-headers":
 		w.Header().Set("X-Seen", auth)
 		io.WriteString(w, "ok")
@@ -545,6 +551,16 @@ func TestInterceptTLS(t *testing.T) {
 	if code := (&credRig{t: t, proxy: r.proxy}).raw("GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n"); code != 403 {
 		t.Errorf("plain http to an undeclared port: %d, want 403", code)
 	}
+	// The old plain-http route to the declared host:port itself: gone for
+	// an intercepted credential (one mechanism), the destination untouched.
+	dest := r.git.addr()
+	if code := (&credRig{t: t, proxy: r.proxy}).raw("GET http://" + dest + "/private HTTP/1.1\r\nHost: " + dest + "\r\n\r\n"); code != 403 {
+		t.Errorf("plain http to an intercepted destination: %d, want 403", code)
+	}
+	if r.git.seen() != 0 {
+		t.Error("the destination was reached by plain http")
+	}
+	r.waitLog(`"msg":"egress refused"`, "plain http to an intercepted destination", `"credential":"git"`)
 }
 
 // TestInterceptAnswers: identity forced and a compressed echo refused,
@@ -567,6 +583,12 @@ func TestInterceptAnswers(t *testing.T) {
 	}
 	check("compressed echo", body, tr)
 	r.waitLog(`"msg":"egress refused"`, "still encoded")
+	// Streamed (chunked, over 64 KiB): refused before any body byte.
+	code, body, tr, _ = r.do(c, "GET", git+"/gzip-echo-chunked", auth, "")
+	if code != 502 || body != "destination unreachable\n" {
+		t.Errorf("streamed compressed echo: %d %q, want 502 and the generic answer", code, body)
+	}
+	check("streamed compressed echo", body, tr)
 	code, body, tr, _ = r.do(c, "GET", git+"/echo-headers", auth, "")
 	if code != 502 {
 		t.Errorf("header echo: %d, want 502", code)

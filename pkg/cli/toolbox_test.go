@@ -101,7 +101,7 @@ func TestToolboxBuildRefusals(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	if code := Main(context.Background(), []string{"toolbox", "build", "--small", "--dry-run", "--suite", "bookworm", "--mirror", "http://mirror.lan/debian"}, Inputs{Stdout: &out, Stderr: &errb}); code != 0 ||
-		!strings.HasPrefix(out.String(), "mmdebstrap --mode=unshare --variant=apt --format=tar --include=bash,coreutils,python3,git,curl,ca-certificates ") ||
+		!strings.HasPrefix(out.String(), "mmdebstrap --mode=unshare --variant=apt --format=tar --include=bash,coreutils,python3,git,curl,ca-certificates,python3-pip,python3-requests,nodejs,npm ") ||
 		!strings.Contains(out.String(), " bookworm OUTPUT.tar http://mirror.lan/debian\n") {
 		t.Errorf("dry-run: exit %d, %q %q", code, out.String(), errb.String())
 	}

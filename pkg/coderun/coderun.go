@@ -669,29 +669,17 @@ func (k *Kind) prepareBroker(ctx context.Context, t *sandbox.Handle, creds []str
 	return k.life.Units().StartBroker(ctx, t.ID)
 }
 
-// credentialVariables are the variables (egress.credentials[].env) of the
-// names that declare one.
+// credentialVariables are the variables (egress.credentials[].env, or
+// its default) of the names: every credential of a run is intercepted and
+// reached by its https URL with the placeholder in that variable.
 func (k *Kind) credentialVariables(names []string) map[string]string {
 	m := map[string]string{}
 	for _, n := range names {
-		if e, ok := k.cfg.EgressCredential(n); ok && e.Env != "" {
-			m[n] = e.Env
+		if e, ok := k.cfg.EgressCredential(n); ok {
+			m[n] = e.EnvName()
 		}
 	}
 	return m
-}
-
-// credentialedHosts are the job's host:port destinations of names that
-// declare no variable (the plain-http route's git and curl rewrite); the
-// others are intercepted and reached by their https URLs unchanged.
-func (k *Kind) credentialedHosts(names []string) []string {
-	var out []string
-	for _, n := range names {
-		if e, ok := k.cfg.EgressCredential(n); ok && e.Env == "" {
-			out = append(out, e.Policy().Dest())
-		}
-	}
-	return out
 }
 
 // DeadlineBound is the latest a run's objects may live: its start plus
@@ -711,9 +699,8 @@ func (k *Kind) job(p runs.Params, uid int) wire.Job {
 	rc := k.cfg.Runs
 	job := wire.Job{
 		Setup: p.Setup, UID: uid, GID: uid, Proxy: p.Network, Artifacts: p.Artifacts,
-		CredentialedHosts: k.credentialedHosts(p.Credentials),
-		Placeholders:      len(k.credentialVariables(p.Credentials)) > 0,
-		MaxOutputBytes:    rc.MaxOutputBytes, MaxArtifactBytes: rc.MaxArtifactBytes, MaxArtifactTotalBytes: rc.MaxArtifactTotalBytes,
+		Placeholders:   len(k.credentialVariables(p.Credentials)) > 0,
+		MaxOutputBytes: rc.MaxOutputBytes, MaxArtifactBytes: rc.MaxArtifactBytes, MaxArtifactTotalBytes: rc.MaxArtifactTotalBytes,
 	}
 	if p.Mode() == runs.ModeShell {
 		job.Command = p.Command

@@ -65,10 +65,10 @@ func TestRunCredentials(t *testing.T) {
 	if names := pol.CredentialNames(); !slices.Equal(names, []string{"git-token"}) {
 		t.Errorf("credset would copy %v, want only git-token", names)
 	}
-	// git declares env GIT_TOKEN: intercepted, so no plain-http rewrite,
-	// and the supervisor fetches its placeholder.
-	if job := rd.Jobs[0]; len(job.CredentialedHosts) != 0 || !job.Placeholders {
-		t.Errorf("job credentialed hosts %v, placeholders %v", job.CredentialedHosts, job.Placeholders)
+	// git declares env GIT_TOKEN: intercepted; the supervisor fetches its
+	// placeholder.
+	if job := rd.Jobs[0]; !job.Placeholders {
+		t.Errorf("job placeholders %v", job.Placeholders)
 	}
 
 	// A network run without credentials carries none.
@@ -99,9 +99,12 @@ func TestRunCredentials(t *testing.T) {
 			t.Errorf("%s: a run was created", c.name)
 		}
 	}
-	// The other client may use its own.
-	if _, err := r.k.Start(runs.Params{Command: "x", Network: true, Credentials: []string{"api"}}, otherUID); err != nil {
+	// The other client may use its own; api declares no env, so its
+	// placeholder is in the default variable (no plain-http route for runs).
+	if st, err := r.k.Start(runs.Params{Command: "x", Network: true, Credentials: []string{"api"}}, otherUID); err != nil {
 		t.Errorf("client's own credential refused: %v", err)
+	} else if st.CredentialVariables["api"] != "API_TOKEN" {
+		t.Errorf("credential without env: variables %v, want api in API_TOKEN", st.CredentialVariables)
 	}
 	r.assertClean(t)
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -27,7 +28,7 @@ type EgressCredential struct {
 	// User is basic auth's fixed user (format basic only).
 	User string `mapstructure:"user"`
 	// Env is the variable a run sees the credential's placeholder in
-	// (docs/credentialed-egress.md); "" keeps the plain-http route only.
+	// (docs/credentialed-egress.md); "" means DefaultEnv's name.
 	Env      string   `mapstructure:"env"`
 	Projects []string `mapstructure:"projects"`
 	Clients  []int    `mapstructure:"clients"`
@@ -38,11 +39,35 @@ func (e EgressCredential) MayAsk(project string, uid int) bool {
 	return project != "" && slices.Contains(e.Projects, project) || slices.Contains(e.Clients, uid)
 }
 
+// EnvName is the variable a run sees the placeholder in: Env, or
+// DefaultEnv(Name) when Env is unset. Every credential a run carries is
+// reached through a placeholder (the plain-http route with its git and
+// curl rewrites is gone for runs), so one without env still gets one.
+func (e EgressCredential) EnvName() string {
+	if e.Env != "" {
+		return e.Env
+	}
+	return DefaultEnv(e.Name)
+}
+
+// DefaultEnv is the variable of a credential named name that declares no
+// env: the name upper-cased, every character but a letter or digit as
+// '_', then _TOKEN ("gitlab" -> GITLAB_TOKEN, "my-api" -> MY_API_TOKEN).
+func DefaultEnv(name string) string {
+	b := []byte(strings.ToUpper(name))
+	for i, c := range b {
+		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			b[i] = '_'
+		}
+	}
+	return string(b) + "_TOKEN"
+}
+
 // Policy is the entry as a run's policy carries it (no value, no grants).
 func (e EgressCredential) Policy() policy.EgressCredential {
 	h, _ := policy.CanonicalCredentialHeader(e.Header)
 	return policy.EgressCredential{Name: e.Name, Host: e.Host, Port: e.Port, Credential: e.Credential,
-		Header: h, Format: e.Format, User: e.User, Env: e.Env}
+		Header: h, Format: e.Format, User: e.User, Env: e.EnvName()}
 }
 
 // EgressCredential returns the egress.credentials entry named name.
@@ -157,14 +182,18 @@ func (c *Config) validateEgressCredentials(bad func(key, format string, a ...any
 		default:
 			bad(key+".format", "%q must be one of %q", e.Format, policy.CredentialFormats)
 		}
-		if e.Env != "" {
-			if err := policy.ValidCredentialEnv(e.Env); err != nil {
-				bad(key+".env", "%v", err)
-			} else if j, dup := envs[e.Env]; dup {
-				bad(key+".env", "%q is also egress.credentials[%d]'s env", e.Env, j)
-			} else {
-				envs[e.Env] = i
-			}
+		// Unset, env is the name's default, checked alike (so a config
+		// that loaded before env existed still loads, or says why not).
+		env, how := e.EnvName(), ""
+		if e.Env == "" {
+			how = fmt.Sprintf(" (unset: the default from name %q; declare env)", e.Name)
+		}
+		if err := policy.ValidCredentialEnv(env); err != nil {
+			bad(key+".env", "%v%s", err, how)
+		} else if j, dup := envs[env]; dup {
+			bad(key+".env", "%q is also egress.credentials[%d]'s env%s", env, j, how)
+		} else {
+			envs[env] = i
 		}
 		if len(e.Projects) == 0 && len(e.Clients) == 0 {
 			bad(key, "names no projects and no clients: nobody may ask for it")

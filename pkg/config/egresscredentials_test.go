@@ -51,6 +51,15 @@ egress:
 		t.Fatalf("gitlab = %+v %v", gl.Policy(), ok)
 	}
 	gh, _ := c.EgressCredential("gh")
+	// No env: the default variable, so every run's credential has one.
+	if gh.Env != "" || gh.Policy().Env != "GH_TOKEN" {
+		t.Errorf("gh without env: Env %q, policy env %q, want GH_TOKEN", gh.Env, gh.Policy().Env)
+	}
+	for name, want := range map[string]string{"gitlab": "GITLAB_TOKEN", "my-api.v2": "MY_API_V2_TOKEN", "X_y": "X_Y_TOKEN"} {
+		if got := DefaultEnv(name); got != want {
+			t.Errorf("DefaultEnv(%q) = %q, want %q", name, got, want)
+		}
+	}
 	for _, m := range []struct {
 		e       EgressCredential
 		project string
@@ -134,6 +143,14 @@ func TestEgressCredentialsValidate(t *testing.T) {
 			d.Name, d.Host, d.Env = "git2", "other.example.com", "TOKEN"
 			c.Egress.Credentials = append(c.Egress.Credentials, d)
 		}, "egress.credentials[1].env"},
+		{"default env not a name", func(c *Config) { c.Egress.Credentials[0].Name, c.Egress.Credentials[0].Env = "1pass", "" },
+			`egress.credentials[0].env: "1PASS_TOKEN" must be`},
+		{"default env is another's env", func(c *Config) {
+			c.Egress.Credentials[0].Env = "GIT2_TOKEN"
+			d := ok
+			d.Name, d.Host, d.Env = "git2", "other.example.com", ""
+			c.Egress.Credentials = append(c.Egress.Credentials, d)
+		}, `egress.credentials[1].env: "GIT2_TOKEN" is also egress.credentials[0]'s env (unset: the default from name "git2"; declare env)`},
 		{"relative CA", func(c *Config) { c.Egress.TestRootCAFile = "ca.pem" }, "egress.testRootCAFile"},
 	}
 	for _, tc := range cases {

@@ -1,6 +1,7 @@
 package credential
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net/http"
@@ -10,25 +11,47 @@ import (
 var ErrReflected = errors.New("credential: the answer reflects a credential")
 
 // HeaderReflects reports whether a header block (names and values, in any
-// order) reflects a secret, by Reflected's rules.
+// order) reflects a secret, by Reflected's rules. Every field is
+// normalised once into one text: a form inside a field is inside the text,
+// and one split across fields is found too in the order the map gives.
+// Its percent-decoded views are each field decoded on its own (an escape
+// never runs into the next field) and the text decoded whole. One pass in
+// the common case (no '%'): an intercepted request's headers and a small
+// answer with its body are read once (issue 37's per-request cost).
 func (m *Matcher) HeaderReflects(h http.Header) bool {
 	if m.m.empty() {
 		return false
 	}
-	vals := make([]any, 0, 2*len(h))
+	n := 0
 	for k, vs := range h {
-		vals = append(vals, k)
+		n += len(k)
 		for _, v := range vs {
-			vals = append(vals, v)
+			n += len(v)
 		}
 	}
-	// Each field on its own as well: map order must not split a value.
-	for _, v := range vals {
-		if m.Reflected(v) {
-			return true
+	text := make([]byte, 0, n)
+	ends := make([]int, 0, 2*len(h))
+	for k, vs := range h {
+		text = normalize(text, k)
+		ends = append(ends, len(text))
+		for _, v := range vs {
+			text = normalize(text, v)
+			ends = append(ends, len(text))
 		}
 	}
-	return m.Reflected(vals)
+	if m.m.match(text) {
+		return true
+	}
+	if bytes.IndexByte(text, '%') < 0 {
+		return false
+	}
+	dec := make([]byte, 0, len(text))
+	start := 0
+	for _, end := range ends {
+		dec = percentDecode(dec, text[start:end])
+		start = end
+	}
+	return m.m.match(dec) || m.m.match(percentDecode(dec[:0], text))
 }
 
 // Guard returns a reader of src that fails with ErrReflected, and hands

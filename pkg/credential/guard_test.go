@@ -76,6 +76,11 @@ func TestHeaderReflects(t *testing.T) {
 		{http.Header{"X-Echo": {"Bearer " + guardSecret}}, true},
 		{http.Header{"Location": {"https://elsewhere/?t=" + base64.URLEncoding.EncodeToString([]byte(guardSecret))}}, true},
 		{http.Header{guardSecret: {"x"}}, true},
+		// Percent-escaped in one field, the escapes each field's own.
+		{http.Header{"X-A": {"50%"}, "X-B": {"q=" + percentAll(guardSecret)}}, true},
+		{http.Header{"X-A": {"%"}, "X-B": {"41%42"}}, false},
+		// Split across two values of one field (a whole secret, no piece).
+		{http.Header{"X-Split": {guardSecret[:len(guardSecret)/2], guardSecret[len(guardSecret)/2:]}}, true},
 	} {
 		if got := m.HeaderReflects(c.h); got != c.want {
 			t.Errorf("%v: %v, want %v", c.h, got, c.want)

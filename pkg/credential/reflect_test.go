@@ -1,6 +1,7 @@
 package credential
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -135,4 +136,46 @@ func FuzzReflected(f *testing.F) {
 		}
 		_ = got
 	})
+}
+
+// TestMatcherAgreesWithNaive: the matcher reports a text exactly when a
+// naive search finds some run of min characters of some pattern in it,
+// for runs placed at every offset of the text and of the form, one
+// character short of min and at min (the stride's edge cases).
+func TestMatcherAgreesWithNaive(t *testing.T) {
+	secrets := []Secret{NewSecret("rtsbx_ph_0123456789abcdef0123456789abcdef"), NewSecret("short-tok-12"), NewSecret("Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe")}
+	m := newMatcher(secrets)
+	naive := func(text []byte) bool {
+		for _, p := range m.short {
+			if bytes.Contains(text, []byte(p.form)) {
+				return true
+			}
+		}
+		for _, p := range m.pats {
+			for s := 0; s+p.min <= len(p.form); s++ {
+				if bytes.Contains(text, []byte(p.form[s:s+p.min])) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	filler := strings.Repeat("q", 40)
+	n := 0
+	for _, p := range append(append([]pattern(nil), m.pats...), m.short...) {
+		for _, l := range []int{p.min - 1, p.min} {
+			for s := 0; s+l <= len(p.form); s += 3 {
+				for lead := range 11 {
+					text := []byte(filler[:lead] + p.form[s:s+l] + filler[:7])
+					if got, want := m.match(text), naive(text); got != want {
+						t.Fatalf("%q: match %v, naive %v", text, got, want)
+					}
+					n++
+				}
+			}
+		}
+	}
+	if n < 1000 {
+		t.Fatalf("only %d cases", n)
+	}
 }

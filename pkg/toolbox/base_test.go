@@ -80,7 +80,7 @@ func TestPlanArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := p.Args("/var/tmp/x/base.tar")
-	for _, want := range []string{"--mode=unshare", "--variant=apt", "--format=tar", "--include=bash,coreutils,python3,git,curl,ca-certificates"} {
+	for _, want := range []string{"--mode=unshare", "--variant=apt", "--format=tar", "--include=bash,coreutils,python3,git,curl,ca-certificates,python3-pip,python3-requests,nodejs,npm"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
 		}

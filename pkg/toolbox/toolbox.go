@@ -55,9 +55,11 @@ var Packages = []string{
 }
 
 // SmallPackages is the test toolbox: what the runs' tests need (a shell,
-// id, python3 for file and timing tricks, git and curl for credentialed
-// egress), built the same way in about a minute.
-var SmallPackages = []string{"bash", "coreutils", "python3", "git", "curl", "ca-certificates"}
+// id, python3 for file and timing tricks; git, curl, pip, Python requests
+// and npm as the real clients of credentialed egress, docs/credentialed-egress.md),
+// built the same way in a few minutes.
+var SmallPackages = []string{"bash", "coreutils", "python3", "git", "curl", "ca-certificates",
+	"python3-pip", "python3-requests", "nodejs", "npm"}
 
 // Debian package names (Policy 5.6.7).
 var packageRe = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]{1,99}$`)

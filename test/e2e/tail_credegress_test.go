@@ -26,13 +26,16 @@ import (
 )
 
 // TestRunCredentialedGitClone: an approved run granted the credential
-// "e2egit" clones a private repository with a plain `git clone
-// https://<host>/...` and reads an API with a plain `curl https://...`
-// from a loopback HTTPS server (its own test CA, trusted by the run's
-// broker through egress.testRootCAFile for this loopback literal only)
-// that requires the token: the broker added it, the run never held it.
-// The same clone without the grant fails and the server sees no token;
-// the token is in no journal line, no run output or event and no artifact.
+// "e2egit", which declares no env (so its placeholder is in the default
+// variable E2EGIT_TOKEN: the plain-http route with its git and curl
+// rewrites is gone for runs), clones a private repository with `git -c
+// http.extraHeader=... clone https://<host>/...` and reads an API with
+// `curl -H ... https://...` from a loopback HTTPS server (its own test CA,
+// trusted by the run's broker through egress.testRootCAFile for this
+// loopback literal only) that requires the token: the broker swapped it
+// in, the run never held it. The same clone without the grant fails and
+// the server sees no token; the token is in no journal line, no run output
+// or event and no artifact.
 func TestRunCredentialedGitClone(t *testing.T) {
 	diagnose(t)
 	needToolbox(t)
@@ -114,8 +117,8 @@ func TestRunCredentialedGitClone(t *testing.T) {
 
 	base := "https://" + addr
 	script := fmt.Sprintf(`set -u
-git clone -q %[1]s/git/private.git /tmp/repo && echo "CLONED $(cat /tmp/repo/README)"
-curl -fsS %[1]s/api/whoami
+git -c "http.extraHeader=Authorization: Bearer ${E2EGIT_TOKEN:-none}" clone -q %[1]s/git/private.git /tmp/repo && echo "CLONED $(cat /tmp/repo/README)"
+curl -fsS -H "Authorization: Bearer ${E2EGIT_TOKEN:-none}" %[1]s/api/whoami
 git -C /tmp/repo config --get remote.origin.url > /output/origin.txt
 cp /tmp/repo/README /output/README
 env | grep -ci token || true
@@ -132,7 +135,7 @@ env | grep -ci token || true
 			t.Fatalf("run: %v\n%s", err, out)
 		}
 		id := strings.TrimSpace(out)
-		if show, _ := cli("run", "show", id); grant && !strings.Contains(show, "credentials=e2egit") {
+		if show, _ := cli("run", "show", id); grant && !strings.Contains(show, "credentials=e2egit(E2EGIT_TOKEN)") {
 			t.Errorf("the run awaiting approval does not show its credential: %s", show)
 		}
 		if out, err := cli("run", "approve", id); err != nil {
@@ -169,8 +172,8 @@ env | grep -ci token || true
 	logs := journal("--since", since)
 	noToken(t, token, map[string]string{"the run's status": full, "its summary": events, "the journal": logs,
 		"its artifacts": readme + origin})
-	if !strings.Contains(logs, "egress credentialed") || !strings.Contains(logs, "credential=e2egit") {
-		t.Errorf("the broker's journal lacks the credentialed exchange lines")
+	if !strings.Contains(logs, "egress intercepted") || !strings.Contains(logs, "credential=e2egit") {
+		t.Errorf("the broker's journal lacks the intercepted exchange lines")
 	}
 
 	// The same run without the grant: the clone fails, no token anywhere.

@@ -6,8 +6,15 @@ package e2e
 // sorts after scenarios_test.go (see tail_egress_test.go).
 
 import (
+	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -27,19 +34,23 @@ import (
 )
 
 // phSeen is one request a loopback server received.
-type phSeen struct{ server, path, auth, query, body string }
+type phSeen struct{ server, path, auth, query, body, agent string }
 
 // TestRunPlaceholderClients: two credentials declare env (GIT_TOKEN for a
 // git server, API_TOKEN for an API on another loopback port; both HTTPS
 // with the test CA of egress.testRootCAFile). An approved run holds only
-// placeholders and uses them with the ordinary https URLs: git clone with
-// the placeholder as the URL's password, curl by absolute path with a
-// Bearer header, python3 urllib with Basic __token__:<placeholder> (pip's
-// form). Each server sees its real token; the run prints its placeholder,
+// placeholders and uses them with the ordinary https URLs and each
+// client's own configuration: git clone with the placeholder as the URL's
+// password, curl by absolute path with a Bearer header, Python requests
+// with a Bearer header, pip install from a PEP 503 index with Basic
+// __token__:<placeholder> in --index-url, npm install from a registry with
+// _authToken=${API_TOKEN} in .npmrc (a Bearer token). Each server sees its
+// real token from each client; the run prints its placeholder,
 // which is not the token. A placeholder in a query string or in a body is
 // refused (400) and the server sees no such request; an answer the server
 // gzips although the broker asked for identity is refused. The tokens are
-// in no run output, status, summary, artifact or journal line, and the
+// in no run output, status, summary, artifact, journal line or file pip
+// and npm wrote (installs, caches, logs: an artifact), and the
 // broker's and host's journal hold no placeholder.
 func TestRunPlaceholderClients(t *testing.T) {
 	diagnose(t)
@@ -79,12 +90,21 @@ func TestRunPlaceholderClients(t *testing.T) {
 	g(root, "clone", "-q", "--bare", src, filepath.Join(repos, "private.git"))
 	gitHandler := &cgi.Handler{Path: backend, Root: "/git", Env: []string{"GIT_PROJECT_ROOT=" + repos, "GIT_HTTP_EXPORT_ALL=1"}}
 
+	// What pip and npm install: a wheel on a PEP 503 index and a package
+	// on an npm registry, both behind the API token.
+	wheel := makeWheel(t, root, marker)
+	wheelData, err := os.ReadFile(wheel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	npmTgz := npmTarball(t, marker)
+
 	var mu sync.Mutex
 	var seen []phSeen
 	record := func(server string, r *http.Request) string {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		mu.Lock()
-		seen = append(seen, phSeen{server, r.URL.Path, r.Header.Get("Authorization"), r.URL.RawQuery, string(body)})
+		seen = append(seen, phSeen{server, r.URL.Path, r.Header.Get("Authorization"), r.URL.RawQuery, string(body), r.UserAgent()})
 		mu.Unlock()
 		return string(body)
 	}
@@ -119,8 +139,17 @@ func TestRunPlaceholderClients(t *testing.T) {
 		switch r.URL.Path {
 		case "/api/whoami":
 			io.WriteString(w, "API-USER-e2e\n")
-		case "/simple/":
-			io.WriteString(w, "PIP-INDEX-e2e\n")
+		case "/simple/greet/": // PEP 503: the project's page links its wheel
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprintf(w, `<!DOCTYPE html><html><body><a href="/files/%s#sha256=%x">%[1]s</a></body></html>`,
+				filepath.Base(wheel), sha256.Sum256(wheelData))
+		case "/files/" + filepath.Base(wheel):
+			w.Write(wheelData)
+		case "/npm/greet-e2e": // the registry's document of the package
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, npmDocument("https://"+r.Host+"/npm/greet-e2e/-/greet-e2e-1.0.0.tgz", npmTgz))
+		case "/npm/greet-e2e/-/greet-e2e-1.0.0.tgz":
+			w.Write(npmTgz)
 		case "/echo-gzip":
 			// Asked for identity, this server gzips the echo anyway.
 			var b bytes.Buffer
@@ -171,14 +200,23 @@ echo "PH $GIT_TOKEN"
 git clone -q "https://x-access-token:$GIT_TOKEN@%[1]s/git/private.git" /tmp/repo && echo "CLONED $(cat /tmp/repo/README)"
 cp /tmp/repo/README /output/README
 echo "CURL $(/usr/bin/curl -fsS --max-time 20 -H "Authorization: Bearer $API_TOKEN" https://%[2]s/api/whoami)"
-python3 -c 'import os, base64, urllib.request as u; a = base64.b64encode(("__token__:" + os.environ["API_TOKEN"]).encode()).decode(); print("PIP", u.urlopen(u.Request("https://%[2]s/simple/", headers={"Authorization": "Basic " + a}), timeout=20).read().decode())'
+python3 -c 'import os, requests; r = requests.get("https://%[2]s/api/whoami", headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]}, timeout=20); print("REQUESTS", r.status_code, r.text.strip())'
+python3 -m pip install -q --no-cache-dir --disable-pip-version-check --no-input --timeout 20 --retries 0 --target /tmp/pipt \
+  --index-url "https://__token__:$API_TOKEN@%[2]s/simple/" greet >/tmp/pip.log 2>&1 || tail -5 /tmp/pip.log
+echo "PIP $(PYTHONPATH=/tmp/pipt python3 -c 'import greet; print(greet.hello("pip"))')"
+mkdir /tmp/npmproj && cd /tmp/npmproj && echo '{"name":"p","version":"1.0.0","private":true}' >package.json
+printf '%%s\n' 'registry=https://%[2]s/npm/' '//%[2]s/npm/:_authToken=${API_TOKEN}' >.npmrc
+npm install --no-audit --no-fund --no-update-notifier --fetch-retries=0 --loglevel=error greet-e2e >/tmp/npm.log 2>&1 || tail -5 /tmp/npm.log
+echo "NPM $(node -e 'console.log(require("greet-e2e").hello())')"
+cd /
+tar czf /output/files.tgz /tmp/pipt /tmp/npmproj /tmp/.npm /tmp/pip.log /tmp/npm.log 2>/dev/null
 echo "QUERY $(/usr/bin/curl -s -o /dev/null -w '%%{http_code}' --max-time 20 -H "Authorization: Bearer $API_TOKEN" "https://%[2]s/refused-query?t=$API_TOKEN")"
 echo "BODY $(/usr/bin/curl -s -o /dev/null -w '%%{http_code}' --max-time 20 -H "Authorization: Bearer $API_TOKEN" --data "t=$API_TOKEN" https://%[2]s/refused-body)"
 echo "GZIP $(/usr/bin/curl -s -o /output/echo.bin -w '%%{http_code}' --max-time 20 -H "Authorization: Bearer $API_TOKEN" https://%[2]s/echo-gzip)"
 echo "BUNDLE $(grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE") $([ "$REQUESTS_CA_BUNDLE" = "$SSL_CERT_FILE" ] && [ "$GIT_SSL_CAINFO" = "$SSL_CERT_FILE" ] && echo same)"
 `, gitAddr, apiAddr)
 	args := []string{"run", "--detach", "--network", "--credential", "e2egit", "--credential", "e2eapi",
-		"--artifact", "README", "--artifact", "echo.bin", "--command", script}
+		"--artifact", "README", "--artifact", "echo.bin", "--artifact", "files.tgz", "--command", script}
 	out2, err := cli(args...)
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, out2)
@@ -193,7 +231,8 @@ echo "BUNDLE $(grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE") $([ "$REQUESTS_CA_B
 	st := waitFinished(t, id, 180*time.Second)
 	t.Logf("run %s: %s %s\nstdout:\n%s\nstderr:\n%s", id, st.Result, st.Error, st.Stdout, st.Stderr)
 
-	for _, want := range []string{"CLONED " + marker, "CURL API-USER-e2e", "PIP PIP-INDEX-e2e", "QUERY 400", "BODY 400", "BUNDLE ", " same"} {
+	for _, want := range []string{"CLONED " + marker, "CURL API-USER-e2e", "REQUESTS 200 API-USER-e2e", "PIP hello pip from greet " + marker,
+		"NPM greet-e2e " + marker, "QUERY 400", "BODY 400", "BUNDLE ", " same"} {
 		if !strings.Contains(st.Stdout, want) {
 			t.Errorf("the run's stdout lacks %q", want)
 		}
@@ -207,11 +246,13 @@ echo "BUNDLE $(grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE") $([ "$REQUESTS_CA_B
 	}
 	placeholder := ph[1]
 
-	var readme, echo string
+	var readme, echo, files string
 	for _, a := range st.Artifacts {
 		switch a.Path {
 		case "README":
 			readme = string(a.Data)
+		case "files.tgz": // what pip and npm left in the run: installs, caches, logs
+			files = untarAll(t, a.Data)
 		case "echo.bin":
 			echo = string(a.Data)
 			if zr, err := gzip.NewReader(strings.NewReader(echo)); err == nil {
@@ -228,6 +269,7 @@ echo "BUNDLE $(grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE") $([ "$REQUESTS_CA_B
 	// none of the refused requests.
 	mu.Lock()
 	var gitOK, apiBearer, apiBasic, gzipSeen bool
+	clients := map[string]bool{} // a client's User-Agent product: it reached the API with the token
 	for _, s := range seen {
 		if strings.Contains(s.auth+s.query+s.body, "rtsbx_ph_") {
 			t.Errorf("the %s server saw a placeholder at %s", s.server, s.path)
@@ -235,12 +277,17 @@ echo "BUNDLE $(grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE") $([ "$REQUESTS_CA_B
 		if strings.HasPrefix(s.path, "/refused") {
 			t.Errorf("the %s server saw the refused request %s", s.server, s.path)
 		}
+		if _, pass, ok := (&http.Request{Header: http.Header{"Authorization": {s.auth}}}).BasicAuth(); s.server == "api" &&
+			(s.auth == "Bearer "+apiToken || ok && pass == apiToken) {
+			product, _, _ := strings.Cut(s.agent, "/")
+			clients[product+" "+s.path] = true
+		}
 		switch {
 		case s.server == "git" && strings.HasPrefix(s.auth, "Basic "):
 			gitOK = true
 		case s.server == "api" && s.auth == "Bearer "+apiToken && s.path == "/api/whoami":
 			apiBearer = true
-		case s.server == "api" && s.path == "/simple/" && strings.HasPrefix(s.auth, "Basic "):
+		case s.server == "api" && s.path == "/simple/greet/" && strings.HasPrefix(s.auth, "Basic "):
 			apiBasic = true
 		case s.server == "api" && s.path == "/echo-gzip":
 			gzipSeen = true
@@ -251,13 +298,20 @@ echo "BUNDLE $(grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE") $([ "$REQUESTS_CA_B
 		t.Errorf("the servers did not see every client with its token: git %v, curl bearer %v, pip basic %v, gzip echo %v",
 			gitOK, apiBearer, apiBasic, gzipSeen)
 	}
+	for _, want := range []string{"curl /api/whoami", "python-requests /api/whoami", "pip /simple/greet/",
+		"pip /files/" + filepath.Base(wheel), "npm /npm/greet-e2e", "npm /npm/greet-e2e/-/greet-e2e-1.0.0.tgz"} {
+		if !clients[want] {
+			t.Errorf("no %q with the token reached the API server (got %v)", want, clients)
+		}
+	}
 
 	full, _ := cli("--json", "run", "show", id)
 	summary, _ := cli("run", "show", id)
 	logs := journal("--since", since)
 	for _, tok := range []string{gitToken, apiToken} {
 		noToken(t, tok, map[string]string{"the run's output": st.Stdout + st.Stderr, "the run's status": full,
-			"its summary": summary, "the journal": logs, "its artifacts": readme + echo})
+			"its summary": summary, "the journal": logs, "its artifacts": readme + echo,
+			"the files pip and npm wrote": files})
 	}
 	// The run's own output (sandbox/run-<id>, through the host's unit)
 	// holds the placeholder the code printed; the host's and broker's own
@@ -278,4 +332,66 @@ echo "BUNDLE $(grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE") $([ "$REQUESTS_CA_B
 		}
 	}
 	assertNothingLeft(t, "after a placeholder run")
+}
+
+// npmTarball is a package greet-e2e 1.0.0 as a registry serves it: a
+// gzipped tar of package/package.json and package/index.js, whose hello()
+// answers "greet-e2e <marker>".
+func npmTarball(t *testing.T, marker string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	tw := tar.NewWriter(zw)
+	for _, f := range []struct{ name, body string }{
+		{"package/package.json", `{"name":"greet-e2e","version":"1.0.0","main":"index.js"}` + "\n"},
+		{"package/index.js", fmt.Sprintf("exports.hello = () => %q;\n", "greet-e2e "+marker)},
+	} {
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.body)), Typeflag: tar.TypeReg,
+			ModTime: time.Unix(1700000000, 0)}); err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(tw, f.body)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// npmDocument is the registry's document of greet-e2e: one version whose
+// tarball is at tarballURL, with the sums npm checks.
+func npmDocument(tarballURL string, tgz []byte) string {
+	sha1sum, sha512sum := sha1.Sum(tgz), sha512.Sum512(tgz)
+	dist := map[string]string{"tarball": tarballURL, "shasum": hex.EncodeToString(sha1sum[:]),
+		"integrity": "sha512-" + base64.StdEncoding.EncodeToString(sha512sum[:])}
+	doc, _ := json.Marshal(map[string]any{
+		"name": "greet-e2e", "dist-tags": map[string]string{"latest": "1.0.0"},
+		"versions": map[string]any{"1.0.0": map[string]any{"name": "greet-e2e", "version": "1.0.0", "main": "index.js", "dist": dist}},
+	})
+	return string(doc)
+}
+
+// untarAll is every file of a gzipped tar, concatenated (what the run
+// wrote, for a search).
+func untarAll(t *testing.T, tgz []byte) string {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(tgz))
+	if err != nil {
+		t.Errorf("files.tgz: %v", err)
+		return ""
+	}
+	var all strings.Builder
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		all.WriteString(h.Name + "\n")
+		io.Copy(&all, tr)
+	}
+	return all.String()
 }

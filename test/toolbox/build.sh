@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test/toolbox/build.sh: the small test toolbox's base tar (bash, coreutils,
-# python3, git, curl; `sandbox-host toolbox build --small`), built once and cached;
+# python3, git, curl, pip, requests, nodejs, npm; `sandbox-host toolbox build
+# --small`), built once and cached;
 # prints the tar's path on stdout, its progress on stderr.
 #
 # The cache file is keyed by the mmdebstrap command line (packages, suite,

@@ -40,7 +40,9 @@ type Inputs struct {
 	UnitVariants     *UnitVariants
 	// Issue 36's series.
 	Sessions *Sessions
-	Notes    string
+	// Issue 37's: interception against a plain tunnel, the guard.
+	Intercept GoBench
+	Notes     string
 	// Figures are the SVG figures drawn beside the tables (package
 	// figures), with Href relative to the report; FigureNotes says what
 	// was not drawn and why.
@@ -123,6 +125,9 @@ func ReadDir(dir string) (*Inputs, error) {
 	}
 	if data, err := os.ReadFile(filepath.Join(dir, FileNotes)); err == nil {
 		in.Notes = string(data)
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, FileIntercept)); err == nil {
+		in.Intercept = ParseGoBench(string(data))
 	}
 	return in, nil
 }
@@ -252,7 +257,8 @@ func Targets(in *Inputs) []Target {
 	}
 	out = append(out, t)
 	out = append(out, targetsUnderLoad(in)...)
-	return append(out, targetsSessions(in)...)
+	out = append(out, targetsSessions(in)...)
+	return append(out, targetsIntercept(in)...)
 }
 
 // Phase is one row of the per-phase breakdown.

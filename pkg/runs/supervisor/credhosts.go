@@ -1,6 +1,9 @@
 package supervisor
 
-// Credentialed hosts inside a run (docs/credentialed-egress.md): the broker
+// Credentialed hosts inside a session exec (docs/credentialed-egress.md,
+// the plain-http route; a run has none: its credentials are reached through
+// placeholders, runenv.go, and these are kept only for pkg/sessionsup until
+// session execs get placeholders too): the broker
 // adds a granted destination's credential only to a plain-http
 // absolute-form request for exactly its host:port (an https URL is a
 // CONNECT tunnel the broker cannot see into, and carries none). So the

@@ -140,11 +140,7 @@ func (s *supervisor) pump(f *os.File, so *streamOut, phase string) {
 
 // env is a command's whole environment: nothing is inherited.
 func (s *supervisor) env(phase string) []string {
-	path := s.o.PATH
-	if s.shimDir != "" {
-		path = s.shimDir + ":" + path
-	}
-	e := []string{"PATH=" + path, "LANG=C.UTF-8"}
+	e := []string{"PATH=" + s.o.PATH, "LANG=C.UTF-8"}
 	if phase == wire.PhaseSetup {
 		e = append(e, "HOME=/root", "USER=root", "LOGNAME=root", "DEBIAN_FRONTEND=noninteractive")
 	} else {
@@ -154,7 +150,6 @@ func (s *supervisor) env(phase string) []string {
 		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
 			e = append(e, k+"="+s.proxyURL)
 		}
-		e = append(e, CredentialedEnv(s.job.CredentialedHosts)...)
 		e = append(e, s.runEnv...)
 	}
 	return e

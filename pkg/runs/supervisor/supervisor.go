@@ -70,12 +70,8 @@ type Options struct {
 	BrokerSocket string
 	// BridgeAddr is where the egress bridge listens (default
 	// 127.0.0.1:bridge.Port); the proxy variables name its actual address.
-	BridgeAddr string
-	User       string
-	// ShimDir is where the curl shim goes (DefaultShimDir), Self the
-	// binary it links to (default: this executable).
-	ShimDir      string
-	Self         string
+	BridgeAddr   string
+	User         string
 	DrainTimeout time.Duration
 	// CABundle is where the run's CA bundle goes (DefaultCABundle),
 	// SystemRoots the roots it starts with (DefaultSystemRoots).
@@ -104,12 +100,8 @@ func (o Options) withDefaults(stderr io.Writer) Options {
 	def(&o.BrokerSocket, DefaultBrokerSocket)
 	def(&o.BridgeAddr, net.JoinHostPort("127.0.0.1", fmt.Sprint(bridge.Port)))
 	def(&o.User, DefaultUser)
-	def(&o.ShimDir, DefaultShimDir)
 	def(&o.CABundle, DefaultCABundle)
 	def(&o.SystemRoots, DefaultSystemRoots)
-	if o.Self == "" {
-		o.Self, _ = os.Executable() // "" leaves the shim out (a warning)
-	}
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = DefaultDrainTimeout
 	}
@@ -188,15 +180,6 @@ func Main(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, o Opti
 				return s.fail(errBridge)
 			}
 		}
-		if len(job.CredentialedHosts) > 0 {
-			if err := installCurlShim(s.o.ShimDir, s.o.Self); err != nil {
-				// git still works (its environment); curl then goes
-				// through CONNECT and carries no credential.
-				s.log.Warn("curl shim not installed", "reason", err.Error())
-			} else {
-				s.shimDir = s.o.ShimDir
-			}
-		}
 	}
 	res, err := s.execute(ctx)
 	if err != nil {
@@ -224,8 +207,6 @@ type supervisor struct {
 	out  [2]*streamOut
 	// proxyURL is set when the bridge listens.
 	proxyURL string
-	// shimDir holds the curl shim when the job has credentialed hosts.
-	shimDir string
 	// runEnv is the placeholders' and CA bundle's variables, if any.
 	runEnv []string
 

@@ -65,11 +65,7 @@ type Job struct {
 	GID int `json:"gid"`
 	// Proxy starts the egress bridge and points the proxy variables at it.
 	Proxy bool `json:"proxy,omitempty"`
-	// CredentialedHosts are the run's granted credentialed destinations
-	// (host:port, the broker adds their credential): git and curl are
-	// pointed at their plain-http URLs. Only with Proxy.
-	CredentialedHosts []string `json:"credentialedHosts,omitempty"`
-	// Placeholders: the run has credentials that declare a variable; the
+	// Placeholders: the run has credentials (each with a variable); the
 	// supervisor reads their placeholders and the run CA from the broker
 	// (RunEnvPath) before any command. Only with Proxy.
 	Placeholders bool `json:"placeholders,omitempty"`
@@ -118,19 +114,8 @@ func (j Job) Validate() error {
 	if j.MaxOutputBytes <= 0 || j.MaxArtifactBytes <= 0 || j.MaxArtifactTotalBytes <= 0 {
 		return invalidJob("maxOutputBytes, maxArtifactBytes and maxArtifactTotalBytes must be > 0")
 	}
-	if len(j.CredentialedHosts) > 0 && !j.Proxy {
-		return invalidJob("credentialedHosts need proxy")
-	}
 	if j.Placeholders && !j.Proxy {
 		return invalidJob("placeholders need proxy")
-	}
-	if len(j.CredentialedHosts) > MaxCredentialedHosts {
-		return invalidJob(fmt.Sprintf("at most %d credentialedHosts", MaxCredentialedHosts))
-	}
-	for i, d := range j.CredentialedHosts {
-		if !validDest(d) {
-			return invalidJob(fmt.Sprintf("credentialedHosts[%d] is not host:port", i))
-		}
 	}
 	for i, a := range j.Artifacts {
 		if err := ValidArtifactPath(a); err != nil {

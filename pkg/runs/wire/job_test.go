@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -52,14 +51,6 @@ func TestJobValidate(t *testing.T) {
 		{"NUL artifact", func(j *Job) { j.Artifacts = []string{"a\x00b"} }, "NUL"},
 		{"long artifact", func(j *Job) { j.Artifacts = []string{strings.Repeat("a/", 2049)[:4097]} }, "longer than 4096"},
 		{"long component", func(j *Job) { j.Artifacts = []string{strings.Repeat("a", 256)} }, "component longer than 255"},
-		{"credentialed hosts", func(j *Job) { j.Proxy, j.CredentialedHosts = true, []string{"git.example.com:443", "[::1]:8443"} }, ""},
-		{"credentialed hosts without proxy", func(j *Job) { j.CredentialedHosts = []string{"git.example.com:443"} }, "need proxy"},
-		{"credentialed host without port", func(j *Job) { j.Proxy, j.CredentialedHosts = true, []string{"git.example.com"} }, "not host:port"},
-		{"credentialed host with a path", func(j *Job) { j.Proxy, j.CredentialedHosts = true, []string{"a/b:443"} }, "not host:port"},
-		{"credentialed host upper case", func(j *Job) { j.Proxy, j.CredentialedHosts = true, []string{"Git.example.com:443"} }, "not host:port"},
-		{"credentialed port 0", func(j *Job) { j.Proxy, j.CredentialedHosts = true, []string{"a:0"} }, "not host:port"},
-		{"credentialed port padded", func(j *Job) { j.Proxy, j.CredentialedHosts = true, []string{"a:0443"} }, "not host:port"},
-		{"too many credentialed hosts", func(j *Job) { j.Proxy, j.CredentialedHosts = true, slices.Repeat([]string{"a:1"}, 17) }, "at most 16"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

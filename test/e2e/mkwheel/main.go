@@ -1,11 +1,12 @@
 // Command mkwheel writes a tiny pure-Python wheel (PEP 427) for the session
 // scenarios and make demo: package greet with hello(who), whose answer
 // carries -marker, and the dist-info a wheel installer checks (METADATA,
-// WHEEL, RECORD with each file's sha256 and size). The small test toolbox
-// has no pip (test/toolbox, pkg/toolbox SmallPackages), so a session
-// installs it as pip installs a pure wheel into a target: unpacked into a
-// directory on sys.path (python3 -m zipfile -e); with pip present the
-// scenarios use pip install --target.
+// WHEEL, RECORD with each file's sha256 and size). A session installs it
+// as pip installs a pure wheel into a target: unpacked into a directory on
+// sys.path (python3 -m zipfile -e) where the toolbox has no pip; with pip
+// present (the small test toolbox has it, test/toolbox, pkg/toolbox
+// SmallPackages) the scenarios use pip install --target, and the
+// placeholder scenario serves it on a private index.
 //
 // Usage: mkwheel -out DIR [-marker TEXT]; prints the wheel's path.
 package main
