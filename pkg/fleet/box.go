@@ -573,15 +573,18 @@ func (b *Box) retryInPlace(until time.Time, errs ...error) bool {
 
 // leaderless: the cluster answered at once that it has no leader for the
 // call (JetStream's 503 "temporarily unavailable", given while a stream's
-// or the meta group's leader is being elected) or nobody answered the
-// request at all. A timeout is not: a box that waits out its deadline may
-// be the one cut off, and hands the turn back.
+// or the meta group's leader is being elected), nobody answered the
+// request at all, or a snapshot's read stalled within its bound (its
+// consumer made while the store had no leader). A call that waits out its
+// deadline is not: the box may be the one cut off, and hands the turn
+// back.
 func leaderless(err error) bool {
 	var api *jetstream.APIError
 	if errors.As(err, &api) && api.Code == 503 {
 		return true
 	}
-	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, fleetworkspace.ErrStalled)
 }
 
 // execute runs the turn while heartbeating it, until the executor returns.
