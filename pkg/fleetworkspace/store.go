@@ -66,8 +66,11 @@ var ErrStalled = errors.New("workspace snapshot read stalled")
 // (docs/fleet.md, *Failure model*). Bounded by size, a read can be tried
 // again at once.
 func ReadBound(size uint64) time.Duration {
-	return 5*time.Second + time.Duration(size/(4<<20))*time.Second
+	return readBase + time.Duration(size/(4<<20))*time.Second
 }
+
+// readBase is ReadBound's base (a variable for the stall test only).
+var readBase = 5 * time.Second
 
 // Get returns a snapshot by its name (nil for ""), refusing one over
 // MaxBytes (ErrTooLarge); a read that takes longer than ReadBound of its
