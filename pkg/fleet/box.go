@@ -515,7 +515,11 @@ func (b *Box) handle(m jetstream.Msg) {
 func (b *Box) readTake(t Turn) (replyErr error, mode ChannelMode, modeErr error, st ChannelState, rev uint64, err error) {
 	until := time.Now().Add(2 * b.opts.AckWait)
 	for {
-		ctx, cancel := context.WithTimeout(b.ctx, opTimeout)
+		// Each round bounded by half the ack wait, not opTimeout: a read
+		// sent to a leader on a server just killed or cut off is never
+		// answered, and waiting 10 s for it (measured: the cut link's
+		// failovers) is waiting past the election that replaces it.
+		ctx, cancel := context.WithTimeout(b.ctx, max(b.opts.AckWait/2, time.Second))
 		replied := make(chan struct{}, 2)
 		go func() {
 			_, replyErr = b.f.replies.Get(ctx, t.ID)
@@ -528,11 +532,28 @@ func (b *Box) readTake(t Turn) (replyErr error, mode ChannelMode, modeErr error,
 		st, rev, err = b.f.Channel(ctx, t.Channel)
 		<-replied
 		<-replied
+		timedOut := ctx.Err() != nil
 		cancel()
+		if timedOut && (err != nil || modeErr != nil) && b.ctx.Err() == nil {
+			// Unanswered within the round: tried again like an election's
+			// refusal (retryInPlace stops it for a box that should step
+			// back, the one cut off).
+			err, modeErr = unanswered(err), unanswered(modeErr)
+		}
 		if !b.retryInPlace(until, err, modeErr) {
 			return
 		}
 	}
+}
+
+// errUnanswered: a take's read had no answer within its round (readTake).
+var errUnanswered = errors.New("no answer within the read's round")
+
+func unanswered(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", errUnanswered, err)
 }
 
 // electionRetry is how often a box tries a read again in place while the
@@ -583,7 +604,7 @@ func leaderless(err error) bool {
 	if errors.As(err, &api) && api.Code == 503 {
 		return true
 	}
-	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, errUnanswered) ||
 		errors.Is(err, fleetworkspace.ErrStalled)
 }
 
