@@ -418,7 +418,14 @@ func (b *Box) handle(m jetstream.Msg) {
 		claim.ClaimRuns = max(st.ClaimRuns, 1) + 1
 	}
 	claim.Channel, claim.Owner, claim.ClaimTurn, claim.ClaimSeq = t.Channel, b.opts.Name, t.ID, seq
+	// A write refused for want of a leader (503, no responders) was not
+	// applied: it is tried again in place, as the reads (readTake), at the
+	// same revision, so the fence is the same. A write that timed out may
+	// have landed and is not.
 	claimRev, err := b.f.putState(ctx, key, claim, rev)
+	for until := time.Now().Add(2 * b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
+		claimRev, err = b.f.putState(ctx, key, claim, rev)
+	}
 	if err != nil {
 		b.refusedOrReturned(m, ev, t, err, log, "claim")
 		return
@@ -476,7 +483,12 @@ func (b *Box) handle(m jetstream.Msg) {
 		}
 	}
 	// The commit point: the state at our claim's revision, or nothing.
-	if _, err := b.f.putState(ctx, key, next, claimRev); err != nil {
+	_, err = b.f.putState(ctx, key, next, claimRev)
+	for until := time.Now().Add(b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
+		// Not applied (see the claim's): the same compare-and-swap again.
+		_, err = b.f.putState(ctx, key, next, claimRev)
+	}
+	if err != nil {
 		if fenced(err) && next.Workspace != st.Workspace {
 			// Refused: the upload is ours alone and nobody refers to it. On
 			// any other error the commit may have landed: keep it.
@@ -485,7 +497,11 @@ func (b *Box) handle(m jetstream.Msg) {
 		b.refusedOrReturned(m, ev, t, err, log, "commit")
 		return
 	}
-	if err := b.publishReply(ctx, reply, log); err != nil {
+	err = b.publishReply(ctx, reply, log)
+	for until := time.Now().Add(b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
+		err = b.publishReply(ctx, reply, log)
+	}
+	if err != nil {
 		// Committed: whoever takes the redelivery publishes it from the state.
 		log.Warn("fleet reply not published after commit: turn returned", "err", err)
 		b.returnTurn(m, ev, t, log, false)

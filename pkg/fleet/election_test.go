@@ -12,7 +12,23 @@ import (
 // the stream's leader is being elected (503 at once), then reads through.
 type electingKV struct {
 	jetstream.KeyValue
-	refusals atomic.Int32
+	refusals, writeRefusals atomic.Int32
+}
+
+func (k *electingKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if k.writeRefusals.Add(-1) >= 0 {
+		return 0, jetstream.ErrNoStreamResponse
+	}
+	return k.KeyValue.Create(ctx, key, value, opts...)
+}
+
+// Create and Update are refused as a publish is while the stream has no leader: no
+// responders, nothing applied.
+func (k *electingKV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	if k.writeRefusals.Add(-1) >= 0 {
+		return 0, jetstream.ErrNoStreamResponse
+	}
+	return k.KeyValue.Update(ctx, key, value, rev)
 }
 
 func (k *electingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
@@ -28,10 +44,20 @@ func (k *electingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEnt
 // spends none of its attempts and counts no failure towards a step back
 // (docs/fleet.md, *Failure model*).
 func TestElectionIsWaitedOutInPlace(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		reads, writes int32
+	}{{"reads", 4, 0}, {"claim and commit", 0, 3}} {
+		t.Run(c.name, func(t *testing.T) { testElection(t, c.reads, c.writes) })
+	}
+}
+
+func testElection(t *testing.T, reads, writes int32) {
 	r := newRig(t, 1, 1)
 	f, _ := r.fleet("a")
 	kv := &electingKV{KeyValue: f.channels}
-	kv.refusals.Store(4)
+	kv.refusals.Store(reads)
+	kv.writeRefusals.Store(writes)
 	f.channels = kv
 	b, err := NewBox(f, BoxOptions{Name: "a", Executor: newRecorder(), AckWait: testAckWait, OnEvent: r.record, Logger: quiet})
 	if err != nil {
@@ -47,8 +73,8 @@ func TestElectionIsWaitedOutInPlace(t *testing.T) {
 	if err != nil || !rep.OK {
 		t.Fatalf("reply %+v, %v: want OK", rep, err)
 	}
-	if kv.refusals.Load() >= 0 {
-		t.Fatalf("the reads were refused %d times fewer than set up: the test did not exercise the election", kv.refusals.Load()+1)
+	if kv.refusals.Load() >= 0 || kv.writeRefusals.Load() >= 0 {
+		t.Fatalf("fewer refusals than set up: the test did not exercise the election")
 	}
 	if got := r.count(EventReturned, tn.ID); got != 0 {
 		t.Errorf("turn handed back %d times during the election, want 0 (retried in place)", got)
