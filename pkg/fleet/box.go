@@ -470,10 +470,10 @@ func (b *Box) handle(m jetstream.Msg) {
 			return
 		}
 		// The upload's name is this claim's alone: putting it again after
-		// an election's refusal overwrites only itself (readTake); for at
-		// most AckWait, so that the commit keeps half the shared deadline.
+		// an election's refusal, or a stall (fleetworkspace.TransferBound),
+		// overwrites only itself (readTake).
 		err := b.f.ws.Put(ctx, next.Workspace, out.Workspace)
-		for until := time.Now().Add(b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
+		for until := time.Now().Add(2 * b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
 			err = b.f.ws.Put(ctx, next.Workspace, out.Workspace)
 		}
 		if err != nil {
@@ -481,6 +481,11 @@ func (b *Box) handle(m jetstream.Msg) {
 			b.returnTurn(m, ev, t, log, false)
 			return
 		}
+		// The commit and the reply get a deadline of their own: the
+		// upload's retries may have used the first.
+		cancel()
+		ctx, cancel = context.WithTimeout(b.ctx, opTimeout)
+		defer cancel()
 	}
 	// The commit point: the state at our claim's revision, or nothing.
 	_, err = b.f.putState(ctx, key, next, claimRev)

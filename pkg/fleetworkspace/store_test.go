@@ -32,7 +32,7 @@ func (silentResult) Info() (*jetstream.ObjectInfo, error) { return nil, nil }
 func (silentResult) Error() error                         { return nil }
 
 // TestStalledReadFailsWithinItsBound: a snapshot whose chunks never come
-// fails with ErrStalled after ReadBound, long before the caller's
+// fails with ErrStalled after TransferBound, long before the caller's
 // deadline, so the box can try it again (docs/fleet.md, *Failure model*).
 func TestStalledReadFailsWithinItsBound(t *testing.T) {
 	old := readBase
@@ -50,13 +50,13 @@ func TestStalledReadFailsWithinItsBound(t *testing.T) {
 	}
 }
 
-func TestReadBound(t *testing.T) {
+func TestTransferBound(t *testing.T) {
 	for _, c := range []struct {
 		size uint64
 		want time.Duration
 	}{{0, readBase}, {4 << 20, readBase + time.Second}, {MaxBytes, readBase + 16*time.Second}} {
-		if got := ReadBound(c.size); got != c.want {
-			t.Errorf("ReadBound(%d) = %s, want %s", c.size, got, c.want)
+		if got := TransferBound(c.size); got != c.want {
+			t.Errorf("TransferBound(%d) = %s, want %s", c.size, got, c.want)
 		}
 	}
 }
