@@ -529,8 +529,7 @@ func (b *Box) handle(m jetstream.Msg) {
 // back: a returned turn waits out its redelivery delay (up to AckWait)
 // after the leader is back, spends one of its MaxAttempts, and three in a
 // row step the box back from its partition, a hand-over that adds its own
-// wait. Measured: these added 20-40 s to the failover of a killed server
-// or a cut link (docs/fleet.md, *Failure model*). A box that should step
+// wait (docs/fleet.md, *Failure model*). A box that should step
 // back (its probe fails while another box's succeeds) stops retrying, so
 // the turn goes to the box that can run it.
 func (b *Box) readTake(t Turn) (replyErr error, mode ChannelMode, modeErr error, st ChannelState, rev uint64, err error) {

@@ -446,8 +446,7 @@ func (b *Box) reconcile() {
 		// cluster. When none does (an election every box waits for), the
 		// hand-over would only add the standby's wait (presence timeout,
 		// pin TTL) and the step back's own (StandbyDelay) to the
-		// election's: measured, such step backs made most of the 40 s
-		// failovers (docs/fleet.md, *Failure model*).
+		// election's (docs/fleet.md, *Failure model*).
 		if m.failures.Load() >= maxClusterFailures {
 			m.failures.Store(0)
 			if b.view.anyHealthy(now) {
