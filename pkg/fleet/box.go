@@ -123,8 +123,6 @@ type Box struct {
 	queues   []chan item
 
 	probeOK atomic.Int64 // unix ns of the cluster's last answer (probe)
-	// probeFail: unix ns of the probe's latest failure.
-	probeFail atomic.Int64
 	// engineNow is the newest timestamp of the turns stream this box has
 	// seen (unix ns: a delivered turn's, the stream's latest at a probe):
 	// the engine's clock, by which turns are aged (Turn.TimeoutMs).
@@ -600,7 +598,7 @@ func (b *Box) retryInPlace(until time.Time, errs ...error) bool {
 	if !election || time.Now().Add(electionRetry).After(until) {
 		return false
 	}
-	if now := b.opts.Now(); !b.healthy(now) && b.othersTakeOver(now) {
+	if now := b.opts.Now(); !b.healthy(now) && b.view.anyHealthy(now) {
 		return false
 	}
 	t := time.NewTimer(electionRetry)

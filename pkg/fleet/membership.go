@@ -65,10 +65,6 @@ type announcement struct {
 	// none is (an election of a leader every box needs), stepping back
 	// would only add a hand-over to the wait.
 	Healthy bool `json:"healthy,omitempty"`
-	// Reaches: the box's latest probe succeeded (Healthy looks back
-	// 4/3 of the ack wait, so it stays true for a while after the whole
-	// cluster stopped answering).
-	Reaches bool `json:"reaches,omitempty"`
 }
 
 // peerState is what a box knows of another box from its announcements.
@@ -76,7 +72,6 @@ type peerState struct {
 	inc     string
 	last    time.Time
 	healthy bool              // its last announcement said so
-	reaches bool              // ... and that its latest probe succeeded
 	since   map[int]time.Time // partition -> announced continuously since
 }
 
@@ -95,7 +90,7 @@ func (pr *presence) observe(a announcement, now time.Time, partitions int) {
 		ps = &peerState{inc: a.Inc, since: map[int]time.Time{}}
 		pr.peers[a.Box] = ps
 	}
-	ps.last, ps.healthy, ps.reaches = now, a.Healthy, a.Reaches
+	ps.last, ps.healthy = now, a.Healthy
 	announced := map[int]bool{}
 	for _, p := range a.Parts {
 		if p < 0 || p >= partitions {
@@ -113,18 +108,13 @@ func (pr *presence) observe(a announcement, now time.Time, partitions int) {
 	}
 }
 
-// canTakeOver: another box announced, after since (this box's latest
-// failed probe) and within the presence timeout, that its latest probe
-// succeeded: it reaches the cluster now, while this box does not. Seen on
-// partial cuts when any announcement of health counted (up to 5 s old,
-// looking back 6.7 s): three of four boxes stepped back at once during an
-// election every box waited for, handing their partitions over for
-// nothing (docs/fleet.md, *Failure model*).
-func (pr *presence) canTakeOver(now, since time.Time) bool {
+// anyHealthy: another box, heard within the presence timeout, announced
+// itself healthy.
+func (pr *presence) anyHealthy(now time.Time) bool {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	for _, ps := range pr.peers {
-		if ps.reaches && ps.last.After(since) && now.Sub(ps.last) <= pr.timeout {
+		if ps.healthy && now.Sub(ps.last) <= pr.timeout {
 			return true
 		}
 	}
@@ -408,7 +398,6 @@ func (b *Box) probe() {
 		if err == nil {
 			b.probeOK.Store(b.opts.Now().UnixNano())
 		} else {
-			b.probeFail.Store(b.opts.Now().UnixNano())
 			b.log.Debug("fleet probe: the cluster does not answer this box", "err", err)
 		}
 		select {
@@ -419,12 +408,6 @@ func (b *Box) probe() {
 			return
 		}
 	}
-}
-
-// othersTakeOver: another box reaches the cluster now, while this one
-// has not since its latest failed probe (presence.canTakeOver).
-func (b *Box) othersTakeOver(now time.Time) bool {
-	return b.view.canTakeOver(now, time.Unix(0, b.probeFail.Load()))
 }
 
 func (b *Box) healthy(now time.Time) bool {
@@ -444,7 +427,7 @@ func (b *Box) reconcile() {
 	healthy := b.healthy(now)
 	// Step back only for a box that can take over: when no other box
 	// reaches the leaders either, every box waits for them where it is.
-	stepBack := !healthy && b.othersTakeOver(now)
+	stepBack := !healthy && b.view.anyHealthy(now)
 	if stepBack != b.steppedBack {
 		b.steppedBack = stepBack
 		if stepBack {
@@ -466,7 +449,7 @@ func (b *Box) reconcile() {
 		// election's (docs/fleet.md, *Failure model*).
 		if m.failures.Load() >= maxClusterFailures {
 			m.failures.Store(0)
-			if b.othersTakeOver(now) {
+			if b.view.anyHealthy(now) {
 				m.backOffUntil = now.Add(b.opts.StandbyDelay)
 				b.log.Warn("fleet box stepping back from a partition: its turns keep failing on the cluster", "partition", m.p, "for_ms", b.opts.StandbyDelay.Milliseconds())
 			}
@@ -518,9 +501,7 @@ func (b *Box) reconcile() {
 		announce = nil
 	}
 	if len(b.peers) > 0 {
-		connected := b.f.nc.IsConnected()
-		data, _ := json.Marshal(announcement{Box: b.opts.Name, Inc: b.inc, Parts: announce, Healthy: healthy && connected,
-			Reaches: connected && b.probeFail.Load() < b.probeOK.Load()})
+		data, _ := json.Marshal(announcement{Box: b.opts.Name, Inc: b.inc, Parts: announce, Healthy: healthy && b.f.nc.IsConnected()})
 		_ = b.f.nc.Publish(presenceSubject, data)
 	}
 }
