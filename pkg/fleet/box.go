@@ -358,27 +358,11 @@ func (b *Box) handle(m jetstream.Msg) {
 	go b.heartbeat(m, done)
 	t0 := time.Now()
 	defer func() { log.Debug("fleet turn handled", "took_ms", time.Since(t0).Milliseconds()) }()
+	ev := Event{Channel: t.Channel, TurnID: t.ID, Seq: seq, Attempt: meta.NumDelivered}
+	replyErr, mode, modeErr, st, rev, err := b.readTake(t)
 	ctx, cancel := context.WithTimeout(b.ctx, opTimeout)
 	defer cancel()
-	ev := Event{Channel: t.Channel, TurnID: t.ID, Seq: seq, Attempt: meta.NumDelivered}
-
-	// The reply check, the state read and the mode read are independent:
-	// one round trip.
-	var replyErr, modeErr error
-	var mode ChannelMode
-	replied := make(chan struct{}, 2)
-	go func() {
-		_, replyErr = b.f.replies.Get(ctx, t.ID)
-		replied <- struct{}{}
-	}()
-	go func() {
-		mode, _, modeErr = b.f.Mode(ctx, t.Channel)
-		replied <- struct{}{}
-	}()
 	key := channelKey(t.Channel)
-	st, rev, err := b.f.Channel(ctx, t.Channel)
-	<-replied
-	<-replied
 	if errors.Is(modeErr, ErrInvalid) {
 		// Only a box could have written it: the channel counts as never
 		// set (its turns are answered "mode off") until a box sets it
@@ -434,7 +418,14 @@ func (b *Box) handle(m jetstream.Msg) {
 		claim.ClaimRuns = max(st.ClaimRuns, 1) + 1
 	}
 	claim.Channel, claim.Owner, claim.ClaimTurn, claim.ClaimSeq = t.Channel, b.opts.Name, t.ID, seq
+	// A write refused for want of a leader (503, no responders) was not
+	// applied: it is tried again in place, as the reads (readTake), at the
+	// same revision, so the fence is the same. A write that timed out may
+	// have landed and is not.
 	claimRev, err := b.f.putState(ctx, key, claim, rev)
+	for until := time.Now().Add(2 * b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
+		claimRev, err = b.f.putState(ctx, key, claim, rev)
+	}
 	if err != nil {
 		b.refusedOrReturned(m, ev, t, err, log, "claim")
 		return
@@ -478,14 +469,31 @@ func (b *Box) handle(m jetstream.Msg) {
 			b.returnTurn(m, ev, t, log, false)
 			return
 		}
-		if err := b.f.ws.Put(ctx, next.Workspace, out.Workspace); err != nil {
+		// The upload's name is this claim's alone: putting it again after
+		// an election's refusal, or a stall (fleetworkspace.TransferBound),
+		// overwrites only itself (readTake).
+		err := b.f.ws.Put(ctx, next.Workspace, out.Workspace)
+		for until := time.Now().Add(2 * b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
+			err = b.f.ws.Put(ctx, next.Workspace, out.Workspace)
+		}
+		if err != nil {
 			log.Warn("fleet workspace not stored: turn returned", "err", err)
 			b.returnTurn(m, ev, t, log, false)
 			return
 		}
+		// The commit and the reply get a deadline of their own: the
+		// upload's retries may have used the first.
+		cancel()
+		ctx, cancel = context.WithTimeout(b.ctx, opTimeout)
+		defer cancel()
 	}
 	// The commit point: the state at our claim's revision, or nothing.
-	if _, err := b.f.putState(ctx, key, next, claimRev); err != nil {
+	_, err = b.f.putState(ctx, key, next, claimRev)
+	for until := time.Now().Add(b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
+		// Not applied (see the claim's): the same compare-and-swap again.
+		_, err = b.f.putState(ctx, key, next, claimRev)
+	}
+	if err != nil {
 		if fenced(err) && next.Workspace != st.Workspace {
 			// Refused: the upload is ours alone and nobody refers to it. On
 			// any other error the commit may have landed: keep it.
@@ -494,7 +502,11 @@ func (b *Box) handle(m jetstream.Msg) {
 		b.refusedOrReturned(m, ev, t, err, log, "commit")
 		return
 	}
-	if err := b.publishReply(ctx, reply, log); err != nil {
+	err = b.publishReply(ctx, reply, log)
+	for until := time.Now().Add(b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
+		err = b.publishReply(ctx, reply, log)
+	}
+	if err != nil {
 		// Committed: whoever takes the redelivery publishes it from the state.
 		log.Warn("fleet reply not published after commit: turn returned", "err", err)
 		b.returnTurn(m, ev, t, log, false)
@@ -507,6 +519,113 @@ func (b *Box) handle(m jetstream.Msg) {
 	}
 	ev.Kind, ev.Generation, ev.Took = EventCommitted, next.Generation, b.opts.Now().Sub(meta.Timestamp)
 	b.emit(ev)
+}
+
+// readTake reads what taking turn t needs: whether it has a reply, the
+// channel's mode and its state (independent: one round trip). A read the
+// cluster answers at once with "no leader" (an election: 503, or no
+// responders) is tried again in place every electionRetry for up to
+// 2 x AckWait, the turn heartbeated meanwhile, instead of handing the turn
+// back: a returned turn waits out its redelivery delay (up to AckWait)
+// after the leader is back, spends one of its MaxAttempts, and three in a
+// row step the box back from its partition, a hand-over that adds its own
+// wait (docs/fleet.md, *Failure model*). A box that should step
+// back (its probe fails while another box's succeeds) stops retrying, so
+// the turn goes to the box that can run it.
+func (b *Box) readTake(t Turn) (replyErr error, mode ChannelMode, modeErr error, st ChannelState, rev uint64, err error) {
+	until := time.Now().Add(2 * b.opts.AckWait)
+	for {
+		// Each round bounded by half the ack wait, not opTimeout: a read
+		// sent to a leader on a server just killed or cut off is never
+		// answered, and waiting 10 s for it (measured: the cut link's
+		// failovers) is waiting past the election that replaces it.
+		ctx, cancel := context.WithTimeout(b.ctx, max(b.opts.AckWait/2, time.Second))
+		replied := make(chan struct{}, 2)
+		go func() {
+			_, replyErr = b.f.replies.Get(ctx, t.ID)
+			replied <- struct{}{}
+		}()
+		go func() {
+			mode, _, modeErr = b.f.Mode(ctx, t.Channel)
+			replied <- struct{}{}
+		}()
+		st, rev, err = b.f.Channel(ctx, t.Channel)
+		<-replied
+		<-replied
+		timedOut := ctx.Err() != nil
+		cancel()
+		if timedOut && (err != nil || modeErr != nil) && b.ctx.Err() == nil {
+			// Unanswered within the round: tried again like an election's
+			// refusal (retryInPlace stops it for a box that should step
+			// back, the one cut off).
+			err, modeErr = unanswered(err), unanswered(modeErr)
+		}
+		if !b.retryInPlace(until, err, modeErr) {
+			return
+		}
+	}
+}
+
+// errUnanswered: a take's read had no answer within its round (readTake).
+var errUnanswered = errors.New("no answer within the read's round")
+
+func unanswered(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", errUnanswered, err)
+}
+
+// electionRetry is how often a box tries a read again in place while the
+// cluster has no leader for it (readTake, retryWrite).
+const electionRetry = 250 * time.Millisecond
+
+// retryInPlace: one of errs says the cluster has no leader for the call
+// right now (and none is another kind of failure), there is time left
+// before until, and this box should not step back; it waits electionRetry
+// and says whether to try again.
+func (b *Box) retryInPlace(until time.Time, errs ...error) bool {
+	election := false
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if !leaderless(err) {
+			return false
+		}
+		election = true
+	}
+	if !election || time.Now().Add(electionRetry).After(until) {
+		return false
+	}
+	if now := b.opts.Now(); !b.healthy(now) && b.view.anyHealthy(now) {
+		return false
+	}
+	t := time.NewTimer(electionRetry)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-b.ctx.Done():
+	case <-b.detached:
+	}
+	return false
+}
+
+// leaderless: the cluster answered at once that it has no leader for the
+// call (JetStream's 503 "temporarily unavailable", given while a stream's
+// or the meta group's leader is being elected), nobody answered the
+// request at all, or a snapshot's read stalled within its bound (its
+// consumer made while the store had no leader). A call that waits out its
+// deadline is not: the box may be the one cut off, and hands the turn
+// back.
+func leaderless(err error) bool {
+	var api *jetstream.APIError
+	if errors.As(err, &api) && api.Code == 503 {
+		return true
+	}
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, errUnanswered) ||
+		errors.Is(err, fleetworkspace.ErrStalled)
 }
 
 // execute runs the turn while heartbeating it, until the executor returns.
@@ -543,11 +662,19 @@ func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, published time.Time, 
 			// partition held all that time.
 			rctx, cancel := context.WithTimeout(ctx, restoreTimeout)
 			defer cancel()
-			ws, err := b.f.Workspace(rctx, st.Workspace)
-			if err != nil {
-				unread = err
+			// Tried again in place through an election, as the take's
+			// reads (readTake).
+			until := time.Now().Add(2 * b.opts.AckWait)
+			for {
+				ws, err := b.f.Workspace(rctx, st.Workspace)
+				if err != nil && b.retryInPlace(until, err) {
+					continue
+				}
+				if err != nil {
+					unread = err
+				}
+				return ws, err
 			}
-			return ws, err
 		}}
 	out, err := b.opts.Executor.Execute(ctx, in)
 	if err != nil && unread != nil {
@@ -664,9 +791,12 @@ func (b *Box) clusterFailed(m jetstream.Msg, ev Event) {
 
 // giveBack leaves the turn uncommitted and asks for its redelivery (to
 // this box's successor when it stops), after a delay that doubles with
-// each delivery (AckWait/4 up to 2 x AckWait): a cluster that fails every
-// take for a while (an election, a lost quorum) is not hammered, nor the
-// turn's attempts spent in a second.
+// each delivery (AckWait/4 up to AckWait): a cluster that fails every
+// take for a while (a lost quorum) is not hammered, nor the turn's
+// attempts spent in a second. At most AckWait, not more: the delay is
+// waited out even when the cluster is back a moment after the nak, so it
+// adds to the failover (docs/fleet.md, *Failure model*); an election's
+// refusals are retried in place instead (readTake).
 func (b *Box) giveBack(m jetstream.Msg, ev Event) {
 	_ = m.NakWithDelay(nakDelay(b.opts.AckWait, ev.Attempt))
 	ev.Kind = EventReturned
@@ -675,10 +805,10 @@ func (b *Box) giveBack(m jetstream.Msg, ev Event) {
 
 func nakDelay(ackWait time.Duration, attempt uint64) time.Duration {
 	d := max(ackWait/4, 50*time.Millisecond)
-	for i := uint64(1); i < attempt && d < 2*ackWait; i++ {
+	for i := uint64(1); i < attempt && d < ackWait; i++ {
 		d *= 2
 	}
-	return min(d, 2*ackWait)
+	return min(d, ackWait)
 }
 
 // publishReply stores a committed reply. One the bucket would refuse (a

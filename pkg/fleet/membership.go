@@ -441,11 +441,18 @@ func (b *Box) reconcile() {
 	// each attempt holds the round for up to its timeout.
 	createFailed := false
 	for _, m := range b.members {
-		// A partition the cluster keeps failing this box on: step back.
+		// A partition the cluster keeps failing this box on: step back,
+		// but only while another box announces that it reaches the
+		// cluster. When none does (an election every box waits for), the
+		// hand-over would only add the standby's wait (presence timeout,
+		// pin TTL) and the step back's own (StandbyDelay) to the
+		// election's (docs/fleet.md, *Failure model*).
 		if m.failures.Load() >= maxClusterFailures {
 			m.failures.Store(0)
-			m.backOffUntil = now.Add(b.opts.StandbyDelay)
-			b.log.Warn("fleet box stepping back from a partition: its turns keep failing on the cluster", "partition", m.p, "for_ms", b.opts.StandbyDelay.Milliseconds())
+			if b.view.anyHealthy(now) {
+				m.backOffUntil = now.Add(b.opts.StandbyDelay)
+				b.log.Warn("fleet box stepping back from a partition: its turns keep failing on the cluster", "partition", m.p, "for_ms", b.opts.StandbyDelay.Milliseconds())
+			}
 		}
 		home := b.home(m.p)
 		want := !stepBack && !now.Before(m.backOffUntil) && (home || (standby && b.standBy(m, now)))

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -47,18 +48,71 @@ func Bind(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	return &Store{objects: objects, stream: stream}, nil
 }
 
-// Put stores a snapshot under its name.
+// Put stores a snapshot under its name; one that takes longer than
+// TransferBound of its size fails with ErrStalled (its chunks' acks
+// awaited from a leader that died: measured, each such upload waited out
+// the box's whole 10 s deadline).
 func (s *Store) Put(ctx context.Context, name string, data []byte) error {
-	_, err := s.objects.PutBytes(ctx, name, data)
+	pctx, cancel := context.WithTimeout(ctx, TransferBound(uint64(len(data))))
+	defer cancel()
+	_, err := s.objects.PutBytes(pctx, name, data)
+	return stalled(ctx, pctx, name, err)
+}
+
+// stalled names a call that ran out of its own bound (inner) but not of
+// the caller's (outer) ErrStalled.
+func stalled(outer, inner context.Context, name string, err error) error {
+	if err != nil && inner.Err() != nil && outer.Err() == nil {
+		return fmt.Errorf("workspace %s: %w", name, ErrStalled)
+	}
 	return err
 }
 
+// ErrStalled: a snapshot's read or upload did not finish within its bound
+// (TransferBound): the stream's leader died or is being elected meanwhile.
+var ErrStalled = errors.New("workspace snapshot read stalled")
+
+// TransferBound bounds reading or uploading a snapshot of size bytes: 5 s, plus a second
+// for every 4 MiB. An object's chunks come through an ordered consumer
+// that, created while the store's stream had no leader (a killed or cut
+// server), never delivers, and the read would wait out its whole
+// deadline; measured, a 30 s wait there made the fleet's 40 s failovers
+// (docs/fleet.md, *Failure model*). Bounded by size, a read can be tried
+// again at once.
+func TransferBound(size uint64) time.Duration {
+	return readBase + time.Duration(size/(4<<20))*time.Second
+}
+
+// readBase is TransferBound's base (a variable for the stall test only).
+var readBase = 5 * time.Second
+
 // Get returns a snapshot by its name (nil for ""), refusing one over
-// MaxBytes (ErrTooLarge).
+// MaxBytes (ErrTooLarge); a read that takes longer than TransferBound of its
+// size fails with ErrStalled.
 func (s *Store) Get(ctx context.Context, name string) ([]byte, error) {
 	if name == "" {
 		return nil, nil
 	}
+	ictx, cancel := context.WithTimeout(ctx, readBase)
+	info, err := s.objects.GetInfo(ictx, name)
+	err = stalled(ctx, ictx, name, err)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("workspace %s: %w", name, err)
+	}
+	if info.Size > MaxBytes {
+		return nil, fmt.Errorf("workspace %s exceeds %d bytes: %w", name, MaxBytes, ErrTooLarge)
+	}
+	rctx, cancel := context.WithTimeout(ctx, TransferBound(info.Size))
+	defer cancel()
+	data, err := s.read(rctx, name)
+	if err := stalled(ctx, rctx, name, err); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+func (s *Store) read(ctx context.Context, name string) ([]byte, error) {
 	r, err := s.objects.Get(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("workspace %s: %w", name, err)

@@ -80,6 +80,10 @@ func boxNum(name string) int {
 	return n
 }
 
+// slowFailover: a failover over the goal (issue 38) is logged with its
+// partition.
+const slowFailover = 20 * time.Second
+
 // Fault injects one fault of kind on the busiest box (its channels are
 // the affected ones), waits for every affected channel's first reply after
 // it (at most bound), restores the box and waits until the fleet answers
@@ -155,12 +159,22 @@ func (f *Fleet) Fault(ctx context.Context, kind string, peers []int, bound time.
 		return len(first) == len(affected)
 	})
 	cancel()
+	var slow []string
 	for _, ch := range affected {
 		if t, ok := first[ch]; ok {
 			res.Failover = append(res.Failover, t.Sub(at))
+			if t.Sub(at) > slowFailover {
+				slow = append(slow, fmt.Sprintf("p%d %.1fs", pfleet.Partition(ch, f.o.Partitions), t.Sub(at).Seconds()))
+			}
 		} else {
 			res.Missed++
 		}
+	}
+	if len(slow) > 0 {
+		// Where a tail comes from: the partitions to look up in the boxes'
+		// and servers' logs.
+		sort.Strings(slow)
+		f.logf("%s on %s: failovers over %s: %s", kind, name, slowFailover, strings.Join(slow, ", "))
 	}
 	if res.Missed > 0 && ctx.Err() == nil {
 		f.logf("%s on %s: %d of %d affected channels not answered by another box within %s; the partitions:\n%s",
