@@ -19,10 +19,6 @@
 // "sandbox-worker rich" is a rich channel's long-lived worker (package
 // rich): it pulls turns from its channel broker's socket until SIGTERM.
 //
-// Run as "curl" (a symlink a code run's supervisor makes for credentialed
-// hosts) it is the curl shim: https URLs of those hosts become their
-// plain-http form, then it executes the real curl.
-//
 // "sandbox-worker precheck" runs one precheck script instead (package
 // precheck/runner): one job JSON on stdin, one result JSON on stdout, its MCP calls
 // through the broker socket.
@@ -50,10 +46,6 @@ import (
 )
 
 func main() {
-	if filepath.Base(os.Args[0]) == supervisor.CurlShimName {
-		// A run's curl shim (credentialed hosts): rewrite, then the real curl.
-		os.Exit(supervisor.CurlShim(os.Args[1:]))
-	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "sandbox-worker", "version", version.Version)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	var code int

@@ -174,7 +174,7 @@ func New(cfg Config) (*Broker, error) {
 	var re *runEnv
 	if g := cfg.Policy.Egress; g != nil {
 		var err error
-		proxy, err = newEgressProxy(dialer, cfg.Credentials, *g, cfg.Policy.Deadline(), log.With("turn", cfg.Policy.TurnID, "route", "egress"))
+		proxy, err = newEgressProxy(dialer, *g, cfg.Policy.Deadline(), log.With("turn", cfg.Policy.TurnID, "route", "egress"))
 		if err != nil {
 			return nil, fmt.Errorf("broker: policy egress: %w", err)
 		}
@@ -662,9 +662,9 @@ func (b *Broker) callMCP(ctx context.Context, s policy.MCPServer, c *rpc.Call) (
 
 // newEgressProxy is the proxy route for an egress grant (a run's or turn's
 // for its life, a session exec's for its grant) over the vetted dialer d,
-// its credentialed destinations loaded from creds per request.
-func newEgressProxy(d *safefetch.Dialer, creds Credentials, g policy.Egress, deadline time.Time, log *slog.Logger) (*egress.Proxy, error) {
-	return egress.New(d, g, deadline, log).WithCredentials(egressInjector{creds})
+// its credentialed destinations known to it (intercepted, never plain).
+func newEgressProxy(d *safefetch.Dialer, g policy.Egress, deadline time.Time, log *slog.Logger) (*egress.Proxy, error) {
+	return egress.New(d, g, deadline, log).WithCredentials()
 }
 
 // encode re-encodes a checked value without HTML escaping.

@@ -14,8 +14,10 @@ import (
 // proxy route, side by side (issue 27's closing note): a plain proxied
 // http request (absolute form, the broker forwards it), the same https
 // server reached through CONNECT (the client does TLS, no credential), and
-// the credentialed route (plain http in, the broker opens verified TLS,
-// adds the header and guards the answer against reflection). Every
+// the credentialed route (the code's placeholder in an https request, the
+// broker intercepts the CONNECT, opens verified TLS, swaps in the value and
+// guards the answer against reflection; BenchmarkInterceptPaired pairs it
+// with the tunnel on reused connections). Every
 // request is a fresh connection on each side (the proxy keeps none alive),
 // so TLS handshakes are in the numbers, as in a run. Sizes: a small answer
 // and 1 MiB (the reflection guard's per-byte cost).
@@ -63,11 +65,11 @@ func BenchmarkCredentialedEgress(b *testing.B) {
 				open(b, c, "https://"+s.addr()+"/x", tok)
 			}
 		})
-		b.Run("credentialed/"+name, func(b *testing.B) {
+		b.Run("intercepted/"+name, func(b *testing.B) {
 			r := rig(b, true)
 			c := r.client(false)
 			for b.Loop() {
-				open(b, c, r.plain("/x"), nil)
+				open(b, c, r.url("/x"), r.auth())
 			}
 		})
 	}

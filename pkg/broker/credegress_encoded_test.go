@@ -160,7 +160,7 @@ func TestCredentialedEgressEncodedEcho(t *testing.T) {
 	for _, enc := range []string{"gzip", "deflate", "rawdeflate", "br"} {
 		t.Run("compressed echo "+enc+" is refused", func(t *testing.T) {
 			r := newCredRig(t, s, true)
-			code, body, hdr := r.get(r.plain("/echo/"+enc), askAll, false)
+			code, body, hdr := r.get(r.url("/echo/"+enc), withAuth(askAll, r.auth()), false)
 			if view := tokenReached(hdr, body); view != "" {
 				t.Errorf("the token reached the run (%s of a %d answer)", view, code)
 			}
@@ -177,7 +177,7 @@ func TestCredentialedEgressEncodedEcho(t *testing.T) {
 	for _, hexCase := range []string{"upper", "lower", "mixed"} {
 		t.Run("percent-escaped echo "+hexCase+" is cut", func(t *testing.T) {
 			r := newCredRig(t, s, true)
-			code, body, hdr := r.get(r.plain("/echo/pct-"+hexCase), nil, false)
+			code, body, hdr := r.get(r.url("/echo/pct-"+hexCase), r.auth(), false)
 			if view := tokenReached(hdr, body); view != "" {
 				t.Errorf("the token reached the run (%s of a %d answer)", view, code)
 			}
@@ -190,7 +190,7 @@ func TestCredentialedEgressEncodedEcho(t *testing.T) {
 	t.Run("an identity answer passes whatever the run asked for", func(t *testing.T) {
 		r := newCredRig(t, s, true)
 		for _, hdr := range []http.Header{nil, {"Accept-Encoding": {"gzip"}}, askAll} {
-			code, body, got := r.get(r.plain("/negotiated"), hdr, false)
+			code, body, got := r.get(r.url("/negotiated"), withAuth(hdr, r.auth()), false)
 			if code != http.StatusOK || body != "PRIVATE-BODY-91d3" || got.Get("Content-Encoding") != "" {
 				t.Errorf("asking %v: %d %q (Content-Encoding %q), want 200 and the identity body",
 					hdr, code, body, got.Get("Content-Encoding"))
@@ -213,7 +213,7 @@ func TestCredentialedEgressHeaderAlias(t *testing.T) {
 	}, nil)
 	for _, name := range []string{"Private_Token", "private_token", "PRIVATE_TOKEN", "Private_token", "Private.Token"} {
 		before := s.requests()
-		code, body, hdr := r.get(r.plain("/private"), http.Header{name: {"guessed"}}, false)
+		code, body, hdr := r.get(r.url("/private"), http.Header{"Private-Token": {r.env.Env["GIT_TOKEN"]}, name: {"guessed"}}, false)
 		if code != http.StatusBadRequest || body != "bad proxy request\n" {
 			t.Errorf("%s: %d %q, want 400", name, code, body)
 		}
@@ -226,7 +226,7 @@ func TestCredentialedEgressHeaderAlias(t *testing.T) {
 	}
 	// A name that only looks alike is not refused.
 	before := s.requests()
-	if code, _, _ := r.get(r.plain("/private"), http.Header{"Private-Tokens": {"x"}}, false); code == http.StatusBadRequest {
+	if code, _, _ := r.get(r.url("/private"), http.Header{"Private-Token": {r.env.Env["GIT_TOKEN"]}, "Private-Tokens": {"x"}}, false); code == http.StatusBadRequest {
 		t.Errorf("Private-Tokens: 400, want it passed on")
 	}
 	if s.requests() == before {
@@ -234,4 +234,16 @@ func TestCredentialedEgressHeaderAlias(t *testing.T) {
 	}
 	r.waitLog(`"msg":"egress refused"`, "own credential header", `"credential":"git"`)
 	checkNoToken(t, "the broker's log", r.logs.String())
+}
+
+// withAuth is h with the declared header's placeholder added.
+func withAuth(h, auth http.Header) http.Header {
+	out := h.Clone()
+	if out == nil {
+		out = http.Header{}
+	}
+	for k, v := range auth {
+		out[k] = v
+	}
+	return out
 }

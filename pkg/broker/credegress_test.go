@@ -3,6 +3,7 @@ package broker
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -28,7 +29,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/credential"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
-	"github.com/roundtable-sandbox/sandbox/pkg/runs/supervisor"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
 	"github.com/roundtable-sandbox/sandbox/pkg/safefetch"
 )
 
@@ -69,7 +70,9 @@ func newCredServer(t testing.TB, other string) *credServer {
 			http.Redirect(w, r, other+"/landing", http.StatusFound)
 			return
 		}
-		if r.Header.Get("Authorization") != "Bearer "+credToken {
+		user, pass, basic := r.BasicAuth()
+		if r.Header.Get("Authorization") != "Bearer "+credToken && !(basic && (pass == credToken || user == credToken)) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="private"`) // git asks with the URL's user then
 			http.Error(w, "token required", http.StatusUnauthorized)
 			return
 		}
@@ -133,12 +136,15 @@ func (s *credServer) testCA() string {
 }
 
 // credRig is a code run's broker (egressOnly) served on loopback TCP (the
-// in-container bridge's side of the socket), its logs and a client.
+// in-container bridge's side of the socket), its logs, a client and, when
+// the run is granted the credential, what its supervisor reads: the
+// placeholder and the run CA (intercept.go).
 type credRig struct {
 	t      testing.TB
 	proxy  *url.URL
 	logs   *waitBuffer
 	server *credServer
+	env    wire.RunEnv
 }
 
 // newCredRig starts a run broker whose policy allows the server's address
@@ -169,7 +175,7 @@ func newCredRigWith(t testing.TB, s *credServer, mutate func(*policy.Egress), d 
 	host, port, _ := net.SplitHostPort(s.addr())
 	p, _ := strconv.Atoi(port)
 	g.Credentials = []policy.EgressCredential{{Name: "git", Host: host, Port: p, Credential: "git-token",
-		Header: "Authorization", Format: policy.FormatBearer}}
+		Header: "Authorization", Format: policy.FormatBearer, Env: "GIT_TOKEN"}}
 	g.TestRootCA = s.testCA()
 	mutate(&g)
 	pol := &policy.Policy{Version: policy.Version, TurnID: id,
@@ -202,14 +208,43 @@ func newCredRigWith(t testing.TB, s *credServer, mutate func(*policy.Egress), d 
 			t.Error("broker did not stop")
 		}
 	})
-	return &credRig{t: t, proxy: &url.URL{Scheme: "http", Host: ln.Addr().String()}, logs: logs, server: s}
+	r := &credRig{t: t, proxy: &url.URL{Scheme: "http", Host: ln.Addr().String()}, logs: logs, server: s}
+	if len(g.Credentials) == 0 {
+		return r
+	}
+	resp, err := http.Get("http://" + ln.Addr().String() + wire.RunEnvPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&r.env); err != nil || r.env.Validate() != nil {
+		t.Fatalf("run env: %v %v", err, r.env.Validate())
+	}
+	return r
+}
+
+// auth is the declared header as the code writes it: the placeholder.
+func (r *credRig) auth() http.Header {
+	return http.Header{"Authorization": {"Bearer " + r.env.Env["GIT_TOKEN"]}}
+}
+
+// bundle writes what SSL_CERT_FILE names in a run: the roots the code
+// trusts (here the test server's certificate, for a tunnel) and the run CA.
+func (r *credRig) bundle() string {
+	f := filepath.Join(r.t.TempDir(), "ca-bundle.pem")
+	writeFile(r.t, f, r.server.testCA()+r.env.CA)
+	return f
 }
 
 // client goes through the broker as the container's tools do; https
-// trusts the test CA (the code under test could carry any root).
+// trusts the test CA (the code under test could carry any root) and the
+// run CA (its bundle).
 func (r *credRig) client(follow bool) *http.Client {
-	tr := &http.Transport{Proxy: http.ProxyURL(r.proxy), DisableKeepAlives: true,
-		TLSClientConfig: r.server.srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()}
+	conf := r.server.srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	if r.env.CA != "" {
+		conf.RootCAs.AppendCertsFromPEM([]byte(r.env.CA))
+	}
+	tr := &http.Transport{Proxy: http.ProxyURL(r.proxy), DisableKeepAlives: true, TLSClientConfig: conf}
 	c := &http.Client{Transport: tr, Timeout: 20 * time.Second}
 	if !follow {
 		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -235,8 +270,10 @@ func (r *credRig) get(rawURL string, hdr http.Header, follow bool) (int, string,
 	return resp.StatusCode, string(body), resp.Header
 }
 
-// plain is the container's plain-http URL of a credentialed destination.
+// plain is the container's plain-http URL of a credentialed destination
+// (refused: one mechanism), and url its https URL.
 func (r *credRig) plain(path string) string { return "http://" + r.server.addr() + path }
+func (r *credRig) url(path string) string   { return "https://" + r.server.addr() + path }
 
 // checkNoToken fails if the logs hold the token in any form the
 // reflection check knows.
@@ -248,9 +285,11 @@ func checkNoToken(t *testing.T, what, text string) {
 }
 
 // TestCredentialedEgress is issue 27's list against a loopback HTTPS server
-// that requires the token: granted, not granted, the code's own header,
-// reflection in headers and body, a redirect to another host, CONNECT, and
-// the token in no log.
+// that requires the token, through the one route (issue 37): the code
+// holds a placeholder and the broker intercepts the CONNECT. Granted, not
+// granted, plain http refused, reflection in headers, body, a 103 and
+// trailers, a redirect to another host, the destination's certificate,
+// and the token in no log.
 func TestCredentialedEgress(t *testing.T) {
 	var otherMu sync.Mutex
 	var otherHeaders []http.Header
@@ -266,21 +305,35 @@ func TestCredentialedEgress(t *testing.T) {
 
 	t.Run("granted run gets 200 and the body", func(t *testing.T) {
 		r := newCredRig(t, s, true)
-		code, body, _ := r.get(r.plain("/private"), nil, false)
+		code, body, _ := r.get(r.url("/private"), r.auth(), false)
 		if code != http.StatusOK || body != "PRIVATE-BODY-91d3" {
 			t.Fatalf("granted: %d %q, want 200 and the body", code, body)
 		}
-		r.waitLog(`"msg":"egress credentialed"`, `"status":200`, `"credential":"git"`, `"dest":"`+s.addr()+`"`)
+		r.waitLog(`"msg":"egress intercepted"`, `"status":200`, `"credential":"git"`)
 		checkNoToken(t, "the broker's log", r.logs.String())
 		if strings.Contains(r.logs.String(), "/private") {
 			t.Errorf("the log names the path:\n%s", r.logs)
 		}
 	})
+	t.Run("plain http to the credentialed destination is refused", func(t *testing.T) {
+		// The old route (the broker upgraded plain http and added the
+		// header) is gone: one mechanism, docs/credentialed-egress.md.
+		r := newCredRig(t, s, true)
+		before := s.requests()
+		code, body, _ := r.get(r.plain("/private"), nil, false)
+		if code != http.StatusForbidden || strings.Contains(body, "PRIVATE") {
+			t.Errorf("plain http: %d %q, want 403", code, body)
+		}
+		if n := s.requests() - before; n != 0 {
+			t.Errorf("the server was reached %d times", n)
+		}
+		r.waitLog(`"msg":"egress refused"`, "plain http", `"credential":"git"`)
+	})
 	t.Run("run without the grant gets 401 and the server sees no token", func(t *testing.T) {
 		before := s.requests()
 		r := newCredRig(t, s, false)
 		// Through CONNECT (https, the only way a TLS server answers).
-		code, _, _ := r.get("https://"+s.addr()+"/private", nil, false)
+		code, _, _ := r.get(r.url("/private"), nil, false)
 		if code != http.StatusUnauthorized {
 			t.Errorf("ungranted https: %d, want 401", code)
 		}
@@ -292,45 +345,26 @@ func TestCredentialedEgress(t *testing.T) {
 		}
 		checkNoToken(t, "the broker's log", r.logs.String())
 	})
-	t.Run("CONNECT to the credentialed host carries no credential", func(t *testing.T) {
+	t.Run("a request without the placeholder carries no credential", func(t *testing.T) {
 		r := newCredRig(t, s, true)
-		code, _, _ := r.get("https://"+s.addr()+"/private", nil, false)
+		code, _, _ := r.get(r.url("/private"), nil, false)
 		if code != http.StatusUnauthorized {
-			t.Errorf("CONNECT: %d, want 401 (no credential inside a tunnel)", code)
+			t.Errorf("no placeholder: %d, want 401 (nothing added)", code)
 		}
 		s.mu.Lock()
 		last := s.headers[len(s.headers)-1]
 		s.mu.Unlock()
 		if last.Get("Authorization") != "" {
-			t.Errorf("the tunnelled request carried %q", last.Get("Authorization"))
+			t.Errorf("the request carried %q", last.Get("Authorization"))
 		}
-	})
-	t.Run("the code's own header of that name is refused", func(t *testing.T) {
-		r := newCredRig(t, s, true)
-		before := s.requests()
-		for _, v := range []string{"Bearer guessed", "", "Bearer " + credToken} {
-			code, body, _ := r.get(r.plain("/private"), http.Header{"Authorization": {v}}, false)
-			if code != http.StatusBadRequest || strings.Contains(body, "PRIVATE-BODY") {
-				t.Errorf("own Authorization %q: %d %q, want 400", v, code, body)
-			}
-		}
-		// Any case: net/http canonicalises, the broker compares canonically.
-		raw := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nauthorization: x\r\n\r\n", r.plain("/private"), s.addr())
-		if code := r.raw(raw); code != http.StatusBadRequest {
-			t.Errorf("lower-case authorization: %d, want 400", code)
-		}
-		if n := s.requests() - before; n != 0 {
-			t.Errorf("the server was reached %d times", n)
-		}
-		r.waitLog(`"msg":"egress refused"`, "own credential header")
 	})
 	t.Run("an answer echoing the credential is refused", func(t *testing.T) {
 		r := newCredRig(t, s, true)
-		code, body, hdr := r.get(r.plain("/echo-headers"), nil, false)
+		code, body, hdr := r.get(r.url("/echo-headers"), r.auth(), false)
 		if code != http.StatusBadGateway || strings.Contains(body, credToken) || strings.Contains(fmt.Sprint(hdr), credToken) {
 			t.Errorf("header echo: %d %q %v, want 502 without the token", code, body, hdr)
 		}
-		code, body, _ = r.get(r.plain("/echo-body"), nil, false)
+		code, body, _ = r.get(r.url("/echo-body"), r.auth(), false)
 		if code == http.StatusOK && !strings.Contains(body, "<cut") || strings.Contains(body, credToken) {
 			t.Errorf("body echo: %d, %d bytes (cut: %v), want the answer cut before the token", code, len(body), strings.Contains(body, "<cut"))
 		}
@@ -339,7 +373,8 @@ func TestCredentialedEgress(t *testing.T) {
 			interim = append(interim, fmt.Sprint(code, h))
 			return nil
 		}}
-		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, r.plain("/echo-early-hints"), nil)
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, r.url("/echo-early-hints"), nil)
+		req.Header = r.auth()
 		if resp, err := r.client(false).Do(req); err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -347,36 +382,30 @@ func TestCredentialedEgress(t *testing.T) {
 		if strings.Contains(strings.Join(interim, " "), credToken) {
 			t.Errorf("a 103 answer handed the guest the token: %q", interim)
 		}
-		code, body, hdr = r.get(r.plain("/echo-trailer"), nil, false)
-		if !strings.Contains(body, "<cut") || strings.Contains(fmt.Sprint(hdr), credToken) {
+		code, body, hdr = r.get(r.url("/echo-trailer"), r.auth(), false)
+		if code == http.StatusOK && !strings.Contains(body, "<cut") || strings.Contains(fmt.Sprint(hdr), credToken) {
 			t.Errorf("trailer echo: %d %q, want the answer cut before its trailers", code, body)
 		}
-		r.waitLog("egress credentialed answer cut")
-		r.waitLog(`"msg":"egress refused"`, "headers reflect the credential")
+		r.waitLog("egress intercepted answer cut")
 		checkNoToken(t, "the broker's log", r.logs.String())
 	})
-	t.Run("a redirect to another host does not carry the token", func(t *testing.T) {
+	t.Run("a redirect to another host is handed back, never followed", func(t *testing.T) {
 		r := newCredRig(t, s, true, otherAddr)
-		code, body, _ := r.get(r.plain("/redirect"), nil, true)
-		if code != http.StatusOK || body != "LANDED" {
-			t.Fatalf("redirect: %d %q, want the other host's answer", code, body)
+		code, _, hdr := r.get(r.url("/redirect"), r.auth(), false)
+		if code != http.StatusFound || hdr.Get("Location") != other.URL+"/landing" {
+			t.Fatalf("redirect: %d to %q, want 302 to the other host", code, hdr.Get("Location"))
 		}
 		otherMu.Lock()
 		defer otherMu.Unlock()
-		if len(otherHeaders) == 0 {
-			t.Fatal("the other host was not reached")
-		}
-		for _, h := range otherHeaders {
-			if h.Get("Authorization") != "" || strings.Contains(fmt.Sprint(h), credToken) {
-				t.Errorf("the other host got %v", h)
-			}
+		if len(otherHeaders) != 0 {
+			t.Errorf("the broker followed the redirect: the other host got %v", otherHeaders)
 		}
 	})
 	t.Run("a certificate the broker does not trust is refused", func(t *testing.T) {
 		// The same destination, granted, but with no test root CA: the
 		// system roots do not know the test server.
 		r2 := newCredRigWith(t, s, func(g *policy.Egress) { g.TestRootCA = "" }, nil)
-		code, body, _ := r2.get(r2.plain("/private"), nil, false)
+		code, body, _ := r2.get(r2.url("/private"), r2.auth(), false)
 		if code != http.StatusBadGateway || strings.Contains(body, "PRIVATE") {
 			t.Errorf("untrusted certificate: %d %q, want 502", code, body)
 		}
@@ -390,7 +419,7 @@ func TestCredentialedEgress(t *testing.T) {
 		res := fakeResolver{"example.com": {netip.MustParseAddr("127.0.0.1")}}
 		r3 := newCredRigWith(t, s, func(g *policy.Egress) { g.Credentials[0].Host = "example.com"; g.Credentials[0].Port = p },
 			&safefetch.Dialer{Resolver: res})
-		code, body, _ := r3.get("http://example.com:"+port+"/private", nil, false)
+		code, body, _ := r3.get("https://example.com:"+port+"/private", r3.auth(), false)
 		if code != http.StatusBadGateway || strings.Contains(body, "PRIVATE") {
 			t.Errorf("test CA for a name: %d %q, want 502", code, body)
 		}
@@ -478,8 +507,8 @@ func (w *waitBuffer) has(subs ...string) bool {
 
 // TestCredentialedGitClone: git clone https://<host>/<repo> of a repository
 // that needs the token works through the injected header, with the
-// environment a run gets (supervisor.CredentialedEnv: insteadOf to the
-// plain-http URL) and the proxy variables pointing at the broker; a clone
+// environment a run gets (the placeholder as the URL's password, the
+// bundle in GIT_SSL_CAINFO) and the proxy variables pointing at the broker; a clone
 // without the grant fails, and the token is in no log and nowhere in the
 // clone.
 func TestCredentialedGitClone(t *testing.T) {
@@ -523,11 +552,13 @@ func TestCredentialedGitClone(t *testing.T) {
 	s := newCredServer(t, "http://127.0.0.1:1")
 	s.handler = &cgi.Handler{Path: backend, Root: "/git",
 		Env: []string{"GIT_PROJECT_ROOT=" + repos, "GIT_HTTP_EXPORT_ALL=1"}}
-	url := "https://" + s.addr() + "/git/private.git"
-
 	clone := func(r *credRig, dir string) (string, error) {
-		env := append([]string{"http_proxy=" + r.proxy.String(), "https_proxy=" + r.proxy.String(), "no_proxy=", "NO_PROXY="},
-			supervisor.CredentialedEnv([]string{s.addr()})...)
+		env := []string{"http_proxy=" + r.proxy.String(), "https_proxy=" + r.proxy.String(), "no_proxy=", "NO_PROXY=",
+			"GIT_SSL_CAINFO=" + r.bundle()}
+		url := "https://" + s.addr() + "/git/private.git"
+		if ph := r.env.Env["GIT_TOKEN"]; ph != "" {
+			url = "https://x-access-token:" + ph + "@" + s.addr() + "/git/private.git"
+		}
 		return git(root, env, "clone", "-q", url, dir)
 	}
 	r := newCredRig(t, s, true)
@@ -538,7 +569,7 @@ func TestCredentialedGitClone(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "README")); err != nil || string(b) != "PRIVATE-REPO-CONTENT-4e1a\n" {
 		t.Errorf("cloned README = %q, %v", b, err)
 	}
-	r.waitLog(`"msg":"egress credentialed"`, `"status":200`)
+	r.waitLog(`"msg":"egress intercepted"`, `"status":200`)
 	checkNoToken(t, "the broker's log", r.logs.String())
 	// Nowhere in the clone (its config keeps the URL as given).
 	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {

@@ -335,7 +335,7 @@ func (gs *grantState) bind(_ *http.Request, body []byte) (any, error) {
 		deadline = pd
 	}
 	log := gs.log.With("exec", g.Exec, "revision", g.Revision, "route", "egress")
-	proxy, err := newEgressProxy(gs.dialer, gs.creds, g.Egress, deadline, log)
+	proxy, err := newEgressProxy(gs.dialer, g.Egress, deadline, log)
 	if err != nil {
 		return nil, refused("grant egress: "+err.Error(), envelope.ErrRefused)
 	}

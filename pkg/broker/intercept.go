@@ -104,7 +104,7 @@ func (e egressInjector) OpenRaw(c policy.EgressCredential) (string, egress.Injec
 	if err != nil {
 		return "", nil, err
 	}
-	return s.Reveal(), injection{value: s, m: credential.NewMatcher(s)}, nil
+	return s.Reveal(), injection{m: credential.NewMatcher(s)}, nil
 }
 
 // Screen is egress.Interceptor's: a matcher of texts as secrets.

@@ -248,18 +248,16 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, r, "http", hostPort(u), err)
 		return
 	}
-	if ir, other, ok := p.interceptFor(hostPort(u)); ok {
-		// One mechanism (docs/credentialed-egress.md): an intercepted
-		// credential is reached by its https URL; the plain-http route
-		// stays only for a session exec's grant, which has no placeholders.
-		p.refuse(w, r, "http", hostPort(u), errPlainIntercepted, "credential", ir.c.Name)
-		return
-	} else if other != "" {
-		p.refuse(w, r, "http", hostPort(u), errUndeclaredPort, "credential", other)
+	// One mechanism (docs/credentialed-egress.md): a credential is
+	// reached by its https URL with its placeholder (intercept.go), never
+	// by plain http, intercepted or not (a grant that minted it no
+	// placeholder has no route to it at all).
+	if c, ok := p.credentialed(u); ok {
+		p.refuse(w, r, "http", hostPort(u), errPlainIntercepted, "credential", c.Name)
 		return
 	}
-	if c, ok := p.credentialed(u); ok {
-		p.forwardCredentialed(w, r, u, c)
+	if _, other, _ := p.interceptFor(hostPort(u)); other != "" {
+		p.refuse(w, r, "http", hostPort(u), errUndeclaredPort, "credential", other)
 		return
 	}
 	// The broker server's deadlines are for its own calls; a proxied

@@ -215,7 +215,7 @@ func (s *fakeSup) exec(id string, x sessionwire.Exec) bool {
 		if strings.Contains(x.RunCA, "BEGIN CERTIFICATE") {
 			b.WriteString("ca")
 		}
-		b.WriteString(" hosts=" + strings.Join(x.CredentialedHosts, ","))
+		fmt.Fprintf(&b, " proxy=%v", x.Proxy)
 		s.enc.Data(sessionwire.FrameStdout, id, []byte(b.String()+"\n"))
 		result(sessionwire.ExecResult{})
 	case "err":

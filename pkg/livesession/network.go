@@ -232,21 +232,15 @@ func (k *Kind) networkExec(ctx context.Context, s *Session, x apiwire.SessionExe
 		}
 	}
 	req := k.wireExec(x)
-	// The supervisor points this exec's proxy variables (and git and
-	// curl, for its credentialed hosts) at the egress bridge
-	// (pkg/sessionsup). A credential that declares env is reached with
-	// its placeholder instead, and is left out of the plain-http rewrite
-	// as for a run (a rewritten URL would carry its placeholder into the
-	// plain-http route, which refuses it; docs/credentialed-egress.md).
+	// The supervisor points this exec's proxy variables at the egress
+	// bridge (pkg/sessionsup); every credential is reached by its https
+	// URL with the placeholder the broker mints for this exec's grant, in
+	// its variable (a declared env, or the default name), as for a run
+	// (docs/credentialed-egress.md: one mechanism).
 	req.Proxy = true
 	for _, name := range x.Credentials {
-		e, ok := k.cfg.EgressCredential(name)
-		switch {
-		case !ok:
-		case e.Env == "":
-			req.CredentialedHosts = append(req.CredentialedHosts, e.Policy().Dest())
-		default:
-			if _, set := x.Env[e.Env]; set {
+		if e, ok := k.cfg.EgressCredential(name); ok {
+			if _, set := x.Env[e.EnvName()]; set {
 				return invalidf("env names a variable that carries a requested credential's placeholder (egress.credentials' env)")
 			}
 		}

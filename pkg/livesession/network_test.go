@@ -568,8 +568,8 @@ func TestNetCloseDuringExec(t *testing.T) {
 // TestNetPlaceholdersForOneExec: the placeholders and CA the broker's
 // bind answers reach that exec's request to the supervisor (and only that
 // exec's: the next one gets the next bind's); the host logs neither the
-// placeholder nor the CA; the credential is left out of the plain-http
-// rewrite (no credentialed host); a client env naming the credential's
+// placeholder nor the CA; the exec is proxied with nothing else (no
+// plain-http rewrite exists any more); a client env naming the credential's
 // variable is refused before anyone is asked.
 func TestNetPlaceholdersForOneExec(t *testing.T) {
 	var logs syncBuffer
@@ -597,7 +597,7 @@ func TestNetPlaceholdersForOneExec(t *testing.T) {
 		}
 		outs = append(outs, out)
 	}
-	if outs[0] != "GITHUB_TOKEN="+phs[0]+" ca hosts=\n" || outs[1] != "GITHUB_TOKEN="+phs[1]+" ca hosts=\n" {
+	if outs[0] != "GITHUB_TOKEN="+phs[0]+" ca proxy=true\n" || outs[1] != "GITHUB_TOKEN="+phs[1]+" ca proxy=true\n" {
 		t.Errorf("the supervisor saw %q, want each exec's own placeholder and the CA", outs)
 	}
 	// An exec without credentials carries none.
@@ -607,7 +607,7 @@ func TestNetPlaceholdersForOneExec(t *testing.T) {
 	e := r.startNetExec(s, apiwire.SessionExec{Command: "placeholders", Network: true})
 	ev := e.next(t)
 	decide(t, r, s, ev.ExecID, "approve")
-	if evs, err := e.rest(); err != nil || len(evs) < 2 || string(evs[len(evs)-2].Data) != " hosts=\n" {
+	if evs, err := e.rest(); err != nil || len(evs) < 2 || string(evs[len(evs)-2].Data) != " proxy=true\n" {
 		t.Errorf("an exec without credentials: %+v %v, want no placeholder", evs, err)
 	}
 	for _, secret := range append(phs, "MIIBexecCA") {
@@ -623,5 +623,22 @@ func TestNetPlaceholdersForOneExec(t *testing.T) {
 		Env: map[string]string{"GITHUB_TOKEN": "mine"}}, func(apiwire.SessionExecEvent) error { return nil })
 	if !errors.Is(err, ErrInvalid) || len(r.d.callList()) != calls {
 		t.Errorf("client env naming the credential's variable: %v, want refused before anything", err)
+	}
+}
+
+// TestNetDefaultVariable: a credential that declares no env is reached
+// through its placeholder in the default variable (config.DefaultEnv:
+// OTHER_TOKEN) like any other, so a client env naming that variable is
+// refused before anyone is asked, as for a declared one (before, such a
+// credential was sent to the plain-http rewrite, which the broker refuses
+// for an intercepted destination).
+func TestNetDefaultVariable(t *testing.T) {
+	r, _ := newNetRigLogging(t, slog.New(slog.DiscardHandler))
+	s := r.createNet(t, bob, "other")
+	calls := len(r.d.callList())
+	err := r.k.Exec(context.Background(), s, apiwire.SessionExec{Command: "placeholders", Network: true, Credentials: []string{"other"},
+		Env: map[string]string{"OTHER_TOKEN": "mine"}}, func(apiwire.SessionExecEvent) error { return nil })
+	if !errors.Is(err, ErrInvalid) || len(r.d.callList()) != calls {
+		t.Errorf("client env naming the default variable: %v, want refused before anything", err)
 	}
 }

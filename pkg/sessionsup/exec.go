@@ -84,7 +84,7 @@ func (s *Server) startExec(ctx context.Context, id string, x sessionwire.Exec) {
 // env is an exec's whole environment: the supervisor's fixed variables,
 // then the client's (ValidEnvName kept the fixed names out).
 func (s *Server) env(x sessionwire.Exec, bundle string) []string {
-	e := []string{"PATH=" + s.execPATH(x), "LANG=C.UTF-8"}
+	e := []string{"PATH=" + s.o.PATH, "LANG=C.UTF-8"}
 	if x.Root {
 		e = append(e, "HOME=/root", "USER=root", "LOGNAME=root", "DEBIAN_FRONTEND=noninteractive")
 	} else {

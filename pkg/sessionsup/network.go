@@ -60,39 +60,7 @@ func (s *Server) startBridge(ctx context.Context) (stop func()) {
 		}
 	}()
 	s.log.Info("egress bridge ready", "listen", ln.Addr().String())
-	s.installShim()
 	return func() { cancel(); <-done }
-}
-
-// installShim installs the curl shim that sends a credentialed host's
-// https URLs to the broker as plain http (the broker adds the credential
-// and speaks TLS), as a network run's supervisor does. It is made before
-// any exec runs, as the supervisor (root in the container: the guest
-// cannot replace it).
-func (s *Server) installShim() {
-	dir, self := s.o.ShimDir, s.o.Self
-	if dir == "" {
-		dir = supervisor.DefaultShimDir
-	}
-	if self == "" {
-		self, _ = os.Executable()
-	}
-	if err := supervisor.InstallCurlShim(dir, self); err != nil {
-		// git still works (its environment); curl then goes through
-		// CONNECT and carries no credential.
-		s.log.Warn("curl shim not installed", "reason", err.Error())
-		return
-	}
-	s.shimDir = dir
-}
-
-// execPATH is x's PATH: the shim's directory first for a network exec
-// with credentialed hosts.
-func (s *Server) execPATH(x sessionwire.Exec) string {
-	if x.Proxy && len(x.CredentialedHosts) > 0 && s.proxyURL != "" && s.shimDir != "" {
-		return s.shimDir + ":" + s.o.PATH
-	}
-	return s.o.PATH
 }
 
 // Placeholders per exec (docs/sessions.md "Placeholders per exec"): a
@@ -175,8 +143,8 @@ func pemBlock(s string) []byte {
 }
 
 // proxyEnv is a network exec's proxy environment: the bridge in the proxy
-// variables, and git pointed at its credentialed hosts' plain-http URLs
-// (the broker adds the credential and speaks TLS).
+// variables (its credentials are reached by their https URLs with their
+// placeholders, placeholderEnv).
 func (s *Server) proxyEnv(x sessionwire.Exec) []string {
 	if !x.Proxy || s.proxyURL == "" {
 		return nil
@@ -185,5 +153,5 @@ func (s *Server) proxyEnv(x sessionwire.Exec) []string {
 	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
 		e = append(e, k+"="+s.proxyURL)
 	}
-	return append(e, supervisor.CredentialedEnv(x.CredentialedHosts)...)
+	return e
 }

@@ -19,7 +19,9 @@ import (
 
 // TestBridgeAndProxyEnv: without a broker socket there is no bridge and
 // no exec gets proxy variables; with one, the bridge relays to it and
-// only an exec with Proxy gets them (and git's credentialed hosts).
+// only an exec with Proxy gets them, and nothing else: no git rewrite,
+// no curl shim, the PATH as it is (docs/credentialed-egress.md: one
+// mechanism, the placeholders).
 func TestBridgeAndProxyEnv(t *testing.T) {
 	dir, err := os.MkdirTemp("", "sb")
 	if err != nil {
@@ -29,7 +31,7 @@ func TestBridgeAndProxyEnv(t *testing.T) {
 	sock := filepath.Join(dir, "broker.sock")
 	newServer := func() *Server {
 		o := Options{UID: os.Geteuid(), GID: os.Getegid(), BrokerSocket: sock, BridgeAddr: "127.0.0.1:0",
-			ShimDir: filepath.Join(dir, "shim"), Self: "/bin/true", Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 		if os.Geteuid() == 0 {
 			o.UID, o.GID = guestUID, guestGID
 		}
@@ -39,7 +41,7 @@ func TestBridgeAndProxyEnv(t *testing.T) {
 		}
 		return s
 	}
-	proxied := sessionwire.Exec{Command: "x", Proxy: true, CredentialedHosts: []string{"api.github.test:443"}}
+	proxied := sessionwire.Exec{Command: "x", Proxy: true}
 	s := newServer()
 	stop := s.startBridge(context.Background())
 	stop()
@@ -75,21 +77,20 @@ func TestBridgeAndProxyEnv(t *testing.T) {
 		t.Errorf("through the bridge: %q, want the broker's bytes", got)
 	}
 	e := s.env(proxied, "")
-	if !slices.Contains(e, "HTTPS_PROXY="+s.proxyURL) || !slices.Contains(e, "SANDBOX_CREDENTIALED_HOSTS=api.github.test:443") {
-		t.Errorf("network exec env %q: want the bridge and the credentialed host", e)
+	if !slices.Contains(e, "HTTPS_PROXY="+s.proxyURL) || e[0] != "PATH="+DefaultPATH {
+		t.Errorf("network exec env %q: want the bridge and the PATH as it is", e)
+	}
+	if slices.ContainsFunc(e, func(v string) bool {
+		return strings.HasPrefix(v, "GIT_CONFIG_") || strings.HasPrefix(v, "SANDBOX_CREDENTIALED_HOSTS=")
+	}) {
+		t.Errorf("network exec env %q: a plain-http rewrite is left", e)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "shim")); !os.IsNotExist(err) {
+		t.Errorf("something was installed beside the socket: %v", err)
 	}
 	if e := s.env(sessionwire.Exec{Command: "x"}, ""); slices.ContainsFunc(e, func(v string) bool { return strings.Contains(strings.ToLower(v), "proxy") }) ||
 		e[0] != "PATH="+DefaultPATH {
-		t.Errorf("an exec without network got proxy variables or the shim: %q", e)
-	}
-	if e[0] != "PATH="+filepath.Join(dir, "shim")+":"+DefaultPATH {
-		t.Errorf("credentialed exec's %s: want the curl shim first", e[0])
-	}
-	if target, err := os.Readlink(filepath.Join(dir, "shim", "curl")); err != nil || target != "/bin/true" {
-		t.Errorf("curl shim: %q %v", target, err)
-	}
-	if e := s.env(sessionwire.Exec{Command: "x", Proxy: true}, ""); e[0] != "PATH="+DefaultPATH {
-		t.Errorf("a network exec without credentialed hosts has %s: want no shim", e[0])
+		t.Errorf("an exec without network got proxy variables: %q", e)
 	}
 }
 

@@ -99,9 +99,6 @@ type Options struct {
 	// egress bridge listens on BridgeAddr (network.go).
 	BrokerSocket string
 	BridgeAddr   string
-	// ShimDir (default supervisor.DefaultShimDir) gets the curl shim, a
-	// link to Self (default: this executable), with the bridge.
-	ShimDir, Self string
 	// SystemRoots (default supervisor.DefaultSystemRoots) start a
 	// network exec's CA bundle (network.go).
 	SystemRoots string
@@ -152,9 +149,8 @@ type Server struct {
 	// fstat and its read.
 	afterStat func()
 
-	// proxyURL is the egress bridge's, when it listens, and shimDir
-	// the curl shim's, when installed (network.go).
-	proxyURL, shimDir string
+	// proxyURL is the egress bridge's, when it listens (network.go).
+	proxyURL string
 }
 
 // New returns a supervisor writing events to stdout, sharing rp (the

@@ -2,48 +2,16 @@ package sessionwire
 
 import (
 	"fmt"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
 )
 
-// MaxCredentialedHosts bounds Exec.CredentialedHosts (a run's credential
-// bound, runs.MaxCredentials).
-const MaxCredentialedHosts = 16
-
-// validateNetwork checks an exec's proxy fields: credentialed hosts only
-// with the proxy, each a host:port of printable ASCII without spaces (it
-// goes into environment variables).
-func (e Exec) validateNetwork() error {
-	if err := e.validatePlaceholders(); err != nil {
-		return err
-	}
-	if len(e.CredentialedHosts) == 0 {
-		return nil
-	}
-	if !e.Proxy {
-		return invalid("credentialedHosts need proxy")
-	}
-	if len(e.CredentialedHosts) > MaxCredentialedHosts {
-		return invalid(fmt.Sprintf("more than %d credentialedHosts", MaxCredentialedHosts))
-	}
-	for i, d := range e.CredentialedHosts {
-		host, port, err := net.SplitHostPort(d)
-		n, perr := strconv.Atoi(port)
-		if err != nil || host == "" || len(d) > 262 || perr != nil || n < 1 || n > 65535 {
-			return invalid(fmt.Sprintf("credentialedHosts[%d] is not a host:port", i))
-		}
-		for j := 0; j < len(d); j++ {
-			if d[j] <= ' ' || d[j] >= 0x7f {
-				return invalid(fmt.Sprintf("credentialedHosts[%d] is not a host:port", i))
-			}
-		}
-	}
-	return nil
-}
+// validateNetwork checks an exec's proxy fields (its placeholders; a
+// credential is reached only through its placeholder,
+// docs/credentialed-egress.md: one mechanism).
+func (e Exec) validateNetwork() error { return e.validatePlaceholders() }
 
 // CABundleEnv are the variables that name an exec's CA bundle (the
 // system roots and the exec's CA; policy.CABundleEnv, which this package
@@ -53,7 +21,7 @@ var CABundleEnv = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA
 
 // validatePlaceholders checks an exec's placeholders: only with the proxy,
 // a CA exactly with them (runs/wire.RunEnv's rules: plain names, printable
-// values, at most MaxCredentialedHosts), each name one a client could set
+// values, at most wire.MaxCredentialedHosts), each name one a client could set
 // and not set by this exec's client too, no client variable naming the
 // CA bundle.
 func (e Exec) validatePlaceholders() error {

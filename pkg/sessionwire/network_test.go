@@ -1,31 +1,30 @@
 package sessionwire
 
-import "testing"
+import (
+	"testing"
 
-// TestExecNetworkFields: credentialed hosts only with the proxy, bounded,
-// each a plain host:port.
-func TestExecNetworkFields(t *testing.T) {
-	base := Exec{Command: "x", MaxOutputBytes: 1}
+	"github.com/roundtable-sandbox/sandbox/pkg/runs/wire"
+)
+
+// TestExecHasNoPlainHTTPRoute: an exec's credentials are reached only
+// through placeholders (docs/credentialed-egress.md: one mechanism), so
+// the old credentialedHosts field, which pointed git and a curl shim at
+// plain-http URLs, is refused like any unknown field.
+func TestExecHasNoPlainHTTPRoute(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		proxy bool
-		hosts []string
-		ok    bool
+		name, json string
+		ok         bool
 	}{
-		{"none", false, nil, true},
-		{"proxy only", true, nil, true},
-		{"hosts", true, []string{"api.github.test:443", "[::1]:8443"}, true},
-		{"hosts without proxy", false, []string{"a:443"}, false},
-		{"no port", true, []string{"a"}, false},
-		{"port zero", true, []string{"a:0"}, false},
-		{"space", true, []string{"a b:443"}, false},
-		{"newline", true, []string{"a\n:443"}, false},
-		{"too many", true, make([]string, MaxCredentialedHosts+1), false},
+		{"proxy", `{"command":"x","maxOutputBytes":1,"proxy":true}`, true},
+		{"credentialedHosts", `{"command":"x","maxOutputBytes":1,"proxy":true,"credentialedHosts":["a:443"]}`, false},
 	} {
-		x := base
-		x.Proxy, x.CredentialedHosts = tc.proxy, tc.hosts
-		if err := x.Validate(); (err == nil) != tc.ok {
-			t.Errorf("%s: %v, want ok %v", tc.name, err, tc.ok)
+		var x Exec
+		err := wire.StrictJSON([]byte(tc.json), &x)
+		if err == nil {
+			err = x.Validate()
+		}
+		if got := err == nil; got != tc.ok {
+			t.Errorf("%s: got ok %v (%v), want %v", tc.name, got, err, tc.ok)
 		}
 	}
 }

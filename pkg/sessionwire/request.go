@@ -165,10 +165,8 @@ type Exec struct {
 	// result says so.
 	MaxOutputBytes int `json:"maxOutputBytes"`
 	// Proxy points the exec's proxy variables at the egress bridge (a
-	// network exec the host granted, network.go); CredentialedHosts are
-	// its granted credentialed host:port destinations (only with Proxy).
-	Proxy             bool     `json:"proxy,omitempty"`
-	CredentialedHosts []string `json:"credentialedHosts,omitempty"`
+	// network exec the host granted, network.go).
+	Proxy bool `json:"proxy,omitempty"`
 	// Placeholders are a granted network exec's credentials' variables
 	// and the placeholders its broker minted for this exec only, and
 	// RunCA the certificate (PEM) of the CA that exec's grant intercepts

@@ -54,7 +54,6 @@ var dialSites = map[string]string{
 	"pkg/broker/grantctl/grantctl.go":   "the host's grant control path to a session broker: that session's Unix broker socket",
 	"pkg/richsession/control.go":        "the host's control path to a rich channel broker: the session's Unix broker socket in runRoot",
 	"pkg/egress/proxy.go":               "the proxy route's transport for absolute-form requests: its only dial function is Proxy.dial (safefetch.Dialer), TLS dial refused",
-	"pkg/egress/credentialed.go":        "the credentialed route's TLS transport: its only dial function is Proxy.dial (safefetch.Dialer) then TLS verifying the declared host; plain dial refused",
 	"pkg/egress/bridge/bridge.go":       "the in-container bridge: only the turn's Unix broker socket (the container has no network)",
 	"pkg/runmcp/serve.go":               "probing the operator's --http unix: socket path for a live server before replacing a stale socket",
 }

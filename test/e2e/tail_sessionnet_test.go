@@ -175,7 +175,7 @@ func TestSessionNetworkExecGrantedThenRevoked(t *testing.T) {
 	}
 
 	// 1. The approved network exec: a foreground request with the exec's
-	// placeholder (curl from PATH: no shim for a credential with env),
+	// placeholder (curl from PATH: there is no shim),
 	// the same by absolute path (CONNECT, intercepted, the placeholder
 	// swapped at the broker), then a
 	// background loop with the placeholder (attempt n every 200 ms into

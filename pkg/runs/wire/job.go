@@ -15,9 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"path"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -125,25 +123,9 @@ func (j Job) Validate() error {
 	return nil
 }
 
-// MaxCredentialedHosts bounds Job.CredentialedHosts (policy's bound).
+// MaxCredentialedHosts bounds a run's credentials (policy's bound), so
+// its RunEnv's variables.
 const MaxCredentialedHosts = 16
-
-// validDest accepts host:port with a host of DNS or IP literal characters
-// (they reach git's configuration and the curl shim's URL prefixes) and a
-// port of 1 to 65535.
-func validDest(d string) bool {
-	host, port, err := net.SplitHostPort(d)
-	if err != nil || host == "" || len(host) > 253 || net.JoinHostPort(host, port) != d {
-		return false
-	}
-	for _, c := range host {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == ':') {
-			return false
-		}
-	}
-	n, err := strconv.Atoi(port)
-	return err == nil && n >= 1 && n <= 65535 && strconv.Itoa(n) == port
-}
 
 func invalidJob(msg string) error { return fmt.Errorf("%w: %s", ErrInvalidJob, msg) }
 
