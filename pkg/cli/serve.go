@@ -129,7 +129,7 @@ func (e dockerEngine) RunFramed(ctx context.Context, id string, stdin []byte, ma
 }
 
 func runResult(r container.Result) host.RunResult {
-	return host.RunResult{Stdout: r.Stdout, ExitCode: r.ExitCode, Truncated: r.Truncated, StderrRefused: r.StderrRefused, Framed: r.Framed}
+	return host.RunResult{Stdout: r.Stdout, ExitCode: r.ExitCode, Truncated: r.Truncated, StderrRefused: r.StderrRefused, Framed: r.Framed, Tail: r.Tail}
 }
 
 // Start and Running make the driver a host.WarmContainers (standbys).

@@ -18,6 +18,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -74,6 +76,13 @@ type Result struct {
 	// Stdout is that frame, ExitCode is -1 and the container may still be
 	// running; the caller's cleanup kills and removes it.
 	Framed bool
+	// Tail, set when Framed, waits until the worker's streams are read to
+	// their end after the frame (or cut at FrameDrainGrace) and says what
+	// came after the frame that does not belong (more stdout, a refused
+	// stderr, a cut). The stderr writer is written until it returns, so the
+	// caller closes that writer, and kills the container, only after it.
+	// It may be called more than once.
+	Tail func() error
 }
 
 // Info describes one listed container.
@@ -322,6 +331,9 @@ type Started struct {
 	d  *Driver
 	id string
 	hj types.HijackedResponse
+	// tailing: FinishFramed returned at a frame and its tail reads on;
+	// the tail closes the connection, Close leaves it.
+	tailing atomic.Bool
 }
 
 // Start attaches to the container and starts it (the first half of
@@ -350,8 +362,13 @@ func (d *Driver) Start(ctx context.Context, id string) (*Started, error) {
 	return s, nil
 }
 
-// Close drops the attach connection (idempotent).
-func (s *Started) Close() { s.hj.Close() }
+// Close drops the attach connection (idempotent), unless FinishFramed's
+// tail still reads it: the tail drops it at the streams' end or its bound.
+func (s *Started) Close() {
+	if !s.tailing.Load() {
+		s.hj.Close()
+	}
+}
 
 // abort: once nobody reads, the attach connection must be closed before a
 // kill: a worker still writing would otherwise block the daemon's stream
@@ -381,26 +398,27 @@ func (s *Started) Finish(ctx context.Context, stdin []byte, maxStdout int64, std
 	return s.FinishFramed(ctx, stdin, maxStdout, stderr, nil)
 }
 
-// FrameDrainGrace bounds how long FinishFramed still reads a worker's
-// streams after its final frame, for log lines it wrote before that frame
-// that Docker's separate stream copies deliver after it. It reads to the
-// streams' end, about 35 ms after the frame (TestIntegrationFinishFramed),
-// and cuts only a worker that keeps its streams open past the bound: a
-// 5 ms grace lost a quiet channel's lines while another channel flooded
-// its log (e2e TestLogFloodLeavesOtherChannels), and a log line is owed.
+// FrameDrainGrace bounds how long a framed run's tail still reads a
+// worker's streams after its final frame, for log lines it wrote before
+// that frame that Docker's separate stream copies deliver after it. The
+// tail reads to the streams' end, about 35 ms after the frame
+// (TestIntegrationFinishFramed), and cuts only a worker that keeps its
+// streams open past the bound: a 5 ms grace lost a quiet channel's lines
+// while another channel flooded its log (e2e TestLogFloodLeavesOtherChannels),
+// and a log line is owed. The reply does not wait for it (Result.Tail).
 var FrameDrainGrace = 2 * time.Second
 
 // FinishFramed is Finish for a worker whose last act is one final frame on
 // stdout: a line ending in the first newline it writes (a sealed turn's
 // reply, pkg/protocol). When stdout so far is exactly such a line and
-// accept (nil: never) takes it, it returns Framed without waiting for the
-// worker's exit or Docker's wait, which the reply does not need
-// (docs/sealed-turns.md, "The reply leaves before the cleanup"): after
-// FrameDrainGrace (or the streams' end) the attach connection is closed,
-// and the container, exited or not, is left for the caller's cleanup to
-// kill and remove. Anything else (more stdout after the first newline
-// within that grace, a frame accept refuses) is read and awaited as Finish
-// does.
+// accept (nil: never) takes it, it returns Framed at once, without waiting
+// for the rest of the worker's streams, its exit or Docker's wait, which
+// the reply does not need (docs/sealed-turns.md, "The reply leaves before
+// the cleanup"): the streams are read on in the background to their end or
+// FrameDrainGrace, then the attach connection is closed; Result.Tail waits
+// for that and the caller's cleanup (after Tail) kills and removes the
+// container, exited or not. Anything else (a frame accept refuses, no
+// newline) is read and awaited as Finish does.
 func (s *Started) FinishFramed(ctx context.Context, stdin []byte, maxStdout int64, stderr io.Writer, accept func(frame []byte) bool) (Result, error) {
 	d, id, hj := s.d, s.id, s.hj
 	res := Result{ExitCode: -1}
@@ -429,38 +447,22 @@ func (s *Started) FinishFramed(ctx context.Context, stdin []byte, maxStdout int6
 	case <-ctx.Done():
 		return res, s.abort(ctx, "container run")
 	case frame := <-out.framed:
-		// The worker's last stderr lines may still be on their way (the
-		// daemon copies the two streams apart): read on for
-		// FrameDrainGrace (or to the streams' end), then cut. The exit
-		// and Docker's wait are left to the cleanup.
-		framedAt := time.Now()
-		grace := time.NewTimer(FrameDrainGrace)
-		cut := false
-		select {
-		case <-ctx.Done():
-			grace.Stop()
-			return res, s.abort(ctx, "container run")
-		case err = <-copied:
-			grace.Stop()
-		case <-grace.C:
-			hj.Close() // nothing writes to stderr's writer once the copy ended
-			<-copied
-			cut = true
+		// The reply is whole: it leaves now. The worker's last stderr lines
+		// may still be on their way (the daemon copies the two streams
+		// apart), so the tail reads on, and the caller waits for it
+		// (Result.Tail) before it closes the stderr writer.
+		d.observe(PhaseRun, t)
+		s.tailing.Store(true)
+		tail := make(chan error, 1)
+		go func() { tail <- s.tail(out, len(frame), copied, time.Now()) }()
+		var once sync.Once
+		var tailErr error
+		res.Stdout, res.Framed = frame, true
+		res.Tail = func() error {
+			once.Do(func() { tailErr = <-tail })
+			return tailErr
 		}
-		d.observe(PhaseFrameDrain, framedAt)
-		if len(out.buf) == len(frame) && (cut || err == nil) {
-			d.observe(PhaseRun, t)
-			res.Stdout, res.Framed = frame, true
-			return res, nil
-		}
-		if cut {
-			// More stdout after the frame, and the stream cut: not one
-			// reply, and its exit unknown. The caller fails the run.
-			res.Stdout = out.buf
-			return res, d.killDetached(ctx, id)
-		}
-		// More stdout after the frame, or a refused stream: judged as
-		// without a frame.
+		return res, nil
 	case err = <-copied:
 	}
 	t = d.observe(PhaseRun, t)
@@ -504,6 +506,36 @@ func (s *Started) FinishFramed(ctx context.Context, stdin []byte, maxStdout int6
 	}
 	d.observe(PhaseWait, t)
 	return res, nil
+}
+
+// tail reads a framed run's streams after its frame (frameLen bytes of
+// stdout) to their end or FrameDrainGrace, closes the attach connection
+// and says what came after the frame that does not belong.
+func (s *Started) tail(out *boundedWriter, frameLen int, copied <-chan error, framedAt time.Time) error {
+	grace := time.NewTimer(FrameDrainGrace)
+	defer grace.Stop()
+	var err error
+	cut := false
+	select {
+	case err = <-copied:
+	case <-grace.C:
+		s.hj.Close() // nothing writes to stderr's writer once the copy ended
+		<-copied
+		cut = true
+	}
+	s.hj.Close()
+	s.d.observe(PhaseFrameDrain, framedAt)
+	switch {
+	case len(out.buf) != frameLen: // out is the copy's, which has ended
+		return fmt.Errorf("container run: %d more bytes of stdout after the final frame", len(out.buf)-frameLen)
+	case cut:
+		return fmt.Errorf("container run: streams still open %v after the final frame, cut", FrameDrainGrace)
+	case errors.Is(err, errStderrRefused):
+		return fmt.Errorf("container run: stderr refused after the final frame: %w", err)
+	case err != nil:
+		return daemonErr("container stdout after the final frame", err)
+	}
+	return nil
 }
 
 // killDetached kills with a fresh CleanupTimeout bound: the caller's ctx may

@@ -724,10 +724,11 @@ func TestIntegrationStartThenFinish(t *testing.T) {
 }
 
 // TestIntegrationFinishFramed: with accept, a worker's final frame (here
-// the echoed line, then its exit) returns Framed with that line, without
-// Docker's wait; a worker that prints its frame and never exits is cut
-// after FrameDrainGrace, its container left running for the caller's
-// removal; a frame accept refuses is read to the exit as Finish does.
+// the echoed line, then its exit) returns Framed with that line at once,
+// without the streams' end or Docker's wait, and its Tail reads on to the
+// streams' end; a worker that prints its frame and never exits returns
+// its frame too, its Tail cut after FrameDrainGrace, its container left
+// running for the caller's removal; a frame accept refuses is read to the exit as Finish does.
 // SANDBOX_IT_FRAMED_ROUNDS (default 5) times RunLogged against RunFramed
 // on the echo worker and logs the medians (no assertion on them).
 func TestIntegrationFinishFramed(t *testing.T) {
@@ -738,14 +739,21 @@ func TestIntegrationFinishFramed(t *testing.T) {
 
 	id := itCreate(t, d, itSpec(t, "it-framed"))
 	res, err := d.RunFramed(ctx, id, []byte("frame\n"), 1<<10, nil, nil, yes)
-	if err != nil || !res.Framed || string(res.Stdout) != "frame\n" || res.ExitCode != -1 {
-		t.Fatalf("RunFramed = %+v, %v; want the frame, Framed", res, err)
+	if err != nil || !res.Framed || string(res.Stdout) != "frame\n" || res.ExitCode != -1 || res.Tail == nil {
+		t.Fatalf("RunFramed = %+v, %v; want the frame, Framed, a tail", res, err)
+	}
+	if err := res.Tail(); err != nil {
+		t.Errorf("Tail of a worker that exits after its frame = %v, want nil", err)
 	}
 
 	hang := itCreate(t, d, itSpec(t, "it-framed"))
 	res, err = d.RunFramed(ctx, hang, []byte("framehang\n"), 1<<10, nil, nil, yes)
 	if err != nil || !res.Framed || string(res.Stdout) != "framed\n" {
 		t.Fatalf("RunFramed on a worker that never exits = %+v, %v; want its frame", res, err)
+	}
+	// The frame returned at once; the tail reads on to its bound and cuts.
+	if err := res.Tail(); err == nil || !strings.Contains(err.Error(), "cut") {
+		t.Errorf("Tail of a worker that holds its streams open = %v, want a cut", err)
 	}
 	if running, err := d.Running(ctx, hang); err != nil || !running {
 		t.Errorf("Running = %v, %v; want the container left for its removal", running, err)
@@ -787,7 +795,10 @@ func TestIntegrationFinishFramed(t *testing.T) {
 			mu.Unlock()
 			var err error
 			if framed {
-				_, err = d.RunFramed(ctx, id, []byte("frame\n"), 1<<10, nil, nil, yes)
+				var res Result
+				if res, err = d.RunFramed(ctx, id, []byte("frame\n"), 1<<10, nil, nil, yes); err == nil && res.Tail != nil {
+					err = res.Tail() // its drain is observed before the next round
+				}
 			} else {
 				_, err = d.RunLogged(ctx, id, []byte("frame\n"), 1<<10, nil, nil)
 			}
@@ -806,6 +817,6 @@ func TestIntegrationFinishFramed(t *testing.T) {
 		slices.Sort(took)
 		return took[len(took)/2]
 	}
-	t.Logf("medians of %d rounds: stdin to stdout's end %v, then Docker's wait %v; framed: stdin to the return %v, of which the drain after the frame %v",
+	t.Logf("medians of %d rounds: stdin to stdout's end %v, then Docker's wait %v; framed: stdin to the return %v, then the tail read on after the frame %v",
 		rounds, median(PhaseRun), median(PhaseWait), median("framed "+PhaseRun), median("framed "+PhaseFrameDrain))
 }

@@ -512,6 +512,12 @@ func (k *Kind) execute(ctx context.Context, id string, plan precheckPlan, log *s
 	} else {
 		out, err = k.life.Containers().Run(runCtx, t.ContainerID, stdin, lim.MaxResultBytes(), nil, sink)
 	}
+	if out.Tail != nil {
+		// The runner's last log lines are owed before the sink closes.
+		if terr := out.Tail(); terr != nil {
+			log.Warn("precheck runner's streams after its result line", "err", terr)
+		}
+	}
 	k.life.CloseSink(t, sink)
 	if err != nil {
 		return fail("run", err)

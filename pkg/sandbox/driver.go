@@ -127,6 +127,11 @@ type RunResult struct {
 	// Stdout is that frame, the exit status is unknown (ExitCode -1) and the
 	// container may still be running until the caller's Cleanup.
 	Framed bool
+	// Tail, when set (Framed only), waits until the worker's streams are
+	// read to their end after the frame (bounded) and says what came after
+	// it that does not belong. The stderr writer is written until it
+	// returns: close it, and kill the container, only after Tail.
+	Tail func() error
 }
 
 // Containers is what a turn needs of the Docker driver.

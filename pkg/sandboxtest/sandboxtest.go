@@ -52,6 +52,13 @@ type Docker struct {
 	Image       bool
 	Loaded      []string
 	Stderr      string // the worker's stderr, written before stdin
+	// TailStderr is what a framed run's worker writes to stderr after its
+	// frame returned: it arrives only once someone waits for the run's
+	// Tail (event "tail waited", then "tail" once written), never without
+	// (a Kill ends the stream unwritten). TailErr is what Tail says.
+	TailStderr string
+	TailErr    error
+	tails      map[string]func() // id: ends a pending tail unwritten
 	// Exited are the containers whose run waited for the worker's exit (a
 	// run that returned at its final frame is not among them).
 	Exited map[string]bool
@@ -115,10 +122,40 @@ func (f *Docker) RunFramed(ctx context.Context, id string, stdin []byte, max int
 	if err == nil && !res.Truncated && !res.StderrRefused && accept != nil && len(res.Stdout) > 0 &&
 		bytes.IndexByte(res.Stdout, '\n') == len(res.Stdout)-1 && accept(res.Stdout) {
 		f.Event("framed")
-		return sandbox.RunResult{Stdout: res.Stdout, ExitCode: -1, Framed: true}, nil
+		return sandbox.RunResult{Stdout: res.Stdout, ExitCode: -1, Framed: true, Tail: f.tail(id, stderr)}, nil
 	}
 	f.exited(id)
 	return res, err
+}
+
+// tail is a framed run's Tail: the stream after the frame, TailStderr
+// written to stderr once Tail is waited for, or nothing once id is killed.
+func (f *Docker) tail(id string, stderr io.Writer) func() error {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	extra, terr := f.TailStderr, f.TailErr
+	var once sync.Once
+	var written bool
+	end := func(write bool) {
+		once.Do(func() {
+			if write && extra != "" && stderr != nil {
+				_, _ = io.WriteString(stderr, extra)
+			}
+			written = write
+		})
+	}
+	if f.tails == nil {
+		f.tails = map[string]func(){}
+	}
+	f.tails[id] = func() { end(false) }
+	return func() error {
+		f.Event("tail waited")
+		end(true)
+		if written {
+			f.Event("tail")
+		}
+		return terr
+	}
 }
 
 func (f *Docker) exited(id string) {
@@ -193,6 +230,9 @@ func (f *Docker) Kill(ctx context.Context, id string) error {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
 	f.Kills = append(f.Kills, id)
+	if end := f.tails[id]; end != nil {
+		end()
+	}
 	return nil
 }
 

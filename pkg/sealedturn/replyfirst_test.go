@@ -259,3 +259,66 @@ func TestNextStandbyPreparedAfterAFastAnswer(t *testing.T) {
 	r.shutdown()
 	r.assertClean(t)
 }
+
+// TestReplyDoesNotWaitForTheTail: after the final frame the worker's
+// streams are still read (their last log lines); the answer does not wait
+// for that tail, and the cleanup does, before the container's kill and
+// removal, so the line that arrives in it reaches the channel's journal.
+// Fails on a kind that closes the worker's log sink when the run returns
+// (the late line is lost) or waits for the tail before answering.
+func TestReplyDoesNotWaitForTheTail(t *testing.T) {
+	for _, warm := range []bool{false, true} {
+		name := map[bool]string{false: "cold", true: "standby"}[warm]
+		t.Run(name, func(t *testing.T) {
+			var r *rig
+			if warm {
+				r, _ = newWarmRig(t, "")
+				_, _, err := r.run(context.Background(), turnInput("c"))
+				must(t, err)
+				readyStandby(t, r, "c")
+			} else {
+				r = newColdRig(t, "", sandboxtest.KitOptions{})
+			}
+			r.docker.Mu.Lock()
+			r.docker.TailStderr = `{"level":"INFO","msg":"late line"}` + "\n"
+			r.docker.Mu.Unlock()
+			before := len(r.docker.EventList())
+			var tailAtAnswer bool
+			done, err := r.kit.Host.Admit(func() error { return nil })
+			must(t, err)
+			in := &kind.Turn{
+				ID: ids.NewTurnID(), Channel: "c", Speaker: protocol.Speaker{ID: "s1", Name: "Ann"}, Principal: "p1", Text: "hi",
+				Deadline: time.Now().Add(time.Minute), Rebind: func(string) {},
+				Answer: func(*protocol.Reply, string) {
+					tailAtAnswer = contains(r.docker.EventList()[before:], "tail waited")
+				},
+			}
+			out := r.k.RunChannelTurn(context.Background(), in)
+			done()
+			if out.RunErr != nil || !out.Answered {
+				t.Fatalf("run %v answered %v", out.RunErr, out.Answered)
+			}
+			if tailAtAnswer {
+				t.Errorf("the tail was waited for before the answer")
+			}
+			events := r.docker.EventList()[before:]
+			tail, removed := -1, -1
+			for i, e := range events {
+				if e == "tail" && tail < 0 {
+					tail = i
+				}
+				if e == "removed" && removed < 0 {
+					removed = i
+				}
+			}
+			if tail < 0 || removed < 0 || tail > removed {
+				t.Errorf("events %v: want the tail read before the container's removal", events)
+			}
+			if got := r.kit.Journal.Lines("sandbox/c"); !strings.Contains(strings.Join(got, "\n"), "late line") {
+				t.Errorf("journal %q: want the worker's line that arrived after its frame", got)
+			}
+			r.shutdown()
+			r.assertClean(t)
+		})
+	}
+}

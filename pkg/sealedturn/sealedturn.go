@@ -42,6 +42,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/protocol"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 	"github.com/roundtable-sandbox/sandbox/pkg/standby"
+	"github.com/roundtable-sandbox/sandbox/pkg/workerlog"
 )
 
 // Host is what a sealed turn needs of the host that made the kind.
@@ -163,13 +164,44 @@ type Turn struct {
 	// stdin (prepareTimer) or at the turn's answer, whichever first.
 	prepareOnce  sync.Once
 	prepareTimer *time.Timer
+	// tail finishes a framed run after its reply left: it waits for the
+	// worker's streams' end (their last log lines) and closes the log
+	// sink. Cleanup runs it first, before the container's kill.
+	tail func(log *slog.Logger)
 }
 
 // Warm reports whether the turn bound a standby.
 func (t *Turn) Warm() bool { return t.warm != nil }
 
-// Cleanup removes whatever the turn made (sandbox.Lifecycle.Cleanup).
-func (k *Kind) Cleanup(t *Turn, log *slog.Logger) error { return k.life.Cleanup(&t.Handle, log) }
+// Cleanup removes whatever the turn made (sandbox.Lifecycle.Cleanup),
+// after the tail of a run that returned at its final frame: the worker's
+// last log lines are read and its sink closed before its container is
+// killed, so answering at the frame loses none of them.
+func (k *Kind) Cleanup(t *Turn, log *slog.Logger) error {
+	if tail := t.tail; tail != nil {
+		t.tail = nil
+		tail(log)
+	}
+	return k.life.Cleanup(&t.Handle, log)
+}
+
+// finishRun closes the run's log sink now, or, when the run returned at
+// its final frame with streams still being read, leaves that and the sink
+// to the cleanup (Cleanup): the reply does not wait for them.
+func (k *Kind) finishRun(t *Turn, sink *workerlog.Sink, res sandbox.RunResult) {
+	if res.Tail == nil {
+		k.life.CloseSink(&t.Handle, sink)
+		return
+	}
+	t.tail = func(log *slog.Logger) {
+		if err := res.Tail(); err != nil {
+			// The reply already left; what came after it is the worker's
+			// misbehaviour, the container is killed next.
+			log.Warn("worker streams after its reply frame", "err", err)
+		}
+		k.life.CloseSink(&t.Handle, sink)
+	}
+}
 
 // PolicyFor is the turn's broker policy: the identity comes from the admitted
 // request only, the credential name from the configured rules.
@@ -314,7 +346,7 @@ func (k *Kind) Execute(ctx context.Context, t *Turn) (*protocol.Reply, error) {
 		res, err = k.life.Containers().Run(ctx, t.ContainerID, stdin, protocol.MaxReplyBytes, ready, sink)
 	}
 	t.Phase(k.life, sandbox.PhaseRun, since)
-	k.life.CloseSink(&t.Handle, sink)
+	k.finishRun(t, sink, res)
 	if err != nil {
 		if !gated {
 			// Run failed before the gate: the unit job's own failure, if
@@ -747,7 +779,7 @@ func (k *Kind) bindStandby(ctx context.Context, t *Turn) (*protocol.Reply, error
 		res, err = w.Started.Finish(ctx, stdin, protocol.MaxReplyBytes, sink)
 	}
 	t.Phase(k.life, sandbox.PhaseRun, since)
-	k.life.CloseSink(&t.Handle, sink)
+	k.finishRun(t, sink, res)
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
