@@ -413,7 +413,8 @@ const opTimeout = 10 * time.Second
 
 // Reach asks the cluster what a turn needs of it, at once: the meta
 // leader (the account's JetStream), and the leaders of the channels bucket
-// (claims and commits) and of the workspace store (snapshots). Each answer
+// (claims and commits), the replies bucket (a take reads the turn's reply,
+// a commit writes it) and the workspace store (snapshots). Each answer
 // comes from that stream's leader, so a server cut from a leader (still
 // routed to the others) fails here, not only in a turn.
 //
@@ -421,7 +422,7 @@ const opTimeout = 10 * time.Second
 // it) and returns the stream's latest timestamp: the engine's clock, by
 // which a box ages a turn (Turn.TimeoutMs).
 func (f *Fleet) Reach(ctx context.Context) (time.Time, error) {
-	errs := make(chan error, 4)
+	errs := make(chan error, 5)
 	var latest time.Time
 	go func() {
 		_, err := f.js.AccountInfo(ctx)
@@ -439,10 +440,14 @@ func (f *Fleet) Reach(ctx context.Context) (time.Time, error) {
 		errs <- err
 	}()
 	go func() {
+		_, err := f.replies.Status(ctx)
+		errs <- err
+	}()
+	go func() {
 		errs <- f.ws.Status(ctx)
 	}()
 	var all []error
-	for range 4 {
+	for range 5 {
 		all = append(all, <-errs)
 	}
 	return latest, errors.Join(all...)
