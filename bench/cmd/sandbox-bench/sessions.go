@@ -170,13 +170,13 @@ func cmdSessions(args []string) error {
 	// and memory held.
 	if _, err := c.PauseSession(ctx, s.ID); err != nil {
 		res.Failures = append(res.Failures, "pause: "+err.Error())
-	} else if cg, err := containerCgroup(ctx, *docker, name); err != nil {
+	} else if u, err := containerUsage(ctx, *docker, name); err != nil {
 		res.PausedNote = "not measured: " + err.Error()
 	} else {
-		u0, err0 := cgroupValue(filepath.Join(cg, "cpu.stat"), "usage_usec")
+		u0, err0 := u.cpuUsec()
 		sleepCtx(ctx, *window)
-		u1, err1 := cgroupValue(filepath.Join(cg, "cpu.stat"), "usage_usec")
-		mem, err2 := cgroupValue(filepath.Join(cg, "memory.current"), "")
+		u1, err1 := u.cpuUsec()
+		mem, err2 := u.memBytes()
 		if err := errors.Join(err0, err1, err2); err != nil {
 			res.PausedNote = "not measured: " + strings.ReplaceAll(err.Error(), "\n", "; ")
 		} else {
@@ -193,26 +193,64 @@ func cmdSessions(args []string) error {
 	return writeJSON(*out, res)
 }
 
-// containerCgroup is the cgroup v2 directory of a container: the path
-// /proc/<pid>/cgroup names, or, where the reader sits in a cgroup namespace
-// whose /sys/fs/cgroup is mounted from elsewhere (the bench's namespaced
-// systemd), the directory named by the container's id found beneath it.
-func containerCgroup(ctx context.Context, docker, name string) (string, error) {
+// usage reads a container's CPU time used (µs) and memory held (bytes)
+// from its cgroup.
+type usage struct {
+	cpuUsec, memBytes func() (int64, error)
+}
+
+// containerUsage finds a container's cgroup: on the unified hierarchy
+// (v2) its directory's cpu.stat usage_usec and memory.current; on a v1
+// hierarchy (a mount per controller under /sys/fs/cgroup, as on Debian
+// machines booted that way) cpuacct.usage (ns) and memory.usage_in_bytes,
+// each under its own controller. The directory is the path
+// /proc/<pid>/cgroup names, or, where the reader sits in a cgroup
+// namespace whose /sys/fs/cgroup is mounted from elsewhere (the bench's
+// namespaced systemd), the one named by the container's id beneath it.
+func containerUsage(ctx context.Context, docker, name string) (usage, error) {
 	out, err := exec.CommandContext(ctx, docker, "inspect", "-f", "{{.State.Pid}} {{.Id}}", name).Output()
 	if err != nil {
-		return "", fmt.Errorf("docker inspect: %w", err)
+		return usage{}, fmt.Errorf("docker inspect: %w", err)
 	}
 	pid, id, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
-	if b, err := os.ReadFile("/proc/" + pid + "/cgroup"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if p, ok := strings.CutPrefix(line, "0::"); ok {
-				if dir := filepath.Join("/sys/fs/cgroup", p); fileExists(filepath.Join(dir, "cpu.stat")) {
-					return dir, nil
+	const root = "/sys/fs/cgroup"
+	v2 := func(dir string) usage {
+		return usage{
+			cpuUsec:  func() (int64, error) { return cgroupValue(filepath.Join(dir, "cpu.stat"), "usage_usec") },
+			memBytes: func() (int64, error) { return cgroupValue(filepath.Join(dir, "memory.current"), "") },
+		}
+	}
+	if fileExists(filepath.Join(root, "cgroup.controllers")) {
+		if b, err := os.ReadFile("/proc/" + pid + "/cgroup"); err == nil {
+			for _, line := range strings.Split(string(b), "\n") {
+				if p, ok := strings.CutPrefix(line, "0::"); ok {
+					if dir := filepath.Join(root, p); fileExists(filepath.Join(dir, "cpu.stat")) {
+						return v2(dir), nil
+					}
 				}
 			}
 		}
+		if dir := findCgroup(root, id); dir != "" {
+			return v2(dir), nil
+		}
+		return usage{}, fmt.Errorf("no cgroup directory of container %.12s under %s", id, root)
 	}
-	const root = "/sys/fs/cgroup"
+	cpu, mem := findCgroup(filepath.Join(root, "cpuacct"), id), findCgroup(filepath.Join(root, "memory"), id)
+	if cpu == "" || mem == "" {
+		return usage{}, fmt.Errorf("no cgroup v1 cpuacct and memory directories of container %.12s under %s", id, root)
+	}
+	return usage{
+		cpuUsec: func() (int64, error) {
+			ns, err := cgroupValue(filepath.Join(cpu, "cpuacct.usage"), "")
+			return ns / 1000, err
+		},
+		memBytes: func() (int64, error) { return cgroupValue(filepath.Join(mem, "memory.usage_in_bytes"), "") },
+	}, nil
+}
+
+// findCgroup is the directory under root named by container id (or
+// docker-<id>.scope), "" when there is none.
+func findCgroup(root, id string) string {
 	found := ""
 	errFound := errors.New("found")
 	_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
@@ -228,10 +266,7 @@ func containerCgroup(ctx context.Context, docker, name string) (string, error) {
 		}
 		return nil
 	})
-	if found == "" {
-		return "", fmt.Errorf("no cgroup directory of container %.12s under %s", id, root)
-	}
-	return found, nil
+	return found
 }
 
 func fileExists(path string) bool {

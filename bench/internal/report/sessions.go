@@ -105,7 +105,7 @@ func writeSessions(b *strings.Builder, s *Sessions) {
 }
 
 // pausedCPURow is issue 36's goal "a paused session costs no CPU": its
-// cgroup's cpu.stat usage over a window while paused, and the memory it
+// cgroup's CPU usage over a window while paused, and the memory it
 // holds beside it.
 const pausedCPURow = "a paused session costs no CPU"
 
@@ -122,7 +122,7 @@ func targetsSessions(in *Inputs) []Target {
 			notMeasured("session exec / docker exec (medians)", fmt.Sprintf("<= %.2f", TargetSessionExecRatio), why),
 			notMeasured("session 1 MiB put / get (medians)", fmt.Sprintf("<= %.0f ms each", TargetSessionFileMs), why),
 			notMeasured("session resume from pause to first output (median)", fmt.Sprintf("<= %.0f ms", TargetSessionResumeMs), why),
-			notMeasured(pausedCPURow, "0 µs of CPU (cgroup cpu.stat usage_usec) while paused", why),
+			notMeasured(pausedCPURow, "0 µs of CPU (its cgroup's usage) while paused", why),
 		}
 	}
 	ex, de := stats.Summarize(s.ExecMs), stats.Summarize(s.DockerExecMs)
@@ -147,7 +147,7 @@ func targetsSessions(in *Inputs) []Target {
 	t.Measured = fmt.Sprintf("%s ms (p95 %s, n %d)", ms(rs.Median), ms(rs.P95), rs.N)
 	t.Verdict = verdict(rs.N > 0, rs.Median <= TargetSessionResumeMs)
 	out = append(out, t)
-	t = Target{What: pausedCPURow, Target: "0 µs of CPU (cgroup cpu.stat usage_usec) while paused"}
+	t = Target{What: pausedCPURow, Target: "0 µs of CPU (its cgroup's usage) while paused"}
 	if s.PausedNote != "" {
 		t.Measured, t.Verdict = oneLine(s.PausedNote), verdict(false, false)
 	} else {
