@@ -370,8 +370,14 @@ bench_sessions_standby() {
   local out=$1 n=${BENCH_SESSION_STANDBY_CREATES:-5} cfg=/etc/roundtable-sandbox/sandbox.yaml why
   ((n > 0)) && [[ -s $out ]] || return 0
   ns_exec cp -a "$cfg" "$WORK/sandbox.yaml.before-session-standby"
-  awk '{print} /^sessions:/{print "  standby: 1"}' "$WORK/sandbox.yaml.before-session-standby" |
-    awk '!(/^  standby: 0/)' >"$WORK/sandbox.yaml.session-standby"
+  # The bench's own sandbox.yaml may have no sessions: block (then the
+  # shipped defaults apply): add one rather than change nothing.
+  if grep -q '^sessions:' "$WORK/sandbox.yaml.before-session-standby"; then
+    awk '{print} /^sessions:/{print "  standby: 1"}' "$WORK/sandbox.yaml.before-session-standby" |
+      awk '!(/^  standby: 0/)' >"$WORK/sandbox.yaml.session-standby"
+  else
+    { cat "$WORK/sandbox.yaml.before-session-standby"; printf 'sessions:\n  standby: 1\n'; } >"$WORK/sandbox.yaml.session-standby"
+  fi
   chmod 0644 "$WORK/sandbox.yaml.session-standby"
   why=$(config_refusal "$WORK/sandbox.yaml.session-standby")
   if [[ -n $why ]]; then
