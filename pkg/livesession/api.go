@@ -48,6 +48,8 @@ func (k *Kind) Routes() []api.Route {
 		route(http.MethodPost, "/v1/sessions/{session}/files/get", k.with(k.handleGet)),
 		route(http.MethodPost, "/v1/sessions/{session}/files/tar", k.with(k.handleTar)),
 		route(http.MethodPost, "/v1/sessions/{session}/files/list", k.with(k.handleLs)),
+		route(http.MethodPut, "/v1/sessions/{session}/files/raw", k.with(k.handlePutRaw)), // rawfiles.go
+		route(http.MethodGet, "/v1/sessions/{session}/files/raw", k.with(k.handleGetRaw)),
 	}
 }
 
