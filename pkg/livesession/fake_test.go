@@ -27,6 +27,10 @@ type fakeDocker struct {
 	calls  []string            // "pause <id>", "unpause <id>", "request <op>"
 	paused map[string]bool
 	bad    []string
+	// attachEntered and attachRelease, when set, hold each Attach: it
+	// sends on the first, then waits for the second to close.
+	attachEntered chan struct{}
+	attachRelease chan struct{}
 }
 
 func newFakeDocker(d *sandboxtest.Docker) *fakeDocker {
@@ -78,6 +82,10 @@ func (f *fakeDocker) sup(id string) *fakeSup {
 }
 
 func (f *fakeDocker) Attach(_ context.Context, id string, stdout, stderr io.Writer) (sandbox.SessionStream, error) {
+	if f.attachEntered != nil {
+		f.attachEntered <- struct{}{}
+		<-f.attachRelease
+	}
 	inR, inW := io.Pipe()
 	s := &fakeSup{f: f, id: id, in: inR, inW: inW, enc: sessionwire.NewEventEncoder(stdout), out: stdout,
 		running: map[string]chan string{}, files: map[string][]byte{}, modes: map[string]uint32{}, done: make(chan error, 1), stopped: make(chan struct{})}

@@ -146,3 +146,39 @@ func TestStandbyKeepsTheClientBound(t *testing.T) {
 		t.Errorf("bob's create: %+v %v, want the standby %s kept for him", st, err, second)
 	}
 }
+
+// TestStandbyListedState: GET /v1/turns marks the standby "preparing"
+// until its supervisor is attached, then "ready" (what a client waits for
+// before a create that should take it); a taken one is a plain session.
+func TestStandbyListedState(t *testing.T) {
+	r := newRig(t, func(c *config.Sessions) { c.Standby = 1 })
+	r.d.attachEntered, r.d.attachRelease = make(chan struct{}), make(chan struct{})
+	state := func() string {
+		l := r.k.Listed()
+		if len(l) != 1 {
+			t.Fatalf("listed %+v, want the standby alone", l)
+		}
+		return l[0].Standby
+	}
+	r.k.Sweep()
+	<-r.d.attachEntered // its container made, its supervisor not yet attached
+	if got := state(); got != StandbyPreparing {
+		t.Errorf("while prepared: %q, want %q", got, StandbyPreparing)
+	}
+	close(r.d.attachRelease)
+	r.k.standbyRun.Wait()
+	if got := state(); got != StandbyReady {
+		t.Errorf("once prepared: %q, want %q", got, StandbyReady)
+	}
+	r.d.attachEntered = nil // the next preparation goes through
+	st, err := r.k.Create(context.Background(), apiwire.SessionCreate{}, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.k.standbyRun.Wait()
+	for _, l := range r.k.Listed() {
+		if l.ID == st.ID && l.Standby != "" || l.ID != st.ID && l.Standby != StandbyReady {
+			t.Errorf("after the take: %+v (the session %s)", l, st.ID)
+		}
+	}
+}
