@@ -59,6 +59,11 @@ func (s *Server) startExec(ctx context.Context, id string, x sessionwire.Exec) {
 	}
 	e.out = [2]stream{{t: sessionwire.FrameStdout, max: x.MaxOutputBytes}, {t: sessionwire.FrameStderr, max: x.MaxOutputBytes}}
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.fail(id, sessionwire.ErrInternal, "the session is ending")
+		return
+	}
 	if _, dup := s.execs[id]; dup {
 		s.mu.Unlock()
 		s.fail(id, sessionwire.ErrBadRequest, "an exec with this id is running")
@@ -195,31 +200,17 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 	defer dropBundle()
 	attr := &syscall.ProcAttr{Dir: cwd, Env: s.env(x, bundle), Files: []uintptr{stdin.Fd(), outW.Fd(), errW.Fd()}, Sys: sys}
 
-	type started struct {
-		pid int
-		err error
+	// As a run's: the child inherits the forking thread's capabilities,
+	// no_new_privs and Pdeathsig's parent (forker.go).
+	fk := s.guestFork
+	if x.Root {
+		fk = s.rootFork
 	}
-	startc := make(chan started, 1)
-	statusc := make(chan unix.WaitStatus, 1)
-	go supervisor.OnThrowawayThread(func() {
-		// As a run's: the child inherits the forking thread's
-		// capabilities, no_new_privs and Pdeathsig's parent, so this
-		// thread lives until the child's status arrives.
-		var keep []uintptr
-		if x.Root {
-			keep = supervisor.SetupCommandCapabilities
-		}
-		if err := supervisor.DropThreadPrivileges(s.root, keep); err != nil {
-			startc <- started{err: &privilegeError{err}}
-			return
-		}
-		pid, ch, err := s.rp.Start(func() (int, error) { return syscall.ForkExec(path, argv, attr) })
-		startc <- started{pid: pid, err: err}
-		if err == nil {
-			statusc <- <-ch
-		}
-	})
-	st := <-startc
+	st := fk.start(s.rp, func() (int, error) { return syscall.ForkExec(path, argv, attr) })
+	if st.err == nil {
+		go waitExit(s.rp, st.pid)
+	}
+	statusc := st.status
 	stdin.Close()
 	outW.Close()
 	errW.Close()

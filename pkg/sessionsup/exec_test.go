@@ -237,7 +237,9 @@ func TestExecBackgroundOutlives(t *testing.T) {
 }
 
 // TestExecPrivileges: a guest exec holds no capability and has
-// no_new_privs; a root exec holds exactly a run's setup capabilities.
+// no_new_privs; a root exec holds exactly a run's setup capabilities;
+// twice over, interleaved (each kind is forked by its own thread, kept
+// from one exec to the next: forker.go).
 func TestExecPrivileges(t *testing.T) {
 	needRoot(t)
 	f := newFixture(t, nil)
@@ -249,19 +251,26 @@ func TestExecPrivileges(t *testing.T) {
 		}
 		return "?"
 	}
-	g := f.exec("g", sessionwire.Exec{Executable: "cat", Args: []string{"/proc/self/status"}})
+	for round := range 2 {
+		privileges(t, f, status, round)
+	}
+}
+
+func privileges(t *testing.T, f *fixture, status func(execResult, string) string, round int) {
+	t.Helper()
+	g := f.exec(fmt.Sprintf("g%d", round), sessionwire.Exec{Executable: "cat", Args: []string{"/proc/self/status"}})
 	for key, want := range map[string]string{"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000",
 		"CapBnd": "0000000000000000", "CapAmb": "0000000000000000", "NoNewPrivs": "1", "Groups": "",
 		"Uid": fmt.Sprintf("%d\t%d\t%d\t%d", guestUID, guestUID, guestUID, guestUID)} {
 		if got := status(g, key); got != want {
-			t.Errorf("guest exec %s = %q, want %q", key, got, want)
+			t.Errorf("round %d: guest exec %s = %q, want %q", round, key, got, want)
 		}
 	}
-	rt := f.exec("r", sessionwire.Exec{Executable: "cat", Args: []string{"/proc/self/status"}, Root: true})
+	rt := f.exec(fmt.Sprintf("r%d", round), sessionwire.Exec{Executable: "cat", Args: []string{"/proc/self/status"}, Root: true})
 	for key, want := range map[string]string{"CapInh": "0000000000000000", "CapBnd": "0000000000000019", "CapEff": "0000000000000019",
 		"CapAmb": "0000000000000000", "NoNewPrivs": "1", "Groups": "", "Uid": "0\t0\t0\t0"} {
 		if got := status(rt, key); got != want {
-			t.Errorf("root exec %s = %q, want %q", key, got, want)
+			t.Errorf("round %d: root exec %s = %q, want %q", round, key, got, want)
 		}
 	}
 }

@@ -141,9 +141,13 @@ type Server struct {
 	log  *slog.Logger
 	root bool // euid 0: execs and file operations switch to the guest
 
-	mu    sync.Mutex
-	execs map[string]*execState // running, by request id
-	wg    sync.WaitGroup        // exec goroutines
+	mu     sync.Mutex
+	execs  map[string]*execState // running, by request id
+	closed bool                  // Close began: no exec starts
+	wg     sync.WaitGroup        // exec goroutines
+	// guestFork and rootFork fork the guest's and root's execs
+	// (forker.go).
+	guestFork, rootFork *forker
 
 	// afterStat, when set (tests), runs in a get between the file's
 	// fstat and its read.
@@ -160,8 +164,9 @@ func New(o Options, stdout, stderr io.Writer, rp *supervisor.Reaper) (*Server, e
 	if o.UID <= 0 || o.GID <= 0 {
 		return nil, fmt.Errorf("sessionsup: the guest uid and gid must be > 0, got %d:%d", o.UID, o.GID)
 	}
-	s := &Server{o: o, enc: sessionwire.NewEventEncoder(stdout), rp: rp, log: o.Log, root: os.Geteuid() == 0,
-		execs: map[string]*execState{}}
+	root := os.Geteuid() == 0
+	s := &Server{o: o, enc: sessionwire.NewEventEncoder(stdout), rp: rp, log: o.Log, root: root,
+		execs: map[string]*execState{}, guestFork: newForker(root, nil), rootFork: newForker(root, supervisor.SetupCommandCapabilities)}
 	if !s.root && (o.UID != os.Geteuid() || o.GID != os.Getegid()) {
 		return nil, fmt.Errorf("sessionsup: not root, so the guest must be this process's %d:%d, not %d:%d",
 			os.Geteuid(), os.Getegid(), o.UID, o.GID)
@@ -302,9 +307,12 @@ func (s *Server) event(ev sessionwire.Event) {
 // results to be written.
 func (s *Server) Close() {
 	s.mu.Lock()
+	s.closed = true
 	for _, e := range s.execs {
 		s.killGroup(e)
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.guestFork.close()
+	s.rootFork.close()
 }
