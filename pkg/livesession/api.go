@@ -145,6 +145,12 @@ func (k *Kind) handleExec(w http.ResponseWriter, r *http.Request, s *Session) er
 		if err := enc.Encode(ev); err != nil {
 			return err
 		}
+		if ev.Type == apiwire.ExecResult || ev.Type == apiwire.ExecError {
+			// The last event: it goes out with the stream's end when the
+			// handler returns, at once, in one write (the client reads
+			// the stream to its end and keeps the connection).
+			return nil
+		}
 		return rc.Flush()
 	}
 	err := k.Exec(r.Context(), s, x, emit)
