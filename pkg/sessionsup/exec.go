@@ -27,6 +27,7 @@ type execState struct {
 
 	mu        sync.Mutex
 	out       [2]stream
+	started   bool // the started event was sent
 	ended     bool // the result was sent: later output is dropped
 	cancelled bool
 	timedOut  bool
@@ -131,7 +132,9 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 	}
 	path, err := supervisor.LookPath(argv[0], s.o.PATH)
 	if err != nil {
-		s.event(sessionwire.Event{ID: e.id, Kind: sessionwire.EventStarted})
+		e.mu.Lock()
+		s.startedLocked(e)
+		e.mu.Unlock()
 		s.emit(e, 1, []byte(fmt.Sprintf("session: %s: not found in PATH\n", argv[0])))
 		s.result(e, 127, "", 0)
 		return
@@ -229,7 +232,9 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 			if errno == unix.ENOENT {
 				code = 127
 			}
-			s.event(sessionwire.Event{ID: e.id, Kind: sessionwire.EventStarted})
+			e.mu.Lock()
+		s.startedLocked(e)
+		e.mu.Unlock()
 			s.emit(e, 1, []byte(fmt.Sprintf("session: %s: %s\n", argv[0], errno.Error())))
 			s.result(e, code, "", 0)
 			return
@@ -242,7 +247,16 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 	e.mu.Lock()
 	e.pgid = st.pid
 	e.mu.Unlock()
-	s.event(sessionwire.Event{ID: e.id, Kind: sessionwire.EventStarted})
+	// The started event waits a moment (StartedDelay): it goes with the
+	// first output, or with the result in one write when the exec ends
+	// first (an exec of true then crosses the attach stream's copies
+	// once, not twice).
+	startedLater := time.AfterFunc(s.o.StartedDelay, func() {
+		e.mu.Lock()
+		s.startedLocked(e)
+		e.mu.Unlock()
+	})
+	defer startedLater.Stop()
 	if inW != nil {
 		go func() {
 			// A command that does not read its stdin gets EPIPE here.
@@ -320,7 +334,15 @@ func (s *Server) result(e *execState, code int, sig string, ran time.Duration) {
 	}
 	// The event goes out under e.mu so that no output frame of this exec
 	// follows it.
-	s.event(sessionwire.Event{ID: e.id, Kind: sessionwire.EventResult, Result: r})
+	res := sessionwire.Event{ID: e.id, Kind: sessionwire.EventResult, Result: r}
+	if !e.started {
+		e.started = true
+		if err := s.enc.Events(sessionwire.Event{ID: e.id, Kind: sessionwire.EventStarted}, res); err != nil {
+			s.log.Error("writing an event failed", "kind", res.Kind, "reason", err.Error())
+		}
+	} else {
+		s.event(res)
+	}
 	e.mu.Unlock()
 }
 
@@ -349,6 +371,7 @@ func (s *Server) emit(e *execState, i int, p []byte) {
 	if e.ended {
 		return
 	}
+	s.startedLocked(e)
 	so := &e.out[i]
 	keep := max(min(len(p), so.max-so.n), 0)
 	if keep < len(p) {
@@ -361,6 +384,14 @@ func (s *Server) emit(e *execState, i int, p []byte) {
 	so.n += keep
 	if err := s.enc.Data(so.t, e.id, p[:keep]); err != nil {
 		s.log.Error("writing output failed", "id", e.id, "reason", err.Error())
+	}
+}
+
+// startedLocked sends e's started event once (the caller holds e.mu).
+func (s *Server) startedLocked(e *execState) {
+	if !e.started && !e.ended {
+		e.started = true
+		s.event(sessionwire.Event{ID: e.id, Kind: sessionwire.EventStarted})
 	}
 }
 

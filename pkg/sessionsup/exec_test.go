@@ -1,11 +1,18 @@
 package sessionsup
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -285,5 +292,113 @@ func BenchmarkExecTrue(b *testing.B) {
 		if r.res == nil || r.res.ExitCode != 0 {
 			b.Fatalf("result %+v %+v", r.res, r.err)
 		}
+	}
+}
+
+// kinds is the order of an exec's frames: "started", "out", "err",
+// "result" (a run of data frames of one stream once).
+func kinds(frames []sessionwire.EventFrame) []string {
+	var out []string
+	for _, fr := range frames {
+		k := ""
+		switch {
+		case fr.Type == sessionwire.FrameStdout:
+			k = "out"
+		case fr.Type == sessionwire.FrameStderr:
+			k = "err"
+		case fr.Event.Kind == sessionwire.EventStarted:
+			k = "started"
+		case fr.Event.Kind == sessionwire.EventResult:
+			k = "result"
+		default:
+			k = fr.Event.Kind
+		}
+		if len(out) == 0 || out[len(out)-1] != k {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestExecStartedOnce: an exec's started event comes once, before its
+// first output and its result, whether it went with its first output,
+// with its result (an exec that ended before StartedDelay) or on its own
+// once StartedDelay passed.
+func TestExecStartedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration
+		x     sessionwire.Exec
+		want  []string
+	}{
+		{"with the result", time.Hour, sessionwire.Exec{Executable: "true"}, []string{"started", "result"}},
+		{"with the first output", time.Hour, sessionwire.Exec{Command: "echo a"}, []string{"started", "out", "result"}},
+		{"not found", time.Hour, sessionwire.Exec{Executable: "no-such-command-x"}, []string{"started", "err", "result"}},
+		{"on its own", time.Millisecond, sessionwire.Exec{Executable: "sleep", Args: []string{"0.05"}}, []string{"started", "result"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, func(o *Options) { o.StartedDelay = tc.delay })
+			f.startExec("s1", tc.x)
+			if got := kinds(f.wait("s1")); !slices.Equal(got, tc.want) {
+				t.Errorf("frames %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// writes records each Write on the supervisor's stdout.
+type writes struct {
+	mu  sync.Mutex
+	all [][]byte
+	res chan []byte // the write that carried a result
+}
+
+func (w *writes) Write(p []byte) (int, error) {
+	b := bytes.Clone(p)
+	w.mu.Lock()
+	w.all = append(w.all, b)
+	w.mu.Unlock()
+	if bytes.Contains(b, []byte(`"kind":"result"`)) {
+		w.res <- b
+	}
+	return len(p), nil
+}
+
+// TestExecStartedWithResultInOneWrite: an exec that ends before
+// StartedDelay has its started event and its result in one write on the
+// attach stream (one pass through Docker's copies, not two).
+func TestExecStartedWithResultInOneWrite(t *testing.T) {
+	f := newFixture(t, nil) // for its directories and ids
+	w := &writes{res: make(chan []byte, 1)}
+	s, err := New(Options{UID: f.uid, GID: f.gid, WorkDir: f.work, OutputDir: f.output, TmpDir: f.tmp, StartedDelay: time.Hour,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, w, io.Discard, testReaper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR, inW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, inR) }()
+	defer func() {
+		cancel()
+		inW.Close()
+		<-served
+		s.Close()
+	}()
+	if err := sessionwire.NewRequestEncoder(inW).Request(sessionwire.Request{ID: "t1", Op: sessionwire.OpExec,
+		Exec: &sessionwire.Exec{Executable: "true", MaxOutputBytes: 1 << 10}}); err != nil {
+		t.Fatal(err)
+	}
+	d := sessionwire.NewEventDecoder(bytes.NewReader(<-w.res))
+	var got []string
+	for {
+		fr, err := d.Next()
+		if err != nil {
+			break
+		}
+		got = append(got, fr.Event.Kind)
+	}
+	if want := []string{sessionwire.EventStarted, sessionwire.EventResult}; !slices.Equal(got, want) {
+		t.Errorf("the result's write holds %v, want %v", got, want)
 	}
 }

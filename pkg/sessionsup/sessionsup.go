@@ -23,7 +23,9 @@
 // MaxExecs execs run at once, a request past it is refused with a busy
 // error at once; an exec's stdout and stderr are each bounded by its
 // maxOutputBytes (the rest read and dropped, the result saying how much);
-// its timeout kills its process group. A file put, get, list or get-dir
+// its timeout kills its process group; its started event precedes its
+// output and its result, at most DefaultStartedDelay after its fork (with
+// the result, in one write, when it ended sooner). A file put, get, list or get-dir
 // resolves its path beneath its root (the work directory, /output or /tmp)
 // with openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS,
 // so no symlink anywhere on the path is followed and no ".." escapes, even
@@ -79,6 +81,10 @@ const (
 	// ended, for its pipes to close (a background process that kept
 	// them open): its output past that is read and dropped.
 	DefaultDrainGrace = 100 * time.Millisecond
+	// DefaultStartedDelay bounds how long after its fork an exec's
+	// started event may wait: it goes at once with the exec's first
+	// output, or with its result in one write when the exec ends sooner.
+	DefaultStartedDelay = 2 * time.Millisecond
 )
 
 // Options are the supervisor's paths and knobs; UID and GID are the
@@ -94,6 +100,8 @@ type Options struct {
 	User       string
 	MaxExecs   int
 	DrainGrace time.Duration
+	// StartedDelay: DefaultStartedDelay when 0.
+	StartedDelay time.Duration
 	// BrokerSocket is a network session's broker socket (default
 	// supervisor.DefaultBrokerSocket); when it exists at start, the
 	// egress bridge listens on BridgeAddr (network.go).
@@ -125,6 +133,9 @@ func (o Options) withDefaults(stderr io.Writer) Options {
 	}
 	if o.DrainGrace <= 0 {
 		o.DrainGrace = DefaultDrainGrace
+	}
+	if o.StartedDelay <= 0 {
+		o.StartedDelay = DefaultStartedDelay
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewJSONHandler(stderr, nil)).With("component", "sandbox-session-supervisor")

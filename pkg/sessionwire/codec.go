@@ -235,17 +235,28 @@ type EventEncoder struct {
 func NewEventEncoder(w io.Writer) *EventEncoder { return &EventEncoder{w: w} }
 
 // Event writes one event.
-func (e *EventEncoder) Event(ev Event) error {
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	if len(b) > MaxEventBytes {
-		return fmt.Errorf("sessionwire: event over %d bytes", MaxEventBytes)
+func (e *EventEncoder) Event(ev Event) error { return e.Events(ev) }
+
+// Events writes evs, in order, in one write (one read for the host, one
+// pass through the attach stream's copies).
+func (e *EventEncoder) Events(evs ...Event) error {
+	bs := make([][]byte, len(evs))
+	for i, ev := range evs {
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		if len(b) > MaxEventBytes {
+			return fmt.Errorf("sessionwire: event over %d bytes", MaxEventBytes)
+		}
+		bs[i] = b
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.buf = wire.AppendFrame(e.buf[:0], wire.FrameType(FrameEvent), b)
+	e.buf = e.buf[:0]
+	for _, b := range bs {
+		e.buf = wire.AppendFrame(e.buf, wire.FrameType(FrameEvent), b)
+	}
 	return e.writeLocked()
 }
 
