@@ -233,8 +233,8 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 				code = 127
 			}
 			e.mu.Lock()
-		s.startedLocked(e)
-		e.mu.Unlock()
+			s.startedLocked(e)
+			e.mu.Unlock()
 			s.emit(e, 1, []byte(fmt.Sprintf("session: %s: %s\n", argv[0], errno.Error())))
 			s.result(e, code, "", 0)
 			return
