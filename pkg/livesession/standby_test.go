@@ -162,13 +162,27 @@ func TestStandbyListedState(t *testing.T) {
 	}
 	r.k.Sweep()
 	<-r.d.attachEntered // its container made, its supervisor not yet attached
-	if got := state(); got != StandbyPreparing {
-		t.Errorf("while prepared: %q, want %q", got, StandbyPreparing)
+	gauge := func(st string) float64 {
+		mfs, err := r.kit.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if mf.GetName() == "sandbox_sessions_standby" && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == st {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+		return -1
+	}
+	if got := state(); got != StandbyPreparing || gauge(StandbyPreparing) != 1 || gauge(StandbyReady) != 0 {
+		t.Errorf("while prepared: %q (gauges %v %v), want %q", got, gauge(StandbyPreparing), gauge(StandbyReady), StandbyPreparing)
 	}
 	close(r.d.attachRelease)
 	r.k.standbyRun.Wait()
-	if got := state(); got != StandbyReady {
-		t.Errorf("once prepared: %q, want %q", got, StandbyReady)
+	if got := state(); got != StandbyReady || gauge(StandbyPreparing) != 0 || gauge(StandbyReady) != 1 {
+		t.Errorf("once prepared: %q (gauges %v %v), want %q", got, gauge(StandbyPreparing), gauge(StandbyReady), StandbyReady)
 	}
 	r.d.attachEntered = nil // the next preparation goes through
 	st, err := r.k.Create(context.Background(), apiwire.SessionCreate{}, alice)
