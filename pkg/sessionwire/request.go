@@ -41,7 +41,7 @@ const (
 	FrameEvent Type = 32
 	// FrameStdout and FrameStderr carry an exec's output, FrameFileData
 	// a get's or a get-dir's bytes: an id (see taggedPayload) then 1 to
-	// MaxChunk bytes.
+	// MaxChunk bytes (MaxFileChunk for file data).
 	FrameStdout   Type = 33
 	FrameStderr   Type = 34
 	FrameFileData Type = 35
