@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -43,13 +44,16 @@ func TestSessionExecExitsWithTheCommandsStatus(t *testing.T) {
 			enc.Encode(apiwire.SessionExecEvent{Type: apiwire.ExecStdout, ExecID: "x1", Data: []byte("out\n")})
 			enc.Encode(apiwire.SessionExecEvent{Type: apiwire.ExecStderr, ExecID: "x1", Data: []byte("err\n")})
 			enc.Encode(apiwire.SessionExecEvent{Type: apiwire.ExecResult, ExecID: "x1", Result: &res})
-		case "/v1/sessions/" + id + "/files/put":
-			var p apiwire.SessionPut
-			json.Unmarshal(body, &p)
-			puts = append(puts, p)
-			json.NewEncoder(w).Encode(apiwire.SessionFile{Path: p.Path, Size: int64(len(p.Data))})
-		case "/v1/sessions/" + id + "/files/get":
-			json.NewEncoder(w).Encode(apiwire.SessionFile{Path: "f", Size: 3, Data: []byte("abc")})
+		case "/v1/sessions/" + id + "/files/raw": // cp uses the raw route: the bytes as the body
+			q := r.URL.Query()
+			if r.Method == http.MethodPut {
+				mode, _ := strconv.ParseUint(q.Get("mode"), 8, 32)
+				puts = append(puts, apiwire.SessionPut{Path: q.Get("path"), Mode: uint32(mode), Data: body})
+				json.NewEncoder(w).Encode(apiwire.SessionFile{Path: q.Get("path"), Size: int64(len(body))})
+				return
+			}
+			w.Header().Set("X-Sandbox-File-Mode", "0644")
+			w.Write([]byte("abc"))
 		default:
 			w.WriteHeader(http.StatusNotFound)
 			w.Write([]byte(`{"error":"no such session"}`))
@@ -71,7 +75,7 @@ func TestSessionExecExitsWithTheCommandsStatus(t *testing.T) {
 	}
 	local := filepath.Join(t.TempDir(), "in.txt")
 	os.WriteFile(local, []byte("data"), 0o644)
-	if code, _, stderr := runCLI("--socket", sock, "session", "cp", local, id+":in.txt"); code != 0 || len(puts) != 1 || string(puts[0].Data) != "data" || puts[0].Path != "in.txt" {
+	if code, _, stderr := runCLI("--socket", sock, "session", "cp", "--mode", "0600", local, id+":in.txt"); code != 0 || len(puts) != 1 || string(puts[0].Data) != "data" || puts[0].Path != "in.txt" || puts[0].Mode != 0o600 {
 		t.Errorf("cp in: %d %q %+v", code, stderr, puts)
 	}
 	out := filepath.Join(t.TempDir(), "out.txt")

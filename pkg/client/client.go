@@ -171,6 +171,12 @@ func (c *Client) exchange(ctx context.Context, method, raw string, body, out any
 		return err
 	}
 	defer resp.Body.Close()
+	return decodeAnswer(resp, op, maxBytes, out)
+}
+
+// decodeAnswer reads an answer of at most maxBytes: a non-2xx one is its
+// *Error, a 2xx one's JSON goes into out (nil: dropped).
+func decodeAnswer(resp *http.Response, op string, maxBytes int64, out any) error {
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBytes+1))
 	if err != nil {
 		return fmt.Errorf("sandbox-host: %s: read answer: %w", op, err)
@@ -190,6 +196,32 @@ func (c *Client) exchange(ctx context.Context, method, raw string, body, out any
 	return nil
 }
 
+// call performs one call with a raw body (nil: none) of type contentType
+// and a query, within limit; handle reads a 2xx answer (a non-2xx one is
+// its *Error).
+func (c *Client) call(ctx context.Context, limit time.Duration, method string, segs []string, query string, body io.Reader, contentType string,
+	handle func(resp *http.Response, op string) error) error {
+	raw := "/" + strings.Join(segs, "/")
+	terr := &timeoutError{op: method + " " + raw, after: limit}
+	ctx, cancel := context.WithTimeoutCause(ctx, limit, terr)
+	defer cancel()
+	err := func() error {
+		resp, op, err := c.sendRaw(ctx, method, raw, query, body, contentType)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			return decodeAnswer(resp, op, maxResponseBytes, nil)
+		}
+		return handle(resp, op)
+	}()
+	if err != nil && errors.Is(context.Cause(ctx), ErrTimeout) && !errors.As(err, new(*Error)) {
+		return terr
+	}
+	return err
+}
+
 // errorOf is the *Error of a non-2xx answer.
 func errorOf(status int, data []byte) error {
 	var e struct {
@@ -201,29 +233,35 @@ func errorOf(status int, data []byte) error {
 	return &Error{Status: status, Reason: e.Error}
 }
 
-// send performs the request; the caller reads and closes the body.
+// send performs the request with body as JSON (nil: none); the caller
+// reads and closes the body.
 func (c *Client) send(ctx context.Context, method, raw string, body any) (*http.Response, string, error) {
+	if body == nil {
+		return c.sendRaw(ctx, method, raw, "", nil, "")
+	}
+	data, err := json.Marshal(body)
+	if err != nil {
+		return nil, method + " " + raw, err
+	}
+	return c.sendRaw(ctx, method, raw, "", bytes.NewReader(data), "application/json")
+}
+
+// sendRaw performs the request with body (nil: none) of contentType and
+// the encoded query; the caller reads and closes the body.
+func (c *Client) sendRaw(ctx context.Context, method, raw, query string, body io.Reader, contentType string) (*http.Response, string, error) {
 	op := method + " " + raw
 	plain := raw
 	if u, err := url.PathUnescape(raw); err == nil {
 		plain = u
 	}
-	u := &url.URL{Scheme: "http", Host: "sandbox-host", Path: plain, RawPath: raw}
-	var rd io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return nil, op, err
-		}
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	u := &url.URL{Scheme: "http", Host: "sandbox-host", Path: plain, RawPath: raw, RawQuery: query}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
 		return nil, op, err
 	}
 	req.URL = u // keep the exact escaping
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

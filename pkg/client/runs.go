@@ -131,9 +131,31 @@ func follow[E any](ctx context.Context, c *Client, method, raw string, body any,
 			return fmt.Errorf("sandbox-host: %s: bad event: %w", op, err)
 		}
 		if done, err := each(op, ev); done || err != nil {
+			if done && err == nil {
+				drainEnd(resp.Body, rd)
+			}
 			return err
 		}
 	}
+}
+
+// drainAfterDone bounds reading a stream's end after its final event.
+const (
+	drainAfterDoneBytes = 64 << 10
+	drainAfterDoneWait  = 100 * time.Millisecond
+)
+
+// drainEnd reads the rest of a stream whose final event came (the host
+// ends it right after: its chunked terminator, often in the same read),
+// so the connection goes back to the pool: a body closed before its end
+// closes the connection, and the next call pays a new one (the host's
+// accept and its peer's credentials and groups). At most
+// drainAfterDoneBytes and drainAfterDoneWait: past them the body is
+// closed as before.
+func drainEnd(body io.Closer, rd io.Reader) {
+	t := time.AfterFunc(drainAfterDoneWait, func() { body.Close() })
+	defer t.Stop()
+	_, _ = io.Copy(io.Discard, io.LimitReader(rd, drainAfterDoneBytes))
 }
 
 // readLine reads one newline-terminated line of at most max bytes.

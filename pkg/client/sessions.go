@@ -1,10 +1,14 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
@@ -13,8 +17,8 @@ import (
 // Sessions (docs/api.md, Sessions).
 
 // maxSessionFileBytes bounds one file answer: sessions.maxFileBytes' upper
-// bound (64 MiB), base64, with its JSON.
-const maxSessionFileBytes = 96 << 20
+// bound (64 MiB).
+const maxSessionFileBytes = 64 << 20
 
 // maxExecLine bounds one exec event line: an output chunk is at most 32 KiB.
 const maxExecLine = 1 << 20
@@ -81,24 +85,64 @@ func (c *Client) CancelExec(ctx context.Context, id, execID string) (apiwire.Ses
 	return st, err
 }
 
-// PutFile writes data at path in a session (atomically, as its guest).
+// PutFile writes data at path in a session (atomically, as its guest;
+// mode 0: 0644). The bytes go as the body of PUT .../files/raw, not as
+// base64 in JSON.
 func (c *Client) PutFile(ctx context.Context, id, path string, mode uint32, data []byte) (apiwire.SessionFile, error) {
+	q := url.Values{"path": {path}}
+	if mode != 0 {
+		q.Set("mode", strconv.FormatUint(uint64(mode), 8))
+	}
 	var f apiwire.SessionFile
-	err := c.do(ctx, DefaultSessionCallTimeout, http.MethodPost, sessionPath(id, "files", "put"), apiwire.SessionPut{Path: path, Mode: mode, Data: data}, &f)
+	err := c.call(ctx, DefaultSessionCallTimeout, http.MethodPut, sessionPath(id, "files", "raw"), q.Encode(), bytes.NewReader(data), rawContentType,
+		func(resp *http.Response, op string) error {
+			return decodeAnswer(resp, op, maxResponseBytes, &f)
+		})
 	return f, err
 }
 
 // GetFile reads the file at path of a session (tar: the directory at path
-// as a tar).
+// as a tar), from GET .../files/raw: the bytes are the answer's body,
+// read into a buffer of its announced length (at most
+// maxSessionFileBytes).
 func (c *Client) GetFile(ctx context.Context, id, path string, tar bool) (apiwire.SessionFile, error) {
-	op := "get"
+	q := url.Values{"path": {path}}
 	if tar {
-		op = "tar"
+		q.Set("tar", "true")
 	}
-	var f apiwire.SessionFile
-	err := c.doBounded(ctx, DefaultSessionCallTimeout, maxSessionFileBytes, http.MethodPost, sessionPath(id, "files", op), apiwire.SessionPath{Path: path}, &f)
+	f := apiwire.SessionFile{Path: path}
+	err := c.call(ctx, DefaultSessionCallTimeout, http.MethodGet, sessionPath(id, "files", "raw"), q.Encode(), nil, "",
+		func(resp *http.Response, op string) error {
+			if resp.ContentLength < 0 || resp.ContentLength > maxSessionFileBytes {
+				return fmt.Errorf("sandbox-host: %s: answer of %d bytes, want a length of at most %d", op, resp.ContentLength, maxSessionFileBytes)
+			}
+			f.Data = make([]byte, resp.ContentLength)
+			if _, err := io.ReadFull(resp.Body, f.Data); err != nil {
+				return fmt.Errorf("sandbox-host: %s: read answer: %w", op, err)
+			}
+			f.Size = resp.ContentLength
+			h := resp.Header
+			if m, err := strconv.ParseUint(h.Get(HeaderFileMode), 8, 32); err == nil {
+				f.Mode = uint32(m)
+			}
+			f.Changed = h.Get(HeaderFileChanged) == "true"
+			if n, err := strconv.Atoi(h.Get(HeaderFileSkipped)); err == nil {
+				f.Skipped = n
+			}
+			return nil
+		})
 	return f, err
 }
+
+// Headers of a raw get's answer (docs/api.md, Sessions).
+const (
+	HeaderFileMode    = "X-Sandbox-File-Mode"
+	HeaderFileChanged = "X-Sandbox-File-Changed"
+	HeaderFileSkipped = "X-Sandbox-File-Skipped"
+)
+
+// rawContentType is a raw put's body type.
+const rawContentType = "application/octet-stream"
 
 // ListFiles lists the directory at path of a session.
 func (c *Client) ListFiles(ctx context.Context, id, path string) (apiwire.SessionListing, error) {

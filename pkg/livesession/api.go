@@ -48,6 +48,8 @@ func (k *Kind) Routes() []api.Route {
 		route(http.MethodPost, "/v1/sessions/{session}/files/get", k.with(k.handleGet)),
 		route(http.MethodPost, "/v1/sessions/{session}/files/tar", k.with(k.handleTar)),
 		route(http.MethodPost, "/v1/sessions/{session}/files/list", k.with(k.handleLs)),
+		route(http.MethodPut, "/v1/sessions/{session}/files/raw", k.with(k.handlePutRaw)), // rawfiles.go
+		route(http.MethodGet, "/v1/sessions/{session}/files/raw", k.with(k.handleGetRaw)),
 	}
 }
 
@@ -142,6 +144,12 @@ func (k *Kind) handleExec(w http.ResponseWriter, r *http.Request, s *Session) er
 		_ = rc.SetWriteDeadline(time.Now().Add(api.WriteTimeout))
 		if err := enc.Encode(ev); err != nil {
 			return err
+		}
+		if ev.Type == apiwire.ExecResult || ev.Type == apiwire.ExecError {
+			// The last event: it goes out with the stream's end when the
+			// handler returns, at once, in one write (the client reads
+			// the stream to its end and keeps the connection).
+			return nil
 		}
 		return rc.Flush()
 	}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
@@ -81,5 +83,57 @@ func TestClientDrivesTheKind(t *testing.T) {
 	}
 	if _, err := c.Session(ctx, st.ID); !errors.Is(err, &client.Error{Status: http.StatusNotFound}) {
 		t.Errorf("closed session: %v", err)
+	}
+}
+
+// countingListener counts the connections it accepted.
+type countingListener struct {
+	net.Listener
+	n atomic.Int32
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+// TestExecsShareAConnection: the exec stream's last event goes out with
+// the stream's end and the client reads it to that end, so consecutive
+// execs (and a file put between them) reuse one connection: a new one
+// costs the host an accept and its peer's credentials and groups.
+func TestExecsShareAConnection(t *testing.T) {
+	r := newRig(t, nil)
+	dir, err := os.MkdirTemp("/tmp", "sess")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ln, err := net.Listen("unix", filepath.Join(dir, "h.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &countingListener{Listener: ln}
+	srv := &http.Server{Handler: sandboxtest.Handler(Registration, r.k.Routes(), peerauth.RoleClient, alice)}
+	go srv.Serve(cl)
+	t.Cleanup(func() { srv.Close() })
+	c := client.New(filepath.Join(dir, "h.sock"))
+	ctx := context.Background()
+	st, err := c.CreateSession(ctx, apiwire.SessionCreate{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, cmd := range slices.Repeat([]string{"echo one", "exit 3", "echo two"}, 30) {
+		if _, err := c.Exec(ctx, st.ID, apiwire.SessionExec{Command: cmd}, nil); err != nil {
+			t.Fatalf("exec %d: %v", i, err)
+		}
+		if _, err := c.PutFile(ctx, st.ID, "f", 0, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := cl.n.Load(); n != 1 {
+		t.Errorf("%d connections for a create, 90 execs and 90 puts, want 1", n)
 	}
 }

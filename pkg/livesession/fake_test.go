@@ -27,6 +27,10 @@ type fakeDocker struct {
 	calls  []string            // "pause <id>", "unpause <id>", "request <op>"
 	paused map[string]bool
 	bad    []string
+	// attachEntered and attachRelease, when set, hold each Attach: it
+	// sends on the first, then waits for the second to close.
+	attachEntered chan struct{}
+	attachRelease chan struct{}
 }
 
 func newFakeDocker(d *sandboxtest.Docker) *fakeDocker {
@@ -78,9 +82,13 @@ func (f *fakeDocker) sup(id string) *fakeSup {
 }
 
 func (f *fakeDocker) Attach(_ context.Context, id string, stdout, stderr io.Writer) (sandbox.SessionStream, error) {
+	if f.attachEntered != nil {
+		f.attachEntered <- struct{}{}
+		<-f.attachRelease
+	}
 	inR, inW := io.Pipe()
 	s := &fakeSup{f: f, id: id, in: inR, inW: inW, enc: sessionwire.NewEventEncoder(stdout), out: stdout,
-		running: map[string]chan string{}, files: map[string][]byte{}, done: make(chan error, 1), stopped: make(chan struct{})}
+		running: map[string]chan string{}, files: map[string][]byte{}, modes: map[string]uint32{}, done: make(chan error, 1), stopped: make(chan struct{})}
 	f.mu.Lock()
 	f.sups[id] = s
 	f.mu.Unlock()
@@ -108,6 +116,7 @@ type fakeSup struct {
 	mu      sync.Mutex
 	running map[string]chan string
 	files   map[string][]byte
+	modes   map[string]uint32 // a put's mode as sent (0: the supervisor's 0644)
 	done    chan error
 	once    sync.Once
 	stopped chan struct{}
@@ -161,18 +170,23 @@ func (s *fakeSup) serve() {
 			data, _ := io.ReadAll(d.Data())
 			s.mu.Lock()
 			s.files[r.File.Path] = data
+			s.modes[r.File.Path] = r.File.Mode
 			s.mu.Unlock()
 			s.enc.Event(sessionwire.Event{ID: r.ID, Kind: sessionwire.EventFile, File: &sessionwire.FileResult{Size: int64(len(data))}})
 		case sessionwire.OpGet, sessionwire.OpGetDir:
 			s.mu.Lock()
 			data, ok := s.files[r.File.Path]
+			mode := s.modes[r.File.Path]
 			s.mu.Unlock()
 			if !ok {
 				s.fail(r.ID, sessionwire.ErrNotFound)
 				continue
 			}
+			if mode == 0 {
+				mode = 0o644
+			}
 			s.enc.Data(sessionwire.FrameFileData, r.ID, data)
-			s.enc.Event(sessionwire.Event{ID: r.ID, Kind: sessionwire.EventFile, File: &sessionwire.FileResult{Size: int64(len(data)), Mode: 0o644}})
+			s.enc.Event(sessionwire.Event{ID: r.ID, Kind: sessionwire.EventFile, File: &sessionwire.FileResult{Size: int64(len(data)), Mode: mode}})
 		case sessionwire.OpList:
 			s.mu.Lock()
 			var es []sessionwire.Entry

@@ -271,16 +271,35 @@ func (k *Kind) Sweep() {
 // Listed are the sessions for GET /v1/turns: the reaper keeps what the
 // host lists, from before its container is created until after it is
 // removed; the deadline is the TTL, the container's deadline label.
+//
+// A standby not yet taken is marked with its state (standby.go):
+// "preparing" until its supervisor is up, then "ready", when a plain
+// create takes it without waiting for Docker.
 func (k *Kind) Listed() []apiwire.Turn {
-	var out []apiwire.Turn
-	for _, s := range k.all() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]apiwire.Turn, 0, len(k.sessions))
+	for _, s := range k.sessions {
 		// The label's deadline: a standby's outlasts any session it
 		// becomes (standby.go).
 		d := s.label
-		out = append(out, apiwire.Turn{ID: s.id, ChannelTag: s.tag, DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli()})
+		t := apiwire.Turn{ID: s.id, ChannelTag: s.tag, DeadlineUnix: d.Unix(), DeadlineUnixMs: d.UnixMilli()}
+		if s.standby {
+			t.Standby = StandbyPreparing
+			if k.standby == s {
+				t.Standby = StandbyReady
+			}
+		}
+		out = append(out, t)
 	}
 	return out
 }
+
+// A listed standby's states (GET /v1/turns).
+const (
+	StandbyPreparing = "preparing"
+	StandbyReady     = "ready"
+)
 
 // Lookup is the session id as caller uid sees it: another client's session
 // is ErrNotFound, as one that does not exist; an admin sees all.

@@ -9,6 +9,7 @@ import (
 // metrics are the sessions' (docs/operating.md, Metrics).
 type metrics struct {
 	live    *prometheus.GaugeVec
+	standby *prometheus.GaugeVec
 	created prometheus.Counter
 	refused prometheus.Counter
 	closed  *prometheus.CounterVec
@@ -25,6 +26,9 @@ func newMetrics(k *Kind) metrics {
 		k: k,
 		live: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sandbox_sessions", Help: "Sessions on this box, by state (running, paused).",
+		}, []string{"state"}),
+		standby: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sandbox_sessions_standby", Help: "Session standbys not yet taken, by state (preparing, ready: a plain create takes it).",
 		}, []string{"state"}),
 		created: prometheus.NewCounter(prometheus.CounterOpts{Name: "sandbox_sessions_created_total", Help: "Sessions admitted."}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "sandbox_sessions_refused_total", Help: "Session creates refused at a bound (429)."}),
@@ -54,8 +58,12 @@ func (m metrics) register(r prometheus.Registerer) {
 	r.MustRegister(m.created, m.refused, m.closed, m.execs, m.latency, m.resumes, m.files, m.network, m)
 }
 
-// Describe and Collect make the live gauge read the sessions when scraped.
-func (m metrics) Describe(ch chan<- *prometheus.Desc) { m.live.Describe(ch) }
+// Describe and Collect make the live and standby gauges read the sessions
+// when scraped.
+func (m metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.live.Describe(ch)
+	m.standby.Describe(ch)
+}
 func (m metrics) Collect(ch chan<- prometheus.Metric) {
 	running, paused := 0, 0
 	for _, s := range m.k.clients() {
@@ -69,4 +77,14 @@ func (m metrics) Collect(ch chan<- prometheus.Metric) {
 	m.live.WithLabelValues("running").Set(float64(running))
 	m.live.WithLabelValues("paused").Set(float64(paused))
 	m.live.Collect(ch)
+	counts := map[string]int{StandbyPreparing: 0, StandbyReady: 0}
+	for _, t := range m.k.Listed() {
+		if t.Standby != "" {
+			counts[t.Standby]++
+		}
+	}
+	for state, n := range counts {
+		m.standby.WithLabelValues(state).Set(float64(n))
+	}
+	m.standby.Collect(ch)
 }

@@ -226,6 +226,13 @@ func filePath(p string) error {
 
 // Put writes data at path in s, atomically.
 func (k *Kind) Put(ctx context.Context, s *Session, path string, mode uint32, data []byte) (apiwire.SessionFile, error) {
+	s.files.Lock() // one transfer's bytes in the host at a time
+	defer s.files.Unlock()
+	return k.putLocked(ctx, s, path, mode, data)
+}
+
+// putLocked is Put under s.files.
+func (k *Kind) putLocked(ctx context.Context, s *Session, path string, mode uint32, data []byte) (apiwire.SessionFile, error) {
 	if err := filePath(path); err != nil {
 		return apiwire.SessionFile{}, err
 	}
@@ -233,10 +240,8 @@ func (k *Kind) Put(ctx context.Context, s *Session, path string, mode uint32, da
 		return apiwire.SessionFile{}, invalidf("mode has bits beyond 0777")
 	}
 	if len(data) > k.cfg.Sessions.MaxFileBytes {
-		return apiwire.SessionFile{}, refused(ErrTooLarge, fmt.Sprintf("the file is over %d bytes (sessions.maxFileBytes)", k.cfg.Sessions.MaxFileBytes))
+		return apiwire.SessionFile{}, tooLarge(int64(k.cfg.Sessions.MaxFileBytes))
 	}
-	s.files.Lock() // one transfer's bytes in the host at a time
-	defer s.files.Unlock()
 	if err := s.begin(); err != nil {
 		return apiwire.SessionFile{}, err
 	}

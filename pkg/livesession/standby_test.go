@@ -146,3 +146,53 @@ func TestStandbyKeepsTheClientBound(t *testing.T) {
 		t.Errorf("bob's create: %+v %v, want the standby %s kept for him", st, err, second)
 	}
 }
+
+// TestStandbyListedState: GET /v1/turns marks the standby "preparing"
+// until its supervisor is attached, then "ready" (what a client waits for
+// before a create that should take it); a taken one is a plain session.
+func TestStandbyListedState(t *testing.T) {
+	r := newRig(t, func(c *config.Sessions) { c.Standby = 1 })
+	r.d.attachEntered, r.d.attachRelease = make(chan struct{}), make(chan struct{})
+	state := func() string {
+		l := r.k.Listed()
+		if len(l) != 1 {
+			t.Fatalf("listed %+v, want the standby alone", l)
+		}
+		return l[0].Standby
+	}
+	r.k.Sweep()
+	<-r.d.attachEntered // its container made, its supervisor not yet attached
+	gauge := func(st string) float64 {
+		mfs, err := r.kit.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if mf.GetName() == "sandbox_sessions_standby" && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == st {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+		return -1
+	}
+	if got := state(); got != StandbyPreparing || gauge(StandbyPreparing) != 1 || gauge(StandbyReady) != 0 {
+		t.Errorf("while prepared: %q (gauges %v %v), want %q", got, gauge(StandbyPreparing), gauge(StandbyReady), StandbyPreparing)
+	}
+	close(r.d.attachRelease)
+	r.k.standbyRun.Wait()
+	if got := state(); got != StandbyReady || gauge(StandbyPreparing) != 0 || gauge(StandbyReady) != 1 {
+		t.Errorf("once prepared: %q (gauges %v %v), want %q", got, gauge(StandbyPreparing), gauge(StandbyReady), StandbyReady)
+	}
+	r.d.attachEntered = nil // the next preparation goes through
+	st, err := r.k.Create(context.Background(), apiwire.SessionCreate{}, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.k.standbyRun.Wait()
+	for _, l := range r.k.Listed() {
+		if l.ID == st.ID && l.Standby != "" || l.ID != st.ID && l.Standby != StandbyReady {
+			t.Errorf("after the take: %+v (the session %s)", l, st.ID)
+		}
+	}
+}

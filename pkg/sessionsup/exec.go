@@ -27,6 +27,7 @@ type execState struct {
 
 	mu        sync.Mutex
 	out       [2]stream
+	started   bool // the started event was sent
 	ended     bool // the result was sent: later output is dropped
 	cancelled bool
 	timedOut  bool
@@ -59,6 +60,11 @@ func (s *Server) startExec(ctx context.Context, id string, x sessionwire.Exec) {
 	}
 	e.out = [2]stream{{t: sessionwire.FrameStdout, max: x.MaxOutputBytes}, {t: sessionwire.FrameStderr, max: x.MaxOutputBytes}}
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.fail(id, sessionwire.ErrInternal, "the session is ending")
+		return
+	}
 	if _, dup := s.execs[id]; dup {
 		s.mu.Unlock()
 		s.fail(id, sessionwire.ErrBadRequest, "an exec with this id is running")
@@ -126,7 +132,9 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 	}
 	path, err := supervisor.LookPath(argv[0], s.o.PATH)
 	if err != nil {
-		s.event(sessionwire.Event{ID: e.id, Kind: sessionwire.EventStarted})
+		e.mu.Lock()
+		s.startedLocked(e)
+		e.mu.Unlock()
 		s.emit(e, 1, []byte(fmt.Sprintf("session: %s: not found in PATH\n", argv[0])))
 		s.result(e, 127, "", 0)
 		return
@@ -195,31 +203,17 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 	defer dropBundle()
 	attr := &syscall.ProcAttr{Dir: cwd, Env: s.env(x, bundle), Files: []uintptr{stdin.Fd(), outW.Fd(), errW.Fd()}, Sys: sys}
 
-	type started struct {
-		pid int
-		err error
+	// As a run's: the child inherits the forking thread's capabilities,
+	// no_new_privs and Pdeathsig's parent (forker.go).
+	fk := s.guestFork
+	if x.Root {
+		fk = s.rootFork
 	}
-	startc := make(chan started, 1)
-	statusc := make(chan unix.WaitStatus, 1)
-	go supervisor.OnThrowawayThread(func() {
-		// As a run's: the child inherits the forking thread's
-		// capabilities, no_new_privs and Pdeathsig's parent, so this
-		// thread lives until the child's status arrives.
-		var keep []uintptr
-		if x.Root {
-			keep = supervisor.SetupCommandCapabilities
-		}
-		if err := supervisor.DropThreadPrivileges(s.root, keep); err != nil {
-			startc <- started{err: &privilegeError{err}}
-			return
-		}
-		pid, ch, err := s.rp.Start(func() (int, error) { return syscall.ForkExec(path, argv, attr) })
-		startc <- started{pid: pid, err: err}
-		if err == nil {
-			statusc <- <-ch
-		}
-	})
-	st := <-startc
+	st := fk.start(s.rp, func() (int, error) { return syscall.ForkExec(path, argv, attr) })
+	if st.err == nil {
+		go waitExit(s.rp, st.pid)
+	}
+	statusc := st.status
 	stdin.Close()
 	outW.Close()
 	errW.Close()
@@ -238,7 +232,9 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 			if errno == unix.ENOENT {
 				code = 127
 			}
-			s.event(sessionwire.Event{ID: e.id, Kind: sessionwire.EventStarted})
+			e.mu.Lock()
+			s.startedLocked(e)
+			e.mu.Unlock()
 			s.emit(e, 1, []byte(fmt.Sprintf("session: %s: %s\n", argv[0], errno.Error())))
 			s.result(e, code, "", 0)
 			return
@@ -251,7 +247,16 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 	e.mu.Lock()
 	e.pgid = st.pid
 	e.mu.Unlock()
-	s.event(sessionwire.Event{ID: e.id, Kind: sessionwire.EventStarted})
+	// The started event waits a moment (StartedDelay): it goes with the
+	// first output, or with the result in one write when the exec ends
+	// first (an exec of true then crosses the attach stream's copies
+	// once, not twice).
+	startedLater := time.AfterFunc(s.o.StartedDelay, func() {
+		e.mu.Lock()
+		s.startedLocked(e)
+		e.mu.Unlock()
+	})
+	defer startedLater.Stop()
 	if inW != nil {
 		go func() {
 			// A command that does not read its stdin gets EPIPE here.
@@ -329,7 +334,15 @@ func (s *Server) result(e *execState, code int, sig string, ran time.Duration) {
 	}
 	// The event goes out under e.mu so that no output frame of this exec
 	// follows it.
-	s.event(sessionwire.Event{ID: e.id, Kind: sessionwire.EventResult, Result: r})
+	res := sessionwire.Event{ID: e.id, Kind: sessionwire.EventResult, Result: r}
+	if !e.started {
+		e.started = true
+		if err := s.enc.Events(sessionwire.Event{ID: e.id, Kind: sessionwire.EventStarted}, res); err != nil {
+			s.log.Error("writing an event failed", "kind", res.Kind, "reason", err.Error())
+		}
+	} else {
+		s.event(res)
+	}
 	e.mu.Unlock()
 }
 
@@ -358,6 +371,7 @@ func (s *Server) emit(e *execState, i int, p []byte) {
 	if e.ended {
 		return
 	}
+	s.startedLocked(e)
 	so := &e.out[i]
 	keep := max(min(len(p), so.max-so.n), 0)
 	if keep < len(p) {
@@ -370,6 +384,14 @@ func (s *Server) emit(e *execState, i int, p []byte) {
 	so.n += keep
 	if err := s.enc.Data(so.t, e.id, p[:keep]); err != nil {
 		s.log.Error("writing output failed", "id", e.id, "reason", err.Error())
+	}
+}
+
+// startedLocked sends e's started event once (the caller holds e.mu).
+func (s *Server) startedLocked(e *execState) {
+	if !e.started && !e.ended {
+		e.started = true
+		s.event(sessionwire.Event{ID: e.id, Kind: sessionwire.EventStarted})
 	}
 }
 

@@ -1,11 +1,18 @@
 package sessionsup
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -237,7 +244,9 @@ func TestExecBackgroundOutlives(t *testing.T) {
 }
 
 // TestExecPrivileges: a guest exec holds no capability and has
-// no_new_privs; a root exec holds exactly a run's setup capabilities.
+// no_new_privs; a root exec holds exactly a run's setup capabilities;
+// twice over, interleaved (each kind is forked by its own thread, kept
+// from one exec to the next: forker.go).
 func TestExecPrivileges(t *testing.T) {
 	needRoot(t)
 	f := newFixture(t, nil)
@@ -249,19 +258,26 @@ func TestExecPrivileges(t *testing.T) {
 		}
 		return "?"
 	}
-	g := f.exec("g", sessionwire.Exec{Executable: "cat", Args: []string{"/proc/self/status"}})
+	for round := range 2 {
+		privileges(t, f, status, round)
+	}
+}
+
+func privileges(t *testing.T, f *fixture, status func(execResult, string) string, round int) {
+	t.Helper()
+	g := f.exec(fmt.Sprintf("g%d", round), sessionwire.Exec{Executable: "cat", Args: []string{"/proc/self/status"}})
 	for key, want := range map[string]string{"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000",
 		"CapBnd": "0000000000000000", "CapAmb": "0000000000000000", "NoNewPrivs": "1", "Groups": "",
 		"Uid": fmt.Sprintf("%d\t%d\t%d\t%d", guestUID, guestUID, guestUID, guestUID)} {
 		if got := status(g, key); got != want {
-			t.Errorf("guest exec %s = %q, want %q", key, got, want)
+			t.Errorf("round %d: guest exec %s = %q, want %q", round, key, got, want)
 		}
 	}
-	rt := f.exec("r", sessionwire.Exec{Executable: "cat", Args: []string{"/proc/self/status"}, Root: true})
+	rt := f.exec(fmt.Sprintf("r%d", round), sessionwire.Exec{Executable: "cat", Args: []string{"/proc/self/status"}, Root: true})
 	for key, want := range map[string]string{"CapInh": "0000000000000000", "CapBnd": "0000000000000019", "CapEff": "0000000000000019",
 		"CapAmb": "0000000000000000", "NoNewPrivs": "1", "Groups": "", "Uid": "0\t0\t0\t0"} {
 		if got := status(rt, key); got != want {
-			t.Errorf("root exec %s = %q, want %q", key, got, want)
+			t.Errorf("round %d: root exec %s = %q, want %q", round, key, got, want)
 		}
 	}
 }
@@ -276,5 +292,113 @@ func BenchmarkExecTrue(b *testing.B) {
 		if r.res == nil || r.res.ExitCode != 0 {
 			b.Fatalf("result %+v %+v", r.res, r.err)
 		}
+	}
+}
+
+// kinds is the order of an exec's frames: "started", "out", "err",
+// "result" (a run of data frames of one stream once).
+func kinds(frames []sessionwire.EventFrame) []string {
+	var out []string
+	for _, fr := range frames {
+		k := ""
+		switch {
+		case fr.Type == sessionwire.FrameStdout:
+			k = "out"
+		case fr.Type == sessionwire.FrameStderr:
+			k = "err"
+		case fr.Event.Kind == sessionwire.EventStarted:
+			k = "started"
+		case fr.Event.Kind == sessionwire.EventResult:
+			k = "result"
+		default:
+			k = fr.Event.Kind
+		}
+		if len(out) == 0 || out[len(out)-1] != k {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestExecStartedOnce: an exec's started event comes once, before its
+// first output and its result, whether it went with its first output,
+// with its result (an exec that ended before StartedDelay) or on its own
+// once StartedDelay passed.
+func TestExecStartedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration
+		x     sessionwire.Exec
+		want  []string
+	}{
+		{"with the result", time.Hour, sessionwire.Exec{Executable: "true"}, []string{"started", "result"}},
+		{"with the first output", time.Hour, sessionwire.Exec{Command: "echo a"}, []string{"started", "out", "result"}},
+		{"not found", time.Hour, sessionwire.Exec{Executable: "no-such-command-x"}, []string{"started", "err", "result"}},
+		{"on its own", time.Millisecond, sessionwire.Exec{Executable: "sleep", Args: []string{"0.05"}}, []string{"started", "result"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, func(o *Options) { o.StartedDelay = tc.delay })
+			f.startExec("s1", tc.x)
+			if got := kinds(f.wait("s1")); !slices.Equal(got, tc.want) {
+				t.Errorf("frames %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// writes records each Write on the supervisor's stdout.
+type writes struct {
+	mu  sync.Mutex
+	all [][]byte
+	res chan []byte // the write that carried a result
+}
+
+func (w *writes) Write(p []byte) (int, error) {
+	b := bytes.Clone(p)
+	w.mu.Lock()
+	w.all = append(w.all, b)
+	w.mu.Unlock()
+	if bytes.Contains(b, []byte(`"kind":"result"`)) {
+		w.res <- b
+	}
+	return len(p), nil
+}
+
+// TestExecStartedWithResultInOneWrite: an exec that ends before
+// StartedDelay has its started event and its result in one write on the
+// attach stream (one pass through Docker's copies, not two).
+func TestExecStartedWithResultInOneWrite(t *testing.T) {
+	f := newFixture(t, nil) // for its directories and ids
+	w := &writes{res: make(chan []byte, 1)}
+	s, err := New(Options{UID: f.uid, GID: f.gid, WorkDir: f.work, OutputDir: f.output, TmpDir: f.tmp, StartedDelay: time.Hour,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, w, io.Discard, testReaper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR, inW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, inR) }()
+	defer func() {
+		cancel()
+		inW.Close()
+		<-served
+		s.Close()
+	}()
+	if err := sessionwire.NewRequestEncoder(inW).Request(sessionwire.Request{ID: "t1", Op: sessionwire.OpExec,
+		Exec: &sessionwire.Exec{Executable: "true", MaxOutputBytes: 1 << 10}}); err != nil {
+		t.Fatal(err)
+	}
+	d := sessionwire.NewEventDecoder(bytes.NewReader(<-w.res))
+	var got []string
+	for {
+		fr, err := d.Next()
+		if err != nil {
+			break
+		}
+		got = append(got, fr.Event.Kind)
+	}
+	if want := []string{sessionwire.EventStarted, sessionwire.EventResult}; !slices.Equal(got, want) {
+		t.Errorf("the result's write holds %v, want %v", got, want)
 	}
 }

@@ -232,7 +232,7 @@ func (s *Server) get(id, p string) {
 // sendFile sends up to size bytes of f as file data; changed says it
 // ended early or had more.
 func (s *Server) sendFile(id string, f *os.File, size int64) (int64, bool, error) {
-	buf := make([]byte, sessionwire.MaxChunk)
+	buf := make([]byte, sessionwire.MaxFileChunk)
 	var sent int64
 	for sent < size {
 		n, err := f.Read(buf[:min(int64(len(buf)), size-sent)])

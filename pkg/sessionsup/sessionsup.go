@@ -23,7 +23,9 @@
 // MaxExecs execs run at once, a request past it is refused with a busy
 // error at once; an exec's stdout and stderr are each bounded by its
 // maxOutputBytes (the rest read and dropped, the result saying how much);
-// its timeout kills its process group. A file put, get, list or get-dir
+// its timeout kills its process group; its started event precedes its
+// output and its result, at most DefaultStartedDelay after its fork (with
+// the result, in one write, when it ended sooner). A file put, get, list or get-dir
 // resolves its path beneath its root (the work directory, /output or /tmp)
 // with openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS,
 // so no symlink anywhere on the path is followed and no ".." escapes, even
@@ -79,6 +81,10 @@ const (
 	// ended, for its pipes to close (a background process that kept
 	// them open): its output past that is read and dropped.
 	DefaultDrainGrace = 100 * time.Millisecond
+	// DefaultStartedDelay bounds how long after its fork an exec's
+	// started event may wait: it goes at once with the exec's first
+	// output, or with its result in one write when the exec ends sooner.
+	DefaultStartedDelay = 2 * time.Millisecond
 )
 
 // Options are the supervisor's paths and knobs; UID and GID are the
@@ -94,6 +100,8 @@ type Options struct {
 	User       string
 	MaxExecs   int
 	DrainGrace time.Duration
+	// StartedDelay: DefaultStartedDelay when 0.
+	StartedDelay time.Duration
 	// BrokerSocket is a network session's broker socket (default
 	// supervisor.DefaultBrokerSocket); when it exists at start, the
 	// egress bridge listens on BridgeAddr (network.go).
@@ -126,6 +134,9 @@ func (o Options) withDefaults(stderr io.Writer) Options {
 	if o.DrainGrace <= 0 {
 		o.DrainGrace = DefaultDrainGrace
 	}
+	if o.StartedDelay <= 0 {
+		o.StartedDelay = DefaultStartedDelay
+	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewJSONHandler(stderr, nil)).With("component", "sandbox-session-supervisor")
 	}
@@ -141,9 +152,13 @@ type Server struct {
 	log  *slog.Logger
 	root bool // euid 0: execs and file operations switch to the guest
 
-	mu    sync.Mutex
-	execs map[string]*execState // running, by request id
-	wg    sync.WaitGroup        // exec goroutines
+	mu     sync.Mutex
+	execs  map[string]*execState // running, by request id
+	closed bool                  // Close began: no exec starts
+	wg     sync.WaitGroup        // exec goroutines
+	// guestFork and rootFork fork the guest's and root's execs
+	// (forker.go).
+	guestFork, rootFork *forker
 
 	// afterStat, when set (tests), runs in a get between the file's
 	// fstat and its read.
@@ -160,8 +175,9 @@ func New(o Options, stdout, stderr io.Writer, rp *supervisor.Reaper) (*Server, e
 	if o.UID <= 0 || o.GID <= 0 {
 		return nil, fmt.Errorf("sessionsup: the guest uid and gid must be > 0, got %d:%d", o.UID, o.GID)
 	}
-	s := &Server{o: o, enc: sessionwire.NewEventEncoder(stdout), rp: rp, log: o.Log, root: os.Geteuid() == 0,
-		execs: map[string]*execState{}}
+	root := os.Geteuid() == 0
+	s := &Server{o: o, enc: sessionwire.NewEventEncoder(stdout), rp: rp, log: o.Log, root: root,
+		execs: map[string]*execState{}, guestFork: newForker(root, nil), rootFork: newForker(root, supervisor.SetupCommandCapabilities)}
 	if !s.root && (o.UID != os.Geteuid() || o.GID != os.Getegid()) {
 		return nil, fmt.Errorf("sessionsup: not root, so the guest must be this process's %d:%d, not %d:%d",
 			os.Geteuid(), os.Getegid(), o.UID, o.GID)
@@ -302,9 +318,12 @@ func (s *Server) event(ev sessionwire.Event) {
 // results to be written.
 func (s *Server) Close() {
 	s.mu.Lock()
+	s.closed = true
 	for _, e := range s.execs {
 		s.killGroup(e)
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.guestFork.close()
+	s.rootFork.close()
 }

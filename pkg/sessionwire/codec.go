@@ -235,22 +235,34 @@ type EventEncoder struct {
 func NewEventEncoder(w io.Writer) *EventEncoder { return &EventEncoder{w: w} }
 
 // Event writes one event.
-func (e *EventEncoder) Event(ev Event) error {
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	if len(b) > MaxEventBytes {
-		return fmt.Errorf("sessionwire: event over %d bytes", MaxEventBytes)
+func (e *EventEncoder) Event(ev Event) error { return e.Events(ev) }
+
+// Events writes evs, in order, in one write (one read for the host, one
+// pass through the attach stream's copies).
+func (e *EventEncoder) Events(evs ...Event) error {
+	bs := make([][]byte, len(evs))
+	for i, ev := range evs {
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		if len(b) > MaxEventBytes {
+			return fmt.Errorf("sessionwire: event over %d bytes", MaxEventBytes)
+		}
+		bs[i] = b
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.buf = wire.AppendFrame(e.buf[:0], wire.FrameType(FrameEvent), b)
+	e.buf = e.buf[:0]
+	for _, b := range bs {
+		e.buf = wire.AppendFrame(e.buf, wire.FrameType(FrameEvent), b)
+	}
 	return e.writeLocked()
 }
 
 // Data writes p as request id's data of type t (FrameStdout, FrameStderr
-// or FrameFileData), in frames of at most MaxChunk. Empty p writes nothing.
+// or FrameFileData), in frames of at most MaxChunk (MaxFileChunk for file
+// data). Empty p writes nothing.
 func (e *EventEncoder) Data(t Type, id string, p []byte) error {
 	if t != FrameStdout && t != FrameStderr && t != FrameFileData {
 		return fmt.Errorf("sessionwire: %v is not a data frame", t)
@@ -261,7 +273,7 @@ func (e *EventEncoder) Data(t Type, id string, p []byte) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for len(p) > 0 {
-		n := min(len(p), MaxChunk)
+		n := min(len(p), chunkOf(t))
 		e.buf = append(e.buf[:0], byte(t))
 		e.buf = binary.BigEndian.AppendUint32(e.buf, uint32(1+len(id)+n))
 		e.buf = append(e.buf, byte(len(id)))
@@ -273,6 +285,14 @@ func (e *EventEncoder) Data(t Type, id string, p []byte) error {
 		p = p[n:]
 	}
 	return nil
+}
+
+// chunkOf is the most data a frame of type t carries.
+func chunkOf(t Type) int {
+	if t == FrameFileData {
+		return MaxFileChunk
+	}
+	return MaxChunk
 }
 
 func (e *EventEncoder) writeLocked() error {
@@ -344,7 +364,7 @@ func (d *EventDecoder) next() (EventFrame, error) {
 			return EventFrame{}, protocolf("event of %d bytes, over %d", size, MaxEventBytes)
 		}
 	case FrameStdout, FrameStderr, FrameFileData:
-		if size < 3 || size > 1+MaxIDBytes+MaxChunk {
+		if size < 3 || size > uint32(1+MaxIDBytes+chunkOf(t)) {
 			return EventFrame{}, protocolf("%v frame of %d bytes", t, size)
 		}
 	default:
@@ -368,8 +388,8 @@ func (d *EventDecoder) next() (EventFrame, error) {
 		return EventFrame{Type: t, ID: ev.ID, Event: ev}, nil
 	}
 	idLen := int(payload[0])
-	if idLen == 0 || 1+idLen >= len(payload) || len(payload)-1-idLen > MaxChunk {
-		return EventFrame{}, protocolf("%v frame with no id, no data or over %d bytes of data", t, MaxChunk)
+	if idLen == 0 || 1+idLen >= len(payload) || len(payload)-1-idLen > chunkOf(t) {
+		return EventFrame{}, protocolf("%v frame with no id, no data or over %d bytes of data", t, chunkOf(t))
 	}
 	id := string(payload[1 : 1+idLen])
 	if !ValidID(id) {

@@ -41,7 +41,7 @@ const (
 	FrameEvent Type = 32
 	// FrameStdout and FrameStderr carry an exec's output, FrameFileData
 	// a get's or a get-dir's bytes: an id (see taggedPayload) then 1 to
-	// MaxChunk bytes.
+	// MaxChunk bytes (MaxFileChunk for file data).
 	FrameStdout   Type = 33
 	FrameStderr   Type = 34
 	FrameFileData Type = 35
@@ -77,8 +77,11 @@ const (
 	MaxEventBytes = 1 << 20
 	// DataChunk is the size of every put data frame but a put's last.
 	DataChunk = 256 << 10
-	// MaxChunk bounds the data of one output or file data frame.
-	MaxChunk = 32 << 10
+	// MaxChunk bounds the data of one output frame, MaxFileChunk of one
+	// file data frame (a get's or a get-dir's: fewer, larger frames for
+	// a transfer, each bounded before it is allocated).
+	MaxChunk     = 32 << 10
+	MaxFileChunk = 256 << 10
 	// MaxIDBytes bounds a request id: 1 to 64 of [A-Za-z0-9._-].
 	MaxIDBytes = 64
 	// MaxStdinBytes bounds an exec's stdin.

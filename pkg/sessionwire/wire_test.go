@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -236,6 +237,7 @@ func TestEventRoundTripAndBounds(t *testing.T) {
 		{"data no id", frame(FrameStdout, []byte{0, 'a', 'b'})},
 		{"data no data", frame(FrameStdout, []byte{1, 'a'})},
 		{"oversized data frame", frame(FrameStdout, append([]byte{1, 'a'}, make([]byte, MaxChunk+1)...))},
+		{"oversized file data frame", frame(FrameFileData, append([]byte{1, 'a'}, make([]byte, MaxFileChunk+1)...))},
 		{"unknown type", frame(FrameRequest, []byte(`{}`))},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -336,4 +338,32 @@ func FuzzRequestDecoder(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFileDataFrames: file data goes in frames of MaxFileChunk (output in
+// frames of MaxChunk), and a frame of exactly its bound is taken.
+func TestFileDataFrames(t *testing.T) {
+	var buf bytes.Buffer
+	e := NewEventEncoder(&buf)
+	if err := e.Data(FrameFileData, "g", make([]byte, 2*MaxFileChunk+1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Data(FrameStdout, "x", make([]byte, MaxChunk+1)); err != nil {
+		t.Fatal(err)
+	}
+	d := NewEventDecoder(&buf)
+	var sizes []int
+	for {
+		f, err := d.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, len(f.Data))
+	}
+	if want := []int{MaxFileChunk, MaxFileChunk, 1, MaxChunk, 1}; !slices.Equal(sizes, want) {
+		t.Errorf("frames of %v bytes, want %v", sizes, want)
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/client"
 	"github.com/roundtable-sandbox/sandbox/pkg/ids"
+	"github.com/roundtable-sandbox/sandbox/pkg/livesession"
 )
 
 // cmdSessions measures a session (docs/sessions.md) against the installed
@@ -306,8 +307,9 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 
 // standbySessionCreates adds to the results in path n session creates,
 // each on a ready standby: before each, off the clock, it waits (bounded)
-// until the host lists a session id no client session has (the standby
-// the reaper's list keeps, docs/sessions.md "Standby").
+// until the host lists the session standby as ready (GET /v1/turns marks
+// it "preparing", then "ready": docs/sessions.md "Standby"), so no create
+// arrives while the next one is still being prepared.
 func standbySessionCreates(ctx context.Context, c *client.Client, path string, n int) error {
 	var res report.Sessions
 	if b, err := os.ReadFile(path); err != nil {
@@ -316,6 +318,8 @@ func standbySessionCreates(ctx context.Context, c *client.Client, path string, n
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	res.StandbyCreateMs, res.StandbyNote = nil, ""
+	// The host has no stream of standby states: a poll, bounded, off the
+	// clock (the bench only; tests wait on the kind's own signals).
 	ready := func() error {
 		deadline := time.Now().Add(90 * time.Second)
 		for time.Now().Before(deadline) {
@@ -323,26 +327,18 @@ func standbySessionCreates(ctx context.Context, c *client.Client, path string, n
 			if err != nil {
 				return err
 			}
-			live, err := c.Sessions(ctx)
-			if err != nil {
-				return err
-			}
-			mine := map[string]bool{}
-			for _, s := range live {
-				mine[s.ID] = true
-			}
 			for _, t := range turns {
-				if strings.HasPrefix(t.ChannelTag, "session-") && !mine[t.ID] {
+				if strings.HasPrefix(t.ChannelTag, "session-") && t.Standby == livesession.StandbyReady {
 					return nil
 				}
 			}
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(20 * time.Millisecond):
 			}
 		}
-		return errors.New("no standby listed within 90 s (is sessions.standby 1?)")
+		return errors.New("no ready session standby listed within 90 s (is sessions.standby 1?)")
 	}
 	for i := 0; i < n && ctx.Err() == nil; i++ {
 		if err := ready(); err != nil {

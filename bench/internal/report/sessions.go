@@ -36,7 +36,8 @@ type Sessions struct {
 	// CreateMs: POST /v1/sessions to its answer (the supervisor up), each
 	// on no standby (the shipped sessions.standby: 0); StandbyCreateMs the
 	// same on a ready standby (sessions.standby: 1, each create waiting
-	// off the clock for the next standby), StandbyNote why not measured.
+	// off the clock until the host lists the standby ready), StandbyNote
+	// why not measured.
 	CreateMs            []float64 `json:"createMs"`
 	StandbyCreateMs     []float64 `json:"standbyCreateMs,omitempty"`
 	StandbyNote         string    `json:"standbyNote,omitempty"`
@@ -74,8 +75,8 @@ func writeSessions(b *strings.Builder, s *Sessions) {
 	}{
 		{"exec of `true` (API, NDJSON to its result)", s.ExecMs},
 		{"docker exec of `true` (same container)", s.DockerExecMs},
-		{fmt.Sprintf("put %d KiB (API)", s.FileBytes>>10), s.PutMs},
-		{fmt.Sprintf("get %d KiB (API)", s.FileBytes>>10), s.GetMs},
+		{fmt.Sprintf("put %d KiB (API, `files/raw`: the bytes as the body)", s.FileBytes>>10), s.PutMs},
+		{fmt.Sprintf("get %d KiB (API, `files/raw`)", s.FileBytes>>10), s.GetMs},
 		{"resume from pause to an exec's first output", s.ResumeFirstOutputMs},
 		{"session create to ready (no standby)", s.CreateMs},
 		{"session create to ready (a ready standby, `sessions.standby: 1`)", s.StandbyCreateMs},

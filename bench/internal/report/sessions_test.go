@@ -50,7 +50,7 @@ func TestSessionsSection(t *testing.T) {
 	writeSessions(&b, &Sessions{Rounds: 2, FileBytes: 1 << 20, ExecMs: []float64{2, 4}, DockerExecMs: []float64{100, 120},
 		PausedCPUUsec: 0, PausedWindowMs: 3000, PausedMemoryBytes: 6 << 20, Failures: []string{"put: refused\nsecond line"}})
 	got := b.String()
-	for _, want := range []string{"## 1c. Sessions", "| exec of `true` (API, NDJSON to its result) | 2 | 3.00 |", "| put 1024 KiB (API) | 0 | - |", "put 1024 KiB", "used 0 µs of CPU over 3000 ms", "- failure: `put: refused"} {
+	for _, want := range []string{"## 1c. Sessions", "| exec of `true` (API, NDJSON to its result) | 2 | 3.00 |", "| put 1024 KiB (API, `files/raw`: the bytes as the body) | 0 | - |", "put 1024 KiB", "used 0 µs of CPU over 3000 ms", "- failure: `put: refused"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("section lacks %q:\n%s", want, got)
 		}

@@ -99,6 +99,8 @@ export const operationTable = {
   sessionGet: ["POST", "/v1/sessions/{session}/files/get"],
   sessionTar: ["POST", "/v1/sessions/{session}/files/tar"],
   sessionList: ["POST", "/v1/sessions/{session}/files/list"],
+  sessionPutRaw: ["PUT", "/v1/sessions/{session}/files/raw"],
+  sessionGetRaw: ["GET", "/v1/sessions/{session}/files/raw"],
 } as const satisfies Record<keyof operations, readonly [string, string]>;
 
 export type OperationId = keyof typeof operationTable;
@@ -207,8 +209,11 @@ export class SandboxClient {
   // send makes one request and resolves with a 2xx response; an error
   // answer rejects with its SandboxError. done releases the deadline and
   // the abort listeners (the caller calls it once the body is read).
-  private send(op: OperationId, param: string | undefined, body: unknown, opts: CallOptions = {}, accept: number[] = []): Promise<Sent> {
-    const path = SandboxClient.path(op, param);
+  // raw, when set, is the query and the bytes of a raw file route
+  // (application/octet-stream) instead of a JSON body.
+  private send(op: OperationId, param: string | undefined, body: unknown, opts: CallOptions = {}, accept: number[] = [],
+    raw?: { query: URLSearchParams; data?: Buffer }): Promise<Sent> {
+    const path = SandboxClient.path(op, param) + (raw ? "?" + raw.query.toString() : "");
     const method = operationTable[op][0];
     const deadline = timeoutSignal(opts.timeoutMs ?? this.timeoutMs);
     const combined = anySignal([opts.signal, deadline.signal]);
@@ -223,10 +228,10 @@ export class SandboxClient {
         reject(err);
       };
       if (signal?.aborted) return fail(signal.reason);
-      const data = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+      const data = raw ? raw.data : body === undefined ? undefined : Buffer.from(JSON.stringify(body));
       const headers: Record<string, string | number> = { Accept: "application/json, application/x-ndjson" };
       if (data) {
-        headers["Content-Type"] = "application/json";
+        headers["Content-Type"] = raw ? "application/octet-stream" : "application/json";
         headers["Content-Length"] = data.length;
       }
       const req = http.request({ socketPath: this.socketPath, method, path, headers, agent: false });
@@ -461,6 +466,35 @@ export class SandboxClient {
   /** The directory at path as a tar (skipped: entries left out). */
   async getTar(id: string, path: string, opts?: CallOptions): Promise<SessionFileData> {
     return decodeFile(await this.json<SessionFile>("sessionTar", id, { path }, this.bounded(opts, SESSION_CALL_TIMEOUT_MS)));
+  }
+  /** putFile with the bytes as the request body (PUT .../files/raw): no base64. */
+  async putFileRaw(id: string, path: string, data: Uint8Array | string, mode?: number, opts?: CallOptions): Promise<SessionFile> {
+    const query = new URLSearchParams({ path });
+    if (mode) query.set("mode", mode.toString(8));
+    const { res, done, signal } = await this.send("sessionPutRaw", id, undefined, this.bounded(opts, SESSION_CALL_TIMEOUT_MS), [], { query, data: Buffer.from(data) });
+    try {
+      return JSON.parse((await readAll(res, signal)).toString("utf8")) as SessionFile;
+    } finally {
+      done();
+    }
+  }
+  /** getFile (tar: getTar) with the bytes as the answer's body (GET .../files/raw): no base64; mode, changed and skipped from its headers. */
+  async getFileRaw(id: string, path: string, opts: CallOptions & { tar?: boolean } = {}): Promise<SessionFileData> {
+    const query = new URLSearchParams({ path });
+    if (opts.tar) query.set("tar", "true");
+    const { res, done, signal } = await this.send("sessionGetRaw", id, undefined, this.bounded(opts, SESSION_CALL_TIMEOUT_MS), [], { query });
+    try {
+      const data = await readAll(res, signal);
+      const f: SessionFileData = { path, size: data.length, data };
+      const mode = res.headers["x-sandbox-file-mode"];
+      if (typeof mode === "string") f.mode = parseInt(mode, 8);
+      if (res.headers["x-sandbox-file-changed"] === "true") f.changed = true;
+      const skipped = res.headers["x-sandbox-file-skipped"];
+      if (typeof skipped === "string" && skipped !== "0") f.skipped = Number(skipped);
+      return f;
+    } finally {
+      done();
+    }
   }
   /** Lists the directory at path (a symlink is listed, never followed). */
   listFiles(id: string, path: string, opts?: CallOptions): Promise<SessionListing> {

@@ -570,6 +570,24 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{session}/files/raw": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** read a file of the session (tar=true: a directory as a tar) as the answer's bytes, as its guest */
+        get: operations["sessionGetRaw"];
+        /** write a file in the session from the body's bytes, atomically, as its guest */
+        put: operations["sessionPutRaw"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -2271,6 +2289,89 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SessionListing"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            500: components["responses"]["Internal"];
+            502: components["responses"]["BadGateway"];
+        };
+    };
+    sessionGetRaw: {
+        parameters: {
+            query: {
+                /** @description a session path (relative: under /work; or under /output or /tmp) */
+                path: string;
+                /** @description true: the directory at path as a tar */
+                tar?: "true" | "false";
+            };
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the file's bytes */
+            200: {
+                headers: {
+                    /** @description the file's size */
+                    "Content-Length"?: number;
+                    /** @description its permission bits, octal */
+                    "X-Sandbox-File-Mode"?: string;
+                    /** @description true when it changed while read */
+                    "X-Sandbox-File-Changed"?: string;
+                    /** @description a tar's: entries not stored (not a directory or a regular file) */
+                    "X-Sandbox-File-Skipped"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            405: components["responses"]["MethodNotAllowed"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
+            500: components["responses"]["Internal"];
+            502: components["responses"]["BadGateway"];
+        };
+    };
+    sessionPutRaw: {
+        parameters: {
+            query: {
+                /** @description a session path (relative: under /work; or under /output or /tmp) */
+                path: string;
+                /** @description permission bits, octal (0 or absent: 0644; at most 0777) */
+                mode?: string;
+            };
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        /** @description the file's bytes, at most sessions.maxFileBytes (413 naming the key, before the body is read when Content-Length announces more) */
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description the file written (no data) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionFile"];
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -108,6 +108,8 @@ describe("operations", () => {
     ["sessionGet", (c) => c.getFile(run, "a/b.txt"), `/v1/sessions/${run}/files/get`, { path: "a/b.txt" }],
     ["sessionTar", (c) => c.getTar(run, "a"), `/v1/sessions/${run}/files/tar`, { path: "a" }],
     ["sessionList", (c) => c.listFiles(run, "."), `/v1/sessions/${run}/files/list`, { path: "." }],
+    ["sessionPutRaw", (c) => c.putFileRaw(run, "a/b.txt", "hi", 0o600), `/v1/sessions/${run}/files/raw?path=a%2Fb.txt&mode=600`, "hi"],
+    ["sessionGetRaw", (c) => c.getFileRaw(run, "a", { tar: true }), `/v1/sessions/${run}/files/raw?path=a&tar=true`],
   ];
 
   it("has a call for every operation", () => {
@@ -120,9 +122,22 @@ describe("operations", () => {
       assert.equal(seen.length, 1);
       assert.equal(seen[0].method, operationTable[op][0]);
       assert.equal(seen[0].url, path);
-      assert.deepEqual(seen[0].body === "" ? undefined : JSON.parse(seen[0].body), body);
+      if (typeof body === "string") assert.equal(seen[0].body, body); // a raw route's bytes
+      else assert.deepEqual(seen[0].body === "" ? undefined : JSON.parse(seen[0].body), body);
     });
   }
+});
+
+describe("raw files", () => {
+  it("reads the bytes and the mode, changed and skipped headers", async () => {
+    handler = (_req, _body, res) => {
+      res.writeHead(200, { "Content-Type": "application/octet-stream", "X-Sandbox-File-Mode": "0640", "X-Sandbox-File-Changed": "true", "X-Sandbox-File-Skipped": "2" });
+      res.end(Buffer.from([0, 1, 255]));
+    };
+    const f = await client.getFileRaw("0123456789abcdef0123456789abcdef", "x.bin");
+    assert.deepEqual([...f.data], [0, 1, 255]);
+    assert.deepEqual([f.size, f.mode, f.changed, f.skipped], [3, 0o640, true, 2]);
+  });
 });
 
 describe("errors", () => {
