@@ -204,11 +204,12 @@ func errorOf(status int, data []byte) error {
 // send performs the request; the caller reads and closes the body.
 func (c *Client) send(ctx context.Context, method, raw string, body any) (*http.Response, string, error) {
 	op := method + " " + raw
+	raw, query, _ := strings.Cut(raw, "?")
 	plain := raw
 	if u, err := url.PathUnescape(raw); err == nil {
 		plain = u
 	}
-	u := &url.URL{Scheme: "http", Host: "sandbox-host", Path: plain, RawPath: raw}
+	u := &url.URL{Scheme: "http", Host: "sandbox-host", Path: plain, RawPath: raw, RawQuery: query}
 	var rd io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)
