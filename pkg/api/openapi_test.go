@@ -46,6 +46,8 @@ var wireTypes = map[string]reflect.Type{
 	"RunArtifact":       reflect.TypeFor[runs.Artifact](),
 	"RunStatus":         reflect.TypeFor[runs.Status](),
 	"RunList":           reflect.TypeFor[coderun.RunList](),
+	"Credential":        reflect.TypeFor[runs.Credential](),
+	"CredentialList":    reflect.TypeFor[runs.CredentialList](),
 	"RunEvent":          reflect.TypeFor[runs.Event](),
 	"JobAuthor":         reflect.TypeFor[delegation.Author](),
 	"DelegationRequest": reflect.TypeFor[delegation.Request](),

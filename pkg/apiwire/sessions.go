@@ -55,14 +55,17 @@ type Session struct {
 // deny (POST /v1/sessions/{session}/execs/{exec}/approve|deny): what it
 // would run, with which credentials, until when it waits.
 type SessionApproval struct {
-	ExecID         string    `json:"execId"`
-	Command        string    `json:"command,omitempty"`
-	Executable     string    `json:"executable,omitempty"`
-	Args           []string  `json:"args,omitempty"`
-	Root           bool      `json:"root,omitempty"`
-	TimeoutSeconds int       `json:"timeoutSeconds"`
-	Credentials    []string  `json:"credentials,omitempty"`
-	Deadline       time.Time `json:"deadline"`
+	ExecID         string   `json:"execId"`
+	Command        string   `json:"command,omitempty"`
+	Executable     string   `json:"executable,omitempty"`
+	Args           []string `json:"args,omitempty"`
+	Root           bool     `json:"root,omitempty"`
+	TimeoutSeconds int      `json:"timeoutSeconds"`
+	Credentials    []string `json:"credentials,omitempty"`
+	// CredentialVariables names, per credential, the variable the exec
+	// sees its placeholder in (docs/credentialed-egress.md).
+	CredentialVariables map[string]string `json:"credentialVariables,omitempty"`
+	Deadline            time.Time         `json:"deadline"`
 }
 
 // SessionList is GET /v1/sessions.

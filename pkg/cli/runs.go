@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -280,7 +282,26 @@ func runAdminCmds(g *globals) []*cobra.Command {
 			return nil
 		},
 	}
+	var project string
+	creds := &cobra.Command{
+		Use: "credentials", Short: "List the credentials your run (of --project) may ask for, and the variable each placeholder arrives in", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			all, err := g.client().Credentials(cmd.Context(), project)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd, runs.CredentialList{Credentials: all})
+			}
+			for _, c := range all {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s $%s https://%s\n", c.Name, c.Variable, net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
+			}
+			return nil
+		},
+	}
+	creds.Flags().StringVar(&project, "project", "", "the run's project (runs.projects); unset: a run of none")
 	return []*cobra.Command{
+		creds,
 		one("approve", "Approve network for one run awaiting approval (admins)", (*client.Client).ApproveRun),
 		one("deny", "Deny network for one run awaiting approval (admins)", (*client.Client).DenyRun),
 		one("cancel", "Cancel a run (its owner or an admin)", (*client.Client).CancelRun),

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
@@ -227,5 +228,34 @@ func TestCredentialsShown(t *testing.T) {
 	st := runs.Status{Credentials: []string{"git", "api"}, CredentialVariables: map[string]string{"git": "GIT_TOKEN"}}
 	if got := strings.Join(credentialsShown(st), ","); got != "git(GIT_TOKEN),api" {
 		t.Errorf("credentialsShown = %q, want git(GIT_TOKEN),api", got)
+	}
+}
+
+// TestRunCredentialsCommand: run credentials asks for --project's list and
+// prints each credential with its variable and destination.
+func TestRunCredentialsCommand(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "h.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var asked []string
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked = append(asked, r.URL.RequestURI())
+		mu.Unlock()
+		json.NewEncoder(w).Encode(runs.CredentialList{Credentials: []runs.Credential{{Name: "gh", Variable: "GITHUB_TOKEN", Host: "api.github.com", Port: 443}}})
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	code, stdout, stderr := runCLI("--socket", sock, "run", "credentials", "--project", "web")
+	if code != 0 || stdout != "gh $GITHUB_TOKEN https://api.github.com:443\n" {
+		t.Errorf("got %d %q %q", code, stdout, stderr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(asked, []string{"/v1/credentials?project=web"}) {
+		t.Errorf("asked %q", asked)
 	}
 }

@@ -32,7 +32,7 @@ func TestSessionNetworkCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	pending := apiwire.Session{ID: id, State: "running", Network: true, Credentials: []string{"gh"}, NetworkExec: "x1",
-		Approvals: []apiwire.SessionApproval{{ExecID: "x1", Command: "curl\nevil", TimeoutSeconds: 120, Credentials: []string{"gh"}}}}
+		Approvals: []apiwire.SessionApproval{{ExecID: "x1", Command: "curl\nevil", TimeoutSeconds: 120, Credentials: []string{"gh"}, CredentialVariables: map[string]string{"gh": "GITHUB_TOKEN"}}}}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		mu.Lock()
@@ -66,7 +66,7 @@ func TestSessionNetworkCommands(t *testing.T) {
 		t.Errorf("exec: %d %q: want the approve hint and the denial", code, stderr)
 	}
 	code, stdout, stderr := runCLI("--socket", sock, "session", "approve", id, "x1")
-	if code != 0 || !strings.Contains(stdout, `awaiting approval: exec x1`) || !strings.Contains(stdout, `"curl\nevil"`) {
+	if code != 0 || !strings.Contains(stdout, `awaiting approval: exec x1`) || !strings.Contains(stdout, `credentials=gh(GITHUB_TOKEN)`) || !strings.Contains(stdout, `"curl\nevil"`) {
 		t.Errorf("approve: %d %q %q: want the pending approval, its command quoted", code, stdout, stderr)
 	}
 	if code, _, stderr := runCLI("--socket", sock, "session", "deny", id, "x1"); code != 0 {

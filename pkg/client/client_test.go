@@ -186,3 +186,29 @@ func TestClosedWithoutAnswer(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// TestCredentialsQuery: the project travels as an escaped query, never as
+// part of the path; without one there is no query.
+func TestCredentialsQuery(t *testing.T) {
+	for _, tc := range []struct{ project, want string }{
+		{"", "/v1/credentials"},
+		{"demo", "/v1/credentials?project=demo"},
+		{"a/b?c&d=e", "/v1/credentials?project=a%2Fb%3Fc%26d%3De"},
+	} {
+		var got string
+		c := server(t, func(w http.ResponseWriter, r *http.Request) {
+			got = r.RequestURI
+			w.Write([]byte(`{"credentials":[{"name":"git","variable":"GIT_TOKEN","host":"h","port":443}]}`))
+		})
+		creds, err := c.Credentials(context.Background(), tc.project)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("project %q: request URI = %q, want %q", tc.project, got, tc.want)
+		}
+		if len(creds) != 1 || creds[0].Variable != "GIT_TOKEN" {
+			t.Errorf("credentials %+v", creds)
+		}
+	}
+}

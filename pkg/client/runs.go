@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
@@ -28,6 +29,21 @@ func (c *Client) StartRun(ctx context.Context, p runs.Params) (runs.Status, erro
 	var st runs.Status
 	err := c.do(ctx, c.opts.Timeout, http.MethodPost, []string{"v1", "runs"}, p, &st)
 	return st, err
+}
+
+// Credentials lists the egress credentials a run of project ("" = none)
+// by the caller may ask for, with the variable each placeholder arrives in.
+func (c *Client) Credentials(ctx context.Context, project string) ([]runs.Credential, error) {
+	var out runs.CredentialList
+	var q string
+	if project != "" {
+		q = url.Values{"project": {project}}.Encode()
+	}
+	err := c.call(ctx, c.opts.Timeout, http.MethodGet, []string{"v1", "credentials"}, q, nil, "",
+		func(resp *http.Response, op string) error {
+			return decodeAnswer(resp, op, maxResponseBytes, &out)
+		})
+	return out.Credentials, err
 }
 
 // Run returns one run, with its output and artifacts once finished.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"time"
 
@@ -35,7 +36,54 @@ func (k *Kind) Routes() []api.Route {
 		{Endpoint: api.Endpoint{Method: http.MethodPost, Pattern: "/v1/runs/{run}/cancel", Role: peerauth.RoleClient}, Fn: k.withRun(k.handleCancel)},
 		{Endpoint: api.Endpoint{Method: http.MethodPost, Pattern: "/v1/runs/{run}/approve", Role: peerauth.RoleAdmin}, Fn: k.withRunOrFleet(k.handleApprove, true)},
 		{Endpoint: api.Endpoint{Method: http.MethodPost, Pattern: "/v1/runs/{run}/deny", Role: peerauth.RoleAdmin}, Fn: k.withRunOrFleet(k.handleDeny, false)},
+		{Endpoint: api.Endpoint{Method: http.MethodGet, Pattern: "/v1/credentials", Role: peerauth.RoleClient}, Fn: k.handleCredentials},
 	}
+}
+
+// handleCredentials lists the credentials the caller's run (of the project
+// in ?project=, or of none) may ask for, and the variable each placeholder
+// arrives in: what an approval names before the run exists (the MCP
+// elicitation) and what a client needs to write its code against. An
+// admin sees the same as a client of its uid would: the list is of what
+// may be asked, and an admin asks as its uid does.
+func (k *Kind) handleCredentials(w http.ResponseWriter, r *http.Request, _ string) error {
+	project, err := credentialsProject(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	if project != "" {
+		if _, ok := k.cfg.Runs.ProjectPath(project); !ok {
+			return api.BadRequest("project is not declared (runs.projects)")
+		}
+	}
+	api.WriteJSON(w, http.StatusOK, k.Credentials(project, api.CallerUID(r)))
+	return nil
+}
+
+// credentialsProject reads GET /v1/credentials' only parameter: any other,
+// or project given twice, is refused rather than ignored.
+func credentialsProject(q url.Values) (string, error) {
+	for key, vs := range q {
+		if key != "project" {
+			return "", api.BadRequest("unknown query parameter (only project)")
+		}
+		if len(vs) != 1 {
+			return "", api.BadRequest("project given more than once")
+		}
+	}
+	return q.Get("project"), nil
+}
+
+// Credentials are the egress.credentials a run of project by uid may ask
+// for (config.EgressCredential.MayAsk), in the configuration's order.
+func (k *Kind) Credentials(project string, uid int) runs.CredentialList {
+	out := runs.CredentialList{Credentials: []runs.Credential{}}
+	for _, e := range k.cfg.Egress.Credentials {
+		if e.MayAsk(project, uid) {
+			out.Credentials = append(out.Credentials, runs.Credential{Name: e.Name, Variable: e.EnvName(), Host: e.Host, Port: e.Port})
+		}
+	}
+	return out
 }
 
 // Stop discards every run standby and waits for it. A run is counted by

@@ -108,3 +108,47 @@ func TestRunCredentials(t *testing.T) {
 	}
 	r.assertClean(t)
 }
+
+// TestCredentialList: GET /v1/credentials lists what a run of the project
+// by the caller may ask for, with the variable each placeholder arrives in
+// (declared or the default), and never the file that holds the value; a
+// bad query is refused, not ignored.
+func TestCredentialList(t *testing.T) {
+	r, _ := newRunRig(t, runsCredExtra, supervise(0))
+	gitC := runs.Credential{Name: "git", Variable: "GIT_TOKEN", Host: "127.0.0.1", Port: 8443}
+	apiC := runs.Credential{Name: "api", Variable: "API_TOKEN", Host: "api.example.com", Port: 443}
+	for _, tc := range []struct {
+		name  string
+		uid   int
+		query string
+		code  int
+		want  []runs.Credential
+	}{
+		{"no project, listed client", otherUID, "", http.StatusOK, []runs.Credential{apiC}},
+		{"project and listed client", otherUID, "?project=demo", http.StatusOK, []runs.Credential{gitC, apiC}},
+		{"project only", clientUID, "?project=demo", http.StatusOK, []runs.Credential{gitC}},
+		{"neither", clientUID, "", http.StatusOK, []runs.Credential{}},
+		{"admin asks as its uid", os.Getuid(), "", http.StatusOK, []runs.Credential{}},
+		{"undeclared project", clientUID, "?project=other", http.StatusBadRequest, nil},
+		{"unknown parameter", clientUID, "?projects=demo", http.StatusBadRequest, nil},
+		{"project twice", clientUID, "?project=demo&project=demo", http.StatusBadRequest, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := apiAs(t, r, tc.uid, "GET", "/v1/credentials"+tc.query, nil)
+			if code != tc.code {
+				t.Fatalf("got %d %s, want %d", code, body, tc.code)
+			}
+			if tc.want == nil {
+				return
+			}
+			var got runs.CredentialList
+			must(t, json.Unmarshal(body, &got))
+			if !slices.Equal(got.Credentials, tc.want) {
+				t.Errorf("got %+v, want %+v", got.Credentials, tc.want)
+			}
+			if strings.Contains(string(body), "git-token") || strings.Contains(string(body), "api-key") {
+				t.Errorf("the list names a credential file: %s", body)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
@@ -191,6 +192,7 @@ func (s *Session) networkStatus(st *apiwire.Session) {
 		shown := a.shown
 		shown.Args = slices.Clone(shown.Args)
 		shown.Credentials = slices.Clone(shown.Credentials)
+		shown.CredentialVariables = maps.Clone(shown.CredentialVariables)
 		st.Approvals = []apiwire.SessionApproval{shown}
 	}
 }
@@ -253,6 +255,14 @@ func (k *Kind) networkExec(ctx context.Context, s *Session, x apiwire.SessionExe
 		return err
 	}
 	a := &approval{decided: make(chan struct{}), shown: shownApproval(id, x, req)}
+	for _, name := range x.Credentials {
+		if e, ok := k.cfg.EgressCredential(name); ok {
+			if a.shown.CredentialVariables == nil {
+				a.shown.CredentialVariables = map[string]string{}
+			}
+			a.shown.CredentialVariables[name] = e.EnvName()
+		}
+	}
 	timeout := time.Duration(k.cfg.Runs.ApprovalTimeoutSeconds) * time.Second
 	a.shown.Deadline = k.now().Add(timeout)
 	n.mu.Lock()

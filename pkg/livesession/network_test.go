@@ -289,6 +289,11 @@ func TestNetApprovedBindsThenRevokes(t *testing.T) {
 	}
 	e := r.startNetExec(s, apiwire.SessionExec{Command: "echo hi", Network: true, Credentials: []string{"gh"}, TimeoutSeconds: 60})
 	ev := e.next(t)
+	// The approver is shown the credential and the variable its
+	// placeholder arrives in.
+	if ap := s.Status().Approvals; len(ap) != 1 || !slices.Equal(ap[0].Credentials, []string{"gh"}) || ap[0].CredentialVariables["gh"] != "GITHUB_TOKEN" {
+		t.Errorf("approvals %+v, want gh in GITHUB_TOKEN", ap)
+	}
 	if code, body := decide(t, r, s, ev.ExecID, "approve"); code != http.StatusOK {
 		t.Fatalf("approve: %d %s", code, body)
 	}

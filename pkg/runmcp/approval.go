@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 
@@ -20,7 +21,42 @@ const (
 	msgAskFailed = "the network approval question failed; the run was not started"
 	msgTCP       = "network is not offered by an MCP server on a TCP port (every local user can reach it and could answer the approval question); the run was not started"
 	msgNeedAdmin = "network was approved by the human, but granting it needs the host's admin role, which this MCP server's user lacks; the run was cancelled before it started"
+	// The human is shown each credential's variable and host, as the host
+	// lists them; without that list nobody is asked.
+	msgCredsUnlisted = "the host did not list the credentials a run may ask for; the run was not started"
 )
+
+// credentialUnavailable is the tool error of a credential the host does not
+// offer this client and project: refused before the human is asked, as the
+// host would refuse the run after.
+func credentialUnavailable(name, what string) string {
+	return fmt.Sprintf("credential %s is not available to this client or project (the host's egress.credentials); %s", truncate(strconv.Quote(name), 80), what)
+}
+
+// credentialsShown names each of names for the approval question: the
+// variable its placeholder arrives in and the host it reaches, as the host
+// lists them for project (GET /v1/credentials). ok false: msg is the tool
+// error to return and nobody is asked.
+func (s *server) credentialsShown(ctx context.Context, project string, names []string, unlisted, what string) (shown, msg string, ok bool) {
+	listed, err := s.r.Credentials(ctx, project)
+	if err != nil {
+		s.logf.Error("network approval: the host did not list the credentials", "err", err)
+		return "", unlisted, false
+	}
+	byName := make(map[string]runs.Credential, len(listed))
+	for _, c := range listed {
+		byName[c.Name] = c
+	}
+	q := make([]string, len(names))
+	for i, n := range names {
+		c, found := byName[n]
+		if !found {
+			return "", credentialUnavailable(n, what), false
+		}
+		q[i] = fmt.Sprintf("%s in $%s for %s", truncate(strconv.Quote(n), 80), c.Variable, net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
+	}
+	return strings.Join(q, ", "), "", true
+}
 
 // canElicit reports whether the client declared form elicitation at
 // initialize (an empty elicitation capability means form, as the spec and
@@ -60,7 +96,8 @@ const (
 )
 
 // approvalMessage names what would run with network.
-func approvalMessage(p runs.Params, project string) string {
+// creds is credentialsShown's text for p.Credentials.
+func approvalMessage(p runs.Params, project, creds string) string {
 	var b strings.Builder
 	b.WriteString("A sandbox run asks for NETWORK access (this run only).\n")
 	if p.Executable != "" || p.Command == "" {
@@ -95,11 +132,7 @@ func approvalMessage(p runs.Params, project string) string {
 		b.WriteString("Allow network for this one run?")
 		return b.String()
 	}
-	q := make([]string, len(p.Credentials))
-	for i, c := range p.Credentials {
-		q[i] = truncate(strconv.Quote(c), 80)
-	}
-	fmt.Fprintf(&b, "Credentials the host adds to this run's requests to their hosts (the run never sees them): %s\n", strings.Join(q, ", "))
+	fmt.Fprintf(&b, "Credentials the host adds to this run's requests to their hosts (the run sees only a placeholder in each variable, never the value): %s\n", creds)
 	b.WriteString("Allow network with these credentials for this one run?")
 	return b.String()
 }
@@ -113,11 +146,19 @@ func (s *server) approve(ctx context.Context, ss *mcp.ServerSession, p runs.Para
 	if !canElicit(ss) {
 		return msgCannotAsk
 	}
+	var creds string
+	if len(p.Credentials) > 0 {
+		var msg string
+		var ok bool
+		if creds, msg, ok = s.credentialsShown(ctx, p.Project, p.Credentials, msgCredsUnlisted, "the run was not started"); !ok {
+			return msg
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.o.ApprovalTimeout)
 	defer cancel()
 	res, err := ss.Elicit(ctx, &mcp.ElicitParams{
 		Mode:            "form",
-		Message:         approvalMessage(p, s.o.Project),
+		Message:         approvalMessage(p, s.o.Project, creds),
 		RequestedSchema: approvalSchema,
 	})
 	switch {

@@ -30,6 +30,11 @@ type fakeRunner struct {
 	EventGap time.Duration
 	Final    runs.Status
 	Block    bool
+	// Creds is what Credentials lists (nil: fakeCreds), CredsErr its
+	// failure; credsFor the projects it was asked for.
+	Creds    []runs.Credential
+	CredsErr error
+	credsFor []string
 
 	started   chan struct{} // closed at the first StartRun
 	following chan struct{} // closed at the first RunEvents
@@ -242,4 +247,24 @@ func eqCalls(t *testing.T, f *fakeRunner, want ...string) {
 	if got := f.Calls(); !slices.Equal(got, want) {
 		t.Errorf("runner calls: got %v, want %v", got, want)
 	}
+}
+
+// fakeCreds are the credentials a fake host lists by default.
+var fakeCreds = []runs.Credential{
+	{Name: "git", Variable: "GIT_TOKEN", Host: "git.example.com", Port: 443},
+	{Name: "gh", Variable: "GH_TOKEN", Host: "api.github.test", Port: 443},
+	{Name: "npm\nX", Variable: "NPM_X_TOKEN", Host: "registry.example.com", Port: 8443},
+}
+
+func (f *fakeRunner) Credentials(_ context.Context, project string) ([]runs.Credential, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.credsFor = append(f.credsFor, project)
+	if f.CredsErr != nil {
+		return nil, f.CredsErr
+	}
+	if f.Creds == nil {
+		return slices.Clone(fakeCreds), nil
+	}
+	return slices.Clone(f.Creds), nil
 }

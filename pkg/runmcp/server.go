@@ -41,6 +41,9 @@ type Runner interface {
 	CancelRun(ctx context.Context, id string) (runs.Status, error)
 	// ApproveRun grants network to a run awaiting approval (admin role).
 	ApproveRun(ctx context.Context, id string) (runs.Status, error)
+	// Credentials lists what a run of project by this user may ask for,
+	// with each placeholder's variable: the approval names them.
+	Credentials(ctx context.Context, project string) ([]runs.Credential, error)
 }
 
 // Defaults applied by NewServer for zero Options fields.

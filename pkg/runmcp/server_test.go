@@ -364,8 +364,11 @@ func TestNetworkApprovalNamesCredentials(t *testing.T) {
 		t.Errorf("credentials sent to the host: %q", got)
 	}
 	msg := q.Messages()[0]
-	if !strings.Contains(msg, `(the run never sees them): "git", "npm\nX"`) || !strings.Contains(msg, "with these credentials") {
-		t.Errorf("approval message does not name the credentials, quoted:\n%s", msg)
+	if !strings.Contains(msg, `never the value): "git" in $GIT_TOKEN for git.example.com:443, "npm\nX" in $NPM_X_TOKEN for registry.example.com:8443`) || !strings.Contains(msg, "with these credentials") {
+		t.Errorf("approval message does not name the credentials (quoted), their variables and hosts:\n%s", msg)
+	}
+	if f.credsFor == nil || f.credsFor[0] != "" {
+		t.Errorf("credentials listed for projects %q, want the run's (none)", f.credsFor)
 	}
 	// Without credentials it says so.
 	f2 := newFake()
@@ -375,6 +378,38 @@ func TestNetworkApprovalNamesCredentials(t *testing.T) {
 	call(t, cs2, map[string]any{"command": "true", "network": true})
 	if !strings.Contains(q2.Messages()[0], "Credentials: none") {
 		t.Errorf("approval message without credentials:\n%s", q2.Messages()[0])
+	}
+}
+
+// TestNetworkApprovalNeedsTheListedCredentials: a credential the host does
+// not list for this client and project, or a host that does not answer the
+// list, ends the call before the human is asked, and nothing starts.
+func TestNetworkApprovalNeedsTheListedCredentials(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		creds []string
+		err   error
+		want  string
+	}{
+		{"not listed", []string{"git", "other"}, nil, credentialUnavailable("other", "the run was not started")},
+		{"host did not list", []string{"git"}, errors.New("connection refused"), msgCredsUnlisted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake()
+			f.CredsErr = tc.err
+			var q asked
+			cs := connect(t, f, Options{Project: "demo"}, elicitWith(&mcp.ElicitResult{Action: "accept", Content: map[string]any{"allow": true}}, nil, &q))
+			res := call(t, cs, map[string]any{"command": "true", "network": true, "credentials": tc.creds})
+			if !res.IsError || text(t, res) != tc.want {
+				t.Errorf("got %q, want %q", text(t, res), tc.want)
+			}
+			if len(q.Messages()) != 0 || len(f.Calls()) != 0 {
+				t.Errorf("asked %q, host saw %q: want nothing", q.Messages(), f.Calls())
+			}
+			if !slices.Equal(f.credsFor, []string{"demo"}) {
+				t.Errorf("listed for %q, want the server's project", f.credsFor)
+			}
+		})
 	}
 }
 

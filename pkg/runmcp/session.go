@@ -98,7 +98,7 @@ func (s *server) addSessionTools(srv *mcp.Server, r SessionRunner) {
 				if !st.Network {
 					return toolError(msgExecNoNetwork), nil, nil
 				}
-				if msg := s.approveExec(ctx, req.Session, in); msg != "" { // sessionnet.go
+				if msg := s.approveExec(ctx, req.Session, in, st.Project); msg != "" { // sessionnet.go
 					return toolError(msg), nil, nil
 				}
 			}

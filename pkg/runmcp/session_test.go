@@ -28,13 +28,15 @@ type fakeSessions struct {
 	approveErr error
 	// plain: the session was started without network.
 	plain bool
+	// project is the session's.
+	project string
 }
 
 func (f *fakeSessions) Session(_ context.Context, id string) (apiwire.Session, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.log = append(f.log, "show")
-	return apiwire.Session{ID: id, State: apiwire.SessionRunning, Network: !f.plain}, nil
+	return apiwire.Session{ID: id, State: apiwire.SessionRunning, Network: !f.plain, Project: f.project}, nil
 }
 
 func (f *fakeSessions) CreateSession(_ context.Context, p apiwire.SessionCreate) (apiwire.Session, error) {

@@ -27,6 +27,7 @@ const (
 	msgExecTCP       = "network is not offered by an MCP server on a TCP port (every local user can reach it and could answer the approval question); the command was not run"
 	msgExecNeedAdmin = "network was approved by the human, but granting it needs the host's admin role, which this MCP server's user lacks; the command was not run"
 	msgExecApprove   = "network was approved by the human, but the host did not take the approval; the command was not run"
+	msgExecUnlisted  = "the host did not list the credentials a session may ask for; the command was not run"
 )
 
 // execApprovalSchema is a network exec's yes/no question (allowSchema).
@@ -34,7 +35,8 @@ var execApprovalSchema = allowSchema("Allow network for this command",
 	"Allow once: this command only, through the host's egress proxy and its allow list, with exactly the credentials named above.")
 
 // execApprovalMessage names the session and what would run with network.
-func execApprovalMessage(session string, in execIn) string {
+// creds is credentialsShown's text for in.Credentials.
+func execApprovalMessage(session string, in execIn, creds string) string {
 	var b strings.Builder
 	b.WriteString("A sandbox session asks for NETWORK access for one command.\n")
 	fmt.Fprintf(&b, "Session: %s\n", strconv.Quote(truncate(session, 64)))
@@ -61,29 +63,34 @@ func execApprovalMessage(session string, in execIn) string {
 		b.WriteString("Credentials: none\nAllow network for this one command?")
 		return b.String()
 	}
-	q := make([]string, len(in.Credentials))
-	for i, c := range in.Credentials {
-		q[i] = truncate(strconv.Quote(c), 80)
-	}
-	fmt.Fprintf(&b, "Credentials the host adds to this command's requests to their hosts (the session never sees them): %s\n", strings.Join(q, ", "))
+	fmt.Fprintf(&b, "Credentials the host adds to this command's requests to their hosts (the command sees only a placeholder in each variable, never the value): %s\n", creds)
 	b.WriteString("Allow network with these credentials for this one command?")
 	return b.String()
 }
 
 // approveExec asks the client's human; "" means approved, anything else is
 // the tool error to return (nothing has been sent to the host).
-func (s *server) approveExec(ctx context.Context, ss *mcp.ServerSession, in execIn) string {
+// project is the session's, whose credentials the host lists.
+func (s *server) approveExec(ctx context.Context, ss *mcp.ServerSession, in execIn, project string) string {
 	if s.o.TCP {
 		return msgExecTCP
 	}
 	if !canElicit(ss) {
 		return msgExecCannotAsk
 	}
+	var creds string
+	if len(in.Credentials) > 0 {
+		var msg string
+		var ok bool
+		if creds, msg, ok = s.credentialsShown(ctx, project, in.Credentials, msgExecUnlisted, "the command was not run"); !ok {
+			return msg
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.o.ApprovalTimeout)
 	defer cancel()
 	res, err := ss.Elicit(ctx, &mcp.ElicitParams{
 		Mode:            "form",
-		Message:         execApprovalMessage(in.SessionID, in),
+		Message:         execApprovalMessage(in.SessionID, in, creds),
 		RequestedSchema: execApprovalSchema,
 	})
 	switch {

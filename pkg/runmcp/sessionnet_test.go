@@ -11,6 +11,7 @@ import (
 
 	"github.com/roundtable-sandbox/sandbox/pkg/apiwire"
 	"github.com/roundtable-sandbox/sandbox/pkg/client"
+	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
 
 // networkExec is the host's network exec: it waits for an approval of
@@ -62,7 +63,7 @@ func TestSessionNetworkExecElicits(t *testing.T) {
 		return text(t, res)
 	}
 	// Declined: nothing sent.
-	f := &fakeSessions{fakeRunner: newFake(), files: map[string][]byte{}}
+	f := &fakeSessions{fakeRunner: newFake(), files: map[string][]byte{}, project: "proj"}
 	a := &asked{}
 	if got := run(f, elicitWith(&mcp.ElicitResult{Action: "decline"}, nil, a)); got != msgExecDeclined {
 		t.Errorf("declined: %q", got)
@@ -73,6 +74,18 @@ func TestSessionNetworkExecElicits(t *testing.T) {
 	msgs := a.Messages()
 	if len(msgs) != 1 || !strings.Contains(msgs[0], `Session: "`+id+`"`) || !strings.Contains(msgs[0], `Command: "curl https://api.github.test"`) || !strings.Contains(msgs[0], `"gh"`) {
 		t.Errorf("elicitation %q: want the session, the command and the credential", msgs)
+	}
+	if !strings.Contains(msgs[0], `"gh" in $GH_TOKEN for api.github.test:443`) || !slices.Equal(f.credsFor, []string{"proj"}) {
+		t.Errorf("elicitation %q (credentials listed for %q): want the variable and host the session's project offers", msgs, f.credsFor)
+	}
+	// A credential the host does not list: refused before the human is
+	// asked, nothing sent.
+	f = &fakeSessions{fakeRunner: newFake(), files: map[string][]byte{}}
+	f.Creds = []runs.Credential{}
+	a = &asked{}
+	if got := run(f, elicitWith(&mcp.ElicitResult{Action: "accept", Content: map[string]any{"allow": true}}, nil, a)); got != credentialUnavailable("gh", "the command was not run") ||
+		len(a.Messages()) != 0 || len(f.execs) != 0 {
+		t.Errorf("unlisted credential: %q, asked %q, %d execs", got, a.Messages(), len(f.execs))
 	}
 	// Accepted without allow: declined.
 	f = &fakeSessions{fakeRunner: newFake(), files: map[string][]byte{}}

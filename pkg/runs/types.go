@@ -162,3 +162,19 @@ func (s Status) CutNote() string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// Credential is one credentialed destination as a client sees it (GET
+// /v1/credentials): what a run or a network exec may ask for, the variable
+// its placeholder arrives in and the host it reaches; never the value or
+// the file that holds it (docs/credentialed-egress.md).
+type Credential struct {
+	Name     string `json:"name"`
+	Variable string `json:"variable"`
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+}
+
+// CredentialList is GET /v1/credentials.
+type CredentialList struct {
+	Credentials []Credential `json:"credentials"`
+}

@@ -195,6 +195,20 @@ func TestRunPlaceholderClients(t *testing.T) {
 	withConfig(t, c)
 	since := time.Now().Add(-time.Second).Format("2006-01-02 15:04:05")
 
+	// Before any run exists, a client learns each credential's variable
+	// and host (GET /v1/credentials), and the MCP approval names them.
+	if out, err := cli("run", "credentials"); err != nil || !strings.Contains(out, "e2egit $GIT_TOKEN https://"+gitAddr+"\n") ||
+		!strings.Contains(out, "e2eapi $API_TOKEN https://"+apiAddr+"\n") {
+		t.Errorf("run credentials: %v\n%s", err, out)
+	}
+	if os.Getenv("E2E_PEERS") != "" {
+		doc := mcpClient(t, "--elicit", "decline", "--call", `{"command":"true","network":true,"credentials":["e2eapi"]}`)
+		el, _ := doc["elicitations"].([]any)
+		if len(el) != 1 || !strings.Contains(fmt.Sprint(el[0]), `"e2eapi" in $API_TOKEN for `+apiAddr) {
+			t.Errorf("the MCP approval does not name the credential's variable and host: %v", el)
+		}
+	}
+
 	script := fmt.Sprintf(`set -u
 echo "PH $GIT_TOKEN"
 git clone -q "https://x-access-token:$GIT_TOKEN@%[1]s/git/private.git" /tmp/repo && echo "CLONED $(cat /tmp/repo/README)"

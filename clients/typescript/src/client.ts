@@ -21,6 +21,7 @@ export type RunParams = Schemas["RunParams"];
 export type RunStatus = Schemas["RunStatus"];
 export type RunArtifact = Schemas["RunArtifact"];
 export type RunList = Schemas["RunList"];
+export type CredentialList = Schemas["CredentialList"];
 export type RunEvent = Schemas["RunEvent"];
 export type DelegationRequest = Schemas["DelegationRequest"];
 export type JobStatus = Schemas["JobStatus"];
@@ -81,6 +82,7 @@ export const operationTable = {
   cancelRun: ["POST", "/v1/runs/{run}/cancel"],
   approveRun: ["POST", "/v1/runs/{run}/approve"],
   denyRun: ["POST", "/v1/runs/{run}/deny"],
+  listCredentials: ["GET", "/v1/credentials"],
   postDelegation: ["POST", "/v1/channels/{channel}/delegations"],
   jobEvents: ["GET", "/v1/channels/{channel}/jobs/events"],
   getJob: ["GET", "/v1/jobs/{job}"],
@@ -278,8 +280,8 @@ export class SandboxClient {
     });
   }
 
-  private async json<T>(op: OperationId, param?: string, body?: unknown, opts?: CallOptions, accept?: number[]): Promise<T> {
-    const { res, done, signal } = await this.send(op, param, body, opts, accept);
+  private async json<T>(op: OperationId, param?: string, body?: unknown, opts?: CallOptions, accept?: number[], query?: URLSearchParams): Promise<T> {
+    const { res, done, signal } = await this.send(op, param, body, opts, accept, query ? { query } : undefined);
     try {
       return JSON.parse((await readAll(res, signal)).toString("utf8")) as T;
     } finally {
@@ -346,6 +348,10 @@ export class SandboxClient {
   }
   cancelTurn(channel: string, opts?: CallOptions): Promise<CancelResponse> {
     return this.json("postCancel", channel, undefined, opts);
+  }
+  /** GET /v1/credentials: the credentials a run (of project) by this user may ask for, and the variable each placeholder arrives in. */
+  credentials(project?: string, opts?: CallOptions): Promise<CredentialList> {
+    return this.json("listCredentials", undefined, undefined, opts, undefined, project ? new URLSearchParams({ project }) : undefined);
   }
   listRuns(opts?: CallOptions): Promise<RunList> {
     return this.json("listRuns", undefined, undefined, opts);

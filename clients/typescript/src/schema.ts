@@ -280,6 +280,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/credentials": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** credentials a run (or a network exec) of the caller may ask for, with the variable each placeholder arrives in */
+        get: operations["listCredentials"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/channels/{channel}/delegations": {
         parameters: {
             query?: never;
@@ -863,6 +880,18 @@ export interface components {
         RunList: {
             runs: components["schemas"]["RunStatus"][];
         };
+        /** @description a credentialed destination: never its value or its file */
+        Credential: {
+            /** @description its name in egress.credentials */
+            name: string;
+            /** @description the variable the run sees its placeholder in */
+            variable: string;
+            host: string;
+            port: number;
+        };
+        CredentialList: {
+            credentials: components["schemas"]["Credential"][];
+        };
         /**
          * @description one line of GET /v1/runs/{run}/events
          * @example {
@@ -1031,6 +1060,8 @@ export interface components {
             root?: boolean;
             timeoutSeconds: number;
             credentials?: string[];
+            /** @description credential name to the variable the exec sees its placeholder in, each a string (docs/credentialed-egress.md) */
+            credentialVariables?: Record<string, never>;
             /**
              * Format: date-time
              * @description refused if not decided by then (runs.approvalTimeoutSeconds)
@@ -1725,6 +1756,32 @@ export interface operations {
             404: components["responses"]["NotFound"];
             405: components["responses"]["MethodNotAllowed"];
             409: components["responses"]["Conflict"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    listCredentials: {
+        parameters: {
+            query?: {
+                project?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CredentialList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            405: components["responses"]["MethodNotAllowed"];
             500: components["responses"]["Internal"];
         };
     };

@@ -90,6 +90,7 @@ describe("operations", () => {
     ["cancelRun", (c) => c.cancelRun(run), `/v1/runs/${run}/cancel`],
     ["approveRun", (c) => c.approveRun(run), `/v1/runs/${run}/approve`],
     ["denyRun", (c) => c.denyRun(run), `/v1/runs/${run}/deny`],
+    ["listCredentials", (c) => c.credentials("web app"), "/v1/credentials?project=web+app"],
     ["postDelegation", (c) => c.delegate("g:1", { title: "t", task: "x", author: { id: "u", name: "Ada" } }), "/v1/channels/g%3A1/delegations", { title: "t", task: "x", author: { id: "u", name: "Ada" } }],
     ["jobEvents", async (c) => { for await (const _ of c.jobEvents("g:1")) { /* drain */ } }, "/v1/channels/g%3A1/jobs/events"],
     ["getJob", (c) => c.job(run), `/v1/jobs/${run}`],
