@@ -31,12 +31,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -97,8 +98,10 @@ type interceptRoutes struct {
 }
 
 type interceptRoute struct {
-	c  policy.EgressCredential
-	ph string
+	c    policy.EgressCredential
+	ph   string
+	dest string // c.Dest(), once: every audit line names it
+	port string // c.Port as text, for the Host check
 }
 
 // WithInterception intercepts the credentials of the grant that have a
@@ -117,7 +120,7 @@ func (p *Proxy) WithInterception(ca LeafSource, in Interceptor, phs map[string]p
 		if !ok || ph.Empty() {
 			continue
 		}
-		ir.by[c.Dest()] = interceptRoute{c: c, ph: ph.Reveal()}
+		ir.by[c.Dest()] = interceptRoute{c: c, ph: ph.Reveal(), dest: c.Dest(), port: strconv.Itoa(c.Port)}
 		ir.hosts[c.Host] = c.Name
 		ir.all = append(ir.all, ph.Reveal())
 	}
@@ -247,7 +250,7 @@ func (s screenedBody) Close() error { return s.c.Close() }
 // interceptConnect serves a CONNECT to an intercepted destination: the
 // broker's TLS with the run CA's leaf, then its requests one at a time.
 func (p *Proxy) interceptConnect(w http.ResponseWriter, r *http.Request, ir interceptRoute) {
-	dest := ir.c.Dest()
+	dest := ir.dest
 	c, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		answer(w, http.StatusInternalServerError)
@@ -327,7 +330,13 @@ type interceptSession struct {
 	vs    Screen // the value
 	both  Screen // the placeholders and the value
 
-	sent atomic.Int64 // the current request's body bytes
+	sent      atomic.Int64 // the current request's body bytes
+	got       atomic.Int64 // the current answer's body bytes
+	reflected atomic.Bool  // the current answer was cut by the guard
+
+	// one is a one-field header block for checking a single text (the
+	// Screen's matching is a header block's); reused, never sent.
+	one http.Header
 
 	up   net.Conn
 	upLR *io.LimitedReader
@@ -352,7 +361,7 @@ func (s *interceptSession) refuse(err error, method string) bool {
 	fmt.Fprintf(s.bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nCache-Control: no-store\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
 		code, http.StatusText(code), len(publicText[code]), publicText[code])
 	_ = s.bw.Flush()
-	attrs := []any{"status", code, "reason", reason(err), "kind", "intercept", "dest", s.ir.c.Dest(), "credential", s.ir.c.Name}
+	attrs := []any{"status", code, "reason", reason(err), "kind", "intercept", "dest", s.ir.dest, "credential", s.ir.c.Name}
 	if method != "" {
 		attrs = append(attrs, "method", method)
 	}
@@ -384,7 +393,7 @@ func (s *interceptSession) serveOne() bool {
 	if s.inj == nil {
 		v, inj, err := s.p.icpt.in.OpenRaw(s.ir.c)
 		if err != nil {
-			s.p.log.Error("egress credential unavailable", "dest", s.ir.c.Dest(), "credential", s.ir.c.Name, "err", err)
+			s.p.log.Error("egress credential unavailable", "dest", s.ir.dest, "credential", s.ir.c.Name, "err", err)
 			return s.refuse(errCredential, method)
 		}
 		s.value, s.inj = v, inj
@@ -433,21 +442,27 @@ func (s *interceptSession) check(req *http.Request) error {
 	}
 	// One pass over every header but the declared one and the request
 	// line, for the placeholders and the value at once; the cheaper
-	// placeholder-only pass names which, on a refusal only.
-	others := make(http.Header, len(req.Header)+1)
-	for k, v := range req.Header {
-		if k != c.Header {
-			others[k] = v
-		}
+	// placeholder-only pass names which, on a refusal only. The block
+	// checked is req.Header itself, the declared header set aside and the
+	// request line under the empty name (no parsed field has it), then
+	// put back: no copy of the block per request (issue 37's cost).
+	h := req.Header
+	declared, hasDeclared := h[c.Header]
+	delete(h, c.Header)
+	h[""] = []string{req.RequestURI}
+	found := s.both.HeaderReflects(h)
+	elsewhere := found && s.p.icpt.phs.HeaderReflects(h)
+	delete(h, "")
+	if hasDeclared {
+		h[c.Header] = declared
 	}
-	others[""] = []string{req.RequestURI}
-	if s.both.HeaderReflects(others) {
-		if s.p.icpt.phs.HeaderReflects(others) {
-			return errPlaceholderElsewhere
-		}
+	switch {
+	case elsewhere:
+		return errPlaceholderElsewhere
+	case found:
 		return errValueSent
 	}
-	if v := req.Header.Get(c.Header); v != "" && s.vs.HeaderReflects(http.Header{"": {v}}) {
+	if v := h.Get(c.Header); v != "" && s.reflects(s.vs, v) {
 		return errValueSent
 	}
 	return nil
@@ -464,7 +479,19 @@ func (s *interceptSession) hostMatches(h string) bool {
 	if !strings.EqualFold(host, c.Host) {
 		return false
 	}
-	return port == "" && c.Port == 443 || port == fmt.Sprint(c.Port)
+	return port == "" && c.Port == 443 || port == s.ir.port
+}
+
+// reflects reports whether scr finds a text in v alone (as the one field
+// of a header block).
+func (s *interceptSession) reflects(scr Screen, v string) bool {
+	if s.one == nil {
+		s.one = http.Header{"": make([]string, 1)}
+	}
+	s.one[""][0] = v
+	found := scr.HeaderReflects(s.one)
+	s.one[""][0] = ""
+	return found
 }
 
 // outgoing is the request as the destination gets it: the value checks,
@@ -472,34 +499,37 @@ func (s *interceptSession) hostMatches(h string) bool {
 // gone, identity asked for, the body and trailers guarded.
 func (s *interceptSession) outgoing(req *http.Request) (*http.Request, bool, error) {
 	c := s.ir.c
-	h := req.Header.Clone()
-	for _, f := range h.Values("Connection") {
+	// req was read here and is not used again as the code sent it: its
+	// header block becomes the outgoing one in place (what it held
+	// before is read first).
+	h := req.Header
+	declared, expect := h.Get(c.Header), h.Get("Expect")
+	for _, f := range h["Connection"] {
 		for name := range strings.SplitSeq(f, ",") {
 			if name = strings.TrimSpace(name); name != "" {
 				h.Del(name)
 			}
 		}
 	}
-	for _, k := range []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization", "Proxy-Authenticate",
-		"Te", "Transfer-Encoding", "Upgrade", "Expect"} {
-		h.Del(k)
+	for _, k := range hopRequestHeaders {
+		delete(h, k)
 	}
 	substituted := false
-	if v := req.Header.Get(c.Header); v != "" {
+	if v := declared; v != "" {
 		nv, left, ok := substitute(v, s.ir.ph, s.value)
-		if s.p.icpt.phs.HeaderReflects(http.Header{"": {left}}) {
+		if s.reflects(s.p.icpt.phs, left) {
 			return nil, false, errPlaceholderElsewhere // a piece of one, another credential's, or one re-encoded
 		}
 		if ok {
-			h.Set(c.Header, nv)
+			h[c.Header] = []string{nv}
 			substituted = true
 		}
 	}
-	h.Set("Accept-Encoding", "identity")
+	h["Accept-Encoding"] = []string{"identity"}
 	out := &http.Request{Method: req.Method, URL: req.URL, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: h, Host: req.Host, ContentLength: req.ContentLength, TransferEncoding: req.TransferEncoding,
 		Trailer: req.Trailer}
-	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+	if strings.EqualFold(expect, "100-continue") {
 		// The broker's own interim answer (the destination's are dropped):
 		// the body is read here before anything is sent.
 		_, _ = io.WriteString(s.bw, "HTTP/1.1 100 Continue\r\n\r\n")
@@ -517,6 +547,15 @@ func (s *interceptSession) outgoing(req *http.Request) (*http.Request, bool, err
 	}
 	return out, substituted, nil
 }
+
+// hopRequestHeaders are dropped from an intercepted request, and
+// hopResponseHeaders from its answer (canonical names: the parsed
+// blocks' keys are).
+var (
+	hopRequestHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization", "Proxy-Authenticate",
+		"Te", "Transfer-Encoding", "Upgrade", "Expect"}
+	hopResponseHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Te"}
+)
 
 // substitute swaps ph for value in a declared header's value v: the whole
 // value, the credentials after a scheme ("Bearer", "token", ...), or the
@@ -562,7 +601,7 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 	p, c := s.p, s.ir.c
 	start := p.now()
 	if s.up == nil {
-		up, err := p.dialCredentialed(s.ctx, "", c.Dest())
+		up, err := p.dialCredentialed(s.ctx, "", s.ir.dest)
 		if err != nil {
 			return s.refuse(err, req.Method)
 		}
@@ -599,11 +638,12 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		// 1xx (103 Early Hints, say): dropped unread by the code.
 	}
 	s.upLR.N = math.MaxInt64
-	for _, k := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Te"} {
-		resp.Header.Del(k)
+	for _, k := range hopResponseHeaders {
+		delete(resp.Header, k)
 	}
-	var got atomic.Int64
-	var reflected atomic.Bool
+	got, reflected := &s.got, &s.reflected
+	got.Store(0)
+	reflected.Store(false)
 	upBody := resp.Body
 	small := resp.ContentLength >= 0 && resp.ContentLength <= MaxScreenedBodyBytes && len(resp.TransferEncoding) == 0
 	if small {
@@ -622,10 +662,12 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 			s.closeUp()
 			return s.refuse(err, req.Method)
 		}
-		all := make(http.Header, len(resp.Header)+1)
-		maps.Copy(all, resp.Header)
-		all[""] = []string{string(buf)}
-		if s.inj.HeaderReflects(all) {
+		// The body joins the header block under the empty name (no
+		// parsed field has it) for the one pass, then leaves it.
+		resp.Header[""] = []string{string(buf)}
+		found := s.inj.HeaderReflects(resp.Header)
+		delete(resp.Header, "")
+		if found {
 			s.closeUp()
 			return s.refuse(errReflected, req.Method)
 		}
@@ -636,7 +678,7 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 			s.closeUp()
 			return s.refuse(err, req.Method)
 		}
-		resp.Body = guardedBody{r: s.inj.Guard(upBody), c: upBody, n: &got, reflected: &reflected,
+		resp.Body = guardedBody{r: s.inj.Guard(upBody), c: upBody, n: got, reflected: reflected,
 			trailer: func() bool { return s.inj.HeaderReflects(resp.Trailer) }}
 	}
 	closeAfter := resp.Close || req.Close
@@ -646,20 +688,24 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		err = s.bw.Flush()
 	}
 	_ = resp.Body.Close()
-	attrs := []any{"kind", "intercept", "dest", c.Dest(), "credential", c.Name, "method", req.Method,
-		"status", resp.StatusCode, "substituted", substituted, "bytes_out", s.sent.Load(), "bytes_in", got.Load(),
-		"duration_ms", p.now().Sub(start).Milliseconds()}
+	// The audit line of every request (attributes, not boxed values: it
+	// is on each request's path).
+	attrs := [...]slog.Attr{slog.String("kind", "intercept"), slog.String("dest", s.ir.dest), slog.String("credential", c.Name),
+		slog.String("method", req.Method), slog.Int("status", resp.StatusCode), slog.Bool("substituted", substituted),
+		slog.Int64("bytes_out", s.sent.Load()), slog.Int64("bytes_in", got.Load()),
+		slog.Int64("duration_ms", p.now().Sub(start).Milliseconds()), {}}
 	if reflected.Load() {
 		s.closeUp()
-		p.log.Warn("egress intercepted answer cut: it reflects the credential", attrs...)
+		p.log.LogAttrs(context.Background(), slog.LevelWarn, "egress intercepted answer cut: it reflects the credential", attrs[:9]...)
 		return false
 	}
 	if err != nil {
 		s.closeUp()
-		p.log.Warn("egress intercepted answer not delivered", append(attrs, "reason", reason(err))...)
+		attrs[9] = slog.String("reason", reason(err))
+		p.log.LogAttrs(context.Background(), slog.LevelWarn, "egress intercepted answer not delivered", attrs[:]...)
 		return false
 	}
-	p.log.Info("egress intercepted", attrs...)
+	p.log.LogAttrs(context.Background(), slog.LevelInfo, "egress intercepted", attrs[:9]...)
 	if closeAfter {
 		s.closeUp()
 	}
