@@ -123,14 +123,25 @@ func normalize[T string | []byte](dst []byte, s T) []byte {
 	dst = dst[:n+len(s)]
 	i := 0
 	// Eight bytes at a time while a word holds no whitespace: its
-	// letters lower-cased at once (normalizeWord), the word written
-	// whole. The guard's hot loop: every byte of an intercepted answer
-	// passes here (issue 37's 1 MiB cost).
+	// capitals lower-cased at once, the word written whole (the guard's
+	// hot loop: every byte of an intercepted answer passes here, issue
+	// 37's 1 MiB cost). Each byte is tested in its own lane: its low
+	// seven bits plus a bias stay below 0x100, so no carry crosses into
+	// the next byte; a byte with its top bit set (not ASCII) is never a
+	// capital or whitespace.
+	const (
+		ones = 0x0101010101010101
+		high = 0x8080808080808080
+	)
 	for ; i+8 <= len(s); i += 8 {
-		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-		if lw, ok := normalizeWord(w); ok {
-			binary.LittleEndian.PutUint64(dst[n:], lw)
+		w := load64(s[i : i+8])
+		a := w &^ high                                          // each byte's low seven bits
+		ascii := ^w & high                                      // top bit set where the byte is ASCII
+		ctl := (a + ones*(0x80-0x09)) &^ (a + ones*(0x80-0x0e)) // top bit: \t \n \v \f \r
+		sp := ^((a ^ ones*0x20) + ones*0x7f)                    // top bit: ' '
+		if (ctl|sp)&ascii == 0 {
+			upper := (a + ones*(0x80-'A')) &^ (a + ones*(0x80-'Z'-1)) & ascii
+			binary.LittleEndian.PutUint64(dst[n:], w|upper>>2) // 0x80>>2 is 0x20, the case bit
 			n += 8
 			continue
 		}
@@ -150,27 +161,11 @@ func normalize[T string | []byte](dst []byte, s T) []byte {
 	return dst[:n]
 }
 
-// normalizeWord is normalize of eight bytes in a word (little endian):
-// the word with its ASCII capitals lower-cased, false when one of its
-// bytes is ASCII whitespace (the caller then goes byte by byte). Each
-// byte is tested in its own lane: its low seven bits plus a bias stay
-// below 0x100, so no carry crosses into the next byte, and a byte with
-// its top bit set (not ASCII) is never a capital or whitespace.
-func normalizeWord(w uint64) (uint64, bool) {
-	const (
-		ones = 0x0101010101010101
-		high = 0x8080808080808080
-	)
-	a := w &^ high                                                    // each byte's low seven bits
-	ascii := ^w & high                                                // top bit set where the byte is ASCII
-	ge := func(c uint64) uint64 { return (a + ones*(0x80-c)) & high } // top bit set where a >= c
-	ctl := ge(0x09) &^ ge(0x0e)                                       // \t \n \v \f \r
-	sp := ^((a ^ ones*0x20) + ones*0x7f) & high                       // ' '
-	if (ctl|sp)&ascii != 0 {
-		return 0, false
-	}
-	upper := ge('A') &^ ge('Z'+1) & ascii
-	return w | upper>>2, true // 0x80>>2 is 0x20, the case bit
+// load64 is eight bytes as a little-endian word.
+func load64[T string | []byte](b T) uint64 {
+	_ = b[7]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 }
 
 // lowerTab lower-cases an ASCII letter; keepTab is 0 for ASCII whitespace
