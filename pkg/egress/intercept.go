@@ -645,6 +645,7 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 	got.Store(0)
 	reflected.Store(false)
 	upBody := resp.Body
+	var whole []byte // a small answer's body, read whole
 	small := resp.ContentLength >= 0 && resp.ContentLength <= MaxScreenedBodyBytes && len(resp.TransferEncoding) == 0
 	if small {
 		// A small answer of known length (no trailers): read whole, then
@@ -673,6 +674,7 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		}
 		upBody = io.NopCloser(bytes.NewReader(buf))
 		resp.Body = upBody
+		whole = buf
 	} else {
 		if err := checkCredentialedAnswer(resp.Header, s.inj); err != nil {
 			s.closeUp()
@@ -683,7 +685,10 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 	}
 	closeAfter := resp.Close || req.Close
 	resp.Close = req.Close
-	err := resp.Write(s.bw)
+	var err error
+	if whole == nil || !writeWholeAnswer(s.bw, resp, whole) {
+		err = resp.Write(s.bw)
+	}
 	if err == nil {
 		err = s.bw.Flush()
 	}
@@ -716,6 +721,56 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		return false
 	}
 	return !req.Close
+}
+
+// answerExclude are the fields Response.Write writes from the answer's
+// framing rather than its header block.
+var answerExclude = map[string]bool{"Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
+
+// writeWholeAnswer writes an answer whose body was read whole as
+// resp.Write would (the same bytes: TestWriteWholeAnswer pins it), without
+// its transfer writer, body probe and formatting: a small answer's path,
+// on every request (issue 37's cost). It covers an HTTP/1.x answer with a
+// body of known, non-zero length, no Connection field (relay drops it) and
+// no trailers, to a request other than HEAD; for anything else it writes
+// nothing and returns false (the caller uses resp.Write).
+func writeWholeAnswer(w *bufio.Writer, resp *http.Response, body []byte) bool {
+	if resp.ProtoMajor != 1 || resp.ProtoMinor < 0 || resp.ProtoMinor > 9 || resp.StatusCode < 200 || resp.StatusCode > 999 ||
+		resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified ||
+		resp.ContentLength <= 0 || resp.ContentLength != int64(len(body)) || len(resp.TransferEncoding) > 0 ||
+		resp.Trailer != nil || resp.Request != nil && resp.Request.Method == http.MethodHead {
+		return false
+	}
+	if _, ok := resp.Header["Connection"]; ok {
+		return false
+	}
+	text := resp.Status
+	if text == "" {
+		text = http.StatusText(resp.StatusCode)
+		if text == "" {
+			text = "status code " + strconv.Itoa(resp.StatusCode)
+		}
+	} else {
+		text = strings.TrimPrefix(text, strconv.Itoa(resp.StatusCode)+" ")
+	}
+	var num [20]byte
+	_, _ = w.WriteString("HTTP/1.")
+	_ = w.WriteByte('0' + byte(resp.ProtoMinor))
+	_ = w.WriteByte(' ')
+	_, _ = w.Write(strconv.AppendInt(num[:0], int64(resp.StatusCode), 10))
+	_ = w.WriteByte(' ')
+	_, _ = w.WriteString(text)
+	_, _ = w.WriteString("\r\n")
+	if resp.Close {
+		_, _ = w.WriteString("Connection: close\r\n")
+	}
+	_, _ = w.WriteString("Content-Length: ")
+	_, _ = w.Write(strconv.AppendInt(num[:0], resp.ContentLength, 10))
+	_, _ = w.WriteString("\r\n")
+	_ = resp.Header.WriteSubset(w, answerExclude)
+	_, _ = w.WriteString("\r\n")
+	_, _ = w.Write(body)
+	return true
 }
 
 // bodyErr is a request write's failure as a refusal: the guard's finding
