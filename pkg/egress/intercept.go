@@ -645,7 +645,8 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 	got.Store(0)
 	reflected.Store(false)
 	upBody := resp.Body
-	var whole []byte // a small answer's body, read whole
+	var whole []byte     // a small answer's body, read whole
+	var ahead *readAhead // a larger one's, read ahead while written
 	small := resp.ContentLength >= 0 && resp.ContentLength <= MaxScreenedBodyBytes && len(resp.TransferEncoding) == 0
 	if small {
 		// A small answer of known length (no trailers): read whole, then
@@ -680,8 +681,12 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 			s.closeUp()
 			return s.refuse(err, req.Method)
 		}
-		resp.Body = guardedBody{r: s.inj.Guard(upBody), c: upBody, n: got, reflected: reflected,
-			trailer: func() bool { return s.inj.HeaderReflects(resp.Trailer) }}
+		ahead = newReadAhead(guardedBody{r: s.inj.Guard(upBody), c: upBody, n: got, reflected: reflected,
+			trailer: func() bool { return s.inj.HeaderReflects(resp.Trailer) }})
+		// Response.Write closes the body it was given when it fails,
+		// and closing a destination body reads it on to its end: the
+		// destination's connection is closed first, below, instead.
+		resp.Body = readCloser{ahead, io.NopCloser(nil)}
 	}
 	closeAfter := resp.Close || req.Close
 	resp.Close = req.Close
@@ -691,6 +696,16 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 	}
 	if err == nil {
 		err = s.bw.Flush()
+	}
+	if ahead != nil {
+		if ahead.pending() || err != nil || reflected.Load() {
+			// Not read to its end: the connection goes, so neither the
+			// read ahead nor closing the body (which reads on to the
+			// end) waits for the destination.
+			s.closeUp()
+		}
+		ahead.stop()
+		_ = upBody.Close()
 	}
 	_ = resp.Body.Close()
 	// The audit line of every request (attributes, not boxed values: it
