@@ -36,6 +36,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"slices"
 	"strconv"
 	"strings"
@@ -611,9 +612,12 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		s.upBW = bufio.NewWriter(up)
 	}
 	uw := s.upBW
-	if err := out.Write(uw); err != nil {
-		s.closeUp()
-		return s.refuse(bodyErr(err), req.Method)
+	if !writeWholeRequest(uw, out) {
+		err := out.Write(uw)
+		if err != nil {
+			s.closeUp()
+			return s.refuse(bodyErr(err), req.Method)
+		}
 	}
 	if err := uw.Flush(); err != nil {
 		s.closeUp()
@@ -736,6 +740,96 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		return false
 	}
 	return !req.Close
+}
+
+// requestExclude are the fields Request.Write writes from the request's
+// framing rather than its header block.
+var requestExclude = map[string]bool{"Host": true, "User-Agent": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
+
+// goUserAgent is what Request.Write sends when a request has no
+// User-Agent field.
+const goUserAgent = "Go-http-client/1.1"
+
+// writeWholeRequest writes an outgoing request whose body is absent or
+// read whole as out.Write would (the same bytes: TestWriteWholeRequest
+// pins them), head and body in one buffer, so in one TLS record when they
+// fit (Request.Write sends the head of a body it does not know to be in
+// memory on its own first). It covers a request with an ASCII Host of
+// plain host characters, a request URI without control bytes, no
+// trailers, no Close and a User-Agent without line breaks; for anything
+// else it writes nothing and returns false (the caller uses out.Write).
+func writeWholeRequest(w *bufio.Writer, out *http.Request) bool {
+	var body *bytes.Reader
+	switch b := out.Body.(type) {
+	case nil:
+	case memBody:
+		if b.Size() == 0 || int64(b.Len()) != b.Size() || out.ContentLength != b.Size() {
+			return false
+		}
+		body = b.Reader
+	default:
+		if out.Body != http.NoBody {
+			return false
+		}
+	}
+	if body == nil && out.ContentLength != 0 || out.Method == "" || out.Method == http.MethodConnect || out.Close ||
+		len(out.TransferEncoding) > 0 || out.Trailer != nil || out.URL == nil || !plainHost(out.Host) {
+		return false
+	}
+	ruri := out.URL.RequestURI()
+	for i := range len(ruri) {
+		if ruri[i] < ' ' || ruri[i] == 0x7f {
+			return false
+		}
+	}
+	ua := goUserAgent
+	if vs, ok := out.Header["User-Agent"]; ok {
+		ua = ""
+		if len(vs) > 0 {
+			ua = vs[0]
+		}
+	}
+	if strings.ContainsAny(ua, "\r\n") {
+		return false
+	}
+	ua = textproto.TrimString(ua)
+	_, _ = w.WriteString(out.Method)
+	_ = w.WriteByte(' ')
+	_, _ = w.WriteString(ruri)
+	_, _ = w.WriteString(" HTTP/1.1\r\nHost: ")
+	_, _ = w.WriteString(out.Host)
+	_, _ = w.WriteString("\r\n")
+	if ua != "" {
+		_, _ = w.WriteString("User-Agent: ")
+		_, _ = w.WriteString(ua)
+		_, _ = w.WriteString("\r\n")
+	}
+	if body != nil || out.Method == http.MethodPost || out.Method == http.MethodPut || out.Method == http.MethodPatch {
+		var num [20]byte
+		_, _ = w.WriteString("Content-Length: ")
+		_, _ = w.Write(strconv.AppendInt(num[:0], out.ContentLength, 10))
+		_, _ = w.WriteString("\r\n")
+	}
+	_ = out.Header.WriteSubset(w, requestExclude)
+	_, _ = w.WriteString("\r\n")
+	if body != nil {
+		_, _ = body.WriteTo(w)
+	}
+	return true
+}
+
+// plainHost reports whether h is a non-empty Host of letters, digits and
+// '.', '-', ':', '[', ']' only: what Request.Write sends unchanged (no
+// punycode, no IPv6 zone).
+func plainHost(h string) bool {
+	for i := range len(h) {
+		switch c := h[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '-', c == ':', c == '[', c == ']':
+		default:
+			return false
+		}
+	}
+	return h != ""
 }
 
 // answerExclude are the fields Response.Write writes from the answer's

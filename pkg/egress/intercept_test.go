@@ -128,3 +128,70 @@ func TestWriteWholeAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteWholeRequest: an outgoing request written by writeWholeRequest
+// is the same bytes as Request.Write makes of it; what it does not cover
+// it leaves to Request.Write, having written nothing.
+func TestWriteWholeRequest(t *testing.T) {
+	for _, tt := range []struct {
+		name, raw string
+		host      string // replaces the parsed Host when set
+		trailer   bool
+		covered   bool
+	}{
+		{"get", "GET /x HTTP/1.1\r\nHost: api.example.test\r\nAuthorization: Bearer v\r\nAccept: */*\r\n\r\n", "", false, true},
+		{"own agent", "GET /x HTTP/1.1\r\nHost: h.test:8443\r\nUser-Agent:  curl/8 \r\n\r\n", "", false, true},
+		{"empty agent", "GET /x HTTP/1.1\r\nHost: h.test\r\nUser-Agent:\r\n\r\n", "", false, true},
+		{"escapes", "GET /a%20b/%2F?q=%41&r=1 HTTP/1.1\r\nHost: 127.0.0.1:9\r\nX-A: 1\r\nX-A: 2\r\n\r\n", "", false, true},
+		{"post", "POST /p HTTP/1.1\r\nHost: h.test\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello", "", false, true},
+		{"post empty", "POST /p HTTP/1.1\r\nHost: h.test\r\nContent-Length: 0\r\n\r\n", "", false, true},
+		{"delete", "DELETE /d HTTP/1.1\r\nHost: h.test\r\n\r\n", "", false, true},
+		{"head", "HEAD /d HTTP/1.1\r\nHost: h.test\r\n\r\n", "", false, true},
+		{"options star", "OPTIONS * HTTP/1.1\r\nHost: h.test\r\n\r\n", "", false, true},
+		{"ipv6", "GET / HTTP/1.1\r\nHost: [::1]:8443\r\n\r\n", "", false, true},
+		{"zone", "GET / HTTP/1.1\r\nHost: h\r\n\r\n", "[fe80::1%25eth0]:443", false, false},
+		{"unicode host", "GET / HTTP/1.1\r\nHost: h\r\n\r\n", "bücher.test", false, false},
+		{"trailer", "POST /p HTTP/1.1\r\nHost: h.test\r\nContent-Length: 1\r\n\r\nx", "", true, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			mk := func() *http.Request {
+				req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(tt.raw)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := &http.Request{Method: req.Method, URL: req.URL, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+					Header: req.Header, Host: req.Host, ContentLength: req.ContentLength, Body: req.Body}
+				if tt.host != "" {
+					out.Host = tt.host
+				}
+				if req.Body != http.NoBody {
+					b, _ := io.ReadAll(req.Body)
+					out.Body = memBody{bytes.NewReader(b)}
+				}
+				if tt.trailer {
+					out.Trailer = http.Header{"X-T": nil}
+				}
+				return out
+			}
+			var got, want bytes.Buffer
+			gw := bufio.NewWriter(&got)
+			covered := writeWholeRequest(gw, mk())
+			gw.Flush()
+			if covered != tt.covered {
+				t.Fatalf("covered = %v, want %v", covered, tt.covered)
+			}
+			if !covered {
+				if got.Len() != 0 {
+					t.Fatalf("wrote %q on a request it does not cover", got.String())
+				}
+				return
+			}
+			if err := mk().Write(&want); err != nil {
+				t.Fatal(err)
+			}
+			if got.String() != want.String() {
+				t.Errorf("got  %q\nwant %q", got.String(), want.String())
+			}
+		})
+	}
+}
