@@ -203,8 +203,9 @@ func screenBody(r *http.Request, scr Screen, n *atomic.Int64) (io.ReadCloser, bo
 	return readCloser{io.MultiReader(bytes.NewReader(buf), sb), sb}, false, nil
 }
 
-// memBody is a body read whole: the transfer writer sees an in-memory
-// reader, so the headers wait for it.
+// memBody is a body read whole: writeWholeRequest sends it in one
+// buffer with the head (Request.Write does not know it for an in-memory
+// reader and flushes the head on its own first).
 type memBody struct{ *bytes.Reader }
 
 func (memBody) Close() error { return nil }
