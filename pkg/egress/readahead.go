@@ -7,12 +7,15 @@ import "io"
 // destination's TLS and the reflection guard on one core, the code's TLS
 // on another (issue 37's 1 MiB cost). It hands out exactly what the
 // guarded reader handed it, in order, then its error; nothing the guard
-// held back or refused. The first read is the caller's own: an answer
-// that ends in one read never starts the goroutine. At most
-// readAheadBuffers reads of readAheadBytes are held.
+// held back or refused. The first readAheadAfter bytes are read in the
+// caller: an answer that ends there (a small chunked one) never starts the
+// goroutine nor takes its buffers. At most readAheadBuffers reads of
+// readAheadBytes are held.
 type readAhead struct {
 	src     io.Reader
-	started bool
+	started bool  // read at all
+	n       int64 // read in the caller
+	made    int   // buffers made
 	ch      chan aheadChunk
 	free    chan []byte
 	done    chan struct{}
@@ -28,6 +31,7 @@ type aheadChunk struct {
 }
 
 const (
+	readAheadAfter   = 64 << 10
 	readAheadBuffers = 3
 	readAheadBytes   = 32 << 10
 )
@@ -35,15 +39,16 @@ const (
 func newReadAhead(src io.Reader) *readAhead { return &readAhead{src: src} }
 
 func (r *readAhead) Read(p []byte) (int, error) {
-	if !r.started {
-		r.started = true
-		n, err := r.src.Read(p)
-		r.err = err
-		return n, err
-	}
+	r.started = true
 	if r.ch == nil {
 		if r.err != nil {
 			return 0, r.err
+		}
+		if r.n < readAheadAfter {
+			n, err := r.src.Read(p)
+			r.n += int64(n)
+			r.err = err
+			return n, err
 		}
 		r.start()
 	}
@@ -66,9 +71,6 @@ func (r *readAhead) Read(p []byte) (int, error) {
 func (r *readAhead) start() {
 	r.ch = make(chan aheadChunk, readAheadBuffers)
 	r.free = make(chan []byte, readAheadBuffers)
-	for range readAheadBuffers {
-		r.free <- make([]byte, readAheadBytes)
-	}
 	r.done, r.exited = make(chan struct{}), make(chan struct{})
 	go r.run()
 }
@@ -81,6 +83,17 @@ func (r *readAhead) run() {
 		case b = <-r.free:
 		case <-r.done:
 			return
+		default:
+			if r.made < readAheadBuffers {
+				r.made++
+				b = make([]byte, readAheadBytes)
+				break
+			}
+			select {
+			case b = <-r.free:
+			case <-r.done:
+				return
+			}
 		}
 		n, err := r.src.Read(b)
 		select {

@@ -31,7 +31,7 @@ func (p *pieces) Read(b []byte) (int, error) {
 
 // TestReadAhead: what the source handed out, in order, then its error
 // (also with the last data), however the reads are cut; an answer that
-// ends in the first read starts no goroutine.
+// ends within readAheadAfter starts no goroutine.
 func TestReadAhead(t *testing.T) {
 	errEnd := errors.New("the source's own error")
 	var want []byte
@@ -61,13 +61,14 @@ func TestReadAhead(t *testing.T) {
 		}
 		r.stop()
 	}
-	r := newReadAhead(&pieces{parts: [][]byte{[]byte("whole")}, err: io.EOF})
-	if b, err := io.ReadAll(r); string(b) != "whole" || err != nil || r.ch != nil {
-		t.Fatalf("one read: %q %v, goroutine started: %v", b, err, r.ch != nil)
+	small := bytes.Repeat([]byte("s"), readAheadAfter-1)
+	r := newReadAhead(&pieces{parts: [][]byte{small[:10], small[10:]}, err: io.EOF})
+	if b, err := io.ReadAll(r); !bytes.Equal(b, small) || err != nil || r.ch != nil {
+		t.Fatalf("a small answer: %d bytes %v, goroutine started: %v", len(b), err, r.ch != nil)
 	}
 }
 
-// endless hands out one byte a read until released, then fails.
+// endless fills every read until released, then fails.
 type endless struct {
 	release chan struct{}
 	reading atomic.Int32
@@ -81,8 +82,10 @@ func (b *endless) Read(p []byte) (int, error) {
 		return 0, errSourceClosed
 	default:
 	}
-	p[0] = 'x'
-	return 1, nil
+	for i := range p {
+		p[i] = 'x'
+	}
+	return len(p), nil
 }
 
 var errSourceClosed = errors.New("closed")
@@ -91,8 +94,8 @@ var errSourceClosed = errors.New("closed")
 func TestReadAheadStop(t *testing.T) {
 	src := &endless{release: make(chan struct{})}
 	r := newReadAhead(src)
-	buf := make([]byte, 4)
-	for range 3 {
+	buf := make([]byte, 4<<10)
+	for r.ch == nil { // past readAheadAfter: the goroutine reads
 		if _, err := r.Read(buf); err != nil {
 			t.Fatal(err)
 		}
