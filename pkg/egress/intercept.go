@@ -650,8 +650,7 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 	got.Store(0)
 	reflected.Store(false)
 	upBody := resp.Body
-	var whole []byte     // a small answer's body, read whole
-	var ahead *readAhead // a larger one's, read ahead while written
+	var whole []byte // a small answer's body, read whole
 	small := resp.ContentLength >= 0 && resp.ContentLength <= MaxScreenedBodyBytes && len(resp.TransferEncoding) == 0
 	if small {
 		// A small answer of known length (no trailers): read whole, then
@@ -686,12 +685,11 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 			s.closeUp()
 			return s.refuse(err, req.Method)
 		}
-		ahead = newReadAhead(guardedBody{r: s.inj.Guard(upBody), c: upBody, n: got, reflected: reflected,
-			trailer: func() bool { return s.inj.HeaderReflects(resp.Trailer) }})
 		// Response.Write closes the body it was given when it fails,
 		// and closing a destination body reads it on to its end: the
 		// destination's connection is closed first, below, instead.
-		resp.Body = readCloser{ahead, io.NopCloser(nil)}
+		resp.Body = readCloser{guardedBody{r: s.inj.Guard(upBody), c: upBody, n: got, reflected: reflected,
+			trailer: func() bool { return s.inj.HeaderReflects(resp.Trailer) }}, io.NopCloser(nil)}
 	}
 	closeAfter := resp.Close || req.Close
 	resp.Close = req.Close
@@ -702,14 +700,14 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 	if err == nil {
 		err = s.bw.Flush()
 	}
-	if ahead != nil {
-		if ahead.pending() || err != nil || reflected.Load() {
-			// Not read to its end: the connection goes, so neither the
-			// read ahead nor closing the body (which reads on to the
-			// end) waits for the destination.
+	if whole == nil {
+		if err != nil || reflected.Load() {
+			// Not read to its end (Response.Write reads a body to its
+			// end when it succeeds): the connection goes first, so
+			// closing the body (which reads on to the end) does not wait
+			// for the destination.
 			s.closeUp()
 		}
-		ahead.stop()
 		_ = upBody.Close()
 	}
 	_ = resp.Body.Close()
