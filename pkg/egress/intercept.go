@@ -296,7 +296,10 @@ func (p *Proxy) interceptConnect(w http.ResponseWriter, r *http.Request, ir inte
 		p.log.Warn("egress refused", "kind", "intercept", "dest", dest, "credential", ir.c.Name, "reason", reason)
 		return
 	}
-	s := &interceptSession{p: p, ir: ir, client: tc, ctx: ctx}
+	s := &interceptSession{p: p, ir: ir, client: tc, ctx: ctx,
+		// The audit line's fixed attributes, formatted once for the
+		// connection by the handler (the line is on every request's path).
+		alog: p.log.With("kind", "intercept", "dest", ir.dest, "credential", ir.c.Name)}
 	s.lr = &io.LimitedReader{R: tc}
 	s.br = bufio.NewReader(s.lr)
 	s.bw = bufio.NewWriter(tc)
@@ -319,6 +322,7 @@ func (c prefixConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 // turn, one destination connection reused across them.
 type interceptSession struct {
 	p      *Proxy
+	alog   *slog.Logger // p.log with the audit line's fixed attributes
 	ir     interceptRoute
 	ctx    context.Context
 	client *tls.Conn
@@ -600,7 +604,7 @@ func substitute(v, ph, value string) (out, left string, ok bool) {
 // request) and hands the answer back after its checks; false ends the
 // client connection.
 func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool {
-	p, c := s.p, s.ir.c
+	p := s.p
 	start := p.now()
 	if s.up == nil {
 		up, err := p.dialCredentialed(s.ctx, "", s.ir.dest)
@@ -713,22 +717,21 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 	_ = resp.Body.Close()
 	// The audit line of every request (attributes, not boxed values: it
 	// is on each request's path).
-	attrs := [...]slog.Attr{slog.String("kind", "intercept"), slog.String("dest", s.ir.dest), slog.String("credential", c.Name),
-		slog.String("method", req.Method), slog.Int("status", resp.StatusCode), slog.Bool("substituted", substituted),
+	attrs := [...]slog.Attr{slog.String("method", req.Method), slog.Int("status", resp.StatusCode), slog.Bool("substituted", substituted),
 		slog.Int64("bytes_out", s.sent.Load()), slog.Int64("bytes_in", got.Load()),
 		slog.Int64("duration_ms", p.now().Sub(start).Milliseconds()), {}}
 	if reflected.Load() {
 		s.closeUp()
-		p.log.LogAttrs(context.Background(), slog.LevelWarn, "egress intercepted answer cut: it reflects the credential", attrs[:9]...)
+		s.alog.LogAttrs(context.Background(), slog.LevelWarn, "egress intercepted answer cut: it reflects the credential", attrs[:6]...)
 		return false
 	}
 	if err != nil {
 		s.closeUp()
-		attrs[9] = slog.String("reason", reason(err))
-		p.log.LogAttrs(context.Background(), slog.LevelWarn, "egress intercepted answer not delivered", attrs[:]...)
+		attrs[6] = slog.String("reason", reason(err))
+		s.alog.LogAttrs(context.Background(), slog.LevelWarn, "egress intercepted answer not delivered", attrs[:]...)
 		return false
 	}
-	p.log.LogAttrs(context.Background(), slog.LevelInfo, "egress intercepted", attrs[:9]...)
+	s.alog.LogAttrs(context.Background(), slog.LevelInfo, "egress intercepted", attrs[:6]...)
 	if closeAfter {
 		s.closeUp()
 	}
