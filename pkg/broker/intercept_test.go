@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -129,6 +130,12 @@ func (u *icptUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(strings.Repeat("padding ", 16384)))
 		w.(http.Flusher).Flush()
 		io.WriteString(w, auth)
+	case "/echo-then-stall": // the streaming guard's cut, the destination still sending
+		w.Write([]byte(strings.Repeat("padding ", 16384)))
+		w.(http.Flusher).Flush()
+		io.WriteString(w, auth)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // until the broker closes the connection, or the server closes
 	case "/echo-trailer":
 		w.Header().Set("Trailer", "X-Echo")
 		io.WriteString(w, "body first\n")
@@ -686,4 +693,22 @@ func TestInterceptPlainHTTPRefusesPlaceholders(t *testing.T) {
 		t.Errorf("plain http: %d %q", code, body)
 	}
 	r.noSecretsLogged(t)
+}
+
+// TestInterceptCutDoesNotWaitForTheDestination: an answer cut by the
+// reflection guard ends the code's connection at once; the broker does not
+// read on to the end of the destination's answer first (it closes that
+// connection). On the old code the code waited until its client's
+// timeout.
+func TestInterceptCutDoesNotWaitForTheDestination(t *testing.T) {
+	r := newIcptRig(t)
+	auth := http.Header{"Authorization": {"Bearer " + r.ph("GIT_TOKEN")}}
+	_, body, _, err := r.do(r.client(r.roots), "GET", "https://"+r.git.addr()+"/echo-then-stall", auth, "")
+	if err == nil || os.IsTimeout(err) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the cut answer: %v, want it ended by the broker", err)
+	}
+	if credential.NewMatcher(credential.NewSecret(credToken)).Reflected(body) {
+		t.Error("the token reached the code")
+	}
+	r.waitLog(`"msg":"egress intercepted answer cut: it reflects the credential"`)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 )
 
 // ErrReflected: an answer reflects a secret; it was cut where found.
@@ -22,15 +23,10 @@ func (m *Matcher) HeaderReflects(h http.Header) bool {
 	if m.m.empty() {
 		return false
 	}
-	n := 0
-	for k, vs := range h {
-		n += len(k)
-		for _, v := range vs {
-			n += len(v)
-		}
-	}
-	text := make([]byte, 0, n)
-	ends := make([]int, 0, 2*len(h))
+	sc := headerScratch.Get().(*headerText)
+	defer headerScratch.Put(sc)
+	text, ends := sc.text[:0], sc.ends[:0]
+	defer func() { sc.text, sc.ends = shrink(text), shrink(ends) }()
 	for k, vs := range h {
 		text = normalize(text, k)
 		ends = append(ends, len(text))
@@ -45,13 +41,38 @@ func (m *Matcher) HeaderReflects(h http.Header) bool {
 	if bytes.IndexByte(text, '%') < 0 {
 		return false
 	}
-	dec := make([]byte, 0, len(text))
+	dec := sc.dec[:0]
+	defer func() { sc.dec = shrink(dec) }()
 	start := 0
 	for _, end := range ends {
 		dec = percentDecode(dec, text[start:end])
 		start = end
 	}
-	return m.m.match(dec) || m.m.match(percentDecode(dec[:0], text))
+	if m.m.match(dec) {
+		return true
+	}
+	dec = percentDecode(dec[:0], text)
+	return m.m.match(dec)
+}
+
+// headerText is HeaderReflects' scratch, reused across calls (one per
+// intercepted request's header pass; issue 37's per-request cost). It
+// never leaves HeaderReflects, and holds no more than the garbage slices
+// it replaces would until the collector reused them.
+type headerText struct {
+	text, dec []byte
+	ends      []int
+}
+
+var headerScratch = sync.Pool{New: func() any { return new(headerText) }}
+
+// shrink keeps a scratch slice for reuse unless it grew past what a
+// header block needs (a small answer's body rides in it too).
+func shrink[T any](s []T) []T {
+	if cap(s) > 64<<10 {
+		return nil
+	}
+	return s[:0]
 }
 
 // Guard returns a reader of src that fails with ErrReflected, and hands

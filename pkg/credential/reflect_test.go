@@ -179,3 +179,48 @@ func TestMatcherAgreesWithNaive(t *testing.T) {
 		t.Fatalf("only %d cases", n)
 	}
 }
+
+// normalizeBytewise is normalize one byte at a time: the reference the
+// word-at-a-time loop must match.
+func normalizeBytewise(s []byte) []byte {
+	var out []byte
+	for _, c := range s {
+		if c == ' ' || ('\t' <= c && c <= '\r') {
+			continue
+		}
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// TestNormalizeWordAtATime: every byte value in every lane of a word, next
+// to capitals, whitespace and non-ASCII bytes, normalises as byte by byte.
+func TestNormalizeWordAtATime(t *testing.T) {
+	for _, fill := range []byte{'x', 'Q', ' ', 0x80, 0xff, '\r'} {
+		for lane := range 9 {
+			for c := range 256 {
+				in := bytes.Repeat([]byte{fill}, 19)
+				in[lane] = byte(c)
+				in[lane+8] = byte(c)
+				if got, want := normalize([]byte("prefix"), in), append([]byte("prefix"), normalizeBytewise(in)...); !bytes.Equal(got, want) {
+					t.Fatalf("fill %#x lane %d byte %#x: got %q, want %q", fill, lane, c, got, want)
+				}
+				if got, want := normalize(nil, string(in)), normalizeBytewise(in); !bytes.Equal(got, want) {
+					t.Fatalf("string: fill %#x lane %d byte %#x: got %q, want %q", fill, lane, c, got, want)
+				}
+			}
+		}
+	}
+}
+
+func FuzzNormalize(f *testing.F) {
+	f.Add([]byte("Bearer ABCdef\t0123456789 \x80\xffZ@[`{"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if got, want := normalize(nil, in), normalizeBytewise(in); !bytes.Equal(got, want) {
+			t.Fatalf("normalize(%q) = %q, want %q", in, got, want)
+		}
+	})
+}

@@ -2,8 +2,10 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -75,4 +77,76 @@ type resolveAll struct{ a []netip.Addr }
 
 func (r resolveAll) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
 	return r.a, nil
+}
+
+// FuzzWriteWhole: for any request the parser accepts (and the answer to
+// it), writeWholeRequest and writeWholeAnswer write exactly what
+// Request.Write and Response.Write would, or nothing.
+func FuzzWriteWhole(f *testing.F) {
+	f.Add("GET /a%20b?q=1 HTTP/1.1\r\nHost: h.test:8443\r\nUser-Agent: x\r\nX-A: 1\r\nX-A: 2\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-B: y\r\n\r\nok")
+	f.Add("POST /p HTTP/1.1\r\nHost: [::1]:1\r\nContent-Length: 3\r\n\r\nabc", "HTTP/1.0 404 Gone Away\r\nContent-Length: 1\r\n\r\nx")
+	f.Add("OPTIONS * HTTP/1.1\r\nHost: h\r\nUser-Agent:\r\n\r\n", "HTTP/1.1 204 No Content\r\n\r\n")
+	f.Fuzz(func(t *testing.T, rawReq, rawResp string) {
+		mk := func() (*http.Request, bool) {
+			req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(rawReq)))
+			if err != nil {
+				return nil, false
+			}
+			b, err := io.ReadAll(req.Body)
+			if err != nil {
+				return nil, false
+			}
+			out := &http.Request{Method: req.Method, URL: req.URL, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+				Header: req.Header, Host: req.Host, ContentLength: req.ContentLength, Body: http.NoBody}
+			if len(b) > 0 {
+				out.Body, out.ContentLength = memBody{bytes.NewReader(b)}, int64(len(b))
+			}
+			return out, true
+		}
+		out, ok := mk()
+		if !ok {
+			return
+		}
+		var got, want bytes.Buffer
+		gw := bufio.NewWriter(&got)
+		if writeWholeRequest(gw, out) {
+			gw.Flush()
+			again, _ := mk()
+			if err := again.Write(&want); err != nil || got.String() != want.String() {
+				t.Fatalf("request: got %q, Request.Write %q (%v)", got.String(), want.String(), err)
+			}
+		} else if gw.Buffered() != 0 {
+			t.Fatal("wrote part of a request it does not cover")
+		}
+		parse := func() (*http.Response, []byte, bool) {
+			resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(rawResp)), out)
+			if err != nil {
+				return nil, nil, false
+			}
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return nil, nil, false
+			}
+			delete(resp.Header, "Connection")
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+			return resp, body, true
+		}
+		resp, body, ok := parse()
+		if !ok {
+			return
+		}
+		got.Reset()
+		want.Reset()
+		gw.Reset(&got)
+		if writeWholeAnswer(gw, resp, body) {
+			gw.Flush()
+			again, _, _ := parse()
+			if err := again.Write(&want); err != nil || got.String() != want.String() {
+				t.Fatalf("answer: got %q, Response.Write %q (%v)", got.String(), want.String(), err)
+			}
+		} else if gw.Buffered() != 0 {
+			t.Fatal("wrote part of an answer it does not cover")
+		}
+	})
 }

@@ -31,12 +31,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -97,8 +99,10 @@ type interceptRoutes struct {
 }
 
 type interceptRoute struct {
-	c  policy.EgressCredential
-	ph string
+	c    policy.EgressCredential
+	ph   string
+	dest string // c.Dest(), once: every audit line names it
+	port string // c.Port as text, for the Host check
 }
 
 // WithInterception intercepts the credentials of the grant that have a
@@ -117,7 +121,7 @@ func (p *Proxy) WithInterception(ca LeafSource, in Interceptor, phs map[string]p
 		if !ok || ph.Empty() {
 			continue
 		}
-		ir.by[c.Dest()] = interceptRoute{c: c, ph: ph.Reveal()}
+		ir.by[c.Dest()] = interceptRoute{c: c, ph: ph.Reveal(), dest: c.Dest(), port: strconv.Itoa(c.Port)}
 		ir.hosts[c.Host] = c.Name
 		ir.all = append(ir.all, ph.Reveal())
 	}
@@ -199,8 +203,9 @@ func screenBody(r *http.Request, scr Screen, n *atomic.Int64) (io.ReadCloser, bo
 	return readCloser{io.MultiReader(bytes.NewReader(buf), sb), sb}, false, nil
 }
 
-// memBody is a body read whole: the transfer writer sees an in-memory
-// reader, so the headers wait for it.
+// memBody is a body read whole: writeWholeRequest sends it in one
+// buffer with the head (Request.Write does not know it for an in-memory
+// reader and flushes the head on its own first).
 type memBody struct{ *bytes.Reader }
 
 func (memBody) Close() error { return nil }
@@ -247,7 +252,7 @@ func (s screenedBody) Close() error { return s.c.Close() }
 // interceptConnect serves a CONNECT to an intercepted destination: the
 // broker's TLS with the run CA's leaf, then its requests one at a time.
 func (p *Proxy) interceptConnect(w http.ResponseWriter, r *http.Request, ir interceptRoute) {
-	dest := ir.c.Dest()
+	dest := ir.dest
 	c, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		answer(w, http.StatusInternalServerError)
@@ -291,7 +296,10 @@ func (p *Proxy) interceptConnect(w http.ResponseWriter, r *http.Request, ir inte
 		p.log.Warn("egress refused", "kind", "intercept", "dest", dest, "credential", ir.c.Name, "reason", reason)
 		return
 	}
-	s := &interceptSession{p: p, ir: ir, client: tc, ctx: ctx}
+	s := &interceptSession{p: p, ir: ir, client: tc, ctx: ctx,
+		// The audit line's fixed attributes, formatted once for the
+		// connection by the handler (the line is on every request's path).
+		alog: p.log.With("kind", "intercept", "dest", ir.dest, "credential", ir.c.Name)}
 	s.lr = &io.LimitedReader{R: tc}
 	s.br = bufio.NewReader(s.lr)
 	s.bw = bufio.NewWriter(tc)
@@ -314,6 +322,7 @@ func (c prefixConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 // turn, one destination connection reused across them.
 type interceptSession struct {
 	p      *Proxy
+	alog   *slog.Logger // p.log with the audit line's fixed attributes
 	ir     interceptRoute
 	ctx    context.Context
 	client *tls.Conn
@@ -327,7 +336,13 @@ type interceptSession struct {
 	vs    Screen // the value
 	both  Screen // the placeholders and the value
 
-	sent atomic.Int64 // the current request's body bytes
+	sent      atomic.Int64 // the current request's body bytes
+	got       atomic.Int64 // the current answer's body bytes
+	reflected atomic.Bool  // the current answer was cut by the guard
+
+	// one is a one-field header block for checking a single text (the
+	// Screen's matching is a header block's); reused, never sent.
+	one http.Header
 
 	up   net.Conn
 	upLR *io.LimitedReader
@@ -352,7 +367,7 @@ func (s *interceptSession) refuse(err error, method string) bool {
 	fmt.Fprintf(s.bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nCache-Control: no-store\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
 		code, http.StatusText(code), len(publicText[code]), publicText[code])
 	_ = s.bw.Flush()
-	attrs := []any{"status", code, "reason", reason(err), "kind", "intercept", "dest", s.ir.c.Dest(), "credential", s.ir.c.Name}
+	attrs := []any{"status", code, "reason", reason(err), "kind", "intercept", "dest", s.ir.dest, "credential", s.ir.c.Name}
 	if method != "" {
 		attrs = append(attrs, "method", method)
 	}
@@ -384,7 +399,7 @@ func (s *interceptSession) serveOne() bool {
 	if s.inj == nil {
 		v, inj, err := s.p.icpt.in.OpenRaw(s.ir.c)
 		if err != nil {
-			s.p.log.Error("egress credential unavailable", "dest", s.ir.c.Dest(), "credential", s.ir.c.Name, "err", err)
+			s.p.log.Error("egress credential unavailable", "dest", s.ir.dest, "credential", s.ir.c.Name, "err", err)
 			return s.refuse(errCredential, method)
 		}
 		s.value, s.inj = v, inj
@@ -433,21 +448,27 @@ func (s *interceptSession) check(req *http.Request) error {
 	}
 	// One pass over every header but the declared one and the request
 	// line, for the placeholders and the value at once; the cheaper
-	// placeholder-only pass names which, on a refusal only.
-	others := make(http.Header, len(req.Header)+1)
-	for k, v := range req.Header {
-		if k != c.Header {
-			others[k] = v
-		}
+	// placeholder-only pass names which, on a refusal only. The block
+	// checked is req.Header itself, the declared header set aside and the
+	// request line under the empty name (no parsed field has it), then
+	// put back: no copy of the block per request (issue 37's cost).
+	h := req.Header
+	declared, hasDeclared := h[c.Header]
+	delete(h, c.Header)
+	h[""] = []string{req.RequestURI}
+	found := s.both.HeaderReflects(h)
+	elsewhere := found && s.p.icpt.phs.HeaderReflects(h)
+	delete(h, "")
+	if hasDeclared {
+		h[c.Header] = declared
 	}
-	others[""] = []string{req.RequestURI}
-	if s.both.HeaderReflects(others) {
-		if s.p.icpt.phs.HeaderReflects(others) {
-			return errPlaceholderElsewhere
-		}
+	switch {
+	case elsewhere:
+		return errPlaceholderElsewhere
+	case found:
 		return errValueSent
 	}
-	if v := req.Header.Get(c.Header); v != "" && s.vs.HeaderReflects(http.Header{"": {v}}) {
+	if v := h.Get(c.Header); v != "" && s.reflects(s.vs, v) {
 		return errValueSent
 	}
 	return nil
@@ -464,7 +485,19 @@ func (s *interceptSession) hostMatches(h string) bool {
 	if !strings.EqualFold(host, c.Host) {
 		return false
 	}
-	return port == "" && c.Port == 443 || port == fmt.Sprint(c.Port)
+	return port == "" && c.Port == 443 || port == s.ir.port
+}
+
+// reflects reports whether scr finds a text in v alone (as the one field
+// of a header block).
+func (s *interceptSession) reflects(scr Screen, v string) bool {
+	if s.one == nil {
+		s.one = http.Header{"": make([]string, 1)}
+	}
+	s.one[""][0] = v
+	found := scr.HeaderReflects(s.one)
+	s.one[""][0] = ""
+	return found
 }
 
 // outgoing is the request as the destination gets it: the value checks,
@@ -472,34 +505,37 @@ func (s *interceptSession) hostMatches(h string) bool {
 // gone, identity asked for, the body and trailers guarded.
 func (s *interceptSession) outgoing(req *http.Request) (*http.Request, bool, error) {
 	c := s.ir.c
-	h := req.Header.Clone()
-	for _, f := range h.Values("Connection") {
+	// req was read here and is not used again as the code sent it: its
+	// header block becomes the outgoing one in place (what it held
+	// before is read first).
+	h := req.Header
+	declared, expect := h.Get(c.Header), h.Get("Expect")
+	for _, f := range h["Connection"] {
 		for name := range strings.SplitSeq(f, ",") {
 			if name = strings.TrimSpace(name); name != "" {
 				h.Del(name)
 			}
 		}
 	}
-	for _, k := range []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization", "Proxy-Authenticate",
-		"Te", "Transfer-Encoding", "Upgrade", "Expect"} {
-		h.Del(k)
+	for _, k := range hopRequestHeaders {
+		delete(h, k)
 	}
 	substituted := false
-	if v := req.Header.Get(c.Header); v != "" {
+	if v := declared; v != "" {
 		nv, left, ok := substitute(v, s.ir.ph, s.value)
-		if s.p.icpt.phs.HeaderReflects(http.Header{"": {left}}) {
+		if s.reflects(s.p.icpt.phs, left) {
 			return nil, false, errPlaceholderElsewhere // a piece of one, another credential's, or one re-encoded
 		}
 		if ok {
-			h.Set(c.Header, nv)
+			h[c.Header] = []string{nv}
 			substituted = true
 		}
 	}
-	h.Set("Accept-Encoding", "identity")
+	h["Accept-Encoding"] = []string{"identity"}
 	out := &http.Request{Method: req.Method, URL: req.URL, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: h, Host: req.Host, ContentLength: req.ContentLength, TransferEncoding: req.TransferEncoding,
 		Trailer: req.Trailer}
-	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+	if strings.EqualFold(expect, "100-continue") {
 		// The broker's own interim answer (the destination's are dropped):
 		// the body is read here before anything is sent.
 		_, _ = io.WriteString(s.bw, "HTTP/1.1 100 Continue\r\n\r\n")
@@ -517,6 +553,15 @@ func (s *interceptSession) outgoing(req *http.Request) (*http.Request, bool, err
 	}
 	return out, substituted, nil
 }
+
+// hopRequestHeaders are dropped from an intercepted request, and
+// hopResponseHeaders from its answer (canonical names: the parsed
+// blocks' keys are).
+var (
+	hopRequestHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization", "Proxy-Authenticate",
+		"Te", "Transfer-Encoding", "Upgrade", "Expect"}
+	hopResponseHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Te"}
+)
 
 // substitute swaps ph for value in a declared header's value v: the whole
 // value, the credentials after a scheme ("Bearer", "token", ...), or the
@@ -559,10 +604,10 @@ func substitute(v, ph, value string) (out, left string, ok bool) {
 // request) and hands the answer back after its checks; false ends the
 // client connection.
 func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool {
-	p, c := s.p, s.ir.c
+	p := s.p
 	start := p.now()
 	if s.up == nil {
-		up, err := p.dialCredentialed(s.ctx, "", c.Dest())
+		up, err := p.dialCredentialed(s.ctx, "", s.ir.dest)
 		if err != nil {
 			return s.refuse(err, req.Method)
 		}
@@ -572,9 +617,12 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		s.upBW = bufio.NewWriter(up)
 	}
 	uw := s.upBW
-	if err := out.Write(uw); err != nil {
-		s.closeUp()
-		return s.refuse(bodyErr(err), req.Method)
+	if !writeWholeRequest(uw, out) {
+		err := out.Write(uw)
+		if err != nil {
+			s.closeUp()
+			return s.refuse(bodyErr(err), req.Method)
+		}
 	}
 	if err := uw.Flush(); err != nil {
 		s.closeUp()
@@ -599,12 +647,14 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		// 1xx (103 Early Hints, say): dropped unread by the code.
 	}
 	s.upLR.N = math.MaxInt64
-	for _, k := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Te"} {
-		resp.Header.Del(k)
+	for _, k := range hopResponseHeaders {
+		delete(resp.Header, k)
 	}
-	var got atomic.Int64
-	var reflected atomic.Bool
+	got, reflected := &s.got, &s.reflected
+	got.Store(0)
+	reflected.Store(false)
 	upBody := resp.Body
+	var whole []byte // a small answer's body, read whole
 	small := resp.ContentLength >= 0 && resp.ContentLength <= MaxScreenedBodyBytes && len(resp.TransferEncoding) == 0
 	if small {
 		// A small answer of known length (no trailers): read whole, then
@@ -622,44 +672,66 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 			s.closeUp()
 			return s.refuse(err, req.Method)
 		}
-		all := make(http.Header, len(resp.Header)+1)
-		maps.Copy(all, resp.Header)
-		all[""] = []string{string(buf)}
-		if s.inj.HeaderReflects(all) {
+		// The body joins the header block under the empty name (no
+		// parsed field has it) for the one pass, then leaves it.
+		resp.Header[""] = []string{string(buf)}
+		found := s.inj.HeaderReflects(resp.Header)
+		delete(resp.Header, "")
+		if found {
 			s.closeUp()
 			return s.refuse(errReflected, req.Method)
 		}
 		upBody = io.NopCloser(bytes.NewReader(buf))
 		resp.Body = upBody
+		whole = buf
 	} else {
 		if err := checkCredentialedAnswer(resp.Header, s.inj); err != nil {
 			s.closeUp()
 			return s.refuse(err, req.Method)
 		}
-		resp.Body = guardedBody{r: s.inj.Guard(upBody), c: upBody, n: &got, reflected: &reflected,
-			trailer: func() bool { return s.inj.HeaderReflects(resp.Trailer) }}
+		// Response.Write closes the body it was given when it fails,
+		// and closing a destination body reads it on to its end: the
+		// destination's connection is closed first, below, instead.
+		resp.Body = readCloser{guardedBody{r: s.inj.Guard(upBody), c: upBody, n: got, reflected: reflected,
+			trailer: func() bool { return s.inj.HeaderReflects(resp.Trailer) }}, io.NopCloser(nil)}
 	}
 	closeAfter := resp.Close || req.Close
 	resp.Close = req.Close
-	err := resp.Write(s.bw)
+	var err error
+	if whole == nil || !writeWholeAnswer(s.bw, resp, whole) {
+		err = resp.Write(s.bw)
+	}
 	if err == nil {
 		err = s.bw.Flush()
 	}
+	if whole == nil {
+		if err != nil || reflected.Load() {
+			// Not read to its end (Response.Write reads a body to its
+			// end when it succeeds): the connection goes first, so
+			// closing the body (which reads on to the end) does not wait
+			// for the destination.
+			s.closeUp()
+		}
+		_ = upBody.Close()
+	}
 	_ = resp.Body.Close()
-	attrs := []any{"kind", "intercept", "dest", c.Dest(), "credential", c.Name, "method", req.Method,
-		"status", resp.StatusCode, "substituted", substituted, "bytes_out", s.sent.Load(), "bytes_in", got.Load(),
-		"duration_ms", p.now().Sub(start).Milliseconds()}
+	// The audit line of every request (attributes, not boxed values: it
+	// is on each request's path).
+	attrs := [...]slog.Attr{slog.String("method", req.Method), slog.Int("status", resp.StatusCode), slog.Bool("substituted", substituted),
+		slog.Int64("bytes_out", s.sent.Load()), slog.Int64("bytes_in", got.Load()),
+		slog.Int64("duration_ms", p.now().Sub(start).Milliseconds()), {}}
 	if reflected.Load() {
 		s.closeUp()
-		p.log.Warn("egress intercepted answer cut: it reflects the credential", attrs...)
+		s.alog.LogAttrs(context.Background(), slog.LevelWarn, "egress intercepted answer cut: it reflects the credential", attrs[:6]...)
 		return false
 	}
 	if err != nil {
 		s.closeUp()
-		p.log.Warn("egress intercepted answer not delivered", append(attrs, "reason", reason(err))...)
+		attrs[6] = slog.String("reason", reason(err))
+		s.alog.LogAttrs(context.Background(), slog.LevelWarn, "egress intercepted answer not delivered", attrs[:]...)
 		return false
 	}
-	p.log.Info("egress intercepted", attrs...)
+	s.alog.LogAttrs(context.Background(), slog.LevelInfo, "egress intercepted", attrs[:6]...)
 	if closeAfter {
 		s.closeUp()
 	}
@@ -670,6 +742,146 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		return false
 	}
 	return !req.Close
+}
+
+// requestExclude are the fields Request.Write writes from the request's
+// framing rather than its header block.
+var requestExclude = map[string]bool{"Host": true, "User-Agent": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
+
+// goUserAgent is what Request.Write sends when a request has no
+// User-Agent field.
+const goUserAgent = "Go-http-client/1.1"
+
+// writeWholeRequest writes an outgoing request whose body is absent or
+// read whole as out.Write would (the same bytes: TestWriteWholeRequest
+// pins them), head and body in one buffer, so in one TLS record when they
+// fit (Request.Write sends the head of a body it does not know to be in
+// memory on its own first). It covers a request with an ASCII Host of
+// plain host characters, a request URI without control bytes, no
+// trailers, no Close and a User-Agent without line breaks; for anything
+// else it writes nothing and returns false (the caller uses out.Write).
+func writeWholeRequest(w *bufio.Writer, out *http.Request) bool {
+	var body *bytes.Reader
+	switch b := out.Body.(type) {
+	case nil:
+	case memBody:
+		if b.Size() == 0 || int64(b.Len()) != b.Size() || out.ContentLength != b.Size() {
+			return false
+		}
+		body = b.Reader
+	default:
+		if out.Body != http.NoBody {
+			return false
+		}
+	}
+	if body == nil && out.ContentLength != 0 || out.Method == "" || out.Method == http.MethodConnect || out.Close ||
+		len(out.TransferEncoding) > 0 || out.Trailer != nil || out.URL == nil || !plainHost(out.Host) {
+		return false
+	}
+	ruri := out.URL.RequestURI()
+	for i := range len(ruri) {
+		if ruri[i] < ' ' || ruri[i] == 0x7f {
+			return false
+		}
+	}
+	ua := goUserAgent
+	if vs, ok := out.Header["User-Agent"]; ok {
+		ua = ""
+		if len(vs) > 0 {
+			ua = vs[0]
+		}
+	}
+	if strings.ContainsAny(ua, "\r\n") {
+		return false
+	}
+	ua = textproto.TrimString(ua)
+	_, _ = w.WriteString(out.Method)
+	_ = w.WriteByte(' ')
+	_, _ = w.WriteString(ruri)
+	_, _ = w.WriteString(" HTTP/1.1\r\nHost: ")
+	_, _ = w.WriteString(out.Host)
+	_, _ = w.WriteString("\r\n")
+	if ua != "" {
+		_, _ = w.WriteString("User-Agent: ")
+		_, _ = w.WriteString(ua)
+		_, _ = w.WriteString("\r\n")
+	}
+	if body != nil || out.Method == http.MethodPost || out.Method == http.MethodPut || out.Method == http.MethodPatch {
+		var num [20]byte
+		_, _ = w.WriteString("Content-Length: ")
+		_, _ = w.Write(strconv.AppendInt(num[:0], out.ContentLength, 10))
+		_, _ = w.WriteString("\r\n")
+	}
+	_ = out.Header.WriteSubset(w, requestExclude)
+	_, _ = w.WriteString("\r\n")
+	if body != nil {
+		_, _ = body.WriteTo(w)
+	}
+	return true
+}
+
+// plainHost reports whether h is a non-empty Host of letters, digits and
+// '.', '-', ':', '[', ']' only: what Request.Write sends unchanged (no
+// punycode, no IPv6 zone).
+func plainHost(h string) bool {
+	for i := range len(h) {
+		switch c := h[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '-', c == ':', c == '[', c == ']':
+		default:
+			return false
+		}
+	}
+	return h != ""
+}
+
+// answerExclude are the fields Response.Write writes from the answer's
+// framing rather than its header block.
+var answerExclude = map[string]bool{"Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
+
+// writeWholeAnswer writes an answer whose body was read whole as
+// resp.Write would (the same bytes: TestWriteWholeAnswer pins it), without
+// its transfer writer, body probe and formatting: a small answer's path,
+// on every request (issue 37's cost). It covers an HTTP/1.x answer with a
+// body of known, non-zero length, no Connection field (relay drops it) and
+// no trailers, to a request other than HEAD; for anything else it writes
+// nothing and returns false (the caller uses resp.Write).
+func writeWholeAnswer(w *bufio.Writer, resp *http.Response, body []byte) bool {
+	if resp.ProtoMajor != 1 || resp.ProtoMinor < 0 || resp.ProtoMinor > 9 || resp.StatusCode < 200 || resp.StatusCode > 999 ||
+		resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified ||
+		resp.ContentLength <= 0 || resp.ContentLength != int64(len(body)) || len(resp.TransferEncoding) > 0 ||
+		resp.Trailer != nil || resp.Request != nil && resp.Request.Method == http.MethodHead {
+		return false
+	}
+	if _, ok := resp.Header["Connection"]; ok {
+		return false
+	}
+	text := resp.Status
+	if text == "" {
+		text = http.StatusText(resp.StatusCode)
+		if text == "" {
+			text = "status code " + strconv.Itoa(resp.StatusCode)
+		}
+	} else {
+		text = strings.TrimPrefix(text, strconv.Itoa(resp.StatusCode)+" ")
+	}
+	var num [20]byte
+	_, _ = w.WriteString("HTTP/1.")
+	_ = w.WriteByte('0' + byte(resp.ProtoMinor))
+	_ = w.WriteByte(' ')
+	_, _ = w.Write(strconv.AppendInt(num[:0], int64(resp.StatusCode), 10))
+	_ = w.WriteByte(' ')
+	_, _ = w.WriteString(text)
+	_, _ = w.WriteString("\r\n")
+	if resp.Close {
+		_, _ = w.WriteString("Connection: close\r\n")
+	}
+	_, _ = w.WriteString("Content-Length: ")
+	_, _ = w.Write(strconv.AppendInt(num[:0], resp.ContentLength, 10))
+	_, _ = w.WriteString("\r\n")
+	_ = resp.Header.WriteSubset(w, answerExclude)
+	_, _ = w.WriteString("\r\n")
+	_, _ = w.Write(body)
+	return true
 }
 
 // bodyErr is a request write's failure as a refusal: the guard's finding

@@ -1,7 +1,11 @@
 package egress
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/base64"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -68,4 +72,126 @@ func FuzzSubstitute(f *testing.F) {
 			t.Fatalf("swapped without the value: %q -> %q", v, out)
 		}
 	})
+}
+
+// TestWriteWholeAnswer: a small answer written by writeWholeAnswer is the
+// same bytes as Response.Write makes of it; what it does not cover it
+// leaves to Response.Write, having written nothing.
+func TestWriteWholeAnswer(t *testing.T) {
+	for _, tt := range []struct {
+		name, raw, method string
+		close, covered    bool
+	}{
+		{"plain", "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello", "GET", false, true},
+		{"close", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", "GET", true, true},
+		{"own text", "HTTP/1.1 201 Made It\r\nX-B: 2\r\nX-A: 1\r\nX-A: 3\r\nContent-Length: 2\r\n\r\nok", "POST", false, true},
+		{"no text", "HTTP/1.1 299\r\nContent-Length: 2\r\n\r\nok", "GET", false, true},
+		{"http/1.0", "HTTP/1.0 404 Not Found\r\nContent-Length: 3\r\n\r\nnop", "GET", false, true},
+		{"redirect", "HTTP/1.1 302 Found\r\nLocation: https://example.test/\r\nContent-Length: 1\r\n\r\nx", "GET", false, true},
+		{"empty", "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "GET", false, false},
+		{"head", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", "HEAD", false, false},
+		{"connection kept", "HTTP/1.1 200 OK\r\nConnection: x-other\r\nContent-Length: 2\r\n\r\nok", "GET", false, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			parse := func() (*http.Response, []byte) {
+				req, _ := http.NewRequest(tt.method, "https://example.test/", nil)
+				resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(tt.raw)), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body = io.NopCloser(bytes.NewReader(body))
+				resp.Close = tt.close
+				return resp, body
+			}
+			var got, want bytes.Buffer
+			resp, body := parse()
+			gw := bufio.NewWriter(&got)
+			covered := writeWholeAnswer(gw, resp, body)
+			gw.Flush()
+			if covered != tt.covered {
+				t.Fatalf("covered = %v, want %v", covered, tt.covered)
+			}
+			if !covered {
+				if got.Len() != 0 {
+					t.Fatalf("wrote %q on an answer it does not cover", got.String())
+				}
+				return
+			}
+			resp, _ = parse()
+			if err := resp.Write(&want); err != nil {
+				t.Fatal(err)
+			}
+			if got.String() != want.String() {
+				t.Errorf("got  %q\nwant %q", got.String(), want.String())
+			}
+		})
+	}
+}
+
+// TestWriteWholeRequest: an outgoing request written by writeWholeRequest
+// is the same bytes as Request.Write makes of it; what it does not cover
+// it leaves to Request.Write, having written nothing.
+func TestWriteWholeRequest(t *testing.T) {
+	for _, tt := range []struct {
+		name, raw string
+		host      string // replaces the parsed Host when set
+		trailer   bool
+		covered   bool
+	}{
+		{"get", "GET /x HTTP/1.1\r\nHost: api.example.test\r\nAuthorization: Bearer v\r\nAccept: */*\r\n\r\n", "", false, true},
+		{"own agent", "GET /x HTTP/1.1\r\nHost: h.test:8443\r\nUser-Agent:  curl/8 \r\n\r\n", "", false, true},
+		{"empty agent", "GET /x HTTP/1.1\r\nHost: h.test\r\nUser-Agent:\r\n\r\n", "", false, true},
+		{"escapes", "GET /a%20b/%2F?q=%41&r=1 HTTP/1.1\r\nHost: 127.0.0.1:9\r\nX-A: 1\r\nX-A: 2\r\n\r\n", "", false, true},
+		{"post", "POST /p HTTP/1.1\r\nHost: h.test\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello", "", false, true},
+		{"post empty", "POST /p HTTP/1.1\r\nHost: h.test\r\nContent-Length: 0\r\n\r\n", "", false, true},
+		{"delete", "DELETE /d HTTP/1.1\r\nHost: h.test\r\n\r\n", "", false, true},
+		{"head", "HEAD /d HTTP/1.1\r\nHost: h.test\r\n\r\n", "", false, true},
+		{"options star", "OPTIONS * HTTP/1.1\r\nHost: h.test\r\n\r\n", "", false, true},
+		{"ipv6", "GET / HTTP/1.1\r\nHost: [::1]:8443\r\n\r\n", "", false, true},
+		{"zone", "GET / HTTP/1.1\r\nHost: h\r\n\r\n", "[fe80::1%25eth0]:443", false, false},
+		{"unicode host", "GET / HTTP/1.1\r\nHost: h\r\n\r\n", "bücher.test", false, false},
+		{"trailer", "POST /p HTTP/1.1\r\nHost: h.test\r\nContent-Length: 1\r\n\r\nx", "", true, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			mk := func() *http.Request {
+				req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(tt.raw)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := &http.Request{Method: req.Method, URL: req.URL, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+					Header: req.Header, Host: req.Host, ContentLength: req.ContentLength, Body: req.Body}
+				if tt.host != "" {
+					out.Host = tt.host
+				}
+				if req.Body != http.NoBody {
+					b, _ := io.ReadAll(req.Body)
+					out.Body = memBody{bytes.NewReader(b)}
+				}
+				if tt.trailer {
+					out.Trailer = http.Header{"X-T": nil}
+				}
+				return out
+			}
+			var got, want bytes.Buffer
+			gw := bufio.NewWriter(&got)
+			covered := writeWholeRequest(gw, mk())
+			gw.Flush()
+			if covered != tt.covered {
+				t.Fatalf("covered = %v, want %v", covered, tt.covered)
+			}
+			if !covered {
+				if got.Len() != 0 {
+					t.Fatalf("wrote %q on a request it does not cover", got.String())
+				}
+				return
+			}
+			if err := mk().Write(&want); err != nil {
+				t.Fatal(err)
+			}
+			if got.String() != want.String() {
+				t.Errorf("got  %q\nwant %q", got.String(), want.String())
+			}
+		})
+	}
 }
