@@ -61,6 +61,24 @@ type Event struct {
 	// Took is, after a commit, the time from the turn's publication (the
 	// stream's timestamp) to its commit.
 	Took time.Duration
+	// Steps is, after a commit, where Took went (the engine's overhead by
+	// step: fleetbench's overhead series and BenchmarkTurnSteps).
+	Steps Steps
+}
+
+// Steps is one committed turn's time by step on its box: Delivered from
+// the turn's publication (the stream's timestamp, the engine's clock) to
+// its take on this box's clock, so it carries any skew between the two;
+// the others on this box's monotonic clock.
+type Steps struct {
+	Delivered time.Duration // publication to the take: replication of the publish, the pull
+	Read      time.Duration // the take's reads (reply, mode, state), at once
+	Claim     time.Duration // the claim's compare-and-swap
+	Run       time.Duration // the executor, a restore included
+	Upload    time.Duration // the workspace snapshot's upload (0: none)
+	Commit    time.Duration // the state's compare-and-swap at the claim's revision
+	Reply     time.Duration // the reply's create
+	Ack       time.Duration // the turn's acknowledgement
 }
 
 // BoxOptions configure a box.
@@ -359,7 +377,17 @@ func (b *Box) handle(m jetstream.Msg) {
 	t0 := time.Now()
 	defer func() { log.Debug("fleet turn handled", "took_ms", time.Since(t0).Milliseconds()) }()
 	ev := Event{Channel: t.Channel, TurnID: t.ID, Seq: seq, Attempt: meta.NumDelivered}
+	ev.Steps.Delivered = t0.Sub(meta.Timestamp)
+	// lap is the time since the previous lap (the steps of ev.Steps).
+	last := t0
+	lap := func() time.Duration {
+		now := time.Now()
+		d := now.Sub(last)
+		last = now
+		return d
+	}
 	replyErr, mode, modeErr, st, rev, err := b.readTake(t)
+	ev.Steps.Read = lap()
 	ctx, cancel := context.WithTimeout(b.ctx, opTimeout)
 	defer cancel()
 	key := channelKey(t.Channel)
@@ -430,10 +458,12 @@ func (b *Box) handle(m jetstream.Msg) {
 		b.refusedOrReturned(m, ev, t, err, log, "claim")
 		return
 	}
+	ev.Steps.Claim = lap()
 	ev.Kind, ev.Runs = EventTaken, claim.ClaimRuns
 	b.emit(ev)
 
 	out, runErr := b.execute(m, t, seq, meta.Timestamp, st, mode, claimRev, meta.NumDelivered)
+	ev.Steps.Run = lap()
 	if errors.Is(runErr, errWorkspaceUnread) {
 		// The cluster's failure, not the turn's: returned, not failed.
 		log.Warn("fleet committed workspace unreadable: turn returned", "err", runErr)
@@ -487,6 +517,7 @@ func (b *Box) handle(m jetstream.Msg) {
 		ctx, cancel = context.WithTimeout(b.ctx, opTimeout)
 		defer cancel()
 	}
+	ev.Steps.Upload = lap()
 	// The commit point: the state at our claim's revision, or nothing.
 	_, err = b.f.putState(ctx, key, next, claimRev)
 	for until := time.Now().Add(b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
@@ -502,6 +533,7 @@ func (b *Box) handle(m jetstream.Msg) {
 		b.refusedOrReturned(m, ev, t, err, log, "commit")
 		return
 	}
+	ev.Steps.Commit = lap()
 	err = b.publishReply(ctx, reply, log)
 	for until := time.Now().Add(b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
 		err = b.publishReply(ctx, reply, log)
@@ -512,7 +544,9 @@ func (b *Box) handle(m jetstream.Msg) {
 		b.returnTurn(m, ev, t, log, false)
 		return
 	}
+	ev.Steps.Reply = lap()
 	b.ack(ctx, m, log)
+	ev.Steps.Ack = lap()
 	if st.Workspace != "" && next.Workspace != st.Workspace {
 		// Superseded; after the ack, so the answer does not wait for it.
 		_ = b.f.ws.Delete(ctx, st.Workspace)
