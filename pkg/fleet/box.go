@@ -81,6 +81,15 @@ type Steps struct {
 	Ack       time.Duration // the turn's acknowledgement
 }
 
+// StepNames are Steps' fields in order, as Named names them.
+var StepNames = []string{"delivered", "read", "claim", "run", "upload", "commit", "reply", "ack"}
+
+// Named is s by StepNames.
+func (s Steps) Named() map[string]time.Duration {
+	return map[string]time.Duration{"delivered": s.Delivered, "read": s.Read, "claim": s.Claim, "run": s.Run,
+		"upload": s.Upload, "commit": s.Commit, "reply": s.Reply, "ack": s.Ack}
+}
+
 // BoxOptions configure a box.
 type BoxOptions struct {
 	// Name is the box's name (fleet.box); it is recorded as the owner of

@@ -184,9 +184,9 @@ type ChannelState struct {
 	// bucket): committed in the state's own write, no object stored
 	// (docs/fleet.md, *Workspaces*).
 	WorkspaceData []byte `json:"workspaceData,omitempty"`
-	LastTurn  string `json:"lastTurn,omitempty"`
-	LastSeq   uint64 `json:"lastSeq,omitempty"`
-	LastReply *Reply `json:"lastReply,omitempty"`
+	LastTurn      string `json:"lastTurn,omitempty"`
+	LastSeq       uint64 `json:"lastSeq,omitempty"`
+	LastReply     *Reply `json:"lastReply,omitempty"`
 	// Owner claimed ClaimTurn (sequence ClaimSeq); both cleared by commit.
 	Owner     string `json:"owner,omitempty"`
 	ClaimTurn string `json:"claimTurn,omitempty"`
