@@ -61,6 +61,33 @@ type Event struct {
 	// Took is, after a commit, the time from the turn's publication (the
 	// stream's timestamp) to its commit.
 	Took time.Duration
+	// Steps is, after a commit, where Took went (the engine's overhead by
+	// step: fleetbench's overhead series and BenchmarkTurnSteps).
+	Steps Steps
+}
+
+// Steps is one committed turn's time by step on its box: Delivered from
+// the turn's publication (the stream's timestamp, the engine's clock) to
+// its take on this box's clock, so it carries any skew between the two;
+// the others on this box's monotonic clock.
+type Steps struct {
+	Delivered time.Duration // publication to the take: replication of the publish, the pull
+	Read      time.Duration // the take's reads (reply, mode, state), at once
+	Claim     time.Duration // the claim's compare-and-swap
+	Run       time.Duration // the executor, a restore included
+	Upload    time.Duration // the workspace snapshot's upload (0: none)
+	Commit    time.Duration // the state's compare-and-swap at the claim's revision
+	Reply     time.Duration // the reply's create
+	Ack       time.Duration // the turn's acknowledgement
+}
+
+// StepNames are Steps' fields in order, as Named names them.
+var StepNames = []string{"delivered", "read", "claim", "run", "upload", "commit", "reply", "ack"}
+
+// Named is s by StepNames.
+func (s Steps) Named() map[string]time.Duration {
+	return map[string]time.Duration{"delivered": s.Delivered, "read": s.Read, "claim": s.Claim, "run": s.Run,
+		"upload": s.Upload, "commit": s.Commit, "reply": s.Reply, "ack": s.Ack}
 }
 
 // BoxOptions configure a box.
@@ -95,6 +122,10 @@ type BoxOptions struct {
 	Peers []string
 	// StandbyDelay defaults to 2 x AckWait.
 	StandbyDelay time.Duration
+	// InlineBytes bounds a snapshot committed inside its channel's state
+	// (ChannelState.WorkspaceData). Default InlineWorkspaceBytes; negative:
+	// every snapshot is an object (tests of the workspace store).
+	InlineBytes int
 }
 
 // DefaultAckWait is BoxOptions.AckWait's default: failover within about
@@ -130,6 +161,24 @@ type Box struct {
 	// steppedBack: the last membership round found the cluster not
 	// answering (b.mu).
 	steppedBack bool
+
+	// superseded queues the snapshots commits superseded, deleted by
+	// retire off the partitions' paths; deleteSnapshot deletes one (the
+	// workspace store's Delete; a test's hook).
+	superseded     chan string
+	deleteSnapshot func(ctx context.Context, name string) error
+
+	// committed holds, by partition, the state this box's last commit
+	// there wrote and its revision (remember), so that the partition's
+	// next turn of the same channel claims at once (takeRemembered).
+	committedMu sync.Mutex
+	committed   map[int]rememberedState
+}
+
+// rememberedState is a channel's state as a commit of this box wrote it.
+type rememberedState struct {
+	st  ChannelState
+	rev uint64
 }
 
 // item is one entry of a partition's worker queue: a delivered turn, or
@@ -156,6 +205,9 @@ func NewBox(f *Fleet, o BoxOptions) (*Box, error) {
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = 10
 	}
+	if o.InlineBytes == 0 {
+		o.InlineBytes = InlineWorkspaceBytes
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -169,6 +221,9 @@ func NewBox(f *Fleet, o BoxOptions) (*Box, error) {
 	b := &Box{f: f, opts: o, log: o.Logger.With("box", o.Name), ctx: ctx, cancel: cancel, detached: make(chan struct{}),
 		peers: peers, inc: incarnation()}
 	b.view = &presence{peers: map[string]*peerState{}, timeout: b.presenceTimeout()}
+	b.superseded = make(chan string, supersededQueue)
+	b.committed = map[int]rememberedState{}
+	b.deleteSnapshot = f.ws.Delete
 	return b, nil
 }
 
@@ -224,6 +279,8 @@ func (b *Box) Start(ctx context.Context) error {
 	// What a crash leaves in the workspace store is swept by every box
 	// (pkg/fleetworkspace; docs/fleet.md, *Workspaces*).
 	go b.f.ws.Sweeper(b.ctx, fleetworkspace.DefaultSweepInterval, fleetworkspace.DefaultSweepAge, b.f.referenced, b.log)
+	b.workers.Add(1)
+	go b.retire()
 	// A connection that closes for good (not a reconnect) leaves the
 	// partitions: a box without a connection is dead anyway.
 	closed := b.f.nc.StatusChanged(nats.CLOSED)
@@ -359,10 +416,35 @@ func (b *Box) handle(m jetstream.Msg) {
 	t0 := time.Now()
 	defer func() { log.Debug("fleet turn handled", "took_ms", time.Since(t0).Milliseconds()) }()
 	ev := Event{Channel: t.Channel, TurnID: t.ID, Seq: seq, Attempt: meta.NumDelivered}
-	replyErr, mode, modeErr, st, rev, err := b.readTake(t)
+	ev.Steps.Delivered = t0.Sub(meta.Timestamp)
+	// lap is the time since the previous lap (the steps of ev.Steps).
+	last := t0
+	lap := func() time.Duration {
+		now := time.Now()
+		d := now.Sub(last)
+		last = now
+		return d
+	}
+	key := channelKey(t.Channel)
+	var (
+		replyErr, modeErr error
+		mode              ChannelMode
+		st                ChannelState
+		rev, claimRev     uint64
+		claim             ChannelState
+		claimed           bool
+	)
+	if r, ok := b.remembered(t.Channel); ok && r.st.LastTurn != t.ID && r.st.LastSeq < seq {
+		claim = claimOf(r.st, t, seq, b.opts.Name)
+		replyErr, mode, modeErr, claimRev, claimed = b.takeRemembered(t, key, claim, r.rev)
+		st, rev = r.st, r.rev
+	}
+	if !claimed {
+		replyErr, mode, modeErr, st, rev, err = b.readTake(t, true)
+	}
+	ev.Steps.Read = lap()
 	ctx, cancel := context.WithTimeout(b.ctx, opTimeout)
 	defer cancel()
-	key := channelKey(t.Channel)
 	if errors.Is(modeErr, ErrInvalid) {
 		// Only a box could have written it: the channel counts as never
 		// set (its turns are answered "mode off") until a box sets it
@@ -393,7 +475,7 @@ func (b *Box) handle(m jetstream.Msg) {
 		b.returnTurn(m, ev, t, log, true)
 		return
 	}
-	if st.LastTurn == t.ID || st.LastSeq >= seq {
+	if !claimed && (st.LastTurn == t.ID || st.LastSeq >= seq) {
 		// Committed already (its reply maybe not yet published: the
 		// committing box died in between) or overtaken by a later turn.
 		if st.LastTurn == t.ID && st.LastReply != nil {
@@ -408,32 +490,29 @@ func (b *Box) handle(m jetstream.Msg) {
 		b.emit(ev)
 		return
 	}
-	// The claim: every take writes the channel, so a box that took the
-	// turn before us (and may still be running it) can no longer commit.
-	claim := st
-	claim.ClaimRuns = 1
-	if st.ClaimTurn == t.ID && st.ClaimSeq == seq {
-		// Taken before and never committed: this run is at least the
-		// second (counted: the audit, sandbox_fleet_double_runs_total).
-		claim.ClaimRuns = max(st.ClaimRuns, 1) + 1
-	}
-	claim.Channel, claim.Owner, claim.ClaimTurn, claim.ClaimSeq = t.Channel, b.opts.Name, t.ID, seq
-	// A write refused for want of a leader (503, no responders) was not
-	// applied: it is tried again in place, as the reads (readTake), at the
-	// same revision, so the fence is the same. A write that timed out may
-	// have landed and is not.
-	claimRev, err := b.f.putState(ctx, key, claim, rev)
-	for until := time.Now().Add(2 * b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
+	if !claimed {
+		// The claim: every take writes the channel, so a box that took the
+		// turn before us (and may still be running it) can no longer commit.
+		claim = claimOf(st, t, seq, b.opts.Name)
+		// A write refused for want of a leader (503, no responders) was not
+		// applied: it is tried again in place, as the reads (readTake), at the
+		// same revision, so the fence is the same. A write that timed out may
+		// have landed and is not.
 		claimRev, err = b.f.putState(ctx, key, claim, rev)
+		for until := time.Now().Add(2 * b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
+			claimRev, err = b.f.putState(ctx, key, claim, rev)
+		}
+		if err != nil {
+			b.refusedOrReturned(m, ev, t, err, log, "claim")
+			return
+		}
 	}
-	if err != nil {
-		b.refusedOrReturned(m, ev, t, err, log, "claim")
-		return
-	}
+	ev.Steps.Claim = lap()
 	ev.Kind, ev.Runs = EventTaken, claim.ClaimRuns
 	b.emit(ev)
 
 	out, runErr := b.execute(m, t, seq, meta.Timestamp, st, mode, claimRev, meta.NumDelivered)
+	ev.Steps.Run = lap()
 	if errors.Is(runErr, errWorkspaceUnread) {
 		// The cluster's failure, not the turn's: returned, not failed.
 		log.Warn("fleet committed workspace unreadable: turn returned", "err", runErr)
@@ -452,18 +531,27 @@ func (b *Box) handle(m jetstream.Msg) {
 		reply = Reply{TurnID: t.ID, Error: errorKind(runErr), Box: b.opts.Name, Generation: st.Generation + 1, Seq: seq, Runs: claim.ClaimRuns}
 		out.Workspace = nil
 	}
-	next := ChannelState{Channel: t.Channel, Generation: st.Generation + 1, Workspace: st.Workspace, LastTurn: t.ID, LastSeq: seq, LastReply: &reply}
+	next := ChannelState{Channel: t.Channel, Generation: st.Generation + 1, Workspace: st.Workspace, WorkspaceData: st.WorkspaceData,
+		LastTurn: t.ID, LastSeq: seq, LastReply: &reply}
 	if out.Workspace != nil {
-		next.Workspace = workspaceName(t.Channel, next.Generation, claimRev)
+		next.Workspace, next.WorkspaceData = workspaceName(t.Channel, next.Generation, claimRev), nil
+		if n := len(out.Workspace); n > 0 && n <= b.opts.InlineBytes {
+			// Small: committed inside the state, by the commit's own
+			// compare-and-swap (no upload, no object to delete later).
+			next.WorkspaceData = out.Workspace
+			if b.f.storable(next) != nil {
+				next.WorkspaceData = nil // with the reply, over the state's bound: an object
+			}
+		}
 	}
 	// Measured as the buckets will store them: a reply they would refuse
 	// after the commit landed would be refused on every redelivery too.
 	if err := b.f.storable(next); err != nil {
 		log.Warn("fleet reply cannot be stored: committed as failed", "text_bytes", len(reply.Text), "err", err)
 		reply = reply.failed()
-		out.Workspace, next.Workspace, next.LastReply = nil, st.Workspace, &reply
+		out.Workspace, next.Workspace, next.WorkspaceData, next.LastReply = nil, st.Workspace, st.WorkspaceData, &reply
 	}
-	if out.Workspace != nil {
+	if out.Workspace != nil && !next.inline() {
 		if len(out.Workspace) > MaxWorkspaceBytes {
 			log.Warn("fleet workspace over its bound: turn returned", "bytes", len(out.Workspace), "limit", MaxWorkspaceBytes)
 			b.returnTurn(m, ev, t, log, false)
@@ -487,14 +575,15 @@ func (b *Box) handle(m jetstream.Msg) {
 		ctx, cancel = context.WithTimeout(b.ctx, opTimeout)
 		defer cancel()
 	}
+	ev.Steps.Upload = lap()
 	// The commit point: the state at our claim's revision, or nothing.
-	_, err = b.f.putState(ctx, key, next, claimRev)
+	commitRev, err := b.f.putState(ctx, key, next, claimRev)
 	for until := time.Now().Add(b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
 		// Not applied (see the claim's): the same compare-and-swap again.
-		_, err = b.f.putState(ctx, key, next, claimRev)
+		commitRev, err = b.f.putState(ctx, key, next, claimRev)
 	}
 	if err != nil {
-		if fenced(err) && next.Workspace != st.Workspace {
+		if fenced(err) && next.Workspace != st.Workspace && !next.inline() {
 			// Refused: the upload is ours alone and nobody refers to it. On
 			// any other error the commit may have landed: keep it.
 			_ = b.f.ws.Delete(ctx, next.Workspace)
@@ -502,6 +591,8 @@ func (b *Box) handle(m jetstream.Msg) {
 		b.refusedOrReturned(m, ev, t, err, log, "commit")
 		return
 	}
+	ev.Steps.Commit = lap()
+	b.remember(next, commitRev)
 	err = b.publishReply(ctx, reply, log)
 	for until := time.Now().Add(b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
 		err = b.publishReply(ctx, reply, log)
@@ -512,17 +603,134 @@ func (b *Box) handle(m jetstream.Msg) {
 		b.returnTurn(m, ev, t, log, false)
 		return
 	}
+	ev.Steps.Reply = lap()
 	b.ack(ctx, m, log)
-	if st.Workspace != "" && next.Workspace != st.Workspace {
-		// Superseded; after the ack, so the answer does not wait for it.
-		_ = b.f.ws.Delete(ctx, st.Workspace)
-	}
+	ev.Steps.Ack = lap()
 	ev.Kind, ev.Generation, ev.Took = EventCommitted, next.Generation, b.opts.Now().Sub(meta.Timestamp)
+	if st.Workspace != "" && next.Workspace != st.Workspace && !st.inline() {
+		// Superseded: deleted off the partition's path (retire), so that
+		// neither the answer nor the partition's next turn waits for it.
+		b.retireSnapshot(st.Workspace, log)
+	}
 	b.emit(ev)
 }
 
+// supersededQueue bounds the superseded snapshots waiting for their
+// delete (retire); one more is left to the sweep.
+const supersededQueue = 64
+
+// retireSnapshot queues a superseded snapshot for its delete, or leaves
+// it to the sweep (pkg/fleetworkspace) when the queue is full.
+func (b *Box) retireSnapshot(name string, log *slog.Logger) {
+	select {
+	case b.superseded <- name:
+	default:
+		log.Warn("fleet superseded workspace snapshot left to the sweep: deletes are behind", "queued", supersededQueue)
+	}
+}
+
+// retire deletes superseded snapshots, one at a time, until the box
+// stops. A snapshot no committed state names is nobody's: no take can
+// read it (a take restores what the state it read names, and a state read
+// before the commit that superseded it fails that take's claim), so when
+// it is deleted does not matter to the fence (docs/fleet.md,
+// *Workspaces*); it used to be deleted before the partition's next turn,
+// measured as the largest step of the engine's overhead (6.4 ms of
+// 18.8 ms at p50, BenchmarkTurnSteps).
+func (b *Box) retire() {
+	defer b.workers.Done()
+	for {
+		select {
+		case name := <-b.superseded:
+			ctx, cancel := context.WithTimeout(b.ctx, opTimeout)
+			if err := b.deleteSnapshot(ctx, name); err != nil && b.ctx.Err() == nil {
+				// The sweep removes it (unreferenced).
+				b.log.Debug("fleet superseded workspace snapshot not deleted: left to the sweep", "snapshot", name, "err", err)
+			}
+			cancel()
+		case <-b.ctx.Done():
+			return
+		}
+	}
+}
+
+// claimOf is the claim of turn t (sequence seq) by box on a channel whose
+// state is st.
+func claimOf(st ChannelState, t Turn, seq uint64, box string) ChannelState {
+	claim := st
+	claim.ClaimRuns = 1
+	if st.ClaimTurn == t.ID && st.ClaimSeq == seq {
+		// Taken before and never committed: this run is at least the
+		// second (counted: the audit, sandbox_fleet_double_runs_total).
+		claim.ClaimRuns = max(st.ClaimRuns, 1) + 1
+	}
+	claim.Channel, claim.Owner, claim.ClaimTurn, claim.ClaimSeq = t.Channel, box, t.ID, seq
+	return claim
+}
+
+// rememberBytes bounds a state a box remembers (remember): one per
+// partition it committed on.
+const rememberBytes = 160 << 10
+
+// remember records the state a commit of this box wrote, at its
+// revision, as its partition's; one too large to keep is forgotten.
+func (b *Box) remember(st ChannelState, rev uint64) {
+	p := Partition(st.Channel, b.f.layout.Partitions)
+	keep := len(st.WorkspaceData) <= InlineWorkspaceBytes && (st.LastReply == nil || len(st.LastReply.Text) <= rememberBytes-InlineWorkspaceBytes)
+	b.committedMu.Lock()
+	defer b.committedMu.Unlock()
+	if keep && rev != 0 {
+		b.committed[p] = rememberedState{st: st, rev: rev}
+	} else {
+		delete(b.committed, p)
+	}
+}
+
+// remembered is the state this box's last commit on the channel's
+// partition wrote, when it was of this channel.
+func (b *Box) remembered(channel string) (rememberedState, bool) {
+	b.committedMu.Lock()
+	defer b.committedMu.Unlock()
+	r, ok := b.committed[Partition(channel, b.f.layout.Partitions)]
+	return r, ok && r.st.Channel == channel
+}
+
+// takeRemembered takes turn t on the state this box's own last commit
+// wrote (revision rev): the claim is sent at once, beside the reads of
+// the turn's reply and the channel's mode, instead of after a read of the
+// state. The fence is the same compare-and-swap: the claim lands only if
+// rev is still the channel's latest revision, and then the state is the
+// one this box wrote there (a revision names one message), so the claim
+// is exactly what a read-then-claim would have written. Refused (another
+// box, or a repair, wrote since) or failed, the take is done the usual
+// way (readTake, then the claim); a claim that timed out may have landed,
+// and the usual take then counts the turn's run twice (ClaimRuns).
+// Measured: the take's read was a round trip of 0.7 ms (in process) to
+// 2.6 ms (fleetbench) at p50 before every claim (docs/fleet.md, *Engine
+// overhead*).
+func (b *Box) takeRemembered(t Turn, key string, claim ChannelState, rev uint64) (replyErr error, mode ChannelMode, modeErr error, claimRev uint64, claimed bool) {
+	ctx, cancel := context.WithTimeout(b.ctx, max(b.opts.AckWait/2, time.Second))
+	defer cancel()
+	done := make(chan struct{})
+	var err error
+	go func() {
+		defer close(done)
+		claimRev, err = b.f.putState(ctx, key, claim, rev)
+	}()
+	replyErr, mode, modeErr, _, _, _ = b.readTake(t, false)
+	<-done
+	if err != nil {
+		b.committedMu.Lock()
+		delete(b.committed, Partition(t.Channel, b.f.layout.Partitions))
+		b.committedMu.Unlock()
+		return replyErr, mode, modeErr, 0, false
+	}
+	return replyErr, mode, modeErr, claimRev, true
+}
+
 // readTake reads what taking turn t needs: whether it has a reply, the
-// channel's mode and its state (independent: one round trip). A read the
+// channel's mode and, with state, its state (independent: one round
+// trip). A read the
 // cluster answers at once with "no leader" (an election: 503, or no
 // responders) is tried again in place every electionRetry for up to
 // 2 x AckWait, the turn heartbeated meanwhile, instead of handing the turn
@@ -532,7 +740,7 @@ func (b *Box) handle(m jetstream.Msg) {
 // wait (docs/fleet.md, *Failure model*). A box that should step
 // back (its probe fails while another box's succeeds) stops retrying, so
 // the turn goes to the box that can run it.
-func (b *Box) readTake(t Turn) (replyErr error, mode ChannelMode, modeErr error, st ChannelState, rev uint64, err error) {
+func (b *Box) readTake(t Turn, state bool) (replyErr error, mode ChannelMode, modeErr error, st ChannelState, rev uint64, err error) {
 	until := time.Now().Add(2 * b.opts.AckWait)
 	for {
 		// Each round bounded by half the ack wait, not opTimeout: a read
@@ -549,7 +757,9 @@ func (b *Box) readTake(t Turn) (replyErr error, mode ChannelMode, modeErr error,
 			mode, _, modeErr = b.f.Mode(ctx, t.Channel)
 			replied <- struct{}{}
 		}()
-		st, rev, err = b.f.Channel(ctx, t.Channel)
+		if state {
+			st, rev, err = b.f.Channel(ctx, t.Channel)
+		}
 		<-replied
 		<-replied
 		timedOut := ctx.Err() != nil
@@ -664,9 +874,13 @@ func (b *Box) execute(m jetstream.Msg, t Turn, seq uint64, published time.Time, 
 			defer cancel()
 			// Tried again in place through an election, as the take's
 			// reads (readTake).
+			if st.inline() {
+				// Committed inside the state the take read.
+				return slices.Clone(st.WorkspaceData), nil
+			}
 			until := time.Now().Add(2 * b.opts.AckWait)
 			for {
-				ws, err := b.f.Workspace(rctx, st.Workspace)
+				ws, err := b.f.object(rctx, st.Workspace)
 				if err != nil && b.retryInPlace(until, err) {
 					continue
 				}

@@ -399,8 +399,26 @@ func (f *Fleet) Channel(ctx context.Context, channel string) (ChannelState, uint
 	return st, e.Revision(), err
 }
 
-// Workspace returns a committed snapshot by its object name.
+// Workspace returns a committed snapshot by its name: from its channel's
+// state when it was committed inside it (ChannelState.WorkspaceData),
+// otherwise the workspace store's object.
 func (f *Fleet) Workspace(ctx context.Context, name string) ([]byte, error) {
+	if ch, ok := snapshotChannelKey(name); ok {
+		e, err := f.channels.Get(ctx, ch)
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, err
+		}
+		if err == nil {
+			if st, err := decodeState(e.Value()); err == nil && st.Workspace == name && st.inline() {
+				return st.WorkspaceData, nil
+			}
+		}
+	}
+	return f.object(ctx, name)
+}
+
+// object returns a snapshot stored as an object of the workspace store.
+func (f *Fleet) object(ctx context.Context, name string) ([]byte, error) {
 	data, err := f.ws.Get(ctx, name)
 	if errors.Is(err, fleetworkspace.ErrTooLarge) {
 		return nil, fmt.Errorf("%w: %w", err, ErrInvalid)

@@ -67,7 +67,10 @@ func (f *Fleet) DropSnapshot(ctx context.Context, channel string) (ChannelState,
 	}
 	st := *v.State
 	name := st.Workspace
-	st.Workspace = ""
+	if st.inline() {
+		name = "" // in the state: no object
+	}
+	st.Workspace, st.WorkspaceData = "", nil
 	// A claim under way is fenced: its commit expects the revision read.
 	st.Owner, st.ClaimTurn, st.ClaimSeq, st.ClaimRuns = "", "", 0, 0
 	if _, err := f.putState(ctx, v.Key, st, v.Revision); err != nil {

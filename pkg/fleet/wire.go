@@ -176,11 +176,17 @@ func (r Reply) validate() error {
 type ChannelState struct {
 	Channel    string `json:"channel"`
 	Generation uint64 `json:"generation"`
-	// Workspace is the committed snapshot's object ("" before the first).
+	// Workspace names the committed snapshot ("" before the first): an
+	// object of the workspace store, or, when WorkspaceData is set, that.
 	Workspace string `json:"workspace,omitempty"`
-	LastTurn  string `json:"lastTurn,omitempty"`
-	LastSeq   uint64 `json:"lastSeq,omitempty"`
-	LastReply *Reply `json:"lastReply,omitempty"`
+	// WorkspaceData is the committed snapshot itself when it is small
+	// (at most InlineWorkspaceBytes, and the state with it fits its
+	// bucket): committed in the state's own write, no object stored
+	// (docs/fleet.md, *Workspaces*).
+	WorkspaceData []byte `json:"workspaceData,omitempty"`
+	LastTurn      string `json:"lastTurn,omitempty"`
+	LastSeq       uint64 `json:"lastSeq,omitempty"`
+	LastReply     *Reply `json:"lastReply,omitempty"`
 	// Owner claimed ClaimTurn (sequence ClaimSeq); both cleared by commit.
 	Owner     string `json:"owner,omitempty"`
 	ClaimTurn string `json:"claimTurn,omitempty"`
@@ -189,6 +195,16 @@ type ChannelState struct {
 	// already on its turn (another take that never committed) adds one.
 	ClaimRuns uint64 `json:"claimRuns,omitempty"`
 }
+
+// InlineWorkspaceBytes bounds a snapshot committed inside its channel's
+// state (ChannelState.WorkspaceData) rather than as an object: each claim
+// and commit writes it again, so only small ones; a larger one costs the
+// object store's upload (an info read and a replicated write) and, once
+// superseded, its delete (docs/fleet.md, *Workspaces*).
+const InlineWorkspaceBytes = 64 << 10
+
+// inline: the committed snapshot is in the state, not an object.
+func (st ChannelState) inline() bool { return len(st.WorkspaceData) > 0 }
 
 func decodeState(data []byte) (ChannelState, error) {
 	var st ChannelState

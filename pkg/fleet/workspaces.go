@@ -20,11 +20,11 @@ func (f *Fleet) SweepWorkspaces(ctx context.Context, age time.Duration) (fleetwo
 // referenced: the snapshot is its channel's committed one, or that cannot
 // be known (an unreadable state, a name not of workspaceName's form).
 func (f *Fleet) referenced(ctx context.Context, name string) bool {
-	parts := strings.Split(name, ".")
-	if len(parts) != 4 || parts[0] != "c" {
+	key, ok := snapshotChannelKey(name)
+	if !ok {
 		return true
 	}
-	e, err := f.channels.Get(ctx, parts[0]+"."+parts[1])
+	e, err := f.channels.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false
 	}
@@ -33,4 +33,14 @@ func (f *Fleet) referenced(ctx context.Context, name string) bool {
 	}
 	st, err := decodeState(e.Value())
 	return err != nil || st.Workspace == name
+}
+
+// snapshotChannelKey is the channel key a snapshot's name (workspaceName)
+// starts with.
+func snapshotChannelKey(name string) (string, bool) {
+	parts := strings.Split(name, ".")
+	if len(parts) != 4 || parts[0] != "c" {
+		return "", false
+	}
+	return parts[0] + "." + parts[1], true
 }

@@ -67,16 +67,18 @@ type Line struct {
 	Gen     uint64 `json:"gen,omitempty"`
 	TookNs  int64  `json:"took,omitempty"`
 	ExecNs  int64  `json:"exec,omitempty"`
-	Err     string `json:"err,omitempty"`
-	Audit   string `json:"audit,omitempty"`
-	Clean   bool   `json:"clean,omitempty"`
-	Lost    int    `json:"lost,omitempty"`
-	Dup     int    `json:"dup,omitempty"`
-	Reord   int    `json:"reord,omitempty"`
-	Extra   int    `json:"extra,omitempty"`
-	Turns   int    `json:"turns,omitempty"`
-	Failed  int    `json:"failed,omitempty"`
-	Double  int    `json:"double,omitempty"` // turns run more than once (Audit.DoubleRuns)
+	// Steps: a committed turn's time by step (ns, fleet.StepNames).
+	Steps  map[string]int64 `json:"steps,omitempty"`
+	Err    string           `json:"err,omitempty"`
+	Audit  string           `json:"audit,omitempty"`
+	Clean  bool             `json:"clean,omitempty"`
+	Lost   int              `json:"lost,omitempty"`
+	Dup    int              `json:"dup,omitempty"`
+	Reord  int              `json:"reord,omitempty"`
+	Extra  int              `json:"extra,omitempty"`
+	Turns  int              `json:"turns,omitempty"`
+	Failed int              `json:"failed,omitempty"`
+	Double int              `json:"double,omitempty"` // turns run more than once (Audit.DoubleRuns)
 }
 
 // proc is one process in a box's namespace.

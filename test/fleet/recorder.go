@@ -30,6 +30,7 @@ type Recorder struct {
 	// engine times of committed turns: publish to commit, and the
 	// executor's share
 	took, exec []time.Duration
+	steps      map[string][]time.Duration // by step (fleet.StepNames)
 	// turns each box took (when), and each box's commits in order: the
 	// paused owner's check
 	taken   map[string]map[string][]time.Time // box -> turn -> each take
@@ -79,6 +80,12 @@ func (r *Recorder) boxLine(l Line) {
 	case "committed":
 		r.took = append(r.took, time.Duration(l.TookNs))
 		r.exec = append(r.exec, time.Duration(l.ExecNs))
+		if r.steps == nil {
+			r.steps = map[string][]time.Duration{}
+		}
+		for name, ns := range l.Steps {
+			r.steps[name] = append(r.steps[name], time.Duration(ns))
+		}
 		r.commits[l.Box] = append(r.commits[l.Box], commit{turn: l.Turn, at: time.Unix(0, l.T)})
 	}
 	r.notify()
@@ -241,9 +248,20 @@ func (r *Recorder) EngineTimes() (took, exec []time.Duration) {
 	return append([]time.Duration(nil), r.took...), append([]time.Duration(nil), r.exec...)
 }
 
+// EngineSteps returns the committed turns' times by step (fleet.Steps).
+func (r *Recorder) EngineSteps() map[string][]time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string][]time.Duration{}
+	for name, ds := range r.steps {
+		out[name] = append([]time.Duration(nil), ds...)
+	}
+	return out
+}
+
 // ResetEngineTimes forgets the engine times recorded so far.
 func (r *Recorder) ResetEngineTimes() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.took, r.exec = nil, nil
+	r.took, r.exec, r.steps = nil, nil, nil
 }

@@ -30,15 +30,25 @@ type Cluster struct {
 // on a loaded two-core machine an election takes a few seconds.
 const readyTimeout = 30 * time.Second
 
+// Option changes the servers' options.
+type Option func(*server.Options)
+
+// SyncAlways syncs every write before its acknowledgement, as the fleet's
+// servers do (sync_interval: always, docs/fleet.md): for measuring what a
+// turn costs; tests need not pay for it.
+func SyncAlways() Option {
+	return func(o *server.Options) { o.SyncAlways = true }
+}
+
 // Start runs n clustered JetStream servers (n >= 1; n == 1 is a plain
 // JetStream server) and stops them when the test ends.
-func Start(t testing.TB, n int) *Cluster {
+func Start(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
 	var lastErr error
 	// Free ports are taken by binding :0 and releasing them; another process
 	// may grab one in between, so a failed start is retried on new ports.
 	for attempt := 0; attempt < 3; attempt++ {
-		c, err := start(t, n)
+		c, err := start(t, n, opts)
 		if err == nil {
 			t.Cleanup(c.Shutdown)
 			return c
@@ -68,7 +78,7 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-func start(t testing.TB, n int) (*Cluster, error) {
+func start(t testing.TB, n int, opts []Option) (*Cluster, error) {
 	ports, err := freePorts(2 * n)
 	if err != nil {
 		return nil, err
@@ -88,6 +98,9 @@ func start(t testing.TB, n int) (*Cluster, error) {
 			StoreDir:   filepath.Join(dir, "s"+strconv.Itoa(i+1)),
 			NoLog:      true,
 			NoSigs:     true,
+		}
+		for _, opt := range opts {
+			opt(o)
 		}
 		if n > 1 {
 			o.Cluster = server.ClusterOpts{Name: "fleettest", Host: "127.0.0.1", Port: ports[n+i]}

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	fleetpkg "github.com/roundtable-sandbox/sandbox/pkg/fleet"
 	"github.com/roundtable-sandbox/sandbox/test/fleet"
 )
 
@@ -96,6 +97,18 @@ func verdict(ok bool) string {
 	return "**missed**"
 }
 
+// stepsLine says each step's p50 / p99 (fleet.StepNames order; run is
+// the stub turn with its slot's wait).
+func stepsLine(by map[string][]time.Duration) string {
+	var parts []string
+	for _, name := range fleetpkg.StepNames {
+		if ds := by[name]; len(ds) > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s / %s", name, ms(fleet.Percentile(ds, 50)), ms(fleet.Percentile(ds, 99))))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
 func peersOf(n int) []int {
 	var p []int
 	for i := 1; i <= n; i++ {
@@ -124,6 +137,8 @@ func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, m
 	var d *fleet.Driver
 	var base, probed int
 	var took, exec, over []time.Duration
+	var steps string
+	var toReply []time.Duration
 	if !faultsOnly {
 		// Throughput on 1, 2 and 4 boxes.
 		for _, n := range []int{1, 2, 4} {
@@ -189,6 +204,16 @@ func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, m
 		fmt.Printf("fleetbench: engine overhead p50 %s p99 %s (publish to commit %s / %s, stub turn %s / %s)\n",
 			ms(fleet.Percentile(over, 50)), ms(fleet.Percentile(over, 99)), ms(fleet.Percentile(took, 50)), ms(fleet.Percentile(took, 99)),
 			ms(fleet.Percentile(exec, 50)), ms(fleet.Percentile(exec, 99)))
+		steps = stepsLine(rec.EngineSteps())
+		fmt.Println("fleetbench: engine overhead by step, p50 / p99:", steps)
+		// The reply is stored (the frontend can be answered) before the
+		// ack, which Took includes: said apart, not in the verdict.
+		if acks := rec.EngineSteps()["ack"]; len(acks) == len(over) {
+			for i := range over {
+				toReply = append(toReply, over[i]-acks[i])
+			}
+			fmt.Printf("fleetbench: engine overhead to the reply stored (before the ack) p50 %s p99 %s\n", ms(fleet.Percentile(toReply, 50)), ms(fleet.Percentile(toReply, 99)))
+		}
 	} else if err := f.StartBoxes(ctx, peersOf(4)); err != nil {
 		return err
 	}
@@ -271,6 +296,10 @@ func runBench(ctx context.Context, dir, bin, report, jsonOut string, minTurns, m
 	if !faultsOnly {
 		add("- Overhead: one channel, one turn at a time (%d turns), on the four-box fleet: publish to commit p50 %s / p99 %s against the stub turn on its box %s / %s (the one-box turn, same run).",
 			probed, ms(fleet.Percentile(took, 50)), ms(fleet.Percentile(took, 99)), ms(fleet.Percentile(exec, 50)), ms(fleet.Percentile(exec, 99)))
+		add("- Overhead by step (fleet.Event.Steps), p50 / p99: %s.", steps)
+		if len(toReply) > 0 {
+			add("- Overhead to the reply stored (the frontend can be answered; the ack follows): p50 %s, p99 %s.", ms(fleet.Percentile(toReply, 50)), ms(fleet.Percentile(toReply, 99)))
+		}
 	}
 	kinds := make([]string, 0, len(byKind))
 	for k := range byKind {

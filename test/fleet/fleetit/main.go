@@ -42,16 +42,18 @@ type Line struct {
 	Gen     uint64 `json:"gen,omitempty"`
 	TookNs  int64  `json:"took,omitempty"` // publish to commit (box) or submit to reply (driver)
 	ExecNs  int64  `json:"exec,omitempty"` // the executor's own time (box)
-	Err     string `json:"err,omitempty"`
-	Audit   string `json:"audit,omitempty"`
-	Clean   bool   `json:"clean,omitempty"`
-	Lost    int    `json:"lost,omitempty"`
-	Dup     int    `json:"dup,omitempty"`
-	Reord   int    `json:"reord,omitempty"`
-	Extra   int    `json:"extra,omitempty"`
-	Turns   int    `json:"turns,omitempty"`
-	Failed  int    `json:"failed,omitempty"`
-	Double  int    `json:"double,omitempty"` // turns run more than once (Audit.DoubleRuns)
+	// Steps is a committed turn's time by step, in ns (fleet.Event.Steps).
+	Steps  map[string]int64 `json:"steps,omitempty"`
+	Err    string           `json:"err,omitempty"`
+	Audit  string           `json:"audit,omitempty"`
+	Clean  bool             `json:"clean,omitempty"`
+	Lost   int              `json:"lost,omitempty"`
+	Dup    int              `json:"dup,omitempty"`
+	Reord  int              `json:"reord,omitempty"`
+	Extra  int              `json:"extra,omitempty"`
+	Turns  int              `json:"turns,omitempty"`
+	Failed int              `json:"failed,omitempty"`
+	Double int              `json:"double,omitempty"` // turns run more than once (Audit.DoubleRuns)
 }
 
 var (
@@ -201,6 +203,10 @@ func runBox(args []string, log *slog.Logger) error {
 			if e.Kind == fleet.EventCommitted {
 				l.TookNs = e.Took.Nanoseconds()
 				l.ExecNs = ex.took(e.TurnID).Nanoseconds()
+				l.Steps = map[string]int64{}
+				for name, d := range e.Steps.Named() {
+					l.Steps[name] = d.Nanoseconds()
+				}
 			}
 			emit(l)
 		},
