@@ -2,6 +2,8 @@ package sealedturn_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"github.com/roundtable-sandbox/sandbox/pkg/chanstate"
@@ -140,11 +142,24 @@ func TestFleetWorkspaceMovesToAnotherBox(t *testing.T) {
 	must(t, err)
 	js, err := jetstream.New(c.Connect("hostile"))
 	must(t, err)
-	objects, err := js.ObjectStore(ctx, fleet.WorkspaceBucket)
-	must(t, err)
 	hostile := append([]byte("RTSBWS1\nf\x01\x80\x00\x09../escape"), 0, 0, 0, 0, 0, 0, 0, 1, 'x', 'e')
-	_, err = objects.PutBytes(ctx, st.Workspace, hostile)
-	must(t, err)
+	if len(st.WorkspaceData) > 0 {
+		// A small snapshot is committed inside the channel's state
+		// (docs/fleet.md, *Workspaces*): the hostile box rewrites that.
+		kv, err := js.KeyValue(ctx, fleet.ChannelsBucket)
+		must(t, err)
+		st.WorkspaceData = hostile
+		data, err := json.Marshal(st)
+		must(t, err)
+		sum := sha256.Sum256([]byte("ch"))
+		_, err = kv.Put(ctx, "c."+hex.EncodeToString(sum[:16]), data)
+		must(t, err)
+	} else {
+		objects, err := js.ObjectStore(ctx, fleet.WorkspaceBucket)
+		must(t, err)
+		_, err = objects.PutBytes(ctx, st.Workspace, hostile)
+		must(t, err)
+	}
 	cr, fcr := fleetRig(t, c, "box-c")
 	cr.docker.RunFn = workspaceRun
 	wsC, err := layout.WorkspaceDir(cr.kit.Cfg.WorkspaceRoot, "ch")
