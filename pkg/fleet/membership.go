@@ -65,13 +65,22 @@ type announcement struct {
 	// none is (an election of a leader every box needs), stepping back
 	// would only add a hand-over to the wait.
 	Healthy bool `json:"healthy,omitempty"`
+	// ReachedMsAgo is how long before this announcement the box's probe
+	// last succeeded, by its own clock (a duration: no box compares its
+	// wall clock with another's); absent, it never has. A box whose probe
+	// fails steps back only for a box that reached the cluster after it
+	// last did (stepBackFor).
+	ReachedMsAgo *int64 `json:"reachedMsAgo,omitempty"`
 }
 
 // peerState is what a box knows of another box from its announcements.
 type peerState struct {
 	inc     string
 	last    time.Time
-	healthy bool              // its last announcement said so
+	healthy bool // its last announcement said so
+	// reached: when (by this box's clock) its probe last succeeded, as
+	// it last announced (zero: never, or unknown).
+	reached time.Time
 	since   map[int]time.Time // partition -> announced continuously since
 }
 
@@ -91,6 +100,15 @@ func (pr *presence) observe(a announcement, now time.Time, partitions int) {
 		pr.peers[a.Box] = ps
 	}
 	ps.last, ps.healthy = now, a.Healthy
+	switch {
+	case a.ReachedMsAgo != nil && *a.ReachedMsAgo >= 0:
+		// Another box wrote it: a claim of a reach in the future is
+		// taken as now (it can at most make this box step back, which a
+		// healthy announcement of its could already).
+		ps.reached = now.Add(-time.Duration(*a.ReachedMsAgo) * time.Millisecond)
+	case a.Healthy:
+		ps.reached = now // a box that does not say when: its health now
+	}
 	announced := map[int]bool{}
 	for _, p := range a.Parts {
 		if p < 0 || p >= partitions {
@@ -115,6 +133,19 @@ func (pr *presence) anyHealthy(now time.Time) bool {
 	defer pr.mu.Unlock()
 	for _, ps := range pr.peers {
 		if ps.healthy && now.Sub(ps.last) <= pr.timeout {
+			return true
+		}
+	}
+	return false
+}
+
+// reachedAfter: another box, heard within the presence timeout, says
+// its probe succeeded after t (this box's clock).
+func (pr *presence) reachedAfter(t, now time.Time) bool {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	for _, ps := range pr.peers {
+		if now.Sub(ps.last) <= pr.timeout && ps.reached.After(t) {
 			return true
 		}
 	}
@@ -239,8 +270,11 @@ func (b *Box) startPull(ctx context.Context, m *member) error {
 	}
 	q := b.queues[m.p]
 	handler := func(msg jetstream.Msg) {
-		if id := msg.Headers().Get("Nats-Pin-Id"); id != "" {
+		if id := msg.Headers().Get("Nats-Pin-Id"); id != "" && id != m.pin.get() {
 			m.pin.set(id)
+			// Where a failover's time went: when the server pinned this
+			// box on the partition (docs/fleet.md, *Failure model*).
+			b.log.Info("fleet box pinned on a partition", "partition", m.p, "home", b.homeOf(m.p))
 		}
 		// The handler only queues: the turn runs in the partition's
 		// worker, so the pull goes on (and the pin stays) meanwhile. It
@@ -415,6 +449,39 @@ func (b *Box) healthy(now time.Time) bool {
 	return ok != 0 && now.Sub(time.Unix(0, ok)) <= b.presenceTimeout()+b.presenceInterval()
 }
 
+// stepBackFor: whether this box, its probe failing, steps back from every
+// partition. Only for a box that reached the cluster after this one last
+// did (by more than two presence intervals, the most two boxes' last
+// successes differ by when an election cuts both off at once: each probes
+// every interval and announces up to an interval later). Not for one
+// merely still healthy: every box counts as healthy for
+// presenceTimeout + presenceInterval after its last success, so when a
+// leader every box needs is lost (its server cut off) the first box whose
+// grace ended saw the others' announcements from their grace and stepped
+// back, every box within a second of the others, handing every partition
+// over twice (measured: cut link tails of 25-43 s; docs/fleet.md,
+// *Failure model*).
+func (b *Box) stepBackFor(now time.Time) bool {
+	if b.healthy(now) {
+		return false
+	}
+	var last time.Time
+	if ok := b.probeOK.Load(); ok != 0 {
+		last = time.Unix(0, ok)
+	}
+	return b.view.reachedAfter(last.Add(2*b.presenceInterval()), now)
+}
+
+// reachedMsAgo is what an announcement says of this box's last success.
+func (b *Box) reachedMsAgo(now time.Time) *int64 {
+	ok := b.probeOK.Load()
+	if ok == 0 {
+		return nil
+	}
+	ago := max(now.Sub(time.Unix(0, ok)).Milliseconds(), 0)
+	return &ago
+}
+
 // reconcile is one round of membership.
 func (b *Box) reconcile() {
 	now := b.opts.Now()
@@ -427,7 +494,7 @@ func (b *Box) reconcile() {
 	healthy := b.healthy(now)
 	// Step back only for a box that can take over: when no other box
 	// reaches the leaders either, every box waits for them where it is.
-	stepBack := !healthy && b.view.anyHealthy(now)
+	stepBack := b.stepBackFor(now)
 	if stepBack != b.steppedBack {
 		b.steppedBack = stepBack
 		if stepBack {
@@ -501,7 +568,8 @@ func (b *Box) reconcile() {
 		announce = nil
 	}
 	if len(b.peers) > 0 {
-		data, _ := json.Marshal(announcement{Box: b.opts.Name, Inc: b.inc, Parts: announce, Healthy: healthy && b.f.nc.IsConnected()})
+		data, _ := json.Marshal(announcement{Box: b.opts.Name, Inc: b.inc, Parts: announce, Healthy: healthy && b.f.nc.IsConnected(),
+			ReachedMsAgo: b.reachedMsAgo(now)})
 		_ = b.f.nc.Publish(presenceSubject, data)
 	}
 }
