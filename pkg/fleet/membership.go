@@ -139,17 +139,33 @@ func (pr *presence) anyHealthy(now time.Time) bool {
 	return false
 }
 
-// reachedAfter: another box, heard within the presence timeout, says
-// its probe succeeded after t (this box's clock).
-func (pr *presence) reachedAfter(t, now time.Time) bool {
+// latestReached is the newest success (this box's clock) another box
+// heard within the presence timeout announced (zero: none).
+func (pr *presence) latestReached(now time.Time) time.Time {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
+	var latest time.Time
 	for _, ps := range pr.peers {
-		if now.Sub(ps.last) <= pr.timeout && ps.reached.After(t) {
-			return true
+		if now.Sub(ps.last) <= pr.timeout && ps.reached.After(latest) {
+			latest = ps.reached
 		}
 	}
-	return false
+	return latest
+}
+
+// probeRound is a probe round as stepBackFor weighs it.
+type probeRound struct {
+	mu    sync.Mutex
+	asked time.Time // when the round asked the cluster
+	peer  time.Time // the newest success another box had announced by then
+}
+
+// asking records a probe round's start (before it asks the cluster).
+func (b *Box) asking(now time.Time) {
+	peer := b.view.latestReached(now)
+	b.round.mu.Lock()
+	b.round.asked, b.round.peer = now, peer
+	b.round.mu.Unlock()
 }
 
 // announcedFor is how long box has announced partition p without a gap
@@ -425,6 +441,7 @@ func (b *Box) probe() {
 	t := time.NewTicker(b.presenceInterval())
 	defer t.Stop()
 	for {
+		b.asking(b.opts.Now())
 		ctx, cancel := context.WithTimeout(b.ctx, b.presenceTimeout())
 		latest, err := b.f.Reach(ctx)
 		cancel()
@@ -450,17 +467,22 @@ func (b *Box) healthy(now time.Time) bool {
 }
 
 // stepBackFor: whether this box, its probe failing, steps back from every
-// partition. Only for a box that reached the cluster after this one last
-// did (by more than two presence intervals, the most two boxes' last
-// successes differ by when an election cuts both off at once: each probes
-// every interval and announces up to an interval later). Not for one
-// merely still healthy: every box counts as healthy for
-// presenceTimeout + presenceInterval after its last success, so when a
-// leader every box needs is lost (its server cut off) the first box whose
+// partition: only when the cluster answered another box before this box's
+// latest probe round asked, and that round has gone unanswered for a
+// presence interval (an answer takes milliseconds), the other box's
+// success coming more than two presence intervals after this box's last
+// (the most two boxes' last successes differ when an election cuts both
+// off at once: each probes every interval and announces up to an interval
+// later). Not for a box merely still healthy: every box counts as healthy
+// for presenceTimeout + presenceInterval after its last success, so when a
+// leader every box needs was lost (its server cut off) the first box whose
 // grace ended saw the others' announcements from their grace and stepped
-// back, every box within a second of the others, handing every partition
-// over twice (measured: cut link tails of 25-43 s; docs/fleet.md,
-// *Failure model*).
+// back, every box within a second or two of the others, handing every
+// partition over twice. Nor for a box that reached the cluster after this
+// one's round asked: a round that asked during an election is not
+// answered after it (its requests went to the old leader) while a later
+// round of another box is (measured: cut link tails of 25-43 s;
+// docs/fleet.md, *Failure model*).
 func (b *Box) stepBackFor(now time.Time) bool {
 	if b.healthy(now) {
 		return false
@@ -469,7 +491,11 @@ func (b *Box) stepBackFor(now time.Time) bool {
 	if ok := b.probeOK.Load(); ok != 0 {
 		last = time.Unix(0, ok)
 	}
-	return b.view.reachedAfter(last.Add(2*b.presenceInterval()), now)
+	b.round.mu.Lock()
+	asked, peer := b.round.asked, b.round.peer
+	b.round.mu.Unlock()
+	return asked.After(last) && now.Sub(asked) >= b.presenceInterval() &&
+		peer.After(last.Add(2*b.presenceInterval()))
 }
 
 // reachedMsAgo is what an announcement says of this box's last success.
