@@ -520,7 +520,11 @@ func (b *Box) reconcile() {
 	healthy := b.healthy(now)
 	// Step back only for a box that can take over: when no other box
 	// reaches the leaders either, every box waits for them where it is.
-	stepBack := b.stepBackFor(now)
+	// Once back, it stays back until its probe succeeds again (or no
+	// other box is healthy): each probe round that asks anew would
+	// otherwise take the partitions up for its first interval, a flap
+	// every round (5 s) while the cut lasts.
+	stepBack := b.stepBackFor(now) || b.steppedBack && !healthy && b.view.anyHealthy(now)
 	if stepBack != b.steppedBack {
 		b.steppedBack = stepBack
 		if stepBack {

@@ -90,4 +90,17 @@ func TestNoStepBackForAPeerThatLostTheClusterToo(t *testing.T) {
 	if !steppedBack() {
 		t.Fatal("box a kept its partitions although box b reached the cluster before a asked, and a's round went unanswered")
 	}
+
+	// a's next round asks, still cut off: a stays back until its probe
+	// succeeds (it took its partitions up for a round's first interval,
+	// every round, while the cut lasted).
+	a.asking(clock.Now())
+	announce(clock.Now())
+	if !steppedBack() {
+		t.Fatal("box a took its partitions up again when its next probe round asked, before any round succeeded")
+	}
+	a.probeOK.Store(clock.Now().UnixNano())
+	if steppedBack() {
+		t.Fatal("box a stayed back although its probe succeeded")
+	}
 }
