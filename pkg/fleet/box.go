@@ -154,9 +154,6 @@ type Box struct {
 	queues   []chan item
 
 	probeOK atomic.Int64 // unix ns of the cluster's last answer (probe)
-	// round is the probe's latest round: when it asked, and the newest
-	// success another box had announced by then (stepBackFor).
-	round probeRound
 	// engineNow is the newest timestamp of the turns stream this box has
 	// seen (unix ns: a delivered turn's, the stream's latest at a probe):
 	// the engine's clock, by which turns are aged (Turn.TimeoutMs).

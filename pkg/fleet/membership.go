@@ -65,22 +65,13 @@ type announcement struct {
 	// none is (an election of a leader every box needs), stepping back
 	// would only add a hand-over to the wait.
 	Healthy bool `json:"healthy,omitempty"`
-	// ReachedMsAgo is how long before this announcement the box's probe
-	// last succeeded, by its own clock (a duration: no box compares its
-	// wall clock with another's); absent, it never has. A box whose probe
-	// fails steps back only for a box that reached the cluster after it
-	// last did (stepBackFor).
-	ReachedMsAgo *int64 `json:"reachedMsAgo,omitempty"`
 }
 
 // peerState is what a box knows of another box from its announcements.
 type peerState struct {
 	inc     string
 	last    time.Time
-	healthy bool // its last announcement said so
-	// reached: when (by this box's clock) its probe last succeeded, as
-	// it last announced (zero: never, or unknown).
-	reached time.Time
+	healthy bool              // its last announcement said so
 	since   map[int]time.Time // partition -> announced continuously since
 }
 
@@ -100,15 +91,6 @@ func (pr *presence) observe(a announcement, now time.Time, partitions int) {
 		pr.peers[a.Box] = ps
 	}
 	ps.last, ps.healthy = now, a.Healthy
-	switch {
-	case a.ReachedMsAgo != nil && *a.ReachedMsAgo >= 0:
-		// Another box wrote it: a claim of a reach in the future is
-		// taken as now (it can at most make this box step back, which a
-		// healthy announcement of its could already).
-		ps.reached = now.Add(-time.Duration(*a.ReachedMsAgo) * time.Millisecond)
-	case a.Healthy:
-		ps.reached = now // a box that does not say when: its health now
-	}
 	announced := map[int]bool{}
 	for _, p := range a.Parts {
 		if p < 0 || p >= partitions {
@@ -137,35 +119,6 @@ func (pr *presence) anyHealthy(now time.Time) bool {
 		}
 	}
 	return false
-}
-
-// latestReached is the newest success (this box's clock) another box
-// heard within the presence timeout announced (zero: none).
-func (pr *presence) latestReached(now time.Time) time.Time {
-	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	var latest time.Time
-	for _, ps := range pr.peers {
-		if now.Sub(ps.last) <= pr.timeout && ps.reached.After(latest) {
-			latest = ps.reached
-		}
-	}
-	return latest
-}
-
-// probeRound is a probe round as stepBackFor weighs it.
-type probeRound struct {
-	mu    sync.Mutex
-	asked time.Time // when the round asked the cluster
-	peer  time.Time // the newest success another box had announced by then
-}
-
-// asking records a probe round's start (before it asks the cluster).
-func (b *Box) asking(now time.Time) {
-	peer := b.view.latestReached(now)
-	b.round.mu.Lock()
-	b.round.asked, b.round.peer = now, peer
-	b.round.mu.Unlock()
 }
 
 // announcedFor is how long box has announced partition p without a gap
@@ -441,7 +394,6 @@ func (b *Box) probe() {
 	t := time.NewTicker(b.presenceInterval())
 	defer t.Stop()
 	for {
-		b.asking(b.opts.Now())
 		ctx, cancel := context.WithTimeout(b.ctx, b.presenceTimeout())
 		latest, err := b.f.Reach(ctx)
 		cancel()
@@ -466,48 +418,6 @@ func (b *Box) healthy(now time.Time) bool {
 	return ok != 0 && now.Sub(time.Unix(0, ok)) <= b.presenceTimeout()+b.presenceInterval()
 }
 
-// stepBackFor: whether this box, its probe failing, steps back from every
-// partition: only when the cluster answered another box before this box's
-// latest probe round asked, and that round has gone unanswered for a
-// presence interval (an answer takes milliseconds), the other box's
-// success coming more than two presence intervals after this box's last
-// (the most two boxes' last successes differ when an election cuts both
-// off at once: each probes every interval and announces up to an interval
-// later). Not for a box merely still healthy: every box counts as healthy
-// for presenceTimeout + presenceInterval after its last success, so when a
-// leader every box needs was lost (its server cut off) the first box whose
-// grace ended saw the others' announcements from their grace and stepped
-// back, every box within a second or two of the others, handing every
-// partition over twice. Nor for a box that reached the cluster after this
-// one's round asked: a round that asked during an election is not
-// answered after it (its requests went to the old leader) while a later
-// round of another box is (measured: cut link tails of 25-43 s;
-// docs/fleet.md, *Failure model*).
-func (b *Box) stepBackFor(now time.Time) bool {
-	if b.healthy(now) {
-		return false
-	}
-	var last time.Time
-	if ok := b.probeOK.Load(); ok != 0 {
-		last = time.Unix(0, ok)
-	}
-	b.round.mu.Lock()
-	asked, peer := b.round.asked, b.round.peer
-	b.round.mu.Unlock()
-	return asked.After(last) && now.Sub(asked) >= b.presenceInterval() &&
-		peer.After(last.Add(2*b.presenceInterval()))
-}
-
-// reachedMsAgo is what an announcement says of this box's last success.
-func (b *Box) reachedMsAgo(now time.Time) *int64 {
-	ok := b.probeOK.Load()
-	if ok == 0 {
-		return nil
-	}
-	ago := max(now.Sub(time.Unix(0, ok)).Milliseconds(), 0)
-	return &ago
-}
-
 // reconcile is one round of membership.
 func (b *Box) reconcile() {
 	now := b.opts.Now()
@@ -520,11 +430,7 @@ func (b *Box) reconcile() {
 	healthy := b.healthy(now)
 	// Step back only for a box that can take over: when no other box
 	// reaches the leaders either, every box waits for them where it is.
-	// Once back, it stays back until its probe succeeds again (or no
-	// other box is healthy): each probe round that asks anew would
-	// otherwise take the partitions up for its first interval, a flap
-	// every round (5 s) while the cut lasts.
-	stepBack := b.stepBackFor(now) || b.steppedBack && !healthy && b.view.anyHealthy(now)
+	stepBack := !healthy && b.view.anyHealthy(now)
 	if stepBack != b.steppedBack {
 		b.steppedBack = stepBack
 		if stepBack {
@@ -598,8 +504,7 @@ func (b *Box) reconcile() {
 		announce = nil
 	}
 	if len(b.peers) > 0 {
-		data, _ := json.Marshal(announcement{Box: b.opts.Name, Inc: b.inc, Parts: announce, Healthy: healthy && b.f.nc.IsConnected(),
-			ReachedMsAgo: b.reachedMsAgo(now)})
+		data, _ := json.Marshal(announcement{Box: b.opts.Name, Inc: b.inc, Parts: announce, Healthy: healthy && b.f.nc.IsConnected()})
 		_ = b.f.nc.Publish(presenceSubject, data)
 	}
 }
