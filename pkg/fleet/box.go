@@ -414,7 +414,9 @@ func (b *Box) handle(m jetstream.Msg) {
 	defer close(done)
 	go b.heartbeat(m, done)
 	t0 := time.Now()
-	defer func() { log.Debug("fleet turn handled", "took_ms", time.Since(t0).Milliseconds()) }()
+	defer func() {
+		log.Debug("fleet turn handled", "partition", Partition(t.Channel, b.f.layout.Partitions), "took_ms", time.Since(t0).Milliseconds())
+	}()
 	ev := Event{Channel: t.Channel, TurnID: t.ID, Seq: seq, Attempt: meta.NumDelivered}
 	ev.Steps.Delivered = t0.Sub(meta.Timestamp)
 	// lap is the time since the previous lap (the steps of ev.Steps).

@@ -239,8 +239,11 @@ func (b *Box) startPull(ctx context.Context, m *member) error {
 	}
 	q := b.queues[m.p]
 	handler := func(msg jetstream.Msg) {
-		if id := msg.Headers().Get("Nats-Pin-Id"); id != "" {
+		if id := msg.Headers().Get("Nats-Pin-Id"); id != "" && id != m.pin.get() {
 			m.pin.set(id)
+			// Where a failover's time went: when the server pinned this
+			// box on the partition (docs/fleet.md, *Failure model*).
+			b.log.Info("fleet box pinned on a partition", "partition", m.p, "home", b.homeOf(m.p))
 		}
 		// The handler only queues: the turn runs in the partition's
 		// worker, so the pull goes on (and the pin stays) meanwhile. It

@@ -34,6 +34,7 @@ func main() {
 	tpFor := flag.Duration("throughput-for", 30*time.Second, "throughput: measure each box count this long")
 	kindList := flag.String("kinds", "", "fault phase: only these fault kinds, comma-separated (default every kind: "+strings.Join(fleet.Kinds, ", ")+")")
 	jsonOut := flag.String("json", "bench/results/fleet.json", "file for the failover samples by fault (make bench draws them; empty: none)")
+	keep := flag.Bool("keep", false, "keep the run's directory (the boxes' and servers' logs) and print its path")
 	flag.Parse()
 	if why := fleet.Available(); why != "" {
 		fmt.Fprintln(os.Stderr, "fleetbench: skipped:", why)
@@ -45,7 +46,11 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	defer os.RemoveAll(dir)
+	if *keep {
+		fmt.Println("fleetbench: keeping", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
 	root, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		fail(err)

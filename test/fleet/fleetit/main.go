@@ -101,7 +101,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: fleetit box|drive|inspect|leader [flags]")
 		os.Exit(2)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	level := slog.LevelInfo
+	if os.Getenv("FLEETIT_DEBUG") == "1" {
+		level = slog.LevelDebug // a failover's timeline, turn by turn
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	var err error
 	switch os.Args[1] {
 	case "box":
