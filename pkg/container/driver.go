@@ -240,7 +240,7 @@ func (d *Driver) Create(ctx context.Context, spec Spec) (string, error) {
 	resp, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, spec.Name)
 	if err != nil {
 		if ctx.Err() != nil {
-			return "", errors.Join(fmt.Errorf("container create: %w", ctx.Err()), d.removeRace(ctx, spec.Name))
+			return "", errors.Join(fmt.Errorf("container create: %w", ctx.Err()), d.settleAbandonedCreate(ctx, spec.Name, cfg, host))
 		}
 		switch {
 		case cerrdefs.IsNotFound(err):
@@ -552,21 +552,37 @@ func (d *Driver) removeDetached(ctx context.Context, id string) error {
 	return d.Remove(cctx, id)
 }
 
-// createRaceDelays space the removals after a create whose request was
-// abandoned: the daemon keeps creating after the client went away, so one
-// immediate removal can come before the container exists.
-var createRaceDelays = []time.Duration{0, 250 * time.Millisecond, time.Second}
-
-// removeRace removes name several times over about 1.25 s. A daemon slower
-// than that can still leave a created (never started) orphan, which the
-// reaper removes once its deadline label has passed.
-func (d *Driver) removeRace(ctx context.Context, name string) error {
-	var err error
-	for _, delay := range createRaceDelays {
-		time.Sleep(delay)
-		err = d.removeDetached(ctx, name)
+// settleAbandonedCreate leaves nothing of a create whose request was
+// abandoned (ctx ended during it): the daemon may go on creating name after
+// the client went away, so a removal alone can come before the container
+// exists and leave an orphan. The synchronisation point is the name itself:
+// dockerd reserves a container's name atomically, so a create of our own
+// under that name either conflicts (the abandoned create holds it: remove
+// that and claim again) or succeeds (the abandoned create can no longer
+// land); ours is then removed. Each round is two daemon round trips; the
+// whole is bounded by CleanupTimeout, past which a created (never started)
+// orphan is left to the reaper, which removes it once its deadline label
+// has passed.
+func (d *Driver) settleAbandonedCreate(ctx context.Context, name string, cfg *container.Config, host *container.HostConfig) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+	defer cancel()
+	for {
+		if err := d.Remove(cctx, name); err != nil {
+			return err
+		}
+		_, err := d.cli.ContainerCreate(cctx, cfg, host, nil, nil, name)
+		switch {
+		case err == nil:
+			return d.Remove(cctx, name)
+		case cerrdefs.IsConflict(err) && cctx.Err() == nil:
+			// The abandoned create holds the name: it is removed on the
+			// next round, once it is a container.
+		case cerrdefs.IsNotFound(err):
+			return nil // no image: no create can make a container of it
+		default:
+			return daemonErr("container create claim", err)
+		}
 	}
-	return err
 }
 
 // Kill sends SIGKILL. A missing or stopped container counts as success.
