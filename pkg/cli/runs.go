@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/atomicfile"
+	"github.com/roundtable-sandbox/sandbox/pkg/cli/sessioncmd"
 	"github.com/roundtable-sandbox/sandbox/pkg/client"
 	"github.com/roundtable-sandbox/sandbox/pkg/runs"
 )
@@ -346,12 +347,5 @@ func printRun(w io.Writer, st runs.Status) {
 // credentialsShown names a run's credentials, each with the variable the
 // run sees its placeholder in when it has one: gitlab(GITLAB_TOKEN).
 func credentialsShown(st runs.Status) []string {
-	out := make([]string, len(st.Credentials))
-	for i, c := range st.Credentials {
-		out[i] = c
-		if v := st.CredentialVariables[c]; v != "" {
-			out[i] = c + "(" + v + ")"
-		}
-	}
-	return out
+	return sessioncmd.CredentialsShown(st.Credentials, st.CredentialVariables)
 }

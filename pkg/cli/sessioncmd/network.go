@@ -55,17 +55,17 @@ func printSessionNetwork(w io.Writer, st apiwire.Session) {
 			}
 		}
 		fmt.Fprintf(w, "  awaiting approval: exec %s root=%v timeout=%ds credentials=%s until %s: %s\n", a.ExecID, a.Root, a.TimeoutSeconds,
-			strings.Join(shownCredentials(a), ","), a.Deadline.UTC().Format("2006-01-02T15:04:05Z"), what)
+			strings.Join(CredentialsShown(a.Credentials, a.CredentialVariables), ","), a.Deadline.UTC().Format("2006-01-02T15:04:05Z"), what)
 	}
 }
 
-// shownCredentials names each credential of a with its variable, as a
-// run's approval line does: "gh(GH_TOKEN)".
-func shownCredentials(a apiwire.SessionApproval) []string {
-	out := make([]string, len(a.Credentials))
-	for i, c := range a.Credentials {
+// CredentialsShown names each of names with its variable in vars, as the
+// approval lines of runs and sessions print them: "gh(GH_TOKEN)".
+func CredentialsShown(names []string, vars map[string]string) []string {
+	out := make([]string, len(names))
+	for i, c := range names {
 		out[i] = c
-		if v := a.CredentialVariables[c]; v != "" {
+		if v := vars[c]; v != "" {
 			out[i] = c + "(" + v + ")"
 		}
 	}
