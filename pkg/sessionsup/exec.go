@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -143,31 +144,36 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 	if x.Cwd != "" {
 		cwd = s.dir(x.Cwd)
 	}
-	stdin, err := os.Open(os.DevNull)
-	if err != nil {
-		s.internal(e, "cannot open the null device", err)
-		return
-	}
-	defer stdin.Close()
-	var inW *os.File
+	// Stdin is the supervisor's one /dev/null (opened by New) unless the
+	// exec has bytes for it.
+	stdinFd := s.null.Fd()
+	var inR, inW *os.File
 	if len(x.Stdin) > 0 {
 		r, w, err := os.Pipe()
 		if err != nil {
 			s.internal(e, "cannot create a pipe", err)
 			return
 		}
-		stdin.Close()
-		stdin, inW = r, w
+		inR, inW = r, w
+		stdinFd = inR.Fd()
 	}
-	outR, outW, err := os.Pipe()
+	closeIn := func() {
+		if inR != nil {
+			inR.Close()
+			inW.Close()
+		}
+	}
+	outR, outW, err := outputPipe()
 	if err != nil {
+		closeIn()
 		s.internal(e, "cannot create a pipe", err)
 		return
 	}
-	errR, errW, err := os.Pipe()
+	errR, errW, err := outputPipe()
 	if err != nil {
+		closeIn()
 		outR.Close()
-		outW.Close()
+		unix.Close(outW)
 		s.internal(e, "cannot create a pipe", err)
 		return
 	}
@@ -182,14 +188,11 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 	}
 	bundle, bundleDir, err := s.writeExecBundle(x)
 	if err != nil {
+		closeIn()
 		outR.Close()
 		errR.Close()
-		if inW != nil {
-			inW.Close()
-		}
-		outW.Close()
-		errW.Close()
-		stdin.Close()
+		unix.Close(outW)
+		unix.Close(errW)
 		s.internal(e, "cannot write the exec's CA bundle", err)
 		return
 	}
@@ -201,7 +204,7 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 		}
 	})
 	defer dropBundle()
-	attr := &syscall.ProcAttr{Dir: cwd, Env: s.env(x, bundle), Files: []uintptr{stdin.Fd(), outW.Fd(), errW.Fd()}, Sys: sys}
+	attr := &syscall.ProcAttr{Dir: cwd, Env: s.env(x, bundle), Files: []uintptr{stdinFd, uintptr(outW), uintptr(errW)}, Sys: sys}
 
 	// As a run's: the child inherits the forking thread's capabilities,
 	// no_new_privs and Pdeathsig's parent (forker.go).
@@ -210,13 +213,12 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 		fk = s.rootFork
 	}
 	st := fk.start(s.rp, func() (int, error) { return syscall.ForkExec(path, argv, attr) })
-	if st.err == nil {
-		go waitExit(s.rp, st.pid)
-	}
 	statusc := st.status
-	stdin.Close()
-	outW.Close()
-	errW.Close()
+	if inR != nil {
+		inR.Close()
+	}
+	unix.Close(outW)
+	unix.Close(errW)
 	if st.err != nil {
 		outR.Close()
 		errR.Close()
@@ -264,47 +266,84 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 			inW.Close()
 		}()
 	}
-	var pumps sync.WaitGroup
-	pumps.Add(2)
-	go func() { defer pumps.Done(); s.pump(e, 0, outR) }()
-	go func() { defer pumps.Done(); s.pump(e, 1, errR) }()
+	// drained is closed by the second pump to reach its pipe's end.
+	drained := make(chan struct{})
+	var pumping atomic.Int32
+	pumping.Store(2)
+	pump := func(i int, f *os.File) {
+		s.pump(e, i, f)
+		if pumping.Add(-1) == 0 {
+			close(drained)
+		}
+	}
+	go pump(0, outR)
+	go pump(1, errR)
 
-	timer := time.NewTimer(time.Duration(x.Timeout()) * time.Second)
-	defer timer.Stop()
-	var ws unix.WaitStatus
-	select {
-	case ws = <-statusc:
-	case <-timer.C:
+	// The timeout and the session's end kill the exec's process group
+	// (exited tells them it is too late: the group may then hold only
+	// the background processes it left, which outlive it); meanwhile
+	// this goroutine waits for the child itself (waitChild), so its
+	// status needs no other goroutine to wake this one.
+	timer := time.AfterFunc(time.Duration(x.Timeout())*time.Second, func() {
 		e.mu.Lock()
-		e.timedOut = true
+		pgid := e.pgid
+		if pgid > 0 {
+			e.timedOut = true
+		}
 		e.mu.Unlock()
-		s.killGroup(e)
-		ws = <-statusc
-	case <-ctx.Done():
+		if pgid > 0 {
+			s.killPgid(e, pgid)
+		}
+	})
+	stopCtx := context.AfterFunc(ctx, func() {
 		// The session is stopping: its execs end with it.
 		s.killGroup(e)
-		ws = <-statusc
-	}
-	ran := time.Since(started_)
+	})
+	ws := waitChild(s.rp, st.pid, statusc)
 	e.mu.Lock()
 	e.pgid = 0 // reaped: the group may be empty and its id reused
 	e.mu.Unlock()
+	timer.Stop()
+	stopCtx()
+	ran := time.Since(started_)
 	// Output the exec's processes still hold: drained for a moment, then
 	// dropped (a background process may keep its pipes for its life).
-	drained := make(chan struct{})
-	go func() { pumps.Wait(); close(drained) }()
-	grace := time.NewTimer(s.o.DrainGrace)
 	select {
 	case <-drained:
-	case <-grace.C:
+	default:
+		grace := time.NewTimer(s.o.DrainGrace)
+		select {
+		case <-drained:
+		case <-grace.C:
+		}
+		grace.Stop()
 	}
-	grace.Stop()
 	sig := ""
 	if ws.Signaled() {
 		sig = strings.TrimPrefix(unix.SignalName(ws.Signal()), "SIG")
 	}
 	dropBundle()
 	s.result(e, supervisor.ExitCode(ws), sig, ran)
+}
+
+// outputPipe is an exec's stdout or stderr pipe: its read end for the
+// pump, through the netpoller; its write end a plain descriptor for the
+// child alone. os.Pipe would register the write end with the netpoller
+// too, then switch it back to blocking for the fork and deregister it:
+// eight system calls of an exec's critical path for nothing.
+func outputPipe() (*os.File, int, error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, -1, err
+	}
+	// Only the read end is non-blocking (os.NewFile then polls it); the
+	// child's stdout must block when the pipe is full.
+	if _, err := unix.FcntlInt(uintptr(p[0]), unix.F_SETFL, unix.O_NONBLOCK); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, -1, err
+	}
+	return os.NewFile(uintptr(p[0]), "|0"), p[1], nil
 }
 
 type privilegeError struct{ err error }
@@ -429,9 +468,14 @@ func (s *Server) killGroup(e *execState) {
 	pgid := e.pgid
 	e.mu.Unlock()
 	if pgid > 0 {
-		if err := s.signalGroup(e, pgid, unix.SIGKILL); err != nil {
-			s.log.Warn("kill of an exec's process group failed", "id", e.id, "reason", err.Error())
-		}
+		s.killPgid(e, pgid)
+	}
+}
+
+// killPgid sends SIGKILL to e's process group pgid.
+func (s *Server) killPgid(e *execState, pgid int) {
+	if err := s.signalGroup(e, pgid, unix.SIGKILL); err != nil {
+		s.log.Warn("kill of an exec's process group failed", "id", e.id, "reason", err.Error())
 	}
 }
 

@@ -76,12 +76,13 @@ func (f *forker) close() {
 	f.stop.Do(func() { close(f.reqs) })
 }
 
-// waitExit wakes the reaper as soon as child pid exits: it waits on the
-// child itself (waitid, WNOWAIT: the reaper still collects it), so the
-// status need not come through SIGCHLD's delivery to the process's signal
-// goroutine. A child the reaper collected first answers ECHILD; either way
-// the status arrives on the reaper's channel for it.
-func waitExit(rp *supervisor.Reaper, pid int) {
+// waitChild returns child pid's status, waiting on the child itself
+// (waitid, WNOWAIT: the reaper still collects it) and then having the
+// reaper collect it on the caller's goroutine: the status needs neither
+// SIGCHLD's delivery to the process's signal goroutine nor another
+// goroutine to wake the caller. A child the reaper collected first
+// answers ECHILD; either way its status arrives on statusc.
+func waitChild(rp *supervisor.Reaper, pid int, statusc <-chan unix.WaitStatus) unix.WaitStatus {
 	var info unix.Siginfo
 	for {
 		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
@@ -91,6 +92,6 @@ func waitExit(rp *supervisor.Reaper, pid int) {
 		if err == nil {
 			rp.Reap()
 		}
-		return
+		return <-statusc
 	}
 }

@@ -159,6 +159,11 @@ type Server struct {
 	// guestFork and rootFork fork the guest's and root's execs
 	// (forker.go).
 	guestFork, rootFork *forker
+	// null is /dev/null, every exec's stdin unless it has bytes for it:
+	// opened once, not per exec (reading it gives nothing whoever else
+	// holds it).
+	null      *os.File
+	closeOnce sync.Once
 
 	// afterStat, when set (tests), runs in a get between the file's
 	// fstat and its read.
@@ -176,13 +181,16 @@ func New(o Options, stdout, stderr io.Writer, rp *supervisor.Reaper) (*Server, e
 		return nil, fmt.Errorf("sessionsup: the guest uid and gid must be > 0, got %d:%d", o.UID, o.GID)
 	}
 	root := os.Geteuid() == 0
-	s := &Server{o: o, enc: sessionwire.NewEventEncoder(stdout), rp: rp, log: o.Log, root: root,
-		execs: map[string]*execState{}, guestFork: newForker(root, nil), rootFork: newForker(root, supervisor.SetupCommandCapabilities)}
-	if !s.root && (o.UID != os.Geteuid() || o.GID != os.Getegid()) {
+	if !root && (o.UID != os.Geteuid() || o.GID != os.Getegid()) {
 		return nil, fmt.Errorf("sessionsup: not root, so the guest must be this process's %d:%d, not %d:%d",
 			os.Geteuid(), os.Getegid(), o.UID, o.GID)
 	}
-	return s, nil
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, fmt.Errorf("sessionsup: %w", err)
+	}
+	return &Server{o: o, enc: sessionwire.NewEventEncoder(stdout), rp: rp, log: o.Log, root: root, null: null,
+		execs: map[string]*execState{}, guestFork: newForker(root, nil), rootFork: newForker(root, supervisor.SetupCommandCapabilities)}, nil
 }
 
 // Main runs a session until stdin ends or ctx is done and returns the
@@ -326,4 +334,5 @@ func (s *Server) Close() {
 	s.wg.Wait()
 	s.guestFork.close()
 	s.rootFork.close()
+	s.closeOnce.Do(func() { s.null.Close() })
 }
