@@ -79,13 +79,18 @@ func (s *Server) startExec(ctx context.Context, id string, x sessionwire.Exec) {
 	s.execs[id] = e
 	s.wg.Add(1)
 	s.mu.Unlock()
-	go func() {
+	// On a kept thread of the exec's kind, start to end (forker.go).
+	fk := s.guestFork
+	if x.Root {
+		fk = s.rootFork
+	}
+	fk.run(func(privErr error) {
 		defer s.wg.Done()
-		s.runExec(ctx, e, x)
+		s.runExec(ctx, e, x, privErr)
 		s.mu.Lock()
 		delete(s.execs, id)
 		s.mu.Unlock()
-	}()
+	})
 }
 
 // env is an exec's whole environment: the supervisor's fixed variables,
@@ -125,8 +130,9 @@ func (s *Server) dir(p string) string {
 	return filepath.Join(base, rel)
 }
 
-// runExec runs one exec to its result event.
-func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) {
+// runExec runs one exec to its result event, on a thread of its kind
+// whose privileges were dropped (privErr: they could not be).
+func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec, privErr error) {
 	argv := []string{s.o.Shell, "-c", x.Command}
 	if x.Command == "" {
 		argv = append([]string{x.Executable}, x.Args...)
@@ -206,20 +212,18 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 	defer dropBundle()
 	attr := &syscall.ProcAttr{Dir: cwd, Env: s.env(x, bundle), Files: []uintptr{stdinFd, uintptr(outW), uintptr(errW)}, Sys: sys}
 
-	// As a run's: the child inherits the forking thread's capabilities,
+	// As a run's: the child inherits this thread's capabilities,
 	// no_new_privs and Pdeathsig's parent (forker.go).
-	fk := s.guestFork
-	if x.Root {
-		fk = s.rootFork
+	pid, statusc, forkErr := 0, (<-chan unix.WaitStatus)(nil), privErr
+	if forkErr == nil {
+		pid, statusc, forkErr = s.rp.Start(func() (int, error) { return syscall.ForkExec(path, argv, attr) })
 	}
-	st := fk.start(s.rp, func() (int, error) { return syscall.ForkExec(path, argv, attr) })
-	statusc := st.status
 	if inR != nil {
 		inR.Close()
 	}
 	unix.Close(outW)
 	unix.Close(errW)
-	if st.err != nil {
+	if forkErr != nil {
 		outR.Close()
 		errR.Close()
 		if inW != nil {
@@ -227,7 +231,7 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 		}
 		var errno syscall.Errno
 		var perr *privilegeError
-		if !errors.As(st.err, &perr) && errors.As(st.err, &errno) {
+		if !errors.As(forkErr, &perr) && errors.As(forkErr, &errno) {
 			// The child could not chdir or exec: the command's failure,
 			// as a shell reports it.
 			code := 126
@@ -241,13 +245,13 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 			s.result(e, code, "", 0)
 			return
 		}
-		s.log.Error("cannot start an exec", "id", e.id, "reason", st.err.Error())
+		s.log.Error("cannot start an exec", "id", e.id, "reason", forkErr.Error())
 		s.fail(e.id, sessionwire.ErrStart, "the command could not be started")
 		return
 	}
 	started_ := time.Now()
 	e.mu.Lock()
-	e.pgid = st.pid
+	e.pgid = pid
 	e.mu.Unlock()
 	// The started event waits a moment (StartedDelay): it goes with the
 	// first output, or with the result in one write when the exec ends
@@ -299,7 +303,7 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec) 
 		// The session is stopping: its execs end with it.
 		s.killGroup(e)
 	})
-	ws := waitChild(s.rp, st.pid, statusc)
+	ws := waitChild(s.rp, pid, statusc)
 	e.mu.Lock()
 	e.pgid = 0 // reaped: the group may be empty and its id reused
 	e.mu.Unlock()

@@ -8,72 +8,84 @@ import (
 	"github.com/roundtable-sandbox/sandbox/pkg/runs/supervisor"
 )
 
-// forker is one OS thread that forks every exec of one kind (the guest's,
-// or root's): its privileges were dropped once, when it started, exactly
+// forker is the kept OS threads that run the execs of one kind (the
+// guest's, or root's), each exec from its start to its result on one of
+// them: a thread's privileges were dropped once, when it started, exactly
 // as a run's forking thread drops them (runs/supervisor's
 // DropThreadPrivileges: no_new_privs; as root, the bounding set cut to
-// keep and no inheritable capability), and a child inherits them from it.
+// keep and no inheritable capability), and a child inherits them from the
+// thread that forked it. Its effective set is kept (the child needs
+// CAP_SETUID and CAP_SETGID), so the exec's own work before and after its
+// fork (pipes, its CA bundle, the result) runs there as it would anywhere.
 //
-// Why one thread per kind rather than a throwaway thread per exec (as a
-// run forks its one command): an exec of `true` paid a thread's creation
-// and end and some eighty prctl calls each time, and its status came
-// through that thread, woken for it. The state is the same for every exec
-// of a kind, and no_new_privs and a bounding set cannot be raised again,
-// so a thread that only ever forks children of that kind holds nothing a
-// fresh one would not. It is also the children's parent for Pdeathsig
-// (SIGKILL): it lives as long as the supervisor (until Close, once every
-// exec was reaped), so an exec's process dies with the supervisor, as
-// before.
+// Why kept threads rather than a throwaway thread per exec (as a run
+// forks its one command): an exec of true paid a thread's creation and
+// end and some eighty prctl calls each time. The state is the same for
+// every exec of a kind, and no_new_privs and a bounding set cannot be
+// raised again, so a thread that only ever runs execs of that kind holds
+// nothing a fresh one would not. Why the whole exec on the thread rather
+// than only its fork (handed to one forking thread, the pid handed back):
+// each hand-over was a thread woken on the exec's critical path, and on
+// two busy cores a wake-up waits for a core.
+//
+// A thread is started when none of the kind's is idle, up to max (the
+// session's MaxExecs: at most that many execs run at once, so past it one
+// is about to be idle). The threads are the children's parents for
+// Pdeathsig (SIGKILL): they live as long as the supervisor (until Close,
+// once every exec was reaped), so an exec's process dies with the
+// supervisor, as before. A thread never runs anything but its kind's
+// execs: it stays locked to its goroutine for its life.
 type forker struct {
-	reqs chan forkReq
-	once sync.Once
-	stop sync.Once
+	jobs chan func(privErr error)
 	root bool
 	keep []uintptr
+	max  int
+
+	mu      sync.Mutex
+	threads int
+	stop    sync.Once
 }
 
-type forkReq struct {
-	fork func() (int, error)
-	done chan forked
+func newForker(root bool, keep []uintptr, max int) *forker {
+	return &forker{jobs: make(chan func(error)), root: root, keep: keep, max: max}
 }
 
-// forked is a fork's outcome: the child and where its status arrives.
-type forked struct {
-	pid    int
-	status <-chan unix.WaitStatus
-	err    error
-}
-
-func newForker(root bool, keep []uintptr) *forker {
-	return &forker{reqs: make(chan forkReq), root: root, keep: keep}
-}
-
-// start forks on the forker's thread under the reaper (rp), starting the
-// thread on first use. A thread whose privileges could not be dropped
-// answers every fork with that error (a *privilegeError).
-func (f *forker) start(rp *supervisor.Reaper, fork func() (int, error)) forked {
-	f.once.Do(func() {
-		go supervisor.OnThrowawayThread(func() {
-			err := supervisor.DropThreadPrivileges(f.root, f.keep)
-			for r := range f.reqs {
-				if err != nil {
-					r.done <- forked{err: &privilegeError{err}}
-					continue
-				}
-				pid, ch, ferr := rp.Start(r.fork)
-				r.done <- forked{pid: pid, status: ch, err: ferr}
-			}
-		})
+// run runs job on one of the kind's threads; job gets nil, or the
+// *privilegeError a thread whose privileges could not be dropped has (it
+// must then fork nothing). It never blocks its caller (the request
+// loop).
+func (f *forker) run(job func(privErr error)) {
+	select {
+	case f.jobs <- job: // an idle thread took it
+		return
+	default:
+	}
+	f.mu.Lock()
+	if f.threads >= f.max {
+		f.mu.Unlock()
+		// Every thread is busy with an exec that ended or is about to:
+		// at most max run at once.
+		go func() { f.jobs <- job }()
+		return
+	}
+	f.threads++
+	f.mu.Unlock()
+	go supervisor.OnThrowawayThread(func() {
+		var perr error
+		if err := supervisor.DropThreadPrivileges(f.root, f.keep); err != nil {
+			perr = &privilegeError{err}
+		}
+		job(perr)
+		for j := range f.jobs {
+			j(perr)
+		}
 	})
-	done := make(chan forked, 1)
-	f.reqs <- forkReq{fork: fork, done: done}
-	return <-done
 }
 
-// close ends the thread (its children were all reaped: the caller waited
-// for every exec); a forker never started stays unstarted.
+// close ends the threads once they are idle (the caller waited for every
+// exec, so none is queued).
 func (f *forker) close() {
-	f.stop.Do(func() { close(f.reqs) })
+	f.stop.Do(func() { close(f.jobs) })
 }
 
 // waitChild returns child pid's status, waiting on the child itself

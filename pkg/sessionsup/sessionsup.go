@@ -156,7 +156,7 @@ type Server struct {
 	execs  map[string]*execState // running, by request id
 	closed bool                  // Close began: no exec starts
 	wg     sync.WaitGroup        // exec goroutines
-	// guestFork and rootFork fork the guest's and root's execs
+	// guestFork and rootFork run the guest's and root's execs
 	// (forker.go).
 	guestFork, rootFork *forker
 	// null is /dev/null, every exec's stdin unless it has bytes for it:
@@ -190,7 +190,8 @@ func New(o Options, stdout, stderr io.Writer, rp *supervisor.Reaper) (*Server, e
 		return nil, fmt.Errorf("sessionsup: %w", err)
 	}
 	return &Server{o: o, enc: sessionwire.NewEventEncoder(stdout), rp: rp, log: o.Log, root: root, null: null,
-		execs: map[string]*execState{}, guestFork: newForker(root, nil), rootFork: newForker(root, supervisor.SetupCommandCapabilities)}, nil
+		execs:     map[string]*execState{},
+		guestFork: newForker(root, nil, o.MaxExecs), rootFork: newForker(root, supervisor.SetupCommandCapabilities, o.MaxExecs)}, nil
 }
 
 // Main runs a session until stdin ends or ctx is done and returns the
