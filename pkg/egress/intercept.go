@@ -637,7 +637,7 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 	var resp *http.Response
 	for {
 		s.upLR.N = maxResponseHeaderBytes + 4096
-		r, err := http.ReadResponse(s.upBR, out)
+		r, err := readAnswer(s.upBR, out)
 		if err != nil {
 			s.closeUp()
 			return s.refuse(err, req.Method)

@@ -128,7 +128,7 @@ func (h *headReader) read() (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	if req.Header, err = parseFields(rest, true); err != nil {
+	if req.Header, err = parseFields(rest, fieldsRequest); err != nil {
 		return nil, err
 	}
 	return req, frame(req, h)
@@ -170,10 +170,19 @@ func parseRequestLine(line string) (*http.Request, error) {
 	return req, nil
 }
 
+// fieldsOf is what a block of field lines is.
+type fieldsOf int
+
+const (
+	fieldsRequest fieldsOf = iota // a request's head: one Host at most
+	fieldsTrailer                 // a chunked request body's trailers: no framing field, no Host
+	fieldsAnswer                  // an answer's head (answerhead.go)
+)
+
 // parseFields parses CRLF-ended field lines (the last one the empty line)
-// into a header block under canonical names. Host and the framing fields
-// are checked here when request is true (a request's head, not trailers).
-func parseFields(block string, request bool) (http.Header, error) {
+// into a header block under canonical names, with the checks of what the
+// block is.
+func parseFields(block string, of fieldsOf) (http.Header, error) {
 	n := strings.Count(block, "\n")
 	h := make(http.Header, n)
 	// One backing array for the values: most fields come once (as
@@ -206,7 +215,10 @@ func parseFields(block string, request bool) (http.Header, error) {
 			h[key], strs = strs[:1:1], strs[1:]
 		}
 	}
-	if !request {
+	switch of {
+	case fieldsAnswer:
+		return h, nil
+	case fieldsTrailer:
 		for _, k := range []string{"Content-Length", "Transfer-Encoding", "Trailer", "Host"} {
 			if _, ok := h[k]; ok {
 				return nil, errHeadTrailerField
@@ -406,7 +418,7 @@ func (b *chunkedBody) trailers() error {
 		}
 		return err
 	}
-	t, err := parseFields(string(b.h.buf), false)
+	t, err := parseFields(string(b.h.buf), fieldsTrailer)
 	if err != nil {
 		return err
 	}

@@ -41,3 +41,31 @@ func BenchmarkReadRequestHead(b *testing.B) {
 		}
 	})
 }
+
+// benchAnswer is a small answer as the bench's destination sends it.
+const benchAnswer = "HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nDate: Mon, 07 Dec 2026 18:00:00 GMT\r\nContent-Length: 16\r\n\r\n0123456789abcdef"
+
+// BenchmarkReadAnswer compares the answers' fast path with net/http's
+// ReadResponse on benchAnswer.
+//
+//	go test ./pkg/egress -run '^$' -bench ReadAnswer
+func BenchmarkReadAnswer(b *testing.B) {
+	sr := strings.NewReader("")
+	br := bufio.NewReader(sr)
+	req := &http.Request{Method: "GET"}
+	for _, bc := range []struct {
+		name string
+		read func(*bufio.Reader, *http.Request) (*http.Response, error)
+	}{{"fast", readAnswer}, {"net-http", http.ReadResponse}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				sr.Reset(benchAnswer)
+				br.Reset(sr)
+				if _, err := bc.read(br, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
