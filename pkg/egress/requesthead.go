@@ -1,11 +1,12 @@
 package egress
 
 // The intercepted path's request reader (docs/credentialed-egress.md,
-// "Placeholders"; its cost in docs/BENCHMARKS.md, issue 37). The broker
-// re-sends every intercepted request to a server that parses it again, so
-// any head two parsers may read differently is a request-smuggling risk
-// (docs/threat-model.md): the code could frame a second request the
-// broker never checked inside the first one's body. This reader accepts a
+// "Placeholders", the refusals; its cost in docs/BENCHMARKS.md, issue 37).
+// The broker re-sends every intercepted request to a server that parses
+// it again, so any head two parsers may read differently is a
+// request-smuggling risk (the broker's parsing is strict for that reason,
+// docs/threat-model.md): the code could frame a second request the broker
+// never checked inside the first one's body. This reader accepts a
 // strict subset of HTTP/1.1 (RFC 9112) and refuses everything ambiguous
 // outright, where net/http's ReadRequest is lenient:
 //
