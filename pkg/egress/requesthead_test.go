@@ -70,8 +70,8 @@ func TestReadRequestHead(t *testing.T) {
 }
 
 // TestReadRequestHeadRefuses: every ambiguous or malformed head is refused
-// (docs/threat-model.md, request smuggling), including what net/http's
-// ReadRequest accepts (marked lenient).
+// (docs/credentialed-egress.md, request smuggling), including what
+// net/http's ReadRequest accepts (marked lenient, as of Go 1.26).
 func TestReadRequestHeadRefuses(t *testing.T) {
 	long := strings.Repeat("a", MaxInterceptHeaderBytes)
 	for _, tc := range []struct {
@@ -114,9 +114,11 @@ func TestReadRequestHeadRefuses(t *testing.T) {
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
+		// What Go's reader does is noted, not required: a Go release
+		// may tighten it.
 		_, nerr := http.ReadRequest(bufio.NewReader(strings.NewReader(tc.raw)))
 		if got := nerr == nil; got != tc.lenient {
-			t.Errorf("%s: net/http accepts it: %v, the table says %v (%v)", tc.name, got, tc.lenient, nerr)
+			t.Logf("%s: net/http accepts it: %v, the table says %v (%v)", tc.name, got, tc.lenient, nerr)
 		}
 	}
 }
