@@ -526,6 +526,37 @@ func TestInterceptRawRefusals(t *testing.T) {
 	r.noSecretsLogged(t)
 }
 
+// TestInterceptRefusesAmbiguousHeads: a request head two HTTP parsers may
+// frame differently (request smuggling, docs/threat-model.md) is refused
+// with a generic 400 and never reaches the destination, even where Go's
+// own reader would accept it (bare LF, obs-fold, a space before a colon,
+// Content-Length twice or with Transfer-Encoding). Each would otherwise be
+// a good request (the placeholder in its header).
+func TestInterceptRefusesAmbiguousHeads(t *testing.T) {
+	r := newIcptRig(t)
+	host, auth := r.git.addr(), "Authorization: Bearer "+r.ph("GIT_TOKEN")
+	for _, tc := range []struct{ name, req string }{
+		{"bare LF", "GET /private HTTP/1.1\nHost: " + host + "\n" + auth + "\n\n"},
+		{"obs-fold", "GET /private HTTP/1.1\r\nHost: " + host + "\r\nX-A: a\r\n b\r\n" + auth + "\r\n\r\n"},
+		{"space before a colon", "GET /private HTTP/1.1\r\nHost : " + host + "\r\n" + auth + "\r\n\r\n"},
+		{"Content-Length twice", "POST /private HTTP/1.1\r\nHost: " + host + "\r\n" + auth + "\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nhi"},
+		{"Content-Length with chunked", "POST /private HTTP/1.1\r\nHost: " + host + "\r\n" + auth + "\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+		{"Transfer-Encoding gzip, chunked", "POST /private HTTP/1.1\r\nHost: " + host + "\r\n" + auth + "\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"},
+	} {
+		before := r.git.seen()
+		if code := r.raw(tc.req); code != 400 {
+			t.Errorf("%s: %d, want 400", tc.name, code)
+		}
+		if r.git.seen() != before {
+			t.Errorf("%s: the destination was reached", tc.name)
+		}
+	}
+	if !r.logs.has("egress refused", "a malformed or ambiguous intercepted request head") {
+		t.Error("no refusal line naming the head")
+	}
+	r.noSecretsLogged(t)
+}
+
 // TestInterceptTLS: a client that does not trust the run CA gets nothing
 // (no destination dial), an SNI other than the declared host is refused
 // in the handshake, another port of a declared host is refused, and every

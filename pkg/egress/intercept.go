@@ -41,6 +41,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/placeholder"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
@@ -302,6 +303,7 @@ func (p *Proxy) interceptConnect(w http.ResponseWriter, r *http.Request, ir inte
 		alog: p.log.With("kind", "intercept", "dest", ir.dest, "credential", ir.c.Name)}
 	s.lr = &io.LimitedReader{R: tc}
 	s.br = bufio.NewReader(s.lr)
+	s.hr = headReader{br: s.br}
 	s.bw = bufio.NewWriter(tc)
 	defer s.closeUp()
 	for s.serveOne() {
@@ -328,6 +330,7 @@ type interceptSession struct {
 	client *tls.Conn
 	lr     *io.LimitedReader
 	br     *bufio.Reader
+	hr     headReader // the requests' strict reader over br (requesthead.go)
 	bw     *bufio.Writer
 
 	// Opened at the first request, for the connection's life.
@@ -383,7 +386,7 @@ var ErrReflectedRequest = errors.New("egress: a placeholder or the credential's 
 // connection.
 func (s *interceptSession) serveOne() bool {
 	s.lr.N = MaxInterceptHeaderBytes + 4096 // what the reader may already hold
-	req, err := http.ReadRequest(s.br)
+	req, err := s.hr.read()
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || s.ctx.Err() != nil {
 			return false
@@ -392,7 +395,10 @@ func (s *interceptSession) serveOne() bool {
 		if errors.As(err, &ne) && ne.Timeout() {
 			return false
 		}
-		return s.refuse(errMalformed, "")
+		if !errors.Is(err, errRequestHead) {
+			err = errMalformed
+		}
+		return s.refuse(err, "")
 	}
 	s.lr.N = math.MaxInt64
 	method := req.Method
@@ -631,7 +637,7 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 	var resp *http.Response
 	for {
 		s.upLR.N = maxResponseHeaderBytes + 4096
-		r, err := http.ReadResponse(s.upBR, out)
+		r, err := readAnswer(s.upBR, out)
 		if err != nil {
 			s.closeUp()
 			return s.refuse(err, req.Method)
@@ -717,21 +723,22 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 	_ = resp.Body.Close()
 	// The audit line of every request (attributes, not boxed values: it
 	// is on each request's path).
+	end := p.now()
 	attrs := [...]slog.Attr{slog.String("method", req.Method), slog.Int("status", resp.StatusCode), slog.Bool("substituted", substituted),
 		slog.Int64("bytes_out", s.sent.Load()), slog.Int64("bytes_in", got.Load()),
-		slog.Int64("duration_ms", p.now().Sub(start).Milliseconds()), {}}
+		slog.Int64("duration_ms", end.Sub(start).Milliseconds()), {}}
 	if reflected.Load() {
 		s.closeUp()
-		s.alog.LogAttrs(context.Background(), slog.LevelWarn, "egress intercepted answer cut: it reflects the credential", attrs[:6]...)
+		s.audit(slog.LevelWarn, "egress intercepted answer cut: it reflects the credential", end, attrs[:6])
 		return false
 	}
 	if err != nil {
 		s.closeUp()
 		attrs[6] = slog.String("reason", reason(err))
-		s.alog.LogAttrs(context.Background(), slog.LevelWarn, "egress intercepted answer not delivered", attrs[:]...)
+		s.audit(slog.LevelWarn, "egress intercepted answer not delivered", end, attrs[:])
 		return false
 	}
-	s.alog.LogAttrs(context.Background(), slog.LevelInfo, "egress intercepted", attrs[:6]...)
+	s.audit(slog.LevelInfo, "egress intercepted", end, attrs[:6])
 	if closeAfter {
 		s.closeUp()
 	}
@@ -742,6 +749,21 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		return false
 	}
 	return !req.Close
+}
+
+// audit writes a request's audit line (docs/credentialed-egress.md) at t,
+// the request's end: the handler is called directly, as Logger.LogAttrs
+// would without the caller's pc (the handler adds no source) and a second
+// clock read (issue 37's per-request cost).
+func (s *interceptSession) audit(level slog.Level, msg string, t time.Time, attrs []slog.Attr) {
+	ctx := context.Background()
+	h := s.alog.Handler()
+	if !h.Enabled(ctx, level) {
+		return
+	}
+	r := slog.NewRecord(t, level, msg, 0)
+	r.AddAttrs(attrs...)
+	_ = h.Handle(ctx, r)
 }
 
 // requestExclude are the fields Request.Write writes from the request's

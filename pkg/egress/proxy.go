@@ -318,7 +318,7 @@ func reason(err error) string {
 		errors.Is(err, errPlaceholderElsewhere), errors.Is(err, errValueSent), errors.Is(err, errHeaderTwice),
 		errors.Is(err, errHostMismatch), errors.Is(err, errSNI), errors.Is(err, errUndeclaredPort), errors.Is(err, errPlainIntercepted),
 		errors.Is(err, errInterim101), errors.Is(err, errOriginForm), errors.Is(err, ErrReflectedRequest),
-		errors.Is(err, ErrReflected):
+		errors.Is(err, ErrReflected), errors.Is(err, errRequestHead):
 		return err.Error()
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return "egress: " + err.Error()
@@ -341,7 +341,8 @@ func Status(err error) int {
 	case errors.Is(err, ErrConnections), errors.Is(err, ErrBytes):
 		return http.StatusTooManyRequests
 	case errors.Is(err, errPlaceholderElsewhere), errors.Is(err, errValueSent), errors.Is(err, errHeaderTwice),
-		errors.Is(err, errHostMismatch), errors.Is(err, errOriginForm), errors.Is(err, ErrReflectedRequest):
+		errors.Is(err, errHostMismatch), errors.Is(err, errOriginForm), errors.Is(err, ErrReflectedRequest),
+		errors.Is(err, errRequestHead):
 		return http.StatusBadRequest
 	case errors.Is(err, safefetch.ErrAddress), errors.Is(err, safefetch.ErrURL), errors.Is(err, errUndeclaredPort),
 		errors.Is(err, errPlainIntercepted):
