@@ -481,7 +481,10 @@ func (b *Box) handle(m jetstream.Msg) {
 		// Committed already (its reply maybe not yet published: the
 		// committing box died in between) or overtaken by a later turn.
 		if st.LastTurn == t.ID && st.LastReply != nil {
-			if err := b.publishReply(ctx, *st.LastReply, log); err != nil {
+			// Tried again in place like the committing box's (inplace.go):
+			// a box that committed and was cut from the replies' leader
+			// hands the turn here, often during that leader's election.
+			if err := b.publishReplyInPlace(*st.LastReply, log); err != nil {
 				log.Warn("fleet reply not published: turn returned", "err", err)
 				b.returnTurn(m, ev, t, log, false)
 				return

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -184,5 +185,34 @@ func TestLostCommitKeepsTheFence(t *testing.T) {
 	}
 	if n := replyCount(t, client, tn.ID); n != 1 {
 		t.Errorf("%d replies stored, want 1", n)
+	}
+}
+
+// TestCommittedTurnsReplyIsPublishedInPlace: a turn delivered again after
+// its commit (the committing box cut from the replies bucket's leader
+// before its reply) has its reply published from the state by the next
+// box; refused for want of a leader (no responders: the replies' leader
+// being elected), the reply is tried again in place, not handed back for
+// another redelivery.
+func TestCommittedTurnsReplyIsPublishedInPlace(t *testing.T) {
+	r := newRig(t, 1, 1)
+	electing := func(jetstream.KeyValue, string, []byte, uint64) error { return nats.ErrNoResponders }
+	startLoneBox(t, r, func(f *Fleet) {
+		f.replies = &lostAnswerKV{KeyValue: f.replies, lose: anyValue, land: electing}
+	})
+	client, _ := r.fleet("client")
+	tn := newTurn("chan-committed-unreplied", "x")
+	committed := ChannelState{Channel: tn.Channel, Generation: 1, LastTurn: tn.ID,
+		LastReply: &Reply{TurnID: tn.ID, OK: true, Text: "committed before", Box: "gone", Generation: 1}}
+	if _, err := client.putState(r.ctx(), channelKey(tn.Channel), committed, 0); err != nil {
+		t.Fatal(err)
+	}
+	rep, _, err := client.Ask(r.ctx(), tn)
+	if err != nil || rep.Text != "committed before" {
+		t.Fatalf("reply %+v, %v: want the committed one", rep, err)
+	}
+	e := r.waitEvent("answer", func(e Event) bool { return e.Kind == EventAnswered && e.TurnID == tn.ID })
+	if e.Attempt != 1 || r.count(EventReturned, tn.ID) != 0 {
+		t.Errorf("answered on attempt %d after %d hand-backs, want attempt 1 and none: events %+v", e.Attempt, r.count(EventReturned, tn.ID), r.snapshot())
 	}
 }
