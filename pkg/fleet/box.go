@@ -771,8 +771,9 @@ func (b *Box) readTake(t Turn, state bool) (replyErr error, mode ChannelMode, mo
 	}
 }
 
-// errUnanswered: a take's read had no answer within its round (readTake).
-var errUnanswered = errors.New("no answer within the read's round")
+// errUnanswered: a take's read, or a write tried again in place (inplace.go),
+// had no answer within its round.
+var errUnanswered = errors.New("no answer within the call's round")
 
 func unanswered(err error) error {
 	if err == nil {
