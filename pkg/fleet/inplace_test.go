@@ -216,3 +216,36 @@ func TestCommittedTurnsReplyIsPublishedInPlace(t *testing.T) {
 		t.Errorf("answered on attempt %d after %d hand-backs, want attempt 1 and none: events %+v", e.Attempt, r.count(EventReturned, tn.ID), r.snapshot())
 	}
 }
+
+// silentCommits never answers a commit (its leader behind a cut for good)
+// and passes every other call.
+type silentCommits struct{ jetstream.KeyValue }
+
+func (kv silentCommits) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	if aCommit(value) {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}
+	return kv.KeyValue.Update(ctx, key, value, rev)
+}
+
+// TestUnansweredCommitIsHandedBackWithinItsBound: the rounds of a commit
+// that is never answered stop at writeBudget (plus its last round) and
+// the turn is handed back for its redelivery, rather than held.
+func TestUnansweredCommitIsHandedBackWithinItsBound(t *testing.T) {
+	r := newRig(t, 1, 1)
+	startLoneBox(t, r, func(f *Fleet) { f.channels = silentCommits{f.channels} })
+	client, _ := r.fleet("client")
+	tn := newTurn("chan-silent-commit", "x")
+	if _, err := client.Submit(r.ctx(), tn); err != nil {
+		t.Fatal(err)
+	}
+	taken := r.waitEvent("take", func(e Event) bool { return e.Kind == EventTaken && e.TurnID == tn.ID })
+	returned := r.waitEvent("hand-back", func(e Event) bool { return e.Kind == EventReturned && e.TurnID == tn.ID })
+	if returned.Attempt != taken.Attempt {
+		t.Errorf("handed back on attempt %d, want the taken one, %d", returned.Attempt, taken.Attempt)
+	}
+	if n := r.count(EventCommitted, tn.ID); n != 0 {
+		t.Errorf("%d commits of a turn whose commit was never answered", n)
+	}
+}
