@@ -481,7 +481,10 @@ func (b *Box) handle(m jetstream.Msg) {
 		// Committed already (its reply maybe not yet published: the
 		// committing box died in between) or overtaken by a later turn.
 		if st.LastTurn == t.ID && st.LastReply != nil {
-			if err := b.publishReply(ctx, *st.LastReply, log); err != nil {
+			// Tried again in place like the committing box's (inplace.go):
+			// a box that committed and was cut from the replies' leader
+			// hands the turn here, often during that leader's election.
+			if err := b.publishReplyInPlace(*st.LastReply, log); err != nil {
 				log.Warn("fleet reply not published: turn returned", "err", err)
 				b.returnTurn(m, ev, t, log, false)
 				return
@@ -496,14 +499,9 @@ func (b *Box) handle(m jetstream.Msg) {
 		// The claim: every take writes the channel, so a box that took the
 		// turn before us (and may still be running it) can no longer commit.
 		claim = claimOf(st, t, seq, b.opts.Name)
-		// A write refused for want of a leader (503, no responders) was not
-		// applied: it is tried again in place, as the reads (readTake), at the
-		// same revision, so the fence is the same. A write that timed out may
-		// have landed and is not.
-		claimRev, err = b.f.putState(ctx, key, claim, rev)
-		for until := time.Now().Add(2 * b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
-			claimRev, err = b.f.putState(ctx, key, claim, rev)
-		}
+		// A write refused for want of a leader, or unanswered, is tried
+		// again in place at the same revision (inplace.go).
+		claimRev, err = b.putStateInPlace(key, claim, rev, log)
 		if err != nil {
 			b.refusedOrReturned(m, ev, t, err, log, "claim")
 			return
@@ -579,11 +577,9 @@ func (b *Box) handle(m jetstream.Msg) {
 	}
 	ev.Steps.Upload = lap()
 	// The commit point: the state at our claim's revision, or nothing.
-	commitRev, err := b.f.putState(ctx, key, next, claimRev)
-	for until := time.Now().Add(b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
-		// Not applied (see the claim's): the same compare-and-swap again.
-		commitRev, err = b.f.putState(ctx, key, next, claimRev)
-	}
+	// Refused for want of a leader, or unanswered: the same
+	// compare-and-swap again, in place (inplace.go).
+	commitRev, err := b.putStateInPlace(key, next, claimRev, log)
 	if err != nil {
 		if fenced(err) && next.Workspace != st.Workspace && !next.inline() {
 			// Refused: the upload is ours alone and nobody refers to it. On
@@ -595,10 +591,7 @@ func (b *Box) handle(m jetstream.Msg) {
 	}
 	ev.Steps.Commit = lap()
 	b.remember(next, commitRev)
-	err = b.publishReply(ctx, reply, log)
-	for until := time.Now().Add(b.opts.AckWait); err != nil && b.retryInPlace(until, err); {
-		err = b.publishReply(ctx, reply, log)
-	}
+	err = b.publishReplyInPlace(reply, log)
 	if err != nil {
 		// Committed: whoever takes the redelivery publishes it from the state.
 		log.Warn("fleet reply not published after commit: turn returned", "err", err)
@@ -778,8 +771,9 @@ func (b *Box) readTake(t Turn, state bool) (replyErr error, mode ChannelMode, mo
 	}
 }
 
-// errUnanswered: a take's read had no answer within its round (readTake).
-var errUnanswered = errors.New("no answer within the read's round")
+// errUnanswered: a take's read, or a write tried again in place (inplace.go),
+// had no answer within its round.
+var errUnanswered = errors.New("no answer within the call's round")
 
 func unanswered(err error) error {
 	if err == nil {
@@ -829,8 +823,9 @@ func (b *Box) retryInPlace(until time.Time, errs ...error) bool {
 // or the meta group's leader is being elected), nobody answered the
 // request at all, or a snapshot's read stalled within its bound (its
 // consumer made while the store had no leader). A call that waits out its
-// deadline is not: the box may be the one cut off, and hands the turn
-// back.
+// deadline is not, unless its caller marks it (unanswered): a read, or a
+// write tried again at the same revision (inplace.go); retryInPlace stops
+// a box that may be the one cut off, which hands the turn back.
 func leaderless(err error) bool {
 	var api *jetstream.APIError
 	if errors.As(err, &api) && api.Code == 503 {
