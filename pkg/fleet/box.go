@@ -27,7 +27,8 @@ const (
 	// EventTaken: the box claimed the turn and starts executing it.
 	EventTaken EventKind = "taken"
 	// EventCommitted: the box committed the turn (reply, workspace, state)
-	// and acknowledged it.
+	// and sent its acknowledgement (not waiting for the server's
+	// confirmation: ackCommitted).
 	EventCommitted EventKind = "committed"
 	// EventRefused: the fence refused the box's claim or commit (another
 	// box claimed the channel since): its work is dropped, not acknowledged.
@@ -78,7 +79,7 @@ type Steps struct {
 	Upload    time.Duration // the workspace snapshot's upload (0: none)
 	Commit    time.Duration // the state's compare-and-swap at the claim's revision
 	Reply     time.Duration // the reply's create
-	Ack       time.Duration // the turn's acknowledgement
+	Ack       time.Duration // sending the turn's acknowledgement (its confirmation is not waited for)
 }
 
 // StepNames are Steps' fields in order, as Named names them.
