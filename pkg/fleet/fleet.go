@@ -25,6 +25,9 @@ type Fleet struct {
 	ws       *fleetworkspace.Store
 	// jobResults and jobControl are the jobs' buckets (Jobs, pkg/fleetjobs).
 	jobResults, jobControl jetstream.KeyValue
+	// beforeModeWrite, when set (tests), runs between each of writeMode's
+	// reads and its write.
+	beforeModeWrite func()
 }
 
 // Open ensures the family's resources (Ensure) and binds them; a box calls

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"regexp"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -113,6 +115,18 @@ func (f *Fleet) Mode(ctx context.Context, channel string) (ChannelMode, uint64, 
 // one means another box changed the channel's mode meanwhile).
 const maxModeWrites = 8
 
+// ErrModeContended: the channel's mode changed under every one of
+// SetMode's attempts (another box, or an operator on another box, writing
+// it at the same time); nothing of this call was written.
+var ErrModeContended = errors.New("the channel's mode changed while it was written")
+
+// modeBackoff is the most a refused mode write waits, times two per
+// refusal, before it reads again: a random part of it, so two boxes
+// writing in step fall out of step (without it, a box whose read and write
+// straddled the other's every time lost all its attempts: seen in
+// TestConcurrentModeChangesNeverShareAVersion on a loaded machine).
+const modeBackoff = time.Millisecond
+
 // SetMode makes the channel's mode mode (profile for a rich one), written
 // by compare-and-swap on the revision read, so a concurrent change is
 // never overwritten unseen: the write is retried on the newer value. An
@@ -150,6 +164,9 @@ func (f *Fleet) writeMode(ctx context.Context, channel, mode, profile, by string
 		if err != nil {
 			return ChannelMode{}, err
 		}
+		if f.beforeModeWrite != nil {
+			f.beforeModeWrite()
+		}
 		if rev == 0 {
 			_, err = f.channels.Create(ctx, key, data)
 		} else {
@@ -161,8 +178,18 @@ func (f *Fleet) writeMode(ctx context.Context, channel, mode, profile, by string
 		if !fenced(err) {
 			return ChannelMode{}, fmt.Errorf("write channel mode: %w", err)
 		}
+		if i == maxModeWrites-1 {
+			break
+		}
+		wait := time.NewTimer(rand.N(modeBackoff << i))
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			return ChannelMode{}, ctx.Err()
+		case <-wait.C:
+		}
 	}
-	return ChannelMode{}, fmt.Errorf("channel mode changed %d times while it was written: try again", maxModeWrites)
+	return ChannelMode{}, fmt.Errorf("%w: %d attempts refused, try again", ErrModeContended, maxModeWrites)
 }
 
 // WatchModes calls apply with every channel's mode the fleet holds, then

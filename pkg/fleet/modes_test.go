@@ -230,6 +230,9 @@ func TestConcurrentModeChangesNeverShareAVersion(t *testing.T) {
 					}
 				}
 				m, err := f.SetMode(ctx, "ch", mode, profile, box)
+				if errors.Is(err, ErrModeContended) {
+					continue // refused whole: nothing of it written
+				}
 				if err != nil {
 					t.Error(err)
 					return
@@ -258,5 +261,45 @@ func TestConcurrentModeChangesNeverShareAVersion(t *testing.T) {
 	}
 	if len(written) != int(final.Version)-1 {
 		t.Errorf("%d writes for final version %d", len(written), final.Version)
+	}
+}
+
+// A mode write that another writer overtakes on every attempt is refused
+// as contended, after its bounded attempts, and writes nothing.
+func TestModeWriteOvertakenEveryTimeIsRefusedWhole(t *testing.T) {
+	r := newRig(t, 1, 1)
+	ctx := r.ctx()
+	f, _ := r.fleet("a")
+	if _, err := f.SetMode(ctx, "ch", ModeOn, "", "a"); err != nil {
+		t.Fatal(err)
+	}
+	writes := 0
+	f.beforeModeWrite = func() {
+		writes++
+		cur, _, err := f.Mode(ctx, "ch")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		next := ChannelMode{Channel: "ch", Mode: ModeOn, By: "other", Version: cur.Version + 1}
+		data, _ := json.Marshal(next)
+		if _, err := f.channels.Put(ctx, modeKey("ch"), data); err != nil {
+			t.Error(err)
+		}
+	}
+	_, err := f.SetMode(ctx, "ch", ModeOff, "", "a")
+	if !errors.Is(err, ErrModeContended) {
+		t.Fatalf("SetMode overtaken on every attempt = %v, want ErrModeContended", err)
+	}
+	if writes != maxModeWrites {
+		t.Errorf("%d attempts, want %d", writes, maxModeWrites)
+	}
+	f.beforeModeWrite = nil
+	got, _, err := f.Mode(ctx, "ch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (ChannelMode{Channel: "ch", Mode: ModeOn, By: "other", Version: 1 + maxModeWrites}); got != want {
+		t.Errorf("mode after the refused write = %+v, want %+v (the other writer's)", got, want)
 	}
 }

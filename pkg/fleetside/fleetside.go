@@ -212,6 +212,11 @@ func (s *Side) restore(ctx context.Context, in fleet.Input) error {
 // ErrModeWrite is what a mode change the fleet did not take answers.
 var ErrModeWrite = errors.New("fleet state write failed")
 
+// ErrModeContended is what a mode change answers when another box changed
+// the channel's mode under each of its attempts: nothing was written, and
+// the caller may try again (the host answers 409).
+var ErrModeContended = errors.New("the channel's mode was being changed elsewhere: nothing changed, try again")
+
 const opTimeout = 10 * time.Second
 
 // SetMode writes a mode change to the fleet (the host writes its own
@@ -225,6 +230,10 @@ func (s *Side) SetMode(ctx context.Context, channel, mode, profile string) error
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	if _, err := s.o.Fleet.SetMode(ctx, channel, mode, profile, s.box); err != nil {
+		if errors.Is(err, fleet.ErrModeContended) {
+			s.o.Logger.Warn("channel mode not changed: other boxes changed it under every attempt", "channel", ids.ChannelTag(channel), "err", err)
+			return ErrModeContended
+		}
 		s.o.Logger.Error("channel mode not changed: the fleet (NATS JetStream) failed", "channel", ids.ChannelTag(channel), "err", err)
 		return ErrModeWrite
 	}

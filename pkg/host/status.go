@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/api"
+	"github.com/roundtable-sandbox/sandbox/pkg/fleetside"
 	"github.com/roundtable-sandbox/sandbox/pkg/sandbox"
 )
 
@@ -24,6 +25,7 @@ var hostStatuses = []api.Status{
 	{Err: ErrShuttingDown, Code: http.StatusServiceUnavailable, Reason: ErrShuttingDown.Error()},
 	{Err: ErrDeadline, Code: http.StatusGatewayTimeout, Reason: ErrDeadline.Error()},
 	{Err: ErrCancelled, Code: http.StatusConflict, Reason: ErrCancelled.Error()},
+	{Err: fleetside.ErrModeContended, Code: http.StatusConflict, Reason: fleetside.ErrModeContended.Error()},
 	// A cleanup failure is a failed turn to the caller.
 	{Err: ErrCleanup, Code: http.StatusInternalServerError, Reason: ErrTurnFailed.Error()},
 	{Err: ErrTurnFailed, Code: http.StatusInternalServerError, Reason: ErrTurnFailed.Error()},
