@@ -24,7 +24,7 @@
 # BENCH_VARIANTS (1: docker run flag variants, full mode) BENCH_VARIANT_ROUNDS (20)
 # BENCH_SOURCE (tree to build and measure; default this one)
 # BENCH_RESULTS (bench/results/latest) BENCH_REPORT (docs/BENCHMARKS.md)
-# BENCH_KEEP=1 keeps the work directory.
+# BENCH_KEEP=1 keeps the work directory (full mode: with the namespace's journal, journal.txt).
 #
 # It measures; it asserts nothing. Every process it starts it stops by pid.
 set -euo pipefail

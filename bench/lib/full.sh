@@ -44,6 +44,11 @@ fi
 # engineer's namespace booted meanwhile shows up as new cgroups, too).
 bench_ns_down() {
   [[ -n ${NS_PID:-} ]] || return 0
+  # BENCH_KEEP=1 keeps the namespace's journal too (a tail's causes are
+  # read there), beside the kept work directory.
+  if [[ ${BENCH_KEEP:-0} == 1 ]]; then
+    ns_exec journalctl --no-pager -o short-precise >"$WORK/journal.txt" 2>&1 || true
+  fi
   ns_teardown || bench_log "WARNING: namespace teardown reported leftovers (see above)"
 }
 
