@@ -653,6 +653,9 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		// 1xx (103 Early Hints, say): dropped unread by the code.
 	}
 	s.upLR.N = math.MaxInt64
+	// The reason phrase is the destination's free text, which no guard
+	// reads: the code gets the status code's own text instead.
+	resp.Status = ""
 	for _, k := range hopResponseHeaders {
 		delete(resp.Header, k)
 	}

@@ -261,7 +261,7 @@ func frame(req *http.Request, h *headReader) error {
 	case hasCL && hasTE:
 		return errHeadLengthAndTE
 	case hasTE:
-		if len(te) != 1 || !strings.EqualFold(te[0], "chunked") || req.ProtoMinor == 0 {
+		if len(te) != 1 || !asciiEqualFold(te[0], "chunked") || req.ProtoMinor == 0 {
 			return errHeadTE
 		}
 		delete(hd, "Transfer-Encoding")
@@ -334,12 +334,34 @@ func declaredTrailer(req *http.Request) error {
 func hasToken(vs []string, tok string) bool {
 	for _, v := range vs {
 		for t := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.Trim(t, " \t"), tok) {
+			if asciiEqualFold(strings.Trim(t, " \t"), tok) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// asciiEqualFold is strings.EqualFold for ASCII only: strings.EqualFold
+// folds Unicode (U+212A KELVIN SIGN matches 'k'), so "chun\u212aed"
+// would read as chunked here while net/http refuses it (found in review).
+func asciiEqualFold(s, t string) bool {
+	if len(s) != len(t) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		a, b := s[i], t[i]
+		if 'A' <= a && a <= 'Z' {
+			a += 'a' - 'A'
+		}
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		if a != b {
+			return false
+		}
+	}
+	return true
 }
 
 // isToken reports whether s is a non-empty RFC 9110 token.

@@ -98,6 +98,7 @@ func TestReadRequestHeadRefuses(t *testing.T) {
 		{"Content-Length with Transfer-Encoding", "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", errHeadLengthAndTE, true},
 		{"Transfer-Encoding gzip, chunked", "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", errHeadTE, false},
 		{"Transfer-Encoding identity", "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: identity\r\n\r\n", errHeadTE, false},
+		{"Transfer-Encoding chunked with a Unicode-folding K", "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chun\u212aed\r\n\r\n0\r\n\r\n", errHeadTE, false},
 		{"Transfer-Encoding twice", "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", errHeadTE, false},
 		{"Transfer-Encoding on HTTP/1.0", "POST / HTTP/1.0\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", errHeadTE, true},
 		{"a Trailer naming Content-Length", "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTrailer: Content-Length\r\n\r\n0\r\n\r\n", errHeadTrailerField, false},
@@ -174,6 +175,7 @@ func FuzzReadRequestHead(f *testing.F) {
 		"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
 		"GET / HTTP/1.1\nHost: h\n\n",
 		"GET / HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n",
+		"POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chun\u212aed\r\n\r\n1\r\na\r\n0\r\n\r\n",
 	} {
 		f.Add([]byte(s))
 	}
