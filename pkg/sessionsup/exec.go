@@ -284,8 +284,9 @@ func (s *Server) runExec(ctx context.Context, e *execState, x sessionwire.Exec, 
 	go pump(1, errR)
 
 	// The timeout and the session's end kill the exec's process group
-	// (exited tells them it is too late: the group may then hold only
-	// the background processes it left, which outlive it); meanwhile
+	// (e.pgid 0, set once the child is reaped, tells them it is too late:
+	// the group may then hold only the background processes it left,
+	// which outlive it, and its id may be reused); meanwhile
 	// this goroutine waits for the child itself (waitChild), so its
 	// status needs no other goroutine to wake this one.
 	timer := time.AfterFunc(time.Duration(x.Timeout())*time.Second, func() {
