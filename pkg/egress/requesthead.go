@@ -19,7 +19,8 @@ package egress
 //   - at most one Host and one Content-Length field (even two equal ones
 //     are refused), Content-Length of digits only; Transfer-Encoding only
 //     on HTTP/1.1, only once and exactly "chunked", never with
-//     Content-Length; a Trailer field never names a framing field;
+//     Content-Length; a Trailer field never names a framing field, and
+//     a chunked body's trailers are only those its Trailer declared;
 //   - the head is at most MaxInterceptHeaderBytes, a chunked body's
 //     trailers likewise.
 //
@@ -63,6 +64,7 @@ const (
 	errHeadTE           = headError("a Transfer-Encoding other than one chunked")
 	errHeadLengthAndTE  = headError("Content-Length with Transfer-Encoding")
 	errHeadTrailerField = headError("a Trailer naming a framing field")
+	errHeadUndeclared   = headError("a trailer its Trailer field did not declare")
 	errHeadURI          = headError("an unparsable request target")
 )
 
@@ -445,14 +447,17 @@ func (b *chunkedBody) trailers() error {
 	if err != nil {
 		return err
 	}
-	if len(t) > 0 {
-		if b.req.Trailer == nil {
-			b.req.Trailer = t
-		} else {
-			for k, v := range t {
-				b.req.Trailer[k] = v
-			}
+	// Only declared trailers: the checks before forwarding (the
+	// credential header's aliases) read the declared names, so one that
+	// arrives undeclared is refused rather than forwarded unchecked
+	// (found in review; net/http would merge it).
+	for k := range t {
+		if _, ok := b.req.Trailer[k]; !ok {
+			return errHeadUndeclared
 		}
+	}
+	for k, v := range t {
+		b.req.Trailer[k] = v
 	}
 	return io.EOF
 }

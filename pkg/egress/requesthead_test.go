@@ -137,6 +137,19 @@ func TestReadRequestHeadBodies(t *testing.T) {
 	if _, _, err := readOne("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\nX-T: a\nb\r\n\r\n"); !errors.Is(err, errHeadLineEnd) {
 		t.Errorf("bare LF in a trailer: %v", err)
 	}
+	if _, _, err := readOne("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n2\r\nhi\r\n0\r\nX-T: v\r\nX-Other: w\r\n\r\n"); !errors.Is(err, errHeadUndeclared) {
+		t.Errorf("a trailer not declared: %v", err)
+	}
+	if _, _, err := readOne("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\nX-Other: w\r\n\r\n"); !errors.Is(err, errHeadUndeclared) {
+		t.Errorf("a trailer with no Trailer field: %v", err)
+	}
+	if req, _, err := readOne("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n2\r\nhi\r\n0\r\nX-T: v\r\n\r\n"); err != nil || req.Trailer.Get("X-T") != "v" {
+		t.Errorf("a declared trailer: %v", err)
+	}
+	big := "X-T: " + strings.Repeat("a", MaxInterceptHeaderBytes) + "\r\n"
+	if _, _, err := readOne("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n2\r\nhi\r\n0\r\n" + big + "\r\n"); !errors.Is(err, errHeadTooLong) {
+		t.Errorf("trailers over the bound: %v", err)
+	}
 	for _, first := range []string{
 		"POST /1 HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nGET /",
 		"POST /1 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nGET /\r\n0\r\n\r\n",
