@@ -987,7 +987,7 @@ func (b *Box) giveUp(m jetstream.Msg, ev Event, t Turn, log *slog.Logger) {
 	log.Error("fleet turn given up: delivered more often than the bound and still refused by the cluster; answered as failed", "max_attempts", b.opts.MaxAttempts)
 	ctx, cancel := context.WithTimeout(b.ctx, opTimeout)
 	defer cancel()
-	if err := b.f.putReply(ctx, Reply{TurnID: t.ID, Error: ErrorFailed, Box: b.opts.Name, Seq: ev.Seq}); err != nil {
+	if err := b.f.putReply(ctx, Reply{TurnID: t.ID, Error: ErrorFailed, Box: b.opts.Name, Seq: ev.Seq}); err != nil && !errors.Is(err, errReplyDiffers) {
 		log.Error("fleet given-up turn's failed reply not stored: its frontend waits out its deadline", "err", err)
 	}
 	// A lost term is a redelivery, answered from the reply or given up
@@ -1038,6 +1038,12 @@ func (b *Box) publishReply(ctx context.Context, r Reply, log *slog.Logger) error
 	if errors.Is(err, ErrInvalid) {
 		log.Warn("fleet committed reply cannot be stored: published as failed", "err", err)
 		err = b.f.putReply(ctx, r.failed())
+	}
+	if errors.Is(err, errReplyDiffers) {
+		// Create-only: the frontend was (or will be) answered with the
+		// first reply stored, which disagrees with this commit's.
+		log.Warn("fleet turn already has another reply stored: that reply stands, not the committed one", "generation", r.Generation)
+		return nil
 	}
 	return err
 }

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -328,16 +329,28 @@ func (f *Fleet) encodeReply(r Reply) ([]byte, error) {
 	return data, nil
 }
 
+// errReplyDiffers: the turn's reply key holds a reply other than the one
+// being stored (a box that gave up on the turn stored "failed" first, say):
+// the first stored stands, and the caller says so in its log.
+var errReplyDiffers = errors.New("another reply is stored for the turn")
+
 // putReply stores a turn's reply, create-only: a reply already there (a
-// redelivery's, another box's) stays and counts as stored. A reply the
-// bucket would refuse is refused here (ErrInvalid), before the cluster.
+// redelivery's, another box's) stays and counts as stored; one that
+// differs from r is errReplyDiffers. A reply the bucket would refuse is
+// refused here (ErrInvalid), before the cluster.
 func (f *Fleet) putReply(ctx context.Context, r Reply) error {
 	data, err := f.encodeReply(r)
 	if err != nil {
 		return err
 	}
-	if _, err := f.replies.Create(ctx, r.TurnID, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	_, err = f.replies.Create(ctx, r.TurnID, data)
+	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return err
+	}
+	// Read only on this rare path (a redelivery, a round whose answer was
+	// lost): the same bytes are this box's own earlier write.
+	if e, gerr := f.replies.Get(ctx, r.TurnID); gerr == nil && !bytes.Equal(e.Value(), data) {
+		return errReplyDiffers
 	}
 	return nil
 }
