@@ -41,6 +41,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // errRequestHead: an intercepted request's head is malformed or ambiguous
@@ -141,7 +143,7 @@ func (h *headReader) read() (*http.Request, error) {
 func parseRequestLine(line string) (*http.Request, error) {
 	method, rest, ok1 := strings.Cut(line, " ")
 	target, proto, ok2 := strings.Cut(rest, " ")
-	if !ok1 || !ok2 || !isToken(method) || target == "" {
+	if !ok1 || !ok2 || !httpguts.ValidHeaderFieldName(method) || target == "" {
 		return nil, errHeadRequestLine
 	}
 	for i := range len(target) {
@@ -201,7 +203,7 @@ func parseFields(block string, of fieldsOf) (http.Header, error) {
 			return nil, errHeadFold
 		}
 		name, value, ok := strings.Cut(line, ":")
-		if !ok || !isToken(name) {
+		if !ok || !httpguts.ValidHeaderFieldName(name) {
 			return nil, errHeadField
 		}
 		value = strings.Trim(value, " \t")
@@ -253,9 +255,9 @@ func frame(req *http.Request, h *headReader) error {
 	}
 	conn := hd["Connection"]
 	if req.ProtoMinor == 0 {
-		req.Close = hasToken(conn, "close") || !hasToken(conn, "keep-alive")
+		req.Close = httpguts.HeaderValuesContainsToken(conn, "close") || !httpguts.HeaderValuesContainsToken(conn, "keep-alive")
 	} else {
-		req.Close = hasToken(conn, "close")
+		req.Close = httpguts.HeaderValuesContainsToken(conn, "close")
 	}
 	cl, hasCL := hd["Content-Length"]
 	te, hasTE := hd["Transfer-Encoding"]
@@ -331,19 +333,6 @@ func declaredTrailer(req *http.Request) error {
 	return nil
 }
 
-// hasToken reports whether a comma-separated list field holds tok (ASCII
-// case-insensitively).
-func hasToken(vs []string, tok string) bool {
-	for _, v := range vs {
-		for t := range strings.SplitSeq(v, ",") {
-			if asciiEqualFold(strings.Trim(t, " \t"), tok) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // asciiEqualFold is strings.EqualFold for ASCII only: strings.EqualFold
 // folds Unicode (U+212A KELVIN SIGN matches 'k'), so "chun\u212aed"
 // would read as chunked here while net/http refuses it (found in review).
@@ -365,29 +354,6 @@ func asciiEqualFold(s, t string) bool {
 	}
 	return true
 }
-
-// isToken reports whether s is a non-empty RFC 9110 token.
-func isToken(s string) bool {
-	for i := range len(s) {
-		if !tokenByte[s[i]] {
-			return false
-		}
-	}
-	return s != ""
-}
-
-var tokenByte = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c], t[c-'a'+'A'] = true, true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()
 
 // lengthBody is a body of Content-Length bytes: the connection's end
 // before them is io.ErrUnexpectedEOF; Close reads to its end (the next

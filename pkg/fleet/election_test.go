@@ -54,19 +54,13 @@ func TestElectionIsWaitedOutInPlace(t *testing.T) {
 
 func testElection(t *testing.T, reads, writes int32) {
 	r := newRig(t, 1, 1)
-	f, _ := r.fleet("a")
-	kv := &electingKV{KeyValue: f.channels}
-	kv.refusals.Store(reads)
-	kv.writeRefusals.Store(writes)
-	f.channels = kv
-	b, err := NewBox(f, BoxOptions{Name: "a", Executor: newRecorder(), AckWait: testAckWait, OnEvent: r.record, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(r.ctx()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Stop)
+	var kv *electingKV
+	startLoneBox(t, r, func(f *Fleet) {
+		kv = &electingKV{KeyValue: f.channels}
+		kv.refusals.Store(reads)
+		kv.writeRefusals.Store(writes)
+		f.channels = kv
+	})
 	client, _ := r.fleet("client")
 	tn := newTurn("chan-election", "x")
 	rep, _, err := client.Ask(r.ctx(), tn)

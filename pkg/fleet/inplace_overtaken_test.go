@@ -47,16 +47,9 @@ func TestLandedCommitOvertakenKeepsItsSnapshot(t *testing.T) {
 		_, err = kv.Update(context.Background(), key, data, newRev)
 		return err
 	}
-	fa, _ := r.fleet("a")
-	fa.channels = &lostAnswerKV{KeyValue: fa.channels, lose: aCommit, land: landedThenClaimed}
-	b, err := NewBox(fa, BoxOptions{Name: "a", Executor: bigWorkspace{}, AckWait: testAckWait, OnEvent: r.record, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(r.ctx()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Stop)
+	startLoneBoxWith(t, r, bigWorkspace{}, func(f *Fleet) {
+		f.channels = &lostAnswerKV{KeyValue: f.channels, lose: aCommit, land: landedThenClaimed}
+	})
 	client, _ := r.fleet("client")
 	tn := newTurn("chan-moved-on", "x")
 	if _, err := client.Submit(r.ctx(), tn); err != nil {

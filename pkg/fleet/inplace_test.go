@@ -80,9 +80,15 @@ func anyValue([]byte) bool { return true }
 // buckets changed by wrap first.
 func startLoneBox(t *testing.T, r *rig, wrap func(*Fleet)) {
 	t.Helper()
+	startLoneBoxWith(t, r, newRecorder(), wrap)
+}
+
+// startLoneBoxWith is startLoneBox with the box's executor ex.
+func startLoneBoxWith(t *testing.T, r *rig, ex Executor, wrap func(*Fleet)) {
+	t.Helper()
 	fa, _ := r.fleet("a")
 	wrap(fa)
-	b, err := NewBox(fa, BoxOptions{Name: "a", Executor: newRecorder(), AckWait: testAckWait, OnEvent: r.record, Logger: quiet})
+	b, err := NewBox(fa, BoxOptions{Name: "a", Executor: ex, AckWait: testAckWait, OnEvent: r.record, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,27 +4,8 @@ import (
 	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 )
-
-// syncBuffer is a log sink a test reads after the box wrote to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestStoredReplyThatDiffersIsSaid: a reply is create-only, so a box
 // storing a turn's reply over another one (a box that gave up on the turn
@@ -35,7 +16,7 @@ func TestStoredReplyThatDiffersIsSaid(t *testing.T) {
 	r := newRig(t, 1, 1)
 	ctx := r.ctx()
 	f, _ := r.fleet("a")
-	var logs syncBuffer
+	var logs bytes.Buffer // the box is not started: it logs on this goroutine
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	b, err := NewBox(f, BoxOptions{Name: "a", Executor: newRecorder(), AckWait: testAckWait, Logger: log})
 	if err != nil {
