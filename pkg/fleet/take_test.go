@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -25,36 +24,48 @@ func TestNextTurnClaimsTheRememberedState(t *testing.T) {
 	// Reads of a key from the channels bucket's leader (no direct get)
 	// name the key's subject in their request; the copy reaches this
 	// connection before the reply's watch does (the read precedes the
-	// commit, on the server's order of this connection's deliveries).
+	// commit, on the server's order of this connection's deliveries). A
+	// channel subscription is filled by the connection's reader itself,
+	// so once a Flush's answer is read every earlier copy is in it (an
+	// asynchronous callback could still be pending: the test failed so
+	// under load).
 	stateSubject := "$KV." + ChannelsBucket + "." + channelKey("chan-fast")
-	var reads atomic.Int32
-	sub, err := nc.Subscribe("$JS.API.STREAM.MSG.GET.KV_"+ChannelsBucket, func(m *nats.Msg) {
-		if strings.Contains(string(m.Data), stateSubject) {
-			reads.Add(1)
-		}
-	})
+	copies := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanSubscribe("$JS.API.STREAM.MSG.GET.KV_"+ChannelsBucket, copies)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
+	reads := 0
+	readsSoFar := func() int {
+		t.Helper()
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case m := <-copies:
+				if strings.Contains(string(m.Data), stateSubject) {
+					reads++
+				}
+			default:
+				return reads
+			}
+		}
 	}
+	readsSoFar()
 	// The sniffer must see a state read when one happens.
 	if _, _, err := client.Channel(ctx, "chan-fast"); err != nil {
 		t.Fatal(err)
 	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if reads.Load() != 1 {
-		t.Fatalf("the sniffer saw %d reads of the state for one read", reads.Load())
+	if n := readsSoFar(); n != 1 {
+		t.Fatalf("the sniffer saw %d reads of the state for one read", n)
 	}
 	rep, _, err := client.Ask(ctx, newTurn("chan-fast", "2"))
 	if err != nil || rep.Generation != 2 {
 		t.Fatalf("second turn: %+v, %v", rep, err)
 	}
-	if n := reads.Load() - 1; n != 0 {
+	if n := readsSoFar() - 1; n != 0 {
 		t.Fatalf("the second turn read the channel's state %d time(s) before claiming; want none (the box's own commit wrote it)", n)
 	}
 }
