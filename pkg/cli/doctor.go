@@ -89,6 +89,9 @@ type doctorDeps struct {
 	credOwner   int
 	unitDirs    []string
 	polkitRules []string
+	// polkitVersion prints polkit's version as `pkaction --version` does
+	// (doctorpolkit.go); nil skips the check.
+	polkitVersion func(ctx context.Context) (string, error)
 	// machine is what a derived queue.globalConcurrency comes from.
 	machine func() config.Machine
 }
@@ -115,18 +118,19 @@ func realDoctorDeps() doctorDeps {
 		listTools: func(ctx context.Context, s policy.MCPServer, cred string) ([]mcp.Tool, error) {
 			return mcp.ListTools(ctx, s, cred, mcp.Options{Timeout: 15 * time.Second})
 		},
-		unitState:    systemctlShow,
-		toolbox:      realToolboxInspector,
-		fileSHA256:   toolbox.FileSHA256,
-		readFile:     os.ReadFile,
-		fleetHealth:  realFleetHealth,
-		unitProperty: systemctlProperty,
-		resolvConf:   "/etc/resolv.conf",
-		credDir:      layout.CredentialsDir,
-		credOwner:    0,
-		unitDirs:     []string{"/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system"},
-		polkitRules:  []string{"/usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules", "/etc/polkit-1/rules.d/60-roundtable-sandbox.rules"},
-		machine:      config.ReadMachine,
+		unitState:     systemctlShow,
+		toolbox:       realToolboxInspector,
+		fileSHA256:    toolbox.FileSHA256,
+		readFile:      os.ReadFile,
+		fleetHealth:   realFleetHealth,
+		unitProperty:  systemctlProperty,
+		resolvConf:    "/etc/resolv.conf",
+		credDir:       layout.CredentialsDir,
+		credOwner:     0,
+		unitDirs:      []string{"/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system"},
+		polkitRules:   []string{"/usr/share/polkit-1/rules.d/60-roundtable-sandbox.rules", "/etc/polkit-1/rules.d/60-roundtable-sandbox.rules"},
+		machine:       config.ReadMachine,
+		polkitVersion: pkactionVersion,
 	}
 }
 
@@ -252,6 +256,7 @@ func runDoctor(ctx context.Context, path string, d doctorDeps) Report {
 	} else {
 		add("polkit", StatusOK, polkit, "")
 	}
+	doctorPolkitVersion(ctx, d, add)
 
 	if cfg != nil {
 		host.DoctorChecks(cfg, kind.DoctorEnv{Stat: d.stat}, add) // a code run's projects, a rich session's skills, ...
