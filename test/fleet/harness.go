@@ -280,7 +280,10 @@ func (f *Fleet) spawn(host int, name string, readyText string, onLine func(Line)
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			fmt.Fprintln(logf, sc.Text())
+			// Stamped here: nats-server's lines carry no time (its
+			// logtime is off: the journal stamps them in production),
+			// and a tail is read by lining them up with the boxes'.
+			fmt.Fprintln(logf, time.Now().UTC().Format("15:04:05.000"), sc.Text())
 			if readyText != "" && strings.Contains(sc.Text(), readyText) {
 				p.once.Do(func() { close(p.ready) })
 			}
