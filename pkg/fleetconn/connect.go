@@ -67,27 +67,7 @@ func Connect(o Options) (*nats.Conn, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	opts := []nats.Option{
-		nats.Name(o.Name),
-		nats.Timeout(o.ConnectTimeout),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second),
-		// A server behind a cut link answers nothing and closes nothing:
-		// without pings the connection would be believed for minutes
-		// (nats.go's default is 2 minutes x 2), and a frontend or box on
-		// it would hear no reply meanwhile.
-		nats.PingInterval(PingInterval),
-		nats.MaxPingsOutstanding(MaxPingsOut),
-		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
-			log.Warn("fleet: connection to the NATS server lost; reconnecting", "server", nc.ConnectedUrlRedacted(), "err", err)
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info("fleet: reconnected to the NATS server", "server", nc.ConnectedUrlRedacted())
-		}),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			log.Warn("fleet: NATS server reported an error", "err", err)
-		}),
-	}
+	opts := baseOptions(o, log)
 	if o.CAFile != "" {
 		opts = append(opts, nats.RootCAs(o.CAFile))
 	}
@@ -109,12 +89,46 @@ func Connect(o Options) (*nats.Conn, error) {
 }
 
 // PingInterval and MaxPingsOut bound how long a dead connection (a cut
-// link, a paused server) is believed: about PingInterval x (MaxPingsOut+1)
-// (pkg/fleetnats sets the same on the servers' routes and clients).
+// link, a paused server) is believed: about PingInterval x (MaxPingsOut+1),
+// DeadAfter, which also bounds a blocked write (pkg/fleetnats sets the
+// same pings on the servers' routes and clients).
 const (
 	PingInterval = 3 * time.Second
 	MaxPingsOut  = 3
+	DeadAfter    = PingInterval * (MaxPingsOut + 1)
 )
+
+// baseOptions are every connection's options but its TLS files and nkey.
+func baseOptions(o Options, log *slog.Logger) []nats.Option {
+	return []nats.Option{
+		nats.Name(o.Name),
+		nats.Timeout(o.ConnectTimeout),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		// A server behind a cut link answers nothing and closes nothing:
+		// without pings the connection would be believed for minutes
+		// (nats.go's default is 2 minutes x 2), and a frontend or box on
+		// it would hear no reply meanwhile.
+		nats.PingInterval(PingInterval),
+		nats.MaxPingsOutstanding(MaxPingsOut),
+		// The pings cannot tell while a write is blocked: nats.go holds the
+		// connection's lock for the write, and a cut link fills the socket's
+		// send buffer (a client reading its reply often fills it in
+		// seconds). nats.go's default write timeout is a minute; a write
+		// blocked longer than the pings' bound ends the connection too
+		// (fleetbench: a frontend on a cut server believed it 70 s).
+		nats.FlusherTimeout(DeadAfter),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			log.Warn("fleet: connection to the NATS server lost; reconnecting", "server", nc.ConnectedUrlRedacted(), "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("fleet: reconnected to the NATS server", "server", nc.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			log.Warn("fleet: NATS server reported an error", "err", err)
+		}),
+	}
+}
 
 func redactedURLs(s string) string {
 	var out []string

@@ -2,8 +2,12 @@ package fleetconn
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // TestConnectRefusesBadSettings: each setting Connect refuses is refused
@@ -41,5 +45,25 @@ func TestRedactedURLs(t *testing.T) {
 	got := redactedURLs("tls://a:pw@h1:4222, tls://h2:4222")
 	if want := "tls://a:xxxxx@h1:4222,tls://h2:4222"; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestDeadConnectionIsBelievedAtMostDeadAfter: the pings and a blocked
+// write both give a dead connection up within DeadAfter. A cut link fills
+// the socket's send buffer, and nats.go's default write timeout (a
+// minute) then kept a frontend on a cut server for 70 s: the pings cannot
+// tell while a write holds the connection.
+func TestDeadConnectionIsBelievedAtMostDeadAfter(t *testing.T) {
+	var got nats.Options
+	for _, opt := range baseOptions(Options{Name: "t"}, slog.Default()) {
+		if err := opt(&got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got.FlusherTimeout <= 0 || got.FlusherTimeout > DeadAfter {
+		t.Errorf("FlusherTimeout = %v, want within (0, %v]", got.FlusherTimeout, DeadAfter)
+	}
+	if pings := got.PingInterval * time.Duration(got.MaxPingsOut+1); pings > DeadAfter {
+		t.Errorf("pings give a dead connection up after %v, want at most %v", pings, DeadAfter)
 	}
 }
