@@ -393,6 +393,8 @@ func (f *Fleet) putState(ctx context.Context, key string, st ChannelState, rev u
 }
 
 // Reply returns the committed reply of a turn, or jetstream.ErrKeyNotFound.
+// Any replica may answer (direct get), so a reply committed a moment ago
+// may not be there yet; AwaitReply waits for it.
 func (f *Fleet) Reply(ctx context.Context, turnID string) (Reply, error) {
 	e, err := f.replies.Get(ctx, turnID)
 	if err != nil {

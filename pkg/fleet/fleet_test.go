@@ -148,17 +148,25 @@ func newTurn(channel, text string) Turn {
 	return Turn{ID: ids.NewTurnID(), Channel: channel, Speaker: Speaker{ID: "u1"}, Text: text, DeadlineUnixMs: time.Now().Add(time.Minute).UnixMilli()}
 }
 
-// replyCount is how many values the turn's key ever had (history included).
+// replyCount is how many values the turn's key ever had (history included),
+// as the replies stream's leader counts them. The bucket allows direct gets,
+// and a watch's consumer may sit on any replica: either can lag a reply the
+// leader has just acknowledged (seen in CI: 0 replies right after the commit
+// event), so the count asks the leader.
 func replyCount(t *testing.T, f *Fleet, turnID string) int {
 	t.Helper()
-	hist, err := f.replies.History(context.Background(), turnID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := f.js.Stream(ctx, "KV_"+RepliesBucket)
 	if err != nil {
-		t.Fatalf("reply history of %s: %v", turnID, err)
+		t.Fatalf("replies stream: %v", err)
 	}
-	return len(hist)
+	subject := "$KV." + RepliesBucket + "." + turnID
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		t.Fatalf("reply count of %s: %v", turnID, err)
+	}
+	return int(info.State.Subjects[subject])
 }
 
 // recorder executes instantly, records each channel's turns in execution
@@ -411,7 +419,7 @@ func TestZombieOwnerCannotCommit(t *testing.T) {
 	if n := replyCount(t, client, tn.ID); n != 1 {
 		t.Errorf("turn has %d replies, want 1", n)
 	}
-	rep, err := client.Reply(ctx, tn.ID)
+	rep, err := client.AwaitReply(ctx, tn.ID)
 	if err != nil || rep.Box != other {
 		t.Fatalf("reply %+v, %v: want %s's", rep, err, other)
 	}
