@@ -12,6 +12,7 @@ import (
 	"github.com/synadia-io/orbit.go/pcgroups"
 
 	"github.com/roundtable-sandbox/sandbox/pkg/fleetworkspace"
+	"github.com/roundtable-sandbox/sandbox/pkg/ids"
 )
 
 // Fleet is one connection's handles on the family's resources.
@@ -158,16 +159,21 @@ var ErrNoReply = errors.New("no reply in time")
 // AwaitReply waits for the turn's committed reply until ctx ends; a reply
 // already there is returned at once (a watch delivers the current value).
 func (f *Fleet) AwaitReply(ctx context.Context, turnID string) (Reply, error) {
+	// A wildcard would watch (and read) other turns' replies.
+	if err := ids.ValidTurnID(turnID); err != nil {
+		return Reply{}, fmt.Errorf("turn id: %w: %w", err, ErrInvalid)
+	}
 	w, err := f.replies.Watch(ctx, turnID)
 	if err != nil {
-		return Reply{}, fmt.Errorf("watch reply: %w", err)
+		w = nil // read meanwhile, and watched again (await)
 	}
 	r, _, err := f.await(ctx, turnID, w, nil, nil)
 	return r, err
 }
 
 // Ask submits a turn and waits for its reply. The watch is in place before
-// the turn is published, so no reply can be missed. A publish whose
+// the turn is published where the cluster can make one, and the reply is
+// also read beside it (await), so no reply can be missed. A publish whose
 // outcome is unknown (its ack lost, the stream's leader away) is retried
 // under the same turn id within the stream's de-duplication window, so
 // it is one stream message however often it is sent; meanwhile, and
@@ -180,7 +186,7 @@ func (f *Fleet) Ask(ctx context.Context, t Turn) (Reply, Submitted, error) {
 	}
 	w, err := f.replies.Watch(ctx, t.ID)
 	if err != nil {
-		return Reply{}, Submitted{}, fmt.Errorf("watch reply: %w", err)
+		w = nil // read meanwhile, and watched again (await)
 	}
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -195,6 +201,22 @@ const (
 	publishTimeout    = 5 * time.Second
 	publishBackoff    = 100 * time.Millisecond
 	publishBackoffMax = 5 * time.Second
+)
+
+// Reading a reply beside its watch. The watch is an ephemeral consumer,
+// and making one (again, after a reconnect) needs the meta leader, which a
+// partial cut can keep away for tens of seconds; each attempt a server
+// without the leader answers 503 may still leave a consumer behind
+// (docs/fleet.md, *What the partial cut's tail is made of*). A direct get
+// needs only a replica of the replies stream, and a reply is create-only,
+// so any replica's copy is the reply; one that lags is read again later.
+// The reads start at replyReadFirst and back off to replyReadMax; the
+// watch is made again backing off to rewatchBackoffMax.
+const (
+	replyReadFirst    = time.Second
+	replyReadMax      = 4 * time.Second
+	replyReadTimeout  = 2 * time.Second
+	rewatchBackoffMax = 10 * time.Second
 )
 
 // published is how publishing a turn ended: stored (sub), or err, after
@@ -241,16 +263,22 @@ func (f *Fleet) publishRetrying(ctx context.Context, t Turn) published {
 // away (a lost ack, a timeout, no leader), not refused by the stream.
 func retryablePublish(err error) bool {
 	var apiErr *jetstream.APIError
-	return !errors.Is(err, ErrInvalid) && !errors.As(err, &apiErr) &&
+	return !errors.Is(err, ErrInvalid) && !errors.Is(err, ids.ErrInvalid) && !errors.As(err, &apiErr) &&
 		!errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrMaxPayload)
 }
 
-// await waits on w for the turn's reply, watching the key again when a
-// watch ends (a reconnect): a watch starts with the current value, so no
-// reply is missed. pub, when not nil, reports how publishing the turn
-// ended; stop ends that publishing.
+// await waits for the turn's reply on w (nil: no watch yet), watching the
+// key again when a watch ends (a reconnect) or could not be made, and
+// reading the key beside it (replyReadFirst): a watch starts with the
+// current value, and a read finds a reply any watch missed, so no reply is
+// missed. pub, when not nil, reports how publishing the turn ended; stop
+// ends that publishing.
 func (f *Fleet) await(ctx context.Context, turnID string, w jetstream.KeyWatcher, pub <-chan published, stop func()) (Reply, Submitted, error) {
-	defer func() { w.Stop() }()
+	defer func() {
+		if w != nil {
+			w.Stop()
+		}
+	}()
 	var res published
 	// settle ends publishing and takes its outcome.
 	settle := func() {
@@ -259,16 +287,26 @@ func (f *Fleet) await(ctx context.Context, turnID string, w jetstream.KeyWatcher
 			res, pub = <-pub, nil
 		}
 	}
+	readEvery := replyReadFirst
+	read := time.NewTimer(readEvery)
+	defer read.Stop()
+	rewatchEvery := publishBackoff
+	rewatch := time.NewTimer(rewatchEvery)
+	defer rewatch.Stop()
+	if w != nil {
+		rewatch.Stop()
+	}
 	for {
+		var updates <-chan jetstream.KeyValueEntry
+		if w != nil {
+			updates = w.Updates()
+		}
 		select {
-		case e, ok := <-w.Updates():
+		case e, ok := <-updates:
 			if !ok {
-				nw, err := f.rewatch(ctx, turnID)
-				if err != nil {
-					settle()
-					return Reply{}, res.sub, err
-				}
-				w = nw
+				w.Stop()
+				w = nil
+				rewatch.Reset(rewatchEvery)
 				continue
 			}
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
@@ -277,6 +315,21 @@ func (f *Fleet) await(ctx context.Context, turnID string, w jetstream.KeyWatcher
 			settle()
 			r, err := decodeReply(e.Value())
 			return r, res.sub, err
+		case <-rewatch.C:
+			nw, err := f.replies.Watch(ctx, turnID)
+			if err != nil {
+				rewatchEvery = min(2*rewatchEvery, rewatchBackoffMax)
+				rewatch.Reset(rewatchEvery)
+				continue
+			}
+			w, rewatchEvery = nw, publishBackoff
+		case <-read.C:
+			if r, found, err := f.readReply(ctx, turnID); found {
+				settle()
+				return r, res.sub, err
+			}
+			readEvery = min(2*readEvery, replyReadMax)
+			read.Reset(readEvery)
 		case res = <-pub:
 			pub = nil
 			if res.err != nil && !res.maybeStored {
@@ -293,24 +346,18 @@ func (f *Fleet) await(ctx context.Context, turnID string, w jetstream.KeyWatcher
 	}
 }
 
-// rewatch watches the turn's reply key again after a watch ended, until
-// ctx ends.
-func (f *Fleet) rewatch(ctx context.Context, turnID string) (jetstream.KeyWatcher, error) {
-	backoff := publishBackoff
-	for {
-		w, err := f.replies.Watch(ctx, turnID)
-		if err == nil {
-			return w, nil
-		}
-		timer := time.NewTimer(backoff)
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, fmt.Errorf("turn %s: %w: watch reply: %w", turnID, ErrNoReply, err)
-		}
-		backoff = min(2*backoff, publishBackoffMax)
+// readReply reads the turn's reply from any replica: found is false when
+// none answered with one (not there yet, a replica that lags, or no
+// replica in replyReadTimeout).
+func (f *Fleet) readReply(ctx context.Context, turnID string) (r Reply, found bool, err error) {
+	rctx, cancel := context.WithTimeout(ctx, replyReadTimeout)
+	defer cancel()
+	e, err := f.replies.Get(rctx, turnID)
+	if err != nil || e.Operation() != jetstream.KeyValuePut {
+		return Reply{}, false, nil
 	}
+	r, err = decodeReply(e.Value())
+	return r, true, err
 }
 
 // encodeReply encodes r as RepliesBucket stores it, or refuses it
