@@ -43,6 +43,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/roundtable-sandbox/sandbox/pkg/placeholder"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 )
@@ -769,9 +771,15 @@ func (s *interceptSession) audit(level slog.Level, msg string, t time.Time, attr
 	_ = h.Handle(ctx, r)
 }
 
-// requestExclude are the fields Request.Write writes from the request's
-// framing rather than its header block.
-var requestExclude = map[string]bool{"Host": true, "User-Agent": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
+// requestFramed reports whether Request.Write writes field k from the
+// request's framing rather than its header block (its exclude set).
+func requestFramed(k string) bool {
+	switch k {
+	case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
+		return true
+	}
+	return false
+}
 
 // goUserAgent is what Request.Write sends when a request has no
 // User-Agent field.
@@ -837,7 +845,7 @@ func writeWholeRequest(w *bufio.Writer, out *http.Request) bool {
 		_, _ = w.Write(strconv.AppendInt(num[:0], out.ContentLength, 10))
 		_, _ = w.WriteString("\r\n")
 	}
-	_ = out.Header.WriteSubset(w, requestExclude)
+	writeFields(w, out.Header, requestFramed)
 	_, _ = w.WriteString("\r\n")
 	if body != nil {
 		_, _ = body.WriteTo(w)
@@ -859,9 +867,58 @@ func plainHost(h string) bool {
 	return h != ""
 }
 
-// answerExclude are the fields Response.Write writes from the answer's
-// framing rather than its header block.
-var answerExclude = map[string]bool{"Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
+// answerFramed reports whether Response.Write writes field k from the
+// answer's framing rather than its header block (its exclude set).
+func answerFramed(k string) bool {
+	switch k {
+	case "Content-Length", "Transfer-Encoding", "Trailer":
+		return true
+	}
+	return false
+}
+
+// writeFields writes h's fields but the framed ones as Header.WriteSubset
+// does (the same bytes: FuzzWriteFields pins them): names in byte order,
+// a name that is not a token dropped, each value with its CR and LF as
+// spaces and trimmed. It is WriteSubset without its pooled sorter, its
+// Replacer and an interface call per piece: both heads of every
+// intercepted request pass here (issue 37's per-request cost).
+func writeFields(w *bufio.Writer, h http.Header, framed func(string) bool) {
+	var arr [16]string // a request's or answer's names, most often
+	keys := arr[:0]
+	for k := range h {
+		if !framed(k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !httpguts.ValidHeaderFieldName(k) {
+			continue
+		}
+		for _, v := range h[k] {
+			if strings.ContainsAny(v, "\r\n") {
+				v = newlinesToSpaces(v)
+			}
+			_, _ = w.WriteString(k)
+			_, _ = w.WriteString(": ")
+			_, _ = w.WriteString(textproto.TrimString(v))
+			_, _ = w.WriteString("\r\n")
+		}
+	}
+}
+
+// newlinesToSpaces is net/http's headerNewlineToSpace replacer: byte by
+// byte (strings.Map would turn invalid UTF-8 into U+FFFD).
+func newlinesToSpaces(v string) string {
+	b := []byte(v)
+	for i, c := range b {
+		if c == '\r' || c == '\n' {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}
 
 // writeWholeAnswer writes an answer whose body was read whole as
 // resp.Write would (the same bytes: TestWriteWholeAnswer pins it), without
@@ -903,7 +960,7 @@ func writeWholeAnswer(w *bufio.Writer, resp *http.Response, body []byte) bool {
 	_, _ = w.WriteString("Content-Length: ")
 	_, _ = w.Write(strconv.AppendInt(num[:0], resp.ContentLength, 10))
 	_, _ = w.WriteString("\r\n")
-	_ = resp.Header.WriteSubset(w, answerExclude)
+	writeFields(w, resp.Header, answerFramed)
 	_, _ = w.WriteString("\r\n")
 	_, _ = w.Write(body)
 	return true
