@@ -348,6 +348,13 @@ type interceptSession struct {
 	// one is a one-field header block for checking a single text (the
 	// Screen's matching is a header block's); reused, never sent.
 	one http.Header
+	// line is the one value under the empty name that a request line or
+	// a small answer's body takes in a header block for one pass of a
+	// Screen; out is the current outgoing request. Both reused: a
+	// request's are not read once the next one is (issue 37's
+	// per-request allocations).
+	line [1]string
+	out  http.Request
 
 	up   net.Conn
 	upLR *io.LimitedReader
@@ -463,10 +470,12 @@ func (s *interceptSession) check(req *http.Request) error {
 	h := req.Header
 	declared, hasDeclared := h[c.Header]
 	delete(h, c.Header)
-	h[""] = []string{req.RequestURI}
+	s.line[0] = req.RequestURI
+	h[""] = s.line[:]
 	found := s.both.HeaderReflects(h)
 	elsewhere := found && s.p.icpt.phs.HeaderReflects(h)
 	delete(h, "")
+	s.line[0] = ""
 	if hasDeclared {
 		h[c.Header] = declared
 	}
@@ -535,14 +544,15 @@ func (s *interceptSession) outgoing(req *http.Request) (*http.Request, bool, err
 			return nil, false, errPlaceholderElsewhere // a piece of one, another credential's, or one re-encoded
 		}
 		if ok {
-			h[c.Header] = []string{nv}
+			setOne(h, c.Header, nv)
 			substituted = true
 		}
 	}
-	h["Accept-Encoding"] = []string{"identity"}
-	out := &http.Request{Method: req.Method, URL: req.URL, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+	setOne(h, "Accept-Encoding", "identity")
+	s.out = http.Request{Method: req.Method, URL: req.URL, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: h, Host: req.Host, ContentLength: req.ContentLength, TransferEncoding: req.TransferEncoding,
 		Trailer: req.Trailer}
+	out := &s.out
 	if strings.EqualFold(expect, "100-continue") {
 		// The broker's own interim answer (the destination's are dropped):
 		// the body is read here before anything is sent.
@@ -560,6 +570,17 @@ func (s *interceptSession) outgoing(req *http.Request) (*http.Request, bool, err
 		out.ContentLength, out.TransferEncoding = int64(bodyLen(body)), nil
 	}
 	return out, substituted, nil
+}
+
+// setOne sets h[k] to the one value v, in the slice it holds when that
+// has one value (the parsed block's, not shared): h[k] = []string{v}
+// without its allocation.
+func setOne(h http.Header, k, v string) {
+	if vs := h[k]; len(vs) == 1 {
+		vs[0] = v
+		return
+	}
+	h[k] = []string{v}
 }
 
 // hopRequestHeaders are dropped from an intercepted request, and
@@ -685,9 +706,11 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		}
 		// The body joins the header block under the empty name (no
 		// parsed field has it) for the one pass, then leaves it.
-		resp.Header[""] = []string{string(buf)}
+		s.line[0] = string(buf)
+		resp.Header[""] = s.line[:]
 		found := s.inj.HeaderReflects(resp.Header)
 		delete(resp.Header, "")
+		s.line[0] = ""
 		if found {
 			s.closeUp()
 			return s.refuse(errReflected, req.Method)
@@ -840,9 +863,8 @@ func writeWholeRequest(w *bufio.Writer, out *http.Request) bool {
 		_, _ = w.WriteString("\r\n")
 	}
 	if body != nil || out.Method == http.MethodPost || out.Method == http.MethodPut || out.Method == http.MethodPatch {
-		var num [20]byte
 		_, _ = w.WriteString("Content-Length: ")
-		_, _ = w.Write(strconv.AppendInt(num[:0], out.ContentLength, 10))
+		_, _ = w.Write(strconv.AppendInt(w.AvailableBuffer(), out.ContentLength, 10))
 		_, _ = w.WriteString("\r\n")
 	}
 	writeFields(w, out.Header, requestFramed)
@@ -897,7 +919,7 @@ func writeFields(w *bufio.Writer, h http.Header, framed func(string) bool) {
 			continue
 		}
 		for _, v := range h[k] {
-			if strings.ContainsAny(v, "\r\n") {
+			if strings.IndexByte(v, '\r') >= 0 || strings.IndexByte(v, '\n') >= 0 {
 				v = newlinesToSpaces(v)
 			}
 			_, _ = w.WriteString(k)
@@ -946,11 +968,10 @@ func writeWholeAnswer(w *bufio.Writer, resp *http.Response, body []byte) bool {
 	} else {
 		text = strings.TrimPrefix(text, strconv.Itoa(resp.StatusCode)+" ")
 	}
-	var num [20]byte
 	_, _ = w.WriteString("HTTP/1.")
 	_ = w.WriteByte('0' + byte(resp.ProtoMinor))
 	_ = w.WriteByte(' ')
-	_, _ = w.Write(strconv.AppendInt(num[:0], int64(resp.StatusCode), 10))
+	_, _ = w.Write(strconv.AppendInt(w.AvailableBuffer(), int64(resp.StatusCode), 10))
 	_ = w.WriteByte(' ')
 	_, _ = w.WriteString(text)
 	_, _ = w.WriteString("\r\n")
@@ -958,7 +979,7 @@ func writeWholeAnswer(w *bufio.Writer, resp *http.Response, body []byte) bool {
 		_, _ = w.WriteString("Connection: close\r\n")
 	}
 	_, _ = w.WriteString("Content-Length: ")
-	_, _ = w.Write(strconv.AppendInt(num[:0], resp.ContentLength, 10))
+	_, _ = w.Write(strconv.AppendInt(w.AvailableBuffer(), resp.ContentLength, 10))
 	_, _ = w.WriteString("\r\n")
 	writeFields(w, resp.Header, answerFramed)
 	_, _ = w.WriteString("\r\n")
