@@ -445,7 +445,7 @@ func (s *interceptSession) check(req *http.Request) error {
 	if !s.hostMatches(req.Host) {
 		return errHostMismatch
 	}
-	if req.Header.Get("Upgrade") != "" || req.Header.Get("Http2-Settings") != "" {
+	if firstValue(req.Header, "Upgrade") != "" || firstValue(req.Header, "Http2-Settings") != "" {
 		return errUpgrade
 	}
 	for name := range req.Header {
@@ -526,7 +526,7 @@ func (s *interceptSession) outgoing(req *http.Request) (*http.Request, bool, err
 	// header block becomes the outgoing one in place (what it held
 	// before is read first).
 	h := req.Header
-	declared, expect := h.Get(c.Header), h.Get("Expect")
+	declared, expect := h.Get(c.Header), firstValue(h, "Expect")
 	for _, f := range h["Connection"] {
 		for name := range strings.SplitSeq(f, ",") {
 			if name = strings.TrimSpace(name); name != "" {
@@ -534,8 +534,10 @@ func (s *interceptSession) outgoing(req *http.Request) (*http.Request, bool, err
 			}
 		}
 	}
-	for _, k := range hopRequestHeaders {
-		delete(h, k)
+	for k := range h {
+		if hopRequest(k) {
+			delete(h, k)
+		}
 	}
 	substituted := false
 	if v := declared; v != "" {
@@ -583,14 +585,30 @@ func setOne(h http.Header, k, v string) {
 	h[k] = []string{v}
 }
 
-// hopRequestHeaders are dropped from an intercepted request, and
-// hopResponseHeaders from its answer (canonical names: the parsed
-// blocks' keys are).
-var (
-	hopRequestHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization", "Proxy-Authenticate",
-		"Te", "Transfer-Encoding", "Upgrade", "Expect"}
-	hopResponseHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Te"}
-)
+// hopRequest reports whether an intercepted request's field k is dropped
+// (a canonical name: the parsed block's keys are). One pass over the
+// block's few fields rather than a lookup of each of these.
+func hopRequest(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization", "Proxy-Authenticate",
+		"Te", "Transfer-Encoding", "Upgrade", "Expect":
+		return true
+	}
+	return false
+}
+
+// firstValue is h.Get(k) for a canonical k, without canonicalizing it
+// again.
+func firstValue(h http.Header, k string) string {
+	if vs := h[k]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
+// hopResponseHeaders are dropped from an intercepted answer (canonical
+// names: the parsed blocks' keys are).
+var hopResponseHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Te"}
 
 // substitute swaps ph for value in a declared header's value v: the whole
 // value, the credentials after a scheme ("Bearer", "token", ...), or the
@@ -715,8 +733,9 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 			s.closeUp()
 			return s.refuse(errReflected, req.Method)
 		}
-		upBody = io.NopCloser(bytes.NewReader(buf))
-		resp.Body = upBody
+		// Read whole: its reader is made only if writeWholeAnswer
+		// leaves it to resp.Write (not on a small answer's path).
+		resp.Body = http.NoBody
 		whole = buf
 	} else {
 		if err := checkCredentialedAnswer(resp.Header, s.inj); err != nil {
@@ -733,6 +752,9 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 	resp.Close = req.Close
 	var err error
 	if whole == nil || !writeWholeAnswer(s.bw, resp, whole) {
+		if whole != nil {
+			resp.Body = io.NopCloser(bytes.NewReader(whole))
+		}
 		err = resp.Write(s.bw)
 	}
 	if err == nil {
