@@ -68,6 +68,9 @@ type Interceptor interface {
 // Screen finds texts in a request's parts.
 type Screen interface {
 	HeaderReflects(h http.Header) bool
+	// TextReflects is HeaderReflects(http.Header{"": {v}}): one text
+	// checked on its own.
+	TextReflects(v string) bool
 	// Guard fails with ErrReflected once what it read holds a text.
 	Guard(r io.Reader) io.Reader
 }
@@ -345,9 +348,6 @@ type interceptSession struct {
 	got       atomic.Int64 // the current answer's body bytes
 	reflected atomic.Bool  // the current answer was cut by the guard
 
-	// one is a one-field header block for checking a single text (the
-	// Screen's matching is a header block's); reused, never sent.
-	one http.Header
 	// line is the one value under the empty name that a request line or
 	// a small answer's body takes in a header block for one pass of a
 	// Screen; out is the current outgoing request. Both reused: a
@@ -485,7 +485,7 @@ func (s *interceptSession) check(req *http.Request) error {
 	case found:
 		return errValueSent
 	}
-	if v := h.Get(c.Header); v != "" && s.reflects(s.vs, v) {
+	if v := h.Get(c.Header); v != "" && s.vs.TextReflects(v) {
 		return errValueSent
 	}
 	return nil
@@ -503,18 +503,6 @@ func (s *interceptSession) hostMatches(h string) bool {
 		return false
 	}
 	return port == "" && c.Port == 443 || port == s.ir.port
-}
-
-// reflects reports whether scr finds a text in v alone (as the one field
-// of a header block).
-func (s *interceptSession) reflects(scr Screen, v string) bool {
-	if s.one == nil {
-		s.one = http.Header{"": make([]string, 1)}
-	}
-	s.one[""][0] = v
-	found := scr.HeaderReflects(s.one)
-	s.one[""][0] = ""
-	return found
 }
 
 // outgoing is the request as the destination gets it: the value checks,
@@ -542,7 +530,7 @@ func (s *interceptSession) outgoing(req *http.Request) (*http.Request, bool, err
 	substituted := false
 	if v := declared; v != "" {
 		nv, left, ok := substitute(v, s.ir.ph, s.value)
-		if s.reflects(s.p.icpt.phs, left) {
+		if s.p.icpt.phs.TextReflects(left) {
 			return nil, false, errPlaceholderElsewhere // a piece of one, another credential's, or one re-encoded
 		}
 		if ok {
