@@ -355,6 +355,7 @@ type interceptSession struct {
 	// per-request allocations).
 	line [1]string
 	out  http.Request
+	ans  []byte // a small answer's body (answerBuf)
 
 	up   net.Conn
 	upLR *io.LimitedReader
@@ -385,6 +386,23 @@ func (s *interceptSession) refuse(err error, method string) bool {
 	}
 	s.p.log.Warn("egress refused", attrs...)
 	return false
+}
+
+// maxReusedAnswer is the largest small answer body whose buffer a
+// session keeps for the next one.
+const maxReusedAnswer = 16 << 10
+
+// answerBuf is a buffer of n bytes for a small answer's body: the
+// session's own up to maxReusedAnswer (relay sends the body before it
+// returns, so the next request's answer may have it), a new one above.
+func (s *interceptSession) answerBuf(n int) []byte {
+	if n > maxReusedAnswer {
+		return make([]byte, n)
+	}
+	if cap(s.ans) < n {
+		s.ans = make([]byte, n, max(n, 1024))
+	}
+	return s.ans[:n]
 }
 
 // ErrReflectedRequest: a request's body or trailers carry a placeholder
@@ -699,7 +717,7 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		// its headers and body checked in one pass by the same rules as
 		// the streaming guard (without its buffers); a reflecting one is
 		// refused before any of it leaves.
-		buf := make([]byte, resp.ContentLength)
+		buf := s.answerBuf(int(resp.ContentLength))
 		n, err := io.ReadFull(upBody, buf)
 		got.Store(int64(n))
 		if err != nil {
