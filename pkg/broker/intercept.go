@@ -119,4 +119,5 @@ func (e egressInjector) Screen(texts ...string) egress.Screen {
 type screen struct{ m *credential.Matcher }
 
 func (s screen) HeaderReflects(h http.Header) bool { return s.m.HeaderReflects(h) }
+func (s screen) TextReflects(v string) bool        { return s.m.TextReflects(v) }
 func (s screen) Guard(r io.Reader) io.Reader       { return reflectedAs{s.m.Guard(r)} }

@@ -433,6 +433,22 @@ func TestInterceptReusesOneDestinationConnection(t *testing.T) {
 	}
 }
 
+// TestInterceptAnswersOnOneConnection: small answers of other lengths in
+// turn on one client connection (longer, shorter, empty, longer again:
+// the session reuses its answer buffer) each arrive as the destination
+// sent them.
+func TestInterceptAnswersOnOneConnection(t *testing.T) {
+	r := newIcptRig(t)
+	c := r.client(r.roots)
+	for _, n := range []int{30000, 5, 0, 1200, 70000, 17} {
+		code, body, _, err := r.do(c, "POST", "https://"+r.git.addr()+"/private",
+			http.Header{"Authorization": {"Bearer " + r.ph("GIT_TOKEN")}}, strings.Repeat("b", n)+"x")
+		if want := fmt.Sprintf("PRIVATE ae=identity body=%d", n+1); code != 200 || err != nil || body != want {
+			t.Errorf("body of %d: got %d %q %v, want 200 %q", n+1, code, body, err, want)
+		}
+	}
+}
+
 func (r *icptRig) waitLog(subs ...string) {
 	r.t.Helper()
 	(&credRig{t: r.t, logs: r.logs}).waitLog(subs...)

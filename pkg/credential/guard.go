@@ -55,6 +55,31 @@ func (m *Matcher) HeaderReflects(h http.Header) bool {
 	return m.m.match(dec)
 }
 
+// TextReflects is HeaderReflects of a block of one field, text, under
+// the empty name (what normalises to nothing): one value checked on its
+// own, as an intercepted request's declared header is, without the
+// block's pooled scratch and map walk (issue 37's per-request cost; twice
+// a request). A text up to textOnStack bytes is normalised on the stack.
+func (m *Matcher) TextReflects(text string) bool {
+	if m.m.empty() {
+		return false
+	}
+	var norm, dec [textOnStack]byte
+	t := normalize(norm[:0], text)
+	if m.m.match(t) {
+		return true
+	}
+	if bytes.IndexByte(t, '%') < 0 {
+		return false
+	}
+	// One field: its own decoded view and the whole text's are the same.
+	return m.m.match(percentDecode(dec[:0], t))
+}
+
+// textOnStack is how long a text TextReflects reads without allocating
+// (a header value's scheme and the like; longer ones still work).
+const textOnStack = 256
+
 // headerText is HeaderReflects' scratch, reused across calls (one per
 // intercepted request's header pass; issue 37's per-request cost). It
 // never leaves HeaderReflects, and holds no more than the garbage slices

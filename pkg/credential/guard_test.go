@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -114,4 +115,21 @@ func BenchmarkGuardPercent(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzTextReflects: TextReflects(v) is HeaderReflects of the one-field
+// block {"": {v}}, for any v (the secret's forms, percent escapes, split
+// or not).
+func FuzzTextReflects(f *testing.F) {
+	const a, b = "rtsbx_ph_0123456789abcdef0123456789abcdef", "tok-VALUE-42"
+	for _, s := range []string{"", "Bearer", a, "x" + a + "y", "Bearer " + b, strings.ToUpper(b), "%74ok-VALUE-42",
+		"tok%2DVALUE%2d42", "tok-VAL UE-42", "%", "%7", "%zz" + b, strings.Repeat("%41", 200) + b, url.QueryEscape(a)} {
+		f.Add(s)
+	}
+	m := NewMatcher(NewSecret(a), NewSecret(b))
+	f.Fuzz(func(t *testing.T, v string) {
+		if got, want := m.TextReflects(v), m.HeaderReflects(http.Header{"": {v}}); got != want {
+			t.Fatalf("TextReflects(%q): got %v, HeaderReflects %v", v, got, want)
+		}
+	})
 }

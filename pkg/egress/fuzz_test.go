@@ -150,3 +150,32 @@ func FuzzWriteWhole(f *testing.F) {
 		}
 	})
 }
+
+// FuzzWriteFields: for any header block (names and values of any bytes,
+// framed names among them), writeFields writes exactly what
+// Header.WriteSubset writes with the exclude set Request.Write and
+// Response.Write use.
+func FuzzWriteFields(f *testing.F) {
+	f.Add("X-A", "1", "Host", "h", "x-b", " two\r\nlines \t", "\xff")
+	f.Add("Content-Length", "3", "Trailer", "T", "Bad Name", "v", "")
+	f.Add("Accept-Encoding", "identity", "Authorization", "Bearer \x80\n", "User-Agent", "Go", "Transfer-Encoding")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3, k4 string) {
+		h := http.Header{k1: {v1}, k2: {v2, v1}, k3: {v3}, k4: {}}
+		for _, c := range []struct {
+			name    string
+			framed  func(string) bool
+			exclude map[string]bool
+		}{
+			{"request", requestFramed, map[string]bool{"Host": true, "User-Agent": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}},
+			{"answer", answerFramed, map[string]bool{"Content-Length": true, "Transfer-Encoding": true, "Trailer": true}},
+		} {
+			var got, want bytes.Buffer
+			w := bufio.NewWriter(&got)
+			writeFields(w, h, c.framed)
+			w.Flush()
+			if err := h.WriteSubset(&want, c.exclude); err != nil || got.String() != want.String() {
+				t.Fatalf("%s: got %q, WriteSubset %q (%v)", c.name, got.String(), want.String(), err)
+			}
+		}
+	})
+}

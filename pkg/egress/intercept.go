@@ -43,6 +43,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/roundtable-sandbox/sandbox/pkg/placeholder"
 	"github.com/roundtable-sandbox/sandbox/pkg/policy"
 )
@@ -66,6 +68,9 @@ type Interceptor interface {
 // Screen finds texts in a request's parts.
 type Screen interface {
 	HeaderReflects(h http.Header) bool
+	// TextReflects is HeaderReflects(http.Header{"": {v}}): one text
+	// checked on its own.
+	TextReflects(v string) bool
 	// Guard fails with ErrReflected once what it read holds a text.
 	Guard(r io.Reader) io.Reader
 }
@@ -343,9 +348,14 @@ type interceptSession struct {
 	got       atomic.Int64 // the current answer's body bytes
 	reflected atomic.Bool  // the current answer was cut by the guard
 
-	// one is a one-field header block for checking a single text (the
-	// Screen's matching is a header block's); reused, never sent.
-	one http.Header
+	// line is the one value under the empty name that a request line or
+	// a small answer's body takes in a header block for one pass of a
+	// Screen; out is the current outgoing request. Both reused: a
+	// request's are not read once the next one is (issue 37's
+	// per-request allocations).
+	line [1]string
+	out  http.Request
+	ans  []byte // a small answer's body (answerBuf)
 
 	up   net.Conn
 	upLR *io.LimitedReader
@@ -376,6 +386,23 @@ func (s *interceptSession) refuse(err error, method string) bool {
 	}
 	s.p.log.Warn("egress refused", attrs...)
 	return false
+}
+
+// maxReusedAnswer is the largest small answer body whose buffer a
+// session keeps for the next one.
+const maxReusedAnswer = 16 << 10
+
+// answerBuf is a buffer of n bytes for a small answer's body: the
+// session's own up to maxReusedAnswer (relay sends the body before it
+// returns, so the next request's answer may have it), a new one above.
+func (s *interceptSession) answerBuf(n int) []byte {
+	if n > maxReusedAnswer {
+		return make([]byte, n)
+	}
+	if cap(s.ans) < n {
+		s.ans = make([]byte, n, max(n, 1024))
+	}
+	return s.ans[:n]
 }
 
 // ErrReflectedRequest: a request's body or trailers carry a placeholder
@@ -436,7 +463,7 @@ func (s *interceptSession) check(req *http.Request) error {
 	if !s.hostMatches(req.Host) {
 		return errHostMismatch
 	}
-	if req.Header.Get("Upgrade") != "" || req.Header.Get("Http2-Settings") != "" {
+	if firstValue(req.Header, "Upgrade") != "" || firstValue(req.Header, "Http2-Settings") != "" {
 		return errUpgrade
 	}
 	for name := range req.Header {
@@ -461,10 +488,12 @@ func (s *interceptSession) check(req *http.Request) error {
 	h := req.Header
 	declared, hasDeclared := h[c.Header]
 	delete(h, c.Header)
-	h[""] = []string{req.RequestURI}
+	s.line[0] = req.RequestURI
+	h[""] = s.line[:]
 	found := s.both.HeaderReflects(h)
 	elsewhere := found && s.p.icpt.phs.HeaderReflects(h)
 	delete(h, "")
+	s.line[0] = ""
 	if hasDeclared {
 		h[c.Header] = declared
 	}
@@ -474,7 +503,7 @@ func (s *interceptSession) check(req *http.Request) error {
 	case found:
 		return errValueSent
 	}
-	if v := h.Get(c.Header); v != "" && s.reflects(s.vs, v) {
+	if v := h.Get(c.Header); v != "" && s.vs.TextReflects(v) {
 		return errValueSent
 	}
 	return nil
@@ -494,18 +523,6 @@ func (s *interceptSession) hostMatches(h string) bool {
 	return port == "" && c.Port == 443 || port == s.ir.port
 }
 
-// reflects reports whether scr finds a text in v alone (as the one field
-// of a header block).
-func (s *interceptSession) reflects(scr Screen, v string) bool {
-	if s.one == nil {
-		s.one = http.Header{"": make([]string, 1)}
-	}
-	s.one[""][0] = v
-	found := scr.HeaderReflects(s.one)
-	s.one[""][0] = ""
-	return found
-}
-
 // outgoing is the request as the destination gets it: the value checks,
 // the placeholder swapped in the declared header, hop-by-hop headers
 // gone, identity asked for, the body and trailers guarded.
@@ -515,7 +532,7 @@ func (s *interceptSession) outgoing(req *http.Request) (*http.Request, bool, err
 	// header block becomes the outgoing one in place (what it held
 	// before is read first).
 	h := req.Header
-	declared, expect := h.Get(c.Header), h.Get("Expect")
+	declared, expect := h.Get(c.Header), firstValue(h, "Expect")
 	for _, f := range h["Connection"] {
 		for name := range strings.SplitSeq(f, ",") {
 			if name = strings.TrimSpace(name); name != "" {
@@ -523,24 +540,27 @@ func (s *interceptSession) outgoing(req *http.Request) (*http.Request, bool, err
 			}
 		}
 	}
-	for _, k := range hopRequestHeaders {
-		delete(h, k)
+	for k := range h {
+		if hopRequest(k) {
+			delete(h, k)
+		}
 	}
 	substituted := false
 	if v := declared; v != "" {
 		nv, left, ok := substitute(v, s.ir.ph, s.value)
-		if s.reflects(s.p.icpt.phs, left) {
+		if s.p.icpt.phs.TextReflects(left) {
 			return nil, false, errPlaceholderElsewhere // a piece of one, another credential's, or one re-encoded
 		}
 		if ok {
-			h[c.Header] = []string{nv}
+			setOne(h, c.Header, nv)
 			substituted = true
 		}
 	}
-	h["Accept-Encoding"] = []string{"identity"}
-	out := &http.Request{Method: req.Method, URL: req.URL, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+	setOne(h, "Accept-Encoding", "identity")
+	s.out = http.Request{Method: req.Method, URL: req.URL, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: h, Host: req.Host, ContentLength: req.ContentLength, TransferEncoding: req.TransferEncoding,
 		Trailer: req.Trailer}
+	out := &s.out
 	if strings.EqualFold(expect, "100-continue") {
 		// The broker's own interim answer (the destination's are dropped):
 		// the body is read here before anything is sent.
@@ -560,14 +580,41 @@ func (s *interceptSession) outgoing(req *http.Request) (*http.Request, bool, err
 	return out, substituted, nil
 }
 
-// hopRequestHeaders are dropped from an intercepted request, and
-// hopResponseHeaders from its answer (canonical names: the parsed
-// blocks' keys are).
-var (
-	hopRequestHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization", "Proxy-Authenticate",
-		"Te", "Transfer-Encoding", "Upgrade", "Expect"}
-	hopResponseHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Te"}
-)
+// setOne sets h[k] to the one value v, in the slice it holds when that
+// has one value (the parsed block's, not shared): h[k] = []string{v}
+// without its allocation.
+func setOne(h http.Header, k, v string) {
+	if vs := h[k]; len(vs) == 1 {
+		vs[0] = v
+		return
+	}
+	h[k] = []string{v}
+}
+
+// hopRequest reports whether an intercepted request's field k is dropped
+// (a canonical name: the parsed block's keys are). One pass over the
+// block's few fields rather than a lookup of each of these.
+func hopRequest(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization", "Proxy-Authenticate",
+		"Te", "Transfer-Encoding", "Upgrade", "Expect":
+		return true
+	}
+	return false
+}
+
+// firstValue is h.Get(k) for a canonical k, without canonicalizing it
+// again.
+func firstValue(h http.Header, k string) string {
+	if vs := h[k]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
+// hopResponseHeaders are dropped from an intercepted answer (canonical
+// names: the parsed blocks' keys are).
+var hopResponseHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Te"}
 
 // substitute swaps ph for value in a declared header's value v: the whole
 // value, the credentials after a scheme ("Bearer", "token", ...), or the
@@ -670,7 +717,7 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		// its headers and body checked in one pass by the same rules as
 		// the streaming guard (without its buffers); a reflecting one is
 		// refused before any of it leaves.
-		buf := make([]byte, resp.ContentLength)
+		buf := s.answerBuf(int(resp.ContentLength))
 		n, err := io.ReadFull(upBody, buf)
 		got.Store(int64(n))
 		if err != nil {
@@ -683,15 +730,18 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 		}
 		// The body joins the header block under the empty name (no
 		// parsed field has it) for the one pass, then leaves it.
-		resp.Header[""] = []string{string(buf)}
+		s.line[0] = string(buf)
+		resp.Header[""] = s.line[:]
 		found := s.inj.HeaderReflects(resp.Header)
 		delete(resp.Header, "")
+		s.line[0] = ""
 		if found {
 			s.closeUp()
 			return s.refuse(errReflected, req.Method)
 		}
-		upBody = io.NopCloser(bytes.NewReader(buf))
-		resp.Body = upBody
+		// Read whole: its reader is made only if writeWholeAnswer
+		// leaves it to resp.Write (not on a small answer's path).
+		resp.Body = http.NoBody
 		whole = buf
 	} else {
 		if err := checkCredentialedAnswer(resp.Header, s.inj); err != nil {
@@ -708,6 +758,9 @@ func (s *interceptSession) relay(req, out *http.Request, substituted bool) bool 
 	resp.Close = req.Close
 	var err error
 	if whole == nil || !writeWholeAnswer(s.bw, resp, whole) {
+		if whole != nil {
+			resp.Body = io.NopCloser(bytes.NewReader(whole))
+		}
 		err = resp.Write(s.bw)
 	}
 	if err == nil {
@@ -769,9 +822,15 @@ func (s *interceptSession) audit(level slog.Level, msg string, t time.Time, attr
 	_ = h.Handle(ctx, r)
 }
 
-// requestExclude are the fields Request.Write writes from the request's
-// framing rather than its header block.
-var requestExclude = map[string]bool{"Host": true, "User-Agent": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
+// requestFramed reports whether Request.Write writes field k from the
+// request's framing rather than its header block (its exclude set).
+func requestFramed(k string) bool {
+	switch k {
+	case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
+		return true
+	}
+	return false
+}
 
 // goUserAgent is what Request.Write sends when a request has no
 // User-Agent field.
@@ -832,12 +891,11 @@ func writeWholeRequest(w *bufio.Writer, out *http.Request) bool {
 		_, _ = w.WriteString("\r\n")
 	}
 	if body != nil || out.Method == http.MethodPost || out.Method == http.MethodPut || out.Method == http.MethodPatch {
-		var num [20]byte
 		_, _ = w.WriteString("Content-Length: ")
-		_, _ = w.Write(strconv.AppendInt(num[:0], out.ContentLength, 10))
+		_, _ = w.Write(strconv.AppendInt(w.AvailableBuffer(), out.ContentLength, 10))
 		_, _ = w.WriteString("\r\n")
 	}
-	_ = out.Header.WriteSubset(w, requestExclude)
+	writeFields(w, out.Header, requestFramed)
 	_, _ = w.WriteString("\r\n")
 	if body != nil {
 		_, _ = body.WriteTo(w)
@@ -859,9 +917,58 @@ func plainHost(h string) bool {
 	return h != ""
 }
 
-// answerExclude are the fields Response.Write writes from the answer's
-// framing rather than its header block.
-var answerExclude = map[string]bool{"Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
+// answerFramed reports whether Response.Write writes field k from the
+// answer's framing rather than its header block (its exclude set).
+func answerFramed(k string) bool {
+	switch k {
+	case "Content-Length", "Transfer-Encoding", "Trailer":
+		return true
+	}
+	return false
+}
+
+// writeFields writes h's fields but the framed ones as Header.WriteSubset
+// does (the same bytes: FuzzWriteFields pins them): names in byte order,
+// a name that is not a token dropped, each value with its CR and LF as
+// spaces and trimmed. It is WriteSubset without its pooled sorter, its
+// Replacer and an interface call per piece: both heads of every
+// intercepted request pass here (issue 37's per-request cost).
+func writeFields(w *bufio.Writer, h http.Header, framed func(string) bool) {
+	var arr [16]string // a request's or answer's names, most often
+	keys := arr[:0]
+	for k := range h {
+		if !framed(k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !httpguts.ValidHeaderFieldName(k) {
+			continue
+		}
+		for _, v := range h[k] {
+			if strings.IndexByte(v, '\r') >= 0 || strings.IndexByte(v, '\n') >= 0 {
+				v = newlinesToSpaces(v)
+			}
+			_, _ = w.WriteString(k)
+			_, _ = w.WriteString(": ")
+			_, _ = w.WriteString(textproto.TrimString(v))
+			_, _ = w.WriteString("\r\n")
+		}
+	}
+}
+
+// newlinesToSpaces is net/http's headerNewlineToSpace replacer: byte by
+// byte (strings.Map would turn invalid UTF-8 into U+FFFD).
+func newlinesToSpaces(v string) string {
+	b := []byte(v)
+	for i, c := range b {
+		if c == '\r' || c == '\n' {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}
 
 // writeWholeAnswer writes an answer whose body was read whole as
 // resp.Write would (the same bytes: TestWriteWholeAnswer pins it), without
@@ -889,11 +996,10 @@ func writeWholeAnswer(w *bufio.Writer, resp *http.Response, body []byte) bool {
 	} else {
 		text = strings.TrimPrefix(text, strconv.Itoa(resp.StatusCode)+" ")
 	}
-	var num [20]byte
 	_, _ = w.WriteString("HTTP/1.")
 	_ = w.WriteByte('0' + byte(resp.ProtoMinor))
 	_ = w.WriteByte(' ')
-	_, _ = w.Write(strconv.AppendInt(num[:0], int64(resp.StatusCode), 10))
+	_, _ = w.Write(strconv.AppendInt(w.AvailableBuffer(), int64(resp.StatusCode), 10))
 	_ = w.WriteByte(' ')
 	_, _ = w.WriteString(text)
 	_, _ = w.WriteString("\r\n")
@@ -901,9 +1007,9 @@ func writeWholeAnswer(w *bufio.Writer, resp *http.Response, body []byte) bool {
 		_, _ = w.WriteString("Connection: close\r\n")
 	}
 	_, _ = w.WriteString("Content-Length: ")
-	_, _ = w.Write(strconv.AppendInt(num[:0], resp.ContentLength, 10))
+	_, _ = w.Write(strconv.AppendInt(w.AvailableBuffer(), resp.ContentLength, 10))
 	_, _ = w.WriteString("\r\n")
-	_ = resp.Header.WriteSubset(w, answerExclude)
+	writeFields(w, resp.Header, answerFramed)
 	_, _ = w.WriteString("\r\n")
 	_, _ = w.Write(body)
 	return true

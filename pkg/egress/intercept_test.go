@@ -195,3 +195,21 @@ func TestWriteWholeRequest(t *testing.T) {
 		})
 	}
 }
+
+// TestHopRequest: the fields dropped from an intercepted request, and
+// only those (hop-by-hop and the proxy's own, canonical names).
+func TestHopRequest(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		want bool
+	}{
+		{"Connection", true}, {"Proxy-Connection", true}, {"Keep-Alive", true}, {"Proxy-Authorization", true},
+		{"Proxy-Authenticate", true}, {"Te", true}, {"Transfer-Encoding", true}, {"Upgrade", true}, {"Expect", true},
+		{"Authorization", false}, {"Accept-Encoding", false}, {"Trailer", false}, {"Host", false}, {"", false},
+		{"connection", false}, // not canonical: the parsed block has none
+	} {
+		if got := hopRequest(c.name); got != c.want {
+			t.Errorf("hopRequest(%q): got %v, want %v", c.name, got, c.want)
+		}
+	}
+}

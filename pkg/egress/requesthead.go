@@ -75,7 +75,16 @@ const (
 type headReader struct {
 	br  *bufio.Reader
 	buf []byte
+	// The last request's header block and its values' backing, reused
+	// by the next (issue 37's per-request allocations): a request's
+	// block is not read once the next one is.
+	hdr  http.Header
+	strs []string
 }
+
+// maxReusedFields bounds the header block a connection keeps for its
+// next request (clearing a map costs what it once held).
+const maxReusedFields = 32
 
 // readLines reads a block of CRLF-ended lines up to and including the
 // empty line into h.buf, at most max bytes. It returns io.EOF when the
@@ -133,9 +142,13 @@ func (h *headReader) read() (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	if req.Header, err = parseFields(rest, fieldsRequest); err != nil {
+	if len(h.hdr) > maxReusedFields {
+		h.hdr, h.strs = nil, nil
+	}
+	if req.Header, h.strs, err = parseFieldsInto(h.hdr, h.strs, rest, fieldsRequest); err != nil {
 		return nil, err
 	}
+	h.hdr = req.Header
 	return req, frame(req, h)
 }
 
@@ -188,11 +201,27 @@ const (
 // into a header block under canonical names, with the checks of what the
 // block is.
 func parseFields(block string, of fieldsOf) (http.Header, error) {
+	h, _, err := parseFieldsInto(nil, nil, block, of)
+	return h, err
+}
+
+// parseFieldsInto is parseFields into h, emptied first, with backing as
+// the values' backing array when it is long enough (a connection's
+// requests reuse both); nil ones are made. It returns the block and the
+// backing array.
+func parseFieldsInto(h http.Header, backing []string, block string, of fieldsOf) (http.Header, []string, error) {
 	n := strings.Count(block, "\n")
-	h := make(http.Header, n)
+	if h == nil {
+		h = make(http.Header, n)
+	} else {
+		clear(h)
+	}
 	// One backing array for the values: most fields come once (as
 	// net/http's reader does).
-	strs := make([]string, n)
+	if cap(backing) < n {
+		backing = make([]string, n)
+	}
+	strs := backing[:n]
 	for {
 		line, rest, _ := strings.Cut(block, "\r\n")
 		if line == "" {
@@ -200,16 +229,16 @@ func parseFields(block string, of fieldsOf) (http.Header, error) {
 		}
 		block = rest
 		if line[0] == ' ' || line[0] == '\t' {
-			return nil, errHeadFold
+			return nil, backing, errHeadFold
 		}
 		name, value, ok := strings.Cut(line, ":")
 		if !ok || !httpguts.ValidHeaderFieldName(name) {
-			return nil, errHeadField
+			return nil, backing, errHeadField
 		}
 		value = strings.Trim(value, " \t")
 		for i := range len(value) {
 			if c := value[i]; c < ' ' && c != '\t' || c == 0x7f {
-				return nil, errHeadField
+				return nil, backing, errHeadField
 			}
 		}
 		key := textproto.CanonicalMIMEHeaderKey(name)
@@ -222,19 +251,19 @@ func parseFields(block string, of fieldsOf) (http.Header, error) {
 	}
 	switch of {
 	case fieldsAnswer:
-		return h, nil
+		return h, backing, nil
 	case fieldsTrailer:
 		for _, k := range []string{"Content-Length", "Transfer-Encoding", "Trailer", "Host"} {
 			if _, ok := h[k]; ok {
-				return nil, errHeadTrailerField
+				return nil, backing, errHeadTrailerField
 			}
 		}
-		return h, nil
+		return h, backing, nil
 	}
 	if len(h["Host"]) > 1 {
-		return nil, errHeadHost
+		return nil, backing, errHeadHost
 	}
-	return h, nil
+	return h, backing, nil
 }
 
 // frame reads the request's framing (Content-Length or chunked), sets its

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -68,4 +69,29 @@ func BenchmarkReadAnswer(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkWriteFields compares writeFields with Header.WriteSubset on
+// benchHead's outgoing header block.
+//
+//	go test ./pkg/egress -run '^$' -bench WriteFields
+func BenchmarkWriteFields(b *testing.B) {
+	h := http.Header{"User-Agent": {"Go-http-client/1.1"}, "Authorization": {"Bearer 0123456789abcdef0123456789abcdef"},
+		"Accept-Encoding": {"identity"}, "X-Request-Id": {"abc"}}
+	w := bufio.NewWriter(io.Discard)
+	b.Run("writeFields", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			writeFields(w, h, requestFramed)
+			w.Reset(io.Discard)
+		}
+	})
+	exclude := map[string]bool{"Host": true, "User-Agent": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
+	b.Run("WriteSubset", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = h.WriteSubset(w, exclude)
+			w.Reset(io.Discard)
+		}
+	})
 }

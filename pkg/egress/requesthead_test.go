@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -169,6 +170,55 @@ func TestReadRequestHeadBodies(t *testing.T) {
 	}
 }
 
+// TestReadRequestHeadReuse: a connection's requests share one header
+// block and its values' backing; each request read holds its own fields
+// only, whatever the one before held (more, fewer, the same names).
+func TestReadRequestHeadReuse(t *testing.T) {
+	many := "GET /m HTTP/1.1\r\nHost: h\r\n"
+	for i := range maxReusedFields + 2 {
+		many += "X-F" + strconv.Itoa(i) + ": v\r\n"
+	}
+	many += "\r\n"
+	heads := []struct {
+		raw  string
+		want http.Header
+	}{
+		{"GET /1 HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer a\r\nX-A: 1\r\nX-A: 2\r\n\r\n",
+			http.Header{"Authorization": {"Bearer a"}, "X-A": {"1", "2"}}},
+		{"GET /2 HTTP/1.1\r\nHost: h\r\nX-B: b\r\n\r\n", http.Header{"X-B": {"b"}}},
+		{"GET /3 HTTP/1.1\r\nHost: h\r\n\r\n", http.Header{}},
+		{many, nil},
+		{"GET /5 HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer e\r\nAccept-Encoding: gzip\r\n\r\n",
+			http.Header{"Authorization": {"Bearer e"}, "Accept-Encoding": {"gzip"}}},
+	}
+	var raw string
+	for _, h := range heads {
+		raw += h.raw
+	}
+	hr := headReader{br: bufio.NewReader(strings.NewReader(raw))}
+	for _, h := range heads {
+		req, err := hr.read()
+		if err != nil {
+			t.Fatalf("%q: %v", h.raw, err)
+		}
+		if h.want == nil {
+			if got := len(req.Header); got != maxReusedFields+2 {
+				t.Errorf("%q: got %d fields, want %d", req.RequestURI, got, maxReusedFields+2)
+			}
+			continue
+		}
+		if got := req.Header; !reflect.DeepEqual(got, h.want) {
+			t.Errorf("%q: got %v, want %v", req.RequestURI, got, h.want)
+		}
+		// What the next read must not see: the block changed in place,
+		// as check and outgoing change it.
+		req.Header["X-Stale"] = []string{"x"}
+		for _, vs := range req.Header {
+			vs[0] = "stale"
+		}
+	}
+}
+
 // FuzzReadRequestHead is a differential fuzz against net/http's
 // ReadRequest: what the strict reader accepts, net/http accepts too and
 // reads as the same request (method, target, URL, Host, fields, framing,
@@ -192,8 +242,14 @@ func FuzzReadRequestHead(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	// The input is read after a request on the same connection (its
+	// header block is reused: nothing of it may show in the input's).
+	const before = "GET /0 HTTP/1.1\r\nHost: h0\r\nAuthorization: Bearer 0\r\nX-A: 0\r\nX-Z: 0\r\nCookie: 0\r\nCookie: 1\r\n\r\n"
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		hr := headReader{br: bufio.NewReader(bytes.NewReader(raw))}
+		hr := headReader{br: bufio.NewReader(io.MultiReader(strings.NewReader(before), bytes.NewReader(raw)))}
+		if _, err := hr.read(); err != nil {
+			t.Fatal(err)
+		}
 		mine, err := hr.read()
 		if err != nil {
 			return
