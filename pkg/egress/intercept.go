@@ -399,7 +399,9 @@ func (s *interceptSession) answerBuf(n int) []byte {
 	if n > maxReusedAnswer {
 		return make([]byte, n)
 	}
-	if cap(s.ans) < n {
+	// Never nil, an empty answer too: the caller reads nil as "not a
+	// small answer" (the streaming path).
+	if s.ans == nil || cap(s.ans) < n {
 		s.ans = make([]byte, n, max(n, 1024))
 	}
 	return s.ans[:n]

@@ -213,3 +213,15 @@ func TestHopRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswerBufNeverNil: a small answer's buffer is never nil, an empty
+// one on a new connection included, since relay reads nil as the
+// streaming path.
+func TestAnswerBufNeverNil(t *testing.T) {
+	for _, n := range []int{0, 1, maxReusedAnswer, maxReusedAnswer + 1} {
+		s := &interceptSession{}
+		if got := s.answerBuf(n); got == nil || len(got) != n {
+			t.Errorf("answerBuf(%d) = nil or %d bytes, want %d bytes, not nil", n, len(got), n)
+		}
+	}
+}
