@@ -45,13 +45,19 @@ func (w deafWatcher) Stop() error                             { return nil }
 func TestReplyReadBesideItsWatch(t *testing.T) {
 	r := newRig(t, 3, 1)
 	r.box("a", newRecorder())
-	for i, refuse := range []bool{false, true} {
-		name := map[bool]string{false: "watch never delivers", true: "watch refused"}[refuse]
-		t.Run(name, func(t *testing.T) {
+	tests := []struct {
+		name   string
+		refuse bool
+	}{
+		{"watch never delivers", false},
+		{"watch refused", true},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			client, _ := r.fleet(fmt.Sprintf("client-%d", i))
-			blind := &blindReplies{KeyValue: client.replies, refuse: refuse}
+			blind := &blindReplies{KeyValue: client.replies, refuse: tc.refuse}
 			client.replies = blind
 			tn := newTurn(fmt.Sprintf("chan-blind-%d", i), "x")
 			rep, _, err := client.Ask(ctx, tn)
